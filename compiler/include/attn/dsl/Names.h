@@ -1,0 +1,15 @@
+// Name rules for rowscales, inputs and definitions (they become C++ names).
+#ifndef ATTN_DSL_NAMES_H
+#define ATTN_DSL_NAMES_H
+
+#include "llvm/ADT/StringRef.h"
+
+namespace attn::dsl {
+
+/// UserError unless \p Name is a C identifier: "\p What 'x y': not a valid
+/// name; ...".
+void checkIdentifier(llvm::StringRef What, llvm::StringRef Name);
+
+} // namespace attn::dsl
+
+#endif

@@ -1,0 +1,142 @@
+// SymbolScalar: the user's value handle in the DSL, and Var for initial values.
+#ifndef ATTN_DSL_SYMBOL_H
+#define ATTN_DSL_SYMBOL_H
+
+#include "attn/ir/Node.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <type_traits>
+
+namespace attn::ir {
+class Graph;
+}
+
+namespace attn::dsl {
+
+/// A symbolic scalar: a 16-byte handle to a node of the definition's graph.
+/// It stands for a whole family of values (one per row, per element, ...);
+/// combining values of different spaces broadcasts implicitly.
+class SymbolScalar {
+public:
+  SymbolScalar() = default;
+  SymbolScalar(ir::Graph *G, const ir::Node *N) : G(G), N(N) {}
+
+  bool empty() const { return N == nullptr; }
+  const ir::Node *node() const { return N; }
+  ir::Graph *graph() const { return G; }
+
+  SymbolScalar exp() const;
+  SymbolScalar exp2() const;
+  SymbolScalar log() const;
+  SymbolScalar log2() const;
+  SymbolScalar abs() const;
+  SymbolScalar tanh() const;
+  SymbolScalar sigmoid() const;
+  SymbolScalar relu() const;
+  SymbolScalar sqrt() const;
+  SymbolScalar rsqrt() const;
+  SymbolScalar max(const SymbolScalar &Other) const;
+  SymbolScalar min(const SymbolScalar &Other) const;
+  SymbolScalar max(double Other) const;
+  SymbolScalar min(double Other) const;
+
+  /// Reduces a per-element value over the keys: "max", "sum" or "abssum".
+  SymbolScalar get_reduce(llvm::StringRef Op) const;
+  SymbolScalar get_reduce(ir::ReduceOp Op) const;
+
+  /// A constant in the same graph as this symbol.
+  SymbolScalar constant(double V) const;
+  SymbolScalar constantInt(long long V) const;
+
+  SymbolScalar &operator+=(const SymbolScalar &O);
+  SymbolScalar &operator-=(const SymbolScalar &O);
+  SymbolScalar &operator*=(const SymbolScalar &O);
+  SymbolScalar &operator/=(const SymbolScalar &O);
+
+private:
+  ir::Graph *G = nullptr;
+  const ir::Node *N = nullptr;
+};
+
+static_assert(sizeof(SymbolScalar) == 16,
+              "SymbolScalar is a two-pointer handle, cheap to pass by value");
+
+/// An initial value of a rowscale: Var("-inf"), Var("inf"), Var(0.0), Var("1").
+class Var {
+public:
+  Var(double V) : Value(V) {}
+  Var(int V) : Value(V) {}
+  /// Reads "-inf", "inf" or a number; anything else is a UserError.
+  Var(const char *Text);
+  double value() const { return Value; }
+
+private:
+  double Value;
+};
+
+namespace detail {
+SymbolScalar apply(ir::NodeKind K, const SymbolScalar &A, const SymbolScalar &B);
+SymbolScalar literal(const SymbolScalar &Like, double V, bool Integral);
+template <typename T>
+constexpr bool IsNumber = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
+template <typename T> SymbolScalar lift(const SymbolScalar &Like, T V) {
+  return literal(Like, static_cast<double>(V), std::is_integral_v<T>);
+}
+} // namespace detail
+
+// Binary operators with a symbol on either side, or a C++ number on either
+// side (integers stay i32, floating-point numbers are f32).
+#define ATTN_DSL_BINARY_OPERATOR(Op, Kind)                                     \
+  inline SymbolScalar operator Op(const SymbolScalar &A,                       \
+                                  const SymbolScalar &B) {                     \
+    return detail::apply(ir::NodeKind::Kind, A, B);                            \
+  }                                                                            \
+  template <typename T, typename = std::enable_if_t<detail::IsNumber<T>>>      \
+  SymbolScalar operator Op(const SymbolScalar &A, T B) {                       \
+    return detail::apply(ir::NodeKind::Kind, A, detail::lift(A, B));           \
+  }                                                                            \
+  template <typename T, typename = std::enable_if_t<detail::IsNumber<T>>>      \
+  SymbolScalar operator Op(T A, const SymbolScalar &B) {                       \
+    return detail::apply(ir::NodeKind::Kind, detail::lift(B, A), B);           \
+  }
+ATTN_DSL_BINARY_OPERATOR(+, Add)
+ATTN_DSL_BINARY_OPERATOR(-, Sub)
+ATTN_DSL_BINARY_OPERATOR(*, Mul)
+ATTN_DSL_BINARY_OPERATOR(/, Div)
+ATTN_DSL_BINARY_OPERATOR(<, Lt)
+ATTN_DSL_BINARY_OPERATOR(<=, Le)
+ATTN_DSL_BINARY_OPERATOR(>, Gt)
+ATTN_DSL_BINARY_OPERATOR(>=, Ge)
+ATTN_DSL_BINARY_OPERATOR(==, Eq)
+ATTN_DSL_BINARY_OPERATOR(!=, Ne)
+#undef ATTN_DSL_BINARY_OPERATOR
+
+SymbolScalar operator-(const SymbolScalar &A);
+/// Logical and/or/not on booleans (masks): `(q_idx >= kv_idx) & (q_idx - kv_idx < 128)`.
+SymbolScalar operator&(const SymbolScalar &A, const SymbolScalar &B);
+SymbolScalar operator|(const SymbolScalar &A, const SymbolScalar &B);
+SymbolScalar operator!(const SymbolScalar &A);
+
+/// `Cond ? Then : Else`, elementwise.
+SymbolScalar select(const SymbolScalar &Cond, const SymbolScalar &Then,
+                    const SymbolScalar &Else);
+SymbolScalar select(const SymbolScalar &Cond, const SymbolScalar &Then,
+                    double Else);
+SymbolScalar select(const SymbolScalar &Cond, double Then,
+                    const SymbolScalar &Else);
+SymbolScalar select(const SymbolScalar &Cond, double Then, double Else);
+
+// Free-function spellings of the methods, for formulas that read better so.
+inline SymbolScalar exp(const SymbolScalar &X) { return X.exp(); }
+inline SymbolScalar log(const SymbolScalar &X) { return X.log(); }
+inline SymbolScalar max(const SymbolScalar &A, const SymbolScalar &B) {
+  return A.max(B);
+}
+inline SymbolScalar min(const SymbolScalar &A, const SymbolScalar &B) {
+  return A.min(B);
+}
+
+} // namespace attn::dsl
+
+#endif

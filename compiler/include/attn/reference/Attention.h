@@ -1,0 +1,56 @@
+// Reference (double-precision) transformer-style attention from the IR:
+// the online algorithm over key blocks, the direct definition, and the
+// gradient through the user's backward.
+#ifndef ATTN_REFERENCE_ATTENTION_H
+#define ATTN_REFERENCE_ATTENTION_H
+
+#include "attn/Pipeline.h"
+#include "attn/reference/Tensor.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace attn::reference {
+
+/// q [B,H,Sq,D], k [B,Hkv,Skv,D], v [B,Hkv,Skv,DV] (Hkv divides H), and the
+/// custom inputs. MaskedRows (optional, length Sq) masks whole query rows
+/// on top of mask_mod, to exercise the fully-masked-row rule.
+struct AttentionInputs {
+  Tensor Q, K, V;
+  InputValues Inputs;
+  std::vector<bool> MaskedRows;
+};
+
+/// o [B,H,Sq,DV] and each final rowscale [B,H,Sq].
+struct AttentionOutputs {
+  Tensor O;
+  std::map<std::string, Tensor> Finals;
+};
+
+struct AttentionGrads {
+  Tensor DQ, DK, DV;
+};
+
+/// UserError unless the tensors and custom inputs match the definition:
+/// ranks, matching dims, every declared input supplied with its shape.
+void validateAttentionInputs(const ir::Graph &G, const AttentionInputs &In);
+
+/// The online algorithm as a kernel runs it: key blocks of \p BlockN keys
+/// (0 = one block of all keys), online_fwd per block, then the epilogue.
+AttentionOutputs attentionOnline(const CompiledDefinition &Def,
+                                 const AttentionInputs &In, int64_t BlockN);
+
+/// The direct definition: final rowscales from one block of all keys, then
+/// P = forward(scores, final rowscales) and o = P·v.
+AttentionOutputs attentionDirect(const CompiledDefinition &Def,
+                                 const AttentionInputs &In);
+
+/// dq, dk, dv of L = sum(o ∘ dO) through the user's backward and the chain
+/// rule through score_mod. UserError if the definition has no backward.
+AttentionGrads attentionBackward(const CompiledDefinition &Def,
+                                 const AttentionInputs &In, const Tensor &DO);
+
+} // namespace attn::reference
+
+#endif

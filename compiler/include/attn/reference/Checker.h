@@ -1,0 +1,58 @@
+// attnc check: the reference interpreter run against itself on random data.
+#ifndef ATTN_REFERENCE_CHECKER_H
+#define ATTN_REFERENCE_CHECKER_H
+
+#include "attn/Pipeline.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attn::reference {
+
+struct CheckRow {
+  CheckRow(std::string Name, double MaxError, double Tolerance,
+           bool Skipped = false, std::string Note = "")
+      : Name(std::move(Name)), MaxError(MaxError), Tolerance(Tolerance),
+        Skipped(Skipped), Note(std::move(Note)) {}
+  std::string Name;    ///< "online (block 4) vs direct, s13x13"
+  double MaxError = 0; ///< max |a-b| / (1 + |b|); NaN or a mismatch = inf
+  double Tolerance = 0;
+  bool Skipped = false;
+  std::string Note; ///< why skipped, or extra detail
+  bool passed() const { return Skipped || MaxError <= Tolerance; }
+};
+
+struct CheckReport {
+  std::string Definition;
+  std::vector<CheckRow> Rows;
+  bool passed() const;
+};
+
+struct CheckOptions {
+  uint64_t Seed = 20261126;
+  /// Tolerance of the online-vs-direct and chunked-vs-recurrent checks.
+  double AlgorithmTolerance = 1e-10;
+  /// Tolerance of backward against central finite differences.
+  double GradientTolerance = 1e-6;
+};
+
+/// For attention: the online algorithm over several key-block sizes against
+/// the direct definition (o and final rowscales), on shapes with sequence
+/// lengths that are not multiples of the block, GQA heads, and whole rows
+/// masked; fully masked rows must give o = 0 and final rowscales = -inf; the
+/// user's backward (when given) against central finite differences of
+/// sum(o ∘ dO) with respect to q, k and v.
+/// For linear attention: the chunked algorithm with several chunk sizes
+/// against the token recurrence, with and without an initial state (o and
+/// the final state).
+CheckReport check(const CompiledDefinition &Def, const CheckOptions &Opts = {});
+
+/// The report as a table: check, max error, tolerance, result.
+void printReport(const CheckReport &R, llvm::raw_ostream &OS);
+
+} // namespace attn::reference
+
+#endif

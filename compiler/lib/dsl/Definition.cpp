@@ -1,0 +1,180 @@
+// Custom inputs, rowscale maps, online functions and the definition registry.
+#include "attn/dsl/Definition.h"
+#include "attn/dsl/Registry.h"
+
+#include "attn/Error.h"
+#include "attn/dsl/Names.h"
+
+#include <algorithm>
+
+namespace attn::dsl {
+
+// ---- CustomInputs ----------------------------------------------------------
+
+CustomInputs &CustomInputs::declare(const std::string &Name, InputShape Shape,
+                                    double SampleLo, double SampleHi) {
+  checkIdentifier("custom input", Name);
+  for (const ir::InputDecl &D : Decls)
+    if (D.Name == Name)
+      throw UserError("custom input '" + Name + "' is declared twice");
+  if (!(SampleLo <= SampleHi))
+    throw UserError("custom input '" + Name +
+                    "': sample range is empty (lo > hi)");
+  Decls.push_back(ir::InputDecl{Name, Shape, SampleLo, SampleHi});
+  return *this;
+}
+
+static std::string joinNames(const std::vector<std::string> &Names) {
+  if (Names.empty())
+    return "none";
+  std::string S;
+  for (const std::string &N : Names)
+    S += (S.empty() ? "" : ", ") + N;
+  return S;
+}
+
+SymbolScalar CustomInputs::operator[](llvm::StringRef Name) const {
+  if (!Bound)
+    throw UserError("custom input '" + Name.str() +
+                    "' read outside a traced function");
+  const ir::InputDecl *Found = nullptr;
+  std::vector<std::string> Known;
+  for (const ir::InputDecl &D : Decls) {
+    Known.push_back(D.Name);
+    if (D.Name == Name)
+      Found = &D;
+  }
+  if (!Found)
+    throw UserError(BoundFunction + ": custom input '" + Name.str() +
+                    "' is not declared; declared inputs: " + joinNames(Known));
+  if (std::find(BoundAllowed.begin(), BoundAllowed.end(), Found->Shape) ==
+      BoundAllowed.end()) {
+    std::vector<std::string> Allowed;
+    for (InputShape S : BoundAllowed)
+      Allowed.push_back(ir::inputShapeName(S).str());
+    throw UserError(BoundFunction + ": custom input '" + Name.str() +
+                    "' is " + ir::inputShapeName(Found->Shape).str() +
+                    ", but " + BoundFunction +
+                    " has no key dimension; it accepts " + joinNames(Allowed) +
+                    " inputs");
+  }
+  return {Bound, Bound->param(ir::ParamKind::Input, Name, ir::Type::F32,
+                              ir::inputShapeSpace(Found->Shape))};
+}
+
+SymbolScalar CustomInputs::head_dim() const {
+  if (!Bound)
+    throw UserError("head_dim() read outside a traced function");
+  return {Bound, Bound->param(ir::ParamKind::HeadDim, "D", ir::Type::I32,
+                              ir::Space::Const)};
+}
+
+void CustomInputs::bind(ir::Graph *G, std::string Function,
+                        std::vector<InputShape> Allowed) const {
+  Bound = G;
+  BoundFunction = std::move(Function);
+  BoundAllowed = std::move(Allowed);
+}
+
+void CustomInputs::unbind() const {
+  Bound = nullptr;
+  BoundFunction.clear();
+  BoundAllowed.clear();
+}
+
+// ---- Rowscales -------------------------------------------------------------
+
+Rowscales::Rowscales(
+    std::initializer_list<std::pair<std::string, SymbolScalar>> Init) {
+  for (const auto &[Name, Value] : Init)
+    set(Name, Value);
+}
+
+void Rowscales::setOwner(std::string Fn, std::string W) {
+  Function = std::move(Fn);
+  What = std::move(W);
+}
+
+SymbolScalar Rowscales::operator[](llvm::StringRef Name) const {
+  std::vector<std::string> Known;
+  for (const auto &[N, V] : Entries) {
+    if (N == Name)
+      return V;
+    Known.push_back(N);
+  }
+  throw UserError((Function.empty() ? "" : Function + ": ") + "unknown " +
+                  What + " '" + Name.str() + "'; declared: " +
+                  joinNames(Known));
+}
+
+void Rowscales::set(const std::string &Name, SymbolScalar Value) {
+  for (auto &[N, V] : Entries)
+    if (N == Name) {
+      V = Value;
+      return;
+    }
+  Entries.emplace_back(Name, Value);
+}
+
+bool Rowscales::contains(llvm::StringRef Name) const {
+  for (const auto &Entry : Entries)
+    if (Entry.first == Name)
+      return true;
+  return false;
+}
+
+// ---- OnlineFunc --------------------------------------------------------------
+
+OnlineFunc::OnlineFunc(Decls OnlineRowscales, Decls FinalRowscales)
+    : Online(std::move(OnlineRowscales)), Final(std::move(FinalRowscales)) {}
+OnlineFunc::~OnlineFunc() = default;
+
+std::optional<SymbolScalar>
+OnlineFunc::backward(SymbolScalar, SymbolScalar, const Rowscales &,
+                     SymbolScalar, SymbolScalar, SymbolScalar, SymbolScalar,
+                     SymbolScalar) const {
+  return std::nullopt;
+}
+
+const CustomInputs &OnlineFunc::inputs() const {
+  if (!Inputs)
+    throw UserError("OnlineFunc::inputs() read outside a traced function");
+  return *Inputs;
+}
+
+DefinitionBase::~DefinitionBase() = default;
+
+// ---- Registry --------------------------------------------------------------
+
+void Registry::add(std::shared_ptr<const DefinitionBase> Def) {
+  checkIdentifier("definition", Def->name);
+  if (find(Def->name))
+    throw UserError("definition '" + Def->name + "' is registered twice");
+  Defs.push_back(std::move(Def));
+}
+
+const DefinitionBase *Registry::find(llvm::StringRef Name) const {
+  for (const auto &D : Defs)
+    if (D->name == Name)
+      return D.get();
+  return nullptr;
+}
+
+const DefinitionBase &Registry::get(llvm::StringRef Name) const {
+  if (const DefinitionBase *D = find(Name))
+    return *D;
+  std::vector<std::string> Known;
+  for (const auto &D : Defs)
+    Known.push_back(D->name);
+  throw UserError("unknown definition '" + Name.str() + "'; known: " +
+                  joinNames(Known));
+}
+
+std::vector<const DefinitionBase *> Registry::all() const {
+  std::vector<const DefinitionBase *> Out;
+  for (const auto &D : Defs)
+    Out.push_back(D.get());
+  return Out;
+}
+
+} // namespace attn::dsl

@@ -1,0 +1,166 @@
+// SymbolScalar operations: each builds (or finds) a node in the graph.
+#include "attn/dsl/Symbol.h"
+
+#include "attn/Error.h"
+#include "attn/ir/Graph.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+namespace attn::dsl {
+
+static ir::Graph &graphOf(const SymbolScalar &S, llvm::StringRef Op) {
+  if (S.empty())
+    throw UserError("'" + Op.str() +
+                    "' on an empty SymbolScalar (declared but never assigned)");
+  return *S.graph();
+}
+
+static ir::Graph &commonGraph(llvm::StringRef Op,
+                              std::initializer_list<const SymbolScalar *> Ss) {
+  ir::Graph *G = nullptr;
+  for (const SymbolScalar *S : Ss) {
+    ir::Graph &Gs = graphOf(*S, Op);
+    if (G && G != &Gs)
+      throw UserError("'" + Op.str() +
+                      "' combines symbols of two different definitions; a "
+                      "symbol cannot be carried from one trace to another");
+    G = &Gs;
+  }
+  return *G;
+}
+
+static SymbolScalar unaryOp(const SymbolScalar &X, ir::NodeKind K) {
+  ir::Graph &G = graphOf(X, ir::mnemonic(K));
+  return {&G, G.unary(K, X.node())};
+}
+
+SymbolScalar SymbolScalar::exp() const { return unaryOp(*this, ir::NodeKind::Exp); }
+SymbolScalar SymbolScalar::exp2() const { return unaryOp(*this, ir::NodeKind::Exp2); }
+SymbolScalar SymbolScalar::log() const { return unaryOp(*this, ir::NodeKind::Log); }
+SymbolScalar SymbolScalar::log2() const { return unaryOp(*this, ir::NodeKind::Log2); }
+SymbolScalar SymbolScalar::abs() const { return unaryOp(*this, ir::NodeKind::Abs); }
+SymbolScalar SymbolScalar::tanh() const { return unaryOp(*this, ir::NodeKind::Tanh); }
+SymbolScalar SymbolScalar::sigmoid() const {
+  return unaryOp(*this, ir::NodeKind::Sigmoid);
+}
+SymbolScalar SymbolScalar::relu() const { return unaryOp(*this, ir::NodeKind::Relu); }
+SymbolScalar SymbolScalar::sqrt() const { return unaryOp(*this, ir::NodeKind::Sqrt); }
+SymbolScalar SymbolScalar::rsqrt() const { return unaryOp(*this, ir::NodeKind::Rsqrt); }
+
+SymbolScalar SymbolScalar::max(const SymbolScalar &O) const {
+  return detail::apply(ir::NodeKind::Max, *this, O);
+}
+SymbolScalar SymbolScalar::min(const SymbolScalar &O) const {
+  return detail::apply(ir::NodeKind::Min, *this, O);
+}
+SymbolScalar SymbolScalar::max(double O) const { return max(constant(O)); }
+SymbolScalar SymbolScalar::min(double O) const { return min(constant(O)); }
+
+SymbolScalar SymbolScalar::get_reduce(llvm::StringRef Op) const {
+  ir::Graph &G = graphOf(*this, "get_reduce");
+  std::optional<ir::ReduceOp> R = ir::reduceOpFromName(Op);
+  if (!R) {
+    std::string Msg = "get_reduce: unknown reduction \"" + Op.str() +
+                      "\"; expected \"max\", \"sum\" or \"abssum\"";
+    throw UserError(G.context().empty() ? Msg : G.context() + ": " + Msg);
+  }
+  return get_reduce(*R);
+}
+
+SymbolScalar SymbolScalar::get_reduce(ir::ReduceOp Op) const {
+  ir::Graph &G = graphOf(*this, "get_reduce");
+  return {&G, G.reduce(Op, N)};
+}
+
+SymbolScalar SymbolScalar::constant(double V) const {
+  ir::Graph &G = graphOf(*this, "constant");
+  return {&G, G.constant(V, ir::Type::F32)};
+}
+
+SymbolScalar SymbolScalar::constantInt(long long V) const {
+  ir::Graph &G = graphOf(*this, "constant");
+  return {&G, G.constant(static_cast<double>(V), ir::Type::I32)};
+}
+
+SymbolScalar &SymbolScalar::operator+=(const SymbolScalar &O) {
+  return *this = *this + O;
+}
+SymbolScalar &SymbolScalar::operator-=(const SymbolScalar &O) {
+  return *this = *this - O;
+}
+SymbolScalar &SymbolScalar::operator*=(const SymbolScalar &O) {
+  return *this = *this * O;
+}
+SymbolScalar &SymbolScalar::operator/=(const SymbolScalar &O) {
+  return *this = *this / O;
+}
+
+namespace detail {
+SymbolScalar apply(ir::NodeKind K, const SymbolScalar &A,
+                   const SymbolScalar &B) {
+  ir::Graph &G = commonGraph(ir::mnemonic(K), {&A, &B});
+  return {&G, G.binary(K, A.node(), B.node())};
+}
+
+SymbolScalar literal(const SymbolScalar &Like, double V, bool Integral) {
+  if (Integral && std::abs(V) < 2147483648.0)
+    return Like.constantInt(static_cast<long long>(V));
+  return Like.constant(V);
+}
+} // namespace detail
+
+SymbolScalar operator-(const SymbolScalar &A) {
+  return unaryOp(A, ir::NodeKind::Neg);
+}
+SymbolScalar operator&(const SymbolScalar &A, const SymbolScalar &B) {
+  return detail::apply(ir::NodeKind::And, A, B);
+}
+SymbolScalar operator|(const SymbolScalar &A, const SymbolScalar &B) {
+  return detail::apply(ir::NodeKind::Or, A, B);
+}
+SymbolScalar operator!(const SymbolScalar &A) {
+  return unaryOp(A, ir::NodeKind::Not);
+}
+
+SymbolScalar select(const SymbolScalar &C, const SymbolScalar &T,
+                    const SymbolScalar &E) {
+  ir::Graph &G = commonGraph("select", {&C, &T, &E});
+  return {&G, G.select(C.node(), T.node(), E.node())};
+}
+SymbolScalar select(const SymbolScalar &C, const SymbolScalar &T, double E) {
+  return select(C, T, C.constant(E));
+}
+SymbolScalar select(const SymbolScalar &C, double T, const SymbolScalar &E) {
+  return select(C, C.constant(T), E);
+}
+SymbolScalar select(const SymbolScalar &C, double T, double E) {
+  return select(C, C.constant(T), C.constant(E));
+}
+
+Var::Var(const char *Text) {
+  llvm::StringRef S = llvm::StringRef(Text ? Text : "").trim();
+  if (S == "-inf") {
+    Value = -std::numeric_limits<double>::infinity();
+    return;
+  }
+  if (S == "inf" || S == "+inf") {
+    Value = std::numeric_limits<double>::infinity();
+    return;
+  }
+  std::string Str = S.str();
+  char *End = nullptr;
+  errno = 0;
+  double V = Str.empty() ? 0.0 : std::strtod(Str.c_str(), &End);
+  if (Str.empty() || errno != 0 || End != Str.c_str() + Str.size() ||
+      std::isnan(V))
+    throw UserError("Var(\"" + Str +
+                    "\"): not an initial value; use a number, \"inf\" or "
+                    "\"-inf\"");
+  Value = V;
+}
+
+} // namespace attn::dsl

@@ -1,0 +1,113 @@
+// Structural verifier.
+#include "attn/ir/Verifier.h"
+
+#include "attn/Error.h"
+#include "attn/ir/Walk.h"
+
+#include "llvm/Support/Casting.h"
+
+#include <set>
+
+namespace attn::ir {
+
+namespace {
+
+[[noreturn]] void broken(const Graph &G, const std::string &Msg) {
+  throw InternalError("verifier: " + G.name() + ": " + Msg);
+}
+
+bool isNumeric(Type T) { return T == Type::F32 || T == Type::I32; }
+
+/// The type a node of kind \p K over \p Ops must have.
+Type expectedType(const Node *N) {
+  auto Ops = N->operands();
+  if (isUnaryKind(N->getKind())) {
+    NodeKind K = N->getKind();
+    if (K == NodeKind::Not)
+      return Type::Bool;
+    bool Keeps = K == NodeKind::Neg || K == NodeKind::Abs || K == NodeKind::Relu;
+    return Keeps ? Ops[0]->getType() : Type::F32;
+  }
+  if (isCompareKind(N->getKind()) || isLogicKind(N->getKind()))
+    return Type::Bool;
+  if (isBinaryKind(N->getKind()))
+    return Ops[0]->getType() == Type::I32 && Ops[1]->getType() == Type::I32 &&
+                   N->getKind() != NodeKind::Div
+               ? Type::I32
+               : Type::F32;
+  if (N->getKind() == NodeKind::Select) {
+    if (Ops[1]->getType() == Type::Bool)
+      return Type::Bool;
+    return Ops[1]->getType() == Type::I32 && Ops[2]->getType() == Type::I32
+               ? Type::I32
+               : Type::F32;
+  }
+  return Type::F32; // reduce
+}
+
+void verifyNode(const Graph &G, const Node *N) {
+  if (N->operands().size() != arity(N->getKind()))
+    broken(G, "node %" + std::to_string(N->getId()) + " (" +
+                  mnemonic(N->getKind()).str() + ") has " +
+                  std::to_string(N->operands().size()) + " operands");
+  for (const Node *Op : N->operands())
+    if (!Op || Op->getId() >= N->getId())
+      broken(G, "node %" + std::to_string(N->getId()) +
+                    " uses an operand created after it");
+  if (N->operands().empty())
+    return;
+  if (auto *R = llvm::dyn_cast<ReduceNode>(N)) {
+    Space S = R->operand(0)->getSpace();
+    if (R->getSpace() != Space::Row || (S != Space::Tile && S != Space::Col))
+      broken(G, "reduce %" + std::to_string(N->getId()) +
+                    " is not per-row over a per-element value");
+    if (!isNumeric(R->operand(0)->getType()))
+      broken(G, "reduce over a boolean");
+    return;
+  }
+  std::optional<Space> S = Space::Const;
+  for (const Node *Op : N->operands())
+    S = S ? joinSpaces(*S, Op->getSpace()) : S;
+  if (!S || *S != N->getSpace())
+    broken(G, "node %" + std::to_string(N->getId()) + " has space " +
+                  spaceName(N->getSpace()).str() +
+                  ", not the join of its operands'");
+  if (expectedType(N) != N->getType())
+    broken(G, "node %" + std::to_string(N->getId()) + " has type " +
+                  typeName(N->getType()).str());
+}
+
+const std::set<std::string> &knownFunctions(DefinitionKind K) {
+  static const std::set<std::string> Transformer = {
+      "score_mod", "mask_mod", "online_fwd", "online_fwd_epilogue", "forward",
+      "backward"};
+  static const std::set<std::string> Linear = {"q_mod", "k_mod", "v_mod",
+                                               "decay_mod"};
+  return K == DefinitionKind::Transformer ? Transformer : Linear;
+}
+
+} // namespace
+
+void verify(const Graph &G) {
+  std::vector<const Node *> Roots;
+  for (const Function &F : G.functions()) {
+    if (!knownFunctions(G.decls().Kind).count(F.Name))
+      broken(G, "unexpected function '" + F.Name + "'");
+    if (F.Results.empty())
+      broken(G, "function '" + F.Name + "' has no results");
+    for (const Result &R : F.Results) {
+      if (!R.Value)
+        broken(G, "function '" + F.Name + "' result '" + R.Name +
+                      "' is empty");
+      Roots.push_back(R.Value);
+    }
+  }
+  for (const Node *N : topologicalOrder(Roots))
+    verifyNode(G, N);
+  std::set<std::string> Inputs;
+  for (const InputDecl &D : G.decls().Inputs)
+    if (!Inputs.insert(D.Name).second)
+      broken(G, "input '" + D.Name + "' declared twice");
+}
+
+} // namespace attn::ir

@@ -1,0 +1,351 @@
+// Reference transformer-style attention, evaluated from the IR in double.
+#include "attn/reference/Attention.h"
+
+#include "attn/Error.h"
+#include "attn/reference/Evaluator.h"
+#include "attn/reference/InputBinding.h"
+
+#include <cmath>
+#include <limits>
+
+namespace attn::reference {
+
+namespace {
+
+constexpr double NegInf = -std::numeric_limits<double>::infinity();
+
+struct Dims {
+  int64_t B, H, Hkv, Sq, Skv, D, DV;
+};
+
+Dims dimsOf(const AttentionInputs &In) {
+  return {In.Q.dim(0), In.Q.dim(1), In.K.dim(1), In.Q.dim(2),
+          In.K.dim(2), In.Q.dim(3), In.V.dim(3)};
+}
+
+const ir::Function &function(const ir::Graph &G, llvm::StringRef Name) {
+  if (const ir::Function *F = G.getFunction(Name))
+    return *F;
+  throw InternalError("reference: no function '" + Name.str() + "'");
+}
+
+/// Everything about one query row the functions may read.
+class Row {
+public:
+  Row(const CompiledDefinition &Def, const AttentionInputs &In, int64_t B,
+      int64_t H, int64_t I)
+      : G(*Def.Graph), In(In), Dm(dimsOf(In)), B(B), H(H), I(I),
+        Hk(H / (Dm.H / Dm.Hkv)) {
+    // Raw scores with d(raw)/d(raw) = 1, so that score_mod's evaluation
+    // carries d(score)/d(raw) along.
+    Values Raw(Dm.Skv);
+    for (int64_t J = 0; J < Dm.Skv; ++J) {
+      double S = 0;
+      for (int64_t X = 0; X < Dm.D; ++X)
+        S += In.Q.at({B, H, I, X}) * In.K.at({B, Hk, J, X});
+      Raw[J] = {S, 1.0};
+    }
+    RawScores = std::move(Raw);
+    std::vector<bool> All(Dm.Skv, true);
+    setColumns(0, Dm.Skv);
+    {
+      Evaluator E(binder(), All);
+      Values S = E.eval(function(G, "score_mod").result("score"));
+      ModScores.resize(Dm.Skv);
+      for (int64_t J = 0; J < Dm.Skv; ++J)
+        ModScores[J] = S.size() == 1 ? S[0] : S[J];
+    }
+    Mask.assign(Dm.Skv, !(I < (int64_t)In.MaskedRows.size() &&
+                          In.MaskedRows[I]));
+    if (const ir::Function *M = G.getFunction("mask_mod")) {
+      Evaluator E(binder(), All);
+      for (int64_t J = 0; J < Dm.Skv; ++J)
+        Mask[J] = Mask[J] && E.at(M->result("mask"), J).V != 0.0;
+    }
+  }
+
+  /// Restricts col/tile parameters to keys [C0, C1).
+  void setColumns(int64_t C0, int64_t C1) {
+    this->C0 = C0;
+    this->C1 = C1;
+  }
+  int64_t width() const { return C1 - C0; }
+  std::vector<bool> activeColumns() const {
+    return std::vector<bool>(Mask.begin() + C0, Mask.begin() + C1);
+  }
+
+  Evaluator::Binder binder() {
+    return [this](const ir::ParamNode &P) { return bind(P); };
+  }
+
+  Values bind(const ir::ParamNode &P) {
+    switch (P.getParamKind()) {
+    case ir::ParamKind::Score:
+      return slice(RawScores);
+    case ir::ParamKind::Scores:
+      return slice(ModScores, /*Constant=*/true);
+    case ir::ParamKind::Output:
+      return Out;
+    case ir::ParamKind::Rowscale:
+      return {Dual{Rowscales.at(P.getName().str()), 0.0}};
+    case ir::ParamKind::FinalRowscale:
+      return {Dual{Finals.at(P.getName().str()), 0.0}};
+    case ir::ParamKind::Probs:
+      return slice(Probs, true);
+    case ir::ParamKind::GradProbs:
+      return slice(GradProbs, true);
+    case ir::ParamKind::Doosum:
+      return {Dual{Doosum, 0.0}};
+    case ir::ParamKind::Index: {
+      llvm::StringRef N = P.getName();
+      if (N == "kv_idx") {
+        Values V(width());
+        for (int64_t J = C0; J < C1; ++J)
+          V[J - C0] = {double(J), 0.0};
+        return V;
+      }
+      double X = N == "b" ? B : N == "h" ? H : I;
+      return {Dual{X, 0.0}};
+    }
+    case ir::ParamKind::Input:
+      return bindInput(G, In.Inputs, P.getName(), B, H, I, C0, C1);
+    case ir::ParamKind::HeadDim:
+      return {Dual{double(Dm.D), 0.0}};
+    case ir::ParamKind::Element:
+    case ir::ParamKind::Decay:
+      break;
+    }
+    throw InternalError("reference: attention has no parameter '" +
+                        P.getName().str() + "'");
+  }
+
+  Values slice(const Values &All, bool Constant = false) const {
+    Values V(All.begin() + C0, All.begin() + C1);
+    if (Constant)
+      for (Dual &X : V)
+        X.D = 0.0;
+    return V;
+  }
+
+  const ir::Graph &G;
+  const AttentionInputs &In;
+  Dims Dm;
+  int64_t B, H, I, Hk;
+  int64_t C0 = 0, C1 = 0;
+  Values RawScores, ModScores, Probs, GradProbs, Out;
+  std::vector<bool> Mask;
+  std::map<std::string, double> Rowscales, Finals;
+  double Doosum = 0.0;
+};
+
+/// Runs the online algorithm for one row; returns false for a row with no
+/// unmasked key (whose outputs are then O = 0 and finals = -inf).
+bool runOnline(Row &R, int64_t BlockN, std::vector<double> &O,
+               std::map<std::string, double> &Finals) {
+  const ir::Graph &G = R.G;
+  const ir::Function &Fwd = function(G, "online_fwd");
+  const ir::Function &Epi = function(G, "online_fwd_epilogue");
+  for (const ir::RowscaleDecl &D : G.decls().OnlineRowscales)
+    R.Rowscales[D.Name] = D.Init;
+  std::vector<double> Acc(R.Dm.DV, 0.0);
+  bool Any = false;
+  int64_t Step = BlockN > 0 ? BlockN : R.Dm.Skv;
+  for (int64_t C0 = 0; C0 < R.Dm.Skv; C0 += Step) {
+    R.setColumns(C0, std::min(C0 + Step, R.Dm.Skv));
+    std::vector<bool> Active = R.activeColumns();
+    bool BlockAny = false;
+    for (bool A : Active)
+      BlockAny = BlockAny || A;
+    if (!BlockAny)
+      continue; // the row keeps its rowscales; o_scale is 1
+    Any = true;
+    Evaluator E(R.binder(), Active);
+    double OScale = E.at(Fwd.result("o_scale"), 0).V;
+    for (double &X : Acc)
+      X *= OScale;
+    for (int64_t J = R.C0; J < R.C1; ++J) {
+      if (!Active[J - R.C0])
+        continue;
+      double P = E.at(Fwd.result("scores"), J - R.C0).V;
+      for (int64_t X = 0; X < R.Dm.DV; ++X)
+        Acc[X] += P * R.In.V.at({R.B, R.Hk, J, X});
+    }
+    std::map<std::string, double> Next;
+    for (const ir::RowscaleDecl &D : G.decls().OnlineRowscales)
+      Next[D.Name] = E.at(Fwd.result(D.Name), 0).V;
+    R.Rowscales = Next;
+  }
+  if (!Any) {
+    O.assign(R.Dm.DV, 0.0);
+    for (const ir::RowscaleDecl &D : G.decls().FinalRowscales)
+      Finals[D.Name] = NegInf;
+    return false;
+  }
+  R.setColumns(0, 0);
+  R.Out.clear();
+  for (double X : Acc)
+    R.Out.push_back({X, 0.0});
+  Evaluator E(R.binder(), {});
+  O.resize(R.Dm.DV);
+  for (int64_t X = 0; X < R.Dm.DV; ++X)
+    O[X] = E.at(Epi.result("o"), X).V;
+  for (const ir::RowscaleDecl &D : G.decls().FinalRowscales)
+    Finals[D.Name] = E.at(Epi.result(D.Name), 0).V;
+  return true;
+}
+
+AttentionOutputs emptyOutputs(const ir::Graph &G, const Dims &Dm) {
+  AttentionOutputs Out;
+  Out.O = Tensor({Dm.B, Dm.H, Dm.Sq, Dm.DV});
+  for (const ir::RowscaleDecl &D : G.decls().FinalRowscales)
+    Out.Finals[D.Name] = Tensor({Dm.B, Dm.H, Dm.Sq});
+  return Out;
+}
+
+/// Calls \p Fn(Row&) for every (b, h, query) after validating the inputs.
+template <typename Fn>
+void forEachRow(const CompiledDefinition &Def, const AttentionInputs &In,
+                Fn &&Body) {
+  if (Def.Graph->decls().Kind != ir::DefinitionKind::Transformer)
+    throw UserError("'" + Def.Graph->name() +
+                    "' is linear attention; use the linear reference");
+  validateAttentionInputs(*Def.Graph, In);
+  Dims Dm = dimsOf(In);
+  for (int64_t B = 0; B < Dm.B; ++B)
+    for (int64_t H = 0; H < Dm.H; ++H)
+      for (int64_t I = 0; I < Dm.Sq; ++I) {
+        Row R(Def, In, B, H, I);
+        Body(R);
+      }
+}
+
+/// Stores one row's outputs into \p Out.
+void store(AttentionOutputs &Out, const Row &R, const std::vector<double> &O,
+           const std::map<std::string, double> &Finals) {
+  for (int64_t X = 0; X < R.Dm.DV; ++X)
+    Out.O.at({R.B, R.H, R.I, X}) = O[X];
+  for (const auto &[Name, V] : Finals)
+    Out.Finals[Name].at({R.B, R.H, R.I}) = V;
+}
+
+/// P for the whole row from the final rowscales (0 at masked keys).
+Values recomputeProbs(Row &R) {
+  const ir::Function &Fwd = function(R.G, "forward");
+  R.setColumns(0, R.Dm.Skv);
+  Evaluator E(R.binder(), R.activeColumns());
+  Values P(R.Dm.Skv);
+  for (int64_t J = 0; J < R.Dm.Skv; ++J)
+    P[J] = {R.Mask[J] ? E.at(Fwd.result("p"), J).V : 0.0, 0.0};
+  return P;
+}
+
+} // namespace
+
+AttentionOutputs attentionOnline(const CompiledDefinition &Def,
+                                 const AttentionInputs &In, int64_t BlockN) {
+  AttentionOutputs Out = emptyOutputs(*Def.Graph, dimsOf(In));
+  forEachRow(Def, In, [&](Row &R) {
+    std::vector<double> O;
+    std::map<std::string, double> Finals;
+    runOnline(R, BlockN, O, Finals);
+    store(Out, R, O, Finals);
+  });
+  return Out;
+}
+
+AttentionOutputs attentionDirect(const CompiledDefinition &Def,
+                                 const AttentionInputs &In) {
+  AttentionOutputs Out = emptyOutputs(*Def.Graph, dimsOf(In));
+  forEachRow(Def, In, [&](Row &R) {
+    std::vector<double> O;
+    std::map<std::string, double> Finals;
+    if (runOnline(R, 0, O, Finals)) {
+      R.Finals = Finals;
+      Values P = recomputeProbs(R);
+      O.assign(R.Dm.DV, 0.0);
+      for (int64_t J = 0; J < R.Dm.Skv; ++J)
+        for (int64_t X = 0; X < R.Dm.DV; ++X)
+          O[X] += P[J].V * R.In.V.at({R.B, R.Hk, J, X});
+    }
+    store(Out, R, O, Finals);
+  });
+  return Out;
+}
+
+AttentionGrads attentionBackward(const CompiledDefinition &Def,
+                                 const AttentionInputs &In, const Tensor &DO) {
+  const ir::Function *Bwd = Def.Graph->getFunction("backward");
+  if (!Bwd)
+    throw UserError("'" + Def.Graph->name() +
+                    "' has no backward; write OnlineFunc::backward");
+  Dims Dm = dimsOf(In);
+  if (DO.Shape != std::vector<int64_t>{Dm.B, Dm.H, Dm.Sq, Dm.DV})
+    throw UserError("reference backward: dO must have shape " +
+                    In.Q.shapeString() + " with DV last, got " +
+                    DO.shapeString());
+  AttentionGrads G{Tensor(In.Q.Shape), Tensor(In.K.Shape), Tensor(In.V.Shape)};
+  forEachRow(Def, In, [&](Row &R) {
+    std::vector<double> O;
+    std::map<std::string, double> Finals;
+    if (!runOnline(R, 0, O, Finals))
+      return; // no unmasked key: no gradient flows through this row
+    R.Finals = Finals;
+    R.Probs = recomputeProbs(R);
+    R.GradProbs.assign(Dm.Skv, Dual{});
+    double Doosum = 0.0, Dot;
+    std::vector<double> Direct(Dm.DV, 0.0);
+    for (int64_t J = 0; J < Dm.Skv; ++J)
+      for (int64_t X = 0; X < Dm.DV; ++X)
+        Direct[X] += R.Probs[J].V * In.V.at({R.B, R.Hk, J, X});
+    for (int64_t X = 0; X < Dm.DV; ++X)
+      Doosum += DO.at({R.B, R.H, R.I, X}) * Direct[X];
+    R.Doosum = Doosum;
+    for (int64_t J = 0; J < Dm.Skv; ++J) {
+      Dot = 0.0;
+      for (int64_t X = 0; X < Dm.DV; ++X)
+        Dot += DO.at({R.B, R.H, R.I, X}) * In.V.at({R.B, R.Hk, J, X});
+      R.GradProbs[J] = {Dot, 0.0};
+    }
+    Evaluator E(R.binder(), R.activeColumns());
+    for (int64_t J = 0; J < Dm.Skv; ++J) {
+      if (!R.Mask[J])
+        continue;
+      double DScore = E.at(Bwd->result("dscores"), J).V;
+      double DRaw = DScore * R.ModScores[J].D; // chain rule through score_mod
+      for (int64_t X = 0; X < Dm.D; ++X) {
+        G.DQ.at({R.B, R.H, R.I, X}) += DRaw * In.K.at({R.B, R.Hk, J, X});
+        G.DK.at({R.B, R.Hk, J, X}) += DRaw * In.Q.at({R.B, R.H, R.I, X});
+      }
+      for (int64_t X = 0; X < Dm.DV; ++X)
+        G.DV.at({R.B, R.Hk, J, X}) +=
+            R.Probs[J].V * DO.at({R.B, R.H, R.I, X});
+    }
+  });
+  return G;
+}
+
+void validateAttentionInputs(const ir::Graph &G, const AttentionInputs &In) {
+  auto Rank4 = [](const Tensor &T, const char *Name) {
+    if (T.Shape.size() != 4)
+      throw UserError(std::string("reference: ") + Name +
+                      " must be [batch, heads, seq, dim], got " +
+                      T.shapeString());
+  };
+  Rank4(In.Q, "q");
+  Rank4(In.K, "k");
+  Rank4(In.V, "v");
+  Dims Dm = dimsOf(In);
+  if (In.K.dim(0) != Dm.B || In.V.dim(0) != Dm.B)
+    throw UserError("reference: q, k and v must have the same batch");
+  if (In.V.dim(1) != Dm.Hkv || Dm.Hkv < 1 || Dm.H % Dm.Hkv != 0)
+    throw UserError("reference: k and v must have the same heads, dividing "
+                    "q's heads; got q " + In.Q.shapeString() + ", k " +
+                    In.K.shapeString() + ", v " + In.V.shapeString());
+  if (In.V.dim(2) != Dm.Skv)
+    throw UserError("reference: k and v must have the same sequence length");
+  if (In.K.dim(3) != Dm.D)
+    throw UserError("reference: q and k must have the same head dim");
+  validateInputValues(G, In.Inputs, Dm.B, Dm.H, Dm.Sq, Dm.Skv);
+}
+
+} // namespace attn::reference

@@ -1,0 +1,217 @@
+// Reference linear attention: recurrence and chunked form.
+#include "attn/reference/Linear.h"
+
+#include "attn/Error.h"
+#include "attn/reference/Evaluator.h"
+#include "attn/reference/InputBinding.h"
+
+#include <cmath>
+
+namespace attn::reference {
+
+namespace {
+
+struct Dims {
+  int64_t B, H, Hq, Hk, T, D, DV;
+};
+
+Dims dimsOf(const LinearInputs &In) {
+  return {In.V.dim(0), In.V.dim(1), In.Q.dim(1), In.K.dim(1),
+          In.V.dim(2), In.Q.dim(3), In.V.dim(3)};
+}
+
+/// The modded q, k, v and log-decay g of one (batch, head): [T][dim], [T].
+struct Modded {
+  std::vector<std::vector<double>> Q, K, V;
+  std::vector<double> G;
+};
+
+Modded applyMods(const CompiledDefinition &Def, const LinearInputs &In,
+                 int64_t B, int64_t H) {
+  const ir::Graph &G = *Def.Graph;
+  Dims Dm = dimsOf(In);
+  int64_t HQ = H / (Dm.H / Dm.Hq), HK = H / (Dm.H / Dm.Hk);
+  Modded M;
+  for (int64_t T = 0; T < Dm.T; ++T) {
+    struct {
+      const char *Fn, *Result;
+      const Tensor *Src;
+      int64_t Head, Dim;
+      std::vector<std::vector<double>> *Dst;
+    } Mods[] = {{"q_mod", "q", &In.Q, HQ, Dm.D, &M.Q},
+                {"k_mod", "k", &In.K, HK, Dm.D, &M.K},
+                {"v_mod", "v", &In.V, H, Dm.DV, &M.V}};
+    for (auto &Mod : Mods) {
+      auto Bind = [&](const ir::ParamNode &P) -> Values {
+        switch (P.getParamKind()) {
+        case ir::ParamKind::Element: {
+          Values V;
+          for (int64_t X = 0; X < Mod.Dim; ++X)
+            V.push_back({Mod.Src->at({B, Mod.Head, T, X}), 0.0});
+          return V;
+        }
+        case ir::ParamKind::Index:
+          return {Dual{double(P.getName() == "b"   ? B
+                              : P.getName() == "h" ? H
+                                                   : T),
+                       0.0}};
+        case ir::ParamKind::Input:
+          return bindInput(G, In.Inputs, P.getName(), B, H, T, 0, 0);
+        case ir::ParamKind::HeadDim:
+          return {Dual{double(Dm.D), 0.0}};
+        case ir::ParamKind::Decay:
+          return {Dual{In.Decay.at({B, H, T}), 0.0}};
+        case ir::ParamKind::Score:
+        case ir::ParamKind::Scores:
+        case ir::ParamKind::Output:
+        case ir::ParamKind::Rowscale:
+        case ir::ParamKind::FinalRowscale:
+        case ir::ParamKind::Probs:
+        case ir::ParamKind::GradProbs:
+        case ir::ParamKind::Doosum:
+          break;
+        }
+        throw InternalError("reference: linear mods have no parameter '" +
+                            P.getName().str() + "'");
+      };
+      Evaluator E(Bind, {});
+      const ir::Node *R = G.getFunction(Mod.Fn)->result(Mod.Result);
+      std::vector<double> Row(Mod.Dim);
+      for (int64_t X = 0; X < Mod.Dim; ++X)
+        Row[X] = E.at(R, X).V;
+      Mod.Dst->push_back(std::move(Row));
+      if (Mod.Dst == &M.V) {
+        Evaluator ED(Bind, {});
+        M.G.push_back(ED.at(G.getFunction("decay_mod")->result("g"), 0).V);
+      }
+    }
+  }
+  return M;
+}
+
+using State = std::vector<std::vector<double>>; // [D][DV]
+
+State initialState(const LinearInputs &In, const Dims &Dm, int64_t B,
+                   int64_t H) {
+  State S(Dm.D, std::vector<double>(Dm.DV, 0.0));
+  if (In.InitialState)
+    for (int64_t X = 0; X < Dm.D; ++X)
+      for (int64_t Y = 0; Y < Dm.DV; ++Y)
+        S[X][Y] = In.InitialState->at({B, H, X, Y});
+  return S;
+}
+
+template <typename Fn>
+LinearOutputs run(const CompiledDefinition &Def, const LinearInputs &In,
+                  Fn &&PerHead) {
+  if (Def.Graph->decls().Kind != ir::DefinitionKind::Linear)
+    throw UserError("'" + Def.Graph->name() +
+                    "' is not linear attention; use the attention reference");
+  validateLinearInputs(*Def.Graph, In);
+  Dims Dm = dimsOf(In);
+  LinearOutputs Out{Tensor({Dm.B, Dm.H, Dm.T, Dm.DV}),
+                    Tensor({Dm.B, Dm.H, Dm.D, Dm.DV})};
+  for (int64_t B = 0; B < Dm.B; ++B)
+    for (int64_t H = 0; H < Dm.H; ++H) {
+      Modded M = applyMods(Def, In, B, H);
+      State S = initialState(In, Dm, B, H);
+      PerHead(M, S, B, H, Out.O);
+      for (int64_t X = 0; X < Dm.D; ++X)
+        for (int64_t Y = 0; Y < Dm.DV; ++Y)
+          Out.FinalState.at({B, H, X, Y}) = S[X][Y];
+    }
+  return Out;
+}
+
+} // namespace
+
+LinearOutputs linearRecurrent(const CompiledDefinition &Def,
+                              const LinearInputs &In) {
+  Dims Dm = dimsOf(In);
+  return run(Def, In, [&](const Modded &M, State &S, int64_t B, int64_t H,
+                          Tensor &O) {
+    for (int64_t T = 0; T < Dm.T; ++T) {
+      double Decay = std::exp(M.G[T]);
+      for (int64_t X = 0; X < Dm.D; ++X)
+        for (int64_t Y = 0; Y < Dm.DV; ++Y)
+          S[X][Y] = Decay * S[X][Y] + M.K[T][X] * M.V[T][Y];
+      for (int64_t Y = 0; Y < Dm.DV; ++Y) {
+        double Acc = 0;
+        for (int64_t X = 0; X < Dm.D; ++X)
+          Acc += M.Q[T][X] * S[X][Y];
+        O.at({B, H, T, Y}) = Acc;
+      }
+    }
+  });
+}
+
+LinearOutputs linearChunked(const CompiledDefinition &Def,
+                            const LinearInputs &In, int64_t Chunk) {
+  if (Chunk < 1)
+    throw UserError("linear reference: chunk size must be at least 1");
+  Dims Dm = dimsOf(In);
+  return run(Def, In, [&](const Modded &M, State &S, int64_t B, int64_t H,
+                          Tensor &O) {
+    for (int64_t C0 = 0; C0 < Dm.T; C0 += Chunk) {
+      int64_t C1 = std::min(C0 + Chunk, Dm.T);
+      std::vector<double> Cum(C1 - C0); // G: chunk-local cumulative log-decay
+      double Run = 0;
+      for (int64_t T = C0; T < C1; ++T)
+        Cum[T - C0] = Run += M.G[T];
+      for (int64_t I = C0; I < C1; ++I) {
+        double Carry = std::exp(Cum[I - C0]);
+        for (int64_t Y = 0; Y < Dm.DV; ++Y) {
+          double Acc = 0;
+          for (int64_t X = 0; X < Dm.D; ++X)
+            Acc += M.Q[I][X] * S[X][Y];
+          Acc *= Carry;
+          for (int64_t J = C0; J <= I; ++J) {
+            double QK = 0;
+            for (int64_t X = 0; X < Dm.D; ++X)
+              QK += M.Q[I][X] * M.K[J][X];
+            Acc += QK * std::exp(Cum[I - C0] - Cum[J - C0]) * M.V[J][Y];
+          }
+          O.at({B, H, I, Y}) = Acc;
+        }
+      }
+      double Last = Cum.back();
+      for (int64_t X = 0; X < Dm.D; ++X)
+        for (int64_t Y = 0; Y < Dm.DV; ++Y) {
+          double Acc = std::exp(Last) * S[X][Y];
+          for (int64_t J = C0; J < C1; ++J)
+            Acc += std::exp(Last - Cum[J - C0]) * M.K[J][X] * M.V[J][Y];
+          S[X][Y] = Acc;
+        }
+    }
+  });
+}
+
+void validateLinearInputs(const ir::Graph &G, const LinearInputs &In) {
+  for (auto [T, Name] : {std::pair{&In.Q, "q"}, {&In.K, "k"}, {&In.V, "v"}})
+    if (T->Shape.size() != 4)
+      throw UserError(std::string("linear reference: ") + Name +
+                      " must be [batch, heads, seq, dim], got " +
+                      T->shapeString());
+  Dims Dm = dimsOf(In);
+  if (In.Q.dim(0) != Dm.B || In.K.dim(0) != Dm.B || In.Q.dim(2) != Dm.T ||
+      In.K.dim(2) != Dm.T)
+    throw UserError("linear reference: q, k, v must share batch and seq");
+  if (Dm.H % Dm.Hq != 0 || Dm.H % Dm.Hk != 0)
+    throw UserError("linear reference: q heads (" + std::to_string(Dm.Hq) +
+                    ") and k heads (" + std::to_string(Dm.Hk) +
+                    ") must divide v heads (" + std::to_string(Dm.H) + ")");
+  if (In.K.dim(3) != Dm.D)
+    throw UserError("linear reference: q and k must have the same head dim");
+  if (In.Decay.Shape != std::vector<int64_t>{Dm.B, Dm.H, Dm.T})
+    throw UserError("linear reference: decay must be [batch, heads, seq] = " +
+                    Tensor({Dm.B, Dm.H, Dm.T}).shapeString() + ", got " +
+                    In.Decay.shapeString());
+  if (In.InitialState &&
+      In.InitialState->Shape != std::vector<int64_t>{Dm.B, Dm.H, Dm.D, Dm.DV})
+    throw UserError("linear reference: initial state must be " +
+                    Tensor({Dm.B, Dm.H, Dm.D, Dm.DV}).shapeString() +
+                    ", got " + In.InitialState->shapeString());
+  validateInputValues(G, In.Inputs, Dm.B, Dm.H, Dm.T, Dm.T);
+}
+
+} // namespace attn::reference

@@ -1,0 +1,16 @@
+// Registration of the shipped examples.
+#include "Examples.h"
+
+namespace attn::examples {
+
+void registerExamples(dsl::Registry &R) {
+  R.add(mha());
+  R.add(sigmoidAttn());
+  R.add(reluAttn());
+  R.add(retention());
+  R.add(mamba2());
+  R.add(simpleGla());
+  R.add(retentionLinear());
+}
+
+} // namespace attn::examples

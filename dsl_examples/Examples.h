@@ -1,0 +1,23 @@
+// The example definitions shipped with attnc, one file each.
+#ifndef ATTN_DSL_EXAMPLES_H
+#define ATTN_DSL_EXAMPLES_H
+
+#include "attn/dsl/Definition.h"
+#include "attn/dsl/Registry.h"
+
+namespace attn::examples {
+
+dsl::AttentionDef mha();              ///< softmax attention, causal
+dsl::AttentionDef sigmoidAttn();      ///< sigmoid attention with a bias scalar
+dsl::AttentionDef reluAttn();         ///< ReLU attention
+dsl::AttentionDef retention();        ///< RetNet, parallel form
+dsl::LinearAttentionDef mamba2();     ///< Mamba2 SSD
+dsl::LinearAttentionDef simpleGla();  ///< gated retention (simple GLA)
+dsl::LinearAttentionDef retentionLinear(); ///< RetNet, recurrent form
+
+/// Registers every example above under its name.
+void registerExamples(dsl::Registry &R);
+
+} // namespace attn::examples
+
+#endif
