@@ -1,0 +1,93 @@
+// The CUDA driver API, loaded with dlopen("libcuda.so.1") on first use.
+// Nothing links against libcuda: compiling works on machines without a GPU,
+// and a launch there fails with a clear DriverError.
+#ifndef ATTN_RUNTIME_CUDADRIVER_H
+#define ATTN_RUNTIME_CUDADRIVER_H
+
+#include <cuda.h> // types and enums only; no symbol of libcuda is linked
+
+#include <string>
+
+namespace attn::runtime {
+
+class CudaDriver {
+public:
+  /// The process-wide driver; loading is attempted once, thread-safely.
+  static CudaDriver &get();
+
+  /// True when libcuda loaded and cuInit succeeded.
+  bool available() const { return Loaded; }
+  /// Why it is not available ("libcuda.so.1 not found: ...").
+  const std::string &unavailableReason() const { return Reason; }
+  /// Throws DriverError("no CUDA driver: <reason>") unless available.
+  void require() const;
+  /// Throws DriverError("<What>: <error name>: <error string>") unless
+  /// \p R is CUDA_SUCCESS.
+  void check(CUresult R, const char *What) const;
+
+  // Entry points (null until loaded). Named as in cuda.h without the
+  // version suffixes.
+  CUresult (*cuInit)(unsigned) = nullptr;
+  CUresult (*cuDriverGetVersion)(int *) = nullptr;
+  CUresult (*cuDeviceGet)(CUdevice *, int) = nullptr;
+  CUresult (*cuDeviceGetCount)(int *) = nullptr;
+  CUresult (*cuDeviceGetName)(char *, int, CUdevice) = nullptr;
+  CUresult (*cuDeviceGetAttribute)(int *, CUdevice_attribute,
+                                    CUdevice) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice) = nullptr;
+  CUresult (*cuCtxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*cuCtxGetCurrent)(CUcontext *) = nullptr;
+  CUresult (*cuCtxGetDevice)(CUdevice *) = nullptr;
+  CUresult (*cuCtxSynchronize)() = nullptr;
+  CUresult (*cuModuleLoadData)(CUmodule *, const void *) = nullptr;
+  CUresult (*cuModuleUnload)(CUmodule) = nullptr;
+  CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule,
+                                  const char *) = nullptr;
+  CUresult (*cuFuncSetAttribute)(CUfunction, CUfunction_attribute,
+                                 int) = nullptr;
+  CUresult (*cuFuncGetAttribute)(int *, CUfunction_attribute,
+                                 CUfunction) = nullptr;
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, unsigned, unsigned, CUstream,
+                             void **, void **) = nullptr;
+  CUresult (*cuMemAlloc)(CUdeviceptr *, size_t) = nullptr;
+  CUresult (*cuMemFree)(CUdeviceptr) = nullptr;
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t) = nullptr;
+  CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t) = nullptr;
+  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t) = nullptr;
+  CUresult (*cuStreamSynchronize)(CUstream) = nullptr;
+  CUresult (*cuEventCreate)(CUevent *, unsigned) = nullptr;
+  CUresult (*cuEventDestroy)(CUevent) = nullptr;
+  CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
+  CUresult (*cuEventSynchronize)(CUevent) = nullptr;
+  CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent) = nullptr;
+  CUresult (*cuGetErrorName)(CUresult, const char **) = nullptr;
+  CUresult (*cuGetErrorString)(CUresult, const char **) = nullptr;
+
+private:
+  CudaDriver();
+  bool Loaded = false;
+  std::string Reason;
+  void *Handle = nullptr;
+};
+
+/// The current device (device 0, primary context made current on first use).
+struct DeviceInfo {
+  int Ordinal = 0;
+  std::string Name;         ///< "NVIDIA H100 80GB HBM3"
+  int Major = 0, Minor = 0; ///< compute capability
+  int SharedMemPerBlockOptin = 0;
+  int MultiProcessors = 0;
+  /// The NVRTC architecture for this device: "sm_80", "sm_86", "sm_89",
+  /// "sm_90a" (9.0 gets the 'a' features).
+  std::string arch() const;
+};
+
+/// Initialises the driver, retains device 0's primary context, makes it
+/// current on this thread, and describes the device. DriverError if there
+/// is no driver or no device.
+const DeviceInfo &currentDevice();
+
+} // namespace attn::runtime
+
+#endif

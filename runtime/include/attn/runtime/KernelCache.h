@@ -1,0 +1,77 @@
+// Compiled kernels cached in memory and on disk, keyed by a readable prefix
+// and a SHA-256 of everything that determines the CUBIN.
+#ifndef ATTN_RUNTIME_KERNELCACHE_H
+#define ATTN_RUNTIME_KERNELCACHE_H
+
+#include "attn/codegen/KernelSource.h"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace attn::runtime {
+
+/// Where a lookup was served from.
+enum class CacheSource { Memory, Disk, Compiled };
+const char *cacheSourceName(CacheSource S);
+
+struct CacheResult {
+  std::shared_ptr<const std::vector<char>> Cubin;
+  CacheSource Source;
+  std::string FullKey;   ///< prefix + "-" + sha256 hex (the file's stem)
+  double CompileSeconds; ///< 0 unless Source == Compiled
+  double LookupSeconds;  ///< wall time of the whole getOrCompile call
+};
+
+struct CacheStats {
+  std::string Directory;
+  size_t Entries = 0;
+  uint64_t Bytes = 0;
+};
+
+/// Memory → disk → compile. Disk entries live in one directory
+/// ($ATTNC_CACHE_DIR, else $XDG_CACHE_HOME/attnc, else ~/.cache/attnc), one
+/// file per key, named "<FullKey>.cubin". Each file starts with a header:
+/// magic "ATTNCKC1", format version, attnc version, payload length and the
+/// payload's SHA-256; a file whose header is wrong, truncated, of another
+/// version, or whose checksum fails is deleted and rebuilt, never loaded.
+/// Writes go to a unique temporary file in the same directory, then rename()
+/// — so concurrent processes never see half a file, and two processes
+/// compiling the same key both end with a valid entry.
+class KernelCache {
+public:
+  /// The compile step, replaceable for tests.
+  using CompileFn = std::function<std::vector<char>(
+      const codegen::KernelSource &, double &Seconds)>;
+
+  explicit KernelCache(std::string Directory, CompileFn Compile = {});
+  /// The cache at the default directory with NVRTC as the compiler.
+  static KernelCache &global();
+  static std::string defaultDirectory();
+
+  /// The full key: Src.Key + "-" + hex SHA-256 of (source, NVRTC options,
+  /// NVRTC version, attnc version, arch, embedded device library).
+  std::string fullKey(const codegen::KernelSource &Src) const;
+
+  CacheResult getOrCompile(const codegen::KernelSource &Src);
+
+  CacheStats stats() const;
+  /// Removes every cache file (and stray temporaries); returns how many.
+  size_t clear();
+  /// Forgets the in-memory entries (tests use it to force a disk read).
+  void dropMemory();
+
+private:
+  std::string Dir;
+  CompileFn Compile;
+  mutable std::mutex Mutex;
+  std::map<std::string, std::shared_ptr<const std::vector<char>>> Memory;
+};
+
+} // namespace attn::runtime
+
+#endif

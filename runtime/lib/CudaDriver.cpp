@@ -1,0 +1,220 @@
+// The CUDA driver API through dlopen("libcuda.so.1"), and device 0.
+#include "attn/runtime/CudaDriver.h"
+
+#include "attn/runtime/Errors.h"
+
+#include <dlfcn.h>
+
+#include <string>
+#include <type_traits>
+
+namespace attn::runtime {
+
+namespace {
+
+// cuda.h #defines many entry points to versioned symbols (cuMemAlloc ->
+// cuMemAlloc_v2, cuEventDestroy -> cuEventDestroy_v2, ...), and the member
+// names in CudaDriver.h are expanded the same way. Stringifying the
+// *expanded* name therefore gives exactly the symbol a program linked
+// against libcuda would call, with no hand-kept table of suffixes.
+#define ATTN_STRINGIFY_EXPANDED(Name) ATTN_STRINGIFY(Name)
+#define ATTN_STRINGIFY(Name) #Name
+
+// Every entry point CudaDriver exposes, in the header's order.
+#define ATTN_CUDA_DRIVER_ENTRY_POINTS(X)                                       \
+  X(cuInit)                                                                    \
+  X(cuDriverGetVersion)                                                        \
+  X(cuDeviceGet)                                                               \
+  X(cuDeviceGetCount)                                                          \
+  X(cuDeviceGetName)                                                           \
+  X(cuDeviceGetAttribute)                                                      \
+  X(cuDevicePrimaryCtxRetain)                                                  \
+  X(cuCtxSetCurrent)                                                           \
+  X(cuCtxGetCurrent)                                                           \
+  X(cuCtxGetDevice)                                                            \
+  X(cuCtxSynchronize)                                                          \
+  X(cuModuleLoadData)                                                          \
+  X(cuModuleUnload)                                                            \
+  X(cuModuleGetFunction)                                                       \
+  X(cuFuncSetAttribute)                                                        \
+  X(cuFuncGetAttribute)                                                        \
+  X(cuLaunchKernel)                                                            \
+  X(cuMemAlloc)                                                                \
+  X(cuMemFree)                                                                 \
+  X(cuMemcpyHtoD)                                                              \
+  X(cuMemcpyDtoH)                                                              \
+  X(cuMemsetD8)                                                                \
+  X(cuStreamSynchronize)                                                       \
+  X(cuEventCreate)                                                             \
+  X(cuEventDestroy)                                                            \
+  X(cuEventRecord)                                                             \
+  X(cuEventSynchronize)                                                        \
+  X(cuEventElapsedTime)                                                        \
+  X(cuGetErrorName)                                                            \
+  X(cuGetErrorString)
+
+/// Looks \p Symbol up in \p Handle into \p Fn; appends it to \p Missing
+/// when absent.
+template <typename FnPtr>
+void resolve(void *Handle, FnPtr &Fn, const char *Symbol,
+             std::string &Missing) {
+  static_assert(std::is_pointer_v<FnPtr>, "entry points are pointers");
+  void *Address = dlsym(Handle, Symbol);
+  if (!Address) {
+    Missing += Missing.empty() ? "" : ", ";
+    Missing += Symbol;
+    return;
+  }
+  Fn = reinterpret_cast<FnPtr>(Address);
+}
+
+/// "<error name>: <error string>", as far as the driver can tell.
+std::string describe(const CudaDriver &D, CUresult R) {
+  const char *Name = nullptr, *Text = nullptr;
+  if (!D.cuGetErrorName || D.cuGetErrorName(R, &Name) != CUDA_SUCCESS)
+    Name = nullptr;
+  if (!D.cuGetErrorString || D.cuGetErrorString(R, &Text) != CUDA_SUCCESS)
+    Text = nullptr;
+  return (Name ? std::string(Name) : "CUresult " + std::to_string(R)) +
+         ": " + (Text ? Text : "unknown error");
+}
+
+} // namespace
+
+CudaDriver &CudaDriver::get() {
+  // A function-local static: C++11 guarantees one thread loads, the others
+  // wait for it.
+  static CudaDriver Driver;
+  return Driver;
+}
+
+CudaDriver::CudaDriver() {
+  // RTLD_LOCAL: the driver's symbols stay out of the global namespace, where
+  // they could shadow a libcuda another library of the process loaded.
+  // The handle is never closed: the driver must outlive every module and
+  // context, up to process exit.
+  Handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!Handle) {
+    const char *Why = dlerror();
+    Reason = std::string("libcuda.so.1 not found: ") +
+             (Why ? Why : "dlopen failed");
+    return;
+  }
+
+  std::string Missing;
+#define ATTN_RESOLVE(Name)                                                     \
+  resolve(Handle, this->Name, ATTN_STRINGIFY_EXPANDED(Name), Missing);
+  ATTN_CUDA_DRIVER_ENTRY_POINTS(ATTN_RESOLVE)
+#undef ATTN_RESOLVE
+
+  auto Fail = [&](std::string Why) {
+    Reason = std::move(Why);
+    // "Null until loaded": a half-loaded driver must not look usable.
+#define ATTN_RESET(Name) this->Name = nullptr;
+    ATTN_CUDA_DRIVER_ENTRY_POINTS(ATTN_RESET)
+#undef ATTN_RESET
+  };
+
+  if (!Missing.empty()) {
+    Fail("libcuda.so.1 is too old or not NVIDIA's driver: it lacks " +
+         Missing);
+    return;
+  }
+
+  // cuInit fails without a usable GPU (none present, driver/kernel module
+  // mismatch, CUDA_VISIBLE_DEVICES empty): then there is no driver to speak
+  // of either.
+  CUresult R = cuInit(0);
+  if (R != CUDA_SUCCESS) {
+    Fail("libcuda.so.1 loaded but cuInit failed: " + describe(*this, R));
+    return;
+  }
+  Loaded = true;
+}
+
+void CudaDriver::require() const {
+  if (!Loaded)
+    throw DriverError("no CUDA driver: " + Reason);
+}
+
+void CudaDriver::check(CUresult R, const char *What) const {
+  if (R == CUDA_SUCCESS)
+    return;
+  throw DriverError(std::string(What) + ": " + describe(*this, R));
+}
+
+std::string DeviceInfo::arch() const {
+  // Hopper's wgmma/TMA/setmaxnreg need the arch-specific 'a' target.
+  if (Major == 9 && Minor == 0)
+    return "sm_90a";
+  return "sm_" + std::to_string(Major) + std::to_string(Minor);
+}
+
+namespace {
+
+/// Device 0 and its primary context, set up once per process.
+struct Device0 {
+  DeviceInfo Info;
+  CUcontext Context = nullptr;
+};
+
+Device0 openDevice0() {
+  CudaDriver &D = CudaDriver::get();
+  D.require();
+
+  int Count = 0;
+  D.check(D.cuDeviceGetCount(&Count), "cuDeviceGetCount");
+  if (Count == 0)
+    throw DriverError("no CUDA device: the driver loaded but reports no GPU");
+
+  Device0 Dev;
+  CUdevice Handle = 0;
+  D.check(D.cuDeviceGet(&Handle, Dev.Info.Ordinal), "cuDeviceGet");
+
+  char Name[256] = {};
+  D.check(D.cuDeviceGetName(Name, sizeof(Name) - 1, Handle),
+          "cuDeviceGetName");
+  Dev.Info.Name = Name;
+
+  auto Attribute = [&](CUdevice_attribute A, const char *What) {
+    int Value = 0;
+    D.check(D.cuDeviceGetAttribute(&Value, A, Handle), What);
+    return Value;
+  };
+  Dev.Info.Major = Attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                             "cuDeviceGetAttribute(compute capability major)");
+  Dev.Info.Minor = Attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                             "cuDeviceGetAttribute(compute capability minor)");
+  Dev.Info.SharedMemPerBlockOptin =
+      Attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                "cuDeviceGetAttribute(max shared memory per block opt-in)");
+  Dev.Info.MultiProcessors =
+      Attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                "cuDeviceGetAttribute(multiprocessor count)");
+
+  // The primary context is the one the CUDA runtime (and so PyTorch) uses:
+  // sharing it lets device pointers from either side be used in the other.
+  // Retained once and never released, like the runtime does.
+  D.check(D.cuDevicePrimaryCtxRetain(&Dev.Context, Handle),
+          "cuDevicePrimaryCtxRetain");
+  return Dev;
+}
+
+} // namespace
+
+const DeviceInfo &currentDevice() {
+  // If opening throws, the static stays uninitialised and the next call
+  // tries again (and reports the same error).
+  static const Device0 Dev = openDevice0();
+
+  // A context is current per thread: make ours current on every thread that
+  // asks, unless it already is.
+  CudaDriver &D = CudaDriver::get();
+  CUcontext Current = nullptr;
+  D.check(D.cuCtxGetCurrent(&Current), "cuCtxGetCurrent");
+  if (Current != Dev.Context)
+    D.check(D.cuCtxSetCurrent(Dev.Context), "cuCtxSetCurrent");
+  return Dev.Info;
+}
+
+} // namespace attn::runtime
