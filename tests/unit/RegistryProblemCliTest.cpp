@@ -1,0 +1,221 @@
+// Unit tests of the definition registry, ProblemShape and the attnc CLI
+// library (exit codes).
+#include "AttncMain.h"
+#include "Examples.h"
+
+#include "attn/Error.h"
+#include "attn/dsl/Problem.h"
+#include "attn/dsl/Registry.h"
+
+#include <catch2/catch.hpp>
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace attn;
+
+namespace {
+
+dsl::Registry exampleRegistry() {
+  dsl::Registry R;
+  examples::registerExamples(R);
+  return R;
+}
+
+/// Runs the CLI once per entry of \p Runs (each the arguments after the
+/// program name) in a child process and returns the last exit code, or
+/// 128 + the signal number if the child crashed. A child process keeps
+/// llvm::cl's process-wide registrations out of the test runner: attncMain
+/// leaves its destroyed options registered there (see the re-entry test).
+int runCliSequence(std::vector<std::vector<const char *>> Runs,
+                   const dsl::Registry &R) {
+  llvm::outs().flush();
+  llvm::errs().flush();
+  std::fflush(nullptr);
+  pid_t Pid = fork();
+  REQUIRE(Pid >= 0);
+  if (Pid == 0) {
+    // Catch's handlers would report a crash here as the parent's failure.
+    std::signal(SIGSEGV, SIG_DFL);
+    std::signal(SIGABRT, SIG_DFL);
+    std::signal(SIGBUS, SIG_DFL);
+    int Rc = 0;
+    for (std::vector<const char *> Args : Runs) {
+      Args.insert(Args.begin(), "attnc");
+      Rc = attncMain(static_cast<int>(Args.size()), Args.data(), R);
+    }
+    llvm::outs().flush();
+    llvm::errs().flush();
+    std::fflush(nullptr);
+    _exit(Rc);
+  }
+  int Status = 0;
+  REQUIRE(waitpid(Pid, &Status, 0) == Pid);
+  if (WIFSIGNALED(Status))
+    return 128 + WTERMSIG(Status);
+  return WEXITSTATUS(Status);
+}
+
+int runCli(std::vector<const char *> Args, const dsl::Registry &R) {
+  return runCliSequence({Args}, R);
+}
+
+} // namespace
+
+TEST_CASE("Registry: find, get and all see the registered definitions") {
+  dsl::Registry R = exampleRegistry();
+  std::vector<std::string> Names;
+  for (const dsl::DefinitionBase *D : R.all())
+    Names.push_back(D->name);
+  // Registration order is kept.
+  CHECK(Names == std::vector<std::string>{"mha", "sigmoid_attn", "relu_attn",
+                                          "retention", "mamba2", "simple_gla",
+                                          "retention_linear"});
+  const dsl::DefinitionBase *M = R.find("mha");
+  REQUIRE(M);
+  CHECK(M->name == "mha");
+  CHECK(M->kind() == ir::DefinitionKind::Transformer);
+  CHECK(&R.get("mha") == M);
+  CHECK(R.get("mamba2").kind() == ir::DefinitionKind::Linear);
+  CHECK(R.find("nope") == nullptr);
+  CHECK(R.find("") == nullptr);
+}
+
+TEST_CASE("Registry: a second definition with the same name is rejected") {
+  dsl::Registry R = exampleRegistry();
+  CHECK_THROWS_AS(R.add(examples::mha()), UserError);
+  CHECK_THROWS_WITH(R.add(examples::mha()),
+                    Catch::Contains("definition 'mha' is registered twice"));
+  // The failed add left the registry as it was.
+  CHECK(R.all().size() == 7);
+}
+
+TEST_CASE("Registry: an unknown name's message lists the known names") {
+  dsl::Registry R;
+  R.add(examples::mha());
+  R.add(examples::mamba2());
+  CHECK_THROWS_AS(R.get("mah"), UserError);
+  CHECK_THROWS_WITH(R.get("mah"),
+                    Catch::Equals("unknown definition 'mah'; known: mha, "
+                                  "mamba2"));
+  dsl::Registry Empty;
+  CHECK_THROWS_WITH(Empty.get("x"), Catch::Contains("known: none"));
+}
+
+TEST_CASE("Registry: a definition name must be an identifier") {
+  dsl::Registry R;
+  dsl::AttentionDef Def = examples::mha();
+  Def.name = "my attn";
+  CHECK_THROWS_WITH(R.add(Def), Catch::Contains("definition 'my attn': not "
+                                                "a valid name"));
+  CHECK(R.all().empty());
+}
+
+TEST_CASE("ProblemShape::meta fills the seeds' meta_tensor signature") {
+  ProblemShape P = ProblemShape::meta(2, 8, 1024, 128, 64, DType::BF16);
+  CHECK(P.batch == 2);
+  CHECK(P.heads == 8);
+  CHECK(P.heads_kv == 8);
+  CHECK(P.seq_q == 1024);
+  CHECK(P.seq_kv == 1024);
+  CHECK(P.head_dim == 128);
+  CHECK(P.head_dim_v == 64);
+  CHECK(P.dtype == DType::BF16);
+  CHECK(P.layout == Layout::BSHD);
+  CHECK(ProblemShape::meta(1, 1, 1, 64, 64).dtype == DType::F16);
+  CHECK_NOTHROW(P.validate());
+}
+
+TEST_CASE("ProblemShape::str is the compact text form") {
+  CHECK(ProblemShape::meta(2, 8, 1024, 128, 128).str() ==
+        "b2 h8/8 s1024x1024 d128/128 f16 bshd");
+  ProblemShape P = ProblemShape::meta(1, 4, 16, 64, 32, DType::BF16);
+  P.heads_kv = 2;
+  P.seq_kv = 48;
+  P.layout = Layout::BHSD;
+  CHECK(P.str() == "b1 h4/2 s16x48 d64/32 bf16 bhsd");
+}
+
+TEST_CASE("ProblemShape::validate names the first field out of range") {
+  struct Case {
+    const char *Field;
+    int64_t ProblemShape::*Member;
+  } Cases[] = {{"batch", &ProblemShape::batch},
+               {"heads", &ProblemShape::heads},
+               {"heads_kv", &ProblemShape::heads_kv},
+               {"seq_q", &ProblemShape::seq_q},
+               {"seq_kv", &ProblemShape::seq_kv},
+               {"head_dim", &ProblemShape::head_dim},
+               {"head_dim_v", &ProblemShape::head_dim_v}};
+  for (const Case &C : Cases) {
+    INFO(C.Field);
+    ProblemShape P = ProblemShape::meta(1, 4, 16, 64, 64);
+    P.*C.Member = 0;
+    CHECK_THROWS_AS(P.validate(), UserError);
+    CHECK_THROWS_WITH(P.validate(),
+                      Catch::Equals(std::string("problem: ") + C.Field +
+                                    " must be at least 1, got 0"));
+  }
+  ProblemShape P = ProblemShape::meta(1, 4, 16, 64, 64);
+  P.heads_kv = 3;
+  CHECK_THROWS_WITH(P.validate(),
+                    Catch::Contains("heads_kv (3) must divide heads (4)"));
+  P.heads_kv = -2;
+  CHECK_THROWS_WITH(P.validate(),
+                    Catch::Contains("heads_kv must be at least 1, got -2"));
+}
+
+TEST_CASE("dtype and layout names parse and print") {
+  CHECK(dtypeFromName("bf16") == DType::BF16);
+  CHECK(dtypeFromName("float16") == DType::F16);
+  CHECK_FALSE(dtypeFromName("f32"));
+  CHECK(dtypeName(DType::BF16) == "bf16");
+  CHECK(layoutFromName("BHSD") == Layout::BHSD);
+  CHECK_FALSE(layoutFromName("sbhd"));
+  CHECK(layoutName(Layout::BSHD) == "bshd");
+}
+
+TEST_CASE("attncMain: list succeeds") {
+  dsl::Registry R = exampleRegistry();
+  CHECK(runCli({"list"}, R) == 0);
+}
+
+TEST_CASE("attncMain: an unknown option is bad usage (2)") {
+  dsl::Registry R = exampleRegistry();
+  CHECK(runCli({"--no-such-option"}, R) == 2);
+  CHECK(runCli({"list", "--no-such-option"}, R) == 2);
+  // No command at all is bad usage too.
+  CHECK(runCli(std::vector<const char *>{}, R) == 2);
+}
+
+TEST_CASE("attncMain: show of an unknown definition is a user error (1)") {
+  dsl::Registry R = exampleRegistry();
+  CHECK(runCli({"show", "no_such_def"}, R) == 1);
+  CHECK(runCli({"show", "mha", "--after", "no-such-pass"}, R) == 1);
+}
+
+TEST_CASE("attncMain: show of a known definition succeeds") {
+  dsl::Registry R = exampleRegistry();
+  CHECK(runCli({"show", "relu_attn", "--after", "dce"}, R) == 0);
+  CHECK(runCli({"show", "mamba2", "--json"}, R) == 0);
+}
+
+// AttncMain.cpp promises that attncMain "can run more than once in a
+// process (tests do)", but its Options object (cl::SubCommand, cl::opt) is
+// a local that stays registered in llvm::cl's global parser after return;
+// the next call's cl::ResetCommandLineParser() walks the destroyed
+// subcommands (use after free; SIGSEGV here after a failed parse). Library
+// bug in tools/attnc/AttncMain.cpp; see the report. Tagged mayfail.
+TEST_CASE("attncMain can run more than once in a process", "[!mayfail]") {
+  dsl::Registry R = exampleRegistry();
+  CHECK(runCliSequence({{"--no-such-option"}, {"list"}}, R) == 0);
+  CHECK(runCliSequence({{"list"}, {"show", "no_such_def"}, {"list"}}, R) ==
+        0);
+}
