@@ -1,26 +1,44 @@
 # Runs the `RUN:` line of TEST_FILE through attnc and pipes the output to
 # FileCheck with the same file. `RUN: show mha --after dce` runs
-# `attnc show mha --after dce`. A line `EXIT: N` expects exit status N
-# (default 0); stderr is checked together with stdout.
-file(STRINGS ${TEST_FILE} run_lines REGEX "^// RUN: ")
+# `attnc show mha --after dce`; a bare `RUN:` runs attnc with no arguments.
+# A line `EXIT: N` expects exit status N (default 0); stderr is checked
+# together with stdout (stdout first).
+file(STRINGS ${TEST_FILE} run_lines REGEX "^// RUN:")
+list(LENGTH run_lines run_count)
+if(NOT run_count EQUAL 1)
+  message(FATAL_ERROR
+    "${TEST_FILE}: expected one `// RUN:` line, found ${run_count}")
+endif()
 list(GET run_lines 0 run_line)
-string(REGEX REPLACE "^// RUN: " "" run_args "${run_line}")
+string(REGEX REPLACE "^// RUN: ?" "" run_args "${run_line}")
 separate_arguments(run_args UNIX_COMMAND "${run_args}")
-file(STRINGS ${TEST_FILE} exit_lines REGEX "^// EXIT: ")
+file(STRINGS ${TEST_FILE} exit_lines REGEX "^// EXIT:")
 set(expected_exit 0)
 if(exit_lines)
   list(GET exit_lines 0 exit_line)
-  string(REGEX REPLACE "^// EXIT: " "" expected_exit "${exit_line}")
+  string(REGEX REPLACE "^// EXIT: *" "" expected_exit "${exit_line}")
+  if(NOT expected_exit MATCHES "^[0-9]+$")
+    message(FATAL_ERROR
+      "${TEST_FILE}: `// EXIT:` needs a number, got '${expected_exit}'")
+  endif()
+endif()
+# Without a CHECK line FileCheck would fail anyway; say why up front.
+file(STRINGS ${TEST_FILE} check_lines REGEX "^// CHECK")
+if(NOT check_lines)
+  message(FATAL_ERROR "${TEST_FILE}: no CHECK lines")
 endif()
 execute_process(COMMAND ${ATTNC} ${run_args}
   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-if(NOT rc EQUAL expected_exit)
-  message(FATAL_ERROR "attnc exited ${rc}, expected ${expected_exit}\n${out}${err}")
+# rc is a number, or a text such as "Segmentation fault" after a crash.
+if(NOT rc STREQUAL expected_exit)
+  message(FATAL_ERROR
+    "attnc ${run_args} exited ${rc}, expected ${expected_exit}\n${out}${err}")
 endif()
 string(RANDOM LENGTH 12 suffix)
 set(tmp ${CMAKE_CURRENT_BINARY_DIR}/filecheck-${suffix}.txt)
 file(WRITE ${tmp} "${out}${err}")
 execute_process(COMMAND ${FILECHECK} ${TEST_FILE} --input-file ${tmp}
+  --dump-input=fail
   RESULT_VARIABLE fc_rc OUTPUT_VARIABLE fc_out ERROR_VARIABLE fc_err)
 file(REMOVE ${tmp})
 if(NOT fc_rc EQUAL 0)

@@ -1,0 +1,256 @@
+// reference::check passes the examples and catches wrong definitions.
+#include "TestDefs.h"
+
+#include "Examples.h"
+
+#include "attn/reference/Checker.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <catch2/catch.hpp>
+
+#include <functional>
+
+using namespace attn;
+using attn::testdefs::OnlineSoftmax;
+using attn::testdefs::SoftmaxBackward;
+using dsl::Rowscales;
+using dsl::SymbolScalar;
+
+namespace {
+
+const dsl::Registry &registry() {
+  static const dsl::Registry R = [] {
+    dsl::Registry Reg;
+    examples::registerExamples(Reg);
+    return Reg;
+  }();
+  return R;
+}
+
+std::vector<std::string> exampleNames() {
+  std::vector<std::string> Names;
+  for (const dsl::DefinitionBase *D : registry().all())
+    Names.push_back(D->name);
+  return Names;
+}
+
+size_t countRows(const reference::CheckReport &R, llvm::StringRef Prefix) {
+  size_t N = 0;
+  for (const reference::CheckRow &Row : R.Rows)
+    N += llvm::StringRef(Row.Name).startswith(Prefix);
+  return N;
+}
+
+/// True when some row starting with \p Prefix fails (and is not skipped).
+bool someRowFails(const reference::CheckReport &R, llvm::StringRef Prefix) {
+  for (const reference::CheckRow &Row : R.Rows)
+    if (llvm::StringRef(Row.Name).startswith(Prefix) && !Row.Skipped &&
+        !Row.passed())
+      return true;
+  return false;
+}
+
+std::string reportText(const reference::CheckReport &R) {
+  std::string S;
+  llvm::raw_string_ostream OS(S);
+  reference::printReport(R, OS);
+  return OS.str();
+}
+
+using BackwardFn = std::function<SymbolScalar(
+    SymbolScalar dp, SymbolScalar p, const Rowscales &fr, SymbolScalar doosum)>;
+
+/// Another online function with its backward replaced: the forward stays
+/// right, so only the finite-difference row can notice.
+class ReplaceBackward final : public dsl::OnlineFunc {
+public:
+  ReplaceBackward(std::shared_ptr<const dsl::OnlineFunc> Inner, BackwardFn Bwd)
+      : OnlineFunc(Inner->onlineRowscales(), Inner->finalRowscales()),
+        Inner(std::move(Inner)), Bwd(std::move(Bwd)) {}
+  dsl::OnlineFwdResult online_fwd(SymbolScalar s, const Rowscales &rs,
+                                  SymbolScalar b, SymbolScalar h,
+                                  SymbolScalar q) const override {
+    return Inner->online_fwd(s, rs, b, h, q);
+  }
+  dsl::EpilogueResult online_fwd_epilogue(SymbolScalar o, const Rowscales &rs,
+                                          SymbolScalar b, SymbolScalar h,
+                                          SymbolScalar q) const override {
+    return Inner->online_fwd_epilogue(o, rs, b, h, q);
+  }
+  SymbolScalar forward(SymbolScalar s, const Rowscales &fr, SymbolScalar b,
+                       SymbolScalar h, SymbolScalar q,
+                       SymbolScalar kv) const override {
+    return Inner->forward(s, fr, b, h, q, kv);
+  }
+  std::optional<SymbolScalar> backward(SymbolScalar dp, SymbolScalar p,
+                                       const Rowscales &fr, SymbolScalar doosum,
+                                       SymbolScalar, SymbolScalar, SymbolScalar,
+                                       SymbolScalar) const override {
+    return Bwd(dp, p, fr, doosum);
+  }
+
+private:
+  std::shared_ptr<const dsl::OnlineFunc> Inner;
+  BackwardFn Bwd;
+};
+
+dsl::AttentionDef withBackward(dsl::AttentionDef Def, BackwardFn Bwd) {
+  Def.online_func = std::make_shared<ReplaceBackward>(Def.online_func, Bwd);
+  return Def;
+}
+
+} // namespace
+
+TEST_CASE("check passes every example with the expected rows", "[checker]") {
+  std::string Name = GENERATE(from_range(exampleNames()));
+  INFO(Name);
+  const dsl::DefinitionBase &Def = registry().get(Name);
+  reference::CheckReport R = reference::check(compile(Def));
+  INFO(reportText(R));
+  CHECK(R.Definition == Name);
+  CHECK(R.passed());
+  for (const reference::CheckRow &Row : R.Rows) {
+    CHECK_FALSE(Row.Skipped);
+    CHECK(Row.MaxError <= Row.Tolerance);
+  }
+  if (Def.kind() == ir::DefinitionKind::Transformer) {
+    // Three shapes, four block sizes each; masked rows in the first shape;
+    // every attention example has a backward.
+    CHECK(R.Rows.size() == 14);
+    CHECK(countRows(R, "online (block ") == 12);
+    for (const char *B : {"online (block 1) ", "online (block 3) ",
+                          "online (block 4) ", "online (block 16) "})
+      CHECK(countRows(R, B) == 3);
+    CHECK(countRows(R, "fully masked rows: o = 0, finals = -inf") == 1);
+    CHECK(countRows(R, "backward vs finite differences") == 1);
+  } else {
+    // Three shapes, with and without an initial state, four chunk sizes.
+    CHECK(R.Rows.size() == 24);
+    CHECK(countRows(R, "chunked (chunk ") == 24);
+    size_t WithState = 0;
+    for (const reference::CheckRow &Row : R.Rows)
+      WithState += llvm::StringRef(Row.Name).endswith(", initial state");
+    CHECK(WithState == 12);
+  }
+}
+
+TEST_CASE("check catches an online softmax that forgets to rescale the sum",
+          "[checker][wrong]") {
+  dsl::AttentionDef Def = testdefs::softmaxDef(
+      "softmax_no_rescale", std::make_shared<OnlineSoftmax>(false));
+  reference::CheckReport R = reference::check(compile(Def));
+  INFO(reportText(R));
+  CHECK_FALSE(R.passed());
+  CHECK(someRowFails(R, "online (block 1) "));
+  CHECK(reportText(R).find("FAIL") != std::string::npos);
+  CHECK(reportText(R).find("CHECK FAILED") != std::string::npos);
+  // One block of all keys never rescales, so the direct definition (and the
+  // backward, computed from it) are still right.
+  CHECK_FALSE(someRowFails(R, "backward vs finite differences"));
+
+  // The same definition with the rescale passes: the failure is the bug's.
+  dsl::AttentionDef Good =
+      testdefs::softmaxDef("softmax", std::make_shared<OnlineSoftmax>());
+  CHECK(reference::check(compile(Good)).passed());
+}
+
+TEST_CASE("check catches a softmax backward without doosum",
+          "[checker][wrong]") {
+  dsl::AttentionDef Def = testdefs::softmaxDef(
+      "softmax_no_doosum",
+      std::make_shared<OnlineSoftmax>(true, SoftmaxBackward::NoDoosum));
+  reference::CheckReport R = reference::check(compile(Def));
+  INFO(reportText(R));
+  CHECK_FALSE(R.passed());
+  CHECK(someRowFails(R, "backward vs finite differences"));
+  CHECK_FALSE(someRowFails(R, "online (block"));
+}
+
+TEST_CASE("check catches mha's backward replaced by dp * p",
+          "[checker][wrong]") {
+  dsl::AttentionDef Def = withBackward(
+      examples::mha(), [](SymbolScalar dp, SymbolScalar p, const Rowscales &,
+                          SymbolScalar) { return dp * p; });
+  reference::CheckReport R = reference::check(compile(Def));
+  CHECK(someRowFails(R, "backward vs finite differences"));
+  CHECK_FALSE(R.passed());
+}
+
+TEST_CASE("check catches retention's approximate backward dp / r",
+          "[checker][wrong]") {
+  // The seeds' approximation ignores that r = max(sum |s|, 1) depends on the
+  // scores wherever the clamp is not active.
+  dsl::AttentionDef Def =
+      withBackward(examples::retention(),
+                   [](SymbolScalar dp, SymbolScalar, const Rowscales &fr,
+                      SymbolScalar) { return dp / fr["r"]; });
+  reference::CheckReport R = reference::check(compile(Def));
+  INFO(reportText(R));
+  CHECK(someRowFails(R, "backward vs finite differences"));
+  CHECK_FALSE(someRowFails(R, "online (block"));
+  CHECK_FALSE(R.passed());
+}
+
+TEST_CASE("check catches a sigmoid attention whose backward doubles dp",
+          "[checker][wrong]") {
+  dsl::AttentionDef Def =
+      withBackward(examples::sigmoidAttn(),
+                   [](SymbolScalar dp, SymbolScalar, const Rowscales &,
+                      SymbolScalar) { return dp * 2.0; });
+  reference::CheckReport R = reference::check(compile(Def));
+  CHECK(someRowFails(R, "backward vs finite differences"));
+  CHECK_FALSE(R.passed());
+}
+
+TEST_CASE("a definition without backward gets a skipped row and passes",
+          "[checker]") {
+  dsl::AttentionDef Def = testdefs::softmaxDef(
+      "softmax_fwd_only",
+      std::make_shared<OnlineSoftmax>(true, SoftmaxBackward::None));
+  CompiledDefinition C = compile(Def);
+  REQUIRE_FALSE(C.Graph->decls().HasBackward);
+  reference::CheckReport R = reference::check(C);
+  INFO(reportText(R));
+  CHECK(R.passed());
+  REQUIRE(countRows(R, "backward vs finite differences") == 1);
+  const reference::CheckRow &Last = R.Rows.back();
+  CHECK(
+      llvm::StringRef(Last.Name).startswith("backward vs finite differences"));
+  CHECK(Last.Skipped);
+  CHECK_FALSE(Last.Note.empty());
+  CHECK(reportText(R).find("skipped (") != std::string::npos);
+  // Every other row ran.
+  for (size_t I = 0; I + 1 < R.Rows.size(); ++I)
+    CHECK_FALSE(R.Rows[I].Skipped);
+}
+
+TEST_CASE("a report passes only with rows, all of them passing", "[checker]") {
+  reference::CheckReport R;
+  CHECK_FALSE(R.passed()); // nothing checked is not a pass
+  R.Rows.push_back({"a", 1e-12, 1e-10});
+  CHECK(R.passed());
+  R.Rows.push_back({"b", 0.0, 0.0, /*Skipped=*/true, "why"});
+  CHECK(R.passed());
+  R.Rows.push_back({"c", 2e-10, 1e-10});
+  CHECK_FALSE(R.passed());
+  CHECK_FALSE(R.Rows.back().passed());
+}
+
+TEST_CASE("check uses the seed: a different seed gives different errors",
+          "[checker]") {
+  CompiledDefinition C = compile(registry().get("mha"));
+  reference::CheckOptions A, B;
+  B.Seed = A.Seed + 1;
+  reference::CheckReport RA = reference::check(C, A),
+                         RB = reference::check(C, A),
+                         RC = reference::check(C, B);
+  REQUIRE(RA.Rows.size() == RC.Rows.size());
+  bool AnyDiffers = false;
+  for (size_t I = 0; I < RA.Rows.size(); ++I) {
+    CHECK(RA.Rows[I].MaxError == RB.Rows[I].MaxError); // deterministic
+    AnyDiffers = AnyDiffers || RA.Rows[I].MaxError != RC.Rows[I].MaxError;
+  }
+  CHECK(AnyDiffers);
+  CHECK(RC.passed());
+}
