@@ -3,12 +3,19 @@
 
 #include "attn/Error.h"
 #include "attn/Pipeline.h"
+#include "attn/codegen/Codegen.h"
+#include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/Errors.h"
+#include "attn/runtime/KernelCache.h"
 #include "attn/ir/Printer.h"
 #include "attn/ir/Serialize.h"
 #include "attn/reference/Checker.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "Standalone.h"
+
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <fmt/format.h>
@@ -36,6 +43,40 @@ struct Options {
       cl::value_desc("pass"), cl::sub(Show)};
   cl::opt<bool> Json{"json", cl::desc("Print the final IR as JSON"),
                      cl::sub(Show)};
+
+  cl::SubCommand Emit{"emit", "Write the generated CUDA source of a kernel"};
+  cl::SubCommand Compile{"compile",
+                         "Compile a kernel with NVRTC through the cache"};
+  cl::SubCommand Cache{"cache", "Kernel cache: stats | clear"};
+
+  // Shared by emit and compile.
+  cl::opt<std::string> KernelName{cl::Positional, cl::desc("<definition>"),
+                                  cl::Required, cl::sub(Emit),
+                                  cl::sub(Compile)};
+  cl::opt<std::string> Dtype{"dtype", cl::desc("f16 or bf16"),
+                             cl::init("f16"), cl::sub(Emit), cl::sub(Compile)};
+  cl::opt<int> HeadDim{"head-dim", cl::desc("Head dimension D of q and k"),
+                       cl::init(128), cl::sub(Emit), cl::sub(Compile)};
+  cl::opt<int> HeadDimV{"head-dim-v",
+                        cl::desc("Head dimension of v (default: --head-dim)"),
+                        cl::init(0), cl::sub(Emit), cl::sub(Compile)};
+  cl::opt<std::string> Arch{
+      "arch",
+      cl::desc("sm_80, sm_86, sm_89 or sm_90a (compile: default the GPU's, "
+               "else sm_80)"),
+      cl::init(""), cl::sub(Emit), cl::sub(Compile)};
+  cl::opt<std::string> Config{"config",
+                              cl::desc("Tile configuration, e.g. m64n64w4s2"),
+                              cl::init(""), cl::sub(Emit), cl::sub(Compile)};
+  cl::opt<std::string> Output{"o", cl::desc("Output file (- for stdout)"),
+                              cl::value_desc("file"), cl::init("-"),
+                              cl::sub(Emit)};
+  cl::opt<bool> StandaloneOpt{
+      "standalone",
+      cl::desc("Inline the device library so that plain `nvcc -c` builds it"),
+      cl::sub(Emit)};
+  cl::opt<std::string> CacheAction{cl::Positional, cl::desc("stats|clear"),
+                                   cl::Required, cl::sub(Cache)};
 
   cl::list<std::string> CheckNames{cl::Positional, cl::desc("<definition>..."),
                                    cl::sub(Check)};
@@ -79,6 +120,80 @@ int runShow(const Options &O, const dsl::Registry &Registry,
   return 0;
 }
 
+/// The kernel spec from the emit/compile options.
+codegen::KernelSpec kernelSpec(const Options &O, bool ForCompile) {
+  codegen::KernelSpec Spec;
+  std::optional<DType> T = dtypeFromName(O.Dtype);
+  if (!T)
+    throw UserError("--dtype '" + O.Dtype + "': expected f16 or bf16");
+  Spec.Dtype = *T;
+  Spec.HeadDim = O.HeadDim;
+  Spec.HeadDimV = O.HeadDimV ? O.HeadDimV.getValue() : O.HeadDim.getValue();
+  Spec.Arch = O.Arch;
+  if (Spec.Arch.empty()) {
+    Spec.Arch = "sm_80";
+    if (ForCompile && runtime::CudaDriver::get().available())
+      Spec.Arch = runtime::currentDevice().arch();
+  }
+  if (!O.Config.empty())
+    Spec.Config = codegen::FwdConfig::parse(O.Config);
+  Spec.validate();
+  return Spec;
+}
+
+int runEmit(const Options &O, const dsl::Registry &Registry,
+            llvm::raw_ostream &OS) {
+  codegen::KernelSpec Spec = kernelSpec(O, false);
+  CompiledDefinition C = compile(Registry.get(O.KernelName));
+  codegen::KernelSource Src = codegen::generateForward(C, Spec);
+  std::string Text =
+      O.StandaloneOpt ? inlineDeviceLibrary(Src.Source) : Src.Source;
+  if (O.Output == "-") {
+    OS << Text;
+    return 0;
+  }
+  std::error_code EC;
+  llvm::raw_fd_ostream File(O.Output, EC, llvm::sys::fs::OF_Text);
+  if (EC)
+    throw UserError("emit: cannot write '" + O.Output + "': " + EC.message());
+  File << Text;
+  return 0;
+}
+
+int runCompile(const Options &O, const dsl::Registry &Registry,
+               llvm::raw_ostream &OS) {
+  codegen::KernelSpec Spec = kernelSpec(O, true);
+  CompiledDefinition C = compile(Registry.get(O.KernelName));
+  codegen::KernelSource Src = codegen::generateForward(C, Spec);
+  runtime::CacheResult R = runtime::KernelCache::global().getOrCompile(Src);
+  OS << fmt::format("key:      {}\n", R.FullKey);
+  OS << fmt::format("source:   {} (cache {})\n",
+                    runtime::cacheSourceName(R.Source),
+                    R.Source == runtime::CacheSource::Compiled ? "miss" : "hit");
+  if (R.Source == runtime::CacheSource::Compiled)
+    OS << fmt::format("compile:  {:.3f} s (NVRTC)\n", R.CompileSeconds);
+  OS << fmt::format("lookup:   {:.3f} ms\n", R.LookupSeconds * 1e3);
+  OS << fmt::format("cubin:    {} bytes\n", R.Cubin->size());
+  return 0;
+}
+
+int runCache(const Options &O, llvm::raw_ostream &OS) {
+  runtime::KernelCache &Cache = runtime::KernelCache::global();
+  if (O.CacheAction == "stats") {
+    runtime::CacheStats S = Cache.stats();
+    OS << fmt::format("directory: {}\nentries:   {}\nbytes:     {}\n",
+                      S.Directory, S.Entries, S.Bytes);
+    return 0;
+  }
+  if (O.CacheAction == "clear") {
+    OS << fmt::format("removed {} entries from {}\n", Cache.clear(),
+                      Cache.stats().Directory);
+    return 0;
+  }
+  throw UserError("cache: unknown action '" + O.CacheAction +
+                  "'; expected stats or clear");
+}
+
 int runCheck(const Options &O, const dsl::Registry &Registry,
              llvm::raw_ostream &OS) {
   std::vector<const dsl::DefinitionBase *> Defs;
@@ -119,7 +234,11 @@ int attncMain(int Argc, const char *const *Argv,
       "  attnc list                      the registered definitions\n"
       "  attnc show NAME [--after PASS]  IR after each pass (or one)\n"
       "  attnc check NAME... | --all     reference checks in double "
-      "precision\n",
+      "precision\n"
+      "  attnc emit NAME [-o F.cu]       generated CUDA source "
+      "(--standalone: nvcc-ready)\n"
+      "  attnc compile NAME              NVRTC through the kernel cache\n"
+      "  attnc cache stats|clear         the on-disk kernel cache\n",
       &ErrStream);
   ErrStream.flush();
   if (!Ok) {
@@ -135,6 +254,12 @@ int attncMain(int Argc, const char *const *Argv,
       return runShow(O, Registry, llvm::outs());
     if (O.Check)
       return runCheck(O, Registry, llvm::outs());
+    if (O.Emit)
+      return runEmit(O, Registry, llvm::outs());
+    if (O.Compile)
+      return runCompile(O, Registry, llvm::outs());
+    if (O.Cache)
+      return runCache(O, llvm::outs());
     llvm::errs() << "attnc: no command given; try 'attnc --help'\n";
     return 2;
   } catch (const UserError &E) {

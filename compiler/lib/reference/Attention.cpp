@@ -167,6 +167,8 @@ bool runOnline(Row &R, int64_t BlockN, std::vector<double> &O,
       if (!Active[J - R.C0])
         continue;
       double P = E.at(Fwd.result("scores"), J - R.C0).V;
+      if (R.In.RoundProbs)
+        P = R.In.RoundProbs(P);
       for (int64_t X = 0; X < R.Dm.DV; ++X)
         Acc[X] += P * R.In.V.at({R.B, R.Hk, J, X});
     }

@@ -7,6 +7,7 @@
 #include "attn/Pipeline.h"
 #include "attn/reference/Tensor.h"
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -20,6 +21,10 @@ struct AttentionInputs {
   Tensor Q, K, V;
   InputValues Inputs;
   std::vector<bool> MaskedRows;
+  /// Optional rounding of P before it multiplies v in attentionOnline: a
+  /// "plain" low-precision implementation for the FlashAttention tolerance
+  /// rule (P rounded to fp16/bf16 as a kernel feeds it to the tensor cores).
+  std::function<double(double)> RoundProbs;
 };
 
 /// o [B,H,Sq,DV] and each final rowscale [B,H,Sq].

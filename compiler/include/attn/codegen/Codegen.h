@@ -1,0 +1,58 @@
+// Code generation: an analysed transformer-style definition to CUDA text
+// that instantiates a hand-written skeleton.
+#ifndef ATTN_CODEGEN_CODEGEN_H
+#define ATTN_CODEGEN_CODEGEN_H
+
+#include "attn/Pipeline.h"
+#include "attn/codegen/KernelSource.h"
+#include "attn/dsl/Problem.h"
+
+#include <string>
+
+namespace attn::codegen {
+
+/// Tile configuration of the sm80 forward skeleton.
+struct FwdConfig {
+  int BlockM = 64;
+  int BlockN = 64;
+  int Warps = 4;
+  int Stages = 2;
+  /// "m64n64w4s2"
+  std::string str() const;
+  /// Parses what str() writes; UserError on anything else.
+  static FwdConfig parse(const std::string &Text);
+  /// Dynamic shared memory the skeleton needs for head dims \p D, \p DV.
+  int sharedBytes(int D, int DV) const;
+};
+
+/// Everything that selects one kernel besides the definition.
+struct KernelSpec {
+  DType Dtype = DType::F16;
+  int HeadDim = 128;
+  int HeadDimV = 128;
+  std::string Arch = "sm_80"; ///< sm_80, sm_86, sm_89 or sm_90a
+  FwdConfig Config;
+  /// UserError naming the field when a value is unsupported.
+  void validate() const;
+};
+
+/// The sm80 forward kernel for \p Def: a banner (key, attnc version, the IR),
+/// the Inputs struct for custom inputs, the Variant struct (score_mod, mask,
+/// online_fwd, epilogue, forward, backward) and the extern "C" entry points
+/// attnc_fwd, attnc_block_classify and attnc_block_compact.
+KernelSource generateForward(const CompiledDefinition &Def,
+                             const KernelSpec &Spec);
+
+/// The `{{key}}` name of the forward kernel, without the hash part.
+std::string forwardKey(const CompiledDefinition &Def, const KernelSpec &Spec);
+
+/// True when the mask reads b, h or a custom input, so that blocks must be
+/// classified per batch·head rather than once for all.
+bool maskPerHead(const ir::Graph &G);
+
+/// attnc's version string.
+const char *attncVersion();
+
+} // namespace attn::codegen
+
+#endif

@@ -1,0 +1,52 @@
+// Pieces of the generated Variant struct: expressions, row functions.
+#ifndef ATTN_CODEGEN_VARIANTEMITTER_H
+#define ATTN_CODEGEN_VARIANTEMITTER_H
+
+#include "attn/codegen/CodeWriter.h"
+#include "attn/ir/Graph.h"
+
+#include "llvm/ADT/DenseSet.h"
+
+#include <functional>
+#include <string>
+
+namespace attn::codegen {
+
+/// How a parameter is spelled where the generated code reads it
+/// ("f.at(r, c)", "st.m", "q_idx", "in.load_bias(b, h, q_idx, f.col(c))").
+using ParamSpeller = std::function<std::string(const ir::ParamNode &)>;
+
+/// A float literal that round-trips through fp32 ("0.5f", "-inf" as bits).
+std::string floatLiteral(double V);
+
+/// Emits IR nodes as `const T vN = ...;` (row level) or `const T eN = ...;`
+/// (inside a loop over a row's elements), naming nodes by their ids.
+class ExprEmitter {
+public:
+  ExprEmitter(CodeWriter &W, ParamSpeller Spell)
+      : W(W), Spell(std::move(Spell)) {}
+  /// How \p N is referred to: a literal, a parameter's spelling, or its name.
+  std::string operand(const ir::Node *N, bool InLoop) const;
+  /// The C++ expression computing \p N from its operands.
+  std::string expr(const ir::Node *N, bool InLoop) const;
+  /// Writes the definition of \p N.
+  void define(const ir::Node *N, bool InLoop);
+  /// Every non-leaf node reachable from \p Roots, as straight-line code.
+  void emitScalarBody(llvm::ArrayRef<const ir::Node *> Roots);
+  /// The element-level nodes \p Roots need that \p Done does not hold.
+  void emitElementCone(llvm::ArrayRef<const ir::Node *> Roots,
+                       llvm::DenseSet<const ir::Node *> &Done);
+
+private:
+  CodeWriter &W;
+  ParamSpeller Spell;
+};
+
+/// The body of `online_fwd(in, st, f, r, b, h, o_scale)` for one row r.
+void emitOnlineFwd(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell);
+/// The body of `epilogue(in, st, of, r, b, h, q_idx, finals)` for one row r.
+void emitEpilogue(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell);
+
+} // namespace attn::codegen
+
+#endif

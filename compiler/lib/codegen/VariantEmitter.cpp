@@ -1,0 +1,310 @@
+// Emits the generated Variant struct: each DSL function as CUDA over the
+// skeleton's fragments, row-level values once per row and element-level
+// values inside loops over the row's elements.
+#include "attn/codegen/VariantEmitter.h"
+
+#include "attn/Error.h"
+#include "attn/ir/Printer.h"
+#include "attn/ir/Walk.h"
+
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/Support/Casting.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace attn::codegen {
+
+using ir::Node;
+using ir::NodeKind;
+using ir::ParamKind;
+
+namespace {
+
+std::string cType(ir::Type T) {
+  switch (T) {
+  case ir::Type::F32:
+    return "float";
+  case ir::Type::I32:
+    return "int";
+  case ir::Type::Bool:
+    return "bool";
+  }
+  return "float";
+}
+
+bool isElement(const Node *N) {
+  ir::Space S = N->getSpace();
+  return S == ir::Space::Tile || S == ir::Space::Col || S == ir::Space::Out;
+}
+
+} // namespace
+
+std::string floatLiteral(double V) {
+  if (std::isnan(V))
+    return "__int_as_float(0x7fffffff)";
+  if (std::isinf(V))
+    return V > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
+  std::string S = fmt::format("{:.9g}", V);
+  if (S.find_first_of(".e") == std::string::npos)
+    S += ".0";
+  return S + "f";
+}
+
+std::string ExprEmitter::operand(const Node *N, bool InLoop) const {
+  if (auto *C = llvm::dyn_cast<ir::ConstNode>(N)) {
+    switch (C->getType()) {
+    case ir::Type::F32:
+      return floatLiteral(C->getValue());
+    case ir::Type::I32:
+      return fmt::format("{}", static_cast<long long>(C->getValue()));
+    case ir::Type::Bool:
+      return C->getValue() != 0.0 ? "true" : "false";
+    }
+  }
+  if (auto *P = llvm::dyn_cast<ir::ParamNode>(N))
+    return Spell(*P);
+  return (InLoop && isElement(N) ? "e" : "v") + std::to_string(N->getId());
+}
+
+std::string ExprEmitter::expr(const Node *N, bool InLoop) const {
+  auto Op = [&](unsigned I) { return operand(N->operand(I), InLoop); };
+  auto IsInt = [&](unsigned I) {
+    return N->operand(I)->getType() == ir::Type::I32;
+  };
+  bool IntResult = N->getType() == ir::Type::I32;
+  switch (N->getKind()) {
+  case NodeKind::Const:
+  case NodeKind::Param:
+    return operand(N, InLoop);
+  case NodeKind::Neg:
+    return "(-" + Op(0) + ")";
+  case NodeKind::Exp: {
+    // exp(x - y) as one FMA into exp2: the log2(e) factor folds into both.
+    const Node *X = N->operand(0);
+    if (X->getKind() == NodeKind::Sub)
+      return "attnc::exp_diff(" + operand(X->operand(0), InLoop) + ", " +
+             operand(X->operand(1), InLoop) + ")";
+    return "attnc::exp_via_exp2(" + Op(0) + ")";
+  }
+  case NodeKind::Exp2:
+    return "exp2f(" + Op(0) + ")";
+  case NodeKind::Log:
+    return "logf(" + Op(0) + ")";
+  case NodeKind::Log2:
+    return "log2f(" + Op(0) + ")";
+  case NodeKind::Abs:
+    return (IntResult ? "abs(" : "fabsf(") + Op(0) + ")";
+  case NodeKind::Tanh:
+    return "tanhf(" + Op(0) + ")";
+  case NodeKind::Sigmoid:
+    return "attnc::sigmoid(" + Op(0) + ")";
+  case NodeKind::Relu:
+    return IntResult ? "max(" + Op(0) + ", 0)" : "fmaxf(" + Op(0) + ", 0.0f)";
+  case NodeKind::Sqrt:
+    return "sqrtf(" + Op(0) + ")";
+  case NodeKind::Rsqrt:
+    return "rsqrtf((float)" + Op(0) + ")";
+  case NodeKind::Not:
+    return "(!" + Op(0) + ")";
+  case NodeKind::Add:
+    return "(" + Op(0) + " + " + Op(1) + ")";
+  case NodeKind::Sub:
+    return "(" + Op(0) + " - " + Op(1) + ")";
+  case NodeKind::Mul:
+    return "(" + Op(0) + " * " + Op(1) + ")";
+  case NodeKind::Div: // true division, also of two integers
+    return "((float)" + Op(0) + " / (float)" + Op(1) + ")";
+  case NodeKind::Max:
+    return IntResult ? "max(" + Op(0) + ", " + Op(1) + ")"
+                     : "fmaxf(" + Op(0) + ", " + Op(1) + ")";
+  case NodeKind::Min:
+    return IntResult ? "min(" + Op(0) + ", " + Op(1) + ")"
+                     : "fminf(" + Op(0) + ", " + Op(1) + ")";
+  case NodeKind::Lt:
+    return "(" + Op(0) + " < " + Op(1) + ")";
+  case NodeKind::Le:
+    return "(" + Op(0) + " <= " + Op(1) + ")";
+  case NodeKind::Gt:
+    return "(" + Op(0) + " > " + Op(1) + ")";
+  case NodeKind::Ge:
+    return "(" + Op(0) + " >= " + Op(1) + ")";
+  case NodeKind::Eq:
+    return "(" + Op(0) + " == " + Op(1) + ")";
+  case NodeKind::Ne:
+    return "(" + Op(0) + " != " + Op(1) + ")";
+  case NodeKind::And:
+    return "(" + Op(0) + " && " + Op(1) + ")";
+  case NodeKind::Or:
+    return "(" + Op(0) + " || " + Op(1) + ")";
+  case NodeKind::Select: {
+    std::string T = Op(1), E = Op(2);
+    if (N->getType() == ir::Type::F32) {
+      if (IsInt(1))
+        T = "(float)" + T;
+      if (IsInt(2))
+        E = "(float)" + E;
+    }
+    return "(" + Op(0) + " ? " + T + " : " + E + ")";
+  }
+  case NodeKind::Reduce:
+    break;
+  }
+  throw InternalError("codegen: no expression for " +
+                      ir::mnemonic(N->getKind()).str());
+}
+
+void ExprEmitter::define(const Node *N, bool InLoop) {
+  W.line("const " + cType(N->getType()) + " " + operand(N, InLoop) + " = " +
+         expr(N, InLoop) + ";");
+}
+
+void ExprEmitter::emitScalarBody(llvm::ArrayRef<const Node *> Roots) {
+  for (const Node *N : ir::topologicalOrder(Roots))
+    if (!N->operands().empty())
+      define(N, /*InLoop=*/false);
+}
+
+void ExprEmitter::emitElementCone(llvm::ArrayRef<const Node *> Roots,
+                                  llvm::DenseSet<const Node *> &Done) {
+  // Element-level nodes reachable without passing through a row-level node
+  // (those are variables already).
+  std::vector<const Node *> Cone, Stack(Roots.begin(), Roots.end());
+  llvm::DenseSet<const Node *> Seen;
+  while (!Stack.empty()) {
+    const Node *N = Stack.back();
+    Stack.pop_back();
+    if (!isElement(N) || N->operands().empty() || Done.count(N) ||
+        !Seen.insert(N).second)
+      continue;
+    Cone.push_back(N);
+    for (const Node *Op : N->operands())
+      Stack.push_back(Op);
+  }
+  std::sort(Cone.begin(), Cone.end(), [](const Node *A, const Node *B) {
+    return A->getId() < B->getId();
+  });
+  for (const Node *N : Cone) {
+    define(N, /*InLoop=*/true);
+    Done.insert(N);
+  }
+}
+
+/// online_fwd for one row of a fragment: reductions as loops over the row's
+/// elements, then the new scores written back (fused into the last
+/// reduction's loop when that computes them anyway), then the new rowscales.
+void emitOnlineFwd(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell) {
+  const ir::Function &F = *G.getFunction("online_fwd");
+  ExprEmitter E(W, Spell);
+  std::vector<const Node *> Roots;
+  for (const ir::Result &R : F.Results)
+    Roots.push_back(R.Value);
+  const Node *Scores = F.result("scores");
+  std::vector<const Node *> Order = ir::topologicalOrder(Roots);
+  const ir::ReduceNode *LastReduce = nullptr;
+  for (const Node *N : Order)
+    if (auto *R = llvm::dyn_cast<ir::ReduceNode>(N))
+      LastReduce = R;
+  // The scores are stored in the last reduction's loop if that loop
+  // computes them: nothing reads the old scores after it.
+  bool ScoresInLoop = false;
+  if (LastReduce && isElement(Scores) && !Scores->operands().empty()) {
+    for (const Node *N : ir::topologicalOrder({LastReduce->operand(0)}))
+      ScoresInLoop = ScoresInLoop || N == Scores;
+  }
+  bool ScoresStored = false;
+  for (const Node *N : Order) {
+    if (isElement(N) || N->operands().empty())
+      continue;
+    auto *R = llvm::dyn_cast<ir::ReduceNode>(N);
+    if (!R) {
+      E.define(N, false);
+      continue;
+    }
+    std::string V = E.operand(R, false);
+    const char *Identity = R->getOp() == ir::ReduceOp::Max
+                               ? "__int_as_float(0xff800000)"
+                               : "0.0f";
+    W.line("float " + V + " = " + Identity + ";");
+    {
+      W.line("#pragma unroll");
+      auto Loop = W.block("for (int c = 0; c < Frag::kCols; ++c)");
+      llvm::DenseSet<const Node *> Done;
+      E.emitElementCone({R->operand(0)}, Done);
+      std::string X = E.operand(R->operand(0), true);
+      if (R->operand(0)->getType() == ir::Type::I32)
+        X = "(float)" + X;
+      switch (R->getOp()) {
+      case ir::ReduceOp::Max:
+        W.line("if (f.active(r, c)) " + V + " = fmaxf(" + V + ", " + X + ");");
+        break;
+      case ir::ReduceOp::Sum:
+        W.line("if (f.active(r, c)) " + V + " += " + X + ";");
+        break;
+      case ir::ReduceOp::AbsSum:
+        W.line("if (f.active(r, c)) " + V + " += fabsf(" + X + ");");
+        break;
+      }
+      if (R == LastReduce && ScoresInLoop) {
+        E.emitElementCone({Scores}, Done);
+        W.line("f.at(r, c) = f.active(r, c) ? " + E.operand(Scores, true) +
+               " : 0.0f;");
+        ScoresStored = true;
+      }
+    }
+    W.line(V + " = Frag::allreduce_" +
+           std::string(R->getOp() == ir::ReduceOp::Max ? "max" : "sum") + "(" +
+           V + ");");
+  }
+  if (!ScoresStored) {
+    W.line("#pragma unroll");
+    auto Loop = W.block("for (int c = 0; c < Frag::kCols; ++c)");
+    auto *P = llvm::dyn_cast<ir::ParamNode>(Scores);
+    if (P && P->getParamKind() == ParamKind::Scores) {
+      W.line("if (!f.active(r, c)) f.at(r, c) = 0.0f;");
+    } else {
+      llvm::DenseSet<const Node *> Done;
+      E.emitElementCone({Scores}, Done);
+      std::string X = E.operand(Scores, true);
+      if (Scores->getType() == ir::Type::I32)
+        X = "(float)" + X;
+      W.line("f.at(r, c) = f.active(r, c) ? " + X + " : 0.0f;");
+    }
+  }
+  // New rowscales through temporaries: a result may be another old rowscale.
+  for (const ir::RowscaleDecl &D : G.decls().OnlineRowscales)
+    W.line("const float n_" + D.Name + " = " +
+           E.operand(F.result(D.Name), false) + ";");
+  for (const ir::RowscaleDecl &D : G.decls().OnlineRowscales)
+    W.line("st." + D.Name + " = n_" + D.Name + ";");
+  W.line("o_scale = " + E.operand(F.result("o_scale"), false) + ";");
+}
+
+/// The epilogue for one row: row-level values, then o element by element,
+/// then the final rowscales.
+void emitEpilogue(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell) {
+  const ir::Function &F = *G.getFunction("online_fwd_epilogue");
+  ExprEmitter E(W, Spell);
+  std::vector<const Node *> Roots;
+  for (const ir::Result &R : F.Results)
+    Roots.push_back(R.Value);
+  for (const Node *N : ir::topologicalOrder(Roots))
+    if (!isElement(N) && !N->operands().empty())
+      E.define(N, false);
+  const Node *O = F.result("o");
+  auto *P = llvm::dyn_cast<ir::ParamNode>(O);
+  if (!P || P->getParamKind() != ParamKind::Output) {
+    W.line("#pragma unroll");
+    auto Loop = W.block("for (int c = 0; c < OFrag::kCols; ++c)");
+    llvm::DenseSet<const Node *> Done;
+    E.emitElementCone({O}, Done);
+    W.line("of.at(r, c) = " + E.operand(O, true) + ";");
+  }
+  unsigned I = 0;
+  for (const ir::RowscaleDecl &D : G.decls().FinalRowscales)
+    W.line(fmt::format("finals[{}] = {};", I++,
+                       E.operand(F.result(D.Name), false)));
+}
+
+} // namespace attn::codegen

@@ -1,0 +1,104 @@
+// The runtime entry point: an attention variant compiled for one problem
+// signature, run on device pointers with every argument validated first.
+#ifndef ATTN_RUNTIME_ATTENTION_H
+#define ATTN_RUNTIME_ATTENTION_H
+
+#include "attn/Pipeline.h"
+#include "attn/codegen/Codegen.h"
+#include "attn/dsl/Definition.h"
+#include "attn/dsl/Problem.h"
+#include "attn/runtime/KernelCache.h"
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <dlpack/dlpack.h>
+
+namespace attn::runtime {
+
+enum class ElemType : uint8_t { F16, BF16, F32 };
+const char *elemTypeName(ElemType T);
+
+/// A non-owning view of a device tensor: pointer, element type, shape and
+/// strides in elements (any strides; the innermost must be 1 for q/k/v/o).
+struct TensorView {
+  void *Data = nullptr;
+  ElemType Type = ElemType::F16;
+  std::vector<int64_t> Shape;
+  std::vector<int64_t> Strides;
+
+  /// A contiguous (row-major) view.
+  static TensorView contiguous(void *Data, ElemType T,
+                               std::vector<int64_t> Shape);
+  /// A view of a DLPack tensor (kDLCUDA, float16/bfloat16/float32).
+  static TensorView fromDLPack(const DLTensor &T);
+};
+
+/// Custom-input values: a number for a scalar input, a float32 tensor view
+/// for the others ([H], [B,H,Sq], [B,H,Skv], [B,H,Sq,Skv]).
+using InputValue = std::variant<float, TensorView>;
+using InputMap = std::map<std::string, InputValue>;
+
+/// What is fixed when an Attention is made. Sequence lengths, batch and
+/// head counts are read from the tensors at each call.
+struct Signature {
+  DType Dtype = DType::F16;
+  int HeadDim = 128;
+  int HeadDimV = 128;
+  attn::Layout TensorLayout = attn::Layout::BSHD;
+  /// Empty: the arch of the current device.
+  std::string Arch;
+  /// Empty: the default configuration.
+  std::string Config;
+};
+
+/// An attention variant compiled for a signature. q is [B,S,H,D] for BSHD or
+/// [B,H,S,D] for BHSD (k, v and o likewise); finals is [F,B,H,Sq] float32
+/// for a variant with F final rowscales (softmax: F = 1, the LSE).
+class Attention {
+public:
+  Attention(const dsl::DefinitionBase &Def, const Signature &Sig);
+  ~Attention();
+  Attention(const Attention &) = delete;
+  Attention &operator=(const Attention &) = delete;
+
+  /// Validates every argument (InvalidArgument naming the argument and the
+  /// expected value; nothing is launched then), then runs the forward.
+  void forward(const TensorView &Q, const TensorView &K, const TensorView &V,
+               const TensorView &Out, const TensorView *Finals,
+               const InputMap &Inputs = {}, CUstream Stream = nullptr);
+
+  const CompiledDefinition &definition() const { return Def; }
+  const codegen::KernelSource &source() const { return Source; }
+  const CacheResult &cacheResult() const { return Cached; }
+  /// Names of the final rowscales, in the order of the finals tensor.
+  std::vector<std::string> finalNames() const;
+
+private:
+  struct Launch;
+  Launch prepare(const TensorView &Q, const TensorView &K, const TensorView &V,
+                 const TensorView &Out, const TensorView *Finals,
+                 const InputMap &Inputs) const;
+  void ensureLoaded();
+  void ensureMaskBuffers(size_t Groups, int MBlocks, int NBlocks);
+
+  CompiledDefinition Def;
+  Signature Sig;
+  codegen::KernelSpec Spec;
+  codegen::KernelSource Source;
+  CacheResult Cached;
+  CUmodule Module = nullptr;
+  CUfunction Fwd = nullptr, Classify = nullptr, Compact = nullptr;
+  CUdeviceptr MaskBuf = 0;
+  size_t MaskBufBytes = 0;
+};
+
+} // namespace attn::runtime
+
+#endif

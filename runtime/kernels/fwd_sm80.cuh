@@ -1,0 +1,328 @@
+// fwd_sm80: the portable forward skeleton (FlashAttention-2 style). One CTA
+// per (query block, batch·head); warps split the query rows; K/V tiles stream
+// through a cp.async ring of kStages buffers; S = Q·Kᵀ and O += P·V on
+// mma.sync m16n8k16 with ldmatrix from XOR-swizzled shared memory. Everything
+// the variant decides (score_mod, mask, online_fwd, epilogue) is a call into
+// the generated Variant, over fragments that name each element's (row, col).
+#ifndef ATTNC_FWD_SM80_CUH
+#define ATTNC_FWD_SM80_CUH
+
+#include "attnc/attention_args.cuh"
+#include "attnc/sm80_primitives.cuh"
+
+namespace attnc {
+
+/// One warp's S accumulator seen by the variant: kRows rows per thread (two
+/// per m16 tile), kCols elements per row (two per n8 tile). The four lanes of
+/// a quad share each row; allreduce_* combine over them.
+template <int MT, int NT, bool kFull> struct Sm80ScoreFrag {
+  static constexpr int kRows = 2 * MT;
+  static constexpr int kCols = 2 * NT;
+  float (&acc)[MT][NT][4];
+  const bool (&act)[2 * MT][2 * NT];
+  int row0, col0, g, tq;
+  __device__ __forceinline__ float &at(int r, int c) {
+    return acc[r >> 1][c >> 1][(r & 1) * 2 + (c & 1)];
+  }
+  __device__ __forceinline__ int row(int r) const {
+    return row0 + (r >> 1) * 16 + g + (r & 1) * 8;
+  }
+  __device__ __forceinline__ int col(int c) const {
+    return col0 + (c >> 1) * 8 + 2 * tq + (c & 1);
+  }
+  __device__ __forceinline__ bool active(int r, int c) const {
+    if constexpr (kFull)
+      return true;
+    else
+      return act[r][c];
+  }
+  __device__ static __forceinline__ float allreduce_max(float x) { return quad_max(x); }
+  __device__ static __forceinline__ float allreduce_sum(float x) { return quad_sum(x); }
+};
+
+/// One warp's O accumulator row-view for the epilogue.
+template <int MT, int VT> struct Sm80OutFrag {
+  static constexpr int kRows = 2 * MT;
+  static constexpr int kCols = 2 * VT;
+  float (&acc)[MT][VT][4];
+  __device__ __forceinline__ float &at(int r, int c) {
+    return acc[r >> 1][c >> 1][(r & 1) * 2 + (c & 1)];
+  }
+};
+
+template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN,
+          int kWarps, int kStages>
+struct FwdSm80 {
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRowsPerWarp = kBlockM / kWarps;
+  static constexpr int MT = kRowsPerWarp / 16; // m16 tiles per warp
+  static constexpr int NT = kBlockN / 8;       // n8 tiles of S per warp
+  static constexpr int VT = kDV / 8;           // n8 tiles of O per warp
+  static_assert(kRowsPerWarp % 16 == 0, "each warp owns whole m16 row tiles");
+  static_assert(kBlockN % 16 == 0, "P·V consumes keys 16 at a time");
+  static_assert(kD % 64 == 0 && kDV % 64 == 0,
+                "head dims must be multiples of 64 (swizzle and k16 steps)");
+  static_assert(kStages >= 2, "the K/V ring needs at least double buffering");
+  using QTile = SwizzledTile<kBlockM, kD>;
+  using KTile = SwizzledTile<kBlockN, kD>;
+  using VTile = SwizzledTile<kBlockN, kDV>;
+  static constexpr int kStageBytes = KTile::kBytes + VTile::kBytes;
+  static constexpr int kSmemBytes = QTile::kBytes + kStages * kStageBytes;
+
+  /// Issues cp.async for a [rows x cols] tile starting at row \p row0 of a
+  /// tensor whose rows are \p stride elements apart; rows past \p limit are
+  /// zero-filled.
+  template <class Tile, int kRows, int kCols>
+  __device__ static __forceinline__ void load_tile(u32 smem, const unsigned short *base,
+                                                   long long stride, int row0,
+                                                   int limit) {
+    constexpr int kChunks = kCols / 8;
+    constexpr int kTotal = kRows * kChunks;
+#pragma unroll
+    for (int i = threadIdx.x; i < kTotal; i += kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      const bool ok = row0 + r < limit;
+      const unsigned short *src =
+          base + (ok ? (long long)(row0 + r) * stride + c * 8 : 0);
+      cp_async_16(smem + Tile::offset(r, c), src, ok);
+    }
+  }
+
+  __device__ static void run(const FwdArgs &a, const typename Variant::Inputs &in,
+                             unsigned char *smem) {
+    const int m_block = blockIdx.x;
+    const int bh = blockIdx.y;
+    const int b = bh / a.heads, h = bh % a.heads;
+    const int hk = h / (a.heads / a.heads_kv);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, tq = lane % 4;
+
+    const unsigned short *q = static_cast<const unsigned short *>(a.q) +
+                              b * a.q_sb + h * a.q_sh;
+    const unsigned short *k = static_cast<const unsigned short *>(a.k) +
+                              b * a.k_sb + hk * a.k_sh;
+    const unsigned short *v = static_cast<const unsigned short *>(a.v) +
+                              b * a.v_sb + hk * a.v_sh;
+
+    // Which key blocks to visit: from the block classification when the
+    // variant masks, else all of them (the last one partial if ragged).
+    const int n_blocks = (a.seq_kv + kBlockN - 1) / kBlockN;
+    int count = n_blocks;
+    const int *list = nullptr;
+    if constexpr (Variant::kHasMask) {
+      const long long group = a.mask_per_head ? bh : 0;
+      const long long row = group * a.m_blocks + m_block;
+      count = a.block_count[row];
+      list = a.block_list + row * a.n_blocks;
+    }
+    auto block_of = [&](int j, bool &full) {
+      if constexpr (Variant::kHasMask) {
+        const int e = list[j];
+        full = (e >> 30) & 1;
+        return e & 0x3fffffff;
+      } else {
+        full = (j + 1) * kBlockN <= a.seq_kv;
+        return j;
+      }
+    };
+
+    const u32 s_base = smem_addr(smem);
+    const u32 s_q = s_base;
+    const u32 s_kv = s_base + QTile::kBytes;
+    const int row_base = m_block * kBlockM;
+
+    load_tile<QTile, kBlockM, kD>(s_q, q, a.q_ss, row_base, a.seq_q);
+    auto load_kv = [&](int j) {
+      bool full;
+      const int n = block_of(j, full);
+      const u32 s = s_kv + (j % kStages) * kStageBytes;
+      load_tile<KTile, kBlockN, kD>(s, k, a.k_ss, n * kBlockN, a.seq_kv);
+      load_tile<VTile, kBlockN, kDV>(s + KTile::kBytes, v, a.v_ss,
+                                     n * kBlockN, a.seq_kv);
+    };
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < count)
+        load_kv(s);
+      cp_async_commit(); // always commit: wait_group counts groups
+    }
+
+    float acc_o[MT][VT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < VT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          acc_o[i][j][e] = 0.f;
+    typename Variant::RowState st[2 * MT];
+    bool seen[2 * MT];
+#pragma unroll
+    for (int r = 0; r < 2 * MT; ++r) {
+      Variant::init(st[r]);
+      seen[r] = false;
+    }
+    const int warp_row0 = row_base + warp * kRowsPerWarp;
+
+    for (int j = 0; j < count; ++j) {
+      if (j + kStages - 1 < count)
+        load_kv(j + kStages - 1);
+      cp_async_commit();
+      cp_async_wait<kStages - 1>();
+      __syncthreads();
+
+      bool full;
+      const int n = block_of(j, full);
+      const u32 s_k = s_kv + (j % kStages) * kStageBytes;
+      const u32 s_v = s_k + KTile::kBytes;
+
+      // S = Q·Kᵀ for this warp's rows.
+      float acc_s[MT][NT][4];
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            acc_s[i][t][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        u32 qf[MT][4];
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          const int r = warp * kRowsPerWarp + i * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+          ldmatrix_x4(qf[i], s_q + QTile::offset(r, kk * 2 + lane / 16));
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t += 2) {
+          u32 kf[4];
+          const int mi = lane / 8;
+          const int r = t * 8 + (lane % 8) + 8 * (mi / 2);
+          ldmatrix_x4(kf, s_k + KTile::offset(r, kk * 2 + (mi % 2)));
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            mma_16816<T>(acc_s[i][t], qf[i], kf[0], kf[1]);
+            mma_16816<T>(acc_s[i][t + 1], qf[i], kf[2], kf[3]);
+          }
+        }
+      }
+
+      bool act[2 * MT][2 * NT];
+      const int col0 = n * kBlockN;
+      if (full)
+        step<true>(a, in, acc_s, act, acc_o, st, seen, b, h, warp_row0, col0, g, tq);
+      else
+        step<false>(a, in, acc_s, act, acc_o, st, seen, b, h, warp_row0, col0, g, tq);
+
+      // O += P·V: the S accumulator of two n8 tiles is one k16 A fragment.
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        u32 pf[MT][4];
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          pf[i][0] = pack2<T>(acc_s[i][2 * kk][0], acc_s[i][2 * kk][1]);
+          pf[i][1] = pack2<T>(acc_s[i][2 * kk][2], acc_s[i][2 * kk][3]);
+          pf[i][2] = pack2<T>(acc_s[i][2 * kk + 1][0], acc_s[i][2 * kk + 1][1]);
+          pf[i][3] = pack2<T>(acc_s[i][2 * kk + 1][2], acc_s[i][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int t = 0; t < VT; t += 2) {
+          u32 vf[4];
+          const int mi = lane / 8;
+          const int r = kk * 16 + (lane % 8) + 8 * (mi % 2);
+          ldmatrix_x4_trans(vf, s_v + VTile::offset(r, t + mi / 2));
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            mma_16816<T>(acc_o[i][t], pf[i], vf[0], vf[1]);
+            mma_16816<T>(acc_o[i][t + 1], pf[i], vf[2], vf[3]);
+          }
+        }
+      }
+      __syncthreads(); // the ring slot is refilled next iteration
+    }
+    cp_async_wait<0>();
+
+    // Epilogue: the variant maps o and the rowscales to o and the finals;
+    // rows that never saw an unmasked key give o = 0 and finals = -inf.
+    Sm80OutFrag<MT, VT> of{acc_o};
+    unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb + h * a.o_sh;
+#pragma unroll
+    for (int r = 0; r < 2 * MT; ++r) {
+      const int qrow = warp_row0 + (r >> 1) * 16 + g + (r & 1) * 8;
+      float finals[Variant::kNumFinals > 0 ? Variant::kNumFinals : 1];
+      if (seen[r]) {
+        Variant::epilogue(in, st[r], of, r, b, h, qrow, finals);
+      } else {
+#pragma unroll
+        for (int c = 0; c < 2 * VT; ++c)
+          of.at(r, c) = 0.f;
+#pragma unroll
+        for (int f = 0; f < Variant::kNumFinals; ++f)
+          finals[f] = -__int_as_float(0x7f800000);
+      }
+      if (qrow >= a.seq_q)
+        continue;
+#pragma unroll
+      for (int t = 0; t < VT; ++t) {
+        const u32 packed = pack2<T>(of.at(r, 2 * t), of.at(r, 2 * t + 1));
+        *reinterpret_cast<u32 *>(o + (long long)qrow * a.o_ss + t * 8 + 2 * tq) = packed;
+      }
+      if (tq == 0)
+#pragma unroll
+        for (int f = 0; f < Variant::kNumFinals; ++f)
+          a.finals[((long long)f * a.batch * a.heads + bh) * a.seq_q + qrow] = finals[f];
+    }
+  }
+
+  /// score_mod, mask and online_fwd for one key block, then the o rescale.
+  template <bool kFull>
+  __device__ static __forceinline__ void
+  step(const FwdArgs &a, const typename Variant::Inputs &in, float (&acc_s)[MT][NT][4],
+       bool (&act)[2 * MT][2 * NT], float (&acc_o)[MT][VT][4],
+       typename Variant::RowState (&st)[2 * MT], bool (&seen)[2 * MT], int b, int h,
+       int warp_row0, int col0, int g, int tq) {
+    Sm80ScoreFrag<MT, NT, kFull> f{acc_s, act, warp_row0, col0, g, tq};
+#pragma unroll
+    for (int r = 0; r < 2 * MT; ++r) {
+      const int qi = f.row(r);
+#pragma unroll
+      for (int c = 0; c < 2 * NT; ++c) {
+        const int ki = f.col(c);
+        f.at(r, c) = Variant::score_mod(in, f.at(r, c), b, h, qi, ki);
+        if constexpr (!kFull)
+          act[r][c] = ki < a.seq_kv && Variant::mask(in, b, h, qi, ki);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2 * MT; ++r) {
+      float o_scale = 1.f;
+      bool any = true;
+      if constexpr (!kFull) {
+        bool mine = false;
+#pragma unroll
+        for (int c = 0; c < 2 * NT; ++c)
+          mine = mine || act[r][c];
+        any = quad_any(mine);
+      }
+      if (any) {
+        Variant::online_fwd(in, st[r], f, r, b, h, o_scale);
+        seen[r] = true;
+      } else {
+#pragma unroll
+        for (int c = 0; c < 2 * NT; ++c)
+          f.at(r, c) = 0.f; // no key of this block reaches the row
+      }
+      if constexpr (!Variant::kOScaleIsOne) {
+#pragma unroll
+        for (int t = 0; t < VT; ++t) {
+          acc_o[r >> 1][t][(r & 1) * 2] *= o_scale;
+          acc_o[r >> 1][t][(r & 1) * 2 + 1] *= o_scale;
+        }
+      }
+    }
+  }
+};
+
+} // namespace attnc
+
+#endif

@@ -1,0 +1,142 @@
+// sm_80 building blocks: cp.async, ldmatrix, mma.sync m16n8k16, packing.
+// Plain CUDA with inline PTX and no toolkit headers, so NVRTC needs no
+// include path for it.
+#ifndef ATTNC_SM80_PRIMITIVES_CUH
+#define ATTNC_SM80_PRIMITIVES_CUH
+
+namespace attnc {
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+/// Element-type tags. Data is moved as raw 16-bit words; only the tensor-core
+/// instructions and the final conversion know the format.
+struct f16 {
+  static constexpr bool kIsBf16 = false;
+};
+struct bf16 {
+  static constexpr bool kIsBf16 = true;
+};
+
+static_assert(sizeof(u32) == 4, "u32 must be 32 bits: mma fragments are 32-bit registers");
+
+__device__ __forceinline__ u32 smem_addr(const void *p) {
+  return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+/// 16-byte global→shared copy; when \p pred is false the destination is
+/// zero-filled and nothing is read (src-size 0).
+__device__ __forceinline__ void cp_async_16(u32 dst, const void *src, bool pred) {
+  const int bytes = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+/// Waits until at most \p N committed groups are still in flight.
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/// Four 8x8 b16 matrices; lane l supplies the row address of matrix l/8.
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+/// The same, each matrix transposed (for a row-major operand used col-major).
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(addr));
+}
+
+/// D = A·B + D for one m16n8k16 tile, fp32 accumulation.
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4],
+                                          u32 b0, u32 b1) {
+  if constexpr (T::kIsBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+/// Two floats rounded to nearest into one register of two 16-bit values
+/// (\p lo in the low half, as the mma fragments expect).
+template <class T> __device__ __forceinline__ u32 pack2(float lo, float hi) {
+  u32 r;
+  if constexpr (T::kIsBf16)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+/// The shuffle mask of this lane's quad. Quad reductions name only the
+/// quad: a variant's online_fwd runs for a row only where the row has an
+/// unmasked key, which all four lanes of a quad agree on but other quads of
+/// the warp need not.
+__device__ __forceinline__ unsigned quad_mask() {
+  return 0xfu << (threadIdx.x & 28u);
+}
+
+/// Max and sum over the four lanes of a quad (the lanes holding one row of
+/// an mma accumulator).
+__device__ __forceinline__ float quad_max(float x) {
+  const unsigned m = quad_mask();
+  x = fmaxf(x, __shfl_xor_sync(m, x, 1));
+  return fmaxf(x, __shfl_xor_sync(m, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  const unsigned m = quad_mask();
+  x += __shfl_xor_sync(m, x, 1);
+  return x + __shfl_xor_sync(m, x, 2);
+}
+__device__ __forceinline__ bool quad_any(bool x) {
+  unsigned v = x;
+  v |= __shfl_xor_sync(0xffffffffu, v, 1);
+  v |= __shfl_xor_sync(0xffffffffu, v, 2);
+  return v != 0;
+}
+
+/// 2^x on the special-function unit (ex2.approx: 2 ulp, flushes denormal
+/// results to zero), the instruction FlashAttention-class kernels use.
+__device__ __forceinline__ float exp2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/// exp(x) through the exp2 unit: the generated code calls this for the IR's
+/// exp, folding the log2(e) factor into the argument.
+__device__ __forceinline__ float exp_via_exp2(float x) {
+  return exp2_fast(x * 1.4426950408889634f);
+}
+
+/// A [kRows x kCols] tile of 16-bit elements in shared memory, 16-byte
+/// chunks XOR-swizzled by row so that ldmatrix of 8 consecutive rows hits 8
+/// different bank groups.
+template <int kRows, int kCols> struct SwizzledTile {
+  static constexpr int kChunks = kCols / 8; // 16-byte chunks per row
+  static_assert(kCols % 64 == 0,
+                "rows must hold a multiple of 8 chunks for the XOR swizzle");
+  static constexpr int kBytes = kRows * kCols * 2;
+  __device__ static __forceinline__ u32 offset(int row, int chunk) {
+    return static_cast<u32>(row * kCols * 2 + ((chunk ^ (row & 7)) * 16));
+  }
+};
+
+} // namespace attnc
+
+#endif

@@ -1,0 +1,85 @@
+// Shared pieces of the GPU tests and benchmarks: device buffers through the
+// dlopen'ed driver, fp16/bf16 conversion on the host, random tensors.
+#ifndef ATTN_TESTS_GPU_SUPPORT_H
+#define ATTN_TESTS_GPU_SUPPORT_H
+
+#include "attn/runtime/Attention.h"
+#include "attn/runtime/CudaDriver.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace attn::gputest {
+
+/// Round-to-nearest-even conversions between double and the 16-bit formats.
+inline uint16_t toHalfBits(double X) {
+  _Float16 H = static_cast<_Float16>(static_cast<float>(X));
+  uint16_t B;
+  std::memcpy(&B, &H, 2);
+  return B;
+}
+inline double fromHalfBits(uint16_t B) {
+  _Float16 H;
+  std::memcpy(&H, &B, 2);
+  return static_cast<double>(H);
+}
+inline uint16_t toBf16Bits(double X) {
+  float F = static_cast<float>(X);
+  uint32_t U;
+  std::memcpy(&U, &F, 4);
+  if ((U & 0x7fffffffu) > 0x7f800000u)
+    return 0x7fc0; // NaN
+  U += 0x7fffu + ((U >> 16) & 1u);
+  return static_cast<uint16_t>(U >> 16);
+}
+inline double fromBf16Bits(uint16_t B) {
+  uint32_t U = uint32_t(B) << 16;
+  float F;
+  std::memcpy(&F, &U, 4);
+  return F;
+}
+inline uint16_t toBits(DType T, double X) {
+  return T == DType::F16 ? toHalfBits(X) : toBf16Bits(X);
+}
+inline double fromBits(DType T, uint16_t B) {
+  return T == DType::F16 ? fromHalfBits(B) : fromBf16Bits(B);
+}
+inline double roundTo(DType T, double X) { return fromBits(T, toBits(T, X)); }
+
+/// A device allocation owned by the test.
+class DeviceBuffer {
+public:
+  explicit DeviceBuffer(size_t Bytes) : Bytes(Bytes) {
+    auto &D = runtime::CudaDriver::get();
+    D.check(D.cuMemAlloc(&Ptr, Bytes ? Bytes : 1), "cuMemAlloc");
+  }
+  ~DeviceBuffer() { runtime::CudaDriver::get().cuMemFree(Ptr); }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  void *get() const { return reinterpret_cast<void *>(Ptr); }
+  void upload(const void *Src, size_t N) {
+    auto &D = runtime::CudaDriver::get();
+    D.check(D.cuMemcpyHtoD(Ptr, Src, N), "cuMemcpyHtoD");
+  }
+  void download(void *Dst, size_t N) const {
+    auto &D = runtime::CudaDriver::get();
+    D.check(D.cuMemcpyDtoH(Dst, Ptr, N), "cuMemcpyDtoH");
+  }
+  /// Fills every byte with \p Byte (0xff: NaN in every float format).
+  void poison(unsigned char Byte = 0xff) {
+    auto &D = runtime::CudaDriver::get();
+    D.check(D.cuMemsetD8(Ptr, Byte, Bytes), "cuMemsetD8");
+  }
+  size_t size() const { return Bytes; }
+
+private:
+  CUdeviceptr Ptr = 0;
+  size_t Bytes;
+};
+
+} // namespace attn::gputest
+
+#endif

@@ -1,0 +1,279 @@
+// GPU forward test: every transformer example's generated sm80 kernel
+// against the double-precision reference, with the FlashAttention tolerance
+// rule. Exits 77 (ctest: skipped) where there is no GPU.
+#include "GpuSupport.h"
+
+#include "Examples.h"
+#include "attn/Error.h"
+#include "attn/reference/Attention.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <string>
+
+using namespace attn;
+using namespace attn::gputest;
+
+namespace {
+
+struct Case {
+  std::string Def;
+  DType Dt;
+  int D, DV;
+  int B, H, Hkv, Sq, Skv;
+  Layout L;
+  std::string Config;
+};
+
+/// Definitions beyond the examples: a sliding window and one whose first
+/// rows see no key at all (fully masked rows).
+dsl::AttentionDef makeDefinition(const std::string &Name) {
+  dsl::Registry R;
+  examples::registerExamples(R);
+  if (Name == "mha_window") {
+    dsl::AttentionDef D = examples::mha();
+    D.name = Name;
+    D.mask_mod = [](dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar q,
+                    dsl::SymbolScalar k) { return (q >= k) & (q - k < 100); };
+    return D;
+  }
+  if (Name == "mha_emptyrows") {
+    dsl::AttentionDef D = examples::mha();
+    D.name = Name;
+    D.mask_mod = [](dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar q,
+                    dsl::SymbolScalar k) { return k + 5 <= q; };
+    return D;
+  }
+  if (Name == "mha_full") {
+    dsl::AttentionDef D = examples::mha();
+    D.name = Name;
+    D.mask_mod = {};
+    return D;
+  }
+  return static_cast<const dsl::AttentionDef &>(R.get(Name));
+}
+
+/// q/k/v in the kernel's layout as 16-bit words, and the same values as a
+/// [B,H,S,D] reference tensor.
+struct HostTensor {
+  std::vector<uint16_t> Bits;
+  reference::Tensor Ref;
+};
+
+HostTensor randomTensor(std::mt19937_64 &Rng, DType T, Layout L, int B, int H,
+                        int S, int D) {
+  HostTensor Out{std::vector<uint16_t>(size_t(B) * H * S * D),
+                 reference::Tensor({B, H, S, D})};
+  std::normal_distribution<double> N(0.0, 1.0);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int s = 0; s < S; ++s)
+        for (int d = 0; d < D; ++d) {
+          uint16_t Bits = toBits(T, N(Rng));
+          size_t Off = L == Layout::BSHD
+                           ? ((size_t(b) * S + s) * H + h) * D + d
+                           : ((size_t(b) * H + h) * S + s) * D + d;
+          Out.Bits[Off] = Bits;
+          Out.Ref.at({b, h, s, d}) = fromBits(T, Bits);
+        }
+  return Out;
+}
+
+std::vector<int64_t> viewShape(Layout L, int B, int H, int S, int D) {
+  return L == Layout::BSHD ? std::vector<int64_t>{B, S, H, D}
+                           : std::vector<int64_t>{B, H, S, D};
+}
+
+struct Outcome {
+  double Err, PlainErr, Tol, FinalErr;
+  bool Pass;
+  double CompileS = 0, ReferenceS = 0, DeviceS = 0;
+};
+
+double secondsSince(std::chrono::steady_clock::time_point T0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - T0)
+      .count();
+}
+
+Outcome runCase(const Case &C, uint64_t Seed) {
+  dsl::AttentionDef Def = makeDefinition(C.Def);
+  runtime::Signature Sig;
+  Sig.Dtype = C.Dt;
+  Sig.HeadDim = C.D;
+  Sig.HeadDimV = C.DV;
+  Sig.TensorLayout = C.L;
+  Sig.Config = C.Config;
+  auto T0 = std::chrono::steady_clock::now();
+  runtime::Attention Att(Def, Sig);
+  double CompileS = secondsSince(T0);
+  const ir::Graph &G = *Att.definition().Graph;
+
+  std::mt19937_64 Rng(Seed);
+  HostTensor Q = randomTensor(Rng, C.Dt, C.L, C.B, C.H, C.Sq, C.D);
+  HostTensor K = randomTensor(Rng, C.Dt, C.L, C.B, C.Hkv, C.Skv, C.D);
+  HostTensor V = randomTensor(Rng, C.Dt, C.L, C.B, C.Hkv, C.Skv, C.DV);
+
+  reference::AttentionInputs In;
+  In.Q = Q.Ref;
+  In.K = K.Ref;
+  In.V = V.Ref;
+  runtime::InputMap Inputs;
+  for (const ir::InputDecl &D : G.decls().Inputs) {
+    if (D.Shape != ir::InputShape::Scalar)
+      throw InternalError("gpu test: only scalar inputs are exercised here");
+    float X = float((D.SampleLo + D.SampleHi) / 2);
+    Inputs[D.Name] = X;
+    In.Inputs[D.Name] = reference::Tensor({}, double(X));
+  }
+  T0 = std::chrono::steady_clock::now();
+  reference::AttentionOutputs Ref =
+      reference::attentionOnline(Att.definition(), In, 0);
+  In.RoundProbs = [&](double P) { return roundTo(C.Dt, P); };
+  reference::AttentionOutputs Plain =
+      reference::attentionOnline(Att.definition(), In, 0);
+
+  double ReferenceS = secondsSince(T0);
+  T0 = std::chrono::steady_clock::now();
+  DeviceBuffer DQ(Q.Bits.size() * 2), DK(K.Bits.size() * 2),
+      DV(V.Bits.size() * 2);
+  DQ.upload(Q.Bits.data(), DQ.size());
+  DK.upload(K.Bits.data(), DK.size());
+  DV.upload(V.Bits.data(), DV.size());
+  size_t OElems = size_t(C.B) * C.H * C.Sq * C.DV;
+  size_t NumFinals = G.decls().FinalRowscales.size();
+  DeviceBuffer DO(OElems * 2), DF(std::max<size_t>(1, NumFinals) * C.B * C.H *
+                                  C.Sq * 4);
+  DO.poison();
+  DF.poison();
+  runtime::ElemType ET =
+      C.Dt == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+  auto View = [&](DeviceBuffer &Buf, int H, int S, int D) {
+    return runtime::TensorView::contiguous(Buf.get(), ET,
+                                           viewShape(C.L, C.B, H, S, D));
+  };
+  runtime::TensorView Finals = runtime::TensorView::contiguous(
+      DF.get(), runtime::ElemType::F32,
+      {int64_t(NumFinals), C.B, C.H, C.Sq});
+  Att.forward(View(DQ, C.H, C.Sq, C.D), View(DK, C.Hkv, C.Skv, C.D),
+              View(DV, C.Hkv, C.Skv, C.DV), View(DO, C.H, C.Sq, C.DV),
+              NumFinals ? &Finals : nullptr, Inputs);
+  auto &Drv = runtime::CudaDriver::get();
+  Drv.check(Drv.cuCtxSynchronize(), "kernel execution");
+
+  std::vector<uint16_t> OBits(OElems);
+  DO.download(OBits.data(), OElems * 2);
+  std::vector<float> FVals(NumFinals * C.B * C.H * C.Sq);
+  if (NumFinals)
+    DF.download(FVals.data(), FVals.size() * 4);
+
+  Outcome R{0, 0, 0, 0, true, CompileS, ReferenceS, secondsSince(T0)};
+  for (int b = 0; b < C.B; ++b)
+    for (int h = 0; h < C.H; ++h)
+      for (int s = 0; s < C.Sq; ++s) {
+        for (int d = 0; d < C.DV; ++d) {
+          size_t Off = C.L == Layout::BSHD
+                           ? ((size_t(b) * C.Sq + s) * C.H + h) * C.DV + d
+                           : ((size_t(b) * C.H + h) * C.Sq + s) * C.DV + d;
+          double Got = fromBits(C.Dt, OBits[Off]);
+          double Want = Ref.O.at({b, h, s, d});
+          double PlainV = roundTo(C.Dt, Plain.O.at({b, h, s, d}));
+          double E = std::isnan(Got) ? std::numeric_limits<double>::infinity()
+                                     : std::fabs(Got - Want);
+          R.Err = std::max(R.Err, E);
+          R.PlainErr = std::max(R.PlainErr, std::fabs(PlainV - Want));
+        }
+        for (size_t f = 0; f < NumFinals; ++f) {
+          double Got = FVals[((f * C.B + b) * C.H + h) * C.Sq + s];
+          double Want = Ref.Finals.at(G.decls().FinalRowscales[f].Name)
+                            .at({b, h, s});
+          double E = (std::isinf(Want) && Got == Want)
+                         ? 0.0
+                         : std::fabs(Got - Want) / (1.0 + std::fabs(Want));
+          if (std::isnan(Got))
+            E = std::numeric_limits<double>::infinity();
+          R.FinalErr = std::max(R.FinalErr, E);
+        }
+      }
+  double Atol = C.Dt == DType::F16 ? 1e-3 : 8e-3;
+  R.Tol = 2 * R.PlainErr + Atol;
+  R.Pass = R.Err <= R.Tol && R.FinalErr <= 2e-4;
+  return R;
+}
+
+std::vector<Case> cases(bool Quick) {
+  std::vector<Case> Out;
+  const char *Examples[] = {"mha", "sigmoid_attn", "relu_attn", "retention",
+                            "mha_window", "mha_emptyrows", "mha_full"};
+  if (Quick) {
+    for (const char *E : Examples)
+      Out.push_back({E, DType::F16, 64, 64, 1, 2, 2, 70, 70, Layout::BSHD, ""});
+    return Out;
+  }
+  struct Shape {
+    int B, H, Hkv, Sq, Skv;
+  } Shapes[] = {{1, 2, 2, 1, 1}, {2, 2, 2, 17, 17}, {1, 2, 2, 130, 257}};
+  struct Dims {
+    int D, DV;
+  } AllDims[] = {{64, 64}, {128, 128}, {64, 128}, {128, 256}};
+  for (const char *E : Examples)
+    for (DType T : {DType::F16, DType::BF16})
+      for (Dims Dm : AllDims)
+        for (Shape S : Shapes)
+          Out.push_back({E, T, Dm.D, Dm.DV, S.B, S.H, S.Hkv, S.Sq, S.Skv,
+                         (S.Sq + Dm.D) % 2 ? Layout::BHSD : Layout::BSHD, ""});
+  // A sequence that is not a multiple of any tile, with grouped k/v heads.
+  for (const char *E : Examples)
+    for (DType T : {DType::F16, DType::BF16})
+      Out.push_back({E, T, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD, ""});
+  // Other tile configurations, and one long sequence.
+  for (const char *Cfg : {"m128n64w4s2", "m64n128w4s3", "m128n32w8s2"})
+    Out.push_back({"mha", DType::F16, 128, 128, 1, 2, 2, 333, 333,
+                   Layout::BSHD, Cfg});
+  Out.push_back({"mha", DType::BF16, 128, 128, 1, 1, 1, 4096, 4096,
+                 Layout::BSHD, ""});
+  return Out;
+}
+
+} // namespace
+
+int main(int Argc, char **Argv) {
+  bool Quick = Argc > 1 && std::string(Argv[1]) == "--quick";
+  auto &Drv = runtime::CudaDriver::get();
+  if (!Drv.available()) {
+    std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
+    return 77;
+  }
+  const runtime::DeviceInfo &Dev = runtime::currentDevice();
+  std::printf("device: %s (%s)\n", Dev.Name.c_str(), Dev.arch().c_str());
+  int Passed = 0, Failed = 0;
+  uint64_t Seed = 1;
+  const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
+  for (const Case &C : cases(Quick)) {
+    if (Filter && C.Def != Filter)
+      continue;
+    std::string Name = fmt::format(
+        "{} {} d{}/{} b{} h{}/{} s{}x{} {}{}", C.Def, dtypeName(C.Dt).str(),
+        C.D, C.DV, C.B, C.H, C.Hkv, C.Sq, C.Skv, layoutName(C.L).str(),
+        C.Config.empty() ? "" : " " + C.Config);
+    try {
+      Outcome R = runCase(C, Seed++);
+      std::printf("%-58s err %.2e plain %.2e tol %.2e finals %.1e "
+                  "[%.1fs %.1fs %.2fs]  %s\n",
+                  Name.c_str(), R.Err, R.PlainErr, R.Tol, R.FinalErr,
+                  R.CompileS, R.ReferenceS, R.DeviceS,
+                  R.Pass ? "pass" : "FAIL");
+      (R.Pass ? Passed : Failed)++;
+    } catch (const std::exception &E) {
+      std::printf("%-58s ERROR %s\n", Name.c_str(), E.what());
+      ++Failed;
+    }
+    std::fflush(stdout);
+  }
+  std::printf("%d passed, %d failed\n", Passed, Failed);
+  return Failed ? 1 : 0;
+}

@@ -1,0 +1,115 @@
+// attnc_bench: times the generated forward kernel with CUDA events (warm-up,
+// median of many runs, inputs rotated over three random sets so caches do
+// not flatter) and prints one line per shape.
+//
+//   attnc_bench NAME DTYPE B H S D [CONFIG]
+//
+// NAME is a registered example or mha_full (softmax without mask).
+#include "GpuSupport.h"
+
+#include "Examples.h"
+#include "attn/Error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+using namespace attn;
+using namespace attn::gputest;
+
+int main(int Argc, char **Argv) {
+  if (Argc < 7) {
+    std::fprintf(stderr, "usage: attnc_bench NAME f16|bf16 B H S D [CONFIG]\n");
+    return 2;
+  }
+  auto &Drv = runtime::CudaDriver::get();
+  if (!Drv.available()) {
+    std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
+    return 77;
+  }
+  try {
+    std::string Name = Argv[1];
+    DType T = *dtypeFromName(Argv[2]);
+    int B = std::atoi(Argv[3]), H = std::atoi(Argv[4]), S = std::atoi(Argv[5]),
+        D = std::atoi(Argv[6]);
+    dsl::Registry R;
+    examples::registerExamples(R);
+    dsl::AttentionDef Def =
+        Name == "mha_full"
+            ? examples::mha()
+            : static_cast<const dsl::AttentionDef &>(R.get(Name));
+    if (Name == "mha_full") {
+      Def.name = "mha_full";
+      Def.mask_mod = {};
+    }
+    runtime::Signature Sig;
+    Sig.Dtype = T;
+    Sig.HeadDim = D;
+    Sig.HeadDimV = D;
+    if (Argc > 7)
+      Sig.Config = Argv[7];
+    runtime::Attention Att(Def, Sig);
+    const ir::Graph &G = *Att.definition().Graph;
+    runtime::ElemType ET =
+        T == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+
+    size_t Elems = size_t(B) * S * H * D;
+    std::mt19937_64 Rng(7);
+    std::normal_distribution<double> N(0, 1);
+    std::vector<uint16_t> Host(Elems);
+    std::vector<std::unique_ptr<DeviceBuffer>> Bufs;
+    for (int I = 0; I < 9; ++I) { // three sets of q, k, v
+      for (uint16_t &X : Host)
+        X = toBits(T, N(Rng));
+      Bufs.push_back(std::make_unique<DeviceBuffer>(Elems * 2));
+      Bufs.back()->upload(Host.data(), Elems * 2);
+    }
+    DeviceBuffer Out(Elems * 2);
+    size_t NumFinals = G.decls().FinalRowscales.size();
+    DeviceBuffer Finals(std::max<size_t>(1, NumFinals) * B * H * S * 4);
+    runtime::InputMap Inputs;
+    for (const ir::InputDecl &I : G.decls().Inputs)
+      Inputs[I.Name] = float((I.SampleLo + I.SampleHi) / 2);
+    auto View = [&](DeviceBuffer &Buf) {
+      return runtime::TensorView::contiguous(Buf.get(), ET, {B, S, H, D});
+    };
+    runtime::TensorView FV = runtime::TensorView::contiguous(
+        Finals.get(), runtime::ElemType::F32, {int64_t(NumFinals), B, H, S});
+    auto Run = [&](int Set) {
+      Att.forward(View(*Bufs[3 * Set]), View(*Bufs[3 * Set + 1]),
+                  View(*Bufs[3 * Set + 2]), View(Out),
+                  NumFinals ? &FV : nullptr, Inputs);
+    };
+    for (int I = 0; I < 5; ++I)
+      Run(I % 3);
+    Drv.check(Drv.cuCtxSynchronize(), "warm-up");
+    CUevent E0, E1;
+    Drv.check(Drv.cuEventCreate(&E0, 0), "cuEventCreate");
+    Drv.check(Drv.cuEventCreate(&E1, 0), "cuEventCreate");
+    std::vector<float> Times;
+    for (int I = 0; I < 30; ++I) {
+      Drv.check(Drv.cuEventRecord(E0, nullptr), "cuEventRecord");
+      Run(I % 3);
+      Drv.check(Drv.cuEventRecord(E1, nullptr), "cuEventRecord");
+      Drv.check(Drv.cuEventSynchronize(E1), "cuEventSynchronize");
+      float Ms;
+      Drv.check(Drv.cuEventElapsedTime(&Ms, E0, E1), "cuEventElapsedTime");
+      Times.push_back(Ms);
+    }
+    std::sort(Times.begin(), Times.end());
+    double Median = Times[Times.size() / 2];
+    bool Causal = G.decls().HasMask; // every masked example here is causal
+    double Flops = 4.0 * B * H * double(S) * S * D * (Causal ? 0.5 : 1.0);
+    std::printf("attnc %-12s %s B%d H%d S%d D%d %s %s: %.3f ms  %.1f TFLOPS\n",
+                Name.c_str(), dtypeName(T).str().c_str(), B, H, S, D,
+                Causal ? "causal" : "full", Att.source().Key.c_str(), Median,
+                Flops / (Median * 1e-3) / 1e12);
+    return 0;
+  } catch (const std::exception &E) {
+    std::fprintf(stderr, "attnc_bench: %s\n", E.what());
+    return 1;
+  }
+}
