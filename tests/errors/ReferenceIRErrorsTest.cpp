@@ -145,3 +145,33 @@ TEST_CASE("IR JSON with an unknown op") {
   REQUIRE_THROWS_WITH(ir::loadJSON(S), StartsWith("IR JSON: nodes[") &&
                                            Contains("unknown op 'rsqrX'"));
 }
+
+TEST_CASE("IR JSON errors in a node carry the prefix once") {
+  // A minimal document with the given nodes.
+  auto Doc = [](const std::string &Nodes) {
+    return "{\"format\": \"attnc-ir\", \"version\": 1, \"name\": \"x\", "
+           "\"kind\": \"attention\", \"has_mask\": false, "
+           "\"has_backward\": false, \"decay_sample\": [-1, 0], "
+           "\"rowscales\": [], \"finals\": [], \"inputs\": [], "
+           "\"nodes\": [" +
+           Nodes + "], \"functions\": []}";
+  };
+  // The document's own mistake ...
+  REQUIRE_THROWS_AS(
+      ir::loadJSON(Doc("{\"op\": \"foo\", \"type\": \"f32\", "
+                       "\"space\": \"const\"}")),
+      UserError);
+  REQUIRE_THROWS_WITH(
+      ir::loadJSON(Doc("{\"op\": \"foo\", \"type\": \"f32\", "
+                       "\"space\": \"const\"}")),
+      Catch::Equals("IR JSON: nodes[0]: unknown op 'foo'"));
+  // ... and one the graph builder finds: 'not' of a number.
+  std::string NotOfNumber =
+      Doc("{\"op\": \"const\", \"value\": 1, \"type\": \"f32\", "
+          "\"space\": \"const\"}, {\"op\": \"not\", \"args\": [0], "
+          "\"type\": \"i1\", \"space\": \"const\"}");
+  REQUIRE_THROWS_AS(ir::loadJSON(NotOfNumber), UserError);
+  REQUIRE_THROWS_WITH(ir::loadJSON(NotOfNumber),
+                      Catch::Equals("IR JSON: nodes[1]: 'not' needs a "
+                                    "boolean, but `1` is a number"));
+}

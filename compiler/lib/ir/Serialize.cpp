@@ -17,9 +17,11 @@ using nlohmann::json;
 
 namespace {
 
+/// A double as JSON: a number, or "inf", "-inf", "nan" or "-nan" (a NaN
+/// with its sign bit set, as x86 makes inf - inf; the printer shows it).
 json number(double V) {
   if (std::isnan(V))
-    return "nan";
+    return std::signbit(V) ? "-nan" : "nan";
   if (std::isinf(V))
     return V > 0 ? "inf" : "-inf";
   return V;
@@ -40,8 +42,10 @@ double readNumber(const json &J, const std::string &Where) {
       return -std::numeric_limits<double>::infinity();
     if (S == "nan")
       return std::numeric_limits<double>::quiet_NaN();
+    if (S == "-nan")
+      return std::copysign(std::numeric_limits<double>::quiet_NaN(), -1.0);
   }
-  bad(Where, "expected a number, \"inf\", \"-inf\" or \"nan\"");
+  bad(Where, "expected a number, \"inf\", \"-inf\", \"nan\" or \"-nan\"");
 }
 
 const json &field(const json &J, const char *Key, const std::string &Where) {
@@ -66,6 +70,19 @@ T readEnum(const json &J, const char *Key, const std::string &Where,
   if (!V)
     bad(Where, "unknown " + std::string(Key) + " '" + S + "'");
   return *V;
+}
+
+/// Runs a graph builder for the node at \p Where. What the builder rejects
+/// (a type clash in an edited document, say) becomes an IR JSON error that
+/// names the node; the document's own errors are thrown by bad() outside it,
+/// so every message carries the "IR JSON: WHERE: " prefix once.
+template <typename Fn>
+const Node *build(const std::string &Where, Fn &&Builder) {
+  try {
+    return Builder();
+  } catch (const Error &E) {
+    bad(Where, E.what());
+  }
 }
 
 std::optional<DefinitionKind> kindFromName(llvm::StringRef N) {
@@ -191,40 +208,36 @@ static std::unique_ptr<Graph> loadParsed(const std::string &Text) {
     Type T = readEnum<Type>(E, "type", W, typeFromName);
     Space S = readEnum<Space>(E, "space", W, spaceFromName);
     const Node *N;
-    try {
-      if (Op == "const") {
-        N = G->constant(readNumber(field(E, "value", W), W), T);
-      } else if (Op == "param") {
-        N = G->param(readEnum<ParamKind>(E, "param", W, paramKindFromName),
-                     readString(E, "name", W), T, S);
-      } else {
-        std::optional<NodeKind> K = kindFromMnemonic(Op);
-        if (!K)
-          bad(W, "unknown op '" + Op + "'");
-        const json &Args = field(E, "args", W);
-        if (!Args.is_array() || Args.size() != arity(*K))
-          bad(W, "'" + Op + "' takes " + std::to_string(arity(*K)) +
-                     " args");
-        std::vector<const Node *> Ops;
-        for (const json &A : Args) {
-          if (!A.is_number_unsigned() || A.get<size_t>() >= Nodes.size())
-            bad(W, "arg " + A.dump() + " does not name an earlier node");
-          Ops.push_back(Nodes[A.get<size_t>()]);
-        }
-        if (*K == NodeKind::Reduce)
-          N = G->reduce(readEnum<ReduceOp>(E, "reduce", W, reduceOpFromName),
-                        Ops[0]);
-        else if (isUnaryKind(*K))
-          N = G->unary(*K, Ops[0]);
-        else if (*K == NodeKind::Select)
-          N = G->select(Ops[0], Ops[1], Ops[2]);
-        else
-          N = G->binary(*K, Ops[0], Ops[1]);
+    if (Op == "const") {
+      double V = readNumber(field(E, "value", W), W);
+      N = build(W, [&] { return G->constant(V, T); });
+    } else if (Op == "param") {
+      ParamKind PK = readEnum<ParamKind>(E, "param", W, paramKindFromName);
+      std::string Name = readString(E, "name", W);
+      N = build(W, [&] { return G->param(PK, Name, T, S); });
+    } else {
+      std::optional<NodeKind> K = kindFromMnemonic(Op);
+      if (!K)
+        bad(W, "unknown op '" + Op + "'");
+      const json &Args = field(E, "args", W);
+      if (!Args.is_array() || Args.size() != arity(*K))
+        bad(W, "'" + Op + "' takes " + std::to_string(arity(*K)) + " args");
+      std::vector<const Node *> Ops;
+      for (const json &A : Args) {
+        if (!A.is_number_unsigned() || A.get<size_t>() >= Nodes.size())
+          bad(W, "arg " + A.dump() + " does not name an earlier node");
+        Ops.push_back(Nodes[A.get<size_t>()]);
       }
-    } catch (const InternalError &E) {
-      bad(W, E.what());
-    } catch (const UserError &E) {
-      bad(W, E.what());
+      if (*K == NodeKind::Reduce) {
+        ReduceOp R = readEnum<ReduceOp>(E, "reduce", W, reduceOpFromName);
+        N = build(W, [&] { return G->reduce(R, Ops[0]); });
+      } else if (isUnaryKind(*K)) {
+        N = build(W, [&] { return G->unary(*K, Ops[0]); });
+      } else if (*K == NodeKind::Select) {
+        N = build(W, [&] { return G->select(Ops[0], Ops[1], Ops[2]); });
+      } else {
+        N = build(W, [&] { return G->binary(*K, Ops[0], Ops[1]); });
+      }
     }
     if (N->getType() != T || N->getSpace() != S)
       bad(W, "recorded as " + typeName(T).str() + " " + spaceName(S).str() +

@@ -14,8 +14,8 @@ constexpr int IRFormatVersion = 1;
 
 /// Writes the declarations, the live nodes (in creation order, each with its
 /// type and space) and the functions as JSON text. Non-finite constants are
-/// written as the strings "inf", "-inf" and "nan"; finite ones as JSON
-/// numbers with round-trip precision.
+/// written as the strings "inf", "-inf", "nan" and "-nan" (a NaN keeps its
+/// sign bit); finite ones as JSON numbers with round-trip precision.
 std::string saveJSON(const Graph &G);
 
 /// Reads what saveJSON wrote. Nodes are rebuilt through the graph's builders
