@@ -58,12 +58,9 @@ TEST_CASE("reference: backward of a definition without one") {
                                "OnlineFunc::backward"));
 }
 
-// Library bug (compiler/lib/reference/Attention.cpp, attentionOnline and
-// attentionDirect: `emptyOutputs(*Def.Graph, dimsOf(In))` reads q.dim(3)
-// before forEachRow validates the ranks), so a rank-3 q escapes as
-// std::out_of_range instead of the UserError validateAttentionInputs
-// would give. Tagged mayfail until fixed.
-TEST_CASE("reference: q of the wrong rank", "[!mayfail]") {
+// The entry points validate before they read a size, so a rank-3 q is the
+// UserError validateAttentionInputs gives, not std::out_of_range.
+TEST_CASE("reference: q of the wrong rank") {
   CompiledDefinition C = compile(examples::mha());
   reference::AttentionInputs In = smallInputs();
   In.Q = reference::Tensor({1, 2, 4});
@@ -71,7 +68,7 @@ TEST_CASE("reference: q of the wrong rank", "[!mayfail]") {
   REQUIRE_THROWS_WITH(reference::validateAttentionInputs(*C.Graph, In),
                       Contains("reference: q must be [batch, heads, seq, "
                                "dim], got [1, 2, 4]"));
-  // ... but the entry points that should call it first do not.
+  // ... and the entry points call it first.
   CHECK_THROWS_AS(reference::attentionDirect(C, In), UserError);
   CHECK_THROWS_AS(reference::attentionOnline(C, In, 2), UserError);
   CHECK_THROWS_AS(
@@ -79,10 +76,8 @@ TEST_CASE("reference: q of the wrong rank", "[!mayfail]") {
       UserError);
 }
 
-// Library bug (compiler/lib/reference/Linear.cpp, linearRecurrent and
-// linearChunked call dimsOf(In) before run() validates): same as above for
-// linear attention. Tagged mayfail until fixed.
-TEST_CASE("linear reference: q of the wrong rank", "[!mayfail]") {
+// The same for linear attention.
+TEST_CASE("linear reference: q of the wrong rank") {
   CompiledDefinition C = compile(examples::simpleGla());
   reference::LinearInputs In;
   In.Q = reference::Tensor({1, 2, 4});

@@ -50,8 +50,7 @@ TEST_CASE("attention inputs: wrong ranks and mismatched dims are UserErrors",
           "[validation]") {
   CompiledDefinition C = compile(examples::sigmoidAttn());
   AttentionInputs In = goodAttention(C);
-  // \p ViaEntryPoints: also through attentionOnline/Direct (see the
-  // [!mayfail] test below for the rank errors that escape them).
+  // \p ViaEntryPoints: also through attentionOnline/Direct.
   auto Bad = [&](auto Mutate, const char *Message, bool ViaEntryPoints = true) {
     AttentionInputs X = In;
     Mutate(X);
@@ -64,10 +63,10 @@ TEST_CASE("attention inputs: wrong ranks and mismatched dims are UserErrors",
     CHECK_THROWS_AS(reference::attentionOnline(C, X, 2), UserError);
     CHECK_THROWS_WITH(reference::attentionDirect(C, X), Contains(Message));
   };
-  Bad([](AttentionInputs &X) { X.Q = Tensor({4, 3, 2}); }, "q must be", false);
+  Bad([](AttentionInputs &X) { X.Q = Tensor({4, 3, 2}); }, "q must be");
   Bad([](AttentionInputs &X) { X.K = Tensor({1, 2, 5, 2, 1}); }, "k must be");
   Bad([](AttentionInputs &X) { X.K = Tensor({1, 2, 5}); }, "k must be");
-  Bad([](AttentionInputs &X) { X.V = Tensor({2, 3}); }, "v must be", false);
+  Bad([](AttentionInputs &X) { X.V = Tensor({2, 3}); }, "v must be");
   Bad([](AttentionInputs &X) { X.K = Tensor({2, 2, 5, 2}); }, "same batch");
   Bad([](AttentionInputs &X) { X.V = Tensor({1, 1, 5, 3}); }, "same heads");
   Bad(
@@ -146,7 +145,7 @@ TEST_CASE("linear inputs: wrong ranks and mismatched dims are UserErrors",
     CHECK_THROWS_AS(reference::linearRecurrent(C, X), UserError);
     CHECK_THROWS_WITH(reference::linearChunked(C, X, 2), Contains(Message));
   };
-  Bad([](LinearInputs &X) { X.Q = Tensor({2, 4, 3}); }, "q must be", false);
+  Bad([](LinearInputs &X) { X.Q = Tensor({2, 4, 3}); }, "q must be");
   Bad([](LinearInputs &X) { X.K = Tensor({1, 2, 4}); }, "k must be");
   Bad([](LinearInputs &X) { X.V = Tensor({1, 4, 4, 2, 1}); }, "v must be");
   Bad(
@@ -196,15 +195,12 @@ TEST_CASE("linear reference: chunk size and definition kind", "[validation]") {
                     Contains("not linear attention"));
 }
 
-// BUG (compiler/lib/reference/Attention.cpp:246, 258, 281 and
-// compiler/lib/reference/Linear.cpp:111, 130): attentionOnline,
-// attentionDirect, attentionBackward, linearRecurrent and linearChunked read
-// dims through dimsOf(In) -> Tensor::dim -> Shape.at(3) before validating, so
-// a q (or, for attention, a v) of rank < 4 escapes as std::out_of_range
-// ("vector::_M_range_check") instead of the UserError "q must be [batch,
-// heads, seq, dim]" that validate*Inputs gives.
+// attentionOnline, attentionDirect, attentionBackward, linearRecurrent and
+// linearChunked validate before they read a size, so a q (or, for attention,
+// a v) of rank < 4 is the UserError "q must be [batch, heads, seq, dim]", not
+// std::out_of_range from Tensor::dim.
 TEST_CASE("reference entry points report a low-rank q or v as a UserError",
-          "[validation][!mayfail]") {
+          "[validation]") {
   CompiledDefinition C = compile(examples::sigmoidAttn());
   AttentionInputs In = goodAttention(C);
   In.Q = Tensor({4, 3, 2});
@@ -222,14 +218,12 @@ TEST_CASE("reference entry points report a low-rank q or v as a UserError",
   CHECK_THROWS_AS(reference::linearChunked(L, LIn, 2), UserError);
 }
 
-// BUG (compiler/lib/reference/Linear.cpp:199 at HEAD): validateLinearInputs
-// computes `Dm.H % Dm.Hq` and `Dm.H % Dm.Hk` without checking for zero
-// heads, so q (or k) of shape [B, 0, T, D] dies with SIGFPE (integer
-// division by zero) instead of throwing the UserError "q heads (0) ... must
-// divide v heads". (The attention validation checks Hkv < 1 first.) Run in a
-// child process so that the crash cannot take the test binary down.
+// validateLinearInputs checks every size is at least 1 before it divides
+// by the q and k head counts, so q (or k) of shape [B, 0, T, D] is a
+// UserError, not SIGFPE. (The attention validation checks Hkv < 1 first.)
+// Run in a child process so that a crash cannot take the test binary down.
 TEST_CASE("linear inputs with zero q or k heads are a UserError",
-          "[validation][!mayfail]") {
+          "[validation]") {
   CompiledDefinition C = compile(examples::simpleGla());
   for (bool ZeroQ : {true, false}) {
     LinearInputs In;
@@ -257,4 +251,22 @@ TEST_CASE("linear inputs with zero q or k heads are a UserError",
     CHECK(WIFEXITED(Status));
     CHECK((WIFEXITED(Status) && WEXITSTATUS(Status) == 0));
   }
+  // In this process too, now that it cannot crash: the message names the
+  // tensor, and an empty sequence or head dim is rejected the same way.
+  LinearInputs In;
+  In.Q = Tensor({1, 0, 2, 1});
+  In.K = Tensor({1, 1, 2, 1});
+  In.V = Tensor({1, 1, 2, 1});
+  In.Decay = Tensor({1, 1, 2});
+  CHECK_THROWS_WITH(reference::validateLinearInputs(*C.Graph, In),
+                    Contains("linear reference: q must have every dimension "
+                             "at least 1, got [1, 0, 2, 1]"));
+  In.Q = Tensor({1, 1, 2, 1});
+  In.V = Tensor({1, 1, 0, 1});
+  CHECK_THROWS_WITH(reference::linearRecurrent(C, In),
+                    Contains("v must have every dimension at least 1"));
+  In.V = Tensor({1, 1, 2, 1});
+  In.K = Tensor({1, 1, 2, 0});
+  CHECK_THROWS_WITH(reference::linearChunked(C, In, 2),
+                    Contains("k must have every dimension at least 1"));
 }

@@ -204,15 +204,22 @@ AttentionOutputs emptyOutputs(const ir::Graph &G, const Dims &Dm) {
   return Out;
 }
 
-/// Calls \p Fn(Row&) for every (b, h, query) after validating the inputs.
-template <typename Fn>
-void forEachRow(const CompiledDefinition &Def, const AttentionInputs &In,
-                Fn &&Body) {
+/// Checks the definition's kind and validates the inputs, then returns their
+/// sizes. Every entry point calls it before it reads a size, so that a
+/// tensor of the wrong rank is a UserError, not an out-of-range read.
+Dims validated(const CompiledDefinition &Def, const AttentionInputs &In) {
   if (Def.Graph->decls().Kind != ir::DefinitionKind::Transformer)
     throw UserError("'" + Def.Graph->name() +
                     "' is linear attention; use the linear reference");
   validateAttentionInputs(*Def.Graph, In);
-  Dims Dm = dimsOf(In);
+  return dimsOf(In);
+}
+
+/// Calls \p Fn(Row&) for every (b, h, query) of validated inputs of sizes
+/// \p Dm.
+template <typename Fn>
+void forEachRow(const CompiledDefinition &Def, const AttentionInputs &In,
+                const Dims &Dm, Fn &&Body) {
   for (int64_t B = 0; B < Dm.B; ++B)
     for (int64_t H = 0; H < Dm.H; ++H)
       for (int64_t I = 0; I < Dm.Sq; ++I) {
@@ -245,8 +252,9 @@ Values recomputeProbs(Row &R) {
 
 AttentionOutputs attentionOnline(const CompiledDefinition &Def,
                                  const AttentionInputs &In, int64_t BlockN) {
-  AttentionOutputs Out = emptyOutputs(*Def.Graph, dimsOf(In));
-  forEachRow(Def, In, [&](Row &R) {
+  Dims Dm = validated(Def, In);
+  AttentionOutputs Out = emptyOutputs(*Def.Graph, Dm);
+  forEachRow(Def, In, Dm, [&](Row &R) {
     std::vector<double> O;
     std::map<std::string, double> Finals;
     runOnline(R, BlockN, O, Finals);
@@ -257,8 +265,9 @@ AttentionOutputs attentionOnline(const CompiledDefinition &Def,
 
 AttentionOutputs attentionDirect(const CompiledDefinition &Def,
                                  const AttentionInputs &In) {
-  AttentionOutputs Out = emptyOutputs(*Def.Graph, dimsOf(In));
-  forEachRow(Def, In, [&](Row &R) {
+  Dims Dm = validated(Def, In);
+  AttentionOutputs Out = emptyOutputs(*Def.Graph, Dm);
+  forEachRow(Def, In, Dm, [&](Row &R) {
     std::vector<double> O;
     std::map<std::string, double> Finals;
     if (runOnline(R, 0, O, Finals)) {
@@ -280,13 +289,13 @@ AttentionGrads attentionBackward(const CompiledDefinition &Def,
   if (!Bwd)
     throw UserError("'" + Def.Graph->name() +
                     "' has no backward; write OnlineFunc::backward");
-  Dims Dm = dimsOf(In);
+  Dims Dm = validated(Def, In);
   if (DO.Shape != std::vector<int64_t>{Dm.B, Dm.H, Dm.Sq, Dm.DV})
     throw UserError("reference backward: dO must have shape " +
                     In.Q.shapeString() + " with DV last, got " +
                     DO.shapeString());
   AttentionGrads G{Tensor(In.Q.Shape), Tensor(In.K.Shape), Tensor(In.V.Shape)};
-  forEachRow(Def, In, [&](Row &R) {
+  forEachRow(Def, In, Dm, [&](Row &R) {
     std::vector<double> O;
     std::map<std::string, double> Finals;
     if (!runOnline(R, 0, O, Finals))

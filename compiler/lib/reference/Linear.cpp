@@ -101,14 +101,22 @@ State initialState(const LinearInputs &In, const Dims &Dm, int64_t B,
   return S;
 }
 
-template <typename Fn>
-LinearOutputs run(const CompiledDefinition &Def, const LinearInputs &In,
-                  Fn &&PerHead) {
+/// Checks the definition's kind and validates the inputs, then returns their
+/// sizes. Every entry point calls it before it reads a size, so that a
+/// tensor of the wrong rank is a UserError, not an out-of-range read.
+Dims validated(const CompiledDefinition &Def, const LinearInputs &In) {
   if (Def.Graph->decls().Kind != ir::DefinitionKind::Linear)
     throw UserError("'" + Def.Graph->name() +
                     "' is not linear attention; use the attention reference");
   validateLinearInputs(*Def.Graph, In);
-  Dims Dm = dimsOf(In);
+  return dimsOf(In);
+}
+
+/// Runs \p PerHead for every (batch, head) of validated inputs of sizes
+/// \p Dm.
+template <typename Fn>
+LinearOutputs run(const CompiledDefinition &Def, const LinearInputs &In,
+                  const Dims &Dm, Fn &&PerHead) {
   LinearOutputs Out{Tensor({Dm.B, Dm.H, Dm.T, Dm.DV}),
                     Tensor({Dm.B, Dm.H, Dm.D, Dm.DV})};
   for (int64_t B = 0; B < Dm.B; ++B)
@@ -127,8 +135,8 @@ LinearOutputs run(const CompiledDefinition &Def, const LinearInputs &In,
 
 LinearOutputs linearRecurrent(const CompiledDefinition &Def,
                               const LinearInputs &In) {
-  Dims Dm = dimsOf(In);
-  return run(Def, In, [&](const Modded &M, State &S, int64_t B, int64_t H,
+  Dims Dm = validated(Def, In);
+  return run(Def, In, Dm, [&](const Modded &M, State &S, int64_t B, int64_t H,
                           Tensor &O) {
     for (int64_t T = 0; T < Dm.T; ++T) {
       double Decay = std::exp(M.G[T]);
@@ -149,8 +157,8 @@ LinearOutputs linearChunked(const CompiledDefinition &Def,
                             const LinearInputs &In, int64_t Chunk) {
   if (Chunk < 1)
     throw UserError("linear reference: chunk size must be at least 1");
-  Dims Dm = dimsOf(In);
-  return run(Def, In, [&](const Modded &M, State &S, int64_t B, int64_t H,
+  Dims Dm = validated(Def, In);
+  return run(Def, In, Dm, [&](const Modded &M, State &S, int64_t B, int64_t H,
                           Tensor &O) {
     for (int64_t C0 = 0; C0 < Dm.T; C0 += Chunk) {
       int64_t C1 = std::min(C0 + Chunk, Dm.T);
@@ -192,6 +200,13 @@ void validateLinearInputs(const ir::Graph &G, const LinearInputs &In) {
       throw UserError(std::string("linear reference: ") + Name +
                       " must be [batch, heads, seq, dim], got " +
                       T->shapeString());
+  // Every size at least 1 before any is used (the head counts divide below).
+  for (auto [T, Name] : {std::pair{&In.Q, "q"}, {&In.K, "k"}, {&In.V, "v"}})
+    for (int64_t Size : T->Shape)
+      if (Size < 1)
+        throw UserError(std::string("linear reference: ") + Name +
+                        " must have every dimension at least 1, got " +
+                        T->shapeString());
   Dims Dm = dimsOf(In);
   if (In.Q.dim(0) != Dm.B || In.K.dim(0) != Dm.B || In.Q.dim(2) != Dm.T ||
       In.K.dim(2) != Dm.T)

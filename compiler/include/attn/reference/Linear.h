@@ -23,7 +23,10 @@ struct LinearOutputs {
   Tensor O, FinalState;
 };
 
-/// UserError unless the tensors and inputs fit together and the definition.
+/// UserError unless the tensors and inputs fit together and the definition:
+/// q, k, v of rank 4 with every size at least 1, heads that divide, the
+/// decay and initial state shapes, every declared input with its shape.
+/// linearRecurrent and linearChunked call it before they read any size.
 void validateLinearInputs(const ir::Graph &G, const LinearInputs &In);
 
 /// S_t = exp(g_t)·S_{t−1} + k_tᵀ v_t, o_t = q_t S_t, one token at a time.
