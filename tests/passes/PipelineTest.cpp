@@ -169,17 +169,59 @@ TEST_CASE("simplify and DCE do not change what the reference computes",
   }
 }
 
-// BUG (compiler/lib/ir/Verifier.cpp, verify(), around line 97 at HEAD):
-// Verifier.h promises to reject "the wrong result names for its kind", but
-// verify() only checks that a function is known and has non-empty results.
-// A score_mod whose result is named "bogus" instead of "score" is accepted,
-// and the reference later dereferences the null Function::result("score").
-// Expected: InternalError; actual: no exception.
+// Verifier.h promises to reject "the wrong result names for its kind": a
+// score_mod whose result is named "bogus" instead of "score" would make the
+// reference dereference a null Function::result("score").
 TEST_CASE("verify rejects a result name the function does not have",
-          "[pipeline][verify][!mayfail]") {
+          "[pipeline][verify]") {
   ir::Graph G;
   G.addFunction("score_mod")
       .Results.push_back({"bogus", G.param(ir::ParamKind::Score, "score",
                                            ir::Type::F32, ir::Space::Tile)});
   CHECK_THROWS_AS(ir::verify(G), InternalError);
+  CHECK_THROWS_WITH(ir::verify(G),
+                    Catch::Contains("function 'score_mod' has results "
+                                    "{bogus}; expected {score}"));
+}
+
+TEST_CASE("every example's functions have the result names of their kind",
+          "[pipeline][verify]") {
+  // Each example's compiled graph has the names its kinds require.
+  std::string Name = GENERATE(from_range(exampleNames()));
+  INFO(Name);
+  CompiledDefinition C = compile(registry().get(Name));
+  CHECK_NOTHROW(ir::verify(*C.Graph));
+}
+
+TEST_CASE("verify rejects missing, repeated and misnamed results",
+          "[pipeline][verify]") {
+  // online_fwd must return scores, each online rowscale and o_scale.
+  CompiledDefinition M = compile(registry().get("mha"));
+  ir::Function *Fwd = M.Graph->getFunction("online_fwd");
+  REQUIRE(Fwd);
+  std::vector<ir::Result> Kept = Fwd->Results;
+  Fwd->Results.pop_back(); // o_scale
+  CHECK_THROWS_AS(ir::verify(*M.Graph), InternalError);
+  CHECK_THROWS_WITH(ir::verify(*M.Graph), Catch::Contains("expected {scores, "));
+  // A result named twice is as wrong as a missing one.
+  Fwd->Results = Kept;
+  Fwd->Results.push_back(Kept.front());
+  CHECK_THROWS_AS(ir::verify(*M.Graph), InternalError);
+  Fwd->Results = Kept;
+  CHECK_NOTHROW(ir::verify(*M.Graph));
+  // The epilogue's final rowscales follow the declarations.
+  M.Graph->decls().FinalRowscales.push_back({"extra", 0.0});
+  CHECK_THROWS_WITH(ir::verify(*M.Graph),
+                    Catch::Contains("function 'online_fwd_epilogue' has "
+                                    "results"));
+  M.Graph->decls().FinalRowscales.pop_back();
+
+  // decay_mod's result is g.
+  CompiledDefinition L = compile(registry().get("mamba2"));
+  ir::Function *Decay = L.Graph->getFunction("decay_mod");
+  REQUIRE(Decay);
+  Decay->Results.front().Name = "decay";
+  CHECK_THROWS_WITH(ir::verify(*L.Graph),
+                    Catch::Contains("function 'decay_mod' has results "
+                                    "{decay}; expected {g}"));
 }

@@ -6,7 +6,11 @@
 
 #include "llvm/Support/Casting.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 namespace attn::ir {
 
@@ -86,6 +90,51 @@ const std::set<std::string> &knownFunctions(DefinitionKind K) {
   return K == DefinitionKind::Transformer ? Transformer : Linear;
 }
 
+/// The result names function \p F must have, in the order the tracer
+/// records them.
+std::vector<std::string> expectedResults(const Graph &G, const Function &F) {
+  const Declarations &D = G.decls();
+  auto WithRowscales = [](std::string First,
+                          const std::vector<RowscaleDecl> &Rowscales,
+                          const char *Last) {
+    std::vector<std::string> Names{std::move(First)};
+    for (const RowscaleDecl &R : Rowscales)
+      Names.push_back(R.Name);
+    if (Last)
+      Names.push_back(Last);
+    return Names;
+  };
+  if (F.Name == "online_fwd")
+    return WithRowscales("scores", D.OnlineRowscales, "o_scale");
+  if (F.Name == "online_fwd_epilogue")
+    return WithRowscales("o", D.FinalRowscales, nullptr);
+  static const std::map<std::string, std::string> Single = {
+      {"score_mod", "score"}, {"mask_mod", "mask"},   {"forward", "p"},
+      {"backward", "dscores"}, {"q_mod", "q"},        {"k_mod", "k"},
+      {"v_mod", "v"},          {"decay_mod", "g"}};
+  return {Single.at(F.Name)};
+}
+
+std::string joinNames(const std::vector<std::string> &Names) {
+  std::string S;
+  for (const std::string &N : Names)
+    S += (S.empty() ? "" : ", ") + N;
+  return "{" + S + "}";
+}
+
+/// The results of \p F must be named as its kind requires, each once.
+void verifyResultNames(const Graph &G, const Function &F) {
+  std::vector<std::string> Expected = expectedResults(G, F), Actual;
+  for (const Result &R : F.Results)
+    Actual.push_back(R.Name);
+  std::vector<std::string> SortedExpected = Expected, SortedActual = Actual;
+  std::sort(SortedExpected.begin(), SortedExpected.end());
+  std::sort(SortedActual.begin(), SortedActual.end());
+  if (SortedActual != SortedExpected)
+    broken(G, "function '" + F.Name + "' has results " + joinNames(Actual) +
+                  "; expected " + joinNames(Expected));
+}
+
 } // namespace
 
 void verify(const Graph &G) {
@@ -101,6 +150,7 @@ void verify(const Graph &G) {
                       "' is empty");
       Roots.push_back(R.Value);
     }
+    verifyResultNames(G, F);
   }
   for (const Node *N : topologicalOrder(Roots))
     verifyNode(G, N);

@@ -10,7 +10,7 @@
 //    tile or col with out has no meaning and is rejected.
 //  * Types: f32 (real numbers; fp32 on the GPU, double in the reference
 //    interpreter), i32 (indices), i1 (booleans). i32 op i32 stays i32 for
-//    add/sub/mul/max/min/neg/abs; div and every transcendental give f32;
+//    add/sub/mul/max/min/neg/abs/relu; div and every transcendental give f32;
 //    mixing i32 and f32 gives f32. Booleans take part only in not/and/or and
 //    as the condition of select.
 //  * Floating point is IEEE: exp(-inf) = 0, log(0) = -inf, NaN propagates.

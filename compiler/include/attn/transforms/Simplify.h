@@ -11,7 +11,8 @@ namespace attn::transforms {
 ///  * folds any elementwise node whose operands are all constants, with the
 ///    same scalar semantics as the reference interpreter (ir/Eval.h);
 ///  * x+0, 0+x, x-0, x*1, 1*x, x/1 → x; -(-x) → x; !!x → x;
-///    max(x,x), min(x,x) → x; select(true,a,b) → a, select(false,a,b) → b;
+///    max(x,x), min(x,x) → x; select(true,a,b) → a, select(false,a,b) → b,
+///    select(c,a,a) → a;
 ///    x + (-y) → x - y; x - (-y) → x + y;
 ///  * puts a constant operand of a commutative operation on the right.
 /// Nothing is rewritten in a way that differs for inf or NaN operands (x*0
