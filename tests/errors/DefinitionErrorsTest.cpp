@@ -294,20 +294,16 @@ TEST_CASE("a symbol carried from one trace into another") {
                                              "different definitions"));
 }
 
-// The two messages below come from Symbol.cpp (graphOf/commonGraph), which
-// does not prefix the function being traced (Graph::context()), unlike
-// every other tracing error. Library shortcoming; see the report. Tagged
-// mayfail until the messages name the function.
-TEST_CASE("a symbol from another trace: the message names the function",
-          "[!mayfail]") {
+// Like every other tracing error, the two messages below name the function
+// being traced.
+TEST_CASE("a symbol from another trace: the message names the function") {
   AttentionDef Def("carry");
   Def.online_func = std::make_shared<CarriesScores>();
   std::unique_ptr<ir::Graph> First = trace(Def);
   REQUIRE_THROWS_WITH(compile(Def), StartsWith("online_fwd: "));
 }
 
-TEST_CASE("an empty SymbolScalar in a mod: the message names the function",
-          "[!mayfail]") {
+TEST_CASE("an empty SymbolScalar in a mod: the message names the function") {
   AttentionDef Def = mhaWithScoreMod(
       [](SymbolScalar s, const CustomInputs &, SymbolScalar, SymbolScalar,
          SymbolScalar, SymbolScalar) {

@@ -12,25 +12,38 @@
 
 namespace attn::dsl {
 
-static ir::Graph &graphOf(const SymbolScalar &S, llvm::StringRef Op) {
-  if (S.empty())
-    throw UserError("'" + Op.str() +
-                    "' on an empty SymbolScalar (declared but never assigned)");
-  return *S.graph();
+/// "<function>: " for the function being traced, which the context of the
+/// operands' graph names (the first operand graph that has one: an empty
+/// operand has no graph, so the message borrows its partner's).
+static std::string functionPrefix(
+    std::initializer_list<const SymbolScalar *> Ss) {
+  for (const SymbolScalar *S : Ss)
+    if (!S->empty() && !S->graph()->context().empty())
+      return S->graph()->context() + ": ";
+  return "";
 }
 
+/// The graph that the operands of \p Op share and the new node goes into.
+/// Errors name the function being traced, as the graph builders' do.
 static ir::Graph &commonGraph(llvm::StringRef Op,
                               std::initializer_list<const SymbolScalar *> Ss) {
   ir::Graph *G = nullptr;
   for (const SymbolScalar *S : Ss) {
-    ir::Graph &Gs = graphOf(*S, Op);
-    if (G && G != &Gs)
-      throw UserError("'" + Op.str() +
+    if (S->empty())
+      throw UserError(functionPrefix(Ss) + "'" + Op.str() +
+                      "' on an empty SymbolScalar (declared but never "
+                      "assigned)");
+    if (G && G != S->graph())
+      throw UserError(functionPrefix(Ss) + "'" + Op.str() +
                       "' combines symbols of two different definitions; a "
                       "symbol cannot be carried from one trace to another");
-    G = &Gs;
+    G = S->graph();
   }
   return *G;
+}
+
+static ir::Graph &graphOf(const SymbolScalar &S, llvm::StringRef Op) {
+  return commonGraph(Op, {&S});
 }
 
 static SymbolScalar unaryOp(const SymbolScalar &X, ir::NodeKind K) {

@@ -127,11 +127,10 @@ const Node *Graph::param(ParamKind K, llvm::StringRef Name, Type T, Space S) {
                     ParamNode(K, Saved, T, S, AllNodes.size()));
 }
 
-static void checkOwned(const Graph &G, const Node *N) {
+void Graph::requireNode(const Node *N, llvm::StringRef Op) const {
   if (!N)
-    throw UserError("use of an empty SymbolScalar (declared but never "
-                    "assigned)");
-  (void)G;
+    fail("'" + Op.str() +
+         "' on an empty SymbolScalar (declared but never assigned)");
 }
 
 static bool isNumeric(Type T) { return T == Type::F32 || T == Type::I32; }
@@ -161,7 +160,7 @@ static Space joinAll(const Graph &G, llvm::StringRef Op,
 }
 
 const Node *Graph::unary(NodeKind K, const Node *X) {
-  checkOwned(*this, X);
+  requireNode(X, mnemonic(K));
   if (!isUnaryKind(K))
     throw InternalError("unary() with a non-unary kind");
   Type T;
@@ -187,8 +186,8 @@ const Node *Graph::unary(NodeKind K, const Node *X) {
 }
 
 const Node *Graph::binary(NodeKind K, const Node *A, const Node *B) {
-  checkOwned(*this, A);
-  checkOwned(*this, B);
+  requireNode(A, mnemonic(K));
+  requireNode(B, mnemonic(K));
   Type T;
   if (isLogicKind(K)) {
     if (A->getType() != Type::Bool || B->getType() != Type::Bool)
@@ -224,9 +223,8 @@ const Node *Graph::binary(NodeKind K, const Node *A, const Node *B) {
 
 const Node *Graph::select(const Node *Cond, const Node *Then,
                           const Node *Else) {
-  checkOwned(*this, Cond);
-  checkOwned(*this, Then);
-  checkOwned(*this, Else);
+  for (const Node *N : {Cond, Then, Else})
+    requireNode(N, "select");
   if (Cond->getType() != Type::Bool)
     fail("select: the condition `" + shortExpr(Cond) +
          "` is a number; use a comparison such as q_idx >= kv_idx");
@@ -253,7 +251,7 @@ const Node *Graph::select(const Node *Cond, const Node *Then,
 }
 
 const Node *Graph::reduce(ReduceOp Op, const Node *X) {
-  checkOwned(*this, X);
+  requireNode(X, "get_reduce");
   std::string Call = "get_reduce(\"" + reduceOpName(Op).str() + "\")";
   if (!isNumeric(X->getType()))
     fail(Call + " needs a number, but `" + shortExpr(X) + "` is a boolean");

@@ -123,6 +123,10 @@ private:
   const Node *insert(Node *N);
   const Node **allocOperands(llvm::ArrayRef<const Node *> Ops);
   [[noreturn]] void fail(const std::string &Message) const;
+  /// Checks an operand of builder \p Op: a null node (what an unassigned
+  /// SymbolScalar holds) is a UserError "'<op>' on an empty SymbolScalar",
+  /// prefixed by the function being traced like every builder error.
+  void requireNode(const Node *N, llvm::StringRef Op) const;
 
   llvm::BumpPtrAllocator Alloc;
   llvm::UniqueStringSaver Strings{Alloc};
