@@ -12,6 +12,7 @@
 using namespace attn;
 using namespace attn::dsl;
 using Catch::Contains;
+using Catch::Equals;
 using Catch::StartsWith;
 
 namespace {
@@ -69,6 +70,31 @@ struct CarriesScores : PassThrough {
     SymbolScalar p = Previous.empty() ? s : s + Previous;
     Previous = s;
     return {p, {}, 1.0};
+  }
+};
+
+/// PassThrough that keeps the scores of its first trace in a mutable member
+/// (the mistake) and uses them in every later trace.
+struct KeepsScores : PassThrough {
+  enum Use { Add, Exp, Return };
+  explicit KeepsScores(Use U) : U(U) {}
+  Use U;
+  mutable SymbolScalar Kept;
+  OnlineFwdResult online_fwd(SymbolScalar s, const Rowscales &, SymbolScalar,
+                             SymbolScalar, SymbolScalar) const override {
+    if (Kept.empty()) {
+      Kept = s;
+      return {s, {}, 1.0};
+    }
+    switch (U) {
+    case Add:
+      return {s + Kept, {}, 1.0};
+    case Exp:
+      return {Kept.exp(), {}, 1.0};
+    case Return:
+      break;
+    }
+    return {Kept, {}, 1.0};
   }
 };
 
@@ -313,4 +339,61 @@ TEST_CASE("an empty SymbolScalar in a mod: the message names the function") {
   REQUIRE_THROWS_AS(compile(Def), UserError);
   REQUIRE_THROWS_WITH(compile(Def), StartsWith("score_mod: ") &&
                                         Contains("empty SymbolScalar"));
+}
+
+// The first definition's graphs are destroyed when compile returns, so the
+// kept symbol refers to freed memory; a later graph may even be allocated at
+// the same address, with its nodes where the old ones were. The symbol is
+// still recognised as one of a trace that has ended, whichever way the
+// addresses fall.
+TEST_CASE("a symbol kept in a member and used in a later trace") {
+  using Use = KeepsScores::Use;
+  const char *Tail =
+      " a symbol of a trace that has ended; a symbol cannot be carried from "
+      "one trace to another";
+  for (auto [U, Message] :
+       {std::pair{Use::Add, std::string("online_fwd: 'add' uses") + Tail},
+        std::pair{Use::Exp, std::string("online_fwd: 'exp' uses") + Tail},
+        std::pair{Use::Return,
+                  std::string("online_fwd: result 'scores' is") + Tail}}) {
+    INFO(Message);
+    auto F = std::make_shared<KeepsScores>(U);
+    AttentionDef First("first");
+    First.online_func = F;
+    REQUIRE_NOTHROW(compile(First));
+    AttentionDef Second("second");
+    Second.online_func = F;
+    REQUIRE_THROWS_AS(compile(Second), UserError);
+    REQUIRE_THROWS_WITH(compile(Second), Equals(Message));
+  }
+  // One definition traced twice in a row: the second trace allocates the
+  // same objects in the same order as the first, whose graph it typically
+  // replaces at the same address.
+  auto F = std::make_shared<KeepsScores>(Use::Add);
+  AttentionDef Def("again");
+  Def.online_func = F;
+  REQUIRE_NOTHROW(trace(Def));
+  REQUIRE_THROWS_WITH(trace(Def),
+                      Equals(std::string("online_fwd: 'add' uses") + Tail));
+}
+
+TEST_CASE("a symbol whose graph was destroyed, outside any trace") {
+  SymbolScalar X;
+  {
+    ir::Graph G;
+    X = SymbolScalar(&G, G.param(ir::ParamKind::Scores, "scores",
+                                 ir::Type::F32, ir::Space::Tile));
+    REQUIRE(X.graph() == &G);
+  }
+  CHECK(X.graph() == nullptr);
+  CHECK_FALSE(X.empty());
+  ir::Graph Other;
+  SymbolScalar Y{&Other, Other.param(ir::ParamKind::Scores, "scores",
+                                     ir::Type::F32, ir::Space::Tile)};
+  REQUIRE_THROWS_AS(X + Y, UserError);
+  REQUIRE_THROWS_WITH(Y + X, Equals("'add' uses a symbol of a trace that has "
+                                    "ended; a symbol cannot be carried from "
+                                    "one trace to another"));
+  REQUIRE_THROWS_WITH(X.sqrt(), Contains("'sqrt' uses a symbol of a trace "
+                                         "that has ended"));
 }

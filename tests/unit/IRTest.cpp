@@ -211,3 +211,21 @@ TEST_CASE("formatNumber writes the shortest round-trip form") {
   CHECK(ir::formatNumber(Inf) == "inf");
   CHECK(ir::formatNumber(NaN) == "nan");
 }
+
+TEST_CASE("every graph has its own serial; fromSerial finds live graphs") {
+  uint64_t Gone;
+  {
+    ir::Graph A;
+    Gone = A.serial();
+    CHECK(ir::Graph::fromSerial(Gone) == &A);
+  }
+  CHECK(ir::Graph::fromSerial(Gone) == nullptr);
+  // A graph created after A was destroyed (possibly at A's address) has a
+  // new serial.
+  ir::Graph B, C;
+  CHECK(B.serial() > Gone);
+  CHECK(C.serial() != B.serial());
+  CHECK(ir::Graph::fromSerial(B.serial()) == &B);
+  CHECK(ir::Graph::fromSerial(C.serial()) == &C);
+  CHECK(ir::Graph::fromSerial(0) == nullptr);
+}

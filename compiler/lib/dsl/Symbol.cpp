@@ -4,6 +4,8 @@
 #include "attn/Error.h"
 #include "attn/ir/Graph.h"
 
+#include "ActiveTrace.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -12,32 +14,73 @@
 
 namespace attn::dsl {
 
-/// "<function>: " for the function being traced, which the context of the
-/// operands' graph names (the first operand graph that has one: an empty
+namespace {
+/// The graph being traced on this thread (see ActiveTrace), or nullptr.
+thread_local ir::Graph *Active = nullptr;
+} // namespace
+
+detail::ActiveTrace::ActiveTrace(ir::Graph &G) : Outer(Active) {
+  Active = &G;
+}
+detail::ActiveTrace::~ActiveTrace() { Active = Outer; }
+ir::Graph *detail::ActiveTrace::graph() { return Active; }
+
+SymbolScalar::SymbolScalar(ir::Graph *G, const ir::Node *N)
+    : GraphSerial(G ? G->serial() : 0), N(N) {}
+
+ir::Graph *SymbolScalar::graph() const {
+  if (!GraphSerial)
+    return nullptr;
+  if (Active && Active->serial() == GraphSerial)
+    return Active; // the common case, without the registry's lock
+  return ir::Graph::fromSerial(GraphSerial);
+}
+
+/// "<function>: " for the function being traced: the active trace's context,
+/// or outside a trace that of the first operand graph that has one (an empty
 /// operand has no graph, so the message borrows its partner's).
 static std::string functionPrefix(
     std::initializer_list<const SymbolScalar *> Ss) {
+  if (Active)
+    return Active->context().empty() ? "" : Active->context() + ": ";
   for (const SymbolScalar *S : Ss)
-    if (!S->empty() && !S->graph()->context().empty())
-      return S->graph()->context() + ": ";
+    if (const ir::Graph *G = S->graph(); G && !G->context().empty())
+      return G->context() + ": ";
   return "";
 }
 
-/// The graph that the operands of \p Op share and the new node goes into.
-/// Errors name the function being traced, as the graph builders' do.
+[[noreturn]] static void
+symbolError(llvm::StringRef Op, std::initializer_list<const SymbolScalar *> Ss,
+            const char *What) {
+  throw UserError(functionPrefix(Ss) + "'" + Op.str() + "' " + What);
+}
+
+/// The graph that the operands of \p Op share and the new node goes into:
+/// the graph being traced while a trace is active. An operand's graph is
+/// found by its serial (SymbolScalar::graph()), so a symbol kept from a
+/// trace that has ended is reported, never followed into freed memory, even
+/// when the graph being traced sits at the address the old one had. Errors
+/// name the function being traced, as the graph builders' do.
 static ir::Graph &commonGraph(llvm::StringRef Op,
                               std::initializer_list<const SymbolScalar *> Ss) {
-  ir::Graph *G = nullptr;
+  ir::Graph *G = Active;
   for (const SymbolScalar *S : Ss) {
     if (S->empty())
-      throw UserError(functionPrefix(Ss) + "'" + Op.str() +
-                      "' on an empty SymbolScalar (declared but never "
-                      "assigned)");
-    if (G && G != S->graph())
-      throw UserError(functionPrefix(Ss) + "'" + Op.str() +
-                      "' combines symbols of two different definitions; a "
-                      "symbol cannot be carried from one trace to another");
-    G = S->graph();
+      symbolError(Op, Ss,
+                  "on an empty SymbolScalar (declared but never assigned)");
+    ir::Graph *Own = S->graph();
+    if (!Own)
+      symbolError(Op, Ss,
+                  "uses a symbol of a trace that has ended; a symbol cannot "
+                  "be carried from one trace to another");
+    if (G && G != Own)
+      symbolError(Op, Ss,
+                  Ss.size() == 1
+                      ? "uses a symbol of another definition's trace; a "
+                        "symbol cannot be carried from one trace to another"
+                      : "combines symbols of two different definitions; a "
+                        "symbol cannot be carried from one trace to another");
+    G = Own;
   }
   return *G;
 }

@@ -5,6 +5,8 @@
 #include "attn/dsl/Names.h"
 #include "attn/ir/Printer.h"
 
+#include "ActiveTrace.h"
+
 #include "llvm/Support/Casting.h"
 
 namespace attn::dsl {
@@ -65,9 +67,14 @@ public:
     if (Value.empty())
       throw UserError(F.Name + ": result '" + Name +
                       "' is an empty SymbolScalar (never assigned)");
-    if (Value.graph() != &G)
-      throw UserError(F.Name + ": result '" + Name +
-                      "' is a symbol of another definition's trace");
+    // graph() finds the symbol's graph by its serial: a symbol kept from a
+    // trace that has ended has none, even if G now sits at its address.
+    if (ir::Graph *Own = Value.graph(); Own != &G)
+      throw UserError(F.Name + ": result '" + Name + "' is a symbol of " +
+                      (Own ? "another definition's trace"
+                           : "a trace that has ended") +
+                      "; a symbol cannot be carried from one trace to "
+                      "another");
     bool IsBool = Value.node()->getType() == Type::Bool;
     if (WantBool && !IsBool)
       throw UserError(F.Name + ": must return a boolean such as q_idx >= "
@@ -259,6 +266,7 @@ void traceLinear(Graph &G, const LinearAttentionDef &Def) {
 
 std::unique_ptr<ir::Graph> trace(const DefinitionBase &Def) {
   auto G = std::make_unique<Graph>();
+  detail::ActiveTrace Active(*G);
   G->setName(Def.name);
   G->decls().Kind = Def.kind();
   G->decls().Inputs = Def.inputs.decls();

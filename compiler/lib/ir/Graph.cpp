@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 namespace attn::ir {
 
@@ -80,9 +81,40 @@ struct Graph::KeyInfo {
   }
 };
 
+namespace {
+/// The live graphs by serial (see Graph::fromSerial), and the last serial
+/// handed out. Never destroyed, so that a graph destroyed during static
+/// destruction still finds it.
+struct LiveGraphs {
+  std::mutex Mutex;
+  uint64_t LastSerial = 0;
+  llvm::DenseMap<uint64_t, Graph *> BySerial;
+};
+LiveGraphs &liveGraphs() {
+  static LiveGraphs *L = new LiveGraphs;
+  return *L;
+}
+} // namespace
+
 Graph::Graph()
-    : Uniquer(std::make_unique<llvm::DenseSet<const Node *, KeyInfo>>()) {}
-Graph::~Graph() = default;
+    : Uniquer(std::make_unique<llvm::DenseSet<const Node *, KeyInfo>>()) {
+  LiveGraphs &L = liveGraphs();
+  std::lock_guard<std::mutex> Lock(L.Mutex);
+  Serial = ++L.LastSerial;
+  L.BySerial[Serial] = this;
+}
+
+Graph::~Graph() {
+  LiveGraphs &L = liveGraphs();
+  std::lock_guard<std::mutex> Lock(L.Mutex);
+  L.BySerial.erase(Serial);
+}
+
+Graph *Graph::fromSerial(uint64_t Serial) {
+  LiveGraphs &L = liveGraphs();
+  std::lock_guard<std::mutex> Lock(L.Mutex);
+  return L.BySerial.lookup(Serial);
+}
 
 void Graph::fail(const std::string &Message) const {
   throw UserError(Context.empty() ? Message : Context + ": " + Message);

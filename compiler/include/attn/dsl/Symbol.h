@@ -6,6 +6,7 @@
 
 #include "llvm/ADT/StringRef.h"
 
+#include <cstdint>
 #include <type_traits>
 
 namespace attn::ir {
@@ -17,14 +18,25 @@ namespace attn::dsl {
 /// A symbolic scalar: a 16-byte handle to a node of the definition's graph.
 /// It stands for a whole family of values (one per row, per element, ...);
 /// combining values of different spaces broadcasts implicitly.
+///
+/// A symbol belongs to one trace. The handle holds its graph's serial
+/// (ir::Graph::serial()), not the graph's address, so that a symbol kept
+/// after its trace ended is recognised even when a later graph was
+/// allocated at the same address (with the same node addresses, which is
+/// what tracing the same functions again gives): a serial is never reused,
+/// and graph() looks it up among the live graphs without touching the
+/// destroyed one.
 class SymbolScalar {
 public:
   SymbolScalar() = default;
-  SymbolScalar(ir::Graph *G, const ir::Node *N) : G(G), N(N) {}
+  /// A handle to node \p N of the live graph \p G.
+  SymbolScalar(ir::Graph *G, const ir::Node *N);
 
   bool empty() const { return N == nullptr; }
   const ir::Node *node() const { return N; }
-  ir::Graph *graph() const { return G; }
+  /// The node's graph; nullptr for an empty symbol or one whose graph has
+  /// been destroyed (a symbol kept from a trace that has ended).
+  ir::Graph *graph() const;
 
   SymbolScalar exp() const;
   SymbolScalar exp2() const;
@@ -55,12 +67,12 @@ public:
   SymbolScalar &operator/=(const SymbolScalar &O);
 
 private:
-  ir::Graph *G = nullptr;
+  uint64_t GraphSerial = 0; ///< ir::Graph::serial() of the node's graph
   const ir::Node *N = nullptr;
 };
 
 static_assert(sizeof(SymbolScalar) == 16,
-              "SymbolScalar is a two-pointer handle, cheap to pass by value");
+              "SymbolScalar is a 16-byte handle, cheap to pass by value");
 
 /// An initial value of a rowscale: Var("-inf"), Var("inf"), Var(0.0), Var("1").
 class Var {

@@ -117,6 +117,17 @@ public:
   /// Every node in creation order (dead ones included until DCE).
   llvm::ArrayRef<const Node *> nodes() const { return AllNodes; }
 
+  /// A number that no other graph of this process has had or will have (1,
+  /// 2, ...). Unlike the graph's address, which a graph created after this
+  /// one is destroyed may get, it names this graph for the whole run.
+  uint64_t serial() const { return Serial; }
+  /// The live graph whose serial is \p Serial, or nullptr if that graph has
+  /// been destroyed (or there never was one). Graphs register themselves on
+  /// construction and leave on destruction, so a handle that may outlive its
+  /// graph (a SymbolScalar) finds it without touching freed memory.
+  /// Thread-safe.
+  static Graph *fromSerial(uint64_t Serial);
+
 private:
   struct KeyInfo;
   const Node *lookup(const NodeKey &Key) const;
@@ -136,6 +147,7 @@ private:
   Declarations Decls;
   std::string DefName;
   std::string Context;
+  uint64_t Serial;
 };
 
 } // namespace attn::ir
