@@ -1,0 +1,174 @@
+// runtime::Attention without a CUDA driver: compiles, validates, then DriverError.
+#include "CodegenTestDefs.h"
+
+#include "attn/runtime/Attention.h"
+#include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/Errors.h"
+#include "attn/runtime/KernelCache.h"
+
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+
+using namespace attn;
+using namespace attn::runtime;
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+
+namespace {
+
+/// Points ATTNC_CACHE_DIR at a fresh temporary directory before the global
+/// cache is first used, and returns that directory.
+const std::string &cacheDir() {
+  static const std::string Dir = [] {
+    char Path[] = "/tmp/attnc_attention_cache_XXXXXX";
+    REQUIRE(mkdtemp(Path) != nullptr);
+    REQUIRE(setenv("ATTNC_CACHE_DIR", Path, 1) == 0);
+    return std::string(Path);
+  }();
+  return Dir;
+}
+
+Signature sm80(int D = 64) {
+  Signature S;
+  S.Dtype = DType::F16;
+  S.HeadDim = S.HeadDimV = D;
+  S.TensorLayout = Layout::BSHD;
+  S.Arch = "sm_80";
+  return S;
+}
+
+void *fake(uintptr_t A) { return reinterpret_cast<void *>(A); }
+
+TensorView seq(uintptr_t P, int64_t S, int64_t H) {
+  return TensorView::contiguous(fake(P), ElemType::F16, {1, S, H, 64});
+}
+
+/// The message of the \p E that \p Fn throws; a failed check if none.
+template <class E, class F> std::string messageOf(F &&Fn) {
+  try {
+    Fn();
+  } catch (const E &Err) {
+    return Err.what();
+  }
+  FAIL_CHECK("nothing (or another error) was thrown");
+  return "";
+}
+
+bool driverAvailable() {
+  if (!CudaDriver::get().available())
+    return false;
+  WARN("a CUDA driver is loaded here; the no-driver checks are skipped");
+  return true;
+}
+
+} // namespace
+
+TEST_CASE("Attention without a driver: compiles, validates, then DriverError",
+          "[runtime][attention]") {
+  const std::string &Dir = cacheDir();
+  REQUIRE(KernelCache::global().stats().Directory == Dir);
+  size_t Before = KernelCache::global().stats().Entries;
+
+  Attention A(examples::mha(), sm80());
+  // The config part is the runtime's default choice for d64 on sm_80.
+  const std::string Prefix = "mha.fwd_sm80.f16.d64x64.sm_80.";
+  CHECK_THAT(A.source().Key, StartsWith(Prefix));
+  codegen::FwdConfig Config =
+      codegen::FwdConfig::parse(A.source().Key.substr(Prefix.size()));
+  CHECK_THAT(A.source().Source,
+             Contains(fmt::format("attnc::f16, 64, 64,\n                 "
+                                  "{}, {}, {}, {}>::run",
+                                  Config.BlockM, Config.BlockN, Config.Warps,
+                                  Config.Stages)));
+  CHECK(A.source().Arch == "sm_80");
+  CHECK(A.cacheResult().Source == CacheSource::Compiled);
+  REQUIRE(A.cacheResult().Cubin);
+  CHECK(std::memcmp(A.cacheResult().Cubin->data(), "\x7f"
+                                                   "ELF",
+                    4) == 0);
+  CHECK(KernelCache::global().stats().Entries == Before + 1);
+  CHECK(A.finalNames() == std::vector<std::string>{"lse"});
+
+  TensorView Q = seq(0x10000, 16, 2), K = seq(0x20000, 32, 2),
+             V = seq(0x30000, 32, 2), O = seq(0x40000, 16, 2);
+  TensorView F = TensorView::contiguous(fake(0x50000), ElemType::F32,
+                                        {1, 1, 2, 16});
+  // Validation comes first: a bad argument is InvalidArgument, not a
+  // driver failure.
+  TensorView NullQ = Q;
+  NullQ.Data = nullptr;
+  CHECK_THAT(messageOf<InvalidArgument>(
+                 [&] { A.forward(NullQ, K, V, O, &F); }),
+             Contains("q: null data pointer"));
+  CHECK_THAT(messageOf<InvalidArgument>([&] { A.forward(Q, K, V, O, nullptr); }),
+             Contains("finals: required"));
+  CHECK_THAT(messageOf<InvalidArgument>(
+                 [&] { A.forward(Q, K, V, O, &F, {{"bias", 1.0f}}); }),
+             Contains("input 'bias': 'mha' declares no such input"));
+  if (driverAvailable())
+    return;
+  CHECK_THAT(messageOf<DriverError>([&] { A.forward(Q, K, V, O, &F); }),
+             Contains("no CUDA driver"));
+
+  // The same signature again is served from memory.
+  Attention B(examples::mha(), sm80());
+  CHECK(B.cacheResult().Source == CacheSource::Memory);
+}
+
+TEST_CASE("Attention without a driver: custom inputs are validated first",
+          "[runtime][attention]") {
+  REQUIRE(KernelCache::global().stats().Directory == cacheDir());
+  Attention A(test::tensorInputs(), sm80());
+  TensorView Q = seq(0x10000, 16, 2), K = seq(0x20000, 32, 2),
+             V = seq(0x30000, 32, 2), O = seq(0x40000, 16, 2);
+  TensorView F = TensorView::contiguous(fake(0x50000), ElemType::F32,
+                                        {1, 1, 2, 16});
+  auto Tensor = [](uintptr_t P, std::vector<int64_t> Shape) {
+    return TensorView::contiguous(fake(P), ElemType::F32, std::move(Shape));
+  };
+  InputMap In = {{"temp", 0.5f},
+                 {"slopes", Tensor(0x60000, {2})},
+                 {"row_bias", Tensor(0x61000, {1, 2, 16})},
+                 {"key_bias", Tensor(0x62000, {1, 2, 32})},
+                 {"bias", Tensor(0x63000, {1, 2, 16, 32})}};
+  InputMap Bad = In;
+  Bad["key_bias"] = Tensor(0x62000, {1, 2, 16});
+  CHECK_THAT(messageOf<InvalidArgument>(
+                 [&] { A.forward(Q, K, V, O, &F, Bad); }),
+             Contains("input 'key_bias' (per_key): expected shape [1, 2, 32]"));
+  Bad = In;
+  Bad.erase("temp");
+  CHECK_THAT(messageOf<InvalidArgument>(
+                 [&] { A.forward(Q, K, V, O, &F, Bad); }),
+             Contains("input 'temp': declared by 'tensor_inputs'"));
+  if (driverAvailable())
+    return;
+  // Valid inputs pass validation and the slot packing, then need a driver.
+  CHECK_THAT(messageOf<DriverError>([&] { A.forward(Q, K, V, O, &F, In); }),
+             Contains("no CUDA driver"));
+}
+
+TEST_CASE("Attention: an unsupported signature fails before compiling",
+          "[runtime][attention]") {
+  REQUIRE(KernelCache::global().stats().Directory == cacheDir());
+  size_t Before = KernelCache::global().stats().Entries;
+  Signature S = sm80(96);
+  CHECK_THAT(messageOf<UserError>([&] { Attention A(examples::mha(), S); }),
+             Contains("head_dim 96"));
+  S = sm80();
+  S.Arch = "sm_70";
+  CHECK_THAT(messageOf<UserError>([&] { Attention A(examples::mha(), S); }),
+             Contains("arch 'sm_70'"));
+  S = sm80();
+  S.Config = "bogus";
+  CHECK_THAT(messageOf<UserError>([&] { Attention A(examples::mha(), S); }),
+             Contains("config 'bogus'"));
+  CHECK_THAT(messageOf<NotSupportedYet>(
+                 [&] { Attention A(examples::mamba2(), sm80()); }),
+             Contains("linear attention ('mamba2')"));
+  CHECK(KernelCache::global().stats().Entries == Before);
+}

@@ -1,0 +1,352 @@
+// validateCall and TensorView with fake device pointers (no GPU is touched).
+#include "CodegenTestDefs.h"
+
+#include "attn/runtime/Attention.h"
+#include "attn/runtime/Errors.h"
+#include "attn/runtime/Validate.h"
+
+#include <catch2/catch.hpp>
+
+#include <dlpack/dlpack.h>
+
+using namespace attn;
+using namespace attn::runtime;
+using Catch::Matchers::Contains;
+
+namespace {
+
+void *fake(uintptr_t Address) { return reinterpret_cast<void *>(Address); }
+
+/// q, k, v, out and finals of a valid call: B=2, Sq=16, Skv=24, H=4, Hkv=2,
+/// D=64, f16, in the signature's layout; finals [1, B, H, Sq] (mha's lse).
+struct Call {
+  Signature Sig;
+  TensorView Q, K, V, O, F;
+  bool WithFinals = true;
+  InputMap In;
+
+  explicit Call(Layout L = Layout::BSHD) {
+    Sig.Dtype = DType::F16;
+    Sig.HeadDim = Sig.HeadDimV = 64;
+    Sig.TensorLayout = L;
+    Q = seq(0x10000, 2, 16, 4);
+    K = seq(0x20000, 2, 24, 2);
+    V = seq(0x30000, 2, 24, 2);
+    O = seq(0x40000, 2, 16, 4);
+    F = TensorView::contiguous(fake(0x50000), ElemType::F32, {1, 2, 4, 16});
+  }
+  TensorView seq(uintptr_t P, int64_t B, int64_t S, int64_t H) const {
+    std::vector<int64_t> Shape = Sig.TensorLayout == Layout::BSHD
+                                     ? std::vector<int64_t>{B, S, H, 64}
+                                     : std::vector<int64_t>{B, H, S, 64};
+    return TensorView::contiguous(fake(P), ElemType::F16, Shape);
+  }
+  CallShape run(const ir::Graph &G) const {
+    return validateCall(G, Sig, Q, K, V, O, WithFinals ? &F : nullptr, In);
+  }
+};
+
+const ir::Graph &graphOf(const char *Name) {
+  static const CompiledDefinition Mha = compile(examples::mha());
+  static const CompiledDefinition Sigmoid = compile(examples::sigmoidAttn());
+  static const CompiledDefinition Tensors = compile(test::tensorInputs());
+  std::string N(Name);
+  if (N == "mha")
+    return *Mha.Graph;
+  if (N == "sigmoid_attn")
+    return *Sigmoid.Graph;
+  REQUIRE(N == "tensor_inputs");
+  return *Tensors.Graph;
+}
+
+/// The InvalidArgument message of \p C on definition \p Def.
+std::string invalid(const Call &C, const char *Def = "mha") {
+  try {
+    C.run(graphOf(Def));
+  } catch (const InvalidArgument &E) {
+    return E.what();
+  }
+  FAIL_CHECK("validateCall accepted the call");
+  return "";
+}
+
+/// Valid values for tensor_inputs' custom inputs.
+InputMap tensorInputValues() {
+  return {{"temp", 0.5f},
+          {"slopes", TensorView::contiguous(fake(0x60000), ElemType::F32, {4})},
+          {"row_bias",
+           TensorView::contiguous(fake(0x61000), ElemType::F32, {2, 4, 16})},
+          {"key_bias",
+           TensorView::contiguous(fake(0x62000), ElemType::F32, {2, 4, 24})},
+          {"bias", TensorView::contiguous(fake(0x63000), ElemType::F32,
+                                          {2, 4, 16, 24})}};
+}
+
+} // namespace
+
+TEST_CASE("validateCall: a valid BSHD call gives its shape and strides",
+          "[runtime][validate]") {
+  Call C;
+  CallShape S = C.run(graphOf("mha"));
+  CHECK(S.B == 2);
+  CHECK(S.H == 4);
+  CHECK(S.Hkv == 2);
+  CHECK(S.Sq == 16);
+  CHECK(S.Skv == 24);
+  // (batch, head, seq) strides of contiguous [B, S, H, 64].
+  CHECK(std::vector<int64_t>(S.Q, S.Q + 3) == std::vector<int64_t>{4096, 64, 256});
+  CHECK(std::vector<int64_t>(S.K, S.K + 3) == std::vector<int64_t>{3072, 64, 128});
+  CHECK(std::vector<int64_t>(S.V, S.V + 3) == std::vector<int64_t>{3072, 64, 128});
+  CHECK(std::vector<int64_t>(S.O, S.O + 3) == std::vector<int64_t>{4096, 64, 256});
+  // Padded rows (any multiple of 8 elements) are fine.
+  C.Q.Strides = {16 * 512, 512, 64, 1};
+  CHECK(C.run(graphOf("mha")).Q[2] == 512);
+}
+
+TEST_CASE("validateCall: a valid BHSD call gives its shape and strides",
+          "[runtime][validate]") {
+  Call C(Layout::BHSD);
+  CallShape S = C.run(graphOf("mha"));
+  CHECK(S.B == 2);
+  CHECK(S.H == 4);
+  CHECK(S.Hkv == 2);
+  CHECK(S.Sq == 16);
+  CHECK(S.Skv == 24);
+  CHECK(std::vector<int64_t>(S.Q, S.Q + 3) == std::vector<int64_t>{4096, 1024, 64});
+  CHECK(std::vector<int64_t>(S.K, S.K + 3) == std::vector<int64_t>{3072, 1536, 64});
+  CHECK(std::vector<int64_t>(S.O, S.O + 3) == std::vector<int64_t>{4096, 1024, 64});
+}
+
+TEST_CASE("validateCall: valid custom inputs of every shape class",
+          "[runtime][validate]") {
+  Call C;
+  C.In = tensorInputValues();
+  CHECK(C.run(graphOf("tensor_inputs")).Skv == 24);
+  C.WithFinals = false;
+  C.In = {{"softmax_bias", -2.0f}};
+  CHECK(C.run(graphOf("sigmoid_attn")).Sq == 16); // no finals needed
+}
+
+TEST_CASE("validateCall: null q", "[runtime][validate]") {
+  Call C;
+  C.Q.Data = nullptr;
+  CHECK_THAT(invalid(C), Contains("q: null data pointer"));
+}
+
+TEST_CASE("validateCall: rank 3 k", "[runtime][validate]") {
+  Call C;
+  C.K = TensorView::contiguous(fake(0x20000), ElemType::F16, {2, 24, 64});
+  CHECK_THAT(invalid(C),
+             Contains("k: expected rank 4 [batch, seq, heads, head_dim], got "
+                      "rank 3"));
+  C = Call(Layout::BHSD);
+  C.K = TensorView::contiguous(fake(0x20000), ElemType::F16, {2, 24, 64});
+  CHECK_THAT(invalid(C), Contains("k: expected rank 4 [batch, heads, seq, "
+                                  "head_dim]"));
+}
+
+TEST_CASE("validateCall: wrong dtype v", "[runtime][validate]") {
+  Call C;
+  C.V.Type = ElemType::BF16;
+  CHECK_THAT(invalid(C), Contains("v: expected dtype f16, got bf16"));
+}
+
+TEST_CASE("validateCall: head_dim mismatch", "[runtime][validate]") {
+  Call C;
+  C.Q = TensorView::contiguous(fake(0x10000), ElemType::F16, {2, 16, 4, 128});
+  CHECK_THAT(invalid(C),
+             Contains("q: head_dim (last dimension) must be 64, got 128"));
+  C = Call();
+  C.Sig.HeadDimV = 128; // v and out must then be 128 wide
+  CHECK_THAT(invalid(C), Contains("v: head_dim (last dimension) must be 128"));
+}
+
+TEST_CASE("validateCall: non-unit inner stride", "[runtime][validate]") {
+  Call C;
+  C.K.Strides = {24 * 2 * 128, 2 * 128, 128, 2};
+  CHECK_THAT(invalid(C), Contains("k: the head_dim stride must be 1, got 2"));
+}
+
+TEST_CASE("validateCall: misaligned pointer", "[runtime][validate]") {
+  Call C;
+  C.V.Data = fake(0x30002);
+  CHECK_THAT(invalid(C), Contains("v: data pointer must be 16-byte aligned"));
+}
+
+TEST_CASE("validateCall: seq stride not a multiple of 8",
+          "[runtime][validate]") {
+  Call C;
+  C.Q.Strides = {16 * 260, 260, 64, 1};
+  CHECK_THAT(invalid(C), Contains("q: the seq stride (260) must be a "
+                                  "non-negative multiple of 8 elements"));
+  C = Call();
+  C.O.Strides = {-4096, 256, 64, 1};
+  CHECK_THAT(invalid(C), Contains("out: the batch stride (-4096)"));
+}
+
+TEST_CASE("validateCall: batch mismatch", "[runtime][validate]") {
+  Call C;
+  C.K = C.seq(0x20000, 3, 24, 2);
+  CHECK_THAT(invalid(C),
+             Contains("k, v, out: batch must equal q's (2), got 3, 2, 2"));
+}
+
+TEST_CASE("validateCall: k heads not dividing q heads", "[runtime][validate]") {
+  Call C;
+  C.K = C.seq(0x20000, 2, 24, 3);
+  C.V = C.seq(0x30000, 2, 24, 3);
+  CHECK_THAT(invalid(C), Contains("k: heads (3) must divide q's heads (4)"));
+}
+
+TEST_CASE("validateCall: v heads differ from k heads", "[runtime][validate]") {
+  Call C;
+  C.V = C.seq(0x30000, 2, 24, 1);
+  CHECK_THAT(invalid(C), Contains("v: heads must equal k's (2), got 1"));
+}
+
+TEST_CASE("validateCall: v seq differs from k seq", "[runtime][validate]") {
+  Call C;
+  C.V = C.seq(0x30000, 2, 20, 2);
+  CHECK_THAT(invalid(C), Contains("v: seq must equal k's (24), got 20"));
+}
+
+TEST_CASE("validateCall: out shape mismatch", "[runtime][validate]") {
+  Call C;
+  C.O = C.seq(0x40000, 2, 8, 4);
+  CHECK_THAT(invalid(C), Contains("out: expected seq 16 and heads 4 (as q), "
+                                  "got 8 and 4"));
+}
+
+TEST_CASE("validateCall: finals missing for mha", "[runtime][validate]") {
+  Call C;
+  C.WithFinals = false;
+  CHECK_THAT(invalid(C), Contains("finals: required, a float32 tensor of "
+                                  "shape [1, 2, 4, 16] for the final "
+                                  "rowscales of 'mha'"));
+}
+
+TEST_CASE("validateCall: finals of the wrong shape", "[runtime][validate]") {
+  Call C;
+  C.F = TensorView::contiguous(fake(0x50000), ElemType::F32, {1, 2, 4, 8});
+  CHECK_THAT(invalid(C), Contains("finals: expected shape [1, 2, 4, 16], got "
+                                  "[1, 2, 4, 8]"));
+  C.F = TensorView::contiguous(fake(0x50000), ElemType::F32, {2, 4, 16});
+  CHECK_THAT(invalid(C), Contains("got [2, 4, 16]"));
+}
+
+TEST_CASE("validateCall: finals of the wrong dtype", "[runtime][validate]") {
+  Call C;
+  C.F.Type = ElemType::F16;
+  CHECK_THAT(invalid(C), Contains("finals: expected dtype f32, got f16"));
+}
+
+// Library bug (runtime/lib/Validate.cpp, the finals checks in validateCall):
+// the finals pointer's alignment is never checked (custom inputs must be
+// 4-byte aligned, q/k/v/out 16-byte), so a float tensor at 0x50002 passes
+// validation and the kernel would write floats to a misaligned address.
+TEST_CASE("validateCall: finals at a misaligned address",
+          "[runtime][validate][!mayfail]") {
+  Call C;
+  C.F.Data = fake(0x50002);
+  std::string M = invalid(C);
+  CHECK_THAT(M, Contains("finals"));
+  CHECK_THAT(M, Contains("aligned"));
+}
+
+TEST_CASE("validateCall: a custom input missing", "[runtime][validate]") {
+  Call C;
+  C.WithFinals = false;
+  CHECK_THAT(invalid(C, "sigmoid_attn"),
+             Contains("input 'softmax_bias': declared by 'sigmoid_attn' but "
+                      "not supplied"));
+}
+
+TEST_CASE("validateCall: a scalar input given as a tensor",
+          "[runtime][validate]") {
+  Call C;
+  C.WithFinals = false;
+  C.In = {{"softmax_bias",
+           TensorView::contiguous(fake(0x60000), ElemType::F32, {4})}};
+  CHECK_THAT(invalid(C, "sigmoid_attn"),
+             Contains("input 'softmax_bias': a scalar input takes a number"));
+}
+
+TEST_CASE("validateCall: a tensor input of the wrong shape",
+          "[runtime][validate]") {
+  Call C;
+  C.In = tensorInputValues();
+  C.In["row_bias"] =
+      TensorView::contiguous(fake(0x61000), ElemType::F32, {2, 4, 15});
+  CHECK_THAT(invalid(C, "tensor_inputs"),
+             Contains("input 'row_bias' (per_row): expected shape [2, 4, 16], "
+                      "got [2, 4, 15]"));
+  C.In = tensorInputValues();
+  C.In["bias"] =
+      TensorView::contiguous(fake(0x63000), ElemType::F32, {2, 4, 24, 16});
+  CHECK_THAT(invalid(C, "tensor_inputs"),
+             Contains("input 'bias' (full): expected shape [2, 4, 16, 24]"));
+  C.In = tensorInputValues();
+  C.In["slopes"] = 1.0f;
+  CHECK_THAT(invalid(C, "tensor_inputs"),
+             Contains("input 'slopes': expected a float32 tensor, got a "
+                      "number"));
+}
+
+TEST_CASE("validateCall: an extra undeclared input", "[runtime][validate]") {
+  Call C;
+  C.WithFinals = false;
+  C.In = {{"softmax_bias", -2.0f}, {"temperature", 1.0f}};
+  CHECK_THAT(invalid(C, "sigmoid_attn"),
+             Contains("input 'temperature': 'sigmoid_attn' declares no such "
+                      "input"));
+}
+
+TEST_CASE("TensorView::contiguous: row-major strides", "[runtime][tensor]") {
+  TensorView T = TensorView::contiguous(fake(0x10), ElemType::BF16, {2, 3, 4, 5});
+  CHECK(T.Data == fake(0x10));
+  CHECK(T.Type == ElemType::BF16);
+  CHECK(T.Shape == std::vector<int64_t>{2, 3, 4, 5});
+  CHECK(T.Strides == std::vector<int64_t>{60, 20, 5, 1});
+  CHECK(TensorView::contiguous(nullptr, ElemType::F32, {7}).Strides ==
+        std::vector<int64_t>{1});
+  CHECK(TensorView::contiguous(nullptr, ElemType::F32, {}).Strides.empty());
+}
+
+TEST_CASE("TensorView::fromDLPack: CUDA tensors of 16/32-bit floats",
+          "[runtime][tensor]") {
+  int64_t Shape[4] = {2, 16, 4, 64};
+  int64_t Strides[4] = {8192, 512, 64, 1};
+  DLTensor T{};
+  T.data = fake(0x10000);
+  T.device = {kDLCUDA, 0};
+  T.ndim = 4;
+  T.dtype = {kDLFloat, 16, 1};
+  T.shape = Shape;
+  T.strides = nullptr; // compact row-major
+  T.byte_offset = 0;
+  TensorView V = TensorView::fromDLPack(T);
+  CHECK(V.Data == fake(0x10000));
+  CHECK(V.Type == ElemType::F16);
+  CHECK(V.Shape == std::vector<int64_t>{2, 16, 4, 64});
+  CHECK(V.Strides == std::vector<int64_t>{4096, 256, 64, 1});
+
+  T.strides = Strides;
+  T.byte_offset = 256;
+  T.dtype = {kDLBfloat, 16, 1};
+  V = TensorView::fromDLPack(T);
+  CHECK(V.Data == fake(0x10100));
+  CHECK(V.Type == ElemType::BF16);
+  CHECK(V.Strides == std::vector<int64_t>{8192, 512, 64, 1});
+  T.dtype = {kDLFloat, 32, 1};
+  CHECK(TensorView::fromDLPack(T).Type == ElemType::F32);
+
+  T.device = {kDLCPU, 0};
+  CHECK_THROWS_MATCHES(TensorView::fromDLPack(T), InvalidArgument,
+                       Catch::Matchers::Message(
+                           "DLPack tensor: expected a CUDA device tensor"));
+  T.device = {kDLCUDA, 0};
+  T.dtype = {kDLFloat, 64, 1};
+  CHECK_THROWS_AS(TensorView::fromDLPack(T), InvalidArgument);
+  T.dtype = {kDLFloat, 16, 2};
+  CHECK_THROWS_AS(TensorView::fromDLPack(T), InvalidArgument);
+}
