@@ -254,6 +254,57 @@ TEST_CASE_METHOD(Symbols, "compound assignment rebinds the handle to the new "
   CHECK(m.node()->getKind() == NodeKind::Param);
 }
 
+TEST_CASE_METHOD(Symbols, "compound assignment takes C++ numbers like the "
+                          "binary operators") {
+  SymbolScalar X = m;
+  X += 1.0;
+  CHECK(X.node() == (m + 1.0).node());
+  X = m;
+  X -= 2;
+  CHECK(X.node() == (m - 2).node());
+  X = m;
+  X *= 0.5f;
+  CHECK(X.node() == (m * 0.5f).node());
+  X = m;
+  X /= 4;
+  CHECK(X.node() == (m / 4).node());
+  // Literal types follow the C++ type: an integer keeps an index i32.
+  SymbolScalar I = q_idx;
+  I += 1;
+  CHECK(I.node() == (q_idx + 1).node());
+  CHECK(I.node()->getType() == Type::I32);
+  REQUIRE(asConst(I.node()->operand(1)));
+  CHECK(asConst(I.node()->operand(1))->getType() == Type::I32);
+  I -= 2LL;
+  CHECK(I.node()->getType() == Type::I32);
+  I *= 3u;
+  CHECK(I.node()->getType() == Type::I32);
+  I += 0.5;
+  CHECK(I.node()->getType() == Type::F32);
+  I = q_idx;
+  I /= 2; // division is real
+  CHECK(I.node()->getType() == Type::F32);
+}
+
+TEST_CASE_METHOD(Symbols, "max and min with a C++ number lift it like the "
+                          "binary operators") {
+  // An integer keeps an i32 index i32 ...
+  SymbolScalar Max0 = q_idx.max(0);
+  CHECK(Max0.node()->getKind() == NodeKind::Max);
+  CHECK(Max0.node()->getType() == Type::I32);
+  REQUIRE(asConst(Max0.node()->operand(1)));
+  CHECK(asConst(Max0.node()->operand(1))->getType() == Type::I32);
+  CHECK(q_idx.min(7L).node()->getType() == Type::I32);
+  CHECK(Max0.node() == max(q_idx, q_idx.constantInt(0)).node());
+  // ... a floating-point number is an f32 constant ...
+  CHECK(q_idx.max(0.0).node()->getType() == Type::F32);
+  CHECK(q_idx.min(1.0f).node()->getType() == Type::F32);
+  // ... and an f32 symbol stays f32 either way.
+  CHECK(m.max(0).node()->getType() == Type::F32);
+  CHECK(m.min(1).node()->getType() == Type::F32);
+  CHECK(m.max(0.0).node() == max(m, m.constant(0.0)).node());
+}
+
 TEST_CASE_METHOD(Symbols, "constant() and constantInt() make typed constants") {
   CHECK(asConst(m.constant(3.0).node())->getType() == Type::F32);
   CHECK(asConst(m.constantInt(3).node())->getType() == Type::I32);

@@ -113,8 +113,6 @@ SymbolScalar SymbolScalar::max(const SymbolScalar &O) const {
 SymbolScalar SymbolScalar::min(const SymbolScalar &O) const {
   return detail::apply(ir::NodeKind::Min, *this, O);
 }
-SymbolScalar SymbolScalar::max(double O) const { return max(constant(O)); }
-SymbolScalar SymbolScalar::min(double O) const { return min(constant(O)); }
 
 SymbolScalar SymbolScalar::get_reduce(llvm::StringRef Op) const {
   ir::Graph &G = graphOf(*this, "get_reduce");

@@ -15,6 +15,15 @@ class Graph;
 
 namespace attn::dsl {
 
+namespace detail {
+/// The C++ numbers the DSL lifts to constants: integers become i32 (when
+/// they fit), floating-point numbers f32; bool is not a number.
+template <typename T>
+constexpr bool IsNumber = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
+template <typename T>
+using IfNumber = std::enable_if_t<IsNumber<T>>;
+} // namespace detail
+
 /// A symbolic scalar: a 16-byte handle to a node of the definition's graph.
 /// It stands for a whole family of values (one per row, per element, ...);
 /// combining values of different spaces broadcasts implicitly.
@@ -50,8 +59,12 @@ public:
   SymbolScalar rsqrt() const;
   SymbolScalar max(const SymbolScalar &Other) const;
   SymbolScalar min(const SymbolScalar &Other) const;
-  SymbolScalar max(double Other) const;
-  SymbolScalar min(double Other) const;
+  /// With a C++ number, lifted like the binary operators' (so `q_idx.max(0)`
+  /// stays i32, `x.max(0.0)` is an f32 constant).
+  template <typename T, typename = detail::IfNumber<T>>
+  SymbolScalar max(T Other) const;
+  template <typename T, typename = detail::IfNumber<T>>
+  SymbolScalar min(T Other) const;
 
   /// Reduces a per-element value over the keys: "max", "sum" or "abssum".
   SymbolScalar get_reduce(llvm::StringRef Op) const;
@@ -65,6 +78,15 @@ public:
   SymbolScalar &operator-=(const SymbolScalar &O);
   SymbolScalar &operator*=(const SymbolScalar &O);
   SymbolScalar &operator/=(const SymbolScalar &O);
+  /// With a C++ number on the right, lifted as by the binary operators.
+  template <typename T, typename = detail::IfNumber<T>>
+  SymbolScalar &operator+=(T O);
+  template <typename T, typename = detail::IfNumber<T>>
+  SymbolScalar &operator-=(T O);
+  template <typename T, typename = detail::IfNumber<T>>
+  SymbolScalar &operator*=(T O);
+  template <typename T, typename = detail::IfNumber<T>>
+  SymbolScalar &operator/=(T O);
 
 private:
   uint64_t GraphSerial = 0; ///< ir::Graph::serial() of the node's graph
@@ -90,15 +112,13 @@ private:
 namespace detail {
 SymbolScalar apply(ir::NodeKind K, const SymbolScalar &A, const SymbolScalar &B);
 SymbolScalar literal(const SymbolScalar &Like, double V, bool Integral);
-template <typename T>
-constexpr bool IsNumber = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
 template <typename T> SymbolScalar lift(const SymbolScalar &Like, T V) {
   return literal(Like, static_cast<double>(V), std::is_integral_v<T>);
 }
 } // namespace detail
 
 // Binary operators with a symbol on either side, or a C++ number on either
-// side (integers stay i32, floating-point numbers are f32).
+// side (integers stay i32, floating-point numbers are f32; detail::IsNumber).
 #define ATTN_DSL_BINARY_OPERATOR(Op, Kind)                                     \
   inline SymbolScalar operator Op(const SymbolScalar &A,                       \
                                   const SymbolScalar &B) {                     \
@@ -123,6 +143,26 @@ ATTN_DSL_BINARY_OPERATOR(>=, Ge)
 ATTN_DSL_BINARY_OPERATOR(==, Eq)
 ATTN_DSL_BINARY_OPERATOR(!=, Ne)
 #undef ATTN_DSL_BINARY_OPERATOR
+
+template <typename T, typename>
+SymbolScalar SymbolScalar::max(T Other) const {
+  return detail::apply(ir::NodeKind::Max, *this, detail::lift(*this, Other));
+}
+template <typename T, typename>
+SymbolScalar SymbolScalar::min(T Other) const {
+  return detail::apply(ir::NodeKind::Min, *this, detail::lift(*this, Other));
+}
+
+#define ATTN_DSL_COMPOUND_ASSIGNMENT(Op)                                       \
+  template <typename T, typename>                                              \
+  SymbolScalar &SymbolScalar::operator Op##=(T O) {                            \
+    return *this = *this Op O;                                                 \
+  }
+ATTN_DSL_COMPOUND_ASSIGNMENT(+)
+ATTN_DSL_COMPOUND_ASSIGNMENT(-)
+ATTN_DSL_COMPOUND_ASSIGNMENT(*)
+ATTN_DSL_COMPOUND_ASSIGNMENT(/)
+#undef ATTN_DSL_COMPOUND_ASSIGNMENT
 
 SymbolScalar operator-(const SymbolScalar &A);
 /// Logical and/or/not on booleans (masks): `(q_idx >= kv_idx) & (q_idx - kv_idx < 128)`.
