@@ -6,6 +6,8 @@
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/KernelCache.h"
 
+#include "llvm/Support/FileSystem.h"
+
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
@@ -20,16 +22,25 @@ using Catch::Matchers::StartsWith;
 
 namespace {
 
+/// A temporary directory, removed with its files at exit (after the global
+/// cache, which is constructed later and so destroyed earlier).
+struct TempDir {
+  explicit TempDir(std::string P) : Path(std::move(P)) {}
+  TempDir(const TempDir &) = delete;
+  ~TempDir() { llvm::sys::fs::remove_directories(Path); }
+  std::string Path;
+};
+
 /// Points ATTNC_CACHE_DIR at a fresh temporary directory before the global
 /// cache is first used, and returns that directory.
 const std::string &cacheDir() {
-  static const std::string Dir = [] {
+  static const TempDir Dir = [] {
     char Path[] = "/tmp/attnc_attention_cache_XXXXXX";
     REQUIRE(mkdtemp(Path) != nullptr);
     REQUIRE(setenv("ATTNC_CACHE_DIR", Path, 1) == 0);
-    return std::string(Path);
+    return TempDir(Path);
   }();
-  return Dir;
+  return Dir.Path;
 }
 
 Signature sm80(int D = 64) {
