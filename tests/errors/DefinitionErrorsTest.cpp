@@ -201,6 +201,23 @@ TEST_CASE("Var with text that is not an initial value") {
                                            "value"));
 }
 
+TEST_CASE("a definition name that is not an identifier, traced directly") {
+  // The registry checks names when a definition is added; tracing (and so
+  // compile) checks them too, for definitions that never go through it.
+  AttentionDef Def = examples::mha();
+  Def.name = "my attn";
+  REQUIRE_THROWS_AS(trace(Def), UserError);
+  REQUIRE_THROWS_WITH(trace(Def), Equals("definition 'my attn': not a valid "
+                                         "name; use letters, digits and '_', "
+                                         "starting with a letter or '_'"));
+  REQUIRE_THROWS_WITH(compile(Def), Contains("definition 'my attn': not a "
+                                             "valid name"));
+  LinearAttentionDef Lin = examples::mamba2();
+  Lin.name = "";
+  REQUIRE_THROWS_WITH(compile(Lin), Contains("definition '': not a valid "
+                                             "name"));
+}
+
 TEST_CASE("an attention definition with no online function") {
   AttentionDef Def("bad");
   REQUIRE_THROWS_AS(compile(Def), UserError);

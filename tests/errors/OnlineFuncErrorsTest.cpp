@@ -159,6 +159,57 @@ TEST_CASE("online_fwd returning an undeclared rowscale") {
                                    "m, r"));
 }
 
+TEST_CASE("online_fwd returning a rowscale twice") {
+  struct F : Softmax {
+    OnlineFwdResult online_fwd(SymbolScalar scores, const Rowscales &rs,
+                               SymbolScalar, SymbolScalar,
+                               SymbolScalar) const override {
+      SymbolScalar m_new = rs["m"].max(scores.get_reduce("max"));
+      return {scores,
+              {{"m", m_new}, {"r", rs["r"]}, {"r", scores.get_reduce("sum")}},
+              1.0};
+    }
+  };
+  AttentionDef Def = defWith<F>();
+  REQUIRE_THROWS_AS(compile(Def), UserError);
+  REQUIRE_THROWS_WITH(compile(Def),
+                      Catch::Equals("online_fwd: rowscale 'r' is returned "
+                                    "twice"));
+}
+
+TEST_CASE("the epilogue returning a final rowscale twice") {
+  struct F : Softmax {
+    EpilogueResult online_fwd_epilogue(SymbolScalar o, const Rowscales &rs,
+                                       SymbolScalar, SymbolScalar,
+                                       SymbolScalar) const override {
+      return {o / rs["r"], {{"lse", rs["m"]}, {"lse", rs["r"].log()}}};
+    }
+  };
+  AttentionDef Def = defWith<F>();
+  REQUIRE_THROWS_AS(compile(Def), UserError);
+  REQUIRE_THROWS_WITH(compile(Def),
+                      Catch::Equals("online_fwd_epilogue: final rowscale "
+                                    "'lse' is returned twice"));
+}
+
+TEST_CASE("Rowscales remembers a name its initializer list repeats") {
+  ir::Graph G;
+  SymbolScalar A{&G, G.param(ir::ParamKind::Rowscale, "a", ir::Type::F32,
+                             ir::Space::Row)};
+  SymbolScalar B{&G, G.param(ir::ParamKind::Rowscale, "b", ir::Type::F32,
+                             ir::Space::Row)};
+  Rowscales Twice{{"r", A}, {"m", A}, {"r", B}, {"r", A}};
+  CHECK(Twice.repeated() == std::vector<std::string>{"r"});
+  CHECK(Twice.entries().size() == 2);
+  CHECK(Twice["r"].node() == A.node()); // the last value
+  Rowscales Once{{"r", A}, {"m", B}};
+  CHECK(Once.repeated().empty());
+  // set() replaces a value; that is no repetition.
+  Once.set("r", B);
+  CHECK(Once.repeated().empty());
+  CHECK(Once["r"].node() == B.node());
+}
+
 TEST_CASE("the epilogue not producing a declared final rowscale") {
   struct F : Softmax {
     EpilogueResult online_fwd_epilogue(SymbolScalar o, const Rowscales &rs,

@@ -86,8 +86,12 @@ void CustomInputs::unbind() const {
 
 Rowscales::Rowscales(
     std::initializer_list<std::pair<std::string, SymbolScalar>> Init) {
-  for (const auto &[Name, Value] : Init)
+  for (const auto &[Name, Value] : Init) {
+    if (contains(Name) &&
+        std::find(Repeated.begin(), Repeated.end(), Name) == Repeated.end())
+      Repeated.push_back(Name);
     set(Name, Value);
+  }
 }
 
 void Rowscales::setOwner(std::string Fn, std::string W) {

@@ -91,6 +91,9 @@ public:
   void recordRowscales(ir::Function &F, const Rowscales &Returned,
                        const OnlineFunc::Decls &Declared,
                        const char *What) {
+    if (!Returned.repeated().empty())
+      throw UserError(F.Name + ": " + What + " '" +
+                      Returned.repeated().front() + "' is returned twice");
     for (const auto &[Name, Value] : Returned.entries()) {
       bool Known = false;
       for (const auto &D : Declared)
@@ -265,6 +268,7 @@ void traceLinear(Graph &G, const LinearAttentionDef &Def) {
 } // namespace
 
 std::unique_ptr<ir::Graph> trace(const DefinitionBase &Def) {
+  checkIdentifier("definition", Def.name);
   auto G = std::make_unique<Graph>();
   detail::ActiveTrace Active(*G);
   G->setName(Def.name);

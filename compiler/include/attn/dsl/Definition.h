@@ -51,6 +51,10 @@ private:
 class Rowscales {
 public:
   Rowscales() = default;
+  /// What a function returns: `{{"m", m_new}, {"r", r_new}}`. A name given
+  /// twice keeps its last value and is remembered in repeated(); the tracer
+  /// rejects it when the rowscales are returned ("online_fwd: rowscale 'r'
+  /// is returned twice"), where the function is known.
   Rowscales(std::initializer_list<std::pair<std::string, SymbolScalar>> Init);
 
   SymbolScalar operator[](llvm::StringRef Name) const;
@@ -61,9 +65,12 @@ public:
   }
   /// What reads say in errors: "online_fwd: rowscale" etc.
   void setOwner(std::string Function, std::string What);
+  /// The names the initializer list gave more than once, in order.
+  const std::vector<std::string> &repeated() const { return Repeated; }
 
 private:
   std::vector<std::pair<std::string, SymbolScalar>> Entries;
+  std::vector<std::string> Repeated;
   std::string Function, What = "rowscale";
 };
 
