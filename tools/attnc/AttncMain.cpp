@@ -20,71 +20,105 @@
 
 #include <fmt/format.h>
 
+#include <exception>
+#include <mutex>
+
 namespace attn {
 
 namespace cl = llvm::cl;
 
 namespace {
 
-/// The options of every subcommand. They live in one object per call so
-/// that attncMain can run more than once in a process (tests do).
+/// A cl::SubCommand that leaves LLVM's global command-line parser when it is
+/// destroyed. (A plain one stays registered, and the parser's next reset or
+/// parse walks the freed object.)
+class CallSubCommand : public cl::SubCommand {
+public:
+  using cl::SubCommand::SubCommand;
+  CallSubCommand(const CallSubCommand &) = delete;
+  CallSubCommand &operator=(const CallSubCommand &) = delete;
+  ~CallSubCommand() { unregisterSubCommand(); }
+};
+
+/// A cl::opt or cl::list that leaves the global parser when it is destroyed.
+template <typename OptionT> class CallOption : public OptionT {
+public:
+  using OptionT::OptionT;
+  ~CallOption() { this->removeArgument(); }
+};
+template <typename T> using CallOpt = CallOption<cl::opt<T>>;
+template <typename T> using CallList = CallOption<cl::list<T>>;
+
+/// The options of every subcommand, registered with LLVM's global parser for
+/// one call of attncMain: each member unregisters itself when the object is
+/// destroyed (options first, as members are destroyed in reverse order, then
+/// the subcommands they name), so attncMain can run any number of times in
+/// a process and leaves nothing of its own registered. Use the Call* types
+/// for every member.
 struct Options {
-  cl::SubCommand List{"list", "List the registered definitions"};
-  cl::SubCommand Show{"show", "Print a definition's IR after each pass"};
-  cl::SubCommand Check{
+  CallSubCommand List{"list", "List the registered definitions"};
+  CallSubCommand Show{"show", "Print a definition's IR after each pass"};
+  CallSubCommand Check{
       "check", "Check definitions with the double-precision reference"};
 
-  cl::opt<std::string> ShowName{cl::Positional, cl::desc("<definition>"),
+  CallOpt<std::string> ShowName{cl::Positional, cl::desc("<definition>"),
                                 cl::Required, cl::sub(Show)};
-  cl::opt<std::string> After{
+  CallOpt<std::string> After{
       "after",
       cl::desc("Print the IR only after this pass (trace, verify, "
                "row-reduce, simplify, dce)"),
       cl::value_desc("pass"), cl::sub(Show)};
-  cl::opt<bool> Json{"json", cl::desc("Print the final IR as JSON"),
+  CallOpt<bool> Json{"json", cl::desc("Print the final IR as JSON"),
                      cl::sub(Show)};
 
-  cl::SubCommand Emit{"emit", "Write the generated CUDA source of a kernel"};
-  cl::SubCommand Compile{"compile",
+  CallSubCommand Emit{"emit", "Write the generated CUDA source of a kernel"};
+  CallSubCommand Compile{"compile",
                          "Compile a kernel with NVRTC through the cache"};
-  cl::SubCommand Cache{"cache", "Kernel cache: stats | clear"};
+  CallSubCommand Cache{"cache", "Kernel cache: stats | clear"};
 
   // Shared by emit and compile.
-  cl::opt<std::string> KernelName{cl::Positional, cl::desc("<definition>"),
+  CallOpt<std::string> KernelName{cl::Positional, cl::desc("<definition>"),
                                   cl::Required, cl::sub(Emit),
                                   cl::sub(Compile)};
-  cl::opt<std::string> Dtype{"dtype", cl::desc("f16 or bf16"),
+  CallOpt<std::string> Dtype{"dtype", cl::desc("f16 or bf16"),
                              cl::init("f16"), cl::sub(Emit), cl::sub(Compile)};
-  cl::opt<int> HeadDim{"head-dim", cl::desc("Head dimension D of q and k"),
+  CallOpt<int> HeadDim{"head-dim", cl::desc("Head dimension D of q and k"),
                        cl::init(128), cl::sub(Emit), cl::sub(Compile)};
-  cl::opt<int> HeadDimV{"head-dim-v",
+  CallOpt<int> HeadDimV{"head-dim-v",
                         cl::desc("Head dimension of v (default: --head-dim)"),
                         cl::init(0), cl::sub(Emit), cl::sub(Compile)};
-  cl::opt<std::string> Arch{
+  CallOpt<std::string> Arch{
       "arch",
       cl::desc("sm_80, sm_86, sm_89 or sm_90a (compile: default the GPU's, "
                "else sm_80)"),
       cl::init(""), cl::sub(Emit), cl::sub(Compile)};
-  cl::opt<std::string> Config{"config",
+  CallOpt<std::string> Config{"config",
                               cl::desc("Tile configuration, e.g. m64n64w4s2"),
                               cl::init(""), cl::sub(Emit), cl::sub(Compile)};
-  cl::opt<std::string> Output{"o", cl::desc("Output file (- for stdout)"),
+  CallOpt<std::string> Output{"o", cl::desc("Output file (- for stdout)"),
                               cl::value_desc("file"), cl::init("-"),
                               cl::sub(Emit)};
-  cl::opt<bool> StandaloneOpt{
+  CallOpt<bool> StandaloneOpt{
       "standalone",
       cl::desc("Inline the device library so that plain `nvcc -c` builds it"),
       cl::sub(Emit)};
-  cl::opt<std::string> CacheAction{cl::Positional, cl::desc("stats|clear"),
+  CallOpt<std::string> CacheAction{cl::Positional, cl::desc("stats|clear"),
                                    cl::Required, cl::sub(Cache)};
 
-  cl::list<std::string> CheckNames{cl::Positional, cl::desc("<definition>..."),
+  CallList<std::string> CheckNames{cl::Positional, cl::desc("<definition>..."),
                                    cl::sub(Check)};
-  cl::opt<bool> All{"all", cl::desc("Check every registered definition"),
+  CallOpt<bool> All{"all", cl::desc("Check every registered definition"),
                     cl::sub(Check)};
-  cl::opt<unsigned long long> Seed{
+  CallOpt<unsigned long long> Seed{
       "seed", cl::desc("Seed of the random inputs"), cl::init(20261126),
       cl::sub(Check)};
+};
+
+/// A command line that parses but asks for something impossible (an unknown
+/// pass, check with no definition): bad usage, exit status 2.
+class UsageError : public UserError {
+public:
+  using UserError::UserError;
 };
 
 int runList(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
@@ -102,8 +136,8 @@ int runShow(const Options &O, const dsl::Registry &Registry,
             llvm::raw_ostream &OS) {
   const std::vector<std::string> &Passes = pipelinePasses();
   if (!O.After.empty() && !llvm::is_contained(Passes, O.After.getValue()))
-    throw UserError("show: unknown pass '" + O.After +
-                    "'; passes: trace, verify, row-reduce, simplify, dce");
+    throw UsageError("show: unknown pass '" + O.After +
+                     "'; passes: trace, verify, row-reduce, simplify, dce");
   const dsl::DefinitionBase &Def = Registry.get(O.ShowName);
   CompiledDefinition C = compile(Def, [&](llvm::StringRef Pass,
                                           const ir::Graph &G) {
@@ -199,11 +233,12 @@ int runCheck(const Options &O, const dsl::Registry &Registry,
   std::vector<const dsl::DefinitionBase *> Defs;
   if (O.All) {
     if (!O.CheckNames.empty())
-      throw UserError("check: give definition names or --all, not both");
+      throw UsageError(
+          "check: give definition names or --all, not both");
     Defs = Registry.all();
   } else {
     if (O.CheckNames.empty())
-      throw UserError("check: name a definition or pass --all");
+      throw UsageError("check: name a definition or pass --all");
     for (const std::string &N : O.CheckNames)
       Defs.push_back(&Registry.get(N));
   }
@@ -224,7 +259,15 @@ int runCheck(const Options &O, const dsl::Registry &Registry,
 
 int attncMain(int Argc, const char *const *Argv,
               const dsl::Registry &Registry) {
-  cl::ResetCommandLineParser();
+  // The first call drops what libraries registered at static
+  // initialisation, so that only attnc's options are offered; every call
+  // then starts from the default values. Options unregisters its own
+  // members when it goes out of scope.
+  static std::once_flag DropStaticOptions;
+  std::call_once(DropStaticOptions, cl::ResetCommandLineParser);
+  cl::ResetAllOptionOccurrences();
+  cl::SetVersionPrinter(
+      [](llvm::raw_ostream &OS) { OS << "attnc " << ATTNC_VERSION << "\n"; });
   Options O;
   std::string Errors;
   llvm::raw_string_ostream ErrStream(Errors);
@@ -262,6 +305,10 @@ int attncMain(int Argc, const char *const *Argv,
       return runCache(O, llvm::outs());
     llvm::errs() << "attnc: no command given; try 'attnc --help'\n";
     return 2;
+  } catch (const UsageError &E) {
+    llvm::outs().flush();
+    llvm::errs() << "attnc: error: " << E.what() << "\n";
+    return 2;
   } catch (const UserError &E) {
     llvm::outs().flush();
     llvm::errs() << "attnc: error: " << E.what() << "\n";
@@ -269,6 +316,12 @@ int attncMain(int Argc, const char *const *Argv,
   } catch (const Error &E) {
     llvm::outs().flush();
     llvm::errs() << "attnc: " << E.what() << "\n";
+    return 1;
+  } catch (const std::exception &E) {
+    // Not one of attnc's errors (std::bad_alloc, or a user's function that
+    // threw): report it as an internal error rather than terminate.
+    llvm::outs().flush();
+    llvm::errs() << "attnc: internal error: " << E.what() << "\n";
     return 1;
   }
 }
