@@ -74,8 +74,10 @@ Attention::Attention(const dsl::DefinitionBase &D, const Signature &S)
   Spec.HeadDim = S.HeadDim;
   Spec.HeadDimV = S.HeadDimV;
   Spec.Arch = S.Arch.empty() ? currentDevice().arch() : S.Arch;
-  if (!S.Config.empty())
-    Spec.Config = codegen::FwdConfig::parse(S.Config);
+  Spec.Config = S.Config.empty()
+                    ? codegen::FwdConfig::defaultFor(S.HeadDim, S.HeadDimV,
+                                                      Spec.Arch)
+                    : codegen::FwdConfig::parse(S.Config);
   Spec.validate();
   Source = codegen::generateForward(Def, Spec);
   Cached = KernelCache::global().getOrCompile(Source);

@@ -161,6 +161,8 @@ CallShape validateCall(const ir::Graph &G, const Signature &Sig,
                           shapeText(Want), G.name()));
     if (!Finals->Data)
       invalid("finals: null data pointer");
+    if (reinterpret_cast<uintptr_t>(Finals->Data) % 4 != 0)
+      invalid("finals: data pointer must be 4-byte aligned");
     if (Finals->Type != ElemType::F32)
       invalid(fmt::format("finals: expected dtype f32, got {}",
                           elemTypeName(Finals->Type)));

@@ -240,12 +240,9 @@ TEST_CASE("validateCall: finals of the wrong dtype", "[runtime][validate]") {
   CHECK_THAT(invalid(C), Contains("finals: expected dtype f32, got f16"));
 }
 
-// Library bug (runtime/lib/Validate.cpp, the finals checks in validateCall):
-// the finals pointer's alignment is never checked (custom inputs must be
-// 4-byte aligned, q/k/v/out 16-byte), so a float tensor at 0x50002 passes
-// validation and the kernel would write floats to a misaligned address.
+// The kernel writes finals as floats: a misaligned pointer is refused.
 TEST_CASE("validateCall: finals at a misaligned address",
-          "[runtime][validate][!mayfail]") {
+          "[runtime][validate]") {
   Call C;
   C.F.Data = fake(0x50002);
   std::string M = invalid(C);

@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace attn::codegen {
 
 using ir::ParamKind;
@@ -40,6 +42,20 @@ int FwdConfig::sharedBytes(int D, int DV) const {
   return 2 * (BlockM * D + Stages * BlockN * (D + DV));
 }
 
+static int sharedLimit(const std::string &Arch);
+
+FwdConfig FwdConfig::defaultFor(int D, int DV, const std::string &Arch) {
+  int Widest = std::max(D, DV);
+  FwdConfig Big{256, 64, 8, 2};
+  if (Widest <= 64)
+    return FwdConfig{128, 32, 4, 2};
+  if (Widest <= 128 && Big.sharedBytes(D, DV) <= sharedLimit(Arch))
+    return Big;
+  if (Widest <= 128)
+    return FwdConfig{128, 32, 4, 2};
+  return FwdConfig{64, 32, 4, 2};
+}
+
 static int sharedLimit(const std::string &Arch) {
   if (Arch == "sm_80")
     return 163 * 1024;
@@ -60,7 +76,8 @@ void KernelSpec::validate() const {
   const FwdConfig &C = Config;
   if (C.Warps != 4 && C.Warps != 8)
     throw UserError(fmt::format("config {}: warps must be 4 or 8", C.str()));
-  if (C.BlockM % (16 * C.Warps) != 0 || C.BlockM > 256)
+  if (C.BlockM < 16 * C.Warps || C.BlockM % (16 * C.Warps) != 0 ||
+      C.BlockM > 256)
     throw UserError(fmt::format(
         "config {}: block M must be a multiple of 16 x warps ({}), at most 256",
         C.str(), 16 * C.Warps));

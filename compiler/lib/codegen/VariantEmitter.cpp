@@ -155,14 +155,34 @@ std::string ExprEmitter::expr(const Node *N, bool InLoop) const {
                       ir::mnemonic(N->getKind()).str());
 }
 
+/// The operands the expression for \p N spells (see ExprEmitter::expr).
+static llvm::SmallVector<const Node *, 3> spelledOperands(const Node *N) {
+  if (N->getKind() == NodeKind::Exp &&
+      N->operand(0)->getKind() == NodeKind::Sub)
+    return {N->operand(0)->operand(0), N->operand(0)->operand(1)};
+  return llvm::SmallVector<const Node *, 3>(N->operands().begin(),
+                                            N->operands().end());
+}
+
+void ExprEmitter::markNeeded(llvm::ArrayRef<const Node *> Roots) {
+  std::vector<const Node *> Order = ir::topologicalOrder(Roots);
+  for (const Node *R : Roots)
+    Needed.insert(R);
+  for (auto It = Order.rbegin(); It != Order.rend(); ++It)
+    if (Needed.count(*It))
+      for (const Node *Op : spelledOperands(*It))
+        Needed.insert(Op);
+}
+
 void ExprEmitter::define(const Node *N, bool InLoop) {
   W.line("const " + cType(N->getType()) + " " + operand(N, InLoop) + " = " +
          expr(N, InLoop) + ";");
 }
 
 void ExprEmitter::emitScalarBody(llvm::ArrayRef<const Node *> Roots) {
+  markNeeded(Roots);
   for (const Node *N : ir::topologicalOrder(Roots))
-    if (!N->operands().empty())
+    if (!N->operands().empty() && needed(N))
       define(N, /*InLoop=*/false);
 }
 
@@ -179,7 +199,7 @@ void ExprEmitter::emitElementCone(llvm::ArrayRef<const Node *> Roots,
         !Seen.insert(N).second)
       continue;
     Cone.push_back(N);
-    for (const Node *Op : N->operands())
+    for (const Node *Op : spelledOperands(N))
       Stack.push_back(Op);
   }
   std::sort(Cone.begin(), Cone.end(), [](const Node *A, const Node *B) {
@@ -201,6 +221,7 @@ void emitOnlineFwd(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell)
   for (const ir::Result &R : F.Results)
     Roots.push_back(R.Value);
   const Node *Scores = F.result("scores");
+  E.markNeeded(Roots);
   std::vector<const Node *> Order = ir::topologicalOrder(Roots);
   const ir::ReduceNode *LastReduce = nullptr;
   for (const Node *N : Order)
@@ -215,7 +236,7 @@ void emitOnlineFwd(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell)
   }
   bool ScoresStored = false;
   for (const Node *N : Order) {
-    if (isElement(N) || N->operands().empty())
+    if (isElement(N) || N->operands().empty() || !E.needed(N))
       continue;
     auto *R = llvm::dyn_cast<ir::ReduceNode>(N);
     if (!R) {
@@ -289,8 +310,9 @@ void emitEpilogue(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell) 
   std::vector<const Node *> Roots;
   for (const ir::Result &R : F.Results)
     Roots.push_back(R.Value);
+  E.markNeeded(Roots);
   for (const Node *N : ir::topologicalOrder(Roots))
-    if (!isElement(N) && !N->operands().empty())
+    if (!isElement(N) && !N->operands().empty() && E.needed(N))
       E.define(N, false);
   const Node *O = F.result("o");
   auto *P = llvm::dyn_cast<ir::ParamNode>(O);

@@ -23,6 +23,13 @@ struct FwdConfig {
   static FwdConfig parse(const std::string &Text);
   /// Dynamic shared memory the skeleton needs for head dims \p D, \p DV.
   int sharedBytes(int D, int DV) const;
+  /// The configuration used when none is given (see docs/performance.md for
+  /// the measurements behind it): 256x64 tiles over 8 warps (two m16 tiles
+  /// per warp, so each K/V tile read from shared memory feeds twice the
+  /// math) for head dims up to 128 where shared memory allows; 128x32 over
+  /// 4 warps for head dim 64; 64x32 over 4 warps for head dims above 128
+  /// (the O accumulator alone is then 128 registers a thread).
+  static FwdConfig defaultFor(int D, int DV, const std::string &Arch);
 };
 
 /// Everything that selects one kernel besides the definition.
@@ -31,7 +38,7 @@ struct KernelSpec {
   int HeadDim = 128;
   int HeadDimV = 128;
   std::string Arch = "sm_80"; ///< sm_80, sm_86, sm_89 or sm_90a
-  FwdConfig Config;
+  FwdConfig Config;           ///< see FwdConfig::defaultFor
   /// UserError naming the field when a value is unsupported.
   void validate() const;
 };

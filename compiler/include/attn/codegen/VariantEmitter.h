@@ -31,6 +31,12 @@ public:
   std::string expr(const ir::Node *N, bool InLoop) const;
   /// Writes the definition of \p N.
   void define(const ir::Node *N, bool InLoop);
+  /// Records which nodes the code for \p Roots refers to. A node whose only
+  /// users fold it away (the x - y inside exp(x - y), emitted as one
+  /// exp_diff(x, y)) is not needed and is never defined, so the generated
+  /// code has no unused variables.
+  void markNeeded(llvm::ArrayRef<const ir::Node *> Roots);
+  bool needed(const ir::Node *N) const { return Needed.count(N); }
   /// Every non-leaf node reachable from \p Roots, as straight-line code.
   void emitScalarBody(llvm::ArrayRef<const ir::Node *> Roots);
   /// The element-level nodes \p Roots need that \p Done does not hold.
@@ -40,6 +46,7 @@ public:
 private:
   CodeWriter &W;
   ParamSpeller Spell;
+  llvm::DenseSet<const ir::Node *> Needed;
 };
 
 /// The body of `online_fwd(in, st, f, r, b, h, o_scale)` for one row r.
