@@ -93,7 +93,9 @@ struct Options {
                "else sm_80)"),
       cl::init(""), cl::sub(Emit), cl::sub(Compile)};
   CallOpt<std::string> Config{"config",
-                              cl::desc("Tile configuration, e.g. m64n64w4s2"),
+                              cl::desc("Tile configuration, e.g. m64n64w4s2 "
+                                       "(default: chosen per head dim and "
+                                       "arch)"),
                               cl::init(""), cl::sub(Emit), cl::sub(Compile)};
   CallOpt<std::string> Output{"o", cl::desc("Output file (- for stdout)"),
                               cl::value_desc("file"), cl::init("-"),
@@ -169,8 +171,10 @@ codegen::KernelSpec kernelSpec(const Options &O, bool ForCompile) {
     if (ForCompile && runtime::CudaDriver::get().available())
       Spec.Arch = runtime::currentDevice().arch();
   }
-  if (!O.Config.empty())
-    Spec.Config = codegen::FwdConfig::parse(O.Config);
+  Spec.Config = O.Config.empty()
+                    ? codegen::FwdConfig::defaultFor(Spec.HeadDim,
+                                                      Spec.HeadDimV, Spec.Arch)
+                    : codegen::FwdConfig::parse(O.Config);
   Spec.validate();
   return Spec;
 }
