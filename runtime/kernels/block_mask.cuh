@@ -9,8 +9,8 @@
 
 namespace attnc {
 
-/// grid (n_blocks, m_blocks, groups), any block size. Elements outside the
-/// sequence make a block partial, never full.
+/// grid (n_blocks, m_blocks, groups), any block size. Keys past seq_kv make
+/// a block partial, never full; rows past seq_q are ignored (never stored).
 template <class Variant, int kBlockM, int kBlockN>
 __device__ void classify_blocks(const MaskArgs &a, const typename Variant::Inputs &in) {
   const int n = blockIdx.x, m = blockIdx.y, group = blockIdx.z;

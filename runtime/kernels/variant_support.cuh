@@ -18,6 +18,11 @@ __device__ __forceinline__ float sigmoid(float x) {
   return __fdividef(1.0f, 1.0f + exp2_fast(-x * kLog2e));
 }
 
+/// max(x, 0) that keeps a NaN, as the IR's relu does (fmaxf would give 0).
+__device__ __forceinline__ float relu(float x) {
+  return x != x ? x : fmaxf(x, 0.0f);
+}
+
 /// An index clamped into [0, n): rows past the end of a sequence still read
 /// a valid element of a per-row or per-key custom input (their results are
 /// never stored).

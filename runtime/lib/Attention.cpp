@@ -106,10 +106,17 @@ void Attention::ensureLoaded() {
   CudaDriver &D = CudaDriver::get();
   D.require();
   const DeviceInfo &Dev = currentDevice();
-  if (Dev.arch() != Spec.Arch)
+  // A CUBIN runs on its own major version with an equal or newer minor;
+  // sm_90a code runs only on compute capability 9.0.
+  int KMajor = Spec.Arch[3] - '0', KMinor = Spec.Arch[4] - '0';
+  bool Runs = Spec.Arch == "sm_90a"
+                  ? Dev.Major == 9 && Dev.Minor == 0
+                  : Dev.Major == KMajor && Dev.Minor >= KMinor;
+  if (!Runs)
     throw InvalidArgument(fmt::format(
-        "the kernel was built for {}, but the device ({}) is {}", Spec.Arch,
-        Dev.Name, Dev.arch()));
+        "the kernel was built for {}, which does not run on the device ({}, "
+        "{})",
+        Spec.Arch, Dev.Name, Dev.arch()));
   D.check(D.cuModuleLoadData(&Module, Cached.Cubin->data()),
           "cuModuleLoadData");
   D.check(D.cuModuleGetFunction(&Fwd, Module, "attnc_fwd"),
@@ -168,6 +175,15 @@ Attention::Launch Attention::prepare(const TensorView &Q, const TensorView &K,
   A.m_blocks = int((C.Sq + Spec.Config.BlockM - 1) / Spec.Config.BlockM);
   A.n_blocks = int((C.Skv + Spec.Config.BlockN - 1) / Spec.Config.BlockN);
   A.mask_per_head = codegen::maskPerHead(G) ? 1 : 0;
+  // Grid y (and z for the classification) carry batch·heads and query
+  // blocks; CUDA limits both to 65535.
+  if (C.B * C.H > 65535)
+    throw InvalidArgument(fmt::format(
+        "q: batch x heads is {}; at most 65535 are supported", C.B * C.H));
+  if (A.m_blocks > 65535)
+    throw InvalidArgument(fmt::format(
+        "q: seq {} gives {} query blocks of {}; at most 65535 are supported",
+        C.Sq, A.m_blocks, Spec.Config.BlockM));
   L.Groups = A.mask_per_head ? unsigned(C.B * C.H) : 1;
 
   codegen::InputLayout Layout = codegen::inputLayout(G);

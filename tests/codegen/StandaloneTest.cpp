@@ -59,8 +59,8 @@ std::string tempDir() {
   return Dir;
 }
 
-/// Runs `attnc <Args>` in a child process (attncMain cannot yet run twice in
-/// one process) with its output in \p Log; returns the exit status.
+/// Runs `attnc <Args>` in a child process, so that its output goes to \p Log
+/// without touching this process's streams; returns the exit status.
 int runAttnc(std::vector<const char *> Args, const std::string &Log) {
   dsl::Registry R;
   examples::registerExamples(R);

@@ -32,7 +32,12 @@ int main(int Argc, char **Argv) {
   }
   try {
     std::string Name = Argv[1];
-    DType T = *dtypeFromName(Argv[2]);
+    std::optional<DType> Parsed = dtypeFromName(Argv[2]);
+    if (!Parsed) {
+      std::fprintf(stderr, "attnc_bench: dtype must be f16 or bf16\n");
+      return 2;
+    }
+    DType T = *Parsed;
     int B = std::atoi(Argv[3]), H = std::atoi(Argv[4]), S = std::atoi(Argv[5]),
         D = std::atoi(Argv[6]);
     dsl::Registry R;

@@ -101,7 +101,7 @@ std::string ExprEmitter::expr(const Node *N, bool InLoop) const {
   case NodeKind::Sigmoid:
     return "attnc::sigmoid(" + Op(0) + ")";
   case NodeKind::Relu:
-    return IntResult ? "max(" + Op(0) + ", 0)" : "fmaxf(" + Op(0) + ", 0.0f)";
+    return IntResult ? "max(" + Op(0) + ", 0)" : "attnc::relu(" + Op(0) + ")";
   case NodeKind::Sqrt:
     return "sqrtf(" + Op(0) + ")";
   case NodeKind::Rsqrt:
