@@ -183,3 +183,25 @@ TEST_CASE("Attention: an unsupported signature fails before compiling",
              Contains("linear attention ('mamba2')"));
   CHECK(KernelCache::global().stats().Entries == Before);
 }
+
+TEST_CASE("Attention: grids past CUDA's limits are refused before any launch",
+          "[runtime][attention]") {
+  cacheDir();
+  Attention A(examples::mha(), sm80());
+  // 65536 heads: batch x heads exceeds the grid's y dimension.
+  TensorView Q = seq(0x10000, 4, 65536), K = seq(0x20000, 4, 65536),
+             V = seq(0x30000, 4, 65536), O = seq(0x40000, 4, 65536);
+  TensorView F = TensorView::contiguous(fake(0x50000), ElemType::F32,
+                                        {1, 1, 65536, 4});
+  CHECK_THAT(messageOf<InvalidArgument>([&] { A.forward(Q, K, V, O, &F); }),
+             Contains("batch x heads is 65536; at most 65535"));
+  // A sequence with more than 65535 query blocks.
+  int64_t S = int64_t(65536) * 128 + 1;
+  TensorView LQ = seq(0x10000, S, 1), LK = seq(0x20000, 4, 1),
+             LV = seq(0x30000, 4, 1), LO = seq(0x40000, S, 1);
+  TensorView LF = TensorView::contiguous(fake(0x50000), ElemType::F32,
+                                         {1, 1, 1, S});
+  CHECK_THAT(messageOf<InvalidArgument>(
+                 [&] { A.forward(LQ, LK, LV, LO, &LF); }),
+             Contains("query blocks"));
+}
