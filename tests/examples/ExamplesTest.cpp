@@ -1,4 +1,5 @@
 // Every registered example compiles and passes reference::check.
+#include "ExampleRegistry.h"
 #include "Examples.h"
 
 #include "attn/Pipeline.h"
@@ -8,29 +9,12 @@
 
 using namespace attn;
 
-namespace {
-
-const dsl::Registry &registry() {
-  static const dsl::Registry R = [] {
-    dsl::Registry Reg;
-    examples::registerExamples(Reg);
-    return Reg;
-  }();
-  return R;
-}
-
-std::vector<std::string> names() {
-  std::vector<std::string> N;
-  for (const dsl::DefinitionBase *D : registry().all())
-    N.push_back(D->name);
-  return N;
-}
-
-} // namespace
+using attn::testsupport::exampleNames;
+using attn::testsupport::registry;
 
 TEST_CASE("the seven examples are registered with a description",
           "[examples]") {
-  REQUIRE(names().size() == 7);
+  REQUIRE(exampleNames().size() == 7);
   for (const dsl::DefinitionBase *D : registry().all()) {
     INFO(D->name);
     CHECK_FALSE(D->description.empty());
@@ -41,7 +25,7 @@ TEST_CASE("the seven examples are registered with a description",
 
 TEST_CASE("each example compiles and passes the reference check",
           "[examples]") {
-  std::string Name = GENERATE(from_range(names()));
+  std::string Name = GENERATE(from_range(exampleNames()));
   INFO(Name);
   const dsl::DefinitionBase &Def = registry().get(Name);
   CompiledDefinition C;

@@ -1,4 +1,5 @@
 // The pipeline on every example: pass order, verify per pass, meaning kept.
+#include "ExampleRegistry.h"
 #include "Examples.h"
 
 #include "attn/Error.h"
@@ -18,28 +19,8 @@
 
 using namespace attn;
 
-namespace {
-
-std::vector<std::string> exampleNames() {
-  dsl::Registry R;
-  examples::registerExamples(R);
-  std::vector<std::string> Names;
-  for (const dsl::DefinitionBase *D : R.all())
-    Names.push_back(D->name);
-  return Names;
-}
-
-/// A registry that outlives the generator's values.
-const dsl::Registry &registry() {
-  static const dsl::Registry R = [] {
-    dsl::Registry Reg;
-    examples::registerExamples(Reg);
-    return Reg;
-  }();
-  return R;
-}
-
-} // namespace
+using attn::testsupport::exampleNames;
+using attn::testsupport::registry;
 
 TEST_CASE("there are seven registered examples", "[pipeline]") {
   CHECK(exampleNames() == std::vector<std::string>{

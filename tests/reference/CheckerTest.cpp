@@ -1,4 +1,5 @@
 // reference::check passes the examples and catches wrong definitions.
+#include "ExampleRegistry.h"
 #include "TestDefs.h"
 
 #include "Examples.h"
@@ -17,23 +18,10 @@ using attn::testdefs::SoftmaxBackward;
 using dsl::Rowscales;
 using dsl::SymbolScalar;
 
+using attn::testsupport::exampleNames;
+using attn::testsupport::registry;
+
 namespace {
-
-const dsl::Registry &registry() {
-  static const dsl::Registry R = [] {
-    dsl::Registry Reg;
-    examples::registerExamples(Reg);
-    return Reg;
-  }();
-  return R;
-}
-
-std::vector<std::string> exampleNames() {
-  std::vector<std::string> Names;
-  for (const dsl::DefinitionBase *D : registry().all())
-    Names.push_back(D->name);
-  return Names;
-}
 
 size_t countRows(const reference::CheckReport &R, llvm::StringRef Prefix) {
   size_t N = 0;

@@ -1,6 +1,6 @@
-// Shared reference-test definitions: a breakable online softmax, inputs.
-#ifndef ATTN_TESTS_REFERENCE_TESTDEFS_H
-#define ATTN_TESTS_REFERENCE_TESTDEFS_H
+// Shared test definitions: a breakable online softmax, inputs.
+#ifndef ATTN_TESTS_COMMON_TESTDEFS_H
+#define ATTN_TESTS_COMMON_TESTDEFS_H
 
 #include "attn/Pipeline.h"
 #include "attn/dsl/Definition.h"
