@@ -106,13 +106,7 @@ void Attention::ensureLoaded() {
   CudaDriver &D = CudaDriver::get();
   D.require();
   const DeviceInfo &Dev = currentDevice();
-  // A CUBIN runs on its own major version with an equal or newer minor;
-  // sm_90a code runs only on compute capability 9.0.
-  int KMajor = Spec.Arch[3] - '0', KMinor = Spec.Arch[4] - '0';
-  bool Runs = Spec.Arch == "sm_90a"
-                  ? Dev.Major == 9 && Dev.Minor == 0
-                  : Dev.Major == KMajor && Dev.Minor >= KMinor;
-  if (!Runs)
+  if (!archRunsOn(Spec.Arch, Dev.Major, Dev.Minor))
     throw InvalidArgument(fmt::format(
         "the kernel was built for {}, which does not run on the device ({}, "
         "{})",
@@ -145,6 +139,14 @@ void Attention::ensureMaskBuffers(size_t Groups, int MBlocks, int NBlocks) {
     D.check(D.cuMemFree(MaskBuf), "cuMemFree");
   D.check(D.cuMemAlloc(&MaskBuf, Bytes), "cuMemAlloc(block mask)");
   MaskBufBytes = Bytes;
+}
+
+bool archRunsOn(const std::string &Arch, int Major, int Minor) {
+  if (Arch == "sm_90a")
+    return Major == 9 && Minor == 0;
+  if (Arch.size() != 5 || Arch.compare(0, 3, "sm_") != 0)
+    return false;
+  return Major == Arch[3] - '0' && Minor >= Arch[4] - '0';
 }
 
 static uint64_t bitsOf(const void *P) { return reinterpret_cast<uintptr_t>(P); }

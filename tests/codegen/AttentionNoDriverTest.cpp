@@ -205,3 +205,15 @@ TEST_CASE("Attention: grids past CUDA's limits are refused before any launch",
                  [&] { A.forward(LQ, LK, LV, LO, &LF); }),
              Contains("query blocks"));
 }
+
+TEST_CASE("archRunsOn: which CUBINs a device can load", "[runtime][attention]") {
+  CHECK(archRunsOn("sm_80", 8, 0));
+  CHECK(archRunsOn("sm_80", 8, 6));
+  CHECK(archRunsOn("sm_86", 8, 9));
+  CHECK_FALSE(archRunsOn("sm_86", 8, 0));
+  CHECK_FALSE(archRunsOn("sm_80", 9, 0)); // a new major needs its own CUBIN
+  CHECK(archRunsOn("sm_90a", 9, 0));
+  CHECK_FALSE(archRunsOn("sm_90a", 8, 9));
+  CHECK_FALSE(archRunsOn("sm_90a", 10, 0));
+  CHECK_FALSE(archRunsOn("bogus", 8, 0));
+}

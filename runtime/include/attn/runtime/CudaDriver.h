@@ -83,6 +83,11 @@ struct DeviceInfo {
   std::string arch() const;
 };
 
+/// True when a CUBIN built for \p Arch runs on a device of compute
+/// capability \p Major.\p Minor: the same major version with an equal or
+/// newer minor ("sm_80" on 8.6), and "sm_90a" only on 9.0.
+bool archRunsOn(const std::string &Arch, int Major, int Minor);
+
 /// Initialises the driver, retains device 0's primary context, makes it
 /// current on this thread, and describes the device. DriverError if there
 /// is no driver or no device.
