@@ -54,8 +54,16 @@ struct Signature {
   attn::Layout TensorLayout = attn::Layout::BSHD;
   /// Empty: the arch of the current device.
   std::string Arch;
-  /// Empty: the default configuration.
+  /// Empty: a tuned configuration from TuneFile if it has one for the call's
+  /// shape, else the default (FwdConfig::defaultFor).
   std::string Config;
+  /// A tune JSON file to read configurations from (docs/tuning.md).
+  std::string TuneFile;
+  /// With TuneFile: a shape with no entry is tuned first and written.
+  bool Tune = false;
+  /// "generated", "reference", or empty: the first registered backend whose
+  /// check() accepts the call.
+  std::string Backend;
 };
 
 /// An attention variant compiled for a signature. q is [B,S,H,D] for BSHD or

@@ -1,0 +1,82 @@
+// Attention backends (the strategy pattern): each backend says whether it
+// can serve a call and why not, and runs it; a registry names them.
+#ifndef ATTN_RUNTIME_BACKEND_H
+#define ATTN_RUNTIME_BACKEND_H
+
+#include "attn/runtime/Attention.h"
+#include "attn/runtime/Validate.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attn::runtime {
+
+/// One validated call as a backend sees it.
+struct BackendProblem {
+  const CompiledDefinition &Def;
+  const Signature &Sig;
+  /// The arch the kernels are built for (the signature's, or the device's).
+  const std::string &Arch;
+  CallShape Shape;
+};
+
+/// The tensors of a forward call (already validated).
+struct ForwardTensors {
+  const TensorView &Q, &K, &V, &Out;
+  const TensorView *Finals;
+};
+
+/// Per-call runtime data: custom-input values and the stream. Scalars travel
+/// as kernel arguments, so a new value never recompiles anything.
+struct CallContext {
+  const InputMap &Inputs;
+  CUstream Stream = nullptr;
+};
+
+class AttentionBackend {
+public:
+  virtual ~AttentionBackend();
+  virtual const std::string &name() const = 0;
+  /// Empty when this backend can serve \p P; otherwise the reason it cannot
+  /// ("seq_kv 20000 is more than the 16384 keys ...").
+  virtual std::string check(const BackendProblem &P) const = 0;
+  /// Runs the forward; only called after check(P) returned empty.
+  virtual void forward(const BackendProblem &P, const ForwardTensors &T,
+                       const CallContext &C) = 0;
+};
+
+/// Makes a backend for a compiled definition and signature (the arch is
+/// resolved). May compile eagerly; UserError for an unsupported signature.
+using BackendFactory = std::function<std::unique_ptr<AttentionBackend>(
+    const CompiledDefinition &, const Signature &, const std::string &Arch)>;
+
+/// Backends by name, in the order automatic selection tries them.
+class BackendRegistry {
+public:
+  /// The process-wide registry, holding "generated" then "reference".
+  static BackendRegistry &global();
+
+  /// Adds a backend tried after those already present. UserError if
+  /// \p Name is empty or taken.
+  void add(const std::string &Name, BackendFactory Make);
+  /// Names in selection order.
+  std::vector<std::string> names() const;
+  /// The factory of \p Name; UserError listing the known names otherwise.
+  const BackendFactory &factory(const std::string &Name) const;
+
+private:
+  std::vector<std::pair<std::string, BackendFactory>> Entries;
+};
+
+std::unique_ptr<AttentionBackend>
+makeGeneratedBackend(const CompiledDefinition &Def, const Signature &Sig,
+                     const std::string &Arch);
+std::unique_ptr<AttentionBackend>
+makeReferenceBackend(const CompiledDefinition &Def, const Signature &Sig,
+                     const std::string &Arch);
+
+} // namespace attn::runtime
+
+#endif
