@@ -15,7 +15,12 @@ dsl::LinearAttentionDef mamba2();     ///< Mamba2 SSD
 dsl::LinearAttentionDef simpleGla();  ///< gated retention (simple GLA)
 dsl::LinearAttentionDef retentionLinear(); ///< RetNet, recurrent form
 
-/// Registers every example above under its name.
+/// Learnable custom inputs and a derived backward (learnable.cpp). Not
+/// registered: the tests and the backward kernel's tests build them directly.
+dsl::AttentionDef alibiLearnable();   ///< ALiBi with learned slopes and bias
+dsl::AttentionDef softcapLearnable(); ///< softcap with a learned cap
+
+/// Registers every example above under its name (the learnable ones aside).
 void registerExamples(dsl::Registry &R);
 
 } // namespace attn::examples

@@ -4,6 +4,7 @@
 #include "attn/dsl/Trace.h"
 #include "attn/ir/Printer.h"
 #include "attn/ir/Verifier.h"
+#include "attn/transforms/Autodiff.h"
 #include "attn/transforms/DCE.h"
 #include "attn/transforms/Simplify.h"
 
@@ -15,8 +16,8 @@ namespace attn {
 
 const std::vector<std::string> &pipelinePasses() {
   static const std::vector<std::string> Passes = {"trace", "verify",
-                                                  "row-reduce", "simplify",
-                                                  "dce"};
+                                                  "row-reduce", "autodiff",
+                                                  "simplify", "dce"};
   return Passes;
 }
 
@@ -37,6 +38,8 @@ CompiledDefinition compileGraph(std::unique_ptr<ir::Graph> G,
   after("verify", *G, AfterPass);
   analysis::analyzeRowReduce(*G);
   after("row-reduce", *G, AfterPass);
+  transforms::autodiff(*G);
+  after("autodiff", *G, AfterPass);
   transforms::simplify(*G);
   after("simplify", *G, AfterPass);
   G = transforms::eliminateDeadNodes(*G);

@@ -28,8 +28,8 @@ TEST_CASE("there are seven registered examples", "[pipeline]") {
                               "mamba2", "simple_gla", "retention_linear"});
 }
 
-TEST_CASE("the pipeline runs trace, verify, row-reduce, simplify, dce and "
-          "every graph verifies",
+TEST_CASE("the pipeline runs trace, verify, row-reduce, autodiff, simplify, "
+          "dce and every graph verifies",
           "[pipeline]") {
   std::string Name = GENERATE(from_range(exampleNames()));
   INFO(Name);
@@ -44,7 +44,7 @@ TEST_CASE("the pipeline runs trace, verify, row-reduce, simplify, dce and "
         CHECK_NOTHROW(ir::verify(G));
       });
   CHECK(Seen == std::vector<std::string>{"trace", "verify", "row-reduce",
-                                         "simplify", "dce"});
+                                         "autodiff", "simplify", "dce"});
   CHECK(Seen == pipelinePasses());
   // verify and the analysis do not touch the graph.
   CHECK(Text["verify"] == Text["trace"]);

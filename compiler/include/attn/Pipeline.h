@@ -23,10 +23,11 @@ struct CompiledDefinition {
 using PassCallback = std::function<void(llvm::StringRef Pass,
                                         const ir::Graph &G)>;
 
-/// The passes in order: trace, verify, row-reduce, simplify, dce.
+/// The passes in order: trace, verify, row-reduce, autodiff, simplify, dce.
 const std::vector<std::string> &pipelinePasses();
 
-/// trace → verify → row-reduce analysis → simplify → DCE → verify → analysis
+/// trace → verify → row-reduce analysis → autodiff (score_mod gradients,
+/// see transforms/Autodiff.h) → simplify → DCE → verify → analysis
 /// of the final graph. \p AfterPass (if set) sees the graph after each pass;
 /// with ATTNC_DUMP_IR=after-all in the environment each graph is also
 /// printed to stderr.

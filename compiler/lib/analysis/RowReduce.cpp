@@ -45,6 +45,12 @@ const FunctionRule Rules[] = {
                   ParamKind::FinalRowscale, ParamKind::Doosum,
                   ParamKind::Index, ParamKind::Input, ParamKind::HeadDim},
      TileIndices},
+    // Added by the autodiff pass: derivatives of score_mod.
+    {"score_mod_grad", {ParamKind::Score, ParamKind::Index, ParamKind::Input,
+                        ParamKind::HeadDim}, TileIndices},
+    {"score_mod_input_grad", {ParamKind::Score, ParamKind::Index,
+                              ParamKind::Input, ParamKind::HeadDim},
+     TileIndices},
     {"q_mod", {ParamKind::Element, ParamKind::Index, ParamKind::Input,
                ParamKind::HeadDim}, TokenIndices},
     {"k_mod", {ParamKind::Element, ParamKind::Index, ParamKind::Input,

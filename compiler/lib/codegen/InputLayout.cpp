@@ -17,6 +17,17 @@ InputLayout inputLayout(const ir::Graph &G) {
   return L;
 }
 
+std::vector<GradInput> gradInputs(const ir::Graph &G) {
+  std::vector<GradInput> Out;
+  unsigned I = 0;
+  for (const ir::InputDecl &D : G.decls().Inputs) {
+    if (D.RequiresGrad)
+      Out.push_back({D.Name, D.Shape, I});
+    ++I;
+  }
+  return Out;
+}
+
 std::string inputsStruct(const ir::Graph &G) {
   CodeWriter W;
   {

@@ -329,4 +329,29 @@ void emitEpilogue(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell) 
                        E.operand(F.result(D.Name), false)));
 }
 
+void emitInputGrads(CodeWriter &W, const ir::Graph &G,
+                    const ParamSpeller &Spell) {
+  const ir::Function *F = G.getFunction("score_mod_input_grad");
+  std::vector<const Node *> Roots;
+  for (const ir::InputDecl &D : G.decls().Inputs) {
+    if (!D.RequiresGrad)
+      continue;
+    const Node *R = F ? F->result("d_" + D.Name) : nullptr;
+    if (!R)
+      throw InternalError("codegen: no gradient d_" + D.Name + " of '" +
+                          G.name() + "'; the autodiff pass did not run");
+    Roots.push_back(R);
+  }
+  if (Roots.empty())
+    return;
+  ExprEmitter E(W, Spell);
+  E.emitScalarBody(Roots);
+  for (size_t I = 0; I < Roots.size(); ++I) {
+    std::string V = E.operand(Roots[I], false);
+    if (Roots[I]->getType() != ir::Type::F32)
+      V = "(float)" + V;
+    W.line(fmt::format("d[{}] = {};", I, V));
+  }
+}
+
 } // namespace attn::codegen

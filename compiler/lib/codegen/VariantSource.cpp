@@ -126,6 +126,8 @@ std::string variantMembers(const CompiledDefinition &Def,
                      G.decls().HasBackward ? "true" : "false"));
   W.line(fmt::format("static constexpr bool kBackwardUsesDoosum = {};",
                      Def.Info.BackwardUsesDoosum ? "true" : "false"));
+  W.line(fmt::format("static constexpr int kNumInputGrads = {};",
+                     gradInputs(G).size()));
   W.line("");
   {
     auto S = W.block("struct RowState", ";");
@@ -148,6 +150,27 @@ std::string variantMembers(const CompiledDefinition &Def,
                                                     : spellCommon(P, "kv_idx", G);
       },
       "float");
+  // The chain rule through score_mod, at the raw score: the backward's
+  // dS_raw = dS * score_mod_grad, and input i collects dS * d[i].
+  auto ScoreSpell = [&](const ir::ParamNode &P) {
+    return P.getParamKind() == ParamKind::Score ? std::string("score")
+                                                : spellCommon(P, "kv_idx", G);
+  };
+  if (!G.getFunction("score_mod_grad"))
+    throw InternalError("codegen: '" + G.name() +
+                        "' has no score_mod_grad; the autodiff pass did not "
+                        "run");
+  emitScalarFunction(
+      W, G, "score_mod_grad(const Inputs &in, float score, " + TileIdx + ")",
+      "score_mod_grad", "dscore", ScoreSpell, "float");
+  {
+    auto B = W.block("__device__ static __forceinline__ void input_grads("
+                     "const Inputs &in, float score, " + TileIdx +
+                     ", float *d)");
+    W.line("(void)in; (void)score; (void)b; (void)h; (void)q_idx; "
+           "(void)kv_idx; (void)d;");
+    emitInputGrads(W, G, ScoreSpell);
+  }
   if (G.getFunction("mask_mod")) {
     emitScalarFunction(
         W, G, "mask(const Inputs &in, " + TileIdx + ")", "mask_mod", "mask",

@@ -24,6 +24,14 @@ CustomInputs &CustomInputs::declare(const std::string &Name, InputShape Shape,
   return *this;
 }
 
+CustomInputs &CustomInputs::requiresGrad() {
+  if (Decls.empty())
+    throw UserError("requiresGrad(): no custom input declared yet; call it "
+                    "right after declare(...)");
+  Decls.back().RequiresGrad = true;
+  return *this;
+}
+
 static std::string joinNames(const std::vector<std::string> &Names) {
   if (Names.empty())
     return "none";

@@ -20,7 +20,8 @@ static void printDeclarations(const Graph &G, llvm::raw_ostream &OS) {
   for (const RowscaleDecl &R : D.FinalRowscales)
     OS << "  final " << R.Name << "\n";
   for (const InputDecl &I : D.Inputs)
-    OS << "  input " << I.Name << " : " << inputShapeName(I.Shape) << "\n";
+    OS << "  input " << I.Name << " : " << inputShapeName(I.Shape)
+       << (I.RequiresGrad ? " requires_grad" : "") << "\n";
 }
 
 void printFunction(const Graph &G, const Function &F, llvm::raw_ostream &OS) {

@@ -103,6 +103,7 @@ std::string saveJSON(const Graph &G) {
   J["kind"] = definitionKindName(D.Kind).str();
   J["has_mask"] = D.HasMask;
   J["has_backward"] = D.HasBackward;
+  J["backward_derived"] = D.BackwardDerived;
   J["decay_sample"] = {number(D.DecaySampleLo), number(D.DecaySampleHi)};
   J["rowscales"] = json::array();
   for (const RowscaleDecl &R : D.OnlineRowscales)
@@ -115,7 +116,8 @@ std::string saveJSON(const Graph &G) {
     J["inputs"].push_back({{"name", I.Name},
                            {"shape", inputShapeName(I.Shape).str()},
                            {"sample_lo", number(I.SampleLo)},
-                           {"sample_hi", number(I.SampleHi)}});
+                           {"sample_hi", number(I.SampleHi)},
+                           {"requires_grad", I.RequiresGrad}});
 
   std::vector<const Node *> Roots;
   for (const Function &F : G.functions())
@@ -174,6 +176,8 @@ static std::unique_ptr<Graph> loadParsed(const std::string &Text) {
   D.Kind = readEnum<DefinitionKind>(J, "kind", "document", kindFromName);
   D.HasMask = field(J, "has_mask", "document").get<bool>();
   D.HasBackward = field(J, "has_backward", "document").get<bool>();
+  // Optional: files written before autodiff have neither key.
+  D.BackwardDerived = J.value("backward_derived", false);
   const json &Decay = field(J, "decay_sample", "document");
   if (!Decay.is_array() || Decay.size() != 2)
     bad("decay_sample", "expected [lo, hi]");
@@ -196,7 +200,8 @@ static std::unique_ptr<Graph> loadParsed(const std::string &Text) {
         readString(Inputs[I], "name", W),
         readEnum<InputShape>(Inputs[I], "shape", W, inputShapeFromName),
         readNumber(field(Inputs[I], "sample_lo", W), W),
-        readNumber(field(Inputs[I], "sample_hi", W), W)});
+        readNumber(field(Inputs[I], "sample_hi", W), W),
+        Inputs[I].value("requires_grad", false)});
   }
 
   std::vector<const Node *> Nodes;

@@ -84,7 +84,7 @@ void verifyNode(const Graph &G, const Node *N) {
 const std::set<std::string> &knownFunctions(DefinitionKind K) {
   static const std::set<std::string> Transformer = {
       "score_mod", "mask_mod", "online_fwd", "online_fwd_epilogue", "forward",
-      "backward"};
+      "backward", "score_mod_grad", "score_mod_input_grad"};
   static const std::set<std::string> Linear = {"q_mod", "k_mod", "v_mod",
                                                "decay_mod"};
   return K == DefinitionKind::Transformer ? Transformer : Linear;
@@ -108,9 +108,17 @@ std::vector<std::string> expectedResults(const Graph &G, const Function &F) {
     return WithRowscales("scores", D.OnlineRowscales, "o_scale");
   if (F.Name == "online_fwd_epilogue")
     return WithRowscales("o", D.FinalRowscales, nullptr);
+  if (F.Name == "score_mod_input_grad") { // autodiff: one per grad input
+    std::vector<std::string> Names;
+    for (const InputDecl &I : D.Inputs)
+      if (I.RequiresGrad)
+        Names.push_back("d_" + I.Name);
+    return Names;
+  }
   static const std::map<std::string, std::string> Single = {
       {"score_mod", "score"}, {"mask_mod", "mask"},   {"forward", "p"},
-      {"backward", "dscores"}, {"q_mod", "q"},        {"k_mod", "k"},
+      {"backward", "dscores"}, {"score_mod_grad", "dscore"},
+      {"q_mod", "q"},          {"k_mod", "k"},
       {"v_mod", "v"},          {"decay_mod", "g"}};
   return {Single.at(F.Name)};
 }

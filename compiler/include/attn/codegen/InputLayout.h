@@ -32,6 +32,20 @@ struct InputLayout {
 
 InputLayout inputLayout(const ir::Graph &G);
 
+/// A custom input that requires a gradient (CustomInputs::requiresGrad).
+/// The i-th of gradInputs() is written to d[i] by Variant::input_grads;
+/// its gradient has the input's own shape class and is the sum, over the
+/// unmasked elements (b, h, q_idx, kv_idx) that read it, of dS·d[i], with
+/// dS the gradient of the modified score (Variant::backward's result).
+struct GradInput {
+  std::string Name;
+  ir::InputShape Shape;
+  unsigned InputIndex = 0; ///< its position among all inputs (inputLayout)
+};
+
+/// The custom inputs that require a gradient, in declaration order.
+std::vector<GradInput> gradInputs(const ir::Graph &G);
+
 /// The `struct Inputs { ... };` text, with a `load_<name>(b, h, q, k)`
 /// accessor per tensor input that clamps indices into range.
 std::string inputsStruct(const ir::Graph &G);

@@ -53,6 +53,11 @@ private:
 void emitOnlineFwd(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell);
 /// The body of `epilogue(in, st, of, r, b, h, q_idx, finals)` for one row r.
 void emitEpilogue(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell);
+/// The body of `input_grads(in, score, b, h, q_idx, kv_idx, d)`: d[i] =
+/// ∂score_mod/∂input_i for the i-th input that requires a gradient (the
+/// results of score_mod_input_grad). Writes nothing when there is none.
+void emitInputGrads(CodeWriter &W, const ir::Graph &G,
+                    const ParamSpeller &Spell);
 
 } // namespace attn::codegen
 

@@ -25,6 +25,11 @@ public:
   /// draws for it (mamba2's A must be negative, say).
   CustomInputs &declare(const std::string &Name, InputShape Shape,
                         double SampleLo = -1.0, double SampleHi = 1.0);
+  /// Marks the input declared last as learnable: the backward then also
+  /// returns its gradient d_<name> (through score_mod; an input that
+  /// requires a gradient may not be read by mask_mod or the online
+  /// function). `in.declare("slopes", InputShape::PerHead).requiresGrad();`
+  CustomInputs &requiresGrad();
   const std::vector<ir::InputDecl> &decls() const { return Decls; }
 
   /// The input \p Name as a symbol; only valid while a function is traced.

@@ -40,6 +40,9 @@ struct InputDecl {
   InputShape Shape;
   /// The range `attnc check` draws test values from (uniformly).
   double SampleLo = -1.0, SampleHi = 1.0;
+  /// The user asked for its gradient (CustomInputs::requiresGrad): the
+  /// backward computes d_<name> through score_mod.
+  bool RequiresGrad = false;
 };
 
 struct RowscaleDecl {
@@ -68,6 +71,11 @@ struct Declarations {
   std::vector<InputDecl> Inputs;
   bool HasMask = false;
   bool HasBackward = false;
+  /// The backward was derived by the autodiff pass, not written by the user
+  /// (HasBackward is then true as well).
+  bool BackwardDerived = false;
+  /// Why the autodiff pass could not derive a backward (empty otherwise).
+  std::string BackwardUnavailable;
   /// Linear attention: the range `attnc check` draws the decay input from.
   double DecaySampleLo = -1.0, DecaySampleHi = 0.0;
   const InputDecl *findInput(llvm::StringRef Name) const;

@@ -1,0 +1,124 @@
+// The gradient hooks of the generated Variant: score_mod_grad, input_grads,
+// kNumInputGrads, gradInputs, and NVRTC compiles them.
+#include "Examples.h"
+
+#include "attn/Pipeline.h"
+#include "attn/codegen/Codegen.h"
+#include "attn/codegen/InputLayout.h"
+#include "attn/runtime/Compiler.h"
+#include "attn/runtime/Errors.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+using namespace attn;
+using codegen::KernelSource;
+using codegen::KernelSpec;
+
+namespace {
+
+KernelSource generate(const dsl::DefinitionBase &D, KernelSpec Spec = {}) {
+  return codegen::generateForward(compile(D), Spec);
+}
+
+/// The text of the device function whose signature starts with \p Head.
+std::string functionText(const KernelSource &S, llvm::StringRef Head) {
+  llvm::StringRef Src(S.Source);
+  size_t At = Src.find(Head);
+  if (At == llvm::StringRef::npos)
+    return "";
+  size_t End = Src.find("\n  }\n", At);
+  return Src.slice(At, End).str();
+}
+
+} // namespace
+
+TEST_CASE("hooks: mha has score_mod_grad = rsqrt(D) and no input grads",
+          "[autodiff][codegen]") {
+  KernelSource S = generate(examples::mha());
+  CHECK_THAT(S.Source, Catch::Matchers::Contains(
+                           "static constexpr int kNumInputGrads = 0;"));
+  std::string G = functionText(
+      S, "__device__ static __forceinline__ float score_mod_grad(const "
+         "Inputs &in, float score, int b, int h, int q_idx, int kv_idx)");
+  REQUIRE_FALSE(G.empty());
+  CHECK_THAT(G, Catch::Matchers::Contains("rsqrtf((float)kHeadDim)"));
+  std::string I = functionText(
+      S, "__device__ static __forceinline__ void input_grads(const Inputs "
+         "&in, float score, int b, int h, int q_idx, int kv_idx, float *d)");
+  REQUIRE_FALSE(I.empty());
+  CHECK(I.find("d[") == std::string::npos);
+}
+
+TEST_CASE("hooks: learned ALiBi slopes and bias give two input grads",
+          "[autodiff][codegen]") {
+  CompiledDefinition Def = compile(examples::alibiLearnable());
+  std::vector<codegen::GradInput> Grads = codegen::gradInputs(*Def.Graph);
+  REQUIRE(Grads.size() == 2);
+  CHECK(Grads[0].Name == "slopes");
+  CHECK(Grads[0].Shape == ir::InputShape::PerHead);
+  CHECK(Grads[0].InputIndex == 0);
+  CHECK(Grads[1].Name == "head_bias");
+  CHECK(Grads[1].InputIndex == 1);
+  KernelSource S = codegen::generateForward(Def, KernelSpec());
+  CHECK_THAT(S.Source, Catch::Matchers::Contains(
+                           "static constexpr int kNumInputGrads = 2;"));
+  std::string I = functionText(S, "__device__ static __forceinline__ void "
+                                  "input_grads(");
+  // d slopes = kv_idx - q_idx (an int, made a float), d head_bias = 1.
+  CHECK_THAT(I, Catch::Matchers::Contains("const int v"));
+  CHECK_THAT(I, Catch::Matchers::Contains(" = (kv_idx - q_idx);"));
+  CHECK_THAT(I, Catch::Matchers::Contains("d[0] = v"));
+  CHECK_THAT(I, Catch::Matchers::Contains("d[1] = 1.0f;"));
+}
+
+TEST_CASE("hooks: gradInputs skips inputs that need no gradient",
+          "[autodiff][codegen]") {
+  dsl::AttentionDef D = examples::softcapLearnable();
+  D.inputs.declare("unused_scale", ir::InputShape::PerRow);
+  D.inputs.declare("temp", ir::InputShape::Scalar).requiresGrad();
+  auto Base = D.score_mod;
+  D.score_mod = [Base](dsl::SymbolScalar s, const dsl::CustomInputs &in,
+                       dsl::SymbolScalar b, dsl::SymbolScalar h,
+                       dsl::SymbolScalar q, dsl::SymbolScalar k) {
+    return Base(s * in["temp"], in, b, h, q, k);
+  };
+  CompiledDefinition Def = compile(D);
+  std::vector<codegen::GradInput> Grads = codegen::gradInputs(*Def.Graph);
+  REQUIRE(Grads.size() == 2);
+  CHECK(Grads[0].Name == "cap");
+  CHECK(Grads[1].Name == "temp");
+  CHECK(Grads[1].InputIndex == 2);
+  CHECK(Def.Graph->getFunction("score_mod_input_grad")->Results.size() == 2);
+}
+
+namespace {
+
+bool compiles(const KernelSource &Src) {
+  INFO("kernel " << Src.Key);
+  try {
+    runtime::CompiledCubin C = runtime::compileToCubin(Src);
+    INFO(C.Log);
+    CHECK(C.Log.empty()); // no warnings: no unused variables in the hooks
+    return C.Cubin.size() > 4 && std::memcmp(C.Cubin.data(), "\x7f" "ELF", 4) == 0;
+  } catch (const CompileError &E) {
+    FAIL_CHECK(E.what());
+    return false;
+  }
+}
+
+} // namespace
+
+TEST_CASE("hooks: the gradient hooks compile with NVRTC for sm_80 and sm_90a",
+          "[autodiff][nvrtc]") {
+  for (const char *Arch : {"sm_80", "sm_90a"}) {
+    KernelSpec Spec;
+    Spec.Arch = Arch;
+    Spec.HeadDim = Spec.HeadDimV = 64;
+    CHECK(compiles(generate(examples::alibiLearnable(), Spec)));
+    CHECK(compiles(generate(examples::softcapLearnable(), Spec)));
+  }
+}
