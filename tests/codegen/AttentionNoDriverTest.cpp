@@ -2,6 +2,7 @@
 #include "CodegenTestDefs.h"
 
 #include "attn/runtime/Attention.h"
+#include "attn/runtime/Backend.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/KernelCache.h"
@@ -201,9 +202,63 @@ TEST_CASE("Attention: grids past CUDA's limits are refused before any launch",
              LV = seq(0x30000, 4, 1), LO = seq(0x40000, S, 1);
   TensorView LF = TensorView::contiguous(fake(0x50000), ElemType::F32,
                                          {1, 1, 1, S});
+  // The generated backend refuses it; automatic selection falls back to the
+  // reference backend, which accepts it and fails only at the launch here.
+  Signature Gen = sm80();
+  Gen.Backend = "generated";
+  Attention G(examples::mha(), Gen);
   CHECK_THAT(messageOf<InvalidArgument>(
-                 [&] { A.forward(LQ, LK, LV, LO, &LF); }),
-             Contains("query blocks"));
+                 [&] { G.forward(LQ, LK, LV, LO, &LF); }),
+             Contains("backend generated: seq_q 8388609 gives 65537 query "
+                      "blocks of 128; at most 65535 are supported"));
+  CHECK_THAT(messageOf<DriverError>([&] { A.forward(LQ, LK, LV, LO, &LF); }),
+             Contains("no CUDA driver"));
+}
+
+TEST_CASE("Attention: backends by name, automatic selection and its reasons",
+          "[runtime][attention][backend]") {
+  cacheDir();
+  CHECK(BackendRegistry::global().names() ==
+        std::vector<std::string>{"generated", "reference"});
+  Signature Bad = sm80();
+  Bad.Backend = "fastest";
+  CHECK_THAT(messageOf<UserError>([&] { Attention A(examples::mha(), Bad); }),
+             Contains("unknown backend 'fastest'; registered: generated, "
+                      "reference"));
+  CHECK_THROWS_WITH(BackendRegistry::global().add("reference",
+                                                  makeReferenceBackend),
+                    Contains("'reference' is already registered"));
+
+  Signature Ref = sm80();
+  Ref.Backend = "reference";
+  Attention R(examples::mha(), Ref);
+  CHECK(R.source().Entries == std::vector<std::string>{"attnc_ref_fwd"});
+  CHECK_THAT(R.source().Key, StartsWith("mha.ref_fwd.f16.d64x64.sm_80"));
+  // More keys than one CTA's shared memory holds: the reference refuses,
+  // naming the limit; automatic selection then uses the generated backend.
+  int64_t S = codegen::ReferenceMaxKeys + 1;
+  TensorView Q = seq(0x10000, 8, 2), K = seq(0x20000, S, 2),
+             V = seq(0x30000, S, 2), O = seq(0x40000, 8, 2);
+  TensorView F = TensorView::contiguous(fake(0x50000), ElemType::F32,
+                                        {1, 1, 2, 8});
+  CHECK_THAT(messageOf<InvalidArgument>([&] { R.forward(Q, K, V, O, &F); }),
+             Contains("backend reference: seq_kv 16385 is more than the "
+                      "16384 keys"));
+  Attention A(examples::mha(), sm80());
+  CHECK(A.source().Entries.front() == "attnc_fwd");
+  CHECK_THAT(messageOf<DriverError>([&] { A.forward(Q, K, V, O, &F); }),
+             Contains("no CUDA driver"));
+  CHECK(A.lastBackend().empty()); // nothing ran
+  // When every backend refuses, the error gives each one's reason.
+  TensorView WQ = seq(0x10000, 4, 65536), WK = seq(0x20000, S, 65536),
+             WV = seq(0x30000, S, 65536), WO = seq(0x40000, 4, 65536);
+  TensorView WF = TensorView::contiguous(fake(0x50000), ElemType::F32,
+                                         {1, 1, 65536, 4});
+  CHECK_THAT(messageOf<InvalidArgument>(
+                 [&] { A.forward(WQ, WK, WV, WO, &WF); }),
+             Contains("no backend can run this call (generated: batch x "
+                      "heads is 65536; at most 65535 are supported; "
+                      "reference: seq_kv 16385 is more than"));
 }
 
 TEST_CASE("archRunsOn: which CUBINs a device can load", "[runtime][attention]") {

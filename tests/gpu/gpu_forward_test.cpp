@@ -1,6 +1,7 @@
-// GPU forward test: every transformer example's generated sm80 kernel
-// against the double-precision reference, with the FlashAttention tolerance
-// rule. Exits 77 (ctest: skipped) where there is no GPU.
+// GPU forward test: every transformer example on both backends (the
+// generated sm80 kernel and the reference kernel) against the
+// double-precision CPU reference, with the FlashAttention tolerance rule.
+// Exits 77 (ctest: skipped) where there is no GPU.
 #include "GpuSupport.h"
 
 #include "Examples.h"
@@ -90,6 +91,7 @@ std::vector<int64_t> viewShape(Layout L, int B, int H, int S, int D) {
 }
 
 struct Outcome {
+  std::string Backend;
   double Err, PlainErr, Tol, FinalErr;
   bool Pass;
   double CompileS = 0, ReferenceS = 0, DeviceS = 0;
@@ -100,7 +102,9 @@ double secondsSince(std::chrono::steady_clock::time_point T0) {
       .count();
 }
 
-Outcome runCase(const Case &C, uint64_t Seed) {
+/// Runs case \p C on each backend, every one on the same inputs and against
+/// the same double-precision results.
+std::vector<Outcome> runCase(const Case &C, uint64_t Seed) {
   dsl::AttentionDef Def = makeDefinition(C.Def);
   runtime::Signature Sig;
   Sig.Dtype = C.Dt;
@@ -108,9 +112,14 @@ Outcome runCase(const Case &C, uint64_t Seed) {
   Sig.HeadDimV = C.DV;
   Sig.TensorLayout = C.L;
   Sig.Config = C.Config;
+  Sig.Backend = "generated";
   auto T0 = std::chrono::steady_clock::now();
   runtime::Attention Att(Def, Sig);
   double CompileS = secondsSince(T0);
+  runtime::Signature RefSig = Sig;
+  RefSig.Backend = "reference";
+  RefSig.Config.clear();
+  runtime::Attention RefAtt(Def, RefSig);
   const ir::Graph &G = *Att.definition().Graph;
 
   std::mt19937_64 Rng(Seed);
@@ -138,7 +147,6 @@ Outcome runCase(const Case &C, uint64_t Seed) {
       reference::attentionOnline(Att.definition(), In, 0);
 
   double ReferenceS = secondsSince(T0);
-  T0 = std::chrono::steady_clock::now();
   DeviceBuffer DQ(Q.Bits.size() * 2), DK(K.Bits.size() * 2),
       DV(V.Bits.size() * 2);
   DQ.upload(Q.Bits.data(), DQ.size());
@@ -146,10 +154,8 @@ Outcome runCase(const Case &C, uint64_t Seed) {
   DV.upload(V.Bits.data(), DV.size());
   size_t OElems = size_t(C.B) * C.H * C.Sq * C.DV;
   size_t NumFinals = G.decls().FinalRowscales.size();
-  DeviceBuffer DO(OElems * 2), DF(std::max<size_t>(1, NumFinals) * C.B * C.H *
-                                  C.Sq * 4);
-  DO.poison();
-  DF.poison();
+  DeviceBuffer DO(OElems * 2),
+      DF(std::max<size_t>(1, NumFinals) * C.B * C.H * C.Sq * 4);
   runtime::ElemType ET =
       C.Dt == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
   auto View = [&](DeviceBuffer &Buf, int H, int S, int D) {
@@ -157,58 +163,66 @@ Outcome runCase(const Case &C, uint64_t Seed) {
                                            viewShape(C.L, C.B, H, S, D));
   };
   runtime::TensorView Finals = runtime::TensorView::contiguous(
-      DF.get(), runtime::ElemType::F32,
-      {int64_t(NumFinals), C.B, C.H, C.Sq});
-  Att.forward(View(DQ, C.H, C.Sq, C.D), View(DK, C.Hkv, C.Skv, C.D),
-              View(DV, C.Hkv, C.Skv, C.DV), View(DO, C.H, C.Sq, C.DV),
-              NumFinals ? &Finals : nullptr, Inputs);
-  auto &Drv = runtime::CudaDriver::get();
-  Drv.check(Drv.cuCtxSynchronize(), "kernel execution");
+      DF.get(), runtime::ElemType::F32, {int64_t(NumFinals), C.B, C.H, C.Sq});
+  std::vector<Outcome> Outcomes;
+  for (runtime::Attention *A : {&Att, &RefAtt}) {
+    DO.poison();
+    DF.poison();
+    T0 = std::chrono::steady_clock::now();
+    A->forward(View(DQ, C.H, C.Sq, C.D), View(DK, C.Hkv, C.Skv, C.D),
+               View(DV, C.Hkv, C.Skv, C.DV), View(DO, C.H, C.Sq, C.DV),
+               NumFinals ? &Finals : nullptr, Inputs);
+    auto &Drv = runtime::CudaDriver::get();
+    Drv.check(Drv.cuCtxSynchronize(), "kernel execution");
 
-  std::vector<uint16_t> OBits(OElems);
-  DO.download(OBits.data(), OElems * 2);
-  std::vector<float> FVals(NumFinals * C.B * C.H * C.Sq);
-  if (NumFinals)
-    DF.download(FVals.data(), FVals.size() * 4);
+    std::vector<uint16_t> OBits(OElems);
+    DO.download(OBits.data(), OElems * 2);
+    std::vector<float> FVals(NumFinals * C.B * C.H * C.Sq);
+    if (NumFinals)
+      DF.download(FVals.data(), FVals.size() * 4);
 
-  Outcome R{0, 0, 0, 0, true, CompileS, ReferenceS, secondsSince(T0)};
-  for (int b = 0; b < C.B; ++b)
-    for (int h = 0; h < C.H; ++h)
-      for (int s = 0; s < C.Sq; ++s) {
-        for (int d = 0; d < C.DV; ++d) {
-          size_t Off = C.L == Layout::BSHD
-                           ? ((size_t(b) * C.Sq + s) * C.H + h) * C.DV + d
-                           : ((size_t(b) * C.H + h) * C.Sq + s) * C.DV + d;
-          double Got = fromBits(C.Dt, OBits[Off]);
-          double Want = Ref.O.at({b, h, s, d});
-          double PlainV = roundTo(C.Dt, Plain.O.at({b, h, s, d}));
-          double E = std::isnan(Got) ? std::numeric_limits<double>::infinity()
-                                     : std::fabs(Got - Want);
-          R.Err = std::max(R.Err, E);
-          R.PlainErr = std::max(R.PlainErr, std::fabs(PlainV - Want));
+    Outcome R{A->lastBackend(), 0, 0, 0, 0, true, CompileS, ReferenceS,
+              secondsSince(T0)};
+    for (int b = 0; b < C.B; ++b)
+      for (int h = 0; h < C.H; ++h)
+        for (int s = 0; s < C.Sq; ++s) {
+          for (int d = 0; d < C.DV; ++d) {
+            size_t Off = C.L == Layout::BSHD
+                             ? ((size_t(b) * C.Sq + s) * C.H + h) * C.DV + d
+                             : ((size_t(b) * C.H + h) * C.Sq + s) * C.DV + d;
+            double Got = fromBits(C.Dt, OBits[Off]);
+            double Want = Ref.O.at({b, h, s, d});
+            double PlainV = roundTo(C.Dt, Plain.O.at({b, h, s, d}));
+            double E = std::isnan(Got) ? std::numeric_limits<double>::infinity()
+                                       : std::fabs(Got - Want);
+            R.Err = std::max(R.Err, E);
+            R.PlainErr = std::max(R.PlainErr, std::fabs(PlainV - Want));
+          }
+          for (size_t f = 0; f < NumFinals; ++f) {
+            double Got = FVals[((f * C.B + b) * C.H + h) * C.Sq + s];
+            double Want =
+                Ref.Finals.at(G.decls().FinalRowscales[f].Name).at({b, h, s});
+            double E = (std::isinf(Want) && Got == Want)
+                           ? 0.0
+                           : std::fabs(Got - Want) / (1.0 + std::fabs(Want));
+            if (std::isnan(Got))
+              E = std::numeric_limits<double>::infinity();
+            R.FinalErr = std::max(R.FinalErr, E);
+          }
         }
-        for (size_t f = 0; f < NumFinals; ++f) {
-          double Got = FVals[((f * C.B + b) * C.H + h) * C.Sq + s];
-          double Want = Ref.Finals.at(G.decls().FinalRowscales[f].Name)
-                            .at({b, h, s});
-          double E = (std::isinf(Want) && Got == Want)
-                         ? 0.0
-                         : std::fabs(Got - Want) / (1.0 + std::fabs(Want));
-          if (std::isnan(Got))
-            E = std::numeric_limits<double>::infinity();
-          R.FinalErr = std::max(R.FinalErr, E);
-        }
-      }
-  double Atol = C.Dt == DType::F16 ? 1e-3 : 8e-3;
-  R.Tol = 2 * R.PlainErr + Atol;
-  R.Pass = R.Err <= R.Tol && R.FinalErr <= 2e-4;
-  return R;
+    double Atol = C.Dt == DType::F16 ? 1e-3 : 8e-3;
+    R.Tol = 2 * R.PlainErr + Atol;
+    R.Pass = R.Err <= R.Tol && R.FinalErr <= 2e-4;
+    Outcomes.push_back(R);
+  }
+  return Outcomes;
 }
 
 std::vector<Case> cases(bool Quick) {
   std::vector<Case> Out;
-  const char *Examples[] = {"mha", "sigmoid_attn", "relu_attn", "retention",
-                            "mha_window", "mha_emptyrows", "mha_full"};
+  const char *Examples[] = {"mha",       "sigmoid_attn", "relu_attn",
+                            "retention", "mha_window",   "mha_emptyrows",
+                            "mha_full"};
   if (Quick) {
     for (const char *E : Examples)
       Out.push_back({E, DType::F16, 64, 64, 1, 2, 2, 70, 70, Layout::BSHD, ""});
@@ -232,10 +246,10 @@ std::vector<Case> cases(bool Quick) {
       Out.push_back({E, T, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD, ""});
   // Other tile configurations, and one long sequence.
   for (const char *Cfg : {"m128n64w4s2", "m64n128w4s3", "m128n32w8s2"})
-    Out.push_back({"mha", DType::F16, 128, 128, 1, 2, 2, 333, 333,
-                   Layout::BSHD, Cfg});
-  Out.push_back({"mha", DType::BF16, 128, 128, 1, 1, 1, 4096, 4096,
-                 Layout::BSHD, ""});
+    Out.push_back(
+        {"mha", DType::F16, 128, 128, 1, 2, 2, 333, 333, Layout::BSHD, Cfg});
+  Out.push_back(
+      {"mha", DType::BF16, 128, 128, 1, 1, 1, 4096, 4096, Layout::BSHD, ""});
   return Out;
 }
 
@@ -256,18 +270,19 @@ int main(int Argc, char **Argv) {
   for (const Case &C : cases(Quick)) {
     if (Filter && C.Def != Filter)
       continue;
-    std::string Name = fmt::format(
-        "{} {} d{}/{} b{} h{}/{} s{}x{} {}{}", C.Def, dtypeName(C.Dt).str(),
-        C.D, C.DV, C.B, C.H, C.Hkv, C.Sq, C.Skv, layoutName(C.L).str(),
-        C.Config.empty() ? "" : " " + C.Config);
+    std::string Name = fmt::format("{} {} d{}/{} b{} h{}/{} s{}x{} {}{}", C.Def,
+                                   dtypeName(C.Dt).str(), C.D, C.DV, C.B, C.H,
+                                   C.Hkv, C.Sq, C.Skv, layoutName(C.L).str(),
+                                   C.Config.empty() ? "" : " " + C.Config);
     try {
-      Outcome R = runCase(C, Seed++);
-      std::printf("%-58s err %.2e plain %.2e tol %.2e finals %.1e "
-                  "[%.1fs %.1fs %.2fs]  %s\n",
-                  Name.c_str(), R.Err, R.PlainErr, R.Tol, R.FinalErr,
-                  R.CompileS, R.ReferenceS, R.DeviceS,
-                  R.Pass ? "pass" : "FAIL");
-      (R.Pass ? Passed : Failed)++;
+      for (const Outcome &R : runCase(C, Seed++)) {
+        std::printf("%-58s %-9s err %.2e plain %.2e tol %.2e finals %.1e "
+                    "[%.1fs %.1fs %.2fs]  %s\n",
+                    Name.c_str(), R.Backend.c_str(), R.Err, R.PlainErr, R.Tol,
+                    R.FinalErr, R.CompileS, R.ReferenceS, R.DeviceS,
+                    R.Pass ? "pass" : "FAIL");
+        (R.Pass ? Passed : Failed)++;
+      }
     } catch (const std::exception &E) {
       std::printf("%-58s ERROR %s\n", Name.c_str(), E.what());
       ++Failed;

@@ -97,6 +97,11 @@ struct Options {
                                        "(default: chosen per head dim and "
                                        "arch)"),
                               cl::init(""), cl::sub(Emit), cl::sub(Compile)};
+  CallOpt<std::string> BackendName{
+      "backend",
+      cl::desc("Which kernel: generated (the fast skeleton) or reference "
+               "(one row of scores per CTA, the tests' oracle)"),
+      cl::init("generated"), cl::sub(Emit), cl::sub(Compile)};
   CallOpt<std::string> Output{"o", cl::desc("Output file (- for stdout)"),
                               cl::value_desc("file"), cl::init("-"),
                               cl::sub(Emit)};
@@ -179,11 +184,23 @@ codegen::KernelSpec kernelSpec(const Options &O, bool ForCompile) {
   return Spec;
 }
 
+/// The kernel --backend names for \p C.
+codegen::KernelSource generateKernel(const Options &O,
+                                     const CompiledDefinition &C,
+                                     const codegen::KernelSpec &Spec) {
+  if (O.BackendName == "generated")
+    return codegen::generateForward(C, Spec);
+  if (O.BackendName == "reference")
+    return codegen::generateReference(C, Spec);
+  throw UsageError("--backend '" + O.BackendName +
+                   "': expected generated or reference");
+}
+
 int runEmit(const Options &O, const dsl::Registry &Registry,
             llvm::raw_ostream &OS) {
   codegen::KernelSpec Spec = kernelSpec(O, false);
   CompiledDefinition C = compile(Registry.get(O.KernelName));
-  codegen::KernelSource Src = codegen::generateForward(C, Spec);
+  codegen::KernelSource Src = generateKernel(O, C, Spec);
   std::string Text =
       O.StandaloneOpt ? inlineDeviceLibrary(Src.Source) : Src.Source;
   if (O.Output == "-") {
@@ -202,7 +219,7 @@ int runCompile(const Options &O, const dsl::Registry &Registry,
                llvm::raw_ostream &OS) {
   codegen::KernelSpec Spec = kernelSpec(O, true);
   CompiledDefinition C = compile(Registry.get(O.KernelName));
-  codegen::KernelSource Src = codegen::generateForward(C, Spec);
+  codegen::KernelSource Src = generateKernel(O, C, Spec);
   runtime::CacheResult R = runtime::KernelCache::global().getOrCompile(Src);
   OS << fmt::format("key:      {}\n", R.FullKey);
   OS << fmt::format("source:   {} (cache {})\n",

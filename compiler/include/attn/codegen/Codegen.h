@@ -50,6 +50,20 @@ struct KernelSpec {
 KernelSource generateForward(const CompiledDefinition &Def,
                              const KernelSpec &Spec);
 
+/// The reference forward (skeleton ref_fwd): one CTA per (query row,
+/// batch·head) holding the row's scores in shared memory, following the
+/// direct definition in fp32 without tensor cores. Obviously correct and
+/// slow; the tests' and the autotuner's oracle. Entry: attnc_ref_fwd.
+/// Spec.Config is not used.
+KernelSource generateReference(const CompiledDefinition &Def,
+                               const KernelSpec &Spec);
+
+/// Threads of a reference CTA, the keys it can hold (so the longest key
+/// sequence it serves) and its dynamic shared memory for head dim \p D.
+constexpr int ReferenceThreads = 256;
+constexpr int ReferenceMaxKeys = 16384;
+int referenceSharedBytes(int D);
+
 /// The `{{key}}` name of the forward kernel, without the hash part.
 std::string forwardKey(const CompiledDefinition &Def, const KernelSpec &Spec);
 

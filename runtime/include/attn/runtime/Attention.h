@@ -66,45 +66,55 @@ struct Signature {
   std::string Backend;
 };
 
+class AttentionBackend;
+struct BackendProblem;
+
 /// An attention variant compiled for a signature. q is [B,S,H,D] for BSHD or
 /// [B,H,S,D] for BHSD (k, v and o likewise); finals is [F,B,H,Sq] float32
 /// for a variant with F final rowscales (softmax: F = 1, the LSE).
+///
+/// Each call runs on a backend (attn/runtime/Backend.h): the one the
+/// signature names, or else the first registered one whose check() accepts
+/// the call ("generated", then "reference").
 class Attention {
 public:
+  /// Compiles the definition and makes the named backend (or the first
+  /// registered one), which compiles its kernel; UserError for a signature
+  /// no backend supports, an unknown backend name, or a bad definition.
   Attention(const dsl::DefinitionBase &Def, const Signature &Sig);
   ~Attention();
   Attention(const Attention &) = delete;
   Attention &operator=(const Attention &) = delete;
 
   /// Validates every argument (InvalidArgument naming the argument and the
-  /// expected value; nothing is launched then), then runs the forward.
+  /// expected value; nothing is launched then), picks a backend, runs the
+  /// forward. Custom scalars in \p Inputs are kernel arguments: a new value
+  /// never recompiles.
   void forward(const TensorView &Q, const TensorView &K, const TensorView &V,
                const TensorView &Out, const TensorView *Finals,
                const InputMap &Inputs = {}, CUstream Stream = nullptr);
 
   const CompiledDefinition &definition() const { return Def; }
-  const codegen::KernelSource &source() const { return Source; }
-  const CacheResult &cacheResult() const { return Cached; }
+  /// The kernel compiled at construction by the first backend made.
+  const codegen::KernelSource &source() const;
+  const CacheResult &cacheResult() const;
   /// Names of the final rowscales, in the order of the finals tensor.
   std::vector<std::string> finalNames() const;
+  /// The backend that ran the last call ("" before the first).
+  const std::string &lastBackend() const { return Last; }
 
 private:
-  struct Launch;
-  Launch prepare(const TensorView &Q, const TensorView &K, const TensorView &V,
-                 const TensorView &Out, const TensorView *Finals,
-                 const InputMap &Inputs) const;
-  void ensureLoaded();
-  void ensureMaskBuffers(size_t Groups, int MBlocks, int NBlocks);
+  AttentionBackend &backendAt(size_t I);
+  AttentionBackend &choose(const BackendProblem &P);
 
   CompiledDefinition Def;
   Signature Sig;
-  codegen::KernelSpec Spec;
-  codegen::KernelSource Source;
-  CacheResult Cached;
-  CUmodule Module = nullptr;
-  CUfunction Fwd = nullptr, Classify = nullptr, Compact = nullptr;
-  CUdeviceptr MaskBuf = 0;
-  size_t MaskBufBytes = 0;
+  std::string Arch;
+  /// Registered names in selection order (one name when Sig.Backend is
+  /// set), and each backend once made.
+  std::vector<std::string> Names;
+  std::vector<std::unique_ptr<AttentionBackend>> Backends;
+  std::string Last;
 };
 
 } // namespace attn::runtime

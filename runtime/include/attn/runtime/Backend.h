@@ -45,6 +45,10 @@ public:
   /// Runs the forward; only called after check(P) returned empty.
   virtual void forward(const BackendProblem &P, const ForwardTensors &T,
                        const CallContext &C) = 0;
+  /// The kernel compiled when the backend was made (the generated backend
+  /// may compile more, one per tile configuration, as calls need them).
+  virtual const codegen::KernelSource &source() const = 0;
+  virtual const CacheResult &cacheResult() const = 0;
 };
 
 /// Makes a backend for a compiled definition and signature (the arch is

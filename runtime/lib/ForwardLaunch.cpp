@@ -1,0 +1,72 @@
+// Kernel arguments from validated tensors and custom inputs.
+#include "ForwardLaunch.h"
+
+#include "attn/codegen/Codegen.h"
+#include "attn/codegen/InputLayout.h"
+
+#include <cstring>
+
+namespace attn::runtime {
+
+static uint64_t bitsOf(const void *P) { return reinterpret_cast<uintptr_t>(P); }
+
+ForwardLaunch makeForwardLaunch(const ir::Graph &G, const CallShape &C,
+                                const ForwardTensors &T, const InputMap &Inputs,
+                                int BlockM, int BlockN) {
+  ForwardLaunch L;
+  attnc::FwdArgs &A = L.Args;
+  A.q = T.Q.Data;
+  A.k = T.K.Data;
+  A.v = T.V.Data;
+  A.o = T.Out.Data;
+  A.finals = T.Finals ? static_cast<float *>(T.Finals->Data) : nullptr;
+  long long *Dst[4] = {&A.q_sb, &A.k_sb, &A.v_sb, &A.o_sb};
+  const int64_t(*Src[4])[3] = {&C.Q, &C.K, &C.V, &C.O};
+  for (int I = 0; I < 4; ++I)
+    for (int J = 0; J < 3; ++J)
+      Dst[I][J] = (*Src[I])[J];
+  A.batch = int(C.B);
+  A.heads = int(C.H);
+  A.heads_kv = int(C.Hkv);
+  A.seq_q = int(C.Sq);
+  A.seq_kv = int(C.Skv);
+  A.m_blocks = int((C.Sq + BlockM - 1) / BlockM);
+  A.n_blocks = int((C.Skv + BlockN - 1) / BlockN);
+  A.mask_per_head = codegen::maskPerHead(G) ? 1 : 0;
+
+  codegen::InputLayout Layout = codegen::inputLayout(G);
+  L.InputSlots.assign(Layout.TotalSlots, 0);
+  for (const codegen::InputSlots &S : Layout.Inputs) {
+    const InputValue &Val = Inputs.at(S.Name);
+    uint64_t *Slot = &L.InputSlots[S.First];
+    if (S.Shape == ir::InputShape::Scalar) {
+      float F = std::get<float>(Val);
+      std::memcpy(Slot, &F, sizeof F);
+      continue;
+    }
+    const TensorView &V = std::get<TensorView>(Val);
+    Slot[0] = bitsOf(V.Data);
+    switch (S.Shape) {
+    case ir::InputShape::Scalar:
+    case ir::InputShape::PerHead:
+      Slot[4] = uint64_t(C.H);
+      break;
+    case ir::InputShape::PerRow:
+    case ir::InputShape::PerKey:
+      Slot[1] = uint64_t(V.Strides[0]);
+      Slot[2] = uint64_t(V.Strides[1]);
+      Slot[4] = uint64_t(V.Shape[2]);
+      break;
+    case ir::InputShape::Full:
+      Slot[1] = uint64_t(V.Strides[0]);
+      Slot[2] = uint64_t(V.Strides[1]);
+      Slot[3] = uint64_t(V.Strides[2]);
+      Slot[4] = uint64_t(V.Shape[2]);
+      Slot[5] = uint64_t(V.Shape[3]);
+      break;
+    }
+  }
+  return L;
+}
+
+} // namespace attn::runtime

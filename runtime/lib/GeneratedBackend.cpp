@@ -1,0 +1,175 @@
+// The "generated" backend: the fwd_sm80 skeleton instantiated with the
+// definition's Variant, one kernel per tile configuration, with the block
+// classification that lets it skip masked key blocks.
+#include "attn/runtime/Backend.h"
+
+#include "ForwardLaunch.h"
+#include "KernelModule.h"
+
+#include "attn/runtime/ConfigSelect.h"
+#include "attn/runtime/CudaDriver.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+namespace attn::runtime {
+
+namespace {
+
+/// One tile configuration, compiled and (once a call needs it) loaded.
+struct ForwardKernel {
+  codegen::KernelSpec Spec;
+  codegen::KernelSource Source;
+  CacheResult Cached;
+  KernelModule Module;
+  CUfunction Fwd = nullptr, Classify = nullptr, Compact = nullptr;
+
+  void load() {
+    if (Module.loaded())
+      return;
+    Module.load(Cached, Spec.Arch);
+    Fwd = Module.function("attnc_fwd");
+    Classify = Module.function("attnc_block_classify");
+    Compact = Module.function("attnc_block_compact");
+    Module.allowSharedBytes(
+        Fwd, Spec.Config.sharedBytes(Spec.HeadDim, Spec.HeadDimV),
+        "config " + Spec.Config.str());
+  }
+};
+
+class GeneratedBackend final : public AttentionBackend {
+public:
+  GeneratedBackend(const CompiledDefinition &Def, const Signature &Sig,
+                   const std::string &Arch)
+      : Def(Def) {
+    Base.Dtype = Sig.Dtype;
+    Base.HeadDim = Sig.HeadDim;
+    Base.HeadDimV = Sig.HeadDimV;
+    Base.Arch = Arch;
+    Base.Config = initialForwardConfig(Sig, Arch);
+    Initial = &kernelFor(Base.Config);
+  }
+  ~GeneratedBackend() override {
+    CudaDriver &D = CudaDriver::get();
+    if (MaskBuf && D.available())
+      D.cuMemFree(MaskBuf);
+  }
+
+  const std::string &name() const override { return Name; }
+  const codegen::KernelSource &source() const override {
+    return Initial->Source;
+  }
+  const CacheResult &cacheResult() const override { return Initial->Cached; }
+
+  std::string check(const BackendProblem &P) const override {
+    codegen::FwdConfig C = selectForwardConfig(P);
+    // Grid y (and z of the classification) carry batch·heads, grid x the
+    // query blocks of the classification's y: CUDA limits both to 65535.
+    if (P.Shape.B * P.Shape.H > 65535)
+      return fmt::format("batch x heads is {}; at most 65535 are supported",
+                         P.Shape.B * P.Shape.H);
+    int64_t MBlocks = (P.Shape.Sq + C.BlockM - 1) / C.BlockM;
+    if (MBlocks > 65535)
+      return fmt::format(
+          "seq_q {} gives {} query blocks of {}; at most 65535 are supported",
+          P.Shape.Sq, MBlocks, C.BlockM);
+    return "";
+  }
+
+  void forward(const BackendProblem &P, const ForwardTensors &T,
+               const CallContext &Ctx) override;
+
+private:
+  ForwardKernel &kernelFor(const codegen::FwdConfig &C) {
+    std::unique_ptr<ForwardKernel> &K = Kernels[C.str()];
+    if (K)
+      return *K;
+    auto New = std::make_unique<ForwardKernel>();
+    New->Spec = Base;
+    New->Spec.Config = C;
+    New->Spec.validate();
+    New->Source = codegen::generateForward(Def, New->Spec);
+    New->Cached = KernelCache::global().getOrCompile(New->Source);
+    K = std::move(New);
+    return *K;
+  }
+  void ensureMaskBuffers(size_t Groups, int MBlocks, int NBlocks);
+
+  const std::string Name = "generated";
+  const CompiledDefinition &Def;
+  codegen::KernelSpec Base;
+  std::map<std::string, std::unique_ptr<ForwardKernel>> Kernels;
+  ForwardKernel *Initial = nullptr;
+  CUdeviceptr MaskBuf = 0;
+  size_t MaskBufBytes = 0;
+};
+
+void GeneratedBackend::ensureMaskBuffers(size_t Groups, int MBlocks,
+                                         int NBlocks) {
+  size_t Cells = Groups * size_t(MBlocks) * size_t(NBlocks);
+  size_t Bytes = Cells + 4 * Groups * size_t(MBlocks) + 4 * Cells + 64;
+  if (Bytes <= MaskBufBytes)
+    return;
+  CudaDriver &D = CudaDriver::get();
+  if (MaskBuf)
+    D.check(D.cuMemFree(MaskBuf), "cuMemFree");
+  D.check(D.cuMemAlloc(&MaskBuf, Bytes), "cuMemAlloc(block mask)");
+  MaskBufBytes = Bytes;
+}
+
+void GeneratedBackend::forward(const BackendProblem &P, const ForwardTensors &T,
+                               const CallContext &Ctx) {
+  ForwardKernel &K = kernelFor(selectForwardConfig(P));
+  const codegen::FwdConfig &Cfg = K.Spec.Config;
+  ForwardLaunch L = makeForwardLaunch(*Def.Graph, P.Shape, T, Ctx.Inputs,
+                                      Cfg.BlockM, Cfg.BlockN);
+  K.load();
+  CudaDriver &D = CudaDriver::get();
+  attnc::FwdArgs &A = L.Args;
+  if (Def.Graph->decls().HasMask) {
+    unsigned Groups = A.mask_per_head ? unsigned(A.batch * A.heads) : 1;
+    ensureMaskBuffers(Groups, A.m_blocks, A.n_blocks);
+    size_t Cells = size_t(Groups) * A.m_blocks * A.n_blocks;
+    size_t Rows = size_t(Groups) * A.m_blocks;
+    attnc::MaskArgs M{};
+    M.classes = reinterpret_cast<unsigned char *>(MaskBuf);
+    // int arrays after the bytes, 16-byte aligned
+    CUdeviceptr Ints = (MaskBuf + Cells + 15) & ~CUdeviceptr(15);
+    M.block_count = reinterpret_cast<int *>(Ints);
+    M.block_list = reinterpret_cast<int *>(Ints + 4 * Rows);
+    M.batch = A.batch;
+    M.heads = A.heads;
+    M.seq_q = A.seq_q;
+    M.seq_kv = A.seq_kv;
+    M.m_blocks = A.m_blocks;
+    M.n_blocks = A.n_blocks;
+    M.mask_per_head = A.mask_per_head;
+    void *ClassifyParams[] = {&M, L.InputSlots.data()};
+    D.check(D.cuLaunchKernel(K.Classify, A.n_blocks, A.m_blocks, Groups, 256,
+                             1, 1, 0, Ctx.Stream, ClassifyParams, nullptr),
+            "launch attnc_block_classify");
+    void *CompactParams[] = {&M};
+    D.check(D.cuLaunchKernel(K.Compact, unsigned((Rows + 127) / 128), 1, 1,
+                             128, 1, 1, 0, Ctx.Stream, CompactParams, nullptr),
+            "launch attnc_block_compact");
+    A.block_count = M.block_count;
+    A.block_list = M.block_list;
+  }
+  void *Params[] = {&A, L.InputSlots.data()};
+  int Smem = Cfg.sharedBytes(K.Spec.HeadDim, K.Spec.HeadDimV);
+  D.check(D.cuLaunchKernel(K.Fwd, A.m_blocks, unsigned(A.batch * A.heads), 1,
+                           Cfg.Warps * 32, 1, 1, Smem, Ctx.Stream, Params,
+                           nullptr),
+          "launch attnc_fwd");
+}
+
+} // namespace
+
+std::unique_ptr<AttentionBackend>
+makeGeneratedBackend(const CompiledDefinition &Def, const Signature &Sig,
+                     const std::string &Arch) {
+  return std::make_unique<GeneratedBackend>(Def, Sig, Arch);
+}
+
+} // namespace attn::runtime
