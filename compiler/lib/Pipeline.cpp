@@ -10,6 +10,7 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace attn {
@@ -49,6 +50,20 @@ CompiledDefinition compileGraph(std::unique_ptr<ir::Graph> G,
   Out.Info = analysis::analyzeRowReduce(*G);
   Out.Graph = std::move(G);
   return Out;
+}
+
+CompiledDefinition withDerivedBackward(const CompiledDefinition &Def) {
+  std::unique_ptr<ir::Graph> G = transforms::eliminateDeadNodes(*Def.Graph);
+  std::vector<ir::Function> &Fs = G->functions();
+  Fs.erase(std::remove_if(Fs.begin(), Fs.end(),
+                          [](const ir::Function &F) {
+                            return F.Name == "backward";
+                          }),
+           Fs.end());
+  ir::Declarations &D = G->decls();
+  D.HasBackward = D.BackwardDerived = false;
+  D.BackwardUnavailable.clear();
+  return compileGraph(std::move(G));
 }
 
 CompiledDefinition compile(const dsl::DefinitionBase &Def,

@@ -29,12 +29,15 @@ reference::AttentionInputs smallInputs() {
 
 } // namespace
 
-TEST_CASE("reference: backward of a definition without one") {
+TEST_CASE("reference: backward of a definition without one that cannot be "
+          "derived") {
+  // P = |s|: its derivative needs the sign of the score, which P does not
+  // tell (see tests/autodiff for the other reasons).
   struct NoBackward : OnlineFunc {
     NoBackward() : OnlineFunc({}, {}) {}
     OnlineFwdResult online_fwd(SymbolScalar s, const Rowscales &, SymbolScalar,
                                SymbolScalar, SymbolScalar) const override {
-      return {s, {}, 1.0};
+      return {s.abs(), {}, 1.0};
     }
     EpilogueResult online_fwd_epilogue(SymbolScalar o, const Rowscales &,
                                        SymbolScalar, SymbolScalar,
@@ -44,7 +47,7 @@ TEST_CASE("reference: backward of a definition without one") {
     SymbolScalar forward(SymbolScalar s, const Rowscales &, SymbolScalar,
                          SymbolScalar, SymbolScalar,
                          SymbolScalar) const override {
-      return s;
+      return s.abs();
     }
   };
   AttentionDef Def("nobwd");
@@ -54,8 +57,9 @@ TEST_CASE("reference: backward of a definition without one") {
   reference::Tensor DO({1, 2, 4, 8}, 1.0);
   REQUIRE_THROWS_AS(reference::attentionBackward(C, In, DO), UserError);
   REQUIRE_THROWS_WITH(reference::attentionBackward(C, In, DO),
-                      Contains("'nobwd' has no backward; write "
-                               "OnlineFunc::backward"));
+                      StartsWith("nobwd: cannot derive backward: forward "
+                                 "`abs(scores)`") &&
+                          Contains("; write OnlineFunc::backward"));
 }
 
 // The entry points validate before they read a size, so a rank-3 q is the

@@ -38,6 +38,12 @@ CompiledDefinition compile(const dsl::DefinitionBase &Def,
 CompiledDefinition compileGraph(std::unique_ptr<ir::Graph> G,
                                 const PassCallback &AfterPass = {});
 
+/// A copy of \p Def whose backward is the one the autodiff pass derives,
+/// whether or not the user wrote one (to compare the two). When the
+/// derivation fails the copy has no backward and
+/// decls().BackwardUnavailable says why (transforms::requireBackward).
+CompiledDefinition withDerivedBackward(const CompiledDefinition &Def);
+
 } // namespace attn
 
 #endif

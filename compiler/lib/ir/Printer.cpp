@@ -22,6 +22,8 @@ static void printDeclarations(const Graph &G, llvm::raw_ostream &OS) {
   for (const InputDecl &I : D.Inputs)
     OS << "  input " << I.Name << " : " << inputShapeName(I.Shape)
        << (I.RequiresGrad ? " requires_grad" : "") << "\n";
+  if (D.BackwardDerived)
+    OS << "  backward derived\n";
 }
 
 void printFunction(const Graph &G, const Function &F, llvm::raw_ostream &OS) {

@@ -4,6 +4,7 @@
 #include "attn/Error.h"
 #include "attn/reference/Evaluator.h"
 #include "attn/reference/InputBinding.h"
+#include "attn/transforms/Autodiff.h"
 
 #include <cmath>
 #include <limits>
@@ -237,6 +238,24 @@ void store(AttentionOutputs &Out, const Row &R, const std::vector<double> &O,
     Out.Finals[Name].at({R.B, R.H, R.I}) = V;
 }
 
+/// The element of a custom input of class \p S that (b, h, i, j) reads.
+double &inputSlot(Tensor &T, ir::InputShape S, int64_t B, int64_t H, int64_t I,
+                  int64_t J) {
+  switch (S) {
+  case ir::InputShape::Scalar:
+    return T.Data.at(0);
+  case ir::InputShape::PerHead:
+    return T.at({H});
+  case ir::InputShape::PerRow:
+    return T.at({B, H, I});
+  case ir::InputShape::PerKey:
+    return T.at({B, H, J});
+  case ir::InputShape::Full:
+    return T.at({B, H, I, J});
+  }
+  throw InternalError("reference: input shape");
+}
+
 /// P for the whole row from the final rowscales (0 at masked keys).
 Values recomputeProbs(Row &R) {
   const ir::Function &Fwd = function(R.G, "forward");
@@ -285,16 +304,24 @@ AttentionOutputs attentionDirect(const CompiledDefinition &Def,
 
 AttentionGrads attentionBackward(const CompiledDefinition &Def,
                                  const AttentionInputs &In, const Tensor &DO) {
+  transforms::requireBackward(*Def.Graph);
   const ir::Function *Bwd = Def.Graph->getFunction("backward");
-  if (!Bwd)
-    throw UserError("'" + Def.Graph->name() +
-                    "' has no backward; write OnlineFunc::backward");
+  const ir::Function *ModGrad = Def.Graph->getFunction("score_mod_grad");
+  const ir::Function *InGrad = Def.Graph->getFunction("score_mod_input_grad");
+  std::vector<const ir::InputDecl *> GradIns =
+      transforms::gradInputDecls(*Def.Graph);
+  if (!ModGrad || (!GradIns.empty() && !InGrad))
+    throw InternalError("reference: '" + Def.Graph->name() +
+                        "' has no score_mod gradients; run the pipeline");
   Dims Dm = validated(Def, In);
   if (DO.Shape != std::vector<int64_t>{Dm.B, Dm.H, Dm.Sq, Dm.DV})
     throw UserError("reference backward: dO must have shape " +
                     In.Q.shapeString() + " with DV last, got " +
                     DO.shapeString());
-  AttentionGrads G{Tensor(In.Q.Shape), Tensor(In.K.Shape), Tensor(In.V.Shape)};
+  AttentionGrads G{Tensor(In.Q.Shape), Tensor(In.K.Shape), Tensor(In.V.Shape),
+                   {}};
+  for (const ir::InputDecl *D : GradIns)
+    G.DInputs[D->Name] = Tensor(In.Inputs.at(D->Name).Shape);
   forEachRow(Def, In, Dm, [&](Row &R) {
     std::vector<double> O;
     std::map<std::string, double> Finals;
@@ -322,7 +349,11 @@ AttentionGrads attentionBackward(const CompiledDefinition &Def,
       if (!R.Mask[J])
         continue;
       double DScore = E.at(Bwd->result("dscores"), J).V;
-      double DRaw = DScore * R.ModScores[J].D; // chain rule through score_mod
+      // The chain rule through score_mod, by its symbolic derivative.
+      double DRaw = DScore * E.at(ModGrad->result("dscore"), J).V;
+      for (const ir::InputDecl *D : GradIns)
+        inputSlot(G.DInputs.at(D->Name), D->Shape, R.B, R.H, R.I, J) +=
+            DScore * E.at(InGrad->result("d_" + D->Name), J).V;
       for (int64_t X = 0; X < Dm.D; ++X) {
         G.DQ.at({R.B, R.H, R.I, X}) += DRaw * In.K.at({R.B, R.Hk, J, X});
         G.DK.at({R.B, R.Hk, J, X}) += DRaw * In.Q.at({R.B, R.H, R.I, X});

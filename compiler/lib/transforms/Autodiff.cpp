@@ -91,6 +91,13 @@ void autodiff(ir::Graph &G) {
   if (G.decls().Kind != ir::DefinitionKind::Transformer)
     return;
   addScoreModGradients(G);
+  if (G.getFunction("backward"))
+    return; // written by the user (or derived by an earlier run)
+  try {
+    deriveBackward(G);
+  } catch (const CannotDerive &E) {
+    G.decls().BackwardUnavailable = E.what();
+  }
 }
 
 void requireBackward(const ir::Graph &G) {

@@ -35,6 +35,10 @@ struct AttentionOutputs {
 
 struct AttentionGrads {
   Tensor DQ, DK, DV;
+  /// d_<input> for each custom input that requires a gradient, by name, in
+  /// the input's own shape: Σ over the unmasked (b, h, i, j) that read it of
+  /// dS_ij · ∂score_mod/∂input (dS the gradient of the modified score).
+  std::map<std::string, Tensor> DInputs;
 };
 
 /// UserError unless the tensors and custom inputs match the definition:
@@ -51,8 +55,11 @@ AttentionOutputs attentionOnline(const CompiledDefinition &Def,
 AttentionOutputs attentionDirect(const CompiledDefinition &Def,
                                  const AttentionInputs &In);
 
-/// dq, dk, dv of L = sum(o ∘ dO) through the user's backward and the chain
-/// rule through score_mod. UserError if the definition has no backward.
+/// dq, dk, dv (and the custom-input gradients) of L = sum(o ∘ dO) through
+/// the definition's backward (written or derived) and the chain rule
+/// through score_mod, with the symbolic score_mod_grad and
+/// score_mod_input_grad the kernels use. UserError if the definition has
+/// no backward (the autodiff pass's reason when it could not derive one).
 AttentionGrads attentionBackward(const CompiledDefinition &Def,
                                  const AttentionInputs &In, const Tensor &DO);
 

@@ -42,9 +42,15 @@ struct CheckOptions {
 /// For attention: the online algorithm over several key-block sizes against
 /// the direct definition (o and final rowscales), on shapes with sequence
 /// lengths that are not multiples of the block, GQA heads, and whole rows
-/// masked; fully masked rows must give o = 0 and final rowscales = -inf; the
-/// user's backward (when given) against central finite differences of
-/// sum(o ∘ dO) with respect to q, k and v.
+/// masked; fully masked rows must give o = 0 and final rowscales = -inf;
+/// score_mod's symbolic derivatives (score_mod_grad, score_mod_input_grad)
+/// against central differences of score_mod at random points; the backward
+/// (written by the user or derived by the autodiff pass) against central
+/// finite differences of sum(o ∘ dO) with respect to q, k, v and every
+/// custom input that requires a gradient; and, for a written backward, the
+/// derived one against it (skipped, with the reason, when it cannot be
+/// derived). A definition whose backward cannot be derived and is not
+/// written fails its backward row with the autodiff pass's message.
 /// For linear attention: the chunked algorithm with several chunk sizes
 /// against the token recurrence, with and without an initial state (o and
 /// the final state).

@@ -52,7 +52,21 @@ std::vector<const ir::InputDecl *> gradInputDecls(const ir::Graph &G);
 /// NotSupportedYet when an online function does.
 void addScoreModGradients(ir::Graph &G);
 
-/// The pipeline pass (transformer-style definitions): addScoreModGradients.
+/// Derives the online function's backward from `forward` and the final
+/// rowscales (docs/ir-semantics.md, "Derived backward") and adds it as the
+/// function `backward` (params dp, p, final rowscales, doosum; result
+/// dscores), exactly as a user-written one, marking decls().HasBackward and
+/// BackwardDerived. Throws CannotDerive (a UserError) naming the
+/// definition, the final rowscale and the reason, ending "write
+/// OnlineFunc::backward", when the derivation is impossible. The graph must
+/// have passed verify and row-reduce analysis and have no backward yet.
+void deriveBackward(ir::Graph &G);
+
+/// The pipeline pass (transformer-style definitions): addScoreModGradients,
+/// then deriveBackward when the user wrote no backward. A derivation that
+/// fails leaves the graph without a backward and records the message in
+/// decls().BackwardUnavailable: the forward still compiles, and asking for
+/// the backward raises that UserError (requireBackward).
 void autodiff(ir::Graph &G);
 
 /// Throws the UserError recorded by autodiff (or a generic one) when \p G
