@@ -122,3 +122,21 @@ TEST_CASE("hooks: the gradient hooks compile with NVRTC for sm_80 and sm_90a",
     CHECK(compiles(generate(examples::softcapLearnable(), Spec)));
   }
 }
+
+TEST_CASE("hooks: derived backwards compile with NVRTC without warnings",
+          "[autodiff][nvrtc]") {
+  // The seed examples with their written backward replaced by the derived
+  // one (retention's has selects, comparisons and a NaN test).
+  for (const dsl::AttentionDef &D : {examples::mha(), examples::retention()}) {
+    CompiledDefinition Def = withDerivedBackward(compile(D));
+    REQUIRE(Def.Graph->decls().BackwardDerived);
+    for (const char *Arch : {"sm_80", "sm_90a"}) {
+      KernelSpec Spec;
+      Spec.Arch = Arch;
+      Spec.HeadDim = Spec.HeadDimV = 64;
+      KernelSource S = codegen::generateForward(Def, Spec);
+      CHECK_THAT(S.Source, Catch::Matchers::Contains("float backward("));
+      CHECK(compiles(S));
+    }
+  }
+}

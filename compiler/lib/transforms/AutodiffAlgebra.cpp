@@ -211,7 +211,7 @@ Algebra::Poly Algebra::expOf(const Poly &Arg) {
 }
 
 /// log(c · exp(x)) = log c + x for c > 0; any other logarithm is an atom.
-Algebra::Poly Algebra::logOf(const Poly &Arg, const Node *Original) {
+Algebra::Poly Algebra::logOf(const Poly &Arg) {
   if (Arg.singleTerm()) {
     const auto &[M, C] = *Arg.Terms.begin();
     if (C > 0 && M.Pows.empty()) {
@@ -221,7 +221,6 @@ Algebra::Poly Algebra::logOf(const Poly &Arg, const Node *Original) {
       return P;
     }
   }
-  (void)Original;
   return Poly::ofAtom(G.unary(NodeKind::Log, build(Arg)));
 }
 
@@ -286,10 +285,10 @@ Algebra::Poly Algebra::compute(const Node *N) {
     return expOf(Arg);
   }
   case NodeKind::Log:
-    return logOf(poly(N->operand(0)), N->operand(0));
+    return logOf(poly(N->operand(0)));
   case NodeKind::Log2: {
     Poly P;
-    P.addAll(logOf(poly(N->operand(0)), N->operand(0)), 1.0 / Ln2);
+    P.addAll(logOf(poly(N->operand(0))), 1.0 / Ln2);
     return P;
   }
   case NodeKind::Reduce:

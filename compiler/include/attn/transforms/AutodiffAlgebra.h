@@ -69,7 +69,7 @@ private:
   Poly compute(const ir::Node *N);
   Poly atom(const ir::Node *N);
   Poly expOf(const Poly &Arg);
-  Poly logOf(const Poly &Arg, const ir::Node *Original);
+  Poly logOf(const Poly &Arg);
   Poly reduceOf(const ir::ReduceNode *R);
   const ir::Node *build(const Poly &P);
   const ir::Node *buildTerm(const Mono &M, double Coef);
