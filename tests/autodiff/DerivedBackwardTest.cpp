@@ -126,6 +126,7 @@ TEST_CASE("derived backward: the generated Variant has it, with "
                             true, testdefs::SoftmaxBackward::None));
   CompiledDefinition C = compile(Def);
   REQUIRE(C.Graph->decls().BackwardDerived);
+  CHECK_THAT(ir::toText(*C.Graph), Contains("\n  backward derived\n"));
   std::string Src = codegen::generateForward(C, codegen::KernelSpec()).Source;
   CHECK_THAT(Src, Contains("static constexpr bool kHasBackward = true;"));
   CHECK_THAT(Src, Contains("static constexpr bool kBackwardUsesDoosum = true;"));
