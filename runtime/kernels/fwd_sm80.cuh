@@ -12,14 +12,27 @@
 
 namespace attnc {
 
+/// The narrowest unsigned word holding \p kBits flags.
+template <int kBits> struct ActBitsOf {
+  static_assert(kBits <= 64, "at most 64 keys per thread row");
+  using type = typename ActBitsOf<(kBits <= 32 ? 32 : 64)>::type;
+};
+template <> struct ActBitsOf<32> { using type = u32; };
+template <> struct ActBitsOf<64> { using type = u64; };
+template <int kBits> using ActBits = typename ActBitsOf<kBits>::type;
+
 /// One warp's S accumulator seen by the variant: kRows rows per thread (two
 /// per m16 tile), kCols elements per row (two per n8 tile). The four lanes of
 /// a quad share each row; allreduce_* combine over them.
 template <int MT, int NT, bool kFull> struct Sm80ScoreFrag {
   static constexpr int kRows = 2 * MT;
   static constexpr int kCols = 2 * NT;
+  /// One bit per element of a row: which keys the mask keeps. Bits, not an
+  /// array of bools, so that the flags of a 32-row warp tile cost two or
+  /// four registers instead of 64 (the kernel runs at the register limit).
+  using ActWord = ActBits<2 * NT>;
   float (&acc)[MT][NT][4];
-  const bool (&act)[2 * MT][2 * NT];
+  const ActWord (&act)[2 * MT];
   int row0, col0, g, tq;
   __device__ __forceinline__ float &at(int r, int c) {
     return acc[r >> 1][c >> 1][(r & 1) * 2 + (c & 1)];
@@ -34,7 +47,7 @@ template <int MT, int NT, bool kFull> struct Sm80ScoreFrag {
     if constexpr (kFull)
       return true;
     else
-      return act[r][c];
+      return (act[r] >> c) & 1;
   }
   __device__ static __forceinline__ float allreduce_max(float x) { return quad_max(x); }
   __device__ static __forceinline__ float allreduce_sum(float x) { return quad_sum(x); }
@@ -207,7 +220,7 @@ struct FwdSm80 {
         }
       }
 
-      bool act[2 * MT][2 * NT];
+      typename Sm80ScoreFrag<MT, NT, true>::ActWord act[2 * MT];
       const int col0 = n * kBlockN;
       if (full)
         step<true>(a, in, acc_s, act, acc_o, st, seen, b, h, warp_row0, col0, g, tq);
@@ -278,7 +291,8 @@ struct FwdSm80 {
   template <bool kFull>
   __device__ static __forceinline__ void
   step(const FwdArgs &a, const typename Variant::Inputs &in, float (&acc_s)[MT][NT][4],
-       bool (&act)[2 * MT][2 * NT], float (&acc_o)[MT][VT][4],
+       typename Sm80ScoreFrag<MT, NT, kFull>::ActWord (&act)[2 * MT],
+       float (&acc_o)[MT][VT][4],
        typename Variant::RowState (&st)[2 * MT], bool (&seen)[2 * MT], int b, int h,
        int warp_row0, int col0, int g, int tq) {
     Sm80ScoreFrag<MT, NT, kFull> f{acc_s, act, warp_row0, col0, g, tq};
@@ -290,7 +304,10 @@ struct FwdSm80 {
         const int ki = f.col(c);
         f.at(r, c) = Variant::score_mod(in, f.at(r, c), b, h, qi, ki);
         if constexpr (!kFull)
-          act[r][c] = ki < a.seq_kv && Variant::mask(in, b, h, qi, ki);
+          act[r] = (c == 0 ? 0 : act[r]) |
+                   (typename Sm80ScoreFrag<MT, NT, kFull>::ActWord(
+                        ki < a.seq_kv && Variant::mask(in, b, h, qi, ki))
+                    << c);
       }
     }
 #pragma unroll
@@ -298,11 +315,7 @@ struct FwdSm80 {
       float o_scale = 1.f;
       bool any = true;
       if constexpr (!kFull) {
-        bool mine = false;
-#pragma unroll
-        for (int c = 0; c < 2 * NT; ++c)
-          mine = mine || act[r][c];
-        any = quad_any(mine);
+        any = quad_any(act[r] != 0);
       }
       if (any) {
         Variant::online_fwd(in, st[r], f, r, b, h, o_scale);
