@@ -1,5 +1,6 @@
 // The attnc command line: list, show and check definitions.
 #include "AttncMain.h"
+#include "Commands.h"
 
 #include "attn/Error.h"
 #include "attn/Pipeline.h"
@@ -28,26 +29,6 @@ namespace attn {
 namespace cl = llvm::cl;
 
 namespace {
-
-/// A cl::SubCommand that leaves LLVM's global command-line parser when it is
-/// destroyed. (A plain one stays registered, and the parser's next reset or
-/// parse walks the freed object.)
-class CallSubCommand : public cl::SubCommand {
-public:
-  using cl::SubCommand::SubCommand;
-  CallSubCommand(const CallSubCommand &) = delete;
-  CallSubCommand &operator=(const CallSubCommand &) = delete;
-  ~CallSubCommand() { unregisterSubCommand(); }
-};
-
-/// A cl::opt or cl::list that leaves the global parser when it is destroyed.
-template <typename OptionT> class CallOption : public OptionT {
-public:
-  using OptionT::OptionT;
-  ~CallOption() { this->removeArgument(); }
-};
-template <typename T> using CallOpt = CallOption<cl::opt<T>>;
-template <typename T> using CallList = CallOption<cl::list<T>>;
 
 /// The options of every subcommand, registered with LLVM's global parser for
 /// one call of attncMain: each member unregisters itself when the object is
@@ -119,13 +100,6 @@ struct Options {
   CallOpt<unsigned long long> Seed{
       "seed", cl::desc("Seed of the random inputs"), cl::init(20261126),
       cl::sub(Check)};
-};
-
-/// A command line that parses but asks for something impossible (an unknown
-/// pass, check with no definition): bad usage, exit status 2.
-class UsageError : public UserError {
-public:
-  using UserError::UserError;
 };
 
 int runList(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
@@ -290,6 +264,8 @@ int attncMain(int Argc, const char *const *Argv,
   cl::SetVersionPrinter(
       [](llvm::raw_ostream &OS) { OS << "attnc " << ATTNC_VERSION << "\n"; });
   Options O;
+  // Subcommands in their own files register their options here too.
+  std::unique_ptr<Command> Extra[] = {makeTuneCommand(), makeBenchCommand()};
   std::string Errors;
   llvm::raw_string_ostream ErrStream(Errors);
   bool Ok = cl::ParseCommandLineOptions(
@@ -302,7 +278,9 @@ int attncMain(int Argc, const char *const *Argv,
       "  attnc emit NAME [-o F.cu]       generated CUDA source "
       "(--standalone: nvcc-ready)\n"
       "  attnc compile NAME              NVRTC through the kernel cache\n"
-      "  attnc cache stats|clear         the on-disk kernel cache\n",
+      "  attnc cache stats|clear         the on-disk kernel cache\n"
+      "  attnc tune NAME --shape B,H,S,D -o F.json   tune on this GPU\n"
+      "  attnc bench NAME --shape B,H,S,D            time on this GPU\n",
       &ErrStream);
   ErrStream.flush();
   if (!Ok) {
@@ -324,6 +302,9 @@ int attncMain(int Argc, const char *const *Argv,
       return runCompile(O, Registry, llvm::outs());
     if (O.Cache)
       return runCache(O, llvm::outs());
+    for (std::unique_ptr<Command> &C : Extra)
+      if (C->given())
+        return C->run(Registry, llvm::outs());
     llvm::errs() << "attnc: no command given; try 'attnc --help'\n";
     return 2;
   } catch (const UsageError &E) {

@@ -39,21 +39,48 @@ int FwdConfig::sharedBytes(int D, int DV) const {
   return 2 * (BlockM * D + Stages * BlockN * (D + DV));
 }
 
-static int sharedLimit(const std::string &Arch);
-
 FwdConfig FwdConfig::defaultFor(int D, int DV, const std::string &Arch) {
   int Widest = std::max(D, DV);
   FwdConfig Big{256, 64, 8, 2};
   if (Widest <= 64)
     return FwdConfig{128, 32, 4, 2};
-  if (Widest <= 128 && Big.sharedBytes(D, DV) <= sharedLimit(Arch))
+  if (Widest <= 128 && Big.sharedBytes(D, DV) <= archSharedLimit(Arch))
     return Big;
   if (Widest <= 128)
     return FwdConfig{128, 32, 4, 2};
   return FwdConfig{64, 32, 4, 2};
 }
 
-static int sharedLimit(const std::string &Arch) {
+std::vector<FwdConfig> FwdConfig::enumerate() {
+  std::vector<FwdConfig> Space;
+  for (int M : {64, 128, 256})
+    for (int N : {32, 64, 128})
+      for (int W : {4, 8})
+        for (int S : {2, 3}) {
+          FwdConfig C{M, N, W, S};
+          if (C.structuralError().empty())
+            Space.push_back(C);
+        }
+  return Space;
+}
+
+std::string FwdConfig::structuralError() const {
+  if (Warps != 4 && Warps != 8)
+    return fmt::format("config {}: warps must be 4 or 8", str());
+  if (BlockM < 16 * Warps || BlockM % (16 * Warps) != 0 || BlockM > 256)
+    return fmt::format(
+        "config {}: block M must be a multiple of 16 x warps ({}), at most 256",
+        str(), 16 * Warps);
+  if (BlockN % 16 != 0 || BlockN < 16 || BlockN > 256)
+    return fmt::format(
+        "config {}: block N must be a multiple of 16 between 16 and 256",
+        str());
+  if (Stages < 2 || Stages > 4)
+    return fmt::format("config {}: stages must be 2, 3 or 4", str());
+  return "";
+}
+
+int archSharedLimit(const std::string &Arch) {
   if (Arch == "sm_80")
     return 163 * 1024;
   if (Arch == "sm_90a")
@@ -71,24 +98,13 @@ void KernelSpec::validate() const {
     throw UserError("arch '" + Arch +
                     "' is not supported; expected sm_80, sm_86, sm_89 or sm_90a");
   const FwdConfig &C = Config;
-  if (C.Warps != 4 && C.Warps != 8)
-    throw UserError(fmt::format("config {}: warps must be 4 or 8", C.str()));
-  if (C.BlockM < 16 * C.Warps || C.BlockM % (16 * C.Warps) != 0 ||
-      C.BlockM > 256)
-    throw UserError(fmt::format(
-        "config {}: block M must be a multiple of 16 x warps ({}), at most 256",
-        C.str(), 16 * C.Warps));
-  if (C.BlockN % 16 != 0 || C.BlockN < 16 || C.BlockN > 256)
-    throw UserError(fmt::format(
-        "config {}: block N must be a multiple of 16 between 16 and 256",
-        C.str()));
-  if (C.Stages < 2 || C.Stages > 4)
-    throw UserError(fmt::format("config {}: stages must be 2, 3 or 4", C.str()));
+  if (std::string Why = C.structuralError(); !Why.empty())
+    throw UserError(Why);
   int Bytes = C.sharedBytes(HeadDim, HeadDimV);
-  if (Bytes > sharedLimit(Arch))
+  if (Bytes > archSharedLimit(Arch))
     throw UserError(fmt::format(
         "config {} needs {} bytes of shared memory for d{}/{}; {} has {}",
-        C.str(), Bytes, HeadDim, HeadDimV, Arch, sharedLimit(Arch)));
+        C.str(), Bytes, HeadDim, HeadDimV, Arch, archSharedLimit(Arch)));
 }
 
 std::string forwardKey(const CompiledDefinition &Def, const KernelSpec &Spec) {

@@ -8,6 +8,7 @@
 #include "attn/dsl/Problem.h"
 
 #include <string>
+#include <vector>
 
 namespace attn::codegen {
 
@@ -30,7 +31,26 @@ struct FwdConfig {
   /// 4 warps for head dim 64; 64x32 over 4 warps for head dims above 128
   /// (the O accumulator alone is then 128 registers a thread).
   static FwdConfig defaultFor(int D, int DV, const std::string &Arch);
+  /// The autotuner's search space for this skeleton: BlockM {64,128,256} x
+  /// BlockN {32,64,128} x Warps {4,8} x Stages {2,3}, keeping only what
+  /// structuralError() accepts. Shared memory is not checked: it depends on
+  /// the head dims and the device, and is the resource model's job
+  /// (runtime/ResourceModel.h).
+  static std::vector<FwdConfig> enumerate();
+  /// Why the skeleton cannot be instantiated with these warps, block sizes
+  /// and stages (KernelSpec::validate's message), or empty. Shared memory is
+  /// not checked here.
+  std::string structuralError() const;
+  bool operator==(const FwdConfig &O) const {
+    return BlockM == O.BlockM && BlockN == O.BlockN && Warps == O.Warps &&
+           Stages == O.Stages;
+  }
+  bool operator!=(const FwdConfig &O) const { return !(*this == O); }
 };
+
+/// Dynamic shared memory a CTA may use on \p Arch (sm_80: 163 KiB, sm_90a:
+/// 227 KiB, sm_86/sm_89: 99 KiB), the opt-in limit of that architecture.
+int archSharedLimit(const std::string &Arch);
 
 /// Everything that selects one kernel besides the definition.
 struct KernelSpec {

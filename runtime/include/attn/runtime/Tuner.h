@@ -1,0 +1,143 @@
+// The autotuner for the fwd_sm80 skeleton: enumerate tile configurations,
+// prune them with the resource model, compile the survivors in parallel,
+// check each against the reference backend and time it with CUDA events.
+#ifndef ATTN_RUNTIME_TUNER_H
+#define ATTN_RUNTIME_TUNER_H
+
+#include "attn/runtime/Attention.h"
+#include "attn/runtime/RandomProblem.h"
+#include "attn/runtime/ResourceModel.h"
+#include "attn/runtime/TuneFile.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace attn::runtime {
+
+/// FLOPs of one forward: 2·B·H·Sq·Skv·(D + DV) (4·B·H·Sq·Skv·D when
+/// DV = D), halved when the definition has a mask — the rule of
+/// docs/performance.md, exact for causal masks on square problems.
+double forwardFlops(const CompiledDefinition &Def, const TuneShape &S, int D,
+                    int DV);
+
+struct TuneOptions {
+  /// Untimed calls before timing each candidate.
+  int Warmup = 3;
+  /// Timed calls per candidate; the median is its time.
+  int Repeats = 15;
+  /// Sets of random q, k, v rotated between calls, so that no call finds
+  /// its inputs in L2 from the call before.
+  int InputSets = 3;
+  /// Stop checking and timing new candidates once this many seconds have
+  /// passed since the run began (0: no limit). Those left are reported as
+  /// skipped; the default configuration is always timed first.
+  double BudgetSeconds = 0;
+  /// Threads compiling candidates (0: the machine's hardware threads).
+  unsigned CompileThreads = 0;
+  /// Stack frame (spilled registers) a candidate may have and still be
+  /// timed; 0 prunes every spilling configuration except the default,
+  /// which is the baseline and always timed.
+  int MaxStackFrameBytes = 0;
+  /// How many runners-up an entry keeps.
+  unsigned RunnersUp = 5;
+  uint64_t Seed = 20261126;
+  /// Test hook: called after a candidate's checked run, before its output
+  /// is compared with the reference (a test corrupts one output here to
+  /// show that the check rejects it).
+  std::function<void(const codegen::FwdConfig &, const TensorView &Out)>
+      AfterCheckedRun;
+};
+
+enum class CandidateStatus {
+  Timed,          ///< passed the check and was timed
+  Pruned,         ///< the resource model removed it (Reason says why)
+  CompileFailed,  ///< NVRTC rejected it (Reason holds the message)
+  Rejected,       ///< its output differs from the reference (or it failed)
+  SkippedBudget,  ///< the time budget ran out before it was reached
+};
+const char *candidateStatusName(CandidateStatus S);
+
+struct CandidateResult {
+  codegen::FwdConfig Config;
+  CandidateStatus Status = CandidateStatus::Pruned;
+  std::string Reason;
+  /// Registers and stack frame, once compiled.
+  KernelResources Resources;
+  bool Compiled = false;
+  bool IsDefault = false;
+  double Ms = 0;
+  double Tflops = 0;
+};
+
+/// The device side of a search, replaceable in tests: checks a candidate's
+/// output against the reference and times it.
+class CandidateRunner {
+public:
+  virtual ~CandidateRunner();
+  /// Empty when \p C's output matches the reference, else why not.
+  virtual std::string check(const codegen::FwdConfig &C) = 0;
+  /// The median time of \p C in milliseconds (called after check passed).
+  virtual double time(const codegen::FwdConfig &C) = 0;
+};
+
+/// How a search compiles and inspects candidates.
+struct SearchPlan {
+  /// Dtype, head dims and arch; Config is ignored.
+  codegen::KernelSpec Base;
+  ResourceLimits Limits;
+  /// The configuration used without tuning (the baseline).
+  codegen::FwdConfig Default;
+  /// FLOPs of one call, for TFLOPS.
+  double Flops = 0;
+  /// Compiles one candidate; default: KernelCache::global().getOrCompile.
+  std::function<CacheResult(const codegen::KernelSource &)> Compile;
+  /// Reads a compiled candidate's resources; default: readCubinResources
+  /// of the entry attnc_fwd.
+  std::function<KernelResources(const CacheResult &)> Resources;
+};
+
+/// Runs the search over FwdConfig::enumerate(): prunes with the resource
+/// model (shared memory and threads before compiling; registers and spills
+/// after), compiles survivors in parallel, then checks and times them one by
+/// one (the default first) through \p Runner. Writes one progress line per
+/// candidate ("[12/30] m128n64w4s2: 1.921 ms  245.1 TFLOPS") to \p Progress
+/// when given. Returns every candidate, timed ones sorted fastest first.
+std::vector<CandidateResult> searchForward(const CompiledDefinition &Def,
+                                           const SearchPlan &Plan,
+                                           CandidateRunner &Runner,
+                                           const TuneOptions &Opts,
+                                           llvm::raw_ostream *Progress);
+
+struct TuneResult {
+  /// The entry to store: key, best configuration, runners-up.
+  TuneEntry Entry;
+  std::vector<CandidateResult> Candidates;
+  double Seconds = 0;
+  /// Candidates left untimed because the budget ran out.
+  unsigned Skipped = 0;
+};
+
+/// The tune-file key of \p Def under \p Sig for a problem of \p S on the
+/// device named \p Device.
+TuneKey makeTuneKey(const CompiledDefinition &Def, const Signature &Sig,
+                    const std::string &Arch, const TuneShape &S,
+                    const std::string &Device);
+
+/// Tunes \p Def (dtype, head dims and layout of \p Sig, kernels for
+/// \p Arch) on the current device, on random inputs of shape \p S: every
+/// candidate is checked against the reference backend before it is timed.
+/// DriverError without a GPU; InternalError if no candidate passes.
+TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
+                       const std::string &Arch, const TuneShape &S,
+                       const TuneOptions &Opts, llvm::raw_ostream *Progress);
+
+/// How many times this process has run tuneForward (tests use it to see
+/// that a tune file was used without tuning again).
+unsigned tuneRunCount();
+
+} // namespace attn::runtime
+
+#endif

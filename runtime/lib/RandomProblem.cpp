@@ -1,0 +1,194 @@
+// Random device tensors for timing: q/k/v sets drawn from a pool of normal
+// values, custom inputs over their sample ranges, views of sub-problems.
+#include "attn/runtime/RandomProblem.h"
+
+#include "attn/runtime/CudaDriver.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+namespace attn::runtime {
+
+DeviceAlloc::DeviceAlloc(size_t Bytes) : Bytes(Bytes) {
+  CudaDriver &D = CudaDriver::get();
+  D.require();
+  D.check(D.cuMemAlloc(&Ptr, Bytes ? Bytes : 1), "cuMemAlloc");
+}
+
+DeviceAlloc::~DeviceAlloc() {
+  CudaDriver &D = CudaDriver::get();
+  if (Ptr && D.available())
+    D.cuMemFree(Ptr);
+}
+
+void DeviceAlloc::poison(unsigned char Byte) {
+  CudaDriver &D = CudaDriver::get();
+  D.check(D.cuMemsetD8(Ptr, Byte, Bytes), "cuMemsetD8");
+}
+
+namespace {
+
+uint64_t splitmix64(uint64_t &State) {
+  uint64_t Z = (State += 0x9e3779b97f4a7c15ull);
+  Z = (Z ^ (Z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  Z = (Z ^ (Z >> 27)) * 0x94d049bb133111ebull;
+  return Z ^ (Z >> 31);
+}
+
+/// Round to nearest even into the 16-bit format (the values are finite).
+uint16_t toBits(DType T, double X) {
+  if (T == DType::F16) {
+    _Float16 H = static_cast<_Float16>(static_cast<float>(X));
+    uint16_t B;
+    std::memcpy(&B, &H, 2);
+    return B;
+  }
+  float F = static_cast<float>(X);
+  uint32_t U;
+  std::memcpy(&U, &F, 4);
+  U += 0x7fffu + ((U >> 16) & 1u);
+  return static_cast<uint16_t>(U >> 16);
+}
+
+int64_t inputElements(ir::InputShape S, const TuneShape &P) {
+  switch (S) {
+  case ir::InputShape::Scalar:
+    return 0;
+  case ir::InputShape::PerHead:
+    return P.Heads;
+  case ir::InputShape::PerRow:
+    return P.Batch * P.Heads * P.SeqQ;
+  case ir::InputShape::PerKey:
+    return P.Batch * P.Heads * P.SeqKv;
+  case ir::InputShape::Full:
+    return P.Batch * P.Heads * P.SeqQ * P.SeqKv;
+  }
+  return 0;
+}
+
+} // namespace
+
+RandomProblem::RandomProblem(const CompiledDefinition &Def,
+                             const Signature &Sig, const TuneShape &S,
+                             int Sets, uint64_t Seed)
+    : Def(Def), Sig(Sig), Shape(S) {
+  CudaDriver &D = CudaDriver::get();
+  D.require();
+  (void)currentDevice(); // makes the primary context current here
+  Elem = Sig.Dtype == DType::F16 ? ElemType::F16 : ElemType::BF16;
+
+  // Drawing hundreds of millions of normals is slow, so elements are picked
+  // at random from a pool of 64Ki normal values: the same distribution, at
+  // memory speed.
+  std::mt19937_64 Rng(Seed);
+  std::normal_distribution<double> Normal(0.0, 1.0);
+  std::vector<uint16_t> Pool(1 << 16);
+  for (uint16_t &P : Pool)
+    P = toBits(Sig.Dtype, Normal(Rng));
+  uint64_t State = Seed;
+  std::vector<uint16_t> Host;
+  auto Random = [&](int64_t Elems) {
+    Host.resize(size_t(Elems));
+    for (size_t I = 0; I < Host.size(); I += 4) {
+      uint64_t R = splitmix64(State);
+      for (size_t J = 0; J < 4 && I + J < Host.size(); ++J)
+        Host[I + J] = Pool[(R >> (16 * J)) & 0xffff];
+    }
+    auto Buf = std::make_unique<DeviceAlloc>(Host.size() * 2);
+    D.check(D.cuMemcpyHtoD(Buf->ptr(), Host.data(), Host.size() * 2),
+            "cuMemcpyHtoD (random inputs)");
+    return Buf;
+  };
+  for (int I = 0; I < std::max(1, Sets); ++I) {
+    Q.push_back(Random(S.Batch * S.SeqQ * S.Heads * Sig.HeadDim));
+    K.push_back(Random(S.Batch * S.SeqKv * S.HeadsKv * Sig.HeadDim));
+    V.push_back(Random(S.Batch * S.SeqKv * S.HeadsKv * Sig.HeadDimV));
+  }
+  Out = std::make_unique<DeviceAlloc>(
+      size_t(S.Batch * S.SeqQ * S.Heads * Sig.HeadDimV) * 2);
+
+  for (const ir::InputDecl &In : Def.Graph->decls().Inputs) {
+    if (In.Shape == ir::InputShape::Scalar)
+      continue;
+    std::uniform_real_distribution<float> U(float(In.SampleLo),
+                                            float(In.SampleHi));
+    std::vector<float> Values(static_cast<size_t>(inputElements(In.Shape, S)));
+    for (float &X : Values)
+      X = U(Rng);
+    InputBuffers.push_back(std::make_unique<DeviceAlloc>(Values.size() * 4));
+    D.check(D.cuMemcpyHtoD(InputBuffers.back()->ptr(), Values.data(),
+                           Values.size() * 4),
+            "cuMemcpyHtoD (random inputs)");
+  }
+}
+
+RandomProblem::Call RandomProblem::call(const TuneShape &Sub) const {
+  auto View = [&](const DeviceAlloc &Buf, int64_t Heads, int64_t Seq,
+                  int64_t FullSeq, int64_t Dim) {
+    TensorView T;
+    T.Data = Buf.get();
+    T.Type = Elem;
+    if (Sig.TensorLayout == Layout::BSHD) {
+      T.Shape = {Sub.Batch, Seq, Heads, Dim};
+      T.Strides = {FullSeq * Heads * Dim, Heads * Dim, Dim, 1};
+    } else {
+      T.Shape = {Sub.Batch, Heads, Seq, Dim};
+      T.Strides = {Heads * FullSeq * Dim, FullSeq * Dim, Dim, 1};
+    }
+    return T;
+  };
+  Call C;
+  for (size_t I = 0; I < Q.size(); ++I) {
+    C.Q.push_back(View(*Q[I], Sub.Heads, Sub.SeqQ, Shape.SeqQ, Sig.HeadDim));
+    C.K.push_back(
+        View(*K[I], Sub.HeadsKv, Sub.SeqKv, Shape.SeqKv, Sig.HeadDim));
+    C.V.push_back(
+        View(*V[I], Sub.HeadsKv, Sub.SeqKv, Shape.SeqKv, Sig.HeadDimV));
+  }
+  C.Out = View(*Out, Sub.Heads, Sub.SeqQ, Shape.SeqQ, Sig.HeadDimV);
+  int64_t F = int64_t(Def.Graph->decls().FinalRowscales.size());
+  C.HasFinals = F > 0;
+  C.FinalsBuffer = std::make_unique<DeviceAlloc>(
+      size_t(std::max<int64_t>(1, F * Sub.Batch * Sub.Heads * Sub.SeqQ)) * 4);
+  C.FinalsView = TensorView::contiguous(C.FinalsBuffer->get(), ElemType::F32,
+                                        {F, Sub.Batch, Sub.Heads, Sub.SeqQ});
+  size_t Next = 0;
+  for (const ir::InputDecl &In : Def.Graph->decls().Inputs) {
+    if (In.Shape == ir::InputShape::Scalar) {
+      C.Inputs[In.Name] = float((In.SampleLo + In.SampleHi) / 2);
+      continue;
+    }
+    TensorView T;
+    T.Data = InputBuffers[Next++]->get();
+    T.Type = ElemType::F32;
+    int64_t B = Sub.Batch, H = Sub.Heads;
+    switch (In.Shape) {
+    case ir::InputShape::Scalar:
+      break;
+    case ir::InputShape::PerHead:
+      T.Shape = {H};
+      T.Strides = {1};
+      break;
+    case ir::InputShape::PerRow:
+      T.Shape = {B, H, Sub.SeqQ};
+      T.Strides = {H * Shape.SeqQ, Shape.SeqQ, 1};
+      break;
+    case ir::InputShape::PerKey:
+      T.Shape = {B, H, Sub.SeqKv};
+      T.Strides = {H * Shape.SeqKv, Shape.SeqKv, 1};
+      break;
+    case ir::InputShape::Full:
+      T.Shape = {B, H, Sub.SeqQ, Sub.SeqKv};
+      T.Strides = {H * Shape.SeqQ * Shape.SeqKv, Shape.SeqQ * Shape.SeqKv,
+                   Shape.SeqKv, 1};
+      break;
+    }
+    C.Inputs[In.Name] = T;
+  }
+  C.Shape = validateCall(*Def.Graph, Sig, C.Q[0], C.K[0], C.V[0], C.Out,
+                         C.finals(), C.Inputs);
+  return C;
+}
+
+} // namespace attn::runtime

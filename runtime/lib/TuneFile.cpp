@@ -1,0 +1,389 @@
+// The tune JSON file: schema, parsing, the per-process cache, and merged
+// atomic writes under a sidecar flock.
+#include "attn/runtime/TuneFile.h"
+
+#include "AtomicFile.h"
+#include "attn/codegen/Codegen.h"
+#include "attn/ir/Printer.h"
+#include "attn/runtime/Errors.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SHA256.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <map>
+#include <mutex>
+#include <sys/file.h>
+#include <unistd.h>
+
+namespace attn::runtime {
+
+using nlohmann::json;
+
+std::string ShapeBucket::str() const {
+  return fmt::format("q{}.kv{}.bh{}", SeqQ, SeqKv, BatchHeads);
+}
+
+int64_t roundUpToPowerOfTwo(int64_t N) {
+  int64_t P = 1;
+  while (P < N)
+    P *= 2;
+  return P;
+}
+
+ShapeBucket shapeBucket(int64_t Batch, int64_t Heads, int64_t SeqQ,
+                        int64_t SeqKv) {
+  return {roundUpToPowerOfTwo(SeqQ), roundUpToPowerOfTwo(SeqKv),
+          roundUpToPowerOfTwo(Batch * Heads)};
+}
+
+bool TuneKey::operator==(const TuneKey &O) const {
+  return Device == O.Device && Arch == O.Arch && Nvrtc == O.Nvrtc &&
+         Skeleton == O.Skeleton && Variant == O.Variant && Dtype == O.Dtype &&
+         HeadDim == O.HeadDim && HeadDimV == O.HeadDimV && Bucket == O.Bucket;
+}
+
+std::string TuneKey::str() const {
+  return fmt::format("device '{}', {}, NVRTC {}, {}, variant {}, {}, d{}/{}, "
+                     "{}",
+                     Device, Arch, Nvrtc, Skeleton, Variant.substr(0, 12),
+                     dtypeName(Dtype).str(), HeadDim, HeadDimV, Bucket.str());
+}
+
+std::string variantKey(const CompiledDefinition &Def) {
+  std::string Text = ir::toText(*Def.Graph);
+  return llvm::toHex(llvm::SHA256::hash(llvm::arrayRefFromStringRef(Text)),
+                     /*LowerCase=*/true);
+}
+
+const TuneEntry *TuneFileData::find(const TuneKey &K) const {
+  for (const TuneEntry &E : Entries)
+    if (E.Key == K)
+      return &E;
+  return nullptr;
+}
+
+void TuneFileData::upsert(const TuneEntry &E) {
+  for (TuneEntry &Old : Entries)
+    if (Old.Key == E.Key) {
+      Old = E;
+      return;
+    }
+  Entries.push_back(E);
+}
+
+// ---- JSON ----------------------------------------------------------------
+
+namespace {
+
+json timingToJson(const TunedTiming &T) {
+  return {{"config", T.Config}, {"ms", T.Ms}, {"tflops", T.Tflops}};
+}
+
+json entryToJson(const TuneEntry &E) {
+  const TuneKey &K = E.Key;
+  json Key = {{"device", K.Device},
+              {"arch", K.Arch},
+              {"nvrtc", K.Nvrtc},
+              {"skeleton", K.Skeleton},
+              {"variant", K.Variant},
+              {"dtype", dtypeName(K.Dtype).str()},
+              {"head_dim", K.HeadDim},
+              {"head_dim_v", K.HeadDimV},
+              {"bucket",
+               {{"seq_q", K.Bucket.SeqQ},
+                {"seq_kv", K.Bucket.SeqKv},
+                {"batch_heads", K.Bucket.BatchHeads}}}};
+  json RunnersUp = json::array();
+  for (const TunedTiming &T : E.RunnersUp)
+    RunnersUp.push_back(timingToJson(T));
+  json J = {{"key", Key},
+            {"definition", E.Definition},
+            {"config", E.Best.Config},
+            {"ms", E.Best.Ms},
+            {"tflops", E.Best.Tflops},
+            {"runners_up", RunnersUp},
+            {"tune_seconds", E.TuneSeconds},
+            {"tuned_at", E.TunedAt}};
+  if (!E.Default.Config.empty())
+    J["default"] = timingToJson(E.Default);
+  // The timed shape, when the entry records one (entries made by hand or
+  // by tests may not).
+  if (E.Batch > 0)
+    J["shape"] = {{"batch", E.Batch},
+                  {"heads", E.Heads},
+                  {"heads_kv", E.HeadsKv},
+                  {"seq_q", E.SeqQ},
+                  {"seq_kv", E.SeqKv},
+                  {"layout", layoutName(E.TensorLayout).str()}};
+  return J;
+}
+
+/// Reads fields of one JSON object; every failure names the file and the
+/// JSON path of the field.
+class FieldReader {
+public:
+  FieldReader(const json &Obj, std::string Where, std::string Path)
+      : Obj(Obj), Where(std::move(Where)), Path(std::move(Path)) {
+    if (!Obj.is_object())
+      fail(this->Where, "expected an object");
+  }
+
+  const json &get(const char *Name) const {
+    auto It = Obj.find(Name);
+    if (It == Obj.end())
+      fail(at(Name), "missing");
+    return *It;
+  }
+  bool has(const char *Name) const { return Obj.contains(Name); }
+
+  std::string string(const char *Name) const {
+    const json &V = get(Name);
+    if (!V.is_string())
+      fail(at(Name), "expected a string");
+    return V.get<std::string>();
+  }
+  int64_t integer(const char *Name, int64_t Min = 1) const {
+    const json &V = get(Name);
+    if (!V.is_number_integer() || V.get<int64_t>() < Min)
+      fail(at(Name), fmt::format("expected an integer >= {}", Min));
+    return V.get<int64_t>();
+  }
+  double number(const char *Name) const {
+    const json &V = get(Name);
+    if (!V.is_number() || V.get<double>() < 0)
+      fail(at(Name), "expected a non-negative number");
+    return V.get<double>();
+  }
+  FieldReader object(const char *Name) const {
+    return FieldReader(get(Name), at(Name), Path);
+  }
+  std::string at(const char *Name) const { return Where + "." + Name; }
+  const std::string &path() const { return Path; }
+
+  [[noreturn]] void fail(const std::string &Field,
+                         const std::string &Why) const {
+    throw InvalidArgument(
+        fmt::format("tune file {}: {}: {}", Path, Field, Why));
+  }
+
+private:
+  const json &Obj;
+  std::string Where;
+  std::string Path;
+};
+
+TunedTiming timingFromJson(const FieldReader &R) {
+  TunedTiming T;
+  T.Config = R.string("config");
+  try {
+    (void)codegen::FwdConfig::parse(T.Config);
+  } catch (const UserError &E) {
+    R.fail(R.at("config"), E.what());
+  }
+  T.Ms = R.number("ms");
+  T.Tflops = R.number("tflops");
+  return T;
+}
+
+TuneEntry entryFromJson(const FieldReader &R) {
+  TuneEntry E;
+  FieldReader K = R.object("key");
+  E.Key.Device = K.string("device");
+  E.Key.Arch = K.string("arch");
+  E.Key.Nvrtc = K.string("nvrtc");
+  E.Key.Skeleton = K.string("skeleton");
+  E.Key.Variant = K.string("variant");
+  std::optional<DType> T = dtypeFromName(K.string("dtype"));
+  if (!T)
+    K.fail(K.at("dtype"), "expected \"f16\" or \"bf16\"");
+  E.Key.Dtype = *T;
+  E.Key.HeadDim = int(K.integer("head_dim"));
+  E.Key.HeadDimV = int(K.integer("head_dim_v"));
+  FieldReader B = K.object("bucket");
+  E.Key.Bucket = {B.integer("seq_q"), B.integer("seq_kv"),
+                  B.integer("batch_heads")};
+  E.Best = timingFromJson(R);
+  // A configuration the skeleton cannot run for this key would fail at the
+  // first call; say so when the file is read instead.
+  codegen::KernelSpec Spec;
+  Spec.Dtype = E.Key.Dtype;
+  Spec.HeadDim = E.Key.HeadDim;
+  Spec.HeadDimV = E.Key.HeadDimV;
+  Spec.Arch = E.Key.Arch;
+  Spec.Config = codegen::FwdConfig::parse(E.Best.Config);
+  try {
+    Spec.validate();
+  } catch (const UserError &Err) {
+    R.fail(R.at("config"), Err.what());
+  }
+  const json &Runners = R.get("runners_up");
+  if (!Runners.is_array())
+    R.fail(R.at("runners_up"), "expected an array");
+  for (size_t I = 0; I < Runners.size(); ++I)
+    E.RunnersUp.push_back(timingFromJson(FieldReader(
+        Runners[I], R.at("runners_up") + fmt::format("[{}]", I), R.path())));
+  if (R.has("default"))
+    E.Default = timingFromJson(R.object("default"));
+  // Informational fields: read when present.
+  if (R.has("definition"))
+    E.Definition = R.string("definition");
+  if (R.has("shape")) {
+    FieldReader S = R.object("shape");
+    E.Batch = S.integer("batch");
+    E.Heads = S.integer("heads");
+    E.HeadsKv = S.integer("heads_kv");
+    E.SeqQ = S.integer("seq_q");
+    E.SeqKv = S.integer("seq_kv");
+    if (S.has("layout")) {
+      std::optional<attn::Layout> L = layoutFromName(S.string("layout"));
+      if (!L)
+        S.fail(S.at("layout"), "expected \"bshd\" or \"bhsd\"");
+      E.TensorLayout = *L;
+    }
+  }
+  if (R.has("tune_seconds"))
+    E.TuneSeconds = R.number("tune_seconds");
+  if (R.has("tuned_at"))
+    E.TunedAt = R.string("tuned_at");
+  return E;
+}
+
+} // namespace
+
+TuneFileData parseTuneFile(llvm::StringRef Text, const std::string &Path) {
+  json J = json::parse(Text.begin(), Text.end(), nullptr,
+                       /*allow_exceptions=*/false);
+  if (J.is_discarded())
+    throw InvalidArgument(fmt::format(
+        "tune file {}: not valid JSON; expected a tune file (docs/tuning.md)",
+        Path));
+  FieldReader Top(J, "$", Path);
+  const json &Version = Top.get("version");
+  if (!Version.is_number_integer())
+    Top.fail("$.version", "expected an integer");
+  if (Version.get<int64_t>() != TuneFileVersion)
+    Top.fail("$.version",
+             fmt::format("version {}; this attnc reads version {}",
+                         Version.get<int64_t>(), TuneFileVersion));
+  const json &Entries = Top.get("entries");
+  if (!Entries.is_array())
+    Top.fail("$.entries", "expected an array");
+  TuneFileData Data;
+  for (size_t I = 0; I < Entries.size(); ++I)
+    Data.Entries.push_back(entryFromJson(
+        FieldReader(Entries[I], fmt::format("$.entries[{}]", I), Path)));
+  return Data;
+}
+
+std::string serializeTuneFile(const TuneFileData &Data) {
+  json Entries = json::array();
+  for (const TuneEntry &E : Data.Entries)
+    Entries.push_back(entryToJson(E));
+  json J = {{"version", TuneFileVersion}, {"entries", Entries}};
+  return J.dump(2) + "\n";
+}
+
+TuneFileData readTuneFile(const std::string &Path) {
+  auto Buffer = llvm::MemoryBuffer::getFile(Path, /*IsText=*/true);
+  if (!Buffer) {
+    if (Buffer.getError() == std::errc::no_such_file_or_directory)
+      return {};
+    throw InvalidArgument(fmt::format("tune file {}: cannot read: {}", Path,
+                                      Buffer.getError().message()));
+  }
+  return parseTuneFile((*Buffer)->getBuffer(), Path);
+}
+
+namespace {
+
+/// An exclusive flock on "<Path>.lock", held for the object's lifetime.
+/// The lock file is never removed: removing it would let a process that
+/// opened the old one and one that creates a new one both hold "the" lock.
+class SidecarLock {
+public:
+  explicit SidecarLock(const std::string &Path) : LockPath(Path + ".lock") {
+    FD = ::open(LockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (FD < 0)
+      throw InvalidArgument(fmt::format("tune file {}: cannot open lock file "
+                                        "{}: {}",
+                                        Path, LockPath, std::strerror(errno)));
+    while (::flock(FD, LOCK_EX) != 0) {
+      if (errno == EINTR)
+        continue;
+      int Err = errno;
+      ::close(FD);
+      throw InvalidArgument(fmt::format("tune file {}: cannot lock {}: {}",
+                                        Path, LockPath, std::strerror(Err)));
+    }
+  }
+  ~SidecarLock() {
+    ::flock(FD, LOCK_UN);
+    ::close(FD);
+  }
+  SidecarLock(const SidecarLock &) = delete;
+  SidecarLock &operator=(const SidecarLock &) = delete;
+
+private:
+  std::string LockPath;
+  int FD = -1;
+};
+
+} // namespace
+
+void mergeIntoTuneFile(const std::string &Path,
+                       const std::vector<TuneEntry> &New) {
+  SidecarLock Lock(Path);
+  // Read under the lock: whatever another writer renamed into place before
+  // we got it is kept.
+  TuneFileData Data = readTuneFile(Path);
+  for (const TuneEntry &E : New)
+    Data.upsert(E);
+  std::string Text = serializeTuneFile(Data);
+  if (std::error_code EC = writeFileAtomically(Path, {Text}))
+    throw InvalidArgument(
+        fmt::format("tune file {}: cannot write: {}", Path, EC.message()));
+}
+
+std::shared_ptr<const TuneFileData> cachedTuneFile(const std::string &Path) {
+  struct Cached {
+    bool Exists = false;
+    llvm::sys::fs::UniqueID Id;
+    llvm::sys::TimePoint<> Modified;
+    uint64_t Size = 0;
+    std::shared_ptr<const TuneFileData> Data;
+  };
+  static std::mutex Mutex;
+  static std::map<std::string, Cached> Files;
+
+  llvm::sys::fs::file_status St;
+  bool Exists = !llvm::sys::fs::status(Path, St) &&
+                llvm::sys::fs::exists(St);
+  std::lock_guard<std::mutex> Guard(Mutex);
+  Cached &C = Files[Path];
+  // Every write renames a new file into place, so the file's identity
+  // changes with its contents; mtime and size catch an edit in place.
+  if (C.Data && C.Exists == Exists &&
+      (!Exists || (C.Id == St.getUniqueID() &&
+                   C.Modified == St.getLastModificationTime() &&
+                   C.Size == St.getSize())))
+    return C.Data;
+  C.Data = std::make_shared<const TuneFileData>(
+      Exists ? readTuneFile(Path) : TuneFileData());
+  C.Exists = Exists;
+  if (Exists) {
+    C.Id = St.getUniqueID();
+    C.Modified = St.getLastModificationTime();
+    C.Size = St.getSize();
+  }
+  return C.Data;
+}
+
+} // namespace attn::runtime

@@ -1,0 +1,352 @@
+// The autotuner's search: resource-model pruning, parallel compilation
+// through the kernel cache, then checking and timing one candidate at a time.
+#include "attn/runtime/Tuner.h"
+
+#include "TuneRunner.h"
+
+#include "attn/runtime/Compiler.h"
+#include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/Errors.h"
+#include "attn/runtime/KernelCache.h"
+
+#include "llvm/Support/ThreadPool.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <ctime>
+#include <map>
+#include <mutex>
+
+namespace attn::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point Start) {
+  return std::chrono::duration<double>(Clock::now() - Start).count();
+}
+
+std::atomic<unsigned> TuneRuns{0};
+
+/// variantKey() once per graph: selectForwardConfig asks on every call.
+/// Keyed by Graph::serial(), which no other graph of the process reuses
+/// (an address could be).
+const std::string &cachedVariantKey(const CompiledDefinition &Def) {
+  static std::mutex Mutex;
+  static std::map<uint64_t, std::string> Keys;
+  uint64_t Serial = Def.Graph->serial();
+  {
+    std::lock_guard<std::mutex> Guard(Mutex);
+    auto It = Keys.find(Serial);
+    if (It != Keys.end())
+      return It->second;
+  }
+  std::string Key = variantKey(Def);
+  std::lock_guard<std::mutex> Guard(Mutex);
+  // Forget graphs that no longer exist, so that a process making many
+  // Attention objects does not grow this map without bound.
+  if (Keys.size() >= 256)
+    for (auto It = Keys.begin(); It != Keys.end();)
+      It = ir::Graph::fromSerial(It->first) ? std::next(It) : Keys.erase(It);
+  return Keys.emplace(Serial, std::move(Key)).first->second;
+}
+
+std::string utcNow() {
+  std::time_t T = std::time(nullptr);
+  std::tm Tm{};
+  gmtime_r(&T, &Tm);
+  char Buf[32];
+  std::strftime(Buf, sizeof Buf, "%Y-%m-%dT%H:%M:%SZ", &Tm);
+  return Buf;
+}
+
+/// The progress line's text after "[i/N] CONFIG: ".
+std::string describe(const CandidateResult &R) {
+  switch (R.Status) {
+  case CandidateStatus::Timed: {
+    std::string S = fmt::format("{:.3f} ms  {:.1f} TFLOPS", R.Ms, R.Tflops);
+    if (R.IsDefault)
+      S += R.Resources.StackFrameBytes
+               ? fmt::format("  (default; spills, {} bytes stack frame)",
+                             R.Resources.StackFrameBytes)
+               : "  (default)";
+    return S;
+  }
+  case CandidateStatus::Pruned:
+    return "pruned: " + R.Reason;
+  case CandidateStatus::CompileFailed:
+    return "compile failed: " + R.Reason;
+  case CandidateStatus::Rejected:
+    return "rejected: " + R.Reason;
+  case CandidateStatus::SkippedBudget:
+    return "skipped: time budget spent";
+  }
+  return "?";
+}
+
+} // namespace
+
+const char *candidateStatusName(CandidateStatus S) {
+  switch (S) {
+  case CandidateStatus::Timed:
+    return "timed";
+  case CandidateStatus::Pruned:
+    return "pruned";
+  case CandidateStatus::CompileFailed:
+    return "compile failed";
+  case CandidateStatus::Rejected:
+    return "rejected";
+  case CandidateStatus::SkippedBudget:
+    return "skipped";
+  }
+  return "?";
+}
+
+CandidateRunner::~CandidateRunner() = default;
+
+double forwardFlops(const CompiledDefinition &Def, const TuneShape &S, int D,
+                    int DV) {
+  double Flops = 2.0 * double(S.Batch) * double(S.Heads) * double(S.SeqQ) *
+                 double(S.SeqKv) * double(D + DV);
+  return Def.Graph->decls().HasMask ? Flops / 2 : Flops;
+}
+
+std::vector<CandidateResult> searchForward(const CompiledDefinition &Def,
+                                           const SearchPlan &Plan,
+                                           CandidateRunner &Runner,
+                                           const TuneOptions &Opts,
+                                           llvm::raw_ostream *Progress) {
+  Clock::time_point Start = Clock::now();
+  const codegen::KernelSpec &Base = Plan.Base;
+
+  // The default goes first: it is the baseline every other candidate must
+  // beat, and the one timed whatever the budget.
+  std::vector<CandidateResult> Cands;
+  Cands.push_back({});
+  Cands.back().Config = Plan.Default;
+  Cands.back().IsDefault = true;
+  for (const codegen::FwdConfig &C : codegen::FwdConfig::enumerate())
+    if (C != Plan.Default) {
+      Cands.push_back({});
+      Cands.back().Config = C;
+    }
+
+  size_t Done = 0;
+  auto Report = [&](const CandidateResult &R) {
+    ++Done;
+    if (!Progress)
+      return;
+    *Progress << fmt::format("[{}/{}] {}: {}\n", Done, Cands.size(),
+                             R.Config.str(), describe(R));
+    Progress->flush();
+  };
+
+  // 1. What cannot launch whatever the compiler does: shared memory and
+  // threads. These are never compiled, let alone timed.
+  std::vector<size_t> ToCompile;
+  for (size_t I = 0; I < Cands.size(); ++I) {
+    std::string Why = pruneBeforeCompile(Cands[I].Config, Base.HeadDim,
+                                         Base.HeadDimV, Plan.Limits);
+    if (Why.empty()) {
+      ToCompile.push_back(I);
+      continue;
+    }
+    Cands[I].Status = CandidateStatus::Pruned;
+    Cands[I].Reason = Why;
+    Report(Cands[I]);
+  }
+
+  // 2. Compile the rest in parallel through the cache. Sources are made
+  // here, one thread: only NVRTC runs concurrently (one program per call),
+  // and KernelCache locks only its in-memory map.
+  std::vector<codegen::KernelSource> Sources(Cands.size());
+  for (size_t I : ToCompile) {
+    codegen::KernelSpec Spec = Base;
+    Spec.Config = Cands[I].Config;
+    Sources[I] = codegen::generateForward(Def, Spec);
+  }
+  std::vector<std::string> CompileErrors(Cands.size());
+  std::vector<char> FromCache(Cands.size(), 0);
+  Clock::time_point CompileStart = Clock::now();
+  {
+    llvm::ThreadPool Pool(llvm::hardware_concurrency(Opts.CompileThreads));
+    for (size_t I : ToCompile)
+      Pool.async([&, I] {
+        try {
+          CacheResult R = Plan.Compile(Sources[I]);
+          FromCache[I] = R.Source != CacheSource::Compiled;
+          Cands[I].Resources = Plan.Resources(R);
+          Cands[I].Compiled = true;
+        } catch (const std::exception &E) {
+          CompileErrors[I] = E.what();
+        }
+      });
+    Pool.wait();
+  }
+  if (Progress && !ToCompile.empty()) {
+    size_t Cached = std::count(FromCache.begin(), FromCache.end(), 1);
+    *Progress << fmt::format("compiled {} candidates in {:.1f} s ({} from the "
+                             "kernel cache)\n",
+                             ToCompile.size(), secondsSince(CompileStart),
+                             Cached);
+  }
+
+  // 3. What the compiled code rules out: registers, spills. The default is
+  // exempt from the spill rule (it is the baseline and runs anyway), never
+  // from the rule that it must launch.
+  std::vector<size_t> ToTime;
+  for (size_t I : ToCompile) {
+    CandidateResult &R = Cands[I];
+    if (!R.Compiled) {
+      R.Status = CandidateStatus::CompileFailed;
+      R.Reason = llvm::StringRef(CompileErrors[I]).split('\n').first.str();
+      Report(R);
+      continue;
+    }
+    ResourceLimits L = Plan.Limits;
+    if (R.IsDefault)
+      L.MaxStackFrameBytes = INT_MAX;
+    std::string Why = pruneAfterCompile(R.Config, R.Resources, L);
+    if (!Why.empty()) {
+      R.Status = CandidateStatus::Pruned;
+      R.Reason = Why;
+      Report(R);
+      continue;
+    }
+    ToTime.push_back(I);
+  }
+
+  // 4. Check, then time, one at a time (the GPU is one resource).
+  for (size_t I : ToTime) {
+    CandidateResult &R = Cands[I];
+    if (Opts.BudgetSeconds > 0 && !R.IsDefault &&
+        secondsSince(Start) > Opts.BudgetSeconds) {
+      R.Status = CandidateStatus::SkippedBudget;
+      Report(R);
+      continue;
+    }
+    std::string Wrong;
+    try {
+      Wrong = Runner.check(R.Config);
+    } catch (const Error &E) {
+      Wrong = E.what();
+    }
+    if (!Wrong.empty()) {
+      R.Status = CandidateStatus::Rejected;
+      R.Reason = Wrong;
+      Report(R);
+      continue;
+    }
+    R.Ms = Runner.time(R.Config);
+    R.Tflops = R.Ms > 0 ? Plan.Flops / (R.Ms * 1e-3) / 1e12 : 0;
+    R.Status = CandidateStatus::Timed;
+    Report(R);
+  }
+
+  std::stable_sort(Cands.begin(), Cands.end(),
+                   [](const CandidateResult &A, const CandidateResult &B) {
+                     bool TA = A.Status == CandidateStatus::Timed,
+                          TB = B.Status == CandidateStatus::Timed;
+                     if (TA != TB)
+                       return TA;
+                     return TA && A.Ms < B.Ms;
+                   });
+  return Cands;
+}
+
+TuneKey makeTuneKey(const CompiledDefinition &Def, const Signature &Sig,
+                    const std::string &Arch, const TuneShape &S,
+                    const std::string &Device) {
+  TuneKey K;
+  K.Device = Device;
+  K.Arch = Arch;
+  static const std::string Nvrtc = nvrtcVersion();
+  K.Nvrtc = Nvrtc;
+  K.Skeleton = "fwd_sm80";
+  K.Variant = cachedVariantKey(Def);
+  K.Dtype = Sig.Dtype;
+  K.HeadDim = Sig.HeadDim;
+  K.HeadDimV = Sig.HeadDimV;
+  K.Bucket = shapeBucket(S.Batch, S.Heads, S.SeqQ, S.SeqKv);
+  return K;
+}
+
+TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
+                       const std::string &Arch, const TuneShape &S,
+                       const TuneOptions &Opts, llvm::raw_ostream *Progress) {
+  Clock::time_point Start = Clock::now();
+  CudaDriver::get().require();
+  const DeviceInfo &Dev = currentDevice();
+  ++TuneRuns;
+
+  SearchPlan Plan;
+  Plan.Base.Dtype = Sig.Dtype;
+  Plan.Base.HeadDim = Sig.HeadDim;
+  Plan.Base.HeadDimV = Sig.HeadDimV;
+  Plan.Base.Arch = Arch;
+  Plan.Limits = ResourceLimits::forDevice(Arch, Dev);
+  Plan.Limits.MaxStackFrameBytes = Opts.MaxStackFrameBytes;
+  Plan.Default = codegen::FwdConfig::defaultFor(Sig.HeadDim, Sig.HeadDimV, Arch);
+  Plan.Flops = forwardFlops(Def, S, Sig.HeadDim, Sig.HeadDimV);
+  Plan.Compile = [](const codegen::KernelSource &Src) {
+    return KernelCache::global().getOrCompile(Src);
+  };
+  Plan.Resources = [](const CacheResult &R) {
+    return readCubinResources(
+        llvm::StringRef(R.Cubin->data(), R.Cubin->size()), "attnc_fwd");
+  };
+
+  GpuCandidateRunner Runner(Def, Sig, Arch, S, Opts);
+  if (Progress)
+    *Progress << fmt::format("tuning {} {} d{}/{} b{} h{}/{} s{}x{} on {} "
+                             "({}); reference in {:.1f} s\n",
+                             Def.Graph->name(), dtypeName(Sig.Dtype).str(),
+                             Sig.HeadDim, Sig.HeadDimV, S.Batch, S.Heads,
+                             S.HeadsKv, S.SeqQ, S.SeqKv, Dev.Name, Arch,
+                             Runner.referenceSeconds());
+  TuneResult Result;
+  Result.Candidates = searchForward(Def, Plan, Runner, Opts, Progress);
+  Result.Seconds = secondsSince(Start);
+
+  const CandidateResult &Best = Result.Candidates.front();
+  if (Best.Status != CandidateStatus::Timed)
+    throw InternalError(fmt::format(
+        "tuning {}: no configuration passed the check against the reference "
+        "(first: {}: {})",
+        Def.Graph->name(), Best.Config.str(), Best.Reason));
+
+  TuneEntry &E = Result.Entry;
+  E.Key = makeTuneKey(Def, Sig, Arch, S, Dev.Name);
+  E.Definition = Def.Graph->name();
+  E.Batch = S.Batch;
+  E.Heads = S.Heads;
+  E.HeadsKv = S.HeadsKv;
+  E.SeqQ = S.SeqQ;
+  E.SeqKv = S.SeqKv;
+  E.TensorLayout = Sig.TensorLayout;
+  for (const CandidateResult &C : Result.Candidates) {
+    if (C.Status == CandidateStatus::SkippedBudget)
+      ++Result.Skipped;
+    if (C.Status != CandidateStatus::Timed)
+      continue;
+    TunedTiming T{C.Config.str(), C.Ms, C.Tflops};
+    if (&C == &Best)
+      E.Best = T;
+    else if (E.RunnersUp.size() < Opts.RunnersUp)
+      E.RunnersUp.push_back(T);
+    if (C.IsDefault)
+      E.Default = T;
+  }
+  E.TuneSeconds = Result.Seconds;
+  E.TunedAt = utcNow();
+  return Result;
+}
+
+unsigned tuneRunCount() { return TuneRuns.load(); }
+
+} // namespace attn::runtime

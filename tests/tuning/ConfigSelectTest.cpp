@@ -1,0 +1,174 @@
+// selectForwardConfig without a GPU: the explicit config, a matching tune
+// file entry, stale entries ignored, the default otherwise.
+#include "Examples.h"
+#include "attn/Pipeline.h"
+#include "attn/runtime/ConfigSelect.h"
+#include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/Errors.h"
+#include "attn/runtime/TuneFile.h"
+#include "attn/runtime/Tuner.h"
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <catch2/catch.hpp>
+
+using namespace attn;
+using namespace attn::runtime;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const std::string Device = "Test GPU 80GB";
+const std::string Arch = "sm_90a";
+
+struct TempFile {
+  std::string Dir, Path;
+  TempFile() {
+    llvm::SmallString<128> P;
+    REQUIRE_FALSE(llvm::sys::fs::createUniqueDirectory("attnc-select", P));
+    Dir = std::string(P);
+    Path = Dir + "/tune.json";
+  }
+  ~TempFile() { llvm::sys::fs::remove_directories(Dir); }
+};
+
+CallShape callShape(int64_t B, int64_t H, int64_t Sq, int64_t Skv) {
+  CallShape S;
+  S.B = B;
+  S.H = H;
+  S.Hkv = H;
+  S.Sq = Sq;
+  S.Skv = Skv;
+  return S;
+}
+
+/// An entry for \p Def at \p Shape on the test device, with \p Config.
+TuneEntry entryFor(const CompiledDefinition &Def, const Signature &Sig,
+                   const CallShape &S, const std::string &Config,
+                   const std::string &Dev = Device) {
+  TuneEntry E;
+  E.Key = makeTuneKey(Def, Sig, Arch, TuneShape{S.B, S.H, S.Hkv, S.Sq, S.Skv},
+                      Dev);
+  E.Definition = Def.Graph->name();
+  E.Best = {Config, 1.0, 100.0};
+  return E;
+}
+
+codegen::FwdConfig select(const CompiledDefinition &Def, const Signature &Sig,
+                          const CallShape &S,
+                          const std::string &Dev = Device) {
+  BackendProblem P{Def, Sig, Arch, S};
+  return selectForwardConfig(P, Dev);
+}
+
+} // namespace
+
+TEST_CASE("selectForwardConfig: explicit, tuned, stale, default",
+          "[tuning][select]") {
+  CompiledDefinition Mha = compile(examples::mha());
+  CompiledDefinition Relu = compile(examples::reluAttn());
+  const codegen::FwdConfig Default =
+      codegen::FwdConfig::defaultFor(128, 128, Arch);
+  TempFile F;
+  Signature Sig;
+  Sig.TuneFile = F.Path;
+  CallShape Shape = callShape(4, 32, 4096, 4096);
+
+  // An entry for mha at this shape, and stale ones: another device, another
+  // NVRTC, another head dim — none of them for relu_attn.
+  TuneEntry Good = entryFor(Mha, Sig, Shape, "m128n64w4s3");
+  TuneEntry OtherDevice =
+      entryFor(Mha, Sig, callShape(4, 32, 1024, 1024), "m64n64w4s2", "Other");
+  TuneEntry OtherNvrtc = entryFor(Mha, Sig, callShape(4, 32, 2048, 2048),
+                                  "m64n64w4s3");
+  OtherNvrtc.Key.Nvrtc = "0.1";
+  mergeIntoTuneFile(F.Path, {Good, OtherDevice, OtherNvrtc});
+
+  SECTION("a matching entry is used, for every shape of its bucket") {
+    CHECK(select(Mha, Sig, Shape).str() == "m128n64w4s3");
+    CHECK(select(Mha, Sig, callShape(4, 32, 3000, 4096)).str() ==
+          "m128n64w4s3");
+    CHECK(select(Mha, Sig, callShape(2, 64, 4096, 2049)).str() ==
+          "m128n64w4s3");
+  }
+  SECTION("another bucket, variant, device or toolchain gets the default") {
+    CHECK(select(Mha, Sig, callShape(4, 32, 4097, 4096)) == Default);
+    CHECK(select(Mha, Sig, callShape(8, 32, 4096, 4096)) == Default);
+    CHECK(select(Relu, Sig, Shape) == Default);
+    CHECK(select(Mha, Sig, Shape, "Other GPU") == Default);
+    // The "Other" device's entry is not applied on the test device...
+    CHECK(select(Mha, Sig, callShape(4, 32, 1024, 1024)) == Default);
+    // ...but is on that device; the stale NVRTC entry never is.
+    CHECK(select(Mha, Sig, callShape(4, 32, 1024, 1024), "Other").str() ==
+          "m64n64w4s2");
+    CHECK(select(Mha, Sig, callShape(4, 32, 2048, 2048)) == Default);
+    Signature Bf16 = Sig;
+    Bf16.Dtype = DType::BF16;
+    CHECK(select(Mha, Bf16, Shape) == Default);
+    Signature D64 = Sig;
+    D64.HeadDim = D64.HeadDimV = 64;
+    CHECK(select(Mha, D64, Shape) ==
+          codegen::FwdConfig::defaultFor(64, 64, Arch));
+  }
+  SECTION("Sig.Config wins over the file") {
+    Signature Given = Sig;
+    Given.Config = "m64n32w4s2";
+    CHECK(select(Mha, Given, Shape).str() == "m64n32w4s2");
+  }
+  SECTION("without a tune file, the default") {
+    Signature None;
+    CHECK(select(Mha, None, Shape) == Default);
+  }
+  SECTION("a new entry written later is seen by the same process") {
+    CallShape Small = callShape(1, 8, 512, 512);
+    CHECK(select(Mha, Sig, Small) == Default);
+    mergeIntoTuneFile(F.Path, {entryFor(Mha, Sig, Small, "m64n64w4s2")});
+    CHECK(select(Mha, Sig, Small).str() == "m64n64w4s2");
+    CHECK(select(Mha, Sig, Shape).str() == "m128n64w4s3");
+  }
+  SECTION("a file that is not a tune file is an error, a missing one is not") {
+    {
+      std::error_code EC;
+      llvm::raw_fd_ostream OS(F.Path, EC);
+      OS << "{\"version\": 99, \"entries\": []}";
+    }
+    CHECK_THROWS_WITH(select(Mha, Sig, Shape),
+                      Contains("version 99; this attnc reads version 1"));
+    Signature Missing = Sig;
+    Missing.TuneFile = F.Dir + "/absent.json";
+    CHECK(select(Mha, Missing, Shape) == Default);
+  }
+  SECTION("with Tune, a matching entry is used without tuning") {
+    Signature Tune = Sig;
+    Tune.Tune = true;
+    unsigned Before = tuneRunCount();
+    CHECK(select(Mha, Tune, Shape).str() == "m128n64w4s3");
+    CHECK(tuneRunCount() == Before);
+    // No entry: tuning needs the GPU, which this machine may not have.
+    if (!CudaDriver::get().available())
+      CHECK_THROWS_AS(select(Mha, Tune, callShape(1, 1, 64, 64), ""),
+                      DriverError);
+  }
+}
+
+TEST_CASE("the variant key follows the analysed IR", "[tuning][select]") {
+  CompiledDefinition A = compile(examples::mha());
+  CompiledDefinition B = compile(examples::mha());
+  CompiledDefinition C = compile(examples::reluAttn());
+  dsl::AttentionDef Full = examples::mha();
+  Full.mask_mod = {};
+  CompiledDefinition D = compile(Full);
+  CHECK(variantKey(A) == variantKey(B));
+  CHECK(variantKey(A).size() == 64);
+  CHECK(variantKey(A) != variantKey(C));
+  // Same name, no mask: a different variant (causal-or-not is part of it).
+  CHECK(variantKey(A) != variantKey(D));
+  Signature Sig;
+  TuneShape S{1, 2, 2, 128, 128};
+  CHECK(makeTuneKey(A, Sig, Arch, S, Device) ==
+        makeTuneKey(B, Sig, Arch, S, Device));
+  CHECK_FALSE(makeTuneKey(A, Sig, Arch, S, Device) ==
+              makeTuneKey(D, Sig, Arch, S, Device));
+}

@@ -1,0 +1,153 @@
+// attnc bench: time one definition's forward at one shape on this machine's
+// GPU, with the configuration a tune file, --config or the default gives.
+#include "Commands.h"
+
+#include "attn/runtime/Attention.h"
+#include "attn/runtime/ConfigSelect.h"
+#include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/Errors.h"
+#include "attn/runtime/RandomProblem.h"
+#include "attn/runtime/TuneFile.h"
+#include "attn/runtime/Tuner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace attn {
+
+namespace cl = llvm::cl;
+
+namespace {
+
+class BenchCommand final : public Command {
+public:
+  bool given() const override { return bool(Sub); }
+  int run(const dsl::Registry &Registry, llvm::raw_ostream &OS) override;
+
+private:
+  CallSubCommand Sub{"bench", "Time a forward kernel on this GPU"};
+  CallOpt<std::string> Name{cl::Positional, cl::desc("<definition>"),
+                            cl::Required, cl::sub(Sub)};
+  CallOpt<std::string> Shape{
+      "shape", cl::desc("B,H,S,D[,DV]: batch, heads, sequence length, head "
+                        "dims"),
+      cl::value_desc("B,H,S,D[,DV]"), cl::init(""), cl::sub(Sub)};
+  CallOpt<std::string> Dtype{"dtype", cl::desc("f16 or bf16"),
+                             cl::init("f16"), cl::sub(Sub)};
+  CallOpt<std::string> LayoutOpt{"layout", cl::desc("bshd or bhsd"),
+                                 cl::init("bshd"), cl::sub(Sub)};
+  CallOpt<std::string> TuneFile{
+      "tune-file", cl::desc("Use the tuned configuration from this file"),
+      cl::value_desc("tune.json"), cl::init(""), cl::sub(Sub)};
+  CallOpt<std::string> Config{"config",
+                              cl::desc("Tile configuration, e.g. m128n64w4s2 "
+                                       "(wins over --tune-file)"),
+                              cl::init(""), cl::sub(Sub)};
+  CallOpt<std::string> Backend{
+      "backend", cl::desc("generated or reference (default: automatic)"),
+      cl::init(""), cl::sub(Sub)};
+  CallOpt<std::string> Arch{"arch",
+                            cl::desc("Kernel arch (default: the GPU's)"),
+                            cl::init(""), cl::sub(Sub)};
+  CallOpt<int> Warmup{"warmup", cl::desc("Untimed calls first"), cl::init(5),
+                      cl::sub(Sub)};
+  CallOpt<int> Repeats{"repeats",
+                       cl::desc("Timed calls (the median is printed)"),
+                       cl::init(30), cl::sub(Sub)};
+};
+
+int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
+  if (Shape.empty())
+    throw UsageError("bench: --shape B,H,S,D[,DV] is required");
+  ShapeArg S = parseShapeArg(Shape);
+  runtime::Signature Sig;
+  Sig.Dtype = parseDtypeArg(Dtype);
+  Sig.TensorLayout = parseLayoutArg(LayoutOpt);
+  Sig.HeadDim = S.HeadDim;
+  Sig.HeadDimV = S.HeadDimV;
+  Sig.Config = Config;
+  Sig.TuneFile = TuneFile;
+  Sig.Backend = Backend;
+  Sig.Arch = Arch;
+  if (!Backend.empty() && Backend != "generated" && Backend != "reference")
+    throw UsageError("--backend '" + Backend +
+                     "': expected generated or reference");
+  if (Warmup < 0 || Repeats < 1)
+    throw UsageError("--warmup must be >= 0 and --repeats >= 1");
+  if (!Config.empty())
+    (void)codegen::FwdConfig::parse(Config);
+
+  const dsl::DefinitionBase &Def = Registry.get(Name);
+  if (Def.kind() != ir::DefinitionKind::Transformer)
+    throw NotSupportedYet("benchmarking linear attention ('" + Name + "')");
+  runtime::CudaDriver &D = runtime::CudaDriver::get();
+  D.require();
+  std::string KernelArch =
+      Arch.empty() ? runtime::currentDevice().arch() : Arch.getValue();
+
+  runtime::Attention Att(Def, Sig);
+  const CompiledDefinition &C = Att.definition();
+  runtime::TuneShape TS{S.Batch, S.Heads, S.Heads, S.Seq, S.Seq};
+  runtime::RandomProblem Problem(C, Sig, TS, /*Sets=*/3, /*Seed=*/7);
+  runtime::RandomProblem::Call Call = Problem.call();
+  auto Run = [&](int Set) {
+    Att.forward(Call.Q[Set], Call.K[Set], Call.V[Set], Call.Out,
+                Call.finals(), Call.Inputs);
+  };
+  for (int I = 0; I < Warmup; ++I)
+    Run(I % Problem.sets());
+  D.check(D.cuCtxSynchronize(), "warm-up");
+  CUevent E0, E1;
+  D.check(D.cuEventCreate(&E0, 0), "cuEventCreate");
+  D.check(D.cuEventCreate(&E1, 0), "cuEventCreate");
+  std::vector<float> Times;
+  for (int I = 0; I < Repeats; ++I) {
+    D.check(D.cuEventRecord(E0, nullptr), "cuEventRecord");
+    Run(I % Problem.sets());
+    D.check(D.cuEventRecord(E1, nullptr), "cuEventRecord");
+    D.check(D.cuEventSynchronize(E1), "cuEventSynchronize");
+    float Ms = 0;
+    D.check(D.cuEventElapsedTime(&Ms, E0, E1), "cuEventElapsedTime");
+    Times.push_back(Ms);
+  }
+  D.cuEventDestroy(E0);
+  D.cuEventDestroy(E1);
+  std::sort(Times.begin(), Times.end());
+  double Median = Times[Times.size() / 2];
+
+  // What ran: the backend, and for the generated one the configuration and
+  // where it came from.
+  std::string What = Att.lastBackend();
+  if (What == "generated") {
+    runtime::BackendProblem P{C, Sig, KernelArch, Call.Shape};
+    codegen::FwdConfig Cfg = runtime::selectForwardConfig(P);
+    std::string From = "default";
+    if (!Sig.Config.empty())
+      From = "--config";
+    else if (!Sig.TuneFile.empty() &&
+             runtime::cachedTuneFile(Sig.TuneFile)
+                 ->find(runtime::makeTuneKey(C, Sig, KernelArch, TS,
+                                             runtime::currentDevice().Name)))
+      From = "tuned";
+    What += fmt::format(" {} ({})", Cfg.str(), From);
+  }
+  bool Masked = C.Graph->decls().HasMask;
+  double Flops = runtime::forwardFlops(C, TS, S.HeadDim, S.HeadDimV);
+  OS << fmt::format("{} {} b{} h{} s{} d{}/{} {} {}: {}: {:.3f} ms  {:.1f} "
+                    "TFLOPS\n",
+                    Name.getValue(), dtypeName(Sig.Dtype).str(), S.Batch,
+                    S.Heads, S.Seq, S.HeadDim, S.HeadDimV,
+                    layoutName(Sig.TensorLayout).str(),
+                    Masked ? "masked" : "full", What, Median,
+                    Flops / (Median * 1e-3) / 1e12);
+  return 0;
+}
+
+} // namespace
+
+std::unique_ptr<Command> makeBenchCommand() {
+  return std::make_unique<BenchCommand>();
+}
+
+} // namespace attn

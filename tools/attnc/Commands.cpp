@@ -1,0 +1,47 @@
+// Option parsing shared by the subcommands in their own files.
+#include "Commands.h"
+
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+
+namespace attn {
+
+Command::~Command() = default;
+
+ShapeArg parseShapeArg(const std::string &Text) {
+  llvm::SmallVector<llvm::StringRef, 5> Parts;
+  llvm::StringRef(Text).split(Parts, ',');
+  auto Bad = [&](const std::string &Why) {
+    return UsageError("--shape '" + Text + "': " + Why +
+                      "; expected B,H,S,D or B,H,S,D,DV (e.g. 4,32,4096,128)");
+  };
+  if (Parts.size() != 4 && Parts.size() != 5)
+    throw Bad("expected 4 or 5 numbers");
+  int64_t V[5] = {0, 0, 0, 0, 0};
+  for (size_t I = 0; I < Parts.size(); ++I)
+    if (Parts[I].trim().getAsInteger(10, V[I]) || V[I] < 1)
+      throw Bad("'" + Parts[I].str() + "' is not a positive integer");
+  ShapeArg S;
+  S.Batch = V[0];
+  S.Heads = V[1];
+  S.Seq = V[2];
+  if (V[3] > 1024 || (Parts.size() == 5 && V[4] > 1024))
+    throw Bad("head dims are at most 1024");
+  S.HeadDim = int(V[3]);
+  S.HeadDimV = Parts.size() == 5 ? int(V[4]) : S.HeadDim;
+  return S;
+}
+
+DType parseDtypeArg(const std::string &Text) {
+  if (std::optional<DType> T = dtypeFromName(Text))
+    return *T;
+  throw UsageError("--dtype '" + Text + "': expected f16 or bf16");
+}
+
+Layout parseLayoutArg(const std::string &Text) {
+  if (std::optional<Layout> L = layoutFromName(Text))
+    return *L;
+  throw UsageError("--layout '" + Text + "': expected bshd or bhsd");
+}
+
+} // namespace attn

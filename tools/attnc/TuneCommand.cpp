@@ -1,0 +1,143 @@
+// attnc tune: tune one definition's forward tile configuration at one shape
+// on this machine's GPU and merge the result into a tune file.
+#include "Commands.h"
+
+#include "attn/Pipeline.h"
+#include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/Errors.h"
+#include "attn/runtime/TuneFile.h"
+#include "attn/runtime/Tuner.h"
+
+#include <fmt/format.h>
+
+namespace attn {
+
+namespace cl = llvm::cl;
+
+namespace {
+
+class TuneCommand final : public Command {
+public:
+  bool given() const override { return bool(Sub); }
+  int run(const dsl::Registry &Registry, llvm::raw_ostream &OS) override;
+
+private:
+  CallSubCommand Sub{"tune", "Tune a forward kernel's tile configuration "
+                             "on this GPU and write it to a tune file"};
+  CallOpt<std::string> Name{cl::Positional, cl::desc("<definition>"),
+                            cl::Required, cl::sub(Sub)};
+  CallOpt<std::string> Shape{
+      "shape", cl::desc("B,H,S,D[,DV]: batch, heads, sequence length, head "
+                        "dims"),
+      cl::value_desc("B,H,S,D[,DV]"), cl::init(""), cl::sub(Sub)};
+  CallOpt<std::string> Dtype{"dtype", cl::desc("f16 or bf16"),
+                             cl::init("f16"), cl::sub(Sub)};
+  CallOpt<std::string> LayoutOpt{"layout", cl::desc("bshd or bhsd"),
+                                 cl::init("bshd"), cl::sub(Sub)};
+  CallOpt<std::string> Output{"o", cl::desc("The tune file to merge into"),
+                              cl::value_desc("tune.json"), cl::init(""),
+                              cl::sub(Sub)};
+  CallOpt<double> Budget{
+      "budget",
+      cl::desc("Stop checking and timing new candidates after this many "
+               "seconds (0: no limit)"),
+      cl::value_desc("seconds"), cl::init(0), cl::sub(Sub)};
+  CallOpt<std::string> Arch{"arch",
+                            cl::desc("Kernel arch (default: the GPU's)"),
+                            cl::init(""), cl::sub(Sub)};
+  CallOpt<int> MaxSpill{
+      "max-spill",
+      cl::desc("Stack frame (spilled registers) a candidate may have and "
+               "still be timed (default 0: prune spilling candidates)"),
+      cl::value_desc("bytes"), cl::init(0), cl::sub(Sub)};
+  CallOpt<int> Repeats{"repeats",
+                       cl::desc("Timed calls per candidate (the median "
+                                "counts)"),
+                       cl::init(15), cl::sub(Sub)};
+};
+
+int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
+  if (Shape.empty())
+    throw UsageError("tune: --shape B,H,S,D[,DV] is required");
+  if (Output.empty())
+    throw UsageError("tune: -o FILE (the tune file to write) is required");
+  ShapeArg S = parseShapeArg(Shape);
+  runtime::Signature Sig;
+  Sig.Dtype = parseDtypeArg(Dtype);
+  Sig.TensorLayout = parseLayoutArg(LayoutOpt);
+  Sig.HeadDim = S.HeadDim;
+  Sig.HeadDimV = S.HeadDimV;
+  if (Budget < 0)
+    throw UsageError("--budget: expected a number of seconds >= 0");
+  if (Repeats < 1)
+    throw UsageError("--repeats: expected at least 1");
+  if (MaxSpill < 0)
+    throw UsageError("--max-spill: expected a number of bytes >= 0");
+
+  const dsl::DefinitionBase &Def = Registry.get(Name);
+  if (Def.kind() != ir::DefinitionKind::Transformer)
+    throw NotSupportedYet("tuning linear attention ('" + Name + "')");
+  // A tune file we could not merge into is refused before any work.
+  (void)runtime::readTuneFile(Output);
+
+  runtime::CudaDriver::get().require();
+  const runtime::DeviceInfo &Dev = runtime::currentDevice();
+  std::string KernelArch = Arch.empty() ? Dev.arch() : Arch.getValue();
+  codegen::KernelSpec Spec;
+  Spec.Dtype = Sig.Dtype;
+  Spec.HeadDim = Sig.HeadDim;
+  Spec.HeadDimV = Sig.HeadDimV;
+  Spec.Arch = KernelArch;
+  Spec.Config =
+      codegen::FwdConfig::defaultFor(Sig.HeadDim, Sig.HeadDimV, KernelArch);
+  Spec.validate();
+
+  CompiledDefinition C = compile(Def);
+  runtime::TuneShape TS{S.Batch, S.Heads, S.Heads, S.Seq, S.Seq};
+  runtime::TuneOptions Opts;
+  Opts.BudgetSeconds = Budget;
+  Opts.MaxStackFrameBytes = MaxSpill;
+  Opts.Repeats = Repeats;
+  runtime::TuneResult R =
+      runtime::tuneForward(C, Sig, KernelArch, TS, Opts, &llvm::errs());
+  runtime::mergeIntoTuneFile(Output, {R.Entry});
+
+  const runtime::TuneEntry &E = R.Entry;
+  OS << fmt::format("best:     {}  {:.3f} ms  {:.1f} TFLOPS\n", E.Best.Config,
+                    E.Best.Ms, E.Best.Tflops);
+  if (!E.Default.Config.empty())
+    OS << fmt::format("default:  {}  {:.3f} ms  {:.1f} TFLOPS  (best is "
+                      "{:.2f}x)\n",
+                      E.Default.Config, E.Default.Ms, E.Default.Tflops,
+                      E.Default.Ms / E.Best.Ms);
+  unsigned Count[5] = {0, 0, 0, 0, 0};
+  std::string Skipped;
+  for (const runtime::CandidateResult &Cand : R.Candidates) {
+    ++Count[unsigned(Cand.Status)];
+    if (Cand.Status == runtime::CandidateStatus::SkippedBudget)
+      Skipped += (Skipped.empty() ? "" : " ") + Cand.Config.str();
+  }
+  using CS = runtime::CandidateStatus;
+  OS << fmt::format("candidates: {} timed, {} pruned, {} failed to compile, "
+                    "{} rejected, {} skipped\n",
+                    Count[unsigned(CS::Timed)], Count[unsigned(CS::Pruned)],
+                    Count[unsigned(CS::CompileFailed)],
+                    Count[unsigned(CS::Rejected)],
+                    Count[unsigned(CS::SkippedBudget)]);
+  if (!Skipped.empty())
+    OS << fmt::format("skipped (budget of {:g} s spent): {}\n",
+                      Budget.getValue(), Skipped);
+  OS << fmt::format("tuned in {:.1f} s; wrote {} (device '{}', {}, bucket "
+                    "{})\n",
+                    R.Seconds, Output.getValue(), E.Key.Device, E.Key.Arch,
+                    E.Key.Bucket.str());
+  return 0;
+}
+
+} // namespace
+
+std::unique_ptr<Command> makeTuneCommand() {
+  return std::make_unique<TuneCommand>();
+}
+
+} // namespace attn
