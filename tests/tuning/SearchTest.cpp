@@ -131,7 +131,7 @@ TEST_CASE("shared-memory overflow never reaches compiling or timing",
   CHECK(Overflow == 7);
   // The default is checked and timed first.
   REQUIRE_FALSE(Runner.Timed.empty());
-  CHECK(Runner.Timed.front() == "m256n64w8s2");
+  CHECK(Runner.Timed.front() == "m128n64w4s2");
   // Timed candidates come first, fastest first: the fake's winner.
   CHECK(Rs.front().Status == CandidateStatus::Timed);
   for (size_t I = 1; I < Rs.size() && Rs[I].Status == CandidateStatus::Timed;
@@ -151,7 +151,7 @@ TEST_CASE("a spilling candidate is pruned after compiling; the default is "
           "[tuning][search]") {
   Fixture F;
   F.Frames["m128n128w4s2"] = 464; // as ptxas reports for d128 on sm_80
-  F.Frames["m256n64w8s2"] = 72;   // the default
+  F.Frames["m128n64w4s2"] = 72;   // the default
   FakeRunner Runner;
   std::vector<CandidateResult> Rs =
       searchForward(F.Def, F.Plan, Runner, TuneOptions(), nullptr);
@@ -161,7 +161,7 @@ TEST_CASE("a spilling candidate is pruned after compiling; the default is "
   CHECK_THAT(Spill.Reason, Contains("464 bytes stack frame"));
   CHECK_FALSE(contains(Runner.Checked, "m128n128w4s2"));
   CHECK_FALSE(contains(Runner.Timed, "m128n128w4s2"));
-  const CandidateResult &Def = find(Rs, "m256n64w8s2");
+  const CandidateResult &Def = find(Rs, "m128n64w4s2");
   CHECK(Def.IsDefault);
   CHECK(Def.Status == CandidateStatus::Timed);
   CHECK(Def.Resources.StackFrameBytes == 72);
@@ -238,7 +238,7 @@ TEST_CASE("the budget stops timing new candidates; the default still runs",
   CHECK(Timed >= 1);
   CHECK(Timed < 10);
   CHECK(Skipped > 0);
-  CHECK(find(Rs, "m256n64w8s2").Status == CandidateStatus::Timed);
+  CHECK(find(Rs, "m128n64w4s2").Status == CandidateStatus::Timed);
   CHECK(Runner.Checked.size() == Timed);
   CHECK_THAT(Log, Contains("skipped: time budget spent"));
 }

@@ -41,11 +41,11 @@ int FwdConfig::sharedBytes(int D, int DV) const {
 
 FwdConfig FwdConfig::defaultFor(int D, int DV, const std::string &Arch) {
   int Widest = std::max(D, DV);
-  FwdConfig Big{256, 64, 8, 2};
+  FwdConfig Wide{128, 64, 4, 2};
   if (Widest <= 64)
     return FwdConfig{128, 32, 4, 2};
-  if (Widest <= 128 && Big.sharedBytes(D, DV) <= archSharedLimit(Arch))
-    return Big;
+  if (Widest <= 128 && Wide.sharedBytes(D, DV) <= archSharedLimit(Arch))
+    return Wide;
   if (Widest <= 128)
     return FwdConfig{128, 32, 4, 2};
   return FwdConfig{64, 32, 4, 2};

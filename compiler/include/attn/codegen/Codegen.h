@@ -25,11 +25,12 @@ struct FwdConfig {
   /// Dynamic shared memory the skeleton needs for head dims \p D, \p DV.
   int sharedBytes(int D, int DV) const;
   /// The configuration used when none is given (see docs/performance.md for
-  /// the measurements behind it): 256x64 tiles over 8 warps (two m16 tiles
+  /// the measurements behind it): 128x64 tiles over 4 warps (two m16 tiles
   /// per warp, so each K/V tile read from shared memory feeds twice the
-  /// math) for head dims up to 128 where shared memory allows; 128x32 over
-  /// 4 warps for head dim 64; 64x32 over 4 warps for head dims above 128
-  /// (the O accumulator alone is then 128 registers a thread).
+  /// math, and 96 KiB of shared memory at d128, so two CTAs share an SM) for
+  /// head dims up to 128 where shared memory allows; 128x32 over 4 warps
+  /// for head dim 64; 64x32 over 4 warps for head dims above 128 (the O
+  /// accumulator alone is then 128 registers a thread).
   static FwdConfig defaultFor(int D, int DV, const std::string &Arch);
   /// The autotuner's search space for this skeleton: BlockM {64,128,256} x
   /// BlockN {32,64,128} x Warps {4,8} x Stages {2,3}, keeping only what
