@@ -13,6 +13,7 @@
 #include "attn/reference/Checker.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "Standalone.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -47,7 +48,7 @@ struct Options {
   CallOpt<std::string> After{
       "after",
       cl::desc("Print the IR only after this pass (trace, verify, "
-               "row-reduce, simplify, dce)"),
+               "row-reduce, autodiff, simplify, dce)"),
       cl::value_desc("pass"), cl::sub(Show)};
   CallOpt<bool> Json{"json", cl::desc("Print the final IR as JSON"),
                      cl::sub(Show)};
@@ -118,7 +119,7 @@ int runShow(const Options &O, const dsl::Registry &Registry,
   const std::vector<std::string> &Passes = pipelinePasses();
   if (!O.After.empty() && !llvm::is_contained(Passes, O.After.getValue()))
     throw UsageError("show: unknown pass '" + O.After +
-                     "'; passes: trace, verify, row-reduce, simplify, dce");
+                     "'; passes: " + llvm::join(Passes, ", "));
   const dsl::DefinitionBase &Def = Registry.get(O.ShowName);
   CompiledDefinition C = compile(Def, [&](llvm::StringRef Pass,
                                           const ir::Graph &G) {
