@@ -3,6 +3,7 @@
 
 #include "attn/runtime/Errors.h"
 
+#include <cstdlib>
 #include <dlfcn.h>
 
 #include <string>
@@ -93,6 +94,13 @@ CudaDriver::CudaDriver() {
   // they could shadow a libcuda another library of the process loaded.
   // The handle is never closed: the driver must outlive every module and
   // context, up to process exit.
+  // ATTNC_NO_GPU: behave as on a machine without a driver, so that the
+  // no-GPU paths can be exercised (and tested) on a machine with one.
+  if (const char *Off = std::getenv("ATTNC_NO_GPU");
+      Off && *Off && std::string(Off) != "0") {
+    Reason = "disabled by ATTNC_NO_GPU";
+    return;
+  }
   Handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!Handle) {
     const char *Why = dlerror();

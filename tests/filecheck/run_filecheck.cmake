@@ -1,8 +1,9 @@
 # Runs the `RUN:` line of TEST_FILE through attnc and pipes the output to
 # FileCheck with the same file. `RUN: show mha --after dce` runs
 # `attnc show mha --after dce`; a bare `RUN:` runs attnc with no arguments.
-# A line `EXIT: N` expects exit status N (default 0); stderr is checked
-# together with stdout (stdout first).
+# A line `EXIT: N` expects exit status N (default 0); `ENV: NAME=VALUE`
+# lines set the environment; stderr is checked together with stdout (stdout
+# first).
 file(STRINGS ${TEST_FILE} run_lines REGEX "^// RUN:")
 list(LENGTH run_lines run_count)
 if(NOT run_count EQUAL 1)
@@ -27,7 +28,14 @@ file(STRINGS ${TEST_FILE} check_lines REGEX "^// CHECK")
 if(NOT check_lines)
   message(FATAL_ERROR "${TEST_FILE}: no CHECK lines")
 endif()
-execute_process(COMMAND ${ATTNC} ${run_args}
+# `// ENV: NAME=VALUE` lines set environment variables for the run.
+file(STRINGS ${TEST_FILE} env_lines REGEX "^// ENV:")
+set(run_env)
+foreach(env_line IN LISTS env_lines)
+  string(REGEX REPLACE "^// ENV: *" "" env_pair "${env_line}")
+  list(APPEND run_env "${env_pair}")
+endforeach()
+execute_process(COMMAND ${CMAKE_COMMAND} -E env ${run_env} ${ATTNC} ${run_args}
   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 # rc is a number, or a text such as "Segmentation fault" after a crash.
 if(NOT rc STREQUAL expected_exit)
