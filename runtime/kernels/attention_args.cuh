@@ -35,6 +35,54 @@ struct MaskArgs {
   int m_blocks, n_blocks, mask_per_head;
 };
 
+/// The most custom inputs whose gradients one backward computes.
+constexpr int kMaxInputGrads = 8;
+
+/// Backward arguments. Strides are in elements; the head dimension is
+/// contiguous. finals is [kNumFinals][batch][heads][seq_q] fp32 as the
+/// forward wrote it; doosum is [batch·heads][seq_q] fp32, written by the
+/// preprocess when the variant's backward reads it (else null).
+struct BwdArgs {
+  const void *q, *k, *v, *o, *dout;
+  void *dq, *dk, *dv;
+  const float *finals;
+  float *doosum;
+  long long q_sb, q_sh, q_ss;
+  long long k_sb, k_sh, k_ss;
+  long long v_sb, v_sh, v_ss;
+  long long o_sb, o_sh, o_ss;
+  long long do_sb, do_sh, do_ss;
+  long long dq_sb, dq_sh, dq_ss;
+  long long dk_sb, dk_sh, dk_ss;
+  long long dv_sb, dv_sh, dv_ss;
+  int batch, heads, heads_kv, seq_q, seq_kv, mask_per_head;
+  /// Block lists (only read when the variant masks), per group (one, or one
+  /// per batch·head when mask_per_head); entries carry bit 30 when the block
+  /// is fully unmasked. The dQ kernel's: per query block of q_block_m rows,
+  /// the key blocks of q_block_n keys to visit. The dK/dV kernel's: per key
+  /// block of kv_block_n keys, the query blocks of kv_block_m rows.
+  const int *q_count, *q_list;
+  const int *kv_count, *kv_list;
+  int q_m_blocks, q_n_blocks, kv_m_blocks, kv_n_blocks;
+  /// Custom-input gradients: per-CTA partial sums of the dK/dV kernel,
+  /// [kNumInputGrads][kv_n_blocks][batch·heads], then the outputs (fp32) and
+  /// their shapes (0: scalar, one value; 1: per head, [heads]).
+  float *grad_partial;
+  float *grad_out[kMaxInputGrads];
+  int grad_shape[kMaxInputGrads];
+};
+
+/// Arguments of the backward's block-list kernels: the fine classes of
+/// classify_blocks ([groups][fine_m][fine_n]) combined into blocks of
+/// ratio_m x ratio_n fine blocks, listed per coarse row (transposed false)
+/// or per coarse column (transposed true).
+struct BwdListArgs {
+  const unsigned char *classes;
+  int *count;
+  int *list;
+  int groups, fine_m, fine_n, ratio_m, ratio_n, m_blocks, n_blocks;
+};
+
 } // namespace attnc
 
 #endif

@@ -137,6 +137,121 @@ template <int kRows, int kCols> struct SwizzledTile {
   }
 };
 
+/// 4-byte global→shared copy (cp.async.ca; zero-fills when \p pred is false).
+/// For per-row fp32 values (final rowscales, doosum) that travel with a tile.
+__device__ __forceinline__ void cp_async_4(u32 dst, const void *src, bool pred) {
+  const int bytes = pred ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst),
+               "l"(src), "r"(bytes));
+}
+
+/// The 16-bit element in the low (\p hi false) or high half of \p x as float.
+template <class T> __device__ __forceinline__ float unpack_half(u32 x, bool hi) {
+  const unsigned short h = static_cast<unsigned short>(hi ? x >> 16 : x & 0xffffu);
+  if constexpr (T::kIsBf16) {
+    return __uint_as_float(static_cast<u32>(h) << 16);
+  } else {
+    float f;
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(h));
+    return f;
+  }
+}
+
+/// Sum over the 32 lanes of a warp, the same tree on every call (so the
+/// result's bits do not depend on timing).
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+/// cp.async of a [kRows x kCols] tile of 16-bit elements into a swizzled
+/// shared tile by kThreads threads: rows [row0, row0 + kRows) of a tensor
+/// whose rows are \p stride elements apart; rows at or past \p limit are
+/// zero-filled and not read.
+template <class Tile, int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_tile_async(u32 smem, const unsigned short *base,
+                                                long long stride, int row0, int limit) {
+  constexpr int kChunks = kCols / 8;
+  constexpr int kTotal = kRows * kChunks;
+#pragma unroll
+  for (int i = threadIdx.x; i < kTotal; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const bool ok = row0 + r < limit;
+    const unsigned short *src = base + (ok ? (long long)(row0 + r) * stride + c * 8 : 0);
+    cp_async_16(smem + Tile::offset(r, c), src, ok);
+  }
+}
+
+/// One warp's acc[MT][NT] += A·Bᵀ over kK16 steps of 16 along K, both
+/// operands row-major (K contiguous) in swizzled shared tiles: A's rows
+/// [a_row0, a_row0 + 16·MT), B's rows [b_row0, b_row0 + 8·NT). This is
+/// S = Q·Kᵀ, and in the backward also Sᵀ = K·Qᵀ, dP = dO·Vᵀ, dPᵀ = V·dOᵀ.
+template <class T, class ATile, class BTile, int MT, int NT, int kK16>
+__device__ __forceinline__ void warp_mma_abt(float (&acc)[MT][NT][4], u32 sa,
+                                             int a_row0, u32 sb, int b_row0) {
+  static_assert(NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
+  const int lane = threadIdx.x % 32;
+  const int mi = lane / 8;
+#pragma unroll
+  for (int kk = 0; kk < kK16; ++kk) {
+    u32 af[MT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      const int r = a_row0 + i * 16 + (lane % 8) + 8 * (mi % 2);
+      ldmatrix_x4(af[i], sa + ATile::offset(r, kk * 2 + mi / 2));
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t += 2) {
+      u32 bf[4];
+      const int r = b_row0 + t * 8 + (lane % 8) + 8 * (mi / 2);
+      ldmatrix_x4(bf, sb + BTile::offset(r, kk * 2 + (mi % 2)));
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        mma_16816<T>(acc[i][t], af[i], bf[0], bf[1]);
+        mma_16816<T>(acc[i][t + 1], af[i], bf[2], bf[3]);
+      }
+    }
+  }
+}
+
+/// One warp's acc[MT][NT] += P·B with P a warp accumulator ([MT][2·kK16]
+/// n8 tiles, rounded to T here: the m16n8 accumulator of two n8 tiles is one
+/// m16k16 A fragment) and B rows [b_row0, b_row0 + 16·kK16) of a swizzled
+/// tile whose rows run along K (N contiguous, read transposed). This is
+/// O += P·V, and in the backward dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K.
+template <class T, class BTile, int MT, int NT, int kK16>
+__device__ __forceinline__ void warp_mma_pb(float (&acc)[MT][NT][4],
+                                            const float (&p)[MT][2 * kK16][4],
+                                            u32 sb, int b_row0) {
+  static_assert(NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
+  const int lane = threadIdx.x % 32;
+  const int mi = lane / 8;
+#pragma unroll
+  for (int kk = 0; kk < kK16; ++kk) {
+    u32 pf[MT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+      pf[i][0] = pack2<T>(p[i][2 * kk][0], p[i][2 * kk][1]);
+      pf[i][1] = pack2<T>(p[i][2 * kk][2], p[i][2 * kk][3]);
+      pf[i][2] = pack2<T>(p[i][2 * kk + 1][0], p[i][2 * kk + 1][1]);
+      pf[i][3] = pack2<T>(p[i][2 * kk + 1][2], p[i][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t += 2) {
+      u32 bf[4];
+      const int r = b_row0 + kk * 16 + (lane % 8) + 8 * (mi % 2);
+      ldmatrix_x4_trans(bf, sb + BTile::offset(r, t + mi / 2));
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        mma_16816<T>(acc[i][t], pf[i], bf[0], bf[1]);
+        mma_16816<T>(acc[i][t + 1], pf[i], bf[2], bf[3]);
+      }
+    }
+  }
+}
+
 } // namespace attnc
 
 #endif

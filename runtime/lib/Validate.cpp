@@ -1,6 +1,7 @@
 // Validation of Attention call arguments.
 #include "attn/runtime/Validate.h"
 
+#include "attn/codegen/InputLayout.h"
 #include "attn/runtime/Errors.h"
 
 #include <fmt/format.h>
@@ -112,6 +113,45 @@ void checkInput(const ir::InputDecl &D, const InputValue &Val,
     invalid("input '" + D.Name + "': data pointer must be 4-byte aligned");
 }
 
+void checkFinals(const ir::Graph &G, const CallShape &C,
+                 const TensorView *Finals) {
+  size_t NumFinals = G.decls().FinalRowscales.size();
+  if (NumFinals == 0)
+    return;
+  std::vector<int64_t> Want = {int64_t(NumFinals), C.B, C.H, C.Sq};
+  if (!Finals)
+    invalid(fmt::format("finals: required, a float32 tensor of shape {} "
+                        "for the final rowscales of '{}'",
+                        shapeText(Want), G.name()));
+  if (!Finals->Data)
+    invalid("finals: null data pointer");
+  if (reinterpret_cast<uintptr_t>(Finals->Data) % 4 != 0)
+    invalid("finals: data pointer must be 4-byte aligned");
+  if (Finals->Type != ElemType::F32)
+    invalid(fmt::format("finals: expected dtype f32, got {}",
+                        elemTypeName(Finals->Type)));
+  if (Finals->Shape != Want)
+    invalid(fmt::format("finals: expected shape {}, got {}", shapeText(Want),
+                        shapeText(Finals->Shape)));
+  std::vector<int64_t> Contiguous = {C.B * C.H * C.Sq, C.H * C.Sq, C.Sq, 1};
+  if (Finals->Strides != Contiguous)
+    invalid("finals: must be contiguous");
+}
+
+void checkInputs(const ir::Graph &G, const CallShape &C,
+                 const InputMap &Inputs) {
+  for (const ir::InputDecl &D : G.decls().Inputs) {
+    auto It = Inputs.find(D.Name);
+    if (It == Inputs.end())
+      invalid("input '" + D.Name + "': declared by '" + G.name() +
+              "' but not supplied");
+    checkInput(D, It->second, C);
+  }
+  for (const auto &[Name, Value] : Inputs)
+    if (!G.decls().findInput(Name))
+      invalid("input '" + Name + "': '" + G.name() + "' declares no such input");
+}
+
 } // namespace
 
 CallShape validateCall(const ir::Graph &G, const Signature &Sig,
@@ -152,38 +192,138 @@ CallShape validateCall(const ir::Graph &G, const Signature &Sig,
   Store(C.V, v);
   Store(C.O, o);
 
-  size_t NumFinals = G.decls().FinalRowscales.size();
-  if (NumFinals > 0) {
-    std::vector<int64_t> Want = {int64_t(NumFinals), C.B, C.H, C.Sq};
-    if (!Finals)
-      invalid(fmt::format("finals: required, a float32 tensor of shape {} "
-                          "for the final rowscales of '{}'",
-                          shapeText(Want), G.name()));
-    if (!Finals->Data)
-      invalid("finals: null data pointer");
-    if (reinterpret_cast<uintptr_t>(Finals->Data) % 4 != 0)
-      invalid("finals: data pointer must be 4-byte aligned");
-    if (Finals->Type != ElemType::F32)
-      invalid(fmt::format("finals: expected dtype f32, got {}",
-                          elemTypeName(Finals->Type)));
-    if (Finals->Shape != Want)
-      invalid(fmt::format("finals: expected shape {}, got {}", shapeText(Want),
-                          shapeText(Finals->Shape)));
-    std::vector<int64_t> Contiguous = {C.B * C.H * C.Sq, C.H * C.Sq, C.Sq, 1};
-    if (Finals->Strides != Contiguous)
-      invalid("finals: must be contiguous");
-  }
-  for (const ir::InputDecl &D : G.decls().Inputs) {
-    auto It = Inputs.find(D.Name);
-    if (It == Inputs.end())
-      invalid("input '" + D.Name + "': declared by '" + G.name() +
-              "' but not supplied");
-    checkInput(D, It->second, C);
-  }
-  for (const auto &[Name, Value] : Inputs)
-    if (!G.decls().findInput(Name))
-      invalid("input '" + Name + "': '" + G.name() + "' declares no such input");
+  checkFinals(G, C, Finals);
+  checkInputs(G, C, Inputs);
   return C;
+}
+
+namespace {
+
+/// A gradient output must match the tensor it is the gradient of.
+void checkLike(const char *Name, const Seq4 &G, const char *Of, const Seq4 &X) {
+  if (G.B != X.B || G.S != X.S || G.H != X.H)
+    invalid(fmt::format("{}: expected batch {}, seq {} and heads {} (as {}), "
+                        "got {}, {} and {}",
+                        Name, X.B, X.S, X.H, Of, G.B, G.S, G.H));
+}
+
+void store(int64_t (&Dst)[3], const Seq4 &S) {
+  Dst[0] = S.SB;
+  Dst[1] = S.SH;
+  Dst[2] = S.SS;
+}
+
+void checkGrads(const ir::Graph &G, const CallShape &C,
+                const InputGradMap &Grads) {
+  std::vector<codegen::GradInput> Want = codegen::gradInputs(G);
+  for (const codegen::GradInput &I : Want) {
+    std::string Name = "input gradient '" + I.Name + "'";
+    std::vector<int64_t> Shape;
+    std::string ShapeText = "[] or [1]";
+    if (I.Shape == ir::InputShape::PerHead) {
+      Shape = {C.H};
+      ShapeText = shapeText(Shape);
+    } else if (I.Shape != ir::InputShape::Scalar) {
+      invalid(fmt::format("{}: gradients of {} inputs are not computed by the "
+                          "backward kernels",
+                          Name, ir::inputShapeName(I.Shape).str()));
+    }
+    auto It = Grads.find(I.Name);
+    if (It == Grads.end())
+      invalid(fmt::format("{}: required, a float32 tensor of shape {}; '{}' "
+                          "requires the gradient of '{}'",
+                          Name, ShapeText, G.name(), I.Name));
+    const TensorView &T = It->second;
+    if (!T.Data)
+      invalid(Name + ": null data pointer");
+    if (T.Type != ElemType::F32)
+      invalid(fmt::format("{}: expected dtype f32, got {}", Name,
+                          elemTypeName(T.Type)));
+    bool ShapeOk = I.Shape == ir::InputShape::Scalar
+                       ? (T.Shape.empty() || T.Shape == std::vector<int64_t>{1})
+                       : T.Shape == Shape;
+    if (!ShapeOk)
+      invalid(fmt::format("{} ({}): expected shape {}, got {}", Name,
+                          ir::inputShapeName(I.Shape).str(), ShapeText,
+                          shapeText(T.Shape)));
+    if (T.Strides.size() != T.Shape.size() ||
+        (!T.Shape.empty() && T.Strides.back() != 1))
+      invalid(Name + ": must be contiguous");
+    if (reinterpret_cast<uintptr_t>(T.Data) % 4 != 0)
+      invalid(Name + ": data pointer must be 4-byte aligned");
+  }
+  for (const auto &[Name, View] : Grads) {
+    bool Known = false;
+    for (const codegen::GradInput &I : Want)
+      Known = Known || I.Name == Name;
+    if (!Known)
+      invalid(fmt::format("input gradient '{}': '{}' has no input '{}' that "
+                          "requires a gradient",
+                          Name, G.name(), Name));
+  }
+}
+
+} // namespace
+
+BackwardCallShape validateBackwardCall(const CompiledDefinition &Def,
+                                       const Signature &Sig,
+                                       const BackwardTensors &T,
+                                       const InputMap &Inputs,
+                                       const InputGradMap &Grads) {
+  const ir::Graph &G = *Def.Graph;
+  Seq4 q = checkSeqTensor("q", T.Q, Sig, Sig.HeadDim);
+  Seq4 k = checkSeqTensor("k", T.K, Sig, Sig.HeadDim);
+  Seq4 v = checkSeqTensor("v", T.V, Sig, Sig.HeadDimV);
+  Seq4 d = checkSeqTensor("dout", T.DOut, Sig, Sig.HeadDimV);
+  bool NeedOut = Def.Info.BackwardUsesDoosum;
+  if (NeedOut && !T.Out)
+    invalid(fmt::format("out: required, the forward's output; the backward "
+                        "of '{}' reads rowsum(dout * out)",
+                        G.name()));
+  Seq4 o{};
+  if (T.Out)
+    o = checkSeqTensor("out", *T.Out, Sig, Sig.HeadDimV);
+  Seq4 dq = checkSeqTensor("dq", T.DQ, Sig, Sig.HeadDim);
+  Seq4 dk = checkSeqTensor("dk", T.DK, Sig, Sig.HeadDim);
+  Seq4 dv = checkSeqTensor("dv", T.DV, Sig, Sig.HeadDimV);
+  if (k.B != q.B || v.B != q.B)
+    invalid(fmt::format("k, v: batch must equal q's ({}), got {}, {}", q.B,
+                        k.B, v.B));
+  if (v.H != k.H)
+    invalid(fmt::format("v: heads must equal k's ({}), got {}", k.H, v.H));
+  if (q.H % k.H != 0)
+    invalid(fmt::format("k: heads ({}) must divide q's heads ({})", k.H, q.H));
+  if (v.S != k.S)
+    invalid(fmt::format("v: seq must equal k's ({}), got {}", k.S, v.S));
+  checkLike("dout", d, "q", q);
+  if (T.Out)
+    checkLike("out", o, "q", q);
+  checkLike("dq", dq, "q", q);
+  checkLike("dk", dk, "k", k);
+  checkLike("dv", dv, "v", v);
+  if (q.S > (1 << 30) || k.S > (1 << 30))
+    invalid("q, k: sequence lengths above 2^30 are not supported");
+
+  BackwardCallShape R;
+  CallShape &C = R.Fwd;
+  C.B = q.B;
+  C.H = q.H;
+  C.Hkv = k.H;
+  C.Sq = q.S;
+  C.Skv = k.S;
+  store(C.Q, q);
+  store(C.K, k);
+  store(C.V, v);
+  if (T.Out)
+    store(C.O, o);
+  store(R.DOut, d);
+  store(R.DQ, dq);
+  store(R.DK, dk);
+  store(R.DV, dv);
+  checkFinals(G, C, T.Finals);
+  checkInputs(G, C, Inputs);
+  checkGrads(G, C, Grads);
+  return R;
 }
 
 } // namespace attn::runtime

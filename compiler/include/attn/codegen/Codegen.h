@@ -88,6 +88,111 @@ int referenceSharedBytes(int D);
 /// The `{{key}}` name of the forward kernel, without the hash part.
 std::string forwardKey(const CompiledDefinition &Def, const KernelSpec &Spec);
 
+/// Tile configuration of the sm80 backward skeleton, written
+/// kv{KvBlockM}x{KvBlockN}w{KvWarps}.q{QBlockM}x{QBlockN}w{QWarps}.s{Stages}.
+struct BwdConfig {
+  /// dK/dV kernel: KvBlockN keys per CTA, split over KvWarps warps (whole
+  /// m16 key tiles per warp); KvBlockM query rows per step of its loop.
+  int KvBlockM = 64;
+  int KvBlockN = 128;
+  int KvWarps = 8;
+  /// dQ kernel: QBlockM query rows per CTA over QWarps warps; QBlockN keys
+  /// per step of its loop.
+  int QBlockM = 128;
+  int QBlockN = 64;
+  int QWarps = 8;
+  /// Depth of both kernels' shared-memory rings, 2 to 4.
+  int Stages = 2;
+  /// "kv64x128w8.q128x64w8.s2"
+  std::string str() const;
+  /// Parses what str() writes; UserError on anything else.
+  static BwdConfig parse(const std::string &Text);
+  /// Dynamic shared memory of the dK/dV kernel (K, V, then a ring of Q, dO
+  /// and the rows' \p NumFinals final rowscales plus doosum when \p Doosum)
+  /// and of the dQ kernel (Q, dO, then a ring of K and V), in bytes.
+  int dkdvSharedBytes(int D, int DV, int NumFinals, bool Doosum) const;
+  int dqSharedBytes(int D, int DV) const;
+  /// The configuration used when none is given (docs/codegen.md).
+  static BwdConfig defaultFor(int D, int DV, const std::string &Arch);
+};
+
+/// UserError naming the field when bwd_sm80 cannot be instantiated for
+/// \p Spec's dtype, head dims and arch with \p Config (Spec.Config, the
+/// forward's, is not looked at): head_dim 64 or 128, head_dim_v 64, 128 or
+/// 256 (256 with head_dim 128 and at most 32 query rows per dK/dV step,
+/// the register budget), the tile rules, shared memory within the arch.
+void validateBackward(const KernelSpec &Spec, const BwdConfig &Config,
+                      int NumFinals, bool Doosum);
+
+/// The sm80 backward kernels for \p Def with \p Config (default:
+/// BwdConfig::defaultFor): the same banner, Inputs and Variant as the
+/// forward, and the entry points attnc_bwd_preprocess (doosum),
+/// attnc_bwd_dkdv, attnc_bwd_dq, attnc_bwd_input_grads,
+/// attnc_bwd_block_classify, attnc_bwd_block_rows and attnc_bwd_block_cols.
+/// NotSupportedYet for linear definitions and for gradients of per_row,
+/// per_key and full inputs; UserError without a backward.
+KernelSource generateBackward(const CompiledDefinition &Def,
+                              const KernelSpec &Spec);
+KernelSource generateBackward(const CompiledDefinition &Def,
+                              const KernelSpec &Spec, const BwdConfig &Config);
+
+/// NAME.bwd_sm80.DTYPE.dDxDV.ARCH.CONFIG, the backward's readable key.
+std::string backwardKey(const CompiledDefinition &Def, const KernelSpec &Spec,
+                        const BwdConfig &Config);
+
+/// Tile configuration of the sm90 (Hopper) forward skeleton, written
+/// sm90.m{BlockM}n{BlockN}s{Stages} (docs/codegen.md, "The fwd_sm90
+/// skeleton"). A CTA is one producer warpgroup (TMA loads) and BlockM / 64
+/// consumer warpgroups (wgmma), each owning 64 query rows.
+struct Sm90Config {
+  int BlockM = 128; ///< 64 or 128: one or two consumer warpgroups
+  int BlockN = 128; ///< keys per block: 64, 128 or 192
+  int Stages = 3;   ///< depth of the K/V ring: 2 to 4 (defaultFor(128, 128))
+  /// "sm90.m128n128s2"
+  std::string str() const;
+  /// Parses what str() writes; UserError on anything else.
+  static Sm90Config parse(const std::string &Text);
+  /// True for a configuration string naming this skeleton ("sm90" or
+  /// "sm90.<config>").
+  static bool names(const std::string &Text);
+  /// Threads of a CTA: 128 per warpgroup, the producer included.
+  int threads() const { return 128 * (BlockM / 64 + 1); }
+  /// Dynamic shared memory for head dims \p D, \p DV: 1024 bytes of
+  /// alignment slack, Q, Stages x (K + V), 256 bytes of mbarriers.
+  int sharedBytes(int D, int DV) const;
+  /// The configuration used when none is given: 128 x 128 (two consumers)
+  /// for head dims up to 128, 128 x 64 above (the O accumulator of DV 256
+  /// alone is 128 registers a thread); 3 stages where shared memory allows,
+  /// else 2 (docs/performance.md has the measurements).
+  static Sm90Config defaultFor(int D, int DV);
+  /// Why the skeleton cannot be instantiated with these blocks and stages,
+  /// or empty. Shared memory is not checked here.
+  std::string structuralError() const;
+  bool operator==(const Sm90Config &O) const {
+    return BlockM == O.BlockM && BlockN == O.BlockN && Stages == O.Stages;
+  }
+};
+
+/// Why fwd_sm90 cannot serve \p Spec's dtype, head dims and arch with
+/// \p Config (Spec.Config, the sm80 one, is not looked at), or empty: the
+/// arch must be sm_90a, head dims 64, 128, 192 or 256, the tile rules, the
+/// shared memory within 227 KiB.
+std::string sm90Unsupported(const KernelSpec &Spec, const Sm90Config &Config);
+
+/// The Hopper forward kernel for \p Def: the same banner, Inputs and
+/// Variant as generateForward, instantiating fwd_sm90 (TMA, mbarriers,
+/// wgmma, warp specialisation), with the same entry points attnc_fwd (which
+/// takes an attnc::Sm90Maps of tensor maps as a third parameter),
+/// attnc_block_classify and attnc_block_compact. UserError with
+/// sm90Unsupported's reason; NotSupportedYet for linear definitions.
+KernelSource generateForwardSm90(const CompiledDefinition &Def,
+                                 const KernelSpec &Spec,
+                                 const Sm90Config &Config);
+
+/// NAME.fwd_sm90.DTYPE.dDxDV.sm_90a.CONFIG, the sm90 kernel's readable key.
+std::string forwardKeySm90(const CompiledDefinition &Def,
+                           const KernelSpec &Spec, const Sm90Config &Config);
+
 /// True when the mask reads b, h or a custom input, so that blocks must be
 /// classified per batch·head rather than once for all.
 bool maskPerHead(const ir::Graph &G);

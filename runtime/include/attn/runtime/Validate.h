@@ -23,6 +23,42 @@ CallShape validateCall(const ir::Graph &G, const Signature &Sig,
                        const TensorView &V, const TensorView &Out,
                        const TensorView *Finals, const InputMap &Inputs);
 
+/// Where a backward writes custom-input gradients, by input name: a float32
+/// device tensor of the input's shape ([] or [1] for a scalar, [H] for a
+/// per-head input).
+using InputGradMap = std::map<std::string, TensorView>;
+
+/// The tensors of a backward call. dout, dq, dk, dv are like out, q, k, v;
+/// out is needed only when the variant's backward reads doosum
+/// (rowsum(dO∘O)), and may be null otherwise.
+struct BackwardTensors {
+  const TensorView &Q, &K, &V;
+  const TensorView *Out;
+  const TensorView &DOut;
+  const TensorView *Finals;
+  const TensorView &DQ, &DK, &DV;
+};
+
+/// A validated backward call: the forward's shape (out's strides are zero
+/// when out is not given) and the element strides (batch, head, seq) of
+/// dout, dq, dk, dv.
+struct BackwardCallShape {
+  CallShape Fwd;
+  int64_t DOut[3] = {0, 0, 0}, DQ[3] = {0, 0, 0}, DK[3] = {0, 0, 0},
+          DV[3] = {0, 0, 0};
+};
+
+/// Checks every argument of a backward call as validateCall does for the
+/// forward (q, k, v, finals, custom inputs), and dout, out, dq, dk, dv and
+/// the custom-input gradients (\p Grads: one for each input that requires
+/// a gradient, none for any other); throws InvalidArgument naming the
+/// argument and the expected value.
+BackwardCallShape validateBackwardCall(const CompiledDefinition &Def,
+                                       const Signature &Sig,
+                                       const BackwardTensors &T,
+                                       const InputMap &Inputs,
+                                       const InputGradMap &Grads);
+
 } // namespace attn::runtime
 
 #endif

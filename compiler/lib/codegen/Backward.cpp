@@ -1,0 +1,223 @@
+// The sm80 backward kernels: their tile configuration, its validation, and
+// the generated Inputs and Variant structs rendered into bwd_sm80.cu.in.
+#include "attn/codegen/Codegen.h"
+
+#include "attn/Error.h"
+#include "attn/codegen/InputLayout.h"
+#include "attn/codegen/Template.h"
+#include "attn/codegen/Templates.h"
+#include "attn/codegen/VariantSource.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <numeric>
+
+namespace attn::codegen {
+
+namespace {
+
+/// The opt-in dynamic shared memory of a CTA on each arch.
+int sharedLimitOf(const std::string &Arch) {
+  if (Arch == "sm_80")
+    return 163 * 1024;
+  if (Arch == "sm_90a")
+    return 227 * 1024;
+  return 99 * 1024; // sm_86, sm_89
+}
+
+/// The most custom inputs with gradients (attnc::kMaxInputGrads).
+constexpr size_t MaxInputGrads = 8;
+
+int tileBytes(int Rows, int Cols) { return Rows * Cols * 2; }
+
+} // namespace
+
+std::string BwdConfig::str() const {
+  return fmt::format("kv{}x{}w{}.q{}x{}w{}.s{}", KvBlockM, KvBlockN, KvWarps,
+                     QBlockM, QBlockN, QWarps, Stages);
+}
+
+BwdConfig BwdConfig::parse(const std::string &Text) {
+  BwdConfig C;
+  if (std::sscanf(Text.c_str(), "kv%dx%dw%d.q%dx%dw%d.s%d", &C.KvBlockM,
+                  &C.KvBlockN, &C.KvWarps, &C.QBlockM, &C.QBlockN, &C.QWarps,
+                  &C.Stages) != 7 ||
+      C.str() != Text)
+    throw UserError("backward config '" + Text +
+                    "': expected kv<M>x<N>w<warps>.q<M>x<N>w<warps>.s<stages>, "
+                    "e.g. kv64x128w8.q128x64w8.s2");
+  return C;
+}
+
+int BwdConfig::dkdvSharedBytes(int D, int DV, int NumFinals, bool Doosum) const {
+  int RowBytes = (KvBlockM * (NumFinals + (Doosum ? 1 : 0)) * 4 + 127) / 128 * 128;
+  return tileBytes(KvBlockN, D) + tileBytes(KvBlockN, DV) +
+         Stages * (tileBytes(KvBlockM, D) + tileBytes(KvBlockM, DV) + RowBytes);
+}
+
+int BwdConfig::dqSharedBytes(int D, int DV) const {
+  return tileBytes(QBlockM, D) + tileBytes(QBlockM, DV) +
+         Stages * (tileBytes(QBlockN, D) + tileBytes(QBlockN, DV));
+}
+
+BwdConfig BwdConfig::defaultFor(int D, int DV, const std::string &Arch) {
+  // One m16 key tile per warp keeps the dK/dV kernel's four accumulators
+  // (dK, dV, Sᵀ, dPᵀ) within the register file: 192 floats a thread at
+  // 128/128 with 64-row query steps. DV = 256 needs 32-row steps.
+  BwdConfig C;
+  if (DV > 128)
+    C = BwdConfig{32, 128, 8, 64, 64, 4, 2};
+  bool Small = sharedLimitOf(Arch) < 128 * 1024;
+  if (Small) {
+    // sm_86/sm_89: 99 KiB. Halve the key block of the dK/dV kernel and the
+    // query block of the dQ kernel.
+    C.KvBlockN = 64;
+    C.KvWarps = 4;
+    C.QBlockM = 64;
+    C.QWarps = 4;
+    if (std::max(D, DV) > 128) {
+      C.KvBlockM = 16;
+      C.QBlockN = 32;
+    }
+  }
+  return C;
+}
+
+void validateBackward(const KernelSpec &Spec, const BwdConfig &C, int NumFinals,
+                      bool Doosum) {
+  if (Spec.HeadDim != 64 && Spec.HeadDim != 128)
+    throw UserError(fmt::format(
+        "head_dim {} is not supported by bwd_sm80; expected 64 or 128",
+        Spec.HeadDim));
+  if (Spec.HeadDimV != 64 && Spec.HeadDimV != 128 && Spec.HeadDimV != 256)
+    throw UserError(fmt::format(
+        "head_dim_v {} is not supported by bwd_sm80; expected 64, 128 or 256",
+        Spec.HeadDimV));
+  if (Spec.HeadDimV == 256 && Spec.HeadDim != 128)
+    throw UserError(fmt::format(
+        "head_dim_v 256 is supported by bwd_sm80 with head_dim 128 only, got "
+        "head_dim {}",
+        Spec.HeadDim));
+  if (Spec.Arch != "sm_80" && Spec.Arch != "sm_86" && Spec.Arch != "sm_89" &&
+      Spec.Arch != "sm_90a")
+    throw UserError("arch '" + Spec.Arch +
+                    "' is not supported; expected sm_80, sm_86, sm_89 or sm_90a");
+  std::string Name = C.str();
+  for (auto [What, W] : {std::pair{"kv", C.KvWarps}, {"q", C.QWarps}})
+    if (W != 4 && W != 8)
+      throw UserError(
+          fmt::format("backward config {}: {} warps must be 4 or 8", Name, What));
+  if (C.KvBlockN % (16 * C.KvWarps) != 0 || C.KvBlockN > 256)
+    throw UserError(fmt::format(
+        "backward config {}: the dK/dV key block must be a multiple of 16 x "
+        "warps ({}), at most 256",
+        Name, 16 * C.KvWarps));
+  if (C.KvBlockM % 16 != 0 || C.KvBlockM < 16 || C.KvBlockM > 128)
+    throw UserError(fmt::format(
+        "backward config {}: the dK/dV query step must be a multiple of 16 "
+        "between 16 and 128",
+        Name));
+  if (C.QBlockM % (16 * C.QWarps) != 0 || C.QBlockM > 256)
+    throw UserError(fmt::format(
+        "backward config {}: the dQ query block must be a multiple of 16 x "
+        "warps ({}), at most 256",
+        Name, 16 * C.QWarps));
+  if (C.QBlockN % 16 != 0 || C.QBlockN < 16 || C.QBlockN > 256)
+    throw UserError(fmt::format(
+        "backward config {}: the dQ key step must be a multiple of 16 "
+        "between 16 and 256",
+        Name));
+  if (C.Stages < 2 || C.Stages > 4)
+    throw UserError(
+        fmt::format("backward config {}: stages must be 2, 3 or 4", Name));
+  // The dK/dV kernel holds dK, dV, Sᵀ and dPᵀ for its keys in registers:
+  // ptxas (sm_90a) spills 48 bytes at 192 floats a thread and 332 at 224.
+  int KT = C.KvBlockN / (16 * C.KvWarps);
+  int Floats = KT * (Spec.HeadDim / 2 + Spec.HeadDimV / 2 + C.KvBlockM);
+  if (Floats > 224)
+    throw UserError(fmt::format(
+        "backward config {}: the dK/dV kernel would hold {} accumulator "
+        "floats a thread for d{}/{}; at most 224 fit in registers (fewer keys "
+        "per warp or a smaller query step)",
+        Name, Floats, Spec.HeadDim, Spec.HeadDimV));
+  int Limit = sharedLimitOf(Spec.Arch);
+  int KvBytes = C.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum);
+  int QBytes = C.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV);
+  for (auto [What, Bytes] : {std::pair{"dK/dV", KvBytes}, {"dQ", QBytes}})
+    if (Bytes > Limit)
+      throw UserError(fmt::format(
+          "backward config {}: the {} kernel needs {} bytes of shared memory "
+          "for d{}/{}; {} has {}",
+          Name, What, Bytes, Spec.HeadDim, Spec.HeadDimV, Spec.Arch, Limit));
+}
+
+std::string backwardKey(const CompiledDefinition &Def, const KernelSpec &Spec,
+                        const BwdConfig &Config) {
+  return fmt::format("{}.bwd_sm80.{}.d{}x{}.{}.{}", Def.Graph->name(),
+                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     Spec.Arch, Config.str());
+}
+
+KernelSource generateBackward(const CompiledDefinition &Def,
+                              const KernelSpec &Spec) {
+  return generateBackward(
+      Def, Spec, BwdConfig::defaultFor(Spec.HeadDim, Spec.HeadDimV, Spec.Arch));
+}
+
+KernelSource generateBackward(const CompiledDefinition &Def,
+                              const KernelSpec &Spec, const BwdConfig &Config) {
+  const ir::Graph &G = *Def.Graph;
+  if (G.decls().Kind != ir::DefinitionKind::Transformer)
+    throw NotSupportedYet("backward code generation for linear attention ('" +
+                          G.name() + "')");
+  if (!G.getFunction("backward"))
+    throw UserError("'" + G.name() +
+                    "' has no backward; write OnlineFunc::backward");
+  std::vector<GradInput> Grads = gradInputs(G);
+  for (const GradInput &I : Grads)
+    if (I.Shape != ir::InputShape::Scalar && I.Shape != ir::InputShape::PerHead)
+      throw NotSupportedYet(fmt::format(
+          "the gradient of {} input '{}' of '{}' in bwd_sm80 (scalar and "
+          "per_head inputs have gradients)",
+          ir::inputShapeName(I.Shape).str(), I.Name, G.name()));
+  if (Grads.size() > MaxInputGrads)
+    throw NotSupportedYet(fmt::format(
+        "'{}' has {} inputs that require gradients; bwd_sm80 computes at "
+        "most {}",
+        G.name(), Grads.size(), MaxInputGrads));
+  int NumFinals = int(G.decls().FinalRowscales.size());
+  bool Doosum = Def.Info.BackwardUsesDoosum;
+  validateBackward(Spec, Config, NumFinals, Doosum);
+
+  KernelSource Src;
+  Src.Key = backwardKey(Def, Spec, Config);
+  Src.Arch = Spec.Arch;
+  Src.Entries = {"attnc_bwd_preprocess",     "attnc_bwd_dkdv",
+                 "attnc_bwd_dq",             "attnc_bwd_input_grads",
+                 "attnc_bwd_block_classify", "attnc_bwd_block_rows",
+                 "attnc_bwd_block_cols"};
+  std::map<std::string, std::string> Values =
+      variantTemplateValues(Def, Spec, Src.Key);
+  auto Set = [&](const char *Key, int V) { Values[Key] = std::to_string(V); };
+  Set("kv_block_m", Config.KvBlockM);
+  Set("kv_block_n", Config.KvBlockN);
+  Set("kv_warps", Config.KvWarps);
+  Set("kv_threads", 32 * Config.KvWarps);
+  Set("q_block_m", Config.QBlockM);
+  Set("q_block_n", Config.QBlockN);
+  Set("q_warps", Config.QWarps);
+  Set("q_threads", 32 * Config.QWarps);
+  Set("stages", Config.Stages);
+  Set("kv_smem",
+      Config.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum));
+  Set("q_smem", Config.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV));
+  Set("num_input_grads", int(Grads.size()));
+  // One mask classification serves both kernels' tilings (bwd_block_mask.cuh).
+  Set("fine_m", std::gcd(Config.KvBlockM, Config.QBlockM));
+  Set("fine_n", std::gcd(Config.KvBlockN, Config.QBlockN));
+  Src.Source = render("bwd_sm80.cu.in", templateText("bwd_sm80.cu.in"), Values);
+  return Src;
+}
+
+} // namespace attn::codegen

@@ -1,0 +1,289 @@
+// BackwardRunner: compile the bwd_sm80 kernels, lay out the workspaces, and
+// launch block lists, doosum, dK/dV, dQ and the input-gradient reduction.
+#include "BackwardRunner.h"
+
+#include "attn/codegen/InputLayout.h"
+#include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/Errors.h"
+#include "attn/runtime/KernelCache.h"
+
+// The kernel-argument structs, shared with the device code so that the
+// layouts agree by construction.
+#include "../kernels/attention_args.cuh"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <numeric>
+
+namespace attn::runtime {
+
+namespace {
+
+uint64_t bitsOf(const void *P) { return reinterpret_cast<uintptr_t>(P); }
+
+/// The generated Inputs struct as 8-byte slots (codegen/InputLayout.h), from
+/// validated values.
+std::vector<uint64_t> inputSlots(const ir::Graph &G, const CallShape &C,
+                                 const InputMap &Inputs) {
+  codegen::InputLayout Layout = codegen::inputLayout(G);
+  std::vector<uint64_t> Slots(Layout.TotalSlots, 0);
+  for (const codegen::InputSlots &S : Layout.Inputs) {
+    const InputValue &Val = Inputs.at(S.Name);
+    uint64_t *Slot = &Slots[S.First];
+    if (S.Shape == ir::InputShape::Scalar) {
+      float F = std::get<float>(Val);
+      std::memcpy(Slot, &F, sizeof F);
+      continue;
+    }
+    const TensorView &T = std::get<TensorView>(Val);
+    Slot[0] = bitsOf(T.Data);
+    switch (S.Shape) {
+    case ir::InputShape::Scalar:
+    case ir::InputShape::PerHead:
+      Slot[4] = uint64_t(C.H);
+      break;
+    case ir::InputShape::PerRow:
+    case ir::InputShape::PerKey:
+      Slot[1] = uint64_t(T.Strides[0]);
+      Slot[2] = uint64_t(T.Strides[1]);
+      Slot[4] = uint64_t(T.Shape[2]);
+      break;
+    case ir::InputShape::Full:
+      Slot[1] = uint64_t(T.Strides[0]);
+      Slot[2] = uint64_t(T.Strides[1]);
+      Slot[3] = uint64_t(T.Strides[2]);
+      Slot[4] = uint64_t(T.Shape[2]);
+      Slot[5] = uint64_t(T.Shape[3]);
+      break;
+    }
+  }
+  return Slots;
+}
+
+int ceilDiv(int64_t A, int64_t B) { return int((A + B - 1) / B); }
+
+/// Carves aligned regions out of one workspace allocation.
+struct Carver {
+  size_t Offset = 0;
+  size_t take(size_t Bytes) {
+    size_t At = Offset;
+    Offset = (Offset + Bytes + 255) / 256 * 256;
+    return At;
+  }
+};
+
+} // namespace
+
+BackwardRunner::BackwardRunner(const CompiledDefinition &D,
+                               const codegen::KernelSpec &S, attn::Layout L,
+                               std::optional<codegen::BwdConfig> C)
+    : Def(D), Spec(S),
+      Config(C ? *C
+               : codegen::BwdConfig::defaultFor(S.HeadDim, S.HeadDimV, S.Arch)) {
+  Sig.Dtype = S.Dtype;
+  Sig.HeadDim = S.HeadDim;
+  Sig.HeadDimV = S.HeadDimV;
+  Sig.TensorLayout = L;
+  Sig.Arch = S.Arch;
+  Source = codegen::generateBackward(Def, Spec, Config);
+  Cached = KernelCache::global().getOrCompile(Source);
+}
+
+BackwardRunner::~BackwardRunner() {
+  CudaDriver &D = CudaDriver::get();
+  if (Work && D.available())
+    D.cuMemFree(Work);
+}
+
+void BackwardRunner::ensureLoaded() {
+  if (Module.loaded())
+    return;
+  Module.load(Cached, Spec.Arch);
+  Pre = Module.function("attnc_bwd_preprocess");
+  DkDv = Module.function("attnc_bwd_dkdv");
+  Dq = Module.function("attnc_bwd_dq");
+  Grads = Module.function("attnc_bwd_input_grads");
+  Classify = Module.function("attnc_bwd_block_classify");
+  Rows = Module.function("attnc_bwd_block_rows");
+  Cols = Module.function("attnc_bwd_block_cols");
+  const ir::Graph &G = *Def.Graph;
+  int NumFinals = int(G.decls().FinalRowscales.size());
+  Module.allowSharedBytes(
+      DkDv,
+      Config.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals,
+                             Def.Info.BackwardUsesDoosum),
+      "backward config " + Config.str() + " (dK/dV kernel)");
+  Module.allowSharedBytes(Dq,
+                          Config.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV),
+                          "backward config " + Config.str() + " (dQ kernel)");
+}
+
+CUdeviceptr BackwardRunner::workspace(size_t Bytes) {
+  if (Bytes > WorkBytes) {
+    CudaDriver &D = CudaDriver::get();
+    if (Work)
+      D.check(D.cuMemFree(Work), "cuMemFree");
+    Work = 0;
+    WorkBytes = 0;
+    D.check(D.cuMemAlloc(&Work, Bytes), "cuMemAlloc(backward workspace)");
+    WorkBytes = Bytes;
+  }
+  return Work;
+}
+
+void BackwardRunner::run(const BackwardTensors &T, const InputMap &Inputs,
+                         const InputGradMap &GradOut, CUstream Stream) {
+  const ir::Graph &G = *Def.Graph;
+  BackwardCallShape Shape = validateBackwardCall(Def, Sig, T, Inputs, GradOut);
+  const CallShape &C = Shape.Fwd;
+  const codegen::BwdConfig &K = Config;
+  const bool Masked = G.decls().HasMask;
+  const bool Doosum = Def.Info.BackwardUsesDoosum;
+  const int FineM = std::gcd(K.KvBlockM, K.QBlockM);
+  const int FineN = std::gcd(K.KvBlockN, K.QBlockN);
+  const int FineMBlocks = ceilDiv(C.Sq, FineM), FineNBlocks = ceilDiv(C.Skv, FineN);
+  // CUDA limits grid y and z to 65535: batch·heads (dQ, doosum), batch·kv
+  // heads (dK/dV), and the classification's fine row blocks and groups.
+  if (C.B * C.H > 65535)
+    throw InvalidArgument(fmt::format(
+        "q: batch x heads is {}; at most 65535 are supported", C.B * C.H));
+  if (Masked && FineMBlocks > 65535)
+    throw InvalidArgument(fmt::format(
+        "q: seq {} gives {} blocks of {} rows for the backward's mask "
+        "classification; at most 65535 are supported",
+        C.Sq, FineMBlocks, FineM));
+
+  std::vector<codegen::GradInput> GradInputs = codegen::gradInputs(G);
+  std::vector<uint64_t> Slots = inputSlots(G, C, Inputs);
+
+  attnc::BwdArgs A{};
+  A.q = T.Q.Data;
+  A.k = T.K.Data;
+  A.v = T.V.Data;
+  A.o = T.Out ? T.Out->Data : nullptr;
+  A.dout = T.DOut.Data;
+  A.dq = T.DQ.Data;
+  A.dk = T.DK.Data;
+  A.dv = T.DV.Data;
+  A.finals = T.Finals ? static_cast<const float *>(T.Finals->Data) : nullptr;
+  long long *Dst[8] = {&A.q_sb,  &A.k_sb,  &A.v_sb,  &A.o_sb,
+                       &A.do_sb, &A.dq_sb, &A.dk_sb, &A.dv_sb};
+  const int64_t(*Src[8])[3] = {&C.Q,        &C.K,      &C.V,      &C.O,
+                               &Shape.DOut, &Shape.DQ, &Shape.DK, &Shape.DV};
+  for (int I = 0; I < 8; ++I)
+    for (int J = 0; J < 3; ++J)
+      Dst[I][J] = (*Src[I])[J];
+  A.batch = int(C.B);
+  A.heads = int(C.H);
+  A.heads_kv = int(C.Hkv);
+  A.seq_q = int(C.Sq);
+  A.seq_kv = int(C.Skv);
+  A.mask_per_head = codegen::maskPerHead(G) ? 1 : 0;
+  A.q_m_blocks = ceilDiv(C.Sq, K.QBlockM);
+  A.q_n_blocks = ceilDiv(C.Skv, K.QBlockN);
+  A.kv_m_blocks = ceilDiv(C.Sq, K.KvBlockM);
+  A.kv_n_blocks = ceilDiv(C.Skv, K.KvBlockN);
+  const size_t Groups = A.mask_per_head ? size_t(C.B * C.H) : 1;
+
+  Carver W;
+  size_t DoosumAt = Doosum ? W.take(size_t(C.B * C.H * C.Sq) * 4) : 0;
+  size_t PartialAt =
+      W.take(GradInputs.size() * A.kv_n_blocks * size_t(C.B * C.H) * 4);
+  size_t ClassesAt = 0, QCountAt = 0, QListAt = 0, KvCountAt = 0, KvListAt = 0;
+  if (Masked) {
+    ClassesAt = W.take(Groups * FineMBlocks * FineNBlocks);
+    QCountAt = W.take(Groups * A.q_m_blocks * 4);
+    QListAt = W.take(Groups * A.q_m_blocks * size_t(A.q_n_blocks) * 4);
+    KvCountAt = W.take(Groups * A.kv_n_blocks * 4);
+    KvListAt = W.take(Groups * A.kv_n_blocks * size_t(A.kv_m_blocks) * 4);
+  }
+
+  ensureLoaded();
+  CudaDriver &D = CudaDriver::get();
+  CUdeviceptr Base = workspace(W.Offset);
+  auto At = [&](size_t Off) { return reinterpret_cast<void *>(Base + Off); };
+  A.doosum = Doosum ? static_cast<float *>(At(DoosumAt)) : nullptr;
+  A.grad_partial = static_cast<float *>(At(PartialAt));
+  for (size_t I = 0; I < GradInputs.size(); ++I) {
+    A.grad_out[I] = static_cast<float *>(GradOut.at(GradInputs[I].Name).Data);
+    A.grad_shape[I] = GradInputs[I].Shape == ir::InputShape::PerHead ? 1 : 0;
+  }
+
+  if (Masked) {
+    attnc::MaskArgs M{};
+    M.classes = static_cast<unsigned char *>(At(ClassesAt));
+    M.batch = A.batch;
+    M.heads = A.heads;
+    M.seq_q = A.seq_q;
+    M.seq_kv = A.seq_kv;
+    M.m_blocks = FineMBlocks;
+    M.n_blocks = FineNBlocks;
+    M.mask_per_head = A.mask_per_head;
+    void *ClassifyParams[] = {&M, Slots.data()};
+    D.check(D.cuLaunchKernel(Classify, FineNBlocks, FineMBlocks,
+                             unsigned(Groups), 256, 1, 1, 0, Stream,
+                             ClassifyParams, nullptr),
+            "launch attnc_bwd_block_classify");
+    attnc::BwdListArgs L{};
+    L.classes = M.classes;
+    L.groups = int(Groups);
+    L.fine_m = FineMBlocks;
+    L.fine_n = FineNBlocks;
+    // Rows: the dQ kernel's blocks.
+    L.ratio_m = K.QBlockM / FineM;
+    L.ratio_n = K.QBlockN / FineN;
+    L.m_blocks = A.q_m_blocks;
+    L.n_blocks = A.q_n_blocks;
+    L.count = static_cast<int *>(At(QCountAt));
+    L.list = static_cast<int *>(At(QListAt));
+    void *RowParams[] = {&L};
+    D.check(D.cuLaunchKernel(Rows, ceilDiv(Groups * A.q_m_blocks, 128), 1, 1,
+                             128, 1, 1, 0, Stream, RowParams, nullptr),
+            "launch attnc_bwd_block_rows");
+    A.q_count = L.count;
+    A.q_list = L.list;
+    // Columns: the dK/dV kernel's blocks.
+    attnc::BwdListArgs LC = L;
+    LC.ratio_m = K.KvBlockM / FineM;
+    LC.ratio_n = K.KvBlockN / FineN;
+    LC.m_blocks = A.kv_m_blocks;
+    LC.n_blocks = A.kv_n_blocks;
+    LC.count = static_cast<int *>(At(KvCountAt));
+    LC.list = static_cast<int *>(At(KvListAt));
+    void *ColParams[] = {&LC};
+    D.check(D.cuLaunchKernel(Cols, ceilDiv(Groups * A.kv_n_blocks, 128), 1, 1,
+                             128, 1, 1, 0, Stream, ColParams, nullptr),
+            "launch attnc_bwd_block_cols");
+    A.kv_count = LC.count;
+    A.kv_list = LC.list;
+  }
+
+  if (Doosum) {
+    void *Params[] = {&A};
+    D.check(D.cuLaunchKernel(Pre, ceilDiv(C.Sq, 8), unsigned(C.B * C.H), 1, 256,
+                             1, 1, 0, Stream, Params, nullptr),
+            "launch attnc_bwd_preprocess");
+  }
+  int NumFinals = int(G.decls().FinalRowscales.size());
+  void *Params[] = {&A, Slots.data()};
+  D.check(D.cuLaunchKernel(
+              DkDv, A.kv_n_blocks, unsigned(C.B * C.Hkv), 1, 32 * K.KvWarps, 1,
+              1,
+              K.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum),
+              Stream, Params, nullptr),
+          "launch attnc_bwd_dkdv");
+  D.check(D.cuLaunchKernel(Dq, A.q_m_blocks, unsigned(C.B * C.H), 1,
+                           32 * K.QWarps, 1, 1,
+                           K.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV), Stream,
+                           Params, nullptr),
+          "launch attnc_bwd_dq");
+  if (!GradInputs.empty()) {
+    void *GradParams[] = {&A};
+    D.check(D.cuLaunchKernel(Grads, unsigned(GradInputs.size()), 1, 1, 256, 1,
+                             1, 0, Stream, GradParams, nullptr),
+            "launch attnc_bwd_input_grads");
+  }
+}
+
+} // namespace attn::runtime

@@ -1,0 +1,66 @@
+// The backward launcher: the bwd_sm80 kernels of one definition and kernel
+// spec, compiled through the kernel cache, run on validated device tensors.
+#ifndef ATTN_RUNTIME_BACKWARDRUNNER_H
+#define ATTN_RUNTIME_BACKWARDRUNNER_H
+
+#include "KernelModule.h"
+
+#include "attn/codegen/Codegen.h"
+#include "attn/runtime/Validate.h"
+
+#include <cuda.h>
+
+#include <optional>
+
+namespace attn::runtime {
+
+/// Gradients dq, dk, dv (and of custom inputs that require them) of
+/// L = Σ out ∘ dout, from q, k, v, dout, the forward's final rowscales and,
+/// for a backward that reads doosum, its output. Deterministic: the same
+/// inputs give the same bits on every run (docs/runtime.md, "Backward").
+class BackwardRunner {
+public:
+  /// Generates the backward of \p Def for \p Spec's dtype, head dims and
+  /// arch (Spec.Config, the forward's tiles, is not used) with \p Config
+  /// (default: BwdConfig::defaultFor) and compiles it through
+  /// KernelCache::global(). Tensors are in layout \p L. \p Def must outlive
+  /// the runner. UserError / NotSupportedYet from generateBackward.
+  BackwardRunner(const CompiledDefinition &Def, const codegen::KernelSpec &Spec,
+                 attn::Layout L,
+                 std::optional<codegen::BwdConfig> Config = std::nullopt);
+  ~BackwardRunner();
+  BackwardRunner(const BackwardRunner &) = delete;
+  BackwardRunner &operator=(const BackwardRunner &) = delete;
+
+  /// Validates every argument (validateBackwardCall, then the grid limits;
+  /// InvalidArgument and nothing launched on a bad one), loads the module
+  /// on the first call, and launches on \p Stream without synchronising.
+  /// Workspaces (doosum, block lists, input-gradient partials) belong to
+  /// the runner and are reused: do not run one runner concurrently.
+  void run(const BackwardTensors &T, const InputMap &Inputs = {},
+           const InputGradMap &Grads = {}, CUstream Stream = nullptr);
+
+  const codegen::KernelSource &source() const { return Source; }
+  const CacheResult &cacheResult() const { return Cached; }
+  const codegen::BwdConfig &config() const { return Config; }
+
+private:
+  void ensureLoaded();
+  CUdeviceptr workspace(size_t Bytes);
+
+  const CompiledDefinition &Def;
+  codegen::KernelSpec Spec;
+  codegen::BwdConfig Config;
+  Signature Sig;
+  codegen::KernelSource Source;
+  CacheResult Cached;
+  KernelModule Module;
+  CUfunction Pre = nullptr, DkDv = nullptr, Dq = nullptr, Grads = nullptr,
+             Classify = nullptr, Rows = nullptr, Cols = nullptr;
+  CUdeviceptr Work = 0;
+  size_t WorkBytes = 0;
+};
+
+} // namespace attn::runtime
+
+#endif

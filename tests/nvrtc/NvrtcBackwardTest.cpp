@@ -1,0 +1,214 @@
+// The generated backward (bwd_sm80) of every transformer example compiles
+// with NVRTC; its configuration and spec checks (CPU only).
+#include "Examples.h"
+
+#include "attn/Error.h"
+#include "attn/Pipeline.h"
+#include "attn/codegen/Codegen.h"
+#include "attn/dsl/Registry.h"
+#include "attn/runtime/Compiler.h"
+#include "attn/runtime/Errors.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+using namespace attn;
+using namespace attn::dsl;
+using codegen::BwdConfig;
+using codegen::KernelSpec;
+using Catch::Matchers::Contains;
+
+namespace {
+
+KernelSpec spec(DType T, int D, int DV, const char *Arch) {
+  KernelSpec S;
+  S.Dtype = T;
+  S.HeadDim = D;
+  S.HeadDimV = DV;
+  S.Arch = Arch;
+  return S;
+}
+
+/// Generates and compiles the backward; a failure names the key and carries
+/// NVRTC's log. Returns the log (warnings).
+std::string compilesToCubin(const CompiledDefinition &Def, const KernelSpec &Spec) {
+  codegen::KernelSource Src = codegen::generateBackward(Def, Spec);
+  INFO("kernel " << Src.Key);
+  runtime::CompiledCubin C;
+  try {
+    C = runtime::compileToCubin(Src);
+  } catch (const CompileError &E) {
+    FAIL_CHECK(E.what());
+    return "";
+  }
+  CHECK(C.Cubin.size() > 4);
+  CHECK(std::memcmp(C.Cubin.data(), "\x7f"
+                                    "ELF",
+                    4) == 0);
+  return C.Log;
+}
+
+/// Each example: sm_90a in f16 and sm_80 in bf16, head dims 64 and 128 —
+/// every dtype, head dim and arch appears while CI (two cores) compiles
+/// four kernels an example rather than eight.
+void compileMatrix(const DefinitionBase &D) {
+  CompiledDefinition Def = compile(D);
+  for (auto [T, Arch] : {std::pair{DType::F16, "sm_90a"}, {DType::BF16, "sm_80"}})
+    for (int HD : {64, 128})
+      compilesToCubin(Def, spec(T, HD, HD, Arch));
+}
+
+} // namespace
+
+TEST_CASE("nvrtc bwd: mha's backward compiles", "[nvrtc][bwd][mha]") {
+  compileMatrix(examples::mha());
+}
+
+TEST_CASE("nvrtc bwd: sigmoid_attn's backward compiles",
+          "[nvrtc][bwd][sigmoid_attn]") {
+  compileMatrix(examples::sigmoidAttn());
+}
+
+TEST_CASE("nvrtc bwd: relu_attn's backward compiles", "[nvrtc][bwd][relu_attn]") {
+  compileMatrix(examples::reluAttn());
+}
+
+TEST_CASE("nvrtc bwd: retention's backward compiles",
+          "[nvrtc][bwd][retention]") {
+  compileMatrix(examples::retention());
+}
+
+TEST_CASE("nvrtc bwd: head dims 64/128 and 128/256, and the 99 KiB archs",
+          "[nvrtc][bwd][dims]") {
+  CompiledDefinition Def = compile(examples::mha());
+  compilesToCubin(Def, spec(DType::F16, 64, 128, "sm_90a"));
+  compilesToCubin(Def, spec(DType::BF16, 128, 256, "sm_80"));
+  compilesToCubin(Def, spec(DType::F16, 128, 128, "sm_86"));
+}
+
+TEST_CASE("nvrtc bwd: learnable inputs (input gradients) compile without "
+          "warnings",
+          "[nvrtc][bwd][inputs]") {
+  for (const AttentionDef &D :
+       {examples::alibiLearnable(), examples::softcapLearnable()}) {
+    CompiledDefinition Def = compile(D);
+    std::string Log = compilesToCubin(Def, spec(DType::F16, 128, 128, "sm_80"));
+    INFO(Log);
+    CHECK(Log.empty());
+  }
+}
+
+TEST_CASE("nvrtc bwd: the source has the entries and the host's constants",
+          "[nvrtc][bwd][source]") {
+  CompiledDefinition Def = compile(examples::alibiLearnable());
+  KernelSpec S = spec(DType::BF16, 128, 128, "sm_90a");
+  codegen::KernelSource Src = codegen::generateBackward(Def, S);
+  CHECK(Src.Key == "alibi_learnable.bwd_sm80.bf16.d128x128.sm_90a."
+                   "kv64x128w8.q128x64w8.s2");
+  for (const std::string &E : Src.Entries)
+    CHECK_THAT(Src.Source, Contains("attnc_bwd") && Contains(E + "("));
+  BwdConfig C = BwdConfig::defaultFor(128, 128, "sm_90a");
+  CHECK_THAT(Src.Source,
+             Contains("DkDv::kSmemBytes == " +
+                      std::to_string(C.dkdvSharedBytes(128, 128, 1, true))));
+  CHECK_THAT(Src.Source, Contains("Dq::kSmemBytes == " +
+                                  std::to_string(C.dqSharedBytes(128, 128))));
+  CHECK_THAT(Src.Source, Contains("kNumInputGrads == 2"));
+}
+
+TEST_CASE("bwd config: str and parse round-trip; bad text is refused",
+          "[bwd][config]") {
+  BwdConfig C{32, 64, 4, 64, 32, 4, 3};
+  CHECK(C.str() == "kv32x64w4.q64x32w4.s3");
+  BwdConfig P = BwdConfig::parse(C.str());
+  CHECK(P.str() == C.str());
+  CHECK_THROWS_WITH(BwdConfig::parse("m64n64w4s2"),
+                    Contains("expected kv<M>x<N>w<warps>"));
+  CHECK_THROWS_WITH(BwdConfig::parse("kv64x128w8.q128x64w8.s2 "),
+                    Contains("backward config"));
+}
+
+TEST_CASE("bwd config: shared memory formulas", "[bwd][config]") {
+  BwdConfig C; // kv64x128w8.q128x64w8.s2
+  // K, V (128 x 128 each) + 2 x (Q, dO 64 x 128 each + 64 rows x 2 floats).
+  CHECK(C.dkdvSharedBytes(128, 128, 1, true) ==
+        2 * 128 * 128 * 2 + 2 * (2 * 64 * 128 * 2 + 512));
+  // Without finals or doosum (sigmoid, relu) there is no row data.
+  CHECK(C.dkdvSharedBytes(64, 64, 0, false) == 2 * 128 * 64 * 2 + 2 * (2 * 64 * 64 * 2));
+  CHECK(C.dqSharedBytes(128, 256) == 128 * 128 * 2 + 128 * 256 * 2 +
+                                         2 * (64 * 128 * 2 + 64 * 256 * 2));
+}
+
+TEST_CASE("bwd spec: the defaults are valid for every supported head dim "
+          "and arch",
+          "[bwd][config]") {
+  for (const char *Arch : {"sm_80", "sm_86", "sm_89", "sm_90a"})
+    for (auto [D, DV] : {std::pair{64, 64}, {128, 128}, {64, 128}, {128, 256}}) {
+      INFO(Arch << " d" << D << "/" << DV);
+      BwdConfig C = BwdConfig::defaultFor(D, DV, Arch);
+      CHECK_NOTHROW(codegen::validateBackward(spec(DType::F16, D, DV, Arch), C,
+                                              2, true));
+    }
+}
+
+TEST_CASE("bwd spec: unsupported head dims and configurations are refused",
+          "[bwd][config]") {
+  BwdConfig C;
+  auto Refused = [](KernelSpec S, BwdConfig C) {
+    try {
+      codegen::validateBackward(S, C, 1, true);
+    } catch (const UserError &E) {
+      return std::string(E.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK_THAT(Refused(spec(DType::F16, 256, 256, "sm_90a"), C),
+             Contains("head_dim 256 is not supported by bwd_sm80; expected 64 or 128"));
+  CHECK_THAT(Refused(spec(DType::F16, 128, 192, "sm_90a"), C),
+             Contains("head_dim_v 192"));
+  CHECK_THAT(Refused(spec(DType::F16, 64, 256, "sm_90a"),
+                     BwdConfig::defaultFor(64, 256, "sm_90a")),
+             Contains("head_dim_v 256 is supported by bwd_sm80 with head_dim 128"));
+  CHECK_THAT(Refused(spec(DType::F16, 128, 128, "sm_75"), C), Contains("arch 'sm_75'"));
+  BwdConfig Warps = C;
+  Warps.QWarps = 2;
+  CHECK_THAT(Refused(spec(DType::F16, 128, 128, "sm_90a"), Warps),
+             Contains("q warps must be 4 or 8"));
+  BwdConfig Keys = C;
+  Keys.KvBlockN = 64; // 8 warps need 128 keys
+  CHECK_THAT(Refused(spec(DType::F16, 128, 128, "sm_90a"), Keys),
+             Contains("multiple of 16 x warps (128)"));
+  BwdConfig Regs = C; // 128/256 with 64-row steps: 256 accumulator floats
+  CHECK_THAT(Refused(spec(DType::F16, 128, 256, "sm_90a"), Regs),
+             Contains("256 accumulator floats"));
+  // The default 128/128 tiles need 129 KiB: more than sm_86 has.
+  CHECK_THAT(Refused(spec(DType::F16, 128, 128, "sm_86"), C),
+             Contains("dK/dV kernel needs 132096 bytes of shared memory"));
+  BwdConfig Stages = C;
+  Stages.Stages = 5;
+  CHECK_THAT(Refused(spec(DType::F16, 64, 64, "sm_90a"), Stages),
+             Contains("stages must be 2, 3 or 4"));
+}
+
+TEST_CASE("bwd codegen: what it cannot generate", "[bwd][config]") {
+  Registry R;
+  examples::registerExamples(R);
+  CHECK_THROWS_AS(codegen::generateBackward(compile(R.get("mamba2")),
+                                            spec(DType::F16, 64, 64, "sm_80")),
+                  NotSupportedYet);
+  // A learnable per-row input: its gradient is not computed by bwd_sm80.
+  AttentionDef D = examples::mha();
+  D.name = "row_bias_learnable";
+  D.inputs.declare("row_bias", InputShape::PerRow).requiresGrad();
+  D.score_mod = [](SymbolScalar s, const CustomInputs &in, SymbolScalar,
+                   SymbolScalar, SymbolScalar, SymbolScalar) {
+    return s * in.head_dim().rsqrt() + in["row_bias"];
+  };
+  CHECK_THROWS_WITH(
+      codegen::generateBackward(compile(D), spec(DType::F16, 64, 64, "sm_80")),
+      Contains("the gradient of per_row input 'row_bias'"));
+}

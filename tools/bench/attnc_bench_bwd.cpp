@@ -1,0 +1,156 @@
+// attnc_bench_bwd: times the generated backward (bwd_sm80) with CUDA events
+// (warm-up, median of many runs, inputs rotated over three random sets) and
+// prints one line per shape, as attnc_bench does for the forward.
+//
+//   attnc_bench_bwd NAME DTYPE B H S D [CONFIG]
+//
+// NAME is a registered example or mha_full (softmax without mask); CONFIG a
+// backward configuration (kv64x128w8.q128x64w8.s2). The forward kernel
+// makes out and the final rowscales once per input set; only the backward
+// is timed. FLOPs: 2.5 x the forward's 4·B·H·S²·D, halved for causal.
+#include "BackwardRunner.h"
+#include "GpuSupport.h"
+
+#include "Examples.h"
+#include "attn/Error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+using namespace attn;
+using namespace attn::gputest;
+
+int main(int Argc, char **Argv) {
+  if (Argc < 7) {
+    std::fprintf(stderr,
+                 "usage: attnc_bench_bwd NAME f16|bf16 B H S D [CONFIG]\n");
+    return 2;
+  }
+  auto &Drv = runtime::CudaDriver::get();
+  if (!Drv.available()) {
+    std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
+    return 77;
+  }
+  try {
+    std::string Name = Argv[1];
+    std::optional<DType> Parsed = dtypeFromName(Argv[2]);
+    if (!Parsed) {
+      std::fprintf(stderr, "attnc_bench_bwd: dtype must be f16 or bf16\n");
+      return 2;
+    }
+    DType T = *Parsed;
+    int B = std::atoi(Argv[3]), H = std::atoi(Argv[4]), S = std::atoi(Argv[5]),
+        D = std::atoi(Argv[6]);
+    dsl::Registry R;
+    examples::registerExamples(R);
+    dsl::AttentionDef Def =
+        Name == "mha_full" ? examples::mha()
+                           : static_cast<const dsl::AttentionDef &>(R.get(Name));
+    if (Name == "mha_full") {
+      Def.name = "mha_full";
+      Def.mask_mod = {};
+    }
+    runtime::Signature Sig;
+    Sig.Dtype = T;
+    Sig.HeadDim = D;
+    Sig.HeadDimV = D;
+    runtime::Attention Fwd(Def, Sig);
+    const CompiledDefinition &CD = Fwd.definition();
+    const ir::Graph &G = *CD.Graph;
+    codegen::KernelSpec Spec;
+    Spec.Dtype = T;
+    Spec.HeadDim = Spec.HeadDimV = D;
+    Spec.Arch = runtime::currentDevice().arch();
+    std::optional<codegen::BwdConfig> Cfg;
+    if (Argc > 7)
+      Cfg = codegen::BwdConfig::parse(Argv[7]);
+    runtime::BackwardRunner Bwd(CD, Spec, Layout::BSHD, Cfg);
+    runtime::ElemType ET =
+        T == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+
+    size_t Elems = size_t(B) * S * H * D;
+    size_t NumFinals = G.decls().FinalRowscales.size();
+    std::mt19937_64 Rng(7);
+    std::normal_distribution<double> N(0, 1);
+    // One random tensor, rotated by a different random offset for each of
+    // the twelve uploads: distinct data without drawing 12 x Elems normals
+    // (minutes of host time at B·S = 16k, H = 32, D = 128).
+    std::vector<uint16_t> Host(Elems);
+    for (uint16_t &X : Host)
+      X = toBits(T, N(Rng));
+    std::uniform_int_distribution<size_t> Offset(1, Elems - 1);
+    auto Random = [&] {
+      std::rotate(Host.begin(), Host.begin() + Offset(Rng), Host.end());
+      auto Buf = std::make_unique<DeviceBuffer>(Elems * 2);
+      Buf->upload(Host.data(), Elems * 2);
+      return Buf;
+    };
+    struct Set {
+      std::unique_ptr<DeviceBuffer> Q, K, V, DO, O, F;
+    };
+    std::vector<Set> Sets;
+    runtime::InputMap Inputs;
+    for (const ir::InputDecl &I : G.decls().Inputs)
+      Inputs[I.Name] = float((I.SampleLo + I.SampleHi) / 2);
+    auto View = [&](DeviceBuffer &Buf) {
+      return runtime::TensorView::contiguous(Buf.get(), ET, {B, S, H, D});
+    };
+    auto FinalsView = [&](DeviceBuffer &Buf) {
+      return runtime::TensorView::contiguous(Buf.get(), runtime::ElemType::F32,
+                                             {int64_t(NumFinals), B, H, S});
+    };
+    for (int I = 0; I < 3; ++I) {
+      Set St{Random(), Random(), Random(), Random(),
+             std::make_unique<DeviceBuffer>(Elems * 2),
+             std::make_unique<DeviceBuffer>(std::max<size_t>(1, NumFinals) * B *
+                                            H * S * 4)};
+      runtime::TensorView FV = FinalsView(*St.F);
+      Fwd.forward(View(*St.Q), View(*St.K), View(*St.V), View(*St.O),
+                  NumFinals ? &FV : nullptr, Inputs);
+      Sets.push_back(std::move(St));
+    }
+    DeviceBuffer GQ(Elems * 2), GK(Elems * 2), GV(Elems * 2);
+    auto Run = [&](int I) {
+      Set &St = Sets[I];
+      runtime::TensorView Q = View(*St.Q), K = View(*St.K), V = View(*St.V),
+                          O = View(*St.O), dO = View(*St.DO), F = FinalsView(*St.F),
+                          dQ = View(GQ), dK = View(GK), dV = View(GV);
+      runtime::BackwardTensors Ts{Q, K, V, &O, dO, NumFinals ? &F : nullptr,
+                                  dQ, dK, dV};
+      Bwd.run(Ts, Inputs);
+    };
+    for (int I = 0; I < 5; ++I)
+      Run(I % 3);
+    Drv.check(Drv.cuCtxSynchronize(), "warm-up");
+    CUevent E0, E1;
+    Drv.check(Drv.cuEventCreate(&E0, 0), "cuEventCreate");
+    Drv.check(Drv.cuEventCreate(&E1, 0), "cuEventCreate");
+    std::vector<float> Times;
+    for (int I = 0; I < 30; ++I) {
+      Drv.check(Drv.cuEventRecord(E0, nullptr), "cuEventRecord");
+      Run(I % 3);
+      Drv.check(Drv.cuEventRecord(E1, nullptr), "cuEventRecord");
+      Drv.check(Drv.cuEventSynchronize(E1), "cuEventSynchronize");
+      float Ms;
+      Drv.check(Drv.cuEventElapsedTime(&Ms, E0, E1), "cuEventElapsedTime");
+      Times.push_back(Ms);
+    }
+    std::sort(Times.begin(), Times.end());
+    double Median = Times[Times.size() / 2];
+    bool Causal = G.decls().HasMask; // every masked example here is causal
+    double Flops = 2.5 * 4.0 * B * H * double(S) * S * D * (Causal ? 0.5 : 1.0);
+    std::printf("attnc-bwd %-12s %s B%d H%d S%d D%d %s %s: %.3f ms  %.1f TFLOPS\n",
+                Name.c_str(), dtypeName(T).str().c_str(), B, H, S, D,
+                Causal ? "causal" : "full", Bwd.source().Key.c_str(), Median,
+                Flops / (Median * 1e-3) / 1e12);
+    return 0;
+  } catch (const std::exception &E) {
+    std::fprintf(stderr, "attnc_bench_bwd: %s\n", E.what());
+    return 1;
+  }
+}
