@@ -2,6 +2,8 @@
 #include "attn/runtime/Attention.h"
 
 #include "attn/Error.h"
+#include "BackwardRunner.h"
+
 #include "attn/runtime/Backend.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
@@ -72,6 +74,26 @@ Attention::Attention(const dsl::DefinitionBase &D, const Signature &S)
 }
 
 Attention::~Attention() = default;
+
+void Attention::backward(const TensorView &Q, const TensorView &K,
+                         const TensorView &V, const TensorView *Out,
+                         const TensorView &DOut, const TensorView *Finals,
+                         const TensorView &DQ, const TensorView &DK,
+                         const TensorView &DV, const InputMap &Inputs,
+                         const InputGradMap &Grads, CUstream Stream) {
+  BackwardTensors T{Q, K, V, Out, DOut, Finals, DQ, DK, DV};
+  // Validate before generating anything: a bad call costs no compile.
+  validateBackwardCall(Def, Sig, T, Inputs, Grads);
+  if (!Backward) {
+    codegen::KernelSpec Spec;
+    Spec.Dtype = Sig.Dtype;
+    Spec.HeadDim = Sig.HeadDim;
+    Spec.HeadDimV = Sig.HeadDimV;
+    Spec.Arch = Arch;
+    Backward = std::make_unique<BackwardRunner>(Def, Spec, Sig.TensorLayout);
+  }
+  Backward->run(T, Inputs, Grads, Stream);
+}
 
 AttentionBackend &Attention::backendAt(size_t I) {
   if (!Backends[I])

@@ -272,3 +272,34 @@ TEST_CASE("archRunsOn: which CUBINs a device can load", "[runtime][attention]") 
   CHECK_FALSE(archRunsOn("sm_90a", 10, 0));
   CHECK_FALSE(archRunsOn("bogus", 8, 0));
 }
+
+TEST_CASE("Attention::backward without a driver: validates, compiles, then "
+          "DriverError",
+          "[runtime][attention][backward]") {
+  cacheDir();
+  Attention A(examples::mha(), sm80());
+  TensorView Q = seq(0x10000, 16, 2), K = seq(0x20000, 24, 2),
+             V = seq(0x30000, 24, 2), O = seq(0x40000, 16, 2),
+             DO = seq(0x50000, 16, 2), DQ = seq(0x60000, 16, 2),
+             DK = seq(0x70000, 24, 2), DV = seq(0x80000, 24, 2);
+  TensorView F =
+      TensorView::contiguous(fake(0x90000), ElemType::F32, {1, 1, 2, 16});
+  // A bad argument is reported before anything is generated or compiled.
+  TensorView BadDK = seq(0x70000, 23, 2);
+  CHECK_THAT(messageOf<InvalidArgument>([&] {
+               A.backward(Q, K, V, &O, DO, &F, DQ, BadDK, DV);
+             }),
+             Contains("dk: expected batch 1, seq 24 and heads 2 (as k), got "
+                      "1, 23 and 2"));
+  // mha's backward reads doosum, so it needs the forward's output.
+  CHECK_THAT(messageOf<InvalidArgument>([&] {
+               A.backward(Q, K, V, nullptr, DO, &F, DQ, DK, DV);
+             }),
+             Contains("out: required, the forward's output; the backward of "
+                      "'mha' reads rowsum(dout * out)"));
+  // A valid call compiles the bwd_sm80 kernels, then needs the driver.
+  CHECK_THAT(messageOf<DriverError>([&] {
+               A.backward(Q, K, V, &O, DO, &F, DQ, DK, DV);
+             }),
+             Contains("no CUDA driver"));
+}

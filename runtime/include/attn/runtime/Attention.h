@@ -67,7 +67,13 @@ struct Signature {
 };
 
 class AttentionBackend;
+class BackwardRunner;
 struct BackendProblem;
+
+/// Where a backward writes custom-input gradients, by input name: a float32
+/// device tensor of the input's shape ([] or [1] for a scalar, [H] for a
+/// per-head input).
+using InputGradMap = std::map<std::string, TensorView>;
 
 /// An attention variant compiled for a signature. q is [B,S,H,D] for BSHD or
 /// [B,H,S,D] for BHSD (k, v and o likewise); finals is [F,B,H,Sq] float32
@@ -94,6 +100,22 @@ public:
                const TensorView &Out, const TensorView *Finals,
                const InputMap &Inputs = {}, CUstream Stream = nullptr);
 
+  /// Gradients of L = Σ out ∘ dout: dq, dk, dv (like q, k, v) and, in
+  /// \p Grads, one float32 tensor for each custom input that requires a
+  /// gradient. \p Out (the forward's output) is needed only when the
+  /// variant's backward reads doosum = rowsum(dO∘O), \p Finals always when
+  /// the variant has final rowscales (as the forward wrote them). Validates
+  /// every argument first (InvalidArgument; nothing launched), then runs the
+  /// deterministic bwd_sm80 kernels (compiled on the first call; the same
+  /// inputs give the same bits on every run). The backward has one
+  /// implementation, whichever backend ran the forward.
+  void backward(const TensorView &Q, const TensorView &K, const TensorView &V,
+                const TensorView *Out, const TensorView &DOut,
+                const TensorView *Finals, const TensorView &DQ,
+                const TensorView &DK, const TensorView &DV,
+                const InputMap &Inputs = {}, const InputGradMap &Grads = {},
+                CUstream Stream = nullptr);
+
   const CompiledDefinition &definition() const { return Def; }
   /// The kernel compiled at construction by the first backend made.
   const codegen::KernelSource &source() const;
@@ -114,6 +136,7 @@ private:
   /// set), and each backend once made.
   std::vector<std::string> Names;
   std::vector<std::unique_ptr<AttentionBackend>> Backends;
+  std::unique_ptr<BackwardRunner> Backward;
   std::string Last;
 };
 

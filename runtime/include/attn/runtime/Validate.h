@@ -23,11 +23,6 @@ CallShape validateCall(const ir::Graph &G, const Signature &Sig,
                        const TensorView &V, const TensorView &Out,
                        const TensorView *Finals, const InputMap &Inputs);
 
-/// Where a backward writes custom-input gradients, by input name: a float32
-/// device tensor of the input's shape ([] or [1] for a scalar, [H] for a
-/// per-head input).
-using InputGradMap = std::map<std::string, TensorView>;
-
 /// The tensors of a backward call. dout, dq, dk, dv are like out, q, k, v;
 /// out is needed only when the variant's backward reads doosum
 /// (rowsum(dO∘O)), and may be null otherwise.
