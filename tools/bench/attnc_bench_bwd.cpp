@@ -4,8 +4,9 @@
 //
 //   attnc_bench_bwd NAME DTYPE B H S D [CONFIG]
 //
-// NAME is a registered example or mha_full (softmax without mask); CONFIG a
-// backward configuration (kv64x128w8.q128x64w8.s2). The forward kernel
+// NAME is a registered example, mha_full (softmax without mask) or
+// alibi_learnable (learned per-head ALiBi slopes and bias, whose gradients
+// are computed too); CONFIG a backward configuration (kv64x128w8.q128x64w8.s2). The forward kernel
 // makes out and the final rowscales once per input set; only the backward
 // is timed. FLOPs: 2.5 x the forward's 4·B·H·S²·D, halved for causal.
 #include "BackwardRunner.h"
@@ -49,8 +50,10 @@ int main(int Argc, char **Argv) {
     dsl::Registry R;
     examples::registerExamples(R);
     dsl::AttentionDef Def =
-        Name == "mha_full" ? examples::mha()
-                           : static_cast<const dsl::AttentionDef &>(R.get(Name));
+        Name == "mha_full"          ? examples::mha()
+        : Name == "alibi_learnable" ? examples::alibiLearnable()
+                                    : static_cast<const dsl::AttentionDef &>(
+                                          R.get(Name));
     if (Name == "mha_full") {
       Def.name = "mha_full";
       Def.mask_mod = {};
@@ -94,9 +97,34 @@ int main(int Argc, char **Argv) {
       std::unique_ptr<DeviceBuffer> Q, K, V, DO, O, F;
     };
     std::vector<Set> Sets;
+    // Scalars at the middle of their sample range; per-head inputs drawn
+    // from it; a float32 gradient buffer for each input that requires one.
     runtime::InputMap Inputs;
-    for (const ir::InputDecl &I : G.decls().Inputs)
-      Inputs[I.Name] = float((I.SampleLo + I.SampleHi) / 2);
+    runtime::InputGradMap Grads;
+    std::vector<std::unique_ptr<DeviceBuffer>> InputBufs;
+    for (const ir::InputDecl &I : G.decls().Inputs) {
+      if (I.Shape == ir::InputShape::Scalar) {
+        Inputs[I.Name] = float((I.SampleLo + I.SampleHi) / 2);
+      } else if (I.Shape == ir::InputShape::PerHead) {
+        std::uniform_real_distribution<double> U(I.SampleLo, I.SampleHi);
+        std::vector<float> Vals(H);
+        for (float &X : Vals)
+          X = float(U(Rng));
+        InputBufs.push_back(std::make_unique<DeviceBuffer>(H * 4));
+        InputBufs.back()->upload(Vals.data(), H * 4);
+        Inputs[I.Name] = runtime::TensorView::contiguous(
+            InputBufs.back()->get(), runtime::ElemType::F32, {H});
+      } else {
+        throw UserError("attnc_bench_bwd: input '" + I.Name +
+                        "': only scalar and per-head inputs are drawn here");
+      }
+      if (I.RequiresGrad) {
+        int64_t N = I.Shape == ir::InputShape::Scalar ? 1 : H;
+        InputBufs.push_back(std::make_unique<DeviceBuffer>(N * 4));
+        Grads[I.Name] = runtime::TensorView::contiguous(
+            InputBufs.back()->get(), runtime::ElemType::F32, {N});
+      }
+    }
     auto View = [&](DeviceBuffer &Buf) {
       return runtime::TensorView::contiguous(Buf.get(), ET, {B, S, H, D});
     };
@@ -122,7 +150,7 @@ int main(int Argc, char **Argv) {
                           dQ = View(GQ), dK = View(GK), dV = View(GV);
       runtime::BackwardTensors Ts{Q, K, V, &O, dO, NumFinals ? &F : nullptr,
                                   dQ, dK, dV};
-      Bwd.run(Ts, Inputs);
+      Bwd.run(Ts, Inputs, Grads);
     };
     for (int I = 0; I < 5; ++I)
       Run(I % 3);

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Times PyTorch's backward peers on the shapes attnc_bench_bwd times, in the
-same run: SDPA with the flash and cuDNN backends. The forward runs once per
+same run: SDPA with the flash and cuDNN backends, FlexAttention (compiled),
+and FlexAttention with a learnable ALiBi score_mod (per-head slopes and
+bias that require gradients, as attnc's alibi_learnable). The forward runs once per
 input set; only torch.autograd.grad (the backward kernels) is timed, with
 CUDA events, warm-up, median of 30, inputs rotated over three sets. FLOPs are
 2.5 x the forward's 4*B*H*S^2*D, halved for causal.
@@ -12,6 +14,7 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 
 def median_ms(fn, n_sets):
@@ -59,6 +62,50 @@ def main():
                   f"{'causal' if causal else 'full'}: {ms:.3f} ms  "
                   f"{flops / (ms * 1e-3) / 1e12:.1f} TFLOPS")
             del sets
+    flex_peers(dt, B, H, S, D, sys.argv[1])
+
+
+def causal_mask(b, h, q, kv):
+    return q >= kv
+
+
+def flex_peers(dt, B, H, S, D, label):
+    """FlexAttention's backward: plain (causal and not), and causal with a
+    learnable ALiBi slope and bias per head."""
+    flex = torch.compile(flex_attention)
+    causal_bm = create_block_mask(causal_mask, None, None, S, S)
+    slopes = (torch.rand(H, device="cuda") * 0.5).requires_grad_()
+    head_bias = torch.randn(H, device="cuda").requires_grad_()
+
+    def alibi(score, b, h, q, kv):
+        return score + slopes[h] * (kv - q) + head_bias[h]
+
+    cases = (("flex", False, None, False), ("flex", True, causal_bm, False),
+             ("flex-alibi-learn", True, causal_bm, True))
+    for name, causal, bm, learn in cases:
+        flops = 2.5 * 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
+        try:
+            sets = []
+            for _ in range(3):
+                q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=dt,
+                                       requires_grad=True) for _ in range(3))
+                out = flex(q, k, v, score_mod=alibi if learn else None,
+                           block_mask=bm)
+                inputs = (q, k, v, slopes, head_bias) if learn else (q, k, v)
+                sets.append((out, inputs, torch.randn_like(out)))
+
+            def run(i):
+                out, inputs, dout = sets[i]
+                torch.autograd.grad(out, inputs, dout, retain_graph=True)
+
+            ms = median_ms(run, len(sets))
+        except Exception as err:  # a compile failure is a result, not a crash
+            print(f"{name}: unavailable ({str(err).splitlines()[0]})")
+            continue
+        print(f"peer-bwd {name:12s} {label} B{B} H{H} S{S} D{D} "
+              f"{'causal' if causal else 'full'}: {ms:.3f} ms  "
+              f"{flops / (ms * 1e-3) / 1e12:.1f} TFLOPS")
+        del sets
 
 
 if __name__ == "__main__":
