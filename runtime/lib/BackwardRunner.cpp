@@ -1,6 +1,7 @@
 // BackwardRunner: compile the bwd_sm80 kernels, lay out the workspaces, and
 // launch block lists, doosum, dK/dV, dQ and the input-gradient reduction.
 #include "BackwardRunner.h"
+#include "ForwardLaunch.h"
 
 #include "attn/codegen/InputLayout.h"
 #include "attn/runtime/CudaDriver.h"
@@ -19,47 +20,6 @@
 namespace attn::runtime {
 
 namespace {
-
-uint64_t bitsOf(const void *P) { return reinterpret_cast<uintptr_t>(P); }
-
-/// The generated Inputs struct as 8-byte slots (codegen/InputLayout.h), from
-/// validated values.
-std::vector<uint64_t> inputSlots(const ir::Graph &G, const CallShape &C,
-                                 const InputMap &Inputs) {
-  codegen::InputLayout Layout = codegen::inputLayout(G);
-  std::vector<uint64_t> Slots(Layout.TotalSlots, 0);
-  for (const codegen::InputSlots &S : Layout.Inputs) {
-    const InputValue &Val = Inputs.at(S.Name);
-    uint64_t *Slot = &Slots[S.First];
-    if (S.Shape == ir::InputShape::Scalar) {
-      float F = std::get<float>(Val);
-      std::memcpy(Slot, &F, sizeof F);
-      continue;
-    }
-    const TensorView &T = std::get<TensorView>(Val);
-    Slot[0] = bitsOf(T.Data);
-    switch (S.Shape) {
-    case ir::InputShape::Scalar:
-    case ir::InputShape::PerHead:
-      Slot[4] = uint64_t(C.H);
-      break;
-    case ir::InputShape::PerRow:
-    case ir::InputShape::PerKey:
-      Slot[1] = uint64_t(T.Strides[0]);
-      Slot[2] = uint64_t(T.Strides[1]);
-      Slot[4] = uint64_t(T.Shape[2]);
-      break;
-    case ir::InputShape::Full:
-      Slot[1] = uint64_t(T.Strides[0]);
-      Slot[2] = uint64_t(T.Strides[1]);
-      Slot[3] = uint64_t(T.Strides[2]);
-      Slot[4] = uint64_t(T.Shape[2]);
-      Slot[5] = uint64_t(T.Shape[3]);
-      break;
-    }
-  }
-  return Slots;
-}
 
 int ceilDiv(int64_t A, int64_t B) { return int((A + B - 1) / B); }
 

@@ -10,35 +10,13 @@ namespace attn::runtime {
 
 static uint64_t bitsOf(const void *P) { return reinterpret_cast<uintptr_t>(P); }
 
-ForwardLaunch makeForwardLaunch(const ir::Graph &G, const CallShape &C,
-                                const ForwardTensors &T, const InputMap &Inputs,
-                                int BlockM, int BlockN) {
-  ForwardLaunch L;
-  attnc::FwdArgs &A = L.Args;
-  A.q = T.Q.Data;
-  A.k = T.K.Data;
-  A.v = T.V.Data;
-  A.o = T.Out.Data;
-  A.finals = T.Finals ? static_cast<float *>(T.Finals->Data) : nullptr;
-  long long *Dst[4] = {&A.q_sb, &A.k_sb, &A.v_sb, &A.o_sb};
-  const int64_t(*Src[4])[3] = {&C.Q, &C.K, &C.V, &C.O};
-  for (int I = 0; I < 4; ++I)
-    for (int J = 0; J < 3; ++J)
-      Dst[I][J] = (*Src[I])[J];
-  A.batch = int(C.B);
-  A.heads = int(C.H);
-  A.heads_kv = int(C.Hkv);
-  A.seq_q = int(C.Sq);
-  A.seq_kv = int(C.Skv);
-  A.m_blocks = int((C.Sq + BlockM - 1) / BlockM);
-  A.n_blocks = int((C.Skv + BlockN - 1) / BlockN);
-  A.mask_per_head = codegen::maskPerHead(G) ? 1 : 0;
-
+std::vector<uint64_t> inputSlots(const ir::Graph &G, const CallShape &C,
+                                 const InputMap &Inputs) {
   codegen::InputLayout Layout = codegen::inputLayout(G);
-  L.InputSlots.assign(Layout.TotalSlots, 0);
+  std::vector<uint64_t> Slots(Layout.TotalSlots, 0);
   for (const codegen::InputSlots &S : Layout.Inputs) {
     const InputValue &Val = Inputs.at(S.Name);
-    uint64_t *Slot = &L.InputSlots[S.First];
+    uint64_t *Slot = &Slots[S.First];
     if (S.Shape == ir::InputShape::Scalar) {
       float F = std::get<float>(Val);
       std::memcpy(Slot, &F, sizeof F);
@@ -66,6 +44,34 @@ ForwardLaunch makeForwardLaunch(const ir::Graph &G, const CallShape &C,
       break;
     }
   }
+  return Slots;
+}
+
+ForwardLaunch makeForwardLaunch(const ir::Graph &G, const CallShape &C,
+                                const ForwardTensors &T, const InputMap &Inputs,
+                                int BlockM, int BlockN) {
+  ForwardLaunch L;
+  attnc::FwdArgs &A = L.Args;
+  A.q = T.Q.Data;
+  A.k = T.K.Data;
+  A.v = T.V.Data;
+  A.o = T.Out.Data;
+  A.finals = T.Finals ? static_cast<float *>(T.Finals->Data) : nullptr;
+  long long *Dst[4] = {&A.q_sb, &A.k_sb, &A.v_sb, &A.o_sb};
+  const int64_t(*Src[4])[3] = {&C.Q, &C.K, &C.V, &C.O};
+  for (int I = 0; I < 4; ++I)
+    for (int J = 0; J < 3; ++J)
+      Dst[I][J] = (*Src[I])[J];
+  A.batch = int(C.B);
+  A.heads = int(C.H);
+  A.heads_kv = int(C.Hkv);
+  A.seq_q = int(C.Sq);
+  A.seq_kv = int(C.Skv);
+  A.m_blocks = int((C.Sq + BlockM - 1) / BlockM);
+  A.n_blocks = int((C.Skv + BlockN - 1) / BlockN);
+  A.mask_per_head = codegen::maskPerHead(G) ? 1 : 0;
+
+  L.InputSlots = inputSlots(G, C, Inputs);
   return L;
 }
 

@@ -19,6 +19,12 @@ struct ForwardLaunch {
   std::vector<uint64_t> InputSlots;
 };
 
+/// The generated Inputs struct as 8-byte slots (codegen/InputLayout.h) from
+/// validated custom-input values; every kernel of a definition (forward,
+/// reference, backward) takes its inputs this way.
+std::vector<uint64_t> inputSlots(const ir::Graph &G, const CallShape &C,
+                                 const InputMap &Inputs);
+
 /// FwdArgs and input slots for a call; \p BlockM and \p BlockN give the
 /// block counts (a kernel without tiles passes 1 and 1).
 ForwardLaunch makeForwardLaunch(const ir::Graph &G, const CallShape &C,
