@@ -52,7 +52,8 @@ namespace {
   X(cuEventSynchronize)                                                        \
   X(cuEventElapsedTime)                                                        \
   X(cuGetErrorName)                                                            \
-  X(cuGetErrorString)
+  X(cuGetErrorString)                                                          \
+  X(cuTensorMapEncodeTiled)
 
 /// Looks \p Symbol up in \p Handle into \p Fn; appends it to \p Missing
 /// when absent.

@@ -1,11 +1,15 @@
-// The "generated" backend: the fwd_sm80 skeleton instantiated with the
+// The "generated" backend: a forward skeleton instantiated with the
 // definition's Variant, one kernel per tile configuration, with the block
-// classification that lets it skip masked key blocks.
+// classification that lets it skip masked key blocks. On sm_90a the Hopper
+// skeleton fwd_sm90 is chosen when it supports the signature; fwd_sm80 is
+// the portable path and the fallback.
 #include "attn/runtime/Backend.h"
 
 #include "ForwardLaunch.h"
 #include "KernelModule.h"
+#include "TmaMaps.h"
 
+#include "attn/Error.h"
 #include "attn/runtime/ConfigSelect.h"
 #include "attn/runtime/CudaDriver.h"
 
@@ -17,13 +21,31 @@ namespace attn::runtime {
 
 namespace {
 
-/// One tile configuration, compiled and (once a call needs it) loaded.
+/// One kernel (a skeleton and its tile configuration), compiled and (once a
+/// call needs it) loaded.
 struct ForwardKernel {
   codegen::KernelSpec Spec;
+  /// fwd_sm90 with Sm90 as its configuration, else fwd_sm80 with
+  /// Spec.Config.
+  bool IsSm90 = false;
+  codegen::Sm90Config Sm90;
   codegen::KernelSource Source;
   CacheResult Cached;
   KernelModule Module;
   CUfunction Fwd = nullptr, Classify = nullptr, Compact = nullptr;
+
+  int blockM() const { return IsSm90 ? Sm90.BlockM : Spec.Config.BlockM; }
+  int blockN() const { return IsSm90 ? Sm90.BlockN : Spec.Config.BlockN; }
+  int threads() const {
+    return IsSm90 ? Sm90.threads() : Spec.Config.Warps * 32;
+  }
+  int sharedBytes() const {
+    return IsSm90 ? Sm90.sharedBytes(Spec.HeadDim, Spec.HeadDimV)
+                  : Spec.Config.sharedBytes(Spec.HeadDim, Spec.HeadDimV);
+  }
+  std::string configName() const {
+    return IsSm90 ? Sm90.str() : Spec.Config.str();
+  }
 
   void load() {
     if (Module.loaded())
@@ -32,22 +54,48 @@ struct ForwardKernel {
     Fwd = Module.function("attnc_fwd");
     Classify = Module.function("attnc_block_classify");
     Compact = Module.function("attnc_block_compact");
-    Module.allowSharedBytes(
-        Fwd, Spec.Config.sharedBytes(Spec.HeadDim, Spec.HeadDimV),
-        "config " + Spec.Config.str());
+    Module.allowSharedBytes(Fwd, sharedBytes(), "config " + configName());
   }
 };
+
+/// Which skeleton a signature asks for on \p Arch: Config "sm80" or an sm80
+/// configuration (or a tune file) selects fwd_sm80; "sm90" or an sm90
+/// configuration selects fwd_sm90 (UserError where it cannot serve the
+/// signature); an empty Config selects fwd_sm90 on sm_90a where it supports
+/// the dtype and head dims, else fwd_sm80.
+bool useSm90(const Signature &Sig, const codegen::KernelSpec &Base,
+             codegen::Sm90Config &Config) {
+  if (codegen::Sm90Config::names(Sig.Config)) {
+    Config = Sig.Config == "sm90"
+                 ? codegen::Sm90Config::defaultFor(Base.HeadDim, Base.HeadDimV)
+                 : codegen::Sm90Config::parse(Sig.Config);
+    if (std::string Why = codegen::sm90Unsupported(Base, Config); !Why.empty())
+      throw UserError("config '" + Sig.Config + "': " + Why);
+    return true;
+  }
+  if (!Sig.Config.empty() || !Sig.TuneFile.empty() || Sig.Tune)
+    return false;
+  Config = codegen::Sm90Config::defaultFor(Base.HeadDim, Base.HeadDimV);
+  return codegen::sm90Unsupported(Base, Config).empty();
+}
 
 class GeneratedBackend final : public AttentionBackend {
 public:
   GeneratedBackend(const CompiledDefinition &Def, const Signature &Sig,
                    const std::string &Arch)
-      : Def(Def) {
+      : Def(Def), Sig80(Sig) {
     Base.Dtype = Sig.Dtype;
     Base.HeadDim = Sig.HeadDim;
     Base.HeadDimV = Sig.HeadDimV;
     Base.Arch = Arch;
-    Base.Config = initialForwardConfig(Sig, Arch);
+    // The sm80 path sees "sm80" as no configuration (default or tuned).
+    if (Sig80.Config == "sm80")
+      Sig80.Config.clear();
+    if (useSm90(Sig, Base, Sm90Config)) {
+      Initial = &sm90Kernel();
+      return;
+    }
+    Base.Config = initialForwardConfig(Sig80, Arch);
     Initial = &kernelFor(Base.Config);
   }
   ~GeneratedBackend() override {
@@ -63,17 +111,18 @@ public:
   const CacheResult &cacheResult() const override { return Initial->Cached; }
 
   std::string check(const BackendProblem &P) const override {
-    codegen::FwdConfig C = selectForwardConfig(P);
+    int BlockM = Initial->IsSm90 ? Sm90Config.BlockM
+                                 : selectForwardConfig(sm80Problem(P)).BlockM;
     // Grid y (and z of the classification) carry batch·heads, grid x the
     // query blocks of the classification's y: CUDA limits both to 65535.
     if (P.Shape.B * P.Shape.H > 65535)
       return fmt::format("batch x heads is {}; at most 65535 are supported",
                          P.Shape.B * P.Shape.H);
-    int64_t MBlocks = (P.Shape.Sq + C.BlockM - 1) / C.BlockM;
+    int64_t MBlocks = (P.Shape.Sq + BlockM - 1) / BlockM;
     if (MBlocks > 65535)
       return fmt::format(
           "seq_q {} gives {} query blocks of {}; at most 65535 are supported",
-          P.Shape.Sq, MBlocks, C.BlockM);
+          P.Shape.Sq, MBlocks, BlockM);
     return "";
   }
 
@@ -81,6 +130,10 @@ public:
                const CallContext &Ctx) override;
 
 private:
+  /// P with the signature the sm80 path reads (Config "sm80" cleared).
+  BackendProblem sm80Problem(const BackendProblem &P) const {
+    return BackendProblem{P.Def, Sig80, P.Arch, P.Shape};
+  }
   ForwardKernel &kernelFor(const codegen::FwdConfig &C) {
     std::unique_ptr<ForwardKernel> &K = Kernels[C.str()];
     if (K)
@@ -94,11 +147,29 @@ private:
     K = std::move(New);
     return *K;
   }
+  ForwardKernel &sm90Kernel() {
+    std::unique_ptr<ForwardKernel> &K = Kernels[Sm90Config.str()];
+    if (K)
+      return *K;
+    auto New = std::make_unique<ForwardKernel>();
+    New->Spec = Base;
+    New->IsSm90 = true;
+    New->Sm90 = Sm90Config;
+    New->Source = codegen::generateForwardSm90(Def, New->Spec, Sm90Config);
+    New->Cached = KernelCache::global().getOrCompile(New->Source);
+    K = std::move(New);
+    return *K;
+  }
   void ensureMaskBuffers(size_t Groups, int MBlocks, int NBlocks);
+  void launch(ForwardKernel &K, const BackendProblem &P,
+              const ForwardTensors &T, const CallContext &Ctx,
+              const attnc::Sm90Maps *Maps);
 
   const std::string Name = "generated";
   const CompiledDefinition &Def;
+  Signature Sig80;
   codegen::KernelSpec Base;
+  codegen::Sm90Config Sm90Config;
   std::map<std::string, std::unique_ptr<ForwardKernel>> Kernels;
   ForwardKernel *Initial = nullptr;
   CUdeviceptr MaskBuf = 0;
@@ -120,10 +191,29 @@ void GeneratedBackend::ensureMaskBuffers(size_t Groups, int MBlocks,
 
 void GeneratedBackend::forward(const BackendProblem &P, const ForwardTensors &T,
                                const CallContext &Ctx) {
-  ForwardKernel &K = kernelFor(selectForwardConfig(P));
-  const codegen::FwdConfig &Cfg = K.Spec.Config;
+  if (Initial->IsSm90) {
+    attnc::Sm90Maps Maps;
+    std::string Why =
+        makeSm90Maps(P.Shape, T, Sm90Config.BlockM, Sm90Config.BlockN, Maps);
+    if (Why.empty()) {
+      launch(*Initial, P, T, Ctx, &Maps);
+      return;
+    }
+    // TMA cannot describe these strides: the portable kernel can.
+  }
+  BackendProblem P80 = sm80Problem(P);
+  codegen::FwdConfig C =
+      Initial->IsSm90 ? codegen::FwdConfig::defaultFor(Base.HeadDim,
+                                                       Base.HeadDimV, Base.Arch)
+                      : selectForwardConfig(P80);
+  launch(kernelFor(C), P80, T, Ctx, nullptr);
+}
+
+void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
+                              const ForwardTensors &T, const CallContext &Ctx,
+                              const attnc::Sm90Maps *Maps) {
   ForwardLaunch L = makeForwardLaunch(*Def.Graph, P.Shape, T, Ctx.Inputs,
-                                      Cfg.BlockM, Cfg.BlockN);
+                                      K.blockM(), K.blockN());
   K.load();
   CudaDriver &D = CudaDriver::get();
   attnc::FwdArgs &A = L.Args;
@@ -146,21 +236,21 @@ void GeneratedBackend::forward(const BackendProblem &P, const ForwardTensors &T,
     M.n_blocks = A.n_blocks;
     M.mask_per_head = A.mask_per_head;
     void *ClassifyParams[] = {&M, L.InputSlots.data()};
-    D.check(D.cuLaunchKernel(K.Classify, A.n_blocks, A.m_blocks, Groups, 256,
-                             1, 1, 0, Ctx.Stream, ClassifyParams, nullptr),
+    D.check(D.cuLaunchKernel(K.Classify, A.n_blocks, A.m_blocks, Groups, 256, 1,
+                             1, 0, Ctx.Stream, ClassifyParams, nullptr),
             "launch attnc_block_classify");
     void *CompactParams[] = {&M};
-    D.check(D.cuLaunchKernel(K.Compact, unsigned((Rows + 127) / 128), 1, 1,
-                             128, 1, 1, 0, Ctx.Stream, CompactParams, nullptr),
+    D.check(D.cuLaunchKernel(K.Compact, unsigned((Rows + 127) / 128), 1, 1, 128,
+                             1, 1, 0, Ctx.Stream, CompactParams, nullptr),
             "launch attnc_block_compact");
     A.block_count = M.block_count;
     A.block_list = M.block_list;
   }
-  void *Params[] = {&A, L.InputSlots.data()};
-  int Smem = Cfg.sharedBytes(K.Spec.HeadDim, K.Spec.HeadDimV);
+  void *Params[] = {&A, L.InputSlots.data(),
+                    const_cast<attnc::Sm90Maps *>(Maps)};
   D.check(D.cuLaunchKernel(K.Fwd, A.m_blocks, unsigned(A.batch * A.heads), 1,
-                           Cfg.Warps * 32, 1, 1, Smem, Ctx.Stream, Params,
-                           nullptr),
+                           K.threads(), 1, 1, K.sharedBytes(), Ctx.Stream,
+                           Params, nullptr),
           "launch attnc_fwd");
 }
 

@@ -1,7 +1,9 @@
 // GPU forward test: every transformer example on both backends (the
-// generated sm80 kernel and the reference kernel) against the
-// double-precision CPU reference, with the FlashAttention tolerance rule.
-// Exits 77 (ctest: skipped) where there is no GPU.
+// generated kernel and the reference kernel) against the double-precision
+// CPU reference, with the FlashAttention tolerance rule. On sm_90a the
+// generated backend runs the Hopper skeleton (fwd_sm90) by default, so each
+// case with the default configuration also runs fwd_sm80, forced with the
+// configuration "sm80". Exits 77 (ctest: skipped) where there is no GPU.
 #include "GpuSupport.h"
 
 #include "Examples.h"
@@ -15,6 +17,7 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 
 using namespace attn;
@@ -102,6 +105,17 @@ double secondsSince(std::chrono::steady_clock::time_point T0) {
       .count();
 }
 
+/// "sm90" or "sm80": the skeleton of a generated backend's kernel, read off
+/// its key (NAME.fwd_sm90. ... or NAME.fwd_sm80. ...).
+std::string skeletonOf(const runtime::Attention &A) {
+  const std::string &Key = A.source().Key;
+  if (Key.find(".fwd_sm90.") != std::string::npos)
+    return "sm90";
+  if (Key.find(".fwd_sm80.") != std::string::npos)
+    return "sm80";
+  return "?";
+}
+
 /// Runs case \p C on each backend, every one on the same inputs and against
 /// the same double-precision results.
 std::vector<Outcome> runCase(const Case &C, uint64_t Seed) {
@@ -120,6 +134,13 @@ std::vector<Outcome> runCase(const Case &C, uint64_t Seed) {
   RefSig.Backend = "reference";
   RefSig.Config.clear();
   runtime::Attention RefAtt(Def, RefSig);
+  // Where the default is the Hopper skeleton, the portable one as well.
+  std::unique_ptr<runtime::Attention> Att80;
+  if (skeletonOf(Att) == "sm90" && C.Config.empty()) {
+    runtime::Signature Sig80 = Sig;
+    Sig80.Config = "sm80";
+    Att80 = std::make_unique<runtime::Attention>(Def, Sig80);
+  }
   const ir::Graph &G = *Att.definition().Graph;
 
   std::mt19937_64 Rng(Seed);
@@ -165,7 +186,10 @@ std::vector<Outcome> runCase(const Case &C, uint64_t Seed) {
   runtime::TensorView Finals = runtime::TensorView::contiguous(
       DF.get(), runtime::ElemType::F32, {int64_t(NumFinals), C.B, C.H, C.Sq});
   std::vector<Outcome> Outcomes;
-  for (runtime::Attention *A : {&Att, &RefAtt}) {
+  std::vector<runtime::Attention *> Runs = {&Att, &RefAtt};
+  if (Att80)
+    Runs.insert(Runs.begin() + 1, Att80.get());
+  for (runtime::Attention *A : Runs) {
     DO.poison();
     DF.poison();
     T0 = std::chrono::steady_clock::now();
@@ -181,8 +205,10 @@ std::vector<Outcome> runCase(const Case &C, uint64_t Seed) {
     if (NumFinals)
       DF.download(FVals.data(), FVals.size() * 4);
 
-    Outcome R{A->lastBackend(), 0, 0, 0, 0, true, CompileS, ReferenceS,
-              secondsSince(T0)};
+    std::string Label = A->lastBackend();
+    if (Label == "generated")
+      Label += "/" + skeletonOf(*A);
+    Outcome R{Label, 0, 0, 0, 0, true, CompileS, ReferenceS, secondsSince(T0)};
     for (int b = 0; b < C.B; ++b)
       for (int h = 0; h < C.H; ++h)
         for (int s = 0; s < C.Sq; ++s) {
@@ -250,6 +276,20 @@ std::vector<Case> cases(bool Quick) {
         {"mha", DType::F16, 128, 128, 1, 2, 2, 333, 333, Layout::BSHD, Cfg});
   Out.push_back(
       {"mha", DType::BF16, 128, 128, 1, 1, 1, 4096, 4096, Layout::BSHD, ""});
+  // The Hopper skeleton's other configurations (one consumer warpgroup, key
+  // blocks of 64 and 192, deeper rings), and head dims above 128 (its
+  // default there has key blocks of 64) with D != DV, on a causal, a
+  // windowed and an unmasked definition.
+  for (const char *Cfg : {"sm90.m64n128s2", "sm90.m128n64s3", "sm90.m128n192s2",
+                          "sm90.m64n64s4", "sm90.m128n128s2", "sm90.m128n64s4"})
+    Out.push_back(
+        {"mha", DType::F16, 128, 128, 1, 2, 2, 333, 333, Layout::BSHD, Cfg});
+  Out.push_back({"mha_window", DType::BF16, 128, 128, 2, 2, 1, 777, 777,
+                 Layout::BHSD, "sm90.m64n128s3"});
+  for (const char *E : {"mha", "mha_window", "mha_full"})
+    for (Dims Dm : {Dims{256, 256}, Dims{192, 128}, Dims{128, 192}})
+      Out.push_back({E, DType::BF16, Dm.D, Dm.DV, 1, 2, 2, 300, 300,
+                     Layout::BSHD, ""});
   return Out;
 }
 
@@ -270,13 +310,15 @@ int main(int Argc, char **Argv) {
   for (const Case &C : cases(Quick)) {
     if (Filter && C.Def != Filter)
       continue;
+    if (C.Config.rfind("sm90", 0) == 0 && Dev.arch() != "sm_90a")
+      continue; // the Hopper skeleton's configurations need sm_90a
     std::string Name = fmt::format("{} {} d{}/{} b{} h{}/{} s{}x{} {}{}", C.Def,
                                    dtypeName(C.Dt).str(), C.D, C.DV, C.B, C.H,
                                    C.Hkv, C.Sq, C.Skv, layoutName(C.L).str(),
                                    C.Config.empty() ? "" : " " + C.Config);
     try {
       for (const Outcome &R : runCase(C, Seed++)) {
-        std::printf("%-58s %-9s err %.2e plain %.2e tol %.2e finals %.1e "
+        std::printf("%-58s %-14s err %.2e plain %.2e tol %.2e finals %.1e "
                     "[%.1fs %.1fs %.2fs]  %s\n",
                     Name.c_str(), R.Backend.c_str(), R.Err, R.PlainErr, R.Tol,
                     R.FinalErr, R.CompileS, R.ReferenceS, R.DeviceS,

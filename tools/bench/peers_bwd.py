@@ -7,7 +7,9 @@ input set; only torch.autograd.grad (the backward kernels) is timed, with
 CUDA events, warm-up, median of 30, inputs rotated over three sets. FLOPs are
 2.5 x the forward's 4*B*H*S^2*D, halved for causal.
 
-    python3 tools/bench/peers_bwd.py f16 B H S D
+    python3 tools/bench/peers_bwd.py f16 B H S D [noflex]
+
+With "noflex" the FlexAttention rows (each a torch.compile) are left out.
 """
 import sys
 
@@ -62,7 +64,8 @@ def main():
                   f"{'causal' if causal else 'full'}: {ms:.3f} ms  "
                   f"{flops / (ms * 1e-3) / 1e12:.1f} TFLOPS")
             del sets
-    flex_peers(dt, B, H, S, D, sys.argv[1])
+    if "noflex" not in sys.argv[6:]:
+        flex_peers(dt, B, H, S, D, sys.argv[1])
 
 
 def causal_mask(b, h, q, kv):

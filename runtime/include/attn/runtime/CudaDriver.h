@@ -63,6 +63,12 @@ public:
   CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent) = nullptr;
   CUresult (*cuGetErrorName)(CUresult, const char **) = nullptr;
   CUresult (*cuGetErrorString)(CUresult, const char **) = nullptr;
+  /// Tensor maps for TMA (the sm90 skeleton); host-side only, no launch.
+  CUresult (*cuTensorMapEncodeTiled)(
+      CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+      const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+      const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+      CUtensorMapL2promotion, CUtensorMapFloatOOBfill) = nullptr;
 
 private:
   CudaDriver();

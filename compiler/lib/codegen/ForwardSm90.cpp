@@ -1,0 +1,112 @@
+// The sm90 (Hopper) forward kernel: its tile configuration, and the
+// generated Inputs and Variant structs rendered into the fwd_sm90 template.
+#include "attn/codegen/Codegen.h"
+
+#include "attn/Error.h"
+#include "attn/codegen/Template.h"
+#include "attn/codegen/Templates.h"
+#include "attn/codegen/VariantSource.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace attn::codegen {
+
+std::string Sm90Config::str() const {
+  return fmt::format("sm90.m{}n{}s{}", BlockM, BlockN, Stages);
+}
+
+Sm90Config Sm90Config::parse(const std::string &Text) {
+  Sm90Config C;
+  if (std::sscanf(Text.c_str(), "sm90.m%dn%ds%d", &C.BlockM, &C.BlockN,
+                  &C.Stages) != 3 ||
+      C.str() != Text)
+    throw UserError("config '" + Text +
+                    "': expected sm90.m<block M>n<block N>s<stages>, e.g. "
+                    "sm90.m128n128s2");
+  return C;
+}
+
+bool Sm90Config::names(const std::string &Text) {
+  return Text == "sm90" || Text.rfind("sm90.", 0) == 0;
+}
+
+int Sm90Config::sharedBytes(int D, int DV) const {
+  return 1024 + 2 * (BlockM * D + Stages * BlockN * (D + DV)) + 256;
+}
+
+Sm90Config Sm90Config::defaultFor(int D, int DV) {
+  // Three stages where they fit: with two, the next K/V load can start
+  // only once P·V of the block before has finished, and its latency shows.
+  Sm90Config C{128, std::max(D, DV) > 128 ? 64 : 128, 3};
+  if (C.sharedBytes(D, DV) > archSharedLimit("sm_90a"))
+    C.Stages = 2;
+  return C;
+}
+
+std::string Sm90Config::structuralError() const {
+  if (BlockM != 64 && BlockM != 128)
+    return fmt::format("config {}: block M must be 64 or 128 (one or two "
+                       "consumer warpgroups of 64 rows)",
+                       str());
+  if (BlockN != 64 && BlockN != 128 && BlockN != 192)
+    return fmt::format("config {}: block N must be 64, 128 or 192", str());
+  if (Stages < 2 || Stages > 4)
+    return fmt::format("config {}: stages must be 2, 3 or 4", str());
+  return "";
+}
+
+std::string sm90Unsupported(const KernelSpec &Spec, const Sm90Config &C) {
+  if (Spec.Arch != "sm_90a")
+    return "fwd_sm90 needs arch sm_90a (wgmma, setmaxnreg), not '" +
+           Spec.Arch + "'";
+  for (auto [Name, V] :
+       {std::pair{"head_dim", Spec.HeadDim}, {"head_dim_v", Spec.HeadDimV}})
+    if (V != 64 && V != 128 && V != 192 && V != 256)
+      return fmt::format(
+          "{} {} is not supported by fwd_sm90; expected 64, 128, 192 or 256",
+          Name, V);
+  if (std::string Why = C.structuralError(); !Why.empty())
+    return Why;
+  int Bytes = C.sharedBytes(Spec.HeadDim, Spec.HeadDimV);
+  if (Bytes > archSharedLimit("sm_90a"))
+    return fmt::format(
+        "config {} needs {} bytes of shared memory for d{}/{}; sm_90a has {}",
+        C.str(), Bytes, Spec.HeadDim, Spec.HeadDimV,
+        archSharedLimit("sm_90a"));
+  return "";
+}
+
+std::string forwardKeySm90(const CompiledDefinition &Def,
+                           const KernelSpec &Spec, const Sm90Config &C) {
+  return fmt::format("{}.fwd_sm90.{}.d{}x{}.{}.{}", Def.Graph->name(),
+                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     Spec.Arch, C.str());
+}
+
+KernelSource generateForwardSm90(const CompiledDefinition &Def,
+                                 const KernelSpec &Spec, const Sm90Config &C) {
+  if (Def.Graph->decls().Kind != ir::DefinitionKind::Transformer)
+    throw NotSupportedYet("code generation for linear attention ('" +
+                          Def.Graph->name() + "')");
+  if (std::string Why = sm90Unsupported(Spec, C); !Why.empty())
+    throw UserError(Why);
+  KernelSource Src;
+  Src.Key = forwardKeySm90(Def, Spec, C);
+  Src.Arch = Spec.Arch;
+  Src.Entries = {"attnc_fwd", "attnc_block_classify", "attnc_block_compact"};
+  std::map<std::string, std::string> Values =
+      variantTemplateValues(Def, Spec, Src.Key);
+  Values["threads"] = std::to_string(C.threads());
+  Values["block_m"] = std::to_string(C.BlockM);
+  Values["block_n"] = std::to_string(C.BlockN);
+  Values["stages"] = std::to_string(C.Stages);
+  Values["smem_bytes"] =
+      std::to_string(C.sharedBytes(Spec.HeadDim, Spec.HeadDimV));
+  Src.Source = render("fwd_sm90.cu.in", templateText("fwd_sm90.cu.in"), Values);
+  return Src;
+}
+
+} // namespace attn::codegen

@@ -1,0 +1,415 @@
+// fwd_sm90: the Hopper forward skeleton (sm_90a). One CTA per (query block,
+// batch·head) of one producer warpgroup and kBlockM/64 consumer warpgroups.
+// The producer's first thread loads Q once and streams K/V tiles with TMA
+// into a ring of kStages shared-memory stages completed on mbarriers; each
+// consumer warpgroup owns 64 query rows and computes S = Q·Kᵀ (wgmma, both
+// operands in shared memory) and O += P·V (wgmma with P from registers).
+// Two consumers take turns on the tensor cores (ping-pong, two named
+// barriers), so one's softmax overlaps the other's GEMMs; within a
+// consumer, the P·V of block j-1 runs while the softmax of block j is
+// computed. The variant (score_mod, mask, online_fwd, epilogue) is the
+// generated Variant, called through fragments with the sm80 interface.
+#ifndef ATTNC_FWD_SM90_CUH
+#define ATTNC_FWD_SM90_CUH
+
+#include "attnc/attention_args.cuh"
+#include "attnc/fwd_sm80.cuh"
+#include "attnc/sm90_primitives.cuh"
+#include "attnc/sm90_wgmma.cuh"
+
+namespace attnc {
+
+/// One thread's view of a consumer warpgroup's S accumulator (m64nN): rows
+/// 16·warp + g and + 8 of the warpgroup's 64, two elements per n8 tile and
+/// row. The four lanes of a quad share a row, as in Sm80ScoreFrag.
+template <int NT, bool kFull> struct Sm90ScoreFrag {
+  static constexpr int kRows = 2;
+  static constexpr int kCols = 2 * NT;
+  using ActWord = ActBits<2 * NT>;
+  float (&acc)[NT][4];
+  const ActWord (&act)[2];
+  int row0, col0, tq;
+  __device__ __forceinline__ float &at(int r, int c) { return acc[c >> 1][r * 2 + (c & 1)]; }
+  __device__ __forceinline__ int row(int r) const { return row0 + 8 * r; }
+  __device__ __forceinline__ int col(int c) const {
+    return col0 + (c >> 1) * 8 + 2 * tq + (c & 1);
+  }
+  __device__ __forceinline__ bool active(int r, int c) const {
+    if constexpr (kFull)
+      return true;
+    else
+      return (act[r] >> c) & 1;
+  }
+  __device__ static __forceinline__ float allreduce_max(float x) { return quad_max(x); }
+  __device__ static __forceinline__ float allreduce_sum(float x) { return quad_sum(x); }
+};
+
+/// The O accumulator (m64nDV) row view for the epilogue.
+template <int VT> struct Sm90OutFrag {
+  static constexpr int kRows = 2;
+  static constexpr int kCols = 2 * VT;
+  float (&acc)[VT][4];
+  __device__ __forceinline__ float &at(int r, int c) { return acc[c >> 1][r * 2 + (c & 1)]; }
+};
+
+template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages>
+struct FwdSm90 {
+  static constexpr int kConsumers = kBlockM / 64;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int NT = kBlockN / 8;
+  static constexpr int VT = kDV / 8;
+  static_assert(kBlockM == 64 || kBlockM == 128, "one or two consumer warpgroups");
+  static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 192,
+                "key blocks of 64, 128 or 192 (the wgmma N of S)");
+  static_assert(kD % 64 == 0 && kDV % 64 == 0 && kD <= 256 && kDV <= 256,
+                "head dims are 64-column slabs of the 128-byte swizzle");
+  static_assert(kStages >= 2 && kStages <= 4, "a ring of 2 to 4 stages");
+  // Shared memory: each tile is a set of 64-column slabs ([rows][64], 128
+  // bytes a row, as TMA writes them with the 128-byte swizzle), every slab
+  // 1024-byte aligned. Q, then per stage K and V, then the mbarriers.
+  static constexpr int kQSlab = kBlockM * 128;
+  static constexpr int kKVSlab = kBlockN * 128;
+  static constexpr int kQBytes = kQSlab * (kD / 64);
+  static constexpr int kKBytes = kKVSlab * (kD / 64);
+  static constexpr int kVBytes = kKVSlab * (kDV / 64);
+  static constexpr int kStageBytes = kKBytes + kVBytes;
+  static constexpr int kBarOffset = kQBytes + kStages * kStageBytes;
+  /// 1024 bytes of slack to align the dynamic shared memory by hand, the
+  /// tiles, and 256 bytes of barriers (Sm90Config::sharedBytes says the same).
+  static constexpr int kSmemBytes = 1024 + kBarOffset + 256;
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+
+  __device__ static void run(const FwdArgs &a, const typename Variant::Inputs &in,
+                             const Sm90Maps &maps, unsigned char *smem) {
+    const u32 base = (smem_addr(smem) + 1023u) & ~1023u;
+    const u32 bar_q = base + kBarOffset;
+    const u32 bar_full = bar_q + 8;                 // [kStages]
+    const u32 bar_empty = bar_full + 8 * kStages;   // [kStages]
+    const int wg = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+      mbar_init(bar_q, 1);
+      for (int s = 0; s < kStages; ++s) {
+        mbar_init(bar_full + 8 * s, 1);
+        mbar_init(bar_empty + 8 * s, 4 * kConsumers); // one arrival per consumer warp
+      }
+      mbar_init_fence();
+    }
+    __syncthreads();
+
+    // Query blocks in reverse: under a causal mask the last ones have the
+    // most key blocks, and starting the longest CTAs first shortens the
+    // tail of the grid (one CTA per SM).
+    const int m_block = gridDim.x - 1 - blockIdx.x;
+    const int bh = blockIdx.y;
+    int count = (a.seq_kv + kBlockN - 1) / kBlockN;
+    const int *list = nullptr;
+    if constexpr (Variant::kHasMask) {
+      const long long group = a.mask_per_head ? bh : 0;
+      const long long row = group * a.m_blocks + m_block;
+      count = a.block_count[row];
+      list = a.block_list + row * a.n_blocks;
+    }
+    if (wg == 0) {
+      if constexpr (kConsumers == 2)
+        setmaxnreg_dec<kProducerRegs>();
+      if (threadIdx.x == 0 && count > 0)
+        produce(a, maps, list, count, m_block, base, bar_q, bar_full, bar_empty);
+    } else {
+      if constexpr (kConsumers == 2)
+        setmaxnreg_inc<kConsumerRegs>();
+      consume(a, in, list, count, m_block, base, bar_q, bar_full, bar_empty, wg - 1);
+    }
+  }
+
+  /// The j-th visited block's entry: from the block list when the variant
+  /// masks (read ahead of its use, so that the load's latency is not on
+  /// the softmax's path), else j.
+  __device__ static __forceinline__ int entry_of(const int *list, int j) {
+    if constexpr (Variant::kHasMask)
+      return list[j];
+    else
+      return j;
+  }
+  /// The key block of entry \p e (of the \p j-th visited block), and
+  /// whether it is fully unmasked.
+  __device__ static __forceinline__ int block_of(const FwdArgs &a, int e, int j, bool &full) {
+    if constexpr (Variant::kHasMask) {
+      full = (e >> 30) & 1;
+      return e & 0x3fffffff;
+    } else {
+      full = (j + 1) * kBlockN <= a.seq_kv;
+      return j;
+    }
+  }
+
+  /// The producer: one thread issues every TMA load of the CTA.
+  __device__ static void produce(const FwdArgs &a, const Sm90Maps &maps, const int *list,
+                                 int count, int m_block, u32 base, u32 bar_q,
+                                 u32 bar_full, u32 bar_empty) {
+    const int bh = blockIdx.y;
+    const int b = bh / a.heads, h = bh % a.heads;
+    const int hk = h / (a.heads / a.heads_kv);
+    tma_prefetch_desc(&maps.q);
+    tma_prefetch_desc(&maps.k);
+    tma_prefetch_desc(&maps.v);
+    const int qrow = m_block * kBlockM;
+    mbar_arrive_expect_tx(bar_q, kQBytes);
+#pragma unroll
+    for (int s = 0; s < kD / 64; ++s)
+      tma_load_4d(base + s * kQSlab, &maps.q, s * 64, tma_coord(1, maps.q_pos, qrow, h, b),
+                  tma_coord(2, maps.q_pos, qrow, h, b), tma_coord(3, maps.q_pos, qrow, h, b),
+                  bar_q);
+    for (int j = 0; j < count; ++j) {
+      const int stage = j % kStages;
+      if (j >= kStages)
+        mbar_wait(bar_empty + 8 * stage, ((j / kStages) + 1) & 1);
+      bool full;
+      const int row = block_of(a, entry_of(list, j), j, full) * kBlockN;
+      const u32 bar = bar_full + 8 * stage;
+      const u32 s_k = base + kQBytes + stage * kStageBytes;
+      mbar_arrive_expect_tx(bar, kStageBytes);
+#pragma unroll
+      for (int s = 0; s < kD / 64; ++s)
+        tma_load_4d(s_k + s * kKVSlab, &maps.k, s * 64, tma_coord(1, maps.k_pos, row, hk, b),
+                    tma_coord(2, maps.k_pos, row, hk, b), tma_coord(3, maps.k_pos, row, hk, b),
+                    bar);
+#pragma unroll
+      for (int s = 0; s < kDV / 64; ++s)
+        tma_load_4d(s_k + kKBytes + s * kKVSlab, &maps.v, s * 64,
+                    tma_coord(1, maps.v_pos, row, hk, b), tma_coord(2, maps.v_pos, row, hk, b),
+                    tma_coord(3, maps.v_pos, row, hk, b), bar);
+    }
+  }
+
+  /// One consumer warpgroup (\p wgc of kConsumers): 64 query rows.
+  __device__ static void consume(const FwdArgs &a, const typename Variant::Inputs &in,
+                                 const int *list, int count, int m_block, u32 base,
+                                 u32 bar_q, u32 bar_full, u32 bar_empty, int wgc) {
+    const int bh = blockIdx.y;
+    const int b = bh / a.heads, h = bh % a.heads;
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int g = lane / 4, tq = lane % 4;
+    const int row0 = m_block * kBlockM + wgc * 64 + warp * 16 + g; // this thread's row 0
+
+    float acc_o[VT][4];
+#pragma unroll
+    for (int t = 0; t < VT; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc_o[t][e] = 0.f;
+    typename Variant::RowState st[2];
+    bool seen[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      Variant::init(st[r]);
+      seen[r] = false;
+    }
+
+    if (count > 0) {
+      // Descriptors as 64-bit values; one k16 step moves the start address
+      // (the low field, in 16-byte units) within the swizzle atom.
+      const u64 q_desc = wgmma_desc_sw128(base + wgc * 64 * 128, 16, 1024);
+      const u64 k_desc0 = wgmma_desc_sw128(base + kQBytes, 16, 1024);
+      const u64 v_desc0 = wgmma_desc_sw128(base + kQBytes + kKBytes, kKVSlab, 1024);
+      float acc_s[NT][4];
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          acc_s[t][e] = 0.f; // overwritten by the first k step; defined for the compiler
+      u32 pf[kBlockN / 16][4];
+      float o_scale[2];
+
+      auto issue_s = [&](int stage) {
+        const u64 kd = k_desc0 + ((stage * kStageBytes) >> 4);
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; ++kk) {
+          const u64 qoff = (kk / 4) * (kQSlab >> 4) + (kk % 4) * 2;
+          const u64 koff = (kk / 4) * (kKVSlab >> 4) + (kk % 4) * 2;
+          Wgmma<kBlockN>::template ss<T>(acc_s, q_desc + qoff, kd + koff, kk > 0);
+        }
+        wgmma_commit();
+      };
+      auto issue_pv = [&](int stage) {
+        const u64 vd = v_desc0 + ((stage * kStageBytes) >> 4);
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
+          Wgmma<kDV>::template rs<T>(acc_o, pf[kk], vd + kk * (2048 >> 4), 1);
+        wgmma_commit();
+      };
+      // Ping-pong: a consumer issues its GEMMs only on its turn (named
+      // barrier 1 + wgc), then hands the turn over; consumer 0 starts.
+      auto turn_begin = [&]() {
+        if constexpr (kConsumers == 2)
+          named_bar_sync(1 + wgc, 256);
+      };
+      auto turn_end = [&](bool hand_over) {
+        if constexpr (kConsumers == 2)
+          if (hand_over)
+            named_bar_arrive(2 - wgc, 256);
+      };
+      auto softmax = [&](int j, int e) {
+        fence_regs(acc_s);
+        bool full;
+        const int col0 = block_of(a, e, j, full) * kBlockN;
+        if (full)
+          step<true>(a, in, acc_s, st, seen, o_scale, b, h, row0, col0, tq);
+        else
+          step<false>(a, in, acc_s, st, seen, o_scale, b, h, row0, col0, tq);
+      };
+      // O *= o_scale, then P as the A operand of m64nDVk16 (two n8 tiles of
+      // S per k16 step).
+      auto rescale_and_pack = [&]() {
+        if constexpr (!Variant::kOScaleIsOne) {
+#pragma unroll
+          for (int t = 0; t < VT; ++t) {
+            acc_o[t][0] *= o_scale[0];
+            acc_o[t][1] *= o_scale[0];
+            acc_o[t][2] *= o_scale[1];
+            acc_o[t][3] *= o_scale[1];
+          }
+        }
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+          pf[kk][0] = pack2<T>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
+          pf[kk][1] = pack2<T>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
+          pf[kk][2] = pack2<T>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
+          pf[kk][3] = pack2<T>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+        }
+      };
+      // The K and V of the block in \p stage are consumed: one arrival per warp.
+      auto release = [&](int stage) {
+        fence_regs(acc_o);
+        __syncwarp();
+        if (lane == 0)
+          mbar_arrive(bar_empty + 8 * stage);
+      };
+
+      mbar_wait(bar_q, 0);
+      if constexpr (kConsumers == 2)
+        if (wgc == 1)
+          named_bar_arrive(1, 256);
+      // Block 0: S only. The wgmma calls sit outside any data-dependent
+      // branch so that ptxas need not serialise them.
+      int e = entry_of(list, 0);
+      mbar_wait(bar_full, 0);
+      turn_begin();
+      wgmma_fence();
+      issue_s(0);
+      turn_end(true);
+      wgmma_wait<0>();
+      softmax(0, e);
+      rescale_and_pack();
+      // Blocks 1..count-1: S(j), then P(j-1)·V(j-1) running under the
+      // softmax of block j.
+      for (int j = 1; j < count; ++j) {
+        const int stage = j % kStages;
+        const int prev = (j - 1) % kStages;
+        e = entry_of(list, j);
+        mbar_wait(bar_full + 8 * stage, (j / kStages) & 1);
+        turn_begin();
+        wgmma_fence();
+        issue_s(stage);
+        issue_pv(prev);
+        turn_end(true);
+        wgmma_wait<1>();
+        softmax(j, e);
+        wgmma_wait<0>();
+        release(prev);
+        rescale_and_pack();
+      }
+      // The last P·V. Consumer 1 keeps the turn: both barriers end even.
+      turn_begin();
+      wgmma_fence();
+      issue_pv((count - 1) % kStages);
+      turn_end(wgc == 0);
+      wgmma_wait<0>();
+      release((count - 1) % kStages);
+    }
+    epilogue(a, in, acc_o, st, seen, b, h, bh, row0, tq);
+  }
+
+  /// score_mod, mask and online_fwd over one block of S; o_scale per row
+  /// (1 for a row without an active key).
+  template <bool kFull>
+  __device__ static __forceinline__ void
+  step(const FwdArgs &a, const typename Variant::Inputs &in, float (&acc_s)[NT][4],
+       typename Variant::RowState (&st)[2], bool (&seen)[2], float (&o_scale)[2], int b,
+       int h, int row0, int col0, int tq) {
+    using Frag = Sm90ScoreFrag<NT, kFull>;
+    typename Frag::ActWord act[2];
+    Frag f{acc_s, act, row0, col0, tq};
+    // Columns outside, rows inside: each key index is used for both rows
+    // at once instead of being kept live from the first row to the second.
+    if constexpr (!kFull)
+      act[0] = act[1] = 0;
+#pragma unroll
+    for (int c = 0; c < 2 * NT; ++c) {
+      const int ki = f.col(c);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int qi = f.row(r);
+        f.at(r, c) = Variant::score_mod(in, f.at(r, c), b, h, qi, ki);
+        if constexpr (!kFull)
+          act[r] |= typename Frag::ActWord(ki < a.seq_kv && Variant::mask(in, b, h, qi, ki))
+                    << c;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      o_scale[r] = 1.f;
+      bool any = true;
+      if constexpr (!kFull)
+        any = quad_any(act[r] != 0);
+      if (any) {
+        Variant::online_fwd(in, st[r], f, r, b, h, o_scale[r]);
+        seen[r] = true;
+      } else {
+#pragma unroll
+        for (int c = 0; c < 2 * NT; ++c)
+          f.at(r, c) = 0.f; // no key of this block reaches the row
+      }
+    }
+  }
+
+  /// The variant's epilogue per row, then O and the finals to global memory
+  /// (rows past seq_q are not stored).
+  __device__ static __forceinline__ void
+  epilogue(const FwdArgs &a, const typename Variant::Inputs &in, float (&acc_o)[VT][4],
+           typename Variant::RowState (&st)[2], bool (&seen)[2], int b, int h, int bh,
+           int row0, int tq) {
+    Sm90OutFrag<VT> of{acc_o};
+    unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb + h * a.o_sh;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int qrow = row0 + 8 * r;
+      float finals[Variant::kNumFinals > 0 ? Variant::kNumFinals : 1];
+      if (seen[r]) {
+        Variant::epilogue(in, st[r], of, r, b, h, qrow, finals);
+      } else {
+#pragma unroll
+        for (int c = 0; c < 2 * VT; ++c)
+          of.at(r, c) = 0.f;
+#pragma unroll
+        for (int f = 0; f < Variant::kNumFinals; ++f)
+          finals[f] = -__int_as_float(0x7f800000);
+      }
+      if (qrow >= a.seq_q)
+        continue;
+#pragma unroll
+      for (int t = 0; t < VT; ++t) {
+        const u32 packed = pack2<T>(of.at(r, 2 * t), of.at(r, 2 * t + 1));
+        *reinterpret_cast<u32 *>(o + (long long)qrow * a.o_ss + t * 8 + 2 * tq) = packed;
+      }
+      if (tq == 0)
+#pragma unroll
+        for (int f = 0; f < Variant::kNumFinals; ++f)
+          a.finals[((long long)f * a.batch * a.heads + bh) * a.seq_q + qrow] = finals[f];
+    }
+  }
+};
+
+} // namespace attnc
+
+#endif

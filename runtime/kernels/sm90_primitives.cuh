@@ -1,0 +1,130 @@
+// sm_90a building blocks: mbarriers, TMA tile loads (cp.async.bulk.tensor),
+// wgmma shared-memory descriptors and fences, named barriers, setmaxnreg.
+// Inline PTX only and no toolkit headers, like sm80_primitives.cuh, so NVRTC
+// needs no include path for it.
+#ifndef ATTNC_SM90_PRIMITIVES_CUH
+#define ATTNC_SM90_PRIMITIVES_CUH
+
+#include "attnc/sm80_primitives.cuh"
+#include "attnc/sm90_args.cuh"
+
+namespace attnc {
+
+// ---- mbarrier -------------------------------------------------------------
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+/// Makes the initialised barriers visible to the async proxy (TMA) and to
+/// the other threads once followed by a CTA barrier.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/// One arrival that also announces \p bytes of TMA traffic to wait for.
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/// Blocks until the phase of parity \p parity has completed.
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// ---- TMA ------------------------------------------------------------------
+
+/// Loads one box of the 4-D tensor \p map at coordinates (c0..c3, innermost
+/// first) into shared memory at \p dst, completing \p bar's transaction
+/// count. Out-of-bounds elements are written as zeros.
+__device__ __forceinline__ void tma_load_4d(u32 dst, const TmaDesc *map, int c0, int c1,
+                                            int c2, int c3, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2),
+      "r"(c3), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_desc(const TmaDesc *map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(map))
+               : "memory");
+}
+/// The coordinate of slot \p slot (1..3) given the sequence, head and batch
+/// indices and their packed slots (Sm90Maps::*_pos).
+__device__ __forceinline__ int tma_coord(int slot, int pos, int s, int h, int b) {
+  return ((pos & 3) == slot ? s : 0) + (((pos >> 2) & 3) == slot ? h : 0) +
+         (((pos >> 4) & 3) == slot ? b : 0);
+}
+
+// ---- wgmma ----------------------------------------------------------------
+
+/// A shared-memory matrix descriptor for the 128-byte swizzle (the layout
+/// TMA writes with CU_TENSOR_MAP_SWIZZLE_128B): start address, leading and
+/// stride byte offsets (each field the byte value >> 4), base offset 0 (every
+/// tile starts on a 1024-byte boundary), layout type 1 in bits 62-63.
+__device__ __forceinline__ u64 wgmma_desc_sw128(u32 addr, u32 lbo, u32 sbo) {
+  return static_cast<u64>((addr & 0x3ffffu) >> 4) |
+         (static_cast<u64>((lbo & 0x3ffffu) >> 4) << 16) |
+         (static_cast<u64>((sbo & 0x3ffffu) >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+/// Waits until at most \p N of this warpgroup's committed groups are pending.
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/// Pins the accumulator registers in place across an async wgmma boundary:
+/// the compiler may not move reads or writes of \p acc across this point.
+template <int A, int B>
+__device__ __forceinline__ void fence_regs(float (&acc)[A][B]) {
+#pragma unroll
+  for (int i = 0; i < A; ++i)
+#pragma unroll
+    for (int j = 0; j < B; ++j)
+      asm volatile("" : "+f"(acc[i][j])::"memory");
+}
+template <int A, int B> __device__ __forceinline__ void fence_regs(u32 (&r)[A][B]) {
+#pragma unroll
+  for (int i = 0; i < A; ++i)
+#pragma unroll
+    for (int j = 0; j < B; ++j)
+      asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
+// ---- warpgroup control ----------------------------------------------------
+
+/// Named barriers (id 0 is __syncthreads): sync waits for \p count threads,
+/// arrive counts this warp in without waiting.
+__device__ __forceinline__ void named_bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+/// Gives registers back to (dec) or takes them from (inc) the CTA's pool;
+/// executed by every thread of a warpgroup.
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+} // namespace attnc
+
+#endif
