@@ -5,6 +5,7 @@
 #include "attn/Error.h"
 #include "attn/Pipeline.h"
 #include "attn/codegen/Codegen.h"
+#include "attn/codegen/LinearCodegen.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/KernelCache.h"
@@ -84,6 +85,11 @@ struct Options {
       cl::desc("Which kernel: generated (the fast skeleton) or reference "
                "(one row of scores per CTA, the tests' oracle)"),
       cl::init("generated"), cl::sub(Emit), cl::sub(Compile)};
+  CallOpt<std::string> LinearKernel{
+      "kernel",
+      cl::desc("Linear definitions: fwd (the forward scan) or bwd (the "
+               "backward's kernels)"),
+      cl::init("fwd"), cl::sub(Emit), cl::sub(Compile)};
   CallOpt<std::string> Output{"o", cl::desc("Output file (- for stdout)"),
                               cl::value_desc("file"), cl::init("-"),
                               cl::sub(Emit)};
@@ -171,11 +177,57 @@ codegen::KernelSource generateKernel(const Options &O,
                    "': expected generated or reference");
 }
 
+/// The linear_chunk kernel (--kernel fwd|bwd) of a linear definition, with
+/// the same options; --config is a LinearConfig ("c64v64w4b8").
+codegen::KernelSource linearKernel(const Options &O,
+                                   const dsl::DefinitionBase &Def,
+                                   bool ForCompile) {
+  codegen::LinearKernelSpec Spec;
+  std::optional<DType> T = dtypeFromName(O.Dtype);
+  if (!T)
+    throw UserError("--dtype '" + O.Dtype + "': expected f16 or bf16");
+  Spec.Dtype = *T;
+  Spec.HeadDim = O.HeadDim;
+  Spec.HeadDimV = O.HeadDimV ? O.HeadDimV.getValue() : O.HeadDim.getValue();
+  Spec.Arch = O.Arch;
+  if (Spec.Arch.empty()) {
+    Spec.Arch = "sm_80";
+    if (ForCompile && runtime::CudaDriver::get().available())
+      Spec.Arch = runtime::currentDevice().arch();
+  }
+  Spec.Config = O.Config.empty()
+                    ? codegen::LinearConfig::defaultFor(
+                          Spec.HeadDim, Spec.HeadDimV, Spec.Arch)
+                    : codegen::LinearConfig::parse(O.Config);
+  if (O.BackendName != "generated")
+    throw UsageError("--backend '" + O.BackendName + "': '" + Def.name +
+                     "' is linear attention, which has the generated kernels "
+                     "only");
+  if (O.LinearKernel != "fwd" && O.LinearKernel != "bwd")
+    throw UsageError("--kernel '" + O.LinearKernel + "': expected fwd or bwd");
+  Spec.validate();
+  CompiledDefinition C = compile(Def);
+  return O.LinearKernel == "fwd" ? codegen::generateLinearForward(C, Spec)
+                                 : codegen::generateLinearBackward(C, Spec);
+}
+
+/// The kernel emit and compile work on: a linear definition's linear_chunk
+/// kernel, else the --backend kernel of an attention definition.
+codegen::KernelSource kernelFor(const Options &O, const dsl::Registry &Registry,
+                                bool ForCompile) {
+  const dsl::DefinitionBase *D = Registry.find(O.KernelName);
+  if (D && D->kind() == ir::DefinitionKind::Linear)
+    return linearKernel(O, *D, ForCompile);
+  if (D && O.LinearKernel != "fwd")
+    throw UsageError("--kernel applies to linear definitions only");
+  codegen::KernelSpec Spec = kernelSpec(O, ForCompile);
+  CompiledDefinition C = compile(Registry.get(O.KernelName));
+  return generateKernel(O, C, Spec);
+}
+
 int runEmit(const Options &O, const dsl::Registry &Registry,
             llvm::raw_ostream &OS) {
-  codegen::KernelSpec Spec = kernelSpec(O, false);
-  CompiledDefinition C = compile(Registry.get(O.KernelName));
-  codegen::KernelSource Src = generateKernel(O, C, Spec);
+  codegen::KernelSource Src = kernelFor(O, Registry, false);
   std::string Text =
       O.StandaloneOpt ? inlineDeviceLibrary(Src.Source) : Src.Source;
   if (O.Output == "-") {
@@ -192,9 +244,7 @@ int runEmit(const Options &O, const dsl::Registry &Registry,
 
 int runCompile(const Options &O, const dsl::Registry &Registry,
                llvm::raw_ostream &OS) {
-  codegen::KernelSpec Spec = kernelSpec(O, true);
-  CompiledDefinition C = compile(Registry.get(O.KernelName));
-  codegen::KernelSource Src = generateKernel(O, C, Spec);
+  codegen::KernelSource Src = kernelFor(O, Registry, true);
   runtime::CacheResult R = runtime::KernelCache::global().getOrCompile(Src);
   OS << fmt::format("key:      {}\n", R.FullKey);
   OS << fmt::format("source:   {} (cache {})\n",

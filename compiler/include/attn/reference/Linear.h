@@ -6,6 +6,7 @@
 #include "attn/Pipeline.h"
 #include "attn/reference/Tensor.h"
 
+#include <functional>
 #include <optional>
 
 namespace attn::reference {
@@ -38,6 +39,51 @@ LinearOutputs linearRecurrent(const CompiledDefinition &Def,
 /// exp(G_i)·q_i S for the carried state; between chunks the state update.
 LinearOutputs linearChunked(const CompiledDefinition &Def,
                             const LinearInputs &In, int64_t Chunk);
+
+/// Gradients of a loss L given dL/dO = DO [B,H,T,DV] and, optionally,
+/// dL/dFinalState [B,H,D,DV]: of the raw q, k, v (shaped like them), of the
+/// decay [B,H,T] (zero where decay_mod ignores it), of the initial state
+/// (when the inputs have one), and of every declared custom input (its own
+/// shape: [] scalar, [H] per head, [B,H,T] per row).
+struct LinearGrads {
+  Tensor DQ, DK, DV, DDecay;
+  std::optional<Tensor> DInitialState;
+  InputValues DInputs;
+};
+
+/// The exact gradients in double precision, by the token recurrence run
+/// backwards (dS_t = q_tᵀ do_t + exp(g_{t+1}) dS_{t+1}, dg_t = exp(g_t)
+/// <S_{t−1}, dS_t>) and the mods' derivatives from the evaluator's dual
+/// numbers. (Batch, head) pairs are shared out over \p Threads threads.
+LinearGrads linearBackward(const CompiledDefinition &Def,
+                           const LinearInputs &In, const Tensor &DO,
+                           const std::optional<Tensor> &DFinalState,
+                           unsigned Threads = 1);
+
+/// A rounding applied where an implementation holds a value in 16 bits.
+using RoundFn = std::function<double(double)>;
+
+/// The chunked algorithm exactly as the linear_chunk kernels compute it
+/// (docs/linear.md), in double precision except that \p Round is applied
+/// to every value the kernels keep in 16 bits: the modded q, k, v, the
+/// state as an mma operand, the decay-masked chunk products, the decay-
+/// scaled k (forward) and q (backward). With the identity it is exact; with
+/// a dtype's rounding it is the tests' "plain low-precision
+/// implementation". The output is not rounded (the caller does).
+LinearOutputs linearChunkedModel(const CompiledDefinition &Def,
+                                 const LinearInputs &In, int64_t Chunk,
+                                 const RoundFn &Round, unsigned Threads = 1);
+
+/// The backward of the same model: the dq scan, the reverse dk/dv scan,
+/// the decay gradient as a chunk-local reverse sum of q·dq − k·dk plus
+/// <S_out, dS_out> per chunk, and the mods' derivatives. Gradients are not
+/// rounded.
+LinearGrads linearChunkedModelBackward(const CompiledDefinition &Def,
+                                       const LinearInputs &In,
+                                       const Tensor &DO,
+                                       const std::optional<Tensor> &DFinalState,
+                                       int64_t Chunk, const RoundFn &Round,
+                                       unsigned Threads = 1);
 
 } // namespace attn::reference
 

@@ -1,0 +1,102 @@
+// Code generation for linear-attention definitions: the chunked skeletons
+// (runtime/kernels/linear_chunk_*.cuh) instantiated with the generated mods
+// and, for the backward, their derivatives from the autodiff rules.
+#ifndef ATTN_CODEGEN_LINEARCODEGEN_H
+#define ATTN_CODEGEN_LINEARCODEGEN_H
+
+#include "attn/Pipeline.h"
+#include "attn/codegen/KernelSource.h"
+#include "attn/dsl/Problem.h"
+
+#include <string>
+
+namespace attn::codegen {
+
+/// Tile configuration of the chunked kernels, written c{Chunk}v{SliceV}
+/// w{Warps}b{BwdWarps} ("c64v64w4b8").
+struct LinearConfig {
+  /// Tokens per chunk: 32, 64 or 128.
+  int Chunk = 64;
+  /// Value columns per CTA: DV is split into DV / SliceV slices, each
+  /// carried by its own CTA (64 or 128).
+  int SliceV = 64;
+  /// Warps of the forward CTA and of the backward's two scans (4, 8 or 16).
+  int Warps = 4;
+  int BwdWarps = 8;
+
+  std::string str() const;
+  /// Parses what str() writes; UserError on anything else.
+  static LinearConfig parse(const std::string &Text);
+  /// The configuration used when none is given: chunks of 64, slices of 64
+  /// value columns, the fewest warps that keep every warp's share of the
+  /// state at 32 rows or less (docs/linear.md).
+  static LinearConfig defaultFor(int D, int DV, const std::string &Arch);
+  /// Why the skeletons cannot be instantiated with this configuration for
+  /// head dims \p D and \p DV, or empty. Shared memory is not checked here.
+  std::string structuralError(int D, int DV) const;
+  bool operator==(const LinearConfig &O) const {
+    return Chunk == O.Chunk && SliceV == O.SliceV && Warps == O.Warps &&
+           BwdWarps == O.BwdWarps;
+  }
+};
+
+/// Everything that selects one linear kernel besides the definition.
+struct LinearKernelSpec {
+  DType Dtype = DType::F16;
+  int HeadDim = 128;  ///< D of q and k: 64, 128 or 256
+  int HeadDimV = 128; ///< DV of v: a multiple of Config.SliceV, 64 to 512
+  std::string Arch = "sm_80";
+  LinearConfig Config;
+  /// UserError naming the field when a value is unsupported (head dims,
+  /// arch, the configuration's structure, shared memory on the arch).
+  void validate() const;
+};
+
+/// Dynamic shared memory of the three scans and whether each stages the
+/// next chunk with cp.async (staged when that still lets two CTAs share an
+/// SM, or when not even the unstaged layout would).
+struct LinearSmem {
+  int Fwd = 0, Dq = 0, Dkdv = 0;
+  bool FwdStaged = false, DqStaged = false, DkdvStaged = false;
+};
+LinearSmem linearSharedBytes(const LinearKernelSpec &Spec);
+
+/// Dynamic shared memory a CTA may use on \p Arch (the opt-in limit).
+int linearSharedLimit(const std::string &Arch);
+
+/// Value slices (DV / SliceV) and chunks of \p Seq tokens.
+inline int linearSlices(const LinearKernelSpec &S) {
+  return S.HeadDimV / S.Config.SliceV;
+}
+inline long long linearChunks(const LinearKernelSpec &S, long long Seq) {
+  return (Seq + S.Config.Chunk - 1) / S.Config.Chunk;
+}
+
+/// The forward: banner, Inputs, the Variant with q_mod, k_mod, v_mod and
+/// decay_mod as device functions, and the entry attnc_linear_fwd.
+/// UserError for a definition that is not linear attention.
+KernelSource generateLinearForward(const CompiledDefinition &Def,
+                                   const LinearKernelSpec &Spec);
+
+/// The backward: the same Variant plus each mod's derivative with respect
+/// to its element (or decay) and to every custom input, built with the
+/// autodiff pass's rules (transforms::tangent); entries
+/// attnc_linear_bwd_dq, attnc_linear_bwd_dkdv, attnc_linear_bwd_combine,
+/// attnc_linear_bwd_decay, attnc_linear_bwd_input_reduce and
+/// attnc_linear_bwd_group_reduce.
+KernelSource generateLinearBackward(const CompiledDefinition &Def,
+                                    const LinearKernelSpec &Spec);
+
+/// NAME.linear_fwd.DTYPE.dDxDV.ARCH.CONFIG and the same with linear_bwd.
+std::string linearForwardKey(const CompiledDefinition &Def,
+                             const LinearKernelSpec &Spec);
+std::string linearBackwardKey(const CompiledDefinition &Def,
+                              const LinearKernelSpec &Spec);
+
+/// True when \p Def's decay_mod reads the decay input (else the runtime
+/// takes no decay tensor).
+bool linearReadsDecay(const CompiledDefinition &Def);
+
+} // namespace attn::codegen
+
+#endif

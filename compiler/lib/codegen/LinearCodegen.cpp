@@ -1,0 +1,418 @@
+// Linear attention: the chunk configuration, the generated Variant (mods and
+// their derivatives) and the linear_fwd / linear_bwd templates.
+#include "attn/codegen/LinearCodegen.h"
+
+#include "attn/Error.h"
+#include "attn/codegen/Codegen.h"
+#include "attn/codegen/CodeWriter.h"
+#include "attn/codegen/InputLayout.h"
+#include "attn/codegen/Template.h"
+#include "attn/codegen/Templates.h"
+#include "attn/codegen/VariantEmitter.h"
+#include "attn/ir/Printer.h"
+#include "attn/ir/Walk.h"
+#include "attn/transforms/Autodiff.h"
+#include "attn/transforms/DCE.h"
+#include "attn/transforms/Simplify.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+namespace attn::codegen {
+
+using ir::ParamKind;
+
+std::string LinearConfig::str() const {
+  return fmt::format("c{}v{}w{}b{}", Chunk, SliceV, Warps, BwdWarps);
+}
+
+LinearConfig LinearConfig::parse(const std::string &Text) {
+  LinearConfig C;
+  if (std::sscanf(Text.c_str(), "c%dv%dw%db%d", &C.Chunk, &C.SliceV, &C.Warps,
+                  &C.BwdWarps) != 4 ||
+      C.str() != Text)
+    throw UserError("linear config '" + Text +
+                    "': expected c<chunk>v<value slice>w<warps>b<backward "
+                    "warps>, e.g. c64v64w4b8");
+  return C;
+}
+
+LinearConfig LinearConfig::defaultFor(int D, int, const std::string &) {
+  LinearConfig C;
+  C.Warps = D <= 128 ? 4 : 8;
+  C.BwdWarps = D <= 64 ? 4 : 8;
+  return C;
+}
+
+namespace {
+
+/// Dynamic shared memory of a scan (the layouts of linear_chunk_scan.cuh;
+/// the generated source static_asserts that they agree): kind 0 the
+/// forward (tiles q, k, v), 1 the dq scan (k, v, dout), 2 the dk/dv scan
+/// (q, k, v, dout); the modded tiles, the 16-bit state, the staging copies
+/// when staged, then 3·chunk + 4 floats of decay.
+int scanSharedBytes(int Kind, int D, int Vs, int C, bool Staged) {
+  int Tiles = Kind == 0 ? C * (2 * D + Vs)
+              : Kind == 1 ? C * (D + 2 * Vs)
+                          : C * (2 * D + 2 * Vs);
+  return 2 * Tiles * (Staged ? 2 : 1) + 2 * D * Vs + 4 * (3 * C + 4);
+}
+
+/// The warp layout rules of linear_chunk_scan.cuh (LinLayout and the scans'
+/// static_asserts) for \p Warps warps, state width \p D and output widths
+/// \p Outs; empty when they hold.
+std::string layoutError(const char *What, int Chunk, int Warps, int D,
+                        std::initializer_list<int> Outs) {
+  int RowTiles = Chunk / 16;
+  if (Warps % RowTiles != 0)
+    return fmt::format("{} warps ({}) must be a multiple of the chunk's m16 "
+                       "row tiles ({})",
+                       What, Warps, RowTiles);
+  int Groups = Warps / RowTiles;
+  if (D % Warps != 0 || (D / Warps) % 16 != 0)
+    return fmt::format("{} warps ({}) must split head_dim {} into whole m16 "
+                       "tiles of state rows",
+                       What, Warps, D);
+  for (int N : Outs)
+    if (N % Groups != 0 || (N / Groups) % 16 != 0)
+      return fmt::format("{}: {} output columns do not split into {} column "
+                         "groups of a multiple of 16",
+                         What, N, Groups);
+  return "";
+}
+
+} // namespace
+
+std::string LinearConfig::structuralError(int D, int DV) const {
+  if (Chunk != 32 && Chunk != 64 && Chunk != 128)
+    return fmt::format("chunk {} is not supported; expected 32, 64 or 128",
+                       Chunk);
+  if (SliceV != 64 && SliceV != 128)
+    return fmt::format("value slice {} is not supported; expected 64 or 128",
+                       SliceV);
+  for (int W : {Warps, BwdWarps})
+    if (W != 4 && W != 8 && W != 16)
+      return fmt::format("{} warps are not supported; expected 4, 8 or 16", W);
+  if (DV % SliceV != 0)
+    return fmt::format("head_dim_v {} is not a multiple of the value slice {}",
+                       DV, SliceV);
+  std::string E = layoutError("forward", Chunk, Warps, D, {SliceV});
+  if (E.empty())
+    E = layoutError("backward", Chunk, BwdWarps, D, {SliceV, D});
+  return E;
+}
+
+int linearSharedLimit(const std::string &Arch) {
+  if (Arch == "sm_80")
+    return 163 * 1024;
+  if (Arch == "sm_90a")
+    return 227 * 1024;
+  return 99 * 1024; // sm_86, sm_89
+}
+
+LinearSmem linearSharedBytes(const LinearKernelSpec &Spec) {
+  const int Limit = linearSharedLimit(Spec.Arch);
+  const LinearConfig &C = Spec.Config;
+  auto Pick = [&](int Kind, int &Bytes, bool &Staged) {
+    int Plain = scanSharedBytes(Kind, Spec.HeadDim, C.SliceV, C.Chunk, false);
+    int WithStage = scanSharedBytes(Kind, Spec.HeadDim, C.SliceV, C.Chunk, true);
+    // Prefetching the next chunk pays when it costs no occupancy, or when
+    // one CTA per SM is all there is anyway.
+    Staged = 2 * WithStage <= Limit || (2 * Plain > Limit && WithStage <= Limit);
+    Bytes = Staged ? WithStage : Plain;
+  };
+  LinearSmem S;
+  Pick(0, S.Fwd, S.FwdStaged);
+  Pick(1, S.Dq, S.DqStaged);
+  Pick(2, S.Dkdv, S.DkdvStaged);
+  return S;
+}
+
+void LinearKernelSpec::validate() const {
+  if (HeadDim != 64 && HeadDim != 128 && HeadDim != 256)
+    throw UserError(fmt::format("head_dim {} is not supported by the linear "
+                                "kernels; expected 64, 128 or 256",
+                                HeadDim));
+  if (HeadDimV < 64 || HeadDimV > 512 || HeadDimV % 64 != 0)
+    throw UserError(fmt::format("head_dim_v {} is not supported by the linear "
+                                "kernels; expected a multiple of 64 from 64 "
+                                "to 512",
+                                HeadDimV));
+  if (Arch != "sm_80" && Arch != "sm_86" && Arch != "sm_89" && Arch != "sm_90a")
+    throw UserError("arch '" + Arch +
+                    "' is not supported; expected sm_80, sm_86, sm_89 or sm_90a");
+  if (std::string E = Config.structuralError(HeadDim, HeadDimV); !E.empty())
+    throw UserError("linear config " + Config.str() + ": " + E);
+  LinearSmem S = linearSharedBytes(*this);
+  int Limit = linearSharedLimit(Arch);
+  for (auto [Name, Bytes] :
+       {std::pair{"forward", S.Fwd}, {"dq scan", S.Dq}, {"dk/dv scan", S.Dkdv}})
+    if (Bytes > Limit)
+      throw UserError(fmt::format(
+          "linear config {}: the {} needs {} bytes of shared memory for "
+          "d{}/{}; {} has {}",
+          Config.str(), Name, Bytes, HeadDim, HeadDimV, Arch, Limit));
+}
+
+std::string linearForwardKey(const CompiledDefinition &Def,
+                             const LinearKernelSpec &Spec) {
+  return fmt::format("{}.linear_fwd.{}.d{}x{}.{}.{}", Def.Graph->name(),
+                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     Spec.Arch, Spec.Config.str());
+}
+
+std::string linearBackwardKey(const CompiledDefinition &Def,
+                              const LinearKernelSpec &Spec) {
+  return fmt::format("{}.linear_bwd.{}.d{}x{}.{}.{}", Def.Graph->name(),
+                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     Spec.Arch, Spec.Config.str());
+}
+
+namespace {
+
+/// The four mods: function, result, the parameter they map.
+struct ModInfo {
+  const char *Fn, *Result;
+  ParamKind Kind;
+  const char *Param;
+};
+constexpr ModInfo Mods[] = {{"q_mod", "q", ParamKind::Element, "q"},
+                            {"k_mod", "k", ParamKind::Element, "k"},
+                            {"v_mod", "v", ParamKind::Element, "v"},
+                            {"decay_mod", "g", ParamKind::Decay, "decay"}};
+
+const ir::Node *modResult(const ir::Graph &G, const ModInfo &M) {
+  const ir::Function *F = G.getFunction(M.Fn);
+  const ir::Node *R = F ? F->result(M.Result) : nullptr;
+  if (!R)
+    throw InternalError("codegen: linear definition '" + G.name() +
+                        "' has no " + M.Fn);
+  return R;
+}
+
+/// The parameter of kind \p K named \p Name that \p R reads, or nullptr.
+const ir::Node *readParam(const ir::Node *R, ParamKind K,
+                          llvm::StringRef Name) {
+  for (const ir::ParamNode *P : ir::reachableParams({R}))
+    if (P->getParamKind() == K && P->getName() == Name)
+      return P;
+  return nullptr;
+}
+
+bool readsAnyInput(const ir::Node *R) {
+  for (const ir::ParamNode *P : ir::reachableParams({R}))
+    if (P->getParamKind() == ParamKind::Input)
+      return true;
+  return false;
+}
+
+/// Mod parameters as the generated functions name them: the element (or
+/// decay) is x, the indices b, h, t, inputs through the Inputs struct.
+std::string spell(const ir::Graph &G, const ir::ParamNode &P) {
+  switch (P.getParamKind()) {
+  case ParamKind::Element:
+  case ParamKind::Decay:
+    return "x";
+  case ParamKind::Index:
+    return P.getName().str();
+  case ParamKind::HeadDim:
+    return "kHeadDim";
+  case ParamKind::Input: {
+    const ir::InputDecl *D = G.decls().findInput(P.getName());
+    if (D && D->Shape == ir::InputShape::Scalar)
+      return "in." + P.getName().str();
+    return "in.load_" + P.getName().str() + "(b, h, t, 0)";
+  }
+  case ParamKind::Score:
+  case ParamKind::Scores:
+  case ParamKind::Output:
+  case ParamKind::Rowscale:
+  case ParamKind::FinalRowscale:
+  case ParamKind::Probs:
+  case ParamKind::GradProbs:
+  case ParamKind::Doosum:
+    break;
+  }
+  throw InternalError("codegen: a linear mod reads parameter '" +
+                      P.getName().str() + "'");
+}
+
+const std::string ModArgs = "(const Inputs &in, float x, int b, int h, int t";
+
+/// `static float NAME(in, x, b, h, t)` returning \p R.
+void emitScalar(CodeWriter &W, const ir::Graph &G, const std::string &Name,
+                const ir::Node *R) {
+  auto B = W.block("__device__ static __forceinline__ float " + Name + ModArgs +
+                   ")");
+  W.line("(void)in; (void)x; (void)b; (void)h; (void)t;");
+  ExprEmitter E(W, [&](const ir::ParamNode &P) { return spell(G, P); });
+  E.emitScalarBody({R});
+  std::string V = E.operand(R, false);
+  if (R->getType() != ir::Type::F32)
+    V = "(float)" + V;
+  W.line("return " + V + ";");
+}
+
+/// `static void NAME(in, x, b, h, t, float *d)` writing d[i] = \p Rs[i].
+void emitVector(CodeWriter &W, const ir::Graph &G, const std::string &Name,
+                const std::vector<const ir::Node *> &Rs) {
+  auto B = W.block("__device__ static __forceinline__ void " + Name + ModArgs +
+                   ", float *d)");
+  W.line("(void)in; (void)x; (void)b; (void)h; (void)t; (void)d;");
+  ExprEmitter E(W, [&](const ir::ParamNode &P) { return spell(G, P); });
+  E.emitScalarBody(Rs);
+  for (size_t I = 0; I < Rs.size(); ++I) {
+    std::string V = E.operand(Rs[I], false);
+    if (Rs[I]->getType() != ir::Type::F32)
+      V = "(float)" + V;
+    W.line(fmt::format("d[{}] = {};", I, V));
+  }
+}
+
+void requireLinear(const CompiledDefinition &Def) {
+  if (Def.Graph->decls().Kind != ir::DefinitionKind::Linear)
+    throw UserError("'" + Def.Graph->name() +
+                    "' is not linear attention; the linear kernels take "
+                    "LinearAttentionDef definitions");
+}
+
+/// The body of `struct Variant`: constants, the mods, and with \p Grads
+/// each mod's derivatives: NAME_dx (w.r.t. its element or decay) and
+/// NAME_din (d[i] w.r.t. custom input i, in declaration order).
+std::string variantMembers(const CompiledDefinition &Def,
+                           const LinearKernelSpec &Spec, bool Grads) {
+  const ir::Graph &G = *Def.Graph;
+  CodeWriter W;
+  auto Ind = W.indent();
+  auto Identity = [&](const ModInfo &M) {
+    const ir::Node *R = modResult(G, M);
+    return R == readParam(R, M.Kind, M.Param);
+  };
+  const char *Bools[] = {"false", "true"};
+  W.line("using Inputs = attnc_gen::Inputs;");
+  W.line(fmt::format("static constexpr int kHeadDim = {};", Spec.HeadDim));
+  W.line(fmt::format("static constexpr int kNumInputs = {};",
+                     G.decls().Inputs.size()));
+  W.line(fmt::format("static constexpr bool kReadsDecay = {};",
+                     Bools[linearReadsDecay(Def)]));
+  W.line(fmt::format("static constexpr bool kQIdentity = {};",
+                     Bools[Identity(Mods[0])]));
+  W.line(fmt::format("static constexpr bool kKIdentity = {};",
+                     Bools[Identity(Mods[1])]));
+  W.line(fmt::format("static constexpr bool kVIdentity = {};",
+                     Bools[Identity(Mods[2])]));
+  W.line(fmt::format("static constexpr bool kVModReadsInputs = {};",
+                     Bools[readsAnyInput(modResult(G, Mods[2]))]));
+  for (const ModInfo &M : Mods)
+    emitScalar(W, G, M.Fn, modResult(G, M));
+  if (!Grads)
+    return W.str();
+
+  // Derivatives in a copy of the graph: the definition's graph is shared
+  // and stays as compiled.
+  std::unique_ptr<ir::Graph> DG = transforms::eliminateDeadNodes(G);
+  const ir::Node *One = DG->constant(1.0), *Zero = DG->constant(0.0);
+  for (const ModInfo &M : Mods) {
+    const ir::Node *R = modResult(*DG, M);
+    std::vector<ir::Result> Results;
+    const ir::Node *X = readParam(R, M.Kind, M.Param);
+    const ir::Node *DX = X ? transforms::tangent(*DG, R, {{X, One}}) : nullptr;
+    Results.push_back({"dx", DX ? DX : Zero});
+    for (const ir::InputDecl &D : DG->decls().Inputs) {
+      const ir::Node *P = readParam(R, ParamKind::Input, D.Name);
+      const ir::Node *DI = P ? transforms::tangent(*DG, R, {{P, One}}) : nullptr;
+      Results.push_back({"d_" + D.Name, DI ? DI : Zero});
+    }
+    ir::Function &F = DG->addFunction(std::string(M.Fn) + "_grad");
+    F.Results = std::move(Results);
+  }
+  transforms::simplify(*DG);
+  for (const ModInfo &M : Mods) {
+    const ir::Function &F = *DG->getFunction(std::string(M.Fn) + "_grad");
+    emitScalar(W, *DG, std::string(M.Fn) + "_dx", F.Results[0].Value);
+    std::vector<const ir::Node *> Ins;
+    for (size_t I = 1; I < F.Results.size(); ++I)
+      Ins.push_back(F.Results[I].Value);
+    emitVector(W, *DG, std::string(M.Fn) + "_din", Ins);
+  }
+  return W.str();
+}
+
+std::string banner(const CompiledDefinition &Def, const std::string &Key) {
+  std::string S = fmt::format(
+      "// Generated by attnc {} from the definition '{}'. Do not edit.\n"
+      "// key: {}\n//\n",
+      attncVersion(), Def.Graph->name(), Key);
+  const std::string IR = ir::toText(*Def.Graph); // outlives the split
+  for (llvm::StringRef Line : llvm::split(IR, '\n'))
+    S += Line.empty() ? "//\n" : "//   " + Line.str() + "\n";
+  return S;
+}
+
+std::map<std::string, std::string> commonValues(const CompiledDefinition &Def,
+                                                const LinearKernelSpec &Spec,
+                                                const std::string &Key,
+                                                bool Grads) {
+  return {{"banner", banner(Def, Key)},
+          {"inputs_struct", inputsStruct(*Def.Graph)},
+          {"variant_members", variantMembers(Def, Spec, Grads)},
+          {"dtype", Spec.Dtype == DType::F16 ? "f16" : "bf16"},
+          {"head_dim", std::to_string(Spec.HeadDim)},
+          {"slice_v", std::to_string(Spec.Config.SliceV)},
+          {"chunk", std::to_string(Spec.Config.Chunk)}};
+}
+
+} // namespace
+
+bool linearReadsDecay(const CompiledDefinition &Def) {
+  const ir::Node *R = modResult(*Def.Graph, Mods[3]);
+  return readParam(R, ParamKind::Decay, "decay") != nullptr;
+}
+
+KernelSource generateLinearForward(const CompiledDefinition &Def,
+                                   const LinearKernelSpec &Spec) {
+  requireLinear(Def);
+  Spec.validate();
+  KernelSource Src;
+  Src.Key = linearForwardKey(Def, Spec);
+  Src.Arch = Spec.Arch;
+  Src.Entries = {"attnc_linear_fwd"};
+  auto Values = commonValues(Def, Spec, Src.Key, false);
+  Values["warps"] = std::to_string(Spec.Config.Warps);
+  Values["threads"] = std::to_string(Spec.Config.Warps * 32);
+  LinearSmem S = linearSharedBytes(Spec);
+  Values["staged"] = S.FwdStaged ? "true" : "false";
+  Values["smem"] = std::to_string(S.Fwd);
+  Src.Source =
+      render("linear_fwd.cu.in", templateText("linear_fwd.cu.in"), Values);
+  return Src;
+}
+
+KernelSource generateLinearBackward(const CompiledDefinition &Def,
+                                    const LinearKernelSpec &Spec) {
+  requireLinear(Def);
+  Spec.validate();
+  KernelSource Src;
+  Src.Key = linearBackwardKey(Def, Spec);
+  Src.Arch = Spec.Arch;
+  Src.Entries = {"attnc_linear_bwd_dq",      "attnc_linear_bwd_dkdv",
+                 "attnc_linear_bwd_combine", "attnc_linear_bwd_decay",
+                 "attnc_linear_bwd_input_reduce",
+                 "attnc_linear_bwd_group_reduce"};
+  auto Values = commonValues(Def, Spec, Src.Key, true);
+  LinearSmem S = linearSharedBytes(Spec);
+  Values["bwd_warps"] = std::to_string(Spec.Config.BwdWarps);
+  Values["bwd_threads"] = std::to_string(Spec.Config.BwdWarps * 32);
+  Values["staged_dq"] = S.DqStaged ? "true" : "false";
+  Values["staged_dkdv"] = S.DkdvStaged ? "true" : "false";
+  Values["smem_dq"] = std::to_string(S.Dq);
+  Values["smem_dkdv"] = std::to_string(S.Dkdv);
+  Src.Source =
+      render("linear_bwd.cu.in", templateText("linear_bwd.cu.in"), Values);
+  return Src;
+}
+
+} // namespace attn::codegen

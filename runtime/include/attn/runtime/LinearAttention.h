@@ -1,0 +1,111 @@
+// Linear attention at run time: a LinearAttentionDef compiled for one
+// signature, run on device pointers with every argument validated first.
+#ifndef ATTN_RUNTIME_LINEARATTENTION_H
+#define ATTN_RUNTIME_LINEARATTENTION_H
+
+#include "attn/Pipeline.h"
+#include "attn/codegen/LinearCodegen.h"
+#include "attn/dsl/Definition.h"
+#include "attn/dsl/Problem.h"
+#include "attn/runtime/Attention.h"
+#include "attn/runtime/KernelCache.h"
+
+#include <cuda.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace attn::runtime {
+
+/// What is fixed when a LinearAttention is made; batch, heads and sequence
+/// length are read from the tensors at each call.
+struct LinearSignature {
+  DType Dtype = DType::F16;
+  int HeadDim = 128;  ///< D of q and k: 64, 128 or 256
+  int HeadDimV = 128; ///< DV of v: a multiple of 64 up to 512
+  attn::Layout TensorLayout = attn::Layout::BSHD;
+  /// Empty: the arch of the current device.
+  std::string Arch;
+  /// Empty: codegen::LinearConfig::defaultFor; else "c64v64w4b8" etc.
+  std::string Config;
+};
+
+/// Gradients of custom inputs by name: a float32 tensor of the input's
+/// shape ([] or [1] scalar, [H] per head, [B,H,T] per row), contiguous.
+using LinearInputGrads = std::map<std::string, TensorView>;
+
+/// The tensors of a backward call. q/k/v/decay/initial_state are the
+/// forward's inputs; dout is like out; dq, dk, dv like q, k, v. Optional:
+/// dfinal_state (the gradient reaching the final state, [B,H,D,DV] fp32),
+/// ddecay ([B,H,T] fp32, only when the definition reads the decay) and
+/// dinitial_state ([B,H,D,DV] fp32).
+struct LinearBackwardTensors {
+  const TensorView &Q, &K, &V;
+  const TensorView *Decay;
+  const TensorView &DOut;
+  const TensorView *InitialState;
+  const TensorView *DFinalState;
+  const TensorView &DQ, &DK, &DV;
+  const TensorView *DDecay;
+  const TensorView *DInitialState;
+};
+
+/// A linear-attention definition compiled for a signature. Per (batch,
+/// value head h), with q, k, v after their mods and g = decay_mod(decay):
+///   S_t = exp(g_t)·S_{t−1} + k_tᵀ v_t,   o_t = q_t S_t,
+/// S_{−1} the initial state (zero when none is given). Tensors: q
+/// [B,T,Hq,D], k [B,T,Hk,D], v and out [B,T,H,DV] for BSHD (heads before
+/// seq for BHSD), Hq and Hk dividing H; decay [B,H,T] float32 (any
+/// strides), given exactly when decay_mod reads it; initial and final
+/// states [B,H,D,DV] float32, contiguous.
+class LinearAttention {
+public:
+  /// Compiles the definition and the forward kernel (UserError for a
+  /// definition that is not linear or a signature the kernels do not
+  /// support). The backward kernels are compiled on the first backward().
+  LinearAttention(const dsl::DefinitionBase &Def, const LinearSignature &Sig);
+  ~LinearAttention();
+  LinearAttention(const LinearAttention &) = delete;
+  LinearAttention &operator=(const LinearAttention &) = delete;
+
+  /// Validates every argument (InvalidArgument naming the argument and the
+  /// expected value; nothing is launched then) and runs the forward on
+  /// \p Stream. Custom scalars are kernel arguments: a new value never
+  /// recompiles.
+  void forward(const TensorView &Q, const TensorView &K, const TensorView &V,
+               const TensorView &Out, const TensorView *Decay,
+               const InputMap &Inputs = {},
+               const TensorView *InitialState = nullptr,
+               const TensorView *FinalState = nullptr,
+               CUstream Stream = nullptr);
+
+  /// Validates every argument, then computes dq, dk, dv (and ddecay,
+  /// dinitial_state, the custom-input gradients named in \p InputGrads
+  /// when asked for) with the chunk states recomputed. Deterministic: the
+  /// same inputs give the same bits. Workspace is allocated on the device
+  /// as needed and kept for the next call.
+  void backward(const LinearBackwardTensors &T, const InputMap &Inputs = {},
+                const LinearInputGrads &InputGrads = {},
+                CUstream Stream = nullptr);
+
+  const CompiledDefinition &definition() const { return Def; }
+  const codegen::LinearKernelSpec &spec() const { return Spec; }
+  const codegen::KernelSource &forwardSource() const;
+  const CacheResult &forwardCacheResult() const;
+  /// Compiles the backward kernels if that has not happened yet.
+  const codegen::KernelSource &backwardSource();
+
+private:
+  struct Kernels;
+  struct Workspace;
+  CompiledDefinition Def;
+  LinearSignature Sig;
+  codegen::LinearKernelSpec Spec;
+  std::unique_ptr<Kernels> K;
+  std::unique_ptr<Workspace> WS;
+};
+
+} // namespace attn::runtime
+
+#endif

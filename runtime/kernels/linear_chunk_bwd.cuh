@@ -1,0 +1,254 @@
+// The backward's element-wise steps after the two scans (linear_chunk_scan):
+// per token, the slices' dq and dk partials summed and taken through the
+// mods' derivatives; the decay gradient from q·dq − k·dk by a chunk-local
+// reverse sum plus the chunk's <S_out, dS_out>; custom-input gradients
+// summed to their shape; raw q/k gradients summed over head groups. Every
+// sum has a fixed order: the results are the same bits on every run.
+#ifndef ATTNC_LINEAR_CHUNK_BWD_CUH
+#define ATTNC_LINEAR_CHUNK_BWD_CUH
+
+#include "attnc/linear_chunk_common.cuh"
+
+namespace attnc {
+
+/// One warp per token (8 tokens per CTA, grid (ceil(T/8), B·H)): lane l
+/// holds features [l·kD/32, (l+1)·kD/32).
+template <class Variant, class T, int kD> struct LinearCombine {
+  static constexpr int kWarps = 8;
+  static constexpr int kE = kD / 32;
+  static_assert(kD % 64 == 0, "two or more features per lane");
+  static constexpr int kNI = Variant::kNumInputs > 0 ? Variant::kNumInputs : 1;
+
+  __device__ static void run(const LinearArgs &a, const typename Variant::Inputs &in) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int t = blockIdx.x * kWarps + warp, bh = blockIdx.y;
+    if (t >= a.seq)
+      return;
+    const int b = bh / a.heads, h = bh % a.heads;
+    const int hq = h / (a.heads / a.heads_q), hk = h / (a.heads / a.heads_k);
+    const long long BH = (long long)a.batch * a.heads;
+    const long long tok = (long long)bh * a.seq + t;
+    const int x0 = lane * kE;
+    const long long slice_stride = BH * a.seq * kD;
+
+    float dlam = 0.f;
+    float cin[kNI];
+#pragma unroll
+    for (int i = 0; i < kNI; ++i)
+      cin[i] = 0.f;
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {
+      const bool isq = which == 0;
+      const float *ws = (isq ? a.ws_dq : a.ws_dk) + tok * kD + x0;
+      float d[kE];
+#pragma unroll
+      for (int e = 0; e < kE; ++e)
+        d[e] = 0.f;
+      for (int s = 0; s < a.slices; ++s)
+#pragma unroll
+        for (int e = 0; e < kE; ++e)
+          d[e] += ws[s * slice_stride + e];
+      const unsigned short *raw =
+          isq ? static_cast<const unsigned short *>(a.q) + b * a.q_sb + hq * a.q_sh +
+                    (long long)t * a.q_ss + x0
+              : static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
+                    (long long)t * a.k_ss + x0;
+      float dx[kE];
+      float dot = 0.f;
+#pragma unroll
+      for (int e = 0; e < kE; e += 2) {
+        const u32 w = *reinterpret_cast<const u32 *>(raw + e);
+        const float xs[2] = {lin::lo_of<T>(w), lin::hi_of<T>(w)};
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const float x = xs[u], de = d[e + u];
+          float m, mdx;
+          float din[kNI];
+          if (isq) {
+            m = Variant::q_mod(in, x, b, h, t);
+            mdx = Variant::q_mod_dx(in, x, b, h, t);
+            if constexpr (Variant::kNumInputs > 0)
+              Variant::q_mod_din(in, x, b, h, t, din);
+          } else {
+            m = Variant::k_mod(in, x, b, h, t);
+            mdx = Variant::k_mod_dx(in, x, b, h, t);
+            if constexpr (Variant::kNumInputs > 0)
+              Variant::k_mod_din(in, x, b, h, t, din);
+          }
+          dot += m * de;
+          dx[e + u] = de * mdx;
+          if constexpr (Variant::kNumInputs > 0) {
+#pragma unroll
+            for (int i = 0; i < kNI; ++i)
+              cin[i] += de * din[i];
+          }
+        }
+      }
+      dot = lin::warp_sum_all(dot);
+      dlam += isq ? dot : -dot;
+      const bool direct = isq ? a.heads_q == a.heads : a.heads_k == a.heads;
+      if (direct) {
+        unsigned short *out =
+            isq ? static_cast<unsigned short *>(a.dq) + b * a.dq_sb + h * a.dq_sh +
+                      (long long)t * a.dq_ss + x0
+                : static_cast<unsigned short *>(a.dk) + b * a.dk_sb + h * a.dk_sh +
+                      (long long)t * a.dk_ss + x0;
+#pragma unroll
+        for (int e = 0; e < kE; e += 2)
+          *reinterpret_cast<u32 *>(out + e) = pack2<T>(dx[e], dx[e + 1]);
+      } else {
+        float *out = (isq ? a.ws_dxq : a.ws_dxk) + tok * kD + x0;
+#pragma unroll
+        for (int e = 0; e < kE; ++e)
+          out[e] = dx[e];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kNI; ++i)
+      cin[i] = lin::warp_sum_all(cin[i]);
+    if (lane == 0) {
+      a.ws_dlam[tok] = dlam;
+      if constexpr (Variant::kNumInputs > 0)
+#pragma unroll
+        for (int i = 0; i < kNI; ++i)
+          a.ws_cin[i * BH * a.seq + tok] = cin[i];
+    }
+  }
+};
+
+/// The decay gradient: dg_s = Σ_{t ≥ s in s's chunk} (q·dq − k·dk)_t +
+/// <S_out, dS_out> of the chunk, the chunk-local form that never sums long
+/// runs of cancelling terms. One warp per chunk (4 per CTA, grid
+/// (ceil(NC/4), B·H)); then ddecay and the per-token custom-input gradient
+/// (q/k parts from LinearCombine, v parts from the dk/dv scan, decay part
+/// here) into ws_cin.
+template <class Variant, int kC> struct LinearDecayGrad {
+  static constexpr int kWarps = 4;
+  static constexpr int E = kC / 32;
+  static_assert(kC % 32 == 0, "each lane owns kC / 32 consecutive tokens");
+  static constexpr int kNI = Variant::kNumInputs > 0 ? Variant::kNumInputs : 1;
+
+  __device__ static void run(const LinearArgs &a, const typename Variant::Inputs &in) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int n = blockIdx.x * kWarps + warp, bh = blockIdx.y;
+    if (n >= a.chunks)
+      return;
+    const int b = bh / a.heads, h = bh % a.heads;
+    const long long BH = (long long)a.batch * a.heads;
+    const int T = a.seq;
+    float z = 0.f;
+    for (int p = 0; p < a.z_parts; ++p)
+      z += a.ws_z[((long long)p * BH + bh) * a.chunks + n];
+    float x[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int t = n * kC + lane * E + e;
+      x[e] = t < T ? a.ws_dlam[(long long)bh * T + t] : 0.f;
+    }
+    float suf[E];
+    float run = 0.f;
+#pragma unroll
+    for (int e = E - 1; e >= 0; --e) {
+      run += x[e];
+      suf[e] = run;
+    }
+    float incl = run; // Σ over lanes ≥ this one
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float y = __shfl_down_sync(0xffffffffu, incl, o);
+      if (lane + o < 32)
+        incl += y;
+    }
+    float after = __shfl_down_sync(0xffffffffu, incl, 1);
+    if (lane == 31)
+      after = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int t = n * kC + lane * E + e;
+      if (t >= T)
+        continue;
+      const long long tok = (long long)bh * T + t;
+      const float dg = suf[e] + after + z;
+      float d = 0.f;
+      if constexpr (Variant::kReadsDecay)
+        d = a.decay[b * a.decay_sb + h * a.decay_sh + (long long)t * a.decay_ss];
+      if (a.ddecay)
+        a.ddecay[tok] = Variant::kReadsDecay ? dg * Variant::decay_mod_dx(in, d, b, h, t)
+                                             : 0.f;
+      if constexpr (Variant::kNumInputs > 0) {
+        float din[kNI];
+        Variant::decay_mod_din(in, d, b, h, t, din);
+#pragma unroll
+        for (int i = 0; i < kNI; ++i) {
+          float c = a.ws_cin[i * BH * T + tok];
+          if constexpr (Variant::kVModReadsInputs)
+            for (int p = 0; p < a.vin_parts; ++p)
+              c += a.ws_vin[((long long)p * Variant::kNumInputs + i) * BH * T + tok];
+          a.ws_cin[i * BH * T + tok] = c + dg * din[i];
+        }
+      }
+    }
+  }
+};
+
+/// A custom input's per-token gradient summed to its shape (256 threads;
+/// kind 0: grid-stride copy; 1: one CTA per head; 2: one CTA).
+__device__ __forceinline__ void linear_input_reduce(const LinearInputReduceArgs &a) {
+  __shared__ float part[256];
+  const long long BHT = (long long)a.batch * a.heads * a.seq;
+  if (a.kind == 0) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < BHT;
+         i += (long long)gridDim.x * blockDim.x)
+      a.out[i] = a.cin[i];
+    return;
+  }
+  float s = 0.f;
+  if (a.kind == 1) {
+    const int h = blockIdx.x;
+    const long long BT = (long long)a.batch * a.seq;
+    for (long long i = threadIdx.x; i < BT; i += blockDim.x) {
+      const long long b = i / a.seq, t = i % a.seq;
+      s += a.cin[(b * a.heads + h) * a.seq + t];
+    }
+  } else {
+    for (long long i = threadIdx.x; i < BHT; i += blockDim.x)
+      s += a.cin[i];
+  }
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = 128; w > 0; w >>= 1) {
+    if (threadIdx.x < w)
+      part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    a.out[a.kind == 1 ? blockIdx.x : 0] = part[0];
+}
+
+/// out[b, ho, t, :] = Σ over the heads h of group ho of ws[b, h, t, :], in
+/// head order (grid (ceil(T·D / 512), B·heads_out), 256 threads, two
+/// features each).
+template <class T>
+__device__ __forceinline__ void linear_group_reduce(const LinearGroupReduceArgs &a) {
+  const int bo = blockIdx.y;
+  const int b = bo / a.heads_out, ho = bo % a.heads_out;
+  const long long i = 2 * ((long long)blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= (long long)a.seq * a.dim)
+    return;
+  const long long t = i / a.dim, x = i % a.dim;
+  const int group = a.heads / a.heads_out;
+  float s0 = 0.f, s1 = 0.f;
+  for (int j = 0; j < group; ++j) {
+    const int h = ho * group + j;
+    const float *w = a.ws + (((long long)b * a.heads + h) * a.seq + t) * a.dim + x;
+    s0 += w[0];
+    s1 += w[1];
+  }
+  unsigned short *o = static_cast<unsigned short *>(a.out) + b * a.sb + ho * a.sh +
+                      t * a.ss + x;
+  *reinterpret_cast<u32 *>(o) = pack2<T>(s0, s1);
+}
+
+} // namespace attnc
+
+#endif

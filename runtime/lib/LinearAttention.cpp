@@ -1,0 +1,300 @@
+// LinearAttention: compile the linear_chunk kernels for a signature,
+// validate each call, fill LinearArgs and the workspace, launch.
+#include "attn/runtime/LinearAttention.h"
+
+#include "ForwardLaunch.h"
+#include "KernelModule.h"
+#include "LinearValidate.h"
+
+#include "attn/Error.h"
+#include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/Errors.h"
+
+// The argument structs, shared with the device code.
+#include "../kernels/linear_chunk_args.cuh"
+
+#include <fmt/format.h>
+
+
+namespace attn::runtime {
+
+struct LinearAttention::Kernels {
+  codegen::LinearSmem Smem;
+  codegen::KernelSource FwdSrc;
+  CacheResult FwdCache;
+  KernelModule FwdMod;
+  CUfunction Fwd = nullptr;
+  bool HaveBwd = false;
+  codegen::KernelSource BwdSrc;
+  CacheResult BwdCache;
+  KernelModule BwdMod;
+  CUfunction Dq = nullptr, Dkdv = nullptr, Combine = nullptr, Decay = nullptr,
+             InputReduce = nullptr, GroupReduce = nullptr;
+};
+
+/// Device scratch for the backward, grown as calls need and kept.
+struct LinearAttention::Workspace {
+  CUdeviceptr Ptr = 0;
+  size_t Bytes = 0;
+  ~Workspace() {
+    CudaDriver &D = CudaDriver::get();
+    if (Ptr && D.available())
+      D.cuMemFree(Ptr);
+  }
+  void ensure(size_t N) {
+    if (N <= Bytes)
+      return;
+    CudaDriver &D = CudaDriver::get();
+    if (Ptr)
+      D.check(D.cuMemFree(Ptr), "cuMemFree(linear workspace)");
+    Ptr = 0;
+    Bytes = 0;
+    D.check(D.cuMemAlloc(&Ptr, N), "cuMemAlloc(linear workspace)");
+    Bytes = N;
+  }
+};
+
+namespace {
+
+/// The generated Inputs struct as slots, as every other kernel takes it
+/// (ForwardLaunch.h); of the call's shape only the head count is read.
+std::vector<uint64_t> linearInputSlots(const ir::Graph &G,
+                                       const InputMap &Inputs, int64_t H) {
+  CallShape C;
+  C.H = H;
+  return inputSlots(G, C, Inputs);
+}
+
+/// The forward's part of LinearArgs.
+attnc::LinearArgs forwardArgs(const LinearCallShape &C,
+                              const codegen::LinearKernelSpec &Spec,
+                              const TensorView &Q, const TensorView &K,
+                              const TensorView &V, const TensorView *Decay) {
+  attnc::LinearArgs A{};
+  A.q = Q.Data;
+  A.k = K.Data;
+  A.v = V.Data;
+  A.decay = Decay ? static_cast<const float *>(Decay->Data) : nullptr;
+  long long *Dst[] = {&A.q_sb, &A.k_sb, &A.v_sb, &A.decay_sb};
+  const int64_t(*Src[])[3] = {&C.Q, &C.K, &C.V, &C.Decay};
+  for (int I = 0; I < 4; ++I)
+    for (int J = 0; J < 3; ++J)
+      Dst[I][J] = (*Src[I])[J];
+  A.batch = int(C.B);
+  A.heads = int(C.H);
+  A.heads_q = int(C.Hq);
+  A.heads_k = int(C.Hk);
+  A.seq = int(C.T);
+  A.slices = codegen::linearSlices(Spec);
+  A.chunks = int(codegen::linearChunks(Spec, C.T));
+  return A;
+}
+
+void launch(CUfunction F, unsigned GX, unsigned GY, unsigned Threads, int Smem,
+            CUstream S, void **Params, const char *What) {
+  CudaDriver &D = CudaDriver::get();
+  D.check(D.cuLaunchKernel(F, GX, GY, 1, Threads, 1, 1, unsigned(Smem), S,
+                           Params, nullptr),
+          What);
+}
+
+} // namespace
+
+LinearAttention::LinearAttention(const dsl::DefinitionBase &D,
+                                 const LinearSignature &S)
+    : Def(compile(D)), Sig(S), K(std::make_unique<Kernels>()),
+      WS(std::make_unique<Workspace>()) {
+  if (Def.Graph->decls().Kind != ir::DefinitionKind::Linear)
+    throw UserError("'" + Def.Graph->name() +
+                    "' is not linear attention; use Attention");
+  Spec.Dtype = Sig.Dtype;
+  Spec.HeadDim = Sig.HeadDim;
+  Spec.HeadDimV = Sig.HeadDimV;
+  Spec.Arch = Sig.Arch.empty() ? currentDevice().arch() : Sig.Arch;
+  Spec.Config = Sig.Config.empty()
+                    ? codegen::LinearConfig::defaultFor(
+                          Spec.HeadDim, Spec.HeadDimV, Spec.Arch)
+                    : codegen::LinearConfig::parse(Sig.Config);
+  Spec.validate();
+  K->Smem = codegen::linearSharedBytes(Spec);
+  K->FwdSrc = codegen::generateLinearForward(Def, Spec);
+  K->FwdCache = KernelCache::global().getOrCompile(K->FwdSrc);
+}
+
+LinearAttention::~LinearAttention() = default;
+
+const codegen::KernelSource &LinearAttention::forwardSource() const {
+  return K->FwdSrc;
+}
+const CacheResult &LinearAttention::forwardCacheResult() const {
+  return K->FwdCache;
+}
+
+const codegen::KernelSource &LinearAttention::backwardSource() {
+  if (!K->HaveBwd) {
+    K->BwdSrc = codegen::generateLinearBackward(Def, Spec);
+    K->BwdCache = KernelCache::global().getOrCompile(K->BwdSrc);
+    K->HaveBwd = true;
+  }
+  return K->BwdSrc;
+}
+
+void LinearAttention::forward(const TensorView &Q, const TensorView &Kt,
+                              const TensorView &V, const TensorView &Out,
+                              const TensorView *Decay, const InputMap &Inputs,
+                              const TensorView *InitialState,
+                              const TensorView *FinalState, CUstream Stream) {
+  LinearCallShape C = validateLinearForward(Def, Sig, Q, Kt, V, Out, Decay,
+                                            Inputs, InitialState, FinalState);
+  attnc::LinearArgs A = forwardArgs(C, Spec, Q, Kt, V, Decay);
+  A.o = Out.Data;
+  A.o_sb = C.O[0];
+  A.o_sh = C.O[1];
+  A.o_ss = C.O[2];
+  A.init_state =
+      InitialState ? static_cast<const float *>(InitialState->Data) : nullptr;
+  A.final_state = FinalState ? static_cast<float *>(FinalState->Data) : nullptr;
+  std::vector<uint64_t> Slots = linearInputSlots(*Def.Graph, Inputs, C.H);
+  if (!K->FwdMod.loaded()) {
+    K->FwdMod.load(K->FwdCache, Spec.Arch);
+    K->Fwd = K->FwdMod.function("attnc_linear_fwd");
+    K->FwdMod.allowSharedBytes(K->Fwd, K->Smem.Fwd,
+                               "linear config " + Spec.Config.str());
+  }
+  void *Params[] = {&A, Slots.data()};
+  launch(K->Fwd, unsigned(A.slices), unsigned(C.B * C.H),
+         unsigned(Spec.Config.Warps * 32), K->Smem.Fwd, Stream, Params,
+         "launch attnc_linear_fwd");
+}
+
+void LinearAttention::backward(const LinearBackwardTensors &T,
+                               const InputMap &Inputs,
+                               const LinearInputGrads &InputGrads,
+                               CUstream Stream) {
+  LinearBackwardShape R =
+      validateLinearBackward(Def, Sig, T, Inputs, InputGrads);
+  const LinearCallShape &C = R.Fwd;
+  backwardSource();
+  if (!K->BwdMod.loaded()) {
+    K->BwdMod.load(K->BwdCache, Spec.Arch);
+    K->Dq = K->BwdMod.function("attnc_linear_bwd_dq");
+    K->Dkdv = K->BwdMod.function("attnc_linear_bwd_dkdv");
+    K->Combine = K->BwdMod.function("attnc_linear_bwd_combine");
+    K->Decay = K->BwdMod.function("attnc_linear_bwd_decay");
+    K->InputReduce = K->BwdMod.function("attnc_linear_bwd_input_reduce");
+    K->GroupReduce = K->BwdMod.function("attnc_linear_bwd_group_reduce");
+    std::string What = "linear config " + Spec.Config.str();
+    K->BwdMod.allowSharedBytes(K->Dq, K->Smem.Dq, What);
+    K->BwdMod.allowSharedBytes(K->Dkdv, K->Smem.Dkdv, What);
+  }
+
+  attnc::LinearArgs A = forwardArgs(C, Spec, T.Q, T.K, T.V, T.Decay);
+  A.init_state =
+      T.InitialState ? static_cast<const float *>(T.InitialState->Data) : nullptr;
+  A.dout = T.DOut.Data;
+  A.dq = T.DQ.Data;
+  A.dk = T.DK.Data;
+  A.dv = T.DV.Data;
+  long long *Dst[] = {&A.do_sb, &A.dq_sb, &A.dk_sb, &A.dv_sb};
+  const int64_t(*Src[])[3] = {&R.DO, &R.DQ, &R.DK, &R.DV};
+  for (int I = 0; I < 4; ++I)
+    for (int J = 0; J < 3; ++J)
+      Dst[I][J] = (*Src[I])[J];
+  A.ddecay = T.DDecay ? static_cast<float *>(T.DDecay->Data) : nullptr;
+  A.dfinal_state =
+      T.DFinalState ? static_cast<const float *>(T.DFinalState->Data) : nullptr;
+  A.dinit_state =
+      T.DInitialState ? static_cast<float *>(T.DInitialState->Data) : nullptr;
+
+  // Workspace regions (see LinearArgs), each 256-byte aligned.
+  const ir::Graph &G = *Def.Graph;
+  const int64_t NI = int64_t(G.decls().Inputs.size());
+  const int64_t BH = C.B * C.H, BHT = BH * C.T, D = Spec.HeadDim;
+  const int64_t Slices = A.slices, NC = A.chunks;
+  const int64_t Groups = Spec.Config.BwdWarps / (Spec.Config.Chunk / 16);
+  A.vin_parts = int(Slices * Groups);
+  A.z_parts = int(Slices * Spec.Config.BwdWarps);
+  const int64_t ElemBytes = 2;
+  struct Region {
+    void **Dst;
+    int64_t Bytes;
+  } Regions[] = {
+      {&A.ws_h, BH * NC * D * Spec.HeadDimV * ElemBytes},
+      {reinterpret_cast<void **>(&A.ws_z), A.z_parts * BH * NC * 4},
+      {reinterpret_cast<void **>(&A.ws_dq), Slices * BHT * D * 4},
+      {reinterpret_cast<void **>(&A.ws_dk), Slices * BHT * D * 4},
+      {reinterpret_cast<void **>(&A.ws_vin), A.vin_parts * NI * BHT * 4},
+      {reinterpret_cast<void **>(&A.ws_dlam), BHT * 4},
+      {reinterpret_cast<void **>(&A.ws_cin), NI * BHT * 4},
+      {reinterpret_cast<void **>(&A.ws_dxq), C.Hq < C.H ? BHT * D * 4 : 0},
+      {reinterpret_cast<void **>(&A.ws_dxk), C.Hk < C.H ? BHT * D * 4 : 0},
+  };
+  size_t Total = 0;
+  for (const Region &Rg : Regions)
+    Total += (size_t(Rg.Bytes) + 255) / 256 * 256;
+  WS->ensure(Total);
+  size_t Off = 0;
+  for (const Region &Rg : Regions) {
+    *Rg.Dst = Rg.Bytes ? reinterpret_cast<void *>(WS->Ptr + Off) : nullptr;
+    Off += (size_t(Rg.Bytes) + 255) / 256 * 256;
+  }
+
+  std::vector<uint64_t> Slots = linearInputSlots(G, Inputs, C.H);
+  void *Params[] = {&A, Slots.data()};
+  const unsigned Threads = unsigned(Spec.Config.BwdWarps * 32);
+  launch(K->Dq, unsigned(Slices), unsigned(BH), Threads, K->Smem.Dq, Stream,
+         Params, "launch attnc_linear_bwd_dq");
+  launch(K->Dkdv, unsigned(Slices), unsigned(BH), Threads, K->Smem.Dkdv,
+         Stream, Params, "launch attnc_linear_bwd_dkdv");
+  launch(K->Combine, unsigned((C.T + 7) / 8), unsigned(BH), 256, 0, Stream,
+         Params, "launch attnc_linear_bwd_combine");
+  launch(K->Decay, unsigned((NC + 3) / 4), unsigned(BH), 128, 0, Stream,
+         Params, "launch attnc_linear_bwd_decay");
+
+  int64_t Index = 0;
+  for (const ir::InputDecl &Decl : G.decls().Inputs) {
+    auto It = InputGrads.find(Decl.Name);
+    int64_t I = Index++;
+    if (It == InputGrads.end())
+      continue;
+    attnc::LinearInputReduceArgs RA{};
+    RA.cin = A.ws_cin + I * BHT;
+    RA.out = static_cast<float *>(It->second.Data);
+    RA.kind = Decl.Shape == ir::InputShape::PerRow    ? 0
+              : Decl.Shape == ir::InputShape::PerHead ? 1
+                                                      : 2;
+    RA.batch = int(C.B);
+    RA.heads = int(C.H);
+    RA.seq = int(C.T);
+    unsigned Grid = RA.kind == 0 ? unsigned(std::min<int64_t>(
+                                       (BHT + 255) / 256, 65535))
+                    : RA.kind == 1 ? unsigned(C.H)
+                                   : 1u;
+    void *RP[] = {&RA};
+    launch(K->InputReduce, Grid, 1, 256, 0, Stream, RP,
+           "launch attnc_linear_bwd_input_reduce");
+  }
+  for (int Which = 0; Which < 2; ++Which) {
+    int64_t HeadsOut = Which == 0 ? C.Hq : C.Hk;
+    if (HeadsOut == C.H)
+      continue;
+    attnc::LinearGroupReduceArgs GA{};
+    GA.ws = Which == 0 ? A.ws_dxq : A.ws_dxk;
+    GA.out = Which == 0 ? T.DQ.Data : T.DK.Data;
+    const int64_t(&S)[3] = Which == 0 ? R.DQ : R.DK;
+    GA.sb = S[0];
+    GA.sh = S[1];
+    GA.ss = S[2];
+    GA.batch = int(C.B);
+    GA.heads = int(C.H);
+    GA.heads_out = int(HeadsOut);
+    GA.seq = int(C.T);
+    GA.dim = int(D);
+    void *GP[] = {&GA};
+    launch(K->GroupReduce, unsigned((C.T * D + 511) / 512),
+           unsigned(C.B * HeadsOut), 256, 0, Stream, GP,
+           "launch attnc_linear_bwd_group_reduce");
+  }
+}
+
+} // namespace attn::runtime

@@ -1,0 +1,299 @@
+// Validation of LinearAttention call arguments.
+#include "LinearValidate.h"
+
+#include "attn/codegen/LinearCodegen.h"
+#include "attn/runtime/Errors.h"
+
+#include <fmt/format.h>
+
+namespace attn::runtime {
+
+namespace {
+
+[[noreturn]] void invalid(const std::string &Msg) { throw InvalidArgument(Msg); }
+
+std::string shapeText(const std::vector<int64_t> &S) {
+  std::string T = "[";
+  for (size_t I = 0; I < S.size(); ++I)
+    T += (I ? ", " : "") + std::to_string(S[I]);
+  return T + "]";
+}
+
+ElemType elemOf(DType T) {
+  return T == DType::F16 ? ElemType::F16 : ElemType::BF16;
+}
+
+/// A q/k/v/out-like tensor as (B, S, H) and its (batch, head, seq) strides.
+struct Seq4 {
+  int64_t B = 0, S = 0, H = 0;
+  int64_t Strides[3] = {};
+};
+
+Seq4 checkSeq(const char *Name, const TensorView &T, const LinearSignature &Sig,
+              int64_t Dim) {
+  bool BSHD = Sig.TensorLayout == Layout::BSHD;
+  const char *Order =
+      BSHD ? "[batch, seq, heads, head_dim]" : "[batch, heads, seq, head_dim]";
+  if (!T.Data)
+    invalid(fmt::format("{}: null data pointer", Name));
+  if (T.Shape.size() != 4)
+    invalid(fmt::format("{}: expected rank 4 {}, got rank {}", Name, Order,
+                        T.Shape.size()));
+  if (T.Strides.size() != 4)
+    invalid(fmt::format("{}: strides must have 4 entries, got {}", Name,
+                        T.Strides.size()));
+  if (T.Type != elemOf(Sig.Dtype))
+    invalid(fmt::format("{}: expected dtype {}, got {}", Name,
+                        elemTypeName(elemOf(Sig.Dtype)), elemTypeName(T.Type)));
+  for (size_t I = 0; I < 4; ++I)
+    if (T.Shape[I] < 1)
+      invalid(fmt::format("{}: dimension {} is {}, must be at least 1", Name, I,
+                          T.Shape[I]));
+  if (T.Shape[3] != Dim)
+    invalid(fmt::format("{}: the last dimension must be {}, got {}", Name, Dim,
+                        T.Shape[3]));
+  if (T.Strides[3] != 1)
+    invalid(fmt::format("{}: the last stride must be 1, got {}", Name,
+                        T.Strides[3]));
+  if (reinterpret_cast<uintptr_t>(T.Data) % 16 != 0)
+    invalid(fmt::format("{}: data pointer must be 16-byte aligned", Name));
+  Seq4 R;
+  R.B = T.Shape[0];
+  R.S = BSHD ? T.Shape[1] : T.Shape[2];
+  R.H = BSHD ? T.Shape[2] : T.Shape[1];
+  R.Strides[0] = T.Strides[0];
+  R.Strides[1] = BSHD ? T.Strides[2] : T.Strides[1];
+  R.Strides[2] = BSHD ? T.Strides[1] : T.Strides[2];
+  for (auto [What, S] : {std::pair{"batch", R.Strides[0]},
+                         {"heads", R.Strides[1]}, {"seq", R.Strides[2]}})
+    if (S % 8 != 0 || S < 0)
+      invalid(fmt::format("{}: the {} stride ({}) must be a non-negative "
+                          "multiple of 8 elements (16-byte rows)",
+                          Name, What, S));
+  return R;
+}
+
+/// A float32 tensor of exactly \p Want, contiguous unless \p AnyStrides.
+void checkF32(const std::string &Name, const TensorView &T,
+              const std::vector<int64_t> &Want, bool AnyStrides = false) {
+  if (!T.Data)
+    invalid(Name + ": null data pointer");
+  if (T.Type != ElemType::F32)
+    invalid(fmt::format("{}: expected dtype f32, got {}", Name,
+                        elemTypeName(T.Type)));
+  if (T.Shape != Want)
+    invalid(fmt::format("{}: expected shape {}, got {}", Name, shapeText(Want),
+                        shapeText(T.Shape)));
+  if (T.Strides.size() != T.Shape.size())
+    invalid(fmt::format("{}: strides must have {} entries, got {}", Name,
+                        T.Shape.size(), T.Strides.size()));
+  if (reinterpret_cast<uintptr_t>(T.Data) % 4 != 0)
+    invalid(Name + ": data pointer must be 4-byte aligned");
+  if (AnyStrides) {
+    for (int64_t S : T.Strides)
+      if (S < 0)
+        invalid(Name + ": strides must be non-negative");
+    return;
+  }
+  int64_t Expect = 1;
+  for (int I = int(Want.size()) - 1; I >= 0; --I) {
+    if (Want[I] > 1 && T.Strides[I] != Expect)
+      invalid(fmt::format("{}: must be contiguous (strides {} for shape {})",
+                          Name, shapeText(T.Strides), shapeText(T.Shape)));
+    Expect *= Want[I];
+  }
+}
+
+void checkInputs(const ir::Graph &G, const LinearCallShape &C,
+                 const InputMap &Inputs) {
+  for (const ir::InputDecl &D : G.decls().Inputs) {
+    auto It = Inputs.find(D.Name);
+    std::string Name = "input '" + D.Name + "'";
+    if (It == Inputs.end())
+      invalid(Name + ": declared by '" + G.name() + "' but not supplied");
+    if (D.Shape == ir::InputShape::Scalar) {
+      if (!std::holds_alternative<float>(It->second))
+        invalid(Name + ": a scalar input takes a number");
+      continue;
+    }
+    if (!std::holds_alternative<TensorView>(It->second))
+      invalid(Name + ": expected a float32 tensor, got a number");
+    const TensorView &T = std::get<TensorView>(It->second);
+    std::vector<int64_t> Want;
+    switch (D.Shape) {
+    case ir::InputShape::Scalar:
+      break;
+    case ir::InputShape::PerHead:
+      Want = {C.H};
+      break;
+    case ir::InputShape::PerRow:
+    case ir::InputShape::PerKey:
+    case ir::InputShape::Full:
+      Want = {C.B, C.H, C.T};
+      break;
+    }
+    if (D.Shape == ir::InputShape::Full)
+      Want.push_back(C.T);
+    checkF32(Name + " (" + ir::inputShapeName(D.Shape).str() + ")", T, Want,
+             true);
+    if (T.Strides.back() != 1)
+      invalid(Name + ": the last stride must be 1");
+  }
+  for (const auto &[Name, Value] : Inputs)
+    if (!G.decls().findInput(Name))
+      invalid("input '" + Name + "': '" + G.name() + "' declares no such input");
+}
+
+void store(int64_t (&Dst)[3], const Seq4 &S) {
+  for (int I = 0; I < 3; ++I)
+    Dst[I] = S.Strides[I];
+}
+
+/// q, k, v, decay, inputs, and the shared rules between them.
+LinearCallShape checkCommon(const CompiledDefinition &Def,
+                            const LinearSignature &Sig, const TensorView &Q,
+                            const TensorView &K, const TensorView &V,
+                            const TensorView *Decay, const InputMap &Inputs,
+                            const TensorView *InitialState) {
+  const ir::Graph &G = *Def.Graph;
+  Seq4 q = checkSeq("q", Q, Sig, Sig.HeadDim);
+  Seq4 k = checkSeq("k", K, Sig, Sig.HeadDim);
+  Seq4 v = checkSeq("v", V, Sig, Sig.HeadDimV);
+  if (k.B != v.B || q.B != v.B)
+    invalid(fmt::format("q, k: batch must equal v's ({}), got {} and {}", v.B,
+                        q.B, k.B));
+  if (q.S != v.S || k.S != v.S)
+    invalid(fmt::format("q, k: seq must equal v's ({}), got {} and {}", v.S,
+                        q.S, k.S));
+  if (v.H % q.H != 0)
+    invalid(fmt::format("q: heads ({}) must divide v's heads ({})", q.H, v.H));
+  if (v.H % k.H != 0)
+    invalid(fmt::format("k: heads ({}) must divide v's heads ({})", k.H, v.H));
+  if (v.S > (1 << 30))
+    invalid(fmt::format("v: seq {} is more than the 2^30 tokens supported",
+                        v.S));
+  if (v.B * v.H > 65535)
+    invalid(fmt::format("v: batch x heads is {}; at most 65535 are supported",
+                        v.B * v.H));
+  LinearCallShape C;
+  C.B = v.B;
+  C.H = v.H;
+  C.Hq = q.H;
+  C.Hk = k.H;
+  C.T = v.S;
+  store(C.Q, q);
+  store(C.K, k);
+  store(C.V, v);
+  bool Reads = codegen::linearReadsDecay(Def);
+  if (Reads && !Decay)
+    invalid(fmt::format("decay: required, a float32 tensor [{}, {}, {}]; the "
+                        "decay_mod of '{}' reads it",
+                        C.B, C.H, C.T, G.name()));
+  if (!Reads && Decay)
+    invalid(fmt::format("decay: must be null; the decay_mod of '{}' does not "
+                        "read the decay",
+                        G.name()));
+  if (Decay) {
+    checkF32("decay", *Decay, {C.B, C.H, C.T}, true);
+    for (int I = 0; I < 3; ++I)
+      C.Decay[I] = Decay->Strides[I];
+  }
+  checkInputs(G, C, Inputs);
+  if (InitialState)
+    checkF32("initial_state", *InitialState,
+             {C.B, C.H, Sig.HeadDim, Sig.HeadDimV});
+  return C;
+}
+
+void checkLike(const char *Name, const Seq4 &G, const char *Of,
+               const LinearCallShape &C, int64_t Heads) {
+  if (G.B != C.B || G.S != C.T || G.H != Heads)
+    invalid(fmt::format("{}: expected batch {}, seq {} and heads {} (as {}), "
+                        "got {}, {} and {}",
+                        Name, C.B, C.T, Heads, Of, G.B, G.S, G.H));
+}
+
+} // namespace
+
+LinearCallShape validateLinearForward(const CompiledDefinition &Def,
+                                      const LinearSignature &Sig,
+                                      const TensorView &Q, const TensorView &K,
+                                      const TensorView &V,
+                                      const TensorView &Out,
+                                      const TensorView *Decay,
+                                      const InputMap &Inputs,
+                                      const TensorView *InitialState,
+                                      const TensorView *FinalState) {
+  LinearCallShape C =
+      checkCommon(Def, Sig, Q, K, V, Decay, Inputs, InitialState);
+  Seq4 o = checkSeq("out", Out, Sig, Sig.HeadDimV);
+  checkLike("out", o, "v", C, C.H);
+  store(C.O, o);
+  if (FinalState)
+    checkF32("final_state", *FinalState,
+             {C.B, C.H, Sig.HeadDim, Sig.HeadDimV});
+  return C;
+}
+
+LinearBackwardShape validateLinearBackward(const CompiledDefinition &Def,
+                                           const LinearSignature &Sig,
+                                           const LinearBackwardTensors &T,
+                                           const InputMap &Inputs,
+                                           const LinearInputGrads &Grads) {
+  const ir::Graph &G = *Def.Graph;
+  LinearBackwardShape R;
+  LinearCallShape &C = R.Fwd;
+  C = checkCommon(Def, Sig, T.Q, T.K, T.V, T.Decay, Inputs, T.InitialState);
+  Seq4 d = checkSeq("dout", T.DOut, Sig, Sig.HeadDimV);
+  checkLike("dout", d, "v", C, C.H);
+  store(R.DO, d);
+  Seq4 dq = checkSeq("dq", T.DQ, Sig, Sig.HeadDim);
+  checkLike("dq", dq, "q", C, C.Hq);
+  store(R.DQ, dq);
+  Seq4 dk = checkSeq("dk", T.DK, Sig, Sig.HeadDim);
+  checkLike("dk", dk, "k", C, C.Hk);
+  store(R.DK, dk);
+  Seq4 dv = checkSeq("dv", T.DV, Sig, Sig.HeadDimV);
+  checkLike("dv", dv, "v", C, C.H);
+  store(R.DV, dv);
+  std::vector<int64_t> State = {C.B, C.H, Sig.HeadDim, Sig.HeadDimV};
+  if (T.DFinalState)
+    checkF32("dfinal_state", *T.DFinalState, State);
+  if (T.DInitialState)
+    checkF32("dinitial_state", *T.DInitialState, State);
+  if (T.DDecay) {
+    if (!T.Decay)
+      invalid(fmt::format("ddecay: must be null; '{}' takes no decay input",
+                          G.name()));
+    checkF32("ddecay", *T.DDecay, {C.B, C.H, C.T});
+  }
+  for (const auto &[Name, View] : Grads) {
+    const ir::InputDecl *D = G.decls().findInput(Name);
+    std::string What = "input gradient '" + Name + "'";
+    if (!D)
+      invalid(What + ": '" + G.name() + "' declares no such input");
+    std::vector<int64_t> Want;
+    switch (D->Shape) {
+    case ir::InputShape::Scalar:
+      Want = View.Shape.empty() ? std::vector<int64_t>{}
+                                : std::vector<int64_t>{1};
+      break;
+    case ir::InputShape::PerHead:
+      Want = {C.H};
+      break;
+    case ir::InputShape::PerRow:
+      Want = {C.B, C.H, C.T};
+      break;
+    case ir::InputShape::PerKey:
+    case ir::InputShape::Full:
+      invalid(fmt::format("{}: gradients of {} inputs are not computed by "
+                          "the linear kernels",
+                          What, ir::inputShapeName(D->Shape).str()));
+    }
+    checkF32(What + " (" + ir::inputShapeName(D->Shape).str() + ")", View,
+             Want);
+  }
+  return R;
+}
+
+} // namespace attn::runtime

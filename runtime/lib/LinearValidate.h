@@ -1,0 +1,40 @@
+// Argument validation for LinearAttention calls: every check before any
+// launch, each failure an InvalidArgument naming the argument.
+#ifndef ATTN_RUNTIME_LINEARVALIDATE_H
+#define ATTN_RUNTIME_LINEARVALIDATE_H
+
+#include "attn/runtime/LinearAttention.h"
+
+namespace attn::runtime {
+
+/// A validated call's sizes and the element strides (batch, head, seq) of
+/// its sequence tensors.
+struct LinearCallShape {
+  int64_t B = 0, H = 0, Hq = 0, Hk = 0, T = 0;
+  int64_t Q[3] = {}, K[3] = {}, V[3] = {}, O[3] = {}, Decay[3] = {};
+};
+
+LinearCallShape validateLinearForward(const CompiledDefinition &Def,
+                                      const LinearSignature &Sig,
+                                      const TensorView &Q, const TensorView &K,
+                                      const TensorView &V,
+                                      const TensorView &Out,
+                                      const TensorView *Decay,
+                                      const InputMap &Inputs,
+                                      const TensorView *InitialState,
+                                      const TensorView *FinalState);
+
+struct LinearBackwardShape {
+  LinearCallShape Fwd;
+  int64_t DO[3] = {}, DQ[3] = {}, DK[3] = {}, DV[3] = {};
+};
+
+LinearBackwardShape validateLinearBackward(const CompiledDefinition &Def,
+                                           const LinearSignature &Sig,
+                                           const LinearBackwardTensors &T,
+                                           const InputMap &Inputs,
+                                           const LinearInputGrads &Grads);
+
+} // namespace attn::runtime
+
+#endif

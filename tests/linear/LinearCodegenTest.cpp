@@ -1,0 +1,117 @@
+// Linear-attention code generation: configurations and their checks, keys
+// and entries, and the mods' derivatives the autodiff rules generate.
+#include "Examples.h"
+
+#include "attn/Error.h"
+#include "attn/Pipeline.h"
+#include "attn/codegen/LinearCodegen.h"
+
+#include <catch2/catch.hpp>
+
+using namespace attn;
+using codegen::LinearConfig;
+using codegen::LinearKernelSpec;
+
+namespace {
+
+LinearKernelSpec spec(int D, int DV, const char *Arch = "sm_80") {
+  LinearKernelSpec S;
+  S.HeadDim = D;
+  S.HeadDimV = DV;
+  S.Arch = Arch;
+  S.Config = LinearConfig::defaultFor(D, DV, Arch);
+  return S;
+}
+
+} // namespace
+
+TEST_CASE("linear configs print, parse and check", "[linear]") {
+  LinearConfig C = LinearConfig::parse("c32v128w8b16");
+  CHECK(C.Chunk == 32);
+  CHECK(C.SliceV == 128);
+  CHECK(C.Warps == 8);
+  CHECK(C.BwdWarps == 16);
+  CHECK(C.str() == "c32v128w8b16");
+  CHECK_THROWS_WITH(LinearConfig::parse("m64n64w4s2"),
+                    Catch::Contains("expected c<chunk>v<value slice>"));
+  CHECK_THROWS_WITH(LinearConfig::parse("c64v64w4b8x"),
+                    Catch::Contains("expected c<chunk>"));
+  // Every default is valid for every supported pair of head dims and arch.
+  for (int D : {64, 128, 256})
+    for (int DV : {64, 128, 192, 256, 512})
+      for (const char *Arch : {"sm_80", "sm_90a"}) {
+        INFO("d" << D << "/" << DV << " " << Arch);
+        CHECK_NOTHROW(spec(D, DV, Arch).validate());
+      }
+}
+
+TEST_CASE("linear kernel specs name what is wrong", "[linear]") {
+  LinearKernelSpec S = spec(96, 64);
+  CHECK_THROWS_WITH(S.validate(), Catch::Contains("head_dim 96"));
+  S = spec(64, 96);
+  CHECK_THROWS_WITH(S.validate(), Catch::Contains("head_dim_v 96"));
+  S = spec(64, 64, "sm_75");
+  CHECK_THROWS_WITH(S.validate(), Catch::Contains("arch 'sm_75'"));
+  S = spec(64, 64);
+  S.Config = LinearConfig::parse("c48v64w4b4");
+  CHECK_THROWS_WITH(S.validate(), Catch::Contains("chunk 48"));
+  S.Config = LinearConfig::parse("c128v64w4b8");
+  CHECK_THROWS_WITH(S.validate(),
+                    Catch::Contains("must be a multiple of the chunk's m16 "
+                                    "row tiles (8)"));
+  S.Config = LinearConfig::parse("c64v64w8b4");
+  CHECK_THROWS_WITH(S.validate(),
+                    Catch::Contains("forward warps (8) must split head_dim 64"));
+  S = spec(128, 192);
+  S.Config.SliceV = 128;
+  CHECK_THROWS_WITH(S.validate(),
+                    Catch::Contains("not a multiple of the value slice 128"));
+  // Shared memory: head dim 256 on an sm_86 does not fit the forward.
+  S = spec(256, 256, "sm_86");
+  CHECK_THROWS_WITH(S.validate(), Catch::Contains("bytes of shared memory"));
+}
+
+TEST_CASE("linear shared memory and staging follow the arch", "[linear]") {
+  // d128: the staged forward fits twice in an sm_90a's 227 KiB.
+  codegen::LinearSmem S = codegen::linearSharedBytes(spec(128, 128, "sm_90a"));
+  CHECK(S.FwdStaged);
+  CHECK(S.Fwd == 2 * 2 * 64 * (2 * 128 + 64) + 2 * 128 * 64 + 4 * (3 * 64 + 4));
+  // d256 on sm_80: the staged dk/dv scan does not fit at all.
+  S = codegen::linearSharedBytes(spec(256, 256, "sm_80"));
+  CHECK_FALSE(S.DkdvStaged);
+}
+
+TEST_CASE("linear kernels have keys, entries and the mods", "[linear]") {
+  CompiledDefinition C = compile(examples::mamba2());
+  LinearKernelSpec S = spec(128, 64, "sm_90a");
+  S.Dtype = DType::BF16;
+  codegen::KernelSource F = codegen::generateLinearForward(C, S);
+  CHECK(F.Key == "mamba2.linear_fwd.bf16.d128x64.sm_90a.c64v64w4b8");
+  CHECK(F.Entries == std::vector<std::string>{"attnc_linear_fwd"});
+  CHECK(F.Arch == "sm_90a");
+  CHECK_THAT(F.Source, Catch::Contains("#include \"attnc/linear_chunk_scan.cuh\""));
+  CHECK_THAT(F.Source, Catch::Contains("(x * in.load_dt(b, h, t, 0))"));
+  CHECK_THAT(F.Source, Catch::Contains("kReadsDecay = false"));
+  CHECK_THAT(F.Source, Catch::Contains("kVModReadsInputs = true"));
+  CHECK_THAT(F.Source, Catch::Contains("attnc::bf16, 128, 64,"));
+  CHECK_THAT(F.Source, !Catch::Contains("v_mod_dx"));
+  codegen::KernelSource B = codegen::generateLinearBackward(C, S);
+  CHECK(B.Key == "mamba2.linear_bwd.bf16.d128x64.sm_90a.c64v64w4b8");
+  CHECK(B.Entries.size() == 6);
+  // v = x·dt: ∂v/∂x = dt, ∂v/∂A = 0, ∂v/∂dt = x; g = dt·A: ∂g/∂A = dt,
+  // ∂g/∂dt = A (inputs in declaration order: A, dt).
+  CHECK_THAT(B.Source, Catch::Contains("v_mod_dx(const Inputs &in, float x, "
+                                       "int b, int h, int t) {\n    (void)in; "
+                                       "(void)x; (void)b; (void)h; (void)t;\n"
+                                       "    return in.load_dt(b, h, t, 0);"));
+  CHECK_THAT(B.Source, Catch::Contains("d[0] = 0.0f;\n    d[1] = x;"));
+  CHECK_THAT(B.Source, Catch::Contains("d[0] = in.load_dt(b, h, t, 0);\n    "
+                                       "d[1] = in.load_A(b, h, t, 0);"));
+}
+
+TEST_CASE("linear code generation refuses attention definitions", "[linear]") {
+  CompiledDefinition C = compile(examples::mha());
+  CHECK_THROWS_AS(codegen::generateLinearForward(C, spec(64, 64)), UserError);
+  CHECK_THROWS_WITH(codegen::generateLinearBackward(C, spec(64, 64)),
+                    Catch::Contains("is not linear attention"));
+}
