@@ -85,11 +85,13 @@ struct Options {
       cl::desc("Which kernel: generated (the fast skeleton) or reference "
                "(one row of scores per CTA, the tests' oracle)"),
       cl::init("generated"), cl::sub(Emit), cl::sub(Compile)};
-  CallOpt<std::string> LinearKernel{
-      "kernel",
-      cl::desc("Linear definitions: fwd (the forward scan) or bwd (the "
-               "backward's kernels)"),
-      cl::init("fwd"), cl::sub(Emit), cl::sub(Compile)};
+  CallOpt<bool> Backward{
+      "backward",
+      cl::desc("The backward's kernels instead of the forward (bwd_sm80 for "
+               "attention definitions, with a backward --config such as "
+               "kv64x128w8.q128x64w8.s2; the linear_chunk backward for "
+               "linear ones)"),
+      cl::sub(Emit), cl::sub(Compile)};
   CallOpt<std::string> Output{"o", cl::desc("Output file (- for stdout)"),
                               cl::value_desc("file"), cl::init("-"),
                               cl::sub(Emit)};
@@ -157,11 +159,14 @@ codegen::KernelSpec kernelSpec(const Options &O, bool ForCompile) {
     if (ForCompile && runtime::CudaDriver::get().available())
       Spec.Arch = runtime::currentDevice().arch();
   }
-  Spec.Config = O.Config.empty()
+  // A backward's --config is a BwdConfig (kernelFor); the forward tiles then
+  // keep their default, which generateBackward does not look at.
+  Spec.Config = O.Config.empty() || O.Backward
                     ? codegen::FwdConfig::defaultFor(Spec.HeadDim,
                                                       Spec.HeadDimV, Spec.Arch)
                     : codegen::FwdConfig::parse(O.Config);
-  Spec.validate();
+  if (!O.Backward)
+    Spec.validate();
   return Spec;
 }
 
@@ -177,7 +182,8 @@ codegen::KernelSource generateKernel(const Options &O,
                    "': expected generated or reference");
 }
 
-/// The linear_chunk kernel (--kernel fwd|bwd) of a linear definition, with
+/// The linear_chunk kernel (forward, or with --backward the backward's) of a
+/// linear definition, with
 /// the same options; --config is a LinearConfig ("c64v64w4b8").
 codegen::KernelSource linearKernel(const Options &O,
                                    const dsl::DefinitionBase &Def,
@@ -203,25 +209,31 @@ codegen::KernelSource linearKernel(const Options &O,
     throw UsageError("--backend '" + O.BackendName + "': '" + Def.name +
                      "' is linear attention, which has the generated kernels "
                      "only");
-  if (O.LinearKernel != "fwd" && O.LinearKernel != "bwd")
-    throw UsageError("--kernel '" + O.LinearKernel + "': expected fwd or bwd");
   Spec.validate();
   CompiledDefinition C = compile(Def);
-  return O.LinearKernel == "fwd" ? codegen::generateLinearForward(C, Spec)
-                                 : codegen::generateLinearBackward(C, Spec);
+  return O.Backward ? codegen::generateLinearBackward(C, Spec)
+                    : codegen::generateLinearForward(C, Spec);
 }
 
 /// The kernel emit and compile work on: a linear definition's linear_chunk
-/// kernel, else the --backend kernel of an attention definition.
+/// kernel, else the --backend kernel of an attention definition (its
+/// bwd_sm80 kernels with --backward).
 codegen::KernelSource kernelFor(const Options &O, const dsl::Registry &Registry,
                                 bool ForCompile) {
   const dsl::DefinitionBase *D = Registry.find(O.KernelName);
   if (D && D->kind() == ir::DefinitionKind::Linear)
     return linearKernel(O, *D, ForCompile);
-  if (D && O.LinearKernel != "fwd")
-    throw UsageError("--kernel applies to linear definitions only");
   codegen::KernelSpec Spec = kernelSpec(O, ForCompile);
+  if (O.Backward && O.BackendName != "generated")
+    throw UsageError("--backward: the " + O.BackendName +
+                     " backend has no backward kernel; the backward is "
+                     "generated (bwd_sm80)");
   CompiledDefinition C = compile(Registry.get(O.KernelName));
+  if (O.Backward)
+    return O.Config.empty()
+               ? codegen::generateBackward(C, Spec)
+               : codegen::generateBackward(C, Spec,
+                                           codegen::BwdConfig::parse(O.Config));
   return generateKernel(O, C, Spec);
 }
 
