@@ -3,6 +3,7 @@
 
 #include "attn/codegen/LinearCodegen.h"
 #include "attn/runtime/Errors.h"
+#include "attn/runtime/Validate.h"
 
 #include <fmt/format.h>
 
@@ -10,67 +11,15 @@ namespace attn::runtime {
 
 namespace {
 
-[[noreturn]] void invalid(const std::string &Msg) { throw InvalidArgument(Msg); }
+[[noreturn]] void invalid(const std::string &Msg) {
+  throw InvalidArgument(Msg);
+}
 
 std::string shapeText(const std::vector<int64_t> &S) {
   std::string T = "[";
   for (size_t I = 0; I < S.size(); ++I)
     T += (I ? ", " : "") + std::to_string(S[I]);
   return T + "]";
-}
-
-ElemType elemOf(DType T) {
-  return T == DType::F16 ? ElemType::F16 : ElemType::BF16;
-}
-
-/// A q/k/v/out-like tensor as (B, S, H) and its (batch, head, seq) strides.
-struct Seq4 {
-  int64_t B = 0, S = 0, H = 0;
-  int64_t Strides[3] = {};
-};
-
-Seq4 checkSeq(const char *Name, const TensorView &T, const LinearSignature &Sig,
-              int64_t Dim) {
-  bool BSHD = Sig.TensorLayout == Layout::BSHD;
-  const char *Order =
-      BSHD ? "[batch, seq, heads, head_dim]" : "[batch, heads, seq, head_dim]";
-  if (!T.Data)
-    invalid(fmt::format("{}: null data pointer", Name));
-  if (T.Shape.size() != 4)
-    invalid(fmt::format("{}: expected rank 4 {}, got rank {}", Name, Order,
-                        T.Shape.size()));
-  if (T.Strides.size() != 4)
-    invalid(fmt::format("{}: strides must have 4 entries, got {}", Name,
-                        T.Strides.size()));
-  if (T.Type != elemOf(Sig.Dtype))
-    invalid(fmt::format("{}: expected dtype {}, got {}", Name,
-                        elemTypeName(elemOf(Sig.Dtype)), elemTypeName(T.Type)));
-  for (size_t I = 0; I < 4; ++I)
-    if (T.Shape[I] < 1)
-      invalid(fmt::format("{}: dimension {} is {}, must be at least 1", Name, I,
-                          T.Shape[I]));
-  if (T.Shape[3] != Dim)
-    invalid(fmt::format("{}: the last dimension must be {}, got {}", Name, Dim,
-                        T.Shape[3]));
-  if (T.Strides[3] != 1)
-    invalid(fmt::format("{}: the last stride must be 1, got {}", Name,
-                        T.Strides[3]));
-  if (reinterpret_cast<uintptr_t>(T.Data) % 16 != 0)
-    invalid(fmt::format("{}: data pointer must be 16-byte aligned", Name));
-  Seq4 R;
-  R.B = T.Shape[0];
-  R.S = BSHD ? T.Shape[1] : T.Shape[2];
-  R.H = BSHD ? T.Shape[2] : T.Shape[1];
-  R.Strides[0] = T.Strides[0];
-  R.Strides[1] = BSHD ? T.Strides[2] : T.Strides[1];
-  R.Strides[2] = BSHD ? T.Strides[1] : T.Strides[2];
-  for (auto [What, S] : {std::pair{"batch", R.Strides[0]},
-                         {"heads", R.Strides[1]}, {"seq", R.Strides[2]}})
-    if (S % 8 != 0 || S < 0)
-      invalid(fmt::format("{}: the {} stride ({}) must be a non-negative "
-                          "multiple of 8 elements (16-byte rows)",
-                          Name, What, S));
-  return R;
 }
 
 /// A float32 tensor of exactly \p Want, contiguous unless \p AnyStrides.
@@ -141,10 +90,11 @@ void checkInputs(const ir::Graph &G, const LinearCallShape &C,
   }
   for (const auto &[Name, Value] : Inputs)
     if (!G.decls().findInput(Name))
-      invalid("input '" + Name + "': '" + G.name() + "' declares no such input");
+      invalid("input '" + Name + "': '" + G.name() +
+              "' declares no such input");
 }
 
-void store(int64_t (&Dst)[3], const Seq4 &S) {
+void store(int64_t (&Dst)[3], const SeqTensor &S) {
   for (int I = 0; I < 3; ++I)
     Dst[I] = S.Strides[I];
 }
@@ -156,9 +106,12 @@ LinearCallShape checkCommon(const CompiledDefinition &Def,
                             const TensorView *Decay, const InputMap &Inputs,
                             const TensorView *InitialState) {
   const ir::Graph &G = *Def.Graph;
-  Seq4 q = checkSeq("q", Q, Sig, Sig.HeadDim);
-  Seq4 k = checkSeq("k", K, Sig, Sig.HeadDim);
-  Seq4 v = checkSeq("v", V, Sig, Sig.HeadDimV);
+  SeqTensor q =
+      checkSeqTensor("q", Q, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
+  SeqTensor k =
+      checkSeqTensor("k", K, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
+  SeqTensor v =
+      checkSeqTensor("v", V, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
   if (k.B != v.B || q.B != v.B)
     invalid(fmt::format("q, k: batch must equal v's ({}), got {} and {}", v.B,
                         q.B, k.B));
@@ -170,8 +123,8 @@ LinearCallShape checkCommon(const CompiledDefinition &Def,
   if (v.H % k.H != 0)
     invalid(fmt::format("k: heads ({}) must divide v's heads ({})", k.H, v.H));
   if (v.S > (1 << 30))
-    invalid(fmt::format("v: seq {} is more than the 2^30 tokens supported",
-                        v.S));
+    invalid(
+        fmt::format("v: seq {} is more than the 2^30 tokens supported", v.S));
   if (v.B * v.H > 65535)
     invalid(fmt::format("v: batch x heads is {}; at most 65535 are supported",
                         v.B * v.H));
@@ -205,7 +158,7 @@ LinearCallShape checkCommon(const CompiledDefinition &Def,
   return C;
 }
 
-void checkLike(const char *Name, const Seq4 &G, const char *Of,
+void checkLike(const char *Name, const SeqTensor &G, const char *Of,
                const LinearCallShape &C, int64_t Heads) {
   if (G.B != C.B || G.S != C.T || G.H != Heads)
     invalid(fmt::format("{}: expected batch {}, seq {} and heads {} (as {}), "
@@ -215,23 +168,19 @@ void checkLike(const char *Name, const Seq4 &G, const char *Of,
 
 } // namespace
 
-LinearCallShape validateLinearForward(const CompiledDefinition &Def,
-                                      const LinearSignature &Sig,
-                                      const TensorView &Q, const TensorView &K,
-                                      const TensorView &V,
-                                      const TensorView &Out,
-                                      const TensorView *Decay,
-                                      const InputMap &Inputs,
-                                      const TensorView *InitialState,
-                                      const TensorView *FinalState) {
+LinearCallShape validateLinearForward(
+    const CompiledDefinition &Def, const LinearSignature &Sig,
+    const TensorView &Q, const TensorView &K, const TensorView &V,
+    const TensorView &Out, const TensorView *Decay, const InputMap &Inputs,
+    const TensorView *InitialState, const TensorView *FinalState) {
   LinearCallShape C =
       checkCommon(Def, Sig, Q, K, V, Decay, Inputs, InitialState);
-  Seq4 o = checkSeq("out", Out, Sig, Sig.HeadDimV);
+  SeqTensor o =
+      checkSeqTensor("out", Out, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
   checkLike("out", o, "v", C, C.H);
   store(C.O, o);
   if (FinalState)
-    checkF32("final_state", *FinalState,
-             {C.B, C.H, Sig.HeadDim, Sig.HeadDimV});
+    checkF32("final_state", *FinalState, {C.B, C.H, Sig.HeadDim, Sig.HeadDimV});
   return C;
 }
 
@@ -244,16 +193,20 @@ LinearBackwardShape validateLinearBackward(const CompiledDefinition &Def,
   LinearBackwardShape R;
   LinearCallShape &C = R.Fwd;
   C = checkCommon(Def, Sig, T.Q, T.K, T.V, T.Decay, Inputs, T.InitialState);
-  Seq4 d = checkSeq("dout", T.DOut, Sig, Sig.HeadDimV);
+  SeqTensor d =
+      checkSeqTensor("dout", T.DOut, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
   checkLike("dout", d, "v", C, C.H);
   store(R.DO, d);
-  Seq4 dq = checkSeq("dq", T.DQ, Sig, Sig.HeadDim);
+  SeqTensor dq =
+      checkSeqTensor("dq", T.DQ, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
   checkLike("dq", dq, "q", C, C.Hq);
   store(R.DQ, dq);
-  Seq4 dk = checkSeq("dk", T.DK, Sig, Sig.HeadDim);
+  SeqTensor dk =
+      checkSeqTensor("dk", T.DK, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
   checkLike("dk", dk, "k", C, C.Hk);
   store(R.DK, dk);
-  Seq4 dv = checkSeq("dv", T.DV, Sig, Sig.HeadDimV);
+  SeqTensor dv =
+      checkSeqTensor("dv", T.DV, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
   checkLike("dv", dv, "v", C, C.H);
   store(R.DV, dv);
   std::vector<int64_t> State = {C.B, C.H, Sig.HeadDim, Sig.HeadDimV};
@@ -275,8 +228,8 @@ LinearBackwardShape validateLinearBackward(const CompiledDefinition &Def,
     std::vector<int64_t> Want;
     switch (D->Shape) {
     case ir::InputShape::Scalar:
-      Want = View.Shape.empty() ? std::vector<int64_t>{}
-                                : std::vector<int64_t>{1};
+      Want =
+          View.Shape.empty() ? std::vector<int64_t>{} : std::vector<int64_t>{1};
       break;
     case ir::InputShape::PerHead:
       Want = {C.H};

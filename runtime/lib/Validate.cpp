@@ -6,11 +6,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace attn::runtime {
 
 namespace {
 
-[[noreturn]] void invalid(const std::string &Msg) { throw InvalidArgument(Msg); }
+[[noreturn]] void invalid(const std::string &Msg) {
+  throw InvalidArgument(Msg);
+}
 
 std::string shapeText(const std::vector<int64_t> &S) {
   std::string T = "[";
@@ -19,56 +23,8 @@ std::string shapeText(const std::vector<int64_t> &S) {
   return T + "]";
 }
 
-ElemType elemOf(DType T) { return T == DType::F16 ? ElemType::F16 : ElemType::BF16; }
-
-/// Dims and strides of a q/k/v/o view as (B, S, H, D) and (sb, ss, sh).
-struct Seq4 {
-  int64_t B, S, H, D, SB, SS, SH;
-};
-
-Seq4 checkSeqTensor(const char *Name, const TensorView &T, const Signature &Sig,
-                    int64_t HeadDim) {
-  const char *Order = Sig.TensorLayout == Layout::BSHD
-                          ? "[batch, seq, heads, head_dim]"
-                          : "[batch, heads, seq, head_dim]";
-  if (!T.Data)
-    invalid(fmt::format("{}: null data pointer", Name));
-  if (T.Shape.size() != 4)
-    invalid(fmt::format("{}: expected rank 4 {}, got rank {}", Name, Order,
-                        T.Shape.size()));
-  if (T.Strides.size() != 4)
-    invalid(fmt::format("{}: strides must have 4 entries, got {}", Name,
-                        T.Strides.size()));
-  if (T.Type != elemOf(Sig.Dtype))
-    invalid(fmt::format("{}: expected dtype {}, got {}", Name,
-                        elemTypeName(elemOf(Sig.Dtype)), elemTypeName(T.Type)));
-  for (size_t I = 0; I < 4; ++I)
-    if (T.Shape[I] < 1)
-      invalid(fmt::format("{}: dimension {} is {}, must be at least 1", Name,
-                          I, T.Shape[I]));
-  if (T.Shape[3] != HeadDim)
-    invalid(fmt::format("{}: head_dim (last dimension) must be {}, got {}",
-                        Name, HeadDim, T.Shape[3]));
-  if (T.Strides[3] != 1)
-    invalid(fmt::format("{}: the head_dim stride must be 1, got {}", Name,
-                        T.Strides[3]));
-  if (reinterpret_cast<uintptr_t>(T.Data) % 16 != 0)
-    invalid(fmt::format("{}: data pointer must be 16-byte aligned", Name));
-  Seq4 R;
-  bool BSHD = Sig.TensorLayout == Layout::BSHD;
-  R.B = T.Shape[0];
-  R.S = BSHD ? T.Shape[1] : T.Shape[2];
-  R.H = BSHD ? T.Shape[2] : T.Shape[1];
-  R.D = T.Shape[3];
-  R.SB = T.Strides[0];
-  R.SS = BSHD ? T.Strides[1] : T.Strides[2];
-  R.SH = BSHD ? T.Strides[2] : T.Strides[1];
-  for (auto [What, S] : {std::pair{"batch", R.SB}, {"seq", R.SS}, {"heads", R.SH}})
-    if (S % 8 != 0 || S < 0)
-      invalid(fmt::format("{}: the {} stride ({}) must be a non-negative "
-                          "multiple of 8 elements (16-byte rows)",
-                          Name, What, S));
-  return R;
+ElemType elemOf(DType T) {
+  return T == DType::F16 ? ElemType::F16 : ElemType::BF16;
 }
 
 void checkInput(const ir::InputDecl &D, const InputValue &Val,
@@ -149,19 +105,70 @@ void checkInputs(const ir::Graph &G, const CallShape &C,
   }
   for (const auto &[Name, Value] : Inputs)
     if (!G.decls().findInput(Name))
-      invalid("input '" + Name + "': '" + G.name() + "' declares no such input");
+      invalid("input '" + Name + "': '" + G.name() +
+              "' declares no such input");
 }
 
 } // namespace
+
+SeqTensor checkSeqTensor(const char *Name, const TensorView &T, DType Dtype,
+                         attn::Layout L, int64_t HeadDim) {
+  const char *Order = L == Layout::BSHD ? "[batch, seq, heads, head_dim]"
+                                        : "[batch, heads, seq, head_dim]";
+  if (!T.Data)
+    invalid(fmt::format("{}: null data pointer", Name));
+  if (T.Shape.size() != 4)
+    invalid(fmt::format("{}: expected rank 4 {}, got rank {}", Name, Order,
+                        T.Shape.size()));
+  if (T.Strides.size() != 4)
+    invalid(fmt::format("{}: strides must have 4 entries, got {}", Name,
+                        T.Strides.size()));
+  if (T.Type != elemOf(Dtype))
+    invalid(fmt::format("{}: expected dtype {}, got {}", Name,
+                        elemTypeName(elemOf(Dtype)), elemTypeName(T.Type)));
+  for (size_t I = 0; I < 4; ++I)
+    if (T.Shape[I] < 1)
+      invalid(fmt::format("{}: dimension {} is {}, must be at least 1", Name, I,
+                          T.Shape[I]));
+  if (T.Shape[3] != HeadDim)
+    invalid(fmt::format("{}: head_dim (last dimension) must be {}, got {}",
+                        Name, HeadDim, T.Shape[3]));
+  if (T.Strides[3] != 1)
+    invalid(fmt::format("{}: the head_dim stride must be 1, got {}", Name,
+                        T.Strides[3]));
+  if (reinterpret_cast<uintptr_t>(T.Data) % 16 != 0)
+    invalid(fmt::format("{}: data pointer must be 16-byte aligned", Name));
+  SeqTensor R;
+  bool BSHD = L == Layout::BSHD;
+  R.B = T.Shape[0];
+  R.S = BSHD ? T.Shape[1] : T.Shape[2];
+  R.H = BSHD ? T.Shape[2] : T.Shape[1];
+  R.D = T.Shape[3];
+  R.Strides[0] = T.Strides[0];
+  R.Strides[1] = BSHD ? T.Strides[2] : T.Strides[1];
+  R.Strides[2] = BSHD ? T.Strides[1] : T.Strides[2];
+  for (auto [What, S] : {std::pair{"batch", R.Strides[0]},
+                         {"seq", R.Strides[2]},
+                         {"heads", R.Strides[1]}})
+    if (S % 8 != 0 || S < 0)
+      invalid(fmt::format("{}: the {} stride ({}) must be a non-negative "
+                          "multiple of 8 elements (16-byte rows)",
+                          Name, What, S));
+  return R;
+}
 
 CallShape validateCall(const ir::Graph &G, const Signature &Sig,
                        const TensorView &Q, const TensorView &K,
                        const TensorView &V, const TensorView &Out,
                        const TensorView *Finals, const InputMap &Inputs) {
-  Seq4 q = checkSeqTensor("q", Q, Sig, Sig.HeadDim);
-  Seq4 k = checkSeqTensor("k", K, Sig, Sig.HeadDim);
-  Seq4 v = checkSeqTensor("v", V, Sig, Sig.HeadDimV);
-  Seq4 o = checkSeqTensor("out", Out, Sig, Sig.HeadDimV);
+  SeqTensor q =
+      checkSeqTensor("q", Q, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
+  SeqTensor k =
+      checkSeqTensor("k", K, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
+  SeqTensor v =
+      checkSeqTensor("v", V, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
+  SeqTensor o =
+      checkSeqTensor("out", Out, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
   if (k.B != q.B || v.B != q.B || o.B != q.B)
     invalid(fmt::format("k, v, out: batch must equal q's ({}), got {}, {}, {}",
                         q.B, k.B, v.B, o.B));
@@ -172,8 +179,9 @@ CallShape validateCall(const ir::Graph &G, const Signature &Sig,
   if (v.S != k.S)
     invalid(fmt::format("v: seq must equal k's ({}), got {}", k.S, v.S));
   if (o.S != q.S || o.H != q.H)
-    invalid(fmt::format("out: expected seq {} and heads {} (as q), got {} and {}",
-                        q.S, q.H, o.S, o.H));
+    invalid(
+        fmt::format("out: expected seq {} and heads {} (as q), got {} and {}",
+                    q.S, q.H, o.S, o.H));
   if (q.S > (1 << 30) || k.S > (1 << 30))
     invalid("q, k: sequence lengths above 2^30 are not supported");
   CallShape C;
@@ -182,15 +190,9 @@ CallShape validateCall(const ir::Graph &G, const Signature &Sig,
   C.Hkv = k.H;
   C.Sq = q.S;
   C.Skv = k.S;
-  auto Store = [](int64_t (&Dst)[3], const Seq4 &S) {
-    Dst[0] = S.SB;
-    Dst[1] = S.SH;
-    Dst[2] = S.SS;
-  };
-  Store(C.Q, q);
-  Store(C.K, k);
-  Store(C.V, v);
-  Store(C.O, o);
+  for (auto [Dst, S] :
+       {std::pair{&C.Q, &q}, {&C.K, &k}, {&C.V, &v}, {&C.O, &o}})
+    std::copy(S->Strides, S->Strides + 3, *Dst);
 
   checkFinals(G, C, Finals);
   checkInputs(G, C, Inputs);
@@ -200,17 +202,16 @@ CallShape validateCall(const ir::Graph &G, const Signature &Sig,
 namespace {
 
 /// A gradient output must match the tensor it is the gradient of.
-void checkLike(const char *Name, const Seq4 &G, const char *Of, const Seq4 &X) {
+void checkLike(const char *Name, const SeqTensor &G, const char *Of,
+               const SeqTensor &X) {
   if (G.B != X.B || G.S != X.S || G.H != X.H)
     invalid(fmt::format("{}: expected batch {}, seq {} and heads {} (as {}), "
                         "got {}, {} and {}",
                         Name, X.B, X.S, X.H, Of, G.B, G.S, G.H));
 }
 
-void store(int64_t (&Dst)[3], const Seq4 &S) {
-  Dst[0] = S.SB;
-  Dst[1] = S.SH;
-  Dst[2] = S.SS;
+void store(int64_t (&Dst)[3], const SeqTensor &S) {
+  std::copy(S.Strides, S.Strides + 3, Dst);
 }
 
 void checkGrads(const ir::Graph &G, const CallShape &C,
@@ -271,24 +272,32 @@ BackwardCallShape validateBackwardCall(const CompiledDefinition &Def,
                                        const InputMap &Inputs,
                                        const InputGradMap &Grads) {
   const ir::Graph &G = *Def.Graph;
-  Seq4 q = checkSeqTensor("q", T.Q, Sig, Sig.HeadDim);
-  Seq4 k = checkSeqTensor("k", T.K, Sig, Sig.HeadDim);
-  Seq4 v = checkSeqTensor("v", T.V, Sig, Sig.HeadDimV);
-  Seq4 d = checkSeqTensor("dout", T.DOut, Sig, Sig.HeadDimV);
+  SeqTensor q =
+      checkSeqTensor("q", T.Q, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
+  SeqTensor k =
+      checkSeqTensor("k", T.K, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
+  SeqTensor v =
+      checkSeqTensor("v", T.V, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
+  SeqTensor d =
+      checkSeqTensor("dout", T.DOut, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
   bool NeedOut = Def.Info.BackwardUsesDoosum;
   if (NeedOut && !T.Out)
     invalid(fmt::format("out: required, the forward's output; the backward "
                         "of '{}' reads rowsum(dout * out)",
                         G.name()));
-  Seq4 o{};
+  SeqTensor o{};
   if (T.Out)
-    o = checkSeqTensor("out", *T.Out, Sig, Sig.HeadDimV);
-  Seq4 dq = checkSeqTensor("dq", T.DQ, Sig, Sig.HeadDim);
-  Seq4 dk = checkSeqTensor("dk", T.DK, Sig, Sig.HeadDim);
-  Seq4 dv = checkSeqTensor("dv", T.DV, Sig, Sig.HeadDimV);
+    o = checkSeqTensor("out", *T.Out, Sig.Dtype, Sig.TensorLayout,
+                       Sig.HeadDimV);
+  SeqTensor dq =
+      checkSeqTensor("dq", T.DQ, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
+  SeqTensor dk =
+      checkSeqTensor("dk", T.DK, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
+  SeqTensor dv =
+      checkSeqTensor("dv", T.DV, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
   if (k.B != q.B || v.B != q.B)
-    invalid(fmt::format("k, v: batch must equal q's ({}), got {}, {}", q.B,
-                        k.B, v.B));
+    invalid(fmt::format("k, v: batch must equal q's ({}), got {}, {}", q.B, k.B,
+                        v.B));
   if (v.H != k.H)
     invalid(fmt::format("v: heads must equal k's ({}), got {}", k.H, v.H));
   if (q.H % k.H != 0)

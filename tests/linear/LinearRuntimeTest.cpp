@@ -113,7 +113,7 @@ TEST_CASE("LinearAttention::forward validates every argument", "[linear]") {
   CHECK_THAT(Fails(C), Contains("k: expected dtype f16, got bf16"));
   C = Call();
   C.V = seq16(0x30000, H, 64);
-  CHECK_THAT(Fails(C), Contains("v: the last dimension must be 128, got 64"));
+  CHECK_THAT(Fails(C), Contains("v: head_dim (last dimension) must be 128, got 64"));
   C = Call();
   C.Q.Data = fake(0x10008);
   CHECK_THAT(Fails(C), Contains("q: data pointer must be 16-byte aligned"));

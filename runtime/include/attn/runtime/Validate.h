@@ -14,6 +14,21 @@ struct CallShape {
           O[3] = {0, 0, 0};
 };
 
+/// A q/k/v/o-like tensor as validated: (B, S, H, D) and its element strides
+/// (batch, head, seq).
+struct SeqTensor {
+  int64_t B = 0, S = 0, H = 0, D = 0;
+  int64_t Strides[3] = {0, 0, 0};
+};
+
+/// Checks a [B,S,H,D] (BSHD) or [B,H,S,D] (BHSD) tensor of \p Dtype whose
+/// last dimension is \p HeadDim: data non-null and 16-byte aligned, every
+/// dimension at least 1, the last one contiguous, the other strides
+/// non-negative multiples of 8 elements. InvalidArgument naming \p Name and
+/// the expected value otherwise. Attention and linear attention share it.
+SeqTensor checkSeqTensor(const char *Name, const TensorView &T, DType Dtype,
+                         attn::Layout L, int64_t HeadDim);
+
 /// Checks q, k, v, out, finals and the custom inputs against the signature
 /// and the definition; throws InvalidArgument naming the argument and the
 /// expected value ("q: expected rank 4 [batch, seq, heads, head_dim], got
