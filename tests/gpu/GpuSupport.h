@@ -8,8 +8,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace attn::gputest {
@@ -79,6 +83,49 @@ private:
   CUdeviceptr Ptr = 0;
   size_t Bytes;
 };
+
+/// The head every bench tool's command line shares: NAME DTYPE and then
+/// integers (B H S D ...), \p MinInts of them at least.
+struct BenchCommand {
+  std::string Name;
+  DType Dtype = DType::F16;
+  std::vector<int> Ints;
+};
+
+/// Parses the command line into \p Out and checks for a GPU. Returns 0 to go
+/// on, else the exit status after saying why: 2 for bad usage (\p Usage is
+/// printed), 77 where there is no GPU (ctest's "skipped").
+inline int parseBenchCommand(int Argc, char **Argv, int MinInts,
+                             const char *Usage, BenchCommand &Out) {
+  if (Argc < 3 + MinInts) {
+    std::fprintf(stderr, "usage: %s\n", Usage);
+    return 2;
+  }
+  std::optional<DType> T = dtypeFromName(Argv[2]);
+  if (!T) {
+    std::fprintf(stderr, "%s: dtype must be f16 or bf16\n", Argv[0]);
+    return 2;
+  }
+  Out.Name = Argv[1];
+  Out.Dtype = *T;
+  for (int I = 3; I < Argc; ++I) {
+    char *End = nullptr;
+    long V = std::strtol(Argv[I], &End, 10);
+    if (*End != '\0')
+      break; // the first non-number starts the optional arguments
+    Out.Ints.push_back(int(V));
+  }
+  if (int(Out.Ints.size()) < MinInts) {
+    std::fprintf(stderr, "usage: %s\n", Usage);
+    return 2;
+  }
+  auto &Drv = runtime::CudaDriver::get();
+  if (!Drv.available()) {
+    std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
+    return 77;
+  }
+  return 0;
+}
 
 } // namespace attn::gputest
 

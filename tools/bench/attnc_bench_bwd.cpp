@@ -27,26 +27,15 @@ using namespace attn;
 using namespace attn::gputest;
 
 int main(int Argc, char **Argv) {
-  if (Argc < 7) {
-    std::fprintf(stderr,
-                 "usage: attnc_bench_bwd NAME f16|bf16 B H S D [CONFIG]\n");
-    return 2;
-  }
+  BenchCommand Cmd;
+  if (int Rc = parseBenchCommand(
+          Argc, Argv, 4, "attnc_bench_bwd NAME f16|bf16 B H S D [CONFIG]", Cmd))
+    return Rc;
   auto &Drv = runtime::CudaDriver::get();
-  if (!Drv.available()) {
-    std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
-    return 77;
-  }
   try {
-    std::string Name = Argv[1];
-    std::optional<DType> Parsed = dtypeFromName(Argv[2]);
-    if (!Parsed) {
-      std::fprintf(stderr, "attnc_bench_bwd: dtype must be f16 or bf16\n");
-      return 2;
-    }
-    DType T = *Parsed;
-    int B = std::atoi(Argv[3]), H = std::atoi(Argv[4]), S = std::atoi(Argv[5]),
-        D = std::atoi(Argv[6]);
+    const std::string &Name = Cmd.Name;
+    DType T = Cmd.Dtype;
+    int B = Cmd.Ints[0], H = Cmd.Ints[1], S = Cmd.Ints[2], D = Cmd.Ints[3];
     dsl::Registry R;
     examples::registerExamples(R);
     dsl::AttentionDef Def =

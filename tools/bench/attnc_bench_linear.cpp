@@ -85,27 +85,17 @@ double medianMs(const std::function<void(int)> &Run) {
 } // namespace
 
 int main(int Argc, char **Argv) {
-  if (Argc < 8) {
-    std::fprintf(stderr, "usage: attnc_bench_linear NAME f16|bf16 B H T D DV "
-                         "[HQK [CONFIG]]\n");
-    return 2;
-  }
-  auto &Drv = runtime::CudaDriver::get();
-  if (!Drv.available()) {
-    std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
-    return 77;
-  }
+  BenchCommand Cmd;
+  if (int Rc = parseBenchCommand(
+          Argc, Argv, 5,
+          "attnc_bench_linear NAME f16|bf16 B H T D DV [HQK [CONFIG]]", Cmd))
+    return Rc;
   try {
-    std::string Name = Argv[1];
-    std::optional<DType> Parsed = dtypeFromName(Argv[2]);
-    if (!Parsed) {
-      std::fprintf(stderr, "attnc_bench_linear: dtype must be f16 or bf16\n");
-      return 2;
-    }
-    DType Dt = *Parsed;
-    int B = std::atoi(Argv[3]), H = std::atoi(Argv[4]), T = std::atoi(Argv[5]),
-        D = std::atoi(Argv[6]), DV = std::atoi(Argv[7]);
-    int Hqk = Argc > 8 ? std::atoi(Argv[8]) : H;
+    const std::string &Name = Cmd.Name;
+    DType Dt = Cmd.Dtype;
+    int B = Cmd.Ints[0], H = Cmd.Ints[1], T = Cmd.Ints[2], D = Cmd.Ints[3],
+        DV = Cmd.Ints[4];
+    int Hqk = Cmd.Ints.size() > 5 ? Cmd.Ints[5] : H;
     dsl::LinearAttentionDef Def = Name == "mamba2"       ? examples::mamba2()
                                   : Name == "simple_gla" ? examples::simpleGla()
                                   : Name == "retention_linear"
