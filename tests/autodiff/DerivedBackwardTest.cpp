@@ -241,6 +241,10 @@ TEST_CASE("derived backward: an online function it cannot differentiate "
     CHECK_THROWS_WITH(
         reference::attentionBackward(C, In, reference::Tensor({1, 1, 3, 2})),
         Contains(Why));
+    // So does generating the backward kernel.
+    codegen::KernelSpec Spec;
+    Spec.HeadDim = Spec.HeadDimV = 64;
+    CHECK_THROWS_WITH(codegen::generateBackward(C, Spec), Contains(Why));
     // attnc check fails the backward row with the reason.
     reference::CheckReport R = reference::check(C);
     CHECK_FALSE(R.passed());

@@ -7,6 +7,7 @@
 #include "attn/codegen/Template.h"
 #include "attn/codegen/Templates.h"
 #include "attn/codegen/VariantSource.h"
+#include "attn/transforms/Autodiff.h"
 
 #include <fmt/format.h>
 
@@ -171,9 +172,9 @@ KernelSource generateBackward(const CompiledDefinition &Def,
   if (G.decls().Kind != ir::DefinitionKind::Transformer)
     throw NotSupportedYet("backward code generation for linear attention ('" +
                           G.name() + "')");
-  if (!G.getFunction("backward"))
-    throw UserError("'" + G.name() +
-                    "' has no backward; write OnlineFunc::backward");
+  // The UserError says why the backward could not be derived, if it was
+  // tried, and what to write.
+  transforms::requireBackward(G);
   std::vector<GradInput> Grads = gradInputs(G);
   for (const GradInput &I : Grads)
     if (I.Shape != ir::InputShape::Scalar && I.Shape != ir::InputShape::PerHead)
