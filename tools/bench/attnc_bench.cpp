@@ -26,7 +26,6 @@ int main(int Argc, char **Argv) {
                                  "attnc_bench NAME f16|bf16 B H S D [CONFIG]",
                                  Cmd))
     return Rc;
-  auto &Drv = runtime::CudaDriver::get();
   try {
     const std::string &Name = Cmd.Name;
     DType T = Cmd.Dtype;
@@ -79,24 +78,7 @@ int main(int Argc, char **Argv) {
                   View(*Bufs[3 * Set + 2]), View(Out),
                   NumFinals ? &FV : nullptr, Inputs);
     };
-    for (int I = 0; I < 5; ++I)
-      Run(I % 3);
-    Drv.check(Drv.cuCtxSynchronize(), "warm-up");
-    CUevent E0, E1;
-    Drv.check(Drv.cuEventCreate(&E0, 0), "cuEventCreate");
-    Drv.check(Drv.cuEventCreate(&E1, 0), "cuEventCreate");
-    std::vector<float> Times;
-    for (int I = 0; I < 30; ++I) {
-      Drv.check(Drv.cuEventRecord(E0, nullptr), "cuEventRecord");
-      Run(I % 3);
-      Drv.check(Drv.cuEventRecord(E1, nullptr), "cuEventRecord");
-      Drv.check(Drv.cuEventSynchronize(E1), "cuEventSynchronize");
-      float Ms;
-      Drv.check(Drv.cuEventElapsedTime(&Ms, E0, E1), "cuEventElapsedTime");
-      Times.push_back(Ms);
-    }
-    std::sort(Times.begin(), Times.end());
-    double Median = Times[Times.size() / 2];
+    double Median = medianMs([&](int I) { Run(I % 3); }, 5, 30);
     bool Causal = G.decls().HasMask; // every masked example here is causal
     double Flops = 4.0 * B * H * double(S) * S * D * (Causal ? 0.5 : 1.0);
     std::printf("attnc %-12s %s B%d H%d S%d D%d %s %s: %.3f ms  %.1f TFLOPS\n",

@@ -58,29 +58,6 @@ std::unique_ptr<DeviceBuffer> upload32(const reference::Tensor &T) {
   return Buf;
 }
 
-double medianMs(const std::function<void(int)> &Run) {
-  auto &Drv = runtime::CudaDriver::get();
-  for (int I = 0; I < 3; ++I)
-    Run(I);
-  Drv.check(Drv.cuCtxSynchronize(), "warm-up");
-  CUevent E0, E1;
-  Drv.check(Drv.cuEventCreate(&E0, 0), "cuEventCreate");
-  Drv.check(Drv.cuEventCreate(&E1, 0), "cuEventCreate");
-  std::vector<float> Ms;
-  for (int I = 0; I < 20; ++I) {
-    Drv.check(Drv.cuEventRecord(E0, nullptr), "cuEventRecord");
-    Run(I);
-    Drv.check(Drv.cuEventRecord(E1, nullptr), "cuEventRecord");
-    Drv.check(Drv.cuEventSynchronize(E1), "cuEventSynchronize");
-    float X = 0;
-    Drv.check(Drv.cuEventElapsedTime(&X, E0, E1), "cuEventElapsedTime");
-    Ms.push_back(X);
-  }
-  Drv.cuEventDestroy(E0);
-  Drv.cuEventDestroy(E1);
-  std::sort(Ms.begin(), Ms.end());
-  return Ms[Ms.size() / 2];
-}
 
 } // namespace
 
@@ -150,7 +127,7 @@ int main(int Argc, char **Argv) {
       Set &S = Sets[I % 2];
       Lin.forward(View(*S.Q, Hqk, D), View(*S.K, Hqk, D), View(*S.V, H, DV),
                   View(Out, H, DV), ReadsDecay ? &DecayView : nullptr, Inputs);
-    });
+    }, 3, 20);
     double BwdMs = medianMs([&](int I) {
       Set &S = Sets[I % 2];
       runtime::TensorView Q = View(*S.Q, Hqk, D), K = View(*S.K, Hqk, D),
@@ -161,7 +138,7 @@ int main(int Argc, char **Argv) {
                                         DO,  nullptr, nullptr, DQv, DKv, DVv,
                                         nullptr, nullptr};
       Lin.backward(BT, Inputs);
-    });
+    }, 3, 20);
     double FwdBytes = 2.0 * (2 * NQK + 2 * NV);
     double BwdBytes = 2.0 * (4 * NQK + 4 * NV);
     std::printf("%s %s B%d H%d T%d D%d DV%d hqk%d %s fwd %.3f ms %.0f GB/s  "
