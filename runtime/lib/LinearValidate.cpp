@@ -15,13 +15,6 @@ namespace {
   throw InvalidArgument(Msg);
 }
 
-std::string shapeText(const std::vector<int64_t> &S) {
-  std::string T = "[";
-  for (size_t I = 0; I < S.size(); ++I)
-    T += (I ? ", " : "") + std::to_string(S[I]);
-  return T + "]";
-}
-
 /// A float32 tensor of exactly \p Want, contiguous unless \p AnyStrides.
 void checkF32(const std::string &Name, const TensorView &T,
               const std::vector<int64_t> &Want, bool AnyStrides = false) {

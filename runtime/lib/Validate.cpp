@@ -16,13 +16,6 @@ namespace {
   throw InvalidArgument(Msg);
 }
 
-std::string shapeText(const std::vector<int64_t> &S) {
-  std::string T = "[";
-  for (size_t I = 0; I < S.size(); ++I)
-    T += (I ? ", " : "") + std::to_string(S[I]);
-  return T + "]";
-}
-
 ElemType elemOf(DType T) {
   return T == DType::F16 ? ElemType::F16 : ElemType::BF16;
 }
@@ -110,6 +103,13 @@ void checkInputs(const ir::Graph &G, const CallShape &C,
 }
 
 } // namespace
+
+std::string shapeText(const std::vector<int64_t> &S) {
+  std::string T = "[";
+  for (size_t I = 0; I < S.size(); ++I)
+    T += (I ? ", " : "") + std::to_string(S[I]);
+  return T + "]";
+}
 
 SeqTensor checkSeqTensor(const char *Name, const TensorView &T, DType Dtype,
                          attn::Layout L, int64_t HeadDim) {

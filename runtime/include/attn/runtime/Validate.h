@@ -14,6 +14,9 @@ struct CallShape {
           O[3] = {0, 0, 0};
 };
 
+/// A shape as the argument errors print it: "[2, 16, 4, 64]".
+std::string shapeText(const std::vector<int64_t> &Shape);
+
 /// A q/k/v/o-like tensor as validated: (B, S, H, D) and its element strides
 /// (batch, head, seq).
 struct SeqTensor {
