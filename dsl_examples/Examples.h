@@ -5,6 +5,8 @@
 #include "attn/dsl/Definition.h"
 #include "attn/dsl/Registry.h"
 
+#include <memory>
+
 namespace attn::examples {
 
 dsl::AttentionDef mha();              ///< softmax attention, causal
@@ -19,6 +21,10 @@ dsl::LinearAttentionDef retentionLinear(); ///< RetNet, recurrent form
 /// registered: the tests and the backward kernel's tests build them directly.
 dsl::AttentionDef alibiLearnable();   ///< ALiBi with learned slopes and bias
 dsl::AttentionDef softcapLearnable(); ///< softcap with a learned cap
+
+/// mha's online softmax without a backward (learnable.cpp): the autodiff
+/// pass derives dS = P∘(dP − doosum) from forward and the final rowscale lse.
+std::shared_ptr<const dsl::OnlineFunc> onlineSoftmaxNoBackward();
 
 /// Registers every example above under its name (the learnable ones aside).
 void registerExamples(dsl::Registry &R);

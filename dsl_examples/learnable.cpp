@@ -37,6 +37,10 @@ public:
 };
 } // namespace
 
+std::shared_ptr<const OnlineFunc> onlineSoftmaxNoBackward() {
+  return std::make_shared<OnlineSoftmaxNoBackward>();
+}
+
 AttentionDef alibiLearnable() {
   AttentionDef def("alibi_learnable");
   def.description = "causal softmax with learned ALiBi slopes and head bias";
@@ -49,7 +53,7 @@ AttentionDef alibiLearnable() {
   };
   def.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q_idx,
                     SymbolScalar kv_idx) { return q_idx >= kv_idx; };
-  def.online_func = std::make_shared<OnlineSoftmaxNoBackward>();
+  def.online_func = onlineSoftmaxNoBackward();
   return def;
 }
 
@@ -62,7 +66,7 @@ AttentionDef softcapLearnable() {
     SymbolScalar c = in["cap"];
     return c * (score * in.head_dim().rsqrt() / c).tanh();
   };
-  def.online_func = std::make_shared<OnlineSoftmaxNoBackward>();
+  def.online_func = onlineSoftmaxNoBackward();
   return def;
 }
 

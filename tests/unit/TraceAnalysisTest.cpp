@@ -36,33 +36,6 @@ std::vector<std::string> resultNames(const ir::Graph &G,
   return Names;
 }
 
-/// Online softmax as in mha, but without a backward: the default
-/// OnlineFunc::backward returns nullopt.
-class SoftmaxNoBackward final : public OnlineFunc {
-public:
-  SoftmaxNoBackward()
-      : OnlineFunc({{"m", Var("-inf")}, {"r", Var(0.0)}}, {{"lse", Var(0.0)}}) {}
-  OnlineFwdResult online_fwd(SymbolScalar scores, const Rowscales &rs,
-                             SymbolScalar, SymbolScalar,
-                             SymbolScalar) const override {
-    SymbolScalar m_new = rs["m"].max(scores.get_reduce("max"));
-    SymbolScalar scale = (rs["m"] - m_new).exp();
-    SymbolScalar p = (scores - m_new).exp();
-    return {p, {{"m", m_new}, {"r", rs["r"] * scale + p.get_reduce("sum")}},
-            scale};
-  }
-  EpilogueResult online_fwd_epilogue(SymbolScalar o, const Rowscales &rs,
-                                     SymbolScalar, SymbolScalar,
-                                     SymbolScalar) const override {
-    return {o / rs["r"], {{"lse", rs["r"].log() + rs["m"]}}};
-  }
-  SymbolScalar forward(SymbolScalar scores, const Rowscales &fr, SymbolScalar,
-                       SymbolScalar, SymbolScalar,
-                       SymbolScalar) const override {
-    return (scores - fr["lse"]).exp();
-  }
-};
-
 } // namespace
 
 TEST_CASE("mha traces into the six functions with their result names") {
@@ -106,7 +79,7 @@ TEST_CASE("mha traces into the six functions with their result names") {
 
 TEST_CASE("a definition without backward has no backward function") {
   AttentionDef Def("nobwd");
-  Def.online_func = std::make_shared<SoftmaxNoBackward>();
+  Def.online_func = examples::onlineSoftmaxNoBackward();
   std::unique_ptr<ir::Graph> G = trace(Def);
   CHECK(G->getFunction("backward") == nullptr);
   CHECK_FALSE(G->decls().HasBackward);
