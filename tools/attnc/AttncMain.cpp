@@ -76,7 +76,9 @@ struct Options {
                "else sm_80)"),
       cl::init(""), cl::sub(Emit), cl::sub(Compile)};
   CallOpt<std::string> Config{"config",
-                              cl::desc("Tile configuration, e.g. m64n64w4s2 "
+                              cl::desc("Tile configuration: m128n64w4s2 "
+                                       "(forward), kv64x128w8.q128x64w8.s2 "
+                                       "(--backward), c64v64w4b8 (linear) "
                                        "(default: chosen per head dim and "
                                        "arch)"),
                               cl::init(""), cl::sub(Emit), cl::sub(Compile)};
