@@ -2,7 +2,8 @@
 // definition's Variant, one kernel per tile configuration, with the block
 // classification that lets it skip masked key blocks. On sm_90a the Hopper
 // skeleton fwd_sm90 is chosen when it supports the signature; fwd_sm80 is
-// the portable path and the fallback.
+// the portable path and the fallback. The configuration is chosen per call
+// (ConfigSelect.h): named, tuned or default.
 #include "attn/runtime/Backend.h"
 
 #include "ForwardLaunch.h"
@@ -58,45 +59,18 @@ struct ForwardKernel {
   }
 };
 
-/// Which skeleton a signature asks for on \p Arch: Config "sm80" or an sm80
-/// configuration (or a tune file) selects fwd_sm80; "sm90" or an sm90
-/// configuration selects fwd_sm90 (UserError where it cannot serve the
-/// signature); an empty Config selects fwd_sm90 on sm_90a where it supports
-/// the dtype and head dims, else fwd_sm80.
-bool useSm90(const Signature &Sig, const codegen::KernelSpec &Base,
-             codegen::Sm90Config &Config) {
-  if (codegen::Sm90Config::names(Sig.Config)) {
-    Config = Sig.Config == "sm90"
-                 ? codegen::Sm90Config::defaultFor(Base.HeadDim, Base.HeadDimV)
-                 : codegen::Sm90Config::parse(Sig.Config);
-    if (std::string Why = codegen::sm90Unsupported(Base, Config); !Why.empty())
-      throw UserError("config '" + Sig.Config + "': " + Why);
-    return true;
-  }
-  if (!Sig.Config.empty() || !Sig.TuneFile.empty() || Sig.Tune)
-    return false;
-  Config = codegen::Sm90Config::defaultFor(Base.HeadDim, Base.HeadDimV);
-  return codegen::sm90Unsupported(Base, Config).empty();
-}
-
 class GeneratedBackend final : public AttentionBackend {
 public:
   GeneratedBackend(const CompiledDefinition &Def, const Signature &Sig,
                    const std::string &Arch)
-      : Def(Def), Sig80(Sig) {
+      : Def(Def), Sig(Sig) {
     Base.Dtype = Sig.Dtype;
     Base.HeadDim = Sig.HeadDim;
     Base.HeadDimV = Sig.HeadDimV;
     Base.Arch = Arch;
-    // The sm80 path sees "sm80" as no configuration (default or tuned).
-    if (Sig80.Config == "sm80")
-      Sig80.Config.clear();
-    if (useSm90(Sig, Base, Sm90Config)) {
-      Initial = &sm90Kernel();
-      return;
-    }
-    Base.Config = initialForwardConfig(Sig80, Arch);
-    Initial = &kernelFor(Base.Config);
+    // "sm90" or an sm90 configuration that cannot serve the signature is the
+    // caller's error, said now rather than at the first call.
+    Initial = &kernelFor(initialForwardConfig(Sig, Arch));
   }
   ~GeneratedBackend() override {
     CudaDriver &D = CudaDriver::get();
@@ -111,8 +85,10 @@ public:
   const CacheResult &cacheResult() const override { return Initial->Cached; }
 
   std::string check(const BackendProblem &P) const override {
-    int BlockM = Initial->IsSm90 ? Sm90Config.BlockM
-                                 : selectForwardConfig(sm80Problem(P)).BlockM;
+    std::string Config = selectForwardConfig(P);
+    int BlockM = codegen::Sm90Config::names(Config)
+                     ? codegen::Sm90Config::parse(Config).BlockM
+                     : codegen::FwdConfig::parse(Config).BlockM;
     // Grid y (and z of the classification) carry batch·heads, grid x the
     // query blocks of the classification's y: CUDA limits both to 65535.
     if (P.Shape.B * P.Shape.H > 65535)
@@ -130,32 +106,28 @@ public:
                const CallContext &Ctx) override;
 
 private:
-  /// P with the signature the sm80 path reads (Config "sm80" cleared).
-  BackendProblem sm80Problem(const BackendProblem &P) const {
-    return BackendProblem{P.Def, Sig80, P.Arch, P.Shape};
-  }
-  ForwardKernel &kernelFor(const codegen::FwdConfig &C) {
-    std::unique_ptr<ForwardKernel> &K = Kernels[C.str()];
+  /// The kernel of one configuration (an FwdConfig, or an Sm90Config for
+  /// fwd_sm90), compiled on first use.
+  ForwardKernel &kernelFor(const std::string &Config) {
+    std::unique_ptr<ForwardKernel> &K = Kernels[Config];
     if (K)
       return *K;
     auto New = std::make_unique<ForwardKernel>();
     New->Spec = Base;
-    New->Spec.Config = C;
-    New->Spec.validate();
-    New->Source = codegen::generateForward(Def, New->Spec);
-    New->Cached = KernelCache::global().getOrCompile(New->Source);
-    K = std::move(New);
-    return *K;
-  }
-  ForwardKernel &sm90Kernel() {
-    std::unique_ptr<ForwardKernel> &K = Kernels[Sm90Config.str()];
-    if (K)
-      return *K;
-    auto New = std::make_unique<ForwardKernel>();
-    New->Spec = Base;
-    New->IsSm90 = true;
-    New->Sm90 = Sm90Config;
-    New->Source = codegen::generateForwardSm90(Def, New->Spec, Sm90Config);
+    if (codegen::Sm90Config::names(Config)) {
+      New->IsSm90 = true;
+      New->Sm90 = Config == "sm90" ? codegen::Sm90Config::defaultFor(
+                                         Base.HeadDim, Base.HeadDimV)
+                                   : codegen::Sm90Config::parse(Config);
+      if (std::string Why = codegen::sm90Unsupported(Base, New->Sm90);
+          !Why.empty())
+        throw UserError("config '" + Config + "': " + Why);
+      New->Source = codegen::generateForwardSm90(Def, New->Spec, New->Sm90);
+    } else {
+      New->Spec.Config = codegen::FwdConfig::parse(Config);
+      New->Spec.validate();
+      New->Source = codegen::generateForward(Def, New->Spec);
+    }
     New->Cached = KernelCache::global().getOrCompile(New->Source);
     K = std::move(New);
     return *K;
@@ -167,9 +139,8 @@ private:
 
   const std::string Name = "generated";
   const CompiledDefinition &Def;
-  Signature Sig80;
+  Signature Sig;
   codegen::KernelSpec Base;
-  codegen::Sm90Config Sm90Config;
   std::map<std::string, std::unique_ptr<ForwardKernel>> Kernels;
   ForwardKernel *Initial = nullptr;
   CUdeviceptr MaskBuf = 0;
@@ -191,22 +162,20 @@ void GeneratedBackend::ensureMaskBuffers(size_t Groups, int MBlocks,
 
 void GeneratedBackend::forward(const BackendProblem &P, const ForwardTensors &T,
                                const CallContext &Ctx) {
-  if (Initial->IsSm90) {
-    attnc::Sm90Maps Maps;
-    std::string Why =
-        makeSm90Maps(P.Shape, T, Sm90Config.BlockM, Sm90Config.BlockN, Maps);
-    if (Why.empty()) {
-      launch(*Initial, P, T, Ctx, &Maps);
-      return;
-    }
-    // TMA cannot describe these strides: the portable kernel can.
+  ForwardKernel &K = kernelFor(selectForwardConfig(P));
+  if (!K.IsSm90) {
+    launch(K, P, T, Ctx, nullptr);
+    return;
   }
-  BackendProblem P80 = sm80Problem(P);
-  codegen::FwdConfig C =
-      Initial->IsSm90 ? codegen::FwdConfig::defaultFor(Base.HeadDim,
-                                                       Base.HeadDimV, Base.Arch)
-                      : selectForwardConfig(P80);
-  launch(kernelFor(C), P80, T, Ctx, nullptr);
+  attnc::Sm90Maps Maps;
+  std::string Why = makeSm90Maps(P.Shape, T, K.Sm90.BlockM, K.Sm90.BlockN, Maps);
+  if (Why.empty()) {
+    launch(K, P, T, Ctx, &Maps);
+    return;
+  }
+  // TMA cannot describe these strides: the portable kernel can.
+  launch(kernelFor(defaultForwardConfig("fwd_sm80", P.Sig, Base.Arch)), P, T,
+         Ctx, nullptr);
 }
 
 void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,

@@ -255,20 +255,54 @@ std::string pruneBeforeCompile(const codegen::FwdConfig &C, int D, int DV,
   return "";
 }
 
-std::string pruneAfterCompile(const codegen::FwdConfig &C,
-                              const KernelResources &R,
-                              const ResourceLimits &L) {
+namespace {
+
+/// Why \p Threads threads of \p R cannot launch or should not be timed
+/// under \p L, or empty.
+std::string pruneOnResources(int Threads, const KernelResources &R,
+                             const ResourceLimits &L) {
   // Registers are allocated per warp in units of 256 (8 per thread).
   int PerThread = (R.Registers + 7) / 8 * 8;
-  int Block = PerThread * 32 * C.Warps;
+  int Block = PerThread * Threads;
   if (Block > L.RegistersPerBlock)
     return fmt::format("{} registers x {} threads exceed the {} registers of "
                        "a block",
-                       R.Registers, 32 * C.Warps, L.RegistersPerBlock);
+                       R.Registers, Threads, L.RegistersPerBlock);
   if (R.StackFrameBytes > L.MaxStackFrameBytes)
     return fmt::format("spills: {} registers, {} bytes stack frame (limit {})",
                        R.Registers, R.StackFrameBytes, L.MaxStackFrameBytes);
   return "";
+}
+
+} // namespace
+
+std::string pruneAfterCompile(const codegen::FwdConfig &C,
+                              const KernelResources &R,
+                              const ResourceLimits &L) {
+  return pruneOnResources(32 * C.Warps, R, L);
+}
+
+std::string pruneBeforeCompile(const codegen::Sm90Config &C,
+                               const codegen::KernelSpec &Spec,
+                               const ResourceLimits &L) {
+  if (std::string Why = codegen::sm90Unsupported(Spec, C); !Why.empty())
+    return Why;
+  if (C.threads() > L.MaxThreadsPerBlock)
+    return fmt::format("{} threads; a block may have {}", C.threads(),
+                       L.MaxThreadsPerBlock);
+  int Shared = C.sharedBytes(Spec.HeadDim, Spec.HeadDimV);
+  if (Shared > L.SharedBytesPerBlock)
+    return fmt::format("needs {} bytes of shared memory; {} allowed", Shared,
+                       L.SharedBytesPerBlock);
+  return "";
+}
+
+std::string pruneAfterCompile(const codegen::Sm90Config &C,
+                              const KernelResources &R,
+                              const ResourceLimits &L) {
+  // The CUBIN's count is the launch's (setmaxnreg moves registers between
+  // warpgroups later, within the same total).
+  return pruneOnResources(C.threads(), R, L);
 }
 
 } // namespace attn::runtime

@@ -4,6 +4,7 @@
 
 #include "AtomicFile.h"
 #include "attn/codegen/Codegen.h"
+#include "attn/codegen/LinearCodegen.h"
 #include "attn/ir/Printer.h"
 #include "attn/runtime/Errors.h"
 
@@ -180,14 +181,56 @@ private:
   std::string Path;
 };
 
-TunedTiming timingFromJson(const FieldReader &R) {
+/// Why \p Config is not a configuration that \p K's skeleton can run for
+/// K's dtype, head dims and arch, or empty: a tuned entry that would fail
+/// at the first call (or, worse, launch another skeleton's kernel) is
+/// refused when the file is read.
+std::string configError(const TuneKey &K, const std::string &Config) {
+  try {
+    if (K.Skeleton == "fwd_sm80") {
+      codegen::KernelSpec Spec;
+      Spec.Dtype = K.Dtype;
+      Spec.HeadDim = K.HeadDim;
+      Spec.HeadDimV = K.HeadDimV;
+      Spec.Arch = K.Arch;
+      Spec.Config = codegen::FwdConfig::parse(Config);
+      Spec.validate();
+      return "";
+    }
+    if (K.Skeleton == "fwd_sm90") {
+      if (!codegen::Sm90Config::names(Config))
+        return "config '" + Config +
+               "' is not an fwd_sm90 one (sm90.m<M>n<N>s<stages>)";
+      codegen::KernelSpec Spec;
+      Spec.Dtype = K.Dtype;
+      Spec.HeadDim = K.HeadDim;
+      Spec.HeadDimV = K.HeadDimV;
+      Spec.Arch = K.Arch;
+      return codegen::sm90Unsupported(Spec,
+                                      codegen::Sm90Config::parse(Config));
+    }
+    if (K.Skeleton == "linear_chunk") {
+      codegen::LinearKernelSpec Spec;
+      Spec.Dtype = K.Dtype;
+      Spec.HeadDim = K.HeadDim;
+      Spec.HeadDimV = K.HeadDimV;
+      Spec.Arch = K.Arch;
+      Spec.Config = codegen::LinearConfig::parse(Config);
+      Spec.validate();
+      return "";
+    }
+  } catch (const UserError &E) {
+    return E.what();
+  }
+  return "unknown skeleton '" + K.Skeleton +
+         "'; expected fwd_sm80, fwd_sm90 or linear_chunk";
+}
+
+TunedTiming timingFromJson(const FieldReader &R, const TuneKey &K) {
   TunedTiming T;
   T.Config = R.string("config");
-  try {
-    (void)codegen::FwdConfig::parse(T.Config);
-  } catch (const UserError &E) {
-    R.fail(R.at("config"), E.what());
-  }
+  if (std::string Why = configError(K, T.Config); !Why.empty())
+    R.fail(R.at("config"), Why);
   T.Ms = R.number("ms");
   T.Tflops = R.number("tflops");
   return T;
@@ -210,28 +253,16 @@ TuneEntry entryFromJson(const FieldReader &R) {
   FieldReader B = K.object("bucket");
   E.Key.Bucket = {B.integer("seq_q"), B.integer("seq_kv"),
                   B.integer("batch_heads")};
-  E.Best = timingFromJson(R);
-  // A configuration the skeleton cannot run for this key would fail at the
-  // first call; say so when the file is read instead.
-  codegen::KernelSpec Spec;
-  Spec.Dtype = E.Key.Dtype;
-  Spec.HeadDim = E.Key.HeadDim;
-  Spec.HeadDimV = E.Key.HeadDimV;
-  Spec.Arch = E.Key.Arch;
-  Spec.Config = codegen::FwdConfig::parse(E.Best.Config);
-  try {
-    Spec.validate();
-  } catch (const UserError &Err) {
-    R.fail(R.at("config"), Err.what());
-  }
+  E.Best = timingFromJson(R, E.Key);
   const json &Runners = R.get("runners_up");
   if (!Runners.is_array())
     R.fail(R.at("runners_up"), "expected an array");
   for (size_t I = 0; I < Runners.size(); ++I)
     E.RunnersUp.push_back(timingFromJson(FieldReader(
-        Runners[I], R.at("runners_up") + fmt::format("[{}]", I), R.path())));
+        Runners[I], R.at("runners_up") + fmt::format("[{}]", I), R.path()),
+        E.Key));
   if (R.has("default"))
-    E.Default = timingFromJson(R.object("default"));
+    E.Default = timingFromJson(R.object("default"), E.Key);
   // Informational fields: read when present.
   if (R.has("definition"))
     E.Definition = R.string("definition");

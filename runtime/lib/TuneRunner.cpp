@@ -107,14 +107,14 @@ void GpuCandidateRunner::run(AttentionBackend &B, const Signature &Sig,
   B.forward(P, T, Ctx);
 }
 
-std::string GpuCandidateRunner::check(const codegen::FwdConfig &C) {
+std::string GpuCandidateRunner::check(const std::string &Config) {
   CudaDriver &D = CudaDriver::get();
   Current.reset(); // unloads the previous candidate's module
   CurrentSig = Base;
-  CurrentSig.Config = C.str();
+  CurrentSig.Config = Config;
   CurrentSig.Backend = "generated";
   Current = makeGeneratedBackend(Def, CurrentSig, Arch);
-  CurrentConfig = C.str();
+  CurrentConfig = Config;
   {
     BackendProblem P{Def, CurrentSig, Arch, CheckCall.Shape};
     if (std::string Why = Current->check(P); !Why.empty())
@@ -127,7 +127,7 @@ std::string GpuCandidateRunner::check(const codegen::FwdConfig &C) {
   run(*Current, CurrentSig, CheckCall, 0);
   D.check(D.cuCtxSynchronize(), "checked forward (tuning)");
   if (Opts.AfterCheckedRun) {
-    Opts.AfterCheckedRun(C, CheckCall.Out);
+    Opts.AfterCheckedRun(Config, CheckCall.Out);
     D.check(D.cuCtxSynchronize(), "after-check hook (tuning)");
   }
   std::vector<uint16_t> Got(Out.size() / 2);
@@ -219,9 +219,9 @@ std::string GpuCandidateRunner::compare(const std::vector<uint16_t> &Got,
   return "";
 }
 
-double GpuCandidateRunner::time(const codegen::FwdConfig &C) {
-  if (!Current || CurrentConfig != C.str())
-    throw InternalError("GpuCandidateRunner::time(" + C.str() +
+double GpuCandidateRunner::time(const std::string &Config) {
+  if (!Current || CurrentConfig != Config)
+    throw InternalError("GpuCandidateRunner::time(" + Config +
                         ") without a passing check() first");
   CudaDriver &D = CudaDriver::get();
   int Sets = Problem.sets();

@@ -22,8 +22,8 @@ public:
                      const TuneOptions &Opts);
   ~GpuCandidateRunner() override;
 
-  std::string check(const codegen::FwdConfig &C) override;
-  double time(const codegen::FwdConfig &C) override;
+  std::string check(const std::string &Config) override;
+  double time(const std::string &Config) override;
   double referenceSeconds() const { return RefSeconds; }
   /// The shape candidates are checked on: the problem's, or its first
   /// queries and keys where the reference cannot hold all the keys.

@@ -5,6 +5,7 @@
 #include "TuneRunner.h"
 
 #include "attn/runtime/Compiler.h"
+#include "attn/runtime/ConfigSelect.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/KernelCache.h"
@@ -116,22 +117,80 @@ double forwardFlops(const CompiledDefinition &Def, const TuneShape &S, int D,
   return Def.Graph->decls().HasMask ? Flops / 2 : Flops;
 }
 
+SearchSpace forwardSearchSpace(const CompiledDefinition &Def,
+                               const SearchPlan &Plan) {
+  const codegen::KernelSpec &Base = Plan.Base;
+  SearchSpace Space;
+  Space.Skeleton = Plan.Skeleton;
+  Space.Default = Plan.Default;
+  Space.Limits = Plan.Limits;
+  Space.Flops = Plan.Flops;
+  bool Sm90 = Plan.Skeleton == "fwd_sm90";
+  if (!Sm90 && Plan.Skeleton != "fwd_sm80")
+    throw InternalError("forwardSearchSpace: unknown skeleton '" +
+                        Plan.Skeleton + "'");
+  if (Sm90) {
+    for (const codegen::Sm90Config &C : codegen::Sm90Config::enumerate())
+      Space.Candidates.push_back(C.str());
+  } else {
+    for (const codegen::FwdConfig &C : codegen::FwdConfig::enumerate())
+      Space.Candidates.push_back(C.str());
+  }
+  ResourceLimits Limits = Plan.Limits;
+  Space.PruneBeforeCompile = [Sm90, Base, Limits](const std::string &Text) {
+    if (Sm90)
+      return pruneBeforeCompile(codegen::Sm90Config::parse(Text), Base, Limits);
+    return pruneBeforeCompile(codegen::FwdConfig::parse(Text), Base.HeadDim,
+                              Base.HeadDimV, Limits);
+  };
+  const CompiledDefinition *D = &Def;
+  Space.Sources = [Sm90, Base, D](const std::string &Text) {
+    codegen::KernelSpec Spec = Base;
+    if (Sm90)
+      return std::vector<codegen::KernelSource>{codegen::generateForwardSm90(
+          *D, Spec, codegen::Sm90Config::parse(Text))};
+    Spec.Config = codegen::FwdConfig::parse(Text);
+    return std::vector<codegen::KernelSource>{
+        codegen::generateForward(*D, Spec)};
+  };
+  auto Compile = Plan.Compile;
+  auto Resources = Plan.Resources;
+  Space.Compile = [Compile, Resources](const codegen::KernelSource &Src) {
+    return std::vector<KernelResources>{Resources(Compile(Src))};
+  };
+  Space.PruneAfterCompile = [Sm90](const std::string &Text,
+                                   const std::vector<KernelResources> &R,
+                                   const ResourceLimits &L) {
+    if (Sm90)
+      return pruneAfterCompile(codegen::Sm90Config::parse(Text), R.front(), L);
+    return pruneAfterCompile(codegen::FwdConfig::parse(Text), R.front(), L);
+  };
+  return Space;
+}
+
 std::vector<CandidateResult> searchForward(const CompiledDefinition &Def,
                                            const SearchPlan &Plan,
                                            CandidateRunner &Runner,
                                            const TuneOptions &Opts,
                                            llvm::raw_ostream *Progress) {
+  return searchCandidates(forwardSearchSpace(Def, Plan), Runner, Opts,
+                          Progress);
+}
+
+std::vector<CandidateResult> searchCandidates(const SearchSpace &Space,
+                                              CandidateRunner &Runner,
+                                              const TuneOptions &Opts,
+                                              llvm::raw_ostream *Progress) {
   Clock::time_point Start = Clock::now();
-  const codegen::KernelSpec &Base = Plan.Base;
 
   // The default goes first: it is the baseline every other candidate must
   // beat, and the one timed whatever the budget.
   std::vector<CandidateResult> Cands;
   Cands.push_back({});
-  Cands.back().Config = Plan.Default;
+  Cands.back().Config = Space.Default;
   Cands.back().IsDefault = true;
-  for (const codegen::FwdConfig &C : codegen::FwdConfig::enumerate())
-    if (C != Plan.Default) {
+  for (const std::string &C : Space.Candidates)
+    if (C != Space.Default) {
       Cands.push_back({});
       Cands.back().Config = C;
     }
@@ -141,17 +200,21 @@ std::vector<CandidateResult> searchForward(const CompiledDefinition &Def,
     ++Done;
     if (!Progress)
       return;
-    *Progress << fmt::format("[{}/{}] {}: {}\n", Done, Cands.size(),
-                             R.Config.str(), describe(R));
+    *Progress << fmt::format("[{}/{}] {}: {}\n", Done, Cands.size(), R.Config,
+                             describe(R));
     Progress->flush();
   };
 
-  // 1. What cannot launch whatever the compiler does: shared memory and
-  // threads. These are never compiled, let alone timed.
+  // 1. What cannot launch whatever the compiler does: structure, shared
+  // memory and threads. These are never compiled, let alone timed.
   std::vector<size_t> ToCompile;
   for (size_t I = 0; I < Cands.size(); ++I) {
-    std::string Why = pruneBeforeCompile(Cands[I].Config, Base.HeadDim,
-                                         Base.HeadDimV, Plan.Limits);
+    std::string Why;
+    try {
+      Why = Space.PruneBeforeCompile(Cands[I].Config);
+    } catch (const UserError &E) {
+      Why = E.what();
+    }
     if (Why.empty()) {
       ToCompile.push_back(I);
       continue;
@@ -161,40 +224,55 @@ std::vector<CandidateResult> searchForward(const CompiledDefinition &Def,
     Report(Cands[I]);
   }
 
-  // 2. Compile the rest in parallel through the cache. Sources are made
-  // here, one thread: only NVRTC runs concurrently (one program per call),
-  // and KernelCache locks only its in-memory map.
-  std::vector<codegen::KernelSource> Sources(Cands.size());
-  for (size_t I : ToCompile) {
-    codegen::KernelSpec Spec = Base;
-    Spec.Config = Cands[I].Config;
-    Sources[I] = codegen::generateForward(Def, Spec);
-  }
+  // 2. Make the sources here, on this thread, then compile them in
+  // parallel through the cache: only NVRTC runs concurrently (one program
+  // per call), and KernelCache locks only its in-memory map.
   std::vector<std::string> CompileErrors(Cands.size());
-  std::vector<char> FromCache(Cands.size(), 0);
+  std::vector<std::vector<codegen::KernelSource>> Sources(Cands.size());
+  std::vector<std::vector<std::vector<KernelResources>>> Resources(
+      Cands.size());
+  for (size_t I : ToCompile) {
+    try {
+      Sources[I] = Space.Sources(Cands[I].Config);
+    } catch (const Error &E) {
+      CompileErrors[I] = E.what();
+    }
+    Resources[I].resize(Sources[I].size());
+  }
+  std::mutex ErrorMutex;
   Clock::time_point CompileStart = Clock::now();
   {
     llvm::ThreadPool Pool(llvm::hardware_concurrency(Opts.CompileThreads));
     for (size_t I : ToCompile)
-      Pool.async([&, I] {
-        try {
-          CacheResult R = Plan.Compile(Sources[I]);
-          FromCache[I] = R.Source != CacheSource::Compiled;
-          Cands[I].Resources = Plan.Resources(R);
-          Cands[I].Compiled = true;
-        } catch (const std::exception &E) {
-          CompileErrors[I] = E.what();
-        }
-      });
+      for (size_t K = 0; K < Sources[I].size(); ++K)
+        Pool.async([&, I, K] {
+          try {
+            Resources[I][K] = Space.Compile(Sources[I][K]);
+          } catch (const std::exception &E) {
+            std::lock_guard<std::mutex> Guard(ErrorMutex);
+            if (CompileErrors[I].empty())
+              CompileErrors[I] = E.what();
+          }
+        });
     Pool.wait();
   }
-  if (Progress && !ToCompile.empty()) {
-    size_t Cached = std::count(FromCache.begin(), FromCache.end(), 1);
-    *Progress << fmt::format("compiled {} candidates in {:.1f} s ({} from the "
-                             "kernel cache)\n",
-                             ToCompile.size(), secondsSince(CompileStart),
-                             Cached);
+  std::vector<std::vector<KernelResources>> Flat(Cands.size());
+  for (size_t I : ToCompile) {
+    CandidateResult &R = Cands[I];
+    R.Compiled = CompileErrors[I].empty() && !Sources[I].empty();
+    if (!R.Compiled && CompileErrors[I].empty())
+      CompileErrors[I] = "the configuration has no kernels";
+    for (const std::vector<KernelResources> &Ks : Resources[I])
+      for (const KernelResources &K : Ks) {
+        Flat[I].push_back(K);
+        R.Resources.Registers = std::max(R.Resources.Registers, K.Registers);
+        R.Resources.StackFrameBytes =
+            std::max(R.Resources.StackFrameBytes, K.StackFrameBytes);
+      }
   }
+  if (Progress && !ToCompile.empty())
+    *Progress << fmt::format("compiled {} candidates in {:.1f} s\n",
+                             ToCompile.size(), secondsSince(CompileStart));
 
   // 3. What the compiled code rules out: registers, spills. The default is
   // exempt from the spill rule (it is the baseline and runs anyway), never
@@ -208,10 +286,10 @@ std::vector<CandidateResult> searchForward(const CompiledDefinition &Def,
       Report(R);
       continue;
     }
-    ResourceLimits L = Plan.Limits;
+    ResourceLimits L = Space.Limits;
     if (R.IsDefault)
       L.MaxStackFrameBytes = INT_MAX;
-    std::string Why = pruneAfterCompile(R.Config, R.Resources, L);
+    std::string Why = Space.PruneAfterCompile(R.Config, Flat[I], L);
     if (!Why.empty()) {
       R.Status = CandidateStatus::Pruned;
       R.Reason = Why;
@@ -243,7 +321,9 @@ std::vector<CandidateResult> searchForward(const CompiledDefinition &Def,
       continue;
     }
     R.Ms = Runner.time(R.Config);
-    R.Tflops = R.Ms > 0 ? Plan.Flops / (R.Ms * 1e-3) / 1e12 : 0;
+    R.Tflops = R.Ms > 0 && Space.Flops > 0
+                   ? Space.Flops / (R.Ms * 1e-3) / 1e12
+                   : 0;
     R.Status = CandidateStatus::Timed;
     Report(R);
   }
@@ -267,7 +347,7 @@ TuneKey makeTuneKey(const CompiledDefinition &Def, const Signature &Sig,
   K.Arch = Arch;
   static const std::string Nvrtc = nvrtcVersion();
   K.Nvrtc = Nvrtc;
-  K.Skeleton = "fwd_sm80";
+  K.Skeleton = chooseForwardSkeleton(Sig, Arch);
   K.Variant = cachedVariantKey(Def);
   K.Dtype = Sig.Dtype;
   K.HeadDim = Sig.HeadDim;
@@ -291,7 +371,8 @@ TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
   Plan.Base.Arch = Arch;
   Plan.Limits = ResourceLimits::forDevice(Arch, Dev);
   Plan.Limits.MaxStackFrameBytes = Opts.MaxStackFrameBytes;
-  Plan.Default = codegen::FwdConfig::defaultFor(Sig.HeadDim, Sig.HeadDimV, Arch);
+  Plan.Skeleton = chooseForwardSkeleton(Sig, Arch);
+  Plan.Default = defaultForwardConfig(Plan.Skeleton, Sig, Arch);
   Plan.Flops = forwardFlops(Def, S, Sig.HeadDim, Sig.HeadDimV);
   Plan.Compile = [](const codegen::KernelSource &Src) {
     return KernelCache::global().getOrCompile(Src);
@@ -303,9 +384,10 @@ TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
 
   GpuCandidateRunner Runner(Def, Sig, Arch, S, Opts);
   if (Progress)
-    *Progress << fmt::format("tuning {} {} d{}/{} b{} h{}/{} s{}x{} on {} "
+    *Progress << fmt::format("tuning {} ({}) {} d{}/{} b{} h{}/{} s{}x{} on {} "
                              "({}); reference in {:.1f} s\n",
-                             Def.Graph->name(), dtypeName(Sig.Dtype).str(),
+                             Def.Graph->name(), Plan.Skeleton,
+                             dtypeName(Sig.Dtype).str(),
                              Sig.HeadDim, Sig.HeadDimV, S.Batch, S.Heads,
                              S.HeadsKv, S.SeqQ, S.SeqKv, Dev.Name, Arch,
                              Runner.referenceSeconds());
@@ -318,7 +400,7 @@ TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
     throw InternalError(fmt::format(
         "tuning {}: no configuration passed the check against the reference "
         "(first: {}: {})",
-        Def.Graph->name(), Best.Config.str(), Best.Reason));
+        Def.Graph->name(), Best.Config, Best.Reason));
 
   TuneEntry &E = Result.Entry;
   E.Key = makeTuneKey(Def, Sig, Arch, S, Dev.Name);
@@ -334,7 +416,7 @@ TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
       ++Result.Skipped;
     if (C.Status != CandidateStatus::Timed)
       continue;
-    TunedTiming T{C.Config.str(), C.Ms, C.Tflops};
+    TunedTiming T{C.Config, C.Ms, C.Tflops};
     if (&C == &Best)
       E.Best = T;
     else if (E.RunnersUp.size() < Opts.RunnersUp)

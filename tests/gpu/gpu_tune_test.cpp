@@ -86,7 +86,7 @@ std::string selected(const CompiledDefinition &Def, const Signature &Sig,
   Shape.Sq = S.SeqQ;
   Shape.Skv = S.SeqKv;
   BackendProblem P{Def, Sig, Arch, Shape};
-  return selectForwardConfig(P).str();
+  return selectForwardConfig(P);
 }
 
 /// The file's configuration for \p C at sequence length \p Seq, or "".
@@ -207,9 +207,8 @@ int main() {
                                     shapeOf(C, C.S));
     TuneOptions Opts;
     Opts.Repeats = 5;
-    Opts.AfterCheckedRun = [&](const codegen::FwdConfig &Cfg,
-                               const TensorView &Out) {
-      if (Cfg.str() != Winner)
+    Opts.AfterCheckedRun = [&](const std::string &Cfg, const TensorView &Out) {
+      if (Cfg != Winner)
         return;
       // 0x4c4c is 17.19 in f16: finite, plausible-looking, wrong.
       Drv.check(Drv.cuMemsetD8(reinterpret_cast<CUdeviceptr>(Out.Data), 0x4c,
@@ -220,7 +219,7 @@ int main() {
                                nullptr);
     const CandidateResult *Broken = nullptr;
     for (const CandidateResult &Cand : R.Candidates)
-      if (Cand.Config.str() == Winner)
+      if (Cand.Config == Winner)
         Broken = &Cand;
     expect(Broken && Broken->Status == CandidateStatus::Rejected &&
                R.Entry.Best.Config != Winner,
@@ -229,8 +228,7 @@ int main() {
                        R.Entry.Best.Config));
 
     // 4. If every candidate is wrong, tuning fails instead of picking one.
-    Opts.AfterCheckedRun = [&](const codegen::FwdConfig &,
-                               const TensorView &Out) {
+    Opts.AfterCheckedRun = [&](const std::string &, const TensorView &Out) {
       Drv.check(Drv.cuMemsetD8(reinterpret_cast<CUdeviceptr>(Out.Data), 0x4c,
                                4096),
                 "cuMemsetD8");

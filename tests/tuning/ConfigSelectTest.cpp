@@ -1,5 +1,6 @@
 // selectForwardConfig without a GPU: the explicit config, a matching tune
-// file entry, stale entries ignored, the default otherwise.
+// file entry, stale entries ignored, the default otherwise; on sm_90a the
+// fwd_sm90 skeleton's own entries.
 #include "Examples.h"
 #include "attn/Pipeline.h"
 #include "attn/runtime/ConfigSelect.h"
@@ -21,7 +22,8 @@ using Catch::Matchers::Contains;
 namespace {
 
 const std::string Device = "Test GPU 80GB";
-const std::string Arch = "sm_90a";
+/// The portable skeleton's arch; the sm_90a cases name theirs.
+const std::string Arch = "sm_80";
 
 struct TempFile {
   std::string Dir, Path;
@@ -47,19 +49,20 @@ CallShape callShape(int64_t B, int64_t H, int64_t Sq, int64_t Skv) {
 /// An entry for \p Def at \p Shape on the test device, with \p Config.
 TuneEntry entryFor(const CompiledDefinition &Def, const Signature &Sig,
                    const CallShape &S, const std::string &Config,
-                   const std::string &Dev = Device) {
+                   const std::string &Dev = Device,
+                   const std::string &OnArch = Arch) {
   TuneEntry E;
-  E.Key = makeTuneKey(Def, Sig, Arch, TuneShape{S.B, S.H, S.Hkv, S.Sq, S.Skv},
-                      Dev);
+  E.Key = makeTuneKey(Def, Sig, OnArch,
+                      TuneShape{S.B, S.H, S.Hkv, S.Sq, S.Skv}, Dev);
   E.Definition = Def.Graph->name();
   E.Best = {Config, 1.0, 100.0};
   return E;
 }
 
-codegen::FwdConfig select(const CompiledDefinition &Def, const Signature &Sig,
-                          const CallShape &S,
-                          const std::string &Dev = Device) {
-  BackendProblem P{Def, Sig, Arch, S};
+std::string select(const CompiledDefinition &Def, const Signature &Sig,
+                   const CallShape &S, const std::string &Dev = Device,
+                   const std::string &OnArch = Arch) {
+  BackendProblem P{Def, Sig, OnArch, S};
   return selectForwardConfig(P, Dev);
 }
 
@@ -69,8 +72,8 @@ TEST_CASE("selectForwardConfig: explicit, tuned, stale, default",
           "[tuning][select]") {
   CompiledDefinition Mha = compile(examples::mha());
   CompiledDefinition Relu = compile(examples::reluAttn());
-  const codegen::FwdConfig Default =
-      codegen::FwdConfig::defaultFor(128, 128, Arch);
+  const std::string Default =
+      codegen::FwdConfig::defaultFor(128, 128, Arch).str();
   TempFile F;
   Signature Sig;
   Sig.TuneFile = F.Path;
@@ -87,10 +90,10 @@ TEST_CASE("selectForwardConfig: explicit, tuned, stale, default",
   mergeIntoTuneFile(F.Path, {Good, OtherDevice, OtherNvrtc});
 
   SECTION("a matching entry is used, for every shape of its bucket") {
-    CHECK(select(Mha, Sig, Shape).str() == "m128n64w4s3");
-    CHECK(select(Mha, Sig, callShape(4, 32, 3000, 4096)).str() ==
+    CHECK(select(Mha, Sig, Shape) == "m128n64w4s3");
+    CHECK(select(Mha, Sig, callShape(4, 32, 3000, 4096)) ==
           "m128n64w4s3");
-    CHECK(select(Mha, Sig, callShape(2, 64, 4096, 2049)).str() ==
+    CHECK(select(Mha, Sig, callShape(2, 64, 4096, 2049)) ==
           "m128n64w4s3");
   }
   SECTION("another bucket, variant, device or toolchain gets the default") {
@@ -101,7 +104,7 @@ TEST_CASE("selectForwardConfig: explicit, tuned, stale, default",
     // The "Other" device's entry is not applied on the test device...
     CHECK(select(Mha, Sig, callShape(4, 32, 1024, 1024)) == Default);
     // ...but is on that device; the stale NVRTC entry never is.
-    CHECK(select(Mha, Sig, callShape(4, 32, 1024, 1024), "Other").str() ==
+    CHECK(select(Mha, Sig, callShape(4, 32, 1024, 1024), "Other") ==
           "m64n64w4s2");
     CHECK(select(Mha, Sig, callShape(4, 32, 2048, 2048)) == Default);
     Signature Bf16 = Sig;
@@ -110,12 +113,12 @@ TEST_CASE("selectForwardConfig: explicit, tuned, stale, default",
     Signature D64 = Sig;
     D64.HeadDim = D64.HeadDimV = 64;
     CHECK(select(Mha, D64, Shape) ==
-          codegen::FwdConfig::defaultFor(64, 64, Arch));
+          codegen::FwdConfig::defaultFor(64, 64, Arch).str());
   }
   SECTION("Sig.Config wins over the file") {
     Signature Given = Sig;
     Given.Config = "m64n32w4s2";
-    CHECK(select(Mha, Given, Shape).str() == "m64n32w4s2");
+    CHECK(select(Mha, Given, Shape) == "m64n32w4s2");
   }
   SECTION("without a tune file, the default") {
     Signature None;
@@ -125,8 +128,8 @@ TEST_CASE("selectForwardConfig: explicit, tuned, stale, default",
     CallShape Small = callShape(1, 8, 512, 512);
     CHECK(select(Mha, Sig, Small) == Default);
     mergeIntoTuneFile(F.Path, {entryFor(Mha, Sig, Small, "m64n64w4s2")});
-    CHECK(select(Mha, Sig, Small).str() == "m64n64w4s2");
-    CHECK(select(Mha, Sig, Shape).str() == "m128n64w4s3");
+    CHECK(select(Mha, Sig, Small) == "m64n64w4s2");
+    CHECK(select(Mha, Sig, Shape) == "m128n64w4s3");
   }
   SECTION("a file that is not a tune file is an error, a missing one is not") {
     {
@@ -144,13 +147,63 @@ TEST_CASE("selectForwardConfig: explicit, tuned, stale, default",
     Signature Tune = Sig;
     Tune.Tune = true;
     unsigned Before = tuneRunCount();
-    CHECK(select(Mha, Tune, Shape).str() == "m128n64w4s3");
+    CHECK(select(Mha, Tune, Shape) == "m128n64w4s3");
     CHECK(tuneRunCount() == Before);
     // No entry: tuning needs the GPU, which this machine may not have.
     if (!CudaDriver::get().available())
       CHECK_THROWS_AS(select(Mha, Tune, callShape(1, 1, 64, 64), ""),
                       DriverError);
   }
+}
+
+TEST_CASE("on sm_90a, fwd_sm90 has its own entries and default",
+          "[tuning][select]") {
+  const std::string Hopper = "sm_90a";
+  CompiledDefinition Mha = compile(examples::mha());
+  TempFile F;
+  Signature Sig;
+  Sig.TuneFile = F.Path;
+  Signature Sm80 = Sig;
+  Sm80.Config = "sm80";
+  CallShape Shape = callShape(4, 32, 4096, 4096);
+  const std::string Sm90Default =
+      codegen::Sm90Config::defaultFor(128, 128).str();
+  const std::string Sm80Default =
+      codegen::FwdConfig::defaultFor(128, 128, Hopper).str();
+
+  CHECK(chooseForwardSkeleton(Sig, Hopper) == "fwd_sm90");
+  CHECK(chooseForwardSkeleton(Sm80, Hopper) == "fwd_sm80");
+  CHECK(chooseForwardSkeleton(Sig, "sm_80") == "fwd_sm80");
+  Signature D96 = Sig;
+  D96.HeadDim = D96.HeadDimV = 96;
+  CHECK(chooseForwardSkeleton(D96, Hopper) == "fwd_sm80");
+
+  // No entries: each skeleton's default.
+  CHECK(select(Mha, Sig, Shape, Device, Hopper) == Sm90Default);
+  CHECK(select(Mha, Sm80, Shape, Device, Hopper) == Sm80Default);
+
+  // An fwd_sm80 entry (tuned with Config "sm80") serves only calls that
+  // ask for fwd_sm80; an fwd_sm90 entry only the default path.
+  TuneEntry Portable =
+      entryFor(Mha, Sm80, Shape, "m64n64w4s2", Device, Hopper);
+  CHECK(Portable.Key.Skeleton == "fwd_sm80");
+  mergeIntoTuneFile(F.Path, {Portable});
+  CHECK(select(Mha, Sig, Shape, Device, Hopper) == Sm90Default);
+  CHECK(select(Mha, Sm80, Shape, Device, Hopper) == "m64n64w4s2");
+  TuneEntry Hop =
+      entryFor(Mha, Sig, Shape, "sm90.m128n128s2", Device, Hopper);
+  CHECK(Hop.Key.Skeleton == "fwd_sm90");
+  mergeIntoTuneFile(F.Path, {Hop});
+  CHECK(select(Mha, Sig, Shape, Device, Hopper) == "sm90.m128n128s2");
+  CHECK(select(Mha, Sm80, Shape, Device, Hopper) == "m64n64w4s2");
+
+  // A hand-edited entry whose configuration is another skeleton's is
+  // refused, never launched.
+  CallShape Other = callShape(1, 8, 1024, 1024);
+  mergeIntoTuneFile(F.Path,
+                    {entryFor(Mha, Sig, Other, "m64n64w4s2", Device, Hopper)});
+  CHECK_THROWS_WITH(select(Mha, Sig, Other, Device, Hopper),
+                    Contains("is not an fwd_sm90 one"));
 }
 
 TEST_CASE("the variant key follows the analysed IR", "[tuning][select]") {

@@ -27,18 +27,23 @@ public:
   std::set<std::string> Wrong;
   double SleepSeconds = 0;
 
-  std::string check(const codegen::FwdConfig &C) override {
-    Checked.push_back(C.str());
+  std::string check(const std::string &C) override {
+    Checked.push_back(C);
     if (SleepSeconds > 0)
       std::this_thread::sleep_for(std::chrono::duration<double>(SleepSeconds));
-    return Wrong.count(C.str()) ? "max |o - reference| = 17 > 0.002" : "";
+    return Wrong.count(C) ? "max |o - reference| = 17 > 0.002" : "";
   }
-  double time(const codegen::FwdConfig &C) override {
-    Timed.push_back(C.str());
-    return fakeMs(C);
+  double time(const std::string &C) override {
+    Timed.push_back(C);
+    return codegen::Sm90Config::names(C)
+               ? fakeMs(codegen::Sm90Config::parse(C))
+               : fakeMs(codegen::FwdConfig::parse(C));
   }
   static double fakeMs(const codegen::FwdConfig &C) {
     return 1000.0 / (C.BlockM * C.BlockN) + 0.01 * C.Stages + 0.001 * C.Warps;
+  }
+  static double fakeMs(const codegen::Sm90Config &C) {
+    return 1000.0 / (C.BlockM * C.BlockN) + 0.01 * C.Stages;
   }
 };
 
@@ -49,13 +54,15 @@ struct Fixture {
   std::vector<std::string> Compiled;
   /// Configurations whose stand-in CUBIN reports a stack frame.
   std::map<std::string, int> Frames;
+  /// The registers every stand-in CUBIN reports.
+  int Registers = 200;
 
   Fixture() {
     Plan.Base.HeadDim = 128;
     Plan.Base.HeadDimV = 128;
     Plan.Base.Arch = "sm_80";
     Plan.Limits = ResourceLimits::forArch("sm_80");
-    Plan.Default = codegen::FwdConfig::defaultFor(128, 128, "sm_80");
+    Plan.Default = codegen::FwdConfig::defaultFor(128, 128, "sm_80").str();
     Plan.Flops = 1e12;
     // The compile step sees the generated source; the key names the config.
     Plan.Compile = [this](const codegen::KernelSource &Src) {
@@ -72,9 +79,12 @@ struct Fixture {
     };
     Plan.Resources = [this](const CacheResult &R) {
       std::string Key(R.Cubin->begin(), R.Cubin->end());
+      // The key ends with the configuration; fwd_sm90's carry a dot.
       std::string Config = Key.substr(Key.rfind('.') + 1);
+      if (llvm::StringRef(Key).contains(".fwd_sm90."))
+        Config = "sm90." + Config;
       auto It = Frames.find(Config);
-      return KernelResources{200, It == Frames.end() ? 0 : It->second};
+      return KernelResources{Registers, It == Frames.end() ? 0 : It->second};
     };
   }
 
@@ -89,7 +99,7 @@ struct Fixture {
 const CandidateResult &find(const std::vector<CandidateResult> &Rs,
                             const std::string &Config) {
   for (const CandidateResult &R : Rs)
-    if (R.Config.str() == Config)
+    if (R.Config == Config)
       return R;
   FAIL("no candidate " << Config);
   return Rs.front();
@@ -113,8 +123,8 @@ TEST_CASE("shared-memory overflow never reaches compiling or timing",
   REQUIRE(Rs.size() == codegen::FwdConfig::enumerate().size());
   unsigned Overflow = 0;
   for (const CandidateResult &R : Rs) {
-    std::string C = R.Config.str();
-    if (R.Config.sharedBytes(128, 128) > 163 * 1024) {
+    const std::string &C = R.Config;
+    if (codegen::FwdConfig::parse(C).sharedBytes(128, 128) > 163 * 1024) {
       ++Overflow;
       CHECK(R.Status == CandidateStatus::Pruned);
       CHECK_THAT(R.Reason, Contains("shared memory"));
@@ -137,7 +147,8 @@ TEST_CASE("shared-memory overflow never reaches compiling or timing",
   for (size_t I = 1; I < Rs.size() && Rs[I].Status == CandidateStatus::Timed;
        ++I)
     CHECK(Rs[I - 1].Ms <= Rs[I].Ms);
-  CHECK(Rs.front().Config.BlockM * Rs.front().Config.BlockN >= 256 * 64);
+  codegen::FwdConfig Best = codegen::FwdConfig::parse(Rs.front().Config);
+  CHECK(Best.BlockM * Best.BlockN >= 256 * 64);
   CHECK(Rs.front().Tflops == Approx(1.0 / (Rs.front().Ms * 1e-3)));
   // One progress line per candidate, numbered.
   CHECK_THAT(Log, Contains("[1/30] m64n128w4s3: pruned: needs 212992 bytes "
@@ -185,7 +196,7 @@ TEST_CASE("a wrong candidate is rejected and never timed, however fast",
   // The fake's fastest configuration that fits: make it wrong.
   std::vector<CandidateResult> First =
       searchForward(F.Def, F.Plan, Runner, TuneOptions(), nullptr);
-  std::string Fastest = First.front().Config.str();
+  std::string Fastest = First.front().Config;
   Fixture G;
   FakeRunner Wrong;
   Wrong.Wrong.insert(Fastest);
@@ -196,7 +207,7 @@ TEST_CASE("a wrong candidate is rejected and never timed, however fast",
   CHECK_THAT(R.Reason, Contains("reference"));
   CHECK(contains(Wrong.Checked, Fastest));
   CHECK_FALSE(contains(Wrong.Timed, Fastest));
-  CHECK(Rs.front().Config.str() != Fastest);
+  CHECK(Rs.front().Config != Fastest);
   CHECK(Rs.front().Status == CandidateStatus::Timed);
 }
 
@@ -241,4 +252,72 @@ TEST_CASE("the budget stops timing new candidates; the default still runs",
   CHECK(find(Rs, "m128n64w4s2").Status == CandidateStatus::Timed);
   CHECK(Runner.Checked.size() == Timed);
   CHECK_THAT(Log, Contains("skipped: time budget spent"));
+}
+
+TEST_CASE("fwd_sm90's space: shared memory prunes, the default goes first",
+          "[tuning][search]") {
+  Fixture F;
+  F.Plan.Base.Arch = "sm_90a";
+  F.Plan.Skeleton = "fwd_sm90";
+  F.Plan.Limits = ResourceLimits::forArch("sm_90a");
+  F.Plan.Default = codegen::Sm90Config::defaultFor(128, 128).str();
+  // What ptxas gives fwd_sm90 at launch (setmaxnreg moves them later): 168
+  // x 384 threads fit a block's 64K registers.
+  F.Registers = 168;
+  FakeRunner Runner;
+  std::vector<CandidateResult> Rs =
+      searchForward(F.Def, F.Plan, Runner, TuneOptions(), nullptr);
+  REQUIRE(Rs.size() == codegen::Sm90Config::enumerate().size());
+  unsigned Overflow = 0;
+  for (const CandidateResult &R : Rs) {
+    REQUIRE(codegen::Sm90Config::names(R.Config));
+    codegen::Sm90Config C = codegen::Sm90Config::parse(R.Config);
+    if (C.sharedBytes(128, 128) > codegen::archSharedLimit("sm_90a")) {
+      ++Overflow;
+      CHECK(R.Status == CandidateStatus::Pruned);
+      CHECK_THAT(R.Reason, Contains("shared memory"));
+      CHECK_FALSE(F.compiled(R.Config));
+      CHECK_FALSE(contains(Runner.Timed, R.Config));
+    } else {
+      INFO(R.Config << ": " << R.Reason);
+      CHECK(R.Status == CandidateStatus::Timed);
+    }
+  }
+  // 192-key blocks with four stages cannot fit 227 KiB at d128.
+  CHECK(Overflow > 0);
+  REQUIRE_FALSE(Runner.Timed.empty());
+  CHECK(Runner.Timed.front() == "sm90.m128n128s3");
+  CHECK(find(Rs, "sm90.m128n128s3").IsDefault);
+
+  // 200 registers x 384 threads do not fit: the two-consumer configurations
+  // are pruned after compiling, the one-consumer ones (256 threads) not.
+  Fixture H;
+  H.Plan.Base.Arch = "sm_90a";
+  H.Plan.Skeleton = "fwd_sm90";
+  H.Plan.Limits = ResourceLimits::forArch("sm_90a");
+  H.Plan.Default = F.Plan.Default;
+  FakeRunner Runner200;
+  for (const CandidateResult &R :
+       searchForward(H.Def, H.Plan, Runner200, TuneOptions(), nullptr)) {
+    if (R.Status != CandidateStatus::Pruned ||
+        R.Reason.find("shared memory") != std::string::npos)
+      continue;
+    CHECK(codegen::Sm90Config::parse(R.Config).BlockM == 128);
+    CHECK_THAT(R.Reason, Contains("200 registers x 384 threads"));
+  }
+  CHECK(contains(Runner200.Timed, "sm90.m64n128s3"));
+  CHECK_FALSE(contains(Runner200.Timed, "sm90.m128n128s2"));
+
+  // fwd_sm90 on an arch without wgmma: nothing compiles, the reason says why.
+  Fixture G;
+  G.Plan.Skeleton = "fwd_sm90";
+  G.Plan.Default = codegen::Sm90Config::defaultFor(128, 128).str();
+  FakeRunner None;
+  std::vector<CandidateResult> Rs80 =
+      searchForward(G.Def, G.Plan, None, TuneOptions(), nullptr);
+  for (const CandidateResult &R : Rs80) {
+    CHECK(R.Status == CandidateStatus::Pruned);
+    CHECK_THAT(R.Reason, Contains("sm_90a"));
+  }
+  CHECK(G.Compiled.empty());
 }

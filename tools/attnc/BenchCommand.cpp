@@ -121,7 +121,7 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   std::string What = Att.lastBackend();
   if (What == "generated") {
     runtime::BackendProblem P{C, Sig, KernelArch, Call.Shape};
-    codegen::FwdConfig Cfg = runtime::selectForwardConfig(P);
+    std::string Cfg = runtime::selectForwardConfig(P);
     std::string From = "default";
     if (!Sig.Config.empty())
       From = "--config";
@@ -130,7 +130,7 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
                  ->find(runtime::makeTuneKey(C, Sig, KernelArch, TS,
                                              runtime::currentDevice().Name)))
       From = "tuned";
-    What += fmt::format(" {} ({})", Cfg.str(), From);
+    What += fmt::format(" {} ({})", Cfg, From);
   }
   bool Masked = C.Graph->decls().HasMask;
   double Flops = runtime::forwardFlops(C, TS, S.HeadDim, S.HeadDimV);

@@ -1,8 +1,10 @@
-// attnc tune: tune one definition's forward tile configuration at one shape
-// on this machine's GPU and merge the result into a tune file.
+// attnc tune: tune one definition's forward tile configuration (of fwd_sm80
+// or fwd_sm90) at one shape on this machine's GPU and merge the result into
+// a tune file.
 #include "Commands.h"
 
 #include "attn/Pipeline.h"
+#include "attn/runtime/ConfigSelect.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/TuneFile.h"
@@ -50,6 +52,11 @@ private:
       cl::desc("Stack frame (spilled registers) a candidate may have and "
                "still be timed (default 0: prune spilling candidates)"),
       cl::value_desc("bytes"), cl::init(0), cl::sub(Sub)};
+  CallOpt<std::string> Skeleton{
+      "skeleton",
+      cl::desc("fwd_sm80 or fwd_sm90 (default: the one a call runs: fwd_sm90 "
+               "on sm_90a where it supports the head dims)"),
+      cl::init(""), cl::sub(Sub)};
   CallOpt<int> Repeats{"repeats",
                        cl::desc("Timed calls per candidate (the median "
                                 "counts)"),
@@ -73,6 +80,13 @@ int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
     throw UsageError("--repeats: expected at least 1");
   if (MaxSpill < 0)
     throw UsageError("--max-spill: expected a number of bytes >= 0");
+  if (Skeleton == "fwd_sm80")
+    Sig.Config = "sm80";
+  else if (Skeleton == "fwd_sm90")
+    Sig.Config = "sm90";
+  else if (!Skeleton.empty())
+    throw UsageError("--skeleton: expected fwd_sm80 or fwd_sm90, got '" +
+                     Skeleton + "'");
 
   const dsl::DefinitionBase &Def = Registry.get(Name);
   if (Def.kind() != ir::DefinitionKind::Transformer)
@@ -88,9 +102,19 @@ int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   Spec.HeadDim = Sig.HeadDim;
   Spec.HeadDimV = Sig.HeadDimV;
   Spec.Arch = KernelArch;
-  Spec.Config =
-      codegen::FwdConfig::defaultFor(Sig.HeadDim, Sig.HeadDimV, KernelArch);
-  Spec.validate();
+  // The skeleton is part of the tune key: an fwd_sm80 entry serves calls
+  // that ask for fwd_sm80 (Config "sm80"), an fwd_sm90 one the default path.
+  if (runtime::chooseForwardSkeleton(Sig, KernelArch) == "fwd_sm90") {
+    codegen::Sm90Config Default =
+        codegen::Sm90Config::defaultFor(Sig.HeadDim, Sig.HeadDimV);
+    if (std::string Why = codegen::sm90Unsupported(Spec, Default);
+        !Why.empty())
+      throw UserError("--skeleton fwd_sm90: " + Why);
+  } else {
+    Spec.Config =
+        codegen::FwdConfig::defaultFor(Sig.HeadDim, Sig.HeadDimV, KernelArch);
+    Spec.validate();
+  }
 
   CompiledDefinition C = compile(Def);
   runtime::TuneShape TS{S.Batch, S.Heads, S.Heads, S.Seq, S.Seq};
@@ -115,7 +139,7 @@ int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   for (const runtime::CandidateResult &Cand : R.Candidates) {
     ++Count[unsigned(Cand.Status)];
     if (Cand.Status == runtime::CandidateStatus::SkippedBudget)
-      Skipped += (Skipped.empty() ? "" : " ") + Cand.Config.str();
+      Skipped += (Skipped.empty() ? "" : " ") + Cand.Config;
   }
   using CS = runtime::CandidateStatus;
   OS << fmt::format("candidates: {} timed, {} pruned, {} failed to compile, "

@@ -46,6 +46,18 @@ Sm90Config Sm90Config::defaultFor(int D, int DV) {
   return C;
 }
 
+std::vector<Sm90Config> Sm90Config::enumerate() {
+  std::vector<Sm90Config> Space;
+  for (int M : {64, 128})
+    for (int N : {64, 128, 192})
+      for (int S : {2, 3, 4}) {
+        Sm90Config C{M, N, S};
+        if (C.structuralError().empty())
+          Space.push_back(C);
+      }
+  return Space;
+}
+
 std::string Sm90Config::structuralError() const {
   if (BlockM != 64 && BlockM != 128)
     return fmt::format("config {}: block M must be 64 or 128 (one or two "

@@ -165,6 +165,9 @@ struct Sm90Config {
   /// alone is 128 registers a thread); 3 stages where shared memory allows,
   /// else 2 (docs/performance.md has the measurements).
   static Sm90Config defaultFor(int D, int DV);
+  /// The autotuner's search space: every block M, block N and stage count
+  /// structuralError() accepts (shared memory is the resource model's).
+  static std::vector<Sm90Config> enumerate();
   /// Why the skeleton cannot be instantiated with these blocks and stages,
   /// or empty. Shared memory is not checked here.
   std::string structuralError() const;

@@ -78,6 +78,16 @@ std::string pruneAfterCompile(const codegen::FwdConfig &C,
                               const KernelResources &R,
                               const ResourceLimits &L);
 
+/// The same two judgements for a fwd_sm90 configuration (dtype, head dims
+/// and arch from \p Spec): before compiling, sm90Unsupported's rules, the
+/// device's shared memory and threads; after, registers and spills.
+std::string pruneBeforeCompile(const codegen::Sm90Config &C,
+                               const codegen::KernelSpec &Spec,
+                               const ResourceLimits &L);
+std::string pruneAfterCompile(const codegen::Sm90Config &C,
+                              const KernelResources &R,
+                              const ResourceLimits &L);
+
 } // namespace attn::runtime
 
 #endif

@@ -1,6 +1,7 @@
-// The autotuner for the fwd_sm80 skeleton: enumerate tile configurations,
-// prune them with the resource model, compile the survivors in parallel,
-// check each against the reference backend and time it with CUDA events.
+// The autotuner: enumerate a skeleton's configurations, prune them with the
+// resource model, compile the survivors in parallel, check each against a
+// reference and time it with CUDA events. The search is generic over
+// SearchSpace; the forward skeletons fwd_sm80 and fwd_sm90 have theirs here.
 #ifndef ATTN_RUNTIME_TUNER_H
 #define ATTN_RUNTIME_TUNER_H
 
@@ -47,7 +48,7 @@ struct TuneOptions {
   /// Test hook: called after a candidate's checked run, before its output
   /// is compared with the reference (a test corrupts one output here to
   /// show that the check rejects it).
-  std::function<void(const codegen::FwdConfig &, const TensorView &Out)>
+  std::function<void(const std::string &Config, const TensorView &Out)>
       AfterCheckedRun;
 };
 
@@ -61,10 +62,13 @@ enum class CandidateStatus {
 const char *candidateStatusName(CandidateStatus S);
 
 struct CandidateResult {
-  codegen::FwdConfig Config;
+  /// The configuration as Signature::Config takes it ("m128n64w4s2",
+  /// "sm90.m128n128s3", "c64v64w4b8").
+  std::string Config;
   CandidateStatus Status = CandidateStatus::Pruned;
   std::string Reason;
-  /// Registers and stack frame, once compiled.
+  /// Registers and stack frame once compiled: the largest over the
+  /// candidate's kernels.
   KernelResources Resources;
   bool Compiled = false;
   bool IsDefault = false;
@@ -77,19 +81,68 @@ struct CandidateResult {
 class CandidateRunner {
 public:
   virtual ~CandidateRunner();
-  /// Empty when \p C's output matches the reference, else why not.
-  virtual std::string check(const codegen::FwdConfig &C) = 0;
-  /// The median time of \p C in milliseconds (called after check passed).
-  virtual double time(const codegen::FwdConfig &C) = 0;
+  /// Empty when \p Config's output matches the reference, else why not.
+  virtual std::string check(const std::string &Config) = 0;
+  /// The median time of \p Config in milliseconds (called after check
+  /// passed).
+  virtual double time(const std::string &Config) = 0;
 };
 
-/// How a search compiles and inspects candidates.
+/// One skeleton's search space as the search drives it. Configurations are
+/// strings in the form the skeleton's Config field takes.
+struct SearchSpace {
+  /// The tune-key skeleton name: "fwd_sm80", "fwd_sm90", "linear_chunk".
+  std::string Skeleton;
+  /// The configuration used without tuning: the baseline, timed first and
+  /// whatever the budget.
+  std::string Default;
+  /// The whole space (Default may be among them; it is not repeated).
+  std::vector<std::string> Candidates;
+  /// Why a configuration cannot launch whatever the compiler does (its
+  /// structure, shared memory, threads), or empty. Such a configuration is
+  /// never compiled.
+  std::function<std::string(const std::string &)> PruneBeforeCompile;
+  /// The kernels of a configuration. Called on the searching thread: code
+  /// generation does not run concurrently.
+  std::function<std::vector<codegen::KernelSource>(const std::string &)>
+      Sources;
+  /// Compiles one kernel (through the kernel cache) and returns the
+  /// resources of the entries the resource model judges; throws
+  /// (CompileError) on failure. Called from several threads at once.
+  std::function<std::vector<KernelResources>(const codegen::KernelSource &)>
+      Compile;
+  /// Why a compiled configuration must not be timed (registers a block
+  /// cannot hold, spills over \p L's allowance), or empty. The default is
+  /// judged with an unlimited spill allowance.
+  std::function<std::string(const std::string &,
+                            const std::vector<KernelResources> &,
+                            const ResourceLimits &L)>
+      PruneAfterCompile;
+  ResourceLimits Limits;
+  /// The work of one timed call, for TFLOPS (0: none reported).
+  double Flops = 0;
+};
+
+/// Runs the search over \p Space: prunes before compiling, compiles the
+/// survivors in parallel, prunes on their resources, then checks and times
+/// them one by one (the default first) through \p Runner. Writes one
+/// progress line per candidate ("[12/30] m128n64w4s2: 1.921 ms  245.1
+/// TFLOPS") to \p Progress when given. Returns every candidate, timed ones
+/// sorted fastest first.
+std::vector<CandidateResult> searchCandidates(const SearchSpace &Space,
+                                              CandidateRunner &Runner,
+                                              const TuneOptions &Opts,
+                                              llvm::raw_ostream *Progress);
+
+/// How a forward search compiles and inspects candidates.
 struct SearchPlan {
   /// Dtype, head dims and arch; Config is ignored.
   codegen::KernelSpec Base;
+  /// "fwd_sm80" or "fwd_sm90": whose configurations are searched.
+  std::string Skeleton = "fwd_sm80";
   ResourceLimits Limits;
-  /// The configuration used without tuning (the baseline).
-  codegen::FwdConfig Default;
+  /// The configuration used without tuning (the baseline), as text.
+  std::string Default;
   /// FLOPs of one call, for TFLOPS.
   double Flops = 0;
   /// Compiles one candidate; default: KernelCache::global().getOrCompile.
@@ -99,12 +152,13 @@ struct SearchPlan {
   std::function<KernelResources(const CacheResult &)> Resources;
 };
 
-/// Runs the search over FwdConfig::enumerate(): prunes with the resource
-/// model (shared memory and threads before compiling; registers and spills
-/// after), compiles survivors in parallel, then checks and times them one by
-/// one (the default first) through \p Runner. Writes one progress line per
-/// candidate ("[12/30] m128n64w4s2: 1.921 ms  245.1 TFLOPS") to \p Progress
-/// when given. Returns every candidate, timed ones sorted fastest first.
+/// The search space of \p Plan's forward skeleton for \p Def:
+/// FwdConfig::enumerate() or Sm90Config::enumerate(), pruned by the
+/// resource model (ResourceModel.h).
+SearchSpace forwardSearchSpace(const CompiledDefinition &Def,
+                               const SearchPlan &Plan);
+
+/// searchCandidates over forwardSearchSpace(Def, Plan).
 std::vector<CandidateResult> searchForward(const CompiledDefinition &Def,
                                            const SearchPlan &Plan,
                                            CandidateRunner &Runner,
@@ -127,7 +181,7 @@ TuneKey makeTuneKey(const CompiledDefinition &Def, const Signature &Sig,
                     const std::string &Device);
 
 /// Tunes \p Def (dtype, head dims and layout of \p Sig, kernels for
-/// \p Arch) on the current device, on random inputs of shape \p S: every
+/// \p Arch; the skeleton chooseForwardSkeleton picks) on the current device, on random inputs of shape \p S: every
 /// candidate is checked against the reference backend before it is timed.
 /// DriverError without a GPU; InternalError if no candidate passes.
 TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
