@@ -6,6 +6,8 @@
 #include "KernelModule.h"
 #include "LinearValidate.h"
 
+#include "attn/runtime/LinearTuner.h"
+
 #include "attn/Error.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
@@ -15,10 +17,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 
 namespace attn::runtime {
 
 struct LinearAttention::Kernels {
+  codegen::LinearKernelSpec Spec;
   codegen::LinearSmem Smem;
   codegen::KernelSource FwdSrc;
   CacheResult FwdCache;
@@ -102,8 +107,17 @@ void launch(CUfunction F, unsigned GX, unsigned GY, unsigned Threads, int Smem,
 
 LinearAttention::LinearAttention(const dsl::DefinitionBase &D,
                                  const LinearSignature &S)
-    : Def(compile(D)), Sig(S), K(std::make_unique<Kernels>()),
-      WS(std::make_unique<Workspace>()) {
+    : Owned(compile(D)), Def(Owned), Sig(S), WS(std::make_unique<Workspace>()) {
+  init();
+}
+
+LinearAttention::LinearAttention(const CompiledDefinition &D,
+                                 const LinearSignature &S)
+    : Def(D), Sig(S), WS(std::make_unique<Workspace>()) {
+  init();
+}
+
+void LinearAttention::init() {
   if (Def.Graph->decls().Kind != ir::DefinitionKind::Linear)
     throw UserError("'" + Def.Graph->name() +
                     "' is not linear attention; use Attention");
@@ -116,27 +130,66 @@ LinearAttention::LinearAttention(const dsl::DefinitionBase &D,
                           Spec.HeadDim, Spec.HeadDimV, Spec.Arch)
                     : codegen::LinearConfig::parse(Sig.Config);
   Spec.validate();
-  K->Smem = codegen::linearSharedBytes(Spec);
-  K->FwdSrc = codegen::generateLinearForward(Def, Spec);
-  K->FwdCache = KernelCache::global().getOrCompile(K->FwdSrc);
+  Last = Spec.Config;
+  kernelsFor(Spec.Config);
 }
 
 LinearAttention::~LinearAttention() = default;
 
+LinearAttention::Kernels &
+LinearAttention::kernelsFor(const codegen::LinearConfig &C) {
+  std::unique_ptr<Kernels> &K = ByConfig[C.str()];
+  if (!K) {
+    auto New = std::make_unique<Kernels>();
+    New->Spec = Spec;
+    New->Spec.Config = C;
+    New->Spec.validate();
+    New->Smem = codegen::linearSharedBytes(New->Spec);
+    New->FwdSrc = codegen::generateLinearForward(Def, New->Spec);
+    New->FwdCache = KernelCache::global().getOrCompile(New->FwdSrc);
+    K = std::move(New);
+  }
+  return *K;
+}
+
+codegen::LinearConfig LinearAttention::configFor(const LinearShape &S) {
+  if (!Sig.Config.empty() || (Sig.TuneFile.empty() && !Sig.Tune))
+    return Spec.Config;
+  std::string Device;
+  if (CudaDriver::get().available())
+    Device = currentDevice().Name;
+  return selectLinearConfig(Def, Sig, Spec.Arch, S, Device);
+}
+
+LinearAttention::Kernels &LinearAttention::select(int64_t B, int64_t H,
+                                                  int64_t Hq, int64_t Hk,
+                                                  int64_t T) {
+  // The common case stays free of lookups: an explicit or default config.
+  Last = !Sig.Config.empty() || (Sig.TuneFile.empty() && !Sig.Tune)
+             ? Spec.Config
+             : configFor({B, H, std::min(Hq, Hk), T});
+  return kernelsFor(Last);
+}
+
 const codegen::KernelSource &LinearAttention::forwardSource() const {
-  return K->FwdSrc;
+  return ByConfig.at(Spec.Config.str())->FwdSrc;
 }
 const CacheResult &LinearAttention::forwardCacheResult() const {
-  return K->FwdCache;
+  return ByConfig.at(Spec.Config.str())->FwdCache;
+}
+
+void LinearAttention::ensureBackward(Kernels &K) {
+  if (K.HaveBwd)
+    return;
+  K.BwdSrc = codegen::generateLinearBackward(Def, K.Spec);
+  K.BwdCache = KernelCache::global().getOrCompile(K.BwdSrc);
+  K.HaveBwd = true;
 }
 
 const codegen::KernelSource &LinearAttention::backwardSource() {
-  if (!K->HaveBwd) {
-    K->BwdSrc = codegen::generateLinearBackward(Def, Spec);
-    K->BwdCache = KernelCache::global().getOrCompile(K->BwdSrc);
-    K->HaveBwd = true;
-  }
-  return K->BwdSrc;
+  Kernels &K = kernelsFor(Spec.Config);
+  ensureBackward(K);
+  return K.BwdSrc;
 }
 
 void LinearAttention::forward(const TensorView &Q, const TensorView &Kt,
@@ -146,6 +199,8 @@ void LinearAttention::forward(const TensorView &Q, const TensorView &Kt,
                               const TensorView *FinalState, CUstream Stream) {
   LinearCallShape C = validateLinearForward(Def, Sig, Q, Kt, V, Out, Decay,
                                             Inputs, InitialState, FinalState);
+  Kernels *K = &select(C.B, C.H, C.Hq, C.Hk, C.T);
+  const codegen::LinearKernelSpec &Spec = K->Spec;
   attnc::LinearArgs A = forwardArgs(C, Spec, Q, Kt, V, Decay);
   A.o = Out.Data;
   A.o_sb = C.O[0];
@@ -174,7 +229,9 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
   LinearBackwardShape R =
       validateLinearBackward(Def, Sig, T, Inputs, InputGrads);
   const LinearCallShape &C = R.Fwd;
-  backwardSource();
+  Kernels *K = &select(C.B, C.H, C.Hq, C.Hk, C.T);
+  const codegen::LinearKernelSpec &Spec = K->Spec;
+  ensureBackward(*K);
   if (!K->BwdMod.loaded()) {
     K->BwdMod.load(K->BwdCache, Spec.Arch);
     K->Dq = K->BwdMod.function("attnc_linear_bwd_dq");

@@ -67,9 +67,21 @@ TEST_CASE("attnc tune and bench usage errors exit 2", "[tuning][cli]") {
   Run E = attnc({"tune", "mha", "--shape", "1,2,128,64", "-o", "x.json",
                  "--budget", "-1"});
   CHECK(E.Exit == 2);
-  Run F = attnc({"tune", "mamba2", "--shape", "1,2,128,64", "-o", "x.json"});
-  CHECK(F.Exit == 1);
-  CHECK_THAT(F.Err, Contains("not supported yet: tuning linear attention"));
+  // Linear definitions: their own argument errors, before any GPU work.
+  Run F = attnc({"tune", "mamba2", "--shape", "1,2,128,64", "--qk-heads",
+                 "4", "-o", "x.json"});
+  CHECK(F.Exit == 2);
+  CHECK_THAT(F.Err, Contains("--qk-heads 4: expected a divisor of the 2 "
+                             "heads"));
+  Run G = attnc({"tune", "mamba2", "--shape", "1,2,128,64", "--skeleton",
+                 "fwd_sm90", "-o", "x.json"});
+  CHECK(G.Exit == 2);
+  CHECK_THAT(G.Err, Contains("'mamba2' is linear attention, tuned as "
+                             "linear_chunk"));
+  Run H = attnc({"tune", "mha", "--shape", "1,2,128,64", "--qk-heads", "1",
+                 "-o", "x.json"});
+  CHECK(H.Exit == 2);
+  CHECK_THAT(H.Err, Contains("--qk-heads: 'mha' is not linear attention"));
 }
 
 TEST_CASE("attnc tune refuses a tune file it cannot merge into",
@@ -104,5 +116,44 @@ TEST_CASE("without a GPU, tune and bench fail with the driver's reason",
     Run B = attnc({"bench", "relu_attn", "--shape", "1,2,128,64"});
     CHECK(B.Exit == 1);
     CHECK_THAT(B.Err, Contains("attnc: no CUDA driver: "));
+  }
+}
+
+TEST_CASE("attnc bench of a linear definition: bad arguments, no GPU needed",
+          "[tuning][cli][linear]") {
+  Run A = attnc({"bench", "mamba2", "--shape", "8,80,2048,128,64",
+                 "--qk-heads", "3"});
+  CHECK(A.Exit == 2);
+  CHECK_THAT(A.Err, Contains("--qk-heads 3: expected a divisor of the 80 "
+                             "heads of --shape"));
+  Run B = attnc({"bench", "mamba2", "--shape", "1,2,64,128,64", "--config",
+                 "m128n64w4s2"});
+  CHECK(B.Exit == 2);
+  CHECK_THAT(B.Err, Contains("--config: linear config 'm128n64w4s2': "
+                             "expected c<chunk>v<value slice>w<warps>b"));
+  Run C = attnc({"bench", "mamba2", "--shape", "1,2,64,96,64"});
+  CHECK(C.Exit == 1);
+  CHECK_THAT(C.Err, Contains("head_dim 96 is not supported by the linear "
+                             "kernels"));
+  Run D = attnc({"bench", "simple_gla", "--shape", "1,2,64,128",
+                 "--config", "c128v64w4b4"});
+  CHECK(D.Exit == 1);
+  CHECK_THAT(D.Err, Contains("linear config c128v64w4b4: forward warps (4) "
+                             "must be a multiple of the chunk's m16 row "
+                             "tiles (8)"));
+  Run E = attnc({"bench", "retention_linear", "--shape", "1,2,64,128",
+                 "--backend", "reference"});
+  CHECK(E.Exit == 2);
+  CHECK_THAT(E.Err, Contains("'retention_linear' is linear attention, which "
+                             "has the generated kernels only"));
+  Run F = attnc({"bench", "mha", "--shape", "1,2,64,128", "--qk-heads", "1"});
+  CHECK(F.Exit == 2);
+  CHECK_THAT(F.Err, Contains("--qk-heads: 'mha' is not linear attention"));
+  if (!runtime::CudaDriver::get().available()) {
+    // Valid arguments get as far as the driver.
+    Run G = attnc({"bench", "mamba2", "--shape", "1,2,64,128,64",
+                   "--qk-heads", "1", "--config", "c32v64w4b4"});
+    CHECK(G.Exit == 1);
+    CHECK_THAT(G.Err, Contains("attnc: no CUDA driver: "));
   }
 }

@@ -1,11 +1,15 @@
-// attnc bench: time one definition's forward at one shape on this machine's
-// GPU, with the configuration a tune file, --config or the default gives.
+// attnc bench: time one definition's forward (and, for linear attention,
+// backward) at one shape on this machine's GPU, with the configuration a
+// tune file, --config or the default gives.
 #include "Commands.h"
+#include "LinearCommands.h"
 
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/ConfigSelect.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
+#include "attn/runtime/LinearProblem.h"
+#include "attn/runtime/LinearTuner.h"
 #include "attn/runtime/RandomProblem.h"
 #include "attn/runtime/TuneFile.h"
 #include "attn/runtime/Tuner.h"
@@ -26,13 +30,21 @@ public:
   int run(const dsl::Registry &Registry, llvm::raw_ostream &OS) override;
 
 private:
-  CallSubCommand Sub{"bench", "Time a forward kernel on this GPU"};
+  int runLinear(const dsl::DefinitionBase &Def, const ShapeArg &S,
+                llvm::raw_ostream &OS);
+
+  CallSubCommand Sub{"bench", "Time a forward kernel (linear attention: "
+                              "forward and backward) on this GPU"};
   CallOpt<std::string> Name{cl::Positional, cl::desc("<definition>"),
                             cl::Required, cl::sub(Sub)};
   CallOpt<std::string> Shape{
       "shape", cl::desc("B,H,S,D[,DV]: batch, heads, sequence length, head "
                         "dims"),
       cl::value_desc("B,H,S,D[,DV]"), cl::init(""), cl::sub(Sub)};
+  CallOpt<int> QkHeads{
+      "qk-heads",
+      cl::desc("Linear attention: q/k heads, a divisor of H (default H)"),
+      cl::value_desc("N"), cl::init(0), cl::sub(Sub)};
   CallOpt<std::string> Dtype{"dtype", cl::desc("f16 or bf16"),
                              cl::init("f16"), cl::sub(Sub)};
   CallOpt<std::string> LayoutOpt{"layout", cl::desc("bshd or bhsd"),
@@ -42,6 +54,7 @@ private:
       cl::value_desc("tune.json"), cl::init(""), cl::sub(Sub)};
   CallOpt<std::string> Config{"config",
                               cl::desc("Tile configuration, e.g. m128n64w4s2 "
+                                       "or, for linear attention, c64v64w4b8 "
                                        "(wins over --tune-file)"),
                               cl::init(""), cl::sub(Sub)};
   CallOpt<std::string> Backend{
@@ -75,12 +88,15 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
                      "': expected generated or reference");
   if (Warmup < 0 || Repeats < 1)
     throw UsageError("--warmup must be >= 0 and --repeats >= 1");
-  if (!Config.empty())
-    (void)codegen::FwdConfig::parse(Config);
 
   const dsl::DefinitionBase &Def = Registry.get(Name);
-  if (Def.kind() != ir::DefinitionKind::Transformer)
-    throw NotSupportedYet("benchmarking linear attention ('" + Name + "')");
+  if (Def.kind() == ir::DefinitionKind::Linear)
+    return runLinear(Def, S, OS);
+  if (QkHeads != 0)
+    throw UsageError("--qk-heads: '" + Name +
+                     "' is not linear attention (it has no q/k head groups)");
+  if (!Config.empty())
+    (void)codegen::FwdConfig::parse(Config);
   runtime::CudaDriver &D = runtime::CudaDriver::get();
   D.require();
   std::string KernelArch =
@@ -141,6 +157,46 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
                     layoutName(Sig.TensorLayout).str(),
                     Masked ? "masked" : "full", What, Median,
                     Flops / (Median * 1e-3) / 1e12);
+  return 0;
+}
+
+int BenchCommand::runLinear(const dsl::DefinitionBase &Def,
+                            const ShapeArg &S, llvm::raw_ostream &OS) {
+  if (!Backend.empty())
+    throw UsageError("--backend '" + Backend + "': '" + Name +
+                     "' is linear attention, which has the generated "
+                     "kernels only");
+  LinearCommandArgs A =
+      linearCommandArgs(S, QkHeads, Dtype, LayoutOpt, Config, Arch);
+  A.Sig.TuneFile = TuneFile;
+  runtime::CudaDriver::get().require();
+
+  runtime::LinearAttention Lin(Def, A.Sig);
+  runtime::LinearProblem P(Lin.definition(), A.Sig, A.Shape, /*Sets=*/3,
+                           /*Seed=*/7);
+  // Where the configuration came from: --config, a tune-file entry for this
+  // device and bucket, or the default.
+  codegen::LinearConfig Cfg = Lin.configFor(A.Shape);
+  std::string From = "default";
+  if (!A.Sig.Config.empty())
+    From = "--config";
+  else if (!A.Sig.TuneFile.empty() &&
+           runtime::cachedTuneFile(A.Sig.TuneFile)
+               ->find(runtime::makeLinearTuneKey(
+                   Lin.definition(), A.Sig, Lin.spec().Arch, A.Shape,
+                   runtime::currentDevice().Name)))
+    From = "tuned";
+  double FwdMs = runtime::medianEventMs(
+      [&](int I) { P.forward(Lin, I % P.sets()); }, Warmup, Repeats);
+  double BwdMs = runtime::medianEventMs(
+      [&](int I) { P.backward(Lin, I % P.sets()); }, Warmup, Repeats);
+  OS << fmt::format("{} {} {} d{}/{} {}: {} ({}): fwd {:.3f} ms  {:.0f} GB/s  "
+                    "bwd {:.3f} ms  {:.0f} GB/s\n",
+                    Name.getValue(), dtypeName(A.Sig.Dtype).str(),
+                    runtime::linearShapeText(A.Shape), S.HeadDim, S.HeadDimV,
+                    layoutName(A.Sig.TensorLayout).str(), Cfg.str(), From,
+                    FwdMs, P.forwardBytes() / FwdMs / 1e6, BwdMs,
+                    P.backwardBytes() / BwdMs / 1e6);
   return 0;
 }
 

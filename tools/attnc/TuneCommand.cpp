@@ -1,12 +1,16 @@
 // attnc tune: tune one definition's forward tile configuration (of fwd_sm80
-// or fwd_sm90) at one shape on this machine's GPU and merge the result into
-// a tune file.
+// or fwd_sm90), or a linear definition's linear_chunk configuration (forward
+// and backward), at one shape on this machine's GPU and merge the result
+// into a tune file.
 #include "Commands.h"
+#include "LinearCommands.h"
 
 #include "attn/Pipeline.h"
 #include "attn/runtime/ConfigSelect.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
+#include "attn/runtime/LinearProblem.h"
+#include "attn/runtime/LinearTuner.h"
 #include "attn/runtime/TuneFile.h"
 #include "attn/runtime/Tuner.h"
 
@@ -24,6 +28,11 @@ public:
   int run(const dsl::Registry &Registry, llvm::raw_ostream &OS) override;
 
 private:
+  int runLinear(const dsl::DefinitionBase &Def, const ShapeArg &S,
+                runtime::TuneOptions Opts, llvm::raw_ostream &OS);
+  /// The summary on stdout: best, default, what happened to the candidates.
+  void printSummary(const runtime::TuneResult &R, llvm::raw_ostream &OS);
+
   CallSubCommand Sub{"tune", "Tune a forward kernel's tile configuration "
                              "on this GPU and write it to a tune file"};
   CallOpt<std::string> Name{cl::Positional, cl::desc("<definition>"),
@@ -32,6 +41,10 @@ private:
       "shape", cl::desc("B,H,S,D[,DV]: batch, heads, sequence length, head "
                         "dims"),
       cl::value_desc("B,H,S,D[,DV]"), cl::init(""), cl::sub(Sub)};
+  CallOpt<int> QkHeads{
+      "qk-heads",
+      cl::desc("Linear attention: q/k heads, a divisor of H (default H)"),
+      cl::value_desc("N"), cl::init(0), cl::sub(Sub)};
   CallOpt<std::string> Dtype{"dtype", cl::desc("f16 or bf16"),
                              cl::init("f16"), cl::sub(Sub)};
   CallOpt<std::string> LayoutOpt{"layout", cl::desc("bshd or bhsd"),
@@ -80,6 +93,17 @@ int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
     throw UsageError("--repeats: expected at least 1");
   if (MaxSpill < 0)
     throw UsageError("--max-spill: expected a number of bytes >= 0");
+  runtime::TuneOptions Opts;
+  Opts.BudgetSeconds = Budget;
+  Opts.MaxStackFrameBytes = MaxSpill;
+  Opts.Repeats = Repeats;
+
+  const dsl::DefinitionBase &Def = Registry.get(Name);
+  if (Def.kind() == ir::DefinitionKind::Linear)
+    return runLinear(Def, S, Opts, OS);
+  if (QkHeads != 0)
+    throw UsageError("--qk-heads: '" + Name +
+                     "' is not linear attention (it has no q/k head groups)");
   if (Skeleton == "fwd_sm80")
     Sig.Config = "sm80";
   else if (Skeleton == "fwd_sm90")
@@ -87,10 +111,6 @@ int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   else if (!Skeleton.empty())
     throw UsageError("--skeleton: expected fwd_sm80 or fwd_sm90, got '" +
                      Skeleton + "'");
-
-  const dsl::DefinitionBase &Def = Registry.get(Name);
-  if (Def.kind() != ir::DefinitionKind::Transformer)
-    throw NotSupportedYet("tuning linear attention ('" + Name + "')");
   // A tune file we could not merge into is refused before any work.
   (void)runtime::readTuneFile(Output);
 
@@ -118,21 +138,44 @@ int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
 
   CompiledDefinition C = compile(Def);
   runtime::TuneShape TS{S.Batch, S.Heads, S.Heads, S.Seq, S.Seq};
-  runtime::TuneOptions Opts;
-  Opts.BudgetSeconds = Budget;
-  Opts.MaxStackFrameBytes = MaxSpill;
-  Opts.Repeats = Repeats;
   runtime::TuneResult R =
       runtime::tuneForward(C, Sig, KernelArch, TS, Opts, &llvm::errs());
   runtime::mergeIntoTuneFile(Output, {R.Entry});
+  printSummary(R, OS);
+  return 0;
+}
 
+int TuneCommand::runLinear(const dsl::DefinitionBase &Def, const ShapeArg &S,
+                           runtime::TuneOptions Opts, llvm::raw_ostream &OS) {
+  if (!Skeleton.empty() && Skeleton != runtime::LinearSkeleton)
+    throw UsageError("--skeleton '" + Skeleton + "': '" + Name +
+                     "' is linear attention, tuned as linear_chunk");
+  LinearCommandArgs A =
+      linearCommandArgs(S, QkHeads, Dtype, LayoutOpt, "", Arch);
+  (void)runtime::readTuneFile(Output);
+  runtime::CudaDriver::get().require();
+  const runtime::DeviceInfo &Dev = runtime::currentDevice();
+  std::string KernelArch = Arch.empty() ? Dev.arch() : Arch.getValue();
+  CompiledDefinition C = compile(Def);
+  runtime::TuneResult R = runtime::tuneLinear(C, A.Sig, KernelArch, A.Shape,
+                                              Opts, &llvm::errs());
+  runtime::mergeIntoTuneFile(Output, {R.Entry});
+  printSummary(R, OS);
+  return 0;
+}
+
+void TuneCommand::printSummary(const runtime::TuneResult &R,
+                               llvm::raw_ostream &OS) {
   const runtime::TuneEntry &E = R.Entry;
-  OS << fmt::format("best:     {}  {:.3f} ms  {:.1f} TFLOPS\n", E.Best.Config,
-                    E.Best.Ms, E.Best.Tflops);
+  // Linear entries report no FLOPs (their time is forward + backward).
+  auto Timing = [](const runtime::TunedTiming &T) {
+    return T.Tflops > 0 ? fmt::format("{:.3f} ms  {:.1f} TFLOPS", T.Ms, T.Tflops)
+                        : fmt::format("{:.3f} ms", T.Ms);
+  };
+  OS << fmt::format("best:     {}  {}\n", E.Best.Config, Timing(E.Best));
   if (!E.Default.Config.empty())
-    OS << fmt::format("default:  {}  {:.3f} ms  {:.1f} TFLOPS  (best is "
-                      "{:.2f}x)\n",
-                      E.Default.Config, E.Default.Ms, E.Default.Tflops,
+    OS << fmt::format("default:  {}  {}  (best is {:.2f}x)\n",
+                      E.Default.Config, Timing(E.Default),
                       E.Default.Ms / E.Best.Ms);
   unsigned Count[5] = {0, 0, 0, 0, 0};
   std::string Skipped;
@@ -155,7 +198,6 @@ int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
                     "{})\n",
                     R.Seconds, Output.getValue(), E.Key.Device, E.Key.Arch,
                     E.Key.Bucket.str());
-  return 0;
 }
 
 } // namespace

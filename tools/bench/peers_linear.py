@@ -9,6 +9,11 @@ kept graph). Achieved bandwidth counts each input read once and each output
 written once, as attnc_bench_linear does.
 
     python3 tools/bench/peers_linear.py NAME f16|bf16 B H T D DV [HQK]
+    python3 tools/bench/peers_linear.py NAME,DT,B,H,T,D,DV[,HQK] ...
+
+The second form times several problems in one process (Triton's compiles
+and autotuning are paid once per kernel shape, not per problem); a row that
+fails prints its error and the others go on.
 """
 import sys
 
@@ -54,11 +59,8 @@ def torch_chunked(q, k, v, g, chunk=64):
     return o.reshape(B, T, H, DV)
 
 
-def main():
-    name, dts = sys.argv[1], sys.argv[2]
+def run_row(name, dts, B, H, T, D, DV, hqk):
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dts]
-    B, H, T, D, DV = map(int, sys.argv[3:8])
-    hqk = int(sys.argv[8]) if len(sys.argv) > 8 else H
     from fla.ops.retention import chunk_retention
     from fla.ops.simple_gla import chunk_simple_gla
     dev = "cuda"
@@ -112,7 +114,23 @@ def main():
     for peer, f, b in rows:
         print(f"{peer} {name} {dts} B{B} H{H} T{T} D{D} DV{DV} hqk{hqk} "
               f"fwd {f:.3f} ms {fwd_bytes / f / 1e6:.0f} GB/s  "
-              f"bwd {b:.3f} ms {bwd_bytes / b / 1e6:.0f} GB/s")
+              f"bwd {b:.3f} ms {bwd_bytes / b / 1e6:.0f} GB/s", flush=True)
+    del sets
+    torch.cuda.empty_cache()
+
+
+def main():
+    specs = [a.split(",") for a in sys.argv[1:]] if "," in sys.argv[1] else [sys.argv[1:]]
+    for spec in specs:
+        name, dts = spec[0], spec[1]
+        B, H, T, D, DV = map(int, spec[2:7])
+        hqk = int(spec[7]) if len(spec) > 7 else H
+        try:
+            run_row(name, dts, B, H, T, D, DV, hqk)
+        except Exception as e:  # one failing row must not lose the others
+            print(f"fla {name} {dts} B{B} H{H} T{T} D{D} DV{DV} hqk{hqk} "
+                  f"error: {type(e).__name__}: {e}", flush=True)
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

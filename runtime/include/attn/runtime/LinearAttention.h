@@ -18,6 +18,12 @@
 
 namespace attn::runtime {
 
+/// Sizes of a linear-attention call: batch, value heads, q/k heads (a
+/// divisor of Heads; the seeds' ngroups) and sequence length.
+struct LinearShape {
+  int64_t Batch = 1, Heads = 1, HeadsQK = 1, Seq = 1;
+};
+
 /// What is fixed when a LinearAttention is made; batch, heads and sequence
 /// length are read from the tensors at each call.
 struct LinearSignature {
@@ -27,8 +33,16 @@ struct LinearSignature {
   attn::Layout TensorLayout = attn::Layout::BSHD;
   /// Empty: the arch of the current device.
   std::string Arch;
-  /// Empty: codegen::LinearConfig::defaultFor; else "c64v64w4b8" etc.
+  /// "c64v64w4b8" etc.: that configuration for every call. Empty: a tuned
+  /// configuration from TuneFile when it has an entry for the call's shape
+  /// (docs/tuning.md), else codegen::LinearConfig::defaultFor.
   std::string Config;
+  /// A tune JSON file to read linear_chunk configurations from.
+  std::string TuneFile;
+  /// A call whose shape has no entry is tuned first (forward and backward;
+  /// seconds, and the device is synchronised) and the entry merged into
+  /// TuneFile, or remembered for the process when there is none.
+  bool Tune = false;
 };
 
 /// Gradients of custom inputs by name: a float32 tensor of the input's
@@ -65,6 +79,9 @@ public:
   /// definition that is not linear or a signature the kernels do not
   /// support). The backward kernels are compiled on the first backward().
   LinearAttention(const dsl::DefinitionBase &Def, const LinearSignature &Sig);
+  /// The same for a definition compiled already, which must outlive the
+  /// object (the autotuner makes one per candidate configuration).
+  LinearAttention(const CompiledDefinition &Def, const LinearSignature &Sig);
   ~LinearAttention();
   LinearAttention(const LinearAttention &) = delete;
   LinearAttention &operator=(const LinearAttention &) = delete;
@@ -90,7 +107,15 @@ public:
                 CUstream Stream = nullptr);
 
   const CompiledDefinition &definition() const { return Def; }
+  /// The spec compiled when the object was made: Sig.Config or the default.
   const codegen::LinearKernelSpec &spec() const { return Spec; }
+  /// The configuration a call of shape \p S uses (Sig.Config; else a
+  /// matching tune-file entry; else, with Tune, one tuned now; else the
+  /// default), as selectLinearConfig (LinearTuner.h) decides it.
+  codegen::LinearConfig configFor(const LinearShape &S);
+  /// The configuration of the last forward() or backward() call (spec()'s
+  /// before the first).
+  const codegen::LinearConfig &lastConfig() const { return Last; }
   const codegen::KernelSource &forwardSource() const;
   const CacheResult &forwardCacheResult() const;
   /// Compiles the backward kernels if that has not happened yet.
@@ -99,10 +124,23 @@ public:
 private:
   struct Kernels;
   struct Workspace;
-  CompiledDefinition Def;
+  /// The kernels of \p C, compiled (forward) on first use.
+  Kernels &kernelsFor(const codegen::LinearConfig &C);
+  /// Compiles \p K's backward kernels if that has not happened yet.
+  void ensureBackward(Kernels &K);
+  /// The kernels of the call: spec()'s unless a tune file or Tune decides.
+  Kernels &select(int64_t B, int64_t H, int64_t Hq, int64_t Hk, int64_t T);
+
+  void init();
+
+  /// The definition when the object compiled it; Def refers to it or to
+  /// the caller's.
+  CompiledDefinition Owned;
+  const CompiledDefinition &Def;
   LinearSignature Sig;
   codegen::LinearKernelSpec Spec;
-  std::unique_ptr<Kernels> K;
+  codegen::LinearConfig Last;
+  std::map<std::string, std::unique_ptr<Kernels>> ByConfig;
   std::unique_ptr<Workspace> WS;
 };
 

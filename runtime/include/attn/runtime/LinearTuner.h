@@ -1,0 +1,94 @@
+// The autotuner for the linear_chunk skeletons: the search space over
+// codegen::LinearConfig with its resource model, the tune key, tuning one
+// shape (every candidate's forward and backward checked against the fp64
+// token recurrence, then timed), and the configuration a call uses.
+#ifndef ATTN_RUNTIME_LINEARTUNER_H
+#define ATTN_RUNTIME_LINEARTUNER_H
+
+#include "attn/codegen/LinearCodegen.h"
+#include "attn/runtime/LinearAttention.h"
+#include "attn/runtime/ResourceModel.h"
+#include "attn/runtime/TuneFile.h"
+#include "attn/runtime/Tuner.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+#include <vector>
+
+namespace attn::runtime {
+
+/// The tune-key skeleton name of linear entries.
+inline constexpr const char *LinearSkeleton = "linear_chunk";
+
+/// Every configuration the skeletons accept for head dims \p D / \p DV
+/// (LinearConfig::structuralError empty): chunk 32, 64 or 128 × value
+/// slice 64 or 128 × forward warps 4, 8, 16 × backward warps 4, 8, 16.
+/// Shared memory is not judged here.
+std::vector<codegen::LinearConfig> linearCandidates(int D, int DV);
+
+/// Why \p Spec (its Config) cannot launch under \p L whatever the compiler
+/// does: its structure, a scan's threads, or a scan's dynamic shared memory
+/// (linearSharedBytes: the forward, the dq scan, the dk/dv scan) over
+/// L.SharedBytesPerBlock. Empty when it may be compiled.
+std::string linearPruneBeforeCompile(const codegen::LinearKernelSpec &Spec,
+                                     const ResourceLimits &L);
+
+/// The kernel entries of a linear source the resource model judges: the
+/// forward scan, or the backward's dq and dk/dv scans (the other backward
+/// kernels do not depend on the configuration's warps).
+std::vector<std::string> linearJudgedEntries(const codegen::KernelSource &S);
+
+/// Why a compiled configuration must not be timed: a judged kernel needs
+/// more registers than a block may have, or spills (stack frame) over
+/// L.MaxStackFrameBytes. \p R holds the forward scan's resources, then
+/// the dq and dk/dv scans' (linearJudgedEntries order).
+std::string linearPruneAfterCompile(const codegen::LinearConfig &C,
+                                    const std::vector<KernelResources> &R,
+                                    const ResourceLimits &L);
+
+/// The search space of \p Def with \p Base's dtype, head dims and arch
+/// (its Config is ignored): linearCandidates, the default first, pruned as
+/// above; each candidate's kernels are the forward and the backward source.
+SearchSpace linearSearchSpace(const CompiledDefinition &Def,
+                              const codegen::LinearKernelSpec &Base,
+                              const ResourceLimits &L);
+
+/// The tune-file key of \p Def under \p Sig for a problem of \p S on the
+/// device named \p Device: skeleton "linear_chunk", the bucket of (B, H, T,
+/// T); otherwise as attention's (TuneFile.h).
+TuneKey makeLinearTuneKey(const CompiledDefinition &Def,
+                          const LinearSignature &Sig, const std::string &Arch,
+                          const LinearShape &S, const std::string &Device);
+
+/// Tunes \p Def (dtype, head dims and layout of \p Sig, kernels for
+/// \p Arch) on the current device at shape \p S. Each candidate's forward
+/// and backward (which the configuration both selects) are checked on a
+/// problem of the same length, batch 1 and up to 4 heads, against the
+/// fp64 token recurrence (reference::linearRecurrent, linearBackward) with
+/// the GPU tests' tolerance rule; then forward + backward is timed on \p S
+/// with rotated random inputs. DriverError without a GPU; InternalError if
+/// no candidate passes. Opts.AfterCheckedRun sees the checked output.
+TuneResult tuneLinear(const CompiledDefinition &Def, const LinearSignature &Sig,
+                      const std::string &Arch, const LinearShape &S,
+                      const TuneOptions &Opts, llvm::raw_ostream *Progress);
+
+/// How many times this process has run tuneLinear.
+unsigned linearTuneRunCount();
+
+/// The configuration for a call of shape \p S on the device named
+/// \p Device (empty: none, so no entry matches): Sig.Config when given;
+/// else the entry of Sig.TuneFile matching makeLinearTuneKey (entries of
+/// other devices, NVRTC versions or variants never match); else, with
+/// Sig.Tune, tuned now (one tuning at a time per process) and merged into
+/// Sig.TuneFile, or remembered for the process without one; else
+/// LinearConfig::defaultFor.
+codegen::LinearConfig selectLinearConfig(const CompiledDefinition &Def,
+                                         const LinearSignature &Sig,
+                                         const std::string &Arch,
+                                         const LinearShape &S,
+                                         const std::string &Device);
+
+} // namespace attn::runtime
+
+#endif

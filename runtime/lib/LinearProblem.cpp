@@ -1,0 +1,256 @@
+// Random device tensors for timing linear attention, and the CUDA-event
+// median every linear timing goes through.
+#include "attn/runtime/LinearProblem.h"
+
+#include "attn/codegen/LinearCodegen.h"
+#include "attn/reference/InputBinding.h"
+#include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/Errors.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+namespace attn::runtime {
+
+namespace {
+
+/// Round to nearest even into the 16-bit format (the values are finite).
+uint16_t to16(DType T, double X) {
+  if (T == DType::F16) {
+    _Float16 H = static_cast<_Float16>(static_cast<float>(X));
+    uint16_t B;
+    std::memcpy(&B, &H, 2);
+    return B;
+  }
+  float F = static_cast<float>(X);
+  uint32_t U;
+  std::memcpy(&U, &F, 4);
+  U += 0x7fffu + ((U >> 16) & 1u);
+  return static_cast<uint16_t>(U >> 16);
+}
+
+std::unique_ptr<DeviceAlloc> upload(const void *Host, size_t Bytes,
+                                    const char *What) {
+  CudaDriver &D = CudaDriver::get();
+  auto Buf = std::make_unique<DeviceAlloc>(std::max<size_t>(Bytes, 4));
+  if (Bytes)
+    D.check(D.cuMemcpyHtoD(Buf->ptr(), Host, Bytes), What);
+  return Buf;
+}
+
+/// A fp32 copy of \p T on the device; \p T is rounded to the fp32 values
+/// uploaded, so that a reference reading it sees what the kernels see.
+std::unique_ptr<DeviceAlloc> upload32(reference::Tensor &T) {
+  std::vector<float> F(T.Data.begin(), T.Data.end());
+  for (size_t I = 0; I < F.size(); ++I)
+    T.Data[I] = F[I];
+  return upload(F.data(), F.size() * 4, "cuMemcpyHtoD (linear inputs)");
+}
+
+} // namespace
+
+std::string linearShapeText(const LinearShape &S) {
+  return fmt::format("b{} h{}/{} t{}", S.Batch, S.Heads, S.HeadsQK, S.Seq);
+}
+
+void checkLinearShape(const LinearShape &S) {
+  for (auto [Name, V] : {std::pair{"batch", S.Batch}, {"heads", S.Heads},
+                         {"q/k heads", S.HeadsQK}, {"sequence length", S.Seq}})
+    if (V < 1)
+      throw InvalidArgument(
+          fmt::format("linear problem: {} is {}; expected at least 1", Name, V));
+  if (S.Heads % S.HeadsQK != 0)
+    throw InvalidArgument(fmt::format("linear problem: q/k heads ({}) must "
+                                      "divide the value heads ({})",
+                                      S.HeadsQK, S.Heads));
+}
+
+LinearProblem::LinearProblem(const CompiledDefinition &Def,
+                             const LinearSignature &Sig,
+                             const LinearShape &S, int Sets, uint64_t Seed)
+    : Sig(Sig), Shape(S) {
+  checkLinearShape(S);
+  CudaDriver &D = CudaDriver::get();
+  D.require();
+  (void)currentDevice(); // makes the primary context current here
+  Elem = Sig.Dtype == DType::F16 ? ElemType::F16 : ElemType::BF16;
+  ReadsDecay = codegen::linearReadsDecay(Def);
+
+  // The large shapes need billions of values: elements are picked at random
+  // from a pool of 64 Ki normal values (four per 64-bit draw), the same
+  // distribution at memory speed, where std::normal_distribution would take
+  // minutes.
+  std::mt19937_64 Rng(Seed);
+  std::normal_distribution<double> Normal(0.0, 1.0);
+  std::vector<uint16_t> Pool(1 << 16);
+  for (uint16_t &P : Pool)
+    P = to16(Sig.Dtype, Normal(Rng));
+  uint64_t State = Seed;
+  auto Draw = [&State] {
+    uint64_t Z = (State += 0x9e3779b97f4a7c15ull);
+    Z = (Z ^ (Z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    Z = (Z ^ (Z >> 27)) * 0x94d049bb133111ebull;
+    return Z ^ (Z >> 31);
+  };
+  std::vector<uint16_t> Host;
+  auto Random = [&](int64_t Elems) {
+    Host.resize(size_t(Elems));
+    for (size_t I = 0; I < Host.size(); I += 4) {
+      uint64_t R = Draw();
+      for (size_t J = 0; J < 4 && I + J < Host.size(); ++J)
+        Host[I + J] = Pool[(R >> (16 * J)) & 0xffff];
+    }
+    return upload(Host.data(), Host.size() * 2,
+                  "cuMemcpyHtoD (linear inputs)");
+  };
+  const int64_t NQK = S.Batch * S.Seq * S.HeadsQK * Sig.HeadDim,
+                NV = S.Batch * S.Seq * S.Heads * Sig.HeadDimV;
+  for (int I = 0; I < std::max(1, Sets); ++I) {
+    Q.push_back(Random(NQK));
+    K.push_back(Random(NQK));
+    V.push_back(Random(NV));
+    DO.push_back(Random(NV));
+  }
+  Out = std::make_unique<DeviceAlloc>(size_t(NV) * 2);
+  DQ = std::make_unique<DeviceAlloc>(size_t(NQK) * 2);
+  DK = std::make_unique<DeviceAlloc>(size_t(NQK) * 2);
+  DV = std::make_unique<DeviceAlloc>(size_t(NV) * 2);
+
+  DecayHost = reference::Tensor::uniform({S.Batch, S.Heads, S.Seq}, Rng, -0.1,
+                                         0.0);
+  Decay = upload32(DecayHost);
+  DDecay = std::make_unique<DeviceAlloc>(size_t(S.Batch * S.Heads * S.Seq) * 4);
+  InputHost =
+      reference::sampleInputs(*Def.Graph, Rng, S.Batch, S.Heads, S.Seq, S.Seq);
+  for (auto &[Name, T] : InputHost) {
+    if (T.Shape.empty()) {
+      T.Data[0] = float(T.Data[0]);
+      Inputs[Name] = float(T.Data[0]);
+      continue;
+    }
+    InputBuffers.push_back(upload32(T));
+    Inputs[Name] = TensorView::contiguous(InputBuffers.back()->get(),
+                                          ElemType::F32, T.Shape);
+  }
+}
+
+LinearProblem::~LinearProblem() = default;
+
+TensorView LinearProblem::view(const DeviceAlloc &Buf, int64_t Heads,
+                               int64_t Dim) const {
+  std::vector<int64_t> Dims =
+      Sig.TensorLayout == Layout::BSHD
+          ? std::vector<int64_t>{Shape.Batch, Shape.Seq, Heads, Dim}
+          : std::vector<int64_t>{Shape.Batch, Heads, Shape.Seq, Dim};
+  return TensorView::contiguous(Buf.get(), Elem, std::move(Dims));
+}
+
+TensorView LinearProblem::q(int Set) const {
+  return view(*Q[Set], Shape.HeadsQK, Sig.HeadDim);
+}
+TensorView LinearProblem::k(int Set) const {
+  return view(*K[Set], Shape.HeadsQK, Sig.HeadDim);
+}
+TensorView LinearProblem::v(int Set) const {
+  return view(*V[Set], Shape.Heads, Sig.HeadDimV);
+}
+TensorView LinearProblem::dout(int Set) const {
+  return view(*DO[Set], Shape.Heads, Sig.HeadDimV);
+}
+TensorView LinearProblem::out() const {
+  return view(*Out, Shape.Heads, Sig.HeadDimV);
+}
+TensorView LinearProblem::dq() const {
+  return view(*DQ, Shape.HeadsQK, Sig.HeadDim);
+}
+TensorView LinearProblem::dk() const {
+  return view(*DK, Shape.HeadsQK, Sig.HeadDim);
+}
+TensorView LinearProblem::dv() const {
+  return view(*DV, Shape.Heads, Sig.HeadDimV);
+}
+
+TensorView LinearProblem::ddecay() const {
+  return TensorView::contiguous(DDecay->get(), ElemType::F32,
+                                {Shape.Batch, Shape.Heads, Shape.Seq});
+}
+
+void LinearProblem::forward(LinearAttention &Lin, int Set, CUstream Stream) {
+  TensorView DecayView = TensorView::contiguous(
+      Decay->get(), ElemType::F32, {Shape.Batch, Shape.Heads, Shape.Seq});
+  Lin.forward(q(Set), k(Set), v(Set), out(), ReadsDecay ? &DecayView : nullptr,
+              Inputs, nullptr, nullptr, Stream);
+}
+
+void LinearProblem::backward(LinearAttention &Lin, int Set, CUstream Stream) {
+  std::vector<int64_t> BHT = {Shape.Batch, Shape.Heads, Shape.Seq};
+  TensorView DecayView = TensorView::contiguous(Decay->get(), ElemType::F32, BHT);
+  TensorView DDecayView =
+      TensorView::contiguous(DDecay->get(), ElemType::F32, BHT);
+  TensorView Qv = q(Set), Kv = k(Set), Vv = v(Set), DOv = dout(Set),
+             DQv = dq(), DKv = dk(), DVv = dv();
+  LinearBackwardTensors T{Qv,
+                          Kv,
+                          Vv,
+                          ReadsDecay ? &DecayView : nullptr,
+                          DOv,
+                          nullptr,
+                          nullptr,
+                          DQv,
+                          DKv,
+                          DVv,
+                          ReadsDecay ? &DDecayView : nullptr,
+                          nullptr};
+  Lin.backward(T, Inputs, {}, Stream);
+}
+
+double LinearProblem::forwardBytes() const {
+  double NQK = double(Shape.Batch) * Shape.Seq * Shape.HeadsQK * Sig.HeadDim,
+         NV = double(Shape.Batch) * Shape.Seq * Shape.Heads * Sig.HeadDimV;
+  return 2.0 * (2 * NQK + 2 * NV);
+}
+
+double LinearProblem::backwardBytes() const {
+  double NQK = double(Shape.Batch) * Shape.Seq * Shape.HeadsQK * Sig.HeadDim,
+         NV = double(Shape.Batch) * Shape.Seq * Shape.Heads * Sig.HeadDimV;
+  return 2.0 * (4 * NQK + 4 * NV);
+}
+
+double medianEventMs(const std::function<void(int)> &Run, int Warmup,
+                     int Repeats) {
+  CudaDriver &D = CudaDriver::get();
+  for (int I = 0; I < Warmup; ++I)
+    Run(I);
+  D.check(D.cuCtxSynchronize(), "warm-up");
+  CUevent E0 = nullptr, E1 = nullptr;
+  D.check(D.cuEventCreate(&E0, 0), "cuEventCreate");
+  if (CUresult R = D.cuEventCreate(&E1, 0); R != CUDA_SUCCESS) {
+    D.cuEventDestroy(E0);
+    D.check(R, "cuEventCreate");
+  }
+  std::vector<float> Ms;
+  try {
+    for (int I = 0; I < std::max(1, Repeats); ++I) {
+      D.check(D.cuEventRecord(E0, nullptr), "cuEventRecord");
+      Run(I);
+      D.check(D.cuEventRecord(E1, nullptr), "cuEventRecord");
+      D.check(D.cuEventSynchronize(E1), "cuEventSynchronize");
+      float X = 0;
+      D.check(D.cuEventElapsedTime(&X, E0, E1), "cuEventElapsedTime");
+      Ms.push_back(X);
+    }
+  } catch (...) {
+    D.cuEventDestroy(E0);
+    D.cuEventDestroy(E1);
+    throw;
+  }
+  D.cuEventDestroy(E0);
+  D.cuEventDestroy(E1);
+  std::sort(Ms.begin(), Ms.end());
+  return Ms[Ms.size() / 2];
+}
+
+} // namespace attn::runtime

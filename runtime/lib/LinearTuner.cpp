@@ -1,0 +1,556 @@
+// The linear_chunk autotuner: search space and resource model over
+// LinearConfig, the fp64 reference check of each candidate's forward and
+// backward, forward + backward timing, the tune key and config selection.
+#include "attn/runtime/LinearTuner.h"
+
+#include "attn/reference/Linear.h"
+#include "attn/runtime/Compiler.h"
+#include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/Errors.h"
+#include "attn/runtime/KernelCache.h"
+#include "attn/runtime/LinearProblem.h"
+
+#include "llvm/Support/Threading.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+
+namespace attn::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point Start) {
+  return std::chrono::duration<double>(Clock::now() - Start).count();
+}
+
+std::atomic<unsigned> LinearTuneRuns{0};
+
+codegen::LinearKernelSpec specOf(const LinearSignature &Sig,
+                                 const std::string &Arch) {
+  codegen::LinearKernelSpec S;
+  S.Dtype = Sig.Dtype;
+  S.HeadDim = Sig.HeadDim;
+  S.HeadDimV = Sig.HeadDimV;
+  S.Arch = Arch;
+  return S;
+}
+
+/// variantKey() once per graph (selectLinearConfig asks on every call with
+/// a tune file), keyed by Graph::serial(), which no other graph reuses.
+std::string cachedVariant(const CompiledDefinition &Def) {
+  static std::mutex Mutex;
+  static std::map<uint64_t, std::string> Keys;
+  uint64_t Serial = Def.Graph->serial();
+  {
+    std::lock_guard<std::mutex> Guard(Mutex);
+    auto It = Keys.find(Serial);
+    if (It != Keys.end())
+      return It->second;
+  }
+  std::string Key = variantKey(Def);
+  std::lock_guard<std::mutex> Guard(Mutex);
+  if (Keys.size() >= 256) // forget graphs that no longer exist
+    for (auto It = Keys.begin(); It != Keys.end();)
+      It = ir::Graph::fromSerial(It->first) ? std::next(It) : Keys.erase(It);
+  return Keys.emplace(Serial, std::move(Key)).first->second;
+}
+
+double fromBits(DType T, uint16_t B) {
+  if (T == DType::F16) {
+    _Float16 H;
+    std::memcpy(&H, &B, 2);
+    return static_cast<double>(H);
+  }
+  uint32_t U = uint32_t(B) << 16;
+  float F;
+  std::memcpy(&F, &U, 4);
+  return F;
+}
+
+double roundTo(DType T, double X) {
+  if (T == DType::F16)
+    return static_cast<double>(static_cast<_Float16>(static_cast<float>(X)));
+  float F = static_cast<float>(X);
+  uint32_t U;
+  std::memcpy(&U, &F, 4);
+  U += 0x7fffu + ((U >> 16) & 1u);
+  U &= 0xffff0000u;
+  std::memcpy(&F, &U, 4);
+  return F;
+}
+
+/// A device tensor of the check problem as a reference tensor [B,H,T,D]
+/// (16-bit, in the signature's layout) or as is (fp32).
+reference::Tensor download(const TensorView &V, Layout L) {
+  CudaDriver &D = CudaDriver::get();
+  size_t N = 1;
+  for (int64_t X : V.Shape)
+    N *= size_t(X);
+  bool Is32 = V.Type == ElemType::F32;
+  std::vector<char> Bytes(N * (Is32 ? 4 : 2));
+  D.check(D.cuMemcpyDtoH(Bytes.data(), reinterpret_cast<CUdeviceptr>(V.Data),
+                         Bytes.size()),
+          "cuMemcpyDtoH (tuning check)");
+  if (Is32) {
+    reference::Tensor T(V.Shape);
+    const float *F = reinterpret_cast<const float *>(Bytes.data());
+    for (size_t I = 0; I < N; ++I)
+      T.Data[I] = F[I];
+    return T;
+  }
+  DType Dt = V.Type == ElemType::F16 ? DType::F16 : DType::BF16;
+  bool Bshd = L == Layout::BSHD;
+  int64_t B = V.Shape[0], H = V.Shape[Bshd ? 2 : 1], S = V.Shape[Bshd ? 1 : 2],
+          Dim = V.Shape[3];
+  reference::Tensor T({B, H, S, Dim});
+  const uint16_t *Bits = reinterpret_cast<const uint16_t *>(Bytes.data());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t d = 0; d < Dim; ++d) {
+          int64_t Off = Bshd ? ((b * S + s) * H + h) * Dim + d
+                             : ((b * H + h) * S + s) * Dim + d;
+          T.Data[size_t(((b * H + h) * S + s) * Dim + d)] =
+              fromBits(Dt, Bits[Off]);
+        }
+  return T;
+}
+
+/// The check's problem: batch 1, up to \p MaxHeads value heads, with q/k
+/// heads in the timed problem's proportion where that divides (else one q/k
+/// head), so head groups are exercised as in the timed problem.
+LinearShape checkShapeFor(const LinearShape &S, int64_t MaxHeads) {
+  int64_t Group = S.Heads / S.HeadsQK;
+  for (int64_t N = std::min(S.Heads, MaxHeads); N > 1; --N) {
+    if (N <= Group)
+      return {1, N, 1, S.Seq};
+    if (N % Group == 0)
+      return {1, N, N / Group, S.Seq};
+  }
+  return {1, 1, 1, S.Seq};
+}
+
+/// Checks candidates on a small problem against the fp64 token recurrence
+/// (the tests' rule: at most twice the error of the kernels' algorithm in
+/// double with the dtype's roundings, plus a small atol), then times
+/// forward + backward on the whole problem.
+class LinearCandidateRunner final : public CandidateRunner {
+public:
+  LinearCandidateRunner(const CompiledDefinition &Def,
+                        const LinearSignature &Sig, const std::string &Arch,
+                        const LinearShape &S, const TuneOptions &Opts)
+      : Def(Def), Base(Sig), Opts(Opts),
+        Timed(Def, Sig, S, std::max(1, Opts.InputSets), Opts.Seed),
+        CheckS(checkShapeFor(S, 2)),
+        Check(Def, Sig, CheckS, 1, Opts.Seed + 1) {
+    Base.Arch = Arch;
+    Base.Config.clear();
+    Base.TuneFile.clear();
+    Base.Tune = false;
+    auto Start = Clock::now();
+    In.Q = download(Check.q(0), Sig.TensorLayout);
+    In.K = download(Check.k(0), Sig.TensorLayout);
+    In.V = download(Check.v(0), Sig.TensorLayout);
+    In.Decay = Check.decayValues();
+    In.Inputs = Check.inputValues();
+    DO = download(Check.dout(0), Sig.TensorLayout);
+    Threads = std::max(1u, llvm::hardware_concurrency().compute_thread_count());
+    Exact = reference::linearRecurrent(Def, In);
+    GExact = reference::linearBackward(Def, In, DO, std::nullopt, Threads);
+    RefSeconds = secondsSince(Start);
+  }
+
+  double referenceSeconds() const { return RefSeconds; }
+  const LinearShape &checkShape() const { return CheckS; }
+
+  std::string check(const std::string &Config) override {
+    CudaDriver &D = CudaDriver::get();
+    Current.reset();
+    LinearSignature Sig = Base;
+    Sig.Config = Config;
+    Current = std::make_unique<LinearAttention>(Def, Sig);
+    CurrentConfig = Config;
+    for (const TensorView &V : {Check.out(), Check.dq(), Check.dk(),
+                                Check.dv(), Check.ddecay()}) {
+      size_t N = V.Type == ElemType::F32 ? 4 : 2;
+      for (int64_t X : V.Shape)
+        N *= size_t(X);
+      D.check(D.cuMemsetD8(reinterpret_cast<CUdeviceptr>(V.Data), 0xff, N),
+              "cuMemsetD8 (tuning check)");
+    }
+    Check.forward(*Current, 0);
+    Check.backward(*Current, 0);
+    D.check(D.cuCtxSynchronize(), "checked forward and backward (tuning)");
+    if (Opts.AfterCheckedRun) {
+      Opts.AfterCheckedRun(Config, Check.out());
+      D.check(D.cuCtxSynchronize(), "after-check hook (tuning)");
+    }
+    const Plain &P = plainFor(codegen::LinearConfig::parse(Config).Chunk);
+    Layout L = Base.TensorLayout;
+    struct Item {
+      const char *Name;
+      reference::Tensor Got;
+      const reference::Tensor &Exact, &Plain;
+      bool Round16;
+    };
+    std::vector<Item> Items;
+    Items.push_back({"o", download(Check.out(), L), Exact.O, P.Out.O, true});
+    Items.push_back({"dq", download(Check.dq(), L), GExact.DQ, P.Grads.DQ, true});
+    Items.push_back({"dk", download(Check.dk(), L), GExact.DK, P.Grads.DK, true});
+    Items.push_back({"dv", download(Check.dv(), L), GExact.DV, P.Grads.DV, true});
+    if (Check.readsDecay())
+      Items.push_back({"ddecay", download(Check.ddecay(), L), GExact.DDecay,
+                       P.Grads.DDecay, false});
+    for (const Item &I : Items)
+      if (std::string Why = compare(I.Name, I.Got, I.Exact, I.Plain, I.Round16);
+          !Why.empty())
+        return Why;
+    return "";
+  }
+
+  double time(const std::string &Config) override {
+    if (!Current || CurrentConfig != Config)
+      throw InternalError("LinearCandidateRunner::time(" + Config +
+                          ") without a passing check() first");
+    int Sets = Timed.sets();
+    double Ms = medianEventMs(
+        [&](int I) {
+          Timed.forward(*Current, I % Sets);
+          Timed.backward(*Current, I % Sets);
+        },
+        Opts.Warmup, Opts.Repeats);
+    Current.reset();
+    CurrentConfig.clear();
+    return Ms;
+  }
+
+private:
+  /// The kernels' algorithm with the dtype's roundings, for one chunk size.
+  struct Plain {
+    reference::LinearOutputs Out;
+    reference::LinearGrads Grads;
+  };
+
+  const Plain &plainFor(int Chunk) {
+    auto It = Plains.find(Chunk);
+    if (It != Plains.end())
+      return It->second;
+    DType Dt = Base.Dtype;
+    auto Round = [Dt](double X) { return roundTo(Dt, X); };
+    Plain P;
+    P.Out = reference::linearChunkedModel(Def, In, Chunk, Round, Threads);
+    P.Grads = reference::linearChunkedModelBackward(Def, In, DO, std::nullopt,
+                                                    Chunk, Round, Threads);
+    return Plains.emplace(Chunk, std::move(P)).first->second;
+  }
+
+  std::string compare(const char *Name, const reference::Tensor &Got,
+                      const reference::Tensor &Exact,
+                      const reference::Tensor &PlainT, bool Round16) const {
+    double Scale = 1, Err = 0, PlainErr = 0;
+    size_t Worst = 0;
+    for (size_t I = 0; I < Exact.Data.size(); ++I) {
+      double W = Exact.Data[I], G = Got.Data[I];
+      double Pl = Round16 ? roundTo(Base.Dtype, PlainT.Data[I]) : PlainT.Data[I];
+      Scale = std::max(Scale, std::fabs(W));
+      double E = std::isnan(G) ? std::numeric_limits<double>::infinity()
+                               : std::fabs(G - W);
+      if (E > Err) {
+        Err = E;
+        Worst = I;
+      }
+      PlainErr = std::max(PlainErr, std::fabs(Pl - W));
+    }
+    double Atol = Base.Dtype == DType::F16 ? 1e-3 : 8e-3;
+    double Tol = 2 * PlainErr + Atol * Scale;
+    if (Err <= Tol)
+      return "";
+    return fmt::format("{}: max |error| {:.4g} at element {} (got {:.4g}, "
+                       "want {:.4g}) > tolerance {:.3g}",
+                       Name, Err, Worst, Got.Data[Worst], Exact.Data[Worst],
+                       Tol);
+  }
+
+  const CompiledDefinition &Def;
+  LinearSignature Base;
+  TuneOptions Opts;
+  LinearProblem Timed;
+  LinearShape CheckS;
+  LinearProblem Check;
+  reference::LinearInputs In;
+  reference::Tensor DO;
+  reference::LinearOutputs Exact;
+  reference::LinearGrads GExact;
+  std::map<int, Plain> Plains;
+  unsigned Threads = 1;
+  double RefSeconds = 0;
+  std::unique_ptr<LinearAttention> Current;
+  std::string CurrentConfig;
+};
+
+/// Configurations tuned in this process for signatures without a file.
+std::mutex MemoMutex;
+std::vector<std::pair<TuneKey, std::string>> Memo;
+/// One tuning run at a time: they would time each other otherwise.
+std::mutex TuneMutex;
+
+std::optional<codegen::LinearConfig> lookup(const LinearSignature &Sig,
+                                            const TuneKey &K) {
+  if (!Sig.TuneFile.empty()) {
+    std::shared_ptr<const TuneFileData> Data = cachedTuneFile(Sig.TuneFile);
+    if (const TuneEntry *E = Data->find(K)) {
+      // A hand-edited entry the kernels cannot run is refused, not launched.
+      try {
+        codegen::LinearKernelSpec Spec = specOf(Sig, K.Arch);
+        Spec.Config = codegen::LinearConfig::parse(E->Best.Config);
+        Spec.validate();
+        return Spec.Config;
+      } catch (const UserError &Err) {
+        throw InvalidArgument("tune file " + Sig.TuneFile + ": entry for " +
+                              E->Definition + " (skeleton linear_chunk): " +
+                              Err.what());
+      }
+    }
+    return std::nullopt;
+  }
+  std::lock_guard<std::mutex> Guard(MemoMutex);
+  for (const auto &[Key, Config] : Memo)
+    if (Key == K)
+      return codegen::LinearConfig::parse(Config);
+  return std::nullopt;
+}
+
+} // namespace
+
+std::vector<codegen::LinearConfig> linearCandidates(int D, int DV) {
+  std::vector<codegen::LinearConfig> Out;
+  for (int Chunk : {32, 64, 128})
+    for (int SliceV : {64, 128})
+      for (int Warps : {4, 8, 16})
+        for (int BwdWarps : {4, 8, 16}) {
+          codegen::LinearConfig C{Chunk, SliceV, Warps, BwdWarps};
+          if (C.structuralError(D, DV).empty())
+            Out.push_back(C);
+        }
+  return Out;
+}
+
+std::string linearPruneBeforeCompile(const codegen::LinearKernelSpec &Spec,
+                                     const ResourceLimits &L) {
+  const codegen::LinearConfig &C = Spec.Config;
+  if (std::string E = C.structuralError(Spec.HeadDim, Spec.HeadDimV);
+      !E.empty())
+    return E;
+  for (int W : {C.Warps, C.BwdWarps})
+    if (W * 32 > L.MaxThreadsPerBlock)
+      return fmt::format("{} threads exceed the {} of a block", W * 32,
+                         L.MaxThreadsPerBlock);
+  codegen::LinearSmem S = codegen::linearSharedBytes(Spec);
+  for (auto [Name, Bytes] :
+       {std::pair{"forward", S.Fwd}, {"dq scan", S.Dq}, {"dk/dv scan", S.Dkdv}})
+    if (Bytes > L.SharedBytesPerBlock)
+      return fmt::format("the {} needs {} bytes of shared memory; {} allowed",
+                         Name, Bytes, L.SharedBytesPerBlock);
+  return "";
+}
+
+std::vector<std::string> linearJudgedEntries(const codegen::KernelSource &S) {
+  for (const std::string &E : S.Entries)
+    if (E == "attnc_linear_fwd")
+      return {"attnc_linear_fwd"};
+  return {"attnc_linear_bwd_dq", "attnc_linear_bwd_dkdv"};
+}
+
+std::string linearPruneAfterCompile(const codegen::LinearConfig &C,
+                                    const std::vector<KernelResources> &R,
+                                    const ResourceLimits &L) {
+  static const char *Names[] = {"forward", "dq scan", "dk/dv scan"};
+  for (size_t I = 0; I < R.size(); ++I) {
+    int Threads = (I == 0 ? C.Warps : C.BwdWarps) * 32;
+    const char *Name = Names[std::min<size_t>(I, 2)];
+    // Registers are allocated per warp in units of 256 (8 per thread).
+    int Block = (R[I].Registers + 7) / 8 * 8 * Threads;
+    if (Block > L.RegistersPerBlock)
+      return fmt::format("{}: {} registers x {} threads exceed the {} "
+                         "registers of a block",
+                         Name, R[I].Registers, Threads, L.RegistersPerBlock);
+    if (R[I].StackFrameBytes > L.MaxStackFrameBytes)
+      return fmt::format("{} spills: {} registers, {} bytes stack frame "
+                         "(limit {})",
+                         Name, R[I].Registers, R[I].StackFrameBytes,
+                         L.MaxStackFrameBytes);
+  }
+  return "";
+}
+
+SearchSpace linearSearchSpace(const CompiledDefinition &Def,
+                              const codegen::LinearKernelSpec &Base,
+                              const ResourceLimits &L) {
+  SearchSpace Space;
+  Space.Skeleton = LinearSkeleton;
+  Space.Default =
+      codegen::LinearConfig::defaultFor(Base.HeadDim, Base.HeadDimV, Base.Arch)
+          .str();
+  for (const codegen::LinearConfig &C :
+       linearCandidates(Base.HeadDim, Base.HeadDimV))
+    Space.Candidates.push_back(C.str());
+  Space.Limits = L;
+  auto SpecFor = [Base](const std::string &Config) {
+    codegen::LinearKernelSpec S = Base;
+    S.Config = codegen::LinearConfig::parse(Config);
+    return S;
+  };
+  Space.PruneBeforeCompile = [SpecFor, L](const std::string &Config) {
+    return linearPruneBeforeCompile(SpecFor(Config), L);
+  };
+  Space.Sources = [&Def, SpecFor](const std::string &Config) {
+    codegen::LinearKernelSpec S = SpecFor(Config);
+    return std::vector<codegen::KernelSource>{
+        codegen::generateLinearForward(Def, S),
+        codegen::generateLinearBackward(Def, S)};
+  };
+  Space.Compile = [](const codegen::KernelSource &Src) {
+    CacheResult R = KernelCache::global().getOrCompile(Src);
+    llvm::StringRef Cubin(R.Cubin->data(), R.Cubin->size());
+    std::vector<KernelResources> Out;
+    for (const std::string &E : linearJudgedEntries(Src))
+      Out.push_back(readCubinResources(Cubin, E));
+    return Out;
+  };
+  Space.PruneAfterCompile = [](const std::string &Config,
+                               const std::vector<KernelResources> &R,
+                               const ResourceLimits &Lim) {
+    return linearPruneAfterCompile(codegen::LinearConfig::parse(Config), R,
+                                   Lim);
+  };
+  return Space;
+}
+
+TuneKey makeLinearTuneKey(const CompiledDefinition &Def,
+                          const LinearSignature &Sig, const std::string &Arch,
+                          const LinearShape &S, const std::string &Device) {
+  TuneKey K;
+  K.Device = Device;
+  K.Arch = Arch;
+  static const std::string Nvrtc = nvrtcVersion();
+  K.Nvrtc = Nvrtc;
+  K.Skeleton = LinearSkeleton;
+  K.Variant = cachedVariant(Def);
+  K.Dtype = Sig.Dtype;
+  K.HeadDim = Sig.HeadDim;
+  K.HeadDimV = Sig.HeadDimV;
+  K.Bucket = shapeBucket(S.Batch, S.Heads, S.Seq, S.Seq);
+  return K;
+}
+
+TuneResult tuneLinear(const CompiledDefinition &Def, const LinearSignature &Sig,
+                      const std::string &Arch, const LinearShape &S,
+                      const TuneOptions &Opts, llvm::raw_ostream *Progress) {
+  Clock::time_point Start = Clock::now();
+  checkLinearShape(S);
+  CudaDriver::get().require();
+  const DeviceInfo &Dev = currentDevice();
+  ++LinearTuneRuns;
+
+  codegen::LinearKernelSpec Base = specOf(Sig, Arch);
+  Base.Config = codegen::LinearConfig::defaultFor(Sig.HeadDim, Sig.HeadDimV,
+                                                  Arch);
+  Base.validate();
+  ResourceLimits L = ResourceLimits::forDevice(Arch, Dev);
+  L.MaxStackFrameBytes = Opts.MaxStackFrameBytes;
+  SearchSpace Space = linearSearchSpace(Def, Base, L);
+
+  LinearCandidateRunner Runner(Def, Sig, Arch, S, Opts);
+  if (Progress)
+    *Progress << fmt::format(
+        "tuning {} {} d{}/{} {} on {} ({}); forward + backward; checked on "
+        "{} against the fp64 recurrence (reference in {:.1f} s)\n",
+        Def.Graph->name(), dtypeName(Sig.Dtype).str(), Sig.HeadDim,
+        Sig.HeadDimV, linearShapeText(S), Dev.Name, Arch,
+        linearShapeText(Runner.checkShape()), Runner.referenceSeconds());
+  TuneResult Result;
+  Result.Candidates = searchCandidates(Space, Runner, Opts, Progress);
+  Result.Seconds = secondsSince(Start);
+
+  const CandidateResult &Best = Result.Candidates.front();
+  if (Best.Status != CandidateStatus::Timed)
+    throw InternalError(fmt::format(
+        "tuning {}: no linear configuration passed the check against the "
+        "reference (first: {}: {})",
+        Def.Graph->name(), Best.Config, Best.Reason));
+
+  TuneEntry &E = Result.Entry;
+  E.Key = makeLinearTuneKey(Def, Sig, Arch, S, Dev.Name);
+  E.Definition = Def.Graph->name();
+  E.Batch = S.Batch;
+  E.Heads = S.Heads;
+  E.HeadsKv = S.HeadsQK;
+  E.SeqQ = S.Seq;
+  E.SeqKv = S.Seq;
+  E.TensorLayout = Sig.TensorLayout;
+  for (const CandidateResult &C : Result.Candidates) {
+    if (C.Status == CandidateStatus::SkippedBudget)
+      ++Result.Skipped;
+    if (C.Status != CandidateStatus::Timed)
+      continue;
+    TunedTiming T{C.Config, C.Ms, C.Tflops};
+    if (&C == &Best)
+      E.Best = T;
+    else if (E.RunnersUp.size() < Opts.RunnersUp)
+      E.RunnersUp.push_back(T);
+    if (C.IsDefault)
+      E.Default = T;
+  }
+  E.TuneSeconds = Result.Seconds;
+  std::time_t Now = std::time(nullptr);
+  std::tm Tm{};
+  gmtime_r(&Now, &Tm);
+  char Buf[32];
+  std::strftime(Buf, sizeof Buf, "%Y-%m-%dT%H:%M:%SZ", &Tm);
+  E.TunedAt = Buf;
+  return Result;
+}
+
+unsigned linearTuneRunCount() { return LinearTuneRuns.load(); }
+
+codegen::LinearConfig selectLinearConfig(const CompiledDefinition &Def,
+                                         const LinearSignature &Sig,
+                                         const std::string &Arch,
+                                         const LinearShape &S,
+                                         const std::string &Device) {
+  if (!Sig.Config.empty())
+    return codegen::LinearConfig::parse(Sig.Config);
+  codegen::LinearConfig Default =
+      codegen::LinearConfig::defaultFor(Sig.HeadDim, Sig.HeadDimV, Arch);
+  if (Sig.TuneFile.empty() && !Sig.Tune)
+    return Default;
+  TuneKey K = makeLinearTuneKey(Def, Sig, Arch, S, Device);
+  if (std::optional<codegen::LinearConfig> C = lookup(Sig, K))
+    return *C;
+  if (!Sig.Tune)
+    return Default;
+  std::lock_guard<std::mutex> Guard(TuneMutex);
+  // Another thread may have tuned this key while we waited.
+  if (std::optional<codegen::LinearConfig> C = lookup(Sig, K))
+    return *C;
+  TuneResult R = tuneLinear(Def, Sig, Arch, S, TuneOptions(), nullptr);
+  if (!Sig.TuneFile.empty()) {
+    mergeIntoTuneFile(Sig.TuneFile, {R.Entry});
+  } else {
+    std::lock_guard<std::mutex> MemoGuard(MemoMutex);
+    Memo.push_back({R.Entry.Key, R.Entry.Best.Config});
+  }
+  return codegen::LinearConfig::parse(R.Entry.Best.Config);
+}
+
+} // namespace attn::runtime
