@@ -70,7 +70,10 @@ std::string utcNow() {
 std::string describe(const CandidateResult &R) {
   switch (R.Status) {
   case CandidateStatus::Timed: {
-    std::string S = fmt::format("{:.3f} ms  {:.1f} TFLOPS", R.Ms, R.Tflops);
+    // Spaces without a FLOP count (linear attention) report time only.
+    std::string S = R.Tflops > 0
+                        ? fmt::format("{:.3f} ms  {:.1f} TFLOPS", R.Ms, R.Tflops)
+                        : fmt::format("{:.3f} ms", R.Ms);
     if (R.IsDefault)
       S += R.Resources.StackFrameBytes
                ? fmt::format("  (default; spills, {} bytes stack frame)",
@@ -276,7 +279,14 @@ std::vector<CandidateResult> searchCandidates(const SearchSpace &Space,
 
   // 3. What the compiled code rules out: registers, spills. The default is
   // exempt from the spill rule (it is the baseline and runs anyway), never
-  // from the rule that it must launch.
+  // from the rule that it must launch; and a candidate that spills no more
+  // than the default risks nothing the baseline does not, so the allowance
+  // is at least the default's stack frame.
+  ResourceLimits Allowed = Space.Limits;
+  if (Cands.front().IsDefault && Cands.front().Compiled)
+    Allowed.MaxStackFrameBytes =
+        std::max(Allowed.MaxStackFrameBytes,
+                 Cands.front().Resources.StackFrameBytes);
   std::vector<size_t> ToTime;
   for (size_t I : ToCompile) {
     CandidateResult &R = Cands[I];
@@ -286,7 +296,7 @@ std::vector<CandidateResult> searchCandidates(const SearchSpace &Space,
       Report(R);
       continue;
     }
-    ResourceLimits L = Space.Limits;
+    ResourceLimits L = Allowed;
     if (R.IsDefault)
       L.MaxStackFrameBytes = INT_MAX;
     std::string Why = Space.PruneAfterCompile(R.Config, Flat[I], L);

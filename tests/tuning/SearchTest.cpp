@@ -177,6 +177,21 @@ TEST_CASE("a spilling candidate is pruned after compiling; the default is "
   CHECK(Def.Status == CandidateStatus::Timed);
   CHECK(Def.Resources.StackFrameBytes == 72);
 
+  // A candidate that spills no more than the default is timed: it risks
+  // nothing the baseline does not.
+  Fixture Light;
+  Light.Frames["m128n128w4s2"] = 464;
+  Light.Frames["m64n64w4s2"] = 72;
+  Light.Frames["m64n32w4s2"] = 48;
+  Light.Frames["m128n64w4s2"] = 72;
+  FakeRunner Runner1;
+  std::vector<CandidateResult> Rs1 =
+      searchForward(Light.Def, Light.Plan, Runner1, TuneOptions(), nullptr);
+  CHECK(find(Rs1, "m64n64w4s2").Status == CandidateStatus::Timed);
+  CHECK(find(Rs1, "m64n32w4s2").Status == CandidateStatus::Timed);
+  CHECK(find(Rs1, "m128n128w4s2").Status == CandidateStatus::Pruned);
+  CHECK_THAT(find(Rs1, "m128n128w4s2").Reason, Contains("limit 72"));
+
   // With a spill allowance the spilling candidate is timed.
   Fixture G;
   G.Frames["m128n128w4s2"] = 464;
