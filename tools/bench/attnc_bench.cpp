@@ -2,8 +2,9 @@
 // median of many runs, inputs rotated over three random sets so caches do
 // not flatter) and prints one line per shape.
 //
-//   attnc_bench NAME DTYPE B H S D [CONFIG]
+//   attnc_bench NAME DTYPE B H S D [DV] [CONFIG]
 //
+// DV (the value head dim) defaults to D.
 // NAME is a registered example or mha_full (softmax without mask).
 #include "GpuSupport.h"
 
@@ -23,13 +24,15 @@ using namespace attn::gputest;
 int main(int Argc, char **Argv) {
   BenchCommand Cmd;
   if (int Rc = parseBenchCommand(Argc, Argv, 4,
-                                 "attnc_bench NAME f16|bf16 B H S D [CONFIG]",
+                                 "attnc_bench NAME f16|bf16 B H S D [DV] [CONFIG]",
                                  Cmd))
     return Rc;
   try {
     const std::string &Name = Cmd.Name;
     DType T = Cmd.Dtype;
     int B = Cmd.Ints[0], H = Cmd.Ints[1], S = Cmd.Ints[2], D = Cmd.Ints[3];
+    int DV = Cmd.Ints.size() > 4 ? Cmd.Ints[4] : D;
+    int ConfigArg = 3 + int(Cmd.Ints.size()); // the first argument after the sizes
     dsl::Registry R;
     examples::registerExamples(R);
     dsl::AttentionDef Def =
@@ -43,46 +46,52 @@ int main(int Argc, char **Argv) {
     runtime::Signature Sig;
     Sig.Dtype = T;
     Sig.HeadDim = D;
-    Sig.HeadDimV = D;
-    if (Argc > 7)
-      Sig.Config = Argv[7];
+    Sig.HeadDimV = DV;
+    if (Argc > ConfigArg)
+      Sig.Config = Argv[ConfigArg];
     runtime::Attention Att(Def, Sig);
     const ir::Graph &G = *Att.definition().Graph;
     runtime::ElemType ET =
         T == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
 
     size_t Elems = size_t(B) * S * H * D;
+    size_t ElemsV = size_t(B) * S * H * DV;
     std::mt19937_64 Rng(7);
     std::normal_distribution<double> N(0, 1);
     std::vector<uint16_t> Host(Elems);
     std::vector<std::unique_ptr<DeviceBuffer>> Bufs;
     for (int I = 0; I < 9; ++I) { // three sets of q, k, v
+      size_t E = I % 3 == 2 ? ElemsV : Elems;
+      Host.resize(E);
       for (uint16_t &X : Host)
         X = toBits(T, N(Rng));
-      Bufs.push_back(std::make_unique<DeviceBuffer>(Elems * 2));
-      Bufs.back()->upload(Host.data(), Elems * 2);
+      Bufs.push_back(std::make_unique<DeviceBuffer>(E * 2));
+      Bufs.back()->upload(Host.data(), E * 2);
     }
-    DeviceBuffer Out(Elems * 2);
+    DeviceBuffer Out(ElemsV * 2);
     size_t NumFinals = G.decls().FinalRowscales.size();
     DeviceBuffer Finals(std::max<size_t>(1, NumFinals) * B * H * S * 4);
     runtime::InputMap Inputs;
     for (const ir::InputDecl &I : G.decls().Inputs)
       Inputs[I.Name] = float((I.SampleLo + I.SampleHi) / 2);
-    auto View = [&](DeviceBuffer &Buf) {
-      return runtime::TensorView::contiguous(Buf.get(), ET, {B, S, H, D});
+    auto View = [&](DeviceBuffer &Buf, int Dim) {
+      return runtime::TensorView::contiguous(Buf.get(), ET, {B, S, H, Dim});
     };
     runtime::TensorView FV = runtime::TensorView::contiguous(
         Finals.get(), runtime::ElemType::F32, {int64_t(NumFinals), B, H, S});
     auto Run = [&](int Set) {
-      Att.forward(View(*Bufs[3 * Set]), View(*Bufs[3 * Set + 1]),
-                  View(*Bufs[3 * Set + 2]), View(Out),
+      Att.forward(View(*Bufs[3 * Set], D), View(*Bufs[3 * Set + 1], D),
+                  View(*Bufs[3 * Set + 2], DV), View(Out, DV),
                   NumFinals ? &FV : nullptr, Inputs);
     };
     double Median = medianMs([&](int I) { Run(I % 3); }, 5, 30);
     bool Causal = G.decls().HasMask; // every masked example here is causal
-    double Flops = 4.0 * B * H * double(S) * S * D * (Causal ? 0.5 : 1.0);
-    std::printf("attnc %-12s %s B%d H%d S%d D%d %s %s: %.3f ms  %.1f TFLOPS\n",
-                Name.c_str(), dtypeName(T).str().c_str(), B, H, S, D,
+    // Q·Kᵀ is 2·S²·D per head, P·V 2·S²·DV.
+    double Flops =
+        2.0 * B * H * double(S) * S * (D + DV) * (Causal ? 0.5 : 1.0);
+    std::string Dims = DV == D ? fmt::format("D{}", D) : fmt::format("D{}/{}", D, DV);
+    std::printf("attnc %-12s %s B%d H%d S%d %s %s %s: %.3f ms  %.1f TFLOPS\n",
+                Name.c_str(), dtypeName(T).str().c_str(), B, H, S, Dims.c_str(),
                 Causal ? "causal" : "full", Att.source().Key.c_str(), Median,
                 Flops / (Median * 1e-3) / 1e12);
     return 0;

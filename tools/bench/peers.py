@@ -3,7 +3,13 @@
 SDPA with the flash and cuDNN backends, and FlexAttention (compiled).
 CUDA-event timing, warm-up, median of 30, inputs rotated over three sets.
 
-    python3 tools/bench/peers.py f16 B H S D
+    python3 tools/bench/peers.py f16 B H S D [DV]
+    python3 tools/bench/peers.py --list FILE
+
+DV (the value head dim) defaults to D. --list times every line of FILE
+("f16|bf16 B H S D [DV]") in one process, so that PyTorch starts once.
+A peer that cannot run a shape (e.g. the flash backend with DV != D) says
+"unavailable" and the others go on.
 """
 import sys
 
@@ -30,14 +36,25 @@ def median_ms(fn, sets):
 
 
 def main():
-    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[sys.argv[1]]
-    B, H, S, D = map(int, sys.argv[2:6])
-    sets = [tuple(torch.randn(B, H, S, D, device="cuda", dtype=dt) for _ in range(3))
+    if sys.argv[1] == "--list":
+        with open(sys.argv[2]) as f:
+            for line in f:
+                if line.split():
+                    time_shape(line.split())
+    else:
+        time_shape(sys.argv[1:])
+
+
+def time_shape(argv):
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[argv[0]]
+    B, H, S, D = map(int, argv[1:5])
+    DV = int(argv[5]) if len(argv) > 5 else D
+    sets = [tuple(torch.randn(B, H, S, dim, device="cuda", dtype=dt) for dim in (D, D, DV))
             for _ in range(3)]
     flex = torch.compile(flex_attention)
     causal_mask = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, S, S)
     for causal in (False, True):
-        flops = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
+        flops = 2.0 * B * H * S * S * (D + DV) * (0.5 if causal else 1.0)
         rows = []
         for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION),
                               ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
@@ -49,9 +66,13 @@ def main():
             except RuntimeError as err:
                 print(f"{name}: unavailable ({str(err).splitlines()[0]})")
         bm = causal_mask if causal else None
-        rows.append(("flex", median_ms(lambda q, k, v: flex(q, k, v, block_mask=bm), sets)))
+        try:
+            rows.append(("flex", median_ms(lambda q, k, v: flex(q, k, v, block_mask=bm), sets)))
+        except Exception as err:  # an unsupported shape fails at compile time
+            print(f"flex: unavailable ({(str(err).splitlines() or [''])[0][:200]})")
+        dims = f"D{D}" if DV == D else f"D{D}/{DV}"
         for name, ms in rows:
-            print(f"peer  {name:12s} {sys.argv[1]} B{B} H{H} S{S} D{D} "
+            print(f"peer  {name:12s} {argv[0]} B{B} H{H} S{S} {dims} "
                   f"{'causal' if causal else 'full'}: {ms:.3f} ms  "
                   f"{flops / (ms * 1e-3) / 1e12:.1f} TFLOPS")
 
