@@ -23,8 +23,11 @@ template <int kBits> using ActBits = typename ActBitsOf<kBits>::type;
 
 /// One warp's S accumulator seen by the variant: kRows rows per thread (two
 /// per m16 tile), kCols elements per row (two per n8 tile). The four lanes of
-/// a quad share each row; allreduce_* combine over them.
-template <int MT, int NT, bool kFull> struct Sm80ScoreFrag {
+/// a quad share each row; allreduce_* combine over them. kInfMasked: a
+/// partial block whose masked scores hold −∞ (only for a folded softmax,
+/// where that is what an inactive element contributes): every element
+/// reads as active, the reductions stay per quad.
+template <int MT, int NT, bool kFull, bool kInfMasked = false> struct Sm80ScoreFrag {
   static constexpr int kRows = 2 * MT;
   static constexpr int kCols = 2 * NT;
   /// One bit per element of a row: which keys the mask keeps. Bits, not an
@@ -44,13 +47,26 @@ template <int MT, int NT, bool kFull> struct Sm80ScoreFrag {
     return col0 + (c >> 1) * 8 + 2 * tq + (c & 1);
   }
   __device__ __forceinline__ bool active(int r, int c) const {
-    if constexpr (kFull)
+    if constexpr (kFull || kInfMasked)
       return true;
     else
       return (act[r] >> c) & 1;
   }
-  __device__ static __forceinline__ float allreduce_max(float x) { return quad_max(x); }
-  __device__ static __forceinline__ float allreduce_sum(float x) { return quad_sum(x); }
+  /// In a full block every lane runs online_fwd for every row, so the
+  /// shuffles name the whole warp (no convergence check per shuffle); in a
+  /// partial one only the quads of rows with an unmasked key do.
+  __device__ static __forceinline__ float allreduce_max(float x) {
+    if constexpr (kFull)
+      return quad_max_warp(x);
+    else
+      return quad_max(x);
+  }
+  __device__ static __forceinline__ float allreduce_sum(float x) {
+    if constexpr (kFull)
+      return quad_sum_warp(x);
+    else
+      return quad_sum(x);
+  }
 };
 
 /// One warp's O accumulator row-view for the epilogue.
@@ -84,20 +100,45 @@ struct FwdSm80 {
 
   /// Issues cp.async for a [rows x cols] tile starting at row \p row0 of a
   /// tensor whose rows are \p stride elements apart; rows past \p limit are
-  /// zero-filled.
+  /// zero-filled. The trip count is a constant (a loop from threadIdx.x was
+  /// not unrolled: a loop with branches and an address kept per copy), and
+  /// where the threads cover whole rows each thread keeps one chunk column:
+  /// one source pointer and one swizzled offset, stepped by constants (the
+  /// swizzle depends on row & 7 only, unchanged by a step of 8 rows).
   template <class Tile, int kRows, int kCols>
   __device__ static __forceinline__ void load_tile(u32 smem, const unsigned short *base,
                                                    long long stride, int row0,
                                                    int limit) {
     constexpr int kChunks = kCols / 8;
     constexpr int kTotal = kRows * kChunks;
+    constexpr int kIters = (kTotal + kThreads - 1) / kThreads;
+    if constexpr (kThreads % kChunks == 0) {
+      constexpr int kRowStep = kThreads / kChunks;
+      const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+      const unsigned short *src0 = base + (long long)(row0 + r0) * stride + c * 8;
+      const u32 dst0 = smem + Tile::offset(r0, c);
 #pragma unroll
-    for (int i = threadIdx.x; i < kTotal; i += kThreads) {
-      const int r = i / kChunks, c = i % kChunks;
-      const bool ok = row0 + r < limit;
-      const unsigned short *src =
-          base + (ok ? (long long)(row0 + r) * stride + c * 8 : 0);
-      cp_async_16(smem + Tile::offset(r, c), src, ok);
+      for (int it = 0; it < kIters; ++it) {
+        const int r = r0 + it * kRowStep;
+        if (kTotal % kThreads != 0 && r >= kRows)
+          break;
+        const bool ok = row0 + r < limit;
+        const u32 dst = kRowStep % 8 == 0 ? dst0 + it * kRowStep * kCols * 2
+                                          : smem + Tile::offset(r, c);
+        cp_async_16(dst, ok ? src0 + it * kRowStep * stride : base, ok);
+      }
+    } else {
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int i = threadIdx.x + it * kThreads;
+        if (kTotal % kThreads != 0 && i >= kTotal)
+          break;
+        const int r = i / kChunks, c = i % kChunks;
+        const bool ok = row0 + r < limit;
+        const unsigned short *src =
+            base + (ok ? (long long)(row0 + r) * stride + c * 8 : 0);
+        cp_async_16(smem + Tile::offset(r, c), src, ok);
+      }
     }
   }
 
@@ -169,11 +210,10 @@ struct FwdSm80 {
         for (int e = 0; e < 4; ++e)
           acc_o[i][j][e] = 0.f;
     typename Variant::RowState st[2 * MT];
-    bool seen[2 * MT];
+    u32 seen = 0; // bit r: row r has met an unmasked key
 #pragma unroll
     for (int r = 0; r < 2 * MT; ++r) {
       Variant::init(st[r]);
-      seen[r] = false;
     }
     const int warp_row0 = row_base + warp * kRowsPerWarp;
 
@@ -189,81 +229,32 @@ struct FwdSm80 {
       const u32 s_k = s_kv + (j % kStages) * kStageBytes;
       const u32 s_v = s_k + KTile::kBytes;
 
-      // S = Q·Kᵀ for this warp's rows.
-      float acc_s[MT][NT][4];
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            acc_s[i][t][e] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        u32 qf[MT][4];
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          const int r = warp * kRowsPerWarp + i * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-          ldmatrix_x4(qf[i], s_q + QTile::offset(r, kk * 2 + lane / 16));
-        }
-#pragma unroll
-        for (int t = 0; t < NT; t += 2) {
-          u32 kf[4];
-          const int mi = lane / 8;
-          const int r = t * 8 + (lane % 8) + 8 * (mi / 2);
-          ldmatrix_x4(kf, s_k + KTile::offset(r, kk * 2 + (mi % 2)));
-#pragma unroll
-          for (int i = 0; i < MT; ++i) {
-            mma_16816<T>(acc_s[i][t], qf[i], kf[0], kf[1]);
-            mma_16816<T>(acc_s[i][t + 1], qf[i], kf[2], kf[3]);
-          }
-        }
-      }
-
-      typename Sm80ScoreFrag<MT, NT, true>::ActWord act[2 * MT];
-      const int col0 = n * kBlockN;
-      if (full)
-        step<true>(a, in, acc_s, act, acc_o, st, seen, b, h, warp_row0, col0, g, tq);
-      else
-        step<false>(a, in, acc_s, act, acc_o, st, seen, b, h, warp_row0, col0, g, tq);
-
-      // O += P·V: the S accumulator of two n8 tiles is one k16 A fragment.
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        u32 pf[MT][4];
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          pf[i][0] = pack2<T>(acc_s[i][2 * kk][0], acc_s[i][2 * kk][1]);
-          pf[i][1] = pack2<T>(acc_s[i][2 * kk][2], acc_s[i][2 * kk][3]);
-          pf[i][2] = pack2<T>(acc_s[i][2 * kk + 1][0], acc_s[i][2 * kk + 1][1]);
-          pf[i][3] = pack2<T>(acc_s[i][2 * kk + 1][2], acc_s[i][2 * kk + 1][3]);
-        }
-#pragma unroll
-        for (int t = 0; t < VT; t += 2) {
-          u32 vf[4];
-          const int mi = lane / 8;
-          const int r = kk * 16 + (lane % 8) + 8 * (mi % 2);
-          ldmatrix_x4_trans(vf, s_v + VTile::offset(r, t + mi / 2));
-#pragma unroll
-          for (int i = 0; i < MT; ++i) {
-            mma_16816<T>(acc_o[i][t], pf[i], vf[0], vf[1]);
-            mma_16816<T>(acc_o[i][t + 1], pf[i], vf[2], vf[3]);
-          }
-        }
-      }
+      // One S·P·V body for full and partial blocks, the softmax branching
+      // inside: duplicating the whole body per kind spilled more (ptxas)
+      // and measured slower.
+      visit(a, in, acc_o, st, seen, s_q, s_k, s_v, warp, lane, b, h, warp_row0,
+            n * kBlockN, g, tq, full);
       __syncthreads(); // the ring slot is refilled next iteration
     }
     cp_async_wait<0>();
 
     // Epilogue: the variant maps o and the rowscales to o and the finals;
     // rows that never saw an unmasked key give o = 0 and finals = -inf.
+    // O goes through shared memory (the Q tile and the ring are free once
+    // every warp is past the barrier) so that global stores are 16 bytes
+    // per lane and whole rows per warp, instead of 4 bytes from each lane.
+    using OTile = SwizzledTile<kBlockM, kDV>;
+    constexpr bool kStageO = OTile::kBytes <= kSmemBytes;
+    if constexpr (kStageO)
+      __syncthreads();
     Sm80OutFrag<MT, VT> of{acc_o};
     unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb + h * a.o_sh;
 #pragma unroll
     for (int r = 0; r < 2 * MT; ++r) {
-      const int qrow = warp_row0 + (r >> 1) * 16 + g + (r & 1) * 8;
+      const int wrow = warp * kRowsPerWarp + (r >> 1) * 16 + g + (r & 1) * 8;
+      const int qrow = row_base + wrow;
       float finals[Variant::kNumFinals > 0 ? Variant::kNumFinals : 1];
-      if (seen[r]) {
+      if ((seen >> r) & 1) {
         Variant::epilogue(in, st[r], of, r, b, h, qrow, finals);
       } else {
 #pragma unroll
@@ -273,17 +264,102 @@ struct FwdSm80 {
         for (int f = 0; f < Variant::kNumFinals; ++f)
           finals[f] = -__int_as_float(0x7f800000);
       }
-      if (qrow >= a.seq_q)
-        continue;
 #pragma unroll
       for (int t = 0; t < VT; ++t) {
         const u32 packed = pack2<T>(of.at(r, 2 * t), of.at(r, 2 * t + 1));
-        *reinterpret_cast<u32 *>(o + (long long)qrow * a.o_ss + t * 8 + 2 * tq) = packed;
+        if constexpr (kStageO)
+          st_shared_32(s_base + OTile::offset(wrow, t) + 4 * tq, packed);
+        else if (qrow < a.seq_q)
+          *reinterpret_cast<u32 *>(o + (long long)qrow * a.o_ss + t * 8 + 2 * tq) = packed;
       }
-      if (tq == 0)
+      if (tq == 0 && qrow < a.seq_q)
 #pragma unroll
         for (int f = 0; f < Variant::kNumFinals; ++f)
           a.finals[((long long)f * a.batch * a.heads + bh) * a.seq_q + qrow] = finals[f];
+    }
+    if constexpr (kStageO) {
+      __syncthreads();
+      constexpr int kChunks = kDV / 8;
+      constexpr int kTotal = kBlockM * kChunks;
+#pragma unroll
+      for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
+        const int i = threadIdx.x + it * kThreads;
+        if (kTotal % kThreads != 0 && i >= kTotal)
+          break;
+        const int r = i / kChunks, c = i % kChunks;
+        if (row_base + r < a.seq_q)
+          st_global_128(o + (long long)(row_base + r) * a.o_ss + c * 8,
+                        ld_shared_128(s_base + OTile::offset(r, c)));
+      }
+    }
+  }
+
+  /// One key block: S = Q·Kᵀ, the variant's step, O += P·V.
+  __device__ static __forceinline__ void
+  visit(const FwdArgs &a, const typename Variant::Inputs &in,
+        float (&acc_o)[MT][VT][4], typename Variant::RowState (&st)[2 * MT],
+        u32 &seen, u32 s_q, u32 s_k, u32 s_v, int warp, int lane, int b, int h,
+        int warp_row0, int col0, int g, int tq, bool full) {
+    // S = Q·Kᵀ for this warp's rows.
+    float acc_s[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          acc_s[i][t][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      u32 qf[MT][4];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        const int r = warp * kRowsPerWarp + i * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+        ldmatrix_x4(qf[i], s_q + QTile::offset(r, kk * 2 + lane / 16));
+      }
+#pragma unroll
+      for (int t = 0; t < NT; t += 2) {
+        u32 kf[4];
+        const int mi = lane / 8;
+        const int r = t * 8 + (lane % 8) + 8 * (mi / 2);
+        ldmatrix_x4(kf, s_k + KTile::offset(r, kk * 2 + (mi % 2)));
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          mma_16816<T>(acc_s[i][t], qf[i], kf[0], kf[1]);
+          mma_16816<T>(acc_s[i][t + 1], qf[i], kf[2], kf[3]);
+        }
+      }
+    }
+
+    typename Sm80ScoreFrag<MT, NT, true>::ActWord act[2 * MT];
+    if (full)
+      step<true>(a, in, acc_s, act, acc_o, st, seen, b, h, warp_row0, col0, g, tq);
+    else
+      step<false>(a, in, acc_s, act, acc_o, st, seen, b, h, warp_row0, col0, g, tq);
+
+    // O += P·V: the S accumulator of two n8 tiles is one k16 A fragment.
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      u32 pf[MT][4];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        pf[i][0] = pack2<T>(acc_s[i][2 * kk][0], acc_s[i][2 * kk][1]);
+        pf[i][1] = pack2<T>(acc_s[i][2 * kk][2], acc_s[i][2 * kk][3]);
+        pf[i][2] = pack2<T>(acc_s[i][2 * kk + 1][0], acc_s[i][2 * kk + 1][1]);
+        pf[i][3] = pack2<T>(acc_s[i][2 * kk + 1][2], acc_s[i][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int t = 0; t < VT; t += 2) {
+        u32 vf[4];
+        const int mi = lane / 8;
+        const int r = kk * 16 + (lane % 8) + 8 * (mi % 2);
+        ldmatrix_x4_trans(vf, s_v + VTile::offset(r, t + mi / 2));
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          mma_16816<T>(acc_o[i][t], pf[i], vf[0], vf[1]);
+          mma_16816<T>(acc_o[i][t + 1], pf[i], vf[2], vf[3]);
+        }
+      }
     }
   }
 
@@ -293,33 +369,52 @@ struct FwdSm80 {
   step(const FwdArgs &a, const typename Variant::Inputs &in, float (&acc_s)[MT][NT][4],
        typename Sm80ScoreFrag<MT, NT, kFull>::ActWord (&act)[2 * MT],
        float (&acc_o)[MT][VT][4],
-       typename Variant::RowState (&st)[2 * MT], bool (&seen)[2 * MT], int b, int h,
+       typename Variant::RowState (&st)[2 * MT], u32 &seen, int b, int h,
        int warp_row0, int col0, int g, int tq) {
-    Sm80ScoreFrag<MT, NT, kFull> f{acc_s, act, warp_row0, col0, g, tq};
+    // A folded softmax (max/exp form, proven by codegen) takes a masked
+    // score as −∞: it adds nothing to the max, and exp2(−∞) = 0 to the sum
+    // and to P, as an inactive element does, whenever the row's max is
+    // finite, i.e. the row has an unmasked key here (rows without one are
+    // skipped below). That spares the per-element flag tests of online_fwd.
+    constexpr bool kInf = !kFull && Variant::kScoreScaleFolded;
+    Sm80ScoreFrag<MT, NT, kFull, kInf> f{acc_s, act, warp_row0, col0, g, tq};
+    u32 row_any = 0; // kInf: bit r, row r keeps a key of this block
 #pragma unroll
     for (int r = 0; r < 2 * MT; ++r) {
       const int qi = f.row(r);
 #pragma unroll
       for (int c = 0; c < 2 * NT; ++c) {
         const int ki = f.col(c);
-        f.at(r, c) = Variant::score_mod(in, f.at(r, c), b, h, qi, ki);
-        if constexpr (!kFull)
+        // A score_mod that is score · c is folded into online_fwd_folded's
+        // exp2 FMA (codegen proves it): the fragment keeps raw scores.
+        if constexpr (!Variant::kScoreScaleFolded)
+          f.at(r, c) = Variant::score_mod(in, f.at(r, c), b, h, qi, ki);
+        if constexpr (kInf) {
+          const bool keep = ki < a.seq_kv && Variant::mask(in, b, h, qi, ki);
+          f.at(r, c) = keep ? f.at(r, c) : -__int_as_float(0x7f800000);
+          row_any |= u32(keep) << r;
+        } else if constexpr (!kFull) {
           act[r] = (c == 0 ? 0 : act[r]) |
                    (typename Sm80ScoreFrag<MT, NT, kFull>::ActWord(
                         ki < a.seq_kv && Variant::mask(in, b, h, qi, ki))
                     << c);
+        }
       }
     }
 #pragma unroll
     for (int r = 0; r < 2 * MT; ++r) {
       float o_scale = 1.f;
       bool any = true;
-      if constexpr (!kFull) {
+      if constexpr (kInf)
+        any = quad_any((row_any >> r) & 1);
+      else if constexpr (!kFull)
         any = quad_any(act[r] != 0);
-      }
       if (any) {
-        Variant::online_fwd(in, st[r], f, r, b, h, o_scale);
-        seen[r] = true;
+        if constexpr (Variant::kScoreScaleFolded)
+          Variant::online_fwd_folded(in, st[r], f, r, b, h, o_scale);
+        else
+          Variant::online_fwd(in, st[r], f, r, b, h, o_scale);
+        seen |= 1u << r;
       } else {
 #pragma unroll
         for (int c = 0; c < 2 * NT; ++c)

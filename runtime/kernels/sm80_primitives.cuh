@@ -39,6 +39,27 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/// Plain shared and global accesses by address (the epilogue's O staging).
+struct u32x4 {
+  u32 x, y, z, w;
+};
+__device__ __forceinline__ void st_shared_32(u32 addr, u32 v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ u32x4 ld_shared_128(u32 addr) {
+  u32x4 v;
+  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_global_128(void *p, u32x4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "r"(v.x),
+               "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 /// Four 8x8 b16 matrices; lane l supplies the row address of matrix l/8.
 __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -102,6 +123,15 @@ __device__ __forceinline__ float quad_sum(float x) {
   const unsigned m = quad_mask();
   x += __shfl_xor_sync(m, x, 1);
   return x + __shfl_xor_sync(m, x, 2);
+}
+/// The same, where every lane of the warp calls it (converged warp).
+__device__ __forceinline__ float quad_max_warp(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum_warp(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 __device__ __forceinline__ bool quad_any(bool x) {
   unsigned v = x;

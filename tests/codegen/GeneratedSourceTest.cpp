@@ -209,3 +209,54 @@ TEST_CASE("generateForward: an invalid spec is refused before any text",
   Spec.HeadDim = 96;
   CHECK_THROWS_AS(generate(examples::mha(), Spec), UserError);
 }
+
+TEST_CASE("generateForward: score_mod's factor folds into the exp2 FMA only "
+          "where the IR proves it",
+          "[codegen][source]") {
+  auto Folded = [](const dsl::AttentionDef &D) {
+    KernelSource S = generate(D);
+    bool Yes = has(S, "static constexpr bool kScoreScaleFolded = true;");
+    CHECK(Yes != has(S, "static constexpr bool kScoreScaleFolded = false;"));
+    CHECK(Yes == has(S, "online_fwd_folded("));
+    return Yes;
+  };
+  // mha: score · rsqrt(D), online softmax (max and exp(s − m) only).
+  KernelSource S = generate(examples::mha());
+  CHECK(Folded(examples::mha()));
+  CHECK(has(S, "const float scale = score_scale(in);"));
+  CHECK(has(S, "const float scale_log2e = scale * attnc::kLog2e;"));
+  CHECK(has(S, "attnc::exp2_fast(fmaf(f.at(r, c), scale_log2e, -"));
+  CHECK(has(S, " *= scale; // max of c·x is c·max(x), c > 0"));
+  // The plain online_fwd (fwd_sm90, the reference) still applies score_mod
+  // first and reads scaled scores.
+  CHECK(has(S, "attnc::exp_diff(f.at(r, c), "));
+
+  auto WithScoreMod = [](const char *Name, dsl::ScoreMod Mod) {
+    dsl::AttentionDef D = examples::mha();
+    D.name = Name;
+    D.score_mod = std::move(Mod);
+    return D;
+  };
+  using dsl::SymbolScalar;
+  CHECK(Folded(WithScoreMod("half", [](SymbolScalar s, const dsl::CustomInputs &,
+                                        SymbolScalar, SymbolScalar, SymbolScalar,
+                                        SymbolScalar) { return 0.5 * s; })));
+  // max(c·x) is c·max(x) only for c > 0.
+  CHECK_FALSE(Folded(WithScoreMod(
+      "negative", [](SymbolScalar s, const dsl::CustomInputs &, SymbolScalar,
+                     SymbolScalar, SymbolScalar,
+                     SymbolScalar) { return s * -0.5; })));
+  // A factor that varies along the row or is not score · c.
+  CHECK_FALSE(Folded(WithScoreMod(
+      "by_key", [](SymbolScalar s, const dsl::CustomInputs &, SymbolScalar,
+                   SymbolScalar, SymbolScalar, SymbolScalar kv) { return s * kv; })));
+  CHECK_FALSE(Folded(WithScoreMod(
+      "shifted", [](SymbolScalar s, const dsl::CustomInputs &, SymbolScalar,
+                    SymbolScalar, SymbolScalar,
+                    SymbolScalar) { return s * 0.5 + 1.0; })));
+  CHECK_FALSE(Folded(test::tensorInputs()));
+  // Online functions that read the scores other than through max and exp.
+  CHECK_FALSE(Folded(examples::sigmoidAttn()));
+  CHECK_FALSE(Folded(examples::reluAttn()));
+  CHECK_FALSE(Folded(examples::retention()));
+}

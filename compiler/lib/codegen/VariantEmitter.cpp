@@ -4,6 +4,7 @@
 #include "attn/codegen/VariantEmitter.h"
 
 #include "attn/Error.h"
+#include "attn/ir/Eval.h"
 #include "attn/ir/Printer.h"
 #include "attn/ir/Walk.h"
 
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 
 namespace attn::codegen {
 
@@ -83,6 +85,12 @@ std::string ExprEmitter::expr(const Node *N, bool InLoop) const {
   case NodeKind::Exp: {
     // exp(x - y) as one FMA into exp2: the log2(e) factor folds into both.
     const Node *X = N->operand(0);
+    if (X->getKind() == NodeKind::Sub && X->operand(0) == FoldedScores)
+      // x is the raw score; score_mod's factor c joins log2(e) in the FMA:
+      // exp(c·x − y) = exp2(x·(c·log2 e) − y·log2 e).
+      return "attnc::exp2_fast(fmaf(" + operand(X->operand(0), InLoop) +
+             ", " + FoldedScaleLog2e + ", -" + operand(X->operand(1), InLoop) +
+             " * attnc::kLog2e))";
     if (X->getKind() == NodeKind::Sub)
       return "attnc::exp_diff(" + operand(X->operand(0), InLoop) + ", " +
              operand(X->operand(1), InLoop) + ")";
@@ -211,12 +219,121 @@ void ExprEmitter::emitElementCone(llvm::ArrayRef<const Node *> Roots,
   }
 }
 
+namespace {
+
+/// The value of a node of space const for head dim \p HeadDim, in double
+/// precision; nullopt where it reads anything but literals and the head dim.
+std::optional<double> evalConst(const Node *N, int HeadDim) {
+  if (auto *C = llvm::dyn_cast<ir::ConstNode>(N))
+    return C->getValue();
+  if (auto *P = llvm::dyn_cast<ir::ParamNode>(N)) {
+    if (P->getParamKind() == ParamKind::HeadDim)
+      return double(HeadDim);
+    return std::nullopt;
+  }
+  if (N->getSpace() != ir::Space::Const || llvm::isa<ir::ReduceNode>(N))
+    return std::nullopt;
+  double Ops[3];
+  for (unsigned I = 0; I < N->operands().size(); ++I) {
+    std::optional<double> V = evalConst(N->operand(I), HeadDim);
+    if (!V)
+      return std::nullopt;
+    Ops[I] = *V;
+  }
+  if (llvm::isa<ir::SelectNode>(N))
+    return ir::evalSelect(Ops[0], Ops[1], Ops[2]);
+  if (N->operands().size() == 1)
+    return ir::evalUnary(N->getKind(), Ops[0]);
+  if (N->operands().size() == 2)
+    return ir::evalBinary(N->getKind(), Ops[0], Ops[1]);
+  return std::nullopt;
+}
+
+} // namespace
+
+const Node *foldableScoreScale(const ir::Graph &G, int HeadDim) {
+  // score_mod(score) = score · c, c a compile-time constant.
+  const ir::Function *SM = G.getFunction("score_mod");
+  const ir::Function *OF = G.getFunction("online_fwd");
+  if (!SM || !OF)
+    return nullptr;
+  const Node *R = SM->result("score");
+  if (!R || R->getKind() != NodeKind::Mul)
+    return nullptr;
+  auto IsScore = [](const Node *N) {
+    auto *P = llvm::dyn_cast<ir::ParamNode>(N);
+    return P && P->getParamKind() == ParamKind::Score;
+  };
+  const Node *C = IsScore(R->operand(0))   ? R->operand(1)
+                  : IsScore(R->operand(1)) ? R->operand(0)
+                                           : nullptr;
+  if (!C || C->getType() != ir::Type::F32)
+    return nullptr;
+  // c > 0 (a normal fp32 number): max(c·x) = c·max(x), and fl(c·x) is
+  // monotone in x, so the row maximum is the same float either way.
+  std::optional<double> V = evalConst(C, HeadDim);
+  if (!V || !(*V >= 1e-30 && *V <= 1e30))
+    return nullptr;
+  // online_fwd reads the scores only through reduce.max(scores) and
+  // exp(scores − y) with y per row (emitted as one FMA into exp2).
+  std::vector<const Node *> Roots;
+  for (const ir::Result &Res : OF->Results)
+    Roots.push_back(Res.Value);
+  const Node *Scores = nullptr;
+  std::vector<const Node *> Order = ir::topologicalOrder(Roots);
+  for (const Node *N : Order)
+    if (auto *P = llvm::dyn_cast<ir::ParamNode>(N);
+        P && P->getParamKind() == ParamKind::Scores)
+      Scores = N;
+  if (!Scores)
+    return nullptr;
+  for (const Node *Root : Roots)
+    if (Root == Scores)
+      return nullptr;
+  llvm::DenseSet<const Node *> ExpArgs; // the Subs each Exp spells
+  for (const Node *N : Order)
+    if (N->getKind() == NodeKind::Exp)
+      ExpArgs.insert(N->operand(0));
+  for (const Node *N : Order) {
+    for (unsigned I = 0; I < N->operands().size(); ++I) {
+      const Node *Op = N->operand(I);
+      if (Op == Scores) {
+        auto *Red = llvm::dyn_cast<ir::ReduceNode>(N);
+        bool MaxOf = Red && Red->getOp() == ir::ReduceOp::Max;
+        bool SubOf = N->getKind() == NodeKind::Sub && I == 0 &&
+                     !isElement(N->operand(1)) && ExpArgs.count(N);
+        if (!MaxOf && !SubOf)
+          return nullptr;
+      }
+      // a scores − y read by anything but exp would see the raw score
+      if (Op->getKind() == NodeKind::Sub && Op->operand(0) == Scores &&
+          N->getKind() != NodeKind::Exp)
+        return nullptr;
+    }
+  }
+  for (const Node *Root : Roots)
+    if (Root->getKind() == NodeKind::Sub && Root->operand(0) == Scores)
+      return nullptr;
+  return C;
+}
+
 /// online_fwd for one row of a fragment: reductions as loops over the row's
 /// elements, then the new scores written back (fused into the last
 /// reduction's loop when that computes them anyway), then the new rowscales.
-void emitOnlineFwd(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell) {
+void emitOnlineFwd(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell,
+                   const std::string &FoldedScale) {
   const ir::Function &F = *G.getFunction("online_fwd");
   ExprEmitter E(W, Spell);
+  const Node *FoldedScores = nullptr;
+  if (!FoldedScale.empty()) {
+    for (const ir::Result &R : F.Results)
+      for (const Node *N : ir::topologicalOrder({R.Value}))
+        if (auto *P = llvm::dyn_cast<ir::ParamNode>(N);
+            P && P->getParamKind() == ParamKind::Scores)
+          FoldedScores = N;
+    W.line("const float scale_log2e = " + FoldedScale + " * attnc::kLog2e;");
+    E.foldScoreScale(FoldedScores, "scale_log2e");
+  }
   std::vector<const Node *> Roots;
   for (const ir::Result &R : F.Results)
     Roots.push_back(R.Value);
@@ -277,6 +394,8 @@ void emitOnlineFwd(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell)
     W.line(V + " = Frag::allreduce_" +
            std::string(R->getOp() == ir::ReduceOp::Max ? "max" : "sum") + "(" +
            V + ");");
+    if (FoldedScores && R->operand(0) == FoldedScores)
+      W.line(V + " *= " + FoldedScale + "; // max of c·x is c·max(x), c > 0");
   }
   if (!ScoresStored) {
     W.line("#pragma unroll");

@@ -122,6 +122,9 @@ std::string variantMembers(const CompiledDefinition &Def,
                      maskPerHead(G) ? "true" : "false"));
   W.line(fmt::format("static constexpr bool kOScaleIsOne = {};",
                      Def.Info.OScaleIsOne ? "true" : "false"));
+  const ir::Node *Scale = foldableScoreScale(G, Spec.HeadDim);
+  W.line(fmt::format("static constexpr bool kScoreScaleFolded = {};",
+                     Scale ? "true" : "false"));
   W.line(fmt::format("static constexpr bool kHasBackward = {};",
                      G.decls().HasBackward ? "true" : "false"));
   W.line(fmt::format("static constexpr bool kBackwardUsesDoosum = {};",
@@ -182,6 +185,13 @@ std::string variantMembers(const CompiledDefinition &Def,
     W.line("return true;");
   }
 
+  auto OnlineSpell = [&](const ir::ParamNode &P) -> std::string {
+    if (P.getParamKind() == ParamKind::Scores)
+      return "f.at(r, c)";
+    if (P.getParamKind() == ParamKind::Rowscale)
+      return "st." + P.getName().str();
+    return spellCommon(P, "f.col(c)", G);
+  };
   W.line("template <class Frag>");
   {
     auto B = W.block("__device__ static __forceinline__ void online_fwd(const "
@@ -189,13 +199,28 @@ std::string variantMembers(const CompiledDefinition &Def,
                      "float &o_scale)");
     W.line("const int q_idx = f.row(r);");
     W.line("(void)q_idx; (void)b; (void)h; (void)in;");
-    emitOnlineFwd(W, G, [&](const ir::ParamNode &P) -> std::string {
-      if (P.getParamKind() == ParamKind::Scores)
-        return "f.at(r, c)";
-      if (P.getParamKind() == ParamKind::Rowscale)
-        return "st." + P.getName().str();
-      return spellCommon(P, "f.col(c)", G);
-    });
+    emitOnlineFwd(W, G, OnlineSpell);
+  }
+  if (Scale) {
+    // fwd_sm80 skips score_mod (score · c) and calls this on raw scores.
+    {
+      auto B = W.block(
+          "__device__ static __forceinline__ float score_scale(const Inputs &in)");
+      W.line("(void)in;");
+      ExprEmitter E(W, [&](const ir::ParamNode &P) {
+        return spellCommon(P, "", G);
+      });
+      E.emitScalarBody({Scale});
+      W.line("return " + E.operand(Scale, false) + ";");
+    }
+    W.line("template <class Frag>");
+    auto B = W.block("__device__ static __forceinline__ void online_fwd_folded("
+                     "const Inputs &in, RowState &st, Frag &f, int r, int b, "
+                     "int h, float &o_scale)");
+    W.line("const int q_idx = f.row(r);");
+    W.line("(void)q_idx; (void)b; (void)h;");
+    W.line("const float scale = score_scale(in);");
+    emitOnlineFwd(W, G, OnlineSpell, "scale");
   }
   W.line("template <class OFrag>");
   {

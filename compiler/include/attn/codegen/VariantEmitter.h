@@ -37,6 +37,13 @@ public:
   /// code has no unused variables.
   void markNeeded(llvm::ArrayRef<const ir::Node *> Roots);
   bool needed(const ir::Node *N) const { return Needed.count(N); }
+  /// exp(Scores − y) is spelled exp2(fma(Scores, ScaleLog2e, −y·log2 e)):
+  /// Scores holds raw scores and score_mod's factor is folded into the FMA
+  /// (see foldableScoreScale).
+  void foldScoreScale(const ir::Node *Scores, std::string ScaleLog2e) {
+    FoldedScores = Scores;
+    FoldedScaleLog2e = std::move(ScaleLog2e);
+  }
   /// Every non-leaf node reachable from \p Roots, as straight-line code.
   void emitScalarBody(llvm::ArrayRef<const ir::Node *> Roots);
   /// The element-level nodes \p Roots need that \p Done does not hold.
@@ -47,10 +54,23 @@ private:
   CodeWriter &W;
   ParamSpeller Spell;
   llvm::DenseSet<const ir::Node *> Needed;
+  const ir::Node *FoldedScores = nullptr;
+  std::string FoldedScaleLog2e;
 };
 
 /// The body of `online_fwd(in, st, f, r, b, h, o_scale)` for one row r.
-void emitOnlineFwd(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell);
+/// With \p FoldedScale (the spelling of score_mod's factor c, see
+/// foldableScoreScale) the fragment holds raw scores: the body computes the
+/// same row state and probabilities from them, c folded into the exp2 FMA.
+void emitOnlineFwd(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell,
+                   const std::string &FoldedScale = "");
+
+/// score_mod's factor c when the forward may skip score_mod and fold c into
+/// online_fwd's exp2 argument, else null. Proven on the IR: score_mod is
+/// score · c with c a compile-time constant, positive and normal at
+/// \p HeadDim; online_fwd reads the scores only as reduce.max(scores) and
+/// exp(scores − y) with y per row, and returns no raw score.
+const ir::Node *foldableScoreScale(const ir::Graph &G, int HeadDim);
 /// The body of `epilogue(in, st, of, r, b, h, q_idx, finals)` for one row r.
 void emitEpilogue(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell);
 /// The body of `input_grads(in, score, b, h, q_idx, kv_idx, d)`: d[i] =
