@@ -26,7 +26,7 @@ template <int kBits> using ActBits = typename ActBitsOf<kBits>::type;
 /// a quad share each row; allreduce_* combine over them. kInfMasked: a
 /// partial block whose masked scores hold −∞ (only for a folded softmax,
 /// where that is what an inactive element contributes): every element
-/// reads as active, the reductions stay per quad.
+/// reads as active, and every lane runs online_fwd for every row.
 template <int MT, int NT, bool kFull, bool kInfMasked = false> struct Sm80ScoreFrag {
   static constexpr int kRows = 2 * MT;
   static constexpr int kCols = 2 * NT;
@@ -52,17 +52,17 @@ template <int MT, int NT, bool kFull, bool kInfMasked = false> struct Sm80ScoreF
     else
       return (act[r] >> c) & 1;
   }
-  /// In a full block every lane runs online_fwd for every row, so the
-  /// shuffles name the whole warp (no convergence check per shuffle); in a
-  /// partial one only the quads of rows with an unmasked key do.
+  /// Where every lane runs online_fwd for every row (full blocks, and
+  /// kInfMasked) the shuffles name the whole warp (no convergence check per
+  /// shuffle); otherwise only the quads of rows with an unmasked key do.
   __device__ static __forceinline__ float allreduce_max(float x) {
-    if constexpr (kFull)
+    if constexpr (kFull || kInfMasked)
       return quad_max_warp(x);
     else
       return quad_max(x);
   }
   __device__ static __forceinline__ float allreduce_sum(float x) {
-    if constexpr (kFull)
+    if constexpr (kFull || kInfMasked)
       return quad_sum_warp(x);
     else
       return quad_sum(x);
@@ -409,7 +409,21 @@ struct FwdSm80 {
         any = quad_any((row_any >> r) & 1);
       else if constexpr (!kFull)
         any = quad_any(act[r] != 0);
-      if (any) {
+      if constexpr (kInf) {
+        // Branch-free, so that the whole warp runs the reductions (warp-wide
+        // shuffles, no divergence per row): a row without a key here gets
+        // its state back, o_scale 1 and P 0, as in the branch below.
+        const typename Variant::RowState old = st[r];
+        Variant::online_fwd_folded(in, st[r], f, r, b, h, o_scale);
+        if (!any) {
+          st[r] = old;
+          o_scale = 1.f;
+#pragma unroll
+          for (int c = 0; c < 2 * NT; ++c)
+            f.at(r, c) = 0.f;
+        }
+        seen |= u32(any) << r;
+      } else if (any) {
         if constexpr (Variant::kScoreScaleFolded)
           Variant::online_fwd_folded(in, st[r], f, r, b, h, o_scale);
         else
