@@ -88,7 +88,8 @@ int runAttnc(std::vector<const char *> Args, const std::string &Log) {
 
 /// Emits mha with \p EmitArgs as a standalone .cu and builds it with
 /// `nvcc -arch=<NvccArch> -c`.
-void emitAndBuild(std::vector<const char *> EmitArgs, const char *NvccArch) {
+void emitAndBuild(std::vector<const char *> EmitArgs, const char *NvccArch,
+                  const char *Skeleton = "attnc/fwd_sm80.cuh") {
   if (access(Nvcc, X_OK) != 0) {
     WARN("no " << Nvcc << "; skipping the nvcc build");
     return;
@@ -102,10 +103,13 @@ void emitAndBuild(std::vector<const char *> EmitArgs, const char *NvccArch) {
   INFO("attnc emit: " << readFile(Log));
   REQUIRE(Rc == 0);
   std::string Source = readFile(Cu);
-  CHECK_THAT(Source, Contains(begin("attnc/fwd_sm80.cuh")));
+  CHECK_THAT(Source, Contains(begin(Skeleton)));
   CHECK_FALSE(llvm::StringRef(Source).contains("#include \"attnc/"));
 
-  std::string Cmd = std::string(Nvcc) + " -arch=" + NvccArch + " -c " + Cu +
+  // NvccArch: "sm_80" (-arch=sm_80), or nvcc's own flags ("-gencode=...").
+  std::string Target = NvccArch[0] == '-' ? std::string(NvccArch)
+                                          : "-arch=" + std::string(NvccArch);
+  std::string Cmd = std::string(Nvcc) + " " + Target + " -c " + Cu +
                     " -o " + Obj + " > " + Log + " 2>&1";
   int NvccRc = std::system(Cmd.c_str());
   INFO(Cmd << "\n" << readFile(Log));
@@ -186,6 +190,15 @@ TEST_CASE("inlineDeviceLibrary: an unknown header is an internal error",
 TEST_CASE("emit --standalone: nvcc builds mha for sm_90a",
           "[codegen][standalone][nvcc]") {
   emitAndBuild({"--arch", "sm_90a"}, "sm_90a");
+}
+
+TEST_CASE("emit --standalone --config sm90: nvcc builds mha's fwd_sm90 "
+          "kernel",
+          "[codegen][standalone][nvcc]") {
+  // wgmma and setmaxnreg exist for sm_90a only: -arch=sm_90a would also
+  // build compute_90 PTX, which ptxas rejects for them.
+  emitAndBuild({"--config", "sm90"}, "-gencode=arch=compute_90a,code=sm_90a",
+               "attnc/fwd_sm90.cuh");
 }
 
 TEST_CASE("emit --standalone: nvcc builds mha bf16 d64 for sm_80",

@@ -77,10 +77,14 @@ struct Options {
       cl::init(""), cl::sub(Emit), cl::sub(Compile)};
   CallOpt<std::string> Config{"config",
                               cl::desc("Tile configuration: m128n64w4s2 "
-                                       "(forward), kv64x128w8.q128x64w8.s2 "
+                                       "(forward, fwd_sm80; sm80: its "
+                                       "default), sm90 or "
+                                       "sm90.m128n128s3 (forward, fwd_sm90; "
+                                       "arch sm_90a), "
+                                       "kv64x128w8.q128x64w8.s2 "
                                        "(--backward), c64v64w4b8 (linear) "
-                                       "(default: chosen per head dim and "
-                                       "arch)"),
+                                       "(default: fwd_sm80, chosen per head "
+                                       "dim and arch)"),
                               cl::init(""), cl::sub(Emit), cl::sub(Compile)};
   CallOpt<std::string> BackendName{
       "backend",
@@ -156,20 +160,41 @@ codegen::KernelSpec kernelSpec(const Options &O, bool ForCompile) {
   Spec.HeadDim = O.HeadDim;
   Spec.HeadDimV = O.HeadDimV ? O.HeadDimV.getValue() : O.HeadDim.getValue();
   Spec.Arch = O.Arch;
+  // fwd_sm90 exists for sm_90a only: asking for it picks that arch.
+  bool Sm90 = !O.Backward && codegen::Sm90Config::names(O.Config);
+  if (Spec.Arch.empty() && Sm90)
+    Spec.Arch = "sm_90a";
   if (Spec.Arch.empty()) {
     Spec.Arch = "sm_80";
     if (ForCompile && runtime::CudaDriver::get().available())
       Spec.Arch = runtime::currentDevice().arch();
   }
-  // A backward's --config is a BwdConfig (kernelFor); the forward tiles then
-  // keep their default, which generateBackward does not look at.
-  Spec.Config = O.Config.empty() || O.Backward
+  // A backward's --config is a BwdConfig (kernelFor), an fwd_sm90 one an
+  // Sm90Config (sm90Kernel); the fwd_sm80 tiles then keep their default,
+  // which neither looks at.
+  Spec.Config = O.Config.empty() || O.Config == "sm80" || O.Backward || Sm90
                     ? codegen::FwdConfig::defaultFor(Spec.HeadDim,
                                                       Spec.HeadDimV, Spec.Arch)
                     : codegen::FwdConfig::parse(O.Config);
-  if (!O.Backward)
+  if (!O.Backward && !Sm90)
     Spec.validate();
   return Spec;
+}
+
+/// The fwd_sm90 kernel that --config sm90 or sm90.mXnYsS asks for: the
+/// generated backend only; UserError where fwd_sm90 cannot serve the
+/// dtype, head dims, arch or configuration.
+codegen::KernelSource sm90Kernel(const Options &O, const CompiledDefinition &C,
+                                 const codegen::KernelSpec &Spec) {
+  if (O.BackendName != "generated")
+    throw UsageError("--config " + O.Config + ": fwd_sm90 is the generated "
+                     "backend's; the " + O.BackendName +
+                     " backend takes no configuration");
+  codegen::Sm90Config Config =
+      O.Config == "sm90"
+          ? codegen::Sm90Config::defaultFor(Spec.HeadDim, Spec.HeadDimV)
+          : codegen::Sm90Config::parse(O.Config);
+  return codegen::generateForwardSm90(C, Spec, Config);
 }
 
 /// The kernel --backend names for \p C.
@@ -236,6 +261,8 @@ codegen::KernelSource kernelFor(const Options &O, const dsl::Registry &Registry,
                ? codegen::generateBackward(C, Spec)
                : codegen::generateBackward(C, Spec,
                                            codegen::BwdConfig::parse(O.Config));
+  if (codegen::Sm90Config::names(O.Config))
+    return sm90Kernel(O, C, Spec);
   return generateKernel(O, C, Spec);
 }
 
