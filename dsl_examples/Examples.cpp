@@ -8,6 +8,8 @@ void registerExamples(dsl::Registry &R) {
   R.add(sigmoidAttn());
   R.add(reluAttn());
   R.add(retention());
+  R.add(alibiLearnable());
+  R.add(softcapLearnable());
   R.add(mamba2());
   R.add(simpleGla());
   R.add(retentionLinear());

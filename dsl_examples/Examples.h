@@ -17,8 +17,7 @@ dsl::LinearAttentionDef mamba2();     ///< Mamba2 SSD
 dsl::LinearAttentionDef simpleGla();  ///< gated retention (simple GLA)
 dsl::LinearAttentionDef retentionLinear(); ///< RetNet, recurrent form
 
-/// Learnable custom inputs and a derived backward (learnable.cpp). Not
-/// registered: the tests and the backward kernel's tests build them directly.
+/// Learnable custom inputs and a derived backward (learnable.cpp).
 dsl::AttentionDef alibiLearnable();   ///< ALiBi with learned slopes and bias
 dsl::AttentionDef softcapLearnable(); ///< softcap with a learned cap
 
@@ -26,7 +25,7 @@ dsl::AttentionDef softcapLearnable(); ///< softcap with a learned cap
 /// pass derives dS = P∘(dP − doosum) from forward and the final rowscale lse.
 std::shared_ptr<const dsl::OnlineFunc> onlineSoftmaxNoBackward();
 
-/// Registers every example above under its name (the learnable ones aside).
+/// Registers every example above under its name.
 void registerExamples(dsl::Registry &R);
 
 } // namespace attn::examples

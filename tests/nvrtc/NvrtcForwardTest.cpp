@@ -112,8 +112,8 @@ AttentionDef everyInputShape() {
 
 } // namespace
 
-TEST_CASE("nvrtc: the transformer examples are mha, sigmoid_attn, relu_attn "
-          "and retention",
+TEST_CASE("nvrtc: the transformer examples are mha, sigmoid_attn, relu_attn, "
+          "retention and the two learnable ones",
           "[nvrtc]") {
   // The per-example cases below must cover every registered transformer
   // example; a new one fails here until it gets its own case.
@@ -123,8 +123,9 @@ TEST_CASE("nvrtc: the transformer examples are mha, sigmoid_attn, relu_attn "
   for (const DefinitionBase *D : R.all())
     if (D->kind() == ir::DefinitionKind::Transformer)
       Transformers.insert(D->name);
-  CHECK(Transformers == std::set<std::string>{"mha", "sigmoid_attn",
-                                              "relu_attn", "retention"});
+  CHECK(Transformers ==
+        std::set<std::string>{"mha", "sigmoid_attn", "relu_attn", "retention",
+                              "alibi_learnable", "softcap_learnable"});
 }
 
 TEST_CASE("nvrtc: mha compiles for every dtype, head dims and arch",
@@ -145,6 +146,18 @@ TEST_CASE("nvrtc: relu_attn compiles for every dtype, head dims and arch",
 TEST_CASE("nvrtc: retention compiles for every dtype, head dims and arch",
           "[nvrtc][retention]") {
   compileMatrix(examples::retention());
+}
+
+TEST_CASE("nvrtc: alibi_learnable compiles for every dtype, head dims and "
+          "arch",
+          "[nvrtc][alibi_learnable]") {
+  compileMatrix(examples::alibiLearnable());
+}
+
+TEST_CASE("nvrtc: softcap_learnable compiles for every dtype, head dims and "
+          "arch",
+          "[nvrtc][softcap_learnable]") {
+  compileMatrix(examples::softcapLearnable());
 }
 
 TEST_CASE("nvrtc: every custom-input shape and a document mask compile",

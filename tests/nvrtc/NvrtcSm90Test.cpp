@@ -20,6 +20,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -264,6 +265,30 @@ TEST_CASE("sm90: relu_attn compiles for sm_90a", "[nvrtc][sm90][relu_attn]") {
 
 TEST_CASE("sm90: retention compiles for sm_90a", "[nvrtc][sm90][retention]") {
   compileExample(examples::retention(), DType::BF16, 256);
+}
+
+TEST_CASE("sm90: alibi_learnable compiles for sm_90a",
+          "[nvrtc][sm90][alibi_learnable]") {
+  compileExample(examples::alibiLearnable(), DType::F16, 128);
+}
+
+TEST_CASE("sm90: softcap_learnable compiles for sm_90a",
+          "[nvrtc][sm90][softcap_learnable]") {
+  compileExample(examples::softcapLearnable(), DType::BF16, 64);
+}
+
+TEST_CASE("sm90: every registered transformer example has a case above",
+          "[sm90]") {
+  // A new example fails here until it gets its own compile case.
+  dsl::Registry R;
+  examples::registerExamples(R);
+  std::set<std::string> Transformers;
+  for (const dsl::DefinitionBase *D : R.all())
+    if (D->kind() == ir::DefinitionKind::Transformer)
+      Transformers.insert(D->name);
+  CHECK(Transformers ==
+        std::set<std::string>{"mha", "sigmoid_attn", "relu_attn", "retention",
+                              "alibi_learnable", "softcap_learnable"});
 }
 
 TEST_CASE("sm90: head dims D != DV and every configuration shape compile",

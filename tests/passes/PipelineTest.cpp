@@ -22,10 +22,12 @@ using namespace attn;
 using attn::testsupport::exampleNames;
 using attn::testsupport::registry;
 
-TEST_CASE("there are seven registered examples", "[pipeline]") {
-  CHECK(exampleNames() == std::vector<std::string>{
-                              "mha", "sigmoid_attn", "relu_attn", "retention",
-                              "mamba2", "simple_gla", "retention_linear"});
+TEST_CASE("there are nine registered examples", "[pipeline]") {
+  CHECK(exampleNames() ==
+        std::vector<std::string>{"mha", "sigmoid_attn", "relu_attn",
+                                 "retention", "alibi_learnable",
+                                 "softcap_learnable", "mamba2", "simple_gla",
+                                 "retention_linear"});
 }
 
 TEST_CASE("the pipeline runs trace, verify, row-reduce, autodiff, simplify, "

@@ -94,7 +94,8 @@ TEST_CASE("check passes every example with the expected rows", "[checker]") {
   std::string Name = GENERATE(from_range(exampleNames()));
   INFO(Name);
   const dsl::DefinitionBase &Def = registry().get(Name);
-  reference::CheckReport R = reference::check(compile(Def));
+  CompiledDefinition C = compile(Def);
+  reference::CheckReport R = reference::check(C);
   INFO(reportText(R));
   CHECK(R.Definition == Name);
   CHECK(R.passed());
@@ -104,17 +105,22 @@ TEST_CASE("check passes every example with the expected rows", "[checker]") {
   }
   if (Def.kind() == ir::DefinitionKind::Transformer) {
     // Three shapes, four block sizes each; masked rows in the first shape;
-    // score_mod's derivatives; every attention example has a backward,
-    // written, which the derived one must match.
+    // score_mod's derivatives; a written backward, which the derived one
+    // must match, or (the learnable examples) a derived one and the
+    // gradients of the inputs that require them.
+    bool Derived = C.Graph->decls().BackwardDerived;
+    CHECK(Derived == (Name == "alibi_learnable" || Name == "softcap_learnable"));
     CHECK(R.Rows.size() == 16);
     CHECK(countRows(R, "score_mod derivatives vs finite differences") == 1);
-    CHECK(countRows(R, "derived backward vs written backward") == 1);
+    CHECK(countRows(R, "derived backward vs written backward") == !Derived);
+    CHECK(countRows(R, "input gradients vs finite differences") == Derived);
     CHECK(countRows(R, "online (block ") == 12);
     for (const char *B : {"online (block 1) ", "online (block 3) ",
                           "online (block 4) ", "online (block 16) "})
       CHECK(countRows(R, B) == 3);
     CHECK(countRows(R, "fully masked rows: o = 0, finals = -inf") == 1);
-    CHECK(countRows(R, "backward vs finite differences") == 1);
+    CHECK(countRows(R, Derived ? "derived backward vs finite differences"
+                               : "backward vs finite differences") == 1);
   } else {
     // Three shapes, with and without an initial state, four chunk sizes.
     CHECK(R.Rows.size() == 24);

@@ -315,9 +315,13 @@ const Node *Derivation::express(const Node *E, const std::string &Where) {
 
 void Derivation::run() {
   S = G.param(ParamKind::Scores, "scores", ir::Type::F32, ir::Space::Tile);
-  P = G.param(ParamKind::Probs, "p", ir::Type::F32, ir::Space::Tile);
+  // In the order the tracer makes them (dp, p, doosum): the printed IR, and
+  // so the variant key, numbers nodes in creation order, and a graph loaded
+  // from JSON (which keeps only reachable nodes) must print as the traced
+  // one does.
   const Node *Dp =
       G.param(ParamKind::GradProbs, "dp", ir::Type::F32, ir::Space::Tile);
+  P = G.param(ParamKind::Probs, "p", ir::Type::F32, ir::Space::Tile);
   const Node *Doosum =
       G.param(ParamKind::Doosum, "doosum", ir::Type::F32, ir::Space::Row);
   Fwd = G.getFunction("forward")->result("p");
