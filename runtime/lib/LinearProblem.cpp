@@ -5,6 +5,7 @@
 #include "attn/codegen/LinearCodegen.h"
 #include "attn/reference/InputBinding.h"
 #include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/DtypeBits.h"
 #include "attn/runtime/Errors.h"
 
 #include <fmt/format.h>
@@ -16,21 +17,6 @@
 namespace attn::runtime {
 
 namespace {
-
-/// Round to nearest even into the 16-bit format (the values are finite).
-uint16_t to16(DType T, double X) {
-  if (T == DType::F16) {
-    _Float16 H = static_cast<_Float16>(static_cast<float>(X));
-    uint16_t B;
-    std::memcpy(&B, &H, 2);
-    return B;
-  }
-  float F = static_cast<float>(X);
-  uint32_t U;
-  std::memcpy(&U, &F, 4);
-  U += 0x7fffu + ((U >> 16) & 1u);
-  return static_cast<uint16_t>(U >> 16);
-}
 
 std::unique_ptr<DeviceAlloc> upload(const void *Host, size_t Bytes,
                                     const char *What) {
@@ -87,7 +73,7 @@ LinearProblem::LinearProblem(const CompiledDefinition &Def,
   std::normal_distribution<double> Normal(0.0, 1.0);
   std::vector<uint16_t> Pool(1 << 16);
   for (uint16_t &P : Pool)
-    P = to16(Sig.Dtype, Normal(Rng));
+    P = toDtypeBits(Sig.Dtype, Normal(Rng));
   uint64_t State = Seed;
   auto Draw = [&State] {
     uint64_t Z = (State += 0x9e3779b97f4a7c15ull);

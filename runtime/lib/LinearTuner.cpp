@@ -6,6 +6,7 @@
 #include "attn/reference/Linear.h"
 #include "attn/runtime/Compiler.h"
 #include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/DtypeBits.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/KernelCache.h"
 #include "attn/runtime/LinearProblem.h"
@@ -45,50 +46,6 @@ codegen::LinearKernelSpec specOf(const LinearSignature &Sig,
   return S;
 }
 
-/// variantKey() once per graph (selectLinearConfig asks on every call with
-/// a tune file), keyed by Graph::serial(), which no other graph reuses.
-std::string cachedVariant(const CompiledDefinition &Def) {
-  static std::mutex Mutex;
-  static std::map<uint64_t, std::string> Keys;
-  uint64_t Serial = Def.Graph->serial();
-  {
-    std::lock_guard<std::mutex> Guard(Mutex);
-    auto It = Keys.find(Serial);
-    if (It != Keys.end())
-      return It->second;
-  }
-  std::string Key = variantKey(Def);
-  std::lock_guard<std::mutex> Guard(Mutex);
-  if (Keys.size() >= 256) // forget graphs that no longer exist
-    for (auto It = Keys.begin(); It != Keys.end();)
-      It = ir::Graph::fromSerial(It->first) ? std::next(It) : Keys.erase(It);
-  return Keys.emplace(Serial, std::move(Key)).first->second;
-}
-
-double fromBits(DType T, uint16_t B) {
-  if (T == DType::F16) {
-    _Float16 H;
-    std::memcpy(&H, &B, 2);
-    return static_cast<double>(H);
-  }
-  uint32_t U = uint32_t(B) << 16;
-  float F;
-  std::memcpy(&F, &U, 4);
-  return F;
-}
-
-double roundTo(DType T, double X) {
-  if (T == DType::F16)
-    return static_cast<double>(static_cast<_Float16>(static_cast<float>(X)));
-  float F = static_cast<float>(X);
-  uint32_t U;
-  std::memcpy(&U, &F, 4);
-  U += 0x7fffu + ((U >> 16) & 1u);
-  U &= 0xffff0000u;
-  std::memcpy(&F, &U, 4);
-  return F;
-}
-
 /// A device tensor of the check problem as a reference tensor [B,H,T,D]
 /// (16-bit, in the signature's layout) or as is (fp32).
 reference::Tensor download(const TensorView &V, Layout L) {
@@ -121,7 +78,7 @@ reference::Tensor download(const TensorView &V, Layout L) {
           int64_t Off = Bshd ? ((b * S + s) * H + h) * Dim + d
                              : ((b * H + h) * S + s) * Dim + d;
           T.Data[size_t(((b * H + h) * S + s) * Dim + d)] =
-              fromBits(Dt, Bits[Off]);
+              fromDtypeBits(Dt, Bits[Off]);
         }
   return T;
 }
@@ -246,7 +203,7 @@ private:
     if (It != Plains.end())
       return It->second;
     DType Dt = Base.Dtype;
-    auto Round = [Dt](double X) { return roundTo(Dt, X); };
+    auto Round = [Dt](double X) { return roundToDtype(Dt, X); };
     Plain P;
     P.Out = reference::linearChunkedModel(Def, In, Chunk, Round, Threads);
     P.Grads = reference::linearChunkedModelBackward(Def, In, DO, std::nullopt,
@@ -261,7 +218,7 @@ private:
     size_t Worst = 0;
     for (size_t I = 0; I < Exact.Data.size(); ++I) {
       double W = Exact.Data[I], G = Got.Data[I];
-      double Pl = Round16 ? roundTo(Base.Dtype, PlainT.Data[I]) : PlainT.Data[I];
+      double Pl = Round16 ? roundToDtype(Base.Dtype, PlainT.Data[I]) : PlainT.Data[I];
       Scale = std::max(Scale, std::fabs(W));
       double E = std::isnan(G) ? std::numeric_limits<double>::infinity()
                                : std::fabs(G - W);
@@ -439,18 +396,8 @@ SearchSpace linearSearchSpace(const CompiledDefinition &Def,
 TuneKey makeLinearTuneKey(const CompiledDefinition &Def,
                           const LinearSignature &Sig, const std::string &Arch,
                           const LinearShape &S, const std::string &Device) {
-  TuneKey K;
-  K.Device = Device;
-  K.Arch = Arch;
-  static const std::string Nvrtc = nvrtcVersion();
-  K.Nvrtc = Nvrtc;
-  K.Skeleton = LinearSkeleton;
-  K.Variant = cachedVariant(Def);
-  K.Dtype = Sig.Dtype;
-  K.HeadDim = Sig.HeadDim;
-  K.HeadDimV = Sig.HeadDimV;
-  K.Bucket = shapeBucket(S.Batch, S.Heads, S.Seq, S.Seq);
-  return K;
+  return tuneKeyFor(Def, LinearSkeleton, Sig.Dtype, Sig.HeadDim, Sig.HeadDimV,
+                    Arch, shapeBucket(S.Batch, S.Heads, S.Seq, S.Seq), Device);
 }
 
 TuneResult tuneLinear(const CompiledDefinition &Def, const LinearSignature &Sig,
@@ -482,42 +429,15 @@ TuneResult tuneLinear(const CompiledDefinition &Def, const LinearSignature &Sig,
   Result.Candidates = searchCandidates(Space, Runner, Opts, Progress);
   Result.Seconds = secondsSince(Start);
 
-  const CandidateResult &Best = Result.Candidates.front();
-  if (Best.Status != CandidateStatus::Timed)
-    throw InternalError(fmt::format(
-        "tuning {}: no linear configuration passed the check against the "
-        "reference (first: {}: {})",
-        Def.Graph->name(), Best.Config, Best.Reason));
-
+  recordSearch(Result, Def.Graph->name(), Opts.RunnersUp);
   TuneEntry &E = Result.Entry;
   E.Key = makeLinearTuneKey(Def, Sig, Arch, S, Dev.Name);
-  E.Definition = Def.Graph->name();
   E.Batch = S.Batch;
   E.Heads = S.Heads;
   E.HeadsKv = S.HeadsQK;
   E.SeqQ = S.Seq;
   E.SeqKv = S.Seq;
   E.TensorLayout = Sig.TensorLayout;
-  for (const CandidateResult &C : Result.Candidates) {
-    if (C.Status == CandidateStatus::SkippedBudget)
-      ++Result.Skipped;
-    if (C.Status != CandidateStatus::Timed)
-      continue;
-    TunedTiming T{C.Config, C.Ms, C.Tflops};
-    if (&C == &Best)
-      E.Best = T;
-    else if (E.RunnersUp.size() < Opts.RunnersUp)
-      E.RunnersUp.push_back(T);
-    if (C.IsDefault)
-      E.Default = T;
-  }
-  E.TuneSeconds = Result.Seconds;
-  std::time_t Now = std::time(nullptr);
-  std::tm Tm{};
-  gmtime_r(&Now, &Tm);
-  char Buf[32];
-  std::strftime(Buf, sizeof Buf, "%Y-%m-%dT%H:%M:%SZ", &Tm);
-  E.TunedAt = Buf;
   return Result;
 }
 

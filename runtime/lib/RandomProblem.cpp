@@ -3,6 +3,7 @@
 #include "attn/runtime/RandomProblem.h"
 
 #include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/DtypeBits.h"
 
 #include <algorithm>
 #include <cstring>
@@ -34,21 +35,6 @@ uint64_t splitmix64(uint64_t &State) {
   Z = (Z ^ (Z >> 30)) * 0xbf58476d1ce4e5b9ull;
   Z = (Z ^ (Z >> 27)) * 0x94d049bb133111ebull;
   return Z ^ (Z >> 31);
-}
-
-/// Round to nearest even into the 16-bit format (the values are finite).
-uint16_t toBits(DType T, double X) {
-  if (T == DType::F16) {
-    _Float16 H = static_cast<_Float16>(static_cast<float>(X));
-    uint16_t B;
-    std::memcpy(&B, &H, 2);
-    return B;
-  }
-  float F = static_cast<float>(X);
-  uint32_t U;
-  std::memcpy(&U, &F, 4);
-  U += 0x7fffu + ((U >> 16) & 1u);
-  return static_cast<uint16_t>(U >> 16);
 }
 
 int64_t inputElements(ir::InputShape S, const TuneShape &P) {
@@ -85,7 +71,7 @@ RandomProblem::RandomProblem(const CompiledDefinition &Def,
   std::normal_distribution<double> Normal(0.0, 1.0);
   std::vector<uint16_t> Pool(1 << 16);
   for (uint16_t &P : Pool)
-    P = toBits(Sig.Dtype, Normal(Rng));
+    P = toDtypeBits(Sig.Dtype, Normal(Rng));
   uint64_t State = Seed;
   std::vector<uint16_t> Host;
   auto Random = [&](int64_t Elems) {

@@ -3,6 +3,7 @@
 #include "TuneRunner.h"
 
 #include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/DtypeBits.h"
 #include "attn/runtime/Errors.h"
 
 #include "llvm/Support/ThreadPool.h"
@@ -18,18 +19,6 @@
 namespace attn::runtime {
 
 namespace {
-
-double fromBits(DType T, uint16_t B) {
-  if (T == DType::F16) {
-    _Float16 H;
-    std::memcpy(&H, &B, 2);
-    return static_cast<double>(H);
-  }
-  uint32_t U = uint32_t(B) << 16;
-  float F;
-  std::memcpy(&F, &U, 4);
-  return F;
-}
 
 /// The check's tolerance on o: the largest error may be this many units of
 /// the dtype's rounding of the largest output (plus tests/gpu's absolute
@@ -170,7 +159,7 @@ std::string GpuCandidateRunner::compare(const std::vector<uint16_t> &Got,
     Partial &P = Parts[Chunk];
     for (size_t R = Chunk; R < Runs.size(); R += Chunks)
       for (size_t I = Runs[R].first, E = I + Runs[R].second; I < E; ++I) {
-        double Want = fromBits(T, RefOut[I]), Have = fromBits(T, Got[I]);
+        double Want = fromDtypeBits(T, RefOut[I]), Have = fromDtypeBits(T, Got[I]);
         double Err = std::fabs(Have - Want);
         if (std::isnan(Err))
           Err = std::numeric_limits<double>::infinity();
@@ -200,8 +189,8 @@ std::string GpuCandidateRunner::compare(const std::vector<uint16_t> &Got,
   if (!(All.MaxErr <= Tol))
     return fmt::format("max |o - reference| = {:.4g} at element {} (got {:.4g}, "
                        "want {:.4g}) > tolerance {:.3g}",
-                       All.MaxErr, All.Worst, fromBits(T, Got[All.Worst]),
-                       fromBits(T, RefOut[All.Worst]), Tol);
+                       All.MaxErr, All.Worst, fromDtypeBits(T, Got[All.Worst]),
+                       fromDtypeBits(T, RefOut[All.Worst]), Tol);
   // Without final rowscales the finals buffer is a placeholder.
   size_t NumFinals = Def.Graph->decls().FinalRowscales.empty()
                          ? 0

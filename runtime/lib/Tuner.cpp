@@ -352,17 +352,26 @@ std::vector<CandidateResult> searchCandidates(const SearchSpace &Space,
 TuneKey makeTuneKey(const CompiledDefinition &Def, const Signature &Sig,
                     const std::string &Arch, const TuneShape &S,
                     const std::string &Device) {
+  return tuneKeyFor(Def, chooseForwardSkeleton(Sig, Arch), Sig.Dtype,
+                    Sig.HeadDim, Sig.HeadDimV, Arch,
+                    shapeBucket(S.Batch, S.Heads, S.SeqQ, S.SeqKv), Device);
+}
+
+TuneKey tuneKeyFor(const CompiledDefinition &Def, const std::string &Skeleton,
+                   DType Dtype, int HeadDim, int HeadDimV,
+                   const std::string &Arch, const ShapeBucket &Bucket,
+                   const std::string &Device) {
   TuneKey K;
   K.Device = Device;
   K.Arch = Arch;
   static const std::string Nvrtc = nvrtcVersion();
   K.Nvrtc = Nvrtc;
-  K.Skeleton = chooseForwardSkeleton(Sig, Arch);
+  K.Skeleton = Skeleton;
   K.Variant = cachedVariantKey(Def);
-  K.Dtype = Sig.Dtype;
-  K.HeadDim = Sig.HeadDim;
-  K.HeadDimV = Sig.HeadDimV;
-  K.Bucket = shapeBucket(S.Batch, S.Heads, S.SeqQ, S.SeqKv);
+  K.Dtype = Dtype;
+  K.HeadDim = HeadDim;
+  K.HeadDimV = HeadDimV;
+  K.Bucket = Bucket;
   return K;
 }
 
@@ -405,38 +414,45 @@ TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
   Result.Candidates = searchForward(Def, Plan, Runner, Opts, Progress);
   Result.Seconds = secondsSince(Start);
 
-  const CandidateResult &Best = Result.Candidates.front();
-  if (Best.Status != CandidateStatus::Timed)
-    throw InternalError(fmt::format(
-        "tuning {}: no configuration passed the check against the reference "
-        "(first: {}: {})",
-        Def.Graph->name(), Best.Config, Best.Reason));
-
+  recordSearch(Result, Def.Graph->name(), Opts.RunnersUp);
   TuneEntry &E = Result.Entry;
   E.Key = makeTuneKey(Def, Sig, Arch, S, Dev.Name);
-  E.Definition = Def.Graph->name();
   E.Batch = S.Batch;
   E.Heads = S.Heads;
   E.HeadsKv = S.HeadsKv;
   E.SeqQ = S.SeqQ;
   E.SeqKv = S.SeqKv;
   E.TensorLayout = Sig.TensorLayout;
-  for (const CandidateResult &C : Result.Candidates) {
+  return Result;
+}
+
+void recordSearch(TuneResult &R, const std::string &Definition,
+                  unsigned RunnersUp) {
+  if (R.Candidates.empty())
+    throw InternalError("tuning " + Definition + ": the search space is empty");
+  const CandidateResult &Best = R.Candidates.front();
+  if (Best.Status != CandidateStatus::Timed)
+    throw InternalError(fmt::format(
+        "tuning {}: no configuration passed the check against the reference "
+        "(first: {}: {})",
+        Definition, Best.Config, Best.Reason));
+  TuneEntry &E = R.Entry;
+  E.Definition = Definition;
+  for (const CandidateResult &C : R.Candidates) {
     if (C.Status == CandidateStatus::SkippedBudget)
-      ++Result.Skipped;
+      ++R.Skipped;
     if (C.Status != CandidateStatus::Timed)
       continue;
     TunedTiming T{C.Config, C.Ms, C.Tflops};
     if (&C == &Best)
       E.Best = T;
-    else if (E.RunnersUp.size() < Opts.RunnersUp)
+    else if (E.RunnersUp.size() < RunnersUp)
       E.RunnersUp.push_back(T);
     if (C.IsDefault)
       E.Default = T;
   }
-  E.TuneSeconds = Result.Seconds;
+  E.TuneSeconds = R.Seconds;
   E.TunedAt = utcNow();
-  return Result;
 }
 
 unsigned tuneRunCount() { return TuneRuns.load(); }

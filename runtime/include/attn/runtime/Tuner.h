@@ -174,6 +174,22 @@ struct TuneResult {
   unsigned Skipped = 0;
 };
 
+/// Completes \p R after a search (R.Candidates sorted, R.Seconds set):
+/// the entry's best, runners-up (up to \p RunnersUp) and default timings,
+/// R.Skipped, the definition's name, the tuning time and the UTC time now.
+/// The caller fills the entry's key and shape. InternalError when no
+/// candidate passed the check: a kernel wrong in every configuration is a
+/// compiler bug.
+void recordSearch(TuneResult &R, const std::string &Definition,
+                  unsigned RunnersUp);
+
+/// A tune key of any skeleton: \p Def's variant key (computed once per
+/// graph), this NVRTC's version, and the fields given.
+TuneKey tuneKeyFor(const CompiledDefinition &Def, const std::string &Skeleton,
+                   DType Dtype, int HeadDim, int HeadDimV,
+                   const std::string &Arch, const ShapeBucket &Bucket,
+                   const std::string &Device);
+
 /// The tune-file key of \p Def under \p Sig for a problem of \p S on the
 /// device named \p Device.
 TuneKey makeTuneKey(const CompiledDefinition &Def, const Signature &Sig,
