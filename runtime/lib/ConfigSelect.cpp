@@ -3,7 +3,6 @@
 #include "attn/runtime/ConfigSelect.h"
 
 #include "attn/runtime/CudaDriver.h"
-#include "attn/runtime/Errors.h"
 #include "attn/runtime/TuneFile.h"
 #include "attn/runtime/Tuner.h"
 
@@ -26,8 +25,9 @@ std::mutex TuneMutex;
 std::optional<std::string> lookup(const Signature &Sig, const TuneKey &K) {
   if (!Sig.TuneFile.empty()) {
     std::shared_ptr<const TuneFileData> Data = cachedTuneFile(Sig.TuneFile);
+    // Entries were checked against their skeleton when the file was read.
     if (const TuneEntry *E = Data->find(K))
-      return validTunedConfig(*E);
+      return E->Best.Config;
     return std::nullopt;
   }
   std::lock_guard<std::mutex> Guard(MemoMutex);
@@ -43,18 +43,6 @@ bool namesConfig(const Signature &Sig) {
 }
 
 } // namespace
-
-std::string validTunedConfig(const TuneEntry &E) {
-  // A tuned entry is parsed before it is used: a hand-edited file with a
-  // configuration of the wrong skeleton is refused, not launched.
-  bool Sm90 = E.Key.Skeleton == "fwd_sm90";
-  if (Sm90 != codegen::Sm90Config::names(E.Best.Config))
-    throw InvalidArgument("tune entry for " + E.Definition + " (skeleton " +
-                          E.Key.Skeleton + ") has configuration '" +
-                          E.Best.Config + "' of another skeleton");
-  return Sm90 ? codegen::Sm90Config::parse(E.Best.Config).str()
-              : codegen::FwdConfig::parse(E.Best.Config).str();
-}
 
 std::string chooseForwardSkeleton(const Signature &Sig,
                                   const std::string &Arch) {
@@ -118,7 +106,7 @@ std::string selectForwardConfig(const BackendProblem &P,
     return *C;
   TuneResult R = tuneForward(P.Def, Sig, P.Arch, S, TuneOptions(),
                              /*Progress=*/nullptr);
-  std::string Best = validTunedConfig(R.Entry);
+  std::string Best = R.Entry.Best.Config;
   if (!Sig.TuneFile.empty()) {
     mergeIntoTuneFile(Sig.TuneFile, {R.Entry});
   } else {

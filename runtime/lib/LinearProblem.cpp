@@ -205,38 +205,4 @@ double LinearProblem::backwardBytes() const {
   return 2.0 * (4 * NQK + 4 * NV);
 }
 
-double medianEventMs(const std::function<void(int)> &Run, int Warmup,
-                     int Repeats) {
-  CudaDriver &D = CudaDriver::get();
-  for (int I = 0; I < Warmup; ++I)
-    Run(I);
-  D.check(D.cuCtxSynchronize(), "warm-up");
-  CUevent E0 = nullptr, E1 = nullptr;
-  D.check(D.cuEventCreate(&E0, 0), "cuEventCreate");
-  if (CUresult R = D.cuEventCreate(&E1, 0); R != CUDA_SUCCESS) {
-    D.cuEventDestroy(E0);
-    D.check(R, "cuEventCreate");
-  }
-  std::vector<float> Ms;
-  try {
-    for (int I = 0; I < std::max(1, Repeats); ++I) {
-      D.check(D.cuEventRecord(E0, nullptr), "cuEventRecord");
-      Run(I);
-      D.check(D.cuEventRecord(E1, nullptr), "cuEventRecord");
-      D.check(D.cuEventSynchronize(E1), "cuEventSynchronize");
-      float X = 0;
-      D.check(D.cuEventElapsedTime(&X, E0, E1), "cuEventElapsedTime");
-      Ms.push_back(X);
-    }
-  } catch (...) {
-    D.cuEventDestroy(E0);
-    D.cuEventDestroy(E1);
-    throw;
-  }
-  D.cuEventDestroy(E0);
-  D.cuEventDestroy(E1);
-  std::sort(Ms.begin(), Ms.end());
-  return Ms[Ms.size() / 2];
-}
-
 } // namespace attn::runtime

@@ -8,6 +8,7 @@
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/DtypeBits.h"
 #include "attn/runtime/Errors.h"
+#include "attn/runtime/EventTiming.h"
 #include "attn/runtime/KernelCache.h"
 #include "attn/runtime/LinearProblem.h"
 
@@ -265,19 +266,10 @@ std::optional<codegen::LinearConfig> lookup(const LinearSignature &Sig,
                                             const TuneKey &K) {
   if (!Sig.TuneFile.empty()) {
     std::shared_ptr<const TuneFileData> Data = cachedTuneFile(Sig.TuneFile);
-    if (const TuneEntry *E = Data->find(K)) {
-      // A hand-edited entry the kernels cannot run is refused, not launched.
-      try {
-        codegen::LinearKernelSpec Spec = specOf(Sig, K.Arch);
-        Spec.Config = codegen::LinearConfig::parse(E->Best.Config);
-        Spec.validate();
-        return Spec.Config;
-      } catch (const UserError &Err) {
-        throw InvalidArgument("tune file " + Sig.TuneFile + ": entry for " +
-                              E->Definition + " (skeleton linear_chunk): " +
-                              Err.what());
-      }
-    }
+    // Entries were checked against their skeleton, dtype, head dims and
+    // arch when the file was read (a bad one is refused there).
+    if (const TuneEntry *E = Data->find(K))
+      return codegen::LinearConfig::parse(E->Best.Config);
     return std::nullopt;
   }
   std::lock_guard<std::mutex> Guard(MemoMutex);

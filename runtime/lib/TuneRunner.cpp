@@ -4,6 +4,7 @@
 
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/DtypeBits.h"
+#include "attn/runtime/EventTiming.h"
 #include "attn/runtime/Errors.h"
 
 #include "llvm/Support/ThreadPool.h"
@@ -212,36 +213,13 @@ double GpuCandidateRunner::time(const std::string &Config) {
   if (!Current || CurrentConfig != Config)
     throw InternalError("GpuCandidateRunner::time(" + Config +
                         ") without a passing check() first");
-  CudaDriver &D = CudaDriver::get();
   int Sets = Problem.sets();
-  for (int I = 0; I < Opts.Warmup; ++I)
-    run(*Current, CurrentSig, TimeCall, I % Sets);
-  D.check(D.cuCtxSynchronize(), "warm-up (tuning)");
-  CUevent E0 = nullptr, E1 = nullptr;
-  D.check(D.cuEventCreate(&E0, 0), "cuEventCreate");
-  D.check(D.cuEventCreate(&E1, 0), "cuEventCreate");
-  std::vector<float> Times;
-  try {
-    for (int I = 0; I < std::max(1, Opts.Repeats); ++I) {
-      D.check(D.cuEventRecord(E0, nullptr), "cuEventRecord");
-      run(*Current, CurrentSig, TimeCall, I % Sets);
-      D.check(D.cuEventRecord(E1, nullptr), "cuEventRecord");
-      D.check(D.cuEventSynchronize(E1), "cuEventSynchronize");
-      float Ms = 0;
-      D.check(D.cuEventElapsedTime(&Ms, E0, E1), "cuEventElapsedTime");
-      Times.push_back(Ms);
-    }
-  } catch (...) {
-    D.cuEventDestroy(E0);
-    D.cuEventDestroy(E1);
-    throw;
-  }
-  D.cuEventDestroy(E0);
-  D.cuEventDestroy(E1);
+  double Ms = medianEventMs(
+      [&](int I) { run(*Current, CurrentSig, TimeCall, I % Sets); },
+      Opts.Warmup, Opts.Repeats);
   Current.reset();
   CurrentConfig.clear();
-  std::sort(Times.begin(), Times.end());
-  return Times[Times.size() / 2];
+  return Ms;
 }
 
 } // namespace attn::runtime

@@ -86,34 +86,6 @@ private:
   size_t Bytes;
 };
 
-/// The median time in ms of \p Repeats calls of \p Run(i) (i counting from
-/// 0), after \p Warmup calls and a synchronisation, each timed alone with
-/// CUDA events on the default stream.
-inline double medianMs(const std::function<void(int)> &Run, int Warmup,
-                       int Repeats) {
-  auto &Drv = runtime::CudaDriver::get();
-  for (int I = 0; I < Warmup; ++I)
-    Run(I);
-  Drv.check(Drv.cuCtxSynchronize(), "warm-up");
-  CUevent E0, E1;
-  Drv.check(Drv.cuEventCreate(&E0, 0), "cuEventCreate");
-  Drv.check(Drv.cuEventCreate(&E1, 0), "cuEventCreate");
-  std::vector<float> Ms;
-  for (int I = 0; I < Repeats; ++I) {
-    Drv.check(Drv.cuEventRecord(E0, nullptr), "cuEventRecord");
-    Run(I);
-    Drv.check(Drv.cuEventRecord(E1, nullptr), "cuEventRecord");
-    Drv.check(Drv.cuEventSynchronize(E1), "cuEventSynchronize");
-    float X = 0;
-    Drv.check(Drv.cuEventElapsedTime(&X, E0, E1), "cuEventElapsedTime");
-    Ms.push_back(X);
-  }
-  Drv.cuEventDestroy(E0);
-  Drv.cuEventDestroy(E1);
-  std::sort(Ms.begin(), Ms.end());
-  return Ms[Ms.size() / 2];
-}
-
 /// The head every bench tool's command line shares: NAME DTYPE and then
 /// integers (B H S D ...), \p MinInts of them at least.
 struct BenchCommand {

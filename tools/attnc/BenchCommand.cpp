@@ -8,6 +8,7 @@
 #include "attn/runtime/ConfigSelect.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
+#include "attn/runtime/EventTiming.h"
 #include "attn/runtime/LinearProblem.h"
 #include "attn/runtime/LinearTuner.h"
 #include "attn/runtime/RandomProblem.h"

@@ -7,6 +7,7 @@
 // DV (the value head dim) defaults to D.
 // NAME is a registered example or mha_full (softmax without mask).
 #include "GpuSupport.h"
+#include "attn/runtime/EventTiming.h"
 
 #include "Examples.h"
 #include "attn/Error.h"
@@ -84,7 +85,7 @@ int main(int Argc, char **Argv) {
                   View(*Bufs[3 * Set + 2], DV), View(Out, DV),
                   NumFinals ? &FV : nullptr, Inputs);
     };
-    double Median = medianMs([&](int I) { Run(I % 3); }, 5, 30);
+    double Median = runtime::medianEventMs([&](int I) { Run(I % 3); }, 5, 30);
     bool Causal = G.decls().HasMask; // every masked example here is causal
     // Q·Kᵀ is 2·S²·D per head, P·V 2·S²·DV.
     double Flops =

@@ -11,6 +11,7 @@
 // is timed. FLOPs: 2.5 x the forward's 4·B·H·S²·D, halved for causal.
 #include "BackwardRunner.h"
 #include "GpuSupport.h"
+#include "attn/runtime/EventTiming.h"
 
 #include "Examples.h"
 #include "attn/Error.h"
@@ -140,7 +141,7 @@ int main(int Argc, char **Argv) {
                                   dQ, dK, dV};
       Bwd.run(Ts, Inputs, Grads);
     };
-    double Median = medianMs([&](int I) { Run(I % 3); }, 5, 30);
+    double Median = runtime::medianEventMs([&](int I) { Run(I % 3); }, 5, 30);
     bool Causal = G.decls().HasMask; // every masked example here is causal
     double Flops = 2.5 * 4.0 * B * H * double(S) * S * D * (Causal ? 0.5 : 1.0);
     std::printf("attnc-bwd %-12s %s B%d H%d S%d D%d %s %s: %.3f ms  %.1f TFLOPS\n",

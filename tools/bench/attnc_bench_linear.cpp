@@ -13,6 +13,7 @@
 
 #include "Examples.h"
 #include "attn/Error.h"
+#include "attn/runtime/EventTiming.h"
 #include "attn/runtime/LinearAttention.h"
 #include "attn/runtime/LinearProblem.h"
 

@@ -10,6 +10,7 @@
 // the kernel cache and times nothing (to compile several binaries' kernels
 // at once before timing them one after another).
 #include "GpuSupport.h"
+#include "attn/runtime/EventTiming.h"
 
 #include "Examples.h"
 #include "attn/Error.h"
@@ -116,7 +117,7 @@ int main(int Argc, char **Argv) {
             Att.forward(View(*Bufs[3 * Set]), View(*Bufs[3 * Set + 1]),
                         View(*Bufs[3 * Set + 2]), View(Out), &FV, {});
           };
-          double Ms = medianMs([&](int I) { Run(I % 3); }, 5, 30);
+          double Ms = runtime::medianEventMs([&](int I) { Run(I % 3); }, 5, 30);
           double Flops = 4.0 * B * kH * double(S) * S * kD * (Causal ? 0.5 : 1.0);
           std::printf("attnc %-8s %s B%d H%d S%d D%d %s %s: %.3f ms  %.1f TFLOPS\n",
                       Causal ? "mha" : "mha_full", dtypeName(T).str().c_str(), B,

@@ -4,7 +4,6 @@
 #define ATTN_RUNTIME_CONFIGSELECT_H
 
 #include "attn/runtime/Backend.h"
-#include "attn/runtime/TuneFile.h"
 
 #include <string>
 
@@ -22,10 +21,6 @@ std::string chooseForwardSkeleton(const Signature &Sig,
 /// Sm90Config::defaultFor or FwdConfig::defaultFor.
 std::string defaultForwardConfig(const std::string &Skeleton,
                                  const Signature &Sig, const std::string &Arch);
-
-/// The best configuration of a tune entry, parsed: InvalidArgument when it
-/// is not a configuration of the entry's skeleton (a hand-edited file).
-std::string validTunedConfig(const TuneEntry &E);
 
 /// The configuration compiled when the generated backend is made, before a
 /// call's shape is known: Sig.Config if it names one, else the skeleton's

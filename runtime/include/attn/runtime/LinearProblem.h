@@ -12,7 +12,6 @@
 #include <cuda.h>
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -85,12 +84,6 @@ private:
   reference::Tensor DecayHost;
   reference::InputValues InputHost;
 };
-
-/// The median time in milliseconds of \p Run(i) for i = 0..Repeats-1, each
-/// call between two CUDA events on the default stream, after \p Warmup
-/// untimed calls and a synchronize.
-double medianEventMs(const std::function<void(int)> &Run, int Warmup,
-                     int Repeats);
 
 } // namespace attn::runtime
 
