@@ -82,6 +82,27 @@ TEST_CASE("attnc tune and bench usage errors exit 2", "[tuning][cli]") {
                  "-o", "x.json"});
   CHECK(H.Exit == 2);
   CHECK_THAT(H.Err, Contains("--qk-heads: 'mha' is not linear attention"));
+  Run I = attnc({"tune", "mha", "--shape", "1,2,128,64", "--skeleton",
+                 "fwd_sm70", "-o", "x.json"});
+  CHECK(I.Exit == 2);
+  CHECK_THAT(I.Err, Contains("--skeleton: expected fwd_sm80 or fwd_sm90, got "
+                             "'fwd_sm70'"));
+}
+
+TEST_CASE("attnc tune --skeleton fwd_sm90 on an arch without it is an error "
+          "before any GPU work",
+          "[tuning][cli]") {
+  Run R = attnc({"tune", "mha", "--shape", "1,2,128,64", "--skeleton",
+                 "fwd_sm90", "--arch", "sm_80", "-o", "x.json"});
+  CHECK(R.Exit == 1);
+  CHECK_THAT(R.Err, Contains("attnc: error: --skeleton fwd_sm90: fwd_sm90 "
+                             "needs arch sm_90a (wgmma, setmaxnreg), not "
+                             "'sm_80'"));
+  Run D = attnc({"tune", "mha", "--shape", "1,2,128,96", "--skeleton",
+                 "fwd_sm90", "--arch", "sm_90a", "-o", "x.json"});
+  CHECK(D.Exit == 1);
+  CHECK_THAT(D.Err, Contains("--skeleton fwd_sm90: head_dim 96 is not "
+                             "supported by fwd_sm90"));
 }
 
 TEST_CASE("attnc tune refuses a tune file it cannot merge into",

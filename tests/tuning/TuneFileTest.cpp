@@ -1,5 +1,6 @@
 // The tune file: buckets, the JSON schema round trip, errors on files that
 // are not tune files, the per-process cache, and concurrent writers.
+#include "attn/codegen/LinearCodegen.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/TuneFile.h"
 
@@ -201,6 +202,39 @@ TEST_CASE("a file that is not a version-1 tune file is an error naming it",
              Contains("$.entries[0].runners_up[0].ms: missing"));
   CHECK_THAT(Error(R"({"version": 1, "entries": [{"key": {"device": "D"}}]})"),
              Contains("$.entries[0].key.arch: missing"));
+  // Each entry's config is checked against its own skeleton.
+  auto WithSkeleton = [](const std::string &Skeleton, const std::string &Arch,
+                         const std::string &Config) {
+    std::string Text = validFileWith(", \"config\": \"" + Config +
+                                     "\", \"ms\": 1, \"tflops\": 2, "
+                                     "\"runners_up\": []");
+    auto Replace = [&Text](const std::string &From, const std::string &To) {
+      Text.replace(Text.find(From), From.size(), To);
+    };
+    Replace("\"skeleton\": \"fwd_sm80\"", "\"skeleton\": \"" + Skeleton + "\"");
+    Replace("\"arch\": \"sm_80\"", "\"arch\": \"" + Arch + "\"");
+    return Text;
+  };
+  CHECK(Error(WithSkeleton("fwd_sm90", "sm_90a", "sm90.m128n128s3")) ==
+        "no error");
+  CHECK_THAT(Error(WithSkeleton("fwd_sm90", "sm_90a", "m64n64w4s2")),
+             Contains("$.entries[0].config: config 'm64n64w4s2' is not an "
+                      "fwd_sm90 one"));
+  CHECK_THAT(Error(WithSkeleton("fwd_sm90", "sm_80", "sm90.m128n128s3")),
+             Contains("fwd_sm90 needs arch sm_90a"));
+  CHECK_THAT(Error(WithSkeleton("fwd_sm80", "sm_80", "sm90.m128n128s3")),
+             Contains("$.entries[0].config: config 'sm90.m128n128s3': "
+                      "expected m<block M>"));
+  CHECK(Error(WithSkeleton(
+            "linear_chunk", "sm_90a",
+            codegen::LinearConfig::defaultFor(64, 64, "sm_90a").str())) ==
+        "no error");
+  CHECK_THAT(Error(WithSkeleton("linear_chunk", "sm_90a", "c64v64w4b8")),
+             Contains("$.entries[0].config: linear config c64v64w4b8: "
+                      "backward warps (8) must split head_dim 64"));
+  CHECK_THAT(Error(WithSkeleton("bwd_sm70", "sm_80", "m64n64w4s2")),
+             Contains("$.entries[0].config: unknown skeleton 'bwd_sm70'; "
+                      "expected fwd_sm80, fwd_sm90 or linear_chunk"));
 }
 
 TEST_CASE("reading: a missing file is empty, a bad one an error",

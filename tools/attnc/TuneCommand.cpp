@@ -114,9 +114,13 @@ int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   // A tune file we could not merge into is refused before any work.
   (void)runtime::readTuneFile(Output);
 
-  runtime::CudaDriver::get().require();
-  const runtime::DeviceInfo &Dev = runtime::currentDevice();
-  std::string KernelArch = Arch.empty() ? Dev.arch() : Arch.getValue();
+  // With --arch, what the skeleton cannot serve is said before the GPU is
+  // asked for.
+  std::string KernelArch = Arch;
+  if (KernelArch.empty()) {
+    runtime::CudaDriver::get().require();
+    KernelArch = runtime::currentDevice().arch();
+  }
   codegen::KernelSpec Spec;
   Spec.Dtype = Sig.Dtype;
   Spec.HeadDim = Sig.HeadDim;
@@ -136,6 +140,7 @@ int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
     Spec.validate();
   }
 
+  runtime::CudaDriver::get().require();
   CompiledDefinition C = compile(Def);
   runtime::TuneShape TS{S.Batch, S.Heads, S.Heads, S.Seq, S.Seq};
   runtime::TuneResult R =
