@@ -68,7 +68,8 @@ private:
   CallOpt<std::string> Skeleton{
       "skeleton",
       cl::desc("fwd_sm80 or fwd_sm90 (default: the one a call runs: fwd_sm90 "
-               "on sm_90a where it supports the head dims)"),
+               "on sm_90a where it supports the head dims); linear_chunk for "
+               "a linear definition"),
       cl::init(""), cl::sub(Sub)};
   CallOpt<int> Repeats{"repeats",
                        cl::desc("Timed calls per candidate (the median "
