@@ -21,8 +21,10 @@ namespace attnc {
 
 /// One thread's view of a consumer warpgroup's S accumulator (m64nN): rows
 /// 16·warp + g and + 8 of the warpgroup's 64, two elements per n8 tile and
-/// row. The four lanes of a quad share a row, as in Sm80ScoreFrag.
-template <int NT, bool kFull> struct Sm90ScoreFrag {
+/// row. The four lanes of a quad share a row, as in Sm80ScoreFrag, and
+/// kInfMasked means what it means there (masked scores hold −∞, every
+/// element reads as active, every lane runs online_fwd for both rows).
+template <int NT, bool kFull, bool kInfMasked = false> struct Sm90ScoreFrag {
   static constexpr int kRows = 2;
   static constexpr int kCols = 2 * NT;
   using ActWord = ActBits<2 * NT>;
@@ -35,13 +37,24 @@ template <int NT, bool kFull> struct Sm90ScoreFrag {
     return col0 + (c >> 1) * 8 + 2 * tq + (c & 1);
   }
   __device__ __forceinline__ bool active(int r, int c) const {
-    if constexpr (kFull)
+    if constexpr (kFull || kInfMasked)
       return true;
     else
       return (act[r] >> c) & 1;
   }
-  __device__ static __forceinline__ float allreduce_max(float x) { return quad_max(x); }
-  __device__ static __forceinline__ float allreduce_sum(float x) { return quad_sum(x); }
+  /// Whole-warp shuffles where every lane runs online_fwd for every row.
+  __device__ static __forceinline__ float allreduce_max(float x) {
+    if constexpr (kFull || kInfMasked)
+      return quad_max_warp(x);
+    else
+      return quad_max(x);
+  }
+  __device__ static __forceinline__ float allreduce_sum(float x) {
+    if constexpr (kFull || kInfMasked)
+      return quad_sum_warp(x);
+    else
+      return quad_sum(x);
+  }
 };
 
 /// The O accumulator (m64nDV) row view for the epilogue.
@@ -331,39 +344,67 @@ struct FwdSm90 {
   }
 
   /// score_mod, mask and online_fwd over one block of S; o_scale per row
-  /// (1 for a row without an active key).
+  /// (1 for a row without an active key). As in fwd_sm80's step: a score_mod
+  /// that is score · c is folded into online_fwd_folded's exp2 FMA, and a
+  /// folded softmax takes masked scores as −∞ and runs branch-free.
   template <bool kFull>
   __device__ static __forceinline__ void
   step(const FwdArgs &a, const typename Variant::Inputs &in, float (&acc_s)[NT][4],
        typename Variant::RowState (&st)[2], bool (&seen)[2], float (&o_scale)[2], int b,
        int h, int row0, int col0, int tq) {
-    using Frag = Sm90ScoreFrag<NT, kFull>;
+    constexpr bool kInf = !kFull && Variant::kScoreScaleFolded;
+    using Frag = Sm90ScoreFrag<NT, kFull, kInf>;
     typename Frag::ActWord act[2];
     Frag f{acc_s, act, row0, col0, tq};
-    // Columns outside, rows inside: each key index is used for both rows
-    // at once instead of being kept live from the first row to the second.
+    bool row_keeps[2] = {false, false}; // kInf: the row keeps a key of this block
     if constexpr (!kFull)
       act[0] = act[1] = 0;
+    // Columns outside, rows inside: each key index is used for both rows
+    // at once instead of being kept live from the first row to the second.
 #pragma unroll
     for (int c = 0; c < 2 * NT; ++c) {
       const int ki = f.col(c);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int qi = f.row(r);
-        f.at(r, c) = Variant::score_mod(in, f.at(r, c), b, h, qi, ki);
-        if constexpr (!kFull)
+        if constexpr (!Variant::kScoreScaleFolded)
+          f.at(r, c) = Variant::score_mod(in, f.at(r, c), b, h, qi, ki);
+        if constexpr (kInf) {
+          const bool keep = ki < a.seq_kv && Variant::mask(in, b, h, qi, ki);
+          f.at(r, c) = keep ? f.at(r, c) : -__int_as_float(0x7f800000);
+          row_keeps[r] |= keep;
+        } else if constexpr (!kFull) {
           act[r] |= typename Frag::ActWord(ki < a.seq_kv && Variant::mask(in, b, h, qi, ki))
                     << c;
+        }
       }
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       o_scale[r] = 1.f;
       bool any = true;
-      if constexpr (!kFull)
+      if constexpr (kInf)
+        any = quad_any(row_keeps[r]);
+      else if constexpr (!kFull)
         any = quad_any(act[r] != 0);
-      if (any) {
-        Variant::online_fwd(in, st[r], f, r, b, h, o_scale[r]);
+      if constexpr (kInf) {
+        // Every lane runs the reductions; a row without a key here gets its
+        // state back, o_scale 1 and P 0.
+        const typename Variant::RowState old = st[r];
+        Variant::online_fwd_folded(in, st[r], f, r, b, h, o_scale[r]);
+        if (!any) {
+          st[r] = old;
+          o_scale[r] = 1.f;
+#pragma unroll
+          for (int c = 0; c < 2 * NT; ++c)
+            f.at(r, c) = 0.f;
+        }
+        seen[r] = seen[r] || any;
+      } else if (any) {
+        if constexpr (Variant::kScoreScaleFolded)
+          Variant::online_fwd_folded(in, st[r], f, r, b, h, o_scale[r]);
+        else
+          Variant::online_fwd(in, st[r], f, r, b, h, o_scale[r]);
         seen[r] = true;
       } else {
 #pragma unroll

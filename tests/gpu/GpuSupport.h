@@ -98,7 +98,8 @@ struct BenchCommand {
 /// on, else the exit status after saying why: 2 for bad usage (\p Usage is
 /// printed), 77 where there is no GPU (ctest's "skipped").
 inline int parseBenchCommand(int Argc, char **Argv, int MinInts,
-                             const char *Usage, BenchCommand &Out) {
+                             const char *Usage, BenchCommand &Out,
+                             bool NeedsGpu = true) {
   if (Argc < 3 + MinInts) {
     std::fprintf(stderr, "usage: %s\n", Usage);
     return 2;
@@ -122,7 +123,7 @@ inline int parseBenchCommand(int Argc, char **Argv, int MinInts,
     return 2;
   }
   auto &Drv = runtime::CudaDriver::get();
-  if (!Drv.available()) {
+  if (NeedsGpu && !Drv.available()) {
     std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
     return 77;
   }
