@@ -70,6 +70,14 @@ struct BwdArgs {
   float *grad_partial;
   float *grad_out[kMaxInputGrads];
   int grad_shape[kMaxInputGrads];
+  /// Fused dQ (BwdConfig::FusedDq, bwd_sm80_fused_dq.cuh): the fp32 partial
+  /// sums [batch·heads][kv_m_blocks·kv_block_m][head_dim], one semaphore per
+  /// (batch·head, query block) and, when the variant masks, per entry of
+  /// kv_list its rank among the key blocks that visit the query block (bit
+  /// 30: the last one). Null in the two-kernel mode.
+  float *dq_accum;
+  int *dq_sem;
+  const int *kv_rank;
 };
 
 /// Arguments of the backward's block-list kernels: the fine classes of
@@ -81,6 +89,10 @@ struct BwdListArgs {
   int *count;
   int *list;
   int groups, fine_m, fine_n, ratio_m, ratio_n, m_blocks, n_blocks;
+  /// Columns of the fused dQ mode only (else null): the rows' lists, made
+  /// first on the same tiling, and the rank of each column entry (BwdArgs).
+  const int *row_count, *row_list;
+  int *rank;
 };
 
 } // namespace attnc

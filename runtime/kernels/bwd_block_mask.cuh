@@ -2,7 +2,9 @@
 // differently (the dQ kernel walks key blocks for a query block, the dK/dV
 // kernel walks query blocks for a key block), so the mask is classified once
 // on a fine grid (classify_blocks of block_mask.cuh) and each kernel's list
-// is made by combining fine blocks into its own, coarser ones.
+// is made by combining fine blocks into its own, coarser ones. In the fused
+// dQ mode both lists use the dK/dV tiling and the columns also carry each
+// entry's rank (the order of dQ's partial sums, bwd_sm80_fused_dq.cuh).
 #ifndef ATTNC_BWD_BLOCK_MASK_CUH
 #define ATTNC_BWD_BLOCK_MASK_CUH
 
@@ -35,6 +37,30 @@ __device__ inline int coarse_class(const BwdListArgs &a, long long group, int m,
   return any ? (all ? 2 : 1) : 0;
 }
 
+/// Fused dQ: for each query block m of key block \p n's column (\p list,
+/// \p count entries), n's rank among the key blocks visiting m, the number
+/// of them above n (m's row list is sorted: a binary search), with bit 30
+/// set when n is the lowest, the last to add (bwd_sm80_fused_dq.cuh). The
+/// rows' lists were made by an earlier launch on the same tiling.
+__device__ inline void column_ranks(const BwdListArgs &a, long long group, int n,
+                                    const int *list, int count) {
+  int *rank = a.rank + (group * a.n_blocks + n) * (long long)a.m_blocks;
+  for (int j = 0; j < count; ++j) {
+    const long long row = group * a.m_blocks + (list[j] & 0x3fffffff);
+    const int len = a.row_count[row];
+    const int *keys = a.row_list + row * a.n_blocks;
+    int lo = 0, hi = len; // first entry whose key block is >= n
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if ((keys[mid] & 0x3fffffff) < n)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    rank[j] = (len - 1 - lo) | (lo == 0 ? (1 << 30) : 0);
+  }
+}
+
 /// grid (ceil(groups·lines / blockDim.x)): one thread lists one coarse row
 /// (kTransposed false: the key blocks of a query block, in increasing order)
 /// or one coarse column (true: the query blocks of a key block). Entries are
@@ -57,6 +83,10 @@ __device__ void compact_coarse_blocks(const BwdListArgs &a) {
       list[count++] = x | (c == 2 ? (1 << 30) : 0);
   }
   a.count[id] = count;
+  if constexpr (kTransposed) {
+    if (a.rank)
+      column_ranks(a, group, line, list, count);
+  }
 }
 
 } // namespace attnc

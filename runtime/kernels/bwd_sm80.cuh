@@ -14,10 +14,13 @@
 // Why a separate dQ kernel rather than adding dS·K from the dK/dV kernel:
 // the sum over key blocks must have a fixed order. Float atomics do not;
 // per-key-block fp32 partials reduced afterwards need Skv/BlockN copies of
-// dQ (17 GB for B·S = 16k, H = 32, S = 4096, D = 128 at 64-key blocks);
-// ordering the additions with per-row-block semaphores makes CTAs wait on
-// each other. Recomputing S and dP in a dQ kernel costs two of the seven
-// matmuls and keeps both kernels free of waits and of workspaces.
+// dQ (17 GB for B·S = 16k, H = 32, S = 4096, D = 128 at 64-key blocks).
+// Recomputing S and dP in a dQ kernel costs two of the seven matmuls and
+// keeps both kernels free of waits and of workspaces. The fused dQ mode
+// (kFusedDq, bwd_sm80_fused_dq.cuh) is the other way: the dK/dV kernel adds
+// dS·K into one fp32 workspace per query block in turn, ordered by
+// semaphores (five matmuls, but waits, fences and the workspace's L2
+// traffic); docs/performance.md has both timed.
 //
 // What the variant decides is a call into the generated Variant: score_mod,
 // mask, forward (P from the modded score and the final rowscales),
@@ -28,6 +31,7 @@
 #define ATTNC_BWD_SM80_CUH
 
 #include "attnc/attention_args.cuh"
+#include "attnc/bwd_sm80_fused_dq.cuh"
 #include "attnc/sm80_primitives.cuh"
 
 namespace attnc {
@@ -61,19 +65,28 @@ template <bool kHasMask> struct BwdBlocks {
   int count;
   const int *list;
   __device__ __forceinline__ int at(int j, bool &full) const {
+    return decode(entry(j), full);
+  }
+  /// The raw entry \p j (0 past the end), for loading ahead of its use.
+  __device__ __forceinline__ int entry(int j) const {
+    if constexpr (kHasMask)
+      return j < count ? list[j] : 0;
+    else
+      return j;
+  }
+  __device__ static __forceinline__ int decode(int e, bool &full) {
     if constexpr (kHasMask) {
-      const int e = list[j];
       full = (e >> 30) & 1;
       return e & 0x3fffffff;
     } else {
       full = true; // no mask; sequence ends are checked per element
-      return j;
+      return e;
     }
   }
 };
 
 template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN,
-          int kWarps, int kStages>
+          int kWarps, int kStages, bool kFusedDq = false>
 struct BwdDkDvSm80 {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kKeysPerWarp = kBlockN / kWarps;
@@ -97,14 +110,19 @@ struct BwdDkDvSm80 {
   static constexpr int kRowFloats = kF + (kDoosum ? 1 : 0);
   static constexpr int kRowBytes = (kBlockM * kRowFloats * 4 + 127) / 128 * 128;
   static constexpr int kStageBytes = QTile::kBytes + OTile::kBytes + kRowBytes;
-  static constexpr int kSmemBytes =
-      KTile::kBytes + VTile::kBytes + kStages * kStageBytes;
+  /// The fused dQ mode (bwd_sm80_fused_dq.cuh) adds the dS tile.
+  using Fused = BwdFusedDq<T, kD, kBlockM, kBlockN, kWarps>;
+  static constexpr int kSmemBytes = KTile::kBytes + VTile::kBytes +
+                                    kStages * kStageBytes +
+                                    (kFusedDq ? Fused::kBytes : 0);
   static_assert(kNumGrads * kWarps * 4 <= kStageBytes,
                 "the input-gradient reduction reuses a ring slot");
 
   __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &in,
                              unsigned char *smem) {
-    const int n_block = blockIdx.x;
+    // Fused dQ: the highest key block first, so that a CTA only waits for
+    // CTAs dispatched before it (bwd_sm80_fused_dq.cuh).
+    const int n_block = kFusedDq ? a.kv_n_blocks - 1 - (int)blockIdx.x : (int)blockIdx.x;
     const int b = blockIdx.y / a.heads_kv, hk = blockIdx.y % a.heads_kv;
     const int group_size = a.heads / a.heads_kv;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -115,6 +133,7 @@ struct BwdDkDvSm80 {
     const u32 s_k = smem_addr(smem);
     const u32 s_v = s_k + KTile::kBytes;
     const u32 s_ring = s_v + VTile::kBytes;
+    const u32 s_ds = s_ring + kStages * kStageBytes;
     unsigned char *ring = smem + KTile::kBytes + VTile::kBytes;
     load_tile_async<KTile, kBlockN, kD, kThreads>(
         s_k, static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh,
@@ -136,19 +155,22 @@ struct BwdDkDvSm80 {
       const int h = hk * group_size + hi;
       const int bh = b * a.heads + h;
       BwdBlocks<Variant::kHasMask> blocks{a.kv_m_blocks, nullptr};
+      const int *ranks = nullptr;
       if constexpr (Variant::kHasMask) {
         const long long line =
             (a.mask_per_head ? (long long)bh : 0LL) * a.kv_n_blocks + n_block;
         blocks.count = a.kv_count[line];
         blocks.list = a.kv_list + line * a.kv_m_blocks;
+        if constexpr (kFusedDq)
+          ranks = a.kv_rank + line * a.kv_m_blocks;
       }
       const unsigned short *q =
           static_cast<const unsigned short *>(a.q) + b * a.q_sb + h * a.q_sh;
       const unsigned short *dout =
           static_cast<const unsigned short *>(a.dout) + b * a.do_sb + h * a.do_sh;
-      auto load = [&](int j) {
+      auto load = [&](int j, int e) { // e: entry j of the list
         bool full;
-        const int row0 = blocks.at(j, full) * kBlockM;
+        const int row0 = blocks.decode(e, full) * kBlockM;
         const u32 s = s_ring + (j % kStages) * kStageBytes;
         load_tile_async<QTile, kBlockM, kD, kThreads>(s, q, a.q_ss, row0, a.seq_q);
         load_tile_async<OTile, kBlockM, kDV, kThreads>(s + QTile::kBytes, dout,
@@ -158,27 +180,55 @@ struct BwdDkDvSm80 {
 #pragma unroll
       for (int s = 0; s < kStages - 1; ++s) {
         if (s < blocks.count)
-          load(s);
+          load(s, blocks.entry(s));
         cp_async_commit(); // always commit: wait_group counts groups
       }
+      // The list entries (and fused ranks) of the next iteration are read a
+      // step ahead: in the fused mode each step's acquire invalidates L1,
+      // and a list read at its use would wait for L2 on every step.
+      int e_cur = blocks.entry(0), e_load = blocks.entry(kStages - 1);
+      int r_cur = 0;
+      if constexpr (kFusedDq && Variant::kHasMask)
+        r_cur = blocks.count > 0 ? ranks[0] : 0;
       for (int j = 0; j < blocks.count; ++j) {
         if (j + kStages - 1 < blocks.count)
-          load(j + kStages - 1);
+          load(j + kStages - 1, e_load);
         cp_async_commit();
         cp_async_wait<kStages - 1>();
         __syncthreads();
         bool full;
-        const int m = blocks.at(j, full);
+        const int m = blocks.decode(e_cur, full);
+        const int r = r_cur;
+        e_cur = blocks.entry(j + 1);
+        e_load = blocks.entry(j + kStages);
+        if constexpr (kFusedDq && Variant::kHasMask)
+          r_cur = j + 1 < blocks.count ? ranks[j + 1] : 0;
         const int slot = (j % kStages) * kStageBytes;
         const float *rows = reinterpret_cast<const float *>(
             ring + slot + QTile::kBytes + OTile::kBytes);
+        // Fused dQ: this key block's place among those visiting m.
+        int rank = 0;
+        bool last = true;
+        if constexpr (kFusedDq) {
+          if constexpr (Variant::kHasMask) {
+            rank = r & 0x3fffffff;
+            last = (r >> 30) & 1;
+          } else {
+            rank = a.kv_n_blocks - 1 - n_block;
+            last = n_block == 0;
+          }
+        }
         if (full)
-          step<true>(a, in, s_k, s_v, s_ring + slot, rows, m, b, h, key0 + warp_key0,
-                     warp_key0, g, tq, acc_dk, acc_dv, gacc);
+          step<true>(a, in, s_k, s_v, s_ring + slot, s_ds, rows, m, b, h, bh,
+                     key0 + warp_key0, warp_key0, g, tq, rank, last, acc_dk, acc_dv,
+                     gacc);
         else
-          step<false>(a, in, s_k, s_v, s_ring + slot, rows, m, b, h, key0 + warp_key0,
-                      warp_key0, g, tq, acc_dk, acc_dv, gacc);
-        __syncthreads(); // the ring slot is refilled next iteration
+          step<false>(a, in, s_k, s_v, s_ring + slot, s_ds, rows, m, b, h, bh,
+                      key0 + warp_key0, warp_key0, g, tq, rank, last, acc_dk, acc_dv,
+                      gacc);
+        __syncthreads(); // the ring slot (and the dS tile) are refilled next
+        if constexpr (kFusedDq)
+          Fused::publish(a, bh, m, rank, last);
       }
       if constexpr (kNumGrads > 0) {
         // One partial per (input, key block, batch·head): warp sums, then
@@ -204,6 +254,9 @@ struct BwdDkDvSm80 {
       }
     }
     cp_async_wait<0>();
+    if constexpr (kFusedDq && Variant::kHasMask)
+      if (blockIdx.x == 0) // never waits: the first of its row
+        Fused::zero_unvisited(a, b, hk);
 
     unsigned short *dk = static_cast<unsigned short *>(a.dk) + b * a.dk_sb + hk * a.dk_sh;
     unsigned short *dv = static_cast<unsigned short *>(a.dv) + b * a.dv_sb + hk * a.dv_sh;
@@ -255,14 +308,18 @@ struct BwdDkDvSm80 {
   }
 
   /// One query block: recompute Sᵀ and dPᵀ for this warp's keys, P and dS
-  /// per element, then dV += Pᵀ·dO and dK += dSᵀ·Q.
+  /// per element, then dV += Pᵀ·dO and dK += dSᵀ·Q; fused dQ: dS to shared
+  /// memory and dS·K added to dQ's sum in turn \p rank.
   template <bool kFull>
   __device__ static __forceinline__ void
   step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s_k, u32 s_v,
-       u32 s_stage, const float *rows, int m, int b, int h, int warp_key, int warp_key0,
-       int g, int tq, float (&acc_dk)[KT][DT][4], float (&acc_dv)[KT][VT][4],
-       float *gacc) {
+       u32 s_stage, u32 s_ds, const float *rows, int m, int b, int h, int bh,
+       int warp_key, int warp_key0, int g, int tq, int rank, bool last,
+       float (&acc_dk)[KT][DT][4], float (&acc_dv)[KT][VT][4], float *gacc) {
     const u32 s_q = s_stage, s_do = s_stage + QTile::kBytes;
+    int seen = 0;
+    if constexpr (kFusedDq)
+      seen = Fused::peek(a, bh, m, rank);
     float acc_s[KT][QT][4], acc_dp[KT][QT][4];
     zero(acc_s);
     zero(acc_dp);
@@ -288,8 +345,21 @@ struct BwdDkDvSm80 {
           acc_s[i][t][e] = p;
           acc_dp[i][t][e] = ds;
         }
+    if constexpr (kFusedDq) {
+#pragma unroll
+      for (int i = 0; i < KT; ++i)
+#pragma unroll
+        for (int t = 0; t < QT; ++t)
+#pragma unroll
+          for (int half = 0; half < 2; ++half)
+            Fused::store_ds(s_ds, t * 8 + 2 * tq, warp_key0 + i * 16 + g + 8 * half,
+                            acc_dp[i][t][2 * half], acc_dp[i][t][2 * half + 1]);
+    }
     warp_mma_pb<T, OTile, KT, VT, kBlockM / 16>(acc_dv, acc_s, s_do, 0);
     warp_mma_pb<T, QTile, KT, DT, kBlockM / 16>(acc_dk, acc_dp, s_q, 0);
+    // acc_s and acc_dp are dead: dQ's registers fit beside dK and dV.
+    if constexpr (kFusedDq)
+      Fused::accumulate(a, s_ds, s_k, b, h, bh, m, rank, last, seen);
   }
 };
 

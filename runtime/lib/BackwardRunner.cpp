@@ -1,5 +1,6 @@
 // BackwardRunner: compile the bwd_sm80 kernels, lay out the workspaces, and
-// launch block lists, doosum, dK/dV, dQ and the input-gradient reduction.
+// launch block lists, doosum, dK/dV, dQ (or, fused, the dQ semaphores'
+// reset) and the input-gradient reduction.
 #include "BackwardRunner.h"
 #include "ForwardLaunch.h"
 
@@ -62,7 +63,10 @@ void BackwardRunner::ensureLoaded() {
   Module.load(Cached, Spec.Arch);
   Pre = Module.function("attnc_bwd_preprocess");
   DkDv = Module.function("attnc_bwd_dkdv");
-  Dq = Module.function("attnc_bwd_dq");
+  if (Config.FusedDq)
+    DqInit = Module.function("attnc_bwd_dq_init");
+  else
+    Dq = Module.function("attnc_bwd_dq");
   Grads = Module.function("attnc_bwd_input_grads");
   Classify = Module.function("attnc_bwd_block_classify");
   Rows = Module.function("attnc_bwd_block_rows");
@@ -74,9 +78,10 @@ void BackwardRunner::ensureLoaded() {
       Config.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals,
                              Def.Info.BackwardUsesDoosum),
       "backward config " + Config.str() + " (dK/dV kernel)");
-  Module.allowSharedBytes(Dq,
-                          Config.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV),
-                          "backward config " + Config.str() + " (dQ kernel)");
+  if (!Config.FusedDq)
+    Module.allowSharedBytes(Dq,
+                            Config.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV),
+                            "backward config " + Config.str() + " (dQ kernel)");
 }
 
 CUdeviceptr BackwardRunner::workspace(size_t Bytes) {
@@ -150,6 +155,18 @@ void BackwardRunner::run(const BackwardTensors &T, const InputMap &Inputs,
   size_t DoosumAt = Doosum ? W.take(size_t(C.B * C.H * C.Sq) * 4) : 0;
   size_t PartialAt =
       W.take(GradInputs.size() * A.kv_n_blocks * size_t(C.B * C.H) * 4);
+  // Fused dQ: fp32 partial sums per head over whole query blocks, one
+  // semaphore per (batch·head, query block) and the column entries' ranks.
+  const bool Fused = K.FusedDq;
+  const size_t SemCount = size_t(C.B * C.H) * A.kv_m_blocks;
+  size_t AccumAt = 0, SemAt = 0, RankAt = 0;
+  if (Fused) {
+    AccumAt = W.take(size_t(C.B * C.H) * A.kv_m_blocks * K.KvBlockM *
+                     size_t(Spec.HeadDim) * 4);
+    SemAt = W.take(SemCount * 4);
+    if (Masked)
+      RankAt = W.take(Groups * A.kv_n_blocks * size_t(A.kv_m_blocks) * 4);
+  }
   size_t ClassesAt = 0, QCountAt = 0, QListAt = 0, KvCountAt = 0, KvListAt = 0;
   if (Masked) {
     ClassesAt = W.take(Groups * FineMBlocks * FineNBlocks);
@@ -165,6 +182,11 @@ void BackwardRunner::run(const BackwardTensors &T, const InputMap &Inputs,
   auto At = [&](size_t Off) { return reinterpret_cast<void *>(Base + Off); };
   A.doosum = Doosum ? static_cast<float *>(At(DoosumAt)) : nullptr;
   A.grad_partial = static_cast<float *>(At(PartialAt));
+  if (Fused) {
+    A.dq_accum = static_cast<float *>(At(AccumAt));
+    A.dq_sem = static_cast<int *>(At(SemAt));
+    A.kv_rank = Masked ? static_cast<int *>(At(RankAt)) : nullptr;
+  }
   for (size_t I = 0; I < GradInputs.size(); ++I) {
     A.grad_out[I] = static_cast<float *>(GradOut.at(GradInputs[I].Name).Data);
     A.grad_shape[I] = GradInputs[I].Shape == ir::InputShape::PerHead ? 1 : 0;
@@ -211,6 +233,11 @@ void BackwardRunner::run(const BackwardTensors &T, const InputMap &Inputs,
     LC.n_blocks = A.kv_n_blocks;
     LC.count = static_cast<int *>(At(KvCountAt));
     LC.list = static_cast<int *>(At(KvListAt));
+    if (Fused) { // same tiling as the rows (BwdConfig::fused)
+      LC.row_count = A.q_count;
+      LC.row_list = A.q_list;
+      LC.rank = const_cast<int *>(A.kv_rank);
+    }
     void *ColParams[] = {&LC};
     D.check(D.cuLaunchKernel(Cols, ceilDiv(Groups * A.kv_n_blocks, 128), 1, 1,
                              128, 1, 1, 0, Stream, ColParams, nullptr),
@@ -225,6 +252,15 @@ void BackwardRunner::run(const BackwardTensors &T, const InputMap &Inputs,
                              1, 1, 0, Stream, Params, nullptr),
             "launch attnc_bwd_preprocess");
   }
+  if (Fused) {
+    // The semaphores start at 0 on every call. dq_accum needs no zeroing:
+    // the first contributor writes without reading. dq rows that no key
+    // block visits are zeroed by the dK/dV kernel (zero_unvisited).
+    void *InitParams[] = {&A};
+    D.check(D.cuLaunchKernel(DqInit, ceilDiv(int64_t(SemCount), 256), 1, 1, 256,
+                             1, 1, 0, Stream, InitParams, nullptr),
+            "launch attnc_bwd_dq_init");
+  }
   int NumFinals = int(G.decls().FinalRowscales.size());
   void *Params[] = {&A, Slots.data()};
   D.check(D.cuLaunchKernel(
@@ -233,11 +269,12 @@ void BackwardRunner::run(const BackwardTensors &T, const InputMap &Inputs,
               K.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum),
               Stream, Params, nullptr),
           "launch attnc_bwd_dkdv");
-  D.check(D.cuLaunchKernel(Dq, A.q_m_blocks, unsigned(C.B * C.H), 1,
-                           32 * K.QWarps, 1, 1,
-                           K.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV), Stream,
-                           Params, nullptr),
-          "launch attnc_bwd_dq");
+  if (!Fused)
+    D.check(D.cuLaunchKernel(Dq, A.q_m_blocks, unsigned(C.B * C.H), 1,
+                             32 * K.QWarps, 1, 1,
+                             K.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV),
+                             Stream, Params, nullptr),
+            "launch attnc_bwd_dq");
   if (!GradInputs.empty()) {
     void *GradParams[] = {&A};
     D.check(D.cuLaunchKernel(Grads, unsigned(GradInputs.size()), 1, 1, 256, 1,

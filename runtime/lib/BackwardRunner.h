@@ -35,8 +35,9 @@ public:
   /// Validates every argument (validateBackwardCall, then the grid limits;
   /// InvalidArgument and nothing launched on a bad one), loads the module
   /// on the first call, and launches on \p Stream without synchronising.
-  /// Workspaces (doosum, block lists, input-gradient partials) belong to
-  /// the runner and are reused: do not run one runner concurrently.
+  /// Workspaces (doosum, block lists, input-gradient partials; in the fused
+  /// dQ mode dQ's fp32 partial sums and semaphores) belong to the runner
+  /// and are reused: do not run one runner concurrently.
   void run(const BackwardTensors &T, const InputMap &Inputs = {},
            const InputGradMap &Grads = {}, CUstream Stream = nullptr);
 
@@ -55,8 +56,8 @@ private:
   codegen::KernelSource Source;
   CacheResult Cached;
   KernelModule Module;
-  CUfunction Pre = nullptr, DkDv = nullptr, Dq = nullptr, Grads = nullptr,
-             Classify = nullptr, Rows = nullptr, Cols = nullptr;
+  CUfunction Pre = nullptr, DkDv = nullptr, Dq = nullptr, DqInit = nullptr,
+             Grads = nullptr, Classify = nullptr, Rows = nullptr, Cols = nullptr;
   CUdeviceptr Work = 0;
   size_t WorkBytes = 0;
 };

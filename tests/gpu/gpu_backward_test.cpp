@@ -6,13 +6,15 @@
 //
 //   gpu_backward_test                  the whole matrix
 //   gpu_backward_test --quick          one small case per definition (also
-//                                      with the two modes below)
+//                                      with the two modes below), and each
+//                                      in the fused dQ mode on several blocks
 //   gpu_backward_test --precompile A   compile every kernel for arch A into
 //                                      the kernel cache (no GPU needed)
 //   gpu_backward_test --dry-run A      compile, and run the references, for
 //                                      arch A without a GPU
 //   ATTNC_GPU_TEST_FILTER=mha          one definition's cases (exact name)
 //   ATTNC_GPU_TEST_VERBOSE=1           where each gradient's largest error is
+#include "BackwardCases.h"
 #include "BackwardCheck.h"
 #include "BackwardRunner.h"
 #include "GpuSupport.h"
@@ -37,86 +39,6 @@ using namespace attn;
 using namespace attn::gputest;
 
 namespace {
-
-struct Case {
-  std::string Def;
-  DType Dt;
-  int D, DV;
-  int B, H, Hkv, Sq, Skv;
-  Layout L;
-  std::string Config;
-};
-
-dsl::AttentionDef makeDefinition(const std::string &Name) {
-  dsl::Registry R;
-  examples::registerExamples(R);
-  if (Name == "mha_window") { // causal with a 100-key sliding window
-    dsl::AttentionDef D = examples::mha();
-    D.name = Name;
-    D.mask_mod = [](dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar q,
-                    dsl::SymbolScalar k) { return (q >= k) & (q - k < 100); };
-    return D;
-  }
-  if (Name == "mha_emptyrows") { // the first rows see no key at all
-    dsl::AttentionDef D = examples::mha();
-    D.name = Name;
-    D.mask_mod = [](dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar q,
-                    dsl::SymbolScalar k) { return k + 5 <= q; };
-    return D;
-  }
-  if (Name == "alibi_learnable")
-    return examples::alibiLearnable();
-  if (Name == "softcap_learnable")
-    return examples::softcapLearnable();
-  return static_cast<const dsl::AttentionDef &>(R.get(Name));
-}
-
-const char *const Definitions[] = {
-    "mha",        "sigmoid_attn",  "relu_attn",       "retention",
-    "mha_window", "mha_emptyrows", "alibi_learnable", "softcap_learnable"};
-
-std::vector<Case> cases(bool Quick) {
-  std::vector<Case> Out;
-  if (Quick) {
-    for (const char *E : Definitions)
-      Out.push_back({E, DType::F16, 64, 64, 1, 2, 1, 70, 70, Layout::BSHD, ""});
-    return Out;
-  }
-  struct Dims {
-    int D, DV;
-  };
-  struct Shape {
-    int B, H, Hkv, S;
-  } Small[] = {{1, 2, 2, 1}, {2, 2, 1, 17}};
-  for (const char *E : Definitions) {
-    bool AllDims = std::string(E) == "mha" || std::string(E) == "mha_window";
-    std::vector<Dims> Ds = {{64, 64}, {128, 128}};
-    if (AllDims)
-      Ds.insert(Ds.end(), {{64, 128}, {128, 256}});
-    for (DType T : {DType::F16, DType::BF16})
-      for (Dims Dm : Ds)
-        for (Shape S : Small)
-          Out.push_back({E, T, Dm.D, Dm.DV, S.B, S.H, S.Hkv, S.S, S.S,
-                         S.S == 1 ? Layout::BHSD : Layout::BSHD, ""});
-  }
-  // A length that is no multiple of any tile, grouped k/v heads.
-  for (const char *E : Definitions)
-    for (DType T : {DType::F16, DType::BF16})
-      Out.push_back({E, T, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD, ""});
-  Out.push_back({"mha", DType::F16, 64, 128, 1, 2, 2, 1000, 1000, Layout::BHSD, ""});
-  Out.push_back({"mha", DType::BF16, 128, 256, 1, 2, 1, 1000, 1000, Layout::BSHD, ""});
-  // Fewer queries than keys and the other way round.
-  Out.push_back({"mha", DType::F16, 64, 64, 1, 2, 2, 130, 257, Layout::BSHD, ""});
-  Out.push_back({"relu_attn", DType::BF16, 64, 64, 1, 2, 2, 257, 130, Layout::BHSD, ""});
-  // Other tilings: 3 stages and unequal fine blocks; the sm_86 default.
-  Out.push_back({"mha_window", DType::F16, 128, 128, 1, 2, 1, 333, 333, Layout::BSHD,
-                 "kv32x64w4.q64x32w4.s3"});
-  Out.push_back({"retention", DType::F16, 128, 128, 1, 2, 2, 333, 333, Layout::BSHD,
-                 "kv64x64w4.q64x64w4.s2"});
-  // One long sequence.
-  Out.push_back({"mha", DType::BF16, 128, 128, 1, 1, 1, 4096, 4096, Layout::BSHD, ""});
-  return Out;
-}
 
 std::string caseName(const Case &C) {
   return fmt::format("{} {} d{}/{} b{} h{}/{} s{}x{} {}{}", C.Def,
@@ -515,12 +437,22 @@ int main(int Argc, char **Argv) {
   const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
   std::vector<Work> Ws;
   uint64_t Seed = 1;
-  for (const Case &C : cases(Quick)) {
+  std::vector<Case> All = cases(Quick);
+  std::vector<uint64_t> Seeds;
+  std::vector<int> WorkOf(All.size(), -1); // index into Ws, for twins
+  for (size_t I = 0; I < All.size(); ++I) {
+    const Case &C = All[I];
     ++Seed; // a case keeps its inputs whatever the filter
+    Seeds.push_back(C.TwinOf >= 0 ? Seeds[C.TwinOf] : Seed);
     if (Filter && C.Def != Filter)
       continue;
-    Ws.emplace_back(C, Seed);
+    WorkOf[I] = int(Ws.size());
+    Ws.emplace_back(C, Seeds.back());
   }
+  // A twin shares its original's references (same seed, same inputs).
+  for (Work &W : Ws)
+    if (W.C.TwinOf >= 0)
+      W.C.TwinOf = WorkOf[W.C.TwinOf];
   // Kernels first (NVRTC, or the cache), in the main thread.
   for (size_t I = 0; I < Ws.size(); ++I)
     try {
@@ -538,7 +470,21 @@ int main(int Argc, char **Argv) {
     }
     return Bad ? 1 : 0;
   }
-  parallelFor(Ws, computeReference);
+  parallelFor(Ws, [](Work &W) {
+    if (W.C.TwinOf < 0)
+      computeReference(W);
+  });
+  for (Work &W : Ws)
+    if (W.C.TwinOf >= 0) {
+      const Work &O = Ws[W.C.TwinOf];
+      if (!O.Error.empty() && W.Error.empty())
+        W.Error = "its twin: " + O.Error;
+      W.Fwd = O.Fwd;
+      W.Check = O.Check;
+      W.Exact = O.Exact;
+      W.ExactFromCheck = O.ExactFromCheck;
+      W.CrossErr = O.CrossErr;
+    }
   int Passed = 0, Failed = 0;
   for (Work &W : Ws) {
     std::string Name = caseName(W.C);

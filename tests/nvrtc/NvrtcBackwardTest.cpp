@@ -11,7 +11,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,8 +37,11 @@ KernelSpec spec(DType T, int D, int DV, const char *Arch) {
 
 /// Generates and compiles the backward; a failure names the key and carries
 /// NVRTC's log. Returns the log (warnings).
-std::string compilesToCubin(const CompiledDefinition &Def, const KernelSpec &Spec) {
-  codegen::KernelSource Src = codegen::generateBackward(Def, Spec);
+std::string compilesToCubin(const CompiledDefinition &Def, const KernelSpec &Spec,
+                            std::optional<BwdConfig> Config = std::nullopt) {
+  codegen::KernelSource Src =
+      Config ? codegen::generateBackward(Def, Spec, *Config)
+             : codegen::generateBackward(Def, Spec);
   INFO("kernel " << Src.Key);
   runtime::CompiledCubin C;
   try {
@@ -54,12 +59,16 @@ std::string compilesToCubin(const CompiledDefinition &Def, const KernelSpec &Spe
 
 /// Each example: sm_90a in f16 and sm_80 in bf16, head dims 64 and 128 —
 /// every dtype, head dim and arch appears while CI (two cores) compiles
-/// four kernels an example rather than eight.
+/// four kernels an example rather than eight. The fused dQ mode twice more:
+/// f16 d128 on sm_90a and bf16 d64 on sm_80.
 void compileMatrix(const DefinitionBase &D) {
   CompiledDefinition Def = compile(D);
   for (auto [T, Arch] : {std::pair{DType::F16, "sm_90a"}, {DType::BF16, "sm_80"}})
     for (int HD : {64, 128})
       compilesToCubin(Def, spec(T, HD, HD, Arch));
+  BwdConfig Fused = BwdConfig::parse("kv64x128w8.fused.s2");
+  compilesToCubin(Def, spec(DType::F16, 128, 128, "sm_90a"), Fused);
+  compilesToCubin(Def, spec(DType::BF16, 64, 64, "sm_80"), Fused);
 }
 
 } // namespace
@@ -88,6 +97,14 @@ TEST_CASE("nvrtc bwd: head dims 64/128 and 128/256, and the 99 KiB archs",
   compilesToCubin(Def, spec(DType::F16, 64, 128, "sm_90a"));
   compilesToCubin(Def, spec(DType::BF16, 128, 256, "sm_80"));
   compilesToCubin(Def, spec(DType::F16, 128, 128, "sm_86"));
+  // The fused dQ mode with 32-row steps (dQ split 2 x 4 over the warps),
+  // and the 99 KiB archs' tiles.
+  compilesToCubin(Def, spec(DType::F16, 64, 128, "sm_90a"),
+                  BwdConfig::parse("kv64x128w8.fused.s2"));
+  compilesToCubin(Def, spec(DType::BF16, 128, 256, "sm_80"),
+                  BwdConfig::parse("kv32x128w8.fused.s2"));
+  compilesToCubin(Def, spec(DType::F16, 128, 128, "sm_86"),
+                  BwdConfig::parse("kv32x64w4.fused.s2"));
 }
 
 TEST_CASE("nvrtc bwd: learnable inputs (input gradients) compile without "
@@ -96,9 +113,12 @@ TEST_CASE("nvrtc bwd: learnable inputs (input gradients) compile without "
   for (const AttentionDef &D :
        {examples::alibiLearnable(), examples::softcapLearnable()}) {
     CompiledDefinition Def = compile(D);
-    std::string Log = compilesToCubin(Def, spec(DType::F16, 128, 128, "sm_80"));
-    INFO(Log);
-    CHECK(Log.empty());
+    for (std::optional<BwdConfig> C :
+         {std::optional<BwdConfig>{}, std::optional{BwdConfig::parse("kv64x128w8.fused.s2")}}) {
+      std::string Log = compilesToCubin(Def, spec(DType::F16, 128, 128, "sm_80"), C);
+      INFO(Log);
+      CHECK(Log.empty());
+    }
   }
 }
 
@@ -118,6 +138,23 @@ TEST_CASE("nvrtc bwd: the source has the entries and the host's constants",
   CHECK_THAT(Src.Source, Contains("Dq::kSmemBytes == " +
                                   std::to_string(C.dqSharedBytes(128, 128))));
   CHECK_THAT(Src.Source, Contains("kNumInputGrads == 2"));
+  CHECK_THAT(Src.Source, Contains("#define ATTNC_BWD_FUSED_DQ 0"));
+
+  // The fused dQ mode: no dQ kernel, a semaphore reset instead, and the
+  // dK/dV kernel's shared memory with the dS tile.
+  BwdConfig F = BwdConfig::parse("kv64x128w8.fused.s2");
+  codegen::KernelSource FS = codegen::generateBackward(Def, S, F);
+  CHECK(FS.Key == "alibi_learnable.bwd_sm80.bf16.d128x128.sm_90a.kv64x128w8.fused.s2");
+  CHECK(std::find(FS.Entries.begin(), FS.Entries.end(), "attnc_bwd_dq") ==
+        FS.Entries.end());
+  CHECK(std::find(FS.Entries.begin(), FS.Entries.end(), "attnc_bwd_dq_init") !=
+        FS.Entries.end());
+  CHECK_THAT(FS.Source, Contains("#define ATTNC_BWD_FUSED_DQ 1"));
+  CHECK_THAT(FS.Source,
+             Contains("DkDv::kSmemBytes == " +
+                      std::to_string(F.dkdvSharedBytes(128, 128, 1, true))));
+  CHECK(F.dkdvSharedBytes(128, 128, 1, true) ==
+        C.dkdvSharedBytes(128, 128, 1, true) + 64 * 128 * 2);
 }
 
 TEST_CASE("bwd config: str and parse round-trip; bad text is refused",
@@ -130,6 +167,18 @@ TEST_CASE("bwd config: str and parse round-trip; bad text is refused",
                     Contains("expected kv<M>x<N>w<warps>"));
   CHECK_THROWS_WITH(BwdConfig::parse("kv64x128w8.q128x64w8.s2 "),
                     Contains("backward config"));
+
+  BwdConfig F = BwdConfig::parse("kv32x128w4.fused.s3");
+  CHECK(F.FusedDq);
+  CHECK(F.str() == "kv32x128w4.fused.s3");
+  // The dQ partial sums use the dK/dV tiles.
+  CHECK((F.QBlockM == 32 && F.QBlockN == 128 && F.QWarps == 4 && F.Stages == 3));
+  CHECK(BwdConfig::parse(F.str()).str() == F.str());
+  CHECK_FALSE(BwdConfig::parse("kv32x64w4.q64x32w4.s3").FusedDq);
+  for (const char *Bad : {"kv64x128w8.fused.s2 ", "kv64x128w8.fused", "kv64x128w8.fused.",
+                          "kv64x128w8.fusedq.s2", "kv64x128w8.fused.s02"})
+    CHECK_THROWS_WITH(BwdConfig::parse(Bad),
+                      Contains("or kv<M>x<N>w<warps>.fused.s<stages>"));
 }
 
 TEST_CASE("bwd config: shared memory formulas", "[bwd][config]") {
@@ -192,6 +241,36 @@ TEST_CASE("bwd spec: unsupported head dims and configurations are refused",
   Stages.Stages = 5;
   CHECK_THAT(Refused(spec(DType::F16, 64, 64, "sm_90a"), Stages),
              Contains("stages must be 2, 3 or 4"));
+
+  // The fused dQ mode.
+  CHECK(Refused(spec(DType::F16, 128, 128, "sm_90a"),
+                BwdConfig::parse("kv64x128w8.fused.s2")) == "accepted");
+  CHECK(Refused(spec(DType::F16, 128, 128, "sm_80"),
+                BwdConfig::parse("kv64x128w8.fused.s2")) == "accepted");
+  // 48 rows are three m16 tiles: no even split over 8 warps.
+  CHECK_THAT(Refused(spec(DType::F16, 128, 128, "sm_90a"),
+                     BwdConfig::parse("kv48x128w8.fused.s2")),
+             Contains("does not split evenly"));
+  // 16 rows x d64 over 8 warps: one n8 tile a warp, not a pair.
+  CHECK_THAT(Refused(spec(DType::F16, 64, 64, "sm_90a"),
+                     BwdConfig::parse("kv16x128w8.fused.s2")),
+             Contains("16 x 64 dQ tile over 8 warps"));
+  BwdConfig Mixed = BwdConfig::parse("kv64x128w8.fused.s2");
+  Mixed.QBlockM = 128;
+  CHECK_THAT(Refused(spec(DType::F16, 128, 128, "sm_90a"), Mixed),
+             Contains("the dQ tiles are the dK/dV kernel's"));
+  // 144 KiB with the dS tile: more than the 99 KiB archs have.
+  CHECK_THAT(Refused(spec(DType::F16, 128, 128, "sm_86"),
+                     BwdConfig::parse("kv64x128w8.fused.s2")),
+             Contains("dK/dV kernel needs 148480 bytes"));
+  // 64 rows x d128 over 4 warps: 64 dQ floats a thread, twice over.
+  CHECK_THAT(Refused(spec(DType::F16, 128, 128, "sm_86"),
+                     BwdConfig::parse("kv64x64w4.fused.s2")),
+             Contains("256 accumulator floats"));
+  // 128-row steps at d128: 64 dQ floats, twice over, beside dK and dV.
+  CHECK_THAT(Refused(spec(DType::F16, 128, 128, "sm_90a"),
+                     BwdConfig::parse("kv128x128w8.fused.s2")),
+             Contains("256 accumulator floats"));
 }
 
 TEST_CASE("bwd codegen: what it cannot generate", "[bwd][config]") {

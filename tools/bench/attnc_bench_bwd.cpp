@@ -6,7 +6,8 @@
 //
 // NAME is a registered example, mha_full (softmax without mask) or
 // alibi_learnable (learned per-head ALiBi slopes and bias, whose gradients
-// are computed too); CONFIG a backward configuration (kv64x128w8.q128x64w8.s2). The forward kernel
+// are computed too); CONFIG a backward configuration (kv64x128w8.q128x64w8.s2,
+// or kv64x128w8.fused.s2 for the fused dQ mode). The forward kernel
 // makes out and the final rowscales once per input set; only the backward
 // is timed. FLOPs: 2.5 x the forward's 4·B·H·S²·D, halved for causal.
 #include "BackwardRunner.h"

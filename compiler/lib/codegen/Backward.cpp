@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <numeric>
 
@@ -34,27 +35,43 @@ int tileBytes(int Rows, int Cols) { return Rows * Cols * 2; }
 
 } // namespace
 
+BwdConfig BwdConfig::fused(int KvBlockM, int KvBlockN, int KvWarps, int Stages) {
+  // dQ's partial sums are tiled as the dK/dV kernel's steps, and the block
+  // lists of both directions are made on that one tiling.
+  BwdConfig C{KvBlockM, KvBlockN, KvWarps, KvBlockM, KvBlockN, KvWarps, Stages};
+  C.FusedDq = true;
+  return C;
+}
+
 std::string BwdConfig::str() const {
+  if (FusedDq)
+    return fmt::format("kv{}x{}w{}.fused.s{}", KvBlockM, KvBlockN, KvWarps, Stages);
   return fmt::format("kv{}x{}w{}.q{}x{}w{}.s{}", KvBlockM, KvBlockN, KvWarps,
                      QBlockM, QBlockN, QWarps, Stages);
 }
 
 BwdConfig BwdConfig::parse(const std::string &Text) {
   BwdConfig C;
-  if (std::sscanf(Text.c_str(), "kv%dx%dw%d.q%dx%dw%d.s%d", &C.KvBlockM,
-                  &C.KvBlockN, &C.KvWarps, &C.QBlockM, &C.QBlockN, &C.QWarps,
-                  &C.Stages) != 7 ||
-      C.str() != Text)
+  int M, N, W, S;
+  if (std::sscanf(Text.c_str(), "kv%dx%dw%d.fused.s%d", &M, &N, &W, &S) == 4)
+    C = fused(M, N, W, S);
+  else if (std::sscanf(Text.c_str(), "kv%dx%dw%d.q%dx%dw%d.s%d", &C.KvBlockM,
+                       &C.KvBlockN, &C.KvWarps, &C.QBlockM, &C.QBlockN,
+                       &C.QWarps, &C.Stages) != 7)
+    C.Stages = -1; // refused below
+  if (C.Stages < 0 || C.str() != Text)
     throw UserError("backward config '" + Text +
-                    "': expected kv<M>x<N>w<warps>.q<M>x<N>w<warps>.s<stages>, "
-                    "e.g. kv64x128w8.q128x64w8.s2");
+                    "': expected kv<M>x<N>w<warps>.q<M>x<N>w<warps>.s<stages> "
+                    "or kv<M>x<N>w<warps>.fused.s<stages>, e.g. "
+                    "kv64x128w8.q128x64w8.s2 or kv64x128w8.fused.s2");
   return C;
 }
 
 int BwdConfig::dkdvSharedBytes(int D, int DV, int NumFinals, bool Doosum) const {
   int RowBytes = (KvBlockM * (NumFinals + (Doosum ? 1 : 0)) * 4 + 127) / 128 * 128;
   return tileBytes(KvBlockN, D) + tileBytes(KvBlockN, DV) +
-         Stages * (tileBytes(KvBlockM, D) + tileBytes(KvBlockM, DV) + RowBytes);
+         Stages * (tileBytes(KvBlockM, D) + tileBytes(KvBlockM, DV) + RowBytes) +
+         (FusedDq ? tileBytes(KvBlockM, KvBlockN) : 0);
 }
 
 int BwdConfig::dqSharedBytes(int D, int DV) const {
@@ -119,16 +136,25 @@ void validateBackward(const KernelSpec &Spec, const BwdConfig &C, int NumFinals,
         "backward config {}: the dK/dV query step must be a multiple of 16 "
         "between 16 and 128",
         Name));
-  if (C.QBlockM % (16 * C.QWarps) != 0 || C.QBlockM > 256)
-    throw UserError(fmt::format(
-        "backward config {}: the dQ query block must be a multiple of 16 x "
-        "warps ({}), at most 256",
-        Name, 16 * C.QWarps));
-  if (C.QBlockN % 16 != 0 || C.QBlockN < 16 || C.QBlockN > 256)
-    throw UserError(fmt::format(
-        "backward config {}: the dQ key step must be a multiple of 16 "
-        "between 16 and 256",
-        Name));
+  if (C.FusedDq) {
+    if (C.QBlockM != C.KvBlockM || C.QBlockN != C.KvBlockN ||
+        C.QWarps != C.KvWarps)
+      throw UserError(fmt::format(
+          "backward config {}: in the fused dQ mode the dQ tiles are the dK/dV "
+          "kernel's (BwdConfig::fused)",
+          Name));
+  } else {
+    if (C.QBlockM % (16 * C.QWarps) != 0 || C.QBlockM > 256)
+      throw UserError(fmt::format(
+          "backward config {}: the dQ query block must be a multiple of 16 x "
+          "warps ({}), at most 256",
+          Name, 16 * C.QWarps));
+    if (C.QBlockN % 16 != 0 || C.QBlockN < 16 || C.QBlockN > 256)
+      throw UserError(fmt::format(
+          "backward config {}: the dQ key step must be a multiple of 16 "
+          "between 16 and 256",
+          Name));
+  }
   if (C.Stages < 2 || C.Stages > 4)
     throw UserError(
         fmt::format("backward config {}: stages must be 2, 3 or 4", Name));
@@ -136,6 +162,22 @@ void validateBackward(const KernelSpec &Spec, const BwdConfig &C, int NumFinals,
   // ptxas (sm_90a) spills 48 bytes at 192 floats a thread and 332 at 224.
   int KT = C.KvBlockN / (16 * C.KvWarps);
   int Floats = KT * (Spec.HeadDim / 2 + Spec.HeadDimV / 2 + C.KvBlockM);
+  if (C.FusedDq) {
+    // dQ's [KvBlockM x D] product splits over the warps as whole m16 row
+    // tiles times pairs of n8 column tiles (BwdFusedDq); its accumulators
+    // and the loaded partial sum replace Sᵀ and dPᵀ beside dK and dV.
+    int RT = C.KvBlockM / 16, CT = Spec.HeadDim / 8;
+    int WR = std::min(RT, C.KvWarps), WC = C.KvWarps / WR;
+    if (RT % WR != 0 || C.KvWarps % WR != 0 || CT % (2 * WC) != 0)
+      throw UserError(fmt::format(
+          "backward config {}: the fused dQ mode splits the {} x {} dQ tile "
+          "over {} warps as whole 16-row tiles times 16-column pairs; this "
+          "query step does not split evenly",
+          Name, C.KvBlockM, Spec.HeadDim, C.KvWarps));
+    int DqFloats = C.KvBlockM * Spec.HeadDim / (32 * C.KvWarps);
+    Floats = KT * (Spec.HeadDim / 2 + Spec.HeadDimV / 2) +
+             std::max(KT * C.KvBlockM, 2 * DqFloats);
+  }
   if (Floats > 224)
     throw UserError(fmt::format(
         "backward config {}: the dK/dV kernel would hold {} accumulator "
@@ -144,7 +186,7 @@ void validateBackward(const KernelSpec &Spec, const BwdConfig &C, int NumFinals,
         Name, Floats, Spec.HeadDim, Spec.HeadDimV));
   int Limit = sharedLimitOf(Spec.Arch);
   int KvBytes = C.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum);
-  int QBytes = C.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV);
+  int QBytes = C.FusedDq ? 0 : C.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV);
   for (auto [What, Bytes] : {std::pair{"dK/dV", KvBytes}, {"dQ", QBytes}})
     if (Bytes > Limit)
       throw UserError(fmt::format(
@@ -194,9 +236,12 @@ KernelSource generateBackward(const CompiledDefinition &Def,
   KernelSource Src;
   Src.Key = backwardKey(Def, Spec, Config);
   Src.Arch = Spec.Arch;
-  Src.Entries = {"attnc_bwd_preprocess",     "attnc_bwd_dkdv",
-                 "attnc_bwd_dq",             "attnc_bwd_input_grads",
-                 "attnc_bwd_block_classify", "attnc_bwd_block_rows",
+  Src.Entries = {"attnc_bwd_preprocess",
+                 "attnc_bwd_dkdv",
+                 Config.FusedDq ? "attnc_bwd_dq_init" : "attnc_bwd_dq",
+                 "attnc_bwd_input_grads",
+                 "attnc_bwd_block_classify",
+                 "attnc_bwd_block_rows",
                  "attnc_bwd_block_cols"};
   std::map<std::string, std::string> Values =
       variantTemplateValues(Def, Spec, Src.Key);
@@ -210,6 +255,7 @@ KernelSource generateBackward(const CompiledDefinition &Def,
   Set("q_warps", Config.QWarps);
   Set("q_threads", 32 * Config.QWarps);
   Set("stages", Config.Stages);
+  Set("fused_dq", Config.FusedDq ? 1 : 0);
   Set("kv_smem",
       Config.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum));
   Set("q_smem", Config.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV));

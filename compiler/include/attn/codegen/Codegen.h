@@ -89,7 +89,8 @@ int referenceSharedBytes(int D);
 std::string forwardKey(const CompiledDefinition &Def, const KernelSpec &Spec);
 
 /// Tile configuration of the sm80 backward skeleton, written
-/// kv{KvBlockM}x{KvBlockN}w{KvWarps}.q{QBlockM}x{QBlockN}w{QWarps}.s{Stages}.
+/// kv{KvBlockM}x{KvBlockN}w{KvWarps}.q{QBlockM}x{QBlockN}w{QWarps}.s{Stages},
+/// or kv{KvBlockM}x{KvBlockN}w{KvWarps}.fused.s{Stages} in the fused dQ mode.
 struct BwdConfig {
   /// dK/dV kernel: KvBlockN keys per CTA, split over KvWarps warps (whole
   /// m16 key tiles per warp); KvBlockM query rows per step of its loop.
@@ -103,13 +104,20 @@ struct BwdConfig {
   int QWarps = 8;
   /// Depth of both kernels' shared-memory rings, 2 to 4.
   int Stages = 2;
-  /// "kv64x128w8.q128x64w8.s2"
+  /// Fused dQ mode: the dK/dV kernel also sums dQ (ordered by per-query-
+  /// block semaphores) and there is no dQ kernel; the Q fields then equal
+  /// the Kv ones (fused() sets them), the tiling of dQ's partial sums.
+  bool FusedDq = false;
+  /// The fused dQ mode with these dK/dV tiles.
+  static BwdConfig fused(int KvBlockM, int KvBlockN, int KvWarps, int Stages);
+  /// "kv64x128w8.q128x64w8.s2", "kv64x128w8.fused.s2"
   std::string str() const;
   /// Parses what str() writes; UserError on anything else.
   static BwdConfig parse(const std::string &Text);
   /// Dynamic shared memory of the dK/dV kernel (K, V, then a ring of Q, dO
-  /// and the rows' \p NumFinals final rowscales plus doosum when \p Doosum)
-  /// and of the dQ kernel (Q, dO, then a ring of K and V), in bytes.
+  /// and the rows' \p NumFinals final rowscales plus doosum when \p Doosum,
+  /// then in the fused mode the dS tile) and of the dQ kernel (Q, dO, then
+  /// a ring of K and V; not launched in the fused mode), in bytes.
   int dkdvSharedBytes(int D, int DV, int NumFinals, bool Doosum) const;
   int dqSharedBytes(int D, int DV) const;
   /// The configuration used when none is given (docs/codegen.md).
@@ -127,8 +135,9 @@ void validateBackward(const KernelSpec &Spec, const BwdConfig &Config,
 /// The sm80 backward kernels for \p Def with \p Config (default:
 /// BwdConfig::defaultFor): the same banner, Inputs and Variant as the
 /// forward, and the entry points attnc_bwd_preprocess (doosum),
-/// attnc_bwd_dkdv, attnc_bwd_dq, attnc_bwd_input_grads,
-/// attnc_bwd_block_classify, attnc_bwd_block_rows and attnc_bwd_block_cols.
+/// attnc_bwd_dkdv, attnc_bwd_dq (attnc_bwd_dq_init in the fused dQ mode),
+/// attnc_bwd_input_grads, attnc_bwd_block_classify, attnc_bwd_block_rows and
+/// attnc_bwd_block_cols.
 /// NotSupportedYet for linear definitions and for gradients of per_row,
 /// per_key and full inputs; UserError without a backward.
 KernelSource generateBackward(const CompiledDefinition &Def,

@@ -1,0 +1,149 @@
+// The cases of gpu_backward_test: the definitions (examples and a few
+// masks made for the test), the quick set and the full matrix, each case
+// in the default configuration and in the fused dQ mode.
+#ifndef ATTNC_TESTS_GPU_BACKWARDCASES_H
+#define ATTNC_TESTS_GPU_BACKWARDCASES_H
+
+#include "Examples.h"
+#include "attn/Pipeline.h"
+#include "attn/dsl/Problem.h"
+#include "attn/dsl/Registry.h"
+
+#include <string>
+#include <vector>
+
+namespace attn::gputest {
+
+struct Case {
+  std::string Def;
+  DType Dt;
+  int D, DV;
+  int B, H, Hkv, Sq, Skv;
+  Layout L;
+  std::string Config;
+  /// A case with the inputs (seed) and therefore the references of case
+  /// TwinOf, in another configuration; -1: none.
+  int TwinOf = -1;
+};
+
+inline dsl::AttentionDef makeDefinition(const std::string &Name) {
+  dsl::Registry R;
+  examples::registerExamples(R);
+  if (Name == "mha_window") { // causal with a 100-key sliding window
+    dsl::AttentionDef D = examples::mha();
+    D.name = Name;
+    D.mask_mod = [](dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar q,
+                    dsl::SymbolScalar k) { return (q >= k) & (q - k < 100); };
+    return D;
+  }
+  if (Name == "mha_emptyrows") { // the first rows see no key at all
+    dsl::AttentionDef D = examples::mha();
+    D.name = Name;
+    D.mask_mod = [](dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar q,
+                    dsl::SymbolScalar k) { return k + 5 <= q; };
+    return D;
+  }
+  if (Name == "mha_emptyblock") { // no key for rows 0-99: whole query blocks
+    dsl::AttentionDef D = examples::mha();
+    D.name = Name;
+    D.mask_mod = [](dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar q,
+                    dsl::SymbolScalar k) { return k + 100 <= q; };
+    return D;
+  }
+  if (Name == "mha_full") { // softmax without a mask
+    dsl::AttentionDef D = examples::mha();
+    D.name = Name;
+    D.mask_mod = {};
+    return D;
+  }
+  if (Name == "alibi_learnable")
+    return examples::alibiLearnable();
+  if (Name == "softcap_learnable")
+    return examples::softcapLearnable();
+  return static_cast<const dsl::AttentionDef &>(R.get(Name));
+}
+
+inline const char *const Definitions[] = {
+    "mha",        "sigmoid_attn",  "relu_attn",       "retention",
+    "mha_window", "mha_emptyrows", "alibi_learnable", "softcap_learnable"};
+
+/// The fused dQ mode's tiles for a case of the default configuration.
+inline std::string fusedConfig(int DV) {
+  return DV > 128 ? "kv32x128w8.fused.s2" : "kv64x128w8.fused.s2";
+}
+
+/// Fused dQ cases with several key blocks a query block (semaphores, ranks),
+/// grouped k/v heads, masks with and without diagonals, and query blocks no
+/// key visits (mha_emptyblock).
+inline void addFusedCases(std::vector<Case> &Out) {
+  for (const char *E : Definitions)
+    Out.push_back({E, DType::F16, 64, 64, 1, 4, 2, 333, 333, Layout::BSHD,
+                   fusedConfig(64)});
+  Out.push_back({"mha_full", DType::F16, 128, 128, 2, 2, 1, 700, 700, Layout::BHSD,
+                 fusedConfig(128)});
+  Out.push_back({"mha_emptyblock", DType::BF16, 128, 128, 1, 2, 1, 333, 333,
+                 Layout::BSHD, fusedConfig(128)});
+  Out.push_back({"mha_window", DType::F16, 128, 128, 1, 2, 2, 333, 333, Layout::BSHD,
+                 "kv32x64w4.fused.s3"});
+}
+
+inline std::vector<Case> cases(bool Quick) {
+  std::vector<Case> Out;
+  if (Quick) {
+    for (const char *E : Definitions)
+      Out.push_back({E, DType::F16, 64, 64, 1, 2, 1, 70, 70, Layout::BSHD, ""});
+    addFusedCases(Out);
+    return Out;
+  }
+  struct Dims {
+    int D, DV;
+  };
+  struct Shape {
+    int B, H, Hkv, S;
+  } Small[] = {{1, 2, 2, 1}, {2, 2, 1, 17}};
+  for (const char *E : Definitions) {
+    bool AllDims = std::string(E) == "mha" || std::string(E) == "mha_window";
+    std::vector<Dims> Ds = {{64, 64}, {128, 128}};
+    if (AllDims)
+      Ds.insert(Ds.end(), {{64, 128}, {128, 256}});
+    for (DType T : {DType::F16, DType::BF16})
+      for (Dims Dm : Ds)
+        for (Shape S : Small)
+          Out.push_back({E, T, Dm.D, Dm.DV, S.B, S.H, S.Hkv, S.S, S.S,
+                         S.S == 1 ? Layout::BHSD : Layout::BSHD, ""});
+  }
+  // A length that is no multiple of any tile, grouped k/v heads.
+  for (const char *E : Definitions)
+    for (DType T : {DType::F16, DType::BF16})
+      Out.push_back({E, T, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD, ""});
+  Out.push_back({"mha", DType::F16, 64, 128, 1, 2, 2, 1000, 1000, Layout::BHSD, ""});
+  Out.push_back({"mha", DType::BF16, 128, 256, 1, 2, 1, 1000, 1000, Layout::BSHD, ""});
+  // Fewer queries than keys and the other way round.
+  Out.push_back({"mha", DType::F16, 64, 64, 1, 2, 2, 130, 257, Layout::BSHD, ""});
+  Out.push_back({"relu_attn", DType::BF16, 64, 64, 1, 2, 2, 257, 130, Layout::BHSD, ""});
+  // Other tilings: 3 stages and unequal fine blocks; the sm_86 default.
+  Out.push_back({"mha_window", DType::F16, 128, 128, 1, 2, 1, 333, 333, Layout::BSHD,
+                 "kv32x64w4.q64x32w4.s3"});
+  Out.push_back({"retention", DType::F16, 128, 128, 1, 2, 2, 333, 333, Layout::BSHD,
+                 "kv64x64w4.q64x64w4.s2"});
+  // One long sequence.
+  Out.push_back({"mha", DType::BF16, 128, 128, 1, 1, 1, 4096, 4096, Layout::BSHD, ""});
+  Out.push_back({"mha_full", DType::F16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD, ""});
+  Out.push_back({"mha_emptyblock", DType::F16, 64, 64, 2, 2, 2, 333, 333, Layout::BSHD, ""});
+  // Every case of the default configuration again in the fused dQ mode
+  // (same inputs: the twin shares the reference), then the fused-only ones.
+  size_t N = Out.size();
+  for (size_t I = 0; I < N; ++I)
+    if (Out[I].Config.empty()) {
+      Case F = Out[I];
+      F.Config = fusedConfig(F.DV);
+      F.TwinOf = int(I);
+      Out.push_back(F);
+    }
+  addFusedCases(Out);
+  return Out;
+}
+
+} // namespace attn::gputest
+
+#endif
