@@ -340,7 +340,7 @@ struct FwdSm90 {
       wgmma_wait<0>();
       release((count - 1) % kStages);
     }
-    epilogue(a, in, acc_o, st, seen, b, h, bh, row0, tq);
+    epilogue(a, in, acc_o, st, seen, b, h, bh, row0, tq, base, wgc);
   }
 
   /// score_mod, mask and online_fwd over one block of S; o_scale per row
@@ -415,11 +415,25 @@ struct FwdSm90 {
   }
 
   /// The variant's epilogue per row, then O and the finals to global memory
-  /// (rows past seq_q are not stored).
+  /// (rows past seq_q are not stored). Where DV <= D, O goes through this
+  /// consumer's own 64 rows of the Q tile (no wgmma of it reads them any
+  /// more, and the other consumer's rows are elsewhere), so that every lane
+  /// stores 16 bytes and a warp whole rows: stored from the accumulator, a
+  /// quad covers 16 bytes of a row and every 32-byte sector is written twice
+  /// (ncu: 48% excess sectors at causal S = 1024, where the epilogue is a
+  /// large part of a CTA's life).
   __device__ static __forceinline__ void
   epilogue(const FwdArgs &a, const typename Variant::Inputs &in, float (&acc_o)[VT][4],
            typename Variant::RowState (&st)[2], bool (&seen)[2], int b, int h, int bh,
-           int row0, int tq) {
+           int row0, int tq, u32 base, int wgc) {
+    // One 64-column slab of O is a [64 rows][64] swizzled tile inside the
+    // matching Q slab, at this consumer's rows.
+    using OSlab = SwizzledTile<64, 64>;
+    constexpr bool kStageO = kDV <= kD;
+    const int lrow0 = (threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4;
+    auto slab_addr = [&](int col_chunk, int lrow) {
+      return base + (col_chunk / 8) * kQSlab + wgc * 64 * 128 + OSlab::offset(lrow, col_chunk % 8);
+    };
     Sm90OutFrag<VT> of{acc_o};
     unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb + h * a.o_sh;
 #pragma unroll
@@ -436,17 +450,31 @@ struct FwdSm90 {
         for (int f = 0; f < Variant::kNumFinals; ++f)
           finals[f] = -__int_as_float(0x7f800000);
       }
-      if (qrow >= a.seq_q)
-        continue;
 #pragma unroll
       for (int t = 0; t < VT; ++t) {
         const u32 packed = pack2<T>(of.at(r, 2 * t), of.at(r, 2 * t + 1));
-        *reinterpret_cast<u32 *>(o + (long long)qrow * a.o_ss + t * 8 + 2 * tq) = packed;
+        if constexpr (kStageO)
+          st_shared_32(slab_addr(t, lrow0 + 8 * r) + 4 * tq, packed);
+        else if (qrow < a.seq_q)
+          *reinterpret_cast<u32 *>(o + (long long)qrow * a.o_ss + t * 8 + 2 * tq) = packed;
       }
-      if (tq == 0)
+      if (tq == 0 && qrow < a.seq_q)
 #pragma unroll
         for (int f = 0; f < Variant::kNumFinals; ++f)
           a.finals[((long long)f * a.batch * a.heads + bh) * a.seq_q + qrow] = finals[f];
+    }
+    if constexpr (kStageO) {
+      named_bar_sync(3 + wgc, 128); // this consumer's warpgroup only
+      constexpr int kChunks = kDV / 8;
+      const int row_base = row0 - lrow0; // the consumer's first row
+#pragma unroll
+      for (int it = 0; it < 64 * kChunks / 128; ++it) {
+        const int i = threadIdx.x % 128 + it * 128;
+        const int r = i / kChunks, c = i % kChunks;
+        if (row_base + r < a.seq_q)
+          st_global_128(o + (long long)(row_base + r) * a.o_ss + c * 8,
+                        ld_shared_128(slab_addr(c, r)));
+      }
     }
   }
 };
