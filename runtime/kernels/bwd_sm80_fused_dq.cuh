@@ -15,12 +15,13 @@
 // and rank(n, m) is the number of key blocks n' > n that visit m, so a CTA
 // only waits for CTAs of its row with a smaller blockIdx.x, dispatched
 // before it (resident or done): no deadlock whatever the grid size. Each
-// CTA walks its query blocks upwards. Without a mask, CTA r is one step
-// behind CTA r − 1 (a ramp of kv_n_blocks steps at the start of a wave,
-// then no waiting: CTAs that finish are replaced in dispatch order). With a
-// causal or sliding-window mask a key block's first query block is its
-// diagonal, where it is the first contributor (rank 0), and key block n + 1
-// reaches query block m two or more steps before key block n: no waiting.
+// CTA walks its query blocks upwards. Without a mask, CTA r is expected to
+// settle about one step behind CTA r − 1 (a ramp at the start, then no
+// waiting: CTAs that finish are replaced in dispatch order). With a causal
+// or sliding-window mask a key block's first query block is its diagonal,
+// where it is the first contributor (rank 0), and key block n + 1 reaches
+// query block m kBlockN / kBlockM steps (two at 64 x 128) before key block
+// n, having started earlier: it should not wait. (Reasoning, not profiled.)
 #ifndef ATTNC_BWD_SM80_FUSED_DQ_CUH
 #define ATTNC_BWD_SM80_FUSED_DQ_CUH
 
