@@ -144,8 +144,8 @@ struct BwdDkDvSm80 {
     cp_async_commit();
 
     float acc_dk[KT][DT][4], acc_dv[KT][VT][4];
-    zero(acc_dk);
-    zero(acc_dv);
+    zero_tiles(acc_dk);
+    zero_tiles(acc_dv);
     float gacc[kNumGrads > 0 ? kNumGrads : 1];
 #pragma unroll
     for (int j = 0; j < (kNumGrads > 0 ? kNumGrads : 1); ++j)
@@ -278,16 +278,6 @@ struct BwdDkDvSm80 {
       }
   }
 
-  template <int A, int B> __device__ static __forceinline__ void zero(float (&x)[A][B][4]) {
-#pragma unroll
-    for (int i = 0; i < A; ++i)
-#pragma unroll
-      for (int j = 0; j < B; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          x[i][j][e] = 0.f;
-  }
-
   /// cp.async of the query rows' final rowscales and doosum; rows past the
   /// end are zero-filled (their elements are invalid anyway).
   __device__ static __forceinline__ void load_rows(const BwdArgs &a, u32 dst, int bh,
@@ -321,8 +311,8 @@ struct BwdDkDvSm80 {
     if constexpr (kFusedDq)
       seen = Fused::peek(a, bh, m, rank);
     float acc_s[KT][QT][4], acc_dp[KT][QT][4];
-    zero(acc_s);
-    zero(acc_dp);
+    zero_tiles(acc_s);
+    zero_tiles(acc_dp);
     warp_mma_abt<T, KTile, QTile, KT, QT, kD / 16>(acc_s, s_k, warp_key0, s_q, 0);
     warp_mma_abt<T, VTile, OTile, KT, QT, kDV / 16>(acc_dp, s_v, warp_key0, s_do, 0);
 #pragma unroll
@@ -446,7 +436,7 @@ struct BwdDqSm80 {
     }
 
     float acc_dq[MT][DT][4];
-    zero(acc_dq);
+    zero_tiles(acc_dq);
     for (int j = 0; j < blocks.count; ++j) {
       if (j + kStages - 1 < blocks.count)
         load(j + kStages - 1);
@@ -479,16 +469,6 @@ struct BwdDqSm80 {
     }
   }
 
-  template <int A, int B> __device__ static __forceinline__ void zero(float (&x)[A][B][4]) {
-#pragma unroll
-    for (int i = 0; i < A; ++i)
-#pragma unroll
-      for (int j = 0; j < B; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          x[i][j][e] = 0.f;
-  }
-
   /// One key block: recompute S and dP for this warp's rows, dS per
   /// element, then dQ += dS·K.
   template <bool kFull>
@@ -499,8 +479,8 @@ struct BwdDqSm80 {
        float (&acc_dq)[MT][DT][4]) {
     const u32 s_v = s_k + KTile::kBytes;
     float acc_s[MT][NT][4], acc_dp[MT][NT][4];
-    zero(acc_s);
-    zero(acc_dp);
+    zero_tiles(acc_s);
+    zero_tiles(acc_dp);
     warp_mma_abt<T, QTile, KTile, MT, NT, kD / 16>(acc_s, s_q, warp_row0, s_k, 0);
     warp_mma_abt<T, OTile, VTile, MT, NT, kDV / 16>(acc_dp, s_do, warp_row0, s_v, 0);
 #pragma unroll

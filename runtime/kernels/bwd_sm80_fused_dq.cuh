@@ -158,22 +158,10 @@ template <class T, int kD, int kBlockM, int kBlockN, int kWarps> struct BwdFused
             ld_cg_f2(acc_ws + (row0 + i * 16 + g + 8 * half) * kD + (tile0 + t) * 8 + 2 * tq,
                      old[i][t][2 * half], old[i][t][2 * half + 1]);
     } else {
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            old[i][t][e] = 0.f;
+      zero_tiles(old);
     }
     float acc[MT][NT][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          acc[i][t][e] = 0.f;
+    zero_tiles(acc);
     warp_mma_ss<T, DsTile, KTile, MT, NT, kBlockN / 16>(acc, s_ds, row0, s_k, tile0);
     // The partial sum of the key blocks before this one, plus this one's
     // product: the same association on every run.

@@ -21,6 +21,24 @@ template <> struct ActBitsOf<32> { using type = u32; };
 template <> struct ActBitsOf<64> { using type = u64; };
 template <int kBits> using ActBits = typename ActBitsOf<kBits>::type;
 
+/// A row's max and sum over its quad, for the score fragments of both
+/// forward skeletons. Where every lane runs online_fwd for every row (full
+/// blocks, and a partial block whose masked scores are −∞) the shuffles name
+/// the whole warp (no convergence check per shuffle); otherwise only the
+/// quads of rows with an unmasked key do.
+template <bool kWholeWarp> __device__ __forceinline__ float quad_row_max(float x) {
+  if constexpr (kWholeWarp)
+    return quad_max_warp(x);
+  else
+    return quad_max(x);
+}
+template <bool kWholeWarp> __device__ __forceinline__ float quad_row_sum(float x) {
+  if constexpr (kWholeWarp)
+    return quad_sum_warp(x);
+  else
+    return quad_sum(x);
+}
+
 /// One warp's S accumulator seen by the variant: kRows rows per thread (two
 /// per m16 tile), kCols elements per row (two per n8 tile). The four lanes of
 /// a quad share each row; allreduce_* combine over them. kInfMasked: a
@@ -52,20 +70,11 @@ template <int MT, int NT, bool kFull, bool kInfMasked = false> struct Sm80ScoreF
     else
       return (act[r] >> c) & 1;
   }
-  /// Where every lane runs online_fwd for every row (full blocks, and
-  /// kInfMasked) the shuffles name the whole warp (no convergence check per
-  /// shuffle); otherwise only the quads of rows with an unmasked key do.
   __device__ static __forceinline__ float allreduce_max(float x) {
-    if constexpr (kFull || kInfMasked)
-      return quad_max_warp(x);
-    else
-      return quad_max(x);
+    return quad_row_max<kFull || kInfMasked>(x);
   }
   __device__ static __forceinline__ float allreduce_sum(float x) {
-    if constexpr (kFull || kInfMasked)
-      return quad_sum_warp(x);
-    else
-      return quad_sum(x);
+    return quad_row_sum<kFull || kInfMasked>(x);
   }
 };
 
@@ -202,13 +211,7 @@ struct FwdSm80 {
     }
 
     float acc_o[MT][VT][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < VT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          acc_o[i][j][e] = 0.f;
+    zero_tiles(acc_o);
     typename Variant::RowState st[2 * MT];
     u32 seen = 0; // bit r: row r has met an unmasked key
 #pragma unroll
@@ -302,13 +305,7 @@ struct FwdSm80 {
         int warp_row0, int col0, int g, int tq, bool full) {
     // S = Q·Kᵀ for this warp's rows.
     float acc_s[MT][NT][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          acc_s[i][t][e] = 0.f;
+    zero_tiles(acc_s);
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
       u32 qf[MT][4];

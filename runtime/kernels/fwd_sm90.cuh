@@ -42,18 +42,11 @@ template <int NT, bool kFull, bool kInfMasked = false> struct Sm90ScoreFrag {
     else
       return (act[r] >> c) & 1;
   }
-  /// Whole-warp shuffles where every lane runs online_fwd for every row.
   __device__ static __forceinline__ float allreduce_max(float x) {
-    if constexpr (kFull || kInfMasked)
-      return quad_max_warp(x);
-    else
-      return quad_max(x);
+    return quad_row_max<kFull || kInfMasked>(x);
   }
   __device__ static __forceinline__ float allreduce_sum(float x) {
-    if constexpr (kFull || kInfMasked)
-      return quad_sum_warp(x);
-    else
-      return quad_sum(x);
+    return quad_row_sum<kFull || kInfMasked>(x);
   }
 };
 

@@ -214,6 +214,17 @@ __device__ __forceinline__ void load_tile_async(u32 smem, const unsigned short *
   }
 }
 
+/// Zero-fills an [A][B] array of mma accumulator tiles.
+template <int A, int B> __device__ __forceinline__ void zero_tiles(float (&x)[A][B][4]) {
+#pragma unroll
+  for (int i = 0; i < A; ++i)
+#pragma unroll
+    for (int j = 0; j < B; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        x[i][j][e] = 0.f;
+}
+
 /// One warp's acc[MT][NT] += A·Bᵀ over kK16 steps of 16 along K, both
 /// operands row-major (K contiguous) in swizzled shared tiles: A's rows
 /// [a_row0, a_row0 + 16·MT), B's rows [b_row0, b_row0 + 8·NT). This is
