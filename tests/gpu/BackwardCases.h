@@ -5,6 +5,7 @@
 #define ATTNC_TESTS_GPU_BACKWARDCASES_H
 
 #include "Examples.h"
+#include "TestDefinitions.h"
 #include "attn/Pipeline.h"
 #include "attn/dsl/Problem.h"
 #include "attn/dsl/Registry.h"
@@ -25,43 +26,6 @@ struct Case {
   /// TwinOf, in another configuration; -1: none.
   int TwinOf = -1;
 };
-
-inline dsl::AttentionDef makeDefinition(const std::string &Name) {
-  dsl::Registry R;
-  examples::registerExamples(R);
-  if (Name == "mha_window") { // causal with a 100-key sliding window
-    dsl::AttentionDef D = examples::mha();
-    D.name = Name;
-    D.mask_mod = [](dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar q,
-                    dsl::SymbolScalar k) { return (q >= k) & (q - k < 100); };
-    return D;
-  }
-  if (Name == "mha_emptyrows") { // the first rows see no key at all
-    dsl::AttentionDef D = examples::mha();
-    D.name = Name;
-    D.mask_mod = [](dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar q,
-                    dsl::SymbolScalar k) { return k + 5 <= q; };
-    return D;
-  }
-  if (Name == "mha_emptyblock") { // no key for rows 0-99: whole query blocks
-    dsl::AttentionDef D = examples::mha();
-    D.name = Name;
-    D.mask_mod = [](dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar q,
-                    dsl::SymbolScalar k) { return k + 100 <= q; };
-    return D;
-  }
-  if (Name == "mha_full") { // softmax without a mask
-    dsl::AttentionDef D = examples::mha();
-    D.name = Name;
-    D.mask_mod = {};
-    return D;
-  }
-  if (Name == "alibi_learnable")
-    return examples::alibiLearnable();
-  if (Name == "softcap_learnable")
-    return examples::softcapLearnable();
-  return static_cast<const dsl::AttentionDef &>(R.get(Name));
-}
 
 inline const char *const Definitions[] = {
     "mha",        "sigmoid_attn",  "relu_attn",       "retention",

@@ -5,6 +5,7 @@
 // case with the default configuration also runs fwd_sm80, forced with the
 // configuration "sm80". Exits 77 (ctest: skipped) where there is no GPU.
 #include "GpuSupport.h"
+#include "TestDefinitions.h"
 
 #include "Examples.h"
 #include "attn/Error.h"
@@ -34,33 +35,6 @@ struct Case {
   std::string Config;
 };
 
-/// Definitions beyond the examples: a sliding window and one whose first
-/// rows see no key at all (fully masked rows).
-dsl::AttentionDef makeDefinition(const std::string &Name) {
-  dsl::Registry R;
-  examples::registerExamples(R);
-  if (Name == "mha_window") {
-    dsl::AttentionDef D = examples::mha();
-    D.name = Name;
-    D.mask_mod = [](dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar q,
-                    dsl::SymbolScalar k) { return (q >= k) & (q - k < 100); };
-    return D;
-  }
-  if (Name == "mha_emptyrows") {
-    dsl::AttentionDef D = examples::mha();
-    D.name = Name;
-    D.mask_mod = [](dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar q,
-                    dsl::SymbolScalar k) { return k + 5 <= q; };
-    return D;
-  }
-  if (Name == "mha_full") {
-    dsl::AttentionDef D = examples::mha();
-    D.name = Name;
-    D.mask_mod = {};
-    return D;
-  }
-  return static_cast<const dsl::AttentionDef &>(R.get(Name));
-}
 
 /// q/k/v in the kernel's layout as 16-bit words, and the same values as a
 /// [B,H,S,D] reference tensor.

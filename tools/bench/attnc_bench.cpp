@@ -5,11 +5,13 @@
 //   attnc_bench NAME DTYPE B H S D [DV] [CONFIG]
 //
 // DV (the value head dim) defaults to D.
-// NAME is a registered example or mha_full (softmax without mask).
+// NAME is a registered example or one of the GPU tests' definitions
+// (tests/gpu/TestDefinitions.h: mha_full is softmax without a mask).
 // With ATTNC_BENCH_COMPILE_ONLY=ARCH (e.g. sm_90a) it only compiles the
 // kernel for ARCH into the kernel cache and exits: no GPU is needed, so a
 // cache for a device run can be filled on the build machine.
 #include "GpuSupport.h"
+#include "TestDefinitions.h"
 #include "attn/runtime/EventTiming.h"
 
 #include "Examples.h"
@@ -38,16 +40,7 @@ int main(int Argc, char **Argv) {
     int B = Cmd.Ints[0], H = Cmd.Ints[1], S = Cmd.Ints[2], D = Cmd.Ints[3];
     int DV = Cmd.Ints.size() > 4 ? Cmd.Ints[4] : D;
     int ConfigArg = 3 + int(Cmd.Ints.size()); // the first argument after the sizes
-    dsl::Registry R;
-    examples::registerExamples(R);
-    dsl::AttentionDef Def =
-        Name == "mha_full"
-            ? examples::mha()
-            : static_cast<const dsl::AttentionDef &>(R.get(Name));
-    if (Name == "mha_full") {
-      Def.name = "mha_full";
-      Def.mask_mod = {};
-    }
+    dsl::AttentionDef Def = makeDefinition(Name);
     runtime::Signature Sig;
     Sig.Dtype = T;
     Sig.HeadDim = D;

@@ -4,14 +4,16 @@
 //
 //   attnc_bench_bwd NAME DTYPE B H S D [CONFIG]
 //
-// NAME is a registered example, mha_full (softmax without mask) or
-// alibi_learnable (learned per-head ALiBi slopes and bias, whose gradients
-// are computed too); CONFIG a backward configuration (kv64x128w8.q128x64w8.s2,
+// NAME is a registered example (alibi_learnable: learned per-head ALiBi
+// slopes and bias, whose gradients are computed too) or one of the GPU
+// tests' definitions (tests/gpu/TestDefinitions.h: mha_full is softmax
+// without a mask); CONFIG a backward configuration (kv64x128w8.q128x64w8.s2,
 // or kv64x128w8.fused.s2 for the fused dQ mode). The forward kernel
 // makes out and the final rowscales once per input set; only the backward
 // is timed. FLOPs: 2.5 x the forward's 4·B·H·S²·D, halved for causal.
 #include "BackwardRunner.h"
 #include "GpuSupport.h"
+#include "TestDefinitions.h"
 #include "attn/runtime/EventTiming.h"
 
 #include "Examples.h"
@@ -37,17 +39,7 @@ int main(int Argc, char **Argv) {
     const std::string &Name = Cmd.Name;
     DType T = Cmd.Dtype;
     int B = Cmd.Ints[0], H = Cmd.Ints[1], S = Cmd.Ints[2], D = Cmd.Ints[3];
-    dsl::Registry R;
-    examples::registerExamples(R);
-    dsl::AttentionDef Def =
-        Name == "mha_full"          ? examples::mha()
-        : Name == "alibi_learnable" ? examples::alibiLearnable()
-                                    : static_cast<const dsl::AttentionDef &>(
-                                          R.get(Name));
-    if (Name == "mha_full") {
-      Def.name = "mha_full";
-      Def.mask_mod = {};
-    }
+    dsl::AttentionDef Def = makeDefinition(Name);
     runtime::Signature Sig;
     Sig.Dtype = T;
     Sig.HeadDim = D;
