@@ -36,20 +36,7 @@ private:
 
   CallSubCommand Sub{"bench", "Time a forward kernel (linear attention: "
                               "forward and backward) on this GPU"};
-  CallOpt<std::string> Name{cl::Positional, cl::desc("<definition>"),
-                            cl::Required, cl::sub(Sub)};
-  CallOpt<std::string> Shape{
-      "shape", cl::desc("B,H,S,D[,DV]: batch, heads, sequence length, head "
-                        "dims"),
-      cl::value_desc("B,H,S,D[,DV]"), cl::init(""), cl::sub(Sub)};
-  CallOpt<int> QkHeads{
-      "qk-heads",
-      cl::desc("Linear attention: q/k heads, a divisor of H (default H)"),
-      cl::value_desc("N"), cl::init(0), cl::sub(Sub)};
-  CallOpt<std::string> Dtype{"dtype", cl::desc("f16 or bf16"),
-                             cl::init("f16"), cl::sub(Sub)};
-  CallOpt<std::string> LayoutOpt{"layout", cl::desc("bshd or bhsd"),
-                                 cl::init("bshd"), cl::sub(Sub)};
+  ProblemOptions ProblemArgs{Sub};
   CallOpt<std::string> TuneFile{
       "tune-file", cl::desc("Use the tuned configuration from this file"),
       cl::value_desc("tune.json"), cl::init(""), cl::sub(Sub)};
@@ -58,12 +45,9 @@ private:
                                        "or, for linear attention, c64v64w4b8 "
                                        "(wins over --tune-file)"),
                               cl::init(""), cl::sub(Sub)};
-  CallOpt<std::string> Backend{
-      "backend", cl::desc("generated or reference (default: automatic)"),
-      cl::init(""), cl::sub(Sub)};
-  CallOpt<std::string> Arch{"arch",
-                            cl::desc("Kernel arch (default: the GPU's)"),
-                            cl::init(""), cl::sub(Sub)};
+  CallOpt<std::string> Backend{"backend",
+                               cl::desc("generated or reference (default: automatic)"),
+                               cl::init(""), cl::sub(Sub)};
   CallOpt<int> Warmup{"warmup", cl::desc("Untimed calls first"), cl::init(5),
                       cl::sub(Sub)};
   CallOpt<int> Repeats{"repeats",
@@ -72,36 +56,36 @@ private:
 };
 
 int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
-  if (Shape.empty())
+  if (ProblemArgs.Shape.empty())
     throw UsageError("bench: --shape B,H,S,D[,DV] is required");
-  ShapeArg S = parseShapeArg(Shape);
+  ShapeArg S = parseShapeArg(ProblemArgs.Shape);
   runtime::Signature Sig;
-  Sig.Dtype = parseDtypeArg(Dtype);
-  Sig.TensorLayout = parseLayoutArg(LayoutOpt);
+  Sig.Dtype = parseDtypeArg(ProblemArgs.Dtype);
+  Sig.TensorLayout = parseLayoutArg(ProblemArgs.LayoutOpt);
   Sig.HeadDim = S.HeadDim;
   Sig.HeadDimV = S.HeadDimV;
   Sig.Config = Config;
   Sig.TuneFile = TuneFile;
   Sig.Backend = Backend;
-  Sig.Arch = Arch;
+  Sig.Arch = ProblemArgs.Arch;
   if (!Backend.empty() && Backend != "generated" && Backend != "reference")
     throw UsageError("--backend '" + Backend +
                      "': expected generated or reference");
   if (Warmup < 0 || Repeats < 1)
     throw UsageError("--warmup must be >= 0 and --repeats >= 1");
 
-  const dsl::DefinitionBase &Def = Registry.get(Name);
+  const dsl::DefinitionBase &Def = Registry.get(ProblemArgs.Name);
   if (Def.kind() == ir::DefinitionKind::Linear)
     return runLinear(Def, S, OS);
-  if (QkHeads != 0)
-    throw UsageError("--qk-heads: '" + Name +
+  if (ProblemArgs.QkHeads != 0)
+    throw UsageError("--qk-heads: '" + ProblemArgs.Name +
                      "' is not linear attention (it has no q/k head groups)");
   if (!Config.empty())
     (void)codegen::FwdConfig::parse(Config);
   runtime::CudaDriver &D = runtime::CudaDriver::get();
   D.require();
-  std::string KernelArch =
-      Arch.empty() ? runtime::currentDevice().arch() : Arch.getValue();
+  std::string KernelArch = ProblemArgs.Arch.empty() ? runtime::currentDevice().arch()
+                                                    : ProblemArgs.Arch.getValue();
 
   runtime::Attention Att(Def, Sig);
   const CompiledDefinition &C = Att.definition();
@@ -153,22 +137,22 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   double Flops = runtime::forwardFlops(C, TS, S.HeadDim, S.HeadDimV);
   OS << fmt::format("{} {} b{} h{} s{} d{}/{} {} {}: {}: {:.3f} ms  {:.1f} "
                     "TFLOPS\n",
-                    Name.getValue(), dtypeName(Sig.Dtype).str(), S.Batch,
+                    ProblemArgs.Name.getValue(), dtypeName(Sig.Dtype).str(), S.Batch,
                     S.Heads, S.Seq, S.HeadDim, S.HeadDimV,
-                    layoutName(Sig.TensorLayout).str(),
-                    Masked ? "masked" : "full", What, Median,
-                    Flops / (Median * 1e-3) / 1e12);
+                    layoutName(Sig.TensorLayout).str(), Masked ? "masked" : "full", What,
+                    Median, Flops / (Median * 1e-3) / 1e12);
   return 0;
 }
 
 int BenchCommand::runLinear(const dsl::DefinitionBase &Def,
                             const ShapeArg &S, llvm::raw_ostream &OS) {
   if (!Backend.empty())
-    throw UsageError("--backend '" + Backend + "': '" + Name +
+    throw UsageError("--backend '" + Backend + "': '" + ProblemArgs.Name +
                      "' is linear attention, which has the generated "
                      "kernels only");
   LinearCommandArgs A =
-      linearCommandArgs(S, QkHeads, Dtype, LayoutOpt, Config, Arch);
+      linearCommandArgs(S, ProblemArgs.QkHeads, ProblemArgs.Dtype, ProblemArgs.LayoutOpt,
+                        Config, ProblemArgs.Arch);
   A.Sig.TuneFile = TuneFile;
   runtime::CudaDriver::get().require();
 
@@ -193,10 +177,10 @@ int BenchCommand::runLinear(const dsl::DefinitionBase &Def,
       [&](int I) { P.backward(Lin, I % P.sets()); }, Warmup, Repeats);
   OS << fmt::format("{} {} {} d{}/{} {}: {} ({}): fwd {:.3f} ms  {:.0f} GB/s  "
                     "bwd {:.3f} ms  {:.0f} GB/s\n",
-                    Name.getValue(), dtypeName(A.Sig.Dtype).str(),
+                    ProblemArgs.Name.getValue(), dtypeName(A.Sig.Dtype).str(),
                     runtime::linearShapeText(A.Shape), S.HeadDim, S.HeadDimV,
-                    layoutName(A.Sig.TensorLayout).str(), Cfg.str(), From,
-                    FwdMs, P.forwardBytes() / FwdMs / 1e6, BwdMs,
+                    layoutName(A.Sig.TensorLayout).str(), Cfg.str(), From, FwdMs,
+                    P.forwardBytes() / FwdMs / 1e6, BwdMs,
                     P.backwardBytes() / BwdMs / 1e6);
   return 0;
 }

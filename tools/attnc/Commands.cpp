@@ -8,6 +8,20 @@ namespace attn {
 
 Command::~Command() = default;
 
+namespace cl = llvm::cl;
+
+ProblemOptions::ProblemOptions(cl::SubCommand &Sub)
+    : Name(cl::Positional, cl::desc("<definition>"), cl::Required, cl::sub(Sub)),
+      Shape("shape", cl::desc("B,H,S,D[,DV]: batch, heads, sequence length, head dims"),
+            cl::value_desc("B,H,S,D[,DV]"), cl::init(""), cl::sub(Sub)),
+      QkHeads("qk-heads",
+              cl::desc("Linear attention: q/k heads, a divisor of H (default H)"),
+              cl::value_desc("N"), cl::init(0), cl::sub(Sub)),
+      Dtype("dtype", cl::desc("f16 or bf16"), cl::init("f16"), cl::sub(Sub)),
+      LayoutOpt("layout", cl::desc("bshd or bhsd"), cl::init("bshd"), cl::sub(Sub)),
+      Arch("arch", cl::desc("Kernel arch (default: the GPU's)"), cl::init(""),
+           cl::sub(Sub)) {}
+
 ShapeArg parseShapeArg(const std::string &Text) {
   llvm::SmallVector<llvm::StringRef, 5> Parts;
   llvm::StringRef(Text).split(Parts, ',');

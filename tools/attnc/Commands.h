@@ -37,6 +37,19 @@ public:
 template <typename T> using CallOpt = CallOption<llvm::cl::opt<T>>;
 template <typename T> using CallList = CallOption<llvm::cl::list<T>>;
 
+/// The options that name a problem, shared by `tune` and `bench`: the
+/// definition, --shape, --qk-heads, --dtype, --layout and --arch, registered
+/// on \p Sub.
+struct ProblemOptions {
+  explicit ProblemOptions(llvm::cl::SubCommand &Sub);
+  CallOpt<std::string> Name;
+  CallOpt<std::string> Shape;
+  CallOpt<int> QkHeads;
+  CallOpt<std::string> Dtype;
+  CallOpt<std::string> LayoutOpt;
+  CallOpt<std::string> Arch;
+};
+
 /// A command line that parses but asks for something impossible (an unknown
 /// pass, a malformed --shape): bad usage, exit status 2.
 class UsageError : public UserError {

@@ -35,20 +35,7 @@ private:
 
   CallSubCommand Sub{"tune", "Tune a forward kernel's tile configuration "
                              "on this GPU and write it to a tune file"};
-  CallOpt<std::string> Name{cl::Positional, cl::desc("<definition>"),
-                            cl::Required, cl::sub(Sub)};
-  CallOpt<std::string> Shape{
-      "shape", cl::desc("B,H,S,D[,DV]: batch, heads, sequence length, head "
-                        "dims"),
-      cl::value_desc("B,H,S,D[,DV]"), cl::init(""), cl::sub(Sub)};
-  CallOpt<int> QkHeads{
-      "qk-heads",
-      cl::desc("Linear attention: q/k heads, a divisor of H (default H)"),
-      cl::value_desc("N"), cl::init(0), cl::sub(Sub)};
-  CallOpt<std::string> Dtype{"dtype", cl::desc("f16 or bf16"),
-                             cl::init("f16"), cl::sub(Sub)};
-  CallOpt<std::string> LayoutOpt{"layout", cl::desc("bshd or bhsd"),
-                                 cl::init("bshd"), cl::sub(Sub)};
+  ProblemOptions ProblemArgs{Sub};
   CallOpt<std::string> Output{"o", cl::desc("The tune file to merge into"),
                               cl::value_desc("tune.json"), cl::init(""),
                               cl::sub(Sub)};
@@ -57,9 +44,6 @@ private:
       cl::desc("Stop checking and timing new candidates after this many "
                "seconds (0: no limit)"),
       cl::value_desc("seconds"), cl::init(0), cl::sub(Sub)};
-  CallOpt<std::string> Arch{"arch",
-                            cl::desc("Kernel arch (default: the GPU's)"),
-                            cl::init(""), cl::sub(Sub)};
   CallOpt<int> MaxSpill{
       "max-spill",
       cl::desc("Stack frame (spilled registers) a candidate may have and "
@@ -78,14 +62,14 @@ private:
 };
 
 int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
-  if (Shape.empty())
+  if (ProblemArgs.Shape.empty())
     throw UsageError("tune: --shape B,H,S,D[,DV] is required");
   if (Output.empty())
     throw UsageError("tune: -o FILE (the tune file to write) is required");
-  ShapeArg S = parseShapeArg(Shape);
+  ShapeArg S = parseShapeArg(ProblemArgs.Shape);
   runtime::Signature Sig;
-  Sig.Dtype = parseDtypeArg(Dtype);
-  Sig.TensorLayout = parseLayoutArg(LayoutOpt);
+  Sig.Dtype = parseDtypeArg(ProblemArgs.Dtype);
+  Sig.TensorLayout = parseLayoutArg(ProblemArgs.LayoutOpt);
   Sig.HeadDim = S.HeadDim;
   Sig.HeadDimV = S.HeadDimV;
   if (Budget < 0)
@@ -99,11 +83,11 @@ int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   Opts.MaxStackFrameBytes = MaxSpill;
   Opts.Repeats = Repeats;
 
-  const dsl::DefinitionBase &Def = Registry.get(Name);
+  const dsl::DefinitionBase &Def = Registry.get(ProblemArgs.Name);
   if (Def.kind() == ir::DefinitionKind::Linear)
     return runLinear(Def, S, Opts, OS);
-  if (QkHeads != 0)
-    throw UsageError("--qk-heads: '" + Name +
+  if (ProblemArgs.QkHeads != 0)
+    throw UsageError("--qk-heads: '" + ProblemArgs.Name +
                      "' is not linear attention (it has no q/k head groups)");
   if (Skeleton == "fwd_sm80")
     Sig.Config = "sm80";
@@ -117,7 +101,7 @@ int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
 
   // With --arch, what the skeleton cannot serve is said before the GPU is
   // asked for.
-  std::string KernelArch = Arch;
+  std::string KernelArch = ProblemArgs.Arch;
   if (KernelArch.empty()) {
     runtime::CudaDriver::get().require();
     KernelArch = runtime::currentDevice().arch();
@@ -154,14 +138,15 @@ int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
 int TuneCommand::runLinear(const dsl::DefinitionBase &Def, const ShapeArg &S,
                            runtime::TuneOptions Opts, llvm::raw_ostream &OS) {
   if (!Skeleton.empty() && Skeleton != runtime::LinearSkeleton)
-    throw UsageError("--skeleton '" + Skeleton + "': '" + Name +
+    throw UsageError("--skeleton '" + Skeleton + "': '" + ProblemArgs.Name +
                      "' is linear attention, tuned as linear_chunk");
-  LinearCommandArgs A =
-      linearCommandArgs(S, QkHeads, Dtype, LayoutOpt, "", Arch);
+  LinearCommandArgs A = linearCommandArgs(S, ProblemArgs.QkHeads, ProblemArgs.Dtype,
+                                          ProblemArgs.LayoutOpt, "", ProblemArgs.Arch);
   (void)runtime::readTuneFile(Output);
   runtime::CudaDriver::get().require();
   const runtime::DeviceInfo &Dev = runtime::currentDevice();
-  std::string KernelArch = Arch.empty() ? Dev.arch() : Arch.getValue();
+  std::string KernelArch =
+      ProblemArgs.Arch.empty() ? Dev.arch() : ProblemArgs.Arch.getValue();
   CompiledDefinition C = compile(Def);
   runtime::TuneResult R = runtime::tuneLinear(C, A.Sig, KernelArch, A.Shape,
                                               Opts, &llvm::errs());
