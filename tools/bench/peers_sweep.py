@@ -13,21 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-
-def median_ms(fn, sets):
-    for i in range(5):
-        fn(*sets[i % 3])
-    torch.cuda.synchronize()
-    times = []
-    for i in range(30):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn(*sets[i % 3])
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
+from peers import median_ms  # the same timing as peers.py
 
 
 print("torch", torch.__version__)
