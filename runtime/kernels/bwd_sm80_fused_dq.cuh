@@ -51,38 +51,6 @@ __device__ __forceinline__ void st_release_gpu(int *p, int v) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
-/// One warp's acc[MT][NT] += A·B, A rows [a_row0, a_row0 + 16·MT) of a
-/// swizzled row-major tile (K contiguous), B the n8 tiles [b_tile0,
-/// b_tile0 + NT) of a swizzled tile whose rows run along K (read
-/// transposed), kK16 steps of 16 along K. This is dQ += dS·K.
-template <class T, class ATile, class BTile, int MT, int NT, int kK16>
-__device__ __forceinline__ void warp_mma_ss(float (&acc)[MT][NT][4], u32 sa, int a_row0,
-                                            u32 sb, int b_tile0) {
-  static_assert(NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
-  const int lane = threadIdx.x % 32;
-  const int mi = lane / 8;
-#pragma unroll
-  for (int kk = 0; kk < kK16; ++kk) {
-    u32 af[MT][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      const int r = a_row0 + i * 16 + (lane % 8) + 8 * (mi % 2);
-      ldmatrix_x4(af[i], sa + ATile::offset(r, kk * 2 + mi / 2));
-    }
-#pragma unroll
-    for (int t = 0; t < NT; t += 2) {
-      u32 bf[4];
-      const int r = kk * 16 + (lane % 8) + 8 * (mi % 2);
-      ldmatrix_x4_trans(bf, sb + BTile::offset(r, b_tile0 + t + mi / 2));
-#pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        mma_16816<T>(acc[i][t], af[i], bf[0], bf[1]);
-        mma_16816<T>(acc[i][t + 1], af[i], bf[2], bf[3]);
-      }
-    }
-  }
-}
-
 /// The fused dQ of BwdDkDvSm80<..., kFusedDq = true>: a query step of
 /// kBlockM rows, a key block of kBlockN keys, kWarps warps.
 template <class T, int kD, int kBlockM, int kBlockN, int kWarps> struct BwdFusedDq {

@@ -225,29 +225,25 @@ template <int A, int B> __device__ __forceinline__ void zero_tiles(float (&x)[A]
         x[i][j][e] = 0.f;
 }
 
-/// One warp's acc[MT][NT] += A·Bᵀ over kK16 steps of 16 along K, both
-/// operands row-major (K contiguous) in swizzled shared tiles: A's rows
-/// [a_row0, a_row0 + 16·MT), B's rows [b_row0, b_row0 + 8·NT). This is
-/// S = Q·Kᵀ, and in the backward also Sᵀ = K·Qᵀ, dP = dO·Vᵀ, dPᵀ = V·dOᵀ.
-template <class T, class ATile, class BTile, int MT, int NT, int kK16>
-__device__ __forceinline__ void warp_mma_abt(float (&acc)[MT][NT][4], u32 sa,
-                                             int a_row0, u32 sb, int b_row0) {
+/// The loop every warp-level GEMM below shares: acc[MT][NT] += A·B over kK16
+/// steps of 16 along K. \p load_a(frag, i, kk) fills the m16k16 A fragment
+/// of row tile i at step kk; \p load_b(frag, t, kk) the k16n8 B fragments of
+/// the n8 tiles t and t + 1 (frag[0..1] and frag[2..3]). The operand
+/// sources differ between the GEMMs; the order of loads and mma does not.
+template <class T, int MT, int NT, int kK16, class LoadA, class LoadB>
+__device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], LoadA load_a,
+                                         LoadB load_b) {
   static_assert(NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
-  const int lane = threadIdx.x % 32;
-  const int mi = lane / 8;
 #pragma unroll
   for (int kk = 0; kk < kK16; ++kk) {
     u32 af[MT][4];
 #pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      const int r = a_row0 + i * 16 + (lane % 8) + 8 * (mi % 2);
-      ldmatrix_x4(af[i], sa + ATile::offset(r, kk * 2 + mi / 2));
-    }
+    for (int i = 0; i < MT; ++i)
+      load_a(af[i], i, kk);
 #pragma unroll
     for (int t = 0; t < NT; t += 2) {
       u32 bf[4];
-      const int r = b_row0 + t * 8 + (lane % 8) + 8 * (mi / 2);
-      ldmatrix_x4(bf, sb + BTile::offset(r, kk * 2 + (mi % 2)));
+      load_b(bf, t, kk);
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
         mma_16816<T>(acc[i][t], af[i], bf[0], bf[1]);
@@ -257,40 +253,74 @@ __device__ __forceinline__ void warp_mma_abt(float (&acc)[MT][NT][4], u32 sa,
   }
 }
 
+/// One warp's acc[MT][NT] += A·Bᵀ over kK16 steps of 16 along K, both
+/// operands row-major (K contiguous) in swizzled shared tiles: A's rows
+/// [a_row0, a_row0 + 16·MT), B's rows [b_row0, b_row0 + 8·NT). This is
+/// S = Q·Kᵀ, and in the backward also Sᵀ = K·Qᵀ, dP = dO·Vᵀ, dPᵀ = V·dOᵀ.
+template <class T, class ATile, class BTile, int MT, int NT, int kK16>
+__device__ __forceinline__ void warp_mma_abt(float (&acc)[MT][NT][4], u32 sa,
+                                             int a_row0, u32 sb, int b_row0) {
+  const int lane = threadIdx.x % 32;
+  const int mi = lane / 8;
+  warp_mma<T, MT, NT, kK16>(
+      acc,
+      [&](u32 (&f)[4], int i, int kk) {
+        const int r = a_row0 + i * 16 + (lane % 8) + 8 * (mi % 2);
+        ldmatrix_x4(f, sa + ATile::offset(r, kk * 2 + mi / 2));
+      },
+      [&](u32 (&f)[4], int t, int kk) {
+        const int r = b_row0 + t * 8 + (lane % 8) + 8 * (mi / 2);
+        ldmatrix_x4(f, sb + BTile::offset(r, kk * 2 + (mi % 2)));
+      });
+}
+
 /// One warp's acc[MT][NT] += P·B with P a warp accumulator ([MT][2·kK16]
 /// n8 tiles, rounded to T here: the m16n8 accumulator of two n8 tiles is one
 /// m16k16 A fragment) and B rows [b_row0, b_row0 + 16·kK16) of a swizzled
 /// tile whose rows run along K (N contiguous, read transposed). This is
-/// O += P·V, and in the backward dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K.
+/// O += P·V, and in the backward dV += Pᵀ·dO, dK += dSᵀ·Q and the
+/// two-kernel mode's dQ += dS·K.
 template <class T, class BTile, int MT, int NT, int kK16>
 __device__ __forceinline__ void warp_mma_pb(float (&acc)[MT][NT][4],
                                             const float (&p)[MT][2 * kK16][4],
                                             u32 sb, int b_row0) {
-  static_assert(NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
+  warp_mma<T, MT, NT, kK16>(
+      acc,
+      [&](u32 (&f)[4], int i, int kk) {
+        f[0] = pack2<T>(p[i][2 * kk][0], p[i][2 * kk][1]);
+        f[1] = pack2<T>(p[i][2 * kk][2], p[i][2 * kk][3]);
+        f[2] = pack2<T>(p[i][2 * kk + 1][0], p[i][2 * kk + 1][1]);
+        f[3] = pack2<T>(p[i][2 * kk + 1][2], p[i][2 * kk + 1][3]);
+      },
+      [&](u32 (&f)[4], int t, int kk) {
+        // lane and mi are taken here, not once above, which keeps the
+        // backward kernels' SASS as it was before warp_mma (compared).
+        const int lane = threadIdx.x % 32, mi = lane / 8;
+        const int r = b_row0 + kk * 16 + (lane % 8) + 8 * (mi % 2);
+        ldmatrix_x4_trans(f, sb + BTile::offset(r, t + mi / 2));
+      });
+}
+
+/// One warp's acc[MT][NT] += A·B, A rows [a_row0, a_row0 + 16·MT) of a
+/// swizzled row-major tile (K contiguous), B the n8 tiles [b_tile0,
+/// b_tile0 + NT) of a swizzled tile whose rows run along K (read
+/// transposed), kK16 steps of 16 along K. This is the fused-dQ mode's
+/// dQ += dS·K, with dS from shared memory.
+template <class T, class ATile, class BTile, int MT, int NT, int kK16>
+__device__ __forceinline__ void warp_mma_ss(float (&acc)[MT][NT][4], u32 sa, int a_row0,
+                                            u32 sb, int b_tile0) {
   const int lane = threadIdx.x % 32;
   const int mi = lane / 8;
-#pragma unroll
-  for (int kk = 0; kk < kK16; ++kk) {
-    u32 pf[MT][4];
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      pf[i][0] = pack2<T>(p[i][2 * kk][0], p[i][2 * kk][1]);
-      pf[i][1] = pack2<T>(p[i][2 * kk][2], p[i][2 * kk][3]);
-      pf[i][2] = pack2<T>(p[i][2 * kk + 1][0], p[i][2 * kk + 1][1]);
-      pf[i][3] = pack2<T>(p[i][2 * kk + 1][2], p[i][2 * kk + 1][3]);
-    }
-#pragma unroll
-    for (int t = 0; t < NT; t += 2) {
-      u32 bf[4];
-      const int r = b_row0 + kk * 16 + (lane % 8) + 8 * (mi % 2);
-      ldmatrix_x4_trans(bf, sb + BTile::offset(r, t + mi / 2));
-#pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        mma_16816<T>(acc[i][t], pf[i], bf[0], bf[1]);
-        mma_16816<T>(acc[i][t + 1], pf[i], bf[2], bf[3]);
-      }
-    }
-  }
+  warp_mma<T, MT, NT, kK16>(
+      acc,
+      [&](u32 (&f)[4], int i, int kk) {
+        const int r = a_row0 + i * 16 + (lane % 8) + 8 * (mi % 2);
+        ldmatrix_x4(f, sa + ATile::offset(r, kk * 2 + mi / 2));
+      },
+      [&](u32 (&f)[4], int t, int kk) {
+        const int r = kk * 16 + (lane % 8) + 8 * (mi % 2);
+        ldmatrix_x4_trans(f, sb + BTile::offset(r, b_tile0 + t + mi / 2));
+      });
 }
 
 } // namespace attnc
