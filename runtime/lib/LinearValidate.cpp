@@ -46,47 +46,6 @@ void checkF32(const std::string &Name, const TensorView &T,
   }
 }
 
-void checkInputs(const ir::Graph &G, const LinearCallShape &C,
-                 const InputMap &Inputs) {
-  for (const ir::InputDecl &D : G.decls().Inputs) {
-    auto It = Inputs.find(D.Name);
-    std::string Name = "input '" + D.Name + "'";
-    if (It == Inputs.end())
-      invalid(Name + ": declared by '" + G.name() + "' but not supplied");
-    if (D.Shape == ir::InputShape::Scalar) {
-      if (!std::holds_alternative<float>(It->second))
-        invalid(Name + ": a scalar input takes a number");
-      continue;
-    }
-    if (!std::holds_alternative<TensorView>(It->second))
-      invalid(Name + ": expected a float32 tensor, got a number");
-    const TensorView &T = std::get<TensorView>(It->second);
-    std::vector<int64_t> Want;
-    switch (D.Shape) {
-    case ir::InputShape::Scalar:
-      break;
-    case ir::InputShape::PerHead:
-      Want = {C.H};
-      break;
-    case ir::InputShape::PerRow:
-    case ir::InputShape::PerKey:
-    case ir::InputShape::Full:
-      Want = {C.B, C.H, C.T};
-      break;
-    }
-    if (D.Shape == ir::InputShape::Full)
-      Want.push_back(C.T);
-    checkF32(Name + " (" + ir::inputShapeName(D.Shape).str() + ")", T, Want,
-             true);
-    if (T.Strides.back() != 1)
-      invalid(Name + ": the last stride must be 1");
-  }
-  for (const auto &[Name, Value] : Inputs)
-    if (!G.decls().findInput(Name))
-      invalid("input '" + Name + "': '" + G.name() +
-              "' declares no such input");
-}
-
 void store(int64_t (&Dst)[3], const SeqTensor &S) {
   for (int I = 0; I < 3; ++I)
     Dst[I] = S.Strides[I];
@@ -144,7 +103,7 @@ LinearCallShape checkCommon(const CompiledDefinition &Def,
     for (int I = 0; I < 3; ++I)
       C.Decay[I] = Decay->Strides[I];
   }
-  checkInputs(G, C, Inputs);
+  checkInputs(G, C.B, C.H, C.T, C.T, Inputs);
   if (InitialState)
     checkF32("initial_state", *InitialState,
              {C.B, C.H, Sig.HeadDim, Sig.HeadDimV});

@@ -20,8 +20,8 @@ ElemType elemOf(DType T) {
   return T == DType::F16 ? ElemType::F16 : ElemType::BF16;
 }
 
-void checkInput(const ir::InputDecl &D, const InputValue &Val,
-                const CallShape &C) {
+void checkInput(const ir::InputDecl &D, const InputValue &Val, int64_t B, int64_t H,
+                int64_t Sq, int64_t Skv) {
   if (D.Shape == ir::InputShape::Scalar) {
     if (!std::holds_alternative<float>(Val))
       invalid("input '" + D.Name + "': a scalar input takes a number");
@@ -35,16 +35,16 @@ void checkInput(const ir::InputDecl &D, const InputValue &Val,
   case ir::InputShape::Scalar:
     break;
   case ir::InputShape::PerHead:
-    Want = {C.H};
+    Want = {H};
     break;
   case ir::InputShape::PerRow:
-    Want = {C.B, C.H, C.Sq};
+    Want = {B, H, Sq};
     break;
   case ir::InputShape::PerKey:
-    Want = {C.B, C.H, C.Skv};
+    Want = {B, H, Skv};
     break;
   case ir::InputShape::Full:
-    Want = {C.B, C.H, C.Sq, C.Skv};
+    Want = {B, H, Sq, Skv};
     break;
   }
   if (!T.Data)
@@ -58,6 +58,9 @@ void checkInput(const ir::InputDecl &D, const InputValue &Val,
                         shapeText(T.Shape)));
   if (T.Strides.size() != T.Shape.size() || T.Strides.back() != 1)
     invalid("input '" + D.Name + "': the last stride must be 1");
+  for (int64_t S : T.Strides)
+    if (S < 0)
+      invalid("input '" + D.Name + "': strides must be non-negative");
   if (reinterpret_cast<uintptr_t>(T.Data) % 4 != 0)
     invalid("input '" + D.Name + "': data pointer must be 4-byte aligned");
 }
@@ -87,22 +90,22 @@ void checkFinals(const ir::Graph &G, const CallShape &C,
     invalid("finals: must be contiguous");
 }
 
-void checkInputs(const ir::Graph &G, const CallShape &C,
+} // namespace
+
+void checkInputs(const ir::Graph &G, int64_t B, int64_t H, int64_t Sq, int64_t Skv,
                  const InputMap &Inputs) {
   for (const ir::InputDecl &D : G.decls().Inputs) {
     auto It = Inputs.find(D.Name);
     if (It == Inputs.end())
       invalid("input '" + D.Name + "': declared by '" + G.name() +
               "' but not supplied");
-    checkInput(D, It->second, C);
+    checkInput(D, It->second, B, H, Sq, Skv);
   }
   for (const auto &[Name, Value] : Inputs)
     if (!G.decls().findInput(Name))
       invalid("input '" + Name + "': '" + G.name() +
               "' declares no such input");
 }
-
-} // namespace
 
 std::string shapeText(const std::vector<int64_t> &S) {
   std::string T = "[";
@@ -195,7 +198,7 @@ CallShape validateCall(const ir::Graph &G, const Signature &Sig,
     std::copy(S->Strides, S->Strides + 3, *Dst);
 
   checkFinals(G, C, Finals);
-  checkInputs(G, C, Inputs);
+  checkInputs(G, C.B, C.H, C.Sq, C.Skv, Inputs);
   return C;
 }
 
@@ -330,7 +333,7 @@ BackwardCallShape validateBackwardCall(const CompiledDefinition &Def,
   store(R.DK, dk);
   store(R.DV, dv);
   checkFinals(G, C, T.Finals);
-  checkInputs(G, C, Inputs);
+  checkInputs(G, C.B, C.H, C.Sq, C.Skv, Inputs);
   checkGrads(G, C, Grads);
   return R;
 }

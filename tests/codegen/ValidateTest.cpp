@@ -289,6 +289,27 @@ TEST_CASE("validateCall: a tensor input of the wrong shape",
                       "number"));
 }
 
+TEST_CASE("validateCall: a tensor input's strides", "[runtime][validate]") {
+  Call C;
+  C.In = tensorInputValues();
+  std::get<TensorView>(C.In["row_bias"]).Strides = {64, 16, 2};
+  CHECK_THAT(invalid(C, "tensor_inputs"),
+             Contains("input 'row_bias': the last stride must be 1"));
+  C.In = tensorInputValues();
+  // Rows of a per-row input read backwards: refused, not read out of range.
+  std::get<TensorView>(C.In["row_bias"]).Strides = {64, 16, -1};
+  CHECK_THAT(invalid(C, "tensor_inputs"),
+             Contains("input 'row_bias': the last stride must be 1"));
+  C.In = tensorInputValues();
+  std::get<TensorView>(C.In["row_bias"]).Strides = {64, -16, 1};
+  CHECK_THAT(invalid(C, "tensor_inputs"),
+             Contains("input 'row_bias': strides must be non-negative"));
+  // Broadcast along a dimension (stride 0) is allowed.
+  C.In = tensorInputValues();
+  std::get<TensorView>(C.In["row_bias"]).Strides = {0, 16, 1};
+  CHECK(C.run(graphOf("tensor_inputs")).Sq == 16);
+}
+
 TEST_CASE("validateCall: an extra undeclared input", "[runtime][validate]") {
   Call C;
   C.WithFinals = false;

@@ -32,6 +32,15 @@ struct SeqTensor {
 SeqTensor checkSeqTensor(const char *Name, const TensorView &T, DType Dtype,
                          attn::Layout L, int64_t HeadDim);
 
+/// Checks the custom inputs \p Inputs against the inputs \p G declares for a
+/// call of B batches, H heads, Sq query and Skv key positions: each declared
+/// input supplied (a number for a scalar; otherwise a float32 tensor of its
+/// shape class, non-null, 4-byte aligned, the last stride 1, no negative
+/// stride), and no undeclared one. Attention and linear attention (Sq = Skv
+/// = T) share it.
+void checkInputs(const ir::Graph &G, int64_t B, int64_t H, int64_t Sq, int64_t Skv,
+                 const InputMap &Inputs);
+
 /// Checks q, k, v, out, finals and the custom inputs against the signature
 /// and the definition; throws InvalidArgument naming the argument and the
 /// expected value ("q: expected rank 4 [batch, seq, heads, head_dim], got
