@@ -425,7 +425,8 @@ struct FwdSm90 {
     constexpr bool kStageO = kDV <= kD;
     const int lrow0 = (threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4;
     auto slab_addr = [&](int col_chunk, int lrow) {
-      return base + (col_chunk / 8) * kQSlab + wgc * 64 * 128 + OSlab::offset(lrow, col_chunk % 8);
+      return base + (col_chunk / 8) * kQSlab + wgc * 64 * 128 +
+             OSlab::offset(lrow, col_chunk % 8);
     };
     Sm90OutFrag<VT> of{acc_o};
     unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb + h * a.o_sh;
