@@ -421,15 +421,10 @@ TuneResult tuneLinear(const CompiledDefinition &Def, const LinearSignature &Sig,
   Result.Candidates = searchCandidates(Space, Runner, Opts, Progress);
   Result.Seconds = secondsSince(Start);
 
-  recordSearch(Result, Def.Graph->name(), Opts.RunnersUp);
-  TuneEntry &E = Result.Entry;
-  E.Key = makeLinearTuneKey(Def, Sig, Arch, S, Dev.Name);
-  E.Batch = S.Batch;
-  E.Heads = S.Heads;
-  E.HeadsKv = S.HeadsQK;
-  E.SeqQ = S.Seq;
-  E.SeqKv = S.Seq;
-  E.TensorLayout = Sig.TensorLayout;
+  // A linear entry records q/k heads where attention records k/v heads.
+  recordSearch(Result, Def.Graph->name(), Opts.RunnersUp,
+               TuneShape{S.Batch, S.Heads, S.HeadsQK, S.Seq, S.Seq}, Sig.TensorLayout);
+  Result.Entry.Key = makeLinearTuneKey(Def, Sig, Arch, S, Dev.Name);
   return Result;
 }
 

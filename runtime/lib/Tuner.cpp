@@ -414,20 +414,13 @@ TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
   Result.Candidates = searchForward(Def, Plan, Runner, Opts, Progress);
   Result.Seconds = secondsSince(Start);
 
-  recordSearch(Result, Def.Graph->name(), Opts.RunnersUp);
-  TuneEntry &E = Result.Entry;
-  E.Key = makeTuneKey(Def, Sig, Arch, S, Dev.Name);
-  E.Batch = S.Batch;
-  E.Heads = S.Heads;
-  E.HeadsKv = S.HeadsKv;
-  E.SeqQ = S.SeqQ;
-  E.SeqKv = S.SeqKv;
-  E.TensorLayout = Sig.TensorLayout;
+  recordSearch(Result, Def.Graph->name(), Opts.RunnersUp, S, Sig.TensorLayout);
+  Result.Entry.Key = makeTuneKey(Def, Sig, Arch, S, Dev.Name);
   return Result;
 }
 
-void recordSearch(TuneResult &R, const std::string &Definition,
-                  unsigned RunnersUp) {
+void recordSearch(TuneResult &R, const std::string &Definition, unsigned RunnersUp,
+                  const TuneShape &S, Layout L) {
   if (R.Candidates.empty())
     throw InternalError("tuning " + Definition + ": the search space is empty");
   const CandidateResult &Best = R.Candidates.front();
@@ -438,6 +431,12 @@ void recordSearch(TuneResult &R, const std::string &Definition,
         Definition, Best.Config, Best.Reason));
   TuneEntry &E = R.Entry;
   E.Definition = Definition;
+  E.Batch = S.Batch;
+  E.Heads = S.Heads;
+  E.HeadsKv = S.HeadsKv;
+  E.SeqQ = S.SeqQ;
+  E.SeqKv = S.SeqKv;
+  E.TensorLayout = L;
   for (const CandidateResult &C : R.Candidates) {
     if (C.Status == CandidateStatus::SkippedBudget)
       ++R.Skipped;

@@ -176,12 +176,12 @@ struct TuneResult {
 
 /// Completes \p R after a search (R.Candidates sorted, R.Seconds set):
 /// the entry's best, runners-up (up to \p RunnersUp) and default timings,
-/// R.Skipped, the definition's name, the tuning time and the UTC time now.
-/// The caller fills the entry's key and shape. InternalError when no
-/// candidate passed the check: a kernel wrong in every configuration is a
-/// compiler bug.
-void recordSearch(TuneResult &R, const std::string &Definition,
-                  unsigned RunnersUp);
+/// R.Skipped, the definition's name, the tuned shape \p S and layout \p L,
+/// the tuning time and the UTC time now. The caller fills the entry's key.
+/// InternalError when no candidate passed the check: a kernel wrong in
+/// every configuration is a compiler bug.
+void recordSearch(TuneResult &R, const std::string &Definition, unsigned RunnersUp,
+                  const TuneShape &S, Layout L);
 
 /// A tune key of any skeleton: \p Def's variant key (computed once per
 /// graph), this NVRTC's version, and the fields given.
