@@ -187,12 +187,12 @@ private:
 /// refused when the file is read.
 std::string configError(const TuneKey &K, const std::string &Config) {
   try {
+    codegen::KernelSpec Spec; // the attention skeletons' signature
+    Spec.Dtype = K.Dtype;
+    Spec.HeadDim = K.HeadDim;
+    Spec.HeadDimV = K.HeadDimV;
+    Spec.Arch = K.Arch;
     if (K.Skeleton == "fwd_sm80") {
-      codegen::KernelSpec Spec;
-      Spec.Dtype = K.Dtype;
-      Spec.HeadDim = K.HeadDim;
-      Spec.HeadDimV = K.HeadDimV;
-      Spec.Arch = K.Arch;
       Spec.Config = codegen::FwdConfig::parse(Config);
       Spec.validate();
       return "";
@@ -201,13 +201,7 @@ std::string configError(const TuneKey &K, const std::string &Config) {
       if (!codegen::Sm90Config::names(Config))
         return "config '" + Config +
                "' is not an fwd_sm90 one (sm90.m<M>n<N>s<stages>)";
-      codegen::KernelSpec Spec;
-      Spec.Dtype = K.Dtype;
-      Spec.HeadDim = K.HeadDim;
-      Spec.HeadDimV = K.HeadDimV;
-      Spec.Arch = K.Arch;
-      return codegen::sm90Unsupported(Spec,
-                                      codegen::Sm90Config::parse(Config));
+      return codegen::sm90Unsupported(Spec, codegen::Sm90Config::parse(Config));
     }
     if (K.Skeleton == "linear_chunk") {
       codegen::LinearKernelSpec Spec;
