@@ -113,6 +113,10 @@ template <class T, int kD, int kBlockM, int kBlockN, int kWarps> struct BwdFused
     __syncthreads(); // the dS tile is complete; the turn is this CTA's
     float *acc_ws =
         a.dq_accum + ((long long)bh * accum_rows(a) + (long long)m * kBlockM) * kD;
+    // This thread's pair of elements (row half) of n8 tile t of row tile i.
+    auto ws_at = [&](int i, int t, int half) {
+      return acc_ws + (row0 + i * 16 + g + 8 * half) * kD + (tile0 + t) * 8 + 2 * tq;
+    };
     // The earlier contributors' sum, loaded before the product is computed
     // so that the L2 round trip overlaps the mma.
     float old[MT][NT][4];
@@ -123,8 +127,7 @@ template <class T, int kD, int kBlockM, int kBlockN, int kWarps> struct BwdFused
         for (int t = 0; t < NT; ++t)
 #pragma unroll
           for (int half = 0; half < 2; ++half)
-            ld_cg_f2(acc_ws + (row0 + i * 16 + g + 8 * half) * kD + (tile0 + t) * 8 + 2 * tq,
-                     old[i][t][2 * half], old[i][t][2 * half + 1]);
+            ld_cg_f2(ws_at(i, t, half), old[i][t][2 * half], old[i][t][2 * half + 1]);
     } else {
       zero_tiles(old);
     }
@@ -157,8 +160,7 @@ template <class T, int kD, int kBlockM, int kBlockN, int kWarps> struct BwdFused
         for (int t = 0; t < NT; ++t)
 #pragma unroll
           for (int half = 0; half < 2; ++half)
-            st_cg_f2(acc_ws + (row0 + i * 16 + g + 8 * half) * kD + (tile0 + t) * 8 + 2 * tq,
-                     old[i][t][2 * half] + acc[i][t][2 * half],
+            st_cg_f2(ws_at(i, t, half), old[i][t][2 * half] + acc[i][t][2 * half],
                      old[i][t][2 * half + 1] + acc[i][t][2 * half + 1]);
     }
   }
