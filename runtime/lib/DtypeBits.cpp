@@ -32,4 +32,23 @@ double fromDtypeBits(DType T, uint16_t B) {
   return F;
 }
 
+NormalPool::NormalPool(DType T, std::mt19937_64 &Rng, uint64_t StreamSeed)
+    : Pool(1 << 16), State(StreamSeed) {
+  std::normal_distribution<double> Normal(0.0, 1.0);
+  for (uint16_t &P : Pool)
+    P = toDtypeBits(T, Normal(Rng));
+}
+
+void NormalPool::fill(std::vector<uint16_t> &Out, size_t N) {
+  Out.resize(N);
+  for (size_t I = 0; I < N; I += 4) {
+    uint64_t Z = (State += 0x9e3779b97f4a7c15ull); // splitmix64
+    Z = (Z ^ (Z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    Z = (Z ^ (Z >> 27)) * 0x94d049bb133111ebull;
+    const uint64_t R = Z ^ (Z >> 31);
+    for (size_t J = 0; J < 4 && I + J < N; ++J)
+      Out[I + J] = Pool[(R >> (16 * J)) & 0xffff];
+  }
+}
+
 } // namespace attn::runtime

@@ -65,30 +65,11 @@ LinearProblem::LinearProblem(const CompiledDefinition &Def,
   Elem = Sig.Dtype == DType::F16 ? ElemType::F16 : ElemType::BF16;
   ReadsDecay = codegen::linearReadsDecay(Def);
 
-  // The large shapes need billions of values: elements are picked at random
-  // from a pool of 64 Ki normal values (four per 64-bit draw), the same
-  // distribution at memory speed, where std::normal_distribution would take
-  // minutes.
   std::mt19937_64 Rng(Seed);
-  std::normal_distribution<double> Normal(0.0, 1.0);
-  std::vector<uint16_t> Pool(1 << 16);
-  for (uint16_t &P : Pool)
-    P = toDtypeBits(Sig.Dtype, Normal(Rng));
-  uint64_t State = Seed;
-  auto Draw = [&State] {
-    uint64_t Z = (State += 0x9e3779b97f4a7c15ull);
-    Z = (Z ^ (Z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    Z = (Z ^ (Z >> 27)) * 0x94d049bb133111ebull;
-    return Z ^ (Z >> 31);
-  };
+  NormalPool Normals(Sig.Dtype, Rng, Seed);
   std::vector<uint16_t> Host;
   auto Random = [&](int64_t Elems) {
-    Host.resize(size_t(Elems));
-    for (size_t I = 0; I < Host.size(); I += 4) {
-      uint64_t R = Draw();
-      for (size_t J = 0; J < 4 && I + J < Host.size(); ++J)
-        Host[I + J] = Pool[(R >> (16 * J)) & 0xffff];
-    }
+    Normals.fill(Host, size_t(Elems));
     return upload(Host.data(), Host.size() * 2,
                   "cuMemcpyHtoD (linear inputs)");
   };

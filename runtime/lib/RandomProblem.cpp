@@ -30,13 +30,6 @@ void DeviceAlloc::poison(unsigned char Byte) {
 
 namespace {
 
-uint64_t splitmix64(uint64_t &State) {
-  uint64_t Z = (State += 0x9e3779b97f4a7c15ull);
-  Z = (Z ^ (Z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  Z = (Z ^ (Z >> 27)) * 0x94d049bb133111ebull;
-  return Z ^ (Z >> 31);
-}
-
 int64_t inputElements(ir::InputShape S, const TuneShape &P) {
   switch (S) {
   case ir::InputShape::Scalar:
@@ -64,23 +57,11 @@ RandomProblem::RandomProblem(const CompiledDefinition &Def,
   (void)currentDevice(); // makes the primary context current here
   Elem = Sig.Dtype == DType::F16 ? ElemType::F16 : ElemType::BF16;
 
-  // Drawing hundreds of millions of normals is slow, so elements are picked
-  // at random from a pool of 64Ki normal values: the same distribution, at
-  // memory speed.
   std::mt19937_64 Rng(Seed);
-  std::normal_distribution<double> Normal(0.0, 1.0);
-  std::vector<uint16_t> Pool(1 << 16);
-  for (uint16_t &P : Pool)
-    P = toDtypeBits(Sig.Dtype, Normal(Rng));
-  uint64_t State = Seed;
+  NormalPool Normals(Sig.Dtype, Rng, Seed);
   std::vector<uint16_t> Host;
   auto Random = [&](int64_t Elems) {
-    Host.resize(size_t(Elems));
-    for (size_t I = 0; I < Host.size(); I += 4) {
-      uint64_t R = splitmix64(State);
-      for (size_t J = 0; J < 4 && I + J < Host.size(); ++J)
-        Host[I + J] = Pool[(R >> (16 * J)) & 0xffff];
-    }
+    Normals.fill(Host, size_t(Elems));
     auto Buf = std::make_unique<DeviceAlloc>(Host.size() * 2);
     D.check(D.cuMemcpyHtoD(Buf->ptr(), Host.data(), Host.size() * 2),
             "cuMemcpyHtoD (random inputs)");

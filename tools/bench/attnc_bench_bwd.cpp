@@ -14,6 +14,7 @@
 #include "BackwardRunner.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
+#include "attn/runtime/DtypeBits.h"
 #include "attn/runtime/EventTiming.h"
 
 #include "Examples.h"
@@ -61,16 +62,10 @@ int main(int Argc, char **Argv) {
     size_t Elems = size_t(B) * S * H * D;
     size_t NumFinals = G.decls().FinalRowscales.size();
     std::mt19937_64 Rng(7);
-    std::normal_distribution<double> N(0, 1);
-    // One random tensor, rotated by a different random offset for each of
-    // the twelve uploads: distinct data without drawing 12 x Elems normals
-    // (minutes of host time at B·S = 16k, H = 32, D = 128).
-    std::vector<uint16_t> Host(Elems);
-    for (uint16_t &X : Host)
-      X = toBits(T, N(Rng));
-    std::uniform_int_distribution<size_t> Offset(1, Elems - 1);
+    runtime::NormalPool Normals(T, Rng, 7);
+    std::vector<uint16_t> Host;
     auto Random = [&] {
-      std::rotate(Host.begin(), Host.begin() + Offset(Rng), Host.end());
+      Normals.fill(Host, Elems);
       auto Buf = std::make_unique<DeviceBuffer>(Elems * 2);
       Buf->upload(Host.data(), Elems * 2);
       return Buf;
