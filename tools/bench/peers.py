@@ -51,14 +51,15 @@ def main():
         time_shape(sys.argv[1:])
 
 
-def time_shape(argv):
+def time_shape(argv, with_flex=True):
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[argv[0]]
     B, H, S, D = map(int, argv[1:5])
     DV = int(argv[5]) if len(argv) > 5 else D
     sets = [tuple(torch.randn(B, H, S, dim, device="cuda", dtype=dt) for dim in (D, D, DV))
             for _ in range(3)]
-    flex = torch.compile(flex_attention)
-    causal_mask = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, S, S)
+    if with_flex:
+        flex = torch.compile(flex_attention)
+        causal_mask = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, S, S)
     for causal in (False, True):
         flops = 2.0 * B * H * S * S * (D + DV) * (0.5 if causal else 1.0)
         rows = []
@@ -71,16 +72,18 @@ def time_shape(argv):
                 rows.append((name, median_ms(run, sets)))
             except RuntimeError as err:
                 print(f"{name}: unavailable ({str(err).splitlines()[0]})")
-        bm = causal_mask if causal else None
-        try:
-            rows.append(("flex", median_ms(lambda q, k, v: flex(q, k, v, block_mask=bm), sets)))
-        except Exception as err:  # an unsupported shape fails at compile time
-            print(f"flex: unavailable ({(str(err).splitlines() or [''])[0][:200]})")
+        if with_flex:
+            bm = causal_mask if causal else None
+            try:
+                rows.append(("flex", median_ms(lambda q, k, v: flex(q, k, v, block_mask=bm),
+                                               sets)))
+            except Exception as err:  # an unsupported shape fails at compile time
+                print(f"flex: unavailable ({(str(err).splitlines() or [''])[0][:200]})")
         dims = f"D{D}" if DV == D else f"D{D}/{DV}"
         for name, ms in rows:
             print(f"peer  {name:12s} {argv[0]} B{B} H{H} S{S} {dims} "
                   f"{'causal' if causal else 'full'}: {ms:.3f} ms  "
-                  f"{flops / (ms * 1e-3) / 1e12:.1f} TFLOPS")
+                  f"{flops / (ms * 1e-3) / 1e12:.1f} TFLOPS", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,34 +10,11 @@ sets). FlexAttention is left out (peers.py has it; its compile is slow).
 import sys
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from peers import median_ms  # the same timing as peers.py
-
+from peers import time_shape  # the same timing and output as peers.py
 
 print("torch", torch.__version__)
-H, D = 32, 128
 for dname in sys.argv[1:]:
-    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dname]
     for S in (1024, 4096, 16384):
-        B = 16384 // S
-        sets = [tuple(torch.randn(B, H, S, D, device="cuda", dtype=dt) for _ in range(3))
-                for _ in range(3)]
-        for causal in (False, True):
-            flops = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
-            for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION),
-                                  ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
-                def run(q, k, v, backend=backend):
-                    with sdpa_kernel(backend):
-                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                try:
-                    ms = median_ms(run, sets)
-                except RuntimeError as err:
-                    print(f"{name}: unavailable ({str(err).splitlines()[0]})")
-                    continue
-                print(f"peer  {name:12s} {dname} B{B} H{H} S{S} D{D} "
-                      f"{'causal' if causal else 'full'}: {ms:.3f} ms  "
-                      f"{flops / (ms * 1e-3) / 1e12:.1f} TFLOPS", flush=True)
-        del sets
+        time_shape([dname, str(16384 // S), "32", str(S), "128"], with_flex=False)
         torch.cuda.empty_cache()
