@@ -46,6 +46,7 @@ namespace {
   X(cuMemcpyDtoH)                                                              \
   X(cuMemsetD8)                                                                \
   X(cuStreamSynchronize)                                                       \
+  X(cuStreamIsCapturing)                                                       \
   X(cuEventCreate)                                                             \
   X(cuEventDestroy)                                                            \
   X(cuEventRecord)                                                             \

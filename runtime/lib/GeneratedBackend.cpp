@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <optional>
 
 namespace attn::runtime {
 
@@ -145,6 +146,23 @@ private:
   ForwardKernel *Initial = nullptr;
   CUdeviceptr MaskBuf = 0;
   size_t MaskBufBytes = 0;
+  /// What the block lists in MaskBuf were last computed for. A mask that
+  /// reads neither b, h nor a custom input is a function of the two
+  /// sequence lengths and the tile alone, so a call that repeats all of
+  /// them (on the same stream, which orders it after the computing call)
+  /// reuses the lists instead of launching the classification again. Lists
+  /// launched into a stream being captured are not remembered: they exist
+  /// only once the graph runs.
+  struct MaskListsKey {
+    int SeqQ = -1, SeqKv = -1, BlockM = 0, BlockN = 0;
+    CUstream Stream = nullptr;
+    bool operator==(const MaskListsKey &O) const {
+      return SeqQ == O.SeqQ && SeqKv == O.SeqKv && BlockM == O.BlockM &&
+             BlockN == O.BlockN && Stream == O.Stream;
+    }
+    bool operator!=(const MaskListsKey &O) const { return !(*this == O); }
+  };
+  std::optional<MaskListsKey> MaskListsFor;
 };
 
 void GeneratedBackend::ensureMaskBuffers(size_t Groups, int MBlocks,
@@ -153,6 +171,7 @@ void GeneratedBackend::ensureMaskBuffers(size_t Groups, int MBlocks,
   size_t Bytes = Cells + 4 * Groups * size_t(MBlocks) + 4 * Cells + 64;
   if (Bytes <= MaskBufBytes)
     return;
+  MaskListsFor.reset();
   CudaDriver &D = CudaDriver::get();
   if (MaskBuf)
     D.check(D.cuMemFree(MaskBuf), "cuMemFree");
@@ -204,14 +223,23 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
     M.m_blocks = A.m_blocks;
     M.n_blocks = A.n_blocks;
     M.mask_per_head = A.mask_per_head;
-    void *ClassifyParams[] = {&M, L.InputSlots.data()};
-    D.check(D.cuLaunchKernel(K.Classify, A.n_blocks, A.m_blocks, Groups, 256, 1,
-                             1, 0, Ctx.Stream, ClassifyParams, nullptr),
-            "launch attnc_block_classify");
-    void *CompactParams[] = {&M};
-    D.check(D.cuLaunchKernel(K.Compact, unsigned((Rows + 127) / 128), 1, 1, 128,
-                             1, 1, 0, Ctx.Stream, CompactParams, nullptr),
-            "launch attnc_block_compact");
+    MaskListsKey Key{A.seq_q, A.seq_kv, K.blockM(), K.blockN(), Ctx.Stream};
+    if (A.mask_per_head || MaskListsFor != Key) {
+      MaskListsFor.reset(); // until both launches are in the stream
+      void *ClassifyParams[] = {&M, L.InputSlots.data()};
+      D.check(D.cuLaunchKernel(K.Classify, A.n_blocks, A.m_blocks, Groups, 256,
+                               1, 1, 0, Ctx.Stream, ClassifyParams, nullptr),
+              "launch attnc_block_classify");
+      void *CompactParams[] = {&M};
+      D.check(D.cuLaunchKernel(K.Compact, unsigned((Rows + 127) / 128), 1, 1,
+                               128, 1, 1, 0, Ctx.Stream, CompactParams, nullptr),
+              "launch attnc_block_compact");
+      CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
+      D.check(D.cuStreamIsCapturing(Ctx.Stream, &Capture),
+              "cuStreamIsCapturing");
+      if (!A.mask_per_head && Capture == CU_STREAM_CAPTURE_STATUS_NONE)
+        MaskListsFor = Key;
+    }
     A.block_count = M.block_count;
     A.block_list = M.block_list;
   }

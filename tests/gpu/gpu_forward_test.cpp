@@ -20,6 +20,9 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 using namespace attn;
 using namespace attn::gputest;
@@ -33,6 +36,10 @@ struct Case {
   int B, H, Hkv, Sq, Skv;
   Layout L;
   std::string Config;
+  /// Further (Sq, Skv) run after the first through the same Attention
+  /// objects: what a backend keeps between calls (block lists, kernels)
+  /// must follow the shape.
+  std::vector<std::pair<int, int>> Again = {};
 };
 
 
@@ -90,9 +97,15 @@ std::string skeletonOf(const runtime::Attention &A) {
   return "?";
 }
 
-/// Runs case \p C on each backend, every one on the same inputs and against
-/// the same double-precision results.
-std::vector<Outcome> runCase(const Case &C, uint64_t Seed) {
+/// The Attention objects of a case: the generated backend (its default or
+/// the case's configuration), fwd_sm80 where that default is fwd_sm90, and
+/// the reference backend.
+struct Runners {
+  std::unique_ptr<runtime::Attention> Att, Att80, RefAtt;
+  double CompileS = 0;
+};
+
+Runners makeRunners(const Case &C) {
   dsl::AttentionDef Def = makeDefinition(C.Def);
   runtime::Signature Sig;
   Sig.Dtype = C.Dt;
@@ -101,20 +114,29 @@ std::vector<Outcome> runCase(const Case &C, uint64_t Seed) {
   Sig.TensorLayout = C.L;
   Sig.Config = C.Config;
   Sig.Backend = "generated";
+  Runners R;
   auto T0 = std::chrono::steady_clock::now();
-  runtime::Attention Att(Def, Sig);
-  double CompileS = secondsSince(T0);
+  R.Att = std::make_unique<runtime::Attention>(Def, Sig);
+  R.CompileS = secondsSince(T0);
   runtime::Signature RefSig = Sig;
   RefSig.Backend = "reference";
   RefSig.Config.clear();
-  runtime::Attention RefAtt(Def, RefSig);
+  R.RefAtt = std::make_unique<runtime::Attention>(Def, RefSig);
   // Where the default is the Hopper skeleton, the portable one as well.
-  std::unique_ptr<runtime::Attention> Att80;
-  if (skeletonOf(Att) == "sm90" && C.Config.empty()) {
+  if (skeletonOf(*R.Att) == "sm90" && C.Config.empty()) {
     runtime::Signature Sig80 = Sig;
     Sig80.Config = "sm80";
-    Att80 = std::make_unique<runtime::Attention>(Def, Sig80);
+    R.Att80 = std::make_unique<runtime::Attention>(Def, Sig80);
   }
+  return R;
+}
+
+/// Runs case \p C on each of \p Rs, every one on the same inputs and
+/// against the same double-precision results.
+std::vector<Outcome> runCase(const Case &C, Runners &Rs, uint64_t Seed) {
+  runtime::Attention &Att = *Rs.Att;
+  const double CompileS = Rs.CompileS;
+  auto T0 = std::chrono::steady_clock::now();
   const ir::Graph &G = *Att.definition().Graph;
 
   std::mt19937_64 Rng(Seed);
@@ -160,9 +182,9 @@ std::vector<Outcome> runCase(const Case &C, uint64_t Seed) {
   runtime::TensorView Finals = runtime::TensorView::contiguous(
       DF.get(), runtime::ElemType::F32, {int64_t(NumFinals), C.B, C.H, C.Sq});
   std::vector<Outcome> Outcomes;
-  std::vector<runtime::Attention *> Runs = {&Att, &RefAtt};
-  if (Att80)
-    Runs.insert(Runs.begin() + 1, Att80.get());
+  std::vector<runtime::Attention *> Runs = {&Att, Rs.RefAtt.get()};
+  if (Rs.Att80)
+    Runs.insert(Runs.begin() + 1, Rs.Att80.get());
   for (runtime::Attention *A : Runs) {
     DO.poison();
     DF.poison();
@@ -264,6 +286,10 @@ std::vector<Case> cases(bool Quick) {
     for (Dims Dm : {Dims{256, 256}, Dims{192, 128}, Dims{128, 192}})
       Out.push_back({E, DType::BF16, Dm.D, Dm.DV, 1, 2, 2, 300, 300,
                      Layout::BSHD, ""});
+  // One Attention called again with other lengths and then the first again:
+  // a causal mask's block lists are kept between calls of the same shape.
+  Out.push_back({"mha", DType::F16, 128, 128, 1, 2, 2, 300, 300, Layout::BSHD,
+                 "", {{300, 300}, {17, 300}, {300, 17}, {1000, 1000}, {300, 300}}});
   return Out;
 }
 
@@ -291,13 +317,23 @@ int main(int Argc, char **Argv) {
                                    C.Hkv, C.Sq, C.Skv, layoutName(C.L).str(),
                                    C.Config.empty() ? "" : " " + C.Config);
     try {
-      for (const Outcome &R : runCase(C, Seed++)) {
-        std::printf("%-58s %-14s err %.2e plain %.2e tol %.2e finals %.1e "
-                    "[%.1fs %.1fs %.2fs]  %s\n",
-                    Name.c_str(), R.Backend.c_str(), R.Err, R.PlainErr, R.Tol,
-                    R.FinalErr, R.CompileS, R.ReferenceS, R.DeviceS,
-                    R.Pass ? "pass" : "FAIL");
-        (R.Pass ? Passed : Failed)++;
+      Runners Rs = makeRunners(C);
+      std::vector<std::pair<int, int>> Lengths = {{C.Sq, C.Skv}};
+      Lengths.insert(Lengths.end(), C.Again.begin(), C.Again.end());
+      for (size_t I = 0; I < Lengths.size(); ++I) {
+        Case Now = C;
+        std::tie(Now.Sq, Now.Skv) = Lengths[I];
+        std::string Label =
+            I == 0 ? Name
+                   : fmt::format("{} again s{}x{}", Name, Now.Sq, Now.Skv);
+        for (const Outcome &R : runCase(Now, Rs, Seed++)) {
+          std::printf("%-58s %-14s err %.2e plain %.2e tol %.2e finals %.1e "
+                      "[%.1fs %.1fs %.2fs]  %s\n",
+                      Label.c_str(), R.Backend.c_str(), R.Err, R.PlainErr,
+                      R.Tol, R.FinalErr, R.CompileS, R.ReferenceS, R.DeviceS,
+                      R.Pass ? "pass" : "FAIL");
+          (R.Pass ? Passed : Failed)++;
+        }
       }
     } catch (const std::exception &E) {
       std::printf("%-58s ERROR %s\n", Name.c_str(), E.what());
