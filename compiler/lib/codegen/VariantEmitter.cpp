@@ -123,6 +123,9 @@ std::string ExprEmitter::expr(const Node *N, bool InLoop) const {
   case NodeKind::Mul:
     return "(" + Op(0) + " * " + Op(1) + ")";
   case NodeKind::Div: // true division, also of two integers
+    if (auto It = Reciprocals.find(N->operand(1));
+        InLoop && isElement(N) && It != Reciprocals.end())
+      return "((float)" + Op(0) + " * " + It->second + ")";
     return "((float)" + Op(0) + " / (float)" + Op(1) + ")";
   case NodeKind::Max:
     return IntResult ? "max(" + Op(0) + ", " + Op(1) + ")"
@@ -185,6 +188,20 @@ void ExprEmitter::markNeeded(llvm::ArrayRef<const Node *> Roots) {
 void ExprEmitter::define(const Node *N, bool InLoop) {
   W.line("const " + cType(N->getType()) + " " + operand(N, InLoop) + " = " +
          expr(N, InLoop) + ";");
+}
+
+void ExprEmitter::hoistRowReciprocals(llvm::ArrayRef<const Node *> Roots) {
+  for (const Node *N : ir::topologicalOrder(Roots)) {
+    if (N->getKind() != NodeKind::Div || !isElement(N) || !needed(N))
+      continue;
+    const Node *Divisor = N->operand(1);
+    if (isElement(Divisor) || Reciprocals.count(Divisor))
+      continue;
+    std::string Name = "rcp" + std::to_string(Divisor->getId());
+    W.line("const float " + Name + " = 1.0f / (float)" +
+           operand(Divisor, false) + ";");
+    Reciprocals[Divisor] = Name;
+  }
 }
 
 void ExprEmitter::emitScalarBody(llvm::ArrayRef<const Node *> Roots) {
@@ -436,6 +453,7 @@ void emitEpilogue(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell) 
   const Node *O = F.result("o");
   auto *P = llvm::dyn_cast<ir::ParamNode>(O);
   if (!P || P->getParamKind() != ParamKind::Output) {
+    E.hoistRowReciprocals({O});
     W.line("#pragma unroll");
     auto Loop = W.block("for (int c = 0; c < OFrag::kCols; ++c)");
     llvm::DenseSet<const Node *> Done;

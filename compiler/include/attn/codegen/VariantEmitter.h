@@ -5,6 +5,7 @@
 #include "attn/codegen/CodeWriter.h"
 #include "attn/ir/Graph.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 
 #include <functional>
@@ -44,6 +45,13 @@ public:
     FoldedScores = Scores;
     FoldedScaleLog2e = std::move(ScaleLog2e);
   }
+  /// For each element-level division in \p Roots' cone whose divisor is a
+  /// row-level (or constant) value, defines the divisor's reciprocal once
+  /// here, and the division is then spelled as a multiplication by it: one
+  /// IEEE division per row instead of one per element (each with a slow-path
+  /// branch), the result within an ulp of the quotient. Call it after the
+  /// row-level values are defined and before the element loop.
+  void hoistRowReciprocals(llvm::ArrayRef<const ir::Node *> Roots);
   /// Every non-leaf node reachable from \p Roots, as straight-line code.
   void emitScalarBody(llvm::ArrayRef<const ir::Node *> Roots);
   /// The element-level nodes \p Roots need that \p Done does not hold.
@@ -56,6 +64,8 @@ private:
   llvm::DenseSet<const ir::Node *> Needed;
   const ir::Node *FoldedScores = nullptr;
   std::string FoldedScaleLog2e;
+  /// Divisor → the name of its hoisted reciprocal (hoistRowReciprocals).
+  llvm::DenseMap<const ir::Node *, std::string> Reciprocals;
 };
 
 /// The body of `online_fwd(in, st, f, r, b, h, o_scale)` for one row r.
