@@ -46,9 +46,16 @@ __device__ __forceinline__ float bwd_element(const typename Variant::Inputs &in,
                                              float raw, float dp, const float *fin,
                                              float doosum, int b, int h, int q, int k,
                                              bool valid, float &p, float *gacc) {
+  // Every function is evaluated for every element and the invalid ones are
+  // selected away afterwards: `valid ? f() : 0` around a function that
+  // reads the row's finals from shared memory compiles to a branch per
+  // element (the compiler does not speculate the load), 32 or more a step.
+  // The arguments are in bounds either way (rows past the end are zero).
   const float s = Variant::score_mod(in, raw, b, h, q, k);
-  p = valid ? Variant::forward(in, s, fin, b, h, q, k) : 0.f;
-  const float ds = valid ? Variant::backward(in, dp, p, fin, doosum, b, h, q, k) : 0.f;
+  const float p_any = Variant::forward(in, s, fin, b, h, q, k);
+  p = valid ? p_any : 0.f;
+  const float ds_any = Variant::backward(in, dp, p, fin, doosum, b, h, q, k);
+  const float ds = valid ? ds_any : 0.f;
   if constexpr (kInputGrads && Variant::kNumInputGrads > 0) {
     float d[Variant::kNumInputGrads];
     Variant::input_grads(in, raw, b, h, q, k, d);
@@ -56,7 +63,8 @@ __device__ __forceinline__ float bwd_element(const typename Variant::Inputs &in,
     for (int j = 0; j < Variant::kNumInputGrads; ++j)
       gacc[j] += valid ? ds * d[j] : 0.f;
   }
-  return valid ? ds * Variant::score_mod_grad(in, raw, b, h, q, k) : 0.f;
+  const float grad = Variant::score_mod_grad(in, raw, b, h, q, k);
+  return valid ? ds * grad : 0.f;
 }
 
 /// Block visiting order from the backward's block lists (masked variants),

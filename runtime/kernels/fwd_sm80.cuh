@@ -107,50 +107,6 @@ struct FwdSm80 {
   static constexpr int kStageBytes = KTile::kBytes + VTile::kBytes;
   static constexpr int kSmemBytes = QTile::kBytes + kStages * kStageBytes;
 
-  /// Issues cp.async for a [rows x cols] tile starting at row \p row0 of a
-  /// tensor whose rows are \p stride elements apart; rows past \p limit are
-  /// zero-filled. The trip count is a constant (a loop from threadIdx.x was
-  /// not unrolled: a loop with branches and an address kept per copy), and
-  /// where the threads cover whole rows each thread keeps one chunk column:
-  /// one source pointer and one swizzled offset, stepped by constants (the
-  /// swizzle depends on row & 7 only, unchanged by a step of 8 rows).
-  template <class Tile, int kRows, int kCols>
-  __device__ static __forceinline__ void load_tile(u32 smem, const unsigned short *base,
-                                                   long long stride, int row0,
-                                                   int limit) {
-    constexpr int kChunks = kCols / 8;
-    constexpr int kTotal = kRows * kChunks;
-    constexpr int kIters = (kTotal + kThreads - 1) / kThreads;
-    if constexpr (kThreads % kChunks == 0) {
-      constexpr int kRowStep = kThreads / kChunks;
-      const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
-      const unsigned short *src0 = base + (long long)(row0 + r0) * stride + c * 8;
-      const u32 dst0 = smem + Tile::offset(r0, c);
-#pragma unroll
-      for (int it = 0; it < kIters; ++it) {
-        const int r = r0 + it * kRowStep;
-        if (kTotal % kThreads != 0 && r >= kRows)
-          break;
-        const bool ok = row0 + r < limit;
-        const u32 dst = kRowStep % 8 == 0 ? dst0 + it * kRowStep * kCols * 2
-                                          : smem + Tile::offset(r, c);
-        cp_async_16(dst, ok ? src0 + it * kRowStep * stride : base, ok);
-      }
-    } else {
-#pragma unroll
-      for (int it = 0; it < kIters; ++it) {
-        const int i = threadIdx.x + it * kThreads;
-        if (kTotal % kThreads != 0 && i >= kTotal)
-          break;
-        const int r = i / kChunks, c = i % kChunks;
-        const bool ok = row0 + r < limit;
-        const unsigned short *src =
-            base + (ok ? (long long)(row0 + r) * stride + c * 8 : 0);
-        cp_async_16(smem + Tile::offset(r, c), src, ok);
-      }
-    }
-  }
-
   __device__ static void run(const FwdArgs &a, const typename Variant::Inputs &in,
                              unsigned char *smem) {
     const int m_block = blockIdx.x;
@@ -178,14 +134,22 @@ struct FwdSm80 {
       count = a.block_count[row];
       list = a.block_list + row * a.n_blocks;
     }
-    auto block_of = [&](int j, bool &full) {
+    // A list entry packs the block index and its "full" flag; without a
+    // mask the entry is the index itself. Entries are read a step before
+    // their use, so that no iteration starts with a dependent global load.
+    auto entry = [&](int j) {
+      if constexpr (Variant::kHasMask)
+        return j < count ? list[j] : 0;
+      else
+        return j;
+    };
+    auto decode = [&](int e, bool &full) {
       if constexpr (Variant::kHasMask) {
-        const int e = list[j];
         full = (e >> 30) & 1;
         return e & 0x3fffffff;
       } else {
-        full = (j + 1) * kBlockN <= a.seq_kv;
-        return j;
+        full = (e + 1) * kBlockN <= a.seq_kv;
+        return e;
       }
     };
 
@@ -194,19 +158,19 @@ struct FwdSm80 {
     const u32 s_kv = s_base + QTile::kBytes;
     const int row_base = m_block * kBlockM;
 
-    load_tile<QTile, kBlockM, kD>(s_q, q, a.q_ss, row_base, a.seq_q);
-    auto load_kv = [&](int j) {
+    load_tile_async<QTile, kBlockM, kD, kThreads>(s_q, q, a.q_ss, row_base, a.seq_q);
+    auto load_kv = [&](int j, int e) {
       bool full;
-      const int n = block_of(j, full);
+      const int n = decode(e, full);
       const u32 s = s_kv + (j % kStages) * kStageBytes;
-      load_tile<KTile, kBlockN, kD>(s, k, a.k_ss, n * kBlockN, a.seq_kv);
-      load_tile<VTile, kBlockN, kDV>(s + KTile::kBytes, v, a.v_ss,
+      load_tile_async<KTile, kBlockN, kD, kThreads>(s, k, a.k_ss, n * kBlockN, a.seq_kv);
+      load_tile_async<VTile, kBlockN, kDV, kThreads>(s + KTile::kBytes, v, a.v_ss,
                                      n * kBlockN, a.seq_kv);
     };
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       if (s < count)
-        load_kv(s);
+        load_kv(s, entry(s));
       cp_async_commit(); // always commit: wait_group counts groups
     }
 
@@ -220,15 +184,18 @@ struct FwdSm80 {
     }
     const int warp_row0 = row_base + warp * kRowsPerWarp;
 
+    int e_cur = entry(0), e_load = entry(kStages - 1);
     for (int j = 0; j < count; ++j) {
       if (j + kStages - 1 < count)
-        load_kv(j + kStages - 1);
+        load_kv(j + kStages - 1, e_load);
       cp_async_commit();
       cp_async_wait<kStages - 1>();
       __syncthreads();
 
       bool full;
-      const int n = block_of(j, full);
+      const int n = decode(e_cur, full);
+      e_cur = entry(j + 1);
+      e_load = entry(j + kStages);
       const u32 s_k = s_kv + (j % kStages) * kStageBytes;
       const u32 s_v = s_k + KTile::kBytes;
 
@@ -290,9 +257,9 @@ struct FwdSm80 {
         if (kTotal % kThreads != 0 && i >= kTotal)
           break;
         const int r = i / kChunks, c = i % kChunks;
-        if (row_base + r < a.seq_q)
-          st_global_128(o + (long long)(row_base + r) * a.o_ss + c * 8,
-                        ld_shared_128(s_base + OTile::offset(r, c)));
+        st_global_128_if(row_base + r < a.seq_q,
+                         o + (long long)(row_base + r) * a.o_ss + c * 8,
+                         ld_shared_128(s_base + OTile::offset(r, c)));
       }
     }
   }

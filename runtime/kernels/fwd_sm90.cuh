@@ -465,9 +465,9 @@ struct FwdSm90 {
       for (int it = 0; it < 64 * kChunks / 128; ++it) {
         const int i = threadIdx.x % 128 + it * 128;
         const int r = i / kChunks, c = i % kChunks;
-        if (row_base + r < a.seq_q)
-          st_global_128(o + (long long)(row_base + r) * a.o_ss + c * 8,
-                        ld_shared_128(slab_addr(c, r)));
+        st_global_128_if(row_base + r < a.seq_q,
+                         o + (long long)(row_base + r) * a.o_ss + c * 8,
+                         ld_shared_128(slab_addr(c, r)));
       }
     }
   }

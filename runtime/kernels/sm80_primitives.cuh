@@ -54,9 +54,13 @@ __device__ __forceinline__ u32x4 ld_shared_128(u32 addr) {
                : "memory");
   return v;
 }
-__device__ __forceinline__ void st_global_128(void *p, u32x4 v) {
-  asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "r"(v.x),
-               "r"(v.y), "r"(v.z), "r"(v.w)
+/// A 16-byte global store made only where \p keep holds: predicated in
+/// the asm, since the compiler cannot predicate an asm statement and wraps
+/// `if (keep)` around one in a branch of its own.
+__device__ __forceinline__ void st_global_128_if(bool keep, void *p, u32x4 v) {
+  asm volatile("{\n .reg .pred k;\n setp.ne.b32 k, %5, 0;\n"
+               " @k st.global.v4.b32 [%0], {%1,%2,%3,%4};\n}\n" ::"l"(p),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"((u32)keep)
                : "memory");
 }
 
@@ -203,14 +207,41 @@ __device__ __forceinline__ float warp_sum(float x) {
 template <class Tile, int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void load_tile_async(u32 smem, const unsigned short *base,
                                                 long long stride, int row0, int limit) {
+  // The trip count is a constant (a loop from threadIdx.x is not unrolled:
+  // it compiles to a loop with branches and an address kept per copy), and
+  // where the threads cover whole rows each thread keeps one chunk column:
+  // one source pointer and one swizzled offset, stepped by constants (the
+  // swizzle depends on row & 7 only, unchanged by a step of 8 rows).
   constexpr int kChunks = kCols / 8;
   constexpr int kTotal = kRows * kChunks;
+  constexpr int kIters = (kTotal + kThreads - 1) / kThreads;
+  if constexpr (kThreads % kChunks == 0) {
+    constexpr int kRowStep = kThreads / kChunks;
+    const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+    const unsigned short *src0 = base + (long long)(row0 + r0) * stride + c * 8;
+    const u32 dst0 = smem + Tile::offset(r0, c);
 #pragma unroll
-  for (int i = threadIdx.x; i < kTotal; i += kThreads) {
-    const int r = i / kChunks, c = i % kChunks;
-    const bool ok = row0 + r < limit;
-    const unsigned short *src = base + (ok ? (long long)(row0 + r) * stride + c * 8 : 0);
-    cp_async_16(smem + Tile::offset(r, c), src, ok);
+    for (int it = 0; it < kIters; ++it) {
+      const int r = r0 + it * kRowStep;
+      if (kTotal % kThreads != 0 && r >= kRows)
+        break;
+      const bool ok = row0 + r < limit;
+      const u32 dst = kRowStep % 8 == 0 ? dst0 + it * kRowStep * kCols * 2
+                                        : smem + Tile::offset(r, c);
+      cp_async_16(dst, ok ? src0 + it * kRowStep * stride : base, ok);
+    }
+  } else {
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = threadIdx.x + it * kThreads;
+      if (kTotal % kThreads != 0 && i >= kTotal)
+        break;
+      const int r = i / kChunks, c = i % kChunks;
+      const bool ok = row0 + r < limit;
+      const unsigned short *src =
+          base + (ok ? (long long)(row0 + r) * stride + c * 8 : 0);
+      cp_async_16(smem + Tile::offset(r, c), src, ok);
+    }
   }
 }
 
