@@ -114,48 +114,41 @@ __device__ __forceinline__ void frag_b_kn(u32 (&b)[4], u32 s, int n0, int kk) {
 
 // ---- tile loads -----------------------------------------------------------
 
-/// cp.async of rows [row0, row0 + kRows) x kCols of a 16-bit tensor (rows
-/// \p stride elements apart) into a swizzled staging tile; rows at or past
-/// \p limit are zero-filled and not read.
-template <class Tile, int kRows, int kCols, int kThreads>
-__device__ __forceinline__ void stage_tile(u32 s, const unsigned short *base,
-                                           long long stride, int row0, int limit) {
-  constexpr int kChunks = kCols / 8;
-#pragma unroll
-  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
-    const int r = i / kChunks, c = i % kChunks;
-    const bool ok = row0 + r < limit;
-    const unsigned short *src = base + (ok ? (long long)(row0 + r) * stride + c * 8 : 0);
-    cp_async_16(s + Tile::offset(r, c), src, ok);
-  }
-}
-
 /// Fills the swizzled tile at \p dst with mod(x, token) of each element of
 /// rows [row0, row0 + kRows): from the staging tile at \p stage (same
 /// layout) when kStaged, else straight from global memory. Rows at or past
-/// \p limit are zero, never mod(0): they must add nothing to any product.
+/// \p limit (at least row0 + 1) are zero, never mod(0): they must add
+/// nothing to any product. Every lane loads and mods a row inside the
+/// sequence (past the end, the last one) and the rows past it are selected
+/// to zero afterwards: the loads are volatile asm, which the compiler
+/// cannot predicate, so `if (t < limit)` around them was a branch a chunk.
 template <class T, class Tile, int kRows, int kCols, int kThreads, bool kStaged,
           bool kIdentity, class Mod>
 __device__ __forceinline__ void mod_tile(u32 dst, u32 stage, const unsigned short *base,
                                          long long stride, int row0, int limit,
                                          Mod &&mod) {
   constexpr int kChunks = kCols / 8;
+  constexpr int kTotal = kRows * kChunks;
+  constexpr int kIters = (kTotal + kThreads - 1) / kThreads;
 #pragma unroll 2
-  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+  for (int it = 0; it < kIters; ++it) {
+    const int i = threadIdx.x + it * kThreads;
+    if (kTotal % kThreads != 0 && i >= kTotal)
+      break;
     const int r = i / kChunks, c = i % kChunks;
-    const int t = row0 + r;
+    const bool ok = row0 + r < limit;
+    const int t = ok ? row0 + r : limit - 1;
     const u32 off = Tile::offset(r, c);
-    U4 v = {{0u, 0u, 0u, 0u}};
-    if (t < limit) {
-      if constexpr (kStaged)
-        v = ld_shared_16(stage + off);
-      else
-        v = ld_global_16(base + (long long)t * stride + c * 8);
-      if constexpr (!kIdentity) {
+    U4 v;
+    if constexpr (kStaged)
+      v = ld_shared_16(stage + off);
+    else
+      v = ld_global_16(base + (long long)t * stride + c * 8);
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          v.w[e] = pack2<T>(mod(lo_of<T>(v.w[e]), t), mod(hi_of<T>(v.w[e]), t));
-      }
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (!kIdentity)
+        v.w[e] = pack2<T>(mod(lo_of<T>(v.w[e]), t), mod(hi_of<T>(v.w[e]), t));
+      v.w[e] = ok ? v.w[e] : 0u;
     }
     st_shared_16(dst + off, v);
   }
@@ -283,7 +276,11 @@ __device__ __forceinline__ void chunk_out(float (&acc)[kNW / 8][4], u32 sA, u32 
       const float gr = e < 2 ? gr0 : gr1;
       const int c = t * 8 + 2 * tq + (e & 1);
       const bool keep = kLower ? c <= r : c >= r;
-      p[t][e] = keep ? p[t][e] * exp2_fast(kLower ? gr - g2[c] : g2[c] - gr) : 0.f;
+      // The decay is computed for every element and the masked ones are
+      // selected away: `keep ? p * exp2(… g2[c] …) : 0` compiled to a branch
+      // per element (the compiler does not speculate the shared load).
+      const float w = exp2_fast(kLower ? gr - g2[c] : g2[c] - gr);
+      p[t][e] = keep ? p[t][e] * w : 0.f;
     }
 #pragma unroll
   for (int kk = 0; kk < kC / 16; ++kk) {

@@ -117,13 +117,13 @@ struct LinearScan {
     // Forward: A = q, B = k, Val = v. dq scan: A = dout, B = v, Val = k.
     auto stage = [&](int t0) {
       if constexpr (kFwd) {
-        lin::stage_tile<DTile, kC, kD, kThreads>(stg, qp, a.q_ss, t0, seq);
-        lin::stage_tile<DTile, kC, kD, kThreads>(stg + kOffB, kp, a.k_ss, t0, seq);
-        lin::stage_tile<VTile, kC, kVs, kThreads>(stg + kOffVal, vp, a.v_ss, t0, seq);
+        load_tile_async<DTile, kC, kD, kThreads>(stg, qp, a.q_ss, t0, seq);
+        load_tile_async<DTile, kC, kD, kThreads>(stg + kOffB, kp, a.k_ss, t0, seq);
+        load_tile_async<VTile, kC, kVs, kThreads>(stg + kOffVal, vp, a.v_ss, t0, seq);
       } else {
-        lin::stage_tile<VTile, kC, kVs, kThreads>(stg, dop, a.do_ss, t0, seq);
-        lin::stage_tile<VTile, kC, kVs, kThreads>(stg + kOffB, vp, a.v_ss, t0, seq);
-        lin::stage_tile<DTile, kC, kD, kThreads>(stg + kOffVal, kp, a.k_ss, t0, seq);
+        load_tile_async<VTile, kC, kVs, kThreads>(stg, dop, a.do_ss, t0, seq);
+        load_tile_async<VTile, kC, kVs, kThreads>(stg + kOffB, vp, a.v_ss, t0, seq);
+        load_tile_async<DTile, kC, kD, kThreads>(stg + kOffVal, kp, a.k_ss, t0, seq);
       }
     };
     auto load = [&](int t0) {
@@ -293,10 +293,10 @@ struct LinearDkdv {
       return Variant::decay_mod(in, d, b, h, t);
     };
     auto stage = [&](int t0) {
-      lin::stage_tile<DTile, kC, kD, kThreads>(stg, qp, a.q_ss, t0, seq);
-      lin::stage_tile<DTile, kC, kD, kThreads>(stg + kOffK, kp, a.k_ss, t0, seq);
-      lin::stage_tile<VTile, kC, kVs, kThreads>(stg + kOffV, vp, a.v_ss, t0, seq);
-      lin::stage_tile<VTile, kC, kVs, kThreads>(stg + kOffDo, dop, a.do_ss, t0, seq);
+      load_tile_async<DTile, kC, kD, kThreads>(stg, qp, a.q_ss, t0, seq);
+      load_tile_async<DTile, kC, kD, kThreads>(stg + kOffK, kp, a.k_ss, t0, seq);
+      load_tile_async<VTile, kC, kVs, kThreads>(stg + kOffV, vp, a.v_ss, t0, seq);
+      load_tile_async<VTile, kC, kVs, kThreads>(stg + kOffDo, dop, a.do_ss, t0, seq);
     };
     auto load = [&](int t0) {
       lin::mod_tile<T, DTile, kC, kD, kThreads, kStaged, Variant::kQIdentity>(
