@@ -128,7 +128,7 @@ TEST_CASE("nvrtc bwd: the source has the entries and the host's constants",
   KernelSpec S = spec(DType::BF16, 128, 128, "sm_90a");
   codegen::KernelSource Src = codegen::generateBackward(Def, S);
   CHECK(Src.Key == "alibi_learnable.bwd_sm80.bf16.d128x128.sm_90a."
-                   "kv64x128w8.q128x64w8.s2");
+                   "kv64x128w8.q128x32w4.s2");
   for (const std::string &E : Src.Entries)
     CHECK_THAT(Src.Source, Contains("attnc_bwd") && Contains(E + "("));
   BwdConfig C = BwdConfig::defaultFor(128, 128, "sm_90a");

@@ -98,6 +98,13 @@ BwdConfig BwdConfig::defaultFor(int D, int DV, const std::string &Arch) {
       C.KvBlockM = 16;
       C.QBlockN = 32;
     }
+  } else if (DV <= 128) {
+    // dQ kernel: 32 query rows a warp and 32 keys a step, two CTAs an SM.
+    // Each K and V fragment read from shared memory then feeds two m16 row
+    // tiles instead of one; 4% faster than q128x64w8 at S = 4096 on an H200
+    // (docs/performance.md), 48 bytes of spill stores at D = 128.
+    C.QBlockN = 32;
+    C.QWarps = 4;
   }
   return C;
 }
