@@ -49,8 +49,9 @@ public:
   /// row-level (or constant) value, defines the divisor's reciprocal once
   /// here, and the division is then spelled as a multiplication by it: one
   /// IEEE division per row instead of one per element (each with a slow-path
-  /// branch), the result within an ulp of the quotient. Call it after the
-  /// row-level values are defined and before the element loop.
+  /// branch), the result within an ulp of the quotient unless 1/divisor
+  /// overflows (a denormal divisor). Call it after the row-level values
+  /// are defined and before the element loop.
   void hoistRowReciprocals(llvm::ArrayRef<const ir::Node *> Roots);
   /// Every non-leaf node reachable from \p Roots, as straight-line code.
   void emitScalarBody(llvm::ArrayRef<const ir::Node *> Roots);
