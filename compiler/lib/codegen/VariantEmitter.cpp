@@ -126,6 +126,8 @@ std::string ExprEmitter::expr(const Node *N, bool InLoop) const {
     if (auto It = Reciprocals.find(N->operand(1));
         InLoop && isElement(N) && It != Reciprocals.end())
       return "((float)" + Op(0) + " * " + It->second + ")";
+    if (RowDivisionsAsReciprocals && isElement(N) && !isElement(N->operand(1)))
+      return "((float)" + Op(0) + " * (1.0f / (float)" + Op(1) + "))";
     return "((float)" + Op(0) + " / (float)" + Op(1) + ")";
   case NodeKind::Max:
     return IntResult ? "max(" + Op(0) + ", " + Op(1) + ")"

@@ -83,6 +83,10 @@ void emitScalarFunction(CodeWriter &W, const ir::Graph &G,
                    std::string(ReturnType) + " " + Signature);
   const ir::Function *F = G.getFunction(Fn);
   ExprEmitter E(W, Spell);
+  // Not in a mask: x * (1/y) may differ from x / y in the last bit, and a
+  // comparison at a boundary could then flip against the reference.
+  if (std::string(ReturnType) == "float")
+    E.spellRowDivisionsAsReciprocals();
   const ir::Node *R = F->result(Result);
   E.emitScalarBody({R});
   std::string V = E.operand(R, false);

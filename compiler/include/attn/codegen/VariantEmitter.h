@@ -53,6 +53,13 @@ public:
   /// overflows (a denormal divisor). Call it after the row-level values
   /// are defined and before the element loop.
   void hoistRowReciprocals(llvm::ArrayRef<const ir::Node *> Roots);
+  /// Per-element functions (one call per element, no row loop to hoist
+  /// from): an element divided by a value of the row, head or a constant
+  /// is spelled x * (1.0f / y). The reciprocal is then an expression of the
+  /// row alone, which the compiler computes once for the elements of a row
+  /// that one inlined loop evaluates (the same load, the same division),
+  /// instead of one IEEE division per element.
+  void spellRowDivisionsAsReciprocals() { RowDivisionsAsReciprocals = true; }
   /// Every non-leaf node reachable from \p Roots, as straight-line code.
   void emitScalarBody(llvm::ArrayRef<const ir::Node *> Roots);
   /// The element-level nodes \p Roots need that \p Done does not hold.
@@ -67,6 +74,7 @@ private:
   std::string FoldedScaleLog2e;
   /// Divisor → the name of its hoisted reciprocal (hoistRowReciprocals).
   llvm::DenseMap<const ir::Node *, std::string> Reciprocals;
+  bool RowDivisionsAsReciprocals = false;
 };
 
 /// The body of `online_fwd(in, st, f, r, b, h, o_scale)` for one row r.
