@@ -48,6 +48,36 @@ __device__ inline void compact_blocks(const MaskArgs &a) {
   a.block_count[row] = count;
 }
 
+/// The blocks a CTA visits, in order: for a masked variant the entries of
+/// a block list (the block index, bit 30 set when the classification found
+/// every element kept: compact_blocks and the backward's list kernels write
+/// them so), else every block, entry j being j.
+template <bool kHasMask> struct BlockVisits {
+  int count;
+  const int *list;
+  __device__ __forceinline__ int at(int j, bool &full) const {
+    return decode(entry(j), full);
+  }
+  /// The raw entry \p j (0 past the end), for loading ahead of its use.
+  __device__ __forceinline__ int entry(int j) const {
+    if constexpr (kHasMask)
+      return j < count ? list[j] : 0;
+    else
+      return j;
+  }
+  /// The block index of entry \p e. Without a mask \p full is true: the
+  /// caller checks the sequence's end (per element, or per block).
+  __device__ static __forceinline__ int decode(int e, bool &full) {
+    if constexpr (kHasMask) {
+      full = (e >> 30) & 1;
+      return e & 0x3fffffff;
+    } else {
+      full = true;
+      return e;
+    }
+  }
+};
+
 } // namespace attnc
 
 #endif

@@ -31,6 +31,7 @@
 #define ATTNC_BWD_SM80_CUH
 
 #include "attnc/attention_args.cuh"
+#include "attnc/block_mask.cuh"
 #include "attnc/bwd_sm80_fused_dq.cuh"
 #include "attnc/sm80_primitives.cuh"
 
@@ -66,32 +67,6 @@ __device__ __forceinline__ float bwd_element(const typename Variant::Inputs &in,
   const float grad = Variant::score_mod_grad(in, raw, b, h, q, k);
   return valid ? ds * grad : 0.f;
 }
-
-/// Block visiting order from the backward's block lists (masked variants),
-/// or every block, with the last one partial when the sequence is ragged.
-template <bool kHasMask> struct BwdBlocks {
-  int count;
-  const int *list;
-  __device__ __forceinline__ int at(int j, bool &full) const {
-    return decode(entry(j), full);
-  }
-  /// The raw entry \p j (0 past the end), for loading ahead of its use.
-  __device__ __forceinline__ int entry(int j) const {
-    if constexpr (kHasMask)
-      return j < count ? list[j] : 0;
-    else
-      return j;
-  }
-  __device__ static __forceinline__ int decode(int e, bool &full) {
-    if constexpr (kHasMask) {
-      full = (e >> 30) & 1;
-      return e & 0x3fffffff;
-    } else {
-      full = true; // no mask; sequence ends are checked per element
-      return e;
-    }
-  }
-};
 
 template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN,
           int kWarps, int kStages, bool kFusedDq = false>
@@ -162,7 +137,7 @@ struct BwdDkDvSm80 {
     for (int hi = 0; hi < group_size; ++hi) {
       const int h = hk * group_size + hi;
       const int bh = b * a.heads + h;
-      BwdBlocks<Variant::kHasMask> blocks{a.kv_m_blocks, nullptr};
+      BlockVisits<Variant::kHasMask> blocks{a.kv_m_blocks, nullptr};
       const int *ranks = nullptr;
       if constexpr (Variant::kHasMask) {
         const long long line =
@@ -394,7 +369,7 @@ struct BwdDqSm80 {
     const int row_base = m_block * kBlockM;
     const int warp_row0 = warp * kRowsPerWarp;
 
-    BwdBlocks<Variant::kHasMask> blocks{(a.seq_kv + kBlockN - 1) / kBlockN, nullptr};
+    BlockVisits<Variant::kHasMask> blocks{(a.seq_kv + kBlockN - 1) / kBlockN, nullptr};
     if constexpr (Variant::kHasMask) {
       const long long line =
           (a.mask_per_head ? (long long)bh : 0LL) * a.q_m_blocks + m_block;

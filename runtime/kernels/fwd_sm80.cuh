@@ -8,6 +8,7 @@
 #define ATTNC_FWD_SM80_CUH
 
 #include "attnc/attention_args.cuh"
+#include "attnc/block_mask.cuh"
 #include "attnc/sm80_primitives.cuh"
 
 namespace attnc {
@@ -125,32 +126,21 @@ struct FwdSm80 {
 
     // Which key blocks to visit: from the block classification when the
     // variant masks, else all of them (the last one partial if ragged).
-    const int n_blocks = (a.seq_kv + kBlockN - 1) / kBlockN;
-    int count = n_blocks;
-    const int *list = nullptr;
+    // List entries are read a step before their use, so that no iteration
+    // starts with a dependent global load.
+    BlockVisits<Variant::kHasMask> blocks{(a.seq_kv + kBlockN - 1) / kBlockN, nullptr};
     if constexpr (Variant::kHasMask) {
       const long long group = a.mask_per_head ? bh : 0;
       const long long row = group * a.m_blocks + m_block;
-      count = a.block_count[row];
-      list = a.block_list + row * a.n_blocks;
+      blocks.count = a.block_count[row];
+      blocks.list = a.block_list + row * a.n_blocks;
     }
-    // A list entry packs the block index and its "full" flag; without a
-    // mask the entry is the index itself. Entries are read a step before
-    // their use, so that no iteration starts with a dependent global load.
-    auto entry = [&](int j) {
-      if constexpr (Variant::kHasMask)
-        return j < count ? list[j] : 0;
-      else
-        return j;
-    };
+    const int count = blocks.count;
     auto decode = [&](int e, bool &full) {
-      if constexpr (Variant::kHasMask) {
-        full = (e >> 30) & 1;
-        return e & 0x3fffffff;
-      } else {
-        full = (e + 1) * kBlockN <= a.seq_kv;
-        return e;
-      }
+      const int n = blocks.decode(e, full);
+      if constexpr (!Variant::kHasMask)
+        full = (n + 1) * kBlockN <= a.seq_kv;
+      return n;
     };
 
     const u32 s_base = smem_addr(smem);
@@ -170,7 +160,7 @@ struct FwdSm80 {
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       if (s < count)
-        load_kv(s, entry(s));
+        load_kv(s, blocks.entry(s));
       cp_async_commit(); // always commit: wait_group counts groups
     }
 
@@ -184,7 +174,7 @@ struct FwdSm80 {
     }
     const int warp_row0 = row_base + warp * kRowsPerWarp;
 
-    int e_cur = entry(0), e_load = entry(kStages - 1);
+    int e_cur = blocks.entry(0), e_load = blocks.entry(kStages - 1);
     for (int j = 0; j < count; ++j) {
       if (j + kStages - 1 < count)
         load_kv(j + kStages - 1, e_load);
@@ -194,8 +184,8 @@ struct FwdSm80 {
 
       bool full;
       const int n = decode(e_cur, full);
-      e_cur = entry(j + 1);
-      e_load = entry(j + kStages);
+      e_cur = blocks.entry(j + 1);
+      e_load = blocks.entry(j + kStages);
       const u32 s_k = s_kv + (j % kStages) * kStageBytes;
       const u32 s_v = s_k + KTile::kBytes;
 
