@@ -136,7 +136,6 @@ Runners makeRunners(const Case &C) {
 std::vector<Outcome> runCase(const Case &C, Runners &Rs, uint64_t Seed) {
   runtime::Attention &Att = *Rs.Att;
   const double CompileS = Rs.CompileS;
-  auto T0 = std::chrono::steady_clock::now();
   const ir::Graph &G = *Att.definition().Graph;
 
   std::mt19937_64 Rng(Seed);
@@ -156,7 +155,7 @@ std::vector<Outcome> runCase(const Case &C, Runners &Rs, uint64_t Seed) {
     Inputs[D.Name] = X;
     In.Inputs[D.Name] = reference::Tensor({}, double(X));
   }
-  T0 = std::chrono::steady_clock::now();
+  auto T0 = std::chrono::steady_clock::now();
   reference::AttentionOutputs Ref =
       reference::attentionOnline(Att.definition(), In, 0);
   In.RoundProbs = [&](double P) { return roundTo(C.Dt, P); };
