@@ -123,9 +123,6 @@ std::string ExprEmitter::expr(const Node *N, bool InLoop) const {
   case NodeKind::Mul:
     return "(" + Op(0) + " * " + Op(1) + ")";
   case NodeKind::Div: // true division, also of two integers
-    if (auto It = Reciprocals.find(N->operand(1));
-        InLoop && isElement(N) && It != Reciprocals.end())
-      return "((float)" + Op(0) + " * " + It->second + ")";
     if (RowDivisionsAsReciprocals && isElement(N) && !isElement(N->operand(1)))
       return "((float)" + Op(0) + " * (1.0f / (float)" + Op(1) + "))";
     return "((float)" + Op(0) + " / (float)" + Op(1) + ")";
@@ -190,20 +187,6 @@ void ExprEmitter::markNeeded(llvm::ArrayRef<const Node *> Roots) {
 void ExprEmitter::define(const Node *N, bool InLoop) {
   W.line("const " + cType(N->getType()) + " " + operand(N, InLoop) + " = " +
          expr(N, InLoop) + ";");
-}
-
-void ExprEmitter::hoistRowReciprocals(llvm::ArrayRef<const Node *> Roots) {
-  for (const Node *N : ir::topologicalOrder(Roots)) {
-    if (N->getKind() != NodeKind::Div || !isElement(N) || !needed(N))
-      continue;
-    const Node *Divisor = N->operand(1);
-    if (isElement(Divisor) || Reciprocals.count(Divisor))
-      continue;
-    std::string Name = "rcp" + std::to_string(Divisor->getId());
-    W.line("const float " + Name + " = 1.0f / (float)" +
-           operand(Divisor, false) + ";");
-    Reciprocals[Divisor] = Name;
-  }
 }
 
 void ExprEmitter::emitScalarBody(llvm::ArrayRef<const Node *> Roots) {
@@ -445,6 +428,7 @@ void emitOnlineFwd(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell,
 void emitEpilogue(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell) {
   const ir::Function &F = *G.getFunction("online_fwd_epilogue");
   ExprEmitter E(W, Spell);
+  E.spellRowDivisionsAsReciprocals(); // o / r: one division a row
   std::vector<const Node *> Roots;
   for (const ir::Result &R : F.Results)
     Roots.push_back(R.Value);
@@ -455,7 +439,6 @@ void emitEpilogue(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell) 
   const Node *O = F.result("o");
   auto *P = llvm::dyn_cast<ir::ParamNode>(O);
   if (!P || P->getParamKind() != ParamKind::Output) {
-    E.hoistRowReciprocals({O});
     W.line("#pragma unroll");
     auto Loop = W.block("for (int c = 0; c < OFrag::kCols; ++c)");
     llvm::DenseSet<const Node *> Done;

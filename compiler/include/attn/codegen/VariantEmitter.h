@@ -5,7 +5,6 @@
 #include "attn/codegen/CodeWriter.h"
 #include "attn/ir/Graph.h"
 
-#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 
 #include <functional>
@@ -45,20 +44,12 @@ public:
     FoldedScores = Scores;
     FoldedScaleLog2e = std::move(ScaleLog2e);
   }
-  /// For each element-level division in \p Roots' cone whose divisor is a
-  /// row-level (or constant) value, defines the divisor's reciprocal once
-  /// here, and the division is then spelled as a multiplication by it: one
-  /// IEEE division per row instead of one per element (each with a slow-path
-  /// branch), the result within an ulp of the quotient unless 1/divisor
-  /// overflows (a denormal divisor). Call it after the row-level values
-  /// are defined and before the element loop.
-  void hoistRowReciprocals(llvm::ArrayRef<const ir::Node *> Roots);
-  /// Per-element functions (one call per element, no row loop to hoist
-  /// from): an element divided by a value of the row, head or a constant
-  /// is spelled x * (1.0f / y). The reciprocal is then an expression of the
-  /// row alone, which the compiler computes once for the elements of a row
-  /// that one inlined loop evaluates (the same load, the same division),
-  /// instead of one IEEE division per element.
+  /// An element divided by a value of the row, head or a constant is
+  /// spelled x * (1.0f / y): the reciprocal is an expression of the row
+  /// alone, which the compiler computes once for the elements of a row that
+  /// one (unrolled, inlined) loop evaluates, instead of one IEEE division
+  /// (with a slow-path branch) per element. The result is within an ulp of
+  /// the quotient unless 1/y overflows (a denormal y).
   void spellRowDivisionsAsReciprocals() { RowDivisionsAsReciprocals = true; }
   /// Every non-leaf node reachable from \p Roots, as straight-line code.
   void emitScalarBody(llvm::ArrayRef<const ir::Node *> Roots);
@@ -72,8 +63,6 @@ private:
   llvm::DenseSet<const ir::Node *> Needed;
   const ir::Node *FoldedScores = nullptr;
   std::string FoldedScaleLog2e;
-  /// Divisor → the name of its hoisted reciprocal (hoistRowReciprocals).
-  llvm::DenseMap<const ir::Node *, std::string> Reciprocals;
   bool RowDivisionsAsReciprocals = false;
 };
 
