@@ -73,11 +73,15 @@ struct BwdArgs {
   /// Fused dQ (BwdConfig::FusedDq, bwd_sm80_fused_dq.cuh): the fp32 partial
   /// sums [batch·heads][kv_m_blocks·kv_block_m][head_dim], one semaphore per
   /// (batch·head, query block) and, when the variant masks, per entry of
-  /// kv_list its rank among the key blocks that visit the query block (bit
-  /// 30: the last one). Null in the two-kernel mode.
+  /// kv_list its rank among the key blocks that visit the query block. Null
+  /// in the two-kernel mode.
   float *dq_accum;
   int *dq_sem;
   const int *kv_rank;
+  /// Fused dQ without a mask: 1 when the key blocks' walks start spread
+  /// over the query blocks (BwdFusedDq::first_block), which the host allows
+  /// only where two grid rows fit on the GPU's SMs at once.
+  int dq_rotate;
 };
 
 /// Arguments of the backward's block-list kernels: the fine classes of

@@ -39,9 +39,9 @@ __device__ inline int coarse_class(const BwdListArgs &a, long long group, int m,
 
 /// Fused dQ: for each query block m of key block \p n's column (\p list,
 /// \p count entries), n's rank among the key blocks visiting m, the number
-/// of them above n (m's row list is sorted: a binary search), with bit 30
-/// set when n is the lowest, the last to add (bwd_sm80_fused_dq.cuh). The
-/// rows' lists were made by an earlier launch on the same tiling.
+/// of them above n (m's row list is sorted: a binary search), the order of
+/// its contribution to m's dQ sum (bwd_sm80_fused_dq.cuh). The rows' lists
+/// were made by an earlier launch on the same tiling.
 __device__ inline void column_ranks(const BwdListArgs &a, long long group, int n,
                                     const int *list, int count) {
   int *rank = a.rank + (group * a.n_blocks + n) * (long long)a.m_blocks;
@@ -57,7 +57,7 @@ __device__ inline void column_ranks(const BwdListArgs &a, long long group, int n
       else
         hi = mid;
     }
-    rank[j] = (len - 1 - lo) | (lo == 0 ? (1 << 30) : 0);
+    rank[j] = len - 1 - lo;
   }
 }
 

@@ -160,14 +160,16 @@ __device__ __forceinline__ float exp_via_exp2(float x) {
 
 /// A [kRows x kCols] tile of 16-bit elements in shared memory, 16-byte
 /// chunks XOR-swizzled by row so that ldmatrix of 8 consecutive rows hits 8
-/// different bank groups.
+/// different bank groups. Rows of 32 columns (4 chunks, two rows a 128-byte
+/// line) swizzle by row pair instead: rows r and r + 2 then differ too.
 template <int kRows, int kCols> struct SwizzledTile {
   static constexpr int kChunks = kCols / 8; // 16-byte chunks per row
-  static_assert(kCols % 64 == 0,
-                "rows must hold a multiple of 8 chunks for the XOR swizzle");
+  static_assert(kCols % 64 == 0 || kCols == 32,
+                "rows must hold a multiple of 8 chunks (or 4) for the XOR swizzle");
   static constexpr int kBytes = kRows * kCols * 2;
   __device__ static __forceinline__ u32 offset(int row, int chunk) {
-    return static_cast<u32>(row * kCols * 2 + ((chunk ^ (row & 7)) * 16));
+    const int swizzle = kChunks == 4 ? (row >> 1) & 3 : row & 7;
+    return static_cast<u32>(row * kCols * 2 + ((chunk ^ swizzle) * 16));
   }
 };
 
@@ -332,11 +334,22 @@ __device__ __forceinline__ void warp_mma_pb(float (&acc)[MT][NT][4],
       });
 }
 
+/// The k16n8 B fragments of the n8 tiles b_tile0 + t and b_tile0 + t + 1
+/// at step \p kk along K, from a swizzled tile whose rows run along K (N
+/// contiguous, read transposed); \p lane and its matrix \p mi = lane / 8
+/// come from the caller, computed once per GEMM.
+template <class BTile>
+__device__ __forceinline__ void load_b_k_rows(u32 (&f)[4], u32 sb, int b_tile0, int t,
+                                              int kk, int lane, int mi) {
+  const int r = kk * 16 + (lane % 8) + 8 * (mi % 2);
+  ldmatrix_x4_trans(f, sb + BTile::offset(r, b_tile0 + t + mi / 2));
+}
+
 /// One warp's acc[MT][NT] += A·B, A rows [a_row0, a_row0 + 16·MT) of a
 /// swizzled row-major tile (K contiguous), B the n8 tiles [b_tile0,
 /// b_tile0 + NT) of a swizzled tile whose rows run along K (read
-/// transposed), kK16 steps of 16 along K. This is the fused-dQ mode's
-/// dQ += dS·K, with dS from shared memory.
+/// transposed), kK16 steps of 16 along K. This is the backward's
+/// dV += Pᵀ·dO and dK += dSᵀ·Q when Pᵀ and dSᵀ pass through shared memory.
 template <class T, class ATile, class BTile, int MT, int NT, int kK16>
 __device__ __forceinline__ void warp_mma_ss(float (&acc)[MT][NT][4], u32 sa, int a_row0,
                                             u32 sb, int b_tile0) {
@@ -349,8 +362,32 @@ __device__ __forceinline__ void warp_mma_ss(float (&acc)[MT][NT][4], u32 sa, int
         ldmatrix_x4(f, sa + ATile::offset(r, kk * 2 + mi / 2));
       },
       [&](u32 (&f)[4], int t, int kk) {
-        const int r = kk * 16 + (lane % 8) + 8 * (mi % 2);
-        ldmatrix_x4_trans(f, sb + BTile::offset(r, b_tile0 + t + mi / 2));
+        load_b_k_rows<BTile>(f, sb, b_tile0, t, kk, lane, mi);
+      });
+}
+
+/// One warp's acc[MT][NT] += A·B with both operands stored along K: A as
+/// Aᵀ, rows of a swizzled tile running along K (M contiguous), its columns
+/// [a_col0, a_col0 + 16·MT) read transposed; B the n8 tiles [b_tile0,
+/// b_tile0 + NT) of a swizzled tile whose rows run along K (read
+/// transposed); kK16 steps of 16 along K. This is the fused-dQ mode's
+/// dQ += dS·K, with dSᵀ in shared memory as the dK/dV warps hold it.
+template <class T, class ATile, class BTile, int MT, int NT, int kK16>
+__device__ __forceinline__ void warp_mma_tt(float (&acc)[MT][NT][4], u32 sa, int a_col0,
+                                            u32 sb, int b_tile0) {
+  const int lane = threadIdx.x % 32;
+  const int mi = lane / 8;
+  warp_mma<T, MT, NT, kK16>(
+      acc,
+      [&](u32 (&f)[4], int i, int kk) {
+        // Matrix mi of the m16k16 fragment is rows 8·(mi % 2) and k columns
+        // 8·(mi / 2); stored transposed, that is tile rows kk·16 + 8·(mi / 2)
+        // and the 16-byte chunk of columns a_col0 + 16·i + 8·(mi % 2).
+        const int r = kk * 16 + (lane % 8) + 8 * (mi / 2);
+        ldmatrix_x4_trans(f, sa + ATile::offset(r, a_col0 / 8 + 2 * i + mi % 2));
+      },
+      [&](u32 (&f)[4], int t, int kk) {
+        load_b_k_rows<BTile>(f, sb, b_tile0, t, kk, lane, mi);
       });
 }
 

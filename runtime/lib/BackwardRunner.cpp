@@ -1,6 +1,7 @@
 // BackwardRunner: compile the bwd_sm80 kernels, lay out the workspaces, and
 // launch block lists, doosum, dK/dV, dQ (or, fused, the dQ semaphores'
-// reset) and the input-gradient reduction.
+// reset before dK/dV and the sums' conversion after) and the input-gradient
+// reduction.
 #include "BackwardRunner.h"
 #include "ForwardLaunch.h"
 
@@ -63,10 +64,12 @@ void BackwardRunner::ensureLoaded() {
   Module.load(Cached, Spec.Arch);
   Pre = Module.function("attnc_bwd_preprocess");
   DkDv = Module.function("attnc_bwd_dkdv");
-  if (Config.FusedDq)
+  if (Config.FusedDq) {
     DqInit = Module.function("attnc_bwd_dq_init");
-  else
+    DqConvert = Module.function("attnc_bwd_dq_convert");
+  } else {
     Dq = Module.function("attnc_bwd_dq");
+  }
   Grads = Module.function("attnc_bwd_input_grads");
   Classify = Module.function("attnc_bwd_block_classify");
   Rows = Module.function("attnc_bwd_block_rows");
@@ -186,6 +189,13 @@ void BackwardRunner::run(const BackwardTensors &T, const InputMap &Inputs,
     A.dq_accum = static_cast<float *>(At(AccumAt));
     A.dq_sem = static_cast<int *>(At(SemAt));
     A.kv_rank = Masked ? static_cast<int *>(At(RankAt)) : nullptr;
+    // Rotated walks make a CTA wait for one dispatched after it: safe only
+    // where a whole grid row can be resident (at least a CTA an SM). They
+    // also spread a head's live Q/dO tiles and sums over all its query
+    // blocks at once, which cost 4% at S = 16384 on an H200 (128 key
+    // blocks); rotation is used where at least two rows fit.
+    A.dq_rotate =
+        !Masked && 2 * A.kv_n_blocks <= currentDevice().MultiProcessors ? 1 : 0;
   }
   for (size_t I = 0; I < GradInputs.size(); ++I) {
     A.grad_out[I] = static_cast<float *>(GradOut.at(GradInputs[I].Name).Data);
@@ -254,8 +264,7 @@ void BackwardRunner::run(const BackwardTensors &T, const InputMap &Inputs,
   }
   if (Fused) {
     // The semaphores start at 0 on every call. dq_accum needs no zeroing:
-    // the first contributor writes without reading. dq rows that no key
-    // block visits are zeroed by the dK/dV kernel (zero_unvisited).
+    // the first contributor stores, the later ones add.
     void *InitParams[] = {&A};
     D.check(D.cuLaunchKernel(DqInit, ceilDiv(int64_t(SemCount), 256), 1, 1, 256,
                              1, 1, 0, Stream, InitParams, nullptr),
@@ -269,12 +278,20 @@ void BackwardRunner::run(const BackwardTensors &T, const InputMap &Inputs,
               K.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum),
               Stream, Params, nullptr),
           "launch attnc_bwd_dkdv");
-  if (!Fused)
+  if (Fused) {
+    // dq from the sums; rows that no key block visits become zeros.
+    void *ConvertParams[] = {&A};
+    const int Rows = 256 / (Spec.HeadDim / 4);
+    D.check(D.cuLaunchKernel(DqConvert, ceilDiv(C.Sq, Rows), unsigned(C.B * C.H),
+                             1, 256, 1, 1, 0, Stream, ConvertParams, nullptr),
+            "launch attnc_bwd_dq_convert");
+  } else {
     D.check(D.cuLaunchKernel(Dq, A.q_m_blocks, unsigned(C.B * C.H), 1,
                              32 * K.QWarps, 1, 1,
                              K.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV),
                              Stream, Params, nullptr),
             "launch attnc_bwd_dq");
+  }
   if (!GradInputs.empty()) {
     void *GradParams[] = {&A};
     D.check(D.cuLaunchKernel(Grads, unsigned(GradInputs.size()), 1, 1, 256, 1,

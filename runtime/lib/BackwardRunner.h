@@ -57,7 +57,8 @@ private:
   CacheResult Cached;
   KernelModule Module;
   CUfunction Pre = nullptr, DkDv = nullptr, Dq = nullptr, DqInit = nullptr,
-             Grads = nullptr, Classify = nullptr, Rows = nullptr, Cols = nullptr;
+             DqConvert = nullptr, Grads = nullptr, Classify = nullptr,
+             Rows = nullptr, Cols = nullptr;
   CUdeviceptr Work = 0;
   size_t WorkBytes = 0;
 };

@@ -1,6 +1,6 @@
 // The cases of gpu_backward_test: the definitions (examples and a few
 // masks made for the test), the quick set and the full matrix, each case
-// in the default configuration and in the fused dQ mode.
+// in the default configuration and in the other dQ mode.
 #ifndef ATTNC_TESTS_GPU_BACKWARDCASES_H
 #define ATTNC_TESTS_GPU_BACKWARDCASES_H
 
@@ -36,9 +36,16 @@ inline std::string fusedConfig(int DV) {
   return DV > 128 ? "kv32x128w8.fused.s2" : "kv64x128w8.fused.s2";
 }
 
+/// The other mode than the default's (the GPU's arch: sm_80 or sm_90a), for
+/// the twin of a default case: for DV <= 128 the default is the fused dQ
+/// mode and the twin the two-kernel mode, for DV = 256 the other way round.
+inline std::string twinConfig(int DV) {
+  return DV > 128 ? "kv32x128w8.fused.s2" : "kv64x128w8.q128x32w4.s2";
+}
+
 /// Fused dQ cases with several key blocks a query block (semaphores, ranks),
-/// grouped k/v heads, masks with and without diagonals, and query blocks no
-/// key visits (mha_emptyblock).
+/// grouped k/v heads, masks with and without diagonals, query blocks no key
+/// visits (mha_emptyblock), and rotated walks.
 inline void addFusedCases(std::vector<Case> &Out) {
   for (const char *E : Definitions)
     Out.push_back({E, DType::F16, 64, 64, 1, 4, 2, 333, 333, Layout::BSHD,
@@ -49,13 +56,24 @@ inline void addFusedCases(std::vector<Case> &Out) {
                  Layout::BSHD, fusedConfig(128)});
   Out.push_back({"mha_window", DType::F16, 128, 128, 1, 2, 2, 333, 333, Layout::BSHD,
                  "kv32x64w4.fused.s3"});
+  // Without a mask the walks are rotated (BwdFusedDq::first_block): more key
+  // blocks than query blocks (walks that start together), and a longer row.
+  Out.push_back({"mha_full", DType::F16, 64, 64, 1, 2, 1, 70, 1000, Layout::BSHD,
+                 fusedConfig(64)});
+  Out.push_back({"mha_full", DType::BF16, 128, 128, 1, 1, 1, 1300, 1300, Layout::BHSD,
+                 fusedConfig(128)});
 }
 
 inline std::vector<Case> cases(bool Quick) {
   std::vector<Case> Out;
   if (Quick) {
-    for (const char *E : Definitions)
+    for (const char *E : Definitions) {
       Out.push_back({E, DType::F16, 64, 64, 1, 2, 1, 70, 70, Layout::BSHD, ""});
+      Case Twin = Out.back();
+      Twin.Config = twinConfig(Twin.DV);
+      Twin.TwinOf = int(Out.size()) - 1;
+      Out.push_back(Twin);
+    }
     addFusedCases(Out);
     return Out;
   }
@@ -94,13 +112,13 @@ inline std::vector<Case> cases(bool Quick) {
   Out.push_back({"mha", DType::BF16, 128, 128, 1, 1, 1, 4096, 4096, Layout::BSHD, ""});
   Out.push_back({"mha_full", DType::F16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD, ""});
   Out.push_back({"mha_emptyblock", DType::F16, 64, 64, 2, 2, 2, 333, 333, Layout::BSHD, ""});
-  // Every case of the default configuration again in the fused dQ mode
+  // Every case of the default configuration again in the other mode
   // (same inputs: the twin shares the reference), then the fused-only ones.
   size_t N = Out.size();
   for (size_t I = 0; I < N; ++I)
     if (Out[I].Config.empty()) {
       Case F = Out[I];
-      F.Config = fusedConfig(F.DV);
+      F.Config = twinConfig(F.DV);
       F.TwinOf = int(I);
       Out.push_back(F);
     }

@@ -5,9 +5,9 @@
 // 77 (ctest: skipped) where there is no GPU.
 //
 //   gpu_backward_test                  the whole matrix
-//   gpu_backward_test --quick          one small case per definition (also
-//                                      with the two modes below), and each
-//                                      in the fused dQ mode on several blocks
+//   gpu_backward_test --quick          one small case per definition, in
+//                                      the default and the other dQ mode,
+//                                      and the fused mode on several blocks
 //   gpu_backward_test --precompile A   compile every kernel for arch A into
 //                                      the kernel cache (no GPU needed)
 //   gpu_backward_test --dry-run A      compile, and run the references, for

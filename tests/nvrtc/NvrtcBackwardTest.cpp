@@ -59,16 +59,17 @@ std::string compilesToCubin(const CompiledDefinition &Def, const KernelSpec &Spe
 
 /// Each example: sm_90a in f16 and sm_80 in bf16, head dims 64 and 128 —
 /// every dtype, head dim and arch appears while CI (two cores) compiles
-/// four kernels an example rather than eight. The fused dQ mode twice more:
-/// f16 d128 on sm_90a and bf16 d64 on sm_80.
+/// four kernels an example rather than eight. The default there is the
+/// fused dQ mode; the two-kernel mode twice more: f16 d128 on sm_90a and
+/// bf16 d64 on sm_80.
 void compileMatrix(const DefinitionBase &D) {
   CompiledDefinition Def = compile(D);
   for (auto [T, Arch] : {std::pair{DType::F16, "sm_90a"}, {DType::BF16, "sm_80"}})
     for (int HD : {64, 128})
       compilesToCubin(Def, spec(T, HD, HD, Arch));
-  BwdConfig Fused = BwdConfig::parse("kv64x128w8.fused.s2");
-  compilesToCubin(Def, spec(DType::F16, 128, 128, "sm_90a"), Fused);
-  compilesToCubin(Def, spec(DType::BF16, 64, 64, "sm_80"), Fused);
+  BwdConfig TwoKernels = BwdConfig::parse("kv64x128w8.q128x32w4.s2");
+  compilesToCubin(Def, spec(DType::F16, 128, 128, "sm_90a"), TwoKernels);
+  compilesToCubin(Def, spec(DType::BF16, 64, 64, "sm_80"), TwoKernels);
 }
 
 } // namespace
@@ -97,10 +98,11 @@ TEST_CASE("nvrtc bwd: head dims 64/128 and 128/256, and the 99 KiB archs",
   compilesToCubin(Def, spec(DType::F16, 64, 128, "sm_90a"));
   compilesToCubin(Def, spec(DType::BF16, 128, 256, "sm_80"));
   compilesToCubin(Def, spec(DType::F16, 128, 128, "sm_86"));
-  // The fused dQ mode with 32-row steps (dQ split 2 x 4 over the warps),
-  // and the 99 KiB archs' tiles.
+  // The two-kernel mode at 64/128, the fused dQ mode with 32-row steps
+  // (Pᵀ and dSᵀ in registers, dSᵀ stored for dQ), and the 99 KiB archs'
+  // tiles.
   compilesToCubin(Def, spec(DType::F16, 64, 128, "sm_90a"),
-                  BwdConfig::parse("kv64x128w8.fused.s2"));
+                  BwdConfig::parse("kv64x128w8.q128x32w4.s2"));
   compilesToCubin(Def, spec(DType::BF16, 128, 256, "sm_80"),
                   BwdConfig::parse("kv32x128w8.fused.s2"));
   compilesToCubin(Def, spec(DType::F16, 128, 128, "sm_86"),
@@ -114,7 +116,8 @@ TEST_CASE("nvrtc bwd: learnable inputs (input gradients) compile without "
        {examples::alibiLearnable(), examples::softcapLearnable()}) {
     CompiledDefinition Def = compile(D);
     for (std::optional<BwdConfig> C :
-         {std::optional<BwdConfig>{}, std::optional{BwdConfig::parse("kv64x128w8.fused.s2")}}) {
+         {std::optional<BwdConfig>{},
+          std::optional{BwdConfig::parse("kv64x128w8.q128x32w4.s2")}}) {
       std::string Log = compilesToCubin(Def, spec(DType::F16, 128, 128, "sm_80"), C);
       INFO(Log);
       CHECK(Log.empty());
@@ -126,12 +129,13 @@ TEST_CASE("nvrtc bwd: the source has the entries and the host's constants",
           "[nvrtc][bwd][source]") {
   CompiledDefinition Def = compile(examples::alibiLearnable());
   KernelSpec S = spec(DType::BF16, 128, 128, "sm_90a");
-  codegen::KernelSource Src = codegen::generateBackward(Def, S);
+  // The two-kernel mode: a dQ kernel with its own tiles.
+  BwdConfig C = BwdConfig::parse("kv64x128w8.q128x32w4.s2");
+  codegen::KernelSource Src = codegen::generateBackward(Def, S, C);
   CHECK(Src.Key == "alibi_learnable.bwd_sm80.bf16.d128x128.sm_90a."
                    "kv64x128w8.q128x32w4.s2");
   for (const std::string &E : Src.Entries)
     CHECK_THAT(Src.Source, Contains("attnc_bwd") && Contains(E + "("));
-  BwdConfig C = BwdConfig::defaultFor(128, 128, "sm_90a");
   CHECK_THAT(Src.Source,
              Contains("DkDv::kSmemBytes == " +
                       std::to_string(C.dkdvSharedBytes(128, 128, 1, true))));
@@ -139,22 +143,33 @@ TEST_CASE("nvrtc bwd: the source has the entries and the host's constants",
                                   std::to_string(C.dqSharedBytes(128, 128))));
   CHECK_THAT(Src.Source, Contains("kNumInputGrads == 2"));
   CHECK_THAT(Src.Source, Contains("#define ATTNC_BWD_FUSED_DQ 0"));
+  CHECK_THAT(Src.Source, Contains("kSplitQueries = true"));
 
-  // The fused dQ mode: no dQ kernel, a semaphore reset instead, and the
-  // dK/dV kernel's shared memory with the dS tile.
+  // The fused dQ mode, the default for DV <= 128 on sm_80 and sm_90a: no dQ
+  // kernel, a semaphore reset and the sums' conversion instead.
   BwdConfig F = BwdConfig::parse("kv64x128w8.fused.s2");
-  codegen::KernelSource FS = codegen::generateBackward(Def, S, F);
+  CHECK(BwdConfig::defaultFor(128, 128, "sm_90a").str() == F.str());
+  CHECK(BwdConfig::defaultFor(64, 64, "sm_80").str() == F.str());
+  codegen::KernelSource FS = codegen::generateBackward(Def, S);
   CHECK(FS.Key == "alibi_learnable.bwd_sm80.bf16.d128x128.sm_90a.kv64x128w8.fused.s2");
+  for (const std::string &E : FS.Entries)
+    CHECK_THAT(FS.Source, Contains("attnc_bwd") && Contains(E + "("));
   CHECK(std::find(FS.Entries.begin(), FS.Entries.end(), "attnc_bwd_dq") ==
         FS.Entries.end());
-  CHECK(std::find(FS.Entries.begin(), FS.Entries.end(), "attnc_bwd_dq_init") !=
-        FS.Entries.end());
+  for (const char *E : {"attnc_bwd_dq_init", "attnc_bwd_dq_convert"})
+    CHECK(std::find(FS.Entries.begin(), FS.Entries.end(), E) != FS.Entries.end());
   CHECK_THAT(FS.Source, Contains("#define ATTNC_BWD_FUSED_DQ 1"));
   CHECK_THAT(FS.Source,
              Contains("DkDv::kSmemBytes == " +
                       std::to_string(F.dkdvSharedBytes(128, 128, 1, true))));
-  CHECK(F.dkdvSharedBytes(128, 128, 1, true) ==
-        C.dkdvSharedBytes(128, 128, 1, true) + 64 * 128 * 2);
+  // 64-row steps use the split layout, whose dSᵀ tile the fused mode
+  // reads: no more shared memory. With 32-row steps (Pᵀ and dSᵀ in
+  // registers) the fused mode adds the dSᵀ tile.
+  CHECK(F.dkdvSharedBytes(128, 128, 1, true) == C.dkdvSharedBytes(128, 128, 1, true));
+  BwdConfig C32{32, 128, 8, 64, 64, 4, 2}, F32 = BwdConfig::fused(32, 128, 8, 2);
+  CHECK_FALSE(C32.splitsQueries());
+  CHECK(F32.dkdvSharedBytes(128, 256, 1, true) ==
+        C32.dkdvSharedBytes(128, 256, 1, true) + 32 * 128 * 2);
 }
 
 TEST_CASE("bwd config: str and parse round-trip; bad text is refused",
@@ -183,11 +198,18 @@ TEST_CASE("bwd config: str and parse round-trip; bad text is refused",
 
 TEST_CASE("bwd config: shared memory formulas", "[bwd][config]") {
   BwdConfig C; // kv64x128w8.q128x64w8.s2
-  // K, V (128 x 128 each) + 2 x (Q, dO 64 x 128 each + 64 rows x 2 floats).
+  CHECK(C.splitsQueries());
+  // K, V (128 x 128 each) + 2 x (Q, dO 64 x 128 each + 64 rows x 2 floats)
+  // + the split layout's Pᵀ and dSᵀ (128 x 64 each).
   CHECK(C.dkdvSharedBytes(128, 128, 1, true) ==
-        2 * 128 * 128 * 2 + 2 * (2 * 64 * 128 * 2 + 512));
+        2 * 128 * 128 * 2 + 2 * (2 * 64 * 128 * 2 + 512) + 2 * 128 * 64 * 2);
   // Without finals or doosum (sigmoid, relu) there is no row data.
-  CHECK(C.dkdvSharedBytes(64, 64, 0, false) == 2 * 128 * 64 * 2 + 2 * (2 * 64 * 64 * 2));
+  CHECK(C.dkdvSharedBytes(64, 64, 0, false) ==
+        2 * 128 * 64 * 2 + 2 * (2 * 64 * 64 * 2) + 2 * 128 * 64 * 2);
+  // 32-row steps keep Pᵀ and dSᵀ in registers.
+  BwdConfig C32{32, 128, 8, 64, 64, 4, 2};
+  CHECK_FALSE(C32.splitsQueries());
+  CHECK(C32.dkdvSharedBytes(64, 64, 0, false) == 2 * 128 * 64 * 2 + 2 * (2 * 32 * 64 * 2));
   CHECK(C.dqSharedBytes(128, 256) == 128 * 128 * 2 + 128 * 256 * 2 +
                                          2 * (64 * 128 * 2 + 64 * 256 * 2));
 }
@@ -234,9 +256,9 @@ TEST_CASE("bwd spec: unsupported head dims and configurations are refused",
   BwdConfig Regs = C; // 128/256 with 64-row steps: 256 accumulator floats
   CHECK_THAT(Refused(spec(DType::F16, 128, 256, "sm_90a"), Regs),
              Contains("256 accumulator floats"));
-  // The default 128/128 tiles need 129 KiB: more than sm_86 has.
+  // The default 128/128 tiles need 161 KiB: more than sm_86 has.
   CHECK_THAT(Refused(spec(DType::F16, 128, 128, "sm_86"), C),
-             Contains("dK/dV kernel needs 132096 bytes of shared memory"));
+             Contains("dK/dV kernel needs 164864 bytes of shared memory"));
   BwdConfig Stages = C;
   Stages.Stages = 5;
   CHECK_THAT(Refused(spec(DType::F16, 64, 64, "sm_90a"), Stages),
@@ -247,10 +269,11 @@ TEST_CASE("bwd spec: unsupported head dims and configurations are refused",
                 BwdConfig::parse("kv64x128w8.fused.s2")) == "accepted");
   CHECK(Refused(spec(DType::F16, 128, 128, "sm_80"),
                 BwdConfig::parse("kv64x128w8.fused.s2")) == "accepted");
-  // 48 rows are three m16 tiles: no even split over 8 warps.
+  // 48 rows are three m16 tiles: they split (one row group), but the
+  // transposed dS tile's rows are 32 or whole 64s.
   CHECK_THAT(Refused(spec(DType::F16, 128, 128, "sm_90a"),
                      BwdConfig::parse("kv48x128w8.fused.s2")),
-             Contains("does not split evenly"));
+             Contains("a query step of 32 or a multiple of 64"));
   // 16 rows x d64 over 8 warps: one n8 tile a warp, not a pair.
   CHECK_THAT(Refused(spec(DType::F16, 64, 64, "sm_90a"),
                      BwdConfig::parse("kv16x128w8.fused.s2")),
@@ -259,15 +282,15 @@ TEST_CASE("bwd spec: unsupported head dims and configurations are refused",
   Mixed.QBlockM = 128;
   CHECK_THAT(Refused(spec(DType::F16, 128, 128, "sm_90a"), Mixed),
              Contains("the dQ tiles are the dK/dV kernel's"));
-  // 144 KiB with the dS tile: more than the 99 KiB archs have.
+  // 161 KiB with the Pᵀ and dSᵀ tiles: more than the 99 KiB archs have.
   CHECK_THAT(Refused(spec(DType::F16, 128, 128, "sm_86"),
                      BwdConfig::parse("kv64x128w8.fused.s2")),
-             Contains("dK/dV kernel needs 148480 bytes"));
-  // 64 rows x d128 over 4 warps: 64 dQ floats a thread, twice over.
-  CHECK_THAT(Refused(spec(DType::F16, 128, 128, "sm_86"),
-                     BwdConfig::parse("kv64x64w4.fused.s2")),
-             Contains("256 accumulator floats"));
-  // 128-row steps at d128: 64 dQ floats, twice over, beside dK and dV.
+             Contains("dK/dV kernel needs 164864 bytes"));
+  // 64 rows x d128 over 4 warps: 64 dQ floats a thread in place of Sᵀ and
+  // dPᵀ (the sum is added, never loaded back), 192 in all.
+  CHECK(Refused(spec(DType::F16, 128, 128, "sm_90a"),
+                BwdConfig::parse("kv64x64w4.fused.s2")) == "accepted");
+  // 128-row steps at d128: Sᵀ and dPᵀ of 128 rows beside dK and dV.
   CHECK_THAT(Refused(spec(DType::F16, 128, 128, "sm_90a"),
                      BwdConfig::parse("kv128x128w8.fused.s2")),
              Contains("256 accumulator floats"));

@@ -67,11 +67,16 @@ BwdConfig BwdConfig::parse(const std::string &Text) {
   return C;
 }
 
+bool BwdConfig::splitsQueries() const {
+  return KvBlockM % 64 == 0 && KvWarps % 2 == 0 && KvBlockN % (8 * KvWarps) == 0;
+}
+
 int BwdConfig::dkdvSharedBytes(int D, int DV, int NumFinals, bool Doosum) const {
   int RowBytes = (KvBlockM * (NumFinals + (Doosum ? 1 : 0)) * 4 + 127) / 128 * 128;
+  int Exchanged = splitsQueries() ? 2 : FusedDq ? 1 : 0; // Pᵀ, dSᵀ tiles
   return tileBytes(KvBlockN, D) + tileBytes(KvBlockN, DV) +
          Stages * (tileBytes(KvBlockM, D) + tileBytes(KvBlockM, DV) + RowBytes) +
-         (FusedDq ? tileBytes(KvBlockM, KvBlockN) : 0);
+         Exchanged * tileBytes(KvBlockM, KvBlockN);
 }
 
 int BwdConfig::dqSharedBytes(int D, int DV) const {
@@ -89,7 +94,9 @@ BwdConfig BwdConfig::defaultFor(int D, int DV, const std::string &Arch) {
   bool Small = sharedLimitOf(Arch) < 128 * 1024;
   if (Small) {
     // sm_86/sm_89: 99 KiB. Halve the key block of the dK/dV kernel and the
-    // query block of the dQ kernel.
+    // query block of the dQ kernel; 32-row dK/dV steps, which keep Pᵀ and
+    // dSᵀ in registers (the split layout's tiles do not fit beside 64).
+    C.KvBlockM = std::min(C.KvBlockM, 32);
     C.KvBlockN = 64;
     C.KvWarps = 4;
     C.QBlockM = 64;
@@ -99,12 +106,11 @@ BwdConfig BwdConfig::defaultFor(int D, int DV, const std::string &Arch) {
       C.QBlockN = 32;
     }
   } else if (DV <= 128) {
-    // dQ kernel: 32 query rows a warp and 32 keys a step, two CTAs an SM.
-    // Each K and V fragment read from shared memory then feeds two m16 row
-    // tiles instead of one; 4% faster than q128x64w8 at S = 4096 on an H200
-    // (docs/performance.md), 48 bytes of spill stores at D = 128.
-    C.QBlockN = 32;
-    C.QWarps = 4;
+    // The fused dQ mode in the split warp layout: five matmuls instead of
+    // the two-kernel mode's seven, 8-14% less time at S = 1024 to 16384 on
+    // an H100 (docs/performance.md). It relies on CTAs being dispatched in
+    // blockIdx order (bwd_sm80_fused_dq.cuh).
+    return fused(64, 128, 8, 2);
   }
   return C;
 }
@@ -165,25 +171,36 @@ void validateBackward(const KernelSpec &Spec, const BwdConfig &C, int NumFinals,
   if (C.Stages < 2 || C.Stages > 4)
     throw UserError(
         fmt::format("backward config {}: stages must be 2, 3 or 4", Name));
-  // The dK/dV kernel holds dK, dV, Sᵀ and dPᵀ for its keys in registers:
-  // ptxas (sm_90a) spills 48 bytes at 192 floats a thread and 332 at 224.
-  int KT = C.KvBlockN / (16 * C.KvWarps);
-  int Floats = KT * (Spec.HeadDim / 2 + Spec.HeadDimV / 2 + C.KvBlockM);
+  // The dK/dV kernel holds dK and dV for its keys and columns, and Sᵀ and
+  // dPᵀ for its keys and query rows, in registers: ptxas (sm_90a) spills 48
+  // bytes at 192 floats a thread and 332 at 224.
+  bool Split = C.splitsQueries();
+  int KeyGroups = Split ? C.KvWarps / 2 : C.KvWarps, Halves = Split ? 2 : 1;
+  int Keys = C.KvBlockN / KeyGroups;
+  int SFloats = 2 * Keys * (C.KvBlockM / Halves) / 32;
+  int Floats = Keys * (Spec.HeadDim + Spec.HeadDimV) / Halves / 32 + SFloats;
   if (C.FusedDq) {
     // dQ's [KvBlockM x D] product splits over the warps as whole m16 row
-    // tiles times pairs of n8 column tiles (BwdFusedDq); its accumulators
-    // and the loaded partial sum replace Sᵀ and dPᵀ beside dK and dV.
+    // tiles times pairs of n8 column tiles (fused_dq_warp_rows picks one
+    // such split); its accumulators replace Sᵀ and dPᵀ beside dK and dV.
     int RT = C.KvBlockM / 16, CT = Spec.HeadDim / 8;
-    int WR = std::min(RT, C.KvWarps), WC = C.KvWarps / WR;
-    if (RT % WR != 0 || C.KvWarps % WR != 0 || CT % (2 * WC) != 0)
+    bool Splits = false;
+    for (int WR = 1; WR <= C.KvWarps; WR *= 2)
+      Splits = Splits || (RT % WR == 0 && CT % (2 * (C.KvWarps / WR)) == 0);
+    if (!Splits)
       throw UserError(fmt::format(
           "backward config {}: the fused dQ mode splits the {} x {} dQ tile "
           "over {} warps as whole 16-row tiles times 16-column pairs; this "
           "query step does not split evenly",
           Name, C.KvBlockM, Spec.HeadDim, C.KvWarps));
+    // dSᵀ is a swizzled [KvBlockN][KvBlockM] tile (SwizzledTile).
+    if (C.KvBlockM != 32 && C.KvBlockM % 64 != 0)
+      throw UserError(fmt::format(
+          "backward config {}: the fused dQ mode needs a query step of 32 or "
+          "a multiple of 64 (its dS tile is stored transposed), got {}",
+          Name, C.KvBlockM));
     int DqFloats = C.KvBlockM * Spec.HeadDim / (32 * C.KvWarps);
-    Floats = KT * (Spec.HeadDim / 2 + Spec.HeadDimV / 2) +
-             std::max(KT * C.KvBlockM, 2 * DqFloats);
+    Floats += std::max(0, DqFloats - SFloats);
   }
   if (Floats > 224)
     throw UserError(fmt::format(
@@ -245,11 +262,16 @@ KernelSource generateBackward(const CompiledDefinition &Def,
   Src.Arch = Spec.Arch;
   Src.Entries = {"attnc_bwd_preprocess",
                  "attnc_bwd_dkdv",
-                 Config.FusedDq ? "attnc_bwd_dq_init" : "attnc_bwd_dq",
                  "attnc_bwd_input_grads",
                  "attnc_bwd_block_classify",
                  "attnc_bwd_block_rows",
                  "attnc_bwd_block_cols"};
+  if (Config.FusedDq) {
+    Src.Entries.push_back("attnc_bwd_dq_init");
+    Src.Entries.push_back("attnc_bwd_dq_convert");
+  } else {
+    Src.Entries.push_back("attnc_bwd_dq");
+  }
   std::map<std::string, std::string> Values =
       variantTemplateValues(Def, Spec, Src.Key);
   auto Set = [&](const char *Key, int V) { Values[Key] = std::to_string(V); };
@@ -263,6 +285,7 @@ KernelSource generateBackward(const CompiledDefinition &Def,
   Set("q_threads", 32 * Config.QWarps);
   Set("stages", Config.Stages);
   Set("fused_dq", Config.FusedDq ? 1 : 0);
+  Values["kv_split"] = Config.splitsQueries() ? "true" : "false";
   Set("kv_smem",
       Config.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum));
   Set("q_smem", Config.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV));

@@ -114,10 +114,16 @@ struct BwdConfig {
   std::string str() const;
   /// Parses what str() writes; UserError on anything else.
   static BwdConfig parse(const std::string &Text);
+  /// The dK/dV kernel's split warp layout (bwd_sm80_dkdv.cuh): Sᵀ and dPᵀ
+  /// over KvWarps / 2 key groups x 2 query halves, Pᵀ and dSᵀ through
+  /// shared memory to dK and dV. Where each half has at least 32 rows
+  /// (KvBlockM a multiple of 64) and each key group whole m16 tiles.
+  bool splitsQueries() const;
   /// Dynamic shared memory of the dK/dV kernel (K, V, then a ring of Q, dO
   /// and the rows' \p NumFinals final rowscales plus doosum when \p Doosum,
-  /// then in the fused mode the dS tile) and of the dQ kernel (Q, dO, then
-  /// a ring of K and V; not launched in the fused mode), in bytes.
+  /// then the Pᵀ tile in the split layout and the dSᵀ tile in the split
+  /// layout or the fused mode) and of the dQ kernel (Q, dO, then a ring of
+  /// K and V; not launched in the fused mode), in bytes.
   int dkdvSharedBytes(int D, int DV, int NumFinals, bool Doosum) const;
   int dqSharedBytes(int D, int DV) const;
   /// The configuration used when none is given (docs/codegen.md).
