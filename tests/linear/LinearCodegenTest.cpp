@@ -72,13 +72,31 @@ TEST_CASE("linear kernel specs name what is wrong", "[linear]") {
 }
 
 TEST_CASE("linear shared memory and staging follow the arch", "[linear]") {
-  // d128: the staged forward fits twice in an sm_90a's 227 KiB.
+  // d128: the staged forward fits twice in an sm_90a's 227 KiB (the
+  // default there: chunks of 32, slices of 128).
   codegen::LinearSmem S = codegen::linearSharedBytes(spec(128, 128, "sm_90a"));
   CHECK(S.FwdStaged);
+  CHECK(S.Fwd == 2 * 2 * 32 * (2 * 128 + 128) + 2 * 128 * 128 + 4 * (3 * 32 + 4));
+  LinearKernelSpec Narrow = spec(128, 128, "sm_90a");
+  Narrow.Config = LinearConfig::parse("c64v64w4b8");
+  S = codegen::linearSharedBytes(Narrow);
   CHECK(S.Fwd == 2 * 2 * 64 * (2 * 128 + 64) + 2 * 128 * 64 + 4 * (3 * 64 + 4));
   // d256 on sm_80: the staged dk/dv scan does not fit at all.
   S = codegen::linearSharedBytes(spec(256, 256, "sm_80"));
   CHECK_FALSE(S.DkdvStaged);
+}
+
+TEST_CASE("linear defaults: 128-wide value slices where DV and shared memory allow",
+          "[linear]") {
+  CHECK(LinearConfig::defaultFor(128, 128, "sm_90a").str() == "c32v128w4b8");
+  CHECK(LinearConfig::defaultFor(64, 256, "sm_86").str() == "c32v128w4b4");
+  CHECK(LinearConfig::defaultFor(256, 512, "sm_90a").str() == "c64v128w8b8");
+  // 164624 bytes for the dk/dv scan: within sm_80's 163 KiB, not sm_86's.
+  CHECK(LinearConfig::defaultFor(256, 512, "sm_80").str() == "c64v128w8b8");
+  CHECK(LinearConfig::defaultFor(256, 512, "sm_86").str() == "c64v64w8b8");
+  // DV = 64 or 192: no 128-wide slices.
+  CHECK(LinearConfig::defaultFor(128, 64, "sm_90a").str() == "c64v64w4b8");
+  CHECK(LinearConfig::defaultFor(128, 192, "sm_90a").str() == "c64v64w4b8");
 }
 
 TEST_CASE("linear kernels have keys, entries and the mods", "[linear]") {

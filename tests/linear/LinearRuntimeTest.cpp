@@ -95,7 +95,7 @@ TEST_CASE("LinearAttention refuses what it cannot compile", "[linear]") {
 TEST_CASE("LinearAttention::forward validates every argument", "[linear]") {
   useTempCache();
   LinearAttention L(examples::mamba2(), sig());
-  CHECK(L.spec().Config.str() == "c64v64w4b4");
+  CHECK(L.spec().Config.str() == "c32v128w4b4");
   auto Fails = [&](const Call &C) {
     return messageOf<InvalidArgument>([&] {
       L.forward(C.Q, C.K, C.V, C.O, C.Decay, C.Inputs, C.Init, C.Final);
@@ -231,6 +231,6 @@ TEST_CASE("LinearAttention::backward validates every argument", "[linear]") {
                                 {"dt", f32(0xf1000, {B, H, T})}}),
                     DriverError);
     CHECK(L.backwardSource().Key ==
-          "mamba2.linear_bwd.f16.d64x128.sm_80.c64v64w4b4");
+          "mamba2.linear_bwd.f16.d64x128.sm_80.c32v128w4b4");
   }
 }

@@ -19,6 +19,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <cstdio>
 
 namespace attn::codegen {
@@ -40,11 +42,30 @@ LinearConfig LinearConfig::parse(const std::string &Text) {
   return C;
 }
 
-LinearConfig LinearConfig::defaultFor(int D, int, const std::string &) {
+LinearConfig LinearConfig::defaultFor(int D, int DV, const std::string &Arch) {
   LinearConfig C;
   C.Warps = D <= 128 ? 4 : 8;
   C.BwdWarps = D <= 64 ? 4 : 8;
-  return C;
+  if (DV % 128 != 0)
+    return C;
+  // 128-wide value slices where DV allows and shared memory holds them:
+  // every slice re-reads q and k and recomputes Q·Kᵀ, so half the slices
+  // halve that work. On an H100 (docs/performance.md): at D = 256, DV = 512
+  // the forward took 51% less time and the backward 29% less; at D = DV =
+  // 128 with chunks of 32 (c64v128w4 was slower there) 20% and 7% less.
+  LinearConfig Wide = C;
+  Wide.SliceV = 128;
+  Wide.Chunk = D <= 128 ? 32 : 64;
+  LinearKernelSpec S;
+  S.HeadDim = D;
+  S.HeadDimV = DV;
+  S.Arch = Arch;
+  S.Config = Wide;
+  LinearSmem Bytes = linearSharedBytes(S);
+  if (!Wide.structuralError(D, DV).empty() ||
+      std::max({Bytes.Fwd, Bytes.Dq, Bytes.Dkdv}) > linearSharedLimit(Arch))
+    return C;
+  return Wide;
 }
 
 namespace {

@@ -27,8 +27,10 @@ struct LinearConfig {
   std::string str() const;
   /// Parses what str() writes; UserError on anything else.
   static LinearConfig parse(const std::string &Text);
-  /// The configuration used when none is given: chunks of 64, slices of 64
-  /// value columns, the fewest warps that keep every warp's share of the
+  /// The configuration used when none is given: slices of 128 value
+  /// columns where DV is a multiple of 128 and they fit \p Arch's shared
+  /// memory (chunks of 32 at D <= 128, of 64 at D = 256), else chunks and
+  /// slices of 64; the fewest warps that keep every warp's share of the
   /// state at 32 rows or less (docs/linear.md).
   static LinearConfig defaultFor(int D, int DV, const std::string &Arch);
   /// Why the skeletons cannot be instantiated with this configuration for
