@@ -133,8 +133,8 @@ template <class T, int kD, int kBlockM, int kBlockN, int kWarps> struct BwdFused
                                                  u32 s_k) {
     const int warp = threadIdx.x / 32;
     zero_tiles(acc);
-    warp_mma_tt<T, DsTile, KTile, MT, NT, kBlockN / 16>(acc, s_ds, (warp % WR) * MT * 16,
-                                                        s_k, (warp / WR) * NT);
+    warp_mma_ss<T, DsTile, KTile, MT, NT, kBlockN / 16, /*kATransposed=*/true>(
+        acc, s_ds, (warp % WR) * MT * 16, s_k, (warp / WR) * NT);
   }
 
   /// Thread 0 waits until query block \p m of head \p bh is this CTA's turn

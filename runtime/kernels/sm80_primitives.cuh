@@ -345,46 +345,34 @@ __device__ __forceinline__ void load_b_k_rows(u32 (&f)[4], u32 sb, int b_tile0, 
   ldmatrix_x4_trans(f, sb + BTile::offset(r, b_tile0 + t + mi / 2));
 }
 
-/// One warp's acc[MT][NT] += A·B, A rows [a_row0, a_row0 + 16·MT) of a
-/// swizzled row-major tile (K contiguous), B the n8 tiles [b_tile0,
-/// b_tile0 + NT) of a swizzled tile whose rows run along K (read
-/// transposed), kK16 steps of 16 along K. This is the backward's
-/// dV += Pᵀ·dO and dK += dSᵀ·Q when Pᵀ and dSᵀ pass through shared memory.
-template <class T, class ATile, class BTile, int MT, int NT, int kK16>
-__device__ __forceinline__ void warp_mma_ss(float (&acc)[MT][NT][4], u32 sa, int a_row0,
+/// One warp's acc[MT][NT] += A·B over kK16 steps of 16 along K, B the n8
+/// tiles [b_tile0, b_tile0 + NT) of a swizzled tile whose rows run along K
+/// (read transposed). A is rows [a0, a0 + 16·MT) of a swizzled row-major
+/// tile (K contiguous; the backward's dV += Pᵀ·dO and dK += dSᵀ·Q when Pᵀ
+/// and dSᵀ pass through shared memory) or, with \p kATransposed, Aᵀ: rows
+/// of a swizzled tile running along K (M contiguous), its columns [a0, a0 +
+/// 16·MT) read transposed (the fused-dQ mode's dQ += dS·K, with dSᵀ in
+/// shared memory as the dK/dV warps hold it).
+template <class T, class ATile, class BTile, int MT, int NT, int kK16,
+          bool kATransposed = false>
+__device__ __forceinline__ void warp_mma_ss(float (&acc)[MT][NT][4], u32 sa, int a0,
                                             u32 sb, int b_tile0) {
   const int lane = threadIdx.x % 32;
   const int mi = lane / 8;
   warp_mma<T, MT, NT, kK16>(
       acc,
       [&](u32 (&f)[4], int i, int kk) {
-        const int r = a_row0 + i * 16 + (lane % 8) + 8 * (mi % 2);
-        ldmatrix_x4(f, sa + ATile::offset(r, kk * 2 + mi / 2));
-      },
-      [&](u32 (&f)[4], int t, int kk) {
-        load_b_k_rows<BTile>(f, sb, b_tile0, t, kk, lane, mi);
-      });
-}
-
-/// One warp's acc[MT][NT] += A·B with both operands stored along K: A as
-/// Aᵀ, rows of a swizzled tile running along K (M contiguous), its columns
-/// [a_col0, a_col0 + 16·MT) read transposed; B the n8 tiles [b_tile0,
-/// b_tile0 + NT) of a swizzled tile whose rows run along K (read
-/// transposed); kK16 steps of 16 along K. This is the fused-dQ mode's
-/// dQ += dS·K, with dSᵀ in shared memory as the dK/dV warps hold it.
-template <class T, class ATile, class BTile, int MT, int NT, int kK16>
-__device__ __forceinline__ void warp_mma_tt(float (&acc)[MT][NT][4], u32 sa, int a_col0,
-                                            u32 sb, int b_tile0) {
-  const int lane = threadIdx.x % 32;
-  const int mi = lane / 8;
-  warp_mma<T, MT, NT, kK16>(
-      acc,
-      [&](u32 (&f)[4], int i, int kk) {
-        // Matrix mi of the m16k16 fragment is rows 8·(mi % 2) and k columns
-        // 8·(mi / 2); stored transposed, that is tile rows kk·16 + 8·(mi / 2)
-        // and the 16-byte chunk of columns a_col0 + 16·i + 8·(mi % 2).
-        const int r = kk * 16 + (lane % 8) + 8 * (mi / 2);
-        ldmatrix_x4_trans(f, sa + ATile::offset(r, a_col0 / 8 + 2 * i + mi % 2));
+        if constexpr (kATransposed) {
+          // Matrix mi of the m16k16 fragment is rows 8·(mi % 2) and k
+          // columns 8·(mi / 2); stored transposed, that is tile rows
+          // kk·16 + 8·(mi / 2) and the 16-byte chunk of columns
+          // a0 + 16·i + 8·(mi % 2).
+          const int r = kk * 16 + (lane % 8) + 8 * (mi / 2);
+          ldmatrix_x4_trans(f, sa + ATile::offset(r, a0 / 8 + 2 * i + mi % 2));
+        } else {
+          const int r = a0 + i * 16 + (lane % 8) + 8 * (mi % 2);
+          ldmatrix_x4(f, sa + ATile::offset(r, kk * 2 + mi / 2));
+        }
       },
       [&](u32 (&f)[4], int t, int kk) {
         load_b_k_rows<BTile>(f, sb, b_tile0, t, kk, lane, mi);
