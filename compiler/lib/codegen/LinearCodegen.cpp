@@ -20,7 +20,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-
 #include <cstdio>
 
 namespace attn::codegen {
