@@ -30,25 +30,30 @@ struct LinearArgs {
   long long do_sb, do_sh, do_ss, dq_sb, dq_sh, dq_ss, dk_sb, dk_sh, dk_ss;
   long long dv_sb, dv_sh, dv_ss;
   /// Workspace, all written before it is read (nothing needs zeroing). NC
-  /// is the number of chunks, P = slices x column groups of the dk/dv scan.
-  /// ws_h [B][H][NC][D][DV] (T, 16-bit): the state after each chunk;
-  /// ws_z [Z][B][H][NC]: <S_out, dS_out> of each chunk, Z partial sums;
-  /// ws_dq, ws_dk [slices][B][H][T][D]: dq, dk of the modded q, k, one
-  /// partial sum per value slice; ws_vin [P][inputs][B][H][T]: the v_mod
-  /// part of each custom input's per-token gradient; ws_dlam [B][H][T]:
-  /// q·dq − k·dk per token; ws_cin [inputs][B][H][T]: per-token
-  /// custom-input gradients; ws_dxq, ws_dxk [B][H][T][D]: per value head
-  /// gradients of the raw q, k before the sum over a head group (only when
-  /// heads_q or heads_k < heads).
-  void *ws_h;
-  float *ws_z, *ws_dq, *ws_dk, *ws_vin, *ws_dlam, *ws_cin, *ws_dxq, *ws_dxk;
+  /// is the number of chunks, P = slices x column groups of the chunk
+  /// gradients. ws_h [B][H][NC][D][DV] (T, 16-bit): the state before each
+  /// chunk; ws_dh (the same): the gradient of the state after each chunk;
+  /// ws_z [B][H][NC]: <S_out, dS_out> of each chunk; ws_vin
+  /// [P][inputs][B][H][T]: the v_mod part of each custom input's per-token
+  /// gradient; ws_dlam [B][H][T]: q·dq − k·dk per token; ws_cin
+  /// [inputs][B][H][T]: per-token custom-input gradients; ws_gq
+  /// [B][heads_q][Pq][T][D], ws_gk [B][heads_k][Pk][T][D]: the raw q, k
+  /// gradients summed over each sub-group of the value heads sharing them
+  /// (P = heads / heads_q / group_heads sub-groups; only when heads_q or
+  /// heads_k < heads).
+  void *ws_h, *ws_dh;
+  float *ws_z, *ws_vin, *ws_dlam, *ws_cin, *ws_gq, *ws_gk;
 
   int batch, heads, heads_q, heads_k, seq;
-  /// Value-dimension slices (DV / slice width): blockIdx.x of the scans.
+  /// Value-dimension slices (DV / slice width): blockIdx.x of the forward
+  /// and of the state passes.
   int slices;
-  /// Chunks (ceil(seq / chunk)), the partial sums in ws_vin (slices x the
-  /// dk/dv scan's column groups) and in ws_z (slices x its warps).
-  int chunks, vin_parts, z_parts;
+  /// Chunks (ceil(seq / chunk)) and the partial sums in ws_vin (slices x
+  /// the chunk gradients' column groups).
+  int chunks, vin_parts;
+  /// Value heads per CTA of the chunk gradients (1, or with shared q/k
+  /// heads a divisor of both heads / heads_q and heads / heads_k).
+  int group_heads;
 };
 
 /// The last step of a custom input's gradient: ws_cin[input] summed to the
@@ -60,12 +65,13 @@ struct LinearInputReduceArgs {
   int kind, batch, heads, seq;
 };
 
-/// The sum of per-value-head raw q (or k) gradients over a head group.
-struct LinearGroupReduceArgs {
-  const float *ws; ///< [B][H][T][D]
-  void *out;       ///< 16-bit, [.., heads_out, .., D] by the strides
+/// out[b, x, t, :] = Σ_p ws[b][x][p][t][:] for p in order, rounded to the
+/// output's type: the partial sums of a shared q (or k) head's gradient.
+struct LinearPartialReduceArgs {
+  const float *ws; ///< [B][heads_out][parts][T][dim]
+  void *out;       ///< 16-bit, [.., heads_out, .., dim] by the strides
   long long sb, sh, ss;
-  int batch, heads, heads_out, seq, dim;
+  int batch, heads_out, parts, seq, dim;
 };
 
 } // namespace attnc

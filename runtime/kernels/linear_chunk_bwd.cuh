@@ -1,9 +1,9 @@
-// The backward's element-wise steps after the two scans (linear_chunk_scan):
-// per token, the slices' dq and dk partials summed and taken through the
-// mods' derivatives; the decay gradient from q·dq − k·dk by a chunk-local
-// reverse sum plus the chunk's <S_out, dS_out>; custom-input gradients
-// summed to their shape; raw q/k gradients summed over head groups. Every
-// sum has a fixed order: the results are the same bits on every run.
+// The backward's element-wise steps around the chunk gradients
+// (linear_chunk_grads): per token, dq and dk taken through the mods'
+// derivatives; the decay gradient from q·dq − k·dk by a chunk-local reverse
+// sum plus the chunk's <S_out, dS_out>; custom-input gradients summed to
+// their shape; the partial sums of shared q/k heads' gradients. Every sum
+// has a fixed order: the results are the same bits on every run.
 #ifndef ATTNC_LINEAR_CHUNK_BWD_CUH
 #define ATTNC_LINEAR_CHUNK_BWD_CUH
 
@@ -11,25 +11,26 @@
 
 namespace attnc {
 
-/// One warp per token (8 tokens per CTA, grid (ceil(T/8), B·H)): lane l
-/// holds features [l·kD/32, (l+1)·kD/32).
+/// The per-token step after a chunk's gradients (linear_chunk_grads): one
+/// warp per token, lane l holding features [l·kD/32, (l+1)·kD/32) of dq and
+/// dk of the modded q and k.
 template <class Variant, class T, int kD> struct LinearCombine {
-  static constexpr int kWarps = 8;
   static constexpr int kE = kD / 32;
   static_assert(kD % 64 == 0, "two or more features per lane");
   static constexpr int kNI = Variant::kNumInputs > 0 ? Variant::kNumInputs : 1;
 
-  __device__ static void run(const LinearArgs &a, const typename Variant::Inputs &in) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int t = blockIdx.x * kWarps + warp, bh = blockIdx.y;
-    if (t >= a.seq)
-      return;
+  /// Token \p t of batch·value head \p bh; grads(isq, d) fills d with the
+  /// lane's features of dq (isq) or dk of the modded q or k, emit(isq, dx)
+  /// takes the lane's features of the raw q's (or k's) gradient.
+  template <class GradFn, class EmitFn>
+  __device__ static void token(const LinearArgs &a, const typename Variant::Inputs &in,
+                               int t, int bh, GradFn &&grads, EmitFn &&emit) {
+    const int lane = threadIdx.x % 32;
     const int b = bh / a.heads, h = bh % a.heads;
     const int hq = h / (a.heads / a.heads_q), hk = h / (a.heads / a.heads_k);
     const long long BH = (long long)a.batch * a.heads;
     const long long tok = (long long)bh * a.seq + t;
     const int x0 = lane * kE;
-    const long long slice_stride = BH * a.seq * kD;
 
     float dlam = 0.f;
     float cin[kNI];
@@ -39,15 +40,8 @@ template <class Variant, class T, int kD> struct LinearCombine {
 #pragma unroll
     for (int which = 0; which < 2; ++which) {
       const bool isq = which == 0;
-      const float *ws = (isq ? a.ws_dq : a.ws_dk) + tok * kD + x0;
       float d[kE];
-#pragma unroll
-      for (int e = 0; e < kE; ++e)
-        d[e] = 0.f;
-      for (int s = 0; s < a.slices; ++s)
-#pragma unroll
-        for (int e = 0; e < kE; ++e)
-          d[e] += ws[s * slice_stride + e];
+      grads(isq, d);
       const unsigned short *raw =
           isq ? static_cast<const unsigned short *>(a.q) + b * a.q_sb + hq * a.q_sh +
                     (long long)t * a.q_ss + x0
@@ -86,22 +80,7 @@ template <class Variant, class T, int kD> struct LinearCombine {
       }
       dot = lin::warp_sum_all(dot);
       dlam += isq ? dot : -dot;
-      const bool direct = isq ? a.heads_q == a.heads : a.heads_k == a.heads;
-      if (direct) {
-        unsigned short *out =
-            isq ? static_cast<unsigned short *>(a.dq) + b * a.dq_sb + h * a.dq_sh +
-                      (long long)t * a.dq_ss + x0
-                : static_cast<unsigned short *>(a.dk) + b * a.dk_sb + h * a.dk_sh +
-                      (long long)t * a.dk_ss + x0;
-#pragma unroll
-        for (int e = 0; e < kE; e += 2)
-          *reinterpret_cast<u32 *>(out + e) = pack2<T>(dx[e], dx[e + 1]);
-      } else {
-        float *out = (isq ? a.ws_dxq : a.ws_dxk) + tok * kD + x0;
-#pragma unroll
-        for (int e = 0; e < kE; ++e)
-          out[e] = dx[e];
-      }
+      emit(isq, dx);
     }
 #pragma unroll
     for (int i = 0; i < kNI; ++i)
@@ -136,9 +115,7 @@ template <class Variant, int kC> struct LinearDecayGrad {
     const int b = bh / a.heads, h = bh % a.heads;
     const long long BH = (long long)a.batch * a.heads;
     const int T = a.seq;
-    float z = 0.f;
-    for (int p = 0; p < a.z_parts; ++p)
-      z += a.ws_z[((long long)p * BH + bh) * a.chunks + n];
+    const float z = a.ws_z[(long long)bh * a.chunks + n];
     float x[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
@@ -225,27 +202,25 @@ __device__ __forceinline__ void linear_input_reduce(const LinearInputReduceArgs 
     a.out[a.kind == 1 ? blockIdx.x : 0] = part[0];
 }
 
-/// out[b, ho, t, :] = Σ over the heads h of group ho of ws[b, h, t, :], in
-/// head order (grid (ceil(T·D / 512), B·heads_out), 256 threads, two
-/// features each).
+/// LinearPartialReduceArgs: grid (ceil(T·dim / 512), B·heads_out), 256
+/// threads, two features each.
 template <class T>
-__device__ __forceinline__ void linear_group_reduce(const LinearGroupReduceArgs &a) {
+__device__ __forceinline__ void linear_partial_reduce(const LinearPartialReduceArgs &a) {
   const int bo = blockIdx.y;
-  const int b = bo / a.heads_out, ho = bo % a.heads_out;
   const long long i = 2 * ((long long)blockIdx.x * blockDim.x + threadIdx.x);
-  if (i >= (long long)a.seq * a.dim)
+  const long long n = (long long)a.seq * a.dim;
+  if (i >= n)
     return;
-  const long long t = i / a.dim, x = i % a.dim;
-  const int group = a.heads / a.heads_out;
+  const float *w = a.ws + (long long)bo * a.parts * n + i;
   float s0 = 0.f, s1 = 0.f;
-  for (int j = 0; j < group; ++j) {
-    const int h = ho * group + j;
-    const float *w = a.ws + (((long long)b * a.heads + h) * a.seq + t) * a.dim + x;
+  for (int p = 0; p < a.parts; ++p, w += n) {
     s0 += w[0];
     s1 += w[1];
   }
-  unsigned short *o = static_cast<unsigned short *>(a.out) + b * a.sb + ho * a.sh +
-                      t * a.ss + x;
+  const int b = bo / a.heads_out, x = bo % a.heads_out;
+  const long long t = i / a.dim, c = i % a.dim;
+  unsigned short *o =
+      static_cast<unsigned short *>(a.out) + b * a.sb + x * a.sh + t * a.ss + c;
   *reinterpret_cast<u32 *>(o) = pack2<T>(s0, s1);
 }
 

@@ -37,6 +37,10 @@ __device__ __forceinline__ void st_shared_16(u32 addr, const U4 &v) {
   asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr),
                "r"(v.w[0]), "r"(v.w[1]), "r"(v.w[2]), "r"(v.w[3]));
 }
+__device__ __forceinline__ void st_global_16(void *p, const U4 &v) {
+  asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "r"(v.w[0]),
+               "r"(v.w[1]), "r"(v.w[2]), "r"(v.w[3]));
+}
 __device__ __forceinline__ void st_shared_4(u32 addr, u32 v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v));
 }
@@ -205,18 +209,25 @@ __device__ __forceinline__ void chunk_decay(float *g2, float *rs, float *ws, int
 
 // ---- one warp's share of a chunk -------------------------------------------
 
+/// chunk_out's default: nothing looks at the inter-chunk part.
+struct NoInterHook {
+  template <class Acc> __device__ __forceinline__ void operator()(const Acc &) const {}
+};
+
 /// Rows [m0, m0 + 16) and columns [n0, n0 + kNW) of
 ///   out = diag(rs)·(A·St) + ((A·Bᵀ) ⊙ M)·Val
 /// for a chunk of kC rows. A and B are [kC][kDk] tiles; Val is [kC][N] (its
 /// rows the chunk's tokens); St is stored [kDk][N] when kStKN, else [N][kDk].
 /// M_rc = exp2(g2[r] − g2[c]) for c ≤ r (kLower), exp2(g2[c] − g2[r]) for
 /// c ≥ r (otherwise), 0 elsewhere; M is rounded into T with the product
-/// before it multiplies Val. Key blocks M zeroes are skipped.
+/// before it multiplies Val. Key blocks M zeroes are skipped. \p inter sees
+/// acc when it holds diag(rs)·(A·St) alone (the decay gradient needs it).
 template <class T, int kC, int kDk, int kNW, bool kStKN, bool kLower, class ATile,
-          class BTile, class ValTile, class StTile>
+          class BTile, class ValTile, class StTile, class InterFn = NoInterHook>
 __device__ __forceinline__ void chunk_out(float (&acc)[kNW / 8][4], u32 sA, u32 sB,
                                           u32 sVal, u32 sSt, const float *g2,
-                                          const float *rs, int m0, int n0) {
+                                          const float *rs, int m0, int n0,
+                                          InterFn &&inter = InterFn{}) {
   constexpr int NT = kNW / 8, PT = kC / 8;
   static_assert(NT % 2 == 0, "B fragments come two n8 tiles at a time");
   static_assert(kDk % 16 == 0 && kC % 16 == 0, "k16 steps");
@@ -267,6 +278,7 @@ __device__ __forceinline__ void chunk_out(float (&acc)[kNW / 8][4], u32 sA, u32 
     acc[t][2] *= s1;
     acc[t][3] *= s1;
   }
+  inter(acc);
   const float gr0 = g2[r0], gr1 = g2[r1];
 #pragma unroll
   for (int t = 0; t < PT; ++t)

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 
 
 namespace attn::runtime {
@@ -33,8 +34,8 @@ struct LinearAttention::Kernels {
   codegen::KernelSource BwdSrc;
   CacheResult BwdCache;
   KernelModule BwdMod;
-  CUfunction Dq = nullptr, Dkdv = nullptr, Combine = nullptr, Decay = nullptr,
-             InputReduce = nullptr, GroupReduce = nullptr;
+  CUfunction States = nullptr, Grads = nullptr, GroupedGrads = nullptr,
+             Decay = nullptr, InputReduce = nullptr, PartialReduce = nullptr;
 };
 
 /// Device scratch for the backward, grown as calls need and kept.
@@ -95,10 +96,11 @@ attnc::LinearArgs forwardArgs(const LinearCallShape &C,
   return A;
 }
 
-void launch(CUfunction F, unsigned GX, unsigned GY, unsigned Threads, int Smem,
-            CUstream S, void **Params, const char *What) {
+void launch(CUfunction F, unsigned GX, unsigned GY, unsigned GZ,
+            unsigned Threads, int Smem, CUstream S, void **Params,
+            const char *What) {
   CudaDriver &D = CudaDriver::get();
-  D.check(D.cuLaunchKernel(F, GX, GY, 1, Threads, 1, 1, unsigned(Smem), S,
+  D.check(D.cuLaunchKernel(F, GX, GY, GZ, Threads, 1, 1, unsigned(Smem), S,
                            Params, nullptr),
           What);
 }
@@ -217,7 +219,7 @@ void LinearAttention::forward(const TensorView &Q, const TensorView &Kt,
                                "linear config " + Spec.Config.str());
   }
   void *Params[] = {&A, Slots.data()};
-  launch(K->Fwd, unsigned(A.slices), unsigned(C.B * C.H),
+  launch(K->Fwd, unsigned(A.slices), unsigned(C.B * C.H), 1,
          unsigned(Spec.Config.Warps * 32), K->Smem.Fwd, Stream, Params,
          "launch attnc_linear_fwd");
 }
@@ -234,15 +236,16 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
   ensureBackward(*K);
   if (!K->BwdMod.loaded()) {
     K->BwdMod.load(K->BwdCache, Spec.Arch);
-    K->Dq = K->BwdMod.function("attnc_linear_bwd_dq");
-    K->Dkdv = K->BwdMod.function("attnc_linear_bwd_dkdv");
-    K->Combine = K->BwdMod.function("attnc_linear_bwd_combine");
+    K->States = K->BwdMod.function("attnc_linear_bwd_states");
+    K->Grads = K->BwdMod.function("attnc_linear_bwd_chunk");
+    K->GroupedGrads = K->BwdMod.function("attnc_linear_bwd_chunk_grouped");
     K->Decay = K->BwdMod.function("attnc_linear_bwd_decay");
     K->InputReduce = K->BwdMod.function("attnc_linear_bwd_input_reduce");
-    K->GroupReduce = K->BwdMod.function("attnc_linear_bwd_group_reduce");
+    K->PartialReduce = K->BwdMod.function("attnc_linear_bwd_partial_reduce");
     std::string What = "linear config " + Spec.Config.str();
-    K->BwdMod.allowSharedBytes(K->Dq, K->Smem.Dq, What);
-    K->BwdMod.allowSharedBytes(K->Dkdv, K->Smem.Dkdv, What);
+    K->BwdMod.allowSharedBytes(K->States, K->Smem.States, What);
+    K->BwdMod.allowSharedBytes(K->Grads, K->Smem.Grads, What);
+    K->BwdMod.allowSharedBytes(K->GroupedGrads, K->Smem.Grads, What);
   }
 
   attnc::LinearArgs A = forwardArgs(C, Spec, T.Q, T.K, T.V, T.Decay);
@@ -270,21 +273,38 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
   const int64_t Slices = A.slices, NC = A.chunks;
   const int64_t Groups = Spec.Config.BwdWarps / (Spec.Config.Chunk / 16);
   A.vin_parts = int(Slices * Groups);
-  A.z_parts = int(Slices * Spec.Config.BwdWarps);
+  // Where value heads share q or k heads, a chunk-gradient CTA takes a
+  // sub-group of them (sharing one q and one k head) and sums their raw dq
+  // and dk into a partial (ws_gq, ws_gk): the largest sub-group that still
+  // leaves eight CTAs an SM.
+  const bool Grouped = C.Hq < C.H || C.Hk < C.H;
+  const int64_t Shared = std::gcd(C.H / C.Hq, C.H / C.Hk);
+  A.group_heads = 1;
+  if (Shared > 1) {
+    const int64_t Want = 8 * int64_t(currentDevice().MultiProcessors);
+    for (int64_t S = Shared; S >= 1; --S)
+      if (Shared % S == 0 && (NC * C.B * C.H / S >= Want || S == 1)) {
+        A.group_heads = int(S);
+        break;
+      }
+  }
+  const int64_t PartsQ = C.H / C.Hq / A.group_heads,
+                PartsK = C.H / C.Hk / A.group_heads;
   const int64_t ElemBytes = 2;
   struct Region {
     void **Dst;
     int64_t Bytes;
   } Regions[] = {
       {&A.ws_h, BH * NC * D * Spec.HeadDimV * ElemBytes},
-      {reinterpret_cast<void **>(&A.ws_z), A.z_parts * BH * NC * 4},
-      {reinterpret_cast<void **>(&A.ws_dq), Slices * BHT * D * 4},
-      {reinterpret_cast<void **>(&A.ws_dk), Slices * BHT * D * 4},
+      {&A.ws_dh, BH * NC * D * Spec.HeadDimV * ElemBytes},
+      {reinterpret_cast<void **>(&A.ws_z), BH * NC * 4},
       {reinterpret_cast<void **>(&A.ws_vin), A.vin_parts * NI * BHT * 4},
       {reinterpret_cast<void **>(&A.ws_dlam), BHT * 4},
       {reinterpret_cast<void **>(&A.ws_cin), NI * BHT * 4},
-      {reinterpret_cast<void **>(&A.ws_dxq), C.Hq < C.H ? BHT * D * 4 : 0},
-      {reinterpret_cast<void **>(&A.ws_dxk), C.Hk < C.H ? BHT * D * 4 : 0},
+      {reinterpret_cast<void **>(&A.ws_gq),
+       Grouped ? C.B * C.Hq * PartsQ * C.T * D * 4 : 0},
+      {reinterpret_cast<void **>(&A.ws_gk),
+       Grouped ? C.B * C.Hk * PartsK * C.T * D * 4 : 0},
   };
   size_t Total = 0;
   for (const Region &Rg : Regions)
@@ -298,14 +318,34 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
 
   std::vector<uint64_t> Slots = linearInputSlots(G, Inputs, C.H);
   void *Params[] = {&A, Slots.data()};
-  const unsigned Threads = unsigned(Spec.Config.BwdWarps * 32);
-  launch(K->Dq, unsigned(Slices), unsigned(BH), Threads, K->Smem.Dq, Stream,
-         Params, "launch attnc_linear_bwd_dq");
-  launch(K->Dkdv, unsigned(Slices), unsigned(BH), Threads, K->Smem.Dkdv,
-         Stream, Params, "launch attnc_linear_bwd_dkdv");
-  launch(K->Combine, unsigned((C.T + 7) / 8), unsigned(BH), 256, 0, Stream,
-         Params, "launch attnc_linear_bwd_combine");
-  launch(K->Decay, unsigned((NC + 3) / 4), unsigned(BH), 128, 0, Stream,
+  launch(K->States, unsigned(Slices), unsigned(BH),
+         unsigned(2 * D / codegen::LinearStateRows),
+         unsigned(codegen::LinearStateWarps * 32), K->Smem.States,
+         Stream, Params, "launch attnc_linear_bwd_states");
+  launch(Grouped ? K->GroupedGrads : K->Grads, unsigned(NC),
+         unsigned(C.B * C.H / A.group_heads), 1,
+         unsigned(Spec.Config.BwdWarps * 32), K->Smem.Grads, Stream, Params,
+         Grouped ? "launch attnc_linear_bwd_chunk_grouped"
+                 : "launch attnc_linear_bwd_chunk");
+  for (int Which = 0; Grouped && Which < 2; ++Which) {
+    attnc::LinearPartialReduceArgs PA{};
+    PA.ws = Which == 0 ? A.ws_gq : A.ws_gk;
+    PA.out = Which == 0 ? T.DQ.Data : T.DK.Data;
+    const int64_t(&S)[3] = Which == 0 ? R.DQ : R.DK;
+    PA.sb = S[0];
+    PA.sh = S[1];
+    PA.ss = S[2];
+    PA.batch = int(C.B);
+    PA.heads_out = int(Which == 0 ? C.Hq : C.Hk);
+    PA.parts = int(Which == 0 ? PartsQ : PartsK);
+    PA.seq = int(C.T);
+    PA.dim = int(D);
+    void *PP[] = {&PA};
+    launch(K->PartialReduce, unsigned((C.T * D + 511) / 512),
+           unsigned(C.B * PA.heads_out), 1, 256, 0, Stream, PP,
+           "launch attnc_linear_bwd_partial_reduce");
+  }
+  launch(K->Decay, unsigned((NC + 3) / 4), unsigned(BH), 1, 128, 0, Stream,
          Params, "launch attnc_linear_bwd_decay");
 
   int64_t Index = 0;
@@ -328,29 +368,8 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
                     : RA.kind == 1 ? unsigned(C.H)
                                    : 1u;
     void *RP[] = {&RA};
-    launch(K->InputReduce, Grid, 1, 256, 0, Stream, RP,
+    launch(K->InputReduce, Grid, 1, 1, 256, 0, Stream, RP,
            "launch attnc_linear_bwd_input_reduce");
-  }
-  for (int Which = 0; Which < 2; ++Which) {
-    int64_t HeadsOut = Which == 0 ? C.Hq : C.Hk;
-    if (HeadsOut == C.H)
-      continue;
-    attnc::LinearGroupReduceArgs GA{};
-    GA.ws = Which == 0 ? A.ws_dxq : A.ws_dxk;
-    GA.out = Which == 0 ? T.DQ.Data : T.DK.Data;
-    const int64_t(&S)[3] = Which == 0 ? R.DQ : R.DK;
-    GA.sb = S[0];
-    GA.sh = S[1];
-    GA.ss = S[2];
-    GA.batch = int(C.B);
-    GA.heads = int(C.H);
-    GA.heads_out = int(HeadsOut);
-    GA.seq = int(C.T);
-    GA.dim = int(D);
-    void *GP[] = {&GA};
-    launch(K->GroupReduce, unsigned((C.T * D + 511) / 512),
-           unsigned(C.B * HeadsOut), 256, 0, Stream, GP,
-           "launch attnc_linear_bwd_group_reduce");
   }
 }
 

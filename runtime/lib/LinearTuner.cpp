@@ -306,7 +306,8 @@ std::string linearPruneBeforeCompile(const codegen::LinearKernelSpec &Spec,
                          L.MaxThreadsPerBlock);
   codegen::LinearSmem S = codegen::linearSharedBytes(Spec);
   for (auto [Name, Bytes] :
-       {std::pair{"forward", S.Fwd}, {"dq scan", S.Dq}, {"dk/dv scan", S.Dkdv}})
+       {std::pair{"forward", S.Fwd}, {"state passes", S.States},
+        {"chunk gradients", S.Grads}})
     if (Bytes > L.SharedBytesPerBlock)
       return fmt::format("the {} needs {} bytes of shared memory; {} allowed",
                          Name, Bytes, L.SharedBytesPerBlock);
@@ -317,15 +318,18 @@ std::vector<std::string> linearJudgedEntries(const codegen::KernelSource &S) {
   for (const std::string &E : S.Entries)
     if (E == "attnc_linear_fwd")
       return {"attnc_linear_fwd"};
-  return {"attnc_linear_bwd_dq", "attnc_linear_bwd_dkdv"};
+  return {"attnc_linear_bwd_states", "attnc_linear_bwd_chunk"};
 }
 
 std::string linearPruneAfterCompile(const codegen::LinearConfig &C,
                                     const std::vector<KernelResources> &R,
                                     const ResourceLimits &L) {
-  static const char *Names[] = {"forward", "dq scan", "dk/dv scan"};
+  static const char *Names[] = {"forward", "state passes", "chunk gradients"};
   for (size_t I = 0; I < R.size(); ++I) {
-    int Threads = (I == 0 ? C.Warps : C.BwdWarps) * 32;
+    int Threads = (I == 0   ? C.Warps
+                   : I == 1 ? codegen::LinearStateWarps
+                            : C.BwdWarps) *
+                  32;
     const char *Name = Names[std::min<size_t>(I, 2)];
     // Registers are allocated per warp in units of 256 (8 per thread).
     int Block = (R[I].Registers + 7) / 8 * 8 * Threads;

@@ -81,9 +81,22 @@ TEST_CASE("linear shared memory and staging follow the arch", "[linear]") {
   Narrow.Config = LinearConfig::parse("c64v64w4b8");
   S = codegen::linearSharedBytes(Narrow);
   CHECK(S.Fwd == 2 * 2 * 64 * (2 * 128 + 64) + 2 * 128 * 64 + 4 * (3 * 64 + 4));
-  // d256 on sm_80: the staged dk/dv scan does not fit at all.
+  // The backward at d128 (c32v128w4b8): state passes over 64 rows, staged;
+  // the chunk gradients hold H and dH (two CTAs an SM on sm_90a) and cap
+  // their registers for two CTAs.
+  S = codegen::linearSharedBytes(spec(128, 128, "sm_90a"));
+  CHECK(S.States == 2 * 2 * 32 * (64 + 128) + 2 * 64 * 128 + 4 * (3 * 32 + 4));
+  CHECK(S.GradsTwoStates);
+  CHECK(S.Grads ==
+        2 * (2 * 32 * 128 + 2 * 32 * 128 + 2 * 128 * 128) + 4 * 32 + 4 * (3 * 32 + 4 + 8));
+  CHECK(S.GradsMinBlocks == 2);
+  // d256 on sm_80 (c64v128w8b8): one state tile, H then dH, 164912 bytes
+  // of the 166912 there.
   S = codegen::linearSharedBytes(spec(256, 256, "sm_80"));
-  CHECK_FALSE(S.DkdvStaged);
+  CHECK_FALSE(S.GradsTwoStates);
+  CHECK(S.Grads ==
+        2 * (2 * 64 * 256 + 2 * 64 * 128 + 256 * 128) + 4 * 64 + 4 * (3 * 64 + 4 + 8));
+  CHECK(S.GradsMinBlocks == 1);
 }
 
 TEST_CASE("linear defaults: 128-wide value slices where DV and shared memory allow",
@@ -91,7 +104,8 @@ TEST_CASE("linear defaults: 128-wide value slices where DV and shared memory all
   CHECK(LinearConfig::defaultFor(128, 128, "sm_90a").str() == "c32v128w4b8");
   CHECK(LinearConfig::defaultFor(64, 256, "sm_86").str() == "c32v128w4b4");
   CHECK(LinearConfig::defaultFor(256, 512, "sm_90a").str() == "c64v128w8b8");
-  // 164624 bytes for the dk/dv scan: within sm_80's 163 KiB, not sm_86's.
+  // 164912 bytes for the chunk gradients: within sm_80's 163 KiB, not
+  // sm_86's 99 KiB.
   CHECK(LinearConfig::defaultFor(256, 512, "sm_80").str() == "c64v128w8b8");
   CHECK(LinearConfig::defaultFor(256, 512, "sm_86").str() == "c64v64w8b8");
   // DV = 64 or 192: no 128-wide slices.
@@ -116,6 +130,7 @@ TEST_CASE("linear kernels have keys, entries and the mods", "[linear]") {
   codegen::KernelSource B = codegen::generateLinearBackward(C, S);
   CHECK(B.Key == "mamba2.linear_bwd.bf16.d128x64.sm_90a.c64v64w4b8");
   CHECK(B.Entries.size() == 6);
+  CHECK(B.Entries[1] == "attnc_linear_bwd_chunk");
   // v = x·dt: ∂v/∂x = dt, ∂v/∂A = 0, ∂v/∂dt = x; g = dt·A: ∂g/∂A = dt,
   // ∂g/∂dt = A (inputs in declaration order: A, dt).
   CHECK_THAT(B.Source, Catch::Contains("v_mod_dx(const Inputs &in, float x, "

@@ -229,9 +229,10 @@ TEST_CASE("a file that is not a version-1 tune file is an error naming it",
             "linear_chunk", "sm_90a",
             codegen::LinearConfig::defaultFor(64, 64, "sm_90a").str())) ==
         "no error");
-  CHECK_THAT(Error(WithSkeleton("linear_chunk", "sm_90a", "c64v64w4b8")),
-             Contains("$.entries[0].config: linear config c64v64w4b8: "
-                      "backward warps (8) must split head_dim 64"));
+  CHECK_THAT(Error(WithSkeleton("linear_chunk", "sm_90a", "c32v64w4b16")),
+             Contains("$.entries[0].config: linear config c32v64w4b16: "
+                      "backward: 64 output columns do not split into 8 "
+                      "column groups of a multiple of 16"));
   CHECK_THAT(Error(WithSkeleton("bwd_sm70", "sm_80", "m64n64w4s2")),
              Contains("$.entries[0].config: unknown skeleton 'bwd_sm70'; "
                       "expected fwd_sm80, fwd_sm90 or linear_chunk"));

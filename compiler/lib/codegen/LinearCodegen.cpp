@@ -62,28 +62,43 @@ LinearConfig LinearConfig::defaultFor(int D, int DV, const std::string &Arch) {
   S.Config = Wide;
   LinearSmem Bytes = linearSharedBytes(S);
   if (!Wide.structuralError(D, DV).empty() ||
-      std::max({Bytes.Fwd, Bytes.Dq, Bytes.Dkdv}) > linearSharedLimit(Arch))
+      std::max({Bytes.Fwd, Bytes.States, Bytes.Grads}) > linearSharedLimit(Arch))
     return C;
   return Wide;
 }
 
 namespace {
 
-/// Dynamic shared memory of a scan (the layouts of linear_chunk_scan.cuh;
-/// the generated source static_asserts that they agree): kind 0 the
-/// forward (tiles q, k, v), 1 the dq scan (k, v, dout), 2 the dk/dv scan
-/// (q, k, v, dout); the modded tiles, the 16-bit state, the staging copies
-/// when staged, then 3·chunk + 4 floats of decay.
-int scanSharedBytes(int Kind, int D, int Vs, int C, bool Staged) {
-  int Tiles = Kind == 0 ? C * (2 * D + Vs)
-              : Kind == 1 ? C * (D + 2 * Vs)
-                          : C * (2 * D + 2 * Vs);
-  return 2 * Tiles * (Staged ? 2 : 1) + 2 * D * Vs + 4 * (3 * C + 4);
+/// Dynamic shared memory of the forward (the layout of linear_chunk_scan.cuh;
+/// the generated source static_asserts that they agree): the modded q, k, v
+/// tiles, the staging copies when staged, the 16-bit state, then 3·chunk + 4
+/// floats of decay.
+int forwardSharedBytes(int D, int Vs, int C, bool Staged) {
+  return 2 * C * (2 * D + Vs) * (Staged ? 2 : 1) + 2 * D * Vs + 4 * (3 * C + 4);
 }
 
-/// The warp layout rules of linear_chunk_scan.cuh (LinLayout and the scans'
-/// static_asserts) for \p Warps warps, state width \p D and output widths
-/// \p Outs; empty when they hold.
+
+/// linear_chunk_states.cuh: the k (or q) columns of the CTA's state rows
+/// and the v (or dout) slice, twice (staged), the 16-bit state rows, decay.
+int statesSharedBytes(int Vs, int C) {
+  const int Rows = LinearStateRows;
+  return 2 * 2 * C * (Rows + Vs) + 2 * Rows * Vs + 4 * (3 * C + 4);
+}
+
+/// linear_chunk_grads.cuh: q, k, v, dout, the state tiles (H and dH, or one
+/// for H then dH) and the raw decay, or dq and dk as fp32 rows over them,
+/// whichever is larger; then the decay and one float per warp.
+int gradsSharedBytes(int D, int Vs, int C, int Warps, bool TwoStates) {
+  const int Tiles =
+      2 * (2 * C * D + 2 * C * Vs + (TwoStates ? 2 : 1) * D * Vs) + 4 * C;
+  const int Rows = 2 * C * D * 4;
+  return std::max(Tiles, Rows) + 4 * (3 * C + 4 + Warps);
+}
+
+/// The warp layout rules of linear_chunk_scan.cuh and linear_chunk_grads.cuh
+/// for \p Warps warps and output widths \p Outs, and with \p D > 0 the
+/// forward's rule that the warps split the D state rows; empty when they
+/// hold.
 std::string layoutError(const char *What, int Chunk, int Warps, int D,
                         std::initializer_list<int> Outs) {
   int RowTiles = Chunk / 16;
@@ -92,7 +107,7 @@ std::string layoutError(const char *What, int Chunk, int Warps, int D,
                        "row tiles ({})",
                        What, Warps, RowTiles);
   int Groups = Warps / RowTiles;
-  if (D % Warps != 0 || (D / Warps) % 16 != 0)
+  if (D > 0 && (D % Warps != 0 || (D / Warps) % 16 != 0))
     return fmt::format("{} warps ({}) must split head_dim {} into whole m16 "
                        "tiles of state rows",
                        What, Warps, D);
@@ -121,7 +136,7 @@ std::string LinearConfig::structuralError(int D, int DV) const {
                        DV, SliceV);
   std::string E = layoutError("forward", Chunk, Warps, D, {SliceV});
   if (E.empty())
-    E = layoutError("backward", Chunk, BwdWarps, D, {SliceV, D});
+    E = layoutError("backward", Chunk, BwdWarps, 0, {SliceV, D});
   return E;
 }
 
@@ -136,18 +151,23 @@ int linearSharedLimit(const std::string &Arch) {
 LinearSmem linearSharedBytes(const LinearKernelSpec &Spec) {
   const int Limit = linearSharedLimit(Spec.Arch);
   const LinearConfig &C = Spec.Config;
-  auto Pick = [&](int Kind, int &Bytes, bool &Staged) {
-    int Plain = scanSharedBytes(Kind, Spec.HeadDim, C.SliceV, C.Chunk, false);
-    int WithStage = scanSharedBytes(Kind, Spec.HeadDim, C.SliceV, C.Chunk, true);
-    // Prefetching the next chunk pays when it costs no occupancy, or when
-    // one CTA per SM is all there is anyway.
-    Staged = 2 * WithStage <= Limit || (2 * Plain > Limit && WithStage <= Limit);
-    Bytes = Staged ? WithStage : Plain;
-  };
+  const int D = Spec.HeadDim;
   LinearSmem S;
-  Pick(0, S.Fwd, S.FwdStaged);
-  Pick(1, S.Dq, S.DqStaged);
-  Pick(2, S.Dkdv, S.DkdvStaged);
+  int Plain = forwardSharedBytes(D, C.SliceV, C.Chunk, false);
+  int WithStage = forwardSharedBytes(D, C.SliceV, C.Chunk, true);
+  // Prefetching the next chunk pays when it costs no occupancy, or when one
+  // CTA per SM is all there is anyway.
+  S.FwdStaged = 2 * WithStage <= Limit || (2 * Plain > Limit && WithStage <= Limit);
+  S.Fwd = S.FwdStaged ? WithStage : Plain;
+  S.States = statesSharedBytes(C.SliceV, C.Chunk);
+  // A tile for dH besides H pays under the same rule as the staging.
+  int One = gradsSharedBytes(D, C.SliceV, C.Chunk, C.BwdWarps, false);
+  int Two = gradsSharedBytes(D, C.SliceV, C.Chunk, C.BwdWarps, true);
+  S.GradsTwoStates = 2 * Two <= Limit || (2 * One > Limit && Two <= Limit);
+  S.Grads = S.GradsTwoStates ? Two : One;
+  // Registers for two CTAs an SM where shared memory lets two share one
+  // and the cap (64 Ki / (2 x threads)) still holds a warp's tiles.
+  S.GradsMinBlocks = C.BwdWarps <= 8 && 2 * S.Grads <= Limit ? 2 : 1;
   return S;
 }
 
@@ -169,7 +189,8 @@ void LinearKernelSpec::validate() const {
   LinearSmem S = linearSharedBytes(*this);
   int Limit = linearSharedLimit(Arch);
   for (auto [Name, Bytes] :
-       {std::pair{"forward", S.Fwd}, {"dq scan", S.Dq}, {"dk/dv scan", S.Dkdv}})
+       {std::pair{"forward", S.Fwd}, {"state passes", S.States},
+        {"chunk gradients", S.Grads}})
     if (Bytes > Limit)
       throw UserError(fmt::format(
           "linear config {}: the {} needs {} bytes of shared memory for "
@@ -418,18 +439,22 @@ KernelSource generateLinearBackward(const CompiledDefinition &Def,
   KernelSource Src;
   Src.Key = linearBackwardKey(Def, Spec);
   Src.Arch = Spec.Arch;
-  Src.Entries = {"attnc_linear_bwd_dq",      "attnc_linear_bwd_dkdv",
-                 "attnc_linear_bwd_combine", "attnc_linear_bwd_decay",
+  Src.Entries = {"attnc_linear_bwd_states", "attnc_linear_bwd_chunk",
+                 "attnc_linear_bwd_chunk_grouped", "attnc_linear_bwd_decay",
                  "attnc_linear_bwd_input_reduce",
-                 "attnc_linear_bwd_group_reduce"};
+                 "attnc_linear_bwd_partial_reduce"};
   auto Values = commonValues(Def, Spec, Src.Key, true);
   LinearSmem S = linearSharedBytes(Spec);
+  Values["head_dim_v"] = std::to_string(Spec.HeadDimV);
+  Values["state_rows"] = std::to_string(LinearStateRows);
+  Values["state_warps"] = std::to_string(LinearStateWarps);
+  Values["state_threads"] = std::to_string(LinearStateWarps * 32);
   Values["bwd_warps"] = std::to_string(Spec.Config.BwdWarps);
   Values["bwd_threads"] = std::to_string(Spec.Config.BwdWarps * 32);
-  Values["staged_dq"] = S.DqStaged ? "true" : "false";
-  Values["staged_dkdv"] = S.DkdvStaged ? "true" : "false";
-  Values["smem_dq"] = std::to_string(S.Dq);
-  Values["smem_dkdv"] = std::to_string(S.Dkdv);
+  Values["smem_states"] = std::to_string(S.States);
+  Values["smem_grads"] = std::to_string(S.Grads);
+  Values["two_states"] = S.GradsTwoStates ? "true" : "false";
+  Values["bwd_min_blocks"] = std::to_string(S.GradsMinBlocks);
   Src.Source =
       render("linear_bwd.cu.in", templateText("linear_bwd.cu.in"), Values);
   return Src;

@@ -184,7 +184,7 @@ LinearGrads linearChunkedModelBackward(const CompiledDefinition &Def,
     HG.DV.assign(Dm.T, std::vector<double>(DV));
     HG.DG.assign(Dm.T, 0.0);
 
-    // The dq scan: dq = diag(exp G)·(dO·R(S)ᵀ) + R((dO·Vᵀ) ⊙ D)·K, and
+    // dq of each chunk: dq = diag(exp G)·(dO·R(S)ᵀ) + R((dO·Vᵀ) ⊙ D)·K, and
     // the state after each chunk, rounded (the backward's <S_out, dS>).
     std::vector<double> S = initialState(In, Dm, B, H);
     std::vector<std::vector<double>> After;

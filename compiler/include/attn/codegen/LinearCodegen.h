@@ -20,7 +20,8 @@ struct LinearConfig {
   /// Value columns per CTA: DV is split into DV / SliceV slices, each
   /// carried by its own CTA (64 or 128).
   int SliceV = 64;
-  /// Warps of the forward CTA and of the backward's two scans (4, 8 or 16).
+  /// Warps of the forward CTA and of the backward's chunk-gradient CTA (4,
+  /// 8 or 16).
   int Warps = 4;
   int BwdWarps = 8;
 
@@ -54,14 +55,23 @@ struct LinearKernelSpec {
   void validate() const;
 };
 
-/// Dynamic shared memory of the three scans and whether each stages the
-/// next chunk with cp.async (staged when that still lets two CTAs share an
-/// SM, or when not even the unstaged layout would).
+/// Dynamic shared memory of the forward, the backward's state passes and
+/// its chunk gradients. The forward stages the next chunk with cp.async,
+/// and the chunk gradients hold H and dH in a tile each, where that still
+/// lets two CTAs share an SM, or where not even the smaller layout would.
+/// The state passes always stage. GradsMinBlocks: the CTAs per SM the chunk
+/// gradients' registers are capped for (__launch_bounds__).
 struct LinearSmem {
-  int Fwd = 0, Dq = 0, Dkdv = 0;
-  bool FwdStaged = false, DqStaged = false, DkdvStaged = false;
+  int Fwd = 0, States = 0, Grads = 0;
+  bool FwdStaged = false, GradsTwoStates = false;
+  int GradsMinBlocks = 1;
 };
 LinearSmem linearSharedBytes(const LinearKernelSpec &Spec);
+
+/// State rows per CTA of the backward's state passes (linear_chunk_states;
+/// every head dim is a multiple) and its warps (16 rows each).
+constexpr int LinearStateRows = 64;
+constexpr int LinearStateWarps = 4;
 
 /// Dynamic shared memory a CTA may use on \p Arch (the opt-in limit).
 int linearSharedLimit(const std::string &Arch);
@@ -83,9 +93,9 @@ KernelSource generateLinearForward(const CompiledDefinition &Def,
 /// The backward: the same Variant plus each mod's derivative with respect
 /// to its element (or decay) and to every custom input, built with the
 /// autodiff pass's rules (transforms::tangent); entries
-/// attnc_linear_bwd_dq, attnc_linear_bwd_dkdv, attnc_linear_bwd_combine,
-/// attnc_linear_bwd_decay, attnc_linear_bwd_input_reduce and
-/// attnc_linear_bwd_group_reduce.
+/// attnc_linear_bwd_states, attnc_linear_bwd_chunk,
+/// attnc_linear_bwd_chunk_grouped, attnc_linear_bwd_decay,
+/// attnc_linear_bwd_input_reduce and attnc_linear_bwd_partial_reduce.
 KernelSource generateLinearBackward(const CompiledDefinition &Def,
                                     const LinearKernelSpec &Spec);
 

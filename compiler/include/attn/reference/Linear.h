@@ -74,9 +74,12 @@ LinearOutputs linearChunkedModel(const CompiledDefinition &Def,
                                  const LinearInputs &In, int64_t Chunk,
                                  const RoundFn &Round, unsigned Threads = 1);
 
-/// The backward of the same model: the dq scan, the reverse dk/dv scan,
-/// the decay gradient as a chunk-local reverse sum of q·dq − k·dk plus
-/// <S_out, dS_out> per chunk, and the mods' derivatives. Gradients are not
+/// The backward of the same model: per chunk dq from the rounded state
+/// before it, dk and dv from the rounded gradient of the state after it
+/// (the products of linear_chunk_grads, here in scan order), the decay
+/// gradient as a chunk-local reverse sum of q·dq − k·dk plus <S_out,
+/// dS_out> per chunk (the kernel forms the same value as exp(G_last)·<H,
+/// dH> + Σ k·dk_inter), and the mods' derivatives. Gradients are not
 /// rounded.
 LinearGrads linearChunkedModelBackward(const CompiledDefinition &Def,
                                        const LinearInputs &In,

@@ -1,0 +1,494 @@
+// linear_chunk_grads: the backward's per-chunk gradients, every chunk in
+// parallel. A CTA takes one chunk of one value head, or (kGrouped, where q
+// or k heads are shared) of each value head of a sub-group in turn. Per head it reads the chunk's q, k (modded), and
+// per value slice v, dout, the state before the chunk H (ws_h) and the
+// gradient of the state after it dH (ws_dh, both from linear_chunk_states),
+// and computes
+//   dq += diag(exp G)·(dO·Hᵀ) + ((dO·Vᵀ) ⊙ D)·K
+//   dv  = diag(w)·(K·dH) + ((K·Qᵀ) ⊙ Dᵀ)·dO       (w_j = exp(G_last − G_j))
+//   dk += diag(w)·(V·dHᵀ) + ((V·dOᵀ) ⊙ Dᵀ)·Q
+//   z  += exp(G_last)·<H, dH> + Σ_j k_j·dk_inter_j  (= <S_out, dH>)
+// dv goes through v_mod's derivative to the raw dv; dq and dk, summed over
+// the slices in registers, go through shared memory to the per-token step
+// (LinearCombine), whose raw q and k gradients are written, or where heads
+// share a q (k) head summed over the CTA's heads in head order in fp32
+// (ws_gq, ws_gk: a partial per sub-group of heads, added up by
+// linear_partial_reduce); z goes to ws_z for the decay gradient.
+#ifndef ATTNC_LINEAR_CHUNK_GRADS_CUH
+#define ATTNC_LINEAR_CHUNK_GRADS_CUH
+
+#include "attnc/linear_chunk_bwd.cuh"
+#include "attnc/linear_chunk_common.cuh"
+
+namespace attnc {
+
+/// blockIdx: x the chunk; y batch·value head, or with kGrouped batch·(sub-
+/// group of a.group_heads value heads, all sharing one q and one k head).
+/// kC / 16 row tiles of the chunk; the warps
+/// split over them and then over kGroups column groups. With kTwoStates, H
+/// and dH have a tile each; else dH replaces H in one tile after dq (the
+/// layout that fits the smaller shared memories).
+template <class Variant, class T, int kD, int kDV, int kVs, int kC, int kWarps,
+          bool kTwoStates, bool kGrouped>
+struct LinearChunkGrads {
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kSlices = kDV / kVs;
+  static_assert(kDV % kVs == 0, "whole value slices");
+  static constexpr int kRowTiles = kC / 16;
+  static_assert(kC % 32 == 0 && kC <= 128, "chunk sizes are 32, 64 or 128 tokens");
+  static_assert(kWarps % kRowTiles == 0,
+                "the warps must split the chunk's m16 row tiles evenly");
+  static constexpr int kGroups = kWarps / kRowTiles;
+  static constexpr int kNWv = kVs / kGroups, kNWk = kD / kGroups;
+  static_assert(kVs % kGroups == 0 && kNWv % 16 == 0 && kD % kGroups == 0 &&
+                    kNWk % 16 == 0,
+                "each column group owns a multiple of 16 columns of dv and dq/dk");
+  using DTile = SwizzledTile<kC, kD>;
+  using VTile = SwizzledTile<kC, kVs>;
+  using STile = SwizzledTile<kD, kVs>;
+  using Combine = LinearCombine<Variant, T, kD>;
+  static constexpr int kE = Combine::kE;
+  // q, k, v, dout, H (and dH), the raw decay.
+  static constexpr int kOffK = DTile::kBytes;
+  static constexpr int kOffV = 2 * DTile::kBytes;
+  static constexpr int kOffDo = kOffV + VTile::kBytes;
+  static constexpr int kOffS = kOffDo + VTile::kBytes;
+  static constexpr int kOffDh = kTwoStates ? kOffS + STile::kBytes : kOffS;
+  static constexpr int kOffDecay = kOffDh + STile::kBytes;
+  static constexpr int kTileBytes = kOffDecay + 4 * kC;
+  /// dq and dk as fp32 rows for the per-token step, over the tiles once
+  /// they are read (row_index). With one slice, two state tiles and rows
+  /// that fit a state tile, dq goes over H and dk over H or dH as soon as
+  /// each is done.
+  static constexpr int kGradBytes = 2 * kC * kD * 4;
+  static constexpr bool kRowsOverStates =
+      kTwoStates && kSlices == 1 && kC * kD * 4 <= STile::kBytes;
+  static constexpr int kOffF = kTileBytes > kGradBytes ? kTileBytes : kGradBytes;
+  static constexpr int kSmemBytes = kOffF + 4 * (3 * kC + 4 + kWarps);
+  static constexpr int kNI = Variant::kNumInputs > 0 ? Variant::kNumInputs : 1;
+
+  /// One head's coordinates; its base pointers are recomputed where used
+  /// (kept in registers across the products, they cost spills).
+  struct Item {
+    int n, bh, b, h, t0;
+    /// The CTA's first head (its gradient sums start here).
+    bool first = true;
+
+    __device__ Item(const LinearArgs &a, int n_, int b_, int h_)
+        : n(n_), bh(b_ * a.heads + h_), b(b_), h(h_), t0(n_ * kC) {}
+    __device__ const unsigned short *q(const LinearArgs &a) const {
+      return static_cast<const unsigned short *>(a.q) + b * a.q_sb +
+             h / (a.heads / a.heads_q) * a.q_sh;
+    }
+    __device__ const unsigned short *k(const LinearArgs &a) const {
+      return static_cast<const unsigned short *>(a.k) + b * a.k_sb +
+             h / (a.heads / a.heads_k) * a.k_sh;
+    }
+    __device__ const unsigned short *v(const LinearArgs &a) const {
+      return static_cast<const unsigned short *>(a.v) + b * a.v_sb + h * a.v_sh;
+    }
+    __device__ const unsigned short *dout(const LinearArgs &a) const {
+      return static_cast<const unsigned short *>(a.dout) + b * a.do_sb + h * a.do_sh;
+    }
+    /// H (\p grad false) or dH of this chunk: [kD][kDV].
+    __device__ const unsigned short *state(const LinearArgs &a, bool grad) const {
+      return static_cast<const unsigned short *>(grad ? a.ws_dh : a.ws_h) +
+             ((long long)bh * a.chunks + n) * kD * kDV;
+    }
+    __device__ const float *decay(const LinearArgs &a) const {
+      return a.decay + b * a.decay_sb + h * a.decay_sh;
+    }
+  };
+
+  __device__ static void run(const LinearArgs &a, const typename Variant::Inputs &in,
+                             unsigned char *smem) {
+    if (threadIdx.x == 0 && lin::dynamic_smem_bytes() < u32(kSmemBytes))
+      __trap();
+    const int n = blockIdx.x;
+    const int group = kGrouped ? a.group_heads : 1;
+    const int b = blockIdx.y / (a.heads / group);
+    const int h0 = blockIdx.y % (a.heads / group) * group;
+    const u32 s0 = smem_addr(smem);
+    float *g2 = reinterpret_cast<float *>(smem + kOffF);
+
+    for (int h = h0; h < h0 + group; ++h) {
+      Item it(a, n, b, h);
+      it.first = h == h0;
+      if (h > h0)
+        __syncthreads(); // the previous head's per-token step has read the rows
+      // Every tile arrives by cp.async (rows past the sequence as zeros); the
+      // mods are applied in place afterwards, each thread on the chunks it
+      // copied itself (load_tile_async and mod_tile split a tile alike), so
+      // no barrier separates the two.
+      load_tile_async<DTile, kC, kD, kThreads>(s0, it.q(a), a.q_ss, it.t0, a.seq);
+      load_tile_async<DTile, kC, kD, kThreads>(s0 + kOffK, it.k(a), a.k_ss, it.t0, a.seq);
+      load_slice(a, it, s0, 0, !kRowsOverStates);
+      load_decay(a, it, s0);
+      cp_async_commit();
+      if constexpr (kRowsOverStates) {
+        // dH, in a group of its own, lands while dq is computed.
+        load_tile_async<STile, kD, kVs, kThreads>(s0 + kOffDh, it.state(a, true), kDV, 0,
+                                                  kD);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      if constexpr (!Variant::kQIdentity)
+        lin::mod_tile<T, DTile, kC, kD, kThreads, true, false>(
+            s0, s0, it.q(a), a.q_ss, it.t0, a.seq,
+            [&](float x, int t) { return Variant::q_mod(in, x, it.b, it.h, t); });
+      if constexpr (!Variant::kKIdentity)
+        lin::mod_tile<T, DTile, kC, kD, kThreads, true, false>(
+            s0 + kOffK, s0 + kOffK, it.k(a), a.k_ss, it.t0, a.seq,
+            [&](float x, int t) { return Variant::k_mod(in, x, it.b, it.h, t); });
+      mod_v(in, it, s0, 0, a);
+      const float *raw_decay = reinterpret_cast<const float *>(smem + kOffDecay);
+      lin::chunk_decay<kC>(g2, g2 + kC + 4, g2 + 2 * kC + 4, it.t0, a.seq, [&](int t) {
+        return Variant::decay_mod(in, Variant::kReadsDecay ? raw_decay[t - it.t0] : 0.f,
+                                  it.b, it.h, t);
+      });
+      __syncthreads();
+      compute(a, in, it, s0, reinterpret_cast<float *>(smem), g2);
+    }
+  }
+
+private:
+  /// cp.async of value slice \p vcol's tiles (v, dout, H and with
+  /// kTwoStates and \p with_grad dH) into the layout at \p s0.
+  __device__ static void load_slice(const LinearArgs &a, const Item &it, u32 s0, int vcol,
+                                    bool with_grad) {
+    load_tile_async<VTile, kC, kVs, kThreads>(s0 + kOffV, it.v(a) + vcol, a.v_ss, it.t0,
+                                              a.seq);
+    load_tile_async<VTile, kC, kVs, kThreads>(s0 + kOffDo, it.dout(a) + vcol, a.do_ss, it.t0,
+                                              a.seq);
+    load_tile_async<STile, kD, kVs, kThreads>(s0 + kOffS, it.state(a, false) + vcol, kDV, 0, kD);
+    if (kTwoStates && with_grad)
+      load_tile_async<STile, kD, kVs, kThreads>(s0 + kOffDh, it.state(a, true) + vcol, kDV,
+                                                0, kD);
+  }
+
+  /// cp.async of the chunk's raw decay by warp 0, each lane the tokens
+  /// chunk_decay has it read: its own copies are visible to it after the
+  /// wait, with no barrier.
+  __device__ static void load_decay(const LinearArgs &a, const Item &it, u32 s0) {
+    if constexpr (Variant::kReadsDecay) {
+      constexpr int E = kC / 32;
+      if (threadIdx.x < 32)
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          const int r = threadIdx.x * E + e, t = it.t0 + r;
+          cp_async_4(s0 + kOffDecay + 4 * r,
+                     t < a.seq ? it.decay(a) + (long long)t * a.decay_ss : it.decay(a), t < a.seq);
+        }
+    }
+  }
+
+  /// v_mod in place on the v tile of slice \p vcol (after its copy landed).
+  __device__ static void mod_v(const typename Variant::Inputs &in, const Item &it, u32 s0,
+                               int vcol, const LinearArgs &a) {
+    if constexpr (!Variant::kVIdentity)
+      lin::mod_tile<T, VTile, kC, kVs, kThreads, true, false>(
+          s0 + kOffV, s0 + kOffV, it.v(a) + vcol, a.v_ss, it.t0, a.seq,
+          [&](float x, int t) { return Variant::v_mod(in, x, it.b, it.h, t); });
+  }
+
+  /// One head's chunk, its first slice's tiles in place at \p s0 (\p rows
+  /// its generic address): dq, dv, dk and z over the slices, then the
+  /// per-token step.
+  __device__ static void compute(const LinearArgs &a, const typename Variant::Inputs &in,
+                                 const Item &it, u32 s0, float *rows, const float *g2) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, tq = lane % 4;
+    const int m0 = (warp % kRowTiles) * 16, cg = warp / kRowTiles;
+    const float *rs = g2 + kC + 4, *wsc = rs + kC;
+    float *zpart = const_cast<float *>(g2) + 3 * kC + 4;
+    const u32 sQ = s0, sK = s0 + kOffK, sV = s0 + kOffV, sDo = s0 + kOffDo,
+              sS = s0 + kOffS, sDh = s0 + kOffDh;
+
+    // The three products of a slice whose tiles are in place.
+    auto dq_product = [&](float (&acc)[kNWk / 8][4]) {
+      lin::chunk_out<T, kC, kVs, kNWk, false, true, VTile, VTile, DTile, STile>(
+          acc, sDo, sV, sK, sS, g2, rs, m0, cg * kNWk);
+    };
+    auto dv_product = [&](int vcol, int s) {
+      float acc[kNWv / 8][4];
+      const int n0 = cg * kNWv;
+      lin::chunk_out<T, kC, kD, kNWv, true, false, DTile, DTile, VTile, STile>(
+          acc, sK, sQ, sDo, sDh, g2, wsc, m0, n0);
+      unsigned short *dvp = static_cast<unsigned short *>(a.dv) + it.b * a.dv_sb +
+                            it.h * a.dv_sh + vcol;
+      write_dv(a, in, acc, it.v(a) + vcol, dvp, it.b, it.h, it.bh, it.t0 + m0 + g, n0,
+               s * kGroups + cg);
+    };
+    // dk, and Σ_j k_j·dk_inter_j over this warp's rows and columns.
+    auto dk_product = [&](float (&acc)[kNWk / 8][4], float &z_keys) {
+      const int n0 = cg * kNWk;
+      auto keys = [&](const float (&inter)[kNWk / 8][4]) {
+#pragma unroll
+        for (int j = 0; j < kNWk / 8; ++j)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int r = m0 + g + 8 * half;
+            u32 kw;
+            asm volatile("ld.shared.u32 %0, [%1];\n"
+                         : "=r"(kw)
+                         : "r"(sK + DTile::offset(r, n0 / 8 + j) + 4 * tq));
+            z_keys += lin::lo_of<T>(kw) * inter[j][2 * half] +
+                      lin::hi_of<T>(kw) * inter[j][2 * half + 1];
+          }
+      };
+      lin::chunk_out<T, kC, kVs, kNWk, false, false, VTile, VTile, DTile, STile>(
+          acc, sV, sDo, sQ, sDh, g2, wsc, m0, n0, keys);
+    };
+
+    float z_state = 0.f, z_keys = 0.f; // <H, dH> and Σ k·dk_inter
+    float *dqs, *dks;
+    if constexpr (kRowsOverStates) {
+      // dq, then dk, goes to shared memory as soon as it is done, over a
+      // state tile no longer read: one product's accumulators are live at a
+      // time. dk goes after dq over H where both fit, else over dH once
+      // every warp has read it.
+      constexpr bool kDkOverH = 2 * kC * kD * 4 <= STile::kBytes;
+      dqs = rows + kOffS / 4;
+      dks = kDkOverH ? dqs + kC * kD : rows + kOffDh / 4;
+      {
+        float acc[kNWk / 8][4];
+        dq_product(acc);
+        cp_async_wait<0>(); // this thread's dH chunks: state_dot reads only those
+        z_state = state_dot(sS, sDh);
+        __syncthreads(); // every warp has read H; dH is visible to all
+        store_rows(dqs, acc, m0, cg * kNWk);
+      }
+      dv_product(0, 0);
+      {
+        float acc[kNWk / 8][4];
+        dk_product(acc, z_keys);
+        if constexpr (!kDkOverH)
+          __syncthreads(); // every warp has read dH
+        store_rows(dks, acc, m0, cg * kNWk);
+      }
+      const float zw = lin::warp_sum_all(exp2_fast(g2[kC]) * z_state + z_keys);
+      if (lane == 0)
+        zpart[warp] = zw;
+    } else {
+      float dq[kNWk / 8][4], dk[kNWk / 8][4];
+#pragma unroll 1
+      for (int s = 0; s < kSlices; ++s) {
+        const int vcol = s * kVs;
+        if (s > 0) {
+          __syncthreads(); // the previous slice's reads of V, dO, H and dH are done
+          load_slice(a, it, s0, vcol, true);
+          cp_async_commit();
+          cp_async_wait<0>();
+          mod_v(in, it, s0, vcol, a);
+          __syncthreads();
+        }
+        {
+          float acc[kNWk / 8][4];
+          dq_product(acc);
+          accumulate(dq, acc, s == 0);
+        }
+        if constexpr (kTwoStates) {
+          z_state += state_dot(sS, sDh);
+        } else {
+          __syncthreads(); // H is read: dH replaces it
+          z_state += swap_in_grad(sS, it.state(a, true) + vcol);
+          __syncthreads();
+        }
+        dv_product(vcol, s);
+        {
+          float acc[kNWk / 8][4];
+          dk_product(acc, z_keys);
+          accumulate(dk, acc, s == 0);
+        }
+      }
+      // z: the chunk's <S_out, dS_out>, summed in a fixed order.
+      const float zw = lin::warp_sum_all(exp2_fast(g2[kC]) * z_state + z_keys);
+      __syncthreads(); // every tile is read: the gradient rows go over them
+      if (lane == 0)
+        zpart[warp] = zw;
+      dqs = rows;
+      dks = rows + kC * kD;
+      store_rows(dqs, dq, m0, cg * kNWk);
+      store_rows(dks, dk, m0, cg * kNWk);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float z = 0.f;
+      for (int w = 0; w < kWarps; ++w)
+        z += zpart[w];
+      a.ws_z[(long long)it.bh * a.chunks + it.n] = z;
+    }
+    for (int r = warp; r < kC; r += kWarps) {
+      const int t = it.t0 + r;
+      if (t >= a.seq)
+        break;
+      auto grads = [&](bool isq, float (&d)[kE]) {
+        const float *row = (isq ? dqs : dks) + row_index(r, lane * kE);
+#pragma unroll
+        for (int e = 0; e < kE; ++e)
+          d[e] = row[e];
+      };
+      // The raw gradient of a q (k) head shared by `per` value heads: the
+      // first of them starts the fp32 sum, the last writes it out.
+      auto emit = [&](bool isq, const float (&dx)[kE]) {
+        if constexpr (!kGrouped) {
+          unsigned short *out =
+              isq ? static_cast<unsigned short *>(a.dq) + it.b * a.dq_sb + it.h * a.dq_sh +
+                        (long long)t * a.dq_ss
+                  : static_cast<unsigned short *>(a.dk) + it.b * a.dk_sb + it.h * a.dk_sh +
+                        (long long)t * a.dk_ss;
+#pragma unroll
+          for (int e = 0; e < kE; e += 2)
+            *reinterpret_cast<u32 *>(out + lane * kE + e) = pack2<T>(dx[e], dx[e + 1]);
+          return;
+        }
+        // The CTA's heads share this q (k) head with the other sub-groups of
+        // its group: their sum in fp32 is this sub-group's partial (ws_gq,
+        // ws_gk), which linear_partial_reduce adds up in order.
+        const int heads_x = isq ? a.heads_q : a.heads_k;
+        const int per = a.heads / heads_x, hx = it.h / per;
+        const int parts = per / a.group_heads, part = it.h % per / a.group_heads;
+        float *sum = (isq ? a.ws_gq : a.ws_gk) +
+                     ((((long long)it.b * heads_x + hx) * parts + part) * a.seq + t) * kD +
+                     lane * kE;
+#pragma unroll
+        for (int e = 0; e < kE; ++e)
+          sum[e] = it.first ? dx[e] : sum[e] + dx[e];
+      };
+      Combine::token(a, in, t, it.bh, grads, emit);
+    }
+  }
+
+  /// Element (r, c) of the fp32 rows: c's 8-float block XOR r mod 4, so
+  /// that a fragment's eight rows spread over the banks (two wavefronts for
+  /// a warp's 256 bytes) while a lane's kE <= 8 features stay contiguous.
+  __device__ static int row_index(int r, int c) { return r * kD + (c ^ ((r & 3) << 3)); }
+
+  template <int N>
+  __device__ static void accumulate(float (&sum)[N][4], const float (&x)[N][4],
+                                    bool first) {
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        sum[j][e] = first ? x[j][e] : sum[j][e] + x[j][e];
+  }
+
+  /// This thread's part of <H, dH> from the tiles at \p sh and \p sdh, over
+  /// the 16-byte chunks load_tile_async gave this thread to copy (so that
+  /// its own wait suffices for dH).
+  __device__ static float state_dot(u32 sh, u32 sdh) {
+    constexpr int kChunks = kVs / 8;
+    static_assert(kThreads % kChunks == 0 && kD % (kThreads / kChunks) == 0,
+                  "the threads split the state's chunks as load_tile_async does");
+    constexpr int kRowStep = kThreads / kChunks;
+    const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+    float z = 0.f;
+#pragma unroll 4
+    for (int it = 0; it < kD / kRowStep; ++it) {
+      const u32 off = STile::offset(r0 + it * kRowStep, c);
+      const lin::U4 hv = lin::ld_shared_16(sh + off), dh = lin::ld_shared_16(sdh + off);
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        z += lin::lo_of<T>(hv.w[e]) * lin::lo_of<T>(dh.w[e]) +
+             lin::hi_of<T>(hv.w[e]) * lin::hi_of<T>(dh.w[e]);
+    }
+    return z;
+  }
+
+  /// Replaces the H tile at \p s by the dH rows at \p src (16-bit, rows of
+  /// kDV elements) and returns this thread's part of <H, dH>.
+  __device__ static float swap_in_grad(u32 s, const unsigned short *src) {
+    constexpr int kChunks = kVs / 8;
+    constexpr int kTotal = kD * kChunks;
+    static_assert(kTotal % kThreads == 0, "the threads split the state's chunks");
+    float z = 0.f;
+#pragma unroll 4
+    for (int it = 0; it < kTotal / kThreads; ++it) {
+      const int i = threadIdx.x + it * kThreads;
+      const int r = i / kChunks, c = i % kChunks;
+      const u32 off = STile::offset(r, c);
+      const lin::U4 dh = lin::ld_global_16(src + (long long)r * kDV + c * 8);
+      const lin::U4 hv = lin::ld_shared_16(s + off);
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        z += lin::lo_of<T>(hv.w[e]) * lin::lo_of<T>(dh.w[e]) +
+             lin::hi_of<T>(hv.w[e]) * lin::hi_of<T>(dh.w[e]);
+      lin::st_shared_16(s + off, dh);
+    }
+    return z;
+  }
+
+  /// This warp's dv rows (tokens t_lo and t_lo + 8) and columns [col0,
+  /// col0 + kNWv) of the slice at \p vp / \p dvp: through v_mod's derivative
+  /// to the raw dv, and v_mod's custom-input part to ws_vin[part].
+  __device__ static void write_dv(const LinearArgs &a, const typename Variant::Inputs &in,
+                                  const float (&acc)[kNWv / 8][4],
+                                  const unsigned short *vp, unsigned short *dvp, int b,
+                                  int h, int bh, int t_lo, int col0, int part) {
+    const int tq = threadIdx.x % 4;
+    const long long BH = (long long)a.batch * a.heads;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int t = t_lo + 8 * half;
+      float cin[kNI];
+#pragma unroll
+      for (int i = 0; i < kNI; ++i)
+        cin[i] = 0.f;
+      if (t < a.seq) {
+#pragma unroll
+        for (int j = 0; j < kNWv / 8; ++j) {
+          const int col = col0 + j * 8 + 2 * tq;
+          const u32 raw =
+              *reinterpret_cast<const u32 *>(vp + (long long)t * a.v_ss + col);
+          const float x0 = lin::lo_of<T>(raw), x1 = lin::hi_of<T>(raw);
+          const float d0 = acc[j][2 * half], d1 = acc[j][2 * half + 1];
+          *reinterpret_cast<u32 *>(dvp + (long long)t * a.dv_ss + col) =
+              pack2<T>(d0 * Variant::v_mod_dx(in, x0, b, h, t),
+                       d1 * Variant::v_mod_dx(in, x1, b, h, t));
+          if constexpr (Variant::kNumInputs > 0 && Variant::kVModReadsInputs) {
+            float e0[kNI], e1[kNI];
+            Variant::v_mod_din(in, x0, b, h, t, e0);
+            Variant::v_mod_din(in, x1, b, h, t, e1);
+#pragma unroll
+            for (int i = 0; i < kNI; ++i)
+              cin[i] += d0 * e0[i] + d1 * e1[i];
+          }
+        }
+      }
+      if constexpr (Variant::kNumInputs > 0 && Variant::kVModReadsInputs) {
+#pragma unroll
+        for (int i = 0; i < kNI; ++i) {
+          cin[i] += __shfl_xor_sync(0xffffffffu, cin[i], 1);
+          cin[i] += __shfl_xor_sync(0xffffffffu, cin[i], 2);
+        }
+        if (t < a.seq && tq == 0)
+#pragma unroll
+          for (int i = 0; i < kNI; ++i)
+            a.ws_vin[(((long long)part * Variant::kNumInputs + i) * BH + bh) * a.seq + t] =
+                cin[i];
+      }
+    }
+  }
+
+  /// This warp's rows [m0, m0 + 16) and columns [n0, n0 + kNWk) of dq or dk
+  /// into fp32 rows.
+  __device__ static void store_rows(float *rows, const float (&x)[kNWk / 8][4], int m0,
+                                    int n0) {
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+#pragma unroll
+    for (int j = 0; j < kNWk / 8; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float *p = rows + row_index(m0 + g + 8 * half, n0 + j * 8 + 2 * tq);
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(smem_addr(p)),
+                     "f"(x[j][2 * half]), "f"(x[j][2 * half + 1]));
+      }
+  }
+};
+
+} // namespace attnc
+
+#endif
