@@ -19,15 +19,40 @@ template <class Variant, class T, int kD> struct LinearCombine {
   static_assert(kD % 64 == 0, "two or more features per lane");
   static constexpr int kNI = Variant::kNumInputs > 0 ? Variant::kNumInputs : 1;
 
-  /// Token \p t of batch·value head \p bh; grads(isq, d) fills d with the
-  /// lane's features of dq (isq) or dk of the modded q or k, emit(isq, dx)
-  /// takes the lane's features of the raw q's (or k's) gradient.
-  template <class GradFn, class EmitFn>
-  __device__ static void token(const LinearArgs &a, const typename Variant::Inputs &in,
-                               int t, int bh, GradFn &&grads, EmitFn &&emit) {
+  /// The lane's raw q and k features of one token (16-bit pairs).
+  struct Raw {
+    u32 q[kE / 2], k[kE / 2];
+  };
+
+  /// Loads token \p t's Raw: a warp issues these for several tokens before
+  /// it works on any, so that their latencies overlap.
+  __device__ static Raw load_raw(const LinearArgs &a, int t, int bh) {
     const int lane = threadIdx.x % 32;
     const int b = bh / a.heads, h = bh % a.heads;
     const int hq = h / (a.heads / a.heads_q), hk = h / (a.heads / a.heads_k);
+    const unsigned short *q = static_cast<const unsigned short *>(a.q) + b * a.q_sb +
+                              hq * a.q_sh + (long long)t * a.q_ss + lane * kE;
+    const unsigned short *k = static_cast<const unsigned short *>(a.k) + b * a.k_sb +
+                              hk * a.k_sh + (long long)t * a.k_ss + lane * kE;
+    Raw r;
+#pragma unroll
+    for (int e = 0; e < kE / 2; ++e) {
+      r.q[e] = *reinterpret_cast<const u32 *>(q + 2 * e);
+      r.k[e] = *reinterpret_cast<const u32 *>(k + 2 * e);
+    }
+    return r;
+  }
+
+  /// Token \p t of batch·value head \p bh with its \p raw q and k;
+  /// grads(isq, d) fills d with the lane's features of dq (isq) or dk of the
+  /// modded q or k, emit(isq, dx) takes the lane's features of the raw q's
+  /// (or k's) gradient.
+  template <class GradFn, class EmitFn>
+  __device__ static void token(const LinearArgs &a, const typename Variant::Inputs &in,
+                               int t, int bh, const Raw &raw, GradFn &&grads,
+                               EmitFn &&emit) {
+    const int lane = threadIdx.x % 32;
+    const int b = bh / a.heads, h = bh % a.heads;
     const long long BH = (long long)a.batch * a.heads;
     const long long tok = (long long)bh * a.seq + t;
     const int x0 = lane * kE;
@@ -42,16 +67,11 @@ template <class Variant, class T, int kD> struct LinearCombine {
       const bool isq = which == 0;
       float d[kE];
       grads(isq, d);
-      const unsigned short *raw =
-          isq ? static_cast<const unsigned short *>(a.q) + b * a.q_sb + hq * a.q_sh +
-                    (long long)t * a.q_ss + x0
-              : static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
-                    (long long)t * a.k_ss + x0;
       float dx[kE];
       float dot = 0.f;
 #pragma unroll
       for (int e = 0; e < kE; e += 2) {
-        const u32 w = *reinterpret_cast<const u32 *>(raw + e);
+        const u32 w = isq ? raw.q[e / 2] : raw.k[e / 2];
         const float xs[2] = {lin::lo_of<T>(w), lin::hi_of<T>(w)};
 #pragma unroll
         for (int u = 0; u < 2; ++u) {

@@ -245,7 +245,7 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
     std::string What = "linear config " + Spec.Config.str();
     K->BwdMod.allowSharedBytes(K->States, K->Smem.States, What);
     K->BwdMod.allowSharedBytes(K->Grads, K->Smem.Grads, What);
-    K->BwdMod.allowSharedBytes(K->GroupedGrads, K->Smem.Grads, What);
+    K->BwdMod.allowSharedBytes(K->GroupedGrads, K->Smem.GroupedGrads, What);
   }
 
   attnc::LinearArgs A = forwardArgs(C, Spec, T.Q, T.K, T.V, T.Decay);
@@ -324,7 +324,8 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
          Stream, Params, "launch attnc_linear_bwd_states");
   launch(Grouped ? K->GroupedGrads : K->Grads, unsigned(NC),
          unsigned(C.B * C.H / A.group_heads), 1,
-         unsigned(Spec.Config.BwdWarps * 32), K->Smem.Grads, Stream, Params,
+         unsigned(Spec.Config.BwdWarps * 32),
+         Grouped ? K->Smem.GroupedGrads : K->Smem.Grads, Stream, Params,
          Grouped ? "launch attnc_linear_bwd_chunk_grouped"
                  : "launch attnc_linear_bwd_chunk");
   for (int Which = 0; Grouped && Which < 2; ++Which) {

@@ -307,7 +307,7 @@ std::string linearPruneBeforeCompile(const codegen::LinearKernelSpec &Spec,
   codegen::LinearSmem S = codegen::linearSharedBytes(Spec);
   for (auto [Name, Bytes] :
        {std::pair{"forward", S.Fwd}, {"state passes", S.States},
-        {"chunk gradients", S.Grads}})
+        {"chunk gradients", S.Grads}, {"grouped chunk gradients", S.GroupedGrads}})
     if (Bytes > L.SharedBytesPerBlock)
       return fmt::format("the {} needs {} bytes of shared memory; {} allowed",
                          Name, Bytes, L.SharedBytesPerBlock);

@@ -109,8 +109,8 @@ TEST_CASE("linear defaults: 128-wide value slices where DV and shared memory all
   CHECK(LinearConfig::defaultFor(256, 512, "sm_80").str() == "c64v128w8b8");
   CHECK(LinearConfig::defaultFor(256, 512, "sm_86").str() == "c64v64w8b8");
   // DV = 64 or 192: no 128-wide slices.
-  CHECK(LinearConfig::defaultFor(128, 64, "sm_90a").str() == "c64v64w4b8");
-  CHECK(LinearConfig::defaultFor(128, 192, "sm_90a").str() == "c64v64w4b8");
+  CHECK(LinearConfig::defaultFor(128, 64, "sm_90a").str() == "c32v64w4b8");
+  CHECK(LinearConfig::defaultFor(128, 192, "sm_90a").str() == "c32v64w4b8");
 }
 
 TEST_CASE("linear kernels have keys, entries and the mods", "[linear]") {
@@ -118,7 +118,7 @@ TEST_CASE("linear kernels have keys, entries and the mods", "[linear]") {
   LinearKernelSpec S = spec(128, 64, "sm_90a");
   S.Dtype = DType::BF16;
   codegen::KernelSource F = codegen::generateLinearForward(C, S);
-  CHECK(F.Key == "mamba2.linear_fwd.bf16.d128x64.sm_90a.c64v64w4b8");
+  CHECK(F.Key == "mamba2.linear_fwd.bf16.d128x64.sm_90a.c32v64w4b8");
   CHECK(F.Entries == std::vector<std::string>{"attnc_linear_fwd"});
   CHECK(F.Arch == "sm_90a");
   CHECK_THAT(F.Source, Catch::Contains("#include \"attnc/linear_chunk_scan.cuh\""));
@@ -128,7 +128,7 @@ TEST_CASE("linear kernels have keys, entries and the mods", "[linear]") {
   CHECK_THAT(F.Source, Catch::Contains("attnc::bf16, 128, 64,"));
   CHECK_THAT(F.Source, !Catch::Contains("v_mod_dx"));
   codegen::KernelSource B = codegen::generateLinearBackward(C, S);
-  CHECK(B.Key == "mamba2.linear_bwd.bf16.d128x64.sm_90a.c64v64w4b8");
+  CHECK(B.Key == "mamba2.linear_bwd.bf16.d128x64.sm_90a.c32v64w4b8");
   CHECK(B.Entries.size() == 6);
   CHECK(B.Entries[1] == "attnc_linear_bwd_chunk");
   // v = x·dt: ∂v/∂x = dt, ∂v/∂A = 0, ∂v/∂dt = x; g = dt·A: ∂g/∂A = dt,

@@ -28,11 +28,11 @@ struct LinearConfig {
   std::string str() const;
   /// Parses what str() writes; UserError on anything else.
   static LinearConfig parse(const std::string &Text);
-  /// The configuration used when none is given: slices of 128 value
-  /// columns where DV is a multiple of 128 and they fit \p Arch's shared
-  /// memory (chunks of 32 at D <= 128, of 64 at D = 256), else chunks and
-  /// slices of 64; the fewest warps that keep every warp's share of the
-  /// state at 32 rows or less (docs/linear.md).
+  /// The configuration used when none is given: chunks of 32 at D <= 128,
+  /// of 64 at D = 256; slices of 128 value columns where DV is a multiple
+  /// of 128 and they fit \p Arch's shared memory, else of 64; the fewest
+  /// warps that keep every warp's share of the state at 32 rows or less
+  /// (docs/linear.md).
   static LinearConfig defaultFor(int D, int DV, const std::string &Arch);
   /// Why the skeletons cannot be instantiated with this configuration for
   /// head dims \p D and \p DV, or empty. Shared memory is not checked here.
@@ -59,12 +59,14 @@ struct LinearKernelSpec {
 /// its chunk gradients. The forward stages the next chunk with cp.async,
 /// and the chunk gradients hold H and dH in a tile each, where that still
 /// lets two CTAs share an SM, or where not even the smaller layout would.
-/// The state passes always stage. GradsMinBlocks: the CTAs per SM the chunk
+/// The state passes always stage. The grouped chunk gradients (shared q/k
+/// heads) prefetch the next head into a second buffer (GroupedBuffers 2)
+/// where two CTAs still share an SM. *MinBlocks: the CTAs per SM the chunk
 /// gradients' registers are capped for (__launch_bounds__).
 struct LinearSmem {
-  int Fwd = 0, States = 0, Grads = 0;
+  int Fwd = 0, States = 0, Grads = 0, GroupedGrads = 0;
   bool FwdStaged = false, GradsTwoStates = false;
-  int GradsMinBlocks = 1;
+  int GroupedBuffers = 1, GradsMinBlocks = 1, GroupedMinBlocks = 1;
 };
 LinearSmem linearSharedBytes(const LinearKernelSpec &Spec);
 
