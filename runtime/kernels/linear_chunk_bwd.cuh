@@ -55,7 +55,6 @@ template <class Variant, class T, int kD> struct LinearCombine {
     const int b = bh / a.heads, h = bh % a.heads;
     const long long BH = (long long)a.batch * a.heads;
     const long long tok = (long long)bh * a.seq + t;
-    const int x0 = lane * kE;
 
     float dlam = 0.f;
     float cin[kNI];

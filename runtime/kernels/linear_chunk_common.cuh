@@ -160,6 +160,18 @@ __device__ __forceinline__ void mod_tile(u32 dst, u32 stage, const unsigned shor
 
 // ---- the chunk-local decay ------------------------------------------------
 
+/// decay_mod of token \p t of (batch \p b, value head \p h), reading the
+/// decay input where the definition does.
+template <class Variant>
+__device__ __forceinline__ float token_decay(const LinearArgs &a,
+                                             const typename Variant::Inputs &in, int b,
+                                             int h, int t) {
+  float d = 0.f;
+  if constexpr (Variant::kReadsDecay)
+    d = a.decay[b * a.decay_sb + h * a.decay_sh + t * a.decay_ss];
+  return Variant::decay_mod(in, d, b, h, t);
+}
+
 /// Warp 0 writes, for the kC rows of the chunk starting at token \p row0:
 /// g2[r] = G_r·log2(e) with G_r the inclusive cumulative sum of the rows'
 /// log-decays (rows at or past \p limit add 0), g2[kC] = G_last·log2(e),

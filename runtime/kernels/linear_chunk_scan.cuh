@@ -84,12 +84,7 @@ struct LinearScan {
     auto qmod = [&](float x, int t) { return Variant::q_mod(in, x, b, h, t); };
     auto kmod = [&](float x, int t) { return Variant::k_mod(in, x, b, h, t); };
     auto vmod = [&](float x, int t) { return Variant::v_mod(in, x, b, h, t); };
-    auto decay_of = [&](int t) {
-      float d = 0.f;
-      if constexpr (Variant::kReadsDecay)
-        d = a.decay[b * a.decay_sb + h * a.decay_sh + t * a.decay_ss];
-      return Variant::decay_mod(in, d, b, h, t);
-    };
+    auto decay_of = [&](int t) { return lin::token_decay<Variant>(a, in, b, h, t); };
     auto stage = [&](int t0) {
       load_tile_async<DTile, kC, kD, kThreads>(stg, qp, a.q_ss, t0, seq);
       load_tile_async<DTile, kC, kD, kThreads>(stg + kOffB, kp, a.k_ss, t0, seq);

@@ -53,7 +53,7 @@ private:
     const int slice = blockIdx.x, bh = blockIdx.y;
     const int b = bh / a.heads, h = bh % a.heads;
     const int hq = h / (a.heads / a.heads_q), hk = h / (a.heads / a.heads_k);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32;
     const int srow0 = warp * kStateRows, d0 = part * kRows;
     const int seq = a.seq, vcol = slice * kVs, DV = a.slices * kVs;
     const int chunks = a.chunks;
@@ -83,12 +83,7 @@ private:
     auto valmod = [&](float x, int t) {
       return kReverse ? x : Variant::v_mod(in, x, b, h, t);
     };
-    auto decay_of = [&](int t) {
-      float d = 0.f;
-      if constexpr (Variant::kReadsDecay)
-        d = a.decay[b * a.decay_sb + h * a.decay_sh + t * a.decay_ss];
-      return Variant::decay_mod(in, d, b, h, t);
-    };
+    auto decay_of = [&](int t) { return lin::token_decay<Variant>(a, in, b, h, t); };
     auto stage = [&](int t0) {
       load_tile_async<ATile, kC, kRows, kThreads>(stg, ap, a_ss, t0, seq);
       load_tile_async<VTile, kC, kVs, kThreads>(stg + kOffVal, valp, val_ss, t0, seq);
