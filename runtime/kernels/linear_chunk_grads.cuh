@@ -1,19 +1,20 @@
 // linear_chunk_grads: the backward's per-chunk gradients, every chunk in
 // parallel. A CTA takes one chunk of one value head, or (kGrouped, where q
-// or k heads are shared) of each value head of a sub-group in turn. Per head it reads the chunk's q, k (modded), and
-// per value slice v, dout, the state before the chunk H (ws_h) and the
-// gradient of the state after it dH (ws_dh, both from linear_chunk_states),
-// and computes
+// or k heads are shared) of each value head of a sub-group in turn. Per
+// head it reads the chunk's q, k (modded), and per value slice v, dout, the
+// state before the chunk H (ws_h) and the gradient of the state after it dH
+// (ws_dh, both from linear_chunk_states), and computes
 //   dq += diag(exp G)·(dO·Hᵀ) + ((dO·Vᵀ) ⊙ D)·K
 //   dv  = diag(w)·(K·dH) + ((K·Qᵀ) ⊙ Dᵀ)·dO       (w_j = exp(G_last − G_j))
 //   dk += diag(w)·(V·dHᵀ) + ((V·dOᵀ) ⊙ Dᵀ)·Q
 //   z  += exp(G_last)·<H, dH> + Σ_j k_j·dk_inter_j  (= <S_out, dH>)
-// dv goes through v_mod's derivative to the raw dv; dq and dk, summed over
-// the slices in registers, go through shared memory to the per-token step
-// (LinearCombine), whose raw q and k gradients are written, or where heads
-// share a q (k) head summed over the CTA's heads in head order in fp32
-// (ws_gq, ws_gk: a partial per sub-group of heads, added up by
-// linear_partial_reduce); z goes to ws_z for the decay gradient.
+// dv goes through v_mod's derivative to the raw dv. dq and dk go to shared
+// memory as fp32 rows (over the state tiles as soon as each is done with
+// one slice; summed over the slices in registers with several) for the
+// per-token step (LinearCombine), whose raw q and k gradients are written,
+// or where heads share a q (k) head summed over the CTA's heads in head
+// order in fp32 (ws_gq, ws_gk: a partial per sub-group of heads, added up
+// by linear_partial_reduce). z goes to ws_z for the decay gradient.
 #ifndef ATTNC_LINEAR_CHUNK_GRADS_CUH
 #define ATTNC_LINEAR_CHUNK_GRADS_CUH
 
@@ -24,10 +25,11 @@ namespace attnc {
 
 /// blockIdx: x the chunk; y batch·value head, or with kGrouped batch·(sub-
 /// group of a.group_heads value heads, all sharing one q and one k head).
-/// kC / 16 row tiles of the chunk; the warps
-/// split over them and then over kGroups column groups. With kTwoStates, H
-/// and dH have a tile each; else dH replaces H in one tile after dq (the
-/// layout that fits the smaller shared memories).
+/// kC / 16 row tiles of the chunk; the warps split over them and then over
+/// kGroups column groups. With kTwoStates, H and dH have a tile each; else
+/// dH replaces H in one tile after dq (the layout that fits the smaller
+/// shared memories). kBuffers = 2 (grouped only): the next head's tiles
+/// load into a second buffer while this head is computed.
 template <class Variant, class T, int kD, int kDV, int kVs, int kC, int kWarps,
           bool kTwoStates, bool kGrouped, int kBuffers>
 struct LinearChunkGrads {
@@ -181,9 +183,10 @@ private:
                                     bool with_grad) {
     load_tile_async<VTile, kC, kVs, kThreads>(s0 + kOffV, it.v(a) + vcol, a.v_ss, it.t0,
                                               a.seq);
-    load_tile_async<VTile, kC, kVs, kThreads>(s0 + kOffDo, it.dout(a) + vcol, a.do_ss, it.t0,
-                                              a.seq);
-    load_tile_async<STile, kD, kVs, kThreads>(s0 + kOffS, it.state(a, false) + vcol, kDV, 0, kD);
+    load_tile_async<VTile, kC, kVs, kThreads>(s0 + kOffDo, it.dout(a) + vcol, a.do_ss,
+                                              it.t0, a.seq);
+    load_tile_async<STile, kD, kVs, kThreads>(s0 + kOffS, it.state(a, false) + vcol, kDV,
+                                              0, kD);
     if (kTwoStates && with_grad)
       load_tile_async<STile, kD, kVs, kThreads>(s0 + kOffDh, it.state(a, true) + vcol, kDV,
                                                 0, kD);
@@ -200,7 +203,8 @@ private:
         for (int e = 0; e < E; ++e) {
           const int r = threadIdx.x * E + e, t = it.t0 + r;
           cp_async_4(s0 + kOffDecay + 4 * r,
-                     t < a.seq ? it.decay(a) + (long long)t * a.decay_ss : it.decay(a), t < a.seq);
+                     t < a.seq ? it.decay(a) + (long long)t * a.decay_ss : it.decay(a),
+                     t < a.seq);
         }
     }
   }

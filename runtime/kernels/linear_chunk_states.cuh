@@ -62,12 +62,14 @@ private:
     // Forward: S ← exp(G_last)·S + (diag(w)·K)ᵀ·V. Reverse: dS ←
     // exp(G_last)·dS + (diag(exp G)·Q)ᵀ·dO.
     const unsigned short *ap =
-        kReverse ? static_cast<const unsigned short *>(a.q) + b * a.q_sb + hq * a.q_sh + d0
-                 : static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh + d0;
+        kReverse ? static_cast<const unsigned short *>(a.q) + b * a.q_sb + hq * a.q_sh
+                 : static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh;
+    ap += d0;
     const long long a_ss = kReverse ? a.q_ss : a.k_ss;
     const unsigned short *valp =
-        kReverse ? static_cast<const unsigned short *>(a.dout) + b * a.do_sb + h * a.do_sh + vcol
-                 : static_cast<const unsigned short *>(a.v) + b * a.v_sb + h * a.v_sh + vcol;
+        kReverse ? static_cast<const unsigned short *>(a.dout) + b * a.do_sb + h * a.do_sh
+                 : static_cast<const unsigned short *>(a.v) + b * a.v_sb + h * a.v_sh;
+    valp += vcol;
     const long long val_ss = kReverse ? a.do_ss : a.v_ss;
     unsigned short *outp = static_cast<unsigned short *>(kReverse ? a.ws_dh : a.ws_h) +
                            (long long)bh * chunks * kD * DV + (long long)d0 * DV + vcol;
