@@ -33,7 +33,9 @@ struct LinearArgs {
   /// is the number of chunks, P = slices x column groups of the chunk
   /// gradients. ws_h [B][H][NC][D][DV] (T, 16-bit): the state before each
   /// chunk; ws_dh (the same): the gradient of the state after each chunk;
-  /// ws_z [B][H][NC]: <S_out, dS_out> of each chunk; ws_vin
+  /// ws_z [Z][B][H][NC]: <S_out, dS_out> of each chunk, Z partial sums
+  /// (one per value slice); ws_dq, ws_dk [slices][B][H][T][D]: with several
+  /// slices, dq and dk of the modded q, k per slice; ws_vin
   /// [P][inputs][B][H][T]: the v_mod part of each custom input's per-token
   /// gradient; ws_dlam [B][H][T]: q·dq − k·dk per token; ws_cin
   /// [inputs][B][H][T]: per-token custom-input gradients; ws_gq
@@ -42,7 +44,7 @@ struct LinearArgs {
   /// (P = heads / heads_q / group_heads sub-groups; only when heads_q or
   /// heads_k < heads).
   void *ws_h, *ws_dh;
-  float *ws_z, *ws_vin, *ws_dlam, *ws_cin, *ws_gq, *ws_gk;
+  float *ws_z, *ws_dq, *ws_dk, *ws_vin, *ws_dlam, *ws_cin, *ws_gq, *ws_gk;
 
   int batch, heads, heads_q, heads_k, seq;
   /// Value-dimension slices (DV / slice width): blockIdx.x of the forward
@@ -50,7 +52,7 @@ struct LinearArgs {
   int slices;
   /// Chunks (ceil(seq / chunk)) and the partial sums in ws_vin (slices x
   /// the chunk gradients' column groups).
-  int chunks, vin_parts;
+  int chunks, vin_parts, z_parts;
   /// Value heads per CTA of the chunk gradients (1, or with shared q/k
   /// heads a divisor of both heads / heads_q and heads / heads_k).
   int group_heads;

@@ -43,6 +43,38 @@ template <class Variant, class T, int kD> struct LinearCombine {
     return r;
   }
 
+  /// The lane's features \p dx of token \p t's raw q (\p isq) or k
+  /// gradient for value head \p h: written, or (kShared, where value heads
+  /// share q or k heads) summed in fp32 over the a.group_heads heads of the
+  /// caller's sub-group, in head order (\p first: the sub-group's first
+  /// head), into the sub-group's partial (ws_gq, ws_gk) that
+  /// linear_partial_reduce adds up.
+  template <bool kShared>
+  __device__ static void emit(const LinearArgs &a, int t, int b, int h, bool first,
+                              bool isq, const float (&dx)[kE]) {
+    const int lane = threadIdx.x % 32;
+    if constexpr (!kShared) {
+      unsigned short *out =
+          isq ? static_cast<unsigned short *>(a.dq) + b * a.dq_sb + h * a.dq_sh +
+                    (long long)t * a.dq_ss
+              : static_cast<unsigned short *>(a.dk) + b * a.dk_sb + h * a.dk_sh +
+                    (long long)t * a.dk_ss;
+#pragma unroll
+      for (int e = 0; e < kE; e += 2)
+        *reinterpret_cast<u32 *>(out + lane * kE + e) = pack2<T>(dx[e], dx[e + 1]);
+      return;
+    }
+    const int heads_x = isq ? a.heads_q : a.heads_k;
+    const int per = a.heads / heads_x, hx = h / per;
+    const int parts = per / a.group_heads, part = h % per / a.group_heads;
+    float *sum = (isq ? a.ws_gq : a.ws_gk) +
+                 ((((long long)b * heads_x + hx) * parts + part) * a.seq + t) * kD +
+                 lane * kE;
+#pragma unroll
+    for (int e = 0; e < kE; ++e)
+      sum[e] = first ? dx[e] : sum[e] + dx[e];
+  }
+
   /// Token \p t of batch·value head \p bh with its \p raw q and k;
   /// grads(isq, d) fills d with the lane's features of dq (isq) or dk of the
   /// modded q or k, emit(isq, dx) takes the lane's features of the raw q's
@@ -114,6 +146,48 @@ template <class Variant, class T, int kD> struct LinearCombine {
   }
 };
 
+/// The per-token step where the chunk gradients wrote partial sums over
+/// several value slices (ws_dq, ws_dk): one warp per token (8 per CTA,
+/// grid (ceil(T/8), B·H / a.group_heads)), over the heads of the CTA's
+/// sub-group in order, the slices summed in order.
+template <class Variant, class T, int kD> struct LinearSliceCombine {
+  using Combine = LinearCombine<Variant, T, kD>;
+  static constexpr int kE = Combine::kE;
+
+  __device__ static void run(const LinearArgs &a, const typename Variant::Inputs &in) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int t = blockIdx.x * 8 + warp;
+    if (t >= a.seq)
+      return;
+    const int group = a.group_heads;
+    const int b = blockIdx.y / (a.heads / group);
+    const int h0 = blockIdx.y % (a.heads / group) * group;
+    const bool shared = a.heads_q < a.heads || a.heads_k < a.heads;
+    const long long slice_stride = (long long)a.batch * a.heads * a.seq * kD;
+    for (int h = h0; h < h0 + group; ++h) {
+      const int bh = b * a.heads + h;
+      const long long row = ((long long)bh * a.seq + t) * kD + lane * kE;
+      auto grads = [&](bool isq, float (&d)[kE]) {
+        const float *ws = (isq ? a.ws_dq : a.ws_dk) + row;
+#pragma unroll
+        for (int e = 0; e < kE; ++e)
+          d[e] = 0.f;
+        for (int s = 0; s < a.slices; ++s)
+#pragma unroll
+          for (int e = 0; e < kE; ++e)
+            d[e] += ws[s * slice_stride + e];
+      };
+      auto emit = [&](bool isq, const float (&dx)[kE]) {
+        if (shared)
+          Combine::template emit<true>(a, t, b, h, h == h0, isq, dx);
+        else
+          Combine::template emit<false>(a, t, b, h, true, isq, dx);
+      };
+      Combine::token(a, in, t, bh, Combine::load_raw(a, t, bh), grads, emit);
+    }
+  }
+};
+
 /// The decay gradient: dg_s = Σ_{t ≥ s in s's chunk} (q·dq − k·dk)_t +
 /// <S_out, dS_out> of the chunk, the chunk-local form that never sums long
 /// runs of cancelling terms. One warp per chunk (4 per CTA, grid
@@ -134,7 +208,9 @@ template <class Variant, int kC> struct LinearDecayGrad {
     const int b = bh / a.heads, h = bh % a.heads;
     const long long BH = (long long)a.batch * a.heads;
     const int T = a.seq;
-    const float z = a.ws_z[(long long)bh * a.chunks + n];
+    float z = 0.f;
+    for (int p = 0; p < a.z_parts; ++p)
+      z += a.ws_z[((long long)p * BH + bh) * a.chunks + n];
     float x[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {

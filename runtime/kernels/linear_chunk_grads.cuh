@@ -9,12 +9,14 @@
 //   dk += diag(w)·(V·dHᵀ) + ((V·dOᵀ) ⊙ Dᵀ)·Q
 //   z  += exp(G_last)·<H, dH> + Σ_j k_j·dk_inter_j  (= <S_out, dH>)
 // dv goes through v_mod's derivative to the raw dv. dq and dk go to shared
-// memory as fp32 rows (over the state tiles as soon as each is done with
-// one slice; summed over the slices in registers with several) for the
-// per-token step (LinearCombine), whose raw q and k gradients are written,
-// or where heads share a q (k) head summed over the CTA's heads in head
-// order in fp32 (ws_gq, ws_gk: a partial per sub-group of heads, added up
-// by linear_partial_reduce). z goes to ws_z for the decay gradient.
+// memory as fp32 rows (over the state tiles as soon as each is done, where
+// they fit) for the per-token step (LinearCombine), whose raw q and k
+// gradients are written, or where heads share a q (k) head summed over the
+// CTA's heads in head order in fp32 (ws_gq, ws_gk: a partial per sub-group
+// of heads, added up by linear_partial_reduce). z goes to ws_z for the
+// decay gradient. With several value slices a CTA takes one (blockIdx.z)
+// and writes partial sums of dq, dk (ws_dq, ws_dk) and z instead; the
+// per-token step is then LinearSliceCombine's.
 #ifndef ATTNC_LINEAR_CHUNK_GRADS_CUH
 #define ATTNC_LINEAR_CHUNK_GRADS_CUH
 
@@ -116,7 +118,10 @@ struct LinearChunkGrads {
     if (threadIdx.x == 0 && lin::dynamic_smem_bytes() < u32(kSmemBytes))
       __trap();
     const int n = blockIdx.x;
-    const int group = kGrouped ? a.group_heads : 1;
+    // With several value slices each CTA takes one (blockIdx.z) and writes
+    // partial sums; attnc_linear_bwd_combine does the per-token step.
+    const int vcol0 = kSlices > 1 ? blockIdx.z * kVs : 0;
+    const int group = kGrouped && kSlices == 1 ? a.group_heads : 1;
     const int b = blockIdx.y / (a.heads / group);
     const int h0 = blockIdx.y % (a.heads / group) * group;
     const u32 s0 = smem_addr(smem);
@@ -129,7 +134,7 @@ struct LinearChunkGrads {
     auto issue = [&](const Item &it, u32 buf) {
       load_tile_async<DTile, kC, kD, kThreads>(buf, it.q(a), a.q_ss, it.t0, a.seq);
       load_tile_async<DTile, kC, kD, kThreads>(buf + kOffK, it.k(a), a.k_ss, it.t0, a.seq);
-      load_slice(a, it, buf, 0, !kSplitDh);
+      load_slice(a, it, buf, vcol0, !kSplitDh);
       load_decay(a, it, buf);
       cp_async_commit();
       if constexpr (kSplitDh) {
@@ -161,7 +166,7 @@ struct LinearChunkGrads {
         lin::mod_tile<T, DTile, kC, kD, kThreads, true, false>(
             buf + kOffK, buf + kOffK, it.k(a), a.k_ss, it.t0, a.seq,
             [&](float x, int t) { return Variant::k_mod(in, x, it.b, it.h, t); });
-      mod_v(in, it, buf, 0, a);
+      mod_v(in, it, buf, vcol0, a);
       const float *raw_decay = reinterpret_cast<const float *>(smem + off + kOffDecay);
       lin::chunk_decay<kC>(g2, g2 + kC + 4, g2 + 2 * kC + 4, it.t0, a.seq, [&](int t) {
         return Variant::decay_mod(in, Variant::kReadsDecay ? raw_decay[t - it.t0] : 0.f,
@@ -172,7 +177,7 @@ struct LinearChunkGrads {
       if (kBuffers == 2 && h + 1 < h0 + group) {
         issue(Item(a, n, b, h + 1), s0 + ((i + 1) & 1) * kBufBytes);
       }
-      compute(a, in, it, buf, reinterpret_cast<float *>(smem + off), g2);
+      compute(a, in, it, buf, reinterpret_cast<float *>(smem + off), g2, vcol0);
     }
   }
 
@@ -218,11 +223,13 @@ private:
           [&](float x, int t) { return Variant::v_mod(in, x, it.b, it.h, t); });
   }
 
-  /// One head's chunk, its first slice's tiles in place at \p s0 (\p rows
-  /// its generic address): dq, dv, dk and z over the slices, then the
-  /// per-token step.
+  /// One head's chunk, its tiles (of the slice at value column \p vcol0)
+  /// in place at \p s0 (\p rows its generic address): dq, dv, dk and z,
+  /// then the per-token step; with several slices partial sums of dq, dk
+  /// and z instead.
   __device__ static void compute(const LinearArgs &a, const typename Variant::Inputs &in,
-                                 const Item &it, u32 s0, float *rows, const float *g2) {
+                                 const Item &it, u32 s0, float *rows, const float *g2,
+                                 int vcol0) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
     const int m0 = (warp % kRowTiles) * 16, cg = warp / kRowTiles;
@@ -297,38 +304,50 @@ private:
       const float zw = lin::warp_sum_all(exp2_fast(g2[kC]) * z_state + z_keys);
       if (lane == 0)
         zpart[warp] = zw;
+    } else if constexpr (kSlices > 1) {
+      // This CTA's slice: dq and dk partial sums over its columns of v.
+      const int slice = vcol0 / kVs;
+      {
+        float acc[kNWk / 8][4];
+        dq_product(acc);
+        store_partial(a, a.ws_dq, acc, slice, it, m0, cg * kNWk);
+      }
+      if constexpr (kTwoStates) {
+        z_state = state_dot(sS, sDh);
+      } else {
+        __syncthreads(); // H is read: dH replaces it
+        z_state = swap_in_grad(sS, it.state(a, true) + vcol0);
+        __syncthreads();
+      }
+      dv_product(vcol0, slice);
+      {
+        float acc[kNWk / 8][4];
+        dk_product(acc, z_keys);
+        store_partial(a, a.ws_dk, acc, slice, it, m0, cg * kNWk);
+      }
+      const float zw = lin::warp_sum_all(exp2_fast(g2[kC]) * z_state + z_keys);
+      if (lane == 0)
+        zpart[warp] = zw;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        float z = 0.f;
+        for (int w = 0; w < kWarps; ++w)
+          z += zpart[w];
+        a.ws_z[((long long)slice * a.batch * a.heads + it.bh) * a.chunks + it.n] = z;
+      }
+      return;
     } else {
       float dq[kNWk / 8][4], dk[kNWk / 8][4];
-#pragma unroll 1
-      for (int s = 0; s < kSlices; ++s) {
-        const int vcol = s * kVs;
-        if (s > 0) {
-          __syncthreads(); // the previous slice's reads of V, dO, H and dH are done
-          load_slice(a, it, s0, vcol, true);
-          cp_async_commit();
-          cp_async_wait<0>();
-          mod_v(in, it, s0, vcol, a);
-          __syncthreads();
-        }
-        {
-          float acc[kNWk / 8][4];
-          dq_product(acc);
-          accumulate(dq, acc, s == 0);
-        }
-        if constexpr (kTwoStates) {
-          z_state += state_dot(sS, sDh);
-        } else {
-          __syncthreads(); // H is read: dH replaces it
-          z_state += swap_in_grad(sS, it.state(a, true) + vcol);
-          __syncthreads();
-        }
-        dv_product(vcol, s);
-        {
-          float acc[kNWk / 8][4];
-          dk_product(acc, z_keys);
-          accumulate(dk, acc, s == 0);
-        }
+      dq_product(dq);
+      if constexpr (kTwoStates) {
+        z_state = state_dot(sS, sDh);
+      } else {
+        __syncthreads(); // H is read: dH replaces it
+        z_state = swap_in_grad(sS, it.state(a, true));
+        __syncthreads();
       }
+      dv_product(0, 0);
+      dk_product(dk, z_keys);
       // z: the chunk's <S_out, dS_out>, summed in a fixed order.
       const float zw = lin::warp_sum_all(exp2_fast(g2[kC]) * z_state + z_keys);
       __syncthreads(); // every tile is read: the gradient rows go over them
@@ -374,32 +393,8 @@ private:
           for (int e = 0; e < kE; ++e)
             d[e] = row[e];
         };
-        // The raw gradient of a q (k) head shared by `per` value heads: the
-        // first of them starts the fp32 sum, the last writes it out.
         auto emit = [&](bool isq, const float (&dx)[kE]) {
-          if constexpr (!kGrouped) {
-            unsigned short *out =
-                isq ? static_cast<unsigned short *>(a.dq) + it.b * a.dq_sb + it.h * a.dq_sh +
-                          (long long)t * a.dq_ss
-                    : static_cast<unsigned short *>(a.dk) + it.b * a.dk_sb + it.h * a.dk_sh +
-                          (long long)t * a.dk_ss;
-#pragma unroll
-            for (int e = 0; e < kE; e += 2)
-              *reinterpret_cast<u32 *>(out + lane * kE + e) = pack2<T>(dx[e], dx[e + 1]);
-            return;
-          }
-          // The CTA's heads share this q (k) head with the other sub-groups of
-          // its group: their sum in fp32 is this sub-group's partial (ws_gq,
-          // ws_gk), which linear_partial_reduce adds up in order.
-          const int heads_x = isq ? a.heads_q : a.heads_k;
-          const int per = a.heads / heads_x, hx = it.h / per;
-          const int parts = per / a.group_heads, part = it.h % per / a.group_heads;
-          float *sum = (isq ? a.ws_gq : a.ws_gk) +
-                       ((((long long)it.b * heads_x + hx) * parts + part) * a.seq + t) * kD +
-                       lane * kE;
-#pragma unroll
-          for (int e = 0; e < kE; ++e)
-            sum[e] = it.first ? dx[e] : sum[e] + dx[e];
+          Combine::template emit<kGrouped>(a, t, it.b, it.h, it.first, isq, dx);
         };
         Combine::token(a, in, t, it.bh, raw[j], grads, emit);
       }
@@ -411,14 +406,25 @@ private:
   /// a warp's 256 bytes) while a lane's kE <= 8 features stay contiguous.
   __device__ static int row_index(int r, int c) { return r * kD + (c ^ ((r & 3) << 3)); }
 
-  template <int N>
-  __device__ static void accumulate(float (&sum)[N][4], const float (&x)[N][4],
-                                    bool first) {
+  /// This warp's rows and columns [n0, n0 + kNWk) of dq or dk over slice
+  /// \p slice's columns of v, to the fp32 partials at \p ws
+  /// ([slices][B][H][T][D]).
+  __device__ static void store_partial(const LinearArgs &a, float *ws,
+                                       const float (&x)[kNWk / 8][4], int slice,
+                                       const Item &it, int m0, int n0) {
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const long long BH = (long long)a.batch * a.heads;
 #pragma unroll
-    for (int j = 0; j < N; ++j)
+    for (int half = 0; half < 2; ++half) {
+      const int t = it.t0 + m0 + g + 8 * half;
+      if (t >= a.seq)
+        continue;
+      float *row = ws + (((long long)slice * BH + it.bh) * a.seq + t) * kD + n0 + 2 * tq;
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        sum[j][e] = first ? x[j][e] : sum[j][e] + x[j][e];
+      for (int j = 0; j < kNWk / 8; ++j)
+        asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(row + j * 8),
+                     "f"(x[j][2 * half]), "f"(x[j][2 * half + 1]));
+    }
   }
 
   /// This thread's part of <H, dH> from the tiles at \p sh and \p sdh, over

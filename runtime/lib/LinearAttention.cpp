@@ -35,7 +35,8 @@ struct LinearAttention::Kernels {
   CacheResult BwdCache;
   KernelModule BwdMod;
   CUfunction States = nullptr, Grads = nullptr, GroupedGrads = nullptr,
-             Decay = nullptr, InputReduce = nullptr, PartialReduce = nullptr;
+             Combine = nullptr, Decay = nullptr, InputReduce = nullptr,
+             PartialReduce = nullptr;
 };
 
 /// Device scratch for the backward, grown as calls need and kept.
@@ -239,6 +240,7 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
     K->States = K->BwdMod.function("attnc_linear_bwd_states");
     K->Grads = K->BwdMod.function("attnc_linear_bwd_chunk");
     K->GroupedGrads = K->BwdMod.function("attnc_linear_bwd_chunk_grouped");
+    K->Combine = K->BwdMod.function("attnc_linear_bwd_combine");
     K->Decay = K->BwdMod.function("attnc_linear_bwd_decay");
     K->InputReduce = K->BwdMod.function("attnc_linear_bwd_input_reduce");
     K->PartialReduce = K->BwdMod.function("attnc_linear_bwd_partial_reduce");
@@ -273,6 +275,7 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
   const int64_t Slices = A.slices, NC = A.chunks;
   const int64_t Groups = Spec.Config.BwdWarps / (Spec.Config.Chunk / 16);
   A.vin_parts = int(Slices * Groups);
+  A.z_parts = int(Slices);
   // Where value heads share q or k heads, a chunk-gradient CTA takes a
   // sub-group of them (sharing one q and one k head) and sums their raw dq
   // and dk into a partial (ws_gq, ws_gk): the largest sub-group that still
@@ -297,7 +300,9 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
   } Regions[] = {
       {&A.ws_h, BH * NC * D * Spec.HeadDimV * ElemBytes},
       {&A.ws_dh, BH * NC * D * Spec.HeadDimV * ElemBytes},
-      {reinterpret_cast<void **>(&A.ws_z), BH * NC * 4},
+      {reinterpret_cast<void **>(&A.ws_z), A.z_parts * BH * NC * 4},
+      {reinterpret_cast<void **>(&A.ws_dq), Slices > 1 ? Slices * BHT * D * 4 : 0},
+      {reinterpret_cast<void **>(&A.ws_dk), Slices > 1 ? Slices * BHT * D * 4 : 0},
       {reinterpret_cast<void **>(&A.ws_vin), A.vin_parts * NI * BHT * 4},
       {reinterpret_cast<void **>(&A.ws_dlam), BHT * 4},
       {reinterpret_cast<void **>(&A.ws_cin), NI * BHT * 4},
@@ -322,12 +327,23 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
          unsigned(2 * D / codegen::LinearStateRows),
          unsigned(codegen::LinearStateWarps * 32), K->Smem.States,
          Stream, Params, "launch attnc_linear_bwd_states");
-  launch(Grouped ? K->GroupedGrads : K->Grads, unsigned(NC),
-         unsigned(C.B * C.H / A.group_heads), 1,
-         unsigned(Spec.Config.BwdWarps * 32),
-         Grouped ? K->Smem.GroupedGrads : K->Smem.Grads, Stream, Params,
-         Grouped ? "launch attnc_linear_bwd_chunk_grouped"
-                 : "launch attnc_linear_bwd_chunk");
+  if (Slices > 1) {
+    // One CTA per (chunk, head, slice), partial sums; then the per-token
+    // step over the slices (and the sub-groups' heads).
+    launch(K->Grads, unsigned(NC), unsigned(BH), unsigned(Slices),
+           unsigned(Spec.Config.BwdWarps * 32), K->Smem.Grads, Stream, Params,
+           "launch attnc_linear_bwd_chunk");
+    launch(K->Combine, unsigned((C.T + 7) / 8),
+           unsigned(C.B * C.H / A.group_heads), 1, 256, 0, Stream, Params,
+           "launch attnc_linear_bwd_combine");
+  } else {
+    launch(Grouped ? K->GroupedGrads : K->Grads, unsigned(NC),
+           unsigned(C.B * C.H / A.group_heads), 1,
+           unsigned(Spec.Config.BwdWarps * 32),
+           Grouped ? K->Smem.GroupedGrads : K->Smem.Grads, Stream, Params,
+           Grouped ? "launch attnc_linear_bwd_chunk_grouped"
+                   : "launch attnc_linear_bwd_chunk");
+  }
   for (int Which = 0; Grouped && Which < 2; ++Which) {
     attnc::LinearPartialReduceArgs PA{};
     PA.ws = Which == 0 ? A.ws_gq : A.ws_gk;

@@ -129,7 +129,7 @@ TEST_CASE("linear kernels have keys, entries and the mods", "[linear]") {
   CHECK_THAT(F.Source, !Catch::Contains("v_mod_dx"));
   codegen::KernelSource B = codegen::generateLinearBackward(C, S);
   CHECK(B.Key == "mamba2.linear_bwd.bf16.d128x64.sm_90a.c32v64w4b8");
-  CHECK(B.Entries.size() == 6);
+  CHECK(B.Entries.size() == 7);
   CHECK(B.Entries[1] == "attnc_linear_bwd_chunk");
   // v = x·dt: ∂v/∂x = dt, ∂v/∂A = 0, ∂v/∂dt = x; g = dt·A: ∂g/∂A = dt,
   // ∂g/∂dt = A (inputs in declaration order: A, dt).

@@ -458,9 +458,9 @@ KernelSource generateLinearBackward(const CompiledDefinition &Def,
   KernelSource Src;
   Src.Key = linearBackwardKey(Def, Spec);
   Src.Arch = Spec.Arch;
-  Src.Entries = {"attnc_linear_bwd_states", "attnc_linear_bwd_chunk",
-                 "attnc_linear_bwd_chunk_grouped", "attnc_linear_bwd_decay",
-                 "attnc_linear_bwd_input_reduce",
+  Src.Entries = {"attnc_linear_bwd_states",       "attnc_linear_bwd_chunk",
+                 "attnc_linear_bwd_chunk_grouped", "attnc_linear_bwd_combine",
+                 "attnc_linear_bwd_decay",         "attnc_linear_bwd_input_reduce",
                  "attnc_linear_bwd_partial_reduce"};
   auto Values = commonValues(Def, Spec, Src.Key, true);
   LinearSmem S = linearSharedBytes(Spec);

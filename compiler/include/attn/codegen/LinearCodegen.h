@@ -96,8 +96,9 @@ KernelSource generateLinearForward(const CompiledDefinition &Def,
 /// to its element (or decay) and to every custom input, built with the
 /// autodiff pass's rules (transforms::tangent); entries
 /// attnc_linear_bwd_states, attnc_linear_bwd_chunk,
-/// attnc_linear_bwd_chunk_grouped, attnc_linear_bwd_decay,
-/// attnc_linear_bwd_input_reduce and attnc_linear_bwd_partial_reduce.
+/// attnc_linear_bwd_chunk_grouped, attnc_linear_bwd_combine,
+/// attnc_linear_bwd_decay, attnc_linear_bwd_input_reduce and
+/// attnc_linear_bwd_partial_reduce.
 KernelSource generateLinearBackward(const CompiledDefinition &Def,
                                     const LinearKernelSpec &Spec);
 
