@@ -275,7 +275,7 @@ private:
     };
 
     float z_state = 0.f, z_keys = 0.f; // <H, dH> and Σ k·dk_inter
-    float *dqs, *dks;
+    float *dqs = nullptr, *dks = nullptr; // the fp32 rows of the per-token step
     if constexpr (kRowsOverStates) {
       // dq, then dk, goes to shared memory as soon as it is done, over a
       // state tile no longer read: one product's accumulators are live at a
@@ -328,14 +328,6 @@ private:
       const float zw = lin::warp_sum_all(exp2_fast(g2[kC]) * z_state + z_keys);
       if (lane == 0)
         zpart[warp] = zw;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        float z = 0.f;
-        for (int w = 0; w < kWarps; ++w)
-          z += zpart[w];
-        a.ws_z[((long long)slice * a.batch * a.heads + it.bh) * a.chunks + it.n] = z;
-      }
-      return;
     } else {
       float dq[kNWk / 8][4], dk[kNWk / 8][4];
       dq_product(dq);
@@ -360,11 +352,15 @@ private:
     }
     __syncthreads();
     if (threadIdx.x == 0) {
+      // z of this chunk (and value slice: ws_z holds one partial per slice).
       float z = 0.f;
       for (int w = 0; w < kWarps; ++w)
         z += zpart[w];
-      a.ws_z[(long long)it.bh * a.chunks + it.n] = z;
+      const long long slice = vcol0 / kVs;
+      a.ws_z[(slice * a.batch * a.heads + it.bh) * a.chunks + it.n] = z;
     }
+    if constexpr (kSlices > 1)
+      return; // the per-token step is attnc_linear_bwd_combine's
     // The warp's tokens r = warp + i·kWarps. The grouped kernel takes them
     // in batches whose raw q and k loads are all issued first (16 registers
     // of them a lane): on an H100 that took mamba2's backward from 3.89 to

@@ -304,10 +304,7 @@ std::string linearPruneBeforeCompile(const codegen::LinearKernelSpec &Spec,
     if (W * 32 > L.MaxThreadsPerBlock)
       return fmt::format("{} threads exceed the {} of a block", W * 32,
                          L.MaxThreadsPerBlock);
-  codegen::LinearSmem S = codegen::linearSharedBytes(Spec);
-  for (auto [Name, Bytes] :
-       {std::pair{"forward", S.Fwd}, {"state passes", S.States},
-        {"chunk gradients", S.Grads}, {"grouped chunk gradients", S.GroupedGrads}})
+  for (auto [Name, Bytes] : codegen::linearSharedBytes(Spec).byKernel())
     if (Bytes > L.SharedBytesPerBlock)
       return fmt::format("the {} needs {} bytes of shared memory; {} allowed",
                          Name, Bytes, L.SharedBytesPerBlock);

@@ -63,11 +63,11 @@ LinearConfig LinearConfig::defaultFor(int D, int DV, const std::string &Arch) {
   S.HeadDimV = DV;
   S.Arch = Arch;
   S.Config = Wide;
-  LinearSmem Bytes = linearSharedBytes(S);
-  if (!Wide.structuralError(D, DV).empty() ||
-      std::max({Bytes.Fwd, Bytes.States, Bytes.Grads, Bytes.GroupedGrads}) >
-          linearSharedLimit(Arch))
+  if (!Wide.structuralError(D, DV).empty())
     return C;
+  for (auto [Name, Bytes] : linearSharedBytes(S).byKernel())
+    if (Bytes > linearSharedLimit(Arch))
+      return C;
   return Wide;
 }
 
@@ -80,7 +80,6 @@ namespace {
 int forwardSharedBytes(int D, int Vs, int C, bool Staged) {
   return 2 * C * (2 * D + Vs) * (Staged ? 2 : 1) + 2 * D * Vs + 4 * (3 * C + 4);
 }
-
 
 /// linear_chunk_states.cuh: the k (or q) columns of the CTA's state rows
 /// and the v (or dout) slice, twice (staged), the 16-bit state rows, decay.
@@ -207,9 +206,7 @@ void LinearKernelSpec::validate() const {
     throw UserError("linear config " + Config.str() + ": " + E);
   LinearSmem S = linearSharedBytes(*this);
   int Limit = linearSharedLimit(Arch);
-  for (auto [Name, Bytes] :
-       {std::pair{"forward", S.Fwd}, {"state passes", S.States},
-        {"chunk gradients", S.Grads}, {"grouped chunk gradients", S.GroupedGrads}})
+  for (auto [Name, Bytes] : S.byKernel())
     if (Bytes > Limit)
       throw UserError(fmt::format(
           "linear config {}: the {} needs {} bytes of shared memory for "

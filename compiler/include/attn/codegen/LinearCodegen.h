@@ -8,7 +8,9 @@
 #include "attn/codegen/KernelSource.h"
 #include "attn/dsl/Problem.h"
 
+#include <array>
 #include <string>
+#include <utility>
 
 namespace attn::codegen {
 
@@ -67,6 +69,14 @@ struct LinearSmem {
   int Fwd = 0, States = 0, Grads = 0, GroupedGrads = 0;
   bool FwdStaged = false, GradsTwoStates = false;
   int GroupedBuffers = 1, GradsMinBlocks = 1, GroupedMinBlocks = 1;
+
+  /// Each kernel's bytes with the name the errors give it.
+  std::array<std::pair<const char *, int>, 4> byKernel() const {
+    return {{{"forward", Fwd},
+             {"state passes", States},
+             {"chunk gradients", Grads},
+             {"grouped chunk gradients", GroupedGrads}}};
+  }
 };
 LinearSmem linearSharedBytes(const LinearKernelSpec &Spec);
 
