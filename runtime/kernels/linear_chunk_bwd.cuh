@@ -192,7 +192,7 @@ template <class Variant, class T, int kD> struct LinearSliceCombine {
 /// <S_out, dS_out> of the chunk, the chunk-local form that never sums long
 /// runs of cancelling terms. One warp per chunk (4 per CTA, grid
 /// (ceil(NC/4), B·H)); then ddecay and the per-token custom-input gradient
-/// (q/k parts from LinearCombine, v parts from the dk/dv scan, decay part
+/// (q/k parts from LinearCombine, v parts from the chunk gradients, decay part
 /// here) into ws_cin.
 template <class Variant, int kC> struct LinearDecayGrad {
   static constexpr int kWarps = 4;
