@@ -27,15 +27,16 @@ namespace {
 
 class BenchCommand final : public Command {
 public:
-  bool given() const override { return bool(Sub); }
+  BenchCommand()
+      : Command("bench", "bench NAME --shape B,H,S,D",
+                "Time a forward kernel (linear attention: forward and "
+                "backward) on this GPU") {}
   int run(const dsl::Registry &Registry, llvm::raw_ostream &OS) override;
 
 private:
   int runLinear(const dsl::DefinitionBase &Def, const ShapeArg &S,
                 llvm::raw_ostream &OS);
 
-  CallSubCommand Sub{"bench", "Time a forward kernel (linear attention: "
-                              "forward and backward) on this GPU"};
   ProblemOptions ProblemArgs{Sub};
   CallOpt<std::string> TuneFile{
       "tune-file", cl::desc("Use the tuned configuration from this file"),

@@ -6,6 +6,10 @@
 
 namespace attn {
 
+Command::Command(llvm::StringRef Name, llvm::StringRef Usage,
+                 llvm::StringRef Description)
+    : Sub(Name, Description), Usage(Usage) {}
+
 Command::~Command() = default;
 
 namespace cl = llvm::cl;

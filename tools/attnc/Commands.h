@@ -1,6 +1,6 @@
 // What subcommands of attnc share: options that leave LLVM's global parser
-// when destroyed, the usage error (exit status 2), and the interface of the
-// subcommands that live in their own files (tune, bench).
+// when destroyed, the usage error (exit status 2), and the Command interface
+// every subcommand implements.
 #ifndef ATTN_TOOLS_ATTNC_COMMANDS_H
 #define ATTN_TOOLS_ATTNC_COMMANDS_H
 
@@ -57,16 +57,36 @@ public:
   using UserError::UserError;
 };
 
-/// A subcommand defined in its own file. It registers its options when
-/// made (so make it before parsing) and unregisters them when destroyed.
+/// One subcommand (verb) of attnc. Making it registers its subcommand and,
+/// in a subclass, its options (so make it before parsing); destroying it
+/// unregisters them: a subclass's option members go first, then the base's
+/// subcommand they name.
 class Command {
 public:
+  /// \p Name, \p Usage and \p Description must outlive the command (string
+  /// literals): llvm::cl keeps references.
+  Command(llvm::StringRef Name, llvm::StringRef Usage,
+          llvm::StringRef Description);
   virtual ~Command();
+  Command(const Command &) = delete;
+  Command &operator=(const Command &) = delete;
+
+  llvm::StringRef name() const { return Sub.getName(); }
+  /// Its synopsis without the program name: "show NAME [--after PASS]".
+  llvm::StringRef usage() const { return Usage; }
+  /// One line, also the subcommand's description in --help.
+  llvm::StringRef description() const { return Sub.getDescription(); }
   /// True when the command line named this subcommand.
-  virtual bool given() const = 0;
-  /// Runs it; the result is attnc's exit status. Errors are thrown as in
-  /// the other subcommands (UsageError: 2; other attn errors: 1).
+  bool given() const { return bool(Sub); }
+  /// Runs it; the result is attnc's exit status. Errors are thrown
+  /// (UsageError: 2; other attn errors: 1).
   virtual int run(const dsl::Registry &Registry, llvm::raw_ostream &OS) = 0;
+
+protected:
+  CallSubCommand Sub;
+
+private:
+  llvm::StringRef Usage;
 };
 
 /// --shape B,H,S,D[,DV]: batch, heads, sequence length (queries and keys),
@@ -80,7 +100,15 @@ ShapeArg parseShapeArg(const std::string &Text);
 DType parseDtypeArg(const std::string &Text);
 Layout parseLayoutArg(const std::string &Text);
 
-/// `attnc tune` (TuneCommand.cpp) and `attnc bench` (BenchCommand.cpp).
+/// The commands, one file (or small group) each: list, show and check
+/// (DefinitionCommands.cpp), emit and compile (KernelCommands.cpp), cache
+/// (CacheCommand.cpp), tune (TuneCommand.cpp), bench (BenchCommand.cpp).
+std::unique_ptr<Command> makeListCommand();
+std::unique_ptr<Command> makeShowCommand();
+std::unique_ptr<Command> makeCheckCommand();
+std::unique_ptr<Command> makeEmitCommand();
+std::unique_ptr<Command> makeCompileCommand();
+std::unique_ptr<Command> makeCacheCommand();
 std::unique_ptr<Command> makeTuneCommand();
 std::unique_ptr<Command> makeBenchCommand();
 

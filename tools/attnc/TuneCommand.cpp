@@ -24,7 +24,10 @@ namespace {
 
 class TuneCommand final : public Command {
 public:
-  bool given() const override { return bool(Sub); }
+  TuneCommand()
+      : Command("tune", "tune NAME --shape B,H,S,D -o F.json",
+                "Tune a forward kernel's tile configuration on this GPU and "
+                "write it to a tune file") {}
   int run(const dsl::Registry &Registry, llvm::raw_ostream &OS) override;
 
 private:
@@ -33,8 +36,6 @@ private:
   /// The summary on stdout: best, default, what happened to the candidates.
   void printSummary(const runtime::TuneResult &R, llvm::raw_ostream &OS);
 
-  CallSubCommand Sub{"tune", "Tune a forward kernel's tile configuration "
-                             "on this GPU and write it to a tune file"};
   ProblemOptions ProblemArgs{Sub};
   CallOpt<std::string> Output{"o", cl::desc("The tune file to merge into"),
                               cl::value_desc("tune.json"), cl::init(""),
