@@ -7,6 +7,7 @@
 #include "attn/runtime/Backend.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
+#include "attn/runtime/Tuner.h"
 #include "attn/runtime/Validate.h"
 
 #include <dlpack/dlpack.h>
@@ -59,9 +60,56 @@ TensorView TensorView::fromDLPack(const DLTensor &T) {
   return V;
 }
 
+GpuArch resolveArch(const std::optional<GpuArch> &A) {
+  if (A)
+    return *A;
+  const DeviceInfo &Dev = currentDevice();
+  if (std::optional<GpuArch> Found = archForDevice(Dev.Major, Dev.Minor))
+    return *Found;
+  throw UserError(fmt::format("device {} (compute capability {}.{}) is not "
+                              "one attnc builds for; expected {}",
+                              Dev.Name, Dev.Major, Dev.Minor,
+                              archNamesText().str()));
+}
+
+KernelTarget kernelTarget(const CompiledDefinition &Def, const Signature &Sig,
+                          GpuArch Arch, Direction D) {
+  return KernelTarget::of(Def, D, Sig.Dtype, Sig.HeadDim, Sig.HeadDimV, Arch);
+}
+
+namespace {
+
+/// The forward's policy: names parsed once. Skeleton and configurations
+/// are the generated backend's; a signature that names them for another
+/// backend would have them ignored, so it is refused.
+KernelPolicy forwardPolicy(const KernelTarget &T, const Signature &Sig) {
+  if (!Sig.Backend.empty() && Sig.Backend != "generated" &&
+      (!Sig.Skeleton.empty() || !Sig.Config.empty() ||
+       !Sig.BackwardConfig.empty()))
+    throw UserError("signature: backend '" + Sig.Backend +
+                    "' runs its own kernel; skeleton, config and "
+                    "backward_config choose the generated backend's");
+  return KernelPolicy::parse(T, Sig.Skeleton, Sig.Config, Sig.TuneFile,
+                             Sig.Tune);
+}
+
+/// \p D compiled, refused first if it is linear attention (whose kernels
+/// LinearAttention runs).
+CompiledDefinition compileAttention(const dsl::DefinitionBase &D) {
+  if (D.kind() == ir::DefinitionKind::Linear)
+    throw UserError("'" + D.name + "' is linear attention; use LinearAttention");
+  return compile(D);
+}
+
+} // namespace
+
 Attention::Attention(const dsl::DefinitionBase &D, const Signature &S)
-    : Def(compile(D)), Sig(S),
-      Arch(S.Arch.empty() ? currentDevice().arch() : S.Arch) {
+    : Def(compileAttention(D)), Sig(S), Arch(resolveArch(S.Arch)),
+      Fwd(Def, kernelTarget(Def, S, Arch, Direction::Forward),
+          forwardPolicy(kernelTarget(Def, S, Arch, Direction::Forward), S)),
+      Bwd(Def, kernelTarget(Def, S, Arch, Direction::Backward),
+          KernelPolicy::parse(kernelTarget(Def, S, Arch, Direction::Backward),
+                              "", S.BackwardConfig)) {
   BackendRegistry &R = BackendRegistry::global();
   if (!Sig.Backend.empty()) {
     R.factory(Sig.Backend); // UserError naming the registered ones
@@ -75,6 +123,13 @@ Attention::Attention(const dsl::DefinitionBase &D, const Signature &S)
 
 Attention::~Attention() = default;
 
+KernelChoice Attention::forwardChoiceFor(const TuneShape &S) const {
+  return Fwd.forShape(S, [&] {
+    return tuneForward(Def, Sig, Arch, S, TuneOptions(), /*Progress=*/nullptr)
+        .Entry;
+  });
+}
+
 void Attention::backward(const TensorView &Q, const TensorView &K,
                          const TensorView &V, const TensorView *Out,
                          const TensorView &DOut, const TensorView *Finals,
@@ -83,21 +138,17 @@ void Attention::backward(const TensorView &Q, const TensorView &K,
                          const InputGradMap &Grads, CUstream Stream) {
   BackwardTensors T{Q, K, V, Out, DOut, Finals, DQ, DK, DV};
   // Validate before generating anything: a bad call costs no compile.
-  validateBackwardCall(Def, Sig, T, Inputs, Grads);
-  if (!Backward) {
-    codegen::KernelSpec Spec;
-    Spec.Dtype = Sig.Dtype;
-    Spec.HeadDim = Sig.HeadDim;
-    Spec.HeadDimV = Sig.HeadDimV;
-    Spec.Arch = Arch;
-    Backward = std::make_unique<BackwardRunner>(Def, Spec, Sig.TensorLayout);
-  }
-  Backward->run(T, Inputs, Grads, Stream);
+  BackwardCallShape Shape = validateBackwardCall(Def, Sig, T, Inputs, Grads);
+  if (!Backward)
+    Backward =
+        std::make_unique<BackwardRunner>(Def, Bwd.target(), Bwd.initial());
+  Backward->run(T, Shape, Inputs, Grads, Stream);
 }
 
 AttentionBackend &Attention::backendAt(size_t I) {
   if (!Backends[I])
-    Backends[I] = BackendRegistry::global().factory(Names[I])(Def, Sig, Arch);
+    Backends[I] = BackendRegistry::global().factory(Names[I])(
+        BackendSetup{Def, Sig, Fwd.target(), Fwd.initial()});
   return *Backends[I];
 }
 
@@ -114,14 +165,6 @@ std::vector<std::string> Attention::finalNames() const {
   for (const ir::RowscaleDecl &R : Def.Graph->decls().FinalRowscales)
     Names.push_back(R.Name);
   return Names;
-}
-
-bool archRunsOn(const std::string &Arch, int Major, int Minor) {
-  if (Arch == "sm_90a")
-    return Major == 9 && Minor == 0;
-  if (Arch.size() != 5 || Arch.compare(0, 3, "sm_") != 0)
-    return false;
-  return Major == Arch[3] - '0' && Minor >= Arch[4] - '0';
 }
 
 AttentionBackend &Attention::choose(const BackendProblem &P) {
@@ -150,8 +193,11 @@ void Attention::forward(const TensorView &Q, const TensorView &K,
                         const TensorView &V, const TensorView &Out,
                         const TensorView *Finals, const InputMap &Inputs,
                         CUstream Stream) {
-  BackendProblem P{Def, Sig, Arch,
-                   validateCall(*Def.Graph, Sig, Q, K, V, Out, Finals, Inputs)};
+  CallShape Shape = validateCall(*Def.Graph, Sig, Q, K, V, Out, Finals, Inputs);
+  // The kernel is chosen once, here, before any backend is asked.
+  KernelChoice Choice =
+      forwardChoiceFor({Shape.B, Shape.H, Shape.Hkv, Shape.Sq, Shape.Skv});
+  BackendProblem P{Def, Sig, Fwd.target(), Shape, Choice};
   AttentionBackend &B = choose(P);
   B.forward(P, ForwardTensors{Q, K, V, Out, Finals},
             CallContext{Inputs, Stream});

@@ -6,6 +6,7 @@
 #include "ForwardLaunch.h"
 
 #include "attn/codegen/InputLayout.h"
+#include "attn/Error.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/KernelCache.h"
@@ -37,18 +38,21 @@ struct Carver {
 
 } // namespace
 
+namespace {
+
+const codegen::BwdConfig &bwdConfigOf(const KernelChoice &C) {
+  if (const auto *B = std::get_if<codegen::BwdConfig>(&C.Config))
+    return *B;
+  throw InternalError("BackwardRunner: skeleton " + C.Skel->name().str() +
+                      " is not the one this runner launches");
+}
+
+} // namespace
+
 BackwardRunner::BackwardRunner(const CompiledDefinition &D,
-                               const codegen::KernelSpec &S, attn::Layout L,
-                               std::optional<codegen::BwdConfig> C)
-    : Def(D), Spec(S),
-      Config(C ? *C
-               : codegen::BwdConfig::defaultFor(S.HeadDim, S.HeadDimV, S.Arch)) {
-  Sig.Dtype = S.Dtype;
-  Sig.HeadDim = S.HeadDim;
-  Sig.HeadDimV = S.HeadDimV;
-  Sig.TensorLayout = L;
-  Sig.Arch = S.Arch;
-  Source = codegen::generateBackward(Def, Spec, Config);
+                               const KernelTarget &T, const KernelChoice &C)
+    : Def(D), Spec(T.kernelSpec()), Config(bwdConfigOf(C)) {
+  Source = C.Skel->generate(Def, T, C.Config);
   Cached = KernelCache::global().getOrCompile(Source);
 }
 
@@ -100,10 +104,10 @@ CUdeviceptr BackwardRunner::workspace(size_t Bytes) {
   return Work;
 }
 
-void BackwardRunner::run(const BackwardTensors &T, const InputMap &Inputs,
+void BackwardRunner::run(const BackwardTensors &T,
+                         const BackwardCallShape &Shape, const InputMap &Inputs,
                          const InputGradMap &GradOut, CUstream Stream) {
   const ir::Graph &G = *Def.Graph;
-  BackwardCallShape Shape = validateBackwardCall(Def, Sig, T, Inputs, GradOut);
   const CallShape &C = Shape.Fwd;
   const codegen::BwdConfig &K = Config;
   const bool Masked = G.decls().HasMask;

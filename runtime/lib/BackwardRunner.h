@@ -6,11 +6,11 @@
 #include "KernelModule.h"
 
 #include "attn/codegen/Codegen.h"
+#include "attn/runtime/Selector.h"
 #include "attn/runtime/Validate.h"
 
 #include <cuda.h>
 
-#include <optional>
 
 namespace attn::runtime {
 
@@ -20,25 +20,26 @@ namespace attn::runtime {
 /// inputs give the same bits on every run (docs/runtime.md, "Backward").
 class BackwardRunner {
 public:
-  /// Generates the backward of \p Def for \p Spec's dtype, head dims and
-  /// arch (Spec.Config, the forward's tiles, is not used) with \p Config
-  /// (default: BwdConfig::defaultFor) and compiles it through
-  /// KernelCache::global(). Tensors are in layout \p L. \p Def must outlive
-  /// the runner. UserError / NotSupportedYet from generateBackward.
-  BackwardRunner(const CompiledDefinition &Def, const codegen::KernelSpec &Spec,
-                 attn::Layout L,
-                 std::optional<codegen::BwdConfig> Config = std::nullopt);
+  /// Generates the backward of \p Def for target \p T with the selector's
+  /// \p Choice (a bwd_sm80 configuration: InternalError otherwise) and
+  /// compiles it through KernelCache::global(). \p Def must outlive
+  /// the runner. UserError / NotSupportedYet from the
+  /// code generator.
+  BackwardRunner(const CompiledDefinition &Def, const KernelTarget &T,
+                 const KernelChoice &Choice);
   ~BackwardRunner();
   BackwardRunner(const BackwardRunner &) = delete;
   BackwardRunner &operator=(const BackwardRunner &) = delete;
 
-  /// Validates every argument (validateBackwardCall, then the grid limits;
-  /// InvalidArgument and nothing launched on a bad one), loads the module
-  /// on the first call, and launches on \p Stream without synchronising.
+  /// Checks the grid limits of a call validateBackwardCall accepted as
+  /// \p Shape (InvalidArgument and nothing launched on a bad one), loads
+  /// the module on the first call, and launches on \p Stream without
+  /// synchronising.
   /// Workspaces (doosum, block lists, input-gradient partials; in the fused
   /// dQ mode dQ's fp32 partial sums and semaphores) belong to the runner
   /// and are reused: do not run one runner concurrently.
-  void run(const BackwardTensors &T, const InputMap &Inputs = {},
+  void run(const BackwardTensors &T, const BackwardCallShape &Shape,
+           const InputMap &Inputs = {},
            const InputGradMap &Grads = {}, CUstream Stream = nullptr);
 
   const codegen::KernelSource &source() const { return Source; }
@@ -52,7 +53,6 @@ private:
   const CompiledDefinition &Def;
   codegen::KernelSpec Spec;
   codegen::BwdConfig Config;
-  Signature Sig;
   codegen::KernelSource Source;
   CacheResult Cached;
   KernelModule Module;

@@ -95,10 +95,10 @@ std::string nvrtcVersion() {
   return std::to_string(Major) + "." + std::to_string(Minor);
 }
 
-std::vector<std::string> nvrtcOptions(const std::string &Arch) {
+std::vector<std::string> nvrtcOptions(GpuArch Arch) {
   const std::string &Cuda = cudaRoot();
   return {
-      "--gpu-architecture=" + Arch,
+      "--gpu-architecture=" + archName(Arch).str(),
       "-std=c++17",
       // Functions without __host__/__device__ are device code: the device
       // library and generated code are device-only.
@@ -172,7 +172,7 @@ CompiledCubin compileToCubin(const codegen::KernelSource &Src) {
   checkNvrtc(nvrtcGetCUBINSize(Guard.Prog, &Size), "nvrtcGetCUBINSize");
   if (Size == 0)
     // No CUBIN for a virtual architecture (compute_XX): a caller's mistake.
-    throw InvalidArgument("compileToCubin: Arch \"" + Src.Arch +
+    throw InvalidArgument("compileToCubin: Arch \"" + archName(Src.Arch).str() +
                           "\" yields no CUBIN; expected a real "
                           "architecture such as sm_80 or sm_90a");
   Out.Cubin.resize(Size);

@@ -153,11 +153,8 @@ void CudaDriver::check(CUresult R, const char *What) const {
   throw DriverError(std::string(What) + ": " + describe(*this, R));
 }
 
-std::string DeviceInfo::arch() const {
-  // Hopper's wgmma/TMA/setmaxnreg need the arch-specific 'a' target.
-  if (Major == 9 && Minor == 0)
-    return "sm_90a";
-  return "sm_" + std::to_string(Major) + std::to_string(Minor);
+std::optional<GpuArch> DeviceInfo::arch() const {
+  return archForDevice(Major, Minor);
 }
 
 namespace {

@@ -1,9 +1,8 @@
-// The "generated" backend: a forward skeleton instantiated with the
-// definition's Variant, one kernel per tile configuration, with the block
-// classification that lets it skip masked key blocks. On sm_90a the Hopper
-// skeleton fwd_sm90 is chosen when it supports the signature; fwd_sm80 is
-// the portable path and the fallback. The configuration is chosen per call
-// (ConfigSelect.h): named, tuned or default.
+// The "generated" backend: the forward skeleton the selector chose,
+// instantiated with the definition's Variant, one kernel per choice, with
+// the block classification that lets it skip masked key blocks. A skeleton
+// reading through TMA falls back to the next one of the table where the
+// strides defeat its descriptors.
 #include "attn/runtime/Backend.h"
 
 #include "ForwardLaunch.h"
@@ -11,7 +10,6 @@
 #include "TmaMaps.h"
 
 #include "attn/Error.h"
-#include "attn/runtime/ConfigSelect.h"
 #include "attn/runtime/CudaDriver.h"
 
 #include <fmt/format.h>
@@ -23,55 +21,33 @@ namespace attn::runtime {
 
 namespace {
 
-/// One kernel (a skeleton and its tile configuration), compiled and (once a
+/// One kernel (a skeleton and its configuration), compiled and (once a
 /// call needs it) loaded.
 struct ForwardKernel {
-  codegen::KernelSpec Spec;
-  /// fwd_sm90 with Sm90 as its configuration, else fwd_sm80 with
-  /// Spec.Config.
-  bool IsSm90 = false;
-  codegen::Sm90Config Sm90;
+  KernelChoice Choice;
+  LaunchShape Launch;
+  GpuArch Arch = GpuArch::Sm80;
   codegen::KernelSource Source;
   CacheResult Cached;
   KernelModule Module;
   CUfunction Fwd = nullptr, Classify = nullptr, Compact = nullptr;
 
-  int blockM() const { return IsSm90 ? Sm90.BlockM : Spec.Config.BlockM; }
-  int blockN() const { return IsSm90 ? Sm90.BlockN : Spec.Config.BlockN; }
-  int threads() const {
-    return IsSm90 ? Sm90.threads() : Spec.Config.Warps * 32;
-  }
-  int sharedBytes() const {
-    return IsSm90 ? Sm90.sharedBytes(Spec.HeadDim, Spec.HeadDimV)
-                  : Spec.Config.sharedBytes(Spec.HeadDim, Spec.HeadDimV);
-  }
-  std::string configName() const {
-    return IsSm90 ? Sm90.str() : Spec.Config.str();
-  }
-
   void load() {
     if (Module.loaded())
       return;
-    Module.load(Cached, Spec.Arch);
+    Module.load(Cached, Arch);
     Fwd = Module.function("attnc_fwd");
     Classify = Module.function("attnc_block_classify");
     Compact = Module.function("attnc_block_compact");
-    Module.allowSharedBytes(Fwd, sharedBytes(), "config " + configName());
+    Module.allowSharedBytes(Fwd, Launch.SharedBytes,
+                            "config " + Choice.configText());
   }
 };
 
 class GeneratedBackend final : public AttentionBackend {
 public:
-  GeneratedBackend(const CompiledDefinition &Def, const Signature &Sig,
-                   const std::string &Arch)
-      : Def(Def), Sig(Sig) {
-    Base.Dtype = Sig.Dtype;
-    Base.HeadDim = Sig.HeadDim;
-    Base.HeadDimV = Sig.HeadDimV;
-    Base.Arch = Arch;
-    // "sm90" or an sm90 configuration that cannot serve the signature is the
-    // caller's error, said now rather than at the first call.
-    Initial = &kernelFor(initialForwardConfig(Sig, Arch));
+  explicit GeneratedBackend(const BackendSetup &S) : Def(S.Def) {
+    Initial = &kernelFor(S.Target, S.Initial);
   }
   ~GeneratedBackend() override {
     CudaDriver &D = CudaDriver::get();
@@ -86,10 +62,7 @@ public:
   const CacheResult &cacheResult() const override { return Initial->Cached; }
 
   std::string check(const BackendProblem &P) const override {
-    std::string Config = selectForwardConfig(P);
-    int BlockM = codegen::Sm90Config::names(Config)
-                     ? codegen::Sm90Config::parse(Config).BlockM
-                     : codegen::FwdConfig::parse(Config).BlockM;
+    int BlockM = P.Choice.Skel->launchShape(P.Choice.Config, P.Target).BlockM;
     // Grid y (and z of the classification) carry batch·heads, grid x the
     // query blocks of the classification's y: CUDA limits both to 65535.
     if (P.Shape.B * P.Shape.H > 65535)
@@ -107,28 +80,16 @@ public:
                const CallContext &Ctx) override;
 
 private:
-  /// The kernel of one configuration (an FwdConfig, or an Sm90Config for
-  /// fwd_sm90), compiled on first use.
-  ForwardKernel &kernelFor(const std::string &Config) {
-    std::unique_ptr<ForwardKernel> &K = Kernels[Config];
+  /// The kernel of one choice, compiled on first use.
+  ForwardKernel &kernelFor(const KernelTarget &T, const KernelChoice &C) {
+    std::unique_ptr<ForwardKernel> &K = Kernels[C.key()];
     if (K)
       return *K;
     auto New = std::make_unique<ForwardKernel>();
-    New->Spec = Base;
-    if (codegen::Sm90Config::names(Config)) {
-      New->IsSm90 = true;
-      New->Sm90 = Config == "sm90" ? codegen::Sm90Config::defaultFor(
-                                         Base.HeadDim, Base.HeadDimV)
-                                   : codegen::Sm90Config::parse(Config);
-      if (std::string Why = codegen::sm90Unsupported(Base, New->Sm90);
-          !Why.empty())
-        throw UserError("config '" + Config + "': " + Why);
-      New->Source = codegen::generateForwardSm90(Def, New->Spec, New->Sm90);
-    } else {
-      New->Spec.Config = codegen::FwdConfig::parse(Config);
-      New->Spec.validate();
-      New->Source = codegen::generateForward(Def, New->Spec);
-    }
+    New->Choice = C;
+    New->Arch = T.Arch;
+    New->Launch = C.Skel->launchShape(C.Config, T);
+    New->Source = C.Skel->generate(Def, T, C.Config);
     New->Cached = KernelCache::global().getOrCompile(New->Source);
     K = std::move(New);
     return *K;
@@ -140,8 +101,6 @@ private:
 
   const std::string Name = "generated";
   const CompiledDefinition &Def;
-  Signature Sig;
-  codegen::KernelSpec Base;
   std::map<std::string, std::unique_ptr<ForwardKernel>> Kernels;
   ForwardKernel *Initial = nullptr;
   CUdeviceptr MaskBuf = 0;
@@ -181,19 +140,20 @@ void GeneratedBackend::ensureMaskBuffers(size_t Groups, int MBlocks,
 
 void GeneratedBackend::forward(const BackendProblem &P, const ForwardTensors &T,
                                const CallContext &Ctx) {
-  ForwardKernel &K = kernelFor(selectForwardConfig(P));
-  if (!K.IsSm90) {
+  ForwardKernel &K = kernelFor(P.Target, P.Choice);
+  if (!K.Choice.Skel->usesTensorMaps()) {
     launch(K, P, T, Ctx, nullptr);
     return;
   }
   attnc::Sm90Maps Maps;
-  std::string Why = makeSm90Maps(P.Shape, T, K.Sm90.BlockM, K.Sm90.BlockN, Maps);
+  std::string Why =
+      makeSm90Maps(P.Shape, T, K.Launch.BlockM, K.Launch.BlockN, Maps);
   if (Why.empty()) {
     launch(K, P, T, Ctx, &Maps);
     return;
   }
-  // TMA cannot describe these strides: the portable kernel can.
-  launch(kernelFor(defaultForwardConfig("fwd_sm80", P.Sig, Base.Arch)), P, T,
+  // TMA cannot describe these strides: the next skeleton of the table can.
+  launch(kernelFor(P.Target, fallbackChoice(P.Target, *K.Choice.Skel)), P, T,
          Ctx, nullptr);
 }
 
@@ -201,7 +161,7 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
                               const ForwardTensors &T, const CallContext &Ctx,
                               const attnc::Sm90Maps *Maps) {
   ForwardLaunch L = makeForwardLaunch(*Def.Graph, P.Shape, T, Ctx.Inputs,
-                                      K.blockM(), K.blockN());
+                                      K.Launch.BlockM, K.Launch.BlockN);
   K.load();
   CudaDriver &D = CudaDriver::get();
   attnc::FwdArgs &A = L.Args;
@@ -223,7 +183,8 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
     M.m_blocks = A.m_blocks;
     M.n_blocks = A.n_blocks;
     M.mask_per_head = A.mask_per_head;
-    MaskListsKey Key{A.seq_q, A.seq_kv, K.blockM(), K.blockN(), Ctx.Stream};
+    MaskListsKey Key{A.seq_q, A.seq_kv, K.Launch.BlockM, K.Launch.BlockN,
+                     Ctx.Stream};
     if (A.mask_per_head || MaskListsFor != Key) {
       MaskListsFor.reset(); // until both launches are in the stream
       void *ClassifyParams[] = {&M, L.InputSlots.data()};
@@ -246,17 +207,16 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
   void *Params[] = {&A, L.InputSlots.data(),
                     const_cast<attnc::Sm90Maps *>(Maps)};
   D.check(D.cuLaunchKernel(K.Fwd, A.m_blocks, unsigned(A.batch * A.heads), 1,
-                           K.threads(), 1, 1, K.sharedBytes(), Ctx.Stream,
+                           unsigned(K.Launch.Threads), 1, 1,
+                           unsigned(K.Launch.SharedBytes), Ctx.Stream,
                            Params, nullptr),
           "launch attnc_fwd");
 }
 
 } // namespace
 
-std::unique_ptr<AttentionBackend>
-makeGeneratedBackend(const CompiledDefinition &Def, const Signature &Sig,
-                     const std::string &Arch) {
-  return std::make_unique<GeneratedBackend>(Def, Sig, Arch);
+std::unique_ptr<AttentionBackend> makeGeneratedBackend(const BackendSetup &S) {
+  return std::make_unique<GeneratedBackend>(S);
 }
 
 } // namespace attn::runtime

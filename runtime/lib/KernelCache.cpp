@@ -212,7 +212,7 @@ std::string KernelCache::fullKey(const codegen::KernelSource &Src) const {
     hashField(H, O);
   hashField(H, nvrtcVersion());
   hashField(H, AttncVersion);
-  hashField(H, Src.Arch);
+  hashField(H, archName(Src.Arch));
   hashField(H, deviceLibraryDigest());
   std::string Prefix = Src.Key.substr(0, MaxPrefixLength);
   return Prefix + "-" + llvm::toHex(H.final(), /*LowerCase=*/true);

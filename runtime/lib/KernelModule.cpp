@@ -14,7 +14,7 @@ KernelModule::~KernelModule() {
     D.cuModuleUnload(Module);
 }
 
-void KernelModule::load(const CacheResult &Cubin, const std::string &Arch) {
+void KernelModule::load(const CacheResult &Cubin, GpuArch Arch) {
   if (Module)
     return;
   CudaDriver &D = CudaDriver::get();
@@ -23,8 +23,8 @@ void KernelModule::load(const CacheResult &Cubin, const std::string &Arch) {
   if (!archRunsOn(Arch, Dev.Major, Dev.Minor))
     throw InvalidArgument(fmt::format(
         "the kernel was built for {}, which does not run on the device ({}, "
-        "{})",
-        Arch, Dev.Name, Dev.arch()));
+        "compute capability {}.{})",
+        archName(Arch).str(), Dev.Name, Dev.Major, Dev.Minor));
   D.check(D.cuModuleLoadData(&Module, Cubin.Cubin->data()),
           "cuModuleLoadData");
 }

@@ -3,6 +3,7 @@
 #ifndef ATTN_RUNTIME_KERNELMODULE_H
 #define ATTN_RUNTIME_KERNELMODULE_H
 
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/KernelCache.h"
 
 #include <cuda.h>
@@ -21,7 +22,7 @@ public:
   /// Loads \p Cubin (built for \p Arch) into the current context unless it
   /// is loaded already. InvalidArgument when the arch does not run on the
   /// device, DriverError when there is no driver.
-  void load(const CacheResult &Cubin, const std::string &Arch);
+  void load(const CacheResult &Cubin, GpuArch Arch);
   bool loaded() const { return Module != nullptr; }
   /// The extern "C" entry \p Name; DriverError if the module lacks it.
   CUfunction function(const char *Name) const;

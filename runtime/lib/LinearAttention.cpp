@@ -124,20 +124,24 @@ void LinearAttention::init() {
   if (Def.Graph->decls().Kind != ir::DefinitionKind::Linear)
     throw UserError("'" + Def.Graph->name() +
                     "' is not linear attention; use Attention");
-  Spec.Dtype = Sig.Dtype;
-  Spec.HeadDim = Sig.HeadDim;
-  Spec.HeadDimV = Sig.HeadDimV;
-  Spec.Arch = Sig.Arch.empty() ? currentDevice().arch() : Sig.Arch;
-  Spec.Config = Sig.Config.empty()
-                    ? codegen::LinearConfig::defaultFor(
-                          Spec.HeadDim, Spec.HeadDimV, Spec.Arch)
-                    : codegen::LinearConfig::parse(Sig.Config);
-  Spec.validate();
+  KernelTarget T = linearKernelTarget(Def, Sig, resolveArch(Sig.Arch),
+                                     Direction::Forward);
+  Selector = std::make_unique<KernelSelector>(
+      Def, T,
+      KernelPolicy::parse(T, Sig.Skeleton, Sig.Config, Sig.TuneFile, Sig.Tune));
+  Spec = T.linearSpec();
+  Spec.Config = std::get<codegen::LinearConfig>(Selector->initial().Config);
   Last = Spec.Config;
   kernelsFor(Spec.Config);
 }
 
 LinearAttention::~LinearAttention() = default;
+
+KernelTarget linearKernelTarget(const CompiledDefinition &Def,
+                                const LinearSignature &Sig, GpuArch Arch,
+                                Direction D) {
+  return KernelTarget::of(Def, D, Sig.Dtype, Sig.HeadDim, Sig.HeadDimV, Arch);
+}
 
 LinearAttention::Kernels &
 LinearAttention::kernelsFor(const codegen::LinearConfig &C) {
@@ -155,22 +159,25 @@ LinearAttention::kernelsFor(const codegen::LinearConfig &C) {
   return *K;
 }
 
+KernelChoice LinearAttention::choiceFor(const LinearShape &S) {
+  return Selector->forShape(
+      TuneShape{S.Batch, S.Heads, S.HeadsQK, S.Seq, S.Seq}, [&] {
+        return tuneLinear(Def, Sig, Spec.Arch, S, TuneOptions(), nullptr).Entry;
+      });
+}
+
 codegen::LinearConfig LinearAttention::configFor(const LinearShape &S) {
-  if (!Sig.Config.empty() || (Sig.TuneFile.empty() && !Sig.Tune))
+  if (!Selector->dependsOnShape())
     return Spec.Config;
-  std::string Device;
-  if (CudaDriver::get().available())
-    Device = currentDevice().Name;
-  return selectLinearConfig(Def, Sig, Spec.Arch, S, Device);
+  return std::get<codegen::LinearConfig>(choiceFor(S).Config);
 }
 
 LinearAttention::Kernels &LinearAttention::select(int64_t B, int64_t H,
                                                   int64_t Hq, int64_t Hk,
                                                   int64_t T) {
   // The common case stays free of lookups: an explicit or default config.
-  Last = !Sig.Config.empty() || (Sig.TuneFile.empty() && !Sig.Tune)
-             ? Spec.Config
-             : configFor({B, H, std::min(Hq, Hk), T});
+  Last = Selector->dependsOnShape() ? configFor({B, H, std::min(Hq, Hk), T})
+                                    : Spec.Config;
   return kernelsFor(Last);
 }
 

@@ -11,6 +11,7 @@
 #include "attn/runtime/EventTiming.h"
 #include "attn/runtime/KernelCache.h"
 #include "attn/runtime/LinearProblem.h"
+#include "attn/runtime/Selector.h"
 
 #include "llvm/Support/Threading.h"
 
@@ -36,16 +37,6 @@ double secondsSince(Clock::time_point Start) {
 }
 
 std::atomic<unsigned> LinearTuneRuns{0};
-
-codegen::LinearKernelSpec specOf(const LinearSignature &Sig,
-                                 const std::string &Arch) {
-  codegen::LinearKernelSpec S;
-  S.Dtype = Sig.Dtype;
-  S.HeadDim = Sig.HeadDim;
-  S.HeadDimV = Sig.HeadDimV;
-  S.Arch = Arch;
-  return S;
-}
 
 /// A device tensor of the check problem as a reference tensor [B,H,T,D]
 /// (16-bit, in the signature's layout) or as is (fp32).
@@ -105,13 +96,14 @@ LinearShape checkShapeFor(const LinearShape &S, int64_t MaxHeads) {
 class LinearCandidateRunner final : public CandidateRunner {
 public:
   LinearCandidateRunner(const CompiledDefinition &Def,
-                        const LinearSignature &Sig, const std::string &Arch,
+                        const LinearSignature &Sig, GpuArch Arch,
                         const LinearShape &S, const TuneOptions &Opts)
       : Def(Def), Base(Sig), Opts(Opts),
         Timed(Def, Sig, S, std::max(1, Opts.InputSets), Opts.Seed),
         CheckS(checkShapeFor(S, 2)),
         Check(Def, Sig, CheckS, 1, Opts.Seed + 1) {
     Base.Arch = Arch;
+    Base.Skeleton.clear();
     Base.Config.clear();
     Base.TuneFile.clear();
     Base.Tune = false;
@@ -256,29 +248,6 @@ private:
   std::string CurrentConfig;
 };
 
-/// Configurations tuned in this process for signatures without a file.
-std::mutex MemoMutex;
-std::vector<std::pair<TuneKey, std::string>> Memo;
-/// One tuning run at a time: they would time each other otherwise.
-std::mutex TuneMutex;
-
-std::optional<codegen::LinearConfig> lookup(const LinearSignature &Sig,
-                                            const TuneKey &K) {
-  if (!Sig.TuneFile.empty()) {
-    std::shared_ptr<const TuneFileData> Data = cachedTuneFile(Sig.TuneFile);
-    // Entries were checked against their skeleton, dtype, head dims and
-    // arch when the file was read (a bad one is refused there).
-    if (const TuneEntry *E = Data->find(K))
-      return codegen::LinearConfig::parse(E->Best.Config);
-    return std::nullopt;
-  }
-  std::lock_guard<std::mutex> Guard(MemoMutex);
-  for (const auto &[Key, Config] : Memo)
-    if (Key == K)
-      return codegen::LinearConfig::parse(Config);
-  return std::nullopt;
-}
-
 } // namespace
 
 std::vector<codegen::LinearConfig> linearCandidates(int D, int DV) {
@@ -343,58 +312,18 @@ std::string linearPruneAfterCompile(const codegen::LinearConfig &C,
   return "";
 }
 
-SearchSpace linearSearchSpace(const CompiledDefinition &Def,
-                              const codegen::LinearKernelSpec &Base,
-                              const ResourceLimits &L) {
-  SearchSpace Space;
-  Space.Skeleton = LinearSkeleton;
-  Space.Default =
-      codegen::LinearConfig::defaultFor(Base.HeadDim, Base.HeadDimV, Base.Arch)
-          .str();
-  for (const codegen::LinearConfig &C :
-       linearCandidates(Base.HeadDim, Base.HeadDimV))
-    Space.Candidates.push_back(C.str());
-  Space.Limits = L;
-  auto SpecFor = [Base](const std::string &Config) {
-    codegen::LinearKernelSpec S = Base;
-    S.Config = codegen::LinearConfig::parse(Config);
-    return S;
-  };
-  Space.PruneBeforeCompile = [SpecFor, L](const std::string &Config) {
-    return linearPruneBeforeCompile(SpecFor(Config), L);
-  };
-  Space.Sources = [&Def, SpecFor](const std::string &Config) {
-    codegen::LinearKernelSpec S = SpecFor(Config);
-    return std::vector<codegen::KernelSource>{
-        codegen::generateLinearForward(Def, S),
-        codegen::generateLinearBackward(Def, S)};
-  };
-  Space.Compile = [](const codegen::KernelSource &Src) {
-    CacheResult R = KernelCache::global().getOrCompile(Src);
-    llvm::StringRef Cubin(R.Cubin->data(), R.Cubin->size());
-    std::vector<KernelResources> Out;
-    for (const std::string &E : linearJudgedEntries(Src))
-      Out.push_back(readCubinResources(Cubin, E));
-    return Out;
-  };
-  Space.PruneAfterCompile = [](const std::string &Config,
-                               const std::vector<KernelResources> &R,
-                               const ResourceLimits &Lim) {
-    return linearPruneAfterCompile(codegen::LinearConfig::parse(Config), R,
-                                   Lim);
-  };
-  return Space;
-}
-
 TuneKey makeLinearTuneKey(const CompiledDefinition &Def,
-                          const LinearSignature &Sig, const std::string &Arch,
+                          const LinearSignature &Sig, GpuArch Arch,
                           const LinearShape &S, const std::string &Device) {
-  return tuneKeyFor(Def, LinearSkeleton, Sig.Dtype, Sig.HeadDim, Sig.HeadDimV,
-                    Arch, shapeBucket(S.Batch, S.Heads, S.Seq, S.Seq), Device);
+  KernelTarget T = linearKernelTarget(Def, Sig, Arch, Direction::Forward);
+  const Skeleton &Skel =
+      chooseSkeleton(T, KernelPolicy::parse(T, Sig.Skeleton, Sig.Config));
+  return tuneKeyOf(Def, Skel, T, TuneShape{S.Batch, S.Heads, S.HeadsQK, S.Seq, S.Seq},
+                   Device);
 }
 
 TuneResult tuneLinear(const CompiledDefinition &Def, const LinearSignature &Sig,
-                      const std::string &Arch, const LinearShape &S,
+                      GpuArch Arch, const LinearShape &S,
                       const TuneOptions &Opts, llvm::raw_ostream *Progress) {
   Clock::time_point Start = Clock::now();
   checkLinearShape(S);
@@ -402,13 +331,16 @@ TuneResult tuneLinear(const CompiledDefinition &Def, const LinearSignature &Sig,
   const DeviceInfo &Dev = currentDevice();
   ++LinearTuneRuns;
 
-  codegen::LinearKernelSpec Base = specOf(Sig, Arch);
-  Base.Config = codegen::LinearConfig::defaultFor(Sig.HeadDim, Sig.HeadDimV,
-                                                  Arch);
-  Base.validate();
-  ResourceLimits L = ResourceLimits::forDevice(Arch, Dev);
-  L.MaxStackFrameBytes = Opts.MaxStackFrameBytes;
-  SearchSpace Space = linearSearchSpace(Def, Base, L);
+  SearchPlan Plan;
+  Plan.Target = linearKernelTarget(Def, Sig, Arch, Direction::Forward);
+  Plan.Skel = &chooseSkeleton(
+      Plan.Target, KernelPolicy::parse(Plan.Target, Sig.Skeleton, Sig.Config));
+  Plan.Limits = ResourceLimits::forDevice(Arch, Dev);
+  Plan.Limits.MaxStackFrameBytes = Opts.MaxStackFrameBytes;
+  if (std::string Why = Plan.Skel->configError(
+          Plan.Skel->defaultFor(Plan.Target), Plan.Target);
+      !Why.empty())
+    throw UserError(Why);
 
   LinearCandidateRunner Runner(Def, Sig, Arch, S, Opts);
   if (Progress)
@@ -416,49 +348,21 @@ TuneResult tuneLinear(const CompiledDefinition &Def, const LinearSignature &Sig,
         "tuning {} {} d{}/{} {} on {} ({}); forward + backward; checked on "
         "{} against the fp64 recurrence (reference in {:.1f} s)\n",
         Def.Graph->name(), dtypeName(Sig.Dtype).str(), Sig.HeadDim,
-        Sig.HeadDimV, linearShapeText(S), Dev.Name, Arch,
+        Sig.HeadDimV, linearShapeText(S), Dev.Name, archName(Arch).str(),
         linearShapeText(Runner.checkShape()), Runner.referenceSeconds());
   TuneResult Result;
-  Result.Candidates = searchCandidates(Space, Runner, Opts, Progress);
+  Result.Candidates = searchSkeleton(Def, Plan, Runner, Opts, Progress);
   Result.Seconds = secondsSince(Start);
 
   // A linear entry records q/k heads where attention records k/v heads.
   recordSearch(Result, Def.Graph->name(), Opts.RunnersUp,
                TuneShape{S.Batch, S.Heads, S.HeadsQK, S.Seq, S.Seq}, Sig.TensorLayout);
-  Result.Entry.Key = makeLinearTuneKey(Def, Sig, Arch, S, Dev.Name);
+  Result.Entry.Key =
+      tuneKeyOf(Def, *Plan.Skel, Plan.Target,
+                TuneShape{S.Batch, S.Heads, S.HeadsQK, S.Seq, S.Seq}, Dev.Name);
   return Result;
 }
 
 unsigned linearTuneRunCount() { return LinearTuneRuns.load(); }
-
-codegen::LinearConfig selectLinearConfig(const CompiledDefinition &Def,
-                                         const LinearSignature &Sig,
-                                         const std::string &Arch,
-                                         const LinearShape &S,
-                                         const std::string &Device) {
-  if (!Sig.Config.empty())
-    return codegen::LinearConfig::parse(Sig.Config);
-  codegen::LinearConfig Default =
-      codegen::LinearConfig::defaultFor(Sig.HeadDim, Sig.HeadDimV, Arch);
-  if (Sig.TuneFile.empty() && !Sig.Tune)
-    return Default;
-  TuneKey K = makeLinearTuneKey(Def, Sig, Arch, S, Device);
-  if (std::optional<codegen::LinearConfig> C = lookup(Sig, K))
-    return *C;
-  if (!Sig.Tune)
-    return Default;
-  std::lock_guard<std::mutex> Guard(TuneMutex);
-  // Another thread may have tuned this key while we waited.
-  if (std::optional<codegen::LinearConfig> C = lookup(Sig, K))
-    return *C;
-  TuneResult R = tuneLinear(Def, Sig, Arch, S, TuneOptions(), nullptr);
-  if (!Sig.TuneFile.empty()) {
-    mergeIntoTuneFile(Sig.TuneFile, {R.Entry});
-  } else {
-    std::lock_guard<std::mutex> MemoGuard(MemoMutex);
-    Memo.push_back({R.Entry.Key, R.Entry.Best.Config});
-  }
-  return codegen::LinearConfig::parse(R.Entry.Best.Config);
-}
 
 } // namespace attn::runtime

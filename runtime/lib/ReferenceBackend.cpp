@@ -16,13 +16,8 @@ namespace {
 
 class ReferenceBackend final : public AttentionBackend {
 public:
-  ReferenceBackend(const CompiledDefinition &Def, const Signature &Sig,
-                   const std::string &Arch)
-      : Def(Def) {
-    Spec.Dtype = Sig.Dtype;
-    Spec.HeadDim = Sig.HeadDim;
-    Spec.HeadDimV = Sig.HeadDimV;
-    Spec.Arch = Arch;
+  explicit ReferenceBackend(const BackendSetup &S)
+      : Def(S.Def), Spec(S.Target.kernelSpec()) {
     Source = codegen::generateReference(Def, Spec);
     Cached = KernelCache::global().getOrCompile(Source);
   }
@@ -74,10 +69,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<AttentionBackend>
-makeReferenceBackend(const CompiledDefinition &Def, const Signature &Sig,
-                     const std::string &Arch) {
-  return std::make_unique<ReferenceBackend>(Def, Sig, Arch);
+std::unique_ptr<AttentionBackend> makeReferenceBackend(const BackendSetup &S) {
+  return std::make_unique<ReferenceBackend>(S);
 }
 
 } // namespace attn::runtime

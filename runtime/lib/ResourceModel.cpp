@@ -226,13 +226,13 @@ std::optional<PtxasReport> parsePtxasReport(llvm::StringRef Log,
   return std::nullopt;
 }
 
-ResourceLimits ResourceLimits::forArch(const std::string &Arch) {
+ResourceLimits ResourceLimits::forArch(GpuArch Arch) {
   ResourceLimits L;
-  L.SharedBytesPerBlock = codegen::archSharedLimit(Arch);
+  L.SharedBytesPerBlock = archSharedLimit(Arch);
   return L;
 }
 
-ResourceLimits ResourceLimits::forDevice(const std::string &Arch,
+ResourceLimits ResourceLimits::forDevice(GpuArch Arch,
                                          const DeviceInfo &Dev) {
   ResourceLimits L = forArch(Arch);
   L.SharedBytesPerBlock =
@@ -255,10 +255,6 @@ std::string pruneBeforeCompile(const codegen::FwdConfig &C, int D, int DV,
   return "";
 }
 
-namespace {
-
-/// Why \p Threads threads of \p R cannot launch or should not be timed
-/// under \p L, or empty.
 std::string pruneOnResources(int Threads, const KernelResources &R,
                              const ResourceLimits &L) {
   // Registers are allocated per warp in units of 256 (8 per thread).
@@ -273,8 +269,6 @@ std::string pruneOnResources(int Threads, const KernelResources &R,
                        R.Registers, R.StackFrameBytes, L.MaxStackFrameBytes);
   return "";
 }
-
-} // namespace
 
 std::string pruneAfterCompile(const codegen::FwdConfig &C,
                               const KernelResources &R,

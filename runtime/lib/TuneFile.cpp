@@ -7,6 +7,7 @@
 #include "attn/codegen/LinearCodegen.h"
 #include "attn/ir/Printer.h"
 #include "attn/runtime/Errors.h"
+#include "attn/runtime/Skeleton.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -186,38 +187,26 @@ private:
 /// at the first call (or, worse, launch another skeleton's kernel) is
 /// refused when the file is read.
 std::string configError(const TuneKey &K, const std::string &Config) {
+  const Skeleton *S = findSkeleton(K.Skeleton);
+  if (!S)
+    return "unknown skeleton '" + K.Skeleton + "'; expected one of " +
+           skeletonNames();
+  std::optional<GpuArch> Arch = archFromName(K.Arch);
+  if (!Arch)
+    return "unknown arch '" + K.Arch + "'; expected " + archNamesText().str();
   try {
-    codegen::KernelSpec Spec; // the attention skeletons' signature
-    Spec.Dtype = K.Dtype;
-    Spec.HeadDim = K.HeadDim;
-    Spec.HeadDimV = K.HeadDimV;
-    Spec.Arch = K.Arch;
-    if (K.Skeleton == "fwd_sm80") {
-      Spec.Config = codegen::FwdConfig::parse(Config);
-      Spec.validate();
-      return "";
-    }
-    if (K.Skeleton == "fwd_sm90") {
-      if (!codegen::Sm90Config::names(Config))
-        return "config '" + Config +
-               "' is not an fwd_sm90 one (sm90.m<M>n<N>s<stages>)";
-      return codegen::sm90Unsupported(Spec, codegen::Sm90Config::parse(Config));
-    }
-    if (K.Skeleton == "linear_chunk") {
-      codegen::LinearKernelSpec Spec;
-      Spec.Dtype = K.Dtype;
-      Spec.HeadDim = K.HeadDim;
-      Spec.HeadDimV = K.HeadDimV;
-      Spec.Arch = K.Arch;
-      Spec.Config = codegen::LinearConfig::parse(Config);
-      Spec.validate();
-      return "";
-    }
+    KernelTarget T;
+    T.Kind = S->kind();
+    T.Dir = S->serves(Direction::Forward) ? Direction::Forward
+                                          : Direction::Backward;
+    T.Dtype = K.Dtype;
+    T.HeadDim = K.HeadDim;
+    T.HeadDimV = K.HeadDimV;
+    T.Arch = *Arch;
+    return S->configError(S->parse(Config), T);
   } catch (const UserError &E) {
     return E.what();
   }
-  return "unknown skeleton '" + K.Skeleton +
-         "'; expected fwd_sm80, fwd_sm90 or linear_chunk";
 }
 
 TunedTiming timingFromJson(const FieldReader &R, const TuneKey &K) {

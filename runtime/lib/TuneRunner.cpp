@@ -36,13 +36,15 @@ constexpr double FinalsTolerance = 2e-4;
 
 GpuCandidateRunner::GpuCandidateRunner(const CompiledDefinition &Def,
                                        const Signature &Sig,
-                                       const std::string &Arch,
-                                       const TuneShape &S,
+                                       const KernelTarget &T,
+                                       const Skeleton &Skel, const TuneShape &S,
                                        const TuneOptions &Opts)
-    : Def(Def), Base(Sig), Arch(Arch), Opts(Opts),
+    : Def(Def), Base(Sig), Target(T), Skel(Skel),
+      Default{&Skel, Skel.defaultFor(T), ChoiceOrigin::Default}, Opts(Opts),
       Problem(Def, Sig, S, std::max(1, Opts.InputSets), Opts.Seed),
       CheckShape(S), TimeCall(Problem.call()) {
   CudaDriver &D = CudaDriver::get();
+  Base.Skeleton.clear();
   Base.Config.clear();
   Base.TuneFile.clear();
   Base.Tune = false;
@@ -52,9 +54,9 @@ GpuCandidateRunner::GpuCandidateRunner(const CompiledDefinition &Def,
   Signature RefSig = Base;
   RefSig.Backend = "reference";
   std::unique_ptr<AttentionBackend> Ref =
-      makeReferenceBackend(Def, RefSig, Arch);
+      makeReferenceBackend(BackendSetup{Def, RefSig, Target, Default});
   {
-    BackendProblem P{Def, RefSig, this->Arch, TimeCall.Shape};
+    BackendProblem P{Def, RefSig, Target, TimeCall.Shape, Default};
     if (!Ref->check(P).empty()) {
       CheckShape.SeqQ = std::min<int64_t>(S.SeqQ, codegen::ReferenceMaxKeys);
       CheckShape.SeqKv = std::min<int64_t>(S.SeqKv, codegen::ReferenceMaxKeys);
@@ -62,7 +64,7 @@ GpuCandidateRunner::GpuCandidateRunner(const CompiledDefinition &Def,
   }
   CheckCall = Problem.call(CheckShape);
   {
-    BackendProblem P{Def, RefSig, this->Arch, CheckCall.Shape};
+    BackendProblem P{Def, RefSig, Target, CheckCall.Shape, Default};
     if (std::string Why = Ref->check(P); !Why.empty())
       throw UserError("tuning " + Def.Graph->name() +
                       ": the reference backend, which checks every "
@@ -72,7 +74,7 @@ GpuCandidateRunner::GpuCandidateRunner(const CompiledDefinition &Def,
   auto Start = std::chrono::steady_clock::now();
   Problem.out().poison();
   CheckCall.FinalsBuffer->poison();
-  run(*Ref, RefSig, CheckCall, 0);
+  run(*Ref, RefSig, Default, CheckCall, 0);
   D.check(D.cuCtxSynchronize(), "reference forward (tuning)");
   RefSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                              Start)
@@ -90,8 +92,9 @@ GpuCandidateRunner::GpuCandidateRunner(const CompiledDefinition &Def,
 GpuCandidateRunner::~GpuCandidateRunner() = default;
 
 void GpuCandidateRunner::run(AttentionBackend &B, const Signature &Sig,
+                             const KernelChoice &K,
                              const RandomProblem::Call &C, int Set) {
-  BackendProblem P{Def, Sig, Arch, C.Shape};
+  BackendProblem P{Def, Sig, Target, C.Shape, K};
   ForwardTensors T{C.Q[Set], C.K[Set], C.V[Set], C.Out, C.finals()};
   CallContext Ctx{C.Inputs, nullptr};
   B.forward(P, T, Ctx);
@@ -101,12 +104,15 @@ std::string GpuCandidateRunner::check(const std::string &Config) {
   CudaDriver &D = CudaDriver::get();
   Current.reset(); // unloads the previous candidate's module
   CurrentSig = Base;
+  CurrentSig.Skeleton = Skel.name().str();
   CurrentSig.Config = Config;
   CurrentSig.Backend = "generated";
-  Current = makeGeneratedBackend(Def, CurrentSig, Arch);
+  CurrentChoice = KernelChoice{&Skel, Skel.parse(Config), ChoiceOrigin::Named};
+  Current = makeGeneratedBackend(
+      BackendSetup{Def, CurrentSig, Target, CurrentChoice});
   CurrentConfig = Config;
   {
-    BackendProblem P{Def, CurrentSig, Arch, CheckCall.Shape};
+    BackendProblem P{Def, CurrentSig, Target, CheckCall.Shape, CurrentChoice};
     if (std::string Why = Current->check(P); !Why.empty())
       return "the generated backend refuses it: " + Why;
   }
@@ -114,7 +120,7 @@ std::string GpuCandidateRunner::check(const std::string &Config) {
   DeviceAlloc &Fin = *CheckCall.FinalsBuffer;
   Out.poison();
   Fin.poison();
-  run(*Current, CurrentSig, CheckCall, 0);
+  run(*Current, CurrentSig, CurrentChoice, CheckCall, 0);
   D.check(D.cuCtxSynchronize(), "checked forward (tuning)");
   if (Opts.AfterCheckedRun) {
     Opts.AfterCheckedRun(Config, CheckCall.Out);
@@ -215,7 +221,9 @@ double GpuCandidateRunner::time(const std::string &Config) {
                         ") without a passing check() first");
   int Sets = Problem.sets();
   double Ms = medianEventMs(
-      [&](int I) { run(*Current, CurrentSig, TimeCall, I % Sets); },
+      [&](int I) {
+        run(*Current, CurrentSig, CurrentChoice, TimeCall, I % Sets);
+      },
       Opts.Warmup, Opts.Repeats);
   Current.reset();
   CurrentConfig.clear();

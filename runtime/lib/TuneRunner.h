@@ -17,9 +17,10 @@ namespace attn::runtime {
 /// the reference once.
 class GpuCandidateRunner final : public CandidateRunner {
 public:
+  /// Candidates are configurations of \p Skel for target \p T.
   GpuCandidateRunner(const CompiledDefinition &Def, const Signature &Sig,
-                     const std::string &Arch, const TuneShape &S,
-                     const TuneOptions &Opts);
+                     const KernelTarget &T, const Skeleton &Skel,
+                     const TuneShape &S, const TuneOptions &Opts);
   ~GpuCandidateRunner() override;
 
   std::string check(const std::string &Config) override;
@@ -30,14 +31,16 @@ public:
   const TuneShape &checkShape() const { return CheckShape; }
 
 private:
-  void run(AttentionBackend &B, const Signature &Sig,
+  void run(AttentionBackend &B, const Signature &Sig, const KernelChoice &K,
            const RandomProblem::Call &C, int Set);
   std::string compare(const std::vector<uint16_t> &Out,
                       const std::vector<float> &Finals) const;
 
   const CompiledDefinition &Def;
   Signature Base;
-  std::string Arch;
+  KernelTarget Target;
+  const Skeleton &Skel;
+  KernelChoice Default;
   TuneOptions Opts;
   RandomProblem Problem;
   TuneShape CheckShape;
@@ -51,6 +54,7 @@ private:
   std::string CurrentConfig;
   std::unique_ptr<AttentionBackend> Current;
   Signature CurrentSig;
+  KernelChoice CurrentChoice;
 };
 
 } // namespace attn::runtime

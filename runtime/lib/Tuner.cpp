@@ -5,7 +5,7 @@
 #include "TuneRunner.h"
 
 #include "attn/runtime/Compiler.h"
-#include "attn/runtime/ConfigSelect.h"
+#include "attn/runtime/Selector.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/KernelCache.h"
@@ -120,63 +120,69 @@ double forwardFlops(const CompiledDefinition &Def, const TuneShape &S, int D,
   return Def.Graph->decls().HasMask ? Flops / 2 : Flops;
 }
 
-SearchSpace forwardSearchSpace(const CompiledDefinition &Def,
-                               const SearchPlan &Plan) {
-  const codegen::KernelSpec &Base = Plan.Base;
+SearchSpace skeletonSearchSpace(const CompiledDefinition &Def,
+                                const SearchPlan &Plan) {
+  if (!Plan.Skel)
+    throw InternalError("skeletonSearchSpace: the plan names no skeleton");
+  const Skeleton &Skel = *Plan.Skel;
+  const KernelTarget Target = Plan.Target;
   SearchSpace Space;
-  Space.Skeleton = Plan.Skeleton;
-  Space.Default = Plan.Default;
+  Space.Skeleton = Skel.name().str();
+  Space.Default = Plan.Default.empty() ? Skel.print(Skel.defaultFor(Target))
+                                       : Plan.Default;
   Space.Limits = Plan.Limits;
   Space.Flops = Plan.Flops;
-  bool Sm90 = Plan.Skeleton == "fwd_sm90";
-  if (!Sm90 && Plan.Skeleton != "fwd_sm80")
-    throw InternalError("forwardSearchSpace: unknown skeleton '" +
-                        Plan.Skeleton + "'");
-  if (Sm90) {
-    for (const codegen::Sm90Config &C : codegen::Sm90Config::enumerate())
-      Space.Candidates.push_back(C.str());
-  } else {
-    for (const codegen::FwdConfig &C : codegen::FwdConfig::enumerate())
-      Space.Candidates.push_back(C.str());
-  }
+  for (const SkeletonConfig &C : Skel.enumerate(Target))
+    Space.Candidates.push_back(Skel.print(C));
   ResourceLimits Limits = Plan.Limits;
-  Space.PruneBeforeCompile = [Sm90, Base, Limits](const std::string &Text) {
-    if (Sm90)
-      return pruneBeforeCompile(codegen::Sm90Config::parse(Text), Base, Limits);
-    return pruneBeforeCompile(codegen::FwdConfig::parse(Text), Base.HeadDim,
-                              Base.HeadDimV, Limits);
+  Space.PruneBeforeCompile = [&Skel, Target, Limits](const std::string &Text) {
+    return Skel.pruneBeforeCompile(Skel.parse(Text), Target, Limits);
   };
   const CompiledDefinition *D = &Def;
-  Space.Sources = [Sm90, Base, D](const std::string &Text) {
-    codegen::KernelSpec Spec = Base;
-    if (Sm90)
-      return std::vector<codegen::KernelSource>{codegen::generateForwardSm90(
-          *D, Spec, codegen::Sm90Config::parse(Text))};
-    Spec.Config = codegen::FwdConfig::parse(Text);
-    return std::vector<codegen::KernelSource>{
-        codegen::generateForward(*D, Spec)};
+  Space.Sources = [&Skel, Target, D](const std::string &Text) {
+    SkeletonConfig C = Skel.parse(Text);
+    std::vector<codegen::KernelSource> Out;
+    for (Direction Dir : {Direction::Forward, Direction::Backward}) {
+      if (!Skel.serves(Dir))
+        continue;
+      KernelTarget T = Target;
+      T.Dir = Dir;
+      Out.push_back(Skel.generate(*D, T, C));
+    }
+    return Out;
   };
-  auto Compile = Plan.Compile;
-  auto Resources = Plan.Resources;
-  Space.Compile = [Compile, Resources](const codegen::KernelSource &Src) {
-    return std::vector<KernelResources>{Resources(Compile(Src))};
+  auto Compile = Plan.Compile ? Plan.Compile
+                              : [](const codegen::KernelSource &Src) {
+                                  return KernelCache::global().getOrCompile(Src);
+                                };
+  auto Resources =
+      Plan.Resources
+          ? Plan.Resources
+          : [](const CacheResult &R, llvm::StringRef Entry) {
+              return readCubinResources(
+                  llvm::StringRef(R.Cubin->data(), R.Cubin->size()), Entry);
+            };
+  Space.Compile = [&Skel, Compile, Resources](const codegen::KernelSource &Src) {
+    CacheResult R = Compile(Src);
+    std::vector<KernelResources> Out;
+    for (const std::string &Entry : Skel.judgedEntries(Src))
+      Out.push_back(Resources(R, Entry));
+    return Out;
   };
-  Space.PruneAfterCompile = [Sm90](const std::string &Text,
-                                   const std::vector<KernelResources> &R,
-                                   const ResourceLimits &L) {
-    if (Sm90)
-      return pruneAfterCompile(codegen::Sm90Config::parse(Text), R.front(), L);
-    return pruneAfterCompile(codegen::FwdConfig::parse(Text), R.front(), L);
+  Space.PruneAfterCompile = [&Skel](const std::string &Text,
+                                    const std::vector<KernelResources> &R,
+                                    const ResourceLimits &L) {
+    return Skel.pruneAfterCompile(Skel.parse(Text), R, L);
   };
   return Space;
 }
 
-std::vector<CandidateResult> searchForward(const CompiledDefinition &Def,
-                                           const SearchPlan &Plan,
-                                           CandidateRunner &Runner,
-                                           const TuneOptions &Opts,
-                                           llvm::raw_ostream *Progress) {
-  return searchCandidates(forwardSearchSpace(Def, Plan), Runner, Opts,
+std::vector<CandidateResult> searchSkeleton(const CompiledDefinition &Def,
+                                            const SearchPlan &Plan,
+                                            CandidateRunner &Runner,
+                                            const TuneOptions &Opts,
+                                            llvm::raw_ostream *Progress) {
+  return searchCandidates(skeletonSearchSpace(Def, Plan), Runner, Opts,
                           Progress);
 }
 
@@ -349,21 +355,33 @@ std::vector<CandidateResult> searchCandidates(const SearchSpace &Space,
   return Cands;
 }
 
+namespace {
+
+/// The forward's target and policy under \p Sig, and the skeleton the
+/// selector picks for them.
+const Skeleton &forwardSkeleton(const CompiledDefinition &Def,
+                                const Signature &Sig, GpuArch Arch,
+                                KernelTarget &T) {
+  T = kernelTarget(Def, Sig, Arch, Direction::Forward);
+  return chooseSkeleton(T, KernelPolicy::parse(T, Sig.Skeleton, Sig.Config));
+}
+
+} // namespace
+
 TuneKey makeTuneKey(const CompiledDefinition &Def, const Signature &Sig,
-                    const std::string &Arch, const TuneShape &S,
+                    GpuArch Arch, const TuneShape &S,
                     const std::string &Device) {
-  return tuneKeyFor(Def, chooseForwardSkeleton(Sig, Arch), Sig.Dtype,
-                    Sig.HeadDim, Sig.HeadDimV, Arch,
-                    shapeBucket(S.Batch, S.Heads, S.SeqQ, S.SeqKv), Device);
+  KernelTarget T;
+  const Skeleton &Skel = forwardSkeleton(Def, Sig, Arch, T);
+  return tuneKeyOf(Def, Skel, T, S, Device);
 }
 
 TuneKey tuneKeyFor(const CompiledDefinition &Def, const std::string &Skeleton,
-                   DType Dtype, int HeadDim, int HeadDimV,
-                   const std::string &Arch, const ShapeBucket &Bucket,
-                   const std::string &Device) {
+                   DType Dtype, int HeadDim, int HeadDimV, GpuArch Arch,
+                   const ShapeBucket &Bucket, const std::string &Device) {
   TuneKey K;
   K.Device = Device;
-  K.Arch = Arch;
+  K.Arch = archName(Arch).str();
   static const std::string Nvrtc = nvrtcVersion();
   K.Nvrtc = Nvrtc;
   K.Skeleton = Skeleton;
@@ -376,7 +394,7 @@ TuneKey tuneKeyFor(const CompiledDefinition &Def, const std::string &Skeleton,
 }
 
 TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
-                       const std::string &Arch, const TuneShape &S,
+                       GpuArch Arch, const TuneShape &S,
                        const TuneOptions &Opts, llvm::raw_ostream *Progress) {
   Clock::time_point Start = Clock::now();
   CudaDriver::get().require();
@@ -384,38 +402,26 @@ TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
   ++TuneRuns;
 
   SearchPlan Plan;
-  Plan.Base.Dtype = Sig.Dtype;
-  Plan.Base.HeadDim = Sig.HeadDim;
-  Plan.Base.HeadDimV = Sig.HeadDimV;
-  Plan.Base.Arch = Arch;
+  Plan.Skel = &forwardSkeleton(Def, Sig, Arch, Plan.Target);
   Plan.Limits = ResourceLimits::forDevice(Arch, Dev);
   Plan.Limits.MaxStackFrameBytes = Opts.MaxStackFrameBytes;
-  Plan.Skeleton = chooseForwardSkeleton(Sig, Arch);
-  Plan.Default = defaultForwardConfig(Plan.Skeleton, Sig, Arch);
   Plan.Flops = forwardFlops(Def, S, Sig.HeadDim, Sig.HeadDimV);
-  Plan.Compile = [](const codegen::KernelSource &Src) {
-    return KernelCache::global().getOrCompile(Src);
-  };
-  Plan.Resources = [](const CacheResult &R) {
-    return readCubinResources(
-        llvm::StringRef(R.Cubin->data(), R.Cubin->size()), "attnc_fwd");
-  };
 
-  GpuCandidateRunner Runner(Def, Sig, Arch, S, Opts);
+  GpuCandidateRunner Runner(Def, Sig, Plan.Target, *Plan.Skel, S, Opts);
   if (Progress)
     *Progress << fmt::format("tuning {} ({}) {} d{}/{} b{} h{}/{} s{}x{} on {} "
                              "({}); reference in {:.1f} s\n",
-                             Def.Graph->name(), Plan.Skeleton,
+                             Def.Graph->name(), Plan.Skel->name().str(),
                              dtypeName(Sig.Dtype).str(),
                              Sig.HeadDim, Sig.HeadDimV, S.Batch, S.Heads,
-                             S.HeadsKv, S.SeqQ, S.SeqKv, Dev.Name, Arch,
-                             Runner.referenceSeconds());
+                             S.HeadsKv, S.SeqQ, S.SeqKv, Dev.Name,
+                             archName(Arch).str(), Runner.referenceSeconds());
   TuneResult Result;
-  Result.Candidates = searchForward(Def, Plan, Runner, Opts, Progress);
+  Result.Candidates = searchSkeleton(Def, Plan, Runner, Opts, Progress);
   Result.Seconds = secondsSince(Start);
 
   recordSearch(Result, Def.Graph->name(), Opts.RunnersUp, S, Sig.TensorLayout);
-  Result.Entry.Key = makeTuneKey(Def, Sig, Arch, S, Dev.Name);
+  Result.Entry.Key = tuneKeyOf(Def, *Plan.Skel, Plan.Target, S, Dev.Name);
   return Result;
 }
 

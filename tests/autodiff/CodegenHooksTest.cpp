@@ -114,7 +114,7 @@ bool compiles(const KernelSource &Src) {
 
 TEST_CASE("hooks: the gradient hooks compile with NVRTC for sm_80 and sm_90a",
           "[autodiff][nvrtc]") {
-  for (const char *Arch : {"sm_80", "sm_90a"}) {
+  for (GpuArch Arch : {GpuArch::Sm80, GpuArch::Sm90a}) {
     KernelSpec Spec;
     Spec.Arch = Arch;
     Spec.HeadDim = Spec.HeadDimV = 64;
@@ -130,7 +130,7 @@ TEST_CASE("hooks: derived backwards compile with NVRTC without warnings",
   for (const dsl::AttentionDef &D : {examples::mha(), examples::retention()}) {
     CompiledDefinition Def = withDerivedBackward(compile(D));
     REQUIRE(Def.Graph->decls().BackwardDerived);
-    for (const char *Arch : {"sm_80", "sm_90a"}) {
+    for (GpuArch Arch : {GpuArch::Sm80, GpuArch::Sm90a}) {
       KernelSpec Spec;
       Spec.Arch = Arch;
       Spec.HeadDim = Spec.HeadDimV = 64;

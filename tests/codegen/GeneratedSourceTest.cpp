@@ -34,7 +34,7 @@ TEST_CASE("generateForward: the key, arch and entry points",
   KernelSource S = generate(examples::mha());
   CHECK(S.Key == "mha.fwd_sm80.f16.d128x128.sm_80.m64n64w4s2");
   CHECK(S.Key == forwardKey(compile(examples::mha()), KernelSpec()));
-  CHECK(S.Arch == "sm_80");
+  CHECK(S.Arch == GpuArch::Sm80);
   CHECK(S.Entries == std::vector<std::string>{"attnc_fwd", "attnc_block_classify",
                                               "attnc_block_compact"});
   for (const std::string &E : S.Entries) {
@@ -47,11 +47,11 @@ TEST_CASE("generateForward: the key, arch and entry points",
   Spec.Dtype = DType::BF16;
   Spec.HeadDim = 64;
   Spec.HeadDimV = 256;
-  Spec.Arch = "sm_90a";
+  Spec.Arch = GpuArch::Sm90a;
   Spec.Config = FwdConfig::parse("m128n32w8s3");
   KernelSource T = generate(examples::reluAttn(), Spec);
   CHECK(T.Key == "relu_attn.fwd_sm80.bf16.d64x256.sm_90a.m128n32w8s3");
-  CHECK(T.Arch == "sm_90a");
+  CHECK(T.Arch == GpuArch::Sm90a);
   CHECK(has(T, "__launch_bounds__(256)\nattnc_fwd("));
   CHECK(has(T, "attnc::FwdSm80<attnc_gen::Variant, attnc::bf16, 64, 256,\n"
                "                 128, 32, 8, 3>::run(a, in, smem);"));

@@ -187,17 +187,17 @@ TEST_CASE("inlineDeviceLibrary: an unknown header is an internal error",
   }
 }
 
-TEST_CASE("emit --standalone: nvcc builds mha for sm_90a",
+TEST_CASE("emit --standalone: nvcc builds mha's fwd_sm80 kernel for sm_90a",
           "[codegen][standalone][nvcc]") {
-  emitAndBuild({"--arch", "sm_90a"}, "sm_90a");
+  emitAndBuild({"--arch", "sm_90a", "--skeleton", "fwd_sm80"}, "sm_90a");
 }
 
-TEST_CASE("emit --standalone --config sm90: nvcc builds mha's fwd_sm90 "
-          "kernel",
+TEST_CASE("emit --standalone --arch sm_90a: nvcc builds the kernel the "
+          "runtime runs there, mha's fwd_sm90",
           "[codegen][standalone][nvcc]") {
   // wgmma and setmaxnreg exist for sm_90a only: -arch=sm_90a would also
   // build compute_90 PTX, which ptxas rejects for them.
-  emitAndBuild({"--config", "sm90"}, "-gencode=arch=compute_90a,code=sm_90a",
+  emitAndBuild({"--arch", "sm_90a"}, "-gencode=arch=compute_90a,code=sm_90a",
                "attnc/fwd_sm90.cuh");
 }
 

@@ -31,7 +31,7 @@ std::string renderError(const std::string &Text,
       [&] { render("unit.cu.in", Text, Values); });
 }
 
-KernelSpec spec(int D, int DV, const std::string &Arch,
+KernelSpec spec(int D, int DV, GpuArch Arch,
                 const std::string &Config = "m64n64w4s2") {
   KernelSpec S;
   S.HeadDim = D;
@@ -105,21 +105,35 @@ TEST_CASE("templateText: the forward template is embedded, others are not",
 
 TEST_CASE("KernelSpec: head dims other than 64/128/192/256 are rejected",
           "[codegen][spec]") {
-  std::string M = specError(spec(96, 128, "sm_80"));
+  std::string M = specError(spec(96, 128, GpuArch::Sm80));
   CHECK_THAT(M, Contains("head_dim 96"));
   CHECK_THAT(M, Contains("64, 128, 192 or 256"));
-  CHECK_THAT(specError(spec(128, 32, "sm_80")), Contains("head_dim_v 32"));
+  CHECK_THAT(specError(spec(128, 32, GpuArch::Sm80)), Contains("head_dim_v 32"));
   for (int D : {64, 128, 192, 256})
-    CHECK_NOTHROW(spec(D, 64, "sm_80").validate());
+    CHECK_NOTHROW(spec(D, 64, GpuArch::Sm80).validate());
 }
 
-TEST_CASE("KernelSpec: an unknown arch is rejected", "[codegen][spec]") {
-  std::string M = specError(spec(128, 128, "sm_70"));
+TEST_CASE("GpuArch: names round-trip, an unknown name is rejected",
+          "[codegen][spec]") {
+  std::string M = messageOf<UserError>([] { parseArch("sm_70"); });
   CHECK_THAT(M, Contains("arch 'sm_70'"));
   CHECK_THAT(M, Contains("sm_80, sm_86, sm_89 or sm_90a"));
-  CHECK_THAT(specError(spec(128, 128, "sm_90")), Contains("'sm_90'"));
-  for (const char *A : {"sm_80", "sm_86", "sm_89", "sm_90a"})
+  CHECK_THAT(messageOf<UserError>([] { parseArch("sm_90", "--arch"); }),
+             Contains("--arch 'sm_90'"));
+  CHECK_FALSE(archFromName(""));
+  for (GpuArch A : AllGpuArchs) {
+    CHECK(parseArch(archName(A)) == A);
     CHECK_NOTHROW(spec(128, 128, A).validate());
+  }
+  // Which devices run which CUBIN: the same major, the minor or newer, and
+  // the 'a' target only on 9.0.
+  CHECK(archRunsOn(GpuArch::Sm80, 8, 6));
+  CHECK_FALSE(archRunsOn(GpuArch::Sm86, 8, 0));
+  CHECK_FALSE(archRunsOn(GpuArch::Sm80, 9, 0));
+  CHECK_FALSE(archRunsOn(GpuArch::Sm90a, 10, 0));
+  CHECK(archForDevice(8, 7) == GpuArch::Sm86);
+  CHECK(archForDevice(9, 0) == GpuArch::Sm90a);
+  CHECK_FALSE(archForDevice(7, 5));
 }
 
 TEST_CASE("FwdConfig::parse rejects text that is not m<M>n<N>w<W>s<S>",
@@ -153,14 +167,14 @@ TEST_CASE("FwdConfig: str and parse round-trip", "[codegen][config]") {
 
 TEST_CASE("KernelSpec: warps other than 4 or 8 are rejected",
           "[codegen][config]") {
-  KernelSpec S = spec(128, 128, "sm_80");
+  KernelSpec S = spec(128, 128, GpuArch::Sm80);
   S.Config = config(96, 64, 6, 2);
   CHECK_THAT(specError(S), Contains("config m96n64w6s2: warps must be 4 or 8"));
 }
 
 TEST_CASE("KernelSpec: block M must be a multiple of 16 x warps",
           "[codegen][config]") {
-  KernelSpec S = spec(128, 128, "sm_80", "m64n64w8s2");
+  KernelSpec S = spec(128, 128, GpuArch::Sm80, "m64n64w8s2");
   CHECK_THAT(specError(S), Contains("block M must be a multiple of 16 x warps "
                                     "(128)"));
   S.Config = config(80, 64, 4, 2);
@@ -174,14 +188,14 @@ TEST_CASE("KernelSpec: block M of 0 or less is rejected",
           "[codegen][config]") {
   for (const char *Text : {"m0n64w4s2", "m-64n64w4s2"}) {
     INFO(Text);
-    KernelSpec S = spec(128, 128, "sm_80", Text);
+    KernelSpec S = spec(128, 128, GpuArch::Sm80, Text);
     CHECK_THAT(specError(S), Contains("block M"));
   }
 }
 
 TEST_CASE("KernelSpec: block N must be a multiple of 16 in [16, 256]",
           "[codegen][config]") {
-  KernelSpec S = spec(64, 64, "sm_80");
+  KernelSpec S = spec(64, 64, GpuArch::Sm80);
   for (int N : {8, 24, 0, 272}) {
     S.Config = config(64, N, 4, 2);
     INFO(S.Config.str());
@@ -190,7 +204,7 @@ TEST_CASE("KernelSpec: block N must be a multiple of 16 in [16, 256]",
 }
 
 TEST_CASE("KernelSpec: stages outside 2..4 are rejected", "[codegen][config]") {
-  KernelSpec S = spec(64, 64, "sm_80", "m64n64w4s5");
+  KernelSpec S = spec(64, 64, GpuArch::Sm80, "m64n64w4s5");
   CHECK_THAT(specError(S), Contains("stages must be 2, 3 or 4"));
   S.Config = config(64, 64, 4, 1);
   CHECK_THAT(specError(S), Contains("stages must be 2, 3 or 4"));
@@ -198,18 +212,18 @@ TEST_CASE("KernelSpec: stages outside 2..4 are rejected", "[codegen][config]") {
 
 TEST_CASE("KernelSpec: a config needing more shared memory than the arch",
           "[codegen][config]") {
-  std::string M = specError(spec(256, 256, "sm_86", "m128n128w8s4"));
+  std::string M = specError(spec(256, 256, GpuArch::Sm86, "m128n128w8s4"));
   CHECK_THAT(M, Contains("shared memory"));
   CHECK_THAT(M, Contains("589824 bytes"));
   CHECK_THAT(M, Contains("sm_86 has 101376"));
   // The default config at d256 fits sm_80 (160 KiB of 163) but not sm_86.
-  CHECK_NOTHROW(spec(256, 256, "sm_80").validate());
-  CHECK_THAT(specError(spec(256, 256, "sm_86")), Contains("shared memory"));
-  CHECK_THAT(specError(spec(256, 256, "sm_89")), Contains("shared memory"));
+  CHECK_NOTHROW(spec(256, 256, GpuArch::Sm80).validate());
+  CHECK_THAT(specError(spec(256, 256, GpuArch::Sm86)), Contains("shared memory"));
+  CHECK_THAT(specError(spec(256, 256, GpuArch::Sm89)), Contains("shared memory"));
   // m64n128w4s3 at d128 (208 KiB) fits only Hopper's 227 KiB.
-  CHECK_THAT(specError(spec(128, 128, "sm_80", "m64n128w4s3")),
+  CHECK_THAT(specError(spec(128, 128, GpuArch::Sm80, "m64n128w4s3")),
              Contains("sm_80 has 166912"));
-  CHECK_NOTHROW(spec(128, 128, "sm_90a", "m64n128w4s3").validate());
+  CHECK_NOTHROW(spec(128, 128, GpuArch::Sm90a, "m64n128w4s3").validate());
 }
 
 TEST_CASE("FwdConfig::sharedBytes: Q tile plus the K/V ring in 16-bit",

@@ -90,6 +90,8 @@ struct Work {
   /// Cases with the default configuration also go through the public API:
   /// Attention::backward, on alternate runs with the runner.
   std::unique_ptr<runtime::Attention> Api;
+  /// The signature the runner's calls are validated against.
+  runtime::Signature Sig;
   HostTensor Q, K, V, DO;
   reference::AttentionInputs In;
   reference::AttentionOutputs Fwd;
@@ -101,28 +103,22 @@ struct Work {
 };
 
 /// Inputs and the compiled kernel (main thread: tracing is not shared).
-void prepare(Work &W, const std::string &Arch, uint64_t Seed) {
+void prepare(Work &W, GpuArch Arch, uint64_t Seed) {
   const Case &C = W.C;
   W.Compiled = compile(W.Def);
-  codegen::KernelSpec Spec;
-  Spec.Dtype = C.Dt;
-  Spec.HeadDim = C.D;
-  Spec.HeadDimV = C.DV;
-  Spec.Arch = Arch;
-  std::optional<codegen::BwdConfig> Cfg;
-  if (!C.Config.empty())
-    Cfg = codegen::BwdConfig::parse(C.Config);
+  runtime::KernelTarget T = runtime::KernelTarget::of(
+      W.Compiled, runtime::Direction::Backward, C.Dt, C.D, C.DV, Arch);
+  runtime::KernelChoice Choice = runtime::chooseWithoutShape(
+      T, runtime::KernelPolicy::parse(T, "", C.Config));
   auto T0 = std::chrono::steady_clock::now();
-  W.Runner = std::make_unique<runtime::BackwardRunner>(W.Compiled, Spec, C.L, Cfg);
-  if (!Cfg) {
-    runtime::Signature Sig;
-    Sig.Dtype = C.Dt;
-    Sig.HeadDim = C.D;
-    Sig.HeadDimV = C.DV;
-    Sig.TensorLayout = C.L;
-    Sig.Arch = Arch;
-    W.Api = std::make_unique<runtime::Attention>(W.Def, Sig);
-  }
+  W.Runner = std::make_unique<runtime::BackwardRunner>(W.Compiled, T, Choice);
+  W.Sig.Dtype = C.Dt;
+  W.Sig.HeadDim = C.D;
+  W.Sig.HeadDimV = C.DV;
+  W.Sig.TensorLayout = C.L;
+  W.Sig.Arch = Arch;
+  if (C.Config.empty())
+    W.Api = std::make_unique<runtime::Attention>(W.Def, W.Sig);
   W.CompileS = secondsSince(T0);
   std::mt19937_64 Rng(Seed);
   W.Q = randomTensor(Rng, C.Dt, C.L, C.B, C.H, C.Sq, C.D);
@@ -341,7 +337,10 @@ Verdict runOnDevice(Work &W) {
       W.Api->backward(Q, K, V, &O, dO, NumFinals ? &Finals : nullptr, gQ, gK,
                       gV, Inputs, Grads);
     else
-      W.Runner->run(T, Inputs, Grads);
+      W.Runner->run(T,
+                    runtime::validateBackwardCall(W.Compiled, W.Sig, T, Inputs,
+                                                  Grads),
+                    Inputs, Grads);
     Drv.check(Drv.cuCtxSynchronize(), "backward kernels");
     std::vector<std::vector<uint16_t>> Got;
     for (DeviceBuffer *B : {&GQ, &GK, &GV}) {
@@ -410,13 +409,14 @@ Verdict runOnDevice(Work &W) {
 
 int main(int Argc, char **Argv) {
   bool Quick = false;
-  std::string Mode, Arch;
+  std::string Mode;
+  GpuArch Arch = GpuArch::Sm80;
   for (int I = 1; I < Argc; ++I) {
     std::string A = Argv[I];
     if (A == "--quick")
       Quick = true;
     else if ((A == "--precompile" || A == "--dry-run") && I + 1 < Argc && Mode.empty())
-      Mode = A, Arch = Argv[++I];
+      Mode = A, Arch = parseArch(Argv[++I]);
     else {
       std::fprintf(stderr, "usage: gpu_backward_test [--quick] [--precompile ARCH | "
                            "--dry-run ARCH]\n");
@@ -431,8 +431,8 @@ int main(int Argc, char **Argv) {
       return 77;
     }
     const runtime::DeviceInfo &Dev = runtime::currentDevice();
-    std::printf("device: %s (%s)\n", Dev.Name.c_str(), Dev.arch().c_str());
-    Arch = Dev.arch();
+    std::printf("device: %s (%s)\n", Dev.Name.c_str(), archName(runtime::resolveArch(std::nullopt)).data());
+    Arch = runtime::resolveArch(std::nullopt);
   }
   const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
   std::vector<Work> Ws;

@@ -3,7 +3,7 @@
 // CPU reference, with the FlashAttention tolerance rule. On sm_90a the
 // generated backend runs the Hopper skeleton (fwd_sm90) by default, so each
 // case with the default configuration also runs fwd_sm80, forced with the
-// configuration "sm80". Exits 77 (ctest: skipped) where there is no GPU.
+// skeleton "fwd_sm80". Exits 77 (ctest: skipped) where there is no GPU.
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
 
@@ -86,15 +86,11 @@ double secondsSince(std::chrono::steady_clock::time_point T0) {
       .count();
 }
 
-/// "sm90" or "sm80": the skeleton of a generated backend's kernel, read off
-/// its key (NAME.fwd_sm90. ... or NAME.fwd_sm80. ...).
+/// "sm90" or "sm80": the forward skeleton the selector chose (fwd_sm90 or
+/// fwd_sm80), shortened for the labels.
 std::string skeletonOf(const runtime::Attention &A) {
-  const std::string &Key = A.source().Key;
-  if (Key.find(".fwd_sm90.") != std::string::npos)
-    return "sm90";
-  if (Key.find(".fwd_sm80.") != std::string::npos)
-    return "sm80";
-  return "?";
+  llvm::StringRef Name = A.forwardChoice().Skel->name();
+  return Name.startswith("fwd_") ? Name.drop_front(4).str() : Name.str();
 }
 
 /// The Attention objects of a case: the generated backend (its default or
@@ -120,12 +116,13 @@ Runners makeRunners(const Case &C) {
   R.CompileS = secondsSince(T0);
   runtime::Signature RefSig = Sig;
   RefSig.Backend = "reference";
+  RefSig.Skeleton.clear();
   RefSig.Config.clear();
   R.RefAtt = std::make_unique<runtime::Attention>(Def, RefSig);
   // Where the default is the Hopper skeleton, the portable one as well.
   if (skeletonOf(*R.Att) == "sm90" && C.Config.empty()) {
     runtime::Signature Sig80 = Sig;
-    Sig80.Config = "sm80";
+    Sig80.Skeleton = "fwd_sm80";
     R.Att80 = std::make_unique<runtime::Attention>(Def, Sig80);
   }
   return R;
@@ -302,14 +299,14 @@ int main(int Argc, char **Argv) {
     return 77;
   }
   const runtime::DeviceInfo &Dev = runtime::currentDevice();
-  std::printf("device: %s (%s)\n", Dev.Name.c_str(), Dev.arch().c_str());
+  std::printf("device: %s (%s)\n", Dev.Name.c_str(), archName(runtime::resolveArch(std::nullopt)).data());
   int Passed = 0, Failed = 0;
   uint64_t Seed = 1;
   const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
   for (const Case &C : cases(Quick)) {
     if (Filter && C.Def != Filter)
       continue;
-    if (C.Config.rfind("sm90", 0) == 0 && Dev.arch() != "sm_90a")
+    if (C.Config.rfind("sm90", 0) == 0 && runtime::resolveArch(std::nullopt) != GpuArch::Sm90a)
       continue; // the Hopper skeleton's configurations need sm_90a
     std::string Name = fmt::format("{} {} d{}/{} b{} h{}/{} s{}x{} {}{}", C.Def,
                                    dtypeName(C.Dt).str(), C.D, C.DV, C.B, C.H,

@@ -170,7 +170,7 @@ Prepared prepare(const Case &C, const CompiledDefinition &Def, uint64_t Seed) {
     P.DFinal = Tensor::normal({C.B, C.H, C.D, C.DV}, Rng);
   }
   codegen::LinearConfig Cfg =
-      C.Config.empty() ? codegen::LinearConfig::defaultFor(C.D, C.DV, "sm_90a")
+      C.Config.empty() ? codegen::LinearConfig::defaultFor(C.D, C.DV, GpuArch::Sm90a)
                        : codegen::LinearConfig::parse(C.Config);
   auto Round = [&](double X) { return roundTo(C.Dt, X); };
   P.Exact = reference::linearRecurrent(Def, P.In);
@@ -389,7 +389,7 @@ int main(int Argc, char **Argv) {
     return 77;
   }
   const runtime::DeviceInfo &Dev = runtime::currentDevice();
-  std::printf("device: %s (%s)\n", Dev.Name.c_str(), Dev.arch().c_str());
+  std::printf("device: %s (%s)\n", Dev.Name.c_str(), archName(runtime::resolveArch(std::nullopt)).data());
   const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
   std::vector<Case> Cases;
   for (const Case &C : cases(Mode))
@@ -411,7 +411,7 @@ int main(int Argc, char **Argv) {
     S.Dtype = C.Dt;
     S.HeadDim = C.D;
     S.HeadDimV = C.DV;
-    S.Arch = Dev.arch();
+    S.Arch = runtime::resolveArch(std::nullopt);
     S.Config = C.Config.empty()
                    ? codegen::LinearConfig::defaultFor(C.D, C.DV, S.Arch)
                    : codegen::LinearConfig::parse(C.Config);

@@ -40,7 +40,7 @@ int main() {
   }
   try {
     const DeviceInfo &Dev = currentDevice();
-    std::printf("device: %s (%s)\n", Dev.Name.c_str(), Dev.arch().c_str());
+    std::printf("device: %s (%s)\n", Dev.Name.c_str(), archName(resolveArch(std::nullopt)).data());
     llvm::SmallString<128> Dir;
     if (llvm::sys::fs::createUniqueDirectory("attnc-linear-tune", Dir))
       throw std::runtime_error("cannot make a temporary directory");
@@ -102,10 +102,10 @@ int main() {
       NoTune.Tune = false;
       LinearShape Other{1, 4, 4, 333};
       std::string Default =
-          codegen::LinearConfig::defaultFor(128, 128, Dev.arch()).str();
+          codegen::LinearConfig::defaultFor(128, 128, resolveArch(std::nullopt)).str();
       std::string Pick = Default == "c32v64w4b4" ? "c64v128w4b4" : "c32v64w4b4";
       TuneEntry E;
-      E.Key = makeLinearTuneKey(Def, NoTune, Dev.arch(), Other, Dev.Name);
+      E.Key = makeLinearTuneKey(Def, NoTune, resolveArch(std::nullopt), Other, Dev.Name);
       E.Definition = "simple_gla";
       E.Best = {Pick, 1.0, 0.0};
       mergeIntoTuneFile(Path, {E});
@@ -126,7 +126,7 @@ int main() {
       Plain.Tune = false;
       // The default: the one candidate always checked.
       std::string Victim =
-          codegen::LinearConfig::defaultFor(128, 128, Dev.arch()).str();
+          codegen::LinearConfig::defaultFor(128, 128, resolveArch(std::nullopt)).str();
       TuneOptions Opts;
       Opts.Repeats = 3;
       Opts.AfterCheckedRun = [&](const std::string &Config,
@@ -141,7 +141,7 @@ int main() {
                   "corrupt");
       };
       TuneResult R =
-          tuneLinear(Def, Plain, Dev.arch(), {1, 4, 4, 600}, Opts, nullptr);
+          tuneLinear(Def, Plain, resolveArch(std::nullopt), {1, 4, 4, 600}, Opts, nullptr);
       bool Rejected = false;
       for (const CandidateResult &C : R.Candidates)
         if (C.Config == Victim) {

@@ -123,13 +123,13 @@ int main() {
     return 77;
   }
   const runtime::DeviceInfo &Dev = runtime::currentDevice();
-  if (Dev.arch() != "sm_90a") {
+  if (runtime::resolveArch(std::nullopt) != GpuArch::Sm90a) {
     std::printf("skipped: %s is %s, not sm_90a\n", Dev.Name.c_str(),
-                Dev.arch().c_str());
+                archName(runtime::resolveArch(std::nullopt)).data());
     return 77;
   }
   codegen::KernelSource Src{
-      "sm90_gemm_test", {"sm90_gemm_test"}, KernelText, "sm_90a"};
+      "sm90_gemm_test", {"sm90_gemm_test"}, KernelText, GpuArch::Sm90a};
   runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
   CUmodule Mod;
   CUfunction Fn;

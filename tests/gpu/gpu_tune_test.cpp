@@ -1,13 +1,13 @@
 // GPU autotuner test: tuning through Attention writes a tune file; a fresh
 // process (this program again, as a child) uses it without tuning; a
 // deliberately corrupted candidate is rejected by the reference check. On
-// sm_90a the default cases tune fwd_sm90 and the "sm80" case fwd_sm80.
+// sm_90a the default cases tune fwd_sm90 and the "fwd_sm80" case fwd_sm80.
 // Exits 77 (ctest: skipped) where there is no GPU.
 #include "Examples.h"
 #include "attn/Error.h"
 #include "attn/Pipeline.h"
 #include "attn/runtime/Attention.h"
-#include "attn/runtime/ConfigSelect.h"
+#include "attn/runtime/Selector.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/RandomProblem.h"
 #include "attn/runtime/TuneFile.h"
@@ -37,7 +37,7 @@ constexpr const char *ChildEnv = "ATTNC_TUNE_TEST_CHILD";
 struct Case {
   std::string Def;
   int B, H, S, D;
-  /// Signature::Config: "" (the skeleton a call runs) or "sm80".
+  /// Signature::Skeleton: "" (the skeleton a call runs) or "fwd_sm80".
   std::string Skeleton;
 };
 
@@ -49,7 +49,7 @@ const std::vector<Case> &cases() {
       {"mha", 1, 16, 2048, 128, ""},
       {"relu_attn", 2, 8, 1000, 64, ""},
       {"relu_attn", 1, 16, 2048, 128, ""},
-      {"mha", 1, 16, 2048, 128, "sm80"},
+      {"mha", 1, 16, 2048, 128, "fwd_sm80"},
   };
   return Cs;
 }
@@ -64,7 +64,7 @@ Signature signature(const Case &C, const std::string &File) {
   Sig.TuneFile = File;
   Sig.Tune = true;
   Sig.Backend = "generated";
-  Sig.Config = C.Skeleton;
+  Sig.Skeleton = C.Skeleton;
   return Sig;
 }
 
@@ -81,25 +81,30 @@ void runForward(Attention &Att, const Signature &Sig, const TuneShape &S) {
   D.check(D.cuCtxSynchronize(), "forward");
 }
 
-/// The configuration selectForwardConfig picks for a call of \p S.
+/// The configuration the selector picks for a call of \p S (no tuning).
 std::string selected(const CompiledDefinition &Def, const Signature &Sig,
                      const TuneShape &S) {
-  std::string Arch = currentDevice().arch();
-  CallShape Shape;
-  Shape.B = S.Batch;
-  Shape.H = S.Heads;
-  Shape.Hkv = S.HeadsKv;
-  Shape.Sq = S.SeqQ;
-  Shape.Skv = S.SeqKv;
-  BackendProblem P{Def, Sig, Arch, Shape};
-  return selectForwardConfig(P);
+  KernelTarget T =
+      kernelTarget(Def, Sig, resolveArch(std::nullopt), Direction::Forward);
+  KernelPolicy P =
+      KernelPolicy::parse(T, Sig.Skeleton, Sig.Config, Sig.TuneFile, false);
+  return chooseKernel(Def, T, P, S, currentDevice().Name).configText();
+}
+
+/// The skeleton the selector picks for \p Sig on this device.
+std::string skeletonFor(const CompiledDefinition &Def, const Signature &Sig) {
+  KernelTarget T =
+      kernelTarget(Def, Sig, resolveArch(std::nullopt), Direction::Forward);
+  return chooseSkeleton(T, KernelPolicy::parse(T, Sig.Skeleton, Sig.Config))
+      .name()
+      .str();
 }
 
 /// The file's configuration for \p C at sequence length \p Seq, or "".
 std::string fileConfig(const std::string &File, const CompiledDefinition &Def,
                         const Signature &Sig, const TuneShape &S) {
   TuneFileData Data = readTuneFile(File);
-  TuneKey K = makeTuneKey(Def, Sig, currentDevice().arch(), S,
+  TuneKey K = makeTuneKey(Def, Sig, resolveArch(std::nullopt), S,
                           currentDevice().Name);
   const TuneEntry *E = Data.find(K);
   return E ? E->Best.Config : "";
@@ -162,7 +167,7 @@ int main() {
       return child(File);
 
     const DeviceInfo &Dev = currentDevice();
-    std::printf("device: %s (%s)\n", Dev.Name.c_str(), Dev.arch().c_str());
+    std::printf("device: %s (%s)\n", Dev.Name.c_str(), archName(resolveArch(std::nullopt)).data());
     llvm::SmallString<128> Dir;
     if (llvm::sys::fs::createUniqueDirectory("attnc-gpu-tune", Dir))
       throw Error("cannot create a temporary directory");
@@ -181,7 +186,7 @@ int main() {
                         .count();
       std::string Entry = fileConfig(File, Att.definition(), Sig,
                                      shapeOf(C, C.S));
-      std::string Skeleton = chooseForwardSkeleton(Sig, Dev.arch());
+      std::string Skeleton = skeletonFor(Att.definition(), Sig);
       expect(tuneRunCount() == Before + 1 && !Entry.empty() &&
                  selected(Att.definition(), Sig, shapeOf(C, C.S)) == Entry &&
                  codegen::Sm90Config::names(Entry) ==
@@ -195,10 +200,10 @@ int main() {
                          C.S, C.D));
     }
     TuneFileData Data = readTuneFile(File);
-    // Where a call's skeleton is fwd_sm80 anyway, the "sm80" case shares
+    // Where a call's skeleton is fwd_sm80 anyway, the "fwd_sm80" case shares
     // the key of the default case of its shape.
     size_t Want = cases().size();
-    if (chooseForwardSkeleton(signature(cases()[1], File), Dev.arch()) ==
+    if (skeletonFor(compile(examples::mha()), signature(cases()[1], File)) ==
         "fwd_sm80")
       --Want;
     expect(Data.Entries.size() == Want,
@@ -230,7 +235,7 @@ int main() {
                                4096),
                 "cuMemsetD8");
     };
-    TuneResult R = tuneForward(Def, Sig, Dev.arch(), shapeOf(C, C.S), Opts,
+    TuneResult R = tuneForward(Def, Sig, resolveArch(std::nullopt), shapeOf(C, C.S), Opts,
                                nullptr);
     const CandidateResult *Broken = nullptr;
     for (const CandidateResult &Cand : R.Candidates)
@@ -250,7 +255,7 @@ int main() {
     };
     bool Threw = false;
     try {
-      tuneForward(Def, Sig, Dev.arch(), shapeOf(C, C.S), Opts, nullptr);
+      tuneForward(Def, Sig, resolveArch(std::nullopt), shapeOf(C, C.S), Opts, nullptr);
     } catch (const InternalError &E) {
       Threw = std::string(E.what()).find("no configuration passed") !=
               std::string::npos;

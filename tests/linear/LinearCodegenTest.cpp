@@ -14,7 +14,7 @@ using codegen::LinearKernelSpec;
 
 namespace {
 
-LinearKernelSpec spec(int D, int DV, const char *Arch = "sm_80") {
+LinearKernelSpec spec(int D, int DV, GpuArch Arch = GpuArch::Sm80) {
   LinearKernelSpec S;
   S.HeadDim = D;
   S.HeadDimV = DV;
@@ -39,8 +39,8 @@ TEST_CASE("linear configs print, parse and check", "[linear]") {
   // Every default is valid for every supported pair of head dims and arch.
   for (int D : {64, 128, 256})
     for (int DV : {64, 128, 192, 256, 512})
-      for (const char *Arch : {"sm_80", "sm_90a"}) {
-        INFO("d" << D << "/" << DV << " " << Arch);
+      for (GpuArch Arch : {GpuArch::Sm80, GpuArch::Sm90a}) {
+        INFO("d" << D << "/" << DV << " " << archName(Arch).str());
         CHECK_NOTHROW(spec(D, DV, Arch).validate());
       }
 }
@@ -50,8 +50,6 @@ TEST_CASE("linear kernel specs name what is wrong", "[linear]") {
   CHECK_THROWS_WITH(S.validate(), Catch::Contains("head_dim 96"));
   S = spec(64, 96);
   CHECK_THROWS_WITH(S.validate(), Catch::Contains("head_dim_v 96"));
-  S = spec(64, 64, "sm_75");
-  CHECK_THROWS_WITH(S.validate(), Catch::Contains("arch 'sm_75'"));
   S = spec(64, 64);
   S.Config = LinearConfig::parse("c48v64w4b4");
   CHECK_THROWS_WITH(S.validate(), Catch::Contains("chunk 48"));
@@ -67,24 +65,24 @@ TEST_CASE("linear kernel specs name what is wrong", "[linear]") {
   CHECK_THROWS_WITH(S.validate(),
                     Catch::Contains("not a multiple of the value slice 128"));
   // Shared memory: head dim 256 on an sm_86 does not fit the forward.
-  S = spec(256, 256, "sm_86");
+  S = spec(256, 256, GpuArch::Sm86);
   CHECK_THROWS_WITH(S.validate(), Catch::Contains("bytes of shared memory"));
 }
 
 TEST_CASE("linear shared memory and staging follow the arch", "[linear]") {
   // d128: the staged forward fits twice in an sm_90a's 227 KiB (the
   // default there: chunks of 32, slices of 128).
-  codegen::LinearSmem S = codegen::linearSharedBytes(spec(128, 128, "sm_90a"));
+  codegen::LinearSmem S = codegen::linearSharedBytes(spec(128, 128, GpuArch::Sm90a));
   CHECK(S.FwdStaged);
   CHECK(S.Fwd == 2 * 2 * 32 * (2 * 128 + 128) + 2 * 128 * 128 + 4 * (3 * 32 + 4));
-  LinearKernelSpec Narrow = spec(128, 128, "sm_90a");
+  LinearKernelSpec Narrow = spec(128, 128, GpuArch::Sm90a);
   Narrow.Config = LinearConfig::parse("c64v64w4b8");
   S = codegen::linearSharedBytes(Narrow);
   CHECK(S.Fwd == 2 * 2 * 64 * (2 * 128 + 64) + 2 * 128 * 64 + 4 * (3 * 64 + 4));
   // The backward at d128 (c32v128w4b8): state passes over 64 rows, staged;
   // the chunk gradients hold H and dH (two CTAs an SM on sm_90a) and cap
   // their registers for two CTAs.
-  S = codegen::linearSharedBytes(spec(128, 128, "sm_90a"));
+  S = codegen::linearSharedBytes(spec(128, 128, GpuArch::Sm90a));
   CHECK(S.States == 2 * 2 * 32 * (64 + 128) + 2 * 64 * 128 + 4 * (3 * 32 + 4));
   CHECK(S.GradsTwoStates);
   CHECK(S.Grads ==
@@ -92,7 +90,7 @@ TEST_CASE("linear shared memory and staging follow the arch", "[linear]") {
   CHECK(S.GradsMinBlocks == 2);
   // d256 on sm_80 (c64v128w8b8): one state tile, H then dH, 164912 bytes
   // of the 166912 there.
-  S = codegen::linearSharedBytes(spec(256, 256, "sm_80"));
+  S = codegen::linearSharedBytes(spec(256, 256, GpuArch::Sm80));
   CHECK_FALSE(S.GradsTwoStates);
   CHECK(S.Grads ==
         2 * (2 * 64 * 256 + 2 * 64 * 128 + 256 * 128) + 4 * 64 + 4 * (3 * 64 + 4 + 8));
@@ -101,26 +99,26 @@ TEST_CASE("linear shared memory and staging follow the arch", "[linear]") {
 
 TEST_CASE("linear defaults: 128-wide value slices where DV and shared memory allow",
           "[linear]") {
-  CHECK(LinearConfig::defaultFor(128, 128, "sm_90a").str() == "c32v128w4b8");
-  CHECK(LinearConfig::defaultFor(64, 256, "sm_86").str() == "c32v128w4b4");
-  CHECK(LinearConfig::defaultFor(256, 512, "sm_90a").str() == "c64v128w8b8");
+  CHECK(LinearConfig::defaultFor(128, 128, GpuArch::Sm90a).str() == "c32v128w4b8");
+  CHECK(LinearConfig::defaultFor(64, 256, GpuArch::Sm86).str() == "c32v128w4b4");
+  CHECK(LinearConfig::defaultFor(256, 512, GpuArch::Sm90a).str() == "c64v128w8b8");
   // 164912 bytes for the chunk gradients: within sm_80's 163 KiB, not
   // sm_86's 99 KiB.
-  CHECK(LinearConfig::defaultFor(256, 512, "sm_80").str() == "c64v128w8b8");
-  CHECK(LinearConfig::defaultFor(256, 512, "sm_86").str() == "c64v64w8b8");
+  CHECK(LinearConfig::defaultFor(256, 512, GpuArch::Sm80).str() == "c64v128w8b8");
+  CHECK(LinearConfig::defaultFor(256, 512, GpuArch::Sm86).str() == "c64v64w8b8");
   // DV = 64 or 192: no 128-wide slices.
-  CHECK(LinearConfig::defaultFor(128, 64, "sm_90a").str() == "c32v64w4b8");
-  CHECK(LinearConfig::defaultFor(128, 192, "sm_90a").str() == "c32v64w4b8");
+  CHECK(LinearConfig::defaultFor(128, 64, GpuArch::Sm90a).str() == "c32v64w4b8");
+  CHECK(LinearConfig::defaultFor(128, 192, GpuArch::Sm90a).str() == "c32v64w4b8");
 }
 
 TEST_CASE("linear kernels have keys, entries and the mods", "[linear]") {
   CompiledDefinition C = compile(examples::mamba2());
-  LinearKernelSpec S = spec(128, 64, "sm_90a");
+  LinearKernelSpec S = spec(128, 64, GpuArch::Sm90a);
   S.Dtype = DType::BF16;
   codegen::KernelSource F = codegen::generateLinearForward(C, S);
   CHECK(F.Key == "mamba2.linear_fwd.bf16.d128x64.sm_90a.c32v64w4b8");
   CHECK(F.Entries == std::vector<std::string>{"attnc_linear_fwd"});
-  CHECK(F.Arch == "sm_90a");
+  CHECK(F.Arch == GpuArch::Sm90a);
   CHECK_THAT(F.Source, Catch::Contains("#include \"attnc/linear_chunk_scan.cuh\""));
   CHECK_THAT(F.Source, Catch::Contains("(x * in.load_dt(b, h, t, 0))"));
   CHECK_THAT(F.Source, Catch::Contains("kReadsDecay = false"));

@@ -45,7 +45,7 @@ LinearSignature sig() {
   LinearSignature S;
   S.HeadDim = D;
   S.HeadDimV = DV;
-  S.Arch = "sm_80";
+  S.Arch = GpuArch::Sm80;
   return S;
 }
 

@@ -50,7 +50,7 @@ void compileMatrix(const DefinitionBase &D) {
   unsigned Compiled = 0;
   for (DType T : {DType::F16, DType::BF16})
     for (auto [HD, HDV] : Dims)
-      for (const char *Arch : {"sm_80", "sm_90a"}) {
+      for (GpuArch Arch : {GpuArch::Sm80, GpuArch::Sm90a}) {
         KernelSpec Spec;
         Spec.Dtype = T;
         Spec.HeadDim = HD;

@@ -24,7 +24,7 @@ void compileLinear(const dsl::LinearAttentionDef &D, int HD, int HDV) {
   CompiledDefinition Def = compile(D);
   unsigned Compiled = 0;
   for (DType T : {DType::F16, DType::BF16})
-    for (const char *Arch : {"sm_80", "sm_90a"})
+    for (GpuArch Arch : {GpuArch::Sm80, GpuArch::Sm90a})
       for (bool Backward : {false, true}) {
         LinearKernelSpec S;
         S.Dtype = T;

@@ -35,7 +35,7 @@ KernelSpec sm90Spec(DType T, int D, int DV) {
   S.Dtype = T;
   S.HeadDim = D;
   S.HeadDimV = DV;
-  S.Arch = "sm_90a";
+  S.Arch = GpuArch::Sm90a;
   return S;
 }
 
@@ -159,7 +159,7 @@ TEST_CASE("sm90: what the skeleton supports", "[sm90]") {
                                  Sm90Config::defaultFor(192, 128))
             .empty());
   KernelSpec Sm80 = sm90Spec(DType::F16, 128, 128);
-  Sm80.Arch = "sm_80";
+  Sm80.Arch = GpuArch::Sm80;
   CHECK(has(codegen::sm90Unsupported(Sm80, {}), "sm_90a"));
   CHECK(has(codegen::sm90Unsupported(sm90Spec(DType::F16, 96, 96), {}),
             "head_dim 96"));
@@ -172,7 +172,7 @@ TEST_CASE("sm90: what the skeleton supports", "[sm90]") {
   codegen::KernelSource Src =
       codegen::generateForwardSm90(Mha, sm90Spec(DType::F16, 128, 128), {});
   CHECK(Src.Key == "mha.fwd_sm90.f16.d128x128.sm_90a.sm90.m128n128s3");
-  CHECK(Src.Arch == "sm_90a");
+  CHECK(Src.Arch == GpuArch::Sm90a);
   CHECK(Src.Entries == std::vector<std::string>{"attnc_fwd",
                                                 "attnc_block_classify",
                                                 "attnc_block_compact"});
@@ -223,21 +223,22 @@ TEST_CASE("sm90: the generated backend picks the skeleton", "[sm90]") {
   REQUIRE(setenv("ATTNC_CACHE_DIR", Path, 1) == 0);
   runtime::Signature Sig;
   Sig.HeadDim = Sig.HeadDimV = 64;
-  Sig.Arch = "sm_90a";
+  Sig.Arch = GpuArch::Sm90a;
   auto KeyOf = [&](const runtime::Signature &S) {
     runtime::Attention A(examples::reluAttn(), S);
     return A.source().Key;
   };
   CHECK(KeyOf(Sig) == "relu_attn.fwd_sm90.f16.d64x64.sm_90a.sm90.m128n128s3");
   runtime::Signature S = Sig;
-  S.Config = "sm80";
+  S.Skeleton = "fwd_sm80";
   CHECK(KeyOf(S) == "relu_attn.fwd_sm80.f16.d64x64.sm_90a.m128n32w4s2");
+  S.Skeleton.clear();
   S.Config = "m64n64w4s2";
   CHECK(KeyOf(S) == "relu_attn.fwd_sm80.f16.d64x64.sm_90a.m64n64w4s2");
   S.Config = "sm90.m64n64s3";
   CHECK(KeyOf(S) == "relu_attn.fwd_sm90.f16.d64x64.sm_90a.sm90.m64n64s3");
   S = Sig;
-  S.Arch = "sm_80";
+  S.Arch = GpuArch::Sm80;
   CHECK(KeyOf(S) == "relu_attn.fwd_sm80.f16.d64x64.sm_80.m128n32w4s2");
   S.Config = "sm90";
   CHECK_THROWS_AS(KeyOf(S), UserError);

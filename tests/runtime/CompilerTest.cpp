@@ -28,9 +28,9 @@ std::string readFile(const std::string &Path) {
   return (*Buffer)->getBuffer().str();
 }
 
-codegen::KernelSource tinyKernel(const std::string &Arch) {
+codegen::KernelSource tinyKernel(GpuArch Arch) {
   codegen::KernelSource Src;
-  Src.Key = "tiny." + Arch;
+  Src.Key = "tiny." + archName(Arch).str();
   Src.Arch = Arch;
   Src.Entries = {"k"};
   Src.Source = "#include \"attnc/common.cuh\"\n"
@@ -81,7 +81,7 @@ TEST_CASE("NVRTC version and options", "[runtime][nvrtc]") {
   CHECK_THAT(nvrtcVersion(), StartsWith("13"));
   CHECK(nvrtcVersion().find('.') != std::string::npos);
 
-  std::vector<std::string> O = nvrtcOptions("sm_90a");
+  std::vector<std::string> O = nvrtcOptions(GpuArch::Sm90a);
   CHECK(hasOption(O, "--gpu-architecture=sm_90a"));
   CHECK(hasOption(O, "-std=c++17"));
   CHECK(hasOption(O, "-default-device"));
@@ -96,13 +96,13 @@ TEST_CASE("NVRTC version and options", "[runtime][nvrtc]") {
   REQUIRE_FALSE(Include.empty());
   CHECK(llvm::sys::fs::exists(Include + "/cuda_fp16.h"));
   CHECK(hasOption(O, "-I" + Include + "/cccl"));
-  CHECK(nvrtcOptions("sm_80") != O);
+  CHECK(nvrtcOptions(GpuArch::Sm80) != O);
 }
 
 TEST_CASE("A tiny kernel compiles to CUBIN for sm_80 and sm_90a",
           "[runtime][nvrtc]") {
-  for (const char *Arch : {"sm_80", "sm_90a"}) {
-    INFO(Arch);
+  for (GpuArch Arch : {GpuArch::Sm80, GpuArch::Sm90a}) {
+    INFO(archName(Arch).str());
     CompiledCubin C = compileToCubin(tinyKernel(Arch));
     REQUIRE(C.Cubin.size() > 4);
     CHECK(llvm::StringRef(C.Cubin.data(), 4) == "\x7f"
@@ -113,7 +113,7 @@ TEST_CASE("A tiny kernel compiles to CUBIN for sm_80 and sm_90a",
 
 TEST_CASE("A syntax error throws CompileError with log and dumped source",
           "[runtime][nvrtc]") {
-  codegen::KernelSource Src = tinyKernel("sm_80");
+  codegen::KernelSource Src = tinyKernel(GpuArch::Sm80);
   // The pid keeps concurrent test runs from sharing a dump file.
   Src.Key = "syntax_error_test." + std::to_string(getpid());
   Src.Source = "extern \"C\" __global__ void k(float *x) {\n"
@@ -138,7 +138,7 @@ TEST_CASE("A syntax error throws CompileError with log and dumped source",
 
 TEST_CASE("A missing device header is a CompileError",
           "[runtime][nvrtc]") {
-  codegen::KernelSource Src = tinyKernel("sm_80");
+  codegen::KernelSource Src = tinyKernel(GpuArch::Sm80);
   Src.Key = "missing_header_test." + std::to_string(getpid());
   Src.Source = "#include \"attnc/no_such_header.cuh\"\n" + Src.Source;
   try {

@@ -55,15 +55,15 @@ struct FakeCompiler {
   static std::vector<char> expected(const codegen::KernelSource &Src) {
     std::string Blob = "\x7f"
                        "ELF:" +
-                       Src.Arch + ":" + Src.Source;
+                       archName(Src.Arch).str() + ":" + Src.Source;
     return std::vector<char>(Blob.begin(), Blob.end());
   }
 };
 
 codegen::KernelSource source(const std::string &Text = "kernel text",
-                             const std::string &Arch = "sm_90a") {
+                             GpuArch Arch = GpuArch::Sm90a) {
   codegen::KernelSource Src;
-  Src.Key = "mha.fwd_sm90.f16.d128x128." + Arch + ".m128n64w4s2";
+  Src.Key = "mha.fwd_sm90.f16.d128x128." + archName(Arch).str() + ".m128n64w4s2";
   Src.Entries = {"attnc_fwd"};
   Src.Source = Text;
   Src.Arch = Arch;
@@ -221,7 +221,7 @@ TEST_CASE("KernelCache full keys", "[runtime][cache]") {
 
   codegen::KernelSource OtherText = source("other kernel text");
   CHECK(Cache.fullKey(OtherText) != Key);
-  codegen::KernelSource OtherArch = source("kernel text", "sm_80");
+  codegen::KernelSource OtherArch = source("kernel text", GpuArch::Sm80);
   OtherArch.Key = Src.Key; // same prefix: the hash alone must differ
   CHECK(Cache.fullKey(OtherArch) != Key);
   // The entries do not change the CUBIN, so not the key either.
@@ -246,7 +246,7 @@ TEST_CASE("KernelCache stats and clear", "[runtime][cache]") {
 
   Cache.getOrCompile(source("a"));
   Cache.getOrCompile(source("b"));
-  Cache.getOrCompile(source("c", "sm_80"));
+  Cache.getOrCompile(source("c", GpuArch::Sm80));
   // Unrelated files are neither counted nor removed; a stray temporary (a
   // writer that died mid-write) is not counted but is removed.
   writeFile(Dir.Path + "/notes.txt", "keep me");

@@ -52,7 +52,7 @@ struct TempFile {
   ~TempFile() { llvm::sys::fs::remove_directories(Dir); }
 };
 
-codegen::LinearKernelSpec spec(int D, int DV, const std::string &Arch) {
+codegen::LinearKernelSpec spec(int D, int DV, GpuArch Arch) {
   codegen::LinearKernelSpec S;
   S.HeadDim = D;
   S.HeadDimV = DV;
@@ -84,7 +84,7 @@ TEST_CASE("the linear search space is what the skeletons accept",
   // The backward's warps need not split the state rows (the state passes
   // have their own): 16 of them over chunks of 64 at D = 128 are fine.
   CHECK(Has("c64v64w4b16"));
-  CHECK(Has(codegen::LinearConfig::defaultFor(128, 64, "sm_90a").str()));
+  CHECK(Has(codegen::LinearConfig::defaultFor(128, 64, GpuArch::Sm90a).str()));
   CHECK(Has("c32v64w4b4"));
   CHECK(Has("c128v64w8b8"));
   // D = 64 cannot give each of 8 warps whole m16 tiles of state rows.
@@ -98,15 +98,20 @@ TEST_CASE("linear configurations over the shared memory of the arch never "
   CompiledDefinition Def = compile(examples::retentionLinear());
   // D = 128, DV = 512 on sm_86 (99 KiB a block): chunks of 128 and the
   // larger slices do not fit.
-  codegen::LinearKernelSpec Base = spec(128, 512, "sm_86");
-  ResourceLimits L = ResourceLimits::forArch("sm_86");
+  codegen::LinearKernelSpec Base = spec(128, 512, GpuArch::Sm86);
+  ResourceLimits L = ResourceLimits::forArch(GpuArch::Sm86);
   codegen::LinearKernelSpec Big = Base;
   Big.Config = codegen::LinearConfig::parse("c128v128w8b8");
   CHECK_THAT(linearPruneBeforeCompile(Big, L),
              Contains("bytes of shared memory; 101376 allowed"));
   CHECK(linearPruneBeforeCompile(Base, L).empty());
 
-  SearchSpace Space = linearSearchSpace(Def, Base, L);
+  SearchPlan Plan;
+  Plan.Skel = &skeletonNamed("linear_chunk");
+  Plan.Target = KernelTarget::of(Def, Direction::Forward, Base.Dtype,
+                                 Base.HeadDim, Base.HeadDimV, Base.Arch);
+  Plan.Limits = L;
+  SearchSpace Space = skeletonSearchSpace(Def, Plan);
   CHECK(Space.Skeleton == "linear_chunk");
   CHECK(Space.Default == Base.Config.str());
   std::set<std::string> OverLimit;
@@ -149,7 +154,7 @@ TEST_CASE("linear configurations over the shared memory of the arch never "
 }
 
 TEST_CASE("linear registers and spills after compiling", "[tuning][linear]") {
-  ResourceLimits L = ResourceLimits::forArch("sm_90a");
+  ResourceLimits L = ResourceLimits::forArch(GpuArch::Sm90a);
   codegen::LinearConfig C = codegen::LinearConfig::parse("c64v64w4b16");
   CHECK(linearPruneAfterCompile(C, {{255, 0}, {128, 0}, {128, 0}}, L).empty());
   // 16 backward warps of 136 registers: 512 x 136 > 64 Ki; the state
@@ -171,7 +176,7 @@ TEST_CASE("the linear tune key", "[tuning][linear]") {
   Sig.HeadDimV = 64;
   Sig.Dtype = DType::BF16;
   LinearShape S{8, 80, 1, 3000};
-  TuneKey K = makeLinearTuneKey(Mamba, Sig, "sm_90a", S, Device);
+  TuneKey K = makeLinearTuneKey(Mamba, Sig, GpuArch::Sm90a, S, Device);
   CHECK(K.Skeleton == "linear_chunk");
   CHECK(K.Device == Device);
   CHECK(K.Arch == "sm_90a");
@@ -182,14 +187,14 @@ TEST_CASE("the linear tune key", "[tuning][linear]") {
   CHECK(K.Bucket == shapeBucket(8, 80, 4096, 4096));
   CHECK(K.Bucket.str() == "q4096.kv4096.bh1024");
   // Same bucket: the q/k head count and the exact length do not matter.
-  CHECK(makeLinearTuneKey(Mamba, Sig, "sm_90a", {8, 80, 80, 4096}, Device) ==
+  CHECK(makeLinearTuneKey(Mamba, Sig, GpuArch::Sm90a, {8, 80, 80, 4096}, Device) ==
         K);
-  CHECK_FALSE(makeLinearTuneKey(Mamba, Sig, "sm_90a", {8, 80, 1, 5000},
+  CHECK_FALSE(makeLinearTuneKey(Mamba, Sig, GpuArch::Sm90a, {8, 80, 1, 5000},
                                 Device) == K);
-  CHECK_FALSE(makeLinearTuneKey(Gla, Sig, "sm_90a", S, Device) == K);
+  CHECK_FALSE(makeLinearTuneKey(Gla, Sig, GpuArch::Sm90a, S, Device) == K);
 }
 
-TEST_CASE("selectLinearConfig: explicit, tuned, stale, default",
+TEST_CASE("the linear selector: explicit, tuned, stale, default",
           "[tuning][linear]") {
   CompiledDefinition Def = compile(examples::simpleGla());
   TempFile F;
@@ -197,13 +202,23 @@ TEST_CASE("selectLinearConfig: explicit, tuned, stale, default",
   Sig.HeadDim = 128;
   Sig.HeadDimV = 128;
   Sig.TuneFile = F.Path;
-  const std::string Arch = "sm_90a";
+  const GpuArch Arch = GpuArch::Sm90a;
   LinearShape S{8, 32, 32, 2048};
   const std::string Default =
       codegen::LinearConfig::defaultFor(128, 128, Arch).str();
   auto Select = [&](const LinearSignature &G, const LinearShape &Sh,
                     const std::string &Dev = Device) {
-    return selectLinearConfig(Def, G, Arch, Sh, Dev).str();
+    KernelTarget T = linearKernelTarget(Def, G, Arch, Direction::Forward);
+    KernelPolicy P =
+        KernelPolicy::parse(T, G.Skeleton, G.Config, G.TuneFile, G.Tune);
+    return chooseKernel(Def, T, P,
+                        TuneShape{Sh.Batch, Sh.Heads, Sh.HeadsQK, Sh.Seq, Sh.Seq},
+                        Dev, [&] {
+                          return tuneLinear(Def, G, Arch, Sh, TuneOptions(),
+                                            nullptr)
+                              .Entry;
+                        })
+        .configText();
   };
   auto Entry = [&](const std::string &Config) {
     TuneEntry E;

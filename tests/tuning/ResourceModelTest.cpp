@@ -64,7 +64,7 @@ VerboseCompile compileVerbose(const codegen::KernelSource &Src) {
 }
 
 codegen::KernelSource mhaSource(const std::string &Config, int D,
-                                const std::string &Arch) {
+                                GpuArch Arch) {
   static const CompiledDefinition Def = compile(examples::mha());
   codegen::KernelSpec Spec;
   Spec.HeadDim = D;
@@ -94,7 +94,7 @@ TEST_CASE("the search space is what the skeleton accepts",
 
 TEST_CASE("shared memory beyond the arch's limit is pruned before compiling",
           "[tuning][resources]") {
-  ResourceLimits L = ResourceLimits::forArch("sm_90a");
+  ResourceLimits L = ResourceLimits::forArch(GpuArch::Sm90a);
   CHECK(L.SharedBytesPerBlock == 227 * 1024);
   // m256n128 with 3 stages at d128: 2·(256·128 + 3·128·256) = 262144 bytes.
   codegen::FwdConfig Big{256, 128, 8, 3};
@@ -106,7 +106,7 @@ TEST_CASE("shared memory beyond the arch's limit is pruned before compiling",
   // The device's limit counts when it is lower than the arch's.
   DeviceInfo Small;
   Small.SharedMemPerBlockOptin = 64 * 1024;
-  ResourceLimits LD = ResourceLimits::forDevice("sm_90a", Small);
+  ResourceLimits LD = ResourceLimits::forDevice(GpuArch::Sm90a, Small);
   CHECK(LD.SharedBytesPerBlock == 64 * 1024);
   CHECK_THAT(pruneBeforeCompile(codegen::FwdConfig{128, 64, 4, 2}, 128, 128,
                                 LD),
@@ -117,7 +117,7 @@ TEST_CASE("shared memory beyond the arch's limit is pruned before compiling",
 }
 
 TEST_CASE("registers and spills after compiling", "[tuning][resources]") {
-  ResourceLimits L = ResourceLimits::forArch("sm_80");
+  ResourceLimits L = ResourceLimits::forArch(GpuArch::Sm80);
   codegen::FwdConfig C{128, 64, 4, 2};
   CHECK(pruneAfterCompile(C, KernelResources{255, 0}, L).empty());
   CHECK_THAT(pruneAfterCompile(C, KernelResources{255, 72}, L),
@@ -161,7 +161,7 @@ TEST_CASE("the CUBIN's attributes agree with ptxas, and a spilling "
           "[tuning][resources][nvrtc]") {
   // m128n128 over 4 warps at d128 keeps a 128x128 score tile and a 32-row
   // O accumulator per warp in registers: ptxas spills it on sm_80.
-  VerboseCompile Spill = compileVerbose(mhaSource("m128n128w4s2", 128, "sm_80"));
+  VerboseCompile Spill = compileVerbose(mhaSource("m128n128w4s2", 128, GpuArch::Sm80));
   std::optional<PtxasReport> Report = parsePtxasReport(Spill.Log, "attnc_fwd");
   INFO(Spill.Log);
   REQUIRE(Report);
@@ -172,11 +172,11 @@ TEST_CASE("the CUBIN's attributes agree with ptxas, and a spilling "
   REQUIRE(Report->SpillStoreBytes > 0);
   CHECK(R.StackFrameBytes > 0);
   CHECK_THAT(pruneAfterCompile(codegen::FwdConfig{128, 128, 4, 2}, R,
-                               ResourceLimits::forArch("sm_80")),
+                               ResourceLimits::forArch(GpuArch::Sm80)),
              Contains("spills"));
 
   // A small tile does not spill: frame 0, and the model lets it through.
-  VerboseCompile Small = compileVerbose(mhaSource("m64n64w4s2", 64, "sm_80"));
+  VerboseCompile Small = compileVerbose(mhaSource("m64n64w4s2", 64, GpuArch::Sm80));
   std::optional<PtxasReport> SmallReport =
       parsePtxasReport(Small.Log, "attnc_fwd");
   REQUIRE(SmallReport);
@@ -186,7 +186,7 @@ TEST_CASE("the CUBIN's attributes agree with ptxas, and a spilling "
   CHECK(RS.StackFrameBytes == 0);
   CHECK(SmallReport->SpillStoreBytes == 0);
   CHECK(pruneAfterCompile(codegen::FwdConfig{64, 64, 4, 2}, RS,
-                          ResourceLimits::forArch("sm_80"))
+                          ResourceLimits::forArch(GpuArch::Sm80))
             .empty());
   // The other entries of the same CUBIN are found by name.
   KernelResources Classify = readCubinResources(

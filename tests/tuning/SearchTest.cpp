@@ -58,11 +58,12 @@ struct Fixture {
   int Registers = 200;
 
   Fixture() {
-    Plan.Base.HeadDim = 128;
-    Plan.Base.HeadDimV = 128;
-    Plan.Base.Arch = "sm_80";
-    Plan.Limits = ResourceLimits::forArch("sm_80");
-    Plan.Default = codegen::FwdConfig::defaultFor(128, 128, "sm_80").str();
+    Plan.Skel = &skeletonNamed("fwd_sm80");
+    Plan.Target.HeadDim = 128;
+    Plan.Target.HeadDimV = 128;
+    Plan.Target.Arch = GpuArch::Sm80;
+    Plan.Limits = ResourceLimits::forArch(GpuArch::Sm80);
+    Plan.Default = codegen::FwdConfig::defaultFor(128, 128, GpuArch::Sm80).str();
     Plan.Flops = 1e12;
     // The compile step sees the generated source; the key names the config.
     Plan.Compile = [this](const codegen::KernelSource &Src) {
@@ -77,7 +78,7 @@ struct Fixture {
       R.LookupSeconds = 0;
       return R;
     };
-    Plan.Resources = [this](const CacheResult &R) {
+    Plan.Resources = [this](const CacheResult &R, llvm::StringRef) {
       std::string Key(R.Cubin->begin(), R.Cubin->end());
       // The key ends with the configuration; fwd_sm90's carry a dot.
       std::string Config = Key.substr(Key.rfind('.') + 1);
@@ -118,7 +119,7 @@ TEST_CASE("shared-memory overflow never reaches compiling or timing",
   std::string Log;
   llvm::raw_string_ostream OS(Log);
   std::vector<CandidateResult> Rs =
-      searchForward(F.Def, F.Plan, Runner, TuneOptions(), &OS);
+      searchSkeleton(F.Def, F.Plan, Runner, TuneOptions(), &OS);
   OS.flush();
   REQUIRE(Rs.size() == codegen::FwdConfig::enumerate().size());
   unsigned Overflow = 0;
@@ -165,7 +166,7 @@ TEST_CASE("a spilling candidate is pruned after compiling; the default is "
   F.Frames["m128n64w4s2"] = 72;   // the default
   FakeRunner Runner;
   std::vector<CandidateResult> Rs =
-      searchForward(F.Def, F.Plan, Runner, TuneOptions(), nullptr);
+      searchSkeleton(F.Def, F.Plan, Runner, TuneOptions(), nullptr);
   const CandidateResult &Spill = find(Rs, "m128n128w4s2");
   CHECK(F.compiled("m128n128w4s2"));
   CHECK(Spill.Status == CandidateStatus::Pruned);
@@ -186,7 +187,7 @@ TEST_CASE("a spilling candidate is pruned after compiling; the default is "
   Light.Frames["m128n64w4s2"] = 72;
   FakeRunner Runner1;
   std::vector<CandidateResult> Rs1 =
-      searchForward(Light.Def, Light.Plan, Runner1, TuneOptions(), nullptr);
+      searchSkeleton(Light.Def, Light.Plan, Runner1, TuneOptions(), nullptr);
   CHECK(find(Rs1, "m64n64w4s2").Status == CandidateStatus::Timed);
   CHECK(find(Rs1, "m64n32w4s2").Status == CandidateStatus::Timed);
   CHECK(find(Rs1, "m128n128w4s2").Status == CandidateStatus::Pruned);
@@ -200,7 +201,7 @@ TEST_CASE("a spilling candidate is pruned after compiling; the default is "
   Opts.MaxStackFrameBytes = 512;
   G.Plan.Limits.MaxStackFrameBytes = 512;
   std::vector<CandidateResult> Rs2 =
-      searchForward(G.Def, G.Plan, Runner2, Opts, nullptr);
+      searchSkeleton(G.Def, G.Plan, Runner2, Opts, nullptr);
   CHECK(find(Rs2, "m128n128w4s2").Status == CandidateStatus::Timed);
 }
 
@@ -210,13 +211,13 @@ TEST_CASE("a wrong candidate is rejected and never timed, however fast",
   FakeRunner Runner;
   // The fake's fastest configuration that fits: make it wrong.
   std::vector<CandidateResult> First =
-      searchForward(F.Def, F.Plan, Runner, TuneOptions(), nullptr);
+      searchSkeleton(F.Def, F.Plan, Runner, TuneOptions(), nullptr);
   std::string Fastest = First.front().Config;
   Fixture G;
   FakeRunner Wrong;
   Wrong.Wrong.insert(Fastest);
   std::vector<CandidateResult> Rs =
-      searchForward(G.Def, G.Plan, Wrong, TuneOptions(), nullptr);
+      searchSkeleton(G.Def, G.Plan, Wrong, TuneOptions(), nullptr);
   const CandidateResult &R = find(Rs, Fastest);
   CHECK(R.Status == CandidateStatus::Rejected);
   CHECK_THAT(R.Reason, Contains("reference"));
@@ -236,7 +237,7 @@ TEST_CASE("a compile failure is reported, not fatal", "[tuning][search]") {
   };
   FakeRunner Runner;
   std::vector<CandidateResult> Rs =
-      searchForward(F.Def, F.Plan, Runner, TuneOptions(), nullptr);
+      searchSkeleton(F.Def, F.Plan, Runner, TuneOptions(), nullptr);
   const CandidateResult &R = find(Rs, "m128n64w4s3");
   CHECK(R.Status == CandidateStatus::CompileFailed);
   CHECK_THAT(R.Reason, Contains("NVRTC failed to compile"));
@@ -254,7 +255,7 @@ TEST_CASE("the budget stops timing new candidates; the default still runs",
   std::string Log;
   llvm::raw_string_ostream OS(Log);
   std::vector<CandidateResult> Rs =
-      searchForward(F.Def, F.Plan, Runner, Opts, &OS);
+      searchSkeleton(F.Def, F.Plan, Runner, Opts, &OS);
   OS.flush();
   unsigned Skipped = 0, Timed = 0;
   for (const CandidateResult &R : Rs) {
@@ -272,22 +273,22 @@ TEST_CASE("the budget stops timing new candidates; the default still runs",
 TEST_CASE("fwd_sm90's space: shared memory prunes, the default goes first",
           "[tuning][search]") {
   Fixture F;
-  F.Plan.Base.Arch = "sm_90a";
-  F.Plan.Skeleton = "fwd_sm90";
-  F.Plan.Limits = ResourceLimits::forArch("sm_90a");
+  F.Plan.Target.Arch = GpuArch::Sm90a;
+  F.Plan.Skel = &skeletonNamed("fwd_sm90");
+  F.Plan.Limits = ResourceLimits::forArch(GpuArch::Sm90a);
   F.Plan.Default = codegen::Sm90Config::defaultFor(128, 128).str();
   // What ptxas gives fwd_sm90 at launch (setmaxnreg moves them later): 168
   // x 384 threads fit a block's 64K registers.
   F.Registers = 168;
   FakeRunner Runner;
   std::vector<CandidateResult> Rs =
-      searchForward(F.Def, F.Plan, Runner, TuneOptions(), nullptr);
+      searchSkeleton(F.Def, F.Plan, Runner, TuneOptions(), nullptr);
   REQUIRE(Rs.size() == codegen::Sm90Config::enumerate().size());
   unsigned Overflow = 0;
   for (const CandidateResult &R : Rs) {
     REQUIRE(codegen::Sm90Config::names(R.Config));
     codegen::Sm90Config C = codegen::Sm90Config::parse(R.Config);
-    if (C.sharedBytes(128, 128) > codegen::archSharedLimit("sm_90a")) {
+    if (C.sharedBytes(128, 128) > archSharedLimit(GpuArch::Sm90a)) {
       ++Overflow;
       CHECK(R.Status == CandidateStatus::Pruned);
       CHECK_THAT(R.Reason, Contains("shared memory"));
@@ -307,13 +308,13 @@ TEST_CASE("fwd_sm90's space: shared memory prunes, the default goes first",
   // 200 registers x 384 threads do not fit: the two-consumer configurations
   // are pruned after compiling, the one-consumer ones (256 threads) not.
   Fixture H;
-  H.Plan.Base.Arch = "sm_90a";
-  H.Plan.Skeleton = "fwd_sm90";
-  H.Plan.Limits = ResourceLimits::forArch("sm_90a");
+  H.Plan.Target.Arch = GpuArch::Sm90a;
+  H.Plan.Skel = &skeletonNamed("fwd_sm90");
+  H.Plan.Limits = ResourceLimits::forArch(GpuArch::Sm90a);
   H.Plan.Default = F.Plan.Default;
   FakeRunner Runner200;
   for (const CandidateResult &R :
-       searchForward(H.Def, H.Plan, Runner200, TuneOptions(), nullptr)) {
+       searchSkeleton(H.Def, H.Plan, Runner200, TuneOptions(), nullptr)) {
     if (R.Status != CandidateStatus::Pruned ||
         R.Reason.find("shared memory") != std::string::npos)
       continue;
@@ -325,11 +326,11 @@ TEST_CASE("fwd_sm90's space: shared memory prunes, the default goes first",
 
   // fwd_sm90 on an arch without wgmma: nothing compiles, the reason says why.
   Fixture G;
-  G.Plan.Skeleton = "fwd_sm90";
+  G.Plan.Skel = &skeletonNamed("fwd_sm90");
   G.Plan.Default = codegen::Sm90Config::defaultFor(128, 128).str();
   FakeRunner None;
   std::vector<CandidateResult> Rs80 =
-      searchForward(G.Def, G.Plan, None, TuneOptions(), nullptr);
+      searchSkeleton(G.Def, G.Plan, None, TuneOptions(), nullptr);
   for (const CandidateResult &R : Rs80) {
     CHECK(R.Status == CandidateStatus::Pruned);
     CHECK_THAT(R.Reason, Contains("sm_90a"));

@@ -76,8 +76,8 @@ TEST_CASE("attnc tune and bench usage errors exit 2", "[tuning][cli]") {
   Run G = attnc({"tune", "mamba2", "--shape", "1,2,128,64", "--skeleton",
                  "fwd_sm90", "-o", "x.json"});
   CHECK(G.Exit == 2);
-  CHECK_THAT(G.Err, Contains("'mamba2' is linear attention, tuned as "
-                             "linear_chunk"));
+  CHECK_THAT(G.Err, Contains("--skeleton: skeleton 'fwd_sm90' has no linear "
+                             "forward kernels; those that do: linear_chunk"));
   Run H = attnc({"tune", "mha", "--shape", "1,2,128,64", "--qk-heads", "1",
                  "-o", "x.json"});
   CHECK(H.Exit == 2);
@@ -85,8 +85,9 @@ TEST_CASE("attnc tune and bench usage errors exit 2", "[tuning][cli]") {
   Run I = attnc({"tune", "mha", "--shape", "1,2,128,64", "--skeleton",
                  "fwd_sm70", "-o", "x.json"});
   CHECK(I.Exit == 2);
-  CHECK_THAT(I.Err, Contains("--skeleton: expected fwd_sm80 or fwd_sm90, got "
-                             "'fwd_sm70'"));
+  CHECK_THAT(I.Err, Contains("--skeleton: skeleton 'fwd_sm70': no such "
+                             "skeleton; expected one of fwd_sm90, fwd_sm80, "
+                             "bwd_sm80, linear_chunk"));
 }
 
 TEST_CASE("attnc tune --skeleton fwd_sm90 on an arch without it is an error "
@@ -95,14 +96,15 @@ TEST_CASE("attnc tune --skeleton fwd_sm90 on an arch without it is an error "
   Run R = attnc({"tune", "mha", "--shape", "1,2,128,64", "--skeleton",
                  "fwd_sm90", "--arch", "sm_80", "-o", "x.json"});
   CHECK(R.Exit == 1);
-  CHECK_THAT(R.Err, Contains("attnc: error: --skeleton fwd_sm90: fwd_sm90 "
-                             "needs arch sm_90a (wgmma, setmaxnreg), not "
-                             "'sm_80'"));
+  CHECK_THAT(R.Err, Contains("attnc: error: skeleton fwd_sm90 cannot run "
+                             "forward f16 d64/64 sm_80: fwd_sm90 needs arch "
+                             "sm_90a (wgmma, setmaxnreg), not 'sm_80'"));
   Run D = attnc({"tune", "mha", "--shape", "1,2,128,96", "--skeleton",
                  "fwd_sm90", "--arch", "sm_90a", "-o", "x.json"});
   CHECK(D.Exit == 1);
-  CHECK_THAT(D.Err, Contains("--skeleton fwd_sm90: head_dim 96 is not "
-                             "supported by fwd_sm90"));
+  CHECK_THAT(D.Err, Contains("skeleton fwd_sm90 cannot run forward f16 "
+                             "d96/96 sm_90a: head_dim 96 is not supported by "
+                             "fwd_sm90"));
 }
 
 TEST_CASE("attnc tune refuses a tune file it cannot merge into",

@@ -218,8 +218,8 @@ TEST_CASE("a file that is not a version-1 tune file is an error naming it",
   CHECK(Error(WithSkeleton("fwd_sm90", "sm_90a", "sm90.m128n128s3")) ==
         "no error");
   CHECK_THAT(Error(WithSkeleton("fwd_sm90", "sm_90a", "m64n64w4s2")),
-             Contains("$.entries[0].config: config 'm64n64w4s2' is not an "
-                      "fwd_sm90 one"));
+             Contains("$.entries[0].config: config 'm64n64w4s2': expected "
+                      "sm90.m<block M>n<block N>s<stages>"));
   CHECK_THAT(Error(WithSkeleton("fwd_sm90", "sm_80", "sm90.m128n128s3")),
              Contains("fwd_sm90 needs arch sm_90a"));
   CHECK_THAT(Error(WithSkeleton("fwd_sm80", "sm_80", "sm90.m128n128s3")),
@@ -227,7 +227,7 @@ TEST_CASE("a file that is not a version-1 tune file is an error naming it",
                       "expected m<block M>"));
   CHECK(Error(WithSkeleton(
             "linear_chunk", "sm_90a",
-            codegen::LinearConfig::defaultFor(64, 64, "sm_90a").str())) ==
+            codegen::LinearConfig::defaultFor(64, 64, GpuArch::Sm90a).str())) ==
         "no error");
   CHECK_THAT(Error(WithSkeleton("linear_chunk", "sm_90a", "c32v64w4b16")),
              Contains("$.entries[0].config: linear config c32v64w4b16: "
@@ -235,7 +235,8 @@ TEST_CASE("a file that is not a version-1 tune file is an error naming it",
                       "column groups of a multiple of 16"));
   CHECK_THAT(Error(WithSkeleton("bwd_sm70", "sm_80", "m64n64w4s2")),
              Contains("$.entries[0].config: unknown skeleton 'bwd_sm70'; "
-                      "expected fwd_sm80, fwd_sm90 or linear_chunk"));
+                      "expected one of fwd_sm90, fwd_sm80, bwd_sm80, "
+                      "linear_chunk"));
 }
 
 TEST_CASE("reading: a missing file is empty, a bad one an error",

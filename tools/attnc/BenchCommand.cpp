@@ -2,10 +2,11 @@
 // backward) at one shape on this machine's GPU, with the configuration a
 // tune file, --config or the default gives.
 #include "Commands.h"
+#include "KernelChoice.h"
 #include "LinearCommands.h"
 
 #include "attn/runtime/Attention.h"
-#include "attn/runtime/ConfigSelect.h"
+#include "attn/runtime/Selector.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/EventTiming.h"
@@ -41,10 +42,11 @@ private:
   CallOpt<std::string> TuneFile{
       "tune-file", cl::desc("Use the tuned configuration from this file"),
       cl::value_desc("tune.json"), cl::init(""), cl::sub(Sub)};
-  CallOpt<std::string> Config{"config",
-                              cl::desc("Tile configuration, e.g. m128n64w4s2 "
-                                       "or, for linear attention, c64v64w4b8 "
-                                       "(wins over --tune-file)"),
+  CallOpt<std::string> Skeleton{
+      "skeleton",
+      cl::desc(skeletonOptionHelp()),
+      cl::init(""), cl::sub(Sub)};
+  CallOpt<std::string> Config{"config", cl::desc(configOptionHelp()),
                               cl::init(""), cl::sub(Sub)};
   CallOpt<std::string> Backend{"backend",
                                cl::desc("generated or reference (default: automatic)"),
@@ -65,10 +67,12 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   Sig.TensorLayout = parseLayoutArg(ProblemArgs.LayoutOpt);
   Sig.HeadDim = S.HeadDim;
   Sig.HeadDimV = S.HeadDimV;
+  Sig.Skeleton = Skeleton;
   Sig.Config = Config;
   Sig.TuneFile = TuneFile;
   Sig.Backend = Backend;
-  Sig.Arch = ProblemArgs.Arch;
+  if (!ProblemArgs.Arch.empty())
+    Sig.Arch = parseArch(ProblemArgs.Arch, "--arch");
   if (!Backend.empty() && Backend != "generated" && Backend != "reference")
     throw UsageError("--backend '" + Backend +
                      "': expected generated or reference");
@@ -81,12 +85,16 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   if (ProblemArgs.QkHeads != 0)
     throw UsageError("--qk-heads: '" + ProblemArgs.Name +
                      "' is not linear attention (it has no q/k head groups)");
-  if (!Config.empty())
-    (void)codegen::FwdConfig::parse(Config);
+  // Names are judged before any GPU work.
+  if (Backend == "reference" && (!Skeleton.empty() || !Config.empty()))
+    throw UsageError("--backend reference runs its own kernel; --skeleton "
+                     "and --config choose the generated backend's");
+  (void)policyFromOptions(
+      runtime::kernelTarget(compile(Def), Sig, Sig.Arch.value_or(GpuArch::Sm80),
+                            runtime::Direction::Forward),
+      Skeleton, Config);
   runtime::CudaDriver &D = runtime::CudaDriver::get();
   D.require();
-  std::string KernelArch = ProblemArgs.Arch.empty() ? runtime::currentDevice().arch()
-                                                    : ProblemArgs.Arch.getValue();
 
   runtime::Attention Att(Def, Sig);
   const CompiledDefinition &C = Att.definition();
@@ -118,22 +126,11 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   std::sort(Times.begin(), Times.end());
   double Median = Times[Times.size() / 2];
 
-  // What ran: the backend, and for the generated one the configuration and
-  // where it came from.
+  // What ran: the backend, and for the generated one the skeleton, the
+  // configuration and where it came from.
   std::string What = Att.lastBackend();
-  if (What == "generated") {
-    runtime::BackendProblem P{C, Sig, KernelArch, Call.Shape};
-    std::string Cfg = runtime::selectForwardConfig(P);
-    std::string From = "default";
-    if (!Sig.Config.empty())
-      From = "--config";
-    else if (!Sig.TuneFile.empty() &&
-             runtime::cachedTuneFile(Sig.TuneFile)
-                 ->find(runtime::makeTuneKey(C, Sig, KernelArch, TS,
-                                             runtime::currentDevice().Name)))
-      From = "tuned";
-    What += fmt::format(" {} ({})", Cfg, From);
-  }
+  if (What == "generated")
+    What += " " + Att.forwardChoiceFor(TS).str();
   bool Masked = C.Graph->decls().HasMask;
   double Flops = runtime::forwardFlops(C, TS, S.HeadDim, S.HeadDimV);
   OS << fmt::format("{} {} b{} h{} s{} d{}/{} {} {}: {}: {:.3f} ms  {:.1f} "
@@ -152,35 +149,26 @@ int BenchCommand::runLinear(const dsl::DefinitionBase &Def,
                      "' is linear attention, which has the generated "
                      "kernels only");
   LinearCommandArgs A =
-      linearCommandArgs(S, ProblemArgs.QkHeads, ProblemArgs.Dtype, ProblemArgs.LayoutOpt,
-                        Config, ProblemArgs.Arch);
+      linearCommandArgs(S, ProblemArgs.QkHeads, ProblemArgs.Dtype,
+                        ProblemArgs.LayoutOpt, Skeleton, Config, ProblemArgs.Arch);
   A.Sig.TuneFile = TuneFile;
   runtime::CudaDriver::get().require();
 
   runtime::LinearAttention Lin(Def, A.Sig);
   runtime::LinearProblem P(Lin.definition(), A.Sig, A.Shape, /*Sets=*/3,
                            /*Seed=*/7);
-  // Where the configuration came from: --config, a tune-file entry for this
-  // device and bucket, or the default.
-  codegen::LinearConfig Cfg = Lin.configFor(A.Shape);
-  std::string From = "default";
-  if (!A.Sig.Config.empty())
-    From = "--config";
-  else if (!A.Sig.TuneFile.empty() &&
-           runtime::cachedTuneFile(A.Sig.TuneFile)
-               ->find(runtime::makeLinearTuneKey(
-                   Lin.definition(), A.Sig, Lin.spec().Arch, A.Shape,
-                   runtime::currentDevice().Name)))
-    From = "tuned";
+  // The skeleton and configuration, and where they came from (named, a
+  // tune-file entry for this device and bucket, or the default).
+  runtime::KernelChoice Choice = Lin.choiceFor(A.Shape);
   double FwdMs = runtime::medianEventMs(
       [&](int I) { P.forward(Lin, I % P.sets()); }, Warmup, Repeats);
   double BwdMs = runtime::medianEventMs(
       [&](int I) { P.backward(Lin, I % P.sets()); }, Warmup, Repeats);
-  OS << fmt::format("{} {} {} d{}/{} {}: {} ({}): fwd {:.3f} ms  {:.0f} GB/s  "
+  OS << fmt::format("{} {} {} d{}/{} {}: {}: fwd {:.3f} ms  {:.0f} GB/s  "
                     "bwd {:.3f} ms  {:.0f} GB/s\n",
                     ProblemArgs.Name.getValue(), dtypeName(A.Sig.Dtype).str(),
                     runtime::linearShapeText(A.Shape), S.HeadDim, S.HeadDimV,
-                    layoutName(A.Sig.TensorLayout).str(), Cfg.str(), From, FwdMs,
+                    layoutName(A.Sig.TensorLayout).str(), Choice.str(), FwdMs,
                     P.forwardBytes() / FwdMs / 1e6, BwdMs,
                     P.backwardBytes() / BwdMs / 1e6);
   return 0;

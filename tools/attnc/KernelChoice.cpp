@@ -1,131 +1,133 @@
-// The kernel of `attnc emit` and `attnc compile`: skeleton, specification
-// and configuration from the kernel options.
+// The kernel of `attnc emit` and `attnc compile`: the options as a kernel
+// target and policy, and the selector's choice for them.
 #include "KernelChoice.h"
 #include "Commands.h"
 
 #include "attn/Pipeline.h"
 #include "attn/codegen/Codegen.h"
-#include "attn/codegen/LinearCodegen.h"
 #include "attn/runtime/CudaDriver.h"
-#include "attn/runtime/Errors.h"
+#include "attn/runtime/Selector.h"
+
+#include <fmt/format.h>
 
 namespace attn {
 
 namespace {
 
-/// The kernel spec of an attention definition's kernel.
-codegen::KernelSpec kernelSpec(const KernelRequest &Req) {
-  codegen::KernelSpec Spec;
-  std::optional<DType> T = dtypeFromName(Req.Dtype);
-  if (!T)
-    throw UserError("--dtype '" + Req.Dtype + "': expected f16 or bf16");
-  Spec.Dtype = *T;
-  Spec.HeadDim = Req.HeadDim;
-  Spec.HeadDimV = Req.HeadDimV ? Req.HeadDimV : Req.HeadDim;
-  Spec.Arch = Req.Arch;
-  // fwd_sm90 exists for sm_90a only: asking for it picks that arch.
-  bool Sm90 = !Req.Backward && codegen::Sm90Config::names(Req.Config);
-  if (Spec.Arch.empty() && Sm90)
-    Spec.Arch = "sm_90a";
-  if (Spec.Arch.empty()) {
-    Spec.Arch = "sm_80";
-    if (Req.ForCompile && runtime::CudaDriver::get().available())
-      Spec.Arch = runtime::currentDevice().arch();
+using runtime::Direction;
+using runtime::KernelChoice;
+using runtime::KernelPolicy;
+using runtime::KernelTarget;
+
+/// The arch without --arch: emit's sm_80, compile's GPU (sm_80 without one).
+GpuArch defaultArch(const KernelRequest &Req) {
+  if (Req.ForCompile && runtime::CudaDriver::get().available())
+    if (std::optional<GpuArch> A = runtime::currentDevice().arch())
+      return *A;
+  return GpuArch::Sm80;
+}
+
+/// The target of \p Req for \p Def, its arch resolved: --arch, else the
+/// default arch unless the skeleton \p P names cannot run there and runs on
+/// a later one (the first such).
+KernelTarget targetOf(const KernelRequest &Req, const CompiledDefinition &Def,
+                      DType Dtype, const std::string &SkeletonName,
+                      const std::string &Config) {
+  Direction Dir = Req.Backward ? Direction::Backward : Direction::Forward;
+  int DV = Req.HeadDimV ? Req.HeadDimV : Req.HeadDim;
+  KernelTarget T = KernelTarget::of(Def, Dir, Dtype, Req.HeadDim, DV,
+                                    GpuArch::Sm80);
+  if (!Req.Arch.empty()) {
+    T.Arch = parseArch(Req.Arch, "--arch");
+    return T;
   }
-  // A backward's --config is a BwdConfig (chooseKernel), an fwd_sm90 one an
-  // Sm90Config (sm90Kernel); the fwd_sm80 tiles then keep their default,
-  // which neither looks at.
-  Spec.Config = Req.Config.empty() || Req.Config == "sm80" || Req.Backward ||
-                        Sm90
-                    ? codegen::FwdConfig::defaultFor(Spec.HeadDim,
-                                                      Spec.HeadDimV, Spec.Arch)
-                    : codegen::FwdConfig::parse(Req.Config);
-  if (!Req.Backward && !Sm90)
-    Spec.validate();
-  return Spec;
-}
-
-/// The fwd_sm90 kernel that --config sm90 or sm90.mXnYsS asks for: the
-/// generated backend only; UserError where fwd_sm90 cannot serve the
-/// dtype, head dims, arch or configuration.
-codegen::KernelSource sm90Kernel(const KernelRequest &Req,
-                                 const CompiledDefinition &C,
-                                 const codegen::KernelSpec &Spec) {
-  if (Req.Backend != "generated")
-    throw UsageError("--config " + Req.Config +
-                     ": fwd_sm90 is the generated backend's; the " +
-                     Req.Backend + " backend takes no configuration");
-  codegen::Sm90Config Config =
-      Req.Config == "sm90"
-          ? codegen::Sm90Config::defaultFor(Spec.HeadDim, Spec.HeadDimV)
-          : codegen::Sm90Config::parse(Req.Config);
-  return codegen::generateForwardSm90(C, Spec, Config);
-}
-
-/// The forward kernel --backend names for \p C.
-codegen::KernelSource backendKernel(const KernelRequest &Req,
-                                    const CompiledDefinition &C,
-                                    const codegen::KernelSpec &Spec) {
-  if (Req.Backend == "generated")
-    return codegen::generateForward(C, Spec);
-  if (Req.Backend == "reference")
-    return codegen::generateReference(C, Spec);
-  throw UsageError("--backend '" + Req.Backend +
-                   "': expected generated or reference");
-}
-
-/// The linear_chunk kernel (forward, or with --backward the backward's) of
-/// a linear definition; --config is a LinearConfig ("c64v64w4b8").
-codegen::KernelSource linearKernel(const KernelRequest &Req,
-                                   const dsl::DefinitionBase &Def) {
-  codegen::LinearKernelSpec Spec;
-  std::optional<DType> T = dtypeFromName(Req.Dtype);
-  if (!T)
-    throw UserError("--dtype '" + Req.Dtype + "': expected f16 or bf16");
-  Spec.Dtype = *T;
-  Spec.HeadDim = Req.HeadDim;
-  Spec.HeadDimV = Req.HeadDimV ? Req.HeadDimV : Req.HeadDim;
-  Spec.Arch = Req.Arch;
-  if (Spec.Arch.empty()) {
-    Spec.Arch = "sm_80";
-    if (Req.ForCompile && runtime::CudaDriver::get().available())
-      Spec.Arch = runtime::currentDevice().arch();
+  T.Arch = defaultArch(Req);
+  KernelPolicy P = policyFromOptions(T, SkeletonName, Config);
+  const runtime::Skeleton *Named = P.Named ? P.Named : P.ConfigOf;
+  if (!Named || Named->unsupported(T).empty())
+    return T;
+  for (GpuArch A : AllGpuArchs) {
+    KernelTarget Other = T;
+    Other.Arch = A;
+    if (Named->unsupported(Other).empty())
+      return Other;
   }
-  Spec.Config = Req.Config.empty()
-                    ? codegen::LinearConfig::defaultFor(
-                          Spec.HeadDim, Spec.HeadDimV, Spec.Arch)
-                    : codegen::LinearConfig::parse(Req.Config);
-  if (Req.Backend != "generated")
-    throw UsageError("--backend '" + Req.Backend + "': '" + Def.name +
-                     "' is linear attention, which has the generated kernels "
-                     "only");
-  Spec.validate();
-  CompiledDefinition C = compile(Def);
-  return Req.Backward ? codegen::generateLinearBackward(C, Spec)
-                      : codegen::generateLinearForward(C, Spec);
+  return T; // the selector says why none serves
+}
+
+std::string describe(const CompiledDefinition &Def, const KernelTarget &T,
+                     const std::string &What) {
+  return fmt::format("{} {}: {}", Def.Graph->name(), T.str(), What);
 }
 
 } // namespace
 
-codegen::KernelSource chooseKernel(const KernelRequest &Req,
-                                   const dsl::Registry &Registry) {
-  const dsl::DefinitionBase *D = Registry.find(Req.Name);
-  if (D && D->kind() == ir::DefinitionKind::Linear)
-    return linearKernel(Req, *D);
-  codegen::KernelSpec Spec = kernelSpec(Req);
-  if (Req.Backward && Req.Backend != "generated")
-    throw UsageError("--backward: the " + Req.Backend +
-                     " backend has no backward kernel; the backward is "
-                     "generated (bwd_sm80)");
-  CompiledDefinition C = compile(Registry.get(Req.Name));
-  if (Req.Backward)
-    return Req.Config.empty()
-               ? codegen::generateBackward(C, Spec)
-               : codegen::generateBackward(
-                     C, Spec, codegen::BwdConfig::parse(Req.Config));
-  if (codegen::Sm90Config::names(Req.Config))
-    return sm90Kernel(Req, C, Spec);
-  return backendKernel(Req, C, Spec);
+const std::string &skeletonOptionHelp() {
+  static const std::string Help =
+      "The skeleton, by name: " + runtime::skeletonNames() +
+      " (default: the one the runtime runs for the definition, direction, "
+      "dtype, head dims and arch)";
+  return Help;
+}
+
+const std::string &configOptionHelp() {
+  static const std::string Help = [] {
+    std::string H = "The configuration, in its skeleton's form (default: "
+                    "tuned or the skeleton's default):";
+    for (const runtime::Skeleton *S : runtime::skeletonTable())
+      H += " " + S->name().str() + " " + S->configForm().str() + ";";
+    H.back() = '.';
+    return H;
+  }();
+  return Help;
+}
+
+runtime::KernelPolicy policyFromOptions(const KernelTarget &T,
+                                        const std::string &Skeleton,
+                                        const std::string &Config) {
+  try {
+    (void)KernelPolicy::parse(T, Skeleton, "");
+  } catch (const UserError &E) {
+    throw UsageError(std::string("--skeleton: ") + E.what());
+  }
+  try {
+    return KernelPolicy::parse(T, Skeleton, Config);
+  } catch (const UserError &E) {
+    throw UsageError(std::string("--config: ") + E.what());
+  }
+}
+
+ChosenKernel kernelForOptions(const KernelRequest &Req,
+                              const dsl::Registry &Registry) {
+  if (Req.Backend != "generated" && Req.Backend != "reference")
+    throw UsageError("--backend '" + Req.Backend +
+                     "': expected generated or reference");
+  std::optional<DType> Dtype = dtypeFromName(Req.Dtype);
+  if (!Dtype)
+    throw UsageError("--dtype '" + Req.Dtype + "': expected f16 or bf16");
+  const dsl::DefinitionBase &D = Registry.get(Req.Name);
+  bool Linear = D.kind() == ir::DefinitionKind::Linear;
+  if (Req.Backend == "reference") {
+    if (Linear)
+      throw UsageError("--backend 'reference': '" + D.name +
+                       "' is linear attention, which has the generated "
+                       "kernels only");
+    if (Req.Backward)
+      throw UsageError("--backward: the reference backend has no backward "
+                       "kernel; the backward is the generated backend's");
+    if (!Req.Skeleton.empty() || !Req.Config.empty())
+      throw UsageError("--backend reference runs its own kernel (ref_fwd); "
+                       "--skeleton and --config choose the generated "
+                       "backend's");
+  }
+  CompiledDefinition Def = compile(D);
+  KernelTarget T = targetOf(Req, Def, *Dtype, Req.Skeleton, Req.Config);
+  if (Req.Backend == "reference")
+    return {codegen::generateReference(Def, T.kernelSpec()),
+            describe(Def, T, "ref_fwd (the reference backend)")};
+  KernelChoice C = runtime::chooseWithoutShape(
+      T, policyFromOptions(T, Req.Skeleton, Req.Config));
+  return {C.Skel->generate(Def, T, C.Config), describe(Def, T, C.str())};
 }
 
 } // namespace attn

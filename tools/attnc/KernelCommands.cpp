@@ -27,6 +27,7 @@ struct KernelOptions {
   CallOpt<int> HeadDim;
   CallOpt<int> HeadDimV;
   CallOpt<std::string> Arch;
+  CallOpt<std::string> Skeleton;
   CallOpt<std::string> Config;
   CallOpt<std::string> Backend;
   CallOpt<bool> Backward;
@@ -45,12 +46,11 @@ KernelOptions::KernelOptions(cl::SubCommand &Sub)
            cl::desc("sm_80, sm_86, sm_89 or sm_90a (compile: default the "
                     "GPU's, else sm_80)"),
            cl::init(""), cl::sub(Sub)),
+      Skeleton("skeleton",
+               cl::desc(skeletonOptionHelp()),
+               cl::init(""), cl::sub(Sub)),
       Config("config",
-             cl::desc("Tile configuration: m128n64w4s2 (forward, fwd_sm80; "
-                      "sm80: its default), sm90 or sm90.m128n128s3 (forward, "
-                      "fwd_sm90; arch sm_90a), kv64x128w8.q128x64w8.s2 "
-                      "(--backward), c64v64w4b8 (linear) (default: "
-                      "fwd_sm80, chosen per head dim and arch)"),
+             cl::desc(configOptionHelp()),
              cl::init(""), cl::sub(Sub)),
       Backend("backend",
               cl::desc("Which kernel: generated (the fast skeleton) or "
@@ -58,10 +58,7 @@ KernelOptions::KernelOptions(cl::SubCommand &Sub)
                        "oracle)"),
               cl::init("generated"), cl::sub(Sub)),
       Backward("backward",
-               cl::desc("The backward's kernels instead of the forward "
-                        "(bwd_sm80 for attention definitions, with a "
-                        "backward --config such as kv64x128w8.q128x64w8.s2; "
-                        "the linear_chunk backward for linear ones)"),
+               cl::desc("The backward's kernels instead of the forward's"),
                cl::sub(Sub)) {}
 
 KernelRequest KernelOptions::request(bool ForCompile) const {
@@ -71,6 +68,7 @@ KernelRequest KernelOptions::request(bool ForCompile) const {
   R.HeadDim = HeadDim;
   R.HeadDimV = HeadDimV;
   R.Arch = Arch;
+  R.Skeleton = Skeleton;
   R.Config = Config;
   R.Backend = Backend;
   R.Backward = Backward;
@@ -97,11 +95,13 @@ private:
 };
 
 int EmitCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
-  codegen::KernelSource Src =
-      chooseKernel(Kernel.request(/*ForCompile=*/false), Registry);
+  ChosenKernel K =
+      kernelForOptions(Kernel.request(/*ForCompile=*/false), Registry);
   std::string Text =
-      Standalone ? inlineDeviceLibrary(Src.Source) : Src.Source;
+      Standalone ? inlineDeviceLibrary(K.Source.Source) : K.Source.Source;
   if (Output == "-") {
+    // stdout is the source: the choice goes to stderr.
+    llvm::errs() << "attnc: emit: " << K.Description << "\n";
     OS << Text;
     return 0;
   }
@@ -110,6 +110,7 @@ int EmitCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   if (EC)
     throw UserError("emit: cannot write '" + Output + "': " + EC.message());
   File << Text;
+  OS << "wrote " << Output << ": " << K.Description << "\n";
   return 0;
 }
 
@@ -126,9 +127,11 @@ private:
 
 int CompileCommand::run(const dsl::Registry &Registry,
                         llvm::raw_ostream &OS) {
-  codegen::KernelSource Src =
-      chooseKernel(Kernel.request(/*ForCompile=*/true), Registry);
-  runtime::CacheResult R = runtime::KernelCache::global().getOrCompile(Src);
+  ChosenKernel K =
+      kernelForOptions(Kernel.request(/*ForCompile=*/true), Registry);
+  runtime::CacheResult R =
+      runtime::KernelCache::global().getOrCompile(K.Source);
+  OS << fmt::format("kernel:   {}\n", K.Description);
   OS << fmt::format("key:      {}\n", R.FullKey);
   OS << fmt::format("source:   {} (cache {})\n",
                     runtime::cacheSourceName(R.Source),

@@ -1,5 +1,6 @@
 // Options of `attnc bench` and `attnc tune` for linear definitions.
 #include "LinearCommands.h"
+#include "KernelChoice.h"
 
 #include "attn/codegen/LinearCodegen.h"
 
@@ -10,6 +11,7 @@ namespace attn {
 LinearCommandArgs linearCommandArgs(const ShapeArg &S, int QkHeads,
                                     const std::string &Dtype,
                                     const std::string &Layout,
+                                    const std::string &Skeleton,
                                     const std::string &Config,
                                     const std::string &Arch) {
   LinearCommandArgs A;
@@ -17,29 +19,24 @@ LinearCommandArgs linearCommandArgs(const ShapeArg &S, int QkHeads,
   A.Sig.TensorLayout = parseLayoutArg(Layout);
   A.Sig.HeadDim = S.HeadDim;
   A.Sig.HeadDimV = S.HeadDimV;
-  A.Sig.Config = Config;
-  A.Sig.Arch = Arch;
   if (QkHeads < 0 || (QkHeads > 0 && S.Heads % QkHeads != 0))
     throw UsageError(fmt::format("--qk-heads {}: expected a divisor of the "
                                  "{} heads of --shape",
                                  QkHeads, S.Heads));
   A.Shape = {S.Batch, S.Heads, QkHeads > 0 ? QkHeads : S.Heads, S.Seq};
-  codegen::LinearKernelSpec Spec;
-  Spec.Dtype = A.Sig.Dtype;
-  Spec.HeadDim = S.HeadDim;
-  Spec.HeadDimV = S.HeadDimV;
-  Spec.Arch = Arch.empty() ? "sm_80" : Arch;
-  if (!Config.empty()) {
-    try {
-      Spec.Config = codegen::LinearConfig::parse(Config);
-    } catch (const UserError &E) {
-      throw UsageError(std::string("--config: ") + E.what());
-    }
-  } else {
-    Spec.Config =
-        codegen::LinearConfig::defaultFor(S.HeadDim, S.HeadDimV, Spec.Arch);
-  }
-  Spec.validate();
+  if (!Arch.empty())
+    A.Sig.Arch = parseArch(Arch, "--arch");
+  A.Sig.Skeleton = Skeleton;
+  A.Sig.Config = Config;
+  // Judged before any GPU work: for --arch, or with sm_80's rules (the
+  // GPU's arch is judged again once it is known).
+  runtime::KernelTarget T;
+  T.Kind = ir::DefinitionKind::Linear;
+  T.Dtype = A.Sig.Dtype;
+  T.HeadDim = S.HeadDim;
+  T.HeadDimV = S.HeadDimV;
+  T.Arch = A.Sig.Arch.value_or(GpuArch::Sm80);
+  (void)runtime::chooseWithoutShape(T, policyFromOptions(T, Skeleton, Config));
   return A;
 }
 

@@ -3,10 +3,11 @@
 // and backward), at one shape on this machine's GPU and merge the result
 // into a tune file.
 #include "Commands.h"
+#include "KernelChoice.h"
 #include "LinearCommands.h"
 
 #include "attn/Pipeline.h"
-#include "attn/runtime/ConfigSelect.h"
+#include "attn/runtime/Selector.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/LinearProblem.h"
@@ -52,9 +53,7 @@ private:
       cl::value_desc("bytes"), cl::init(0), cl::sub(Sub)};
   CallOpt<std::string> Skeleton{
       "skeleton",
-      cl::desc("fwd_sm80 or fwd_sm90 (default: the one a call runs: fwd_sm90 "
-               "on sm_90a where it supports the head dims); linear_chunk for "
-               "a linear definition"),
+      cl::desc(skeletonOptionHelp()),
       cl::init(""), cl::sub(Sub)};
   CallOpt<int> Repeats{"repeats",
                        cl::desc("Timed calls per candidate (the median "
@@ -90,44 +89,28 @@ int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   if (ProblemArgs.QkHeads != 0)
     throw UsageError("--qk-heads: '" + ProblemArgs.Name +
                      "' is not linear attention (it has no q/k head groups)");
-  if (Skeleton == "fwd_sm80")
-    Sig.Config = "sm80";
-  else if (Skeleton == "fwd_sm90")
-    Sig.Config = "sm90";
-  else if (!Skeleton.empty())
-    throw UsageError("--skeleton: expected fwd_sm80 or fwd_sm90, got '" +
-                     Skeleton + "'");
+  Sig.Skeleton = Skeleton;
   // A tune file we could not merge into is refused before any work.
   (void)runtime::readTuneFile(Output);
-
-  // With --arch, what the skeleton cannot serve is said before the GPU is
-  // asked for.
-  std::string KernelArch = ProblemArgs.Arch;
-  if (KernelArch.empty()) {
-    runtime::CudaDriver::get().require();
-    KernelArch = runtime::currentDevice().arch();
-  }
-  codegen::KernelSpec Spec;
-  Spec.Dtype = Sig.Dtype;
-  Spec.HeadDim = Sig.HeadDim;
-  Spec.HeadDimV = Sig.HeadDimV;
-  Spec.Arch = KernelArch;
-  // The skeleton is part of the tune key: an fwd_sm80 entry serves calls
-  // that ask for fwd_sm80 (Config "sm80"), an fwd_sm90 one the default path.
-  if (runtime::chooseForwardSkeleton(Sig, KernelArch) == "fwd_sm90") {
-    codegen::Sm90Config Default =
-        codegen::Sm90Config::defaultFor(Sig.HeadDim, Sig.HeadDimV);
-    if (std::string Why = codegen::sm90Unsupported(Spec, Default);
-        !Why.empty())
-      throw UserError("--skeleton fwd_sm90: " + Why);
-  } else {
-    Spec.Config =
-        codegen::FwdConfig::defaultFor(Sig.HeadDim, Sig.HeadDimV, KernelArch);
-    Spec.validate();
-  }
-
-  runtime::CudaDriver::get().require();
   CompiledDefinition C = compile(Def);
+  // A skeleton name is judged before the GPU is asked for, and with
+  // --arch what the skeleton cannot serve too.
+  runtime::KernelTarget T = runtime::kernelTarget(C, Sig, GpuArch::Sm80,
+                                                  runtime::Direction::Forward);
+  runtime::KernelPolicy Policy = policyFromOptions(T, Sig.Skeleton, "");
+  if (ProblemArgs.Arch.empty()) {
+    runtime::CudaDriver::get().require();
+    T.Arch = runtime::resolveArch(std::nullopt);
+  } else {
+    T.Arch = parseArch(ProblemArgs.Arch, "--arch");
+  }
+  GpuArch KernelArch = T.Arch;
+  // The skeleton is part of the tune key: an fwd_sm80 entry serves calls
+  // that ask for fwd_sm80, an fwd_sm90 one the default path.
+  runtime::KernelChoice Start = runtime::chooseWithoutShape(T, Policy);
+  OS << fmt::format("tuning {} {}: {} from its default {}\n", C.Graph->name(),
+                    T.str(), Start.Skel->name().str(), Start.configText());
+  runtime::CudaDriver::get().require();
   runtime::TuneShape TS{S.Batch, S.Heads, S.Heads, S.Seq, S.Seq};
   runtime::TuneResult R =
       runtime::tuneForward(C, Sig, KernelArch, TS, Opts, &llvm::errs());
@@ -138,17 +121,19 @@ int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
 
 int TuneCommand::runLinear(const dsl::DefinitionBase &Def, const ShapeArg &S,
                            runtime::TuneOptions Opts, llvm::raw_ostream &OS) {
-  if (!Skeleton.empty() && Skeleton != runtime::LinearSkeleton)
-    throw UsageError("--skeleton '" + Skeleton + "': '" + ProblemArgs.Name +
-                     "' is linear attention, tuned as linear_chunk");
-  LinearCommandArgs A = linearCommandArgs(S, ProblemArgs.QkHeads, ProblemArgs.Dtype,
-                                          ProblemArgs.LayoutOpt, "", ProblemArgs.Arch);
+  LinearCommandArgs A =
+      linearCommandArgs(S, ProblemArgs.QkHeads, ProblemArgs.Dtype,
+                        ProblemArgs.LayoutOpt, Skeleton, "", ProblemArgs.Arch);
   (void)runtime::readTuneFile(Output);
   runtime::CudaDriver::get().require();
-  const runtime::DeviceInfo &Dev = runtime::currentDevice();
-  std::string KernelArch =
-      ProblemArgs.Arch.empty() ? Dev.arch() : ProblemArgs.Arch.getValue();
+  GpuArch KernelArch = runtime::resolveArch(A.Sig.Arch);
   CompiledDefinition C = compile(Def);
+  runtime::KernelTarget T = runtime::linearKernelTarget(
+      C, A.Sig, KernelArch, runtime::Direction::Forward);
+  runtime::KernelChoice Start = runtime::chooseWithoutShape(
+      T, runtime::KernelPolicy::parse(T, A.Sig.Skeleton, A.Sig.Config));
+  OS << fmt::format("tuning {} {}: {} from its default {}\n", C.Graph->name(),
+                    T.str(), Start.Skel->name().str(), Start.configText());
   runtime::TuneResult R = runtime::tuneLinear(C, A.Sig, KernelArch, A.Shape,
                                               Opts, &llvm::errs());
   runtime::mergeIntoTuneFile(Output, {R.Entry});

@@ -49,7 +49,7 @@ int main(int Argc, char **Argv) {
     if (Argc > ConfigArg)
       Sig.Config = Argv[ConfigArg];
     if (CompileOnly) {
-      Sig.Arch = CompileOnly;
+      Sig.Arch = parseArch(CompileOnly, "ATTNC_BENCH_COMPILE_ONLY");
       runtime::Attention Att(Def, Sig);
       std::printf("compiled %s for %s: %s\n", Name.c_str(), CompileOnly,
                   Att.source().Key.c_str());

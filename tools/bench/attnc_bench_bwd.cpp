@@ -11,7 +11,6 @@
 // or kv64x128w8.fused.s2 for the fused dQ mode). The forward kernel
 // makes out and the final rowscales once per input set; only the backward
 // is timed. FLOPs: 2.5 x the forward's 4·B·H·S²·D, halved for causal.
-#include "BackwardRunner.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
 #include "attn/runtime/DtypeBits.h"
@@ -45,17 +44,11 @@ int main(int Argc, char **Argv) {
     Sig.Dtype = T;
     Sig.HeadDim = D;
     Sig.HeadDimV = D;
+    if (Argc > 7)
+      Sig.BackwardConfig = Argv[7];
     runtime::Attention Fwd(Def, Sig);
     const CompiledDefinition &CD = Fwd.definition();
     const ir::Graph &G = *CD.Graph;
-    codegen::KernelSpec Spec;
-    Spec.Dtype = T;
-    Spec.HeadDim = Spec.HeadDimV = D;
-    Spec.Arch = runtime::currentDevice().arch();
-    std::optional<codegen::BwdConfig> Cfg;
-    if (Argc > 7)
-      Cfg = codegen::BwdConfig::parse(Argv[7]);
-    runtime::BackwardRunner Bwd(CD, Spec, Layout::BSHD, Cfg);
     runtime::ElemType ET =
         T == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
 
@@ -125,16 +118,15 @@ int main(int Argc, char **Argv) {
       runtime::TensorView Q = View(*St.Q), K = View(*St.K), V = View(*St.V),
                           O = View(*St.O), dO = View(*St.DO), F = FinalsView(*St.F),
                           dQ = View(GQ), dK = View(GK), dV = View(GV);
-      runtime::BackwardTensors Ts{Q, K, V, &O, dO, NumFinals ? &F : nullptr,
-                                  dQ, dK, dV};
-      Bwd.run(Ts, Inputs, Grads);
+      Fwd.backward(Q, K, V, &O, dO, NumFinals ? &F : nullptr, dQ, dK, dV,
+                   Inputs, Grads);
     };
     double Median = runtime::medianEventMs([&](int I) { Run(I % 3); }, 5, 30);
     bool Causal = G.decls().HasMask; // every masked example here is causal
     double Flops = 2.5 * 4.0 * B * H * double(S) * S * D * (Causal ? 0.5 : 1.0);
     std::printf("attnc-bwd %-12s %s B%d H%d S%d D%d %s %s: %.3f ms  %.1f TFLOPS\n",
                 Name.c_str(), dtypeName(T).str().c_str(), B, H, S, D,
-                Causal ? "causal" : "full", Bwd.source().Key.c_str(), Median,
+                Causal ? "causal" : "full", Fwd.backwardChoice().str().c_str(), Median,
                 Flops / (Median * 1e-3) / 1e12);
     return 0;
   } catch (const std::exception &E) {

@@ -19,14 +19,6 @@ namespace attn::codegen {
 
 namespace {
 
-/// The opt-in dynamic shared memory of a CTA on each arch.
-int sharedLimitOf(const std::string &Arch) {
-  if (Arch == "sm_80")
-    return 163 * 1024;
-  if (Arch == "sm_90a")
-    return 227 * 1024;
-  return 99 * 1024; // sm_86, sm_89
-}
 
 /// The most custom inputs with gradients (attnc::kMaxInputGrads).
 constexpr size_t MaxInputGrads = 8;
@@ -84,14 +76,14 @@ int BwdConfig::dqSharedBytes(int D, int DV) const {
          Stages * (tileBytes(QBlockN, D) + tileBytes(QBlockN, DV));
 }
 
-BwdConfig BwdConfig::defaultFor(int D, int DV, const std::string &Arch) {
+BwdConfig BwdConfig::defaultFor(int D, int DV, GpuArch Arch) {
   // One m16 key tile per warp keeps the dK/dV kernel's four accumulators
   // (dK, dV, Sᵀ, dPᵀ) within the register file: 192 floats a thread at
   // 128/128 with 64-row query steps. DV = 256 needs 32-row steps.
   BwdConfig C;
   if (DV > 128)
     C = BwdConfig{32, 128, 8, 64, 64, 4, 2};
-  bool Small = sharedLimitOf(Arch) < 128 * 1024;
+  bool Small = archSharedLimit(Arch) < 128 * 1024;
   if (Small) {
     // sm_86/sm_89: 99 KiB. Halve the key block of the dK/dV kernel and the
     // query block of the dQ kernel; 32-row dK/dV steps, which keep Pᵀ and
@@ -130,10 +122,6 @@ void validateBackward(const KernelSpec &Spec, const BwdConfig &C, int NumFinals,
         "head_dim_v 256 is supported by bwd_sm80 with head_dim 128 only, got "
         "head_dim {}",
         Spec.HeadDim));
-  if (Spec.Arch != "sm_80" && Spec.Arch != "sm_86" && Spec.Arch != "sm_89" &&
-      Spec.Arch != "sm_90a")
-    throw UserError("arch '" + Spec.Arch +
-                    "' is not supported; expected sm_80, sm_86, sm_89 or sm_90a");
   std::string Name = C.str();
   for (auto [What, W] : {std::pair{"kv", C.KvWarps}, {"q", C.QWarps}})
     if (W != 4 && W != 8)
@@ -208,7 +196,7 @@ void validateBackward(const KernelSpec &Spec, const BwdConfig &C, int NumFinals,
         "floats a thread for d{}/{}; at most 224 fit in registers (fewer keys "
         "per warp or a smaller query step)",
         Name, Floats, Spec.HeadDim, Spec.HeadDimV));
-  int Limit = sharedLimitOf(Spec.Arch);
+  int Limit = archSharedLimit(Spec.Arch);
   int KvBytes = C.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum);
   int QBytes = C.FusedDq ? 0 : C.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV);
   for (auto [What, Bytes] : {std::pair{"dK/dV", KvBytes}, {"dQ", QBytes}})
@@ -216,14 +204,14 @@ void validateBackward(const KernelSpec &Spec, const BwdConfig &C, int NumFinals,
       throw UserError(fmt::format(
           "backward config {}: the {} kernel needs {} bytes of shared memory "
           "for d{}/{}; {} has {}",
-          Name, What, Bytes, Spec.HeadDim, Spec.HeadDimV, Spec.Arch, Limit));
+          Name, What, Bytes, Spec.HeadDim, Spec.HeadDimV, archName(Spec.Arch).str(), Limit));
 }
 
 std::string backwardKey(const CompiledDefinition &Def, const KernelSpec &Spec,
                         const BwdConfig &Config) {
   return fmt::format("{}.bwd_sm80.{}.d{}x{}.{}.{}", Def.Graph->name(),
                      dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
-                     Spec.Arch, Config.str());
+                     archName(Spec.Arch).str(), Config.str());
 }
 
 KernelSource generateBackward(const CompiledDefinition &Def,

@@ -39,7 +39,7 @@ int FwdConfig::sharedBytes(int D, int DV) const {
   return 2 * (BlockM * D + Stages * BlockN * (D + DV));
 }
 
-FwdConfig FwdConfig::defaultFor(int D, int DV, const std::string &Arch) {
+FwdConfig FwdConfig::defaultFor(int D, int DV, GpuArch Arch) {
   int Widest = std::max(D, DV);
   FwdConfig Wide{128, 64, 4, 2};
   if (Widest <= 64)
@@ -80,23 +80,12 @@ std::string FwdConfig::structuralError() const {
   return "";
 }
 
-int archSharedLimit(const std::string &Arch) {
-  if (Arch == "sm_80")
-    return 163 * 1024;
-  if (Arch == "sm_90a")
-    return 227 * 1024;
-  return 99 * 1024; // sm_86, sm_89
-}
-
 void KernelSpec::validate() const {
   for (auto [Name, V] : {std::pair{"head_dim", HeadDim}, {"head_dim_v", HeadDimV}})
     if (V != 64 && V != 128 && V != 192 && V != 256)
       throw UserError(fmt::format(
           "{} {} is not supported by fwd_sm80; expected 64, 128, 192 or 256",
           Name, V));
-  if (Arch != "sm_80" && Arch != "sm_86" && Arch != "sm_89" && Arch != "sm_90a")
-    throw UserError("arch '" + Arch +
-                    "' is not supported; expected sm_80, sm_86, sm_89 or sm_90a");
   const FwdConfig &C = Config;
   if (std::string Why = C.structuralError(); !Why.empty())
     throw UserError(Why);
@@ -104,13 +93,13 @@ void KernelSpec::validate() const {
   if (Bytes > archSharedLimit(Arch))
     throw UserError(fmt::format(
         "config {} needs {} bytes of shared memory for d{}/{}; {} has {}",
-        C.str(), Bytes, HeadDim, HeadDimV, Arch, archSharedLimit(Arch)));
+        C.str(), Bytes, HeadDim, HeadDimV, archName(Arch).str(), archSharedLimit(Arch)));
 }
 
 std::string forwardKey(const CompiledDefinition &Def, const KernelSpec &Spec) {
   return fmt::format("{}.fwd_sm80.{}.d{}x{}.{}.{}", Def.Graph->name(),
                      dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
-                     Spec.Arch, Spec.Config.str());
+                     archName(Spec.Arch).str(), Spec.Config.str());
 }
 
 

@@ -41,7 +41,7 @@ Sm90Config Sm90Config::defaultFor(int D, int DV) {
   // Three stages where they fit: with two, the next K/V load can start
   // only once P·V of the block before has finished, and its latency shows.
   Sm90Config C{128, std::max(D, DV) > 128 ? 64 : 128, 3};
-  if (C.sharedBytes(D, DV) > archSharedLimit("sm_90a"))
+  if (C.sharedBytes(D, DV) > archSharedLimit(GpuArch::Sm90a))
     C.Stages = 2;
   return C;
 }
@@ -71,9 +71,9 @@ std::string Sm90Config::structuralError() const {
 }
 
 std::string sm90Unsupported(const KernelSpec &Spec, const Sm90Config &C) {
-  if (Spec.Arch != "sm_90a")
+  if (!archHasWgmma(Spec.Arch))
     return "fwd_sm90 needs arch sm_90a (wgmma, setmaxnreg), not '" +
-           Spec.Arch + "'";
+           archName(Spec.Arch).str() + "'";
   for (auto [Name, V] :
        {std::pair{"head_dim", Spec.HeadDim}, {"head_dim_v", Spec.HeadDimV}})
     if (V != 64 && V != 128 && V != 192 && V != 256)
@@ -83,11 +83,11 @@ std::string sm90Unsupported(const KernelSpec &Spec, const Sm90Config &C) {
   if (std::string Why = C.structuralError(); !Why.empty())
     return Why;
   int Bytes = C.sharedBytes(Spec.HeadDim, Spec.HeadDimV);
-  if (Bytes > archSharedLimit("sm_90a"))
+  if (Bytes > archSharedLimit(GpuArch::Sm90a))
     return fmt::format(
         "config {} needs {} bytes of shared memory for d{}/{}; sm_90a has {}",
         C.str(), Bytes, Spec.HeadDim, Spec.HeadDimV,
-        archSharedLimit("sm_90a"));
+        archSharedLimit(GpuArch::Sm90a));
   return "";
 }
 
@@ -95,7 +95,7 @@ std::string forwardKeySm90(const CompiledDefinition &Def,
                            const KernelSpec &Spec, const Sm90Config &C) {
   return fmt::format("{}.fwd_sm90.{}.d{}x{}.{}.{}", Def.Graph->name(),
                      dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
-                     Spec.Arch, C.str());
+                     archName(Spec.Arch).str(), C.str());
 }
 
 KernelSource generateForwardSm90(const CompiledDefinition &Def,

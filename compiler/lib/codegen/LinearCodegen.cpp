@@ -41,7 +41,7 @@ LinearConfig LinearConfig::parse(const std::string &Text) {
   return C;
 }
 
-LinearConfig LinearConfig::defaultFor(int D, int DV, const std::string &Arch) {
+LinearConfig LinearConfig::defaultFor(int D, int DV, GpuArch Arch) {
   LinearConfig C;
   C.Warps = D <= 128 ? 4 : 8;
   C.BwdWarps = D <= 64 ? 4 : 8;
@@ -66,7 +66,7 @@ LinearConfig LinearConfig::defaultFor(int D, int DV, const std::string &Arch) {
   if (!Wide.structuralError(D, DV).empty())
     return C;
   for (auto [Name, Bytes] : linearSharedBytes(S).byKernel())
-    if (Bytes > linearSharedLimit(Arch))
+    if (Bytes > archSharedLimit(Arch))
       return C;
   return Wide;
 }
@@ -148,16 +148,8 @@ std::string LinearConfig::structuralError(int D, int DV) const {
   return E;
 }
 
-int linearSharedLimit(const std::string &Arch) {
-  if (Arch == "sm_80")
-    return 163 * 1024;
-  if (Arch == "sm_90a")
-    return 227 * 1024;
-  return 99 * 1024; // sm_86, sm_89
-}
-
 LinearSmem linearSharedBytes(const LinearKernelSpec &Spec) {
-  const int Limit = linearSharedLimit(Spec.Arch);
+  const int Limit = archSharedLimit(Spec.Arch);
   const LinearConfig &C = Spec.Config;
   const int D = Spec.HeadDim;
   LinearSmem S;
@@ -199,33 +191,30 @@ void LinearKernelSpec::validate() const {
                                 "kernels; expected a multiple of 64 from 64 "
                                 "to 512",
                                 HeadDimV));
-  if (Arch != "sm_80" && Arch != "sm_86" && Arch != "sm_89" && Arch != "sm_90a")
-    throw UserError("arch '" + Arch +
-                    "' is not supported; expected sm_80, sm_86, sm_89 or sm_90a");
   if (std::string E = Config.structuralError(HeadDim, HeadDimV); !E.empty())
     throw UserError("linear config " + Config.str() + ": " + E);
   LinearSmem S = linearSharedBytes(*this);
-  int Limit = linearSharedLimit(Arch);
+  int Limit = archSharedLimit(Arch);
   for (auto [Name, Bytes] : S.byKernel())
     if (Bytes > Limit)
       throw UserError(fmt::format(
           "linear config {}: the {} needs {} bytes of shared memory for "
           "d{}/{}; {} has {}",
-          Config.str(), Name, Bytes, HeadDim, HeadDimV, Arch, Limit));
+          Config.str(), Name, Bytes, HeadDim, HeadDimV, archName(Arch).str(), Limit));
 }
 
 std::string linearForwardKey(const CompiledDefinition &Def,
                              const LinearKernelSpec &Spec) {
   return fmt::format("{}.linear_fwd.{}.d{}x{}.{}.{}", Def.Graph->name(),
                      dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
-                     Spec.Arch, Spec.Config.str());
+                     archName(Spec.Arch).str(), Spec.Config.str());
 }
 
 std::string linearBackwardKey(const CompiledDefinition &Def,
                               const LinearKernelSpec &Spec) {
   return fmt::format("{}.linear_bwd.{}.d{}x{}.{}.{}", Def.Graph->name(),
                      dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
-                     Spec.Arch, Spec.Config.str());
+                     archName(Spec.Arch).str(), Spec.Config.str());
 }
 
 namespace {

@@ -26,7 +26,7 @@ KernelSource generateReference(const CompiledDefinition &Def,
   KernelSource Src;
   Src.Key = fmt::format("{}.ref_fwd.{}.d{}x{}.{}", Def.Graph->name(),
                         dtypeName(Spec.Dtype).str(), Spec.HeadDim,
-                        Spec.HeadDimV, Spec.Arch);
+                        Spec.HeadDimV, archName(Spec.Arch).str());
   Src.Arch = Spec.Arch;
   Src.Entries = {"attnc_ref_fwd"};
   std::map<std::string, std::string> Values =

@@ -4,6 +4,7 @@
 #define ATTN_CODEGEN_CODEGEN_H
 
 #include "attn/Pipeline.h"
+#include "attn/codegen/Arch.h"
 #include "attn/codegen/KernelSource.h"
 #include "attn/dsl/Problem.h"
 
@@ -31,7 +32,7 @@ struct FwdConfig {
   /// head dims up to 128 where shared memory allows; 128x32 over 4 warps
   /// for head dim 64; 64x32 over 4 warps for head dims above 128 (the O
   /// accumulator alone is then 128 registers a thread).
-  static FwdConfig defaultFor(int D, int DV, const std::string &Arch);
+  static FwdConfig defaultFor(int D, int DV, GpuArch Arch);
   /// The autotuner's search space for this skeleton: BlockM {64,128,256} x
   /// BlockN {32,64,128} x Warps {4,8} x Stages {2,3}, keeping only what
   /// structuralError() accepts. Shared memory is not checked: it depends on
@@ -49,16 +50,12 @@ struct FwdConfig {
   bool operator!=(const FwdConfig &O) const { return !(*this == O); }
 };
 
-/// Dynamic shared memory a CTA may use on \p Arch (sm_80: 163 KiB, sm_90a:
-/// 227 KiB, sm_86/sm_89: 99 KiB), the opt-in limit of that architecture.
-int archSharedLimit(const std::string &Arch);
-
 /// Everything that selects one kernel besides the definition.
 struct KernelSpec {
   DType Dtype = DType::F16;
   int HeadDim = 128;
   int HeadDimV = 128;
-  std::string Arch = "sm_80"; ///< sm_80, sm_86, sm_89 or sm_90a
+  GpuArch Arch = GpuArch::Sm80;
   FwdConfig Config;           ///< see FwdConfig::defaultFor
   /// UserError naming the field when a value is unsupported.
   void validate() const;
@@ -127,7 +124,7 @@ struct BwdConfig {
   int dkdvSharedBytes(int D, int DV, int NumFinals, bool Doosum) const;
   int dqSharedBytes(int D, int DV) const;
   /// The configuration used when none is given (docs/codegen.md).
-  static BwdConfig defaultFor(int D, int DV, const std::string &Arch);
+  static BwdConfig defaultFor(int D, int DV, GpuArch Arch);
 };
 
 /// UserError naming the field when bwd_sm80 cannot be instantiated for

@@ -3,6 +3,8 @@
 #ifndef ATTN_CODEGEN_KERNELSOURCE_H
 #define ATTN_CODEGEN_KERNELSOURCE_H
 
+#include "attn/codegen/Arch.h"
+
 #include <string>
 #include <vector>
 
@@ -19,8 +21,8 @@ struct KernelSource {
   std::vector<std::string> Entries;
   /// The CUDA C++ text.
   std::string Source;
-  /// "sm_80", "sm_86", "sm_89" or "sm_90a".
-  std::string Arch;
+  /// The target NVRTC compiles it for.
+  GpuArch Arch = GpuArch::Sm80;
 };
 
 } // namespace attn::codegen

@@ -5,6 +5,7 @@
 #define ATTN_CODEGEN_LINEARCODEGEN_H
 
 #include "attn/Pipeline.h"
+#include "attn/codegen/Arch.h"
 #include "attn/codegen/KernelSource.h"
 #include "attn/dsl/Problem.h"
 
@@ -35,7 +36,7 @@ struct LinearConfig {
   /// of 128 and they fit \p Arch's shared memory, else of 64; the fewest
   /// warps that keep every warp's share of the state at 32 rows or less
   /// (docs/linear.md).
-  static LinearConfig defaultFor(int D, int DV, const std::string &Arch);
+  static LinearConfig defaultFor(int D, int DV, GpuArch Arch);
   /// Why the skeletons cannot be instantiated with this configuration for
   /// head dims \p D and \p DV, or empty. Shared memory is not checked here.
   std::string structuralError(int D, int DV) const;
@@ -50,7 +51,7 @@ struct LinearKernelSpec {
   DType Dtype = DType::F16;
   int HeadDim = 128;  ///< D of q and k: 64, 128 or 256
   int HeadDimV = 128; ///< DV of v: a multiple of Config.SliceV, 64 to 512
-  std::string Arch = "sm_80";
+  GpuArch Arch = GpuArch::Sm80;
   LinearConfig Config;
   /// UserError naming the field when a value is unsupported (head dims,
   /// arch, the configuration's structure, shared memory on the arch).
@@ -84,9 +85,6 @@ LinearSmem linearSharedBytes(const LinearKernelSpec &Spec);
 /// every head dim is a multiple) and its warps (16 rows each).
 constexpr int LinearStateRows = 64;
 constexpr int LinearStateWarps = 4;
-
-/// Dynamic shared memory a CTA may use on \p Arch (the opt-in limit).
-int linearSharedLimit(const std::string &Arch);
 
 /// Value slices (DV / SliceV) and chunks of \p Seq tokens.
 inline int linearSlices(const LinearKernelSpec &S) {

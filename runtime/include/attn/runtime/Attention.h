@@ -8,6 +8,7 @@
 #include "attn/dsl/Definition.h"
 #include "attn/dsl/Problem.h"
 #include "attn/runtime/KernelCache.h"
+#include "attn/runtime/Selector.h"
 
 #include <cuda.h>
 
@@ -46,25 +47,45 @@ using InputValue = std::variant<float, TensorView>;
 using InputMap = std::map<std::string, InputValue>;
 
 /// What is fixed when an Attention is made. Sequence lengths, batch and
-/// head counts are read from the tensors at each call.
+/// head counts are read from the tensors at each call. Names (skeleton,
+/// configurations) are parsed once, when the Attention is made.
 struct Signature {
   DType Dtype = DType::F16;
   int HeadDim = 128;
   int HeadDimV = 128;
   attn::Layout TensorLayout = attn::Layout::BSHD;
-  /// Empty: the arch of the current device.
-  std::string Arch;
-  /// Empty: a tuned configuration from TuneFile if it has one for the call's
-  /// shape, else the default (FwdConfig::defaultFor).
+  /// None: the arch of the current device.
+  std::optional<GpuArch> Arch;
+  /// The forward's skeleton, by its table name ("fwd_sm90", "fwd_sm80");
+  /// empty: the first of the table that supports the signature on the arch
+  /// (fwd_sm90 on sm_90a where it runs the head dims, else fwd_sm80).
+  std::string Skeleton;
+  /// The forward's configuration in its skeleton's form ("m128n64w4s2",
+  /// "sm90.m128n128s3"; it implies the skeleton when Skeleton is empty).
+  /// Empty: a tuned one from TuneFile if it has one for the call's shape,
+  /// else the skeleton's default.
   std::string Config;
+  /// The backward's configuration (bwd_sm80's form,
+  /// "kv64x128w8.fused.s2"); empty: its default.
+  std::string BackwardConfig;
   /// A tune JSON file to read configurations from (docs/tuning.md).
   std::string TuneFile;
   /// With TuneFile: a shape with no entry is tuned first and written.
   bool Tune = false;
   /// "generated", "reference", or empty: the first registered backend whose
-  /// check() accepts the call.
+  /// check() accepts the call. Skeleton and configurations are the
+  /// generated backend's: naming them with "reference" is a UserError.
   std::string Backend;
 };
+
+/// The arch of \p A, or of the current device (DriverError without one;
+/// UserError for a device attnc does not build for).
+GpuArch resolveArch(const std::optional<GpuArch> &A);
+
+/// The kernel target of \p Def under \p Sig for \p Arch in direction \p D:
+/// the one place a signature becomes a spec.
+KernelTarget kernelTarget(const CompiledDefinition &Def, const Signature &Sig,
+                          GpuArch Arch, Direction D);
 
 class AttentionBackend;
 class BackwardRunner;
@@ -106,9 +127,10 @@ public:
   /// variant's backward reads doosum = rowsum(dO∘O), \p Finals always when
   /// the variant has final rowscales (as the forward wrote them). Validates
   /// every argument first (InvalidArgument; nothing launched), then runs the
-  /// deterministic bwd_sm80 kernels (compiled on the first call; the same
-  /// inputs give the same bits on every run). The backward has one
-  /// implementation, whichever backend ran the forward.
+  /// deterministic backward kernels the selector chose when the Attention
+  /// was made (bwd_sm80; compiled on the first call; the same inputs give
+  /// the same bits on every run). The backward has one implementation,
+  /// whichever backend ran the forward.
   void backward(const TensorView &Q, const TensorView &K, const TensorView &V,
                 const TensorView *Out, const TensorView &DOut,
                 const TensorView *Finals, const TensorView &DQ,
@@ -124,6 +146,15 @@ public:
   std::vector<std::string> finalNames() const;
   /// The backend that ran the last call ("" before the first).
   const std::string &lastBackend() const { return Last; }
+  /// The arch the kernels are built for.
+  GpuArch arch() const { return Arch; }
+  /// What the forward and the backward run when no tune file decides: the
+  /// selector's choices, made when the Attention was.
+  const KernelChoice &forwardChoice() const { return Fwd.initial(); }
+  const KernelChoice &backwardChoice() const { return Bwd.initial(); }
+  /// The forward's choice for a call of shape \p S (a tune-file lookup, or
+  /// tuning with Signature::Tune, where the signature asks for them).
+  KernelChoice forwardChoiceFor(const TuneShape &S) const;
 
 private:
   AttentionBackend &backendAt(size_t I);
@@ -131,7 +162,8 @@ private:
 
   CompiledDefinition Def;
   Signature Sig;
-  std::string Arch;
+  GpuArch Arch;
+  KernelSelector Fwd, Bwd;
   /// Registered names in selection order (one name when Sig.Backend is
   /// set), and each backend once made.
   std::vector<std::string> Names;

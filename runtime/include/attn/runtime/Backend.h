@@ -13,13 +13,24 @@
 
 namespace attn::runtime {
 
-/// One validated call as a backend sees it.
+/// One validated call as a backend sees it, with the kernel the selector
+/// chose for it (the generated backend runs it; others may ignore it).
 struct BackendProblem {
   const CompiledDefinition &Def;
   const Signature &Sig;
-  /// The arch the kernels are built for (the signature's, or the device's).
-  const std::string &Arch;
+  const KernelTarget &Target;
   CallShape Shape;
+  const KernelChoice &Choice;
+};
+
+/// What a backend is made from: the definition, the signature, the
+/// forward's target (its arch resolved) and the choice known without a
+/// shape (the generated backend compiles it when made).
+struct BackendSetup {
+  const CompiledDefinition &Def;
+  const Signature &Sig;
+  const KernelTarget &Target;
+  const KernelChoice &Initial;
 };
 
 /// The tensors of a forward call (already validated).
@@ -40,7 +51,8 @@ public:
   virtual ~AttentionBackend();
   virtual const std::string &name() const = 0;
   /// Empty when this backend can serve \p P; otherwise the reason it cannot
-  /// ("seq_kv 20000 is more than the 16384 keys ...").
+  /// ("seq_kv 20000 is more than the 16384 keys ..."). Never compiles or
+  /// tunes: P.Choice was made before any backend was asked.
   virtual std::string check(const BackendProblem &P) const = 0;
   /// Runs the forward; only called after check(P) returned empty.
   virtual void forward(const BackendProblem &P, const ForwardTensors &T,
@@ -51,10 +63,10 @@ public:
   virtual const CacheResult &cacheResult() const = 0;
 };
 
-/// Makes a backend for a compiled definition and signature (the arch is
-/// resolved). May compile eagerly; UserError for an unsupported signature.
-using BackendFactory = std::function<std::unique_ptr<AttentionBackend>(
-    const CompiledDefinition &, const Signature &, const std::string &Arch)>;
+/// Makes a backend. May compile eagerly; UserError for an unsupported
+/// signature.
+using BackendFactory =
+    std::function<std::unique_ptr<AttentionBackend>(const BackendSetup &)>;
 
 /// Backends by name, in the order automatic selection tries them.
 class BackendRegistry {
@@ -74,12 +86,8 @@ private:
   std::vector<std::pair<std::string, BackendFactory>> Entries;
 };
 
-std::unique_ptr<AttentionBackend>
-makeGeneratedBackend(const CompiledDefinition &Def, const Signature &Sig,
-                     const std::string &Arch);
-std::unique_ptr<AttentionBackend>
-makeReferenceBackend(const CompiledDefinition &Def, const Signature &Sig,
-                     const std::string &Arch);
+std::unique_ptr<AttentionBackend> makeGeneratedBackend(const BackendSetup &S);
+std::unique_ptr<AttentionBackend> makeReferenceBackend(const BackendSetup &S);
 
 } // namespace attn::runtime
 

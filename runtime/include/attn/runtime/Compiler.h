@@ -22,7 +22,7 @@ std::string nvrtcVersion();
 /// include paths for the toolkit's cuda_fp16.h / cuda_bf16.h found from
 /// $CUDA_HOME, /usr/local/cuda or next to libnvrtc, -default-device, ...).
 /// Part of every cache key.
-std::vector<std::string> nvrtcOptions(const std::string &Arch);
+std::vector<std::string> nvrtcOptions(GpuArch Arch);
 
 /// Compiles \p Src to CUBIN for Src.Arch. The device library headers
 /// (DeviceLibrary.h) are passed as in-memory headers. On failure, writes the

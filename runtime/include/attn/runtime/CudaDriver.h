@@ -6,6 +6,9 @@
 
 #include <cuda.h> // types and enums only; no symbol of libcuda is linked
 
+#include "attn/codegen/Arch.h"
+
+#include <optional>
 #include <string>
 
 namespace attn::runtime {
@@ -85,15 +88,10 @@ struct DeviceInfo {
   int Major = 0, Minor = 0; ///< compute capability
   int SharedMemPerBlockOptin = 0;
   int MultiProcessors = 0;
-  /// The NVRTC architecture for this device: "sm_80", "sm_86", "sm_89",
-  /// "sm_90a" (9.0 gets the 'a' features).
-  std::string arch() const;
+  /// The arch to build for this device (9.0 gets sm_90a's features), or
+  /// none for a device attnc does not build for (attn/codegen/Arch.h).
+  std::optional<GpuArch> arch() const;
 };
-
-/// True when a CUBIN built for \p Arch runs on a device of compute
-/// capability \p Major.\p Minor: the same major version with an equal or
-/// newer minor ("sm_80" on 8.6), and "sm_90a" only on 9.0.
-bool archRunsOn(const std::string &Arch, int Major, int Minor);
 
 /// Initialises the driver, retains device 0's primary context, makes it
 /// current on this thread, and describes the device. DriverError if there

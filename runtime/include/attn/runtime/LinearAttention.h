@@ -9,6 +9,7 @@
 #include "attn/dsl/Problem.h"
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/KernelCache.h"
+#include "attn/runtime/Selector.h"
 
 #include <cuda.h>
 
@@ -31,11 +32,15 @@ struct LinearSignature {
   int HeadDim = 128;  ///< D of q and k: 64, 128 or 256
   int HeadDimV = 128; ///< DV of v: a multiple of 64 up to 512
   attn::Layout TensorLayout = attn::Layout::BSHD;
-  /// Empty: the arch of the current device.
-  std::string Arch;
-  /// "c64v64w4b8" etc.: that configuration for every call. Empty: a tuned
-  /// configuration from TuneFile when it has an entry for the call's shape
-  /// (docs/tuning.md), else codegen::LinearConfig::defaultFor.
+  /// None: the arch of the current device.
+  std::optional<GpuArch> Arch;
+  /// The skeleton, by its table name; empty: the table's linear one
+  /// (linear_chunk, the only one today).
+  std::string Skeleton;
+  /// "c64v64w4b8" etc.: that configuration for every call (forward and
+  /// backward). Empty: a tuned configuration from TuneFile when it has an
+  /// entry for the call's shape (docs/tuning.md), else the skeleton's
+  /// default.
   std::string Config;
   /// A tune JSON file to read linear_chunk configurations from.
   std::string TuneFile;
@@ -44,6 +49,11 @@ struct LinearSignature {
   /// TuneFile, or remembered for the process when there is none.
   bool Tune = false;
 };
+
+/// The kernel target of \p Def under \p Sig for \p Arch in direction \p D.
+KernelTarget linearKernelTarget(const CompiledDefinition &Def,
+                                const LinearSignature &Sig, GpuArch Arch,
+                                Direction D);
 
 /// Gradients of custom inputs by name: a float32 tensor of the input's
 /// shape ([] or [1] scalar, [H] per head, [B,H,T] per row), contiguous.
@@ -111,8 +121,12 @@ public:
   const codegen::LinearKernelSpec &spec() const { return Spec; }
   /// The configuration a call of shape \p S uses (Sig.Config; else a
   /// matching tune-file entry; else, with Tune, one tuned now; else the
-  /// default), as selectLinearConfig (LinearTuner.h) decides it.
+  /// default), as the selector (Selector.h) decides it.
   codegen::LinearConfig configFor(const LinearShape &S);
+  /// The same as the selector's choice, with where it came from.
+  KernelChoice choiceFor(const LinearShape &S);
+  /// The selector's choice without a shape (what spec() holds).
+  const KernelChoice &choice() const { return Selector->initial(); }
   /// The configuration of the last forward() or backward() call (spec()'s
   /// before the first).
   const codegen::LinearConfig &lastConfig() const { return Last; }
@@ -138,6 +152,7 @@ private:
   CompiledDefinition Owned;
   const CompiledDefinition &Def;
   LinearSignature Sig;
+  std::unique_ptr<KernelSelector> Selector;
   codegen::LinearKernelSpec Spec;
   codegen::LinearConfig Last;
   std::map<std::string, std::unique_ptr<Kernels>> ByConfig;

@@ -18,9 +18,6 @@
 
 namespace attn::runtime {
 
-/// The tune-key skeleton name of linear entries.
-inline constexpr const char *LinearSkeleton = "linear_chunk";
-
 /// Every configuration the skeletons accept for head dims \p D / \p DV
 /// (LinearConfig::structuralError empty): chunk 32, 64 or 128 × value
 /// slice 64 or 128 × forward warps 4, 8, 16 × backward warps 4, 8, 16.
@@ -48,18 +45,11 @@ std::string linearPruneAfterCompile(const codegen::LinearConfig &C,
                                     const std::vector<KernelResources> &R,
                                     const ResourceLimits &L);
 
-/// The search space of \p Def with \p Base's dtype, head dims and arch
-/// (its Config is ignored): linearCandidates, the default first, pruned as
-/// above; each candidate's kernels are the forward and the backward source.
-SearchSpace linearSearchSpace(const CompiledDefinition &Def,
-                              const codegen::LinearKernelSpec &Base,
-                              const ResourceLimits &L);
-
 /// The tune-file key of \p Def under \p Sig for a problem of \p S on the
-/// device named \p Device: skeleton "linear_chunk", the bucket of (B, H, T,
-/// T); otherwise as attention's (TuneFile.h).
+/// device named \p Device: the linear skeleton the selector picks, the
+/// bucket of (B, H, T, T); otherwise as attention's (TuneFile.h).
 TuneKey makeLinearTuneKey(const CompiledDefinition &Def,
-                          const LinearSignature &Sig, const std::string &Arch,
+                          const LinearSignature &Sig, GpuArch Arch,
                           const LinearShape &S, const std::string &Device);
 
 /// Tunes \p Def (dtype, head dims and layout of \p Sig, kernels for
@@ -71,24 +61,11 @@ TuneKey makeLinearTuneKey(const CompiledDefinition &Def,
 /// with rotated random inputs. DriverError without a GPU; InternalError if
 /// no candidate passes. Opts.AfterCheckedRun sees the checked output.
 TuneResult tuneLinear(const CompiledDefinition &Def, const LinearSignature &Sig,
-                      const std::string &Arch, const LinearShape &S,
+                      GpuArch Arch, const LinearShape &S,
                       const TuneOptions &Opts, llvm::raw_ostream *Progress);
 
 /// How many times this process has run tuneLinear.
 unsigned linearTuneRunCount();
-
-/// The configuration for a call of shape \p S on the device named
-/// \p Device (empty: none, so no entry matches): Sig.Config when given;
-/// else the entry of Sig.TuneFile matching makeLinearTuneKey (entries of
-/// other devices, NVRTC versions or variants never match); else, with
-/// Sig.Tune, tuned now (one tuning at a time per process) and merged into
-/// Sig.TuneFile, or remembered for the process without one; else
-/// LinearConfig::defaultFor.
-codegen::LinearConfig selectLinearConfig(const CompiledDefinition &Def,
-                                         const LinearSignature &Sig,
-                                         const std::string &Arch,
-                                         const LinearShape &S,
-                                         const std::string &Device);
 
 } // namespace attn::runtime
 

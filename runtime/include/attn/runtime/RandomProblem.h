@@ -15,10 +15,6 @@
 
 namespace attn::runtime {
 
-/// Sizes of a problem: q's batch, heads and length; k/v heads and length.
-struct TuneShape {
-  int64_t Batch = 1, Heads = 1, HeadsKv = 1, SeqQ = 1, SeqKv = 1;
-};
 
 /// One device allocation (cuMemAlloc), freed with the object.
 class DeviceAlloc {

@@ -60,9 +60,9 @@ struct ResourceLimits {
   int MaxStackFrameBytes = 0;
 
   /// The limits of \p Arch (codegen::archSharedLimit).
-  static ResourceLimits forArch(const std::string &Arch);
+  static ResourceLimits forArch(GpuArch Arch);
   /// The limits of \p Arch on \p Dev: the smaller shared memory of the two.
-  static ResourceLimits forDevice(const std::string &Arch,
+  static ResourceLimits forDevice(GpuArch Arch,
                                   const DeviceInfo &Dev);
 };
 
@@ -77,6 +77,13 @@ std::string pruneBeforeCompile(const codegen::FwdConfig &C, int D, int DV,
 std::string pruneAfterCompile(const codegen::FwdConfig &C,
                               const KernelResources &R,
                               const ResourceLimits &L);
+
+/// Why a block of \p Threads threads with the compiled resources \p R
+/// cannot launch (registers) or should not be timed (a stack frame over
+/// L.MaxStackFrameBytes), or empty: the judgement after compiling that
+/// every skeleton's entry shares.
+std::string pruneOnResources(int Threads, const KernelResources &R,
+                             const ResourceLimits &L);
 
 /// The same two judgements for a fwd_sm90 configuration (dtype, head dims
 /// and arch from \p Spec): before compiling, sm90Unsupported's rules, the

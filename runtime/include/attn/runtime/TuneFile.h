@@ -17,6 +17,11 @@ namespace attn::runtime {
 /// The schema version this attnc reads and writes.
 inline constexpr int TuneFileVersion = 1;
 
+/// Sizes of a problem: q's batch, heads and length; k/v heads and length.
+struct TuneShape {
+  int64_t Batch = 1, Heads = 1, HeadsKv = 1, SeqQ = 1, SeqKv = 1;
+};
+
 /// Problem sizes that share a tuned configuration: each sequence length
 /// rounded up to a power of two, and batch x heads rounded up likewise.
 struct ShapeBucket {

@@ -1,13 +1,14 @@
 // The autotuner: enumerate a skeleton's configurations, prune them with the
 // resource model, compile the survivors in parallel, check each against a
 // reference and time it with CUDA events. The search is generic over
-// SearchSpace; the forward skeletons fwd_sm80 and fwd_sm90 have theirs here.
+// SearchSpace, which each skeleton's table entry fills.
 #ifndef ATTN_RUNTIME_TUNER_H
 #define ATTN_RUNTIME_TUNER_H
 
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/RandomProblem.h"
 #include "attn/runtime/ResourceModel.h"
+#include "attn/runtime/Skeleton.h"
 #include "attn/runtime/TuneFile.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -91,7 +92,7 @@ public:
 /// One skeleton's search space as the search drives it. Configurations are
 /// strings in the form the skeleton's Config field takes.
 struct SearchSpace {
-  /// The tune-key skeleton name: "fwd_sm80", "fwd_sm90", "linear_chunk".
+  /// The tune-key skeleton name (a table entry's name()).
   std::string Skeleton;
   /// The configuration used without tuning: the baseline, timed first and
   /// whatever the budget.
@@ -134,36 +135,38 @@ std::vector<CandidateResult> searchCandidates(const SearchSpace &Space,
                                               const TuneOptions &Opts,
                                               llvm::raw_ostream *Progress);
 
-/// How a forward search compiles and inspects candidates.
+/// How a search over one skeleton's configurations compiles and inspects
+/// candidates. The skeleton's table entry gives the space, the resource
+/// model and the kernels; this gives what may be replaced in tests.
 struct SearchPlan {
-  /// Dtype, head dims and arch; Config is ignored.
-  codegen::KernelSpec Base;
-  /// "fwd_sm80" or "fwd_sm90": whose configurations are searched.
-  std::string Skeleton = "fwd_sm80";
+  const Skeleton *Skel = nullptr;
+  /// Kind, dtype, head dims and arch (the direction is each kernel's).
+  KernelTarget Target;
   ResourceLimits Limits;
-  /// The configuration used without tuning (the baseline), as text.
+  /// The baseline; empty: the skeleton's default for Target.
   std::string Default;
-  /// FLOPs of one call, for TFLOPS.
+  /// FLOPs of one timed call, for TFLOPS.
   double Flops = 0;
-  /// Compiles one candidate; default: KernelCache::global().getOrCompile.
+  /// Compiles one kernel; default: KernelCache::global().getOrCompile.
   std::function<CacheResult(const codegen::KernelSource &)> Compile;
-  /// Reads a compiled candidate's resources; default: readCubinResources
-  /// of the entry attnc_fwd.
-  std::function<KernelResources(const CacheResult &)> Resources;
+  /// Reads one compiled entry's resources; default: readCubinResources.
+  std::function<KernelResources(const CacheResult &, llvm::StringRef Entry)>
+      Resources;
 };
 
-/// The search space of \p Plan's forward skeleton for \p Def:
-/// FwdConfig::enumerate() or Sm90Config::enumerate(), pruned by the
-/// resource model (ResourceModel.h).
-SearchSpace forwardSearchSpace(const CompiledDefinition &Def,
-                               const SearchPlan &Plan);
+/// The search space of \p Plan's skeleton for \p Def: its entry's
+/// enumerate(), pruned by its resource model; a candidate's kernels are
+/// those of every direction the skeleton serves (linear_chunk: forward and
+/// backward, which one configuration selects together).
+SearchSpace skeletonSearchSpace(const CompiledDefinition &Def,
+                                const SearchPlan &Plan);
 
-/// searchCandidates over forwardSearchSpace(Def, Plan).
-std::vector<CandidateResult> searchForward(const CompiledDefinition &Def,
-                                           const SearchPlan &Plan,
-                                           CandidateRunner &Runner,
-                                           const TuneOptions &Opts,
-                                           llvm::raw_ostream *Progress);
+/// searchCandidates over skeletonSearchSpace(Def, Plan).
+std::vector<CandidateResult> searchSkeleton(const CompiledDefinition &Def,
+                                            const SearchPlan &Plan,
+                                            CandidateRunner &Runner,
+                                            const TuneOptions &Opts,
+                                            llvm::raw_ostream *Progress);
 
 struct TuneResult {
   /// The entry to store: key, best configuration, runners-up.
@@ -186,22 +189,23 @@ void recordSearch(TuneResult &R, const std::string &Definition, unsigned Runners
 /// A tune key of any skeleton: \p Def's variant key (computed once per
 /// graph), this NVRTC's version, and the fields given.
 TuneKey tuneKeyFor(const CompiledDefinition &Def, const std::string &Skeleton,
-                   DType Dtype, int HeadDim, int HeadDimV,
-                   const std::string &Arch, const ShapeBucket &Bucket,
-                   const std::string &Device);
+                   DType Dtype, int HeadDim, int HeadDimV, GpuArch Arch,
+                   const ShapeBucket &Bucket, const std::string &Device);
 
-/// The tune-file key of \p Def under \p Sig for a problem of \p S on the
-/// device named \p Device.
+/// The tune-file key of \p Def's forward under \p Sig for a problem of
+/// \p S on the device named \p Device: the skeleton is the one the
+/// selector picks for the signature on \p Arch.
 TuneKey makeTuneKey(const CompiledDefinition &Def, const Signature &Sig,
-                    const std::string &Arch, const TuneShape &S,
+                    GpuArch Arch, const TuneShape &S,
                     const std::string &Device);
 
-/// Tunes \p Def (dtype, head dims and layout of \p Sig, kernels for
-/// \p Arch; the skeleton chooseForwardSkeleton picks) on the current device, on random inputs of shape \p S: every
-/// candidate is checked against the reference backend before it is timed.
-/// DriverError without a GPU; InternalError if no candidate passes.
+/// Tunes \p Def's forward (dtype, head dims and layout of \p Sig, kernels
+/// for \p Arch; the skeleton Sig names or the selector picks) on the
+/// current device, on random inputs of shape \p S: every candidate is
+/// checked against the reference backend before it is timed. DriverError
+/// without a GPU; InternalError if no candidate passes.
 TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
-                       const std::string &Arch, const TuneShape &S,
+                       GpuArch Arch, const TuneShape &S,
                        const TuneOptions &Opts, llvm::raw_ostream *Progress);
 
 /// How many times this process has run tuneForward (tests use it to see

@@ -1,9 +1,12 @@
-// selectForwardConfig without a GPU: the explicit config, a matching tune
-// file entry, stale entries ignored, the default otherwise; on sm_90a the
-// fwd_sm90 skeleton's own entries.
+// The selector without a GPU: the explicit config, a matching tune file
+// entry, stale entries ignored, the default otherwise; on sm_90a the
+// fwd_sm90 skeleton's own entries; the skeleton table's lookups and the
+// policy's parsing of names.
 #include "Examples.h"
 #include "attn/Pipeline.h"
-#include "attn/runtime/ConfigSelect.h"
+#include "attn/runtime/Attention.h"
+#include "attn/runtime/LinearAttention.h"
+#include "attn/runtime/Selector.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/TuneFile.h"
@@ -23,7 +26,7 @@ namespace {
 
 const std::string Device = "Test GPU 80GB";
 /// The portable skeleton's arch; the sm_90a cases name theirs.
-const std::string Arch = "sm_80";
+const GpuArch Arch = GpuArch::Sm80;
 
 struct TempFile {
   std::string Dir, Path;
@@ -49,8 +52,7 @@ CallShape callShape(int64_t B, int64_t H, int64_t Sq, int64_t Skv) {
 /// An entry for \p Def at \p Shape on the test device, with \p Config.
 TuneEntry entryFor(const CompiledDefinition &Def, const Signature &Sig,
                    const CallShape &S, const std::string &Config,
-                   const std::string &Dev = Device,
-                   const std::string &OnArch = Arch) {
+                   const std::string &Dev = Device, GpuArch OnArch = Arch) {
   TuneEntry E;
   E.Key = makeTuneKey(Def, Sig, OnArch,
                       TuneShape{S.B, S.H, S.Hkv, S.Sq, S.Skv}, Dev);
@@ -59,16 +61,34 @@ TuneEntry entryFor(const CompiledDefinition &Def, const Signature &Sig,
   return E;
 }
 
+/// The forward's configuration the selector chooses for a call of \p S.
 std::string select(const CompiledDefinition &Def, const Signature &Sig,
                    const CallShape &S, const std::string &Dev = Device,
-                   const std::string &OnArch = Arch) {
-  BackendProblem P{Def, Sig, OnArch, S};
-  return selectForwardConfig(P, Dev);
+                   GpuArch OnArch = Arch) {
+  KernelTarget T = kernelTarget(Def, Sig, OnArch, Direction::Forward);
+  KernelPolicy P =
+      KernelPolicy::parse(T, Sig.Skeleton, Sig.Config, Sig.TuneFile, Sig.Tune);
+  TuneNow Tune = [&] {
+    return tuneForward(Def, Sig, OnArch, {S.B, S.H, S.Hkv, S.Sq, S.Skv},
+                       TuneOptions(), nullptr)
+        .Entry;
+  };
+  return chooseKernel(Def, T, P, {S.B, S.H, S.Hkv, S.Sq, S.Skv}, Dev, Tune)
+      .configText();
+}
+
+/// The forward's skeleton name under \p Sig on \p A.
+std::string skeletonOf(const CompiledDefinition &Def, const Signature &Sig,
+                       GpuArch A) {
+  KernelTarget T = kernelTarget(Def, Sig, A, Direction::Forward);
+  return chooseSkeleton(T, KernelPolicy::parse(T, Sig.Skeleton, Sig.Config))
+      .name()
+      .str();
 }
 
 } // namespace
 
-TEST_CASE("selectForwardConfig: explicit, tuned, stale, default",
+TEST_CASE("chooseKernel: explicit, tuned, stale, default",
           "[tuning][select]") {
   CompiledDefinition Mha = compile(examples::mha());
   CompiledDefinition Relu = compile(examples::reluAttn());
@@ -158,31 +178,42 @@ TEST_CASE("selectForwardConfig: explicit, tuned, stale, default",
 
 TEST_CASE("on sm_90a, fwd_sm90 has its own entries and default",
           "[tuning][select]") {
-  const std::string Hopper = "sm_90a";
+  const GpuArch Hopper = GpuArch::Sm90a;
   CompiledDefinition Mha = compile(examples::mha());
   TempFile F;
   Signature Sig;
   Sig.TuneFile = F.Path;
   Signature Sm80 = Sig;
-  Sm80.Config = "sm80";
+  Sm80.Skeleton = "fwd_sm80";
   CallShape Shape = callShape(4, 32, 4096, 4096);
   const std::string Sm90Default =
       codegen::Sm90Config::defaultFor(128, 128).str();
   const std::string Sm80Default =
       codegen::FwdConfig::defaultFor(128, 128, Hopper).str();
 
-  CHECK(chooseForwardSkeleton(Sig, Hopper) == "fwd_sm90");
-  CHECK(chooseForwardSkeleton(Sm80, Hopper) == "fwd_sm80");
-  CHECK(chooseForwardSkeleton(Sig, "sm_80") == "fwd_sm80");
+  CHECK(skeletonOf(Mha, Sig, Hopper) == "fwd_sm90");
+  CHECK(skeletonOf(Mha, Sm80, Hopper) == "fwd_sm80");
+  CHECK(skeletonOf(Mha, Sig, GpuArch::Sm80) == "fwd_sm80");
+  // A configuration in fwd_sm90's form implies that skeleton.
+  Signature Named = Sig;
+  Named.Config = "sm90.m64n128s2";
+  CHECK(skeletonOf(Mha, Named, Hopper) == "fwd_sm90");
+  // Head dims fwd_sm90 does not run: the next skeleton of the table. No
+  // skeleton runs 96: each one's reason.
   Signature D96 = Sig;
   D96.HeadDim = D96.HeadDimV = 96;
-  CHECK(chooseForwardSkeleton(D96, Hopper) == "fwd_sm80");
+  CHECK_THROWS_WITH(skeletonOf(Mha, D96, Hopper),
+                    Contains("no skeleton runs forward f16 d96/96 sm_90a: "
+                             "fwd_sm90: head_dim 96 is not supported by "
+                             "fwd_sm90") &&
+                        Contains("; fwd_sm80: head_dim 96 is not supported "
+                                 "by fwd_sm80"));
 
   // No entries: each skeleton's default.
   CHECK(select(Mha, Sig, Shape, Device, Hopper) == Sm90Default);
   CHECK(select(Mha, Sm80, Shape, Device, Hopper) == Sm80Default);
 
-  // An fwd_sm80 entry (tuned with Config "sm80") serves only calls that
+  // An fwd_sm80 entry (tuned with Skeleton "fwd_sm80") serves only calls that
   // ask for fwd_sm80; an fwd_sm90 entry only the default path.
   TuneEntry Portable =
       entryFor(Mha, Sm80, Shape, "m64n64w4s2", Device, Hopper);
@@ -203,7 +234,7 @@ TEST_CASE("on sm_90a, fwd_sm90 has its own entries and default",
   mergeIntoTuneFile(F.Path,
                     {entryFor(Mha, Sig, Other, "m64n64w4s2", Device, Hopper)});
   CHECK_THROWS_WITH(select(Mha, Sig, Other, Device, Hopper),
-                    Contains("is not an fwd_sm90 one"));
+                    Contains("expected sm90.m<block M>n<block N>s<stages>"));
 }
 
 TEST_CASE("the variant key follows the analysed IR", "[tuning][select]") {
@@ -224,4 +255,109 @@ TEST_CASE("the variant key follows the analysed IR", "[tuning][select]") {
         makeTuneKey(B, Sig, Arch, S, Device));
   CHECK_FALSE(makeTuneKey(A, Sig, Arch, S, Device) ==
               makeTuneKey(D, Sig, Arch, S, Device));
+}
+
+TEST_CASE("the skeleton table: names, kinds, directions", "[tuning][skeleton]") {
+  CHECK(skeletonNames() == "fwd_sm90, fwd_sm80, bwd_sm80, linear_chunk");
+  CHECK(skeletonNames(ir::DefinitionKind::Transformer, Direction::Forward) ==
+        "fwd_sm90, fwd_sm80");
+  CHECK(skeletonNames(ir::DefinitionKind::Transformer, Direction::Backward) ==
+        "bwd_sm80");
+  CHECK(skeletonNames(ir::DefinitionKind::Linear, Direction::Backward) ==
+        "linear_chunk");
+  CHECK(findSkeleton("nope") == nullptr);
+  CHECK_THROWS_WITH(skeletonNamed("nope"),
+                    Contains("skeleton 'nope': no such skeleton; expected one "
+                             "of fwd_sm90, fwd_sm80, bwd_sm80, linear_chunk"));
+  // Every entry prints what it parses, and its default is valid where the
+  // entry says it supports the target.
+  CompiledDefinition Mha = compile(examples::mha());
+  CompiledDefinition Gla = compile(examples::simpleGla());
+  for (const Skeleton *S : skeletonTable())
+    for (Direction D : {Direction::Forward, Direction::Backward}) {
+      if (!S->serves(D))
+        continue;
+      const CompiledDefinition &Def =
+          S->kind() == ir::DefinitionKind::Linear ? Gla : Mha;
+      for (GpuArch A : AllGpuArchs) {
+        KernelTarget T = KernelTarget::of(Def, D, DType::F16, 128, 128, A);
+        INFO(S->name().str() << " " << T.str());
+        if (!S->unsupported(T).empty())
+          continue;
+        SkeletonConfig C = S->defaultFor(T);
+        CHECK(S->print(S->parse(S->print(C))) == S->print(C));
+        CHECK(S->configError(C, T).empty());
+        LaunchShape L = S->launchShape(C, T);
+        CHECK(L.Threads > 0);
+        CHECK(L.SharedBytes <= archSharedLimit(A));
+        for (const SkeletonConfig &E : S->enumerate(T))
+          CHECK(S->print(S->parse(S->print(E))) == S->print(E));
+      }
+    }
+}
+
+TEST_CASE("KernelPolicy: names are parsed once and refused with reasons",
+          "[tuning][skeleton]") {
+  CompiledDefinition Mha = compile(examples::mha());
+  CompiledDefinition Gla = compile(examples::simpleGla());
+  KernelTarget Fwd =
+      KernelTarget::of(Mha, Direction::Forward, DType::F16, 128, 128,
+                       GpuArch::Sm90a);
+  KernelTarget Bwd = Fwd;
+  Bwd.Dir = Direction::Backward;
+  KernelTarget Lin =
+      KernelTarget::of(Gla, Direction::Forward, DType::F16, 128, 128,
+                       GpuArch::Sm80);
+
+  KernelPolicy P = KernelPolicy::parse(Fwd, "", "m64n64w4s2");
+  REQUIRE(P.ConfigOf);
+  CHECK(P.ConfigOf->name() == "fwd_sm80");
+  KernelChoice C = chooseWithoutShape(Fwd, P);
+  CHECK(C.str() == "fwd_sm80 m64n64w4s2 (named)");
+  CHECK(chooseWithoutShape(Fwd, KernelPolicy()).str() ==
+        "fwd_sm90 sm90.m128n128s3 (default)");
+  CHECK(chooseWithoutShape(Bwd, KernelPolicy()).Skel->name() == "bwd_sm80");
+  CHECK(chooseWithoutShape(Lin, KernelPolicy()).Skel->name() == "linear_chunk");
+
+  CHECK_THROWS_WITH(KernelPolicy::parse(Fwd, "bwd_sm80", ""),
+                    Contains("skeleton 'bwd_sm80' has no attention forward "
+                             "kernels; those that do: fwd_sm90, fwd_sm80"));
+  CHECK_THROWS_WITH(KernelPolicy::parse(Lin, "fwd_sm80", ""),
+                    Contains("those that do: linear_chunk"));
+  CHECK_THROWS_WITH(KernelPolicy::parse(Fwd, "", "c64v64w4b8"),
+                    Contains("config 'c64v64w4b8' is not a configuration of "
+                             "any skeleton with attention forward kernels") &&
+                        Contains("for fwd_sm90") && Contains("for fwd_sm80"));
+  // A named skeleton's own message for a configuration in another form.
+  CHECK_THROWS_WITH(KernelPolicy::parse(Fwd, "fwd_sm90", "m64n64w4s2"),
+                    Contains("expected sm90.m<block M>n<block N>s<stages>"));
+  // Named but unable to run the target: why, when the choice is made.
+  KernelTarget Fwd80 = Fwd;
+  Fwd80.Arch = GpuArch::Sm80;
+  CHECK_THROWS_WITH(chooseWithoutShape(Fwd80,
+                                       KernelPolicy::parse(Fwd80, "fwd_sm90", "")),
+                    Contains("skeleton fwd_sm90 cannot run forward f16 "
+                             "d128/128 sm_80") &&
+                        Contains("needs arch sm_90a"));
+  // A configuration that parses but does not fit the target.
+  CHECK_THROWS_WITH(chooseWithoutShape(Fwd80, KernelPolicy::parse(
+                                                  Fwd80, "", "m64n128w4s3")),
+                    Contains("sm_80 has 166912"));
+  // The backward's head dims are refused when the choice is made.
+  KernelTarget Bwd192 = Bwd;
+  Bwd192.HeadDim = 192;
+  CHECK_THROWS_WITH(chooseWithoutShape(Bwd192, KernelPolicy()),
+                    Contains("head_dim 192 is not supported by bwd_sm80"));
+}
+
+TEST_CASE("fallbackChoice: the portable skeleton after fwd_sm90",
+          "[tuning][skeleton]") {
+  CompiledDefinition Mha = compile(examples::mha());
+  KernelTarget T = KernelTarget::of(Mha, Direction::Forward, DType::BF16, 128,
+                                    128, GpuArch::Sm90a);
+  KernelChoice F = fallbackChoice(T, skeletonNamed("fwd_sm90"));
+  CHECK(F.Skel->name() == "fwd_sm80");
+  CHECK(F.configText() ==
+        codegen::FwdConfig::defaultFor(128, 128, GpuArch::Sm90a).str());
+  CHECK_THROWS_AS(fallbackChoice(T, skeletonNamed("fwd_sm80")), InternalError);
 }

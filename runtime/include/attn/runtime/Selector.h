@@ -1,0 +1,135 @@
+// The selector: which skeleton and configuration a kernel runs with, chosen
+// once per call shape before any backend is asked (named → tuned → default),
+// for attention and linear attention alike.
+#ifndef ATTN_RUNTIME_SELECTOR_H
+#define ATTN_RUNTIME_SELECTOR_H
+
+#include "attn/runtime/Skeleton.h"
+#include "attn/runtime/TuneFile.h"
+
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace attn::runtime {
+
+/// What the caller fixed about one direction's kernels, parsed once at the
+/// edge (a signature, the CLI's options, a tune file).
+struct KernelPolicy {
+  /// The skeleton the caller named, or null: the table's first that
+  /// serves the target.
+  const Skeleton *Named = nullptr;
+  /// The configuration the caller named, of the skeleton ConfigOf (Named,
+  /// or the one whose written form the text is).
+  std::optional<SkeletonConfig> Config;
+  const Skeleton *ConfigOf = nullptr;
+  /// A tune JSON file to read configurations from (docs/tuning.md), and
+  /// whether a shape with no entry is tuned first.
+  std::string TuneFile;
+  bool Tune = false;
+
+  /// The policy for \p T from names: \p SkeletonName ("" or a table name)
+  /// and \p ConfigText ("" or a configuration in a serving skeleton's
+  /// form). UserError naming the field: an unknown skeleton, one without
+  /// kernels for T's kind and direction, a configuration of no serving
+  /// skeleton (or of another than the one named).
+  static KernelPolicy parse(const KernelTarget &T, llvm::StringRef SkeletonName,
+                            llvm::StringRef ConfigText,
+                            std::string TuneFile = "", bool Tune = false);
+};
+
+/// Where a choice came from.
+enum class ChoiceOrigin : uint8_t { Named, TuneFile, TunedNow, Default };
+llvm::StringRef choiceOriginName(ChoiceOrigin O);
+
+/// A skeleton and its typed configuration.
+struct KernelChoice {
+  const Skeleton *Skel = nullptr;
+  SkeletonConfig Config;
+  ChoiceOrigin Origin = ChoiceOrigin::Default;
+
+  /// The configuration's written form ("sm90.m128n128s3").
+  std::string configText() const { return Skel->print(Config); }
+  /// "fwd_sm90 sm90.m128n128s3 (default)", for people.
+  std::string str() const;
+  /// "fwd_sm90/sm90.m128n128s3": equal for equal kernels.
+  std::string key() const;
+};
+
+/// The skeleton \p T runs under \p P: the named one (UserError with its
+/// reason when it cannot serve T), else the first of the table that
+/// serves T's kind and direction and supports T (UserError with each
+/// skeleton's reason when none does).
+const Skeleton &chooseSkeleton(const KernelTarget &T, const KernelPolicy &P);
+
+/// The choice known without a call's shape: P's configuration (checked
+/// against T: UserError with why), else the skeleton's default. What an
+/// object compiles when it is made, and what `attnc emit` writes.
+KernelChoice chooseWithoutShape(const KernelTarget &T, const KernelPolicy &P);
+
+/// Tunes one shape and returns the entry to record (Attention and
+/// LinearAttention pass their tuners; the selector stays generic).
+using TuneNow = std::function<TuneEntry()>;
+
+/// The choice for a call of shape \p S on the device named \p Device
+/// ("" with no GPU: no tune entry matches then), in this order:
+///  1. P's configuration;
+///  2. with P.TuneFile, the file's entry whose key (device, arch, NVRTC
+///     version, skeleton, variant, dtype, head dims, shape bucket) matches;
+///     entries of other devices, toolchains, skeletons or variants never
+///     apply. The file is read once per process and again when it changes;
+///  3. with P.Tune and no entry, \p Tune is run now (one tuning at a time
+///     per process) and its entry merged into P.TuneFile, or remembered for
+///     the process without a file;
+///  4. the skeleton's default.
+/// No driver call and no lookup happen without a tune file or P.Tune.
+KernelChoice chooseKernel(const CompiledDefinition &Def, const KernelTarget &T,
+                          const KernelPolicy &P, const TuneShape &S,
+                          const std::string &Device,
+                          const TuneNow &Tune = nullptr);
+
+/// The tune-file key of a call of \p Def on skeleton \p Skel.
+TuneKey tuneKeyOf(const CompiledDefinition &Def, const Skeleton &Skel,
+                  const KernelTarget &T, const TuneShape &S,
+                  const std::string &Device);
+
+/// The current device's name for tune keys, or "" where there is no driver.
+std::string tuningDeviceName();
+
+/// One object's selector for one direction: the choice known without a
+/// shape is made once, when the object is made (so a bad name or an
+/// unsupported target is reported then); a call asks the tune file, or
+/// tunes, only where the policy has one or asks to.
+class KernelSelector {
+public:
+  /// UserError as chooseWithoutShape. \p Def must outlive the selector.
+  KernelSelector(const CompiledDefinition &Def, const KernelTarget &T,
+                 KernelPolicy P);
+  const KernelTarget &target() const { return Target; }
+  const KernelPolicy &policy() const { return Policy; }
+  /// The choice made when the selector was.
+  const KernelChoice &initial() const { return Initial; }
+  /// True when a call's shape can change the choice (a tune file, or Tune).
+  bool dependsOnShape() const {
+    return !Policy.Config && (!Policy.TuneFile.empty() || Policy.Tune);
+  }
+  /// The choice for a call of shape \p S: initial() unless
+  /// dependsOnShape(), else chooseKernel on the current device.
+  KernelChoice forShape(const TuneShape &S, const TuneNow &Tune) const;
+
+private:
+  const CompiledDefinition &Def;
+  KernelTarget Target;
+  KernelPolicy Policy;
+  KernelChoice Initial;
+};
+
+/// Where \p Failed cannot launch a call after all (fwd_sm90, whose TMA
+/// descriptors cannot describe some strides): the next skeleton of the
+/// table that serves and supports \p T, with its default configuration.
+/// InternalError if there is none.
+KernelChoice fallbackChoice(const KernelTarget &T, const Skeleton &Failed);
+
+} // namespace attn::runtime
+
+#endif

@@ -1,0 +1,230 @@
+// The selector: skeleton and configuration of a kernel, named, tuned or
+// default, asked of the skeleton table.
+#include "attn/runtime/Selector.h"
+
+#include "attn/Error.h"
+#include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/Errors.h"
+#include "attn/runtime/Tuner.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+#include <fmt/format.h>
+
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace attn::runtime {
+
+namespace {
+
+/// Configurations tuned in this process for calls without a tune file.
+std::mutex MemoMutex;
+std::vector<std::pair<TuneKey, std::string>> Memo;
+
+/// One tuning run at a time: they would time each other otherwise.
+std::mutex TuneMutex;
+
+bool servesKind(const Skeleton &S, const KernelTarget &T) {
+  return S.kind() == T.Kind && S.serves(T.Dir);
+}
+
+std::string what(const KernelTarget &T) {
+  return fmt::format("{} {}", ir::definitionKindName(T.Kind).str(),
+                     directionName(T.Dir).str());
+}
+
+/// The tuned configuration of \p K, if the file (or, without one, this
+/// process) has one.
+std::optional<std::string> lookup(const KernelPolicy &P, const TuneKey &K) {
+  if (!P.TuneFile.empty()) {
+    std::shared_ptr<const TuneFileData> Data = cachedTuneFile(P.TuneFile);
+    // Entries were checked against their skeleton when the file was read.
+    if (const TuneEntry *E = Data->find(K))
+      return E->Best.Config;
+    return std::nullopt;
+  }
+  std::lock_guard<std::mutex> Guard(MemoMutex);
+  for (const auto &[Key, Config] : Memo)
+    if (Key == K)
+      return Config;
+  return std::nullopt;
+}
+
+} // namespace
+
+llvm::StringRef choiceOriginName(ChoiceOrigin O) {
+  switch (O) {
+  case ChoiceOrigin::Named:
+    return "named";
+  case ChoiceOrigin::TuneFile:
+    return "tune file";
+  case ChoiceOrigin::TunedNow:
+    return "tuned now";
+  case ChoiceOrigin::Default:
+    return "default";
+  }
+  return "?";
+}
+
+std::string KernelChoice::str() const {
+  return fmt::format("{} {} ({})", Skel->name().str(), configText(),
+                     choiceOriginName(Origin).str());
+}
+
+std::string KernelChoice::key() const {
+  return Skel->name().str() + "/" + configText();
+}
+
+KernelPolicy KernelPolicy::parse(const KernelTarget &T,
+                                 llvm::StringRef SkeletonName,
+                                 llvm::StringRef ConfigText,
+                                 std::string TuneFile, bool Tune) {
+  KernelPolicy P;
+  P.TuneFile = std::move(TuneFile);
+  P.Tune = Tune;
+  if (!SkeletonName.empty()) {
+    P.Named = &skeletonNamed(SkeletonName);
+    if (!servesKind(*P.Named, T))
+      throw UserError(fmt::format(
+          "skeleton '{}' has no {} kernels; those that do: {}",
+          SkeletonName.str(),
+          what(T), skeletonNames(T.Kind, T.Dir)));
+  }
+  if (ConfigText.empty())
+    return P;
+  if (P.Named) {
+    P.Config = P.Named->parse(ConfigText);
+    P.ConfigOf = P.Named;
+    return P;
+  }
+  std::vector<const Skeleton *> Serving;
+  for (const Skeleton *S : skeletonTable())
+    if (servesKind(*S, T))
+      Serving.push_back(S);
+  if (Serving.size() == 1) {
+    // One candidate: its own message says best what is wrong.
+    P.Config = Serving.front()->parse(ConfigText);
+    P.ConfigOf = Serving.front();
+    return P;
+  }
+  std::vector<std::string> Forms;
+  for (const Skeleton *S : skeletonTable()) {
+    if (!servesKind(*S, T))
+      continue;
+    if (std::optional<SkeletonConfig> C = S->tryParse(ConfigText)) {
+      P.Config = *C;
+      P.ConfigOf = S;
+      return P;
+    }
+    Forms.push_back(fmt::format("{} for {}", S->configForm().str(),
+                                S->name().str()));
+  }
+  throw UserError(fmt::format("config '{}' is not a configuration of any "
+                              "skeleton with {} kernels; expected {}",
+                              ConfigText.str(), what(T),
+                              llvm::join(Forms, ", or ")));
+}
+
+const Skeleton &chooseSkeleton(const KernelTarget &T, const KernelPolicy &P) {
+  if (const Skeleton *S = P.Named ? P.Named : P.ConfigOf) {
+    if (std::string Why = S->unsupported(T); !Why.empty())
+      throw UserError(fmt::format("skeleton {} cannot run {}: {}",
+                                  S->name().str(), T.str(), Why));
+    return *S;
+  }
+  std::vector<std::string> Reasons;
+  for (const Skeleton *S : skeletonTable()) {
+    if (!servesKind(*S, T))
+      continue;
+    std::string Why = S->unsupported(T);
+    if (Why.empty())
+      return *S;
+    Reasons.push_back(S->name().str() + ": " + Why);
+  }
+  if (Reasons.size() == 1)
+    throw UserError(llvm::StringRef(Reasons.front()).split(": ").second.str());
+  throw UserError(fmt::format("no skeleton runs {}: {}", T.str(),
+                              llvm::join(Reasons, "; ")));
+}
+
+KernelChoice chooseWithoutShape(const KernelTarget &T, const KernelPolicy &P) {
+  const Skeleton &S = chooseSkeleton(T, P);
+  if (!P.Config)
+    return {&S, S.defaultFor(T), ChoiceOrigin::Default};
+  if (std::string Why = S.configError(*P.Config, T); !Why.empty())
+    throw UserError(Why);
+  return {&S, *P.Config, ChoiceOrigin::Named};
+}
+
+TuneKey tuneKeyOf(const CompiledDefinition &Def, const Skeleton &Skel,
+                  const KernelTarget &T, const TuneShape &S,
+                  const std::string &Device) {
+  return tuneKeyFor(Def, Skel.name().str(), T.Dtype, T.HeadDim, T.HeadDimV,
+                    T.Arch, shapeBucket(S.Batch, S.Heads, S.SeqQ, S.SeqKv),
+                    Device);
+}
+
+KernelChoice chooseKernel(const CompiledDefinition &Def, const KernelTarget &T,
+                          const KernelPolicy &P, const TuneShape &S,
+                          const std::string &Device, const TuneNow &Tune) {
+  KernelChoice Static = chooseWithoutShape(T, P);
+  if (P.Config || (P.TuneFile.empty() && !P.Tune))
+    return Static;
+  const Skeleton &Skel = *Static.Skel;
+  TuneKey K = tuneKeyOf(Def, Skel, T, S, Device);
+  // A tuned entry was checked against its skeleton when the file was read.
+  auto Tuned = [&](const std::string &Text, ChoiceOrigin O) {
+    return KernelChoice{&Skel, Skel.parse(Text), O};
+  };
+  if (std::optional<std::string> C = lookup(P, K))
+    return Tuned(*C, ChoiceOrigin::TuneFile);
+  if (!P.Tune || !Tune)
+    return Static;
+
+  std::lock_guard<std::mutex> Guard(TuneMutex);
+  // Another thread may have tuned this key while we waited.
+  if (std::optional<std::string> C = lookup(P, K))
+    return Tuned(*C, ChoiceOrigin::TuneFile);
+  TuneEntry E = Tune();
+  if (!P.TuneFile.empty()) {
+    mergeIntoTuneFile(P.TuneFile, {E});
+  } else {
+    std::lock_guard<std::mutex> MemoGuard(MemoMutex);
+    Memo.push_back({E.Key, E.Best.Config});
+  }
+  return Tuned(E.Best.Config, ChoiceOrigin::TunedNow);
+}
+
+std::string tuningDeviceName() {
+  return CudaDriver::get().available() ? currentDevice().Name : std::string();
+}
+
+KernelSelector::KernelSelector(const CompiledDefinition &Def,
+                               const KernelTarget &T, KernelPolicy P)
+    : Def(Def), Target(T), Policy(std::move(P)),
+      Initial(chooseWithoutShape(Target, Policy)) {}
+
+KernelChoice KernelSelector::forShape(const TuneShape &S,
+                                      const TuneNow &Tune) const {
+  if (!dependsOnShape())
+    return Initial;
+  return chooseKernel(Def, Target, Policy, S, tuningDeviceName(), Tune);
+}
+
+KernelChoice fallbackChoice(const KernelTarget &T, const Skeleton &Failed) {
+  bool After = false;
+  for (const Skeleton *S : skeletonTable()) {
+    if (S == &Failed) {
+      After = true;
+      continue;
+    }
+    if (After && servesKind(*S, T) && S->unsupported(T).empty())
+      return {S, S->defaultFor(T), ChoiceOrigin::Default};
+  }
+  throw InternalError("no skeleton after " + Failed.name().str() +
+                      " runs " + T.str());
+}
+
+} // namespace attn::runtime
