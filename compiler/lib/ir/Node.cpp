@@ -40,58 +40,6 @@ std::optional<NodeKind> kindFromMnemonic(llvm::StringRef Name) {
   return std::nullopt;
 }
 
-bool isUnaryKind(NodeKind K) {
-  switch (K) {
-#define ATTN_UNARY(Name, Mnemonic)                                             \
-  case NodeKind::Name:                                                         \
-    return true;
-#define ATTN_NODE(Name, Mnemonic, Arity)                                       \
-  case NodeKind::Name:                                                         \
-    return false;
-#include "attn/ir/Nodes.def"
-  }
-  return false;
-}
-
-bool isBinaryKind(NodeKind K) {
-  switch (K) {
-#define ATTN_BINARY(Name, Mnemonic)                                            \
-  case NodeKind::Name:                                                         \
-    return true;
-#define ATTN_NODE(Name, Mnemonic, Arity)                                       \
-  case NodeKind::Name:                                                         \
-    return false;
-#include "attn/ir/Nodes.def"
-  }
-  return false;
-}
-
-bool isCompareKind(NodeKind K) {
-  switch (K) {
-#define ATTN_COMPARE(Name, Mnemonic)                                           \
-  case NodeKind::Name:                                                         \
-    return true;
-#define ATTN_NODE(Name, Mnemonic, Arity)                                       \
-  case NodeKind::Name:                                                         \
-    return false;
-#include "attn/ir/Nodes.def"
-  }
-  return false;
-}
-
-bool isLogicKind(NodeKind K) {
-  switch (K) {
-#define ATTN_LOGIC(Name, Mnemonic)                                             \
-  case NodeKind::Name:                                                         \
-    return true;
-#define ATTN_NODE(Name, Mnemonic, Arity)                                       \
-  case NodeKind::Name:                                                         \
-    return false;
-#include "attn/ir/Nodes.def"
-  }
-  return false;
-}
-
 llvm::StringRef typeName(Type T) {
   switch (T) {
   case Type::F32:
