@@ -3,13 +3,17 @@
 
 #include "llvm/ADT/StringSwitch.h"
 
+#include <algorithm>
+
 namespace attn::ir {
 
 Node::Node(NodeKind K, Type T, Space S, llvm::ArrayRef<const Node *> Operands,
            const Node **Storage, unsigned Id)
     : Kind(K), Ty(T), Sp(S), NumOps(Operands.size()), Id(Id), Ops(Storage) {
-  for (unsigned I = 0; I < NumOps; ++I)
+  for (unsigned I = 0; I < NumOps; ++I) {
     Storage[I] = Operands[I];
+    Depth = std::max(Depth, Operands[I]->getDepth() + 1);
+  }
 }
 
 llvm::StringRef mnemonic(NodeKind K) {

@@ -191,6 +191,9 @@ public:
   Space getSpace() const { return Sp; }
   /// Creation order within the owning graph; stable for printing.
   unsigned getId() const { return Id; }
+  /// The longest operand chain down to a leaf (0 for a leaf); bounded by
+  /// MaxNodeDepth (attn/ir/Limits.h).
+  unsigned getDepth() const { return Depth; }
   llvm::ArrayRef<const Node *> operands() const { return {Ops, NumOps}; }
   const Node *operand(unsigned I) const { return Ops[I]; }
 
@@ -204,6 +207,7 @@ private:
   Space Sp;
   unsigned NumOps;
   unsigned Id;
+  unsigned Depth = 0;
   const Node *const *Ops;
 };
 
