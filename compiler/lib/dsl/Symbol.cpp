@@ -3,6 +3,9 @@
 
 #include "attn/Error.h"
 #include "attn/ir/Graph.h"
+#include "attn/ir/Printer.h"
+
+#include "llvm/Support/Casting.h"
 
 #include "ActiveTrace.h"
 
@@ -132,6 +135,9 @@ SymbolScalar SymbolScalar::get_reduce(ir::ReduceOp Op) const {
 
 SymbolScalar SymbolScalar::constant(double V) const {
   ir::Graph &G = graphOf(*this, "constant");
+  if (std::isnan(V))
+    symbolError("constant", {this},
+                "of NaN: NaN has no meaning as a constant");
   return {&G, G.constant(V, ir::Type::F32)};
 }
 
@@ -157,10 +163,29 @@ namespace detail {
 SymbolScalar apply(ir::NodeKind K, const SymbolScalar &A,
                    const SymbolScalar &B) {
   ir::Graph &G = commonGraph(ir::mnemonic(K), {&A, &B});
+  // x / 0 is inf or NaN at every point: a mistake, caught while tracing.
+  if (auto *C = llvm::dyn_cast<ir::ConstNode>(B.node());
+      K == ir::NodeKind::Div && C && C->getValue() == 0.0)
+    symbolError("div", {&A, &B},
+                ("divides `" + ir::shortExpr(A.node()) +
+                 "` by the constant 0")
+                    .c_str());
   return {&G, G.binary(K, A.node(), B.node())};
 }
 
-SymbolScalar literal(const SymbolScalar &Like, double V, bool Integral) {
+SymbolScalar literal(const SymbolScalar &Like, double V, bool Integral,
+                     llvm::StringRef Op) {
+  if (std::isnan(V))
+    symbolError(Op, {&Like}, "with the constant NaN: NaN has no meaning as "
+                             "a constant");
+  if (std::isinf(V))
+    symbolError(Op, {&Like},
+                (std::string("with the constant ") + (V < 0 ? "-inf" : "inf") +
+                 "; an infinite constant is a mistake unless meant: write "
+                 "x.constant(" + (V < 0 ? "-" : "") +
+                 "INFINITY) to opt in (a rowscale starts at -inf with "
+                 "Var(\"-inf\"))")
+                    .c_str());
   if (Integral && std::abs(V) < 2147483648.0)
     return Like.constantInt(static_cast<long long>(V));
   return Like.constant(V);
@@ -186,13 +211,14 @@ SymbolScalar select(const SymbolScalar &C, const SymbolScalar &T,
   return {&G, G.select(C.node(), T.node(), E.node())};
 }
 SymbolScalar select(const SymbolScalar &C, const SymbolScalar &T, double E) {
-  return select(C, T, C.constant(E));
+  return select(C, T, detail::literal(C, E, false, "select"));
 }
 SymbolScalar select(const SymbolScalar &C, double T, const SymbolScalar &E) {
-  return select(C, C.constant(T), E);
+  return select(C, detail::literal(C, T, false, "select"), E);
 }
 SymbolScalar select(const SymbolScalar &C, double T, double E) {
-  return select(C, C.constant(T), C.constant(E));
+  return select(C, detail::literal(C, T, false, "select"),
+                detail::literal(C, E, false, "select"));
 }
 
 Var::Var(const char *Text) {
