@@ -159,6 +159,8 @@ DefinitionBase::~DefinitionBase() = default;
 // ---- Registry --------------------------------------------------------------
 
 void Registry::add(std::shared_ptr<const DefinitionBase> Def) {
+  if (!Def)
+    throw UserError("Registry::add: no definition (a null pointer)");
   checkIdentifier("definition", Def->name);
   if (find(Def->name))
     throw UserError("definition '" + Def->name + "' is registered twice");

@@ -221,6 +221,12 @@ SymbolScalar select(const SymbolScalar &C, double T, double E) {
                 detail::literal(C, E, false, "select"));
 }
 
+Var::Var(double V) : Value(V) {
+  if (std::isnan(V))
+    throw UserError("Var(nan): not an initial value; use a number, "
+                    "\"inf\" or \"-inf\"");
+}
+
 Var::Var(const char *Text) {
   llvm::StringRef S = llvm::StringRef(Text ? Text : "").trim();
   if (S == "-inf") {

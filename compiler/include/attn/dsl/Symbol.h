@@ -102,7 +102,8 @@ static_assert(sizeof(SymbolScalar) == 16,
 /// An initial value of a rowscale: Var("-inf"), Var("inf"), Var(0.0), Var("1").
 class Var {
 public:
-  Var(double V) : Value(V) {}
+  /// A number or ±inf; NaN is a UserError (no rowscale can start at NaN).
+  Var(double V);
   Var(int V) : Value(V) {}
   /// Reads "-inf", "inf" or a number; anything else is a UserError.
   Var(const char *Text);
