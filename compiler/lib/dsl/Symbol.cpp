@@ -70,7 +70,13 @@ static ir::Graph &commonGraph(llvm::StringRef Op,
   for (const SymbolScalar *S : Ss) {
     if (S->empty())
       symbolError(Op, Ss,
-                  "on an empty SymbolScalar (declared but never assigned)");
+                  Active ? "on an empty SymbolScalar: declared but never "
+                           "assigned, or kept for a function traced later "
+                           "(score_mod is traced before mask_mod, and both "
+                           "before the online function); a symbol cannot "
+                           "be carried from one function's trace to another"
+                         : "on an empty SymbolScalar (declared but never "
+                           "assigned)");
     ir::Graph *Own = S->graph();
     if (!Own)
       symbolError(Op, Ss,
