@@ -358,6 +358,28 @@ TEST_CASE("an empty SymbolScalar in a mod: the message names the function") {
                                         Contains("empty SymbolScalar"));
 }
 
+TEST_CASE("a symbol kept from mask_mod and used in score_mod: the message "
+          "says it may come from a function traced later") {
+  // score_mod is traced first, so the kept mask is still empty there.
+  auto Kept = std::make_shared<SymbolScalar>();
+  AttentionDef Def = examples::mha();
+  Def.name = "bad";
+  Def.mask_mod = [Kept](SymbolScalar, SymbolScalar, SymbolScalar q_idx,
+                        SymbolScalar kv_idx) {
+    *Kept = q_idx >= kv_idx;
+    return *Kept;
+  };
+  Def.score_mod = [Kept](SymbolScalar s, const CustomInputs &, SymbolScalar,
+                         SymbolScalar, SymbolScalar, SymbolScalar) {
+    return select(*Kept, s, s * 0.5);
+  };
+  REQUIRE_THROWS_WITH(compile(Def),
+                      StartsWith("score_mod: 'select' on an empty "
+                                 "SymbolScalar") &&
+                          Contains("kept for a function traced later") &&
+                          Contains("score_mod is traced before mask_mod"));
+}
+
 // The first definition's graphs are destroyed when compile returns, so the
 // kept symbol refers to freed memory; a later graph may even be allocated at
 // the same address, with its nodes where the old ones were. The symbol is

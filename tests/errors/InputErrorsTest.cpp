@@ -9,9 +9,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 using namespace attn;
 using namespace attn::dsl;
 using Catch::Contains;
+using Catch::Equals;
 using Catch::StartsWith;
 
 namespace {
@@ -118,6 +121,19 @@ TEST_CASE("a custom input with an empty sample range") {
   REQUIRE_THROWS_AS(In.declare("y", InputShape::Scalar, 1.0, 0.0), UserError);
   REQUIRE_THROWS_WITH(In.declare("y", InputShape::Scalar, 1.0, 0.0),
                       Contains("custom input 'y': sample range is empty"));
+}
+
+TEST_CASE("a custom input with a NaN sample bound says it is NaN") {
+  CustomInputs In;
+  REQUIRE_THROWS_WITH(In.declare("y", InputShape::Scalar, NAN, 1.0),
+                      Equals("custom input 'y': sample range bound lo is NaN"));
+  REQUIRE_THROWS_WITH(In.declare("y", InputShape::Scalar, 0.0, NAN),
+                      Equals("custom input 'y': sample range bound hi is NaN"));
+  dsl::LinearAttentionDef L = examples::retentionLinear();
+  L.decay_sample_hi = NAN;
+  REQUIRE_THROWS_WITH(compile(L), Equals("definition 'retention_linear': "
+                                         "decay sample range bound hi is "
+                                         "NaN"));
 }
 
 TEST_CASE("custom inputs read outside a traced function") {

@@ -141,8 +141,8 @@ TEST_CASE("IR JSON with an unknown op") {
   REQUIRE(At != std::string::npos);
   S.replace(At, 7, "\"rsqrX\"");
   REQUIRE_THROWS_AS(ir::loadJSON(S), UserError);
-  REQUIRE_THROWS_WITH(ir::loadJSON(S), StartsWith("IR JSON: nodes[") &&
-                                           Contains("unknown op 'rsqrX'"));
+  REQUIRE_THROWS_WITH(ir::loadJSON(S), StartsWith("IR JSON: /nodes/") &&
+                                           Contains("/op: unknown op 'rsqrX'"));
 }
 
 TEST_CASE("IR JSON errors in a node carry the prefix once") {
@@ -163,7 +163,7 @@ TEST_CASE("IR JSON errors in a node carry the prefix once") {
   REQUIRE_THROWS_WITH(
       ir::loadJSON(Doc("{\"op\": \"foo\", \"type\": \"f32\", "
                        "\"space\": \"const\"}")),
-      Catch::Equals("IR JSON: nodes[0]: unknown op 'foo'"));
+      Catch::Equals("IR JSON: /nodes/0/op: unknown op 'foo'"));
   // ... and one the graph builder finds: 'not' of a number.
   std::string NotOfNumber =
       Doc("{\"op\": \"const\", \"value\": 1, \"type\": \"f32\", "
@@ -171,6 +171,6 @@ TEST_CASE("IR JSON errors in a node carry the prefix once") {
           "\"type\": \"i1\", \"space\": \"const\"}");
   REQUIRE_THROWS_AS(ir::loadJSON(NotOfNumber), UserError);
   REQUIRE_THROWS_WITH(ir::loadJSON(NotOfNumber),
-                      Catch::Equals("IR JSON: nodes[1]: 'not' needs a "
+                      Catch::Equals("IR JSON: /nodes/1: 'not' needs a "
                                     "boolean, but `1` is a number"));
 }

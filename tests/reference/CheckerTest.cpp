@@ -105,12 +105,14 @@ TEST_CASE("check passes every example with the expected rows", "[checker]") {
   }
   if (Def.kind() == ir::DefinitionKind::Transformer) {
     // Three shapes, four block sizes each; masked rows in the first shape;
+    // the real head dims;
     // score_mod's derivatives; a written backward, which the derived one
     // must match, or (the learnable examples) a derived one and the
     // gradients of the inputs that require them.
     bool Derived = C.Graph->decls().BackwardDerived;
     CHECK(Derived == (Name == "alibi_learnable" || Name == "softcap_learnable"));
-    CHECK(R.Rows.size() == 16);
+    CHECK(R.Rows.size() == 17);
+    CHECK(countRows(R, "head dims 64, 128, 192, 256: ") == 1);
     CHECK(countRows(R, "score_mod derivatives vs finite differences") == 1);
     CHECK(countRows(R, "derived backward vs written backward") == !Derived);
     CHECK(countRows(R, "input gradients vs finite differences") == Derived);
@@ -249,4 +251,20 @@ TEST_CASE("check uses the seed: a different seed gives different errors",
   }
   CHECK(AnyDiffers);
   CHECK(RC.passed());
+}
+
+TEST_CASE("check catches a score_mod that divides by zero at head dim 128",
+          "[checker]") {
+  // Fine at the small head dims of the main shapes, inf at D = 128.
+  dsl::AttentionDef Def = examples::mha();
+  Def.name = "bad_head_dim";
+  Def.score_mod = [](SymbolScalar score, const dsl::CustomInputs &in,
+                     SymbolScalar, SymbolScalar, SymbolScalar, SymbolScalar) {
+    return score / (in.head_dim() - 128);
+  };
+  reference::CheckReport R = reference::check(compile(Def));
+  INFO(reportText(R));
+  CHECK_FALSE(R.passed());
+  CHECK(someRowFails(R, "head dims 64, 128, 192, 256: "));
+  CHECK_FALSE(someRowFails(R, "online (block "));
 }

@@ -85,6 +85,40 @@ TEST_CASE("parameters unique by kind, name, type and space") {
   CHECK(G.param(ParamKind::Rowscale, "r2", Type::F32, Space::Row) != R);
 }
 
+TEST_CASE("group markers bracket exactly the kinds Nodes.def lists per group") {
+  // Membership straight from the .def's group macros, independent of the
+  // markers the predicates use.
+  struct Entry {
+    NodeKind K;
+    ir::KindGroup G;
+  };
+  const Entry Entries[] = {
+#define ATTN_LEAF(Name, M) {NodeKind::Name, ir::KindGroup::Leaf},
+#define ATTN_UNARY(Name, M) {NodeKind::Name, ir::KindGroup::Unary},
+#define ATTN_BINARY(Name, M) {NodeKind::Name, ir::KindGroup::Binary},
+#define ATTN_COMPARE(Name, M) {NodeKind::Name, ir::KindGroup::Compare},
+#define ATTN_LOGIC(Name, M) {NodeKind::Name, ir::KindGroup::Logic},
+#define ATTN_SELECT(Name, M) {NodeKind::Name, ir::KindGroup::Select},
+#define ATTN_REDUCE(Name, M) {NodeKind::Name, ir::KindGroup::Reduce},
+#include "attn/ir/Nodes.def"
+  };
+  REQUIRE(std::size(Entries) == ir::NumNodeKinds);
+  for (const Entry &E : Entries) {
+    INFO(ir::mnemonic(E.K).str());
+    CHECK(ir::kindGroup(E.K) == E.G);
+    CHECK(ir::isLeafKind(E.K) == (E.G == ir::KindGroup::Leaf));
+    CHECK(ir::isUnaryKind(E.K) == (E.G == ir::KindGroup::Unary));
+    CHECK(ir::isBinaryKind(E.K) == (E.G == ir::KindGroup::Binary));
+    CHECK(ir::isCompareKind(E.K) == (E.G == ir::KindGroup::Compare));
+    CHECK(ir::isLogicKind(E.K) == (E.G == ir::KindGroup::Logic));
+  }
+  CHECK(NodeKind::FirstUnary == NodeKind::Neg);
+  CHECK(NodeKind::LastUnary == NodeKind::Not);
+  CHECK(NodeKind::FirstCompare == NodeKind::Lt);
+  CHECK(NodeKind::LastCompare == NodeKind::Ne);
+  CHECK(NodeKind::FirstReduce == NodeKind::LastReduce);
+}
+
 TEST_CASE("joinSpaces for every pair of spaces") {
   using S = Space;
   const S C = S::Const, H = S::Head, R = S::Row, K = S::Col, T = S::Tile,

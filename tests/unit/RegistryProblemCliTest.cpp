@@ -11,6 +11,7 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -140,6 +141,21 @@ TEST_CASE("Registry: a definition name must be an identifier") {
   CHECK_THROWS_WITH(R.add(Def), Catch::Contains("definition 'my attn': not "
                                                 "a valid name"));
   CHECK(R.all().empty());
+}
+
+TEST_CASE("Registry: registration mistakes are UserErrors, not crashes") {
+  dsl::Registry R;
+  CHECK_THROWS_AS(R.add(std::shared_ptr<const dsl::DefinitionBase>()),
+                  UserError);
+  CHECK_THROWS_WITH(R.add(std::shared_ptr<const dsl::DefinitionBase>()),
+                    Catch::Contains("no definition (a null pointer)"));
+  CHECK(R.all().empty());
+  // A NaN initial value, as text or as a number.
+  CHECK_THROWS_AS(dsl::Var("nan"), UserError);
+  CHECK_THROWS_AS(dsl::Var(std::nan("")), UserError);
+  CHECK_THROWS_WITH(dsl::Var(std::nan("")),
+                    Catch::StartsWith("Var(nan): not an initial value"));
+  CHECK(dsl::Var(-INFINITY).value() == -INFINITY);
 }
 
 TEST_CASE("ProblemShape::meta fills the seeds' meta_tensor signature") {

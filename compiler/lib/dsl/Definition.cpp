@@ -6,6 +6,7 @@
 #include "attn/dsl/Names.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace attn::dsl {
 
@@ -17,6 +18,9 @@ CustomInputs &CustomInputs::declare(const std::string &Name, InputShape Shape,
   for (const ir::InputDecl &D : Decls)
     if (D.Name == Name)
       throw UserError("custom input '" + Name + "' is declared twice");
+  if (std::isnan(SampleLo) || std::isnan(SampleHi))
+    throw UserError("custom input '" + Name + "': sample range bound " +
+                    (std::isnan(SampleLo) ? "lo" : "hi") + " is NaN");
   if (!(SampleLo <= SampleHi))
     throw UserError("custom input '" + Name +
                     "': sample range is empty (lo > hi)");
@@ -159,6 +163,8 @@ DefinitionBase::~DefinitionBase() = default;
 // ---- Registry --------------------------------------------------------------
 
 void Registry::add(std::shared_ptr<const DefinitionBase> Def) {
+  if (!Def)
+    throw UserError("Registry::add: no definition (a null pointer)");
   checkIdentifier("definition", Def->name);
   if (find(Def->name))
     throw UserError("definition '" + Def->name + "' is registered twice");

@@ -3,6 +3,9 @@
 
 #include "attn/Error.h"
 #include "attn/ir/Graph.h"
+#include "attn/ir/Printer.h"
+
+#include "llvm/Support/Casting.h"
 
 #include "ActiveTrace.h"
 
@@ -67,7 +70,13 @@ static ir::Graph &commonGraph(llvm::StringRef Op,
   for (const SymbolScalar *S : Ss) {
     if (S->empty())
       symbolError(Op, Ss,
-                  "on an empty SymbolScalar (declared but never assigned)");
+                  Active ? "on an empty SymbolScalar: declared but never "
+                           "assigned, or kept for a function traced later "
+                           "(score_mod is traced before mask_mod, and both "
+                           "before the online function); a symbol cannot "
+                           "be carried from one function's trace to another"
+                         : "on an empty SymbolScalar (declared but never "
+                           "assigned)");
     ir::Graph *Own = S->graph();
     if (!Own)
       symbolError(Op, Ss,
@@ -132,6 +141,9 @@ SymbolScalar SymbolScalar::get_reduce(ir::ReduceOp Op) const {
 
 SymbolScalar SymbolScalar::constant(double V) const {
   ir::Graph &G = graphOf(*this, "constant");
+  if (std::isnan(V))
+    symbolError("constant", {this},
+                "of NaN: NaN has no meaning as a constant");
   return {&G, G.constant(V, ir::Type::F32)};
 }
 
@@ -157,10 +169,29 @@ namespace detail {
 SymbolScalar apply(ir::NodeKind K, const SymbolScalar &A,
                    const SymbolScalar &B) {
   ir::Graph &G = commonGraph(ir::mnemonic(K), {&A, &B});
+  // x / 0 is inf or NaN at every point: a mistake, caught while tracing.
+  if (auto *C = llvm::dyn_cast<ir::ConstNode>(B.node());
+      K == ir::NodeKind::Div && C && C->getValue() == 0.0)
+    symbolError("div", {&A, &B},
+                ("divides `" + ir::shortExpr(A.node()) +
+                 "` by the constant 0")
+                    .c_str());
   return {&G, G.binary(K, A.node(), B.node())};
 }
 
-SymbolScalar literal(const SymbolScalar &Like, double V, bool Integral) {
+SymbolScalar literal(const SymbolScalar &Like, double V, bool Integral,
+                     llvm::StringRef Op) {
+  if (std::isnan(V))
+    symbolError(Op, {&Like}, "with the constant NaN: NaN has no meaning as "
+                             "a constant");
+  if (std::isinf(V))
+    symbolError(Op, {&Like},
+                (std::string("with the constant ") + (V < 0 ? "-inf" : "inf") +
+                 "; an infinite constant is a mistake unless meant: write "
+                 "x.constant(" + (V < 0 ? "-" : "") +
+                 "INFINITY) to opt in (a rowscale starts at -inf with "
+                 "Var(\"-inf\"))")
+                    .c_str());
   if (Integral && std::abs(V) < 2147483648.0)
     return Like.constantInt(static_cast<long long>(V));
   return Like.constant(V);
@@ -186,13 +217,20 @@ SymbolScalar select(const SymbolScalar &C, const SymbolScalar &T,
   return {&G, G.select(C.node(), T.node(), E.node())};
 }
 SymbolScalar select(const SymbolScalar &C, const SymbolScalar &T, double E) {
-  return select(C, T, C.constant(E));
+  return select(C, T, detail::literal(C, E, false, "select"));
 }
 SymbolScalar select(const SymbolScalar &C, double T, const SymbolScalar &E) {
-  return select(C, C.constant(T), E);
+  return select(C, detail::literal(C, T, false, "select"), E);
 }
 SymbolScalar select(const SymbolScalar &C, double T, double E) {
-  return select(C, C.constant(T), C.constant(E));
+  return select(C, detail::literal(C, T, false, "select"),
+                detail::literal(C, E, false, "select"));
+}
+
+Var::Var(double V) : Value(V) {
+  if (std::isnan(V))
+    throw UserError("Var(nan): not an initial value; use a number, "
+                    "\"inf\" or \"-inf\"");
 }
 
 Var::Var(const char *Text) {

@@ -9,6 +9,8 @@
 
 #include "llvm/Support/Casting.h"
 
+#include <cmath>
+
 namespace attn::dsl {
 
 using ir::Graph;
@@ -235,6 +237,11 @@ void traceAttention(Graph &G, const AttentionDef &Def) {
 }
 
 void traceLinear(Graph &G, const LinearAttentionDef &Def) {
+  if (std::isnan(Def.decay_sample_lo) || std::isnan(Def.decay_sample_hi))
+    throw UserError("definition '" + Def.name +
+                    "': decay sample range bound " +
+                    (std::isnan(Def.decay_sample_lo) ? "lo" : "hi") +
+                    " is NaN");
   if (!(Def.decay_sample_lo <= Def.decay_sample_hi))
     throw UserError("definition '" + Def.name +
                     "': decay sample range is empty (lo > hi)");

@@ -2,11 +2,14 @@
 #include "attn/ir/Graph.h"
 
 #include "attn/Error.h"
+#include "attn/ir/Limits.h"
 #include "attn/ir/Printer.h"
 
 #include "llvm/ADT/Hashing.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Casting.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -125,6 +128,22 @@ const Node *Graph::lookup(const NodeKey &Key) const {
   return It == Uniquer->end() ? nullptr : *It;
 }
 
+void Graph::checkLimits(llvm::ArrayRef<const Node *> Ops) const {
+  if (AllNodes.size() >= MaxGraphNodes)
+    fail("the definition's IR reaches the limit of " +
+         std::to_string(MaxGraphNodes) +
+         " nodes (MaxGraphNodes, attn/ir/Limits.h); a loop in the "
+         "definition builds too many operations");
+  unsigned Depth = 0;
+  for (const Node *Op : Ops)
+    Depth = std::max(Depth, Op->getDepth() + 1);
+  if (Depth > MaxNodeDepth)
+    fail("an expression is more than " + std::to_string(MaxNodeDepth) +
+         " operations deep, past the limit (MaxNodeDepth, "
+         "attn/ir/Limits.h); a loop in the definition chains too many "
+         "operations");
+}
+
 const Node *Graph::insert(Node *N) {
   Uniquer->insert(N);
   AllNodes.push_back(N);
@@ -144,6 +163,7 @@ const Node *Graph::constant(double Value, Type T) {
   Key.Attr = bitsOf(Value);
   if (const Node *N = lookup(Key))
     return N;
+  checkLimits({});
   return insert(new (Alloc.Allocate<ConstNode>())
                     ConstNode(T, Value, AllNodes.size()));
 }
@@ -154,6 +174,7 @@ const Node *Graph::param(ParamKind K, llvm::StringRef Name, Type T, Space S) {
   Key.Name = Name;
   if (const Node *N = lookup(Key))
     return N;
+  checkLimits({});
   llvm::StringRef Saved = Strings.save(Name);
   return insert(new (Alloc.Allocate<ParamNode>())
                     ParamNode(K, Saved, T, S, AllNodes.size()));
@@ -212,6 +233,7 @@ const Node *Graph::unary(NodeKind K, const Node *X) {
   Key.Ops[0] = X;
   if (const Node *N = lookup(Key))
     return N;
+  checkLimits({X});
   const Node **St = allocOperands({X});
   return insert(new (Alloc.Allocate<UnaryNode>())
                     UnaryNode(K, T, X->getSpace(), {X}, St, AllNodes.size()));
@@ -248,6 +270,7 @@ const Node *Graph::binary(NodeKind K, const Node *A, const Node *B) {
   Key.Ops[1] = B;
   if (const Node *N = lookup(Key))
     return N;
+  checkLimits({A, B});
   const Node **St = allocOperands({A, B});
   return insert(new (Alloc.Allocate<BinaryNode>())
                     BinaryNode(K, T, S, {A, B}, St, AllNodes.size()));
@@ -277,6 +300,7 @@ const Node *Graph::select(const Node *Cond, const Node *Then,
   Key.Ops[2] = Else;
   if (const Node *N = lookup(Key))
     return N;
+  checkLimits({Cond, Then, Else});
   const Node **St = allocOperands({Cond, Then, Else});
   return insert(new (Alloc.Allocate<SelectNode>()) SelectNode(
       NodeKind::Select, T, S, {Cond, Then, Else}, St, AllNodes.size()));
@@ -298,6 +322,7 @@ const Node *Graph::reduce(ReduceOp Op, const Node *X) {
   Key.Attr = static_cast<uint64_t>(Op);
   if (const Node *N = lookup(Key))
     return N;
+  checkLimits({X});
   const Node **St = allocOperands({X});
   return insert(new (Alloc.Allocate<ReduceNode>())
                     ReduceNode(Op, X, St, AllNodes.size()));
@@ -322,21 +347,41 @@ const Node *Graph::rebuild(const Node *Like,
 
 const Node *Graph::import(const Node *N,
                          llvm::DenseMap<const Node *, const Node *> &Memo) {
-  if (auto It = Memo.find(N); It != Memo.end())
-    return It->second;
-  const Node *Copy;
-  if (auto *C = llvm::dyn_cast<ConstNode>(N)) {
-    Copy = constant(C->getValue(), C->getType());
-  } else if (auto *P = llvm::dyn_cast<ParamNode>(N)) {
-    Copy = param(P->getParamKind(), P->getName(), P->getType(), P->getSpace());
-  } else {
-    llvm::SmallVector<const Node *, 3> Ops;
-    for (const Node *Op : N->operands())
-      Ops.push_back(import(Op, Memo));
-    Copy = rebuild(N, Ops);
+  // Operands before users with an explicit stack: a graph as deep as
+  // MaxNodeDepth must not cost a stack frame a level.
+  llvm::SmallVector<const Node *, 16> Stack{N};
+  while (!Stack.empty()) {
+    const Node *Cur = Stack.back();
+    if (Memo.count(Cur)) {
+      Stack.pop_back();
+      continue;
+    }
+    // Pushed last to first so that the first operand is copied first, as
+    // a recursive copy would: node ids (and so printed IR) keep their order.
+    bool Ready = true;
+    for (const Node *Op : llvm::reverse(Cur->operands()))
+      if (!Memo.count(Op)) {
+        Stack.push_back(Op);
+        Ready = false;
+      }
+    if (!Ready)
+      continue;
+    Stack.pop_back();
+    const Node *Copy;
+    if (auto *C = llvm::dyn_cast<ConstNode>(Cur)) {
+      Copy = constant(C->getValue(), C->getType());
+    } else if (auto *P = llvm::dyn_cast<ParamNode>(Cur)) {
+      Copy = param(P->getParamKind(), P->getName(), P->getType(),
+                   P->getSpace());
+    } else {
+      llvm::SmallVector<const Node *, 3> Ops;
+      for (const Node *Op : Cur->operands())
+        Ops.push_back(Memo.lookup(Op));
+      Copy = rebuild(Cur, Ops);
+    }
+    Memo[Cur] = Copy;
   }
-  Memo[N] = Copy;
-  return Copy;
+  return Memo.lookup(N);
 }
 
 Function &Graph::addFunction(llvm::StringRef Name) {

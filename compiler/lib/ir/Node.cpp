@@ -3,13 +3,17 @@
 
 #include "llvm/ADT/StringSwitch.h"
 
+#include <algorithm>
+
 namespace attn::ir {
 
 Node::Node(NodeKind K, Type T, Space S, llvm::ArrayRef<const Node *> Operands,
            const Node **Storage, unsigned Id)
     : Kind(K), Ty(T), Sp(S), NumOps(Operands.size()), Id(Id), Ops(Storage) {
-  for (unsigned I = 0; I < NumOps; ++I)
+  for (unsigned I = 0; I < NumOps; ++I) {
     Storage[I] = Operands[I];
+    Depth = std::max(Depth, Operands[I]->getDepth() + 1);
+  }
 }
 
 llvm::StringRef mnemonic(NodeKind K) {
@@ -38,58 +42,6 @@ std::optional<NodeKind> kindFromMnemonic(llvm::StringRef Name) {
     return NodeKind::Kind;
 #include "attn/ir/Nodes.def"
   return std::nullopt;
-}
-
-bool isUnaryKind(NodeKind K) {
-  switch (K) {
-#define ATTN_UNARY(Name, Mnemonic)                                             \
-  case NodeKind::Name:                                                         \
-    return true;
-#define ATTN_NODE(Name, Mnemonic, Arity)                                       \
-  case NodeKind::Name:                                                         \
-    return false;
-#include "attn/ir/Nodes.def"
-  }
-  return false;
-}
-
-bool isBinaryKind(NodeKind K) {
-  switch (K) {
-#define ATTN_BINARY(Name, Mnemonic)                                            \
-  case NodeKind::Name:                                                         \
-    return true;
-#define ATTN_NODE(Name, Mnemonic, Arity)                                       \
-  case NodeKind::Name:                                                         \
-    return false;
-#include "attn/ir/Nodes.def"
-  }
-  return false;
-}
-
-bool isCompareKind(NodeKind K) {
-  switch (K) {
-#define ATTN_COMPARE(Name, Mnemonic)                                           \
-  case NodeKind::Name:                                                         \
-    return true;
-#define ATTN_NODE(Name, Mnemonic, Arity)                                       \
-  case NodeKind::Name:                                                         \
-    return false;
-#include "attn/ir/Nodes.def"
-  }
-  return false;
-}
-
-bool isLogicKind(NodeKind K) {
-  switch (K) {
-#define ATTN_LOGIC(Name, Mnemonic)                                             \
-  case NodeKind::Name:                                                         \
-    return true;
-#define ATTN_NODE(Name, Mnemonic, Arity)                                       \
-  case NodeKind::Name:                                                         \
-    return false;
-#include "attn/ir/Nodes.def"
-  }
-  return false;
 }
 
 llvm::StringRef typeName(Type T) {

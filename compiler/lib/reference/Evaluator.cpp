@@ -5,6 +5,7 @@
 #include "attn/Error.h"
 #include "attn/ir/Eval.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Casting.h"
 
 #include <cmath>
@@ -133,10 +134,28 @@ const Values &Evaluator::eval(const ir::Node *N) {
   auto It = Memo.find(N);
   if (It != Memo.end())
     return *It->second;
-  auto V = std::make_unique<Values>(compute(N));
-  const Values &Ref = *V;
-  Memo[N] = std::move(V);
-  return Ref;
+  // Operands first, with an explicit stack rather than recursion: compute()
+  // then finds every operand in the memo, so no graph is too deep to
+  // evaluate.
+  llvm::SmallVector<const ir::Node *, 16> Stack{N};
+  while (!Stack.empty()) {
+    const ir::Node *Cur = Stack.back();
+    if (Memo.count(Cur)) {
+      Stack.pop_back();
+      continue;
+    }
+    bool Ready = true;
+    for (const ir::Node *Op : llvm::reverse(Cur->operands()))
+      if (!Memo.count(Op)) {
+        Stack.push_back(Op);
+        Ready = false;
+      }
+    if (!Ready)
+      continue;
+    Stack.pop_back();
+    Memo[Cur] = std::make_unique<Values>(compute(Cur));
+  }
+  return *Memo.find(N)->second;
 }
 
 /// Width of a broadcast of operand widths (1 broadcasts).

@@ -68,6 +68,8 @@ void addScoreModGradients(ir::Graph &G) {
   if (!SM)
     throw InternalError("autodiff: '" + G.name() + "' has no score_mod");
   checkGradInputUses(G);
+  // Limit errors (attn/ir/Limits.h) while differentiating name the function.
+  ir::Graph::ContextScope Scope(G, "score_mod (its derivative)");
   const Node *Out = SM->result("score");
   const Node *One = G.constant(1.0);
   const Node *Zero = G.constant(0.0);
@@ -94,6 +96,7 @@ void autodiff(ir::Graph &G) {
   if (G.getFunction("backward"))
     return; // written by the user (or derived by an earlier run)
   try {
+    ir::Graph::ContextScope Scope(G, "backward (derived)");
     deriveBackward(G);
   } catch (const CannotDerive &E) {
     G.decls().BackwardUnavailable = E.what();

@@ -70,7 +70,10 @@ public:
   SymbolScalar get_reduce(llvm::StringRef Op) const;
   SymbolScalar get_reduce(ir::ReduceOp Op) const;
 
-  /// A constant in the same graph as this symbol.
+  /// A constant in the same graph as this symbol. This is how a definition
+  /// opts in to an infinite constant (`s.constant(-INFINITY)`); a C++ number
+  /// that an operator lifts must be finite. NaN is never a constant: a
+  /// UserError naming the function.
   SymbolScalar constant(double V) const;
   SymbolScalar constantInt(long long V) const;
 
@@ -99,7 +102,8 @@ static_assert(sizeof(SymbolScalar) == 16,
 /// An initial value of a rowscale: Var("-inf"), Var("inf"), Var(0.0), Var("1").
 class Var {
 public:
-  Var(double V) : Value(V) {}
+  /// A number or ±inf; NaN is a UserError (no rowscale can start at NaN).
+  Var(double V);
   Var(int V) : Value(V) {}
   /// Reads "-inf", "inf" or a number; anything else is a UserError.
   Var(const char *Text);
@@ -111,9 +115,14 @@ private:
 
 namespace detail {
 SymbolScalar apply(ir::NodeKind K, const SymbolScalar &A, const SymbolScalar &B);
-SymbolScalar literal(const SymbolScalar &Like, double V, bool Integral);
-template <typename T> SymbolScalar lift(const SymbolScalar &Like, T V) {
-  return literal(Like, static_cast<double>(V), std::is_integral_v<T>);
+/// The constant for a C++ number \p V given to operation \p Op: a UserError
+/// naming the function and the operation when \p V is NaN or infinite.
+SymbolScalar literal(const SymbolScalar &Like, double V, bool Integral,
+                     llvm::StringRef Op);
+template <typename T>
+SymbolScalar lift(const SymbolScalar &Like, T V, ir::NodeKind K) {
+  return literal(Like, static_cast<double>(V), std::is_integral_v<T>,
+                 ir::mnemonic(K));
 }
 } // namespace detail
 
@@ -126,11 +135,13 @@ template <typename T> SymbolScalar lift(const SymbolScalar &Like, T V) {
   }                                                                            \
   template <typename T, typename = std::enable_if_t<detail::IsNumber<T>>>      \
   SymbolScalar operator Op(const SymbolScalar &A, T B) {                       \
-    return detail::apply(ir::NodeKind::Kind, A, detail::lift(A, B));           \
+    return detail::apply(ir::NodeKind::Kind, A,                                \
+                         detail::lift(A, B, ir::NodeKind::Kind));              \
   }                                                                            \
   template <typename T, typename = std::enable_if_t<detail::IsNumber<T>>>      \
   SymbolScalar operator Op(T A, const SymbolScalar &B) {                       \
-    return detail::apply(ir::NodeKind::Kind, detail::lift(B, A), B);           \
+    return detail::apply(ir::NodeKind::Kind,                                   \
+                         detail::lift(B, A, ir::NodeKind::Kind), B);           \
   }
 ATTN_DSL_BINARY_OPERATOR(+, Add)
 ATTN_DSL_BINARY_OPERATOR(-, Sub)
@@ -146,11 +157,13 @@ ATTN_DSL_BINARY_OPERATOR(!=, Ne)
 
 template <typename T, typename>
 SymbolScalar SymbolScalar::max(T Other) const {
-  return detail::apply(ir::NodeKind::Max, *this, detail::lift(*this, Other));
+  return detail::apply(ir::NodeKind::Max, *this,
+                       detail::lift(*this, Other, ir::NodeKind::Max));
 }
 template <typename T, typename>
 SymbolScalar SymbolScalar::min(T Other) const {
-  return detail::apply(ir::NodeKind::Min, *this, detail::lift(*this, Other));
+  return detail::apply(ir::NodeKind::Min, *this,
+                       detail::lift(*this, Other, ir::NodeKind::Min));
 }
 
 #define ATTN_DSL_COMPOUND_ASSIGNMENT(Op)                                       \

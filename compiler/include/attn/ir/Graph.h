@@ -121,6 +121,21 @@ public:
   /// The function whose tracing is under way; builder errors name it.
   void setContext(llvm::StringRef FunctionName) { Context = FunctionName.str(); }
   const std::string &context() const { return Context; }
+  /// Sets the context for a scope (a pass that builds nodes on behalf of a
+  /// function) and restores the previous one when it ends.
+  class ContextScope {
+  public:
+    ContextScope(Graph &G, llvm::StringRef Name) : G(G), Saved(G.Context) {
+      G.setContext(Name);
+    }
+    ~ContextScope() { G.Context = Saved; }
+    ContextScope(const ContextScope &) = delete;
+    ContextScope &operator=(const ContextScope &) = delete;
+
+  private:
+    Graph &G;
+    std::string Saved;
+  };
 
   /// Every node in creation order (dead ones included until DCE).
   llvm::ArrayRef<const Node *> nodes() const { return AllNodes; }
@@ -142,6 +157,9 @@ private:
   const Node *insert(Node *N);
   const Node **allocOperands(llvm::ArrayRef<const Node *> Ops);
   [[noreturn]] void fail(const std::string &Message) const;
+  /// UserError when one more node over \p Ops would pass MaxGraphNodes or
+  /// MaxNodeDepth (attn/ir/Limits.h).
+  void checkLimits(llvm::ArrayRef<const Node *> Ops) const;
   /// Checks an operand of builder \p Op: a null node (what an unassigned
   /// SymbolScalar holds) is a UserError "'<op>' on an empty SymbolScalar",
   /// prefixed by the function being traced like every builder error.

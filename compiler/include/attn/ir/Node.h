@@ -30,14 +30,111 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
+#include <iterator>
 #include <optional>
 
 namespace attn::ir {
 
+/// The groups of Nodes.def, in its order.
+enum class KindGroup : uint8_t {
+  Leaf,
+  Unary,
+  Binary,
+  Compare,
+  Logic,
+  Select,
+  Reduce
+};
+
+namespace detail {
+/// The group of every kind, indexed by the kind's value; the enum below
+/// derives its First/Last markers from it so they cannot drift from the .def.
+inline constexpr KindGroup KindGroupTable[] = {
+#define ATTN_LEAF(Name, Mnemonic) KindGroup::Leaf,
+#define ATTN_UNARY(Name, Mnemonic) KindGroup::Unary,
+#define ATTN_BINARY(Name, Mnemonic) KindGroup::Binary,
+#define ATTN_COMPARE(Name, Mnemonic) KindGroup::Compare,
+#define ATTN_LOGIC(Name, Mnemonic) KindGroup::Logic,
+#define ATTN_SELECT(Name, Mnemonic) KindGroup::Select,
+#define ATTN_REDUCE(Name, Mnemonic) KindGroup::Reduce,
+#include "attn/ir/Nodes.def"
+};
+constexpr uint8_t firstOfGroup(KindGroup G) {
+  for (uint8_t I = 0; I < std::size(KindGroupTable); ++I)
+    if (KindGroupTable[I] == G)
+      return I;
+  return 0;
+}
+constexpr uint8_t lastOfGroup(KindGroup G) {
+  uint8_t Last = 0;
+  for (uint8_t I = 0; I < std::size(KindGroupTable); ++I)
+    if (KindGroupTable[I] == G)
+      Last = I;
+  return Last;
+}
+/// Every kind between a group's first and last member belongs to it (and the
+/// group is not empty), so the range checks below are exact.
+constexpr bool groupIsContiguous(KindGroup G) {
+  uint8_t First = firstOfGroup(G), Last = lastOfGroup(G);
+  if (KindGroupTable[First] != G)
+    return false;
+  for (uint8_t I = First; I <= Last; ++I)
+    if (KindGroupTable[I] != G)
+      return false;
+  return true;
+}
+} // namespace detail
+
+/// The node kinds, one per entry of Nodes.def, followed by a First/Last
+/// marker per group (aliases of member kinds, so switches need no case for
+/// them).
 enum class NodeKind : uint8_t {
 #define ATTN_NODE(Name, Mnemonic, Arity) Name,
 #include "attn/ir/Nodes.def"
+#define ATTN_KIND_GROUP_MARKERS(Group)                                         \
+  First##Group = detail::firstOfGroup(KindGroup::Group),                       \
+  Last##Group = detail::lastOfGroup(KindGroup::Group),
+  ATTN_KIND_GROUP_MARKERS(Leaf) ATTN_KIND_GROUP_MARKERS(Unary)
+  ATTN_KIND_GROUP_MARKERS(Binary) ATTN_KIND_GROUP_MARKERS(Compare)
+  ATTN_KIND_GROUP_MARKERS(Logic) ATTN_KIND_GROUP_MARKERS(Select)
+  ATTN_KIND_GROUP_MARKERS(Reduce)
+#undef ATTN_KIND_GROUP_MARKERS
 };
+
+/// How many node kinds Nodes.def lists.
+inline constexpr unsigned NumNodeKinds = std::size(detail::KindGroupTable);
+
+static_assert(detail::groupIsContiguous(KindGroup::Leaf) &&
+                  detail::groupIsContiguous(KindGroup::Unary) &&
+                  detail::groupIsContiguous(KindGroup::Binary) &&
+                  detail::groupIsContiguous(KindGroup::Compare) &&
+                  detail::groupIsContiguous(KindGroup::Logic) &&
+                  detail::groupIsContiguous(KindGroup::Select) &&
+                  detail::groupIsContiguous(KindGroup::Reduce),
+              "Nodes.def must list the kinds of a group next to each other: "
+              "the group predicates are range checks");
+
+/// The group of a kind, as Nodes.def lists it.
+constexpr KindGroup kindGroup(NodeKind K) {
+  return detail::KindGroupTable[static_cast<uint8_t>(K)];
+}
+
+/// Kind-group predicates: range checks on the markers above.
+constexpr bool isLeafKind(NodeKind K) {
+  return K >= NodeKind::FirstLeaf && K <= NodeKind::LastLeaf;
+}
+constexpr bool isUnaryKind(NodeKind K) {
+  return K >= NodeKind::FirstUnary && K <= NodeKind::LastUnary;
+}
+constexpr bool isBinaryKind(NodeKind K) {
+  return K >= NodeKind::FirstBinary && K <= NodeKind::LastBinary;
+}
+constexpr bool isCompareKind(NodeKind K) {
+  return K >= NodeKind::FirstCompare && K <= NodeKind::LastCompare;
+}
+constexpr bool isLogicKind(NodeKind K) {
+  return K >= NodeKind::FirstLogic && K <= NodeKind::LastLogic;
+}
 
 /// The mnemonic of a node kind ("exp", "add", ...), as the printer writes it.
 llvm::StringRef mnemonic(NodeKind K);
@@ -94,6 +191,9 @@ public:
   Space getSpace() const { return Sp; }
   /// Creation order within the owning graph; stable for printing.
   unsigned getId() const { return Id; }
+  /// The longest operand chain down to a leaf (0 for a leaf); bounded by
+  /// MaxNodeDepth (attn/ir/Limits.h).
+  unsigned getDepth() const { return Depth; }
   llvm::ArrayRef<const Node *> operands() const { return {Ops, NumOps}; }
   const Node *operand(unsigned I) const { return Ops[I]; }
 
@@ -107,6 +207,7 @@ private:
   Space Sp;
   unsigned NumOps;
   unsigned Id;
+  unsigned Depth = 0;
   const Node *const *Ops;
 };
 
@@ -135,12 +236,6 @@ private:
   ParamKind PKind;
   llvm::StringRef Name;
 };
-
-/// Kind-group predicates, generated from Nodes.def.
-bool isUnaryKind(NodeKind K);
-bool isBinaryKind(NodeKind K);
-bool isCompareKind(NodeKind K);
-bool isLogicKind(NodeKind K);
 
 class UnaryNode : public Node {
 public:

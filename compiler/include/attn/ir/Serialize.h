@@ -18,10 +18,13 @@ constexpr int IRFormatVersion = 1;
 /// sign bit); finite ones as JSON numbers with round-trip precision.
 std::string saveJSON(const Graph &G);
 
-/// Reads what saveJSON wrote. Nodes are rebuilt through the graph's builders
-/// and their recorded type and space are checked against the recomputed
-/// ones. A malformed or foreign document is a UserError saying what and
-/// where ("IR JSON: nodes[4]: unknown op 'foo'").
+/// Reads what saveJSON wrote, strictly (docs/ir-semantics.md lists the
+/// schema): every field typed and range-checked without narrowing, no
+/// unknown field, and every function the definition kind needs present with
+/// its results. Nodes are rebuilt through the graph's builders and their
+/// recorded type and space are checked against the recomputed ones. A
+/// malformed or foreign document is a UserError naming the JSON pointer of
+/// the problem ("IR JSON: /nodes/4/op: unknown op 'foo'").
 std::unique_ptr<Graph> loadJSON(const std::string &Text);
 
 } // namespace attn::ir

@@ -43,6 +43,9 @@ struct CheckOptions {
 /// the direct definition (o and final rowscales), on shapes with sequence
 /// lengths that are not multiples of the block, GQA heads, and whole rows
 /// masked; fully masked rows must give o = 0 and final rowscales = -inf;
+/// the same at the head dims kernels use (64, 128, 192, 256), on one small
+/// block, since the shapes above have head dims 3 to 6 and a definition may
+/// read head_dim();
 /// score_mod's symbolic derivatives (score_mod_grad, score_mod_input_grad)
 /// against central differences of score_mod at random points; the backward
 /// (written by the user or derived by the autodiff pass) against central
