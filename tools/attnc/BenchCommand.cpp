@@ -59,6 +59,9 @@ private:
 int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   if (ProblemArgs.Shape.empty())
     throw UsageError("bench: --shape B,H,S,D[,DV] is required");
+  rejectEmptyValue(ProblemArgs.Arch, "sm_80, sm_86, sm_89 or sm_90a");
+  rejectEmptyValue(Config, "a tile configuration such as m128n64w4s2");
+  rejectEmptyValue(TuneFile, "a tune file");
   ShapeArg S = parseShapeArg(ProblemArgs.Shape);
   runtime::Signature Sig;
   Sig.Dtype = parseDtypeArg(ProblemArgs.Dtype);
@@ -72,6 +75,10 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   if (!Backend.empty() && Backend != "generated" && Backend != "reference")
     throw UsageError("--backend '" + Backend +
                      "': expected generated or reference");
+  // The reference kernel has no tiles: a --config would be ignored.
+  if (Backend == "reference" && !Config.empty())
+    throw UsageError("--config " + Config +
+                     ": the reference backend takes no configuration");
   if (Warmup < 0 || Repeats < 1)
     throw UsageError("--warmup must be >= 0 and --repeats >= 1");
 
@@ -81,8 +88,15 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   if (ProblemArgs.QkHeads != 0)
     throw UsageError("--qk-heads: '" + ProblemArgs.Name +
                      "' is not linear attention (it has no q/k head groups)");
-  if (!Config.empty())
-    (void)codegen::FwdConfig::parse(Config);
+  // A malformed --config is refused before the GPU is asked for; "sm80" and
+  // "sm90" name a skeleton, its configuration the default or tuned one.
+  if (!Config.empty() && Config != "sm80" && Config != "sm90")
+    parseOptionValue([&] {
+      if (codegen::Sm90Config::names(Config))
+        (void)codegen::Sm90Config::parse(Config);
+      else
+        (void)codegen::FwdConfig::parse(Config);
+    });
   runtime::CudaDriver &D = runtime::CudaDriver::get();
   D.require();
   std::string KernelArch = ProblemArgs.Arch.empty() ? runtime::currentDevice().arch()

@@ -16,10 +16,7 @@ namespace {
 /// The kernel spec of an attention definition's kernel.
 codegen::KernelSpec kernelSpec(const KernelRequest &Req) {
   codegen::KernelSpec Spec;
-  std::optional<DType> T = dtypeFromName(Req.Dtype);
-  if (!T)
-    throw UserError("--dtype '" + Req.Dtype + "': expected f16 or bf16");
-  Spec.Dtype = *T;
+  Spec.Dtype = parseDtypeArg(Req.Dtype);
   Spec.HeadDim = Req.HeadDim;
   Spec.HeadDimV = Req.HeadDimV ? Req.HeadDimV : Req.HeadDim;
   Spec.Arch = Req.Arch;
@@ -39,7 +36,8 @@ codegen::KernelSpec kernelSpec(const KernelRequest &Req) {
                         Sm90
                     ? codegen::FwdConfig::defaultFor(Spec.HeadDim,
                                                       Spec.HeadDimV, Spec.Arch)
-                    : codegen::FwdConfig::parse(Req.Config);
+                    : parseOptionValue(
+                          [&] { return codegen::FwdConfig::parse(Req.Config); });
   if (!Req.Backward && !Sm90)
     Spec.validate();
   return Spec;
@@ -58,7 +56,8 @@ codegen::KernelSource sm90Kernel(const KernelRequest &Req,
   codegen::Sm90Config Config =
       Req.Config == "sm90"
           ? codegen::Sm90Config::defaultFor(Spec.HeadDim, Spec.HeadDimV)
-          : codegen::Sm90Config::parse(Req.Config);
+          : parseOptionValue(
+                [&] { return codegen::Sm90Config::parse(Req.Config); });
   return codegen::generateForwardSm90(C, Spec, Config);
 }
 
@@ -79,10 +78,7 @@ codegen::KernelSource backendKernel(const KernelRequest &Req,
 codegen::KernelSource linearKernel(const KernelRequest &Req,
                                    const dsl::DefinitionBase &Def) {
   codegen::LinearKernelSpec Spec;
-  std::optional<DType> T = dtypeFromName(Req.Dtype);
-  if (!T)
-    throw UserError("--dtype '" + Req.Dtype + "': expected f16 or bf16");
-  Spec.Dtype = *T;
+  Spec.Dtype = parseDtypeArg(Req.Dtype);
   Spec.HeadDim = Req.HeadDim;
   Spec.HeadDimV = Req.HeadDimV ? Req.HeadDimV : Req.HeadDim;
   Spec.Arch = Req.Arch;
@@ -94,7 +90,9 @@ codegen::KernelSource linearKernel(const KernelRequest &Req,
   Spec.Config = Req.Config.empty()
                     ? codegen::LinearConfig::defaultFor(
                           Spec.HeadDim, Spec.HeadDimV, Spec.Arch)
-                    : codegen::LinearConfig::parse(Req.Config);
+                    : parseOptionValue([&] {
+                        return codegen::LinearConfig::parse(Req.Config);
+                      });
   if (Req.Backend != "generated")
     throw UsageError("--backend '" + Req.Backend + "': '" + Def.name +
                      "' is linear attention, which has the generated kernels "
@@ -112,6 +110,12 @@ codegen::KernelSource chooseKernel(const KernelRequest &Req,
   const dsl::DefinitionBase *D = Registry.find(Req.Name);
   if (D && D->kind() == ir::DefinitionKind::Linear)
     return linearKernel(Req, *D);
+  // ref_fwd has no tiles: a --config with it would be ignored, so it is
+  // refused (fwd_sm90's configurations say so in sm90Kernel).
+  if (Req.Backend == "reference" && !Req.Backward && !Req.Config.empty() &&
+      !codegen::Sm90Config::names(Req.Config))
+    throw UsageError("--config " + Req.Config +
+                     ": the reference backend takes no configuration");
   codegen::KernelSpec Spec = kernelSpec(Req);
   if (Req.Backward && Req.Backend != "generated")
     throw UsageError("--backward: the " + Req.Backend +
@@ -121,8 +125,9 @@ codegen::KernelSource chooseKernel(const KernelRequest &Req,
   if (Req.Backward)
     return Req.Config.empty()
                ? codegen::generateBackward(C, Spec)
-               : codegen::generateBackward(
-                     C, Spec, codegen::BwdConfig::parse(Req.Config));
+               : codegen::generateBackward(C, Spec, parseOptionValue([&] {
+                   return codegen::BwdConfig::parse(Req.Config);
+                 }));
   if (codegen::Sm90Config::names(Req.Config))
     return sm90Kernel(Req, C, Spec);
   return backendKernel(Req, C, Spec);
