@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 
@@ -49,7 +50,69 @@ std::string overview(const std::vector<std::unique_ptr<Command>> &Commands) {
   return Text;
 }
 
+/// Runs \p Body, reporting what it throws on stderr as the exit status
+/// that kind of error has (docs/cli.md, "Exit status and errors").
+template <typename Fn> int reportingErrors(Fn Body) {
+  auto Report = [](llvm::StringRef Prefix, const char *What, int Status) {
+    llvm::outs().flush();
+    llvm::errs() << Prefix << What << "\n";
+    return Status;
+  };
+  try {
+    return Body();
+  } catch (const UsageError &E) {
+    return Report("attnc: error: ", E.what(), ExitUsage);
+  } catch (const UserError &E) {
+    return Report("attnc: error: ", E.what(), ExitFailure);
+  } catch (const Error &E) {
+    return Report("attnc: ", E.what(), ExitFailure);
+  } catch (const std::exception &E) {
+    // Not one of attnc's errors (std::bad_alloc, or a user's function that
+    // threw): report it as an internal error rather than terminate.
+    return Report("attnc: internal error: ", E.what(), ExitFailure);
+  }
+}
+
+/// \p Status, or ExitFailure with a message when stdout could not be
+/// written (closed, a full disk, /dev/full). The stream's error is cleared:
+/// left set, llvm::outs() would abort the process when destroyed at exit.
+int checkStdout(int Status) {
+  llvm::raw_fd_ostream &Out = llvm::outs();
+  Out.flush();
+  if (!Out.has_error())
+    return Status;
+  std::error_code EC = Out.error();
+  Out.clear_error();
+  llvm::errs() << "attnc: error: cannot write to stdout: " << EC.message()
+               << "\n";
+  return Status == ExitOk ? int(ExitFailure) : Status;
+}
+
+/// --help and --version print and exit the process inside llvm::cl, past
+/// checkStdout: this exit handler reports their failed output the same way.
+/// llvm::outs() is made first, so the handler runs before its destructor
+/// (which would abort over the error).
+void checkStdoutAtExit() {
+  llvm::outs();
+  std::atexit([] {
+    if (checkStdout(ExitOk) != ExitOk)
+      std::_Exit(ExitFailure);
+  });
+}
+
 } // namespace
+
+int attncMain(int Argc, const char *const *Argv,
+              llvm::function_ref<void(dsl::Registry &)> Register) {
+  dsl::Registry Registry;
+  int Status = reportingErrors([&] {
+    Register(Registry);
+    return int(ExitOk);
+  });
+  if (Status != ExitOk)
+    return checkStdout(Status);
+  return attncMain(Argc, Argv, Registry);
+}
 
 int attncMain(int Argc, const char *const *Argv,
               const dsl::Registry &Registry) {
@@ -58,7 +121,10 @@ int attncMain(int Argc, const char *const *Argv,
   // then starts from the default values. The commands unregister their
   // options when they go out of scope.
   static std::once_flag DropStaticOptions;
-  std::call_once(DropStaticOptions, cl::ResetCommandLineParser);
+  std::call_once(DropStaticOptions, [] {
+    cl::ResetCommandLineParser();
+    checkStdoutAtExit();
+  });
   cl::ResetAllOptionOccurrences();
   cl::SetVersionPrinter(
       [](llvm::raw_ostream &OS) { OS << "attnc " << ATTNC_VERSION << "\n"; });
@@ -72,33 +138,16 @@ int attncMain(int Argc, const char *const *Argv,
     llvm::StringRef First = llvm::StringRef(Errors).split('\n').first.trim();
     llvm::errs() << (First.empty() ? "attnc: bad command line" : First)
                  << "\n";
-    return 2;
+    return ExitUsage;
   }
-  try {
+  int Status = reportingErrors([&] {
     for (std::unique_ptr<Command> &C : Commands)
       if (C->given())
         return C->run(Registry, llvm::outs());
     llvm::errs() << "attnc: no command given; try 'attnc --help'\n";
-    return 2;
-  } catch (const UsageError &E) {
-    llvm::outs().flush();
-    llvm::errs() << "attnc: error: " << E.what() << "\n";
-    return 2;
-  } catch (const UserError &E) {
-    llvm::outs().flush();
-    llvm::errs() << "attnc: error: " << E.what() << "\n";
-    return 1;
-  } catch (const Error &E) {
-    llvm::outs().flush();
-    llvm::errs() << "attnc: " << E.what() << "\n";
-    return 1;
-  } catch (const std::exception &E) {
-    // Not one of attnc's errors (std::bad_alloc, or a user's function that
-    // threw): report it as an internal error rather than terminate.
-    llvm::outs().flush();
-    llvm::errs() << "attnc: internal error: " << E.what() << "\n";
-    return 1;
-  }
+    return int(ExitUsage);
+  });
+  return checkStdout(Status);
 }
 
 } // namespace attn

@@ -61,6 +61,10 @@ private:
 int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   if (ProblemArgs.Shape.empty())
     throw UsageError("bench: --shape B,H,S,D[,DV] is required");
+  rejectEmptyValue(ProblemArgs.Arch, "sm_80, sm_86, sm_89 or sm_90a");
+  rejectEmptyValue(Skeleton, "a skeleton's name");
+  rejectEmptyValue(Config, "a tile configuration such as m128n64w4s2");
+  rejectEmptyValue(TuneFile, "a tune file");
   ShapeArg S = parseShapeArg(ProblemArgs.Shape);
   runtime::Signature Sig;
   Sig.Dtype = parseDtypeArg(ProblemArgs.Dtype);
@@ -76,6 +80,11 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   if (!Backend.empty() && Backend != "generated" && Backend != "reference")
     throw UsageError("--backend '" + Backend +
                      "': expected generated or reference");
+  // The reference kernel has no tiles: a --skeleton or --config would be
+  // ignored.
+  if (Backend == "reference" && (!Skeleton.empty() || !Config.empty()))
+    throw UsageError("--backend reference runs its own kernel; --skeleton "
+                     "and --config choose the generated backend's");
   if (Warmup < 0 || Repeats < 1)
     throw UsageError("--warmup must be >= 0 and --repeats >= 1");
 
@@ -86,9 +95,6 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
     throw UsageError("--qk-heads: '" + ProblemArgs.Name +
                      "' is not linear attention (it has no q/k head groups)");
   // Names are judged before any GPU work.
-  if (Backend == "reference" && (!Skeleton.empty() || !Config.empty()))
-    throw UsageError("--backend reference runs its own kernel; --skeleton "
-                     "and --config choose the generated backend's");
   (void)policyFromOptions(
       runtime::kernelTarget(compile(Def), Sig, Sig.Arch.value_or(GpuArch::Sm80),
                             runtime::Direction::Forward),

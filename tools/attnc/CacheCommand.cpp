@@ -35,7 +35,7 @@ int CacheCommand::run(const dsl::Registry &, llvm::raw_ostream &OS) {
                       Cache.stats().Directory);
     return 0;
   }
-  throw UserError("cache: unknown action '" + Action +
+  throw UsageError("cache: unknown action '" + Action +
                   "'; expected stats or clear");
 }
 

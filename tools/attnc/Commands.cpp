@@ -50,6 +50,15 @@ ShapeArg parseShapeArg(const std::string &Text) {
   return S;
 }
 
+void rejectEmptyValue(const cl::opt<std::string> &Opt,
+                      llvm::StringRef Expected) {
+  if (Opt.getNumOccurrences() == 0 || !Opt.getValue().empty())
+    return;
+  std::string Name = (Opt.ArgStr.size() == 1 ? "-" : "--") + Opt.ArgStr.str();
+  throw UsageError(Name + ": empty value; expected " + Expected.str() +
+                   " (leave " + Name + " out for its default)");
+}
+
 DType parseDtypeArg(const std::string &Text) {
   if (std::optional<DType> T = dtypeFromName(Text))
     return *T;

@@ -50,12 +50,42 @@ struct ProblemOptions {
   CallOpt<std::string> Arch;
 };
 
-/// A command line that parses but asks for something impossible (an unknown
-/// pass, a malformed --shape): bad usage, exit status 2.
+/// attnc's exit statuses, the same for every command (docs/cli.md, "Exit
+/// status and errors").
+enum ExitStatus : int {
+  ExitOk = 0,
+  /// A definition error, a failed check, or a failure while running (no
+  /// GPU, NVRTC, a file that cannot be read or written, ...).
+  ExitFailure = 1,
+  /// Bad usage: the command line itself is wrong.
+  ExitUsage = 2,
+};
+
+/// A command line that parses but is wrong: a malformed, unknown or empty
+/// option value (an unknown pass, action or backend, a malformed --shape or
+/// --config), a missing or conflicting option. Exit status 2.
 class UsageError : public UserError {
 public:
   using UserError::UserError;
 };
+
+/// Runs \p Parse (which parses an option's value with a library function
+/// that throws UserError for a malformed one) and rethrows its UserError as
+/// a UsageError with the same message.
+template <typename Fn> auto parseOptionValue(Fn Parse) -> decltype(Parse()) {
+  try {
+    return Parse();
+  } catch (const UsageError &) {
+    throw;
+  } catch (const UserError &E) {
+    throw UsageError(E.what());
+  }
+}
+
+/// UsageError when \p Opt was given an empty value (`--arch=`), which would
+/// otherwise quietly mean its default; \p Expected says what it takes.
+void rejectEmptyValue(const llvm::cl::opt<std::string> &Opt,
+                      llvm::StringRef Expected);
 
 /// One subcommand (verb) of attnc. Making it registers its subcommand and,
 /// in a subclass, its options (so make it before parsing); destroying it

@@ -62,6 +62,9 @@ KernelOptions::KernelOptions(cl::SubCommand &Sub)
                cl::sub(Sub)) {}
 
 KernelRequest KernelOptions::request(bool ForCompile) const {
+  rejectEmptyValue(Arch, "sm_80, sm_86, sm_89 or sm_90a");
+  rejectEmptyValue(Skeleton, "a skeleton's name");
+  rejectEmptyValue(Config, "a tile configuration such as m128n64w4s2");
   KernelRequest R;
   R.Name = Name;
   R.Dtype = Dtype;
@@ -95,6 +98,7 @@ private:
 };
 
 int EmitCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
+  rejectEmptyValue(Output, "a file name, or - for stdout");
   ChosenKernel K =
       kernelForOptions(Kernel.request(/*ForCompile=*/false), Registry);
   std::string Text =
@@ -110,6 +114,14 @@ int EmitCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   if (EC)
     throw UserError("emit: cannot write '" + Output + "': " + EC.message());
   File << Text;
+  // A write error (a full disk, /dev/full) shows only here; cleared, so
+  // that the stream's destructor does not abort the process over it.
+  File.close();
+  if (File.has_error()) {
+    EC = File.error();
+    File.clear_error();
+    throw UserError("emit: cannot write '" + Output + "': " + EC.message());
+  }
   OS << "wrote " << Output << ": " << K.Description << "\n";
   return 0;
 }

@@ -64,6 +64,8 @@ private:
 int TuneCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   if (ProblemArgs.Shape.empty())
     throw UsageError("tune: --shape B,H,S,D[,DV] is required");
+  rejectEmptyValue(ProblemArgs.Arch, "sm_80, sm_86, sm_89 or sm_90a");
+  rejectEmptyValue(Skeleton, "a skeleton's name");
   if (Output.empty())
     throw UsageError("tune: -o FILE (the tune file to write) is required");
   ShapeArg S = parseShapeArg(ProblemArgs.Shape);

@@ -3,7 +3,7 @@
 #include "Examples.h"
 
 int main(int Argc, char **Argv) {
-  attn::dsl::Registry Registry;
-  attn::examples::registerExamples(Registry);
-  return attn::attncMain(Argc, Argv, Registry);
+  // Registering inside attncMain reports a bad definition as an error
+  // (exit status 1) rather than letting the exception escape main.
+  return attn::attncMain(Argc, Argv, attn::examples::registerExamples);
 }
