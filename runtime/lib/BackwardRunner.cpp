@@ -26,16 +26,6 @@ namespace {
 
 int ceilDiv(int64_t A, int64_t B) { return int((A + B - 1) / B); }
 
-/// Carves aligned regions out of one workspace allocation.
-struct Carver {
-  size_t Offset = 0;
-  size_t take(size_t Bytes) {
-    size_t At = Offset;
-    Offset = (Offset + Bytes + 255) / 256 * 256;
-    return At;
-  }
-};
-
 } // namespace
 
 namespace {
@@ -56,11 +46,7 @@ BackwardRunner::BackwardRunner(const CompiledDefinition &D,
   Cached = KernelCache::global().getOrCompile(Source);
 }
 
-BackwardRunner::~BackwardRunner() {
-  CudaDriver &D = CudaDriver::get();
-  if (Work && D.available())
-    D.cuMemFree(Work);
-}
+BackwardRunner::~BackwardRunner() = default;
 
 void BackwardRunner::ensureLoaded() {
   if (Module.loaded())
@@ -89,19 +75,6 @@ void BackwardRunner::ensureLoaded() {
     Module.allowSharedBytes(Dq,
                             Config.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV),
                             "backward config " + Config.str() + " (dQ kernel)");
-}
-
-CUdeviceptr BackwardRunner::workspace(size_t Bytes) {
-  if (Bytes > WorkBytes) {
-    CudaDriver &D = CudaDriver::get();
-    if (Work)
-      D.check(D.cuMemFree(Work), "cuMemFree");
-    Work = 0;
-    WorkBytes = 0;
-    D.check(D.cuMemAlloc(&Work, Bytes), "cuMemAlloc(backward workspace)");
-    WorkBytes = Bytes;
-  }
-  return Work;
 }
 
 void BackwardRunner::run(const BackwardTensors &T,
@@ -158,41 +131,41 @@ void BackwardRunner::run(const BackwardTensors &T,
   A.kv_n_blocks = ceilDiv(C.Skv, K.KvBlockN);
   const size_t Groups = A.mask_per_head ? size_t(C.B * C.H) : 1;
 
-  Carver W;
-  size_t DoosumAt = Doosum ? W.take(size_t(C.B * C.H * C.Sq) * 4) : 0;
-  size_t PartialAt =
-      W.take(GradInputs.size() * A.kv_n_blocks * size_t(C.B * C.H) * 4);
+  // The workspace's regions, each 256-byte aligned; an absent one is empty
+  // and its pointer null.
+  ArenaLayout W;
+  const unsigned DoosumAt = W.add(Doosum ? size_t(C.B * C.H * C.Sq) * 4 : 0);
+  const unsigned PartialAt =
+      W.add(GradInputs.size() * A.kv_n_blocks * size_t(C.B * C.H) * 4);
   // Fused dQ: fp32 partial sums per head over whole query blocks, one
   // semaphore per (batch·head, query block) and the column entries' ranks.
   const bool Fused = K.FusedDq;
   const size_t SemCount = size_t(C.B * C.H) * A.kv_m_blocks;
-  size_t AccumAt = 0, SemAt = 0, RankAt = 0;
-  if (Fused) {
-    AccumAt = W.take(size_t(C.B * C.H) * A.kv_m_blocks * K.KvBlockM *
-                     size_t(Spec.HeadDim) * 4);
-    SemAt = W.take(SemCount * 4);
-    if (Masked)
-      RankAt = W.take(Groups * A.kv_n_blocks * size_t(A.kv_m_blocks) * 4);
-  }
-  size_t ClassesAt = 0, QCountAt = 0, QListAt = 0, KvCountAt = 0, KvListAt = 0;
-  if (Masked) {
-    ClassesAt = W.take(Groups * FineMBlocks * FineNBlocks);
-    QCountAt = W.take(Groups * A.q_m_blocks * 4);
-    QListAt = W.take(Groups * A.q_m_blocks * size_t(A.q_n_blocks) * 4);
-    KvCountAt = W.take(Groups * A.kv_n_blocks * 4);
-    KvListAt = W.take(Groups * A.kv_n_blocks * size_t(A.kv_m_blocks) * 4);
-  }
+  const unsigned AccumAt =
+      W.add(Fused ? size_t(C.B * C.H) * A.kv_m_blocks * K.KvBlockM *
+                        size_t(Spec.HeadDim) * 4
+                  : 0);
+  const unsigned SemAt = W.add(Fused ? SemCount * 4 : 0);
+  const unsigned RankAt = W.add(
+      Fused && Masked ? Groups * A.kv_n_blocks * size_t(A.kv_m_blocks) * 4 : 0);
+  auto IfMasked = [Masked](size_t Bytes) { return Masked ? Bytes : 0; };
+  const unsigned ClassesAt = W.add(IfMasked(Groups * FineMBlocks * FineNBlocks));
+  const unsigned QCountAt = W.add(IfMasked(Groups * A.q_m_blocks * 4));
+  const unsigned QListAt =
+      W.add(IfMasked(Groups * A.q_m_blocks * size_t(A.q_n_blocks) * 4));
+  const unsigned KvCountAt = W.add(IfMasked(Groups * A.kv_n_blocks * 4));
+  const unsigned KvListAt =
+      W.add(IfMasked(Groups * A.kv_n_blocks * size_t(A.kv_m_blocks) * 4));
 
   ensureLoaded();
   CudaDriver &D = CudaDriver::get();
-  CUdeviceptr Base = workspace(W.Offset);
-  auto At = [&](size_t Off) { return reinterpret_cast<void *>(Base + Off); };
-  A.doosum = Doosum ? static_cast<float *>(At(DoosumAt)) : nullptr;
-  A.grad_partial = static_cast<float *>(At(PartialAt));
+  CUdeviceptr Base = Work.carve(W);
+  A.doosum = W.at<float>(Base, DoosumAt);
+  A.grad_partial = W.at<float>(Base, PartialAt);
   if (Fused) {
-    A.dq_accum = static_cast<float *>(At(AccumAt));
-    A.dq_sem = static_cast<int *>(At(SemAt));
-    A.kv_rank = Masked ? static_cast<int *>(At(RankAt)) : nullptr;
+    A.dq_accum = W.at<float>(Base, AccumAt);
+    A.dq_sem = W.at<int>(Base, SemAt);
+    A.kv_rank = W.at<int>(Base, RankAt);
     // Rotated walks make a CTA wait for one dispatched after it: safe only
     // where a whole grid row can be resident (at least a CTA an SM). They
     // also spread a head's live Q/dO tiles and sums over all its query
@@ -208,7 +181,7 @@ void BackwardRunner::run(const BackwardTensors &T,
 
   if (Masked) {
     attnc::MaskArgs M{};
-    M.classes = static_cast<unsigned char *>(At(ClassesAt));
+    M.classes = W.at<unsigned char>(Base, ClassesAt);
     M.batch = A.batch;
     M.heads = A.heads;
     M.seq_q = A.seq_q;
@@ -231,8 +204,8 @@ void BackwardRunner::run(const BackwardTensors &T,
     L.ratio_n = K.QBlockN / FineN;
     L.m_blocks = A.q_m_blocks;
     L.n_blocks = A.q_n_blocks;
-    L.count = static_cast<int *>(At(QCountAt));
-    L.list = static_cast<int *>(At(QListAt));
+    L.count = W.at<int>(Base, QCountAt);
+    L.list = W.at<int>(Base, QListAt);
     void *RowParams[] = {&L};
     D.check(D.cuLaunchKernel(Rows, ceilDiv(Groups * A.q_m_blocks, 128), 1, 1,
                              128, 1, 1, 0, Stream, RowParams, nullptr),
@@ -245,8 +218,8 @@ void BackwardRunner::run(const BackwardTensors &T,
     LC.ratio_n = K.KvBlockN / FineN;
     LC.m_blocks = A.kv_m_blocks;
     LC.n_blocks = A.kv_n_blocks;
-    LC.count = static_cast<int *>(At(KvCountAt));
-    LC.list = static_cast<int *>(At(KvListAt));
+    LC.count = W.at<int>(Base, KvCountAt);
+    LC.list = W.at<int>(Base, KvListAt);
     if (Fused) { // same tiling as the rows (BwdConfig::fused)
       LC.row_count = A.q_count;
       LC.row_list = A.q_list;

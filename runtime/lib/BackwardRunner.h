@@ -3,6 +3,7 @@
 #ifndef ATTN_RUNTIME_BACKWARDRUNNER_H
 #define ATTN_RUNTIME_BACKWARDRUNNER_H
 
+#include "DeviceArena.h"
 #include "KernelModule.h"
 
 #include "attn/codegen/Codegen.h"
@@ -48,7 +49,6 @@ public:
 
 private:
   void ensureLoaded();
-  CUdeviceptr workspace(size_t Bytes);
 
   const CompiledDefinition &Def;
   codegen::KernelSpec Spec;
@@ -59,8 +59,7 @@ private:
   CUfunction Pre = nullptr, DkDv = nullptr, Dq = nullptr, DqInit = nullptr,
              DqConvert = nullptr, Grads = nullptr, Classify = nullptr,
              Rows = nullptr, Cols = nullptr;
-  CUdeviceptr Work = 0;
-  size_t WorkBytes = 0;
+  DeviceArena Work{"backward workspace"};
 };
 
 } // namespace attn::runtime

@@ -5,6 +5,7 @@
 // strides defeat its descriptors.
 #include "attn/runtime/Backend.h"
 
+#include "DeviceArena.h"
 #include "ForwardLaunch.h"
 #include "KernelModule.h"
 #include "TmaMaps.h"
@@ -49,11 +50,6 @@ public:
   explicit GeneratedBackend(const BackendSetup &S) : Def(S.Def) {
     Initial = &kernelFor(S.Target, S.Initial);
   }
-  ~GeneratedBackend() override {
-    CudaDriver &D = CudaDriver::get();
-    if (MaskBuf && D.available())
-      D.cuMemFree(MaskBuf);
-  }
 
   const std::string &name() const override { return Name; }
   const codegen::KernelSource &source() const override {
@@ -94,7 +90,6 @@ private:
     K = std::move(New);
     return *K;
   }
-  void ensureMaskBuffers(size_t Groups, int MBlocks, int NBlocks);
   void launch(ForwardKernel &K, const BackendProblem &P,
               const ForwardTensors &T, const CallContext &Ctx,
               const attnc::Sm90Maps *Maps);
@@ -103,8 +98,9 @@ private:
   const CompiledDefinition &Def;
   std::map<std::string, std::unique_ptr<ForwardKernel>> Kernels;
   ForwardKernel *Initial = nullptr;
-  CUdeviceptr MaskBuf = 0;
-  size_t MaskBufBytes = 0;
+  /// The block classes, then the per-row counts and lists of visited key
+  /// blocks that attnc_block_compact writes.
+  DeviceArena MaskBuf{"block mask"};
   /// What the block lists in MaskBuf were last computed for. A mask that
   /// reads neither b, h nor a custom input is a function of the two
   /// sequence lengths and the tile alone, so a call that repeats all of
@@ -123,20 +119,6 @@ private:
   };
   std::optional<MaskListsKey> MaskListsFor;
 };
-
-void GeneratedBackend::ensureMaskBuffers(size_t Groups, int MBlocks,
-                                         int NBlocks) {
-  size_t Cells = Groups * size_t(MBlocks) * size_t(NBlocks);
-  size_t Bytes = Cells + 4 * Groups * size_t(MBlocks) + 4 * Cells + 64;
-  if (Bytes <= MaskBufBytes)
-    return;
-  MaskListsFor.reset();
-  CudaDriver &D = CudaDriver::get();
-  if (MaskBuf)
-    D.check(D.cuMemFree(MaskBuf), "cuMemFree");
-  D.check(D.cuMemAlloc(&MaskBuf, Bytes), "cuMemAlloc(block mask)");
-  MaskBufBytes = Bytes;
-}
 
 void GeneratedBackend::forward(const BackendProblem &P, const ForwardTensors &T,
                                const CallContext &Ctx) {
@@ -167,15 +149,19 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
   attnc::FwdArgs &A = L.Args;
   if (Def.Graph->decls().HasMask) {
     unsigned Groups = A.mask_per_head ? unsigned(A.batch * A.heads) : 1;
-    ensureMaskBuffers(Groups, A.m_blocks, A.n_blocks);
     size_t Cells = size_t(Groups) * A.m_blocks * A.n_blocks;
     size_t Rows = size_t(Groups) * A.m_blocks;
+    ArenaLayout Layout;
+    unsigned Classes = Layout.add(Cells, 1);
+    unsigned Counts = Layout.add(4 * Rows, 16);
+    unsigned Lists = Layout.add(4 * Cells, 4);
+    // New memory holds no lists worth reusing.
+    if (MaskBuf.ensure(Layout.bytes()))
+      MaskListsFor.reset();
     attnc::MaskArgs M{};
-    M.classes = reinterpret_cast<unsigned char *>(MaskBuf);
-    // int arrays after the bytes, 16-byte aligned
-    CUdeviceptr Ints = (MaskBuf + Cells + 15) & ~CUdeviceptr(15);
-    M.block_count = reinterpret_cast<int *>(Ints);
-    M.block_list = reinterpret_cast<int *>(Ints + 4 * Rows);
+    M.classes = Layout.at<unsigned char>(MaskBuf.base(), Classes);
+    M.block_count = Layout.at<int>(MaskBuf.base(), Counts);
+    M.block_list = Layout.at<int>(MaskBuf.base(), Lists);
     M.batch = A.batch;
     M.heads = A.heads;
     M.seq_q = A.seq_q;

@@ -1,5 +1,9 @@
-// Validation of LinearAttention call arguments.
+// Validation of LinearAttention call arguments: q, k, v, out and their
+// gradients as a group, decay, states and input gradients; the
+// single-tensor checks are ValidateCommon's.
 #include "LinearValidate.h"
+
+#include "ValidateCommon.h"
 
 #include "attn/codegen/LinearCodegen.h"
 #include "attn/runtime/Errors.h"
@@ -11,30 +15,18 @@ namespace attn::runtime {
 
 namespace {
 
-[[noreturn]] void invalid(const std::string &Msg) {
-  throw InvalidArgument(Msg);
-}
-
 /// A float32 tensor of exactly \p Want, contiguous unless \p AnyStrides.
 void checkF32(const std::string &Name, const TensorView &T,
               const std::vector<int64_t> &Want, bool AnyStrides = false) {
-  if (!T.Data)
-    invalid(Name + ": null data pointer");
-  if (T.Type != ElemType::F32)
-    invalid(fmt::format("{}: expected dtype f32, got {}", Name,
-                        elemTypeName(T.Type)));
-  if (T.Shape != Want)
-    invalid(fmt::format("{}: expected shape {}, got {}", Name, shapeText(Want),
-                        shapeText(T.Shape)));
+  checkNotNull(Name, T);
+  checkElemType(Name, T, ElemType::F32);
+  checkShape(Name, T, Want);
   if (T.Strides.size() != T.Shape.size())
     invalid(fmt::format("{}: strides must have {} entries, got {}", Name,
                         T.Shape.size(), T.Strides.size()));
-  if (reinterpret_cast<uintptr_t>(T.Data) % 4 != 0)
-    invalid(Name + ": data pointer must be 4-byte aligned");
+  checkAligned(Name, T, 4);
   if (AnyStrides) {
-    for (int64_t S : T.Strides)
-      if (S < 0)
-        invalid(Name + ": strides must be non-negative");
+    checkNonNegativeStrides(Name, T);
     return;
   }
   int64_t Expect = 1;
@@ -44,11 +36,6 @@ void checkF32(const std::string &Name, const TensorView &T,
                           Name, shapeText(T.Strides), shapeText(T.Shape)));
     Expect *= Want[I];
   }
-}
-
-void store(int64_t (&Dst)[3], const SeqTensor &S) {
-  for (int I = 0; I < 3; ++I)
-    Dst[I] = S.Strides[I];
 }
 
 /// q, k, v, decay, inputs, and the shared rules between them.
@@ -86,9 +73,9 @@ LinearCallShape checkCommon(const CompiledDefinition &Def,
   C.Hq = q.H;
   C.Hk = k.H;
   C.T = v.S;
-  store(C.Q, q);
-  store(C.K, k);
-  store(C.V, v);
+  storeStrides(C.Q, q);
+  storeStrides(C.K, k);
+  storeStrides(C.V, v);
   bool Reads = codegen::linearReadsDecay(Def);
   if (Reads && !Decay)
     invalid(fmt::format("decay: required, a float32 tensor [{}, {}, {}]; the "
@@ -112,10 +99,7 @@ LinearCallShape checkCommon(const CompiledDefinition &Def,
 
 void checkLike(const char *Name, const SeqTensor &G, const char *Of,
                const LinearCallShape &C, int64_t Heads) {
-  if (G.B != C.B || G.S != C.T || G.H != Heads)
-    invalid(fmt::format("{}: expected batch {}, seq {} and heads {} (as {}), "
-                        "got {}, {} and {}",
-                        Name, C.B, C.T, Heads, Of, G.B, G.S, G.H));
+  runtime::checkLike(Name, G, Of, C.B, C.T, Heads);
 }
 
 } // namespace
@@ -130,7 +114,7 @@ LinearCallShape validateLinearForward(
   SeqTensor o =
       checkSeqTensor("out", Out, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
   checkLike("out", o, "v", C, C.H);
-  store(C.O, o);
+  storeStrides(C.O, o);
   if (FinalState)
     checkF32("final_state", *FinalState, {C.B, C.H, Sig.HeadDim, Sig.HeadDimV});
   return C;
@@ -148,19 +132,19 @@ LinearBackwardShape validateLinearBackward(const CompiledDefinition &Def,
   SeqTensor d =
       checkSeqTensor("dout", T.DOut, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
   checkLike("dout", d, "v", C, C.H);
-  store(R.DO, d);
+  storeStrides(R.DO, d);
   SeqTensor dq =
       checkSeqTensor("dq", T.DQ, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
   checkLike("dq", dq, "q", C, C.Hq);
-  store(R.DQ, dq);
+  storeStrides(R.DQ, dq);
   SeqTensor dk =
       checkSeqTensor("dk", T.DK, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
   checkLike("dk", dk, "k", C, C.Hk);
-  store(R.DK, dk);
+  storeStrides(R.DK, dk);
   SeqTensor dv =
       checkSeqTensor("dv", T.DV, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
   checkLike("dv", dv, "v", C, C.H);
-  store(R.DV, dv);
+  storeStrides(R.DV, dv);
   std::vector<int64_t> State = {C.B, C.H, Sig.HeadDim, Sig.HeadDimV};
   if (T.DFinalState)
     checkF32("dfinal_state", *T.DFinalState, State);

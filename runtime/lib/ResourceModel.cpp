@@ -1,5 +1,6 @@
 // Resource model: shared memory and threads before compiling; registers and
-// spills from the CUBIN's ELF attributes (or ptxas's -v report) after.
+// spills from the CUBIN's ELF attributes (or ptxas's -v report) after; for
+// the attention skeletons and the linear_chunk ones.
 #include "attn/runtime/ResourceModel.h"
 
 #include "attn/runtime/CudaDriver.h"
@@ -297,6 +298,55 @@ std::string pruneAfterCompile(const codegen::Sm90Config &C,
   // The CUBIN's count is the launch's (setmaxnreg moves registers between
   // warpgroups later, within the same total).
   return pruneOnResources(C.threads(), R, L);
+}
+
+std::string linearPruneBeforeCompile(const codegen::LinearKernelSpec &Spec,
+                                     const ResourceLimits &L) {
+  const codegen::LinearConfig &C = Spec.Config;
+  if (std::string E = C.structuralError(Spec.HeadDim, Spec.HeadDimV);
+      !E.empty())
+    return E;
+  for (int W : {C.Warps, C.BwdWarps})
+    if (W * 32 > L.MaxThreadsPerBlock)
+      return fmt::format("{} threads exceed the {} of a block", W * 32,
+                         L.MaxThreadsPerBlock);
+  for (auto [Name, Bytes] : codegen::linearSharedBytes(Spec).byKernel())
+    if (Bytes > L.SharedBytesPerBlock)
+      return fmt::format("the {} needs {} bytes of shared memory; {} allowed",
+                         Name, Bytes, L.SharedBytesPerBlock);
+  return "";
+}
+
+std::vector<std::string> linearJudgedEntries(const codegen::KernelSource &S) {
+  for (const std::string &E : S.Entries)
+    if (E == "attnc_linear_fwd")
+      return {"attnc_linear_fwd"};
+  return {"attnc_linear_bwd_states", "attnc_linear_bwd_chunk"};
+}
+
+std::string linearPruneAfterCompile(const codegen::LinearConfig &C,
+                                    const std::vector<KernelResources> &R,
+                                    const ResourceLimits &L) {
+  static const char *Names[] = {"forward", "state passes", "chunk gradients"};
+  for (size_t I = 0; I < R.size(); ++I) {
+    int Threads = (I == 0   ? C.Warps
+                   : I == 1 ? codegen::LinearStateWarps
+                            : C.BwdWarps) *
+                  32;
+    const char *Name = Names[std::min<size_t>(I, 2)];
+    // Registers are allocated per warp in units of 256 (8 per thread).
+    int Block = (R[I].Registers + 7) / 8 * 8 * Threads;
+    if (Block > L.RegistersPerBlock)
+      return fmt::format("{}: {} registers x {} threads exceed the {} "
+                         "registers of a block",
+                         Name, R[I].Registers, Threads, L.RegistersPerBlock);
+    if (R[I].StackFrameBytes > L.MaxStackFrameBytes)
+      return fmt::format("{} spills: {} registers, {} bytes stack frame "
+                         "(limit {})",
+                         Name, R[I].Registers, R[I].StackFrameBytes,
+                         L.MaxStackFrameBytes);
+  }
+  return "";
 }
 
 } // namespace attn::runtime

@@ -1,7 +1,8 @@
 // The linear_chunk autotuner without a GPU: its search space, shared-memory
 // pruning through the generic search with a stand-in compiler and runner,
-// the register/spill rule, the tune key, and selectLinearConfig with
-// matching, stale and bad tune-file entries.
+// the tune key, and selectLinearConfig with matching, stale and bad
+// tune-file entries. The resource model's linear rules are tested in
+// ResourceModelTest.cpp.
 #include "Examples.h"
 #include "attn/Pipeline.h"
 #include "attn/runtime/Errors.h"
@@ -100,11 +101,6 @@ TEST_CASE("linear configurations over the shared memory of the arch never "
   // larger slices do not fit.
   codegen::LinearKernelSpec Base = spec(128, 512, GpuArch::Sm86);
   ResourceLimits L = ResourceLimits::forArch(GpuArch::Sm86);
-  codegen::LinearKernelSpec Big = Base;
-  Big.Config = codegen::LinearConfig::parse("c128v128w8b8");
-  CHECK_THAT(linearPruneBeforeCompile(Big, L),
-             Contains("bytes of shared memory; 101376 allowed"));
-  CHECK(linearPruneBeforeCompile(Base, L).empty());
 
   SearchPlan Plan;
   Plan.Skel = &skeletonNamed("linear_chunk");
@@ -151,21 +147,6 @@ TEST_CASE("linear configurations over the shared memory of the arch never "
   CHECK(Compiled.size() == 2 * (Space.Candidates.size() - OverLimit.size()));
   REQUIRE(R.front().Status == CandidateStatus::Timed);
   CHECK(codegen::LinearConfig::parse(R.front().Config).Chunk == 64);
-}
-
-TEST_CASE("linear registers and spills after compiling", "[tuning][linear]") {
-  ResourceLimits L = ResourceLimits::forArch(GpuArch::Sm90a);
-  codegen::LinearConfig C = codegen::LinearConfig::parse("c64v64w4b16");
-  CHECK(linearPruneAfterCompile(C, {{255, 0}, {128, 0}, {128, 0}}, L).empty());
-  // 16 backward warps of 136 registers: 512 x 136 > 64 Ki; the state
-  // passes have 4 warps, so 255 registers fit there.
-  CHECK_THAT(linearPruneAfterCompile(C, {{64, 0}, {64, 0}, {136, 0}}, L),
-             Contains("chunk gradients: 136 registers x 512 threads exceed"));
-  CHECK(linearPruneAfterCompile(C, {{64, 0}, {255, 0}, {64, 0}}, L).empty());
-  CHECK_THAT(linearPruneAfterCompile(C, {{64, 0}, {64, 0}, {96, 24}}, L),
-             Contains("chunk gradients spills: 96 registers, 24 bytes stack frame"));
-  L.MaxStackFrameBytes = 32;
-  CHECK(linearPruneAfterCompile(C, {{64, 0}, {64, 0}, {96, 24}}, L).empty());
 }
 
 TEST_CASE("the linear tune key", "[tuning][linear]") {

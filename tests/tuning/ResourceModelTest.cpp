@@ -210,3 +210,61 @@ TEST_CASE("a CUBIN that is not one is an internal error",
   Truncated[0x3c] = 3;
   CHECK_THROWS_AS(readCubinResources(Truncated, "attnc_fwd"), InternalError);
 }
+
+TEST_CASE("linear shared memory, threads and structure before compiling",
+          "[tuning][resources][linear]") {
+  // D = 128, DV = 512 on sm_86 (99 KiB a block): chunks of 128 with slices
+  // of 128 do not fit; the default does.
+  codegen::LinearKernelSpec Base;
+  Base.HeadDim = 128;
+  Base.HeadDimV = 512;
+  Base.Arch = GpuArch::Sm86;
+  Base.Config = codegen::LinearConfig::defaultFor(128, 512, GpuArch::Sm86);
+  ResourceLimits L = ResourceLimits::forArch(GpuArch::Sm86);
+  codegen::LinearKernelSpec Big = Base;
+  Big.Config = codegen::LinearConfig::parse("c128v128w8b8");
+  CHECK_THAT(linearPruneBeforeCompile(Big, L),
+             Contains("bytes of shared memory; 101376 allowed"));
+  CHECK(linearPruneBeforeCompile(Base, L).empty());
+  // 16 warps are 512 threads: over a block of 256.
+  codegen::LinearKernelSpec Wide = Base;
+  Wide.Config = codegen::LinearConfig::parse("c64v64w4b16");
+  ResourceLimits Narrow = L;
+  Narrow.MaxThreadsPerBlock = 256;
+  CHECK_THAT(linearPruneBeforeCompile(Wide, Narrow),
+             Contains("512 threads exceed the 256 of a block"));
+  // The structure comes first: D = 64 cannot give 8 forward warps whole
+  // tiles of state rows.
+  codegen::LinearKernelSpec Bad = Base;
+  Bad.HeadDim = 64;
+  Bad.Config = codegen::LinearConfig::parse("c64v64w8b8");
+  CHECK(linearPruneBeforeCompile(Bad, L) ==
+        Bad.Config.structuralError(64, 512));
+  CHECK_FALSE(linearPruneBeforeCompile(Bad, L).empty());
+}
+
+TEST_CASE("linear judged entries", "[tuning][resources][linear]") {
+  codegen::KernelSource Fwd, Bwd;
+  Fwd.Entries = {"attnc_linear_fwd"};
+  Bwd.Entries = {"attnc_linear_bwd_states", "attnc_linear_bwd_chunk",
+                 "attnc_linear_bwd_chunk_grouped", "attnc_linear_bwd_decay"};
+  CHECK(linearJudgedEntries(Fwd) == std::vector<std::string>{"attnc_linear_fwd"});
+  CHECK(linearJudgedEntries(Bwd) ==
+        std::vector<std::string>{"attnc_linear_bwd_states",
+                                 "attnc_linear_bwd_chunk"});
+}
+
+TEST_CASE("linear registers and spills after compiling", "[tuning][resources][linear]") {
+  ResourceLimits L = ResourceLimits::forArch(GpuArch::Sm90a);
+  codegen::LinearConfig C = codegen::LinearConfig::parse("c64v64w4b16");
+  CHECK(linearPruneAfterCompile(C, {{255, 0}, {128, 0}, {128, 0}}, L).empty());
+  // 16 backward warps of 136 registers: 512 x 136 > 64 Ki; the state
+  // passes have 4 warps, so 255 registers fit there.
+  CHECK_THAT(linearPruneAfterCompile(C, {{64, 0}, {64, 0}, {136, 0}}, L),
+             Contains("chunk gradients: 136 registers x 512 threads exceed"));
+  CHECK(linearPruneAfterCompile(C, {{64, 0}, {255, 0}, {64, 0}}, L).empty());
+  CHECK_THAT(linearPruneAfterCompile(C, {{64, 0}, {64, 0}, {96, 24}}, L),
+             Contains("chunk gradients spills: 96 registers, 24 bytes stack frame"));
+  L.MaxStackFrameBytes = 32;
+  CHECK(linearPruneAfterCompile(C, {{64, 0}, {64, 0}, {96, 24}}, L).empty());
+}

@@ -19,6 +19,9 @@
 
 namespace attn::runtime {
 
+class DeviceArena;
+class LinearBackwardRunner;
+
 /// Sizes of a linear-attention call: batch, value heads, q/k heads (a
 /// divisor of Heads; the seeds' ngroups) and sequence length.
 struct LinearShape {
@@ -137,11 +140,10 @@ public:
 
 private:
   struct Kernels;
-  struct Workspace;
   /// The kernels of \p C, compiled (forward) on first use.
   Kernels &kernelsFor(const codegen::LinearConfig &C);
-  /// Compiles \p K's backward kernels if that has not happened yet.
-  void ensureBackward(Kernels &K);
+  /// \p K's backward runner, made (its kernels compiled) on first use.
+  LinearBackwardRunner &ensureBackward(Kernels &K);
   /// The kernels of the call: spec()'s unless a tune file or Tune decides.
   Kernels &select(int64_t B, int64_t H, int64_t Hq, int64_t Hk, int64_t T);
 
@@ -156,7 +158,8 @@ private:
   codegen::LinearKernelSpec Spec;
   codegen::LinearConfig Last;
   std::map<std::string, std::unique_ptr<Kernels>> ByConfig;
-  std::unique_ptr<Workspace> WS;
+  /// The backward's scratch, shared by every configuration's runner.
+  std::unique_ptr<DeviceArena> WS;
 };
 
 } // namespace attn::runtime

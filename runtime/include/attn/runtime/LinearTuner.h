@@ -24,26 +24,6 @@ namespace attn::runtime {
 /// Shared memory is not judged here.
 std::vector<codegen::LinearConfig> linearCandidates(int D, int DV);
 
-/// Why \p Spec (its Config) cannot launch under \p L whatever the compiler
-/// does: its structure, a kernel's threads, or a kernel's dynamic shared
-/// memory (linearSharedBytes: the forward, the state passes, the chunk
-/// gradients) over L.SharedBytesPerBlock. Empty when it may be compiled.
-std::string linearPruneBeforeCompile(const codegen::LinearKernelSpec &Spec,
-                                     const ResourceLimits &L);
-
-/// The kernel entries of a linear source the resource model judges: the
-/// forward scan, or the backward's state passes and chunk gradients (the
-/// grouped chunk gradients have the same resources within a few registers;
-/// the other backward kernels do not depend on the configuration).
-std::vector<std::string> linearJudgedEntries(const codegen::KernelSource &S);
-
-/// Why a compiled configuration must not be timed: a judged kernel needs
-/// more registers than a block may have, or spills (stack frame) over
-/// L.MaxStackFrameBytes. \p R holds the forward scan's resources, then
-/// the state passes' and the chunk gradients' (linearJudgedEntries order).
-std::string linearPruneAfterCompile(const codegen::LinearConfig &C,
-                                    const std::vector<KernelResources> &R,
-                                    const ResourceLimits &L);
 
 /// The tune-file key of \p Def under \p Sig for a problem of \p S on the
 /// device named \p Device: the linear skeleton the selector picks, the

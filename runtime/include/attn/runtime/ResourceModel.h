@@ -1,15 +1,18 @@
-// The autotuner's resource model: which tile configurations cannot launch
-// or would spill, decided from shared memory before compiling and from the
-// CUBIN's register and stack-frame attributes after.
+// The autotuners' resource model: which tile configurations (attention's
+// and linear attention's) cannot launch or would spill, decided from shared
+// memory before compiling and from the CUBIN's register and stack-frame
+// attributes after.
 #ifndef ATTN_RUNTIME_RESOURCEMODEL_H
 #define ATTN_RUNTIME_RESOURCEMODEL_H
 
 #include "attn/codegen/Codegen.h"
+#include "attn/codegen/LinearCodegen.h"
 
 #include "llvm/ADT/StringRef.h"
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace attn::runtime {
 
@@ -94,6 +97,30 @@ std::string pruneBeforeCompile(const codegen::Sm90Config &C,
 std::string pruneAfterCompile(const codegen::Sm90Config &C,
                               const KernelResources &R,
                               const ResourceLimits &L);
+
+// The linear_chunk skeletons (the forward scan and the backward's
+// kernels), judged as one configuration.
+
+/// Why \p Spec (its Config) cannot launch under \p L whatever the compiler
+/// does: its structure, a kernel's threads, or a kernel's dynamic shared
+/// memory (linearSharedBytes: the forward, the state passes, the chunk
+/// gradients) over L.SharedBytesPerBlock. Empty when it may be compiled.
+std::string linearPruneBeforeCompile(const codegen::LinearKernelSpec &Spec,
+                                     const ResourceLimits &L);
+
+/// The kernel entries of a linear source the resource model judges: the
+/// forward scan, or the backward's state passes and chunk gradients (the
+/// grouped chunk gradients have the same resources within a few registers;
+/// the other backward kernels do not depend on the configuration).
+std::vector<std::string> linearJudgedEntries(const codegen::KernelSource &S);
+
+/// Why a compiled configuration must not be timed: a judged kernel needs
+/// more registers than a block may have, or spills (stack frame) over
+/// L.MaxStackFrameBytes. \p R holds the forward scan's resources, then
+/// the state passes' and the chunk gradients' (linearJudgedEntries order).
+std::string linearPruneAfterCompile(const codegen::LinearConfig &C,
+                                    const std::vector<KernelResources> &R,
+                                    const ResourceLimits &L);
 
 } // namespace attn::runtime
 

@@ -1,0 +1,168 @@
+// The argument checks shared by Attention's and LinearAttention's
+// validation: tensor views (pointer, dtype, alignment, strides), sequence
+// tensors and custom inputs.
+#include "ValidateCommon.h"
+
+#include "attn/runtime/Errors.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace attn::runtime {
+
+void invalid(const std::string &Msg) { throw InvalidArgument(Msg); }
+
+ElemType elemOf(DType T) {
+  return T == DType::F16 ? ElemType::F16 : ElemType::BF16;
+}
+
+void checkNotNull(const std::string &Name, const TensorView &T) {
+  if (!T.Data)
+    invalid(Name + ": null data pointer");
+}
+
+void checkElemType(const std::string &Name, const TensorView &T,
+                   ElemType Want) {
+  if (T.Type != Want)
+    invalid(fmt::format("{}: expected dtype {}, got {}", Name,
+                        elemTypeName(Want), elemTypeName(T.Type)));
+}
+
+void checkAligned(const std::string &Name, const TensorView &T, int Bytes) {
+  if (reinterpret_cast<uintptr_t>(T.Data) % Bytes != 0)
+    invalid(fmt::format("{}: data pointer must be {}-byte aligned", Name,
+                        Bytes));
+}
+
+void checkShape(const std::string &Name, const TensorView &T,
+                const std::vector<int64_t> &Want) {
+  if (T.Shape != Want)
+    invalid(fmt::format("{}: expected shape {}, got {}", Name, shapeText(Want),
+                        shapeText(T.Shape)));
+}
+
+void checkNonNegativeStrides(const std::string &Name, const TensorView &T) {
+  for (int64_t S : T.Strides)
+    if (S < 0)
+      invalid(Name + ": strides must be non-negative");
+}
+
+void checkLike(const char *Name, const SeqTensor &G, const char *Of,
+               int64_t B, int64_t S, int64_t H) {
+  if (G.B != B || G.S != S || G.H != H)
+    invalid(fmt::format("{}: expected batch {}, seq {} and heads {} (as {}), "
+                        "got {}, {} and {}",
+                        Name, B, S, H, Of, G.B, G.S, G.H));
+}
+
+void storeStrides(int64_t (&Dst)[3], const SeqTensor &S) {
+  std::copy(S.Strides, S.Strides + 3, Dst);
+}
+
+namespace {
+
+void checkInput(const ir::InputDecl &D, const InputValue &Val, int64_t B, int64_t H,
+                int64_t Sq, int64_t Skv) {
+  if (D.Shape == ir::InputShape::Scalar) {
+    if (!std::holds_alternative<float>(Val))
+      invalid("input '" + D.Name + "': a scalar input takes a number");
+    return;
+  }
+  if (!std::holds_alternative<TensorView>(Val))
+    invalid("input '" + D.Name + "': expected a float32 tensor, got a number");
+  const TensorView &T = std::get<TensorView>(Val);
+  std::vector<int64_t> Want;
+  switch (D.Shape) {
+  case ir::InputShape::Scalar:
+    break;
+  case ir::InputShape::PerHead:
+    Want = {H};
+    break;
+  case ir::InputShape::PerRow:
+    Want = {B, H, Sq};
+    break;
+  case ir::InputShape::PerKey:
+    Want = {B, H, Skv};
+    break;
+  case ir::InputShape::Full:
+    Want = {B, H, Sq, Skv};
+    break;
+  }
+  const std::string Name = "input '" + D.Name + "'";
+  checkNotNull(Name, T);
+  checkElemType(Name, T, ElemType::F32);
+  checkShape(Name + " (" + ir::inputShapeName(D.Shape).str() + ")", T, Want);
+  if (T.Strides.size() != T.Shape.size() || T.Strides.back() != 1)
+    invalid(Name + ": the last stride must be 1");
+  checkNonNegativeStrides(Name, T);
+  checkAligned(Name, T, 4);
+}
+
+} // namespace
+
+void checkInputs(const ir::Graph &G, int64_t B, int64_t H, int64_t Sq, int64_t Skv,
+                 const InputMap &Inputs) {
+  for (const ir::InputDecl &D : G.decls().Inputs) {
+    auto It = Inputs.find(D.Name);
+    if (It == Inputs.end())
+      invalid("input '" + D.Name + "': declared by '" + G.name() +
+              "' but not supplied");
+    checkInput(D, It->second, B, H, Sq, Skv);
+  }
+  for (const auto &[Name, Value] : Inputs)
+    if (!G.decls().findInput(Name))
+      invalid("input '" + Name + "': '" + G.name() +
+              "' declares no such input");
+}
+
+std::string shapeText(const std::vector<int64_t> &S) {
+  std::string T = "[";
+  for (size_t I = 0; I < S.size(); ++I)
+    T += (I ? ", " : "") + std::to_string(S[I]);
+  return T + "]";
+}
+
+SeqTensor checkSeqTensor(const char *Name, const TensorView &T, DType Dtype,
+                         attn::Layout L, int64_t HeadDim) {
+  const char *Order = L == Layout::BSHD ? "[batch, seq, heads, head_dim]"
+                                        : "[batch, heads, seq, head_dim]";
+  checkNotNull(Name, T);
+  if (T.Shape.size() != 4)
+    invalid(fmt::format("{}: expected rank 4 {}, got rank {}", Name, Order,
+                        T.Shape.size()));
+  if (T.Strides.size() != 4)
+    invalid(fmt::format("{}: strides must have 4 entries, got {}", Name,
+                        T.Strides.size()));
+  checkElemType(Name, T, elemOf(Dtype));
+  for (size_t I = 0; I < 4; ++I)
+    if (T.Shape[I] < 1)
+      invalid(fmt::format("{}: dimension {} is {}, must be at least 1", Name, I,
+                          T.Shape[I]));
+  if (T.Shape[3] != HeadDim)
+    invalid(fmt::format("{}: head_dim (last dimension) must be {}, got {}",
+                        Name, HeadDim, T.Shape[3]));
+  if (T.Strides[3] != 1)
+    invalid(fmt::format("{}: the head_dim stride must be 1, got {}", Name,
+                        T.Strides[3]));
+  checkAligned(Name, T, 16);
+  SeqTensor R;
+  bool BSHD = L == Layout::BSHD;
+  R.B = T.Shape[0];
+  R.S = BSHD ? T.Shape[1] : T.Shape[2];
+  R.H = BSHD ? T.Shape[2] : T.Shape[1];
+  R.D = T.Shape[3];
+  R.Strides[0] = T.Strides[0];
+  R.Strides[1] = BSHD ? T.Strides[2] : T.Strides[1];
+  R.Strides[2] = BSHD ? T.Strides[1] : T.Strides[2];
+  for (auto [What, S] : {std::pair{"batch", R.Strides[0]},
+                         {"seq", R.Strides[2]},
+                         {"heads", R.Strides[1]}})
+    if (S % 8 != 0 || S < 0)
+      invalid(fmt::format("{}: the {} stride ({}) must be a non-negative "
+                          "multiple of 8 elements (16-byte rows)",
+                          Name, What, S));
+  return R;
+}
+
+} // namespace attn::runtime
