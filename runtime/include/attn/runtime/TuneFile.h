@@ -44,7 +44,7 @@ struct TuneKey {
   std::string Device;   ///< "NVIDIA H200"
   std::string Arch;     ///< "sm_90a"
   std::string Nvrtc;    ///< "13.0"
-  std::string Skeleton; ///< "fwd_sm80"
+  std::string Skeleton; ///< a skeleton table name (Skeleton.h)
   std::string Variant;  ///< variantKey() of the analysed IR
   DType Dtype = DType::F16;
   int HeadDim = 0, HeadDimV = 0;
