@@ -17,9 +17,6 @@ public:
     return "kv<M>x<N>w<warps>.q<M>x<N>w<warps>.s<stages> or "
            "kv<M>x<N>w<warps>.fused.s<stages>";
   }
-  std::string unsupported(const KernelTarget &T) const override {
-    return configError(defaultFor(T), T);
-  }
   SkeletonConfig defaultFor(const KernelTarget &T) const override {
     return codegen::BwdConfig::defaultFor(T.HeadDim, T.HeadDimV, T.Arch);
   }

@@ -16,9 +16,6 @@ public:
   llvm::StringRef configForm() const override {
     return "m<block M>n<block N>w<warps>s<stages>";
   }
-  std::string unsupported(const KernelTarget &T) const override {
-    return configError(defaultFor(T), T);
-  }
   SkeletonConfig defaultFor(const KernelTarget &T) const override {
     return codegen::FwdConfig::defaultFor(T.HeadDim, T.HeadDimV, T.Arch);
   }

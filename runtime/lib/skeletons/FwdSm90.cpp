@@ -16,9 +16,6 @@ public:
   llvm::StringRef configForm() const override {
     return "sm90.m<block M>n<block N>s<stages>";
   }
-  std::string unsupported(const KernelTarget &T) const override {
-    return configError(defaultFor(T), T);
-  }
   SkeletonConfig defaultFor(const KernelTarget &T) const override {
     return codegen::Sm90Config::defaultFor(T.HeadDim, T.HeadDimV);
   }

@@ -19,9 +19,6 @@ public:
   llvm::StringRef configForm() const override {
     return "c<chunk>v<value slice>w<warps>b<backward warps>";
   }
-  std::string unsupported(const KernelTarget &T) const override {
-    return configError(defaultFor(T), T);
-  }
   SkeletonConfig defaultFor(const KernelTarget &T) const override {
     return codegen::LinearConfig::defaultFor(T.HeadDim, T.HeadDimV, T.Arch);
   }

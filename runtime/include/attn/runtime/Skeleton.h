@@ -88,8 +88,12 @@ public:
   virtual llvm::StringRef configForm() const = 0;
 
   /// Why no configuration of this skeleton can run \p T (kind, direction,
-  /// dtype, head dims, arch), or empty.
-  virtual std::string unsupported(const KernelTarget &T) const = 0;
+  /// dtype, head dims, arch), or empty. By default: why its default
+  /// configuration cannot, which holds where the default is chosen to fit
+  /// whatever the skeleton supports.
+  virtual std::string unsupported(const KernelTarget &T) const {
+    return configError(defaultFor(T), T);
+  }
   /// The configuration \p Text names; UserError (the configuration's own
   /// message) when it is not written in this skeleton's form.
   virtual SkeletonConfig parse(llvm::StringRef Text) const = 0;
