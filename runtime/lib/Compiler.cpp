@@ -4,6 +4,7 @@
 #include "AtomicFile.h"
 #include "attn/runtime/DeviceLibrary.h"
 #include "attn/runtime/Errors.h"
+#include "attn/runtime/EventTiming.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
@@ -14,7 +15,6 @@
 
 #include <dlfcn.h>
 
-#include <chrono>
 #include <cstdlib>
 
 namespace attn::runtime {
@@ -139,13 +139,11 @@ CompiledCubin compileToCubin(const codegen::KernelSource &Src) {
   for (const std::string &O : Options)
     OptionPtrs.push_back(O.c_str());
 
-  auto Start = std::chrono::steady_clock::now();
+  WallTimer Timer;
   nvrtcResult R = nvrtcCompileProgram(
       Guard.Prog, static_cast<int>(OptionPtrs.size()), OptionPtrs.data());
-  auto End = std::chrono::steady_clock::now();
-
   CompiledCubin Out;
-  Out.Seconds = std::chrono::duration<double>(End - Start).count();
+  Out.Seconds = Timer.seconds();
   size_t LogSize = 0;
   checkNvrtc(nvrtcGetProgramLogSize(Guard.Prog, &LogSize),
              "nvrtcGetProgramLogSize");

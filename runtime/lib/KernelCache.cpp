@@ -5,16 +5,18 @@
 #include "attn/runtime/Compiler.h"
 #include "attn/runtime/DeviceLibrary.h"
 #include "attn/runtime/Errors.h"
+#include "attn/runtime/EventTiming.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Endian.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SHA256.h"
 
-#include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 
 #ifndef ATTNC_VERSION
@@ -50,22 +52,12 @@ constexpr uint32_t MaxVersionLength = 256;
 /// 255-byte file-name limit (the hash covers the source, not the prefix).
 constexpr size_t MaxPrefixLength = 120;
 
-using Clock = std::chrono::steady_clock;
+namespace endian = llvm::support::endian;
 
-double secondsSince(Clock::time_point Start) {
-  return std::chrono::duration<double>(Clock::now() - Start).count();
-}
-
-void appendLE(std::string &Out, uint64_t V, unsigned Bytes) {
-  for (unsigned I = 0; I < Bytes; ++I)
-    Out.push_back(static_cast<char>((V >> (8 * I)) & 0xff));
-}
-
-uint64_t readLE(llvm::StringRef In, unsigned Bytes) {
-  uint64_t V = 0;
-  for (unsigned I = 0; I < Bytes; ++I)
-    V |= uint64_t(static_cast<unsigned char>(In[I])) << (8 * I);
-  return V;
+template <typename T> void appendLE(std::string &Out, T V) {
+  char Bytes[sizeof(T)];
+  endian::write<T, llvm::support::little, llvm::support::unaligned>(Bytes, V);
+  Out.append(Bytes, sizeof(T));
 }
 
 llvm::StringRef asStringRef(const std::vector<char> &V) {
@@ -80,10 +72,10 @@ std::string sha256(llvm::StringRef Data) {
 
 std::string makeHeader(llvm::StringRef Payload) {
   std::string H(Magic);
-  appendLE(H, FormatVersion, 4);
-  appendLE(H, AttncVersion.size(), 4);
+  appendLE<uint32_t>(H, FormatVersion);
+  appendLE<uint32_t>(H, AttncVersion.size());
   H += AttncVersion;
-  appendLE(H, Payload.size(), 8);
+  appendLE<uint64_t>(H, Payload.size());
   H += sha256(Payload);
   return H;
 }
@@ -91,16 +83,16 @@ std::string makeHeader(llvm::StringRef Payload) {
 /// The payload of a well-formed entry, or nothing.
 std::optional<std::vector<char>> parseEntry(llvm::StringRef File) {
   if (File.size() < 16 || !File.startswith(Magic) ||
-      readLE(File.substr(8), 4) != FormatVersion)
+      endian::read32le(File.data() + 8) != FormatVersion)
     return std::nullopt;
-  uint64_t VersionLength = readLE(File.substr(12), 4);
+  uint64_t VersionLength = endian::read32le(File.data() + 12);
   if (VersionLength > MaxVersionLength ||
       File.size() < 16 + VersionLength + 8 + DigestSize)
     return std::nullopt;
   if (File.substr(16, VersionLength) != AttncVersion)
     return std::nullopt;
   size_t PayloadLengthAt = 16 + VersionLength;
-  uint64_t PayloadLength = readLE(File.substr(PayloadLengthAt), 8);
+  uint64_t PayloadLength = endian::read64le(File.data() + PayloadLengthAt);
   size_t PayloadAt = PayloadLengthAt + 8 + DigestSize;
   if (File.size() - PayloadAt != PayloadLength)
     return std::nullopt;
@@ -114,7 +106,7 @@ std::optional<std::vector<char>> parseEntry(llvm::StringRef File) {
 /// sequences hash the same bytes ("ab","c" vs "a","bc").
 void hashField(llvm::SHA256 &H, llvm::StringRef Field) {
   std::string Length;
-  appendLE(Length, Field.size(), 8);
+  appendLE<uint64_t>(Length, Field.size());
   H.update(Length);
   H.update(Field);
 }
@@ -138,16 +130,64 @@ const std::string &deviceLibraryDigest() {
 bool isCacheFile(llvm::StringRef Name) { return Name.endswith(CubinSuffix); }
 bool isTemporary(llvm::StringRef Name) { return Name.contains(TempMarker); }
 
-/// Calls \p Visit(path, file name) for every regular file in \p Dir; a
-/// missing directory has none.
-template <typename Fn> void forEachFile(const std::string &Dir, Fn Visit) {
+/// Throws unless \p Dir is a directory or does not exist yet: a cache path
+/// that names a file (a typo in ATTNC_CACHE_DIR) must not pass for an
+/// empty cache.
+void requireDirectory(const std::string &Dir) {
+  llvm::sys::fs::file_status St;
+  if (llvm::sys::fs::status(Dir, St) || !llvm::sys::fs::exists(St) ||
+      llvm::sys::fs::is_directory(St))
+    return;
+  throw InvalidArgument("kernel cache: '" + Dir +
+                        "' is not a directory; expected a directory "
+                        "(ATTNC_CACHE_DIR) or a path that does not exist yet");
+}
+
+/// Whether \p Path, after symlinks, is a regular file. Only those are read:
+/// opening a FIFO blocks and a device (a link to /dev/zero) never ends.
+bool isRegularFile(const llvm::Twine &Path) {
+  llvm::sys::fs::file_status St;
+  return !llvm::sys::fs::status(Path, St, /*Follow=*/true) &&
+         llvm::sys::fs::is_regular_file(St);
+}
+
+/// Calls \p Visit(path, file name) for every entry in \p Dir but
+/// directories; a missing directory has none. Entries are not followed.
+template <typename Fn> void forEachEntry(const std::string &Dir, Fn Visit) {
   std::error_code EC;
-  for (llvm::sys::fs::directory_iterator I(Dir, EC), End; !EC && I != End;
-       I.increment(EC)) {
-    if (I->type() != llvm::sys::fs::file_type::regular_file)
+  for (llvm::sys::fs::directory_iterator I(Dir, EC, /*FollowSymlinks=*/false),
+       End;
+       !EC && I != End; I.increment(EC)) {
+    if (I->type() == llvm::sys::fs::file_type::directory_file)
       continue;
     Visit(I->path(), llvm::sys::path::filename(I->path()));
   }
+}
+
+/// The contents of the entry at \p Path, or nothing when it is absent or not
+/// a regular file. The file is checked again once open, so that one swapped
+/// in between the two checks is not read either (a FIFO swapped in after the
+/// first check can still block the open: that needs a second process racing
+/// on purpose).
+std::unique_ptr<llvm::MemoryBuffer> readRegularFile(const std::string &Path) {
+  if (!isRegularFile(Path))
+    return nullptr;
+  llvm::Expected<llvm::sys::fs::file_t> FD =
+      llvm::sys::fs::openNativeFileForRead(Path);
+  if (!FD) {
+    llvm::consumeError(FD.takeError());
+    return nullptr;
+  }
+  std::unique_ptr<llvm::MemoryBuffer> Result;
+  llvm::sys::fs::file_status St;
+  if (!llvm::sys::fs::status(*FD, St) && llvm::sys::fs::is_regular_file(St)) {
+    auto Buffer = llvm::MemoryBuffer::getOpenFile(
+        *FD, Path, St.getSize(), /*RequiresNullTerminator=*/false);
+    if (Buffer)
+      Result = std::move(*Buffer);
+  }
+  llvm::sys::fs::closeFile(*FD);
+  return Result;
 }
 
 } // namespace
@@ -182,11 +222,10 @@ KernelCache &KernelCache::global() {
 std::string KernelCache::defaultDirectory() {
   if (const char *D = std::getenv("ATTNC_CACHE_DIR"); D && *D)
     return D;
-  if (const char *X = std::getenv("XDG_CACHE_HOME"); X && *X)
-    return std::string(X) + "/attnc";
-  llvm::SmallString<256> Home;
-  if (llvm::sys::path::home_directory(Home))
-    return std::string(Home) + "/.cache/attnc";
+  // $XDG_CACHE_HOME, else ~/.cache.
+  llvm::SmallString<256> Cache;
+  if (llvm::sys::path::cache_directory(Cache))
+    return std::string(Cache) + "/attnc";
   // No home (a bare container user): a per-machine temporary cache is
   // better than none.
   llvm::SmallString<256> Tmp;
@@ -219,7 +258,7 @@ std::string KernelCache::fullKey(const codegen::KernelSource &Src) const {
 }
 
 CacheResult KernelCache::getOrCompile(const codegen::KernelSource &Src) {
-  Clock::time_point Start = Clock::now();
+  WallTimer Timer;
   CacheResult Result;
   Result.FullKey = fullKey(Src);
   Result.CompileSeconds = 0;
@@ -232,7 +271,7 @@ CacheResult KernelCache::getOrCompile(const codegen::KernelSource &Src) {
     Result.Cubin = Memory.emplace(Result.FullKey, std::move(Cubin))
                        .first->second;
     Result.Source = Source;
-    Result.LookupSeconds = secondsSince(Start);
+    Result.LookupSeconds = Timer.seconds();
     return Result;
   };
 
@@ -242,7 +281,7 @@ CacheResult KernelCache::getOrCompile(const codegen::KernelSource &Src) {
     if (It != Memory.end()) {
       Result.Cubin = It->second;
       Result.Source = CacheSource::Memory;
-      Result.LookupSeconds = secondsSince(Start);
+      Result.LookupSeconds = Timer.seconds();
       return Result;
     }
   }
@@ -250,11 +289,13 @@ CacheResult KernelCache::getOrCompile(const codegen::KernelSource &Src) {
   // Disk and compilation run unlocked: compiles of different keys (the
   // autotuner's candidates) proceed in parallel. Two threads asking for the
   // same new key may both compile; both results are the same CUBIN.
+  requireDirectory(Dir);
   std::string Path = Dir + "/" + Result.FullKey + CubinSuffix.str();
-  if (auto Buffer = llvm::MemoryBuffer::getFile(
-          Path, /*IsText=*/false, /*RequiresNullTerminator=*/false)) {
+  // Anything but a regular file in an entry's place is skipped, never
+  // opened; the rename below replaces it with a real entry.
+  if (std::unique_ptr<llvm::MemoryBuffer> Buffer = readRegularFile(Path)) {
     if (std::optional<std::vector<char>> Payload =
-            parseEntry((*Buffer)->getBuffer()))
+            parseEntry(Buffer->getBuffer()))
       return Finish(std::make_shared<const std::vector<char>>(
                         std::move(*Payload)),
                     CacheSource::Disk);
@@ -279,14 +320,27 @@ CacheResult KernelCache::getOrCompile(const codegen::KernelSource &Src) {
 }
 
 CacheStats KernelCache::stats() const {
+  requireDirectory(Dir);
   CacheStats S;
   S.Directory = Dir;
-  forEachFile(Dir, [&](const std::string &Path, llvm::StringRef Name) {
-    if (!isCacheFile(Name))
+  forEachEntry(Dir, [&](const std::string &Path, llvm::StringRef Name) {
+    bool Temporary = isTemporary(Name);
+    if (!Temporary && !isCacheFile(Name))
       return;
+    if (!isRegularFile(Path)) {
+      // A FIFO, device or dangling link where an entry or temporary
+      // would be: never read, replaced by the next write of its key.
+      ++S.Skipped;
+      return;
+    }
     uint64_t Size = 0;
     if (llvm::sys::fs::file_size(Path, Size))
       return; // removed meanwhile by another process
+    if (Temporary) {
+      ++S.Temporaries;
+      S.TemporaryBytes += Size;
+      return;
+    }
     ++S.Entries;
     S.Bytes += Size;
   });
@@ -294,10 +348,14 @@ CacheStats KernelCache::stats() const {
 }
 
 size_t KernelCache::clear() {
+  requireDirectory(Dir);
   size_t Removed = 0;
-  forEachFile(Dir, [&](const std::string &Path, llvm::StringRef Name) {
+  // Links are removed, not their targets. std::filesystem, because
+  // llvm::sys::fs::remove refuses FIFOs and other special files.
+  forEachEntry(Dir, [&](const std::string &Path, llvm::StringRef Name) {
+    std::error_code EC;
     if ((isCacheFile(Name) || isTemporary(Name)) &&
-        !llvm::sys::fs::remove(Path, /*IgnoreNonExisting=*/false))
+        std::filesystem::remove(Path, EC) && !EC)
       ++Removed;
   });
   // The memory entries go too: after clear() the cache is empty, and the

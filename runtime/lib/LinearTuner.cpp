@@ -18,7 +18,6 @@
 #include <fmt/format.h>
 
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -29,12 +28,6 @@
 namespace attn::runtime {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double secondsSince(Clock::time_point Start) {
-  return std::chrono::duration<double>(Clock::now() - Start).count();
-}
 
 std::atomic<unsigned> LinearTuneRuns{0};
 
@@ -107,7 +100,7 @@ public:
     Base.Config.clear();
     Base.TuneFile.clear();
     Base.Tune = false;
-    auto Start = Clock::now();
+    WallTimer RefTimer;
     In.Q = download(Check.q(0), Sig.TensorLayout);
     In.K = download(Check.k(0), Sig.TensorLayout);
     In.V = download(Check.v(0), Sig.TensorLayout);
@@ -117,7 +110,7 @@ public:
     Threads = std::max(1u, llvm::hardware_concurrency().compute_thread_count());
     Exact = reference::linearRecurrent(Def, In);
     GExact = reference::linearBackward(Def, In, DO, std::nullopt, Threads);
-    RefSeconds = secondsSince(Start);
+    RefSeconds = RefTimer.seconds();
   }
 
   double referenceSeconds() const { return RefSeconds; }
@@ -276,7 +269,7 @@ TuneKey makeLinearTuneKey(const CompiledDefinition &Def,
 TuneResult tuneLinear(const CompiledDefinition &Def, const LinearSignature &Sig,
                       GpuArch Arch, const LinearShape &S,
                       const TuneOptions &Opts, llvm::raw_ostream *Progress) {
-  Clock::time_point Start = Clock::now();
+  WallTimer Timer;
   checkLinearShape(S);
   CudaDriver::get().require();
   const DeviceInfo &Dev = currentDevice();
@@ -303,7 +296,7 @@ TuneResult tuneLinear(const CompiledDefinition &Def, const LinearSignature &Sig,
         linearShapeText(Runner.checkShape()), Runner.referenceSeconds());
   TuneResult Result;
   Result.Candidates = searchSkeleton(Def, Plan, Runner, Opts, Progress);
-  Result.Seconds = secondsSince(Start);
+  Result.Seconds = Timer.seconds();
 
   // A linear entry records q/k heads where attention records k/v heads.
   recordSearch(Result, Def.Graph->name(), Opts.RunnersUp,

@@ -7,6 +7,7 @@
 #include "attn/runtime/Errors.h"
 
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/Support/Endian.h"
 
 #include <fmt/format.h>
 
@@ -44,10 +45,19 @@ public:
       fail(fmt::format("read of {} bytes at offset {} is past the end ({} "
                        "bytes)",
                        Bytes, Offset, Data.size()));
-    uint64_t V = 0;
-    for (unsigned I = 0; I < Bytes; ++I)
-      V |= uint64_t(static_cast<unsigned char>(Data[Offset + I])) << (8 * I);
-    return V;
+    namespace endian = llvm::support::endian;
+    const char *At = Data.data() + Offset;
+    switch (Bytes) {
+    case 1:
+      return static_cast<unsigned char>(*At);
+    case 2:
+      return endian::read16le(At);
+    case 4:
+      return endian::read32le(At);
+    case 8:
+      return endian::read64le(At);
+    }
+    fail(fmt::format("read of {} bytes: not a field width", Bytes));
   }
 
   struct Section {

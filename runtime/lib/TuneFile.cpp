@@ -1,5 +1,5 @@
 // The tune JSON file: schema, parsing, the per-process cache, and merged
-// atomic writes under a sidecar flock.
+// atomic writes under a sidecar file lock.
 #include "attn/runtime/TuneFile.h"
 
 #include "AtomicFile.h"
@@ -11,19 +11,18 @@
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/SHA256.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <cerrno>
-#include <cstring>
-#include <fcntl.h>
+#include <limits>
 #include <map>
 #include <mutex>
-#include <sys/file.h>
-#include <unistd.h>
+#include <type_traits>
 
 namespace attn::runtime {
 
@@ -34,10 +33,7 @@ std::string ShapeBucket::str() const {
 }
 
 int64_t roundUpToPowerOfTwo(int64_t N) {
-  int64_t P = 1;
-  while (P < N)
-    P *= 2;
-  return P;
+  return N <= 1 ? 1 : int64_t(llvm::PowerOf2Ceil(uint64_t(N)));
 }
 
 ShapeBucket shapeBucket(int64_t Batch, int64_t Heads, int64_t SeqQ,
@@ -152,11 +148,26 @@ public:
       fail(at(Name), "expected a string");
     return V.get<std::string>();
   }
-  int64_t integer(const char *Name, int64_t Min = 1) const {
+  /// The integer field \p Name, which must lie in [Min, Max] — checked on
+  /// the value as JSON holds it (signed or unsigned 64-bit), before it is
+  /// converted to T, so that no value is narrowed into range.
+  template <typename T>
+  T integer(const char *Name, T Min,
+            T Max = std::numeric_limits<T>::max()) const {
+    static_assert(std::is_signed_v<T>, "fields are signed integers");
     const json &V = get(Name);
-    if (!V.is_number_integer() || V.get<int64_t>() < Min)
-      fail(at(Name), fmt::format("expected an integer >= {}", Min));
-    return V.get<int64_t>();
+    bool InRange = false;
+    if (V.is_number_unsigned())
+      InRange = Max >= 0 && V.get<uint64_t>() <= uint64_t(Max) &&
+                (Min <= 0 || V.get<uint64_t>() >= uint64_t(Min));
+    else if (V.is_number_integer())
+      InRange = V.get<int64_t>() >= int64_t(Min) &&
+                V.get<int64_t>() <= int64_t(Max);
+    if (!InRange)
+      fail(at(Name),
+           fmt::format("expected an integer in [{}, {}]{}", Min, Max,
+                       V.is_number_integer() ? ", got " + V.dump() : ""));
+    return static_cast<T>(V.get<int64_t>());
   }
   double number(const char *Name) const {
     const json &V = get(Name);
@@ -231,11 +242,12 @@ TuneEntry entryFromJson(const FieldReader &R) {
   if (!T)
     K.fail(K.at("dtype"), "expected \"f16\" or \"bf16\"");
   E.Key.Dtype = *T;
-  E.Key.HeadDim = int(K.integer("head_dim"));
-  E.Key.HeadDimV = int(K.integer("head_dim_v"));
+  E.Key.HeadDim = K.integer<int>("head_dim", 1);
+  E.Key.HeadDimV = K.integer<int>("head_dim_v", 1);
   FieldReader B = K.object("bucket");
-  E.Key.Bucket = {B.integer("seq_q"), B.integer("seq_kv"),
-                  B.integer("batch_heads")};
+  E.Key.Bucket = {B.integer<int64_t>("seq_q", 1),
+                  B.integer<int64_t>("seq_kv", 1),
+                  B.integer<int64_t>("batch_heads", 1)};
   E.Best = timingFromJson(R, E.Key);
   const json &Runners = R.get("runners_up");
   if (!Runners.is_array())
@@ -251,11 +263,11 @@ TuneEntry entryFromJson(const FieldReader &R) {
     E.Definition = R.string("definition");
   if (R.has("shape")) {
     FieldReader S = R.object("shape");
-    E.Batch = S.integer("batch");
-    E.Heads = S.integer("heads");
-    E.HeadsKv = S.integer("heads_kv");
-    E.SeqQ = S.integer("seq_q");
-    E.SeqKv = S.integer("seq_kv");
+    E.Batch = S.integer<int64_t>("batch", 1);
+    E.Heads = S.integer<int64_t>("heads", 1);
+    E.HeadsKv = S.integer<int64_t>("heads_kv", 1);
+    E.SeqQ = S.integer<int64_t>("seq_q", 1);
+    E.SeqKv = S.integer<int64_t>("seq_kv", 1);
     if (S.has("layout")) {
       std::optional<attn::Layout> L = layoutFromName(S.string("layout"));
       if (!L)
@@ -283,10 +295,12 @@ TuneFileData parseTuneFile(llvm::StringRef Text, const std::string &Path) {
   const json &Version = Top.get("version");
   if (!Version.is_number_integer())
     Top.fail("$.version", "expected an integer");
-  if (Version.get<int64_t>() != TuneFileVersion)
+  // Compared as JSON holds it: an unsigned value read as int64_t could
+  // wrap onto the version number.
+  if (Version != json(TuneFileVersion))
     Top.fail("$.version",
              fmt::format("version {}; this attnc reads version {}",
-                         Version.get<int64_t>(), TuneFileVersion));
+                         Version.dump(), TuneFileVersion));
   const json &Entries = Top.get("entries");
   if (!Entries.is_array())
     Top.fail("$.entries", "expected an array");
@@ -318,34 +332,46 @@ TuneFileData readTuneFile(const std::string &Path) {
 
 namespace {
 
-/// An exclusive flock on "<Path>.lock", held for the object's lifetime.
+/// An exclusive lock on "<Path>.lock", held for the object's lifetime.
+/// llvm::sys::fs::lockFile takes a POSIX record lock, which excludes other
+/// processes but not other threads of this one (and any close() of the file
+/// in this process would drop it), so a process-wide mutex is held first:
+/// one thread at a time opens, locks and closes lock files here.
 /// The lock file is never removed: removing it would let a process that
 /// opened the old one and one that creates a new one both hold "the" lock.
 class SidecarLock {
 public:
-  explicit SidecarLock(const std::string &Path) : LockPath(Path + ".lock") {
-    FD = ::open(LockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (FD < 0)
+  explicit SidecarLock(const std::string &Path)
+      : InProcess(processMutex()), LockPath(Path + ".lock") {
+    if (std::error_code EC = llvm::sys::fs::openFileForReadWrite(
+            LockPath, FD, llvm::sys::fs::CD_OpenAlways,
+            llvm::sys::fs::OF_None))
       throw InvalidArgument(fmt::format("tune file {}: cannot open lock file "
                                         "{}: {}",
-                                        Path, LockPath, std::strerror(errno)));
-    while (::flock(FD, LOCK_EX) != 0) {
-      if (errno == EINTR)
-        continue;
-      int Err = errno;
-      ::close(FD);
+                                        Path, LockPath, EC.message()));
+    std::error_code EC;
+    do
+      EC = llvm::sys::fs::lockFile(FD);
+    while (EC == std::errc::interrupted);
+    if (EC) {
+      llvm::sys::Process::SafelyCloseFileDescriptor(FD);
       throw InvalidArgument(fmt::format("tune file {}: cannot lock {}: {}",
-                                        Path, LockPath, std::strerror(Err)));
+                                        Path, LockPath, EC.message()));
     }
   }
   ~SidecarLock() {
-    ::flock(FD, LOCK_UN);
-    ::close(FD);
+    (void)llvm::sys::fs::unlockFile(FD);
+    llvm::sys::Process::SafelyCloseFileDescriptor(FD);
   }
   SidecarLock(const SidecarLock &) = delete;
   SidecarLock &operator=(const SidecarLock &) = delete;
 
 private:
+  static std::mutex &processMutex() {
+    static std::mutex M;
+    return M;
+  }
+  std::lock_guard<std::mutex> InProcess;
   std::string LockPath;
   int FD = -1;
 };

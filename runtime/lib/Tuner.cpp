@@ -8,6 +8,7 @@
 #include "attn/runtime/Selector.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
+#include "attn/runtime/EventTiming.h"
 #include "attn/runtime/KernelCache.h"
 
 #include "llvm/Support/ThreadPool.h"
@@ -16,7 +17,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <climits>
 #include <ctime>
 #include <map>
@@ -25,12 +25,6 @@
 namespace attn::runtime {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double secondsSince(Clock::time_point Start) {
-  return std::chrono::duration<double>(Clock::now() - Start).count();
-}
 
 std::atomic<unsigned> TuneRuns{0};
 
@@ -190,7 +184,7 @@ std::vector<CandidateResult> searchCandidates(const SearchSpace &Space,
                                               CandidateRunner &Runner,
                                               const TuneOptions &Opts,
                                               llvm::raw_ostream *Progress) {
-  Clock::time_point Start = Clock::now();
+  WallTimer Timer;
 
   // The default goes first: it is the baseline every other candidate must
   // beat, and the one timed whatever the budget.
@@ -249,7 +243,7 @@ std::vector<CandidateResult> searchCandidates(const SearchSpace &Space,
     Resources[I].resize(Sources[I].size());
   }
   std::mutex ErrorMutex;
-  Clock::time_point CompileStart = Clock::now();
+  WallTimer CompileTimer;
   {
     llvm::ThreadPool Pool(llvm::hardware_concurrency(Opts.CompileThreads));
     for (size_t I : ToCompile)
@@ -281,7 +275,7 @@ std::vector<CandidateResult> searchCandidates(const SearchSpace &Space,
   }
   if (Progress && !ToCompile.empty())
     *Progress << fmt::format("compiled {} candidates in {:.1f} s\n",
-                             ToCompile.size(), secondsSince(CompileStart));
+                             ToCompile.size(), CompileTimer.seconds());
 
   // 3. What the compiled code rules out: registers, spills. The default is
   // exempt from the spill rule (it is the baseline and runs anyway), never
@@ -319,7 +313,7 @@ std::vector<CandidateResult> searchCandidates(const SearchSpace &Space,
   for (size_t I : ToTime) {
     CandidateResult &R = Cands[I];
     if (Opts.BudgetSeconds > 0 && !R.IsDefault &&
-        secondsSince(Start) > Opts.BudgetSeconds) {
+        Timer.seconds() > Opts.BudgetSeconds) {
       R.Status = CandidateStatus::SkippedBudget;
       Report(R);
       continue;
@@ -396,7 +390,7 @@ TuneKey tuneKeyFor(const CompiledDefinition &Def, const std::string &Skeleton,
 TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
                        GpuArch Arch, const TuneShape &S,
                        const TuneOptions &Opts, llvm::raw_ostream *Progress) {
-  Clock::time_point Start = Clock::now();
+  WallTimer Timer;
   CudaDriver::get().require();
   const DeviceInfo &Dev = currentDevice();
   ++TuneRuns;
@@ -418,7 +412,7 @@ TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
                              archName(Arch).str(), Runner.referenceSeconds());
   TuneResult Result;
   Result.Candidates = searchSkeleton(Def, Plan, Runner, Opts, Progress);
-  Result.Seconds = secondsSince(Start);
+  Result.Seconds = Timer.seconds();
 
   recordSearch(Result, Def.Graph->name(), Opts.RunnersUp, S, Sig.TensorLayout);
   Result.Entry.Key = tuneKeyOf(Def, *Plan.Skel, Plan.Target, S, Dev.Name);

@@ -135,6 +135,25 @@ TEST_CASE("the decay gradient is zero where decay_mod ignores the decay",
     CHECK(X == 0.0);
 }
 
+TEST_CASE("reference gradients do not depend on the thread count",
+          "[linear]") {
+  CompiledDefinition C = compile(examples::simpleGla());
+  // Six (batch, head) pairs: 4 workers leave two with one pair, 16 are
+  // capped at six.
+  Problem P = randomProblem(C, 11, 2, 3, 3, 3, 5, 3, 2, true, true);
+  LinearGrads One = reference::linearBackward(C, P.In, P.DO, P.DFinal, 1);
+  for (unsigned Threads : {2u, 4u, 16u}) {
+    INFO(Threads << " threads");
+    LinearGrads G = reference::linearBackward(C, P.In, P.DO, P.DFinal, Threads);
+    CHECK(G.DQ.Data == One.DQ.Data);
+    CHECK(G.DK.Data == One.DK.Data);
+    CHECK(G.DV.Data == One.DV.Data);
+    CHECK(G.DDecay.Data == One.DDecay.Data);
+    REQUIRE(G.DInitialState);
+    CHECK(G.DInitialState->Data == One.DInitialState->Data);
+  }
+}
+
 TEST_CASE("the kernels' chunked algorithm equals the reference", "[linear]") {
   std::string Name = GENERATE("mamba2", "simple_gla", "retention_linear");
   int64_t T = GENERATE(1, 5, 9);

@@ -1,4 +1,5 @@
 // KernelCache: memory → disk → compile, corrupt entries, concurrency.
+#include "TempDir.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/KernelCache.h"
 
@@ -11,6 +12,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,19 +25,13 @@
 
 using namespace attn;
 using namespace attn::runtime;
+using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 
 namespace {
 
-/// A fresh directory, removed with everything in it at the end.
-struct TempDir {
-  std::string Path;
-  TempDir() {
-    llvm::SmallString<256> P;
-    REQUIRE_FALSE(llvm::sys::fs::createUniqueDirectory("attnc-kc-test", P));
-    Path = std::string(P);
-  }
-  ~TempDir() { llvm::sys::fs::remove_directories(Path); }
+struct TempDir : attn::testing::TempDir {
+  TempDir() : attn::testing::TempDir("attnc-kc-test") {}
 };
 
 /// Stands in for NVRTC: counts its calls and "compiles" a source to an
@@ -254,6 +251,9 @@ TEST_CASE("KernelCache stats and clear", "[runtime][cache]") {
 
   CacheStats S = Cache.stats();
   CHECK(S.Entries == 3);
+  CHECK(S.Temporaries == 1);
+  CHECK(S.TemporaryBytes == 4);
+  CHECK(S.Skipped == 0);
   uint64_t Bytes = 0;
   for (const std::string &Name : filesIn(Dir.Path))
     if (llvm::StringRef(Name).endswith(".cubin"))
@@ -263,6 +263,8 @@ TEST_CASE("KernelCache stats and clear", "[runtime][cache]") {
 
   CHECK(Cache.clear() == 4);
   CHECK(Cache.stats().Entries == 0);
+  CHECK(Cache.stats().Temporaries == 0);
+  CHECK(Cache.stats().TemporaryBytes == 0);
   CHECK(filesIn(Dir.Path) == std::vector<std::string>{"notes.txt"});
   // Memory was cleared too: the next lookup compiles again.
   CHECK(Cache.getOrCompile(source("a")).Source == CacheSource::Compiled);
@@ -280,8 +282,122 @@ TEST_CASE("KernelCache default directory", "[runtime][cache]") {
   unsetenv("ATTNC_CACHE_DIR");
   CHECK_FALSE(KernelCache::defaultDirectory().empty());
   CHECK(llvm::StringRef(KernelCache::defaultDirectory()).endswith("attnc"));
+  const char *SavedXdg = std::getenv("XDG_CACHE_HOME");
+  std::string SavedXdgValue = SavedXdg ? SavedXdg : "";
+  setenv("XDG_CACHE_HOME", "/xdg/cache", 1);
+  CHECK(KernelCache::defaultDirectory() == "/xdg/cache/attnc");
+  if (SavedXdg)
+    setenv("XDG_CACHE_HOME", SavedXdgValue.c_str(), 1);
+  else
+    unsetenv("XDG_CACHE_HOME");
   if (Saved)
     setenv("ATTNC_CACHE_DIR", SavedValue.c_str(), 1);
+}
+
+/// Runs \p Body in a child process that is killed after \p Seconds and may
+/// allocate at most 2 GiB; true when it returned normally in time. A lookup
+/// that blocks on a FIFO or reads /dev/zero without end fails the test
+/// instead of hanging it.
+bool finishesInTime(const std::function<void()> &Body, unsigned Seconds) {
+  pid_t Child = fork();
+  REQUIRE(Child >= 0);
+  if (Child == 0) {
+    alarm(Seconds);
+    rlimit Limit{rlim_t(2) << 30, rlim_t(2) << 30};
+    setrlimit(RLIMIT_AS, &Limit);
+    int Status = 1;
+    try {
+      Body();
+      Status = 0;
+    } catch (...) {
+      Status = 3;
+    }
+    _exit(Status); // no Catch2 teardown or TempDir cleanup in the child
+  }
+  int Status = 0;
+  REQUIRE(waitpid(Child, &Status, 0) == Child);
+  return WIFEXITED(Status) && WEXITSTATUS(Status) == 0;
+}
+
+TEST_CASE("KernelCache reads only regular files as entries",
+          "[runtime][cache]") {
+  struct Planted {
+    const char *Name;
+    std::function<void(const std::string &)> Make;
+  };
+  const Planted Cases[] = {
+      {"a FIFO",
+       [](const std::string &P) { REQUIRE(mkfifo(P.c_str(), 0600) == 0); }},
+      {"a symlink to /dev/zero",
+       [](const std::string &P) {
+         REQUIRE_FALSE(llvm::sys::fs::create_link("/dev/zero", P));
+       }},
+      {"a dangling symlink",
+       [](const std::string &P) {
+         REQUIRE_FALSE(llvm::sys::fs::create_link(P + ".gone", P));
+       }},
+  };
+  for (const Planted &C : Cases) {
+    DYNAMIC_SECTION(C.Name) {
+      TempDir Dir;
+      codegen::KernelSource Src = source();
+      FakeCompiler Fake;
+      KernelCache Cache(Dir.Path, Fake.fn());
+      std::string Path = entryPath(Dir.Path, Cache, Src);
+      C.Make(Path);
+
+      CacheStats Before = Cache.stats();
+      CHECK(Before.Entries == 0);
+      CHECK(Before.Skipped == 1);
+
+      // In a child: before the fix this blocked in open() or read forever.
+      CHECK(finishesInTime(
+          [&] {
+            FakeCompiler ChildFake;
+            KernelCache ChildCache(Dir.Path, ChildFake.fn());
+            CacheResult R = ChildCache.getOrCompile(Src);
+            if (R.Source != CacheSource::Compiled ||
+                *R.Cubin != FakeCompiler::expected(Src))
+              throw std::runtime_error("wrong result");
+          },
+          /*Seconds=*/20));
+      // The child's rename replaced the planted file with a real entry.
+      CHECK(Cache.stats().Skipped == 0);
+      requireSingleValidEntry(Dir.Path, Src);
+    }
+  }
+}
+
+TEST_CASE("KernelCache clear removes planted non-regular entries, not "
+          "their targets",
+          "[runtime][cache]") {
+  TempDir Dir;
+  KernelCache Cache(Dir.Path, FakeCompiler().fn());
+  std::string Target = Dir.Path + "/target.txt";
+  writeFile(Target, "keep me");
+  REQUIRE(mkfifo((Dir.Path + "/a.cubin").c_str(), 0600) == 0);
+  REQUIRE_FALSE(llvm::sys::fs::create_link(Target, Dir.Path + "/b.cubin"));
+  CHECK(Cache.stats().Skipped == 1); // the link leads to a regular file
+  CHECK(Cache.stats().Entries == 1);
+  CHECK(Cache.clear() == 2);
+  CHECK(filesIn(Dir.Path) == std::vector<std::string>{"target.txt"});
+  CHECK(readFile(Target) == "keep me");
+}
+
+TEST_CASE("KernelCache at a path that is a file is an error",
+          "[runtime][cache]") {
+  TempDir Dir;
+  std::string File = Dir.Path + "/not-a-dir";
+  writeFile(File, "x");
+  FakeCompiler Fake;
+  KernelCache Cache(File, Fake.fn());
+  auto NamesPath = Contains("'" + File + "' is not a directory");
+  CHECK_THROWS_AS(Cache.stats(), InvalidArgument);
+  CHECK_THROWS_WITH(Cache.stats(), NamesPath);
+  CHECK_THROWS_WITH(Cache.clear(), NamesPath);
+  CHECK_THROWS_WITH(Cache.getOrCompile(source()), NamesPath);
+  CHECK(Fake.Calls == 0);
+  CHECK(readFile(File) == "x");
 }
 
 TEST_CASE("Two threads asking for one new key", "[runtime][cache]") {

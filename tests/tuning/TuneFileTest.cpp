@@ -1,5 +1,6 @@
 // The tune file: buckets, the JSON schema round trip, errors on files that
 // are not tune files, the per-process cache, and concurrent writers.
+#include "TempDir.h"
 #include "attn/codegen/LinearCodegen.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/TuneFile.h"
@@ -24,15 +25,8 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-/// A fresh directory, removed with its contents at the end of the test.
-struct TempDir {
-  std::string Path;
-  TempDir() {
-    llvm::SmallString<128> P;
-    REQUIRE_FALSE(llvm::sys::fs::createUniqueDirectory("attnc-tune", P));
-    Path = std::string(P);
-  }
-  ~TempDir() { llvm::sys::fs::remove_directories(Path); }
+struct TempDir : attn::testing::TempDir {
+  TempDir() : attn::testing::TempDir("attnc-tune") {}
   std::string file(const std::string &Name) const { return Path + "/" + Name; }
 };
 
@@ -237,6 +231,79 @@ TEST_CASE("a file that is not a version-1 tune file is an error naming it",
              Contains("$.entries[0].config: unknown skeleton 'bwd_sm70'; "
                       "expected one of fwd_sm90, fwd_sm80, bwd_sm80, "
                       "linear_chunk"));
+}
+
+TEST_CASE("integer fields are range-checked before any narrowing",
+          "[tuning][tunefile]") {
+  auto Error = [](const std::string &Text) {
+    try {
+      parseTuneFile(Text, "bad.json");
+    } catch (const InvalidArgument &E) {
+      return std::string(E.what());
+    }
+    return std::string("no error");
+  };
+  const std::string Timing =
+      R"(, "config": "m64n64w4s2", "ms": 1, "tflops": 2, "runners_up": [])";
+  // The valid file with \p Field's value (its first occurrence) replaced.
+  auto With = [&](const std::string &Field, const std::string &Old,
+                  const std::string &New, const std::string &Tail = "") {
+    std::string Text = validFileWith(Timing + Tail);
+    std::string From = "\"" + Field + "\": " + Old;
+    size_t At = Text.find(From);
+    REQUIRE(At != std::string::npos);
+    Text.replace(At, From.size(), "\"" + Field + "\": " + New);
+    return Text;
+  };
+  const char *IntRange = "expected an integer in [1, 2147483647]";
+  const char *Int64Range = "expected an integer in [1, 9223372036854775807]";
+  // 2^32 + 128: a conversion to int reads 128, the file's own head dim.
+  CHECK_THAT(Error(With("head_dim", "64", "4294967360")),
+             Contains(std::string("tune file bad.json: "
+                                  "$.entries[0].key.head_dim: ") +
+                      IntRange + ", got 4294967360"));
+  CHECK_THAT(Error(With("head_dim_v", "64", "4294967360")),
+             Contains(std::string("$.entries[0].key.head_dim_v: ") + IntRange));
+  CHECK_THAT(Error(With("head_dim", "64", "2147483648")),
+             Contains(std::string("$.entries[0].key.head_dim: ") + IntRange));
+  CHECK_THAT(Error(With("head_dim", "64", "0")),
+             Contains(std::string("$.entries[0].key.head_dim: ") + IntRange +
+                      ", got 0"));
+  CHECK_THAT(Error(With("head_dim", "64", "64.0")),
+             Contains(std::string("$.entries[0].key.head_dim: ") + IntRange));
+  // 2^64 - 1 and 2^63 are unsigned in JSON: read as int64_t they wrap to -1
+  // and to INT64_MIN.
+  CHECK_THAT(Error(With("seq_q", "128", "18446744073709551615")),
+             Contains(std::string("$.entries[0].key.bucket.seq_q: ") +
+                      Int64Range + ", got 18446744073709551615"));
+  CHECK_THAT(Error(With("batch_heads", "2", "9223372036854775808")),
+             Contains(std::string("$.entries[0].key.bucket.batch_heads: ") +
+                      Int64Range));
+  const std::string Shape = R"(, "shape": {"batch": 1, "heads": 2,
+    "heads_kv": 2, "seq_q": 128, "seq_kv": 128})";
+  CHECK(Error(validFileWith(Timing + Shape)) == "no error");
+  for (const char *Field : {"batch", "heads", "heads_kv"}) {
+    std::string Old = std::string(Field) == "batch" ? "1" : "2";
+    CHECK_THAT(Error(With(Field, Old, "18446744073709551615", Shape)),
+               Contains(std::string("$.entries[0].shape.") + Field + ": " +
+                        Int64Range));
+    CHECK_THAT(Error(With(Field, Old, "-3", Shape)),
+               Contains(std::string("$.entries[0].shape.") + Field + ": " +
+                        Int64Range + ", got -3"));
+  }
+  // Beyond 2^64 - 1 nlohmann keeps a double, which is not an integer; the
+  // version is reported as written, not as a wrapped int64_t (-1).
+  CHECK_THAT(Error(R"({"version": 18446744073709551617, "entries": []})"),
+             Contains("$.version: expected an integer"));
+  CHECK_THAT(Error(R"({"version": 18446744073709551615, "entries": []})"),
+             Contains("$.version: version 18446744073709551615; this attnc "
+                      "reads version 1"));
+  // The largest value in range reads back exactly.
+  TuneFileData Data = parseTuneFile(
+      With("batch", "1", "9223372036854775807", Shape), "ok.json");
+  REQUIRE(Data.Entries.size() == 1);
+  CHECK(Data.Entries[0].Batch == INT64_MAX);
+  CHECK(Data.Entries[0].Key.HeadDim == 64);
 }
 
 TEST_CASE("reading: a missing file is empty, a bad one an error",

@@ -6,8 +6,10 @@
 #include "attn/reference/Evaluator.h"
 #include "attn/reference/InputBinding.h"
 
+#include "llvm/Support/ThreadPool.h"
+
 #include <cmath>
-#include <thread>
+#include <exception>
 
 namespace attn::reference::linear {
 
@@ -141,10 +143,12 @@ void forEachHead(const Dims &Dm, unsigned Threads,
     for (int64_t P = 0; P < Pairs; ++P)
       PerHead(P / Dm.H, P % Dm.H);
   } else {
-    std::vector<std::thread> Pool;
+    // N workers (hardware_concurrency(N) asks for exactly N), each taking
+    // every N-th pair.
+    llvm::ThreadPool Pool(llvm::hardware_concurrency(N));
     std::vector<std::exception_ptr> Errors(N);
     for (unsigned W = 0; W < N; ++W)
-      Pool.emplace_back([&, W] {
+      Pool.async([&, W] {
         try {
           for (int64_t P = W; P < Pairs; P += N)
             PerHead(P / Dm.H, P % Dm.H);
@@ -152,8 +156,7 @@ void forEachHead(const Dims &Dm, unsigned Threads,
           Errors[W] = std::current_exception();
         }
       });
-    for (std::thread &T : Pool)
-      T.join();
+    Pool.wait();
     for (std::exception_ptr &E : Errors)
       if (E)
         std::rethrow_exception(E);

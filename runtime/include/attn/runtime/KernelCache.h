@@ -29,8 +29,16 @@ struct CacheResult {
 
 struct CacheStats {
   std::string Directory;
-  size_t Entries = 0;
-  uint64_t Bytes = 0;
+  size_t Entries = 0; ///< regular "*.cubin" files
+  uint64_t Bytes = 0; ///< their total size
+  /// Temporaries left by writers that died before their rename (clear()
+  /// removes them).
+  size_t Temporaries = 0;
+  uint64_t TemporaryBytes = 0;
+  /// Entry or temporary names that are not regular files (FIFOs, devices,
+  /// links to either, dangling links): never read; the next write of the
+  /// key replaces them, clear() removes them.
+  size_t Skipped = 0;
 };
 
 /// Memory → disk → compile. Disk entries live in one directory
@@ -41,7 +49,10 @@ struct CacheStats {
 /// version, or whose checksum fails is deleted and rebuilt, never loaded.
 /// Writes go to a unique temporary file in the same directory, then rename()
 /// — so concurrent processes never see half a file, and two processes
-/// compiling the same key both end with a valid entry.
+/// compiling the same key both end with a valid entry. Only regular files
+/// (after symlinks) are read as entries; anything else in an entry's place is
+/// recompiled over. A cache path that exists but is not a directory is an
+/// InvalidArgument for lookups, stats() and clear().
 class KernelCache {
 public:
   /// The compile step, replaceable for tests.
@@ -60,7 +71,8 @@ public:
   CacheResult getOrCompile(const codegen::KernelSource &Src);
 
   CacheStats stats() const;
-  /// Removes every cache file (and stray temporaries); returns how many.
+  /// Removes every cache entry and stray temporary, whatever its file type
+  /// (a link goes, never its target); returns how many.
   size_t clear();
   /// Forgets the in-memory entries (tests use it to force a disk read).
   void dropMemory();

@@ -33,7 +33,7 @@ struct ShapeBucket {
   std::string str() const;
 };
 
-/// The smallest power of two >= \p N (1 for N <= 1).
+/// The smallest power of two >= \p N (1 for N <= 1; N at most 2^62).
 int64_t roundUpToPowerOfTwo(int64_t N);
 ShapeBucket shapeBucket(int64_t Batch, int64_t Heads, int64_t SeqQ,
                         int64_t SeqKv);
@@ -89,9 +89,10 @@ struct TuneFileData {
   void upsert(const TuneEntry &E);
 };
 
-/// Parses a tune file's text. InvalidArgument naming \p Path and the
-/// problem (not JSON, no or another "version", a field missing or of the
-/// wrong type) when the text is not a version-1 tune file.
+/// Parses a tune file's text. InvalidArgument naming \p Path, the field's
+/// JSON path and the problem (not JSON, no or another "version", a field
+/// missing, of the wrong type or, for integers, out of range) when the text
+/// is not a version-1 tune file.
 TuneFileData parseTuneFile(llvm::StringRef Text, const std::string &Path);
 /// The JSON text of \p Data (2-space indented, ending in a newline).
 std::string serializeTuneFile(const TuneFileData &Data);
@@ -101,7 +102,7 @@ std::string serializeTuneFile(const TuneFileData &Data);
 TuneFileData readTuneFile(const std::string &Path);
 
 /// Adds \p New to the file at \p Path without losing what other processes
-/// or threads add meanwhile: takes an exclusive flock on "<Path>.lock",
+/// or threads add meanwhile: takes an exclusive lock on "<Path>.lock",
 /// re-reads the file, upserts \p New, writes a temporary and renames it
 /// over \p Path, then unlocks. InvalidArgument if the existing file is not
 /// a tune file (it is left alone) or cannot be written.
