@@ -202,6 +202,28 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+/// load_tile_async where the threads do not cover whole rows of 16-byte
+/// chunks (rows of 24 chunks, head dim 192, over 128 or 256 threads): copy
+/// i of the tile goes to thread i % kThreads, row i / kChunks and chunk
+/// i % kChunks computed per copy, with the same constant trip count.
+template <class Tile, int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_tile_async_ragged(u32 smem, const unsigned short *base,
+                                                       long long stride, int row0,
+                                                       int limit) {
+  constexpr int kChunks = kCols / 8;
+  constexpr int kTotal = kRows * kChunks;
+#pragma unroll
+  for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
+    const int i = threadIdx.x + it * kThreads;
+    if (kTotal % kThreads != 0 && i >= kTotal)
+      break;
+    const int r = i / kChunks, c = i % kChunks;
+    const bool ok = row0 + r < limit;
+    cp_async_16(smem + Tile::offset(r, c),
+                ok ? base + (long long)(row0 + r) * stride + c * 8 : base, ok);
+  }
+}
+
 /// cp.async of a [kRows x kCols] tile of 16-bit elements into a swizzled
 /// shared tile by kThreads threads: rows [row0, row0 + kRows) of a tensor
 /// whose rows are \p stride elements apart; rows at or past \p limit are
@@ -211,28 +233,29 @@ __device__ __forceinline__ void load_tile_async(u32 smem, const unsigned short *
                                                 long long stride, int row0, int limit) {
   // The trip count is a constant (a loop from threadIdx.x is not unrolled:
   // it compiles to a loop with branches and an address kept per copy), and
-  // the threads cover whole rows, so each thread keeps one chunk column:
+  // where the threads cover whole rows, each thread keeps one chunk column:
   // one source pointer and one swizzled offset, stepped by constants (the
   // swizzle depends on row & 7 only, unchanged by a step of 8 rows).
   constexpr int kChunks = kCols / 8;
-  static_assert(kThreads % kChunks == 0,
-                "the threads cover whole rows of 16-byte chunks (rows of at most "
-                "8 x threads elements)");
-  constexpr int kTotal = kRows * kChunks;
-  constexpr int kIters = (kTotal + kThreads - 1) / kThreads;
-  constexpr int kRowStep = kThreads / kChunks;
-  const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
-  const unsigned short *src0 = base + (long long)(row0 + r0) * stride + c * 8;
-  const u32 dst0 = smem + Tile::offset(r0, c);
+  if constexpr (kThreads % kChunks != 0) {
+    load_tile_async_ragged<Tile, kRows, kCols, kThreads>(smem, base, stride, row0, limit);
+  } else {
+    constexpr int kTotal = kRows * kChunks;
+    constexpr int kIters = (kTotal + kThreads - 1) / kThreads;
+    constexpr int kRowStep = kThreads / kChunks;
+    const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+    const unsigned short *src0 = base + (long long)(row0 + r0) * stride + c * 8;
+    const u32 dst0 = smem + Tile::offset(r0, c);
 #pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int r = r0 + it * kRowStep;
-    if (kTotal % kThreads != 0 && r >= kRows)
-      break;
-    const bool ok = row0 + r < limit;
-    const u32 dst = kRowStep % 8 == 0 ? dst0 + it * kRowStep * kCols * 2
-                                      : smem + Tile::offset(r, c);
-    cp_async_16(dst, ok ? src0 + it * kRowStep * stride : base, ok);
+    for (int it = 0; it < kIters; ++it) {
+      const int r = r0 + it * kRowStep;
+      if (kTotal % kThreads != 0 && r >= kRows)
+        break;
+      const bool ok = row0 + r < limit;
+      const u32 dst = kRowStep % 8 == 0 ? dst0 + it * kRowStep * kCols * 2
+                                        : smem + Tile::offset(r, c);
+      cp_async_16(dst, ok ? src0 + it * kRowStep * stride : base, ok);
+    }
   }
 }
 

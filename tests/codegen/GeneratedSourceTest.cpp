@@ -109,7 +109,8 @@ TEST_CASE("generateForward: mha's exp(s - m) becomes exp_diff",
           "[codegen][source]") {
   KernelSource Mha = generate(examples::mha());
   CHECK(has(Mha, "attnc::exp_diff("));
-  CHECK(has(Mha, "struct RowState {\n    float m;\n    float r;\n  };"));
+  CHECK(has(Mha, "struct RowState {\n    float rs_0_m; // rowscale 'm'\n"
+                 "    float rs_1_r; // rowscale 'r'\n  };"));
   CHECK(has(Mha, "template <class Frag>"));
   CHECK(has(Mha, "f.at(r, c)"));
   // relu_attn has no exp at all.
@@ -118,15 +119,17 @@ TEST_CASE("generateForward: mha's exp(s - m) becomes exp_diff",
 
 TEST_CASE("generateForward: the Inputs struct", "[codegen][source][inputs]") {
   KernelSource Sig = generate(examples::sigmoidAttn());
-  CHECK(has(Sig, "struct Inputs {\n  float softmax_bias;\n  float softmax_bias_pad_;\n};"));
-  CHECK(has(Sig, "in.softmax_bias"));
-  CHECK_FALSE(has(Sig, "load_softmax_bias"));
+  CHECK(has(Sig, "struct Inputs {\n  // input 'softmax_bias' (scalar)\n"
+                 "  float in_0_softmax_bias;\n  float in_0_softmax_bias_pad_;\n};"));
+  CHECK(has(Sig, "in.in_0_softmax_bias"));
+  CHECK_FALSE(has(Sig, "load_in_0_softmax_bias"));
   CHECK(has(generate(examples::mha()), "struct Inputs {\n  long long unused_;\n};"));
 
   KernelSource T = generate(test::tensorInputs());
-  CHECK(has(T, "float temp;"));
-  CHECK_FALSE(has(T, "load_temp"));
-  for (const char *N : {"slopes", "row_bias", "key_bias", "bias"}) {
+  CHECK(has(T, "float in_0_temp;"));
+  CHECK_FALSE(has(T, "load_in_0_temp"));
+  for (const char *N : {"in_1_slopes", "in_2_row_bias", "in_3_key_bias",
+                        "in_4_bias"}) {
     INFO(N);
     std::string Name(N);
     CHECK(has(T, "const float *" + Name + ";"));
@@ -135,11 +138,11 @@ TEST_CASE("generateForward: the Inputs struct", "[codegen][source][inputs]") {
     CHECK(has(T, "in.load_" + Name + "(b, h, q_idx, kv_idx)"));
   }
   // Indices are clamped into range; a full input also walks the key axis.
-  CHECK(has(T, "return __ldg(slopes + (h));"));
-  CHECK(has(T, "attnc::clamp_index(q, row_bias_rows)"));
-  CHECK(has(T, "attnc::clamp_index(k, key_bias_rows)"));
-  CHECK(has(T, "attnc::clamp_index(q, bias_rows) * bias_ss + "
-               "attnc::clamp_index(k, bias_cols)"));
+  CHECK(has(T, "return __ldg(in_1_slopes + (h));"));
+  CHECK(has(T, "attnc::clamp_index(q, in_2_row_bias_rows)"));
+  CHECK(has(T, "attnc::clamp_index(k, in_3_key_bias_rows)"));
+  CHECK(has(T, "attnc::clamp_index(q, in_4_bias_rows) * in_4_bias_ss + "
+               "attnc::clamp_index(k, in_4_bias_cols)"));
 }
 
 TEST_CASE("maskPerHead: true when the mask reads h, b or an input",
@@ -259,4 +262,19 @@ TEST_CASE("generateForward: score_mod's factor folds into the exp2 FMA only "
   CHECK_FALSE(Folded(examples::sigmoidAttn()));
   CHECK_FALSE(Folded(examples::reluAttn()));
   CHECK_FALSE(Folded(examples::retention()));
+}
+
+TEST_CASE("generatedName: user names become prefixed, indexed identifiers",
+          "[codegen][source][names]") {
+  CHECK(generatedName("in", 0, "float") == "in_0_float");
+  CHECK(generatedName("in", 1, "a__b") == "in_1_a_b");
+  CHECK(generatedName("in", 2, "_Upper") == "in_2_Upper");
+  CHECK(generatedName("rs", 3, "__m__") == "rs_3_m");
+  // Non-ASCII bytes are dropped like any other non-alphanumeric character;
+  // the index keeps the identifier unique.
+  CHECK(generatedName("in", 4, "\xce\xb1x") == "in_4_x");
+  CHECK(generatedName("in", 5, "\xce\xb1") == "in_5");
+  // Comments keep the user's text but not a line break.
+  CHECK(quotedName("a\nb") == "'a\\x0ab'");
+  CHECK(quotedName("\xce\xbb") == "'\xce\xbb'");
 }

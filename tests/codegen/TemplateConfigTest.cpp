@@ -4,9 +4,15 @@
 #include "attn/codegen/Template.h"
 #include "attn/codegen/Templates.h"
 
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/MemoryBuffer.h"
+
 #include <catch2/catch.hpp>
 
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 using namespace attn;
 using namespace attn::codegen;
@@ -111,6 +117,74 @@ TEST_CASE("KernelSpec: head dims other than 64/128/192/256 are rejected",
   CHECK_THAT(specError(spec(128, 32, GpuArch::Sm80)), Contains("head_dim_v 32"));
   for (int D : {64, 128, 192, 256})
     CHECK_NOTHROW(spec(D, 64, GpuArch::Sm80).validate());
+}
+
+TEST_CASE("KernelSpec: exactly the pairs of ForwardHeadDimPairs are accepted",
+          "[codegen][spec]") {
+  std::set<std::pair<int, int>> Table(std::begin(ForwardHeadDimPairs),
+                                      std::end(ForwardHeadDimPairs));
+  CHECK(Table.size() == std::size(ForwardHeadDimPairs));
+  for (int D : {32, 64, 96, 128, 160, 192, 256, 320})
+    for (int DV : {32, 64, 96, 128, 160, 192, 256, 320}) {
+      INFO("d" << D << "/" << DV);
+      bool Listed = Table.count({D, DV}) != 0;
+      CHECK(forwardHeadDimError("fwd_sm80", D, DV).empty() == Listed);
+      CHECK(forwardHeadDimError("fwd_sm90", D, DV).empty() == Listed);
+      if (Listed)
+        CHECK_NOTHROW(spec(D, DV, GpuArch::Sm90a, "m64n32w4s2").validate());
+    }
+}
+
+/// The (D, DV) pairs ticked in the table under "### Supported head-dim
+/// pairs" in docs/codegen.md: a header row of DV values, then one row per D.
+std::set<std::pair<int, int>> docsHeadDimPairs() {
+  auto Buf = llvm::MemoryBuffer::getFile(ATTNC_TEST_DOCS_DIR "/codegen.md");
+  REQUIRE(Buf);
+  llvm::SmallVector<llvm::StringRef, 0> Lines;
+  llvm::SplitString((*Buf)->getBuffer(), Lines, "\n");
+  auto Cells = [](llvm::StringRef Line) {
+    llvm::SmallVector<llvm::StringRef, 8> Parts;
+    Line.trim().trim('|').split(Parts, '|');
+    std::vector<std::string> Out;
+    for (llvm::StringRef P : Parts)
+      Out.push_back(P.trim().str());
+    return Out;
+  };
+  size_t I = 0;
+  while (I < Lines.size() && Lines[I].trim() != "### Supported head-dim pairs")
+    ++I;
+  REQUIRE(I < Lines.size());
+  while (I < Lines.size() && !Lines[I].startswith("|"))
+    ++I;
+  REQUIRE(I + 1 < Lines.size());
+  std::vector<std::string> Header = Cells(Lines[I]);
+  std::vector<int> DVs;
+  for (size_t C = 1; C < Header.size(); ++C) {
+    int V = 0;
+    REQUIRE_FALSE(llvm::StringRef(Header[C]).getAsInteger(10, V));
+    DVs.push_back(V);
+  }
+  std::set<std::pair<int, int>> Pairs;
+  for (I += 2; I < Lines.size() && Lines[I].startswith("|"); ++I) {
+    std::vector<std::string> Row = Cells(Lines[I]);
+    REQUIRE(Row.size() == DVs.size() + 1);
+    int D = 0;
+    REQUIRE_FALSE(llvm::StringRef(Row[0]).getAsInteger(10, D));
+    for (size_t C = 1; C < Row.size(); ++C) {
+      INFO("docs cell d" << D << "/" << DVs[C - 1] << ": '" << Row[C] << "'");
+      REQUIRE((Row[C] == "✓" || Row[C].empty() || Row[C] == "—"));
+      if (Row[C] == "✓")
+        Pairs.insert({D, DVs[C - 1]});
+    }
+  }
+  return Pairs;
+}
+
+TEST_CASE("docs/codegen.md lists exactly the supported head-dim pairs",
+          "[codegen][spec][docs]") {
+  std::set<std::pair<int, int>> Table(std::begin(ForwardHeadDimPairs),
+                                      std::end(ForwardHeadDimPairs));
+  CHECK(docsHeadDimPairs() == Table);
 }
 
 TEST_CASE("GpuArch: names round-trip, an unknown name is rejected",

@@ -120,7 +120,7 @@ TEST_CASE("linear kernels have keys, entries and the mods", "[linear]") {
   CHECK(F.Entries == std::vector<std::string>{"attnc_linear_fwd"});
   CHECK(F.Arch == GpuArch::Sm90a);
   CHECK_THAT(F.Source, Catch::Contains("#include \"attnc/linear_chunk_scan.cuh\""));
-  CHECK_THAT(F.Source, Catch::Contains("(x * in.load_dt(b, h, t, 0))"));
+  CHECK_THAT(F.Source, Catch::Contains("(x * in.load_in_1_dt(b, h, t, 0))"));
   CHECK_THAT(F.Source, Catch::Contains("kReadsDecay = false"));
   CHECK_THAT(F.Source, Catch::Contains("kVModReadsInputs = true"));
   CHECK_THAT(F.Source, Catch::Contains("attnc::bf16, 128, 64,"));
@@ -134,10 +134,10 @@ TEST_CASE("linear kernels have keys, entries and the mods", "[linear]") {
   CHECK_THAT(B.Source, Catch::Contains("v_mod_dx(const Inputs &in, float x, "
                                        "int b, int h, int t) {\n    (void)in; "
                                        "(void)x; (void)b; (void)h; (void)t;\n"
-                                       "    return in.load_dt(b, h, t, 0);"));
+                                       "    return in.load_in_1_dt(b, h, t, 0);"));
   CHECK_THAT(B.Source, Catch::Contains("d[0] = 0.0f;\n    d[1] = x;"));
-  CHECK_THAT(B.Source, Catch::Contains("d[0] = in.load_dt(b, h, t, 0);\n    "
-                                       "d[1] = in.load_A(b, h, t, 0);"));
+  CHECK_THAT(B.Source, Catch::Contains("d[0] = in.load_in_1_dt(b, h, t, 0);\n    "
+                                       "d[1] = in.load_in_0_A(b, h, t, 0);"));
 }
 
 TEST_CASE("linear code generation refuses attention definitions", "[linear]") {

@@ -7,6 +7,8 @@
 #include "attn/codegen/Templates.h"
 #include "attn/codegen/VariantSource.h"
 
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Casting.h"
 
@@ -80,12 +82,35 @@ std::string FwdConfig::structuralError() const {
   return "";
 }
 
+std::string forwardHeadDimError(const char *Skeleton, int D, int DV) {
+  llvm::ArrayRef<std::pair<int, int>> Pairs(ForwardHeadDimPairs);
+  if (llvm::is_contained(Pairs, std::pair{D, DV}))
+    return "";
+  // Name the field whose value no pair has; each field's accepted values
+  // are listed from the table.
+  for (bool First : {true, false}) {
+    int V = First ? D : DV;
+    std::vector<int> Accepted;
+    for (auto [PD, PDV] : Pairs)
+      if (int A = First ? PD : PDV; !llvm::is_contained(Accepted, A))
+        Accepted.push_back(A);
+    if (llvm::is_contained(Accepted, V))
+      continue;
+    std::string List;
+    for (size_t I = 0; I < Accepted.size(); ++I)
+      List += (I == 0 ? "" : I + 1 == Accepted.size() ? " or " : ", ") +
+              std::to_string(Accepted[I]);
+    return fmt::format("{} {} is not supported by {}; expected {}",
+                       First ? "head_dim" : "head_dim_v", V, Skeleton, List);
+  }
+  return fmt::format("head dims {}/{} are not supported together by {}", D,
+                     DV, Skeleton);
+}
+
 void KernelSpec::validate() const {
-  for (auto [Name, V] : {std::pair{"head_dim", HeadDim}, {"head_dim_v", HeadDimV}})
-    if (V != 64 && V != 128 && V != 192 && V != 256)
-      throw UserError(fmt::format(
-          "{} {} is not supported by fwd_sm80; expected 64, 128, 192 or 256",
-          Name, V));
+  if (std::string Why = forwardHeadDimError("fwd_sm80", HeadDim, HeadDimV);
+      !Why.empty())
+    throw UserError(Why);
   const FwdConfig &C = Config;
   if (std::string Why = C.structuralError(); !Why.empty())
     throw UserError(Why);

@@ -74,12 +74,10 @@ std::string sm90Unsupported(const KernelSpec &Spec, const Sm90Config &C) {
   if (!archHasWgmma(Spec.Arch))
     return "fwd_sm90 needs arch sm_90a (wgmma, setmaxnreg), not '" +
            archName(Spec.Arch).str() + "'";
-  for (auto [Name, V] :
-       {std::pair{"head_dim", Spec.HeadDim}, {"head_dim_v", Spec.HeadDimV}})
-    if (V != 64 && V != 128 && V != 192 && V != 256)
-      return fmt::format(
-          "{} {} is not supported by fwd_sm90; expected 64, 128, 192 or 256",
-          Name, V);
+  if (std::string Why =
+          forwardHeadDimError("fwd_sm90", Spec.HeadDim, Spec.HeadDimV);
+      !Why.empty())
+    return Why;
   if (std::string Why = C.structuralError(); !Why.empty())
     return Why;
   int Bytes = C.sharedBytes(Spec.HeadDim, Spec.HeadDimV);

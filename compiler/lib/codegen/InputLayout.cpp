@@ -1,9 +1,63 @@
 // The generated Inputs struct and its slot layout.
 #include "attn/codegen/InputLayout.h"
 
+#include "attn/Error.h"
 #include "attn/codegen/CodeWriter.h"
 
+#include "llvm/ADT/StringExtras.h"
+
+#include <fmt/format.h>
+
 namespace attn::codegen {
+
+std::string generatedName(llvm::StringRef Prefix, unsigned Index,
+                          llvm::StringRef UserName) {
+  std::string S = Prefix.str() + "_" + std::to_string(Index);
+  bool Gap = true; // a '_' is due before the next letter or digit
+  for (char C : UserName) {
+    if (!llvm::isAlnum(C)) { // not ASCII, '_', punctuation
+      Gap = true;
+      continue;
+    }
+    if (Gap)
+      S += '_';
+    S += C;
+    Gap = false;
+  }
+  return S;
+}
+
+std::string quotedName(llvm::StringRef UserName) {
+  std::string S = "'";
+  for (char C : UserName) {
+    unsigned char U = static_cast<unsigned char>(C);
+    if (U < 0x20 || U == 0x7f)
+      S += fmt::format("\\x{:02x}", U);
+    else
+      S += C;
+  }
+  return S + "'";
+}
+
+std::string inputField(const ir::Graph &G, llvm::StringRef Name) {
+  unsigned I = 0;
+  for (const ir::InputDecl &D : G.decls().Inputs) {
+    if (D.Name == Name)
+      return generatedName("in", I, Name);
+    ++I;
+  }
+  throw InternalError("codegen: unknown custom input '" + Name.str() + "'");
+}
+
+std::string rowscaleField(const ir::Graph &G, llvm::StringRef Name) {
+  unsigned I = 0;
+  for (const ir::RowscaleDecl &D : G.decls().OnlineRowscales) {
+    if (D.Name == Name)
+      return generatedName("rs", I, Name);
+    ++I;
+  }
+  throw InternalError("codegen: unknown rowscale '" + Name.str() + "'");
+}
 
 InputLayout inputLayout(const ir::Graph &G) {
   InputLayout L;
@@ -34,8 +88,11 @@ std::string inputsStruct(const ir::Graph &G) {
     auto S = W.block("struct Inputs", ";");
     if (G.decls().Inputs.empty())
       W.line("long long unused_;");
+    unsigned I = 0;
     for (const ir::InputDecl &D : G.decls().Inputs) {
-      const std::string &N = D.Name;
+      const std::string N = generatedName("in", I++, D.Name);
+      W.line("// input " + quotedName(D.Name) + " (" +
+             ir::inputShapeName(D.Shape).str() + ")");
       if (D.Shape == ir::InputShape::Scalar) {
         W.line("float " + N + ";");
         W.line("float " + N + "_pad_;");
@@ -45,8 +102,9 @@ std::string inputsStruct(const ir::Graph &G) {
       W.line("long long " + N + "_sb, " + N + "_sh, " + N + "_ss, " + N +
              "_rows, " + N + "_cols;");
     }
+    I = 0;
     for (const ir::InputDecl &D : G.decls().Inputs) {
-      const std::string &N = D.Name;
+      const std::string N = generatedName("in", I++, D.Name);
       std::string Index;
       switch (D.Shape) {
       case ir::InputShape::Scalar:

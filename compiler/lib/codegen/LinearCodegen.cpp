@@ -269,8 +269,8 @@ std::string spell(const ir::Graph &G, const ir::ParamNode &P) {
   case ParamKind::Input: {
     const ir::InputDecl *D = G.decls().findInput(P.getName());
     if (D && D->Shape == ir::InputShape::Scalar)
-      return "in." + P.getName().str();
-    return "in.load_" + P.getName().str() + "(b, h, t, 0)";
+      return "in." + inputField(G, P.getName());
+    return "in.load_" + inputField(G, P.getName()) + "(b, h, t, 0)";
   }
   case ParamKind::Score:
   case ParamKind::Scores:

@@ -4,6 +4,7 @@
 #include "attn/codegen/VariantEmitter.h"
 
 #include "attn/Error.h"
+#include "attn/codegen/InputLayout.h"
 #include "attn/ir/Eval.h"
 #include "attn/ir/Printer.h"
 #include "attn/ir/Walk.h"
@@ -416,10 +417,11 @@ void emitOnlineFwd(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell,
   }
   // New rowscales through temporaries: a result may be another old rowscale.
   for (const ir::RowscaleDecl &D : G.decls().OnlineRowscales)
-    W.line("const float n_" + D.Name + " = " +
+    W.line("const float n_" + rowscaleField(G, D.Name) + " = " +
            E.operand(F.result(D.Name), false) + ";");
   for (const ir::RowscaleDecl &D : G.decls().OnlineRowscales)
-    W.line("st." + D.Name + " = n_" + D.Name + ";");
+    W.line("st." + rowscaleField(G, D.Name) + " = n_" +
+           rowscaleField(G, D.Name) + ";");
   W.line("o_scale = " + E.operand(F.result("o_scale"), false) + ";");
 }
 

@@ -43,9 +43,10 @@ std::string spellCommon(const ir::ParamNode &P, const std::string &K,
     return "kHeadDim";
   case ParamKind::Input: {
     const ir::InputDecl *D = G.decls().findInput(P.getName());
+    std::string F = inputField(G, P.getName());
     if (D && D->Shape == ir::InputShape::Scalar)
-      return "in." + P.getName().str();
-    return "in.load_" + P.getName().str() + "(b, h, q_idx, " +
+      return "in." + F;
+    return "in.load_" + F + "(b, h, q_idx, " +
            (K.empty() ? std::string("0") : K) + ")";
   }
   case ParamKind::Score:
@@ -139,13 +140,15 @@ std::string variantMembers(const CompiledDefinition &Def,
   {
     auto S = W.block("struct RowState", ";");
     for (const ir::RowscaleDecl &D : G.decls().OnlineRowscales)
-      W.line("float " + D.Name + ";");
+      W.line("float " + rowscaleField(G, D.Name) + "; // rowscale " +
+             quotedName(D.Name));
   }
   {
     auto B = W.block("__device__ static __forceinline__ void init(RowState &st)");
     W.line("(void)st;");
     for (const ir::RowscaleDecl &D : G.decls().OnlineRowscales)
-      W.line("st." + D.Name + " = " + floatLiteral(D.Init) + ";");
+      W.line("st." + rowscaleField(G, D.Name) + " = " + floatLiteral(D.Init) +
+             ";");
   }
 
   const std::string TileIdx = "int b, int h, int q_idx, int kv_idx";
@@ -193,7 +196,7 @@ std::string variantMembers(const CompiledDefinition &Def,
     if (P.getParamKind() == ParamKind::Scores)
       return "f.at(r, c)";
     if (P.getParamKind() == ParamKind::Rowscale)
-      return "st." + P.getName().str();
+      return "st." + rowscaleField(G, P.getName());
     return spellCommon(P, "f.col(c)", G);
   };
   W.line("template <class Frag>");
@@ -236,7 +239,7 @@ std::string variantMembers(const CompiledDefinition &Def,
       if (P.getParamKind() == ParamKind::Output)
         return "of.at(r, c)";
       if (P.getParamKind() == ParamKind::Rowscale)
-        return "st." + P.getName().str();
+        return "st." + rowscaleField(G, P.getName());
       return spellCommon(P, "", G);
     });
   }

@@ -9,6 +9,7 @@
 #include "attn/dsl/Problem.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attn::codegen {
@@ -49,6 +50,22 @@ struct FwdConfig {
   }
   bool operator!=(const FwdConfig &O) const { return !(*this == O); }
 };
+
+/// The (head_dim, head_dim_v) pairs the forward skeletons (fwd_sm80 and
+/// fwd_sm90) accept: the one table KernelSpec::validate, sm90Unsupported,
+/// the NVRTC compile matrix (tests/nvrtc) and docs/codegen.md's "Supported
+/// head dims" table follow (a test compares the docs with it).
+inline constexpr std::pair<int, int> ForwardHeadDimPairs[] = {
+    {64, 64},   {64, 128},   {64, 192},   {64, 256},
+    {128, 64},  {128, 128},  {128, 192},  {128, 256},
+    {192, 64},  {192, 128},  {192, 192},  {192, 256},
+    {256, 64},  {256, 128},  {256, 192},  {256, 256},
+};
+
+/// Why the forward skeleton \p Skeleton ("fwd_sm80", "fwd_sm90") cannot
+/// take head dims \p D / \p DV (a UserError message naming the field), or
+/// empty when ForwardHeadDimPairs holds the pair.
+std::string forwardHeadDimError(const char *Skeleton, int D, int DV);
 
 /// Everything that selects one kernel besides the definition.
 struct KernelSpec {

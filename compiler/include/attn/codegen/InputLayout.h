@@ -5,10 +5,34 @@
 
 #include "attn/ir/Graph.h"
 
+#include "llvm/ADT/StringRef.h"
+
 #include <string>
 #include <vector>
 
 namespace attn::codegen {
+
+/// The C++ identifier generated code uses for a user-named declaration.
+/// A user's name never reaches C++ as it is: it may be a keyword ('float',
+/// 'return'), a name the generated code uses itself ('q', 'k', 'b'), a
+/// reserved one ('__x', '_X'), or, from a loaded IR file, not an identifier
+/// at all. \p Prefix, the declaration's index, then the name's ASCII letters
+/// and digits with one '_' for each run of anything else (none leading or
+/// trailing): generatedName("in", 0, "bias") is "in_0_bias",
+/// generatedName("rs", 1, "__m") is "rs_1_m". The index alone keeps two
+/// names apart; the rest is for a reader. Never holds "__".
+std::string generatedName(llvm::StringRef Prefix, unsigned Index,
+                          llvm::StringRef UserName);
+/// \p UserName in single quotes for a `//` comment of generated code, as
+/// the user wrote it but for control characters (a line break would end
+/// the comment), written \xNN.
+std::string quotedName(llvm::StringRef UserName);
+/// The Inputs field of the custom input \p Name ("in_<index>_<name>",
+/// by its position in declaration order); InternalError if there is none.
+std::string inputField(const ir::Graph &G, llvm::StringRef Name);
+/// The RowState field of the online rowscale \p Name ("rs_<index>_<name>");
+/// InternalError if there is none.
+std::string rowscaleField(const ir::Graph &G, llvm::StringRef Name);
 
 /// Every field of Inputs is one 8-byte slot, in declaration order:
 ///  * scalar: slot 0 = the fp32 value in its low 4 bytes;
@@ -46,7 +70,8 @@ struct GradInput {
 /// The custom inputs that require a gradient, in declaration order.
 std::vector<GradInput> gradInputs(const ir::Graph &G);
 
-/// The `struct Inputs { ... };` text, with a `load_<name>(b, h, q, k)`
+/// The `struct Inputs { ... };` text, fields named by inputField() (each
+/// with a comment giving the user's name), with a `load_<field>(b, h, q, k)`
 /// accessor per tensor input that clamps indices into range.
 std::string inputsStruct(const ir::Graph &G);
 
