@@ -5,7 +5,10 @@
 //
 // Layout: flags, the inputs (shape byte, optional raw name, range byte),
 // online and final rowscale counts with a name and an initial value each,
-// then per function a length byte and that many program bytes.
+// then per function a length byte and that many program bytes (the online
+// functions' programs start with a byte that shapes their results). A
+// program's stack starts empty; its top is the result (make_dsl_seeds.py
+// assembles the seeds and lists the opcodes).
 #include "FuzzTargets.h"
 
 #include "attn/Pipeline.h"
@@ -272,9 +275,13 @@ private:
       push((*Rs)[I < RsNames.size() ? RsNames[I] : "nope"]);
       return;
     }
-    case 11:
-      push(top());
+    case 11: { // pick: a copy of the value at a depth
+      if (Stack.empty())
+        return;
+      size_t Depth = R.byte() % Stack.size();
+      push(Stack[Stack.size() - 1 - Depth]);
       return;
+    }
     case 12: {
       SymbolScalar B = pop(), A = pop();
       push(B);
@@ -310,17 +317,20 @@ std::vector<std::string> names(const dsl::OnlineFunc::Decls &D) {
   return N;
 }
 
+/// The top of a program's result stack, popped unless it is the last value.
+SymbolScalar popResult(std::vector<SymbolScalar> &Stack) {
+  SymbolScalar S = Stack.back();
+  if (Stack.size() > 1)
+    Stack.pop_back();
+  return S;
+}
+
 /// Pops one value per name into rowscales; \p Shape may drop the last one,
 /// add an unknown name or repeat the first.
 Rowscales makeRowscales(std::vector<SymbolScalar> &Stack,
                         const std::vector<std::string> &Names, uint8_t Shape) {
   Rowscales Out;
-  auto Pop = [&Stack] {
-    SymbolScalar S = Stack.back();
-    if (Stack.size() > 1)
-      Stack.pop_back();
-    return S;
-  };
+  auto Pop = [&Stack] { return popResult(Stack); };
   size_t Count = Names.size() - ((Shape & 1) && !Names.empty() ? 1 : 0);
   for (size_t I = 0; I < Count; ++I)
     Out.set(Names[I], Pop());
@@ -343,7 +353,7 @@ public:
                                   SymbolScalar b, SymbolScalar h,
                                   SymbolScalar q) const override {
     auto [Shape, Stack] = run(0, {scores, b, h, q}, &rs, onlineRowscales());
-    SymbolScalar Scores = Stack.back();
+    SymbolScalar Scores = popResult(Stack);
     Rowscales Out = makeRowscales(Stack, names(onlineRowscales()), Shape);
     if (Shape & 8)
       return {Scores, Out, 1.0};
@@ -353,7 +363,7 @@ public:
                                           SymbolScalar b, SymbolScalar h,
                                           SymbolScalar q) const override {
     auto [Shape, Stack] = run(1, {o, b, h, q}, &rs, onlineRowscales());
-    SymbolScalar O = Stack.back();
+    SymbolScalar O = popResult(Stack);
     return {O, makeRowscales(Stack, names(finalRowscales()), Shape)};
   }
   SymbolScalar forward(SymbolScalar scores, const Rowscales &rs,

@@ -8,6 +8,7 @@
 #include "Examples.h"
 #include "attn/dsl/Trace.h"
 #include "attn/ir/Serialize.h"
+#include "attn/runtime/TuneFile.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -279,8 +280,35 @@ void fuzzTarget(const Target &T, const Options &Opt) {
   llvm::outs().flush();
 }
 
+/// A tune file of two entries, one with runners-up and a default timing.
+std::string sampleTuneFile() {
+  runtime::TuneEntry E;
+  E.Key = {"NVIDIA H200", "sm_90a", "13.0", "fwd_sm80", std::string(64, 'a'),
+           DType::BF16, 128, 64, runtime::shapeBucket(4, 32, 4096, 4096)};
+  E.Definition = "mha";
+  E.Batch = 4;
+  E.Heads = 32;
+  E.HeadsKv = 8;
+  E.SeqQ = E.SeqKv = 4096;
+  E.TensorLayout = Layout::BHSD;
+  E.Best = {"m128n64w4s2", 1.25, 300.5};
+  E.RunnersUp = {{"m256n64w8s2", 1.5, 250.25}};
+  E.Default = {"m256n64w8s2", 1.5, 250.25};
+  E.TuneSeconds = 12.5;
+  E.TunedAt = "2026-11-26T10:00:00Z";
+  runtime::TuneFileData Data;
+  Data.Entries.push_back(E);
+  E.Key.Skeleton = "linear_chunk";
+  E.Key.Bucket = runtime::shapeBucket(1, 1, 1000, 1000);
+  E.Best = {"c64v64w4b8", 0.5, 10};
+  E.RunnersUp.clear();
+  E.Default = {};
+  Data.Entries.push_back(E);
+  return runtime::serializeTuneFile(Data);
+}
+
 /// Writes the seeds that come from the code (the examples' traced IR JSON,
-/// a kernel-cache entry) under \p Root.
+/// a tune file, a kernel-cache entry) under \p Root.
 void makeSeeds(const std::string &Root) {
   auto Write = [](const std::string &Path, llvm::StringRef Text) {
     llvm::sys::fs::create_directories(llvm::sys::path::parent_path(Path));
@@ -297,6 +325,7 @@ void makeSeeds(const std::string &Root) {
         ir::saveJSON(*dsl::trace(examples::softcapLearnable())));
   Write(Root + "/ir_json/mamba2.json",
         ir::saveJSON(*dsl::trace(examples::mamba2())));
+  Write(Root + "/tune_file/two_entries.json", sampleTuneFile());
   Write(Root + "/kernel_cache/valid_entry.bin", kernelCacheSeedEntry());
 }
 
