@@ -15,6 +15,10 @@
 
 namespace attn::fuzz {
 
+using runtime::CacheResult;
+using runtime::CacheSource;
+using runtime::KernelCache;
+
 namespace {
 
 /// The cache directory of this process, removed at exit.
