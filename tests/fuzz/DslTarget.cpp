@@ -394,7 +394,8 @@ private:
   run(size_t I, std::vector<SymbolScalar> Args, const Rowscales *Rs,
       const Decls &RsDecls) const {
     Reader R(Progs[I].data(), Progs[I].size());
-    uint8_t Shape = R.byte();
+    // online_fwd's and the epilogue's programs start with a shape byte.
+    uint8_t Shape = I < 2 ? R.byte() : 0;
     Machine M(R, Ctx, inputs(), std::move(Args), Rs, names(RsDecls));
     return {Shape, M.run()};
   }

@@ -234,7 +234,7 @@ void runOne(const Target &T, const Bytes &In, Counts &C, Bytes &FirstInternal,
   case Outcome::Internal:
     if (C.Internal++ == 0) {
       FirstInternal = In;
-      FirstInternalMessage = lastInternalError();
+      FirstInternalMessage = lastError();
     }
     return;
   }
@@ -336,7 +336,7 @@ void makeSeeds(const std::string &Root) {
   llvm::errs()
       << "usage: attnc_fuzz [--target NAME]... [--runs N] [--seconds S]\n"
          "                  [--seed N] [--corpus DIR]\n"
-         "       attnc_fuzz --replay NAME FILE...\n"
+         "       attnc_fuzz --replay NAME FILE...   (says what each did)\n"
          "       attnc_fuzz --make-seeds DIR\n"
          "Runs each target (default: ir_json tune_file kernel_cache dsl) on its\n"
          "corpus DIR/<target>/ and N mutants (default 10000) within S seconds\n"
@@ -379,8 +379,14 @@ int main(int argc, char **argv) {
       Counts C;
       Bytes FirstInternal;
       std::string Message;
-      for (++I; I < argc; ++I)
+      for (++I; I < argc; ++I) {
+        size_t Accepted = C.Accepted;
         runOne(*T, readBytes(argv[I]), C, FirstInternal, Message);
+        llvm::outs() << argv[I] << ": "
+                     << (C.Accepted != Accepted ? "accepted"
+                                                : "rejected: " + lastError())
+                     << "\n";
+      }
       llvm::outs() << "fuzz " << T->Name << ": replayed " << C.Runs
                    << " inputs, 0 failures (" << C.Internal
                    << " internal errors)\n";

@@ -47,8 +47,8 @@ Outcome fuzzSelfTestAsan(const uint8_t *Data, size_t Size);
 /// The bytes of a valid kernel-cache entry for kernel_cache's key (a seed).
 std::string kernelCacheSeedEntry();
 
-/// The message of the last InternalError a target caught (for the report).
-std::string &lastInternalError();
+/// The message of the last attn::Error a target caught (for the report).
+std::string &lastError();
 
 /// Runs \p Body, mapping attn::Error to Rejected or Internal; everything
 /// else propagates.
@@ -57,9 +57,10 @@ template <typename Fn> Outcome classify(Fn Body) {
     Body();
     return Outcome::Accepted;
   } catch (const InternalError &E) {
-    lastInternalError() = E.what();
+    lastError() = E.what();
     return Outcome::Internal;
-  } catch (const Error &) {
+  } catch (const Error &E) {
+    lastError() = E.what();
     return Outcome::Rejected;
   }
 }

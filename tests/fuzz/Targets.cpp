@@ -6,7 +6,7 @@
 
 namespace attn::fuzz {
 
-std::string &lastInternalError() {
+std::string &lastError() {
   static std::string Message;
   return Message;
 }
