@@ -55,12 +55,15 @@ void printHex(llvm::raw_ostream &OS, const Bytes &In) {
      << llvm::toHex(llvm::ArrayRef<uint8_t>(In), /*LowerCase=*/true) << "\n";
 }
 
+void writeArtifact(const std::string &Name, const Bytes &In);
+
 void onSanitizerDeath() {
   if (!CurrentInput)
     return;
   llvm::errs() << "fuzz " << CurrentTarget << ": FAILURE (sanitizer report above)\n";
   printHex(llvm::errs(), *CurrentInput);
   llvm::errs().flush();
+  writeArtifact(std::string("failure-") + CurrentTarget, *CurrentInput);
 }
 
 Bytes readBytes(const std::string &Path) {
@@ -201,26 +204,43 @@ private:
 
 struct Counts {
   size_t Runs = 0, Accepted = 0, Rejected = 0, Internal = 0;
+  /// The first input of each distinct InternalError message (at most 8).
+  std::vector<std::pair<std::string, Bytes>> Internals;
 };
 
+/// Where failing inputs and internal-error inputs are written (--artifacts).
+std::string ArtifactDir;
+
+void writeArtifact(const std::string &Name, const Bytes &In) {
+  if (ArtifactDir.empty())
+    return;
+  llvm::sys::fs::create_directories(ArtifactDir);
+  std::error_code EC;
+  llvm::raw_fd_ostream OS(ArtifactDir + "/" + Name, EC);
+  if (!EC)
+    OS.write(reinterpret_cast<const char *>(In.data()), In.size());
+}
+
+[[noreturn]] void fail(const Target &T, const Counts &C, const Bytes &In,
+                       llvm::StringRef What) {
+  llvm::errs() << "fuzz " << T.Name << ": FAILURE after " << C.Runs
+               << " executions: " << What << "\n";
+  printHex(llvm::errs(), In);
+  writeArtifact(std::string("failure-") + T.Name, In);
+  std::exit(1);
+}
+
 /// Runs \p In; on a failure prints it and exits 1.
-void runOne(const Target &T, const Bytes &In, Counts &C, Bytes &FirstInternal,
-            std::string &FirstInternalMessage) {
+void runOne(const Target &T, const Bytes &In, Counts &C) {
   CurrentTarget = T.Name;
   CurrentInput = &In;
   Outcome O;
   try {
     O = T.Run(In.data(), In.size());
   } catch (const std::exception &E) {
-    llvm::errs() << "fuzz " << T.Name << ": FAILURE after " << C.Runs
-                 << " executions: " << E.what() << "\n";
-    printHex(llvm::errs(), In);
-    std::exit(1);
+    fail(T, C, In, E.what());
   } catch (...) {
-    llvm::errs() << "fuzz " << T.Name << ": FAILURE after " << C.Runs
-                 << " executions: a non-standard exception\n";
-    printHex(llvm::errs(), In);
-    std::exit(1);
+    fail(T, C, In, "a non-standard exception");
   }
   CurrentInput = nullptr;
   ++C.Runs;
@@ -231,12 +251,20 @@ void runOne(const Target &T, const Bytes &In, Counts &C, Bytes &FirstInternal,
   case Outcome::Rejected:
     ++C.Rejected;
     return;
-  case Outcome::Internal:
-    if (C.Internal++ == 0) {
-      FirstInternal = In;
-      FirstInternalMessage = lastError();
+  case Outcome::Internal: {
+    ++C.Internal;
+    const std::string &Message = lastError();
+    for (const auto &[Seen, Input] : C.Internals)
+      if (Seen == Message)
+        return;
+    if (C.Internals.size() < 8) {
+      writeArtifact("internal-" + std::string(T.Name) + "-" +
+                        std::to_string(C.Internals.size()),
+                    In);
+      C.Internals.emplace_back(Message, In);
     }
     return;
+  }
   }
 }
 
@@ -257,18 +285,16 @@ void fuzzTarget(const Target &T, const Options &Opt) {
   std::vector<Bytes> Pool = readCorpus(Opt.CorpusRoot + "/" + T.Name);
   size_t Seeds = Pool.size();
   Counts C;
-  Bytes FirstInternal;
-  std::string FirstInternalMessage;
   // Every seed as it is, then mutants. Inputs that go all the way through
   // are kept as parents (a cheap stand-in for coverage feedback).
   for (size_t I = 0; I < Seeds; ++I)
-    runOne(T, Pool[I], C, FirstInternal, FirstInternalMessage);
+    runOne(T, Pool[I], C);
   Mutator M(Opt.Seed ^ std::hash<std::string>()(T.Name));
   while (C.Runs < Opt.Runs && Elapsed() < Opt.Seconds) {
     Bytes In = Pool[M.below(Pool.size())];
     M.mutate(In, Pool);
     size_t AcceptedBefore = C.Accepted;
-    runOne(T, In, C, FirstInternal, FirstInternalMessage);
+    runOne(T, In, C);
     if (C.Accepted != AcceptedBefore && Pool.size() < Seeds + 256)
       Pool.push_back(std::move(In));
   }
@@ -276,9 +302,11 @@ void fuzzTarget(const Target &T, const Options &Opt) {
                << C.Accepted << " accepted, " << C.Rejected << " rejected, "
                << C.Internal << " internal errors) in "
                << llvm::format("%.1f", Elapsed()) << " s\n";
-  if (C.Internal) {
-    llvm::outs() << "  first internal error: " << FirstInternalMessage << "\n  ";
-    printHex(llvm::outs(), FirstInternal);
+  // Clean rejections, but a bug all the same: a user's input should meet a
+  // UserError. Listed so that they are seen and fixed.
+  for (const auto &[Message, Input] : C.Internals) {
+    llvm::outs() << "  internal error: " << Message << "\n  ";
+    printHex(llvm::outs(), Input);
   }
   llvm::outs().flush();
 }
@@ -335,12 +363,14 @@ void makeSeeds(const std::string &Root) {
 [[noreturn]] void usage() {
   llvm::errs()
       << "usage: attnc_fuzz [--target NAME]... [--runs N] [--seconds S]\n"
-         "                  [--seed N] [--corpus DIR]\n"
+         "                  [--seed N] [--corpus DIR] [--artifacts DIR]\n"
          "       attnc_fuzz --replay NAME FILE...   (says what each did)\n"
          "       attnc_fuzz --make-seeds DIR\n"
          "Runs each target (default: ir_json tune_file kernel_cache dsl) on its\n"
          "corpus DIR/<target>/ and N mutants (default 10000) within S seconds\n"
-         "(default 60) per target; exits 1 on the first failure.\n";
+         "(default 60) per target; exits 1 on the first failure. --artifacts:\n"
+         "write the failing input and each distinct internal error's input\n"
+         "there.\n";
   std::exit(2);
 }
 
@@ -367,6 +397,8 @@ int main(int argc, char **argv) {
     } else if (A == "--seed") {
       if (Value().getAsInteger(10, Opt.Seed))
         usage();
+    } else if (A == "--artifacts") {
+      ArtifactDir = Value().str();
     } else if (A == "--corpus") {
       Opt.CorpusRoot = Value().str();
     } else if (A == "--make-seeds") {
@@ -377,11 +409,9 @@ int main(int argc, char **argv) {
       if (!T || I + 1 >= argc)
         usage();
       Counts C;
-      Bytes FirstInternal;
-      std::string Message;
       for (++I; I < argc; ++I) {
         size_t Accepted = C.Accepted;
-        runOne(*T, readBytes(argv[I]), C, FirstInternal, Message);
+        runOne(*T, readBytes(argv[I]), C);
         llvm::outs() << argv[I] << ": "
                      << (C.Accepted != Accepted ? "accepted"
                                                 : "rejected: " + lastError())
