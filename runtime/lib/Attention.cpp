@@ -107,9 +107,12 @@ Attention::Attention(const dsl::DefinitionBase &D, const Signature &S)
     : Def(compileAttention(D)), Sig(S), Arch(resolveArch(S.Arch)),
       Fwd(Def, kernelTarget(Def, S, Arch, Direction::Forward),
           forwardPolicy(kernelTarget(Def, S, Arch, Direction::Forward), S)),
-      Bwd(Def, kernelTarget(Def, S, Arch, Direction::Backward),
-          KernelPolicy::parse(kernelTarget(Def, S, Arch, Direction::Backward),
-                              "", S.BackwardConfig)) {
+      BwdTarget(kernelTarget(Def, S, Arch, Direction::Backward)),
+      BwdPolicy(KernelPolicy::parse(BwdTarget, "", S.BackwardConfig)) {
+  // A backward configuration named is a promise to call backward(): its
+  // mistakes are said now.
+  if (BwdPolicy.Config)
+    backwardChoice();
   BackendRegistry &R = BackendRegistry::global();
   if (!Sig.Backend.empty()) {
     R.factory(Sig.Backend); // UserError naming the registered ones
@@ -122,6 +125,12 @@ Attention::Attention(const dsl::DefinitionBase &D, const Signature &S)
 }
 
 Attention::~Attention() = default;
+
+const KernelChoice &Attention::backwardChoice() const {
+  if (!Bwd)
+    Bwd.emplace(Def, BwdTarget, BwdPolicy);
+  return Bwd->initial();
+}
 
 KernelChoice Attention::forwardChoiceFor(const TuneShape &S) const {
   return Fwd.forShape(S, [&] {
@@ -141,7 +150,7 @@ void Attention::backward(const TensorView &Q, const TensorView &K,
   BackwardCallShape Shape = validateBackwardCall(Def, Sig, T, Inputs, Grads);
   if (!Backward)
     Backward =
-        std::make_unique<BackwardRunner>(Def, Bwd.target(), Bwd.initial());
+        std::make_unique<BackwardRunner>(Def, BwdTarget, backwardChoice());
   Backward->run(T, Shape, Inputs, Grads, Stream);
 }
 

@@ -298,3 +298,24 @@ TEST_CASE("Attention::backward without a driver: validates, compiles, then "
              }),
              Contains("no CUDA driver"));
 }
+
+TEST_CASE("Attention: a forward-only head dim is made; the backward's refusal "
+          "comes when a backward is asked for",
+          "[runtime][attention][backward]") {
+  cacheDir();
+  // bwd_sm80 runs head dims 64 and 128 only; the forward runs 256.
+  Signature S = sm80(256);
+  Attention A(examples::mha(), S);
+  CHECK(A.forwardChoice().Skel->name() == "fwd_sm80");
+  CHECK_THAT(messageOf<UserError>([&] { A.backwardChoice(); }),
+             Contains("head_dim 256 is not supported by bwd_sm80"));
+  // A backward configuration named says the backward will be needed: its
+  // refusal comes when the Attention is made.
+  S.BackwardConfig = "kv64x128w8.fused.s2";
+  CHECK_THAT(messageOf<UserError>([&] { Attention B(examples::mha(), S); }),
+             Contains("head_dim 256 is not supported by bwd_sm80"));
+  S = sm80();
+  S.BackwardConfig = "bogus";
+  CHECK_THAT(messageOf<UserError>([&] { Attention B(examples::mha(), S); }),
+             Contains("backward config 'bogus'"));
+}

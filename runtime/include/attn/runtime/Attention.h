@@ -148,10 +148,15 @@ public:
   const std::string &lastBackend() const { return Last; }
   /// The arch the kernels are built for.
   GpuArch arch() const { return Arch; }
-  /// What the forward and the backward run when no tune file decides: the
-  /// selector's choices, made when the Attention was.
+  /// What the forward runs when no tune file decides: the selector's
+  /// choice, made when the Attention was.
   const KernelChoice &forwardChoice() const { return Fwd.initial(); }
-  const KernelChoice &backwardChoice() const { return Bwd.initial(); }
+  /// What the backward runs: the selector's choice, made on the first call
+  /// that needs it (here or in backward()), since a forward-only user may
+  /// use head dims that no backward skeleton runs. UserError with the
+  /// skeleton's reason then; a Signature::BackwardConfig is checked when the
+  /// Attention is made.
+  const KernelChoice &backwardChoice() const;
   /// The forward's choice for a call of shape \p S (a tune-file lookup, or
   /// tuning with Signature::Tune, where the signature asks for them).
   KernelChoice forwardChoiceFor(const TuneShape &S) const;
@@ -163,7 +168,10 @@ private:
   CompiledDefinition Def;
   Signature Sig;
   GpuArch Arch;
-  KernelSelector Fwd, Bwd;
+  KernelSelector Fwd;
+  KernelTarget BwdTarget;
+  KernelPolicy BwdPolicy;
+  mutable std::optional<KernelSelector> Bwd;
   /// Registered names in selection order (one name when Sig.Backend is
   /// set), and each backend once made.
   std::vector<std::string> Names;
