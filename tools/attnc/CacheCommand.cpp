@@ -28,6 +28,10 @@ int CacheCommand::run(const dsl::Registry &, llvm::raw_ostream &OS) {
     runtime::CacheStats S = Cache.stats();
     OS << fmt::format("directory: {}\nentries:   {}\nbytes:     {}\n",
                       S.Directory, S.Entries, S.Bytes);
+    // Left by writers that died before their rename, and names that are
+    // not regular files: what `cache clear` removes besides the entries.
+    OS << fmt::format("temporaries: {} ({} bytes)\nskipped:   {}\n",
+                      S.Temporaries, S.TemporaryBytes, S.Skipped);
     return 0;
   }
   if (Action == "clear") {
