@@ -181,3 +181,25 @@ TEST_CASE("IR JSON: wrong types, unknown fields and bad declarations",
   CHECK_THAT(loadError(J), Equals("IR JSON: /inputs/1/name: input 'x' is "
                                   "declared twice"));
 }
+
+// Found by the fuzzer (tests/fuzz/crashers/ir_json-internal-final-rowscale
+// .json): a rowscale parameter named nowhere in the declarations loaded, and
+// code generation stopped on an internal error.
+TEST_CASE("IR JSON: rowscale parameters must name a declared rowscale",
+          "[ir][json]") {
+  for (const char *Kind : {"final", "rowscale"}) {
+    INFO(Kind);
+    json J = savedMha();
+    bool Renamed = false;
+    for (json &N : J["nodes"])
+      if (!Renamed && N.value("op", "") == "param" &&
+          N.value("param", "") == Kind) {
+        N["name"] = "zzz";
+        Renamed = true;
+      }
+    REQUIRE(Renamed);
+    std::string M = loadError(J);
+    CHECK(M.find("'zzz' is not declared in") != std::string::npos);
+    CHECK(M.find("/nodes/") != std::string::npos);
+  }
+}

@@ -376,6 +376,17 @@ const Node *readNode(const json &E, const Pointer &W, Graph &G,
     std::string Name = readString(member(E, W, "name"), W / "name");
     if (PK == ParamKind::Input && !G.decls().findInput(Name))
       bad(W / "name", "input '" + Name + "' is not declared in /inputs");
+    // A rowscale the declarations do not name has no slot in any kernel.
+    auto Declared = [&](const std::vector<RowscaleDecl> &Ds) {
+      for (const RowscaleDecl &R : Ds)
+        if (R.Name == Name)
+          return true;
+      return false;
+    };
+    if (PK == ParamKind::Rowscale && !Declared(G.decls().OnlineRowscales))
+      bad(W / "name", "rowscale '" + Name + "' is not declared in /rowscales");
+    if (PK == ParamKind::FinalRowscale && !Declared(G.decls().FinalRowscales))
+      bad(W / "name", "final rowscale '" + Name + "' is not declared in /finals");
     return build(W, [&] { return G.param(PK, Name, T, S); });
   }
   std::optional<NodeKind> K = kindFromMnemonic(Op);
