@@ -152,6 +152,20 @@ inline std::shared_ptr<const dsl::OnlineFunc> absForward() {
       [](SymbolScalar s, const Rowscales &) { return s.abs(); });
 }
 
+/// P = 1 whatever the scores: forward does not depend on them, so there is
+/// no derivative to derive (the dsl fuzz target's find).
+inline std::shared_ptr<const dsl::OnlineFunc> constantForward() {
+  return std::make_shared<LambdaOnline>(
+      LambdaOnline::Decls{}, LambdaOnline::Decls{},
+      [](SymbolScalar s, const Rowscales &) {
+        return OnlineFwdResult{s.constant(1.0), {}, 1.0};
+      },
+      [](SymbolScalar o, const Rowscales &) {
+        return dsl::EpilogueResult{o, {}};
+      },
+      [](SymbolScalar s, const Rowscales &) { return s.constant(1.0); });
+}
+
 /// P = s / v with v = Σ s² − (Σ s)²: the final v does not determine Σ s,
 /// which ∂v/∂s needs.
 inline std::shared_ptr<const dsl::OnlineFunc> varianceNormalised() {

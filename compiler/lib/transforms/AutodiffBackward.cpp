@@ -358,6 +358,13 @@ void Derivation::run() {
   }
   const Node *DScores =
       A.canonical(B.add(B.mul(Dp, Own), B.mul(Doosum, ThroughFinals)));
+  // Nothing of forward depends on the scores: there is no gradient to
+  // derive (found by the dsl fuzz target; it reached the verifier empty).
+  if (!DScores)
+    fail("forward", "`" + ir::shortExpr(Fwd) +
+                        "` does not depend on the scores, so its derivative "
+                        "is zero everywhere; write a backward if that is "
+                        "meant");
   ir::Function &Bwd = G.addFunction("backward");
   Bwd.Results.push_back({"dscores", DScores});
   G.decls().HasBackward = true;
