@@ -39,22 +39,26 @@ KernelTarget KernelTarget::of(const CompiledDefinition &Def, Direction D,
   return T;
 }
 
-codegen::KernelSpec KernelTarget::kernelSpec() const {
-  codegen::KernelSpec S;
-  S.Dtype = Dtype;
-  S.HeadDim = HeadDim;
-  S.HeadDimV = HeadDimV;
-  S.Arch = Arch;
+namespace {
+
+/// The attention or linear spec of \p T, its configuration at the default.
+template <typename SpecT> SpecT specOf(const KernelTarget &T) {
+  SpecT S;
+  S.Dtype = T.Dtype;
+  S.HeadDim = T.HeadDim;
+  S.HeadDimV = T.HeadDimV;
+  S.Arch = T.Arch;
   return S;
 }
 
+} // namespace
+
+codegen::KernelSpec KernelTarget::kernelSpec() const {
+  return specOf<codegen::KernelSpec>(*this);
+}
+
 codegen::LinearKernelSpec KernelTarget::linearSpec() const {
-  codegen::LinearKernelSpec S;
-  S.Dtype = Dtype;
-  S.HeadDim = HeadDim;
-  S.HeadDimV = HeadDimV;
-  S.Arch = Arch;
-  return S;
+  return specOf<codegen::LinearKernelSpec>(*this);
 }
 
 std::string KernelTarget::str() const {
