@@ -27,22 +27,25 @@ GpuArch defaultArch(const KernelRequest &Req) {
   return GpuArch::Sm80;
 }
 
-/// The target of \p Req for \p Def, its arch resolved: --arch, else the
-/// default arch unless the skeleton \p P names cannot run there and runs on
-/// a later one (the first such).
-KernelTarget targetOf(const KernelRequest &Req, const CompiledDefinition &Def,
-                      DType Dtype, const std::string &SkeletonName,
-                      const std::string &Config) {
+/// The target of \p Req for \p Def, its arch left at sm_80 (the policy's
+/// names do not depend on it).
+KernelTarget baseTarget(const KernelRequest &Req, const CompiledDefinition &Def,
+                        DType Dtype) {
   Direction Dir = Req.Backward ? Direction::Backward : Direction::Forward;
   int DV = Req.HeadDimV ? Req.HeadDimV : Req.HeadDim;
-  KernelTarget T = KernelTarget::of(Def, Dir, Dtype, Req.HeadDim, DV,
-                                    GpuArch::Sm80);
+  return KernelTarget::of(Def, Dir, Dtype, Req.HeadDim, DV, GpuArch::Sm80);
+}
+
+/// \p T with its arch resolved: --arch, else the default arch unless the
+/// skeleton \p P names cannot run there and runs on a later one (the first
+/// such).
+KernelTarget resolveArch(const KernelRequest &Req, KernelTarget T,
+                         const KernelPolicy &P) {
   if (!Req.Arch.empty()) {
     T.Arch = parseArch(Req.Arch, "--arch");
     return T;
   }
   T.Arch = defaultArch(Req);
-  KernelPolicy P = policyFromOptions(T, SkeletonName, Config);
   const runtime::Skeleton *Named = P.Named ? P.Named : P.ConfigOf;
   if (!Named || Named->unsupported(T).empty())
     return T;
@@ -121,12 +124,13 @@ ChosenKernel kernelForOptions(const KernelRequest &Req,
                        "backend's");
   }
   CompiledDefinition Def = compile(D);
-  KernelTarget T = targetOf(Req, Def, *Dtype, Req.Skeleton, Req.Config);
+  KernelTarget Base = baseTarget(Req, Def, *Dtype);
+  KernelPolicy P = policyFromOptions(Base, Req.Skeleton, Req.Config);
+  KernelTarget T = resolveArch(Req, Base, P);
   if (Req.Backend == "reference")
     return {codegen::generateReference(Def, T.kernelSpec()),
             describe(Def, T, "ref_fwd (the reference backend)")};
-  KernelChoice C = runtime::chooseWithoutShape(
-      T, policyFromOptions(T, Req.Skeleton, Req.Config));
+  KernelChoice C = runtime::chooseWithoutShape(T, P);
   return {C.Skel->generate(Def, T, C.Config), describe(Def, T, C.str())};
 }
 
