@@ -319,3 +319,20 @@ TEST_CASE("Attention: a forward-only head dim is made; the backward's refusal "
   CHECK_THAT(messageOf<UserError>([&] { Attention B(examples::mha(), S); }),
              Contains("backward config 'bogus'"));
 }
+
+TEST_CASE("Attention: a skeleton or configuration named for the reference "
+          "backend is refused, not ignored",
+          "[runtime][attention]") {
+  cacheDir();
+  Signature S = sm80();
+  S.Backend = "reference";
+  S.Config = "m64n64w4s2";
+  CHECK_THAT(messageOf<UserError>([&] { Attention A(examples::mha(), S); }),
+             Contains("backend 'reference' runs its own kernel; skeleton, "
+                      "config and backward_config choose the generated "
+                      "backend's"));
+  S.Config.clear();
+  S.Skeleton = "fwd_sm80";
+  CHECK_THAT(messageOf<UserError>([&] { Attention A(examples::mha(), S); }),
+             Contains("backend 'reference' runs its own kernel"));
+}
