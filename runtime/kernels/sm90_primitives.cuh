@@ -88,6 +88,12 @@ __device__ __forceinline__ void wgmma_commit() {
 template <int N> __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+/// Orders this thread's completed generic-proxy writes to shared memory
+/// (ordinary stores, cp.async) before later async-proxy reads (wgmma, TMA
+/// stores) by any thread that synchronises with it afterwards.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 /// Pins the accumulator registers in place across an async wgmma boundary:
 /// the compiler may not move reads or writes of \p acc across this point.
 template <int A, int B>

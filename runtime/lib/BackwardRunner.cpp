@@ -1,4 +1,4 @@
-// BackwardRunner: compile the bwd_sm80 kernels, lay out the workspaces, and
+// BackwardRunner: compile the bwd_sm90 or bwd_sm80 kernels, lay out the workspaces, and
 // launch block lists, doosum, dK/dV, dQ (or, fused, the dQ semaphores'
 // reset before dK/dV and the sums' conversion after) and the input-gradient
 // reduction.
@@ -30,18 +30,45 @@ int ceilDiv(int64_t A, int64_t B) { return int((A + B - 1) / B); }
 
 namespace {
 
-const codegen::BwdConfig &bwdConfigOf(const KernelChoice &C) {
-  if (const auto *B = std::get_if<codegen::BwdConfig>(&C.Config))
-    return *B;
+BackwardPlan planOf(const KernelChoice &C, const KernelTarget &T) {
+  BackwardPlan P;
+  if (const auto *B = std::get_if<codegen::BwdConfig>(&C.Config)) {
+    P = {B->str(),
+         B->KvBlockM,
+         B->KvBlockN,
+         32 * B->KvWarps,
+         B->dkdvSharedBytes(T.HeadDim, T.HeadDimV, T.NumFinals,
+                            T.BackwardUsesDoosum),
+         B->QBlockM,
+         B->QBlockN,
+         32 * B->QWarps,
+         B->FusedDq ? 0 : B->dqSharedBytes(T.HeadDim, T.HeadDimV),
+         B->FusedDq};
+    return P;
+  }
+  if (const auto *B = std::get_if<codegen::BwdSm90Config>(&C.Config)) {
+    P = {B->str(),
+         B->KvBlockM,
+         B->KvBlockN,
+         B->dkdvThreads(),
+         B->dkdvSharedBytes(T.HeadDim, T.HeadDimV, T.NumFinals,
+                            T.BackwardUsesDoosum),
+         B->QBlockM,
+         B->QBlockN,
+         32 * B->QWarps,
+         B->dqSharedBytes(T.HeadDim, T.HeadDimV),
+         false};
+    return P;
+  }
   throw InternalError("BackwardRunner: skeleton " + C.Skel->name().str() +
-                      " is not the one this runner launches");
+                      " is not one this runner launches");
 }
 
 } // namespace
 
 BackwardRunner::BackwardRunner(const CompiledDefinition &D,
                                const KernelTarget &T, const KernelChoice &C)
-    : Def(D), Spec(T.kernelSpec()), Config(bwdConfigOf(C)) {
+    : Def(D), Spec(T.kernelSpec()), Choice(C), Plan(planOf(C, T)) {
   Source = C.Skel->generate(Def, T, C.Config);
   Cached = KernelCache::global().getOrCompile(Source);
 }
@@ -54,7 +81,7 @@ void BackwardRunner::ensureLoaded() {
   Module.load(Cached, Spec.Arch);
   Pre = Module.function("attnc_bwd_preprocess");
   DkDv = Module.function("attnc_bwd_dkdv");
-  if (Config.FusedDq) {
+  if (Plan.FusedDq) {
     DqInit = Module.function("attnc_bwd_dq_init");
     DqConvert = Module.function("attnc_bwd_dq_convert");
   } else {
@@ -64,17 +91,11 @@ void BackwardRunner::ensureLoaded() {
   Classify = Module.function("attnc_bwd_block_classify");
   Rows = Module.function("attnc_bwd_block_rows");
   Cols = Module.function("attnc_bwd_block_cols");
-  const ir::Graph &G = *Def.Graph;
-  int NumFinals = int(G.decls().FinalRowscales.size());
-  Module.allowSharedBytes(
-      DkDv,
-      Config.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals,
-                             Def.Info.BackwardUsesDoosum),
-      "backward config " + Config.str() + " (dK/dV kernel)");
-  if (!Config.FusedDq)
-    Module.allowSharedBytes(Dq,
-                            Config.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV),
-                            "backward config " + Config.str() + " (dQ kernel)");
+  Module.allowSharedBytes(DkDv, Plan.KvShared,
+                          "backward config " + Plan.Name + " (dK/dV kernel)");
+  if (!Plan.FusedDq)
+    Module.allowSharedBytes(Dq, Plan.QShared,
+                            "backward config " + Plan.Name + " (dQ kernel)");
 }
 
 void BackwardRunner::run(const BackwardTensors &T,
@@ -82,7 +103,7 @@ void BackwardRunner::run(const BackwardTensors &T,
                          const InputGradMap &GradOut, CUstream Stream) {
   const ir::Graph &G = *Def.Graph;
   const CallShape &C = Shape.Fwd;
-  const codegen::BwdConfig &K = Config;
+  const BackwardPlan &K = Plan;
   const bool Masked = G.decls().HasMask;
   const bool Doosum = Def.Info.BackwardUsesDoosum;
   const int FineM = std::gcd(K.KvBlockM, K.QBlockM);
@@ -247,13 +268,10 @@ void BackwardRunner::run(const BackwardTensors &T,
                              1, 1, 0, Stream, InitParams, nullptr),
             "launch attnc_bwd_dq_init");
   }
-  int NumFinals = int(G.decls().FinalRowscales.size());
   void *Params[] = {&A, Slots.data()};
-  D.check(D.cuLaunchKernel(
-              DkDv, A.kv_n_blocks, unsigned(C.B * C.Hkv), 1, 32 * K.KvWarps, 1,
-              1,
-              K.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum),
-              Stream, Params, nullptr),
+  D.check(D.cuLaunchKernel(DkDv, A.kv_n_blocks, unsigned(C.B * C.Hkv), 1,
+                           K.KvThreads, 1, 1, K.KvShared, Stream, Params,
+                           nullptr),
           "launch attnc_bwd_dkdv");
   if (Fused) {
     // dq from the sums; rows that no key block visits become zeros.
@@ -264,9 +282,8 @@ void BackwardRunner::run(const BackwardTensors &T,
             "launch attnc_bwd_dq_convert");
   } else {
     D.check(D.cuLaunchKernel(Dq, A.q_m_blocks, unsigned(C.B * C.H), 1,
-                             32 * K.QWarps, 1, 1,
-                             K.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV),
-                             Stream, Params, nullptr),
+                             K.QThreads, 1, 1, K.QShared, Stream, Params,
+                             nullptr),
             "launch attnc_bwd_dq");
   }
   if (!GradInputs.empty()) {

@@ -1,5 +1,6 @@
-// The backward launcher: the bwd_sm80 kernels of one definition and kernel
-// spec, compiled through the kernel cache, run on validated device tensors.
+// The backward launcher: the bwd_sm90 or bwd_sm80 kernels of one definition
+// and kernel spec, compiled through the kernel cache, run on validated
+// device tensors.
 #ifndef ATTN_RUNTIME_BACKWARDRUNNER_H
 #define ATTN_RUNTIME_BACKWARDRUNNER_H
 
@@ -15,6 +16,17 @@
 
 namespace attn::runtime {
 
+/// What the launcher needs of a backward configuration, whichever skeleton
+/// it is of (both have the same entry points): the dK/dV and dQ kernels'
+/// tiles (the block lists' too), threads and dynamic shared memory.
+struct BackwardPlan {
+  std::string Name; ///< the configuration's written form, for messages
+  int KvBlockM = 0, KvBlockN = 0, KvThreads = 0, KvShared = 0;
+  int QBlockM = 0, QBlockN = 0, QThreads = 0, QShared = 0;
+  /// bwd_sm80's fused dQ mode (no dQ kernel).
+  bool FusedDq = false;
+};
+
 /// Gradients dq, dk, dv (and of custom inputs that require them) of
 /// L = Σ out ∘ dout, from q, k, v, dout, the forward's final rowscales and,
 /// for a backward that reads doosum, its output. Deterministic: the same
@@ -22,7 +34,8 @@ namespace attn::runtime {
 class BackwardRunner {
 public:
   /// Generates the backward of \p Def for target \p T with the selector's
-  /// \p Choice (a bwd_sm80 configuration: InternalError otherwise) and
+  /// \p Choice (a bwd_sm90 or bwd_sm80 configuration: InternalError
+  /// otherwise) and
   /// compiles it through KernelCache::global(). \p Def must outlive
   /// the runner. UserError / NotSupportedYet from the
   /// code generator.
@@ -45,14 +58,16 @@ public:
 
   const codegen::KernelSource &source() const { return Source; }
   const CacheResult &cacheResult() const { return Cached; }
-  const codegen::BwdConfig &config() const { return Config; }
+  const KernelChoice &choice() const { return Choice; }
+  const BackwardPlan &plan() const { return Plan; }
 
 private:
   void ensureLoaded();
 
   const CompiledDefinition &Def;
   codegen::KernelSpec Spec;
-  codegen::BwdConfig Config;
+  KernelChoice Choice;
+  BackwardPlan Plan;
   codegen::KernelSource Source;
   CacheResult Cached;
   KernelModule Module;

@@ -68,10 +68,10 @@ std::string KernelTarget::str() const {
 }
 
 llvm::ArrayRef<const Skeleton *> skeletonTable() {
-  // Order is preference: the Hopper forward before the portable one.
+  // Order is preference: the Hopper kernels before the portable ones.
   static const Skeleton *const Table[] = {
-      &skeletons::fwdSm90(), &skeletons::fwdSm80(), &skeletons::bwdSm80(),
-      &skeletons::linearChunk()};
+      &skeletons::fwdSm90(), &skeletons::fwdSm80(), &skeletons::bwdSm90(),
+      &skeletons::bwdSm80(), &skeletons::linearChunk()};
   return Table;
 }
 

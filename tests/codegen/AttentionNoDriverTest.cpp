@@ -317,7 +317,9 @@ TEST_CASE("Attention: a forward-only head dim is made; the backward's refusal "
   S = sm80();
   S.BackwardConfig = "bogus";
   CHECK_THAT(messageOf<UserError>([&] { Attention B(examples::mha(), S); }),
-             Contains("backward config 'bogus'"));
+             Contains("config 'bogus' is not a configuration of any skeleton "
+                      "with attention backward kernels") &&
+                 Contains("for bwd_sm90") && Contains("for bwd_sm80"));
 }
 
 TEST_CASE("Attention: a skeleton or configuration named for the reference "

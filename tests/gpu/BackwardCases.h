@@ -1,6 +1,7 @@
 // The cases of gpu_backward_test: the definitions (examples and a few
 // masks made for the test), the quick set and the full matrix, each case
-// in the default configuration and in the other dQ mode.
+// in the default configuration (bwd_sm90 on sm_90a where it runs the head
+// dims, else bwd_sm80) and in bwd_sm80's two dQ modes.
 #ifndef ATTNC_TESTS_GPU_BACKWARDCASES_H
 #define ATTNC_TESTS_GPU_BACKWARDCASES_H
 
@@ -36,11 +37,25 @@ inline std::string fusedConfig(int DV) {
   return DV > 128 ? "kv32x128w8.fused.s2" : "kv64x128w8.fused.s2";
 }
 
-/// The other mode than the default's (the GPU's arch: sm_80 or sm_90a), for
-/// the twin of a default case: for DV <= 128 the default is the fused dQ
-/// mode and the twin the two-kernel mode, for DV = 256 the other way round.
-inline std::string twinConfig(int DV) {
-  return DV > 128 ? "kv32x128w8.fused.s2" : "kv64x128w8.q128x32w4.s2";
+/// bwd_sm80's configurations for the twins of a default case, so that
+/// both dQ modes run whichever skeleton the default is: for DV <= 128 the
+/// two-kernel mode and the fused one (bwd_sm80's default off sm_90a), for
+/// DV = 256 the fused mode (bwd_sm80's default there is the two-kernel one).
+inline std::vector<std::string> twinConfigs(int DV) {
+  if (DV > 128)
+    return {"kv32x128w8.fused.s2"};
+  return {"kv64x128w8.q128x32w4.s2", fusedConfig(DV)};
+}
+
+/// bwd_sm90's other tilings (sm_90a only): one warpgroup of keys with three
+/// stages, 128-row query steps at d64, and a dQ kernel of 64-row blocks.
+inline void addSm90Cases(std::vector<Case> &Out) {
+  Out.push_back({"mha_window", DType::F16, 128, 128, 1, 2, 1, 333, 333, Layout::BSHD,
+                 "bwd90.kv64x64s3.q128x64w8"});
+  Out.push_back({"alibi_learnable", DType::BF16, 64, 64, 2, 2, 1, 257, 257,
+                 Layout::BHSD, "bwd90.kv128x128s2.q64x64w4"});
+  Out.push_back({"mha_emptyblock", DType::F16, 64, 64, 1, 2, 2, 333, 333, Layout::BSHD,
+                 "bwd90.kv128x64s4.q128x64w8"});
 }
 
 /// Fused dQ cases with several key blocks a query block (semaphores, ranks),
@@ -64,17 +79,28 @@ inline void addFusedCases(std::vector<Case> &Out) {
                  fusedConfig(128)});
 }
 
-inline std::vector<Case> cases(bool Quick) {
+/// The twins of every default case among the first \p N of \p Out.
+inline void addTwins(std::vector<Case> &Out, size_t N) {
+  for (size_t I = 0; I < N; ++I)
+    if (Out[I].Config.empty())
+      for (const std::string &Config : twinConfigs(Out[I].DV)) {
+        Case F = Out[I];
+        F.Config = Config;
+        F.TwinOf = int(I);
+        Out.push_back(F);
+      }
+}
+
+/// The quick set or the full matrix; \p Sm90 adds bwd_sm90's own tilings.
+inline std::vector<Case> cases(bool Quick, bool Sm90) {
   std::vector<Case> Out;
   if (Quick) {
-    for (const char *E : Definitions) {
+    for (const char *E : Definitions)
       Out.push_back({E, DType::F16, 64, 64, 1, 2, 1, 70, 70, Layout::BSHD, ""});
-      Case Twin = Out.back();
-      Twin.Config = twinConfig(Twin.DV);
-      Twin.TwinOf = int(Out.size()) - 1;
-      Out.push_back(Twin);
-    }
+    addTwins(Out, Out.size());
     addFusedCases(Out);
+    if (Sm90)
+      addSm90Cases(Out);
     return Out;
   }
   struct Dims {
@@ -112,17 +138,12 @@ inline std::vector<Case> cases(bool Quick) {
   Out.push_back({"mha", DType::BF16, 128, 128, 1, 1, 1, 4096, 4096, Layout::BSHD, ""});
   Out.push_back({"mha_full", DType::F16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD, ""});
   Out.push_back({"mha_emptyblock", DType::F16, 64, 64, 2, 2, 2, 333, 333, Layout::BSHD, ""});
-  // Every case of the default configuration again in the other mode
+  // Every case of the default configuration again in bwd_sm80's modes
   // (same inputs: the twin shares the reference), then the fused-only ones.
-  size_t N = Out.size();
-  for (size_t I = 0; I < N; ++I)
-    if (Out[I].Config.empty()) {
-      Case F = Out[I];
-      F.Config = twinConfig(F.DV);
-      F.TwinOf = int(I);
-      Out.push_back(F);
-    }
+  addTwins(Out, Out.size());
   addFusedCases(Out);
+  if (Sm90)
+    addSm90Cases(Out);
   return Out;
 }
 

@@ -1,13 +1,14 @@
-// GPU backward test: the generated bwd_sm80 kernels of every transformer
-// example (and of definitions with learnable inputs) against the
+// GPU backward test: the generated bwd_sm90 and bwd_sm80 kernels of every
+// transformer example (and of definitions with learnable inputs) against the
 // double-precision reference backward, with the FlashAttention tolerance
 // rule; bitwise-identical results over three runs; poisoned outputs. Exits
 // 77 (ctest: skipped) where there is no GPU.
 //
 //   gpu_backward_test                  the whole matrix
 //   gpu_backward_test --quick          one small case per definition, in
-//                                      the default and the other dQ mode,
-//                                      and the fused mode on several blocks
+//                                      the default and bwd_sm80's dQ modes,
+//                                      the fused mode on several blocks and,
+//                                      on sm_90a, bwd_sm90's other tilings
 //   gpu_backward_test --precompile A   compile every kernel for arch A into
 //                                      the kernel cache (no GPU needed)
 //   gpu_backward_test --dry-run A      compile, and run the references, for
@@ -437,7 +438,7 @@ int main(int Argc, char **Argv) {
   const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
   std::vector<Work> Ws;
   uint64_t Seed = 1;
-  std::vector<Case> All = cases(Quick);
+  std::vector<Case> All = cases(Quick, Arch == GpuArch::Sm90a);
   std::vector<uint64_t> Seeds;
   std::vector<int> WorkOf(All.size(), -1); // index into Ws, for twins
   for (size_t I = 0; I < All.size(); ++I) {
@@ -516,11 +517,12 @@ int main(int Argc, char **Argv) {
               ? ""
               : fmt::format(" dinput {:.1e}/{:.1e}", R.InputErr, R.InputTol);
       std::printf("%-62s dq %.1e/%.1e dk %.1e/%.1e dv %.1e/%.1e%s%s%s [%.1fs "
-                  "%.1fs %.2fs]  %s\n",
+                  "%.1fs %.2fs]  %s  %s\n",
                   Name.c_str(), R.Err[0], R.Tol[0], R.Err[1], R.Tol[1], R.Err[2],
                   R.Tol[2], Inp.c_str(), W.ExactFromCheck ? " (exact: check)" : "",
                   R.Deterministic ? "" : " NOT-BITWISE",
-                  W.CompileS, W.ReferenceS, R.DeviceS, R.Pass ? "pass" : "FAIL");
+                  W.CompileS, W.ReferenceS, R.DeviceS, R.Pass ? "pass" : "FAIL",
+                  W.Runner->choice().str().c_str());
       (R.Pass ? Passed : Failed)++;
     } catch (const std::exception &E) {
       std::printf("%-62s ERROR %s\n", Name.c_str(), E.what());

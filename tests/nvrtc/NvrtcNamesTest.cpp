@@ -126,7 +126,7 @@ KernelSpec spec(GpuArch Arch) {
 } // namespace
 
 TEST_CASE("nvrtc: keyword and reserved input and rowscale names compile in "
-          "fwd_sm80, fwd_sm90, bwd_sm80 and the reference",
+          "fwd_sm80, fwd_sm90, bwd_sm80, bwd_sm90 and the reference",
           "[nvrtc][names]") {
   CompiledDefinition Def = compile(awkwardNames());
   KernelSource Fwd = codegen::generateForward(Def, spec(GpuArch::Sm80));
@@ -142,6 +142,8 @@ TEST_CASE("nvrtc: keyword and reserved input and rowscale names compile in "
   compiles(codegen::generateForwardSm90(Def, spec(GpuArch::Sm90a),
                                         codegen::Sm90Config::defaultFor(64, 64)));
   compiles(codegen::generateBackward(Def, spec(GpuArch::Sm80)));
+  compiles(codegen::generateBackwardSm90(Def, spec(GpuArch::Sm90a),
+                                         codegen::BwdSm90Config::defaultFor(64, 64)));
   compiles(codegen::generateReference(Def, spec(GpuArch::Sm80)));
 }
 

@@ -258,17 +258,19 @@ TEST_CASE("the variant key follows the analysed IR", "[tuning][select]") {
 }
 
 TEST_CASE("the skeleton table: names, kinds, directions", "[tuning][skeleton]") {
-  CHECK(skeletonNames() == "fwd_sm90, fwd_sm80, bwd_sm80, linear_chunk");
+  CHECK(skeletonNames() ==
+        "fwd_sm90, fwd_sm80, bwd_sm90, bwd_sm80, linear_chunk");
   CHECK(skeletonNames(ir::DefinitionKind::Transformer, Direction::Forward) ==
         "fwd_sm90, fwd_sm80");
   CHECK(skeletonNames(ir::DefinitionKind::Transformer, Direction::Backward) ==
-        "bwd_sm80");
+        "bwd_sm90, bwd_sm80");
   CHECK(skeletonNames(ir::DefinitionKind::Linear, Direction::Backward) ==
         "linear_chunk");
   CHECK(findSkeleton("nope") == nullptr);
   CHECK_THROWS_WITH(skeletonNamed("nope"),
                     Contains("skeleton 'nope': no such skeleton; expected one "
-                             "of fwd_sm90, fwd_sm80, bwd_sm80, linear_chunk"));
+                             "of fwd_sm90, fwd_sm80, bwd_sm90, bwd_sm80, "
+                             "linear_chunk"));
   // Every entry prints what it parses, and its default is valid where the
   // entry says it supports the target.
   CompiledDefinition Mha = compile(examples::mha());
@@ -316,7 +318,7 @@ TEST_CASE("KernelPolicy: names are parsed once and refused with reasons",
   CHECK(C.str() == "fwd_sm80 m64n64w4s2 (named)");
   CHECK(chooseWithoutShape(Fwd, KernelPolicy()).str() ==
         "fwd_sm90 sm90.m128n128s3 (default)");
-  CHECK(chooseWithoutShape(Bwd, KernelPolicy()).Skel->name() == "bwd_sm80");
+  CHECK(chooseWithoutShape(Bwd, KernelPolicy()).Skel->name() == "bwd_sm90");
   CHECK(chooseWithoutShape(Lin, KernelPolicy()).Skel->name() == "linear_chunk");
 
   CHECK_THROWS_WITH(KernelPolicy::parse(Fwd, "bwd_sm80", ""),
@@ -347,7 +349,8 @@ TEST_CASE("KernelPolicy: names are parsed once and refused with reasons",
   KernelTarget Bwd192 = Bwd;
   Bwd192.HeadDim = 192;
   CHECK_THROWS_WITH(chooseWithoutShape(Bwd192, KernelPolicy()),
-                    Contains("head_dim 192 is not supported by bwd_sm80"));
+                    Contains("head_dim 192 is not supported by bwd_sm90") &&
+                        Contains("head_dim 192 is not supported by bwd_sm80"));
 }
 
 TEST_CASE("fallbackChoice: the portable skeleton after fwd_sm90",

@@ -87,7 +87,7 @@ TEST_CASE("attnc tune and bench usage errors exit 2", "[tuning][cli]") {
   CHECK(I.Exit == 2);
   CHECK_THAT(I.Err, Contains("--skeleton: skeleton 'fwd_sm70': no such "
                              "skeleton; expected one of fwd_sm90, fwd_sm80, "
-                             "bwd_sm80, linear_chunk"));
+                             "bwd_sm90, bwd_sm80, linear_chunk"));
 }
 
 TEST_CASE("attnc tune --skeleton fwd_sm90 on an arch without it is an error "

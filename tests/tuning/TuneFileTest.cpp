@@ -229,8 +229,8 @@ TEST_CASE("a file that is not a version-1 tune file is an error naming it",
                       "column groups of a multiple of 16"));
   CHECK_THAT(Error(WithSkeleton("bwd_sm70", "sm_80", "m64n64w4s2")),
              Contains("$.entries[0].config: unknown skeleton 'bwd_sm70'; "
-                      "expected one of fwd_sm90, fwd_sm80, bwd_sm80, "
-                      "linear_chunk"));
+                      "expected one of fwd_sm90, fwd_sm80, bwd_sm90, "
+                      "bwd_sm80, linear_chunk"));
 }
 
 TEST_CASE("integer fields are range-checked before any narrowing",

@@ -220,8 +220,7 @@ KernelSource generateBackward(const CompiledDefinition &Def,
       Def, Spec, BwdConfig::defaultFor(Spec.HeadDim, Spec.HeadDimV, Spec.Arch));
 }
 
-KernelSource generateBackward(const CompiledDefinition &Def,
-                              const KernelSpec &Spec, const BwdConfig &Config) {
+void checkBackwardDefinition(const CompiledDefinition &Def, const char *Skeleton) {
   const ir::Graph &G = *Def.Graph;
   if (G.decls().Kind != ir::DefinitionKind::Transformer)
     throw NotSupportedYet("backward code generation for linear attention ('" +
@@ -233,14 +232,21 @@ KernelSource generateBackward(const CompiledDefinition &Def,
   for (const GradInput &I : Grads)
     if (I.Shape != ir::InputShape::Scalar && I.Shape != ir::InputShape::PerHead)
       throw NotSupportedYet(fmt::format(
-          "the gradient of {} input '{}' of '{}' in bwd_sm80 (scalar and "
+          "the gradient of {} input '{}' of '{}' in {} (scalar and "
           "per_head inputs have gradients)",
-          ir::inputShapeName(I.Shape).str(), I.Name, G.name()));
+          ir::inputShapeName(I.Shape).str(), I.Name, G.name(), Skeleton));
   if (Grads.size() > MaxInputGrads)
     throw NotSupportedYet(fmt::format(
-        "'{}' has {} inputs that require gradients; bwd_sm80 computes at "
+        "'{}' has {} inputs that require gradients; {} computes at "
         "most {}",
-        G.name(), Grads.size(), MaxInputGrads));
+        G.name(), Grads.size(), Skeleton, MaxInputGrads));
+}
+
+KernelSource generateBackward(const CompiledDefinition &Def,
+                              const KernelSpec &Spec, const BwdConfig &Config) {
+  const ir::Graph &G = *Def.Graph;
+  checkBackwardDefinition(Def, "bwd_sm80");
+  std::vector<GradInput> Grads = gradInputs(G);
   int NumFinals = int(G.decls().FinalRowscales.size());
   bool Doosum = Def.Info.BackwardUsesDoosum;
   validateBackward(Spec, Config, NumFinals, Doosum);

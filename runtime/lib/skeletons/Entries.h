@@ -9,6 +9,7 @@ namespace attn::runtime::skeletons {
 
 const Skeleton &fwdSm90();
 const Skeleton &fwdSm80();
+const Skeleton &bwdSm90();
 const Skeleton &bwdSm80();
 const Skeleton &linearChunk();
 

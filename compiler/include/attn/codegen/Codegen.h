@@ -169,6 +169,63 @@ KernelSource generateBackward(const CompiledDefinition &Def,
 std::string backwardKey(const CompiledDefinition &Def, const KernelSpec &Spec,
                         const BwdConfig &Config);
 
+/// Tile configuration of the sm90 (Hopper) backward skeleton, written
+/// bwd90.kv{KvBlockM}x{KvBlockN}s{Stages}.q{QBlockM}x{QBlockN}w{QWarps}
+/// (docs/codegen.md, "The bwd_sm90 skeleton"). Its dK/dV kernel has
+/// KvBlockN / 64 warpgroups, each owning 64 keys (the M of its wgmma);
+/// its dQ kernel is bwd_sm80's, with the Q tiles.
+struct BwdSm90Config {
+  /// Query rows per step of the dK/dV kernel (the N of Sᵀ's wgmma): 64 or
+  /// 128 (128 only where D + DV <= 128: the accumulators).
+  int KvBlockM = 64;
+  /// Keys per dK/dV CTA: 64 or 128 (one or two warpgroups).
+  int KvBlockN = 128;
+  /// Depth of the Q/dO ring (and of the dQ kernel's K/V ring): 2 to 4.
+  int Stages = 2;
+  /// The dQ kernel (bwd_sm80's BwdDqSm80): query rows per CTA, keys per
+  /// step, warps.
+  int QBlockM = 128;
+  int QBlockN = 64;
+  int QWarps = 8;
+  /// "bwd90.kv64x128s2.q128x64w8"
+  std::string str() const;
+  /// Parses what str() writes; UserError on anything else.
+  static BwdSm90Config parse(const std::string &Text);
+  /// Threads of a dK/dV CTA: 128 per warpgroup.
+  int dkdvThreads() const { return 128 * (KvBlockN / 64); }
+  /// Dynamic shared memory of the dK/dV kernel: 1024 bytes of alignment
+  /// slack, K, V, then Stages x (Q, dO, the rows' \p NumFinals final
+  /// rowscales and doosum when \p Doosum, rounded to 1024 bytes).
+  int dkdvSharedBytes(int D, int DV, int NumFinals, bool Doosum) const;
+  /// The dQ kernel's (BwdConfig::dqSharedBytes with the Q tiles).
+  int dqSharedBytes(int D, int DV) const;
+  /// The configuration used when none is given (docs/codegen.md).
+  static BwdSm90Config defaultFor(int D, int DV);
+  bool operator==(const BwdSm90Config &O) const { return str() == O.str(); }
+};
+
+/// Why bwd_sm90 cannot serve \p Spec's dtype, head dims and arch with
+/// \p Config, or empty: sm_90a, head_dim 64 or 128 with head_dim_v equal,
+/// the tile rules, registers, shared memory within 227 KiB.
+std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &Config,
+                               int NumFinals, bool Doosum);
+
+/// The Hopper backward kernels for \p Def: the same banner, Inputs and
+/// Variant as generateBackward and the same entry points as its two-kernel
+/// mode (attnc_bwd_preprocess, attnc_bwd_dkdv with wgmma, attnc_bwd_dq,
+/// attnc_bwd_input_grads, attnc_bwd_block_classify, attnc_bwd_block_rows,
+/// attnc_bwd_block_cols). UserError with bwdSm90Unsupported's reason and
+/// generateBackward's errors.
+KernelSource generateBackwardSm90(const CompiledDefinition &Def,
+                                  const KernelSpec &Spec,
+                                  const BwdSm90Config &Config);
+
+/// What every backward generator checks of the definition: transformer
+/// kind, a backward (derived or written), input gradients only of scalar
+/// and per-head inputs and at most 8 of them; \p Skeleton names the
+/// generator in the messages.
+void checkBackwardDefinition(const CompiledDefinition &Def, const char *Skeleton);
+
 /// Tile configuration of the sm90 (Hopper) forward skeleton, written
 /// sm90.m{BlockM}n{BlockN}s{Stages} (docs/codegen.md, "The fwd_sm90
 /// skeleton"). A CTA is one producer warpgroup (TMA loads) and BlockM / 64

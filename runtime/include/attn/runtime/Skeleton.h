@@ -30,7 +30,7 @@ llvm::StringRef directionName(Direction D);
 /// and prints its own alternative.
 using SkeletonConfig =
     std::variant<codegen::FwdConfig, codegen::Sm90Config, codegen::BwdConfig,
-                 codegen::LinearConfig>;
+                 codegen::BwdSm90Config, codegen::LinearConfig>;
 
 /// What a kernel is made for, besides the definition and the
 /// configuration: the definition's kind, the direction, dtype, head dims

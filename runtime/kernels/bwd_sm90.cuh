@@ -1,0 +1,328 @@
+// bwd_sm90: the Hopper backward's dK/dV kernel (sm_90a), K/V-block
+// stationary, with wgmma. One CTA per (key block, batch · kv head) of
+// kBlockN / 64 warpgroups, each owning 64 keys: the M of every wgmma.
+// K and V stay in shared memory; Q, dO and the rows' finals and doosum
+// stream through a cp.async ring of kStages stages. Per query block of
+// kBlockM rows:
+//   Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ   wgmma, both operands in shared memory
+//   P and dS per element         the generated Variant (bwd_element)
+//   dV += Pᵀ·dO, dK += dSᵀ·Q     wgmma, Pᵀ and dSᵀ from registers
+// With grouped k/v heads the CTA walks every query head of its group, so
+// dK/dV sum over the group in a fixed order; custom-input gradients use
+// bwd_sm80's per-(key block, batch·head) partials. dQ is bwd_sm80's dQ
+// kernel (BwdDqSm80), so every sum has a fixed order and no atomics.
+//
+// Every tile is a set of [rows][64] slabs of 16-bit elements, 128 bytes a
+// row with the 128-byte swizzle (SwizzledTile<rows, 64>, which is the
+// layout TMA's CU_TENSOR_MAP_SWIZZLE_128B writes), each slab 1024-byte
+// aligned: the layout wgmma's sw128 descriptors read, K-major for Sᵀ's
+// operands and MN-major (transposed B) for dV's and dK's.
+#ifndef ATTNC_BWD_SM90_CUH
+#define ATTNC_BWD_SM90_CUH
+
+#include "attnc/attention_args.cuh"
+#include "attnc/block_mask.cuh"
+#include "attnc/bwd_sm80_dkdv.cuh"
+#include "attnc/sm90_primitives.cuh"
+#include "attnc/sm90_wgmma.cuh"
+
+namespace attnc {
+
+/// cp.async of rows [row0, row0 + kRows) of a tensor with kCols 16-bit
+/// columns into kCols / 64 swizzled [kRows][64] slabs, slab s at
+/// smem + s · kRows · 128. Rows at or past \p limit are zero-filled.
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_slabs_async(u32 smem, const unsigned short *base,
+                                                 long long stride, int row0, int limit) {
+#pragma unroll
+  for (int s = 0; s < kCols / 64; ++s)
+    load_tile_async<SwizzledTile<kRows, 64>, kRows, 64, kThreads>(
+        smem + s * kRows * 128, base + s * 64, stride, row0, limit);
+}
+
+template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages>
+struct BwdDkDvSm90 {
+  static constexpr int kWarpgroups = kBlockN / 64;
+  static constexpr int kThreads = 128 * kWarpgroups;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int QT = kBlockM / 8; // n8 query tiles of Sᵀ
+  static constexpr int DT = kD / 8, VT = kDV / 8;
+  static constexpr int kF = Variant::kNumFinals;
+  static constexpr bool kDoosum = Variant::kBackwardUsesDoosum;
+  static constexpr int kNumGrads = Variant::kNumInputGrads;
+  static_assert(kBlockN == 64 || kBlockN == 128, "one or two warpgroups of 64 keys");
+  static_assert(kBlockM == 64 || kBlockM == 128, "the N of Sᵀ's wgmma: 64 or 128");
+  static_assert((kD == 64 || kD == 128) && (kDV == 64 || kDV == 128),
+                "head dims are 64-column slabs and wgmma N of 64 or 128");
+  static_assert(kStages >= 2 && kStages <= 4, "a ring of 2 to 4 stages");
+  static_assert(kNumGrads <= kMaxInputGrads, "too many input gradients");
+  static constexpr int kKSlab = kBlockN * 128, kQSlab = kBlockM * 128;
+  static constexpr int kKBytes = kKSlab * (kD / 64), kVBytes = kKSlab * (kDV / 64);
+  static constexpr int kQBytes = kQSlab * (kD / 64), kOBytes = kQSlab * (kDV / 64);
+  /// Per query row: the final rowscales ([row][kF]), then doosum; rounded
+  /// to 1024 bytes so that the next stage's slabs stay aligned.
+  static constexpr int kRowFloats = kF + (kDoosum ? 1 : 0);
+  static constexpr int kRowBytes = (kBlockM * kRowFloats * 4 + 1023) / 1024 * 1024;
+  static constexpr int kStageBytes = kQBytes + kOBytes + kRowBytes;
+  /// 1024 bytes of slack to align the dynamic shared memory by hand
+  /// (BwdSm90Config::dkdvSharedBytes says the same).
+  static constexpr int kSmemBytes = 1024 + kKBytes + kVBytes + kStages * kStageBytes;
+  static_assert(kNumGrads * kWarps * 4 <= kStageBytes,
+                "the input-gradient reduction reuses a ring slot");
+
+  __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &in,
+                             unsigned char *smem) {
+    const u32 base = (smem_addr(smem) + 1023u) & ~1023u;
+    unsigned char *aligned = smem + (base - smem_addr(smem));
+    const u32 s_k = base, s_v = base + kKBytes, s_ring = s_v + kVBytes;
+    unsigned char *ring = aligned + kKBytes + kVBytes;
+    const int n_block = blockIdx.x;
+    const int b = blockIdx.y / a.heads_kv, hk = blockIdx.y % a.heads_kv;
+    const int group_size = a.heads / a.heads_kv;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int key0 = n_block * kBlockN;
+
+    load_slabs_async<kBlockN, kD, kThreads>(
+        s_k, static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh, a.k_ss,
+        key0, a.seq_kv);
+    load_slabs_async<kBlockN, kDV, kThreads>(
+        s_v, static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh, a.v_ss,
+        key0, a.seq_kv);
+    cp_async_commit();
+
+    float acc_dk[DT][4], acc_dv[VT][4];
+    zero(acc_dk);
+    zero(acc_dv);
+    float gacc[kNumGrads > 0 ? kNumGrads : 1];
+#pragma unroll
+    for (int j = 0; j < (kNumGrads > 0 ? kNumGrads : 1); ++j)
+      gacc[j] = 0.f;
+
+    for (int hi = 0; hi < group_size; ++hi) {
+      const int h = hk * group_size + hi;
+      const int bh = b * a.heads + h;
+      BlockVisits<Variant::kHasMask> blocks{a.kv_m_blocks, nullptr};
+      if constexpr (Variant::kHasMask) {
+        const long long line =
+            (a.mask_per_head ? (long long)bh : 0LL) * a.kv_n_blocks + n_block;
+        blocks.count = a.kv_count[line];
+        blocks.list = a.kv_list + line * a.kv_m_blocks;
+      }
+      const unsigned short *q =
+          static_cast<const unsigned short *>(a.q) + b * a.q_sb + h * a.q_sh;
+      const unsigned short *dout =
+          static_cast<const unsigned short *>(a.dout) + b * a.do_sb + h * a.do_sh;
+      auto load = [&](int j) {
+        bool full;
+        const int row0 = blocks.at(j, full) * kBlockM;
+        const u32 s = s_ring + (j % kStages) * kStageBytes;
+        load_slabs_async<kBlockM, kD, kThreads>(s, q, a.q_ss, row0, a.seq_q);
+        load_slabs_async<kBlockM, kDV, kThreads>(s + kQBytes, dout, a.do_ss, row0,
+                                                 a.seq_q);
+        load_rows(a, s + kQBytes + kOBytes, bh, row0);
+      };
+#pragma unroll
+      for (int s = 0; s < kStages - 1; ++s) {
+        if (s < blocks.count)
+          load(s);
+        cp_async_commit(); // always commit: wait_group counts groups
+      }
+      for (int j = 0; j < blocks.count; ++j) {
+        cp_async_wait<kStages - 2>();
+        // The tiles were written through the generic proxy and wgmma reads
+        // them through the async one.
+        fence_proxy_async_shared();
+        // Step j's tiles are in, and every warpgroup is done with step
+        // j − 1 (its wgmma waited for): that ring slot may be refilled.
+        __syncthreads();
+        if (j + kStages - 1 < blocks.count)
+          load(j + kStages - 1);
+        cp_async_commit();
+        bool full;
+        const int m = blocks.at(j, full);
+        const int slot = (j % kStages) * kStageBytes;
+        const float *rows =
+            reinterpret_cast<const float *>(ring + slot + kQBytes + kOBytes);
+        if (full)
+          step<true>(a, in, s_k, s_v, s_ring + slot, rows, m, b, h, key0, acc_dk, acc_dv,
+                     gacc);
+        else
+          step<false>(a, in, s_k, s_v, s_ring + slot, rows, m, b, h, key0, acc_dk,
+                      acc_dv, gacc);
+      }
+      // The last step's reads are done before the ring is refilled (the
+      // next head) or reused (below).
+      __syncthreads();
+      if constexpr (kNumGrads > 0) {
+        // One partial per (input, key block, batch·head), as bwd_sm80's:
+        // warp sums, then the warps' sums in warp order.
+        float *red = reinterpret_cast<float *>(ring);
+#pragma unroll
+        for (int j = 0; j < kNumGrads; ++j) {
+          const float x = warp_sum(gacc[j]);
+          gacc[j] = 0.f;
+          if (lane == 0)
+            red[j * kWarps + warp] = x;
+        }
+        __syncthreads();
+        if (threadIdx.x < kNumGrads) {
+          float sum = 0.f;
+          for (int w = 0; w < kWarps; ++w)
+            sum += red[threadIdx.x * kWarps + w];
+          a.grad_partial[((long long)threadIdx.x * a.kv_n_blocks + n_block) *
+                             ((long long)a.batch * a.heads) +
+                         bh] = sum;
+        }
+        __syncthreads();
+      }
+    }
+    cp_async_wait<0>();
+    store(a, b, hk, key0, acc_dk, acc_dv);
+  }
+
+  template <int A> __device__ static __forceinline__ void zero(float (&x)[A][4]) {
+#pragma unroll
+    for (int i = 0; i < A; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        x[i][e] = 0.f;
+  }
+
+  /// cp.async of the query rows' final rowscales and doosum; rows past the
+  /// end are zero-filled (their elements are invalid anyway).
+  __device__ static __forceinline__ void load_rows(const BwdArgs &a, u32 dst, int bh,
+                                                   int row0) {
+    const long long plane = (long long)a.batch * a.heads * a.seq_q;
+#pragma unroll
+    for (int i = threadIdx.x; i < kBlockM * kRowFloats; i += kThreads) {
+      const int r = i % kBlockM, f = i / kBlockM;
+      const bool ok = row0 + r < a.seq_q;
+      const long long qi = ok ? row0 + r : 0; // an address in bounds either way
+      if (f < kF)
+        cp_async_4(dst + (r * kF + f) * 4,
+                   a.finals + f * plane + (long long)bh * a.seq_q + qi, ok);
+      else
+        cp_async_4(dst + (kBlockM * kF + r) * 4, a.doosum + (long long)bh * a.seq_q + qi,
+                   ok);
+    }
+  }
+
+  /// One query block m: Sᵀ and dPᵀ for this warpgroup's 64 keys, P and dS
+  /// per element, then dV += Pᵀ·dO and dK += dSᵀ·Q. The wgmma calls sit
+  /// outside any data-dependent branch (kFull only changes the element
+  /// loop), so that ptxas need not serialise them.
+  template <bool kFull>
+  __device__ static __forceinline__ void
+  step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s_k, u32 s_v, u32 s_stage,
+       const float *rows, int m, int b, int h, int key0, float (&acc_dk)[DT][4],
+       float (&acc_dv)[VT][4], float *gacc) {
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const u32 s_q = s_stage, s_do = s_stage + kQBytes;
+    float acc_s[QT][4], acc_dp[QT][4];
+    zero(acc_s); // overwritten by the first k step; defined for the compiler
+    zero(acc_dp);
+    {
+      // K-major operands: a k16 step moves the start address (16-byte
+      // units) within the swizzle atom, every 4 steps to the next slab.
+      const u64 k_desc = wgmma_desc_sw128(s_k + wg * 64 * 128, 16, 1024);
+      const u64 v_desc = wgmma_desc_sw128(s_v + wg * 64 * 128, 16, 1024);
+      const u64 q_desc = wgmma_desc_sw128(s_q, 16, 1024);
+      const u64 o_desc = wgmma_desc_sw128(s_do, 16, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk)
+        Wgmma<kBlockM>::template ss<T>(acc_s, k_desc + (kk / 4) * (kKSlab >> 4) + (kk % 4) * 2,
+                                       q_desc + (kk / 4) * (kQSlab >> 4) + (kk % 4) * 2,
+                                       kk > 0);
+#pragma unroll
+      for (int kk = 0; kk < kDV / 16; ++kk)
+        Wgmma<kBlockM>::template ss<T>(acc_dp, v_desc + (kk / 4) * (kKSlab >> 4) + (kk % 4) * 2,
+                                       o_desc + (kk / 4) * (kQSlab >> 4) + (kk % 4) * 2,
+                                       kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(acc_s);
+      fence_regs(acc_dp);
+    }
+    // Element (t, e): key row 16·warp + g (+8 for e ≥ 2) of the
+    // warpgroup's 64, query column 8t + 2tq (+1 for odd e).
+#pragma unroll
+    for (int t = 0; t < QT; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + wg * 64 + warp * 16 + g + 8 * (e >> 1);
+        const int qr = t * 8 + 2 * tq + (e & 1);
+        const int qi = m * kBlockM + qr;
+        bool valid = qi < a.seq_q && key < a.seq_kv;
+        if constexpr (!kFull)
+          valid = valid && Variant::mask(in, b, h, qi, key);
+        const float doo = kDoosum ? rows[kBlockM * kF + qr] : 0.f;
+        float p;
+        const float ds = bwd_element<Variant, true>(in, acc_s[t][e], acc_dp[t][e],
+                                                    rows + qr * kF, doo, b, h, qi, key,
+                                                    valid, p, gacc);
+        acc_s[t][e] = p;
+        acc_dp[t][e] = ds;
+      }
+    // Pᵀ and dSᵀ as the A operands of m64nDk16: two n8 query tiles a k16
+    // step, in the m16n8k16 A-fragment layout each warp's rows need.
+    u32 pf[kBlockM / 16][4], df[kBlockM / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      pf[kk][0] = pack2<T>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
+      pf[kk][1] = pack2<T>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
+      pf[kk][2] = pack2<T>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
+      pf[kk][3] = pack2<T>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+      df[kk][0] = pack2<T>(acc_dp[2 * kk][0], acc_dp[2 * kk][1]);
+      df[kk][1] = pack2<T>(acc_dp[2 * kk][2], acc_dp[2 * kk][3]);
+      df[kk][2] = pack2<T>(acc_dp[2 * kk + 1][0], acc_dp[2 * kk + 1][1]);
+      df[kk][3] = pack2<T>(acc_dp[2 * kk + 1][2], acc_dp[2 * kk + 1][3]);
+    }
+    // dO and Q as MN-major B operands ([query][column], the query being
+    // the k of these products): 64-column slabs kQSlab bytes apart, a k16
+    // step 16 rows (2048 bytes) further.
+    const u64 o_desc_t = wgmma_desc_sw128(s_do, kQSlab, 1024);
+    const u64 q_desc_t = wgmma_desc_sw128(s_q, kQSlab, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk)
+      Wgmma<kDV>::template rs<T>(acc_dv, pf[kk], o_desc_t + kk * (2048 >> 4), 1);
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk)
+      Wgmma<kD>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(acc_dv);
+    fence_regs(acc_dk);
+  }
+
+  /// dK and dV of this thread's keys and columns, rows past seq_kv not
+  /// stored.
+  __device__ static __forceinline__ void store(const BwdArgs &a, int b, int hk, int key0,
+                                               const float (&acc_dk)[DT][4],
+                                               const float (&acc_dv)[VT][4]) {
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    unsigned short *dk = static_cast<unsigned short *>(a.dk) + b * a.dk_sb + hk * a.dk_sh;
+    unsigned short *dv = static_cast<unsigned short *>(a.dv) + b * a.dv_sb + hk * a.dv_sh;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int key = key0 + wg * 64 + warp * 16 + g + 8 * half;
+      if (key >= a.seq_kv)
+        continue;
+#pragma unroll
+      for (int t = 0; t < DT; ++t)
+        *reinterpret_cast<u32 *>(dk + (long long)key * a.dk_ss + t * 8 + 2 * tq) =
+            pack2<T>(acc_dk[t][2 * half], acc_dk[t][2 * half + 1]);
+#pragma unroll
+      for (int t = 0; t < VT; ++t)
+        *reinterpret_cast<u32 *>(dv + (long long)key * a.dv_ss + t * 8 + 2 * tq) =
+            pack2<T>(acc_dv[t][2 * half], acc_dv[t][2 * half + 1]);
+    }
+  }
+};
+
+} // namespace attnc
+
+#endif

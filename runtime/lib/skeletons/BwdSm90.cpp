@@ -1,0 +1,81 @@
+// The bwd_sm90 entry: the Hopper backward (a wgmma dK/dV kernel, bwd_sm80's
+// dQ kernel), sm_90a only.
+#include "Entries.h"
+#include "TypedSkeleton.h"
+
+namespace attn::runtime::skeletons {
+
+namespace {
+
+class BwdSm90 final : public TypedSkeleton<codegen::BwdSm90Config> {
+public:
+  BwdSm90()
+      : TypedSkeleton("bwd_sm90", ir::DefinitionKind::Transformer,
+                      /*Forward=*/false, /*Backward=*/true) {}
+
+  llvm::StringRef configForm() const override {
+    return "bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>";
+  }
+  SkeletonConfig defaultFor(const KernelTarget &T) const override {
+    return codegen::BwdSm90Config::defaultFor(T.HeadDim, T.HeadDimV);
+  }
+  /// The backward is not tuned: its space is its default.
+  std::vector<SkeletonConfig> enumerate(const KernelTarget &T) const override {
+    return {defaultFor(T)};
+  }
+  std::string configError(const SkeletonConfig &C,
+                          const KernelTarget &T) const override {
+    return codegen::bwdSm90Unsupported(T.kernelSpec(), get(C), T.NumFinals,
+                                       T.BackwardUsesDoosum);
+  }
+  std::string pruneBeforeCompile(const SkeletonConfig &C, const KernelTarget &T,
+                                 const ResourceLimits &L) const override {
+    if (std::string Why = configError(C, T); !Why.empty())
+      return Why;
+    const codegen::BwdSm90Config &B = get(C);
+    int Shared = std::max(B.dkdvSharedBytes(T.HeadDim, T.HeadDimV, T.NumFinals,
+                                            T.BackwardUsesDoosum),
+                          B.dqSharedBytes(T.HeadDim, T.HeadDimV));
+    if (Shared > L.SharedBytesPerBlock)
+      return "needs " + std::to_string(Shared) +
+             " bytes of shared memory; " +
+             std::to_string(L.SharedBytesPerBlock) + " allowed";
+    return "";
+  }
+  std::vector<std::string>
+  judgedEntries(const codegen::KernelSource &) const override {
+    return {"attnc_bwd_dkdv", "attnc_bwd_dq"};
+  }
+  std::string pruneAfterCompile(const SkeletonConfig &C,
+                                const std::vector<KernelResources> &R,
+                                const ResourceLimits &L) const override {
+    const codegen::BwdSm90Config &B = get(C);
+    int Threads[] = {B.dkdvThreads(), 32 * B.QWarps};
+    for (size_t I = 0; I < R.size() && I < 2; ++I)
+      if (std::string Why = pruneOnResources(Threads[I], R[I], L);
+          !Why.empty())
+        return Why;
+    return "";
+  }
+  codegen::KernelSource generate(const CompiledDefinition &Def,
+                                 const KernelTarget &T,
+                                 const SkeletonConfig &C) const override {
+    return codegen::generateBackwardSm90(Def, T.kernelSpec(), get(C));
+  }
+  LaunchShape launchShape(const SkeletonConfig &C,
+                          const KernelTarget &T) const override {
+    const codegen::BwdSm90Config &B = get(C);
+    return {B.KvBlockM, B.KvBlockN, B.dkdvThreads(),
+            B.dkdvSharedBytes(T.HeadDim, T.HeadDimV, T.NumFinals,
+                              T.BackwardUsesDoosum)};
+  }
+};
+
+} // namespace
+
+const Skeleton &bwdSm90() {
+  static const BwdSm90 Entry;
+  return Entry;
+}
+
+} // namespace attn::runtime::skeletons

@@ -1,0 +1,62 @@
+// NVRTC to PTX for the tests that look for instructions in a generated
+// kernel (the runtime itself only keeps CUBINs).
+#ifndef ATTNC_TESTS_NVRTC_NVRTCPTX_H
+#define ATTNC_TESTS_NVRTC_NVRTCPTX_H
+
+#include "attn/codegen/KernelSource.h"
+#include "attn/runtime/Compiler.h"
+#include "attn/runtime/DeviceLibrary.h"
+
+#include <catch2/catch.hpp>
+#include <nvrtc.h>
+
+#include <string>
+#include <vector>
+
+namespace attn::nvrtctest {
+
+/// NVRTC to PTX with the runtime's options and the device library in
+/// memory (the runtime itself only keeps CUBINs).
+inline std::string compileToPtx(const codegen::KernelSource &Src) {
+  // Embedded text is not NUL-terminated; NVRTC wants C strings.
+  std::vector<std::string> NameStore, TextStore;
+  for (const runtime::EmbeddedHeader &H : runtime::deviceLibrary()) {
+    NameStore.push_back(H.Name.str());
+    TextStore.push_back(H.Contents.str());
+  }
+  std::vector<const char *> Names, Texts;
+  for (size_t I = 0; I < NameStore.size(); ++I) {
+    Names.push_back(NameStore[I].c_str());
+    Texts.push_back(TextStore[I].c_str());
+  }
+  nvrtcProgram Prog;
+  REQUIRE(nvrtcCreateProgram(&Prog, Src.Source.c_str(), "sm90.cu",
+                             int(Names.size()), Texts.data(),
+                             Names.data()) == NVRTC_SUCCESS);
+  std::vector<std::string> Opts = runtime::nvrtcOptions(Src.Arch);
+  std::vector<const char *> OptPtrs;
+  for (const std::string &O : Opts)
+    OptPtrs.push_back(O.c_str());
+  nvrtcResult R =
+      nvrtcCompileProgram(Prog, int(OptPtrs.size()), OptPtrs.data());
+  size_t LogSize = 0;
+  nvrtcGetProgramLogSize(Prog, &LogSize);
+  std::string Log(LogSize, '\0');
+  nvrtcGetProgramLog(Prog, Log.data());
+  INFO("kernel " << Src.Key << "\n" << Log);
+  REQUIRE(R == NVRTC_SUCCESS);
+  size_t PtxSize = 0;
+  nvrtcGetPTXSize(Prog, &PtxSize);
+  std::string Ptx(PtxSize, '\0');
+  nvrtcGetPTX(Prog, Ptx.data());
+  nvrtcDestroyProgram(&Prog);
+  return Ptx;
+}
+
+inline bool has(const std::string &Text, const char *What) {
+  return Text.find(What) != std::string::npos;
+}
+
+} // namespace attn::nvrtctest
+
+#endif
