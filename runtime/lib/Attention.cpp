@@ -111,8 +111,18 @@ Attention::Attention(const dsl::DefinitionBase &D, const Signature &S)
       BwdPolicy(KernelPolicy::parse(BwdTarget, "", S.BackwardConfig)) {
   // A backward configuration named is a promise to call backward(): its
   // mistakes are said now.
-  if (BwdPolicy.Config)
+  if (BwdPolicy.Config) {
     backwardChoice();
+  } else if (Sig.NeedsBackward) {
+    // So is NeedsBackward, and the head dims are what it can fail on.
+    try {
+      backwardChoice();
+    } catch (const UserError &E) {
+      throw NotSupportedYet(fmt::format("the backward of '{}' ({}): {}",
+                                        Def.Graph->name(), BwdTarget.str(),
+                                        E.what()));
+    }
+  }
   BackendRegistry &R = BackendRegistry::global();
   if (!Sig.Backend.empty()) {
     R.factory(Sig.Backend); // UserError naming the registered ones

@@ -322,6 +322,33 @@ TEST_CASE("Attention: a forward-only head dim is made; the backward's refusal "
                  Contains("for bwd_sm90") && Contains("for bwd_sm80"));
 }
 
+TEST_CASE("Attention: with NeedsBackward, head dims no backward skeleton runs "
+          "are refused when the Attention is made",
+          "[runtime][attention][backward]") {
+  cacheDir();
+  // 192/128 (DeepSeek-V2-Lite): the forward runs it, no backward does. The
+  // refusal comes before any kernel is compiled.
+  Signature S = sm80(192);
+  S.HeadDimV = 128;
+  S.Arch = GpuArch::Sm90a;
+  S.NeedsBackward = true;
+  std::string Why = messageOf<NotSupportedYet>([&] { Attention A(examples::mha(), S); });
+  CHECK_THAT(Why, Contains("not supported yet: the backward of 'mha' (backward "
+                           "f16 d192/128 sm_90a)") &&
+                      Contains("bwd_sm90: head_dim 192 is not supported by "
+                               "bwd_sm90; expected 64 or 128") &&
+                      Contains("bwd_sm80: head_dim 192 is not supported by "
+                               "bwd_sm80; expected 64 or 128"));
+  S = sm80(256);
+  S.NeedsBackward = true;
+  CHECK_THAT(messageOf<NotSupportedYet>([&] { Attention A(examples::mha(), S); }),
+             Contains("head_dim 256 is not supported by bwd_sm80"));
+  // A named configuration's mistakes stay user errors.
+  S.BackwardConfig = "bogus";
+  CHECK_THAT(messageOf<UserError>([&] { Attention A(examples::mha(), S); }),
+             Contains("config 'bogus'"));
+}
+
 TEST_CASE("Attention: a skeleton or configuration named for the reference "
           "backend is refused, not ignored",
           "[runtime][attention]") {

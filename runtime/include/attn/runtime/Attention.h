@@ -65,9 +65,16 @@ struct Signature {
   /// Empty: a tuned one from TuneFile if it has one for the call's shape,
   /// else the skeleton's default.
   std::string Config;
-  /// The backward's configuration (bwd_sm80's form,
-  /// "kv64x128w8.fused.s2"); empty: its default.
+  /// The backward's configuration in its skeleton's form
+  /// ("bwd90.kv64x128s2.q128x64w8" for bwd_sm90, "kv64x128w8.fused.s2" for
+  /// bwd_sm80; it names the skeleton); empty: the first of the table that
+  /// runs the signature (bwd_sm90 on sm_90a where it runs the head dims,
+  /// else bwd_sm80) with its default.
   std::string BackwardConfig;
+  /// The caller will call backward(): the backward's skeleton is chosen
+  /// when the Attention is made, and head dims that no backward skeleton
+  /// runs are a NotSupportedYet then, not at the first backward call.
+  bool NeedsBackward = false;
   /// A tune JSON file to read configurations from (docs/tuning.md).
   std::string TuneFile;
   /// With TuneFile: a shape with no entry is tuned first and written.
@@ -100,6 +107,19 @@ using InputGradMap = std::map<std::string, TensorView>;
 /// [B,H,S,D] for BHSD (k, v and o likewise); finals is [F,B,H,Sq] float32
 /// for a variant with F final rowscales (softmax: F = 1, the LSE).
 ///
+/// What each direction runs (f16 and bf16; head_dim/head_dim_v):
+///
+///   direction  skeleton   arch           head dims
+///   forward    fwd_sm90   sm_90a         D, DV each of 64, 128, 192, 256
+///   forward    fwd_sm80   every arch     D, DV each of 64, 128, 192, 256
+///   backward   bwd_sm90   sm_90a         64/64, 128/128
+///   backward   bwd_sm80   every arch     64/64, 64/128, 128/64, 128/128,
+///                                        128/256
+///
+/// A backward at other head dims (192/128, 256/256, ...) is not supported
+/// yet: with Signature::NeedsBackward the constructor says so
+/// (NotSupportedYet), else the first backward() call (UserError).
+///
 /// Each call runs on a backend (attn/runtime/Backend.h): the one the
 /// signature names, or else the first registered one whose check() accepts
 /// the call ("generated", then "reference").
@@ -107,7 +127,9 @@ class Attention {
 public:
   /// Compiles the definition and makes the named backend (or the first
   /// registered one), which compiles its kernel; UserError for a signature
-  /// no backend supports, an unknown backend name, or a bad definition.
+  /// no backend supports, an unknown backend name, or a bad definition;
+  /// NotSupportedYet with Signature::NeedsBackward when no backward
+  /// skeleton runs the head dims (the message names each skeleton's).
   Attention(const dsl::DefinitionBase &Def, const Signature &Sig);
   ~Attention();
   Attention(const Attention &) = delete;
@@ -127,9 +149,9 @@ public:
   /// variant's backward reads doosum = rowsum(dO∘O), \p Finals always when
   /// the variant has final rowscales (as the forward wrote them). Validates
   /// every argument first (InvalidArgument; nothing launched), then runs the
-  /// deterministic backward kernels the selector chose when the Attention
-  /// was made (bwd_sm80; compiled on the first call; the same inputs give
-  /// the same bits on every run). The backward has one implementation,
+  /// deterministic backward kernels the selector chose (bwd_sm90 on sm_90a
+  /// where it runs the head dims, else bwd_sm80; compiled on the first
+  /// call; the same inputs give the same bits on every run). The backward has one implementation,
   /// whichever backend ran the forward.
   void backward(const TensorView &Q, const TensorView &K, const TensorView &V,
                 const TensorView *Out, const TensorView &DOut,
@@ -154,8 +176,8 @@ public:
   /// What the backward runs: the selector's choice, made on the first call
   /// that needs it (here or in backward()), since a forward-only user may
   /// use head dims that no backward skeleton runs. UserError with the
-  /// skeleton's reason then; a Signature::BackwardConfig is checked when the
-  /// Attention is made.
+  /// skeleton's reason then; a Signature::BackwardConfig or
+  /// Signature::NeedsBackward has it made when the Attention is.
   const KernelChoice &backwardChoice() const;
   /// The forward's choice for a call of shape \p S (a tune-file lookup, or
   /// tuning with Signature::Tune, where the signature asks for them).
