@@ -10,6 +10,7 @@ void registerExamples(dsl::Registry &R) {
   R.add(retention());
   R.add(alibiLearnable());
   R.add(softcapLearnable());
+  R.add(mhaDocumentIds());
   R.add(mamba2());
   R.add(simpleGla());
   R.add(retentionLinear());

@@ -21,6 +21,10 @@ dsl::LinearAttentionDef retentionLinear(); ///< RetNet, recurrent form
 dsl::AttentionDef alibiLearnable();   ///< ALiBi with learned slopes and bias
 dsl::AttentionDef softcapLearnable(); ///< softcap with a learned cap
 
+/// Causal softmax attention within documents given by int32 per-token ids
+/// (document.cpp): `(q_idx >= kv_idx) & (doc_q == doc_k)`.
+dsl::AttentionDef mhaDocumentIds();
+
 /// mha's online softmax without a backward (learnable.cpp): the autodiff
 /// pass derives dS = P∘(dP − doosum) from forward and the final rowscale lse.
 std::shared_ptr<const dsl::OnlineFunc> onlineSoftmaxNoBackward();

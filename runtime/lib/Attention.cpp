@@ -24,6 +24,8 @@ const char *elemTypeName(ElemType T) {
     return "bf16";
   case ElemType::F32:
     return "f32";
+  case ElemType::I32:
+    return "i32";
   }
   return "?";
 }
@@ -48,15 +50,34 @@ TensorView TensorView::fromDLPack(const DLTensor &T) {
     V.Type = ElemType::BF16;
   else if (T.dtype.code == kDLFloat && T.dtype.bits == 32)
     V.Type = ElemType::F32;
+  else if (T.dtype.code == kDLInt && T.dtype.bits == 32)
+    V.Type = ElemType::I32;
   else
-    throw InvalidArgument("DLPack tensor: expected float16, bfloat16 or "
-                          "float32");
+    throw InvalidArgument("DLPack tensor: expected float16, bfloat16, "
+                          "float32 or int32");
   V.Data = static_cast<char *>(T.data) + T.byte_offset;
   V.Shape.assign(T.shape, T.shape + T.ndim);
   if (T.strides)
     V.Strides.assign(T.strides, T.strides + T.ndim);
   else
     V = contiguous(V.Data, V.Type, V.Shape);
+  return V;
+}
+
+TensorView TensorView::broadcastDim(size_t At, int64_t Size) const {
+  if (At > Shape.size())
+    throw InvalidArgument(fmt::format("broadcastDim: dimension {} is past the "
+                                      "rank {} of the view",
+                                      At, Shape.size()));
+  if (Size < 0)
+    throw InvalidArgument(
+        fmt::format("broadcastDim: the size {} is negative", Size));
+  TensorView V = *this;
+  V.Shape.insert(V.Shape.begin() + At, Size);
+  // A view without strides is contiguous; give it its strides first.
+  if (V.Strides.size() != Shape.size())
+    V.Strides = contiguous(Data, Type, Shape).Strides;
+  V.Strides.insert(V.Strides.begin() + At, 0);
   return V;
 }
 

@@ -18,8 +18,14 @@ std::vector<uint64_t> inputSlots(const ir::Graph &G, const CallShape &C,
     const InputValue &Val = Inputs.at(S.Name);
     uint64_t *Slot = &Slots[S.First];
     if (S.Shape == ir::InputShape::Scalar) {
-      float F = std::get<float>(Val);
-      std::memcpy(Slot, &F, sizeof F);
+      // The low 4 bytes hold the value, as the generated field's type reads
+      // it (validation matched the variant to the declared type).
+      if (const int32_t *I = std::get_if<int32_t>(&Val))
+        std::memcpy(Slot, I, sizeof *I);
+      else {
+        float F = std::get<float>(Val);
+        std::memcpy(Slot, &F, sizeof F);
+      }
       continue;
     }
     const TensorView &V = std::get<TensorView>(Val);
@@ -41,6 +47,11 @@ std::vector<uint64_t> inputSlots(const ir::Graph &G, const CallShape &C,
       Slot[3] = uint64_t(V.Strides[2]);
       Slot[4] = uint64_t(V.Shape[2]);
       Slot[5] = uint64_t(V.Shape[3]);
+      break;
+    case ir::InputShape::PerQueryToken: // [B, S]: no head stride
+    case ir::InputShape::PerKeyToken:
+      Slot[1] = uint64_t(V.Strides[0]);
+      Slot[4] = uint64_t(V.Shape[1]);
       break;
     }
   }

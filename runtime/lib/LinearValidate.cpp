@@ -175,6 +175,8 @@ LinearBackwardShape validateLinearBackward(const CompiledDefinition &Def,
       break;
     case ir::InputShape::PerKey:
     case ir::InputShape::Full:
+    case ir::InputShape::PerQueryToken:
+    case ir::InputShape::PerKeyToken:
       invalid(fmt::format("{}: gradients of {} inputs are not computed by "
                           "the linear kernels",
                           What, ir::inputShapeName(D->Shape).str()));

@@ -6,6 +6,7 @@
 #include "attn/runtime/DtypeBits.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -42,8 +43,30 @@ int64_t inputElements(ir::InputShape S, const TuneShape &P) {
     return P.Batch * P.Heads * P.SeqKv;
   case ir::InputShape::Full:
     return P.Batch * P.Heads * P.SeqQ * P.SeqKv;
+  case ir::InputShape::PerQueryToken:
+    return P.Batch * P.SeqQ;
+  case ir::InputShape::PerKeyToken:
+    return P.Batch * P.SeqKv;
   }
   return 0;
+}
+
+/// The length of the innermost (contiguous) dimension of an input's buffer.
+int64_t innermost(ir::InputShape S, const TuneShape &P) {
+  switch (S) {
+  case ir::InputShape::Scalar:
+    return 1;
+  case ir::InputShape::PerHead:
+    return P.Heads;
+  case ir::InputShape::PerRow:
+  case ir::InputShape::PerQueryToken:
+    return P.SeqQ;
+  case ir::InputShape::PerKey:
+  case ir::InputShape::Full:
+  case ir::InputShape::PerKeyToken:
+    return P.SeqKv;
+  }
+  return 1;
 }
 
 } // namespace
@@ -78,14 +101,30 @@ RandomProblem::RandomProblem(const CompiledDefinition &Def,
   for (const ir::InputDecl &In : Def.Graph->decls().Inputs) {
     if (In.Shape == ir::InputShape::Scalar)
       continue;
-    std::uniform_real_distribution<float> U(float(In.SampleLo),
-                                            float(In.SampleHi));
-    std::vector<float> Values(static_cast<size_t>(inputElements(In.Shape, S)));
-    for (float &X : Values)
-      X = U(Rng);
-    InputBuffers.push_back(std::make_unique<DeviceAlloc>(Values.size() * 4));
-    D.check(D.cuMemcpyHtoD(InputBuffers.back()->ptr(), Values.data(),
-                           Values.size() * 4),
+    size_t N = static_cast<size_t>(inputElements(In.Shape, S));
+    std::vector<float> Values(N);
+    std::vector<int32_t> Ints(N);
+    if (In.Elem == ir::InputType::I32) {
+      // Whole numbers of the sample range, non-decreasing along the
+      // sequence (as document ids are), so that equal ids form blocks.
+      std::uniform_int_distribution<int32_t> U(
+          int32_t(std::ceil(In.SampleLo)), int32_t(std::floor(In.SampleHi)));
+      for (int32_t &X : Ints)
+        X = U(Rng);
+      int64_t Run = std::max<int64_t>(1, innermost(In.Shape, S));
+      for (size_t At = 0; At + size_t(Run) <= N; At += size_t(Run))
+        std::sort(Ints.begin() + At, Ints.begin() + At + Run);
+    } else {
+      std::uniform_real_distribution<float> U(float(In.SampleLo),
+                                              float(In.SampleHi));
+      for (float &X : Values)
+        X = U(Rng);
+    }
+    const void *Host = In.Elem == ir::InputType::I32
+                           ? static_cast<const void *>(Ints.data())
+                           : static_cast<const void *>(Values.data());
+    InputBuffers.push_back(std::make_unique<DeviceAlloc>(N * 4));
+    D.check(D.cuMemcpyHtoD(InputBuffers.back()->ptr(), Host, N * 4),
             "cuMemcpyHtoD (random inputs)");
   }
 }
@@ -123,12 +162,16 @@ RandomProblem::Call RandomProblem::call(const TuneShape &Sub) const {
   size_t Next = 0;
   for (const ir::InputDecl &In : Def.Graph->decls().Inputs) {
     if (In.Shape == ir::InputShape::Scalar) {
-      C.Inputs[In.Name] = float((In.SampleLo + In.SampleHi) / 2);
+      double Mid = (In.SampleLo + In.SampleHi) / 2;
+      if (In.Elem == ir::InputType::I32)
+        C.Inputs[In.Name] = int32_t(std::floor(Mid));
+      else
+        C.Inputs[In.Name] = float(Mid);
       continue;
     }
     TensorView T;
     T.Data = InputBuffers[Next++]->get();
-    T.Type = ElemType::F32;
+    T.Type = In.Elem == ir::InputType::I32 ? ElemType::I32 : ElemType::F32;
     int64_t B = Sub.Batch, H = Sub.Heads;
     switch (In.Shape) {
     case ir::InputShape::Scalar:
@@ -149,6 +192,14 @@ RandomProblem::Call RandomProblem::call(const TuneShape &Sub) const {
       T.Shape = {B, H, Sub.SeqQ, Sub.SeqKv};
       T.Strides = {H * Shape.SeqQ * Shape.SeqKv, Shape.SeqQ * Shape.SeqKv,
                    Shape.SeqKv, 1};
+      break;
+    case ir::InputShape::PerQueryToken:
+      T.Shape = {B, Sub.SeqQ};
+      T.Strides = {Shape.SeqQ, 1};
+      break;
+    case ir::InputShape::PerKeyToken:
+      T.Shape = {B, Sub.SeqKv};
+      T.Strides = {Shape.SeqKv, 1};
       break;
     }
     C.Inputs[In.Name] = T;

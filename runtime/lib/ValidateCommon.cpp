@@ -64,13 +64,19 @@ namespace {
 
 void checkInput(const ir::InputDecl &D, const InputValue &Val, int64_t B, int64_t H,
                 int64_t Sq, int64_t Skv) {
+  bool Int = D.Elem == ir::InputType::I32;
   if (D.Shape == ir::InputShape::Scalar) {
-    if (!std::holds_alternative<float>(Val))
+    if (std::holds_alternative<TensorView>(Val))
       invalid("input '" + D.Name + "': a scalar input takes a number");
+    if (Int != std::holds_alternative<int32_t>(Val))
+      invalid("input '" + D.Name + "': the scalar input is " +
+              (Int ? "int32; pass an int32_t" : "float32; pass a float") +
+              ", got " + (Int ? "a float" : "an int32_t"));
     return;
   }
   if (!std::holds_alternative<TensorView>(Val))
-    invalid("input '" + D.Name + "': expected a float32 tensor, got a number");
+    invalid("input '" + D.Name + "': expected " +
+            (Int ? "an int32" : "a float32") + " tensor, got a number");
   const TensorView &T = std::get<TensorView>(Val);
   std::vector<int64_t> Want;
   switch (D.Shape) {
@@ -88,10 +94,16 @@ void checkInput(const ir::InputDecl &D, const InputValue &Val, int64_t B, int64_
   case ir::InputShape::Full:
     Want = {B, H, Sq, Skv};
     break;
+  case ir::InputShape::PerQueryToken:
+    Want = {B, Sq};
+    break;
+  case ir::InputShape::PerKeyToken:
+    Want = {B, Skv};
+    break;
   }
   const std::string Name = "input '" + D.Name + "'";
   checkNotNull(Name, T);
-  checkElemType(Name, T, ElemType::F32);
+  checkElemType(Name, T, Int ? ElemType::I32 : ElemType::F32);
   checkShape(Name + " (" + ir::inputShapeName(D.Shape).str() + ")", T, Want);
   if (T.Strides.size() != T.Shape.size() || T.Strides.back() != 1)
     invalid(Name + ": the last stride must be 1");

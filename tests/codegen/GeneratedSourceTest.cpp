@@ -15,6 +15,7 @@
 
 using namespace attn;
 using namespace attn::codegen;
+using namespace attn::dsl;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -277,4 +278,35 @@ TEST_CASE("generatedName: user names become prefixed, indexed identifiers",
   // Comments keep the user's text but not a line break.
   CHECK(quotedName("a\nb") == "'a\\x0ab'");
   CHECK(quotedName("\xce\xbb") == "'\xce\xbb'");
+}
+
+TEST_CASE("generateForward: int32 per-token inputs load int, with no head "
+          "stride",
+          "[codegen][source][inputs]") {
+  KernelSource D = generate(examples::mhaDocumentIds());
+  CHECK(has(D, "  // input 'doc_q' (per_query_token, i32)\n"
+               "  const int *in_0_doc_q;\n"));
+  CHECK(has(D, "__device__ __forceinline__ int load_in_0_doc_q(int b, int h, "
+               "int q, int k) const {"));
+  CHECK(has(D, "return __ldg(in_0_doc_q + (b * in_0_doc_q_sb + "
+               "attnc::clamp_index(q, in_0_doc_q_rows)));"));
+  CHECK(has(D, "return __ldg(in_1_doc_k + (b * in_1_doc_k_sb + "
+               "attnc::clamp_index(k, in_1_doc_k_rows)));"));
+  // The ids meet as ints (what the loads return) in the mask.
+  CHECK(has(D, "(in.load_in_0_doc_q(b, h, q_idx, kv_idx) == "
+               "in.load_in_1_doc_k(b, h, q_idx, kv_idx))"));
+
+  AttentionDef S = examples::sigmoidAttn();
+  S.name = "int_scalar";
+  S.inputs.declare("shift", InputShape::Scalar, InputType::I32);
+  S.score_mod = [](SymbolScalar s, const CustomInputs &in, SymbolScalar,
+                   SymbolScalar, SymbolScalar q, SymbolScalar kv) {
+    return select(q - kv < in["shift"], s, s * 0.5);
+  };
+  KernelSource I = generate(S);
+  CHECK(has(I, "  int in_1_shift;\n  int in_1_shift_pad_;\n"));
+  InputLayout L = inputLayout(*compile(S).Graph);
+  REQUIRE(L.Inputs.size() == 2);
+  CHECK(L.Inputs[1].Elem == ir::InputType::I32);
+  CHECK(L.Inputs[1].Count == 1);
 }

@@ -5,12 +5,19 @@
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/Validate.h"
 
+#include "ForwardLaunch.h"
+
 #include <catch2/catch.hpp>
 
 #include <dlpack/dlpack.h>
 
+#include <cstring>
+
 using namespace attn;
 using namespace attn::runtime;
+using attn::dsl::AttentionDef;
+using attn::dsl::InputShape;
+using attn::dsl::InputType;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -357,6 +364,12 @@ TEST_CASE("TensorView::fromDLPack: CUDA tensors of 16/32-bit floats",
   CHECK(V.Strides == std::vector<int64_t>{8192, 512, 64, 1});
   T.dtype = {kDLFloat, 32, 1};
   CHECK(TensorView::fromDLPack(T).Type == ElemType::F32);
+  T.dtype = {kDLInt, 32, 1}; // int32 ids for an InputType::I32 input
+  CHECK(TensorView::fromDLPack(T).Type == ElemType::I32);
+  T.dtype = {kDLInt, 64, 1};
+  CHECK_THROWS_WITH(TensorView::fromDLPack(T),
+                    "DLPack tensor: expected float16, bfloat16, float32 or "
+                    "int32");
 
   T.device = {kDLCPU, 0};
   CHECK_THROWS_MATCHES(TensorView::fromDLPack(T), InvalidArgument,
@@ -367,4 +380,141 @@ TEST_CASE("TensorView::fromDLPack: CUDA tensors of 16/32-bit floats",
   CHECK_THROWS_AS(TensorView::fromDLPack(T), InvalidArgument);
   T.dtype = {kDLFloat, 16, 2};
   CHECK_THROWS_AS(TensorView::fromDLPack(T), InvalidArgument);
+}
+
+namespace {
+
+const ir::Graph &documentGraph() {
+  static const CompiledDefinition D = compile(examples::mhaDocumentIds());
+  return *D.Graph;
+}
+
+/// Valid int32 [B, S] ids for mha_document_ids on Call's shape.
+InputMap documentIds() {
+  return {{"doc_q", TensorView::contiguous(fake(0x70000), ElemType::I32,
+                                           {2, 16})},
+          {"doc_k", TensorView::contiguous(fake(0x71000), ElemType::I32,
+                                           {2, 24})}};
+}
+
+std::string invalidOn(const Call &C, const ir::Graph &G) {
+  try {
+    C.run(G);
+  } catch (const InvalidArgument &E) {
+    return E.what();
+  }
+  FAIL_CHECK("validateCall accepted the call");
+  return "";
+}
+
+} // namespace
+
+TEST_CASE("validateCall: int32 per-token inputs", "[runtime][validate]") {
+  Call C;
+  C.In = documentIds();
+  CHECK(C.run(documentGraph()).Skv == 24);
+  // A row of a wider buffer (batch stride past the length) is fine.
+  std::get<TensorView>(C.In["doc_k"]).Strides = {64, 1};
+  CHECK(C.run(documentGraph()).Skv == 24);
+
+  C.In = documentIds();
+  std::get<TensorView>(C.In["doc_q"]).Type = ElemType::F32;
+  CHECK_THAT(invalidOn(C, documentGraph()),
+             Contains("input 'doc_q': expected dtype i32, got f32"));
+  C.In = documentIds();
+  C.In["doc_k"] =
+      TensorView::contiguous(fake(0x71000), ElemType::I32, {2, 4, 24});
+  CHECK_THAT(invalidOn(C, documentGraph()),
+             Contains("input 'doc_k' (per_key_token): expected shape "
+                      "[2, 24], got [2, 4, 24]"));
+  C.In = documentIds();
+  C.In["doc_q"] = TensorView::contiguous(fake(0x70000), ElemType::I32, {2, 24});
+  CHECK_THAT(invalidOn(C, documentGraph()),
+             Contains("input 'doc_q' (per_query_token): expected shape "
+                      "[2, 16], got [2, 24]"));
+  C.In = documentIds();
+  C.In["doc_q"] = int32_t(3);
+  CHECK_THAT(invalidOn(C, documentGraph()),
+             Contains("input 'doc_q': expected an int32 tensor, got a "
+                      "number"));
+}
+
+TEST_CASE("validateCall: a scalar input takes its declared type",
+          "[runtime][validate]") {
+  AttentionDef Def = examples::sigmoidAttn();
+  Def.name = "int_scalar";
+  Def.inputs.declare("shift", InputShape::Scalar, InputType::I32);
+  CompiledDefinition D = compile(Def);
+  Call C;
+  C.WithFinals = false;
+  C.In = {{"softmax_bias", -2.0f}, {"shift", int32_t(4)}};
+  CHECK(C.run(*D.Graph).Sq == 16);
+  C.In["shift"] = 4.0f;
+  CHECK_THAT(invalidOn(C, *D.Graph),
+             Contains("input 'shift': the scalar input is int32; pass an "
+                      "int32_t, got a float"));
+  C.In["shift"] = int32_t(4);
+  C.In["softmax_bias"] = int32_t(-2);
+  CHECK_THAT(invalidOn(C, *D.Graph),
+             Contains("input 'softmax_bias': the scalar input is float32; "
+                      "pass a float, got an int32_t"));
+  // The slots hold the int32 bits.
+  C.In["softmax_bias"] = -2.0f;
+  CallShape S = C.run(*D.Graph);
+  std::vector<uint64_t> Slots = inputSlots(*D.Graph, S, C.In);
+  REQUIRE(Slots.size() == 2);
+  int32_t Shift = 0;
+  std::memcpy(&Shift, &Slots[1], sizeof Shift);
+  CHECK(Shift == 4);
+}
+
+TEST_CASE("inputSlots: a per-token input has a batch stride and a length, "
+          "no head stride",
+          "[runtime][validate]") {
+  Call C;
+  C.In = documentIds();
+  std::get<TensorView>(C.In["doc_k"]).Strides = {64, 1};
+  CallShape S = C.run(documentGraph());
+  std::vector<uint64_t> Slots = inputSlots(documentGraph(), S, C.In);
+  REQUIRE(Slots.size() == 12);
+  CHECK(Slots[0] == 0x70000);
+  CHECK(Slots[1] == 16); // batch stride
+  CHECK(Slots[2] == 0);  // head stride: unused
+  CHECK(Slots[4] == 16); // rows
+  CHECK(Slots[6] == 0x71000);
+  CHECK(Slots[7] == 64);
+  CHECK(Slots[10] == 24);
+}
+
+TEST_CASE("TensorView::broadcastDim: a [B, S] buffer seen as [B, H, S]",
+          "[runtime][validate]") {
+  TensorView Ids = TensorView::contiguous(fake(0x80000), ElemType::F32, {2, 16});
+  TensorView V = Ids.broadcastDim(1, 4);
+  CHECK(V.Data == Ids.Data);
+  CHECK(V.Type == ElemType::F32);
+  CHECK(V.Shape == std::vector<int64_t>{2, 4, 16});
+  CHECK(V.Strides == std::vector<int64_t>{16, 0, 1});
+  // At the front and at the back; a view without strides is contiguous.
+  TensorView NoStrides{fake(0x80000), ElemType::I32, {3, 5}, {}};
+  CHECK(NoStrides.broadcastDim(0, 2).Strides ==
+        std::vector<int64_t>{0, 5, 1});
+  CHECK(NoStrides.broadcastDim(2, 7).Shape == std::vector<int64_t>{3, 5, 7});
+  CHECK(NoStrides.broadcastDim(2, 7).Strides ==
+        std::vector<int64_t>{5, 1, 0});
+  CHECK_THROWS_WITH(Ids.broadcastDim(3, 4),
+                    Contains("broadcastDim: dimension 3 is past the rank 2"));
+  CHECK_THROWS_WITH(Ids.broadcastDim(1, -1),
+                    Contains("broadcastDim: the size -1 is negative"));
+
+  // tensor_inputs' per_row and per_key inputs take the broadcast views.
+  Call C;
+  C.In = tensorInputValues();
+  C.In["row_bias"] = Ids.broadcastDim(1, 4);
+  C.In["key_bias"] =
+      TensorView::contiguous(fake(0x90000), ElemType::F32, {2, 24})
+          .broadcastDim(1, 4);
+  CallShape S = C.run(graphOf("tensor_inputs"));
+  std::vector<uint64_t> Slots = inputSlots(graphOf("tensor_inputs"), S, C.In);
+  CHECK(Slots[7 + 1] == 16); // row_bias: batch stride
+  CHECK(Slots[7 + 2] == 0);  // head stride 0: every head reads one row
 }

@@ -113,7 +113,7 @@ AttentionDef everyInputShape() {
 } // namespace
 
 TEST_CASE("nvrtc: the transformer examples are mha, sigmoid_attn, relu_attn, "
-          "retention and the two learnable ones",
+          "retention, the two learnable ones and mha_document_ids",
           "[nvrtc]") {
   // The per-example cases below must cover every registered transformer
   // example; a new one fails here until it gets its own case.
@@ -125,7 +125,8 @@ TEST_CASE("nvrtc: the transformer examples are mha, sigmoid_attn, relu_attn, "
       Transformers.insert(D->name);
   CHECK(Transformers ==
         std::set<std::string>{"mha", "sigmoid_attn", "relu_attn", "retention",
-                              "alibi_learnable", "softcap_learnable"});
+                              "alibi_learnable", "softcap_learnable",
+                              "mha_document_ids"});
 }
 
 TEST_CASE("nvrtc: mha compiles for every dtype, head dims and arch",
@@ -158,6 +159,12 @@ TEST_CASE("nvrtc: softcap_learnable compiles for every dtype, head dims and "
           "arch",
           "[nvrtc][softcap_learnable]") {
   compileMatrix(examples::softcapLearnable());
+}
+
+TEST_CASE("nvrtc: mha_document_ids (int32 per-token inputs) compiles for "
+          "every dtype, head dims and arch",
+          "[nvrtc][mha_document_ids]") {
+  compileMatrix(examples::mhaDocumentIds());
 }
 
 TEST_CASE("nvrtc: every custom-input shape and a document mask compile",

@@ -238,6 +238,11 @@ TEST_CASE("sm90: softcap_learnable compiles for sm_90a",
   compileExample(examples::softcapLearnable(), DType::BF16, 64);
 }
 
+TEST_CASE("sm90: mha_document_ids compiles for sm_90a",
+          "[nvrtc][sm90][mha_document_ids]") {
+  compileExample(examples::mhaDocumentIds(), DType::F16, 128);
+}
+
 TEST_CASE("sm90: every registered transformer example has a case above",
           "[sm90]") {
   // A new example fails here until it gets its own compile case.
@@ -249,7 +254,8 @@ TEST_CASE("sm90: every registered transformer example has a case above",
       Transformers.insert(D->name);
   CHECK(Transformers ==
         std::set<std::string>{"mha", "sigmoid_attn", "relu_attn", "retention",
-                              "alibi_learnable", "softcap_learnable"});
+                              "alibi_learnable", "softcap_learnable",
+                              "mha_document_ids"});
 }
 
 TEST_CASE("sm90: head dims D != DV and every configuration shape compile",

@@ -22,12 +22,12 @@ using namespace attn;
 using attn::testsupport::exampleNames;
 using attn::testsupport::registry;
 
-TEST_CASE("there are nine registered examples", "[pipeline]") {
+TEST_CASE("there are ten registered examples", "[pipeline]") {
   CHECK(exampleNames() ==
         std::vector<std::string>{"mha", "sigmoid_attn", "relu_attn",
                                  "retention", "alibi_learnable",
-                                 "softcap_learnable", "mamba2", "simple_gla",
-                                 "retention_linear"});
+                                 "softcap_learnable", "mha_document_ids",
+                                 "mamba2", "simple_gla", "retention_linear"});
 }
 
 TEST_CASE("the pipeline runs trace, verify, row-reduce, autodiff, simplify, "

@@ -104,18 +104,21 @@ TEST_CASE("check passes every example with the expected rows", "[checker]") {
     CHECK(Row.MaxError <= Row.Tolerance);
   }
   if (Def.kind() == ir::DefinitionKind::Transformer) {
-    // Three shapes, four block sizes each; masked rows in the first shape;
-    // the real head dims;
-    // score_mod's derivatives; a written backward, which the derived one
-    // must match, or (the learnable examples) a derived one and the
+    // Three shapes, four block sizes each, each shape's mask statistics
+    // when there is a mask; masked rows in the first shape; the real head
+    // dims; score_mod's derivatives; a written backward, which the derived
+    // one must match, or a derived one and (the learnable examples) the
     // gradients of the inputs that require them.
     bool Derived = C.Graph->decls().BackwardDerived;
-    CHECK(Derived == (Name == "alibi_learnable" || Name == "softcap_learnable"));
-    CHECK(R.Rows.size() == 17);
+    bool Learnable = Name == "alibi_learnable" || Name == "softcap_learnable";
+    bool Masked = C.Graph->decls().HasMask;
+    CHECK(Derived == (Learnable || Name == "mha_document_ids"));
+    CHECK(R.Rows.size() == 16 + (!Derived || Learnable) + 3 * Masked);
+    CHECK(countRows(R, "mask exercised, ") == 3 * Masked);
     CHECK(countRows(R, "head dims 64, 128, 192, 256: ") == 1);
     CHECK(countRows(R, "score_mod derivatives vs finite differences") == 1);
     CHECK(countRows(R, "derived backward vs written backward") == !Derived);
-    CHECK(countRows(R, "input gradients vs finite differences") == Derived);
+    CHECK(countRows(R, "input gradients vs finite differences") == Learnable);
     CHECK(countRows(R, "online (block ") == 12);
     for (const char *B : {"online (block 1) ", "online (block 3) ",
                           "online (block 4) ", "online (block 16) "})

@@ -113,7 +113,7 @@ TEST_CASE("group markers bracket exactly the kinds Nodes.def lists per group") {
     CHECK(ir::isLogicKind(E.K) == (E.G == ir::KindGroup::Logic));
   }
   CHECK(NodeKind::FirstUnary == NodeKind::Neg);
-  CHECK(NodeKind::LastUnary == NodeKind::Not);
+  CHECK(NodeKind::LastUnary == NodeKind::ToFloat);
   CHECK(NodeKind::FirstCompare == NodeKind::Lt);
   CHECK(NodeKind::LastCompare == NodeKind::Ne);
   CHECK(NodeKind::FirstReduce == NodeKind::LastReduce);

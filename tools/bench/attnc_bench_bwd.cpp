@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -74,8 +75,13 @@ int main(int Argc, char **Argv) {
     std::vector<std::unique_ptr<DeviceBuffer>> InputBufs;
     for (const ir::InputDecl &I : G.decls().Inputs) {
       if (I.Shape == ir::InputShape::Scalar) {
-        Inputs[I.Name] = float((I.SampleLo + I.SampleHi) / 2);
-      } else if (I.Shape == ir::InputShape::PerHead) {
+        double Mid = (I.SampleLo + I.SampleHi) / 2;
+        if (I.Elem == ir::InputType::I32)
+          Inputs[I.Name] = int32_t(std::floor(Mid));
+        else
+          Inputs[I.Name] = float(Mid);
+      } else if (I.Shape == ir::InputShape::PerHead &&
+                 I.Elem == ir::InputType::F32) {
         std::uniform_real_distribution<double> U(I.SampleLo, I.SampleHi);
         std::vector<float> Vals(H);
         for (float &X : Vals)
@@ -86,7 +92,8 @@ int main(int Argc, char **Argv) {
             InputBufs.back()->get(), runtime::ElemType::F32, {H});
       } else {
         throw UserError("attnc_bench_bwd: input '" + I.Name +
-                        "': only scalar and per-head inputs are drawn here");
+                        "': only scalar and float32 per-head inputs are drawn "
+                        "here");
       }
       if (I.RequiresGrad) {
         int64_t N = I.Shape == ir::InputShape::Scalar ? 1 : H;

@@ -59,12 +59,23 @@ std::string rowscaleField(const ir::Graph &G, llvm::StringRef Name) {
   throw InternalError("codegen: unknown rowscale '" + Name.str() + "'");
 }
 
+/// The C type of an input's elements in generated code.
+static std::string elemCType(ir::InputType T) {
+  switch (T) {
+  case ir::InputType::F32:
+    return "float";
+  case ir::InputType::I32:
+    return "int";
+  }
+  return "float";
+}
+
 InputLayout inputLayout(const ir::Graph &G) {
   InputLayout L;
   unsigned Next = 0;
   for (const ir::InputDecl &D : G.decls().Inputs) {
     unsigned Count = D.Shape == ir::InputShape::Scalar ? 1 : 6;
-    L.Inputs.push_back({D.Name, D.Shape, Next, Count});
+    L.Inputs.push_back({D.Name, D.Shape, Next, Count, D.Elem});
     Next += Count;
   }
   L.TotalSlots = Next ? Next : 1;
@@ -91,14 +102,19 @@ std::string inputsStruct(const ir::Graph &G) {
     unsigned I = 0;
     for (const ir::InputDecl &D : G.decls().Inputs) {
       const std::string N = generatedName("in", I++, D.Name);
+      const std::string T = elemCType(D.Elem);
       W.line("// input " + quotedName(D.Name) + " (" +
-             ir::inputShapeName(D.Shape).str() + ")");
+             ir::inputShapeName(D.Shape).str() +
+             (D.Elem == ir::InputType::F32
+                  ? ""
+                  : ", " + ir::inputTypeName(D.Elem).str()) +
+             ")");
       if (D.Shape == ir::InputShape::Scalar) {
-        W.line("float " + N + ";");
-        W.line("float " + N + "_pad_;");
+        W.line(T + " " + N + ";");
+        W.line(T + " " + N + "_pad_;");
         continue;
       }
-      W.line("const float *" + N + ";");
+      W.line("const " + T + " *" + N + ";");
       W.line("long long " + N + "_sb, " + N + "_sh, " + N + "_ss, " + N +
              "_rows, " + N + "_cols;");
     }
@@ -125,9 +141,15 @@ std::string inputsStruct(const ir::Graph &G) {
                 N + "_rows) * " + N + "_ss + attnc::clamp_index(k, " + N +
                 "_cols)";
         break;
+      case ir::InputShape::PerQueryToken: // one value per token, every head
+        Index = "b * " + N + "_sb + attnc::clamp_index(q, " + N + "_rows)";
+        break;
+      case ir::InputShape::PerKeyToken:
+        Index = "b * " + N + "_sb + attnc::clamp_index(k, " + N + "_rows)";
+        break;
       }
-      auto F = W.block("__device__ __forceinline__ float load_" + N +
-                       "(int b, int h, int q, int k) const");
+      auto F = W.block("__device__ __forceinline__ " + elemCType(D.Elem) +
+                       " load_" + N + "(int b, int h, int q, int k) const");
       W.line("(void)b; (void)h; (void)q; (void)k;");
       W.line("return __ldg(" + N + " + (" + Index + "));");
     }

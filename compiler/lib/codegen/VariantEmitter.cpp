@@ -117,6 +117,8 @@ std::string ExprEmitter::expr(const Node *N, bool InLoop) const {
     return "rsqrtf((float)" + Op(0) + ")";
   case NodeKind::Not:
     return "(!" + Op(0) + ")";
+  case NodeKind::ToFloat:
+    return "((float)" + Op(0) + ")";
   case NodeKind::Add:
     return "(" + Op(0) + " + " + Op(1) + ")";
   case NodeKind::Sub:

@@ -14,6 +14,19 @@ namespace attn::dsl {
 
 CustomInputs &CustomInputs::declare(const std::string &Name, InputShape Shape,
                                     double SampleLo, double SampleHi) {
+  return declare(Name, Shape, InputType::F32, SampleLo, SampleHi);
+}
+
+CustomInputs &CustomInputs::declare(const std::string &Name, InputShape Shape,
+                                    InputType Type) {
+  // A small set of ids by default, so that `attnc check` draws equal ones.
+  return Type == InputType::I32 ? declare(Name, Shape, Type, 0.0, 3.0)
+                                : declare(Name, Shape, Type, -1.0, 1.0);
+}
+
+CustomInputs &CustomInputs::declare(const std::string &Name, InputShape Shape,
+                                    InputType Type, double SampleLo,
+                                    double SampleHi) {
   checkIdentifier("custom input", Name);
   for (const ir::InputDecl &D : Decls)
     if (D.Name == Name)
@@ -24,7 +37,14 @@ CustomInputs &CustomInputs::declare(const std::string &Name, InputShape Shape,
   if (!(SampleLo <= SampleHi))
     throw UserError("custom input '" + Name +
                     "': sample range is empty (lo > hi)");
-  Decls.push_back(ir::InputDecl{Name, Shape, SampleLo, SampleHi});
+  if (Type == InputType::I32 &&
+      (std::ceil(SampleLo) > std::floor(SampleHi) ||
+       std::fabs(SampleLo) >= 2147483648.0 ||
+       std::fabs(SampleHi) >= 2147483648.0))
+    throw UserError("custom input '" + Name +
+                    "': an int32 input's sample range must hold a whole "
+                    "number within int32");
+  Decls.push_back(ir::InputDecl{Name, Shape, SampleLo, SampleHi, false, Type});
   return *this;
 }
 
@@ -32,6 +52,10 @@ CustomInputs &CustomInputs::requiresGrad() {
   if (Decls.empty())
     throw UserError("requiresGrad(): no custom input declared yet; call it "
                     "right after declare(...)");
+  if (Decls.back().Elem == InputType::I32)
+    throw UserError("requiresGrad(): custom input '" + Decls.back().Name +
+                    "' is int32, and an integer has no gradient; declare it "
+                    "InputType::F32 to learn it");
   Decls.back().RequiresGrad = true;
   return *this;
 }
@@ -64,13 +88,16 @@ SymbolScalar CustomInputs::operator[](llvm::StringRef Name) const {
     std::vector<std::string> Allowed;
     for (InputShape S : BoundAllowed)
       Allowed.push_back(ir::inputShapeName(S).str());
+    bool PerKey = ir::inputShapeSpace(Found->Shape) == ir::Space::Col ||
+                  ir::inputShapeSpace(Found->Shape) == ir::Space::Tile;
     throw UserError(BoundFunction + ": custom input '" + Name.str() +
                     "' is " + ir::inputShapeName(Found->Shape).str() +
                     ", but " + BoundFunction +
-                    " has no key dimension; it accepts " + joinNames(Allowed) +
-                    " inputs");
+                    (PerKey ? " has no key dimension" : " does not take it") +
+                    "; it accepts " + joinNames(Allowed) + " inputs");
   }
-  return {Bound, Bound->param(ir::ParamKind::Input, Name, ir::Type::F32,
+  return {Bound, Bound->param(ir::ParamKind::Input, Name,
+                              ir::inputTypeIR(Found->Elem),
                               ir::inputShapeSpace(Found->Shape))};
 }
 

@@ -115,6 +115,9 @@ SymbolScalar SymbolScalar::sigmoid() const {
 SymbolScalar SymbolScalar::relu() const { return unaryOp(*this, ir::NodeKind::Relu); }
 SymbolScalar SymbolScalar::sqrt() const { return unaryOp(*this, ir::NodeKind::Sqrt); }
 SymbolScalar SymbolScalar::rsqrt() const { return unaryOp(*this, ir::NodeKind::Rsqrt); }
+SymbolScalar SymbolScalar::to_float() const {
+  return unaryOp(*this, ir::NodeKind::ToFloat);
+}
 
 SymbolScalar SymbolScalar::max(const SymbolScalar &O) const {
   return detail::apply(ir::NodeKind::Max, *this, O);
@@ -165,6 +168,41 @@ SymbolScalar &SymbolScalar::operator/=(const SymbolScalar &O) {
   return *this = *this / O;
 }
 
+/// A comparison of an i32 value with an f32 one is a UserError: an id or an
+/// index compared with a float converts silently in C++ and loses exactness
+/// past 2^24, and an int32 input compared with a float32 one is most often
+/// a declaration mistake. A C++ number on either side is exempt (it is
+/// compared as written: `q_idx < 2.5`, `x > 0`). Arithmetic mixing the two
+/// stays implicit (i32 to f32), as index arithmetic has always been.
+static void checkComparisonTypes(ir::NodeKind K, const SymbolScalar &A,
+                                 const SymbolScalar &B) {
+  if (!ir::isCompareKind(K))
+    return;
+  ir::Type TA = A.node()->getType(), TB = B.node()->getType();
+  bool Mixed = (TA == ir::Type::I32 && TB == ir::Type::F32) ||
+               (TA == ir::Type::F32 && TB == ir::Type::I32);
+  if (!Mixed || llvm::isa<ir::ConstNode>(A.node()) ||
+      llvm::isa<ir::ConstNode>(B.node()))
+    return;
+  const ir::Node *Int = TA == ir::Type::I32 ? A.node() : B.node();
+  const ir::Node *Float = TA == ir::Type::I32 ? B.node() : A.node();
+  std::string IntText = ir::shortExpr(Int);
+  if (!llvm::isa<ir::ParamNode>(Int))
+    IntText = "(" + IntText + ")";
+  std::string Hint;
+  if (auto *P = llvm::dyn_cast<ir::ParamNode>(Float);
+      P && P->getParamKind() == ir::ParamKind::Input)
+    Hint = " (or declare input '" + P->getName().str() +
+           "' InputType::I32 to compare integers)";
+  symbolError(ir::mnemonic(K), {&A, &B},
+              ("compares " + ir::typeName(TA).str() + " `" +
+               ir::shortExpr(A.node()) + "` with " + ir::typeName(TB).str() +
+               " `" + ir::shortExpr(B.node()) +
+               "`; convert explicitly: `" + IntText +
+               ".to_float()` compares as f32" + Hint)
+                  .c_str());
+}
+
 namespace detail {
 SymbolScalar apply(ir::NodeKind K, const SymbolScalar &A,
                    const SymbolScalar &B) {
@@ -176,6 +214,7 @@ SymbolScalar apply(ir::NodeKind K, const SymbolScalar &A,
                 ("divides `" + ir::shortExpr(A.node()) +
                  "` by the constant 0")
                     .c_str());
+  checkComparisonTypes(K, A, B);
   return {&G, G.binary(K, A.node(), B.node())};
 }
 

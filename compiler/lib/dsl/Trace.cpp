@@ -21,9 +21,14 @@ using ir::Type;
 namespace {
 
 const std::vector<InputShape> AllShapes = {
-    InputShape::Scalar, InputShape::PerHead, InputShape::PerRow,
-    InputShape::PerKey, InputShape::Full};
+    InputShape::Scalar, InputShape::PerHead,       InputShape::PerRow,
+    InputShape::PerKey, InputShape::Full,          InputShape::PerQueryToken,
+    InputShape::PerKeyToken};
 const std::vector<InputShape> RowShapes = {
+    InputShape::Scalar, InputShape::PerHead, InputShape::PerRow,
+    InputShape::PerQueryToken};
+/// Linear attention's mods: one value per token and head.
+const std::vector<InputShape> LinearShapes = {
     InputShape::Scalar, InputShape::PerHead, InputShape::PerRow};
 
 /// Binds the graph's context and the inputs to one function while it is
@@ -249,6 +254,12 @@ void traceLinear(Graph &G, const LinearAttentionDef &Def) {
   G.decls().DecaySampleHi = Def.decay_sample_hi;
   Tracer T(G);
   const CustomInputs &In = Def.inputs;
+  for (const ir::InputDecl &D : In.decls())
+    if (D.Elem != ir::InputType::F32)
+      throw NotSupportedYet("definition '" + Def.name + "': custom input '" +
+                            D.Name + "' is " +
+                            ir::inputTypeName(D.Elem).str() +
+                            "; linear attention takes float32 inputs");
   SymbolScalar B = T.index("b", Space::Head), H = T.index("h", Space::Head);
   SymbolScalar Tok = T.index("t", Space::Row);
   struct ModSpec {
@@ -263,7 +274,7 @@ void traceLinear(Graph &G, const LinearAttentionDef &Def) {
       {"decay_mod", "g", &Def.decay_mod, ParamKind::Decay, Space::Row},
   };
   for (const ModSpec &M : Mods) {
-    FunctionScope S(G, In, M.Function, RowShapes);
+    FunctionScope S(G, In, M.Function, LinearShapes);
     ir::Function &F = G.addFunction(M.Function);
     SymbolScalar X = T.param(M.Kind, M.Kind == ParamKind::Decay ? "decay"
                                                                 : M.Arg,

@@ -33,6 +33,8 @@ double evalUnary(NodeKind K, double X) {
     return 1.0 / std::sqrt(X);
   case NodeKind::Not:
     return X != 0.0 ? 0.0 : 1.0;
+  case NodeKind::ToFloat:
+    return X; // an i32 value is exact in a double
   case NodeKind::Const:
   case NodeKind::Param:
   case NodeKind::Add:
@@ -100,6 +102,7 @@ double evalBinary(NodeKind K, double A, double B) {
   case NodeKind::Sqrt:
   case NodeKind::Rsqrt:
   case NodeKind::Not:
+  case NodeKind::ToFloat:
   case NodeKind::Select:
   case NodeKind::Reduce:
     break;

@@ -441,6 +441,10 @@ llvm::StringRef inputShapeName(InputShape S) {
     return "per_key";
   case InputShape::Full:
     return "full";
+  case InputShape::PerQueryToken:
+    return "per_query_token";
+  case InputShape::PerKeyToken:
+    return "per_key_token";
   }
   return "?";
 }
@@ -448,7 +452,8 @@ llvm::StringRef inputShapeName(InputShape S) {
 std::optional<InputShape> inputShapeFromName(llvm::StringRef Name) {
   for (InputShape S : {InputShape::Scalar, InputShape::PerHead,
                        InputShape::PerRow, InputShape::PerKey,
-                       InputShape::Full})
+                       InputShape::Full, InputShape::PerQueryToken,
+                       InputShape::PerKeyToken})
     if (inputShapeName(S) == Name)
       return S;
   return std::nullopt;
@@ -466,8 +471,69 @@ Space inputShapeSpace(InputShape S) {
     return Space::Col;
   case InputShape::Full:
     return Space::Tile;
+  case InputShape::PerQueryToken:
+    return Space::Row;
+  case InputShape::PerKeyToken:
+    return Space::Col;
   }
   return Space::Const;
+}
+
+bool inputVariesWithHead(InputShape S) {
+  switch (S) {
+  case InputShape::Scalar:
+  case InputShape::PerQueryToken:
+  case InputShape::PerKeyToken:
+    return false;
+  case InputShape::PerHead:
+  case InputShape::PerRow:
+  case InputShape::PerKey:
+  case InputShape::Full:
+    return true;
+  }
+  return true;
+}
+
+bool inputVariesWithBatch(InputShape S) {
+  switch (S) {
+  case InputShape::Scalar:
+  case InputShape::PerHead:
+    return false;
+  case InputShape::PerRow:
+  case InputShape::PerKey:
+  case InputShape::Full:
+  case InputShape::PerQueryToken:
+  case InputShape::PerKeyToken:
+    return true;
+  }
+  return true;
+}
+
+llvm::StringRef inputTypeName(InputType T) {
+  switch (T) {
+  case InputType::F32:
+    return "f32";
+  case InputType::I32:
+    return "i32";
+  }
+  return "?";
+}
+
+std::optional<InputType> inputTypeFromName(llvm::StringRef Name) {
+  for (InputType T : {InputType::F32, InputType::I32})
+    if (inputTypeName(T) == Name)
+      return T;
+  return std::nullopt;
+}
+
+Type inputTypeIR(InputType T) {
+  switch (T) {
+  case InputType::F32:
+    return Type::F32;
+  case InputType::I32:
+    return Type::I32;
+  }
+  return Type::F32;
 }
 
 } // namespace attn::ir

@@ -20,7 +20,9 @@ static void printDeclarations(const Graph &G, llvm::raw_ostream &OS) {
   for (const RowscaleDecl &R : D.FinalRowscales)
     OS << "  final " << R.Name << "\n";
   for (const InputDecl &I : D.Inputs)
+    // The element type only when it is not the default, float32.
     OS << "  input " << I.Name << " : " << inputShapeName(I.Shape)
+       << (I.Elem == InputType::F32 ? "" : " " + inputTypeName(I.Elem).str())
        << (I.RequiresGrad ? " requires_grad" : "") << "\n";
   if (D.BackwardDerived)
     OS << "  backward derived\n";

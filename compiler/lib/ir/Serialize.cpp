@@ -174,6 +174,7 @@ std::string saveJSON(const Graph &G) {
   for (const InputDecl &I : D.Inputs)
     J["inputs"].push_back({{"name", I.Name},
                            {"shape", inputShapeName(I.Shape).str()},
+                           {"type", inputTypeName(I.Elem).str()},
                            {"sample_lo", number(I.SampleLo)},
                            {"sample_hi", number(I.SampleHi)},
                            {"requires_grad", I.RequiresGrad}});
@@ -337,7 +338,8 @@ void readDeclarations(const json &J, Graph &G) {
     Pointer W = Root / "inputs" / I;
     const json &E = Inputs[I];
     onlyMembers(E, W,
-                {"name", "shape", "sample_lo", "sample_hi", "requires_grad"});
+                {"name", "shape", "type", "sample_lo", "sample_hi",
+                 "requires_grad"});
     InputDecl In{
         readString(member(E, W, "name"), W / "name"),
         readEnum<InputShape>(member(E, W, "shape"), W / "shape",
@@ -347,8 +349,15 @@ void readDeclarations(const json &J, Graph &G) {
         // Optional, like backward_derived.
         E.contains("requires_grad")
             ? readBool(E.at("requires_grad"), W / "requires_grad")
-            : false};
+            : false,
+        // Optional too: files written before int32 inputs hold f32 ones.
+        E.contains("type") ? readEnum<InputType>(E.at("type"), W / "type",
+                                                 inputTypeFromName)
+                           : InputType::F32};
     checkRange(In.SampleLo, In.SampleHi, W);
+    if (In.Elem == InputType::I32 && In.RequiresGrad)
+      bad(W / "requires_grad", "input '" + In.Name +
+                                   "' is i32, and an integer has no gradient");
     if (D.findInput(In.Name))
       bad(W / "name", "input '" + In.Name + "' is declared twice");
     D.Inputs.push_back(In);
@@ -374,8 +383,19 @@ const Node *readNode(const json &E, const Pointer &W, Graph &G,
     ParamKind PK = readEnum<ParamKind>(member(E, W, "param"), W / "param",
                                        paramKindFromName);
     std::string Name = readString(member(E, W, "name"), W / "name");
-    if (PK == ParamKind::Input && !G.decls().findInput(Name))
-      bad(W / "name", "input '" + Name + "' is not declared in /inputs");
+    if (PK == ParamKind::Input) {
+      const InputDecl *In = G.decls().findInput(Name);
+      if (!In)
+        bad(W / "name", "input '" + Name + "' is not declared in /inputs");
+      if (T != inputTypeIR(In->Elem))
+        bad(W / "type", "input '" + Name + "' is declared " +
+                            inputTypeName(In->Elem).str());
+      if (S != inputShapeSpace(In->Shape))
+        bad(W / "space", "input '" + Name + "' is declared " +
+                             inputShapeName(In->Shape).str() +
+                             ", whose space is " +
+                             spaceName(inputShapeSpace(In->Shape)).str());
+    }
     // A rowscale the declarations do not name has no slot in any kernel.
     auto Declared = [&](const std::vector<RowscaleDecl> &Ds) {
       for (const RowscaleDecl &R : Ds)

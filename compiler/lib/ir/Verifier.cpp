@@ -58,6 +58,21 @@ void verifyNode(const Graph &G, const Node *N) {
     if (!Op || Op->getId() >= N->getId())
       broken(G, "node %" + std::to_string(N->getId()) +
                     " uses an operand created after it");
+  if (auto *P = llvm::dyn_cast<ParamNode>(N);
+      P && P->getParamKind() == ParamKind::Input) {
+    // A read of an input has the type and space of its declaration: the
+    // kernels' loads and the runtime's checks go by the declaration.
+    const InputDecl *D = G.decls().findInput(P->getName());
+    if (!D)
+      broken(G, "input '" + P->getName().str() + "' is not declared");
+    if (P->getType() != inputTypeIR(D->Elem) ||
+        P->getSpace() != inputShapeSpace(D->Shape))
+      broken(G, "input '" + D->Name + "' is read as " +
+                    typeName(P->getType()).str() + " " +
+                    spaceName(P->getSpace()).str() + ", but declared " +
+                    inputTypeName(D->Elem).str() + " " +
+                    inputShapeName(D->Shape).str());
+  }
   if (N->operands().empty())
     return;
   if (auto *R = llvm::dyn_cast<ReduceNode>(N)) {
@@ -163,9 +178,13 @@ void verify(const Graph &G) {
   for (const Node *N : topologicalOrder(Roots))
     verifyNode(G, N);
   std::set<std::string> Inputs;
-  for (const InputDecl &D : G.decls().Inputs)
+  for (const InputDecl &D : G.decls().Inputs) {
     if (!Inputs.insert(D.Name).second)
       broken(G, "input '" + D.Name + "' declared twice");
+    if (D.Elem != InputType::F32 && D.RequiresGrad)
+      broken(G, "input '" + D.Name + "' is " + inputTypeName(D.Elem).str() +
+                    " and requires a gradient");
+  }
 }
 
 } // namespace attn::ir

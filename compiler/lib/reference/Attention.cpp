@@ -229,6 +229,28 @@ void forEachRow(const CompiledDefinition &Def, const AttentionInputs &In,
       }
 }
 
+} // namespace
+
+MaskStats attentionMaskStats(const CompiledDefinition &Def,
+                             const AttentionInputs &In) {
+  AttentionInputs Unforced = In;
+  Unforced.MaskedRows.assign(Unforced.MaskedRows.size(), false);
+  Dims Dm = validated(Def, Unforced);
+  MaskStats S;
+  forEachRow(Def, Unforced, Dm, [&](Row &R) {
+    int64_t Kept = 0;
+    for (bool M : R.Mask)
+      Kept += M;
+    S.Elements += Dm.Skv;
+    S.MaskedElements += Dm.Skv - Kept;
+    S.Rows += 1;
+    S.FullyMaskedRows += Kept == 0;
+  });
+  return S;
+}
+
+namespace {
+
 /// Stores one row's outputs into \p Out.
 void store(AttentionOutputs &Out, const Row &R, const std::vector<double> &O,
            const std::map<std::string, double> &Finals) {
@@ -241,19 +263,7 @@ void store(AttentionOutputs &Out, const Row &R, const std::vector<double> &O,
 /// The element of a custom input of class \p S that (b, h, i, j) reads.
 double &inputSlot(Tensor &T, ir::InputShape S, int64_t B, int64_t H, int64_t I,
                   int64_t J) {
-  switch (S) {
-  case ir::InputShape::Scalar:
-    return T.Data.at(0);
-  case ir::InputShape::PerHead:
-    return T.at({H});
-  case ir::InputShape::PerRow:
-    return T.at({B, H, I});
-  case ir::InputShape::PerKey:
-    return T.at({B, H, J});
-  case ir::InputShape::Full:
-    return T.at({B, H, I, J});
-  }
-  throw InternalError("reference: input shape");
+  return T.Data.at(inputOffset(T, S, B, H, I, J));
 }
 
 /// P for the whole row from the final rowscales (0 at masked keys).

@@ -109,24 +109,6 @@ double gradientError(const Tensor &A, const Tensor &B) {
   return E / (1.0 + Scale);
 }
 
-/// The offset of the element of a custom input that (b, h, q, k) reads.
-int64_t inputOffset(const Tensor &T, ir::InputShape S, int64_t B, int64_t H,
-                    int64_t Q, int64_t K) {
-  switch (S) {
-  case ir::InputShape::Scalar:
-    return 0;
-  case ir::InputShape::PerHead:
-    return T.offset({H});
-  case ir::InputShape::PerRow:
-    return T.offset({B, H, Q});
-  case ir::InputShape::PerKey:
-    return T.offset({B, H, K});
-  case ir::InputShape::Full:
-    return T.offset({B, H, Q, K});
-  }
-  return 0;
-}
-
 /// score_mod's derivatives (score_mod_grad and score_mod_input_grad, as the
 /// kernels evaluate them) against central differences of score_mod itself,
 /// at random scores, indices and input values.
@@ -286,6 +268,26 @@ double realHeadDimsError(const CompiledDefinition &Def, std::mt19937_64 &Rng) {
   return Worst;
 }
 
+/// How much mask_mod masks on the case's inputs, as a row: the checks of a
+/// case compare nothing where every row is fully masked (o = 0 on both
+/// sides), so such a case fails rather than passing vacuously.
+CheckRow maskRow(const CompiledDefinition &Def, const AttentionInputs &In,
+                 const AttentionCase &C) {
+  MaskStats S = attentionMaskStats(Def, In);
+  std::string Name = fmt::format(
+      "mask exercised, {}: {:.1f}% of elements masked, {:.1f}% of rows fully "
+      "masked",
+      shapeName(C), 100 * S.maskedFraction(),
+      100 * S.fullyMaskedRowFraction());
+  if (S.Rows > 0 && S.FullyMaskedRows == S.Rows)
+    return {Name, Inf, 0.0, false,
+            "vacuous: every row is masked; the checks of this shape compare "
+            "only zeros. Give the inputs the mask reads sample ranges "
+            "where it keeps some keys (an int32 id input draws from its "
+            "range's whole numbers)"};
+  return {Name, 0.0, 0.0};
+}
+
 void checkAttention(const CompiledDefinition &Def, const CheckOptions &Opts,
                     CheckReport &Report) {
   const ir::Graph &G = *Def.Graph;
@@ -297,6 +299,8 @@ void checkAttention(const CompiledDefinition &Def, const CheckOptions &Opts,
   };
   for (const AttentionCase &C : Cases) {
     AttentionInputs In = makeInputs(G, C, Rng);
+    if (G.decls().HasMask)
+      Report.Rows.push_back(maskRow(Def, In, C));
     AttentionOutputs Direct = attentionDirect(Def, In);
     for (int64_t Block : {int64_t(1), int64_t(3), int64_t(4), int64_t(16)}) {
       AttentionOutputs Online = attentionOnline(Def, In, Block);

@@ -54,6 +54,9 @@ Dual applyUnary(NodeKind K, Dual X) {
   case NodeKind::Not:
     Dx = 0.0;
     break;
+  case NodeKind::ToFloat:
+    Dx = 1.0;
+    break;
   case NodeKind::Const:
   case NodeKind::Param:
   case NodeKind::Add:
@@ -123,6 +126,7 @@ Dual applyBinary(NodeKind K, Dual A, Dual B) {
   case NodeKind::Sqrt:
   case NodeKind::Rsqrt:
   case NodeKind::Not:
+  case NodeKind::ToFloat:
   case NodeKind::Select:
   case NodeKind::Reduce:
     throw InternalError("applyBinary on " + ir::mnemonic(K).str());

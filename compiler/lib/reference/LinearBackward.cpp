@@ -218,8 +218,10 @@ void chainRule(const CompiledDefinition &Def, const Dims &Dm, int64_t B,
         break;
       case ir::InputShape::PerKey:
       case ir::InputShape::Full:
-        throw InternalError("reference: a linear mod reads a per-key or full "
-                            "input");
+      case ir::InputShape::PerQueryToken:
+      case ir::InputShape::PerKeyToken:
+        throw InternalError("reference: a linear mod reads a per-key, full "
+                            "or per-token input");
       }
     }
   }

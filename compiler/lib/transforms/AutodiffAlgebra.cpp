@@ -311,6 +311,7 @@ Algebra::Poly Algebra::compute(const Node *N) {
   case NodeKind::Sqrt:
   case NodeKind::Rsqrt:
   case NodeKind::Not:
+  case NodeKind::ToFloat:
   case NodeKind::Lt:
   case NodeKind::Le:
   case NodeKind::Gt:

@@ -108,6 +108,7 @@ const Node *invertFor(ir::Graph &G, const Node *Root, const Node *Target,
     case NodeKind::Abs:
     case NodeKind::Relu:
     case NodeKind::Not:
+    case NodeKind::ToFloat:
     case NodeKind::Max:
     case NodeKind::Min:
     case NodeKind::Lt:

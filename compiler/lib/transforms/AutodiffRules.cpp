@@ -168,6 +168,8 @@ const Node *localDerivative(ir::Graph &G, const Node *N, unsigned I) {
     return B.mul(B.c(-0.5), B.mul(N, B.mul(N, N)));
   case NodeKind::Not:
     return nullptr;
+  case NodeKind::ToFloat: // the identity on numbers
+    return B.c(1.0);
   case NodeKind::Add:
     return B.c(1.0);
   case NodeKind::Sub:

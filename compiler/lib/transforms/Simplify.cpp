@@ -85,6 +85,9 @@ const Node *rewrite(ir::Graph &G, const Node *N) {
       return rewrite(G, G.binary(NodeKind::Add, A, B->operand(0)));
     return N;
   }
+  // to_float of a float is the value itself.
+  if (K == NodeKind::ToFloat && N->operand(0)->getType() == ir::Type::F32)
+    return N->operand(0);
   if ((K == NodeKind::Neg || K == NodeKind::Not) &&
       N->operand(0)->getKind() == K)
     return N->operand(0)->operand(0);

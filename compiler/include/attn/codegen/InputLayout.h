@@ -35,9 +35,10 @@ std::string inputField(const ir::Graph &G, llvm::StringRef Name);
 std::string rowscaleField(const ir::Graph &G, llvm::StringRef Name);
 
 /// Every field of Inputs is one 8-byte slot, in declaration order:
-///  * scalar: slot 0 = the fp32 value in its low 4 bytes;
-///  * tensor (per_head, per_row, per_key, full; fp32 data):
-///    slot 0 = device pointer, 1 = batch stride, 2 = head stride,
+///  * scalar: slot 0 = the value (fp32 or int32) in its low 4 bytes;
+///  * tensor (per_head, per_row, per_key, full, per_query_token,
+///    per_key_token; fp32 or int32 data): slot 0 = device pointer,
+///    1 = batch stride, 2 = head stride (per-token: unused, 0),
 ///    3 = query-row stride (full only; else 0), 4 = rows (Sq or Skv),
 ///    5 = columns (Skv for full; else 0). Strides are in elements.
 /// With no inputs there is one unused slot (a struct cannot be empty in C).
@@ -46,6 +47,7 @@ struct InputSlots {
   ir::InputShape Shape;
   unsigned First = 0;
   unsigned Count = 0;
+  ir::InputType Elem = ir::InputType::F32;
 };
 
 struct InputLayout {

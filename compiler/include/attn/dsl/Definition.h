@@ -16,6 +16,7 @@
 namespace attn::dsl {
 
 using ir::InputShape;
+using ir::InputType;
 
 /// The seeds' CustomIO: inputs beyond q, k, v, declared by name and shape
 /// class, read inside the mods and online functions with `inputs["name"]`.
@@ -25,10 +26,21 @@ public:
   /// draws for it (mamba2's A must be negative, say).
   CustomInputs &declare(const std::string &Name, InputShape Shape,
                         double SampleLo = -1.0, double SampleHi = 1.0);
+  /// Declares an input with element type \p Type: an int32 one
+  /// (`in.declare("doc_q", InputShape::PerQueryToken, InputType::I32)`)
+  /// reads as an i32 value, compared with other integers exactly (document
+  /// ids, lengths). `attnc check` draws an int32 input's values from the
+  /// whole numbers of [SampleLo, SampleHi] (default [0, 3]: a small set, so
+  /// that equal ids occur).
+  CustomInputs &declare(const std::string &Name, InputShape Shape,
+                        InputType Type);
+  CustomInputs &declare(const std::string &Name, InputShape Shape,
+                        InputType Type, double SampleLo, double SampleHi);
   /// Marks the input declared last as learnable: the backward then also
   /// returns its gradient d_<name> (through score_mod; an input that
   /// requires a gradient may not be read by mask_mod or the online
   /// function). `in.declare("slopes", InputShape::PerHead).requiresGrad();`
+  /// An int32 input has no gradient: a UserError.
   CustomInputs &requiresGrad();
   const std::vector<ir::InputDecl> &decls() const { return Decls; }
 

@@ -57,6 +57,10 @@ public:
   SymbolScalar relu() const;
   SymbolScalar sqrt() const;
   SymbolScalar rsqrt() const;
+  /// The value as f32: the explicit conversion a comparison of an i32 value
+  /// (an index, an int32 input) with an f32 one needs
+  /// (`kv_idx.to_float() < inputs["P"]`). Of an f32 value, the value itself.
+  SymbolScalar to_float() const;
   SymbolScalar max(const SymbolScalar &Other) const;
   SymbolScalar min(const SymbolScalar &Other) const;
   /// With a C++ number, lifted like the binary operators' (so `q_idx.max(0)`

@@ -24,25 +24,45 @@ llvm::StringRef definitionKindName(DefinitionKind K);
 
 /// The shape class of a custom input, as the seeds' CustomIO declares it.
 enum class InputShape : uint8_t {
-  Scalar,  ///< one runtime value (a kernel parameter; no recompilation)
-  PerHead, ///< [heads]
-  PerRow,  ///< [batch, heads, seq_len]
-  PerKey,  ///< [batch, heads, seq_len_kv]
-  Full,    ///< [batch, heads, seq_len, seq_len_kv]
+  Scalar,        ///< one runtime value (a kernel parameter; no recompilation)
+  PerHead,       ///< [heads]
+  PerRow,        ///< [batch, heads, seq_len]
+  PerKey,        ///< [batch, heads, seq_len_kv]
+  Full,          ///< [batch, heads, seq_len, seq_len_kv]
+  PerQueryToken, ///< [batch, seq_len], shared by all heads
+  PerKeyToken,   ///< [batch, seq_len_kv], shared by all heads
 };
 llvm::StringRef inputShapeName(InputShape S);
 std::optional<InputShape> inputShapeFromName(llvm::StringRef Name);
 /// The space a value of this shape class has when used.
 Space inputShapeSpace(InputShape S);
+/// Whether an input of class \p S may hold a different value for each head
+/// (a per-token input does not: one value per token, for every head).
+bool inputVariesWithHead(InputShape S);
+/// Whether an input of class \p S may hold a different value for each batch
+/// entry.
+bool inputVariesWithBatch(InputShape S);
+
+/// The element type of a custom input's values.
+enum class InputType : uint8_t {
+  F32, ///< float32 (the default)
+  I32, ///< int32: ids, lengths, offsets; compared without float conversion
+};
+llvm::StringRef inputTypeName(InputType T);
+std::optional<InputType> inputTypeFromName(llvm::StringRef Name);
+/// The IR type a read of an input of element type \p T has.
+Type inputTypeIR(InputType T);
 
 struct InputDecl {
   std::string Name;
   InputShape Shape;
-  /// The range `attnc check` draws test values from (uniformly).
+  /// The range `attnc check` draws test values from (uniformly; for an i32
+  /// input, whole numbers in it).
   double SampleLo = -1.0, SampleHi = 1.0;
   /// The user asked for its gradient (CustomInputs::requiresGrad): the
   /// backward computes d_<name> through score_mod.
   bool RequiresGrad = false;
+  InputType Elem = InputType::F32;
 };
 
 struct RowscaleDecl {

@@ -41,6 +41,21 @@ struct AttentionGrads {
   std::map<std::string, Tensor> DInputs;
 };
 
+/// How much of a problem mask_mod masks (AttentionInputs::MaskedRows not
+/// counted): elements (b, h, i, j) and rows (b, h, i) with no key left.
+struct MaskStats {
+  int64_t Elements = 0, MaskedElements = 0;
+  int64_t Rows = 0, FullyMaskedRows = 0;
+  double maskedFraction() const {
+    return Elements ? double(MaskedElements) / double(Elements) : 0.0;
+  }
+  double fullyMaskedRowFraction() const {
+    return Rows ? double(FullyMaskedRows) / double(Rows) : 0.0;
+  }
+};
+MaskStats attentionMaskStats(const CompiledDefinition &Def,
+                             const AttentionInputs &In);
+
 /// UserError unless the tensors and custom inputs match the definition:
 /// ranks, matching dims, every declared input supplied with its shape.
 void validateAttentionInputs(const ir::Graph &G, const AttentionInputs &In);

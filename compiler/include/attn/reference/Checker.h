@@ -39,7 +39,11 @@ struct CheckOptions {
   double GradientTolerance = 1e-6;
 };
 
-/// For attention: the online algorithm over several key-block sizes against
+/// For attention: for a definition with a mask, how much of each shape's
+/// problem it masks (a row giving the fractions of masked elements and of
+/// fully masked rows; it fails, "vacuous: every row is masked", when no row
+/// keeps a key, since the checks then compare zeros with zeros); the
+/// online algorithm over several key-block sizes against
 /// the direct definition (o and final rowscales), on shapes with sequence
 /// lengths that are not multiples of the block, GQA heads, and whole rows
 /// masked; fully masked rows must give o = 0 and final rowscales = -inf;

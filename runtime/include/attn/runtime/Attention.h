@@ -23,7 +23,8 @@
 
 namespace attn::runtime {
 
-enum class ElemType : uint8_t { F16, BF16, F32 };
+/// I32 is for custom inputs declared InputType::I32 (ids, lengths).
+enum class ElemType : uint8_t { F16, BF16, F32, I32 };
 const char *elemTypeName(ElemType T);
 
 /// A non-owning view of a device tensor: pointer, element type, shape and
@@ -37,13 +38,24 @@ struct TensorView {
   /// A contiguous (row-major) view.
   static TensorView contiguous(void *Data, ElemType T,
                                std::vector<int64_t> Shape);
-  /// A view of a DLPack tensor (kDLCUDA, float16/bfloat16/float32).
+  /// A view of a DLPack tensor (kDLCUDA, float16/bfloat16/float32/int32).
   static TensorView fromDLPack(const DLTensor &T);
+
+  /// The same memory seen with one more dimension, of \p Size, inserted
+  /// before dimension \p At (0 to rank) with stride 0: every index along it
+  /// reads the same elements. A [B, S] buffer of document ids becomes the
+  /// [B, H, S] that a per_row or per_key input takes with
+  /// `ids.broadcastDim(1, H)`, with no copy (a per_query_token or
+  /// per_key_token input takes the [B, S] buffer itself). InvalidArgument
+  /// for \p At past the rank or a negative \p Size.
+  TensorView broadcastDim(size_t At, int64_t Size) const;
 };
 
-/// Custom-input values: a number for a scalar input, a float32 tensor view
-/// for the others ([H], [B,H,Sq], [B,H,Skv], [B,H,Sq,Skv]).
-using InputValue = std::variant<float, TensorView>;
+/// Custom-input values: a number for a scalar input (float for a float32
+/// one, int32_t for an int32 one), a tensor view for the others ([H],
+/// [B,H,Sq], [B,H,Skv], [B,H,Sq,Skv], [B,Sq], [B,Skv]) of the input's
+/// element type (ElemType::F32 or ElemType::I32).
+using InputValue = std::variant<float, int32_t, TensorView>;
 using InputMap = std::map<std::string, InputValue>;
 
 /// What is fixed when an Attention is made. Sequence lengths, batch and
