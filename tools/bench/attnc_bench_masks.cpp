@@ -1,0 +1,182 @@
+// attnc_bench_masks: the everyday masks of tools/bench/peers_masks.py
+// (FlexAttention) on attnc, forward and forward+backward, CUDA events,
+// warm-up, median of 30, inputs rotated over three random sets. Masks that
+// read tensors are classified on every call (no reuse across calls), so
+// their time includes the classification.
+//
+//   attnc_bench_masks MASK|all f16|bf16 H D S [S ...]
+//
+// MASK is document, prefix_lm, window256 or chunked256.
+// B = 16384 / S. The document ids and the prefix follow peers_masks.py:
+// eight documents at the fixed fractions DocFractions, the prefix S / 4.
+#include "GpuSupport.h"
+#include "attn/runtime/DtypeBits.h"
+#include "attn/runtime/EventTiming.h"
+
+#include "Examples.h"
+#include "attn/Error.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace attn;
+using namespace attn::gputest;
+using dsl::SymbolScalar;
+
+namespace {
+
+constexpr double DocFractions[] = {0.0,  0.07, 0.21, 0.30, 0.46,
+                                   0.58, 0.71, 0.89, 1.0};
+constexpr int Window = 256;
+constexpr int Chunk = 256;
+
+/// mha (online softmax, 1/sqrt(D) scale) under the mask \p Name.
+dsl::AttentionDef maskedMha(const std::string &Name) {
+  dsl::AttentionDef D = examples::mha();
+  D.name = "bench_" + Name;
+  if (Name == "document") {
+    D.inputs.declare("doc_q", ir::InputShape::PerQueryToken, ir::InputType::I32)
+        .declare("doc_k", ir::InputShape::PerKeyToken, ir::InputType::I32);
+    D.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar Q, SymbolScalar K,
+                    const dsl::CustomInputs &In) {
+      return (Q >= K) & (In["doc_q"] == In["doc_k"]);
+    };
+  } else if (Name == "prefix_lm") {
+    D.inputs.declare("prefix", ir::InputShape::Scalar, ir::InputType::I32);
+    D.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar Q, SymbolScalar K,
+                    const dsl::CustomInputs &In) {
+      return (Q >= K) | (K < In["prefix"]);
+    };
+  } else if (Name == "window256") {
+    D.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar Q,
+                    SymbolScalar K) { return (Q >= K) & (Q - K < Window); };
+  } else if (Name == "chunked256") {
+    D.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar Q,
+                    SymbolScalar K) {
+      return Q.floordiv(Chunk) == K.floordiv(Chunk);
+    };
+  } else {
+    throw UserError("attnc_bench_masks: unknown mask '" + Name + "'");
+  }
+  return D;
+}
+
+/// Whether the mask \p Name keeps (q, k) at sequence length \p S.
+bool kept(const std::string &Name, const std::vector<int> &Ids, int S, int Q,
+          int K) {
+  if (Name == "document")
+    return Q >= K && Ids[Q] == Ids[K];
+  if (Name == "prefix_lm")
+    return Q >= K || K < S / 4;
+  if (Name == "window256")
+    return Q >= K && Q - K < Window;
+  return Q / Chunk == K / Chunk;
+}
+
+std::vector<int> docIds(int S) {
+  std::vector<int> Ids(S);
+  for (int D = 0; D + 1 < int(std::size(DocFractions)); ++D)
+    for (int I = int(std::lround(DocFractions[D] * S));
+         I < int(std::lround(DocFractions[D + 1] * S)); ++I)
+      Ids[I] = D;
+  return Ids;
+}
+
+void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
+  int B = std::max(1, 16384 / S);
+  runtime::Signature Sig;
+  Sig.Dtype = T;
+  Sig.HeadDim = D;
+  Sig.HeadDimV = D;
+  runtime::Attention Att(maskedMha(Mask), Sig);
+  runtime::ElemType ET =
+      T == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+  size_t Elems = size_t(B) * S * H * D;
+  std::mt19937_64 Rng(11);
+  runtime::NormalPool Normals(T, Rng, 11);
+  std::vector<uint16_t> Host;
+  std::vector<std::unique_ptr<DeviceBuffer>> Bufs; // 3 sets of q, k, v, dO
+  for (int I = 0; I < 12; ++I) {
+    Normals.fill(Host, Elems);
+    Bufs.push_back(std::make_unique<DeviceBuffer>(Elems * 2));
+    Bufs.back()->upload(Host.data(), Elems * 2);
+  }
+  DeviceBuffer Out(Elems * 2), DQ(Elems * 2), DK(Elems * 2), DV(Elems * 2);
+  DeviceBuffer Finals(size_t(B) * H * S * 4);
+  std::vector<int> Ids = docIds(S);
+  std::vector<int32_t> IdsBS;
+  for (int Bi = 0; Bi < B; ++Bi)
+    IdsBS.insert(IdsBS.end(), Ids.begin(), Ids.end());
+  DeviceBuffer IdBuf(IdsBS.size() * 4);
+  IdBuf.upload(IdsBS.data(), IdsBS.size() * 4);
+  runtime::InputMap Inputs;
+  if (Mask == "document") {
+    runtime::TensorView V = runtime::TensorView::contiguous(
+        IdBuf.get(), runtime::ElemType::I32, {B, S});
+    Inputs["doc_q"] = V;
+    Inputs["doc_k"] = V;
+  } else if (Mask == "prefix_lm") {
+    Inputs["prefix"] = int32_t(S / 4);
+  }
+  auto View = [&](void *P) {
+    return runtime::TensorView::contiguous(P, ET, {B, S, H, D});
+  };
+  runtime::TensorView FV = runtime::TensorView::contiguous(
+      Finals.get(), runtime::ElemType::F32, {1, B, H, S});
+  auto Fwd = [&](int Set) {
+    Att.forward(View(Bufs[4 * Set]->get()), View(Bufs[4 * Set + 1]->get()),
+                View(Bufs[4 * Set + 2]->get()), View(Out.get()), &FV, Inputs);
+  };
+  auto FwdBwd = [&](int Set) {
+    Fwd(Set);
+    runtime::TensorView O = View(Out.get());
+    Att.backward(View(Bufs[4 * Set]->get()), View(Bufs[4 * Set + 1]->get()),
+                 View(Bufs[4 * Set + 2]->get()), &O,
+                 View(Bufs[4 * Set + 3]->get()), &FV, View(DQ.get()),
+                 View(DK.get()), View(DV.get()), Inputs);
+  };
+  double KeptCount = 0;
+  for (int Q = 0; Q < S; ++Q)
+    for (int K = 0; K < S; ++K)
+      KeptCount += kept(Mask, Ids, S, Q, K);
+  double FlopsFwd = 4.0 * B * H * KeptCount * D;
+  double TF = runtime::medianEventMs([&](int I) { Fwd(I % 3); }, 5, 30);
+  double TFB = runtime::medianEventMs([&](int I) { FwdBwd(I % 3); }, 5, 30);
+  std::printf("attnc %-11s %s B%d H%d S%d D%d: fwd %.3f ms %.1f TFLOPS  "
+              "fwd+bwd %.3f ms %.1f TFLOPS  density %.4f  [%s | %s]\n",
+              Mask.c_str(), dtypeName(T).str().c_str(), B, H, S, D, TF,
+              FlopsFwd / (TF * 1e-3) / 1e12, TFB,
+              3.5 * FlopsFwd / (TFB * 1e-3) / 1e12,
+              KeptCount / (double(S) * S), Att.forwardChoice().str().c_str(),
+              Att.backwardChoice().str().c_str());
+  std::fflush(stdout);
+}
+
+} // namespace
+
+int main(int Argc, char **Argv) {
+  BenchCommand Cmd;
+  if (int Rc = parseBenchCommand(Argc, Argv, 3,
+                                 "attnc_bench_masks MASK|all f16|bf16 H D S [S ...]",
+                                 Cmd))
+    return Rc;
+  int H = Cmd.Ints[0], D = Cmd.Ints[1];
+  int Rc = 0;
+  for (size_t I = 2; I < Cmd.Ints.size(); ++I)
+    for (const char *Mask : {"document", "prefix_lm", "window256", "chunked256"}) {
+      if (Cmd.Name != "all" && Cmd.Name != Mask)
+        continue;
+      try {
+        benchOne(Mask, Cmd.Dtype, H, D, Cmd.Ints[I]);
+      } catch (const std::exception &E) {
+        std::printf("attnc %-11s S%d: failed: %s\n", Mask, Cmd.Ints[I], E.what());
+        Rc = 1;
+      }
+    }
+  return Rc;
+}

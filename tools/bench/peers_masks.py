@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Times FlexAttention on the everyday masks that attnc_bench_masks times,
+in the same run: the document mask (8 documents + causal), prefix-LM (the
+prefix length a runtime value), a causal sliding window of 256 keys and
+chunked (local) attention in chunks of 256. The block mask is made once,
+outside the timing (create_block_mask), as a model would share it across
+layers. Forward, and forward+backward (torch.autograd.grad over q, k, v),
+with CUDA events, warm-up, median of 30, inputs rotated over three sets.
+
+    python3 tools/bench/peers_masks.py f16 H D S [S ...]
+
+B = 16384 / S. The document boundaries are the fixed fractions of
+DOC_FRACTIONS (attnc_bench_masks uses the same), the prefix is S / 4.
+"""
+import sys
+
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+# Eight documents of unequal length, the same on both sides of the table.
+DOC_FRACTIONS = (0.0, 0.07, 0.21, 0.30, 0.46, 0.58, 0.71, 0.89, 1.0)
+WINDOW = 256
+CHUNK = 256
+
+
+def doc_ids(S):
+    ids = torch.empty(S, dtype=torch.int32, device="cuda")
+    edges = [round(f * S) for f in DOC_FRACTIONS]
+    for d in range(len(edges) - 1):
+        ids[edges[d]:edges[d + 1]] = d
+    return ids
+
+
+def median_ms(fn, n_sets):
+    for i in range(5):
+        fn(i % n_sets)
+    torch.cuda.synchronize()
+    times = []
+    for i in range(30):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn(i % n_sets)
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def masks(S):
+    ids = doc_ids(S)
+    prefix = S // 4
+    return {
+        "document": lambda b, h, q, kv: (q >= kv) & (ids[q] == ids[kv]),
+        "prefix_lm": lambda b, h, q, kv: (q >= kv) | (kv < prefix),
+        "window256": lambda b, h, q, kv: (q >= kv) & (q - kv < WINDOW),
+        "chunked256": lambda b, h, q, kv: (q // CHUNK) == (kv // CHUNK),
+    }
+
+
+def main():
+    for limit in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, 256)
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[sys.argv[1]]
+    H, D = int(sys.argv[2]), int(sys.argv[3])
+    flex = torch.compile(flex_attention)
+    for S in map(int, sys.argv[4:]):
+        B = max(1, 16384 // S)
+        sets = [tuple(torch.randn(B, H, S, D, device="cuda", dtype=dt,
+                                  requires_grad=True) for _ in range(3))
+                for _ in range(3)]
+        douts = [torch.randn(B, H, S, D, device="cuda", dtype=dt) for _ in range(3)]
+        for name, fn in masks(S).items():
+            bm = create_block_mask(fn, None, None, S, S)
+            # Kept elements, for TFLOPS on the work the mask leaves.
+            qi = torch.arange(S, device="cuda")
+            kept = 0
+            for r in range(0, S, 1024):  # rows in slabs: S^2 booleans at 16k is 256 MiB
+                q = qi[r:r + 1024, None]
+                kept += int(fn(0, 0, q, qi[None, :]).sum())
+            flops_fwd = 4.0 * B * H * kept * D
+
+            def fwd(i):
+                with torch.no_grad():
+                    flex(*sets[i], block_mask=bm)
+
+            def fwd_bwd(i):
+                out = flex(*sets[i], block_mask=bm)
+                torch.autograd.grad(out, sets[i], douts[i])
+
+            try:
+                tf = median_ms(fwd, 3)
+                tfb = median_ms(fwd_bwd, 3)
+            except Exception as err:
+                print(f"flex {name} S{S}: unavailable ({(str(err).splitlines() or [''])[0][:200]})")
+                continue
+            print(f"peer  flex {name:11s} {sys.argv[1]} B{B} H{H} S{S} D{D}: "
+                  f"fwd {tf:.3f} ms {flops_fwd / (tf * 1e-3) / 1e12:.1f} TFLOPS  "
+                  f"fwd+bwd {tfb:.3f} ms {3.5 * flops_fwd / (tfb * 1e-3) / 1e12:.1f} TFLOPS  "
+                  f"density {kept / (S * S):.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
