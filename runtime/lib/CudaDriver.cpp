@@ -1,10 +1,11 @@
-// The CUDA driver API through dlopen("libcuda.so.1"), and device 0.
+// The CUDA driver API loaded from libcuda.so.1 at run time, and device 0.
 #include "attn/runtime/CudaDriver.h"
 
 #include "attn/runtime/Errors.h"
 
+#include "llvm/Support/DynamicLibrary.h"
+
 #include <cstdlib>
-#include <dlfcn.h>
 
 #include <string>
 #include <type_traits>
@@ -56,13 +57,13 @@ namespace {
   X(cuGetErrorString)                                                          \
   X(cuTensorMapEncodeTiled)
 
-/// Looks \p Symbol up in \p Handle into \p Fn; appends it to \p Missing
+/// Looks \p Symbol up in \p Lib into \p Fn; appends it to \p Missing
 /// when absent.
 template <typename FnPtr>
-void resolve(void *Handle, FnPtr &Fn, const char *Symbol,
+void resolve(llvm::sys::DynamicLibrary &Lib, FnPtr &Fn, const char *Symbol,
              std::string &Missing) {
   static_assert(std::is_pointer_v<FnPtr>, "entry points are pointers");
-  void *Address = dlsym(Handle, Symbol);
+  void *Address = Lib.getAddressOfSymbol(Symbol);
   if (!Address) {
     Missing += Missing.empty() ? "" : ", ";
     Missing += Symbol;
@@ -92,10 +93,10 @@ CudaDriver &CudaDriver::get() {
 }
 
 CudaDriver::CudaDriver() {
-  // RTLD_LOCAL: the driver's symbols stay out of the global namespace, where
-  // they could shadow a libcuda another library of the process loaded.
-  // The handle is never closed: the driver must outlive every module and
-  // context, up to process exit.
+  // A permanent library: it is never closed (nothing here calls
+  // llvm_shutdown), as the driver must outlive every module and context, up
+  // to process exit. Its symbols are looked up in it alone, by
+  // getAddressOfSymbol, never through the process-wide search.
   // ATTNC_NO_GPU: behave as on a machine without a driver, so that the
   // no-GPU paths can be exercised (and tested) on a machine with one.
   if (const char *Off = std::getenv("ATTNC_NO_GPU");
@@ -103,17 +104,17 @@ CudaDriver::CudaDriver() {
     Reason = "disabled by ATTNC_NO_GPU";
     return;
   }
-  Handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!Handle) {
-    const char *Why = dlerror();
-    Reason = std::string("libcuda.so.1 not found: ") +
-             (Why ? Why : "dlopen failed");
+  std::string Why;
+  llvm::sys::DynamicLibrary Lib =
+      llvm::sys::DynamicLibrary::getPermanentLibrary("libcuda.so.1", &Why);
+  if (!Lib.isValid()) {
+    Reason = "libcuda.so.1 not found: " + (Why.empty() ? "dlopen failed" : Why);
     return;
   }
 
   std::string Missing;
 #define ATTN_RESOLVE(Name)                                                     \
-  resolve(Handle, this->Name, ATTN_STRINGIFY_EXPANDED(Name), Missing);
+  resolve(Lib, this->Name, ATTN_STRINGIFY_EXPANDED(Name), Missing);
   ATTN_CUDA_DRIVER_ENTRY_POINTS(ATTN_RESOLVE)
 #undef ATTN_RESOLVE
 

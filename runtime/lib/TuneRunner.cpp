@@ -12,7 +12,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -71,14 +70,12 @@ GpuCandidateRunner::GpuCandidateRunner(const CompiledDefinition &Def,
                       "candidate, cannot run this problem: " +
                       Why);
   }
-  auto Start = std::chrono::steady_clock::now();
+  WallTimer RefTimer;
   Problem.out().poison();
   CheckCall.FinalsBuffer->poison();
   run(*Ref, RefSig, Default, CheckCall, 0);
   D.check(D.cuCtxSynchronize(), "reference forward (tuning)");
-  RefSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                             Start)
-                   .count();
+  RefSeconds = RefTimer.seconds();
   DeviceAlloc &Out = Problem.out();
   RefOut.resize(Out.size() / 2);
   D.check(D.cuMemcpyDtoH(RefOut.data(), Out.ptr(), Out.size()),

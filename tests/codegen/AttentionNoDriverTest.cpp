@@ -1,13 +1,12 @@
 // runtime::Attention without a CUDA driver: compiles, validates, then DriverError.
 #include "CodegenTestDefs.h"
+#include "TempDir.h"
 
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/Backend.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/KernelCache.h"
-
-#include "llvm/Support/FileSystem.h"
 
 #include <catch2/catch.hpp>
 
@@ -23,24 +22,14 @@ using Catch::Matchers::StartsWith;
 
 namespace {
 
-/// A temporary directory, removed with its files at exit (after the global
-/// cache, which is constructed later and so destroyed earlier).
-struct TempDir {
-  explicit TempDir(std::string P) : Path(std::move(P)) {}
-  TempDir(const TempDir &) = delete;
-  ~TempDir() { llvm::sys::fs::remove_directories(Path); }
-  std::string Path;
-};
-
 /// Points ATTNC_CACHE_DIR at a fresh temporary directory before the global
-/// cache is first used, and returns that directory.
+/// cache is first used, and returns that directory. It is removed with its
+/// files at exit, after the global cache (constructed later, so destroyed
+/// earlier).
 const std::string &cacheDir() {
-  static const TempDir Dir = [] {
-    char Path[] = "/tmp/attnc_attention_cache_XXXXXX";
-    REQUIRE(mkdtemp(Path) != nullptr);
-    REQUIRE(setenv("ATTNC_CACHE_DIR", Path, 1) == 0);
-    return TempDir(Path);
-  }();
+  static const attn::testing::TempDir Dir("attnc-attention-cache");
+  static const bool Set = setenv("ATTNC_CACHE_DIR", Dir.Path.c_str(), 1) == 0;
+  REQUIRE(Set);
   return Dir.Path;
 }
 

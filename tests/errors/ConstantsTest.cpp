@@ -83,6 +83,36 @@ TEST_CASE("division by a constant zero names the function and the operands",
   })));
 }
 
+// The trace sees a subtraction there; simplify folds it to 0, and refuses it
+// as the trace refuses a literal 0, naming the function where it is.
+TEST_CASE("a divisor that folds to the constant zero names the function",
+          "[errors][constants]") {
+  CHECK_THROWS_AS(compile(withScoreMod([](SymbolScalar s) {
+                    return s / (s.constant(2.0) - 2.0);
+                  })),
+                  UserError);
+  CHECK_THROWS_WITH(compile(withScoreMod([](SymbolScalar s) {
+                      return s / (s.constant(2.0) - 2.0);
+                    })),
+                    Equals("score_mod: 'div' divides `score` by `2 - 2`, "
+                           "which folds to the constant 0"));
+  // In a later function, and with constants only on both sides.
+  AttentionDef Def = examples::mha();
+  Def.name = "consts";
+  Def.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q_idx,
+                    SymbolScalar kv_idx) {
+    SymbolScalar One = q_idx.constant(1.0);
+    return (q_idx >= kv_idx) & (One / (One * 0.0) > 0.0);
+  };
+  CHECK_THROWS_WITH(compile(Def),
+                    StartsWith("mask_mod: 'div' divides `1` by `1 * 0`, "
+                               "which folds"));
+  // A divisor that folds to anything else is fine.
+  CHECK_NOTHROW(compile(withScoreMod([](SymbolScalar s) {
+    return s / (s.constant(2.0) - 1.0);
+  })));
+}
+
 TEST_CASE("an infinity opted in with constant() is accepted",
           "[errors][constants]") {
   // A hand-written causal mask through score_mod: -inf is meant here.

@@ -6,9 +6,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <memory>
+
 using namespace attn;
 using namespace attn::dsl;
 using Catch::Contains;
+using Catch::Equals;
 using Catch::StartsWith;
 
 namespace {
@@ -261,6 +264,52 @@ TEST_CASE("the per-element scores captured into the epilogue") {
   REQUIRE_THROWS_WITH(compile(Def),
                       StartsWith("online_fwd_epilogue: ") &&
                           Contains("uses the per-element scores"));
+}
+
+// A symbol kept from one function and used in another: the message names
+// the function that uses it and the one that made it (all the functions it
+// may come from, when the symbol is an argument of several).
+TEST_CASE("a kept symbol: the message names both functions") {
+  auto Kept = std::make_shared<SymbolScalar>();
+  AttentionDef Def = defWith<Softmax>();
+  Def.score_mod = [Kept](SymbolScalar s, const CustomInputs &, SymbolScalar,
+                         SymbolScalar, SymbolScalar, SymbolScalar) {
+    *Kept = s;
+    return s;
+  };
+  Def.mask_mod = [Kept](SymbolScalar, SymbolScalar, SymbolScalar q_idx,
+                        SymbolScalar kv_idx) {
+    return (q_idx >= kv_idx) & (*Kept > 0.0);
+  };
+  REQUIRE_THROWS_AS(compile(Def), UserError);
+  REQUIRE_THROWS_WITH(
+      compile(Def),
+      Equals("mask_mod: uses 'score' (score), which is not an argument of "
+             "mask_mod: the symbol was made in score_mod; a symbol cannot be "
+             "carried from one function to another"));
+
+  struct F : Softmax {
+    std::shared_ptr<SymbolScalar> KvIdx = std::make_shared<SymbolScalar>();
+    OnlineFwdResult online_fwd(SymbolScalar scores, const Rowscales &rs,
+                               SymbolScalar b, SymbolScalar h,
+                               SymbolScalar q) const override {
+      return Softmax::online_fwd(scores + *KvIdx, rs, b, h, q);
+    }
+  };
+  auto Online = std::make_shared<F>();
+  AttentionDef KvDef("bad");
+  KvDef.online_func = Online;
+  KvDef.mask_mod = [Kv = Online->KvIdx](SymbolScalar, SymbolScalar,
+                                        SymbolScalar q_idx,
+                                        SymbolScalar kv_idx) {
+    *Kv = kv_idx;
+    return q_idx >= kv_idx;
+  };
+  REQUIRE_THROWS_WITH(
+      compile(KvDef),
+      Equals("online_fwd: uses 'kv_idx' (index), which is not an argument "
+             "of online_fwd: the symbol was made in score_mod or mask_mod; a "
+             "symbol cannot be carried from one function to another"));
 }
 
 TEST_CASE("backward returning a per-row dscores") {

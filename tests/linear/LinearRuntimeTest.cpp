@@ -2,13 +2,12 @@
 // rejects every bad argument with an InvalidArgument naming it before
 // anything is launched, and only a valid call reaches the (absent) driver.
 #include "Examples.h"
+#include "TempDir.h"
 
 #include "attn/Error.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/LinearAttention.h"
-
-#include "llvm/Support/FileSystem.h"
 
 #include <catch2/catch.hpp>
 
@@ -20,21 +19,12 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-/// A temporary kernel-cache directory, removed at exit.
-struct TempDir {
-  explicit TempDir(std::string P) : Path(std::move(P)) {}
-  TempDir(const TempDir &) = delete;
-  ~TempDir() { llvm::sys::fs::remove_directories(Path); }
-  std::string Path;
-};
-
+/// Points ATTNC_CACHE_DIR at a fresh temporary kernel-cache directory,
+/// removed at exit.
 void useTempCache() {
-  static const TempDir Dir = [] {
-    char Path[] = "/tmp/attnc_linear_cache_XXXXXX";
-    REQUIRE(mkdtemp(Path) != nullptr);
-    REQUIRE(setenv("ATTNC_CACHE_DIR", Path, 1) == 0);
-    return TempDir(Path);
-  }();
+  static const attn::testing::TempDir Dir("attnc-linear-cache");
+  static const bool Set = setenv("ATTNC_CACHE_DIR", Dir.Path.c_str(), 1) == 0;
+  REQUIRE(Set);
 }
 
 void *fake(uintptr_t A) { return reinterpret_cast<void *>(A); }

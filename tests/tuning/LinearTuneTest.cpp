@@ -4,13 +4,11 @@
 // tune-file entries. The resource model's linear rules are tested in
 // ResourceModelTest.cpp.
 #include "Examples.h"
+#include "TempDir.h"
 #include "attn/Pipeline.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/LinearTuner.h"
 #include "attn/runtime/TuneFile.h"
-
-#include "llvm/ADT/SmallString.h"
-#include "llvm/Support/FileSystem.h"
 
 #include <catch2/catch.hpp>
 
@@ -42,15 +40,10 @@ public:
   }
 };
 
+/// tune.json in a fresh temporary directory, removed with it.
 struct TempFile {
-  std::string Dir, Path;
-  TempFile() {
-    llvm::SmallString<128> P;
-    REQUIRE_FALSE(llvm::sys::fs::createUniqueDirectory("attnc-linear", P));
-    Dir = std::string(P);
-    Path = Dir + "/tune.json";
-  }
-  ~TempFile() { llvm::sys::fs::remove_directories(Dir); }
+  attn::testing::TempDir Dir{"attnc-linear"};
+  std::string Path = Dir.Path + "/tune.json";
 };
 
 codegen::LinearKernelSpec spec(int D, int DV, GpuArch Arch) {

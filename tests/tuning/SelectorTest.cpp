@@ -3,6 +3,7 @@
 // fwd_sm90 skeleton's own entries; the skeleton table's lookups and the
 // policy's parsing of names.
 #include "Examples.h"
+#include "TempDir.h"
 #include "attn/Pipeline.h"
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/LinearAttention.h"
@@ -12,8 +13,6 @@
 #include "attn/runtime/TuneFile.h"
 #include "attn/runtime/Tuner.h"
 
-#include "llvm/ADT/SmallString.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <catch2/catch.hpp>
@@ -28,15 +27,10 @@ const std::string Device = "Test GPU 80GB";
 /// The portable skeleton's arch; the sm_90a cases name theirs.
 const GpuArch Arch = GpuArch::Sm80;
 
+/// tune.json in a fresh temporary directory, removed with it.
 struct TempFile {
-  std::string Dir, Path;
-  TempFile() {
-    llvm::SmallString<128> P;
-    REQUIRE_FALSE(llvm::sys::fs::createUniqueDirectory("attnc-select", P));
-    Dir = std::string(P);
-    Path = Dir + "/tune.json";
-  }
-  ~TempFile() { llvm::sys::fs::remove_directories(Dir); }
+  attn::testing::TempDir Dir{"attnc-select"};
+  std::string Path = Dir.Path + "/tune.json";
 };
 
 CallShape callShape(int64_t B, int64_t H, int64_t Sq, int64_t Skv) {
@@ -160,7 +154,7 @@ TEST_CASE("chooseKernel: explicit, tuned, stale, default",
     CHECK_THROWS_WITH(select(Mha, Sig, Shape),
                       Contains("version 99; this attnc reads version 1"));
     Signature Missing = Sig;
-    Missing.TuneFile = F.Dir + "/absent.json";
+    Missing.TuneFile = F.Dir.Path + "/absent.json";
     CHECK(select(Mha, Missing, Shape) == Default);
   }
   SECTION("with Tune, a matching entry is used without tuning") {

@@ -321,13 +321,22 @@ TEST_CASE("Var reads inf, -inf and numbers") {
   CHECK(Var("1").value() == 1.0);
   CHECK(Var("-3e2").value() == -300.0);
   CHECK(Var(" 2 ").value() == 2.0); // surrounding blanks are trimmed
+  // Numbers are read as strtod reads them (llvm::to_float): hexadecimal,
+  // a leading '+', and infinity in any case, spelled short or long.
+  CHECK(Var("0x1p-2").value() == 0.25);
+  CHECK(Var("+.5e1").value() == 5.0);
+  CHECK(Var("INF").value() == Inf);
+  CHECK(Var("-Infinity").value() == -Inf);
+  // A number too small for a double rounds to 0, as the literal does.
+  CHECK(Var("1e-400").value() == 0.0);
   CHECK(Var(0.0).value() == 0.0);
   CHECK(Var(7).value() == 7.0);
   CHECK(Var(-1.5).value() == -1.5);
 }
 
 TEST_CASE("Var rejects text that is not an initial value") {
-  for (const char *Bad : {"abc", "", "1.5x", "nan", "1e999", "- inf"}) {
+  for (const char *Bad : {"abc", "", "1.5x", "nan", "1e999", "- inf", "-1e999",
+                          "NaN", "infx", "1e", "0x", "--1", "1 2"}) {
     INFO(Bad);
     CHECK_THROWS_AS(Var(Bad), UserError);
   }

@@ -5,6 +5,8 @@
 #include "attn/ir/Printer.h"
 #include "attn/ir/Walk.h"
 
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Casting.h"
 
 #include <algorithm>
@@ -74,27 +76,58 @@ const FunctionRule &ruleFor(const ir::Function &F) {
 
 std::string quoted(const Node *N) { return "`" + ir::shortExpr(N) + "`"; }
 
+/// Whether \p P is an argument of the function \p Rule is for.
+bool isArgument(const FunctionRule &Rule, const ir::ParamNode *P) {
+  ParamKind K = P->getParamKind();
+  if (std::find(Rule.Params.begin(), Rule.Params.end(), K) ==
+      Rule.Params.end())
+    return false;
+  return K != ParamKind::Index ||
+         std::find(Rule.Indices.begin(), Rule.Indices.end(), P->getName()) !=
+             Rule.Indices.end();
+}
+
+/// The functions of \p G traced before \p F that have \p P as an argument,
+/// "score_mod" or "score_mod or mask_mod": where a symbol that reads \p P
+/// and is used in \p F was made (a later function's symbols did not exist
+/// yet when F was traced). Empty when there is none.
+std::string madeIn(const ir::Graph &G, const ir::Function &F,
+                   const ir::ParamNode *P) {
+  llvm::SmallVector<llvm::StringRef, 4> Names;
+  for (const ir::Function &Earlier : G.functions()) {
+    if (&Earlier == &F)
+      break;
+    if (isArgument(ruleFor(Earlier), P))
+      Names.push_back(Earlier.Name);
+  }
+  if (Names.size() < 2)
+    return llvm::join(Names, "");
+  return llvm::join(llvm::makeArrayRef(Names).drop_back(), ", ") + " or " +
+         Names.back().str();
+}
+
 /// Each function reads only its own arguments: a symbol captured from
-/// another function's trace would have no value where this one runs.
-void checkParams(const ir::Function &F, const FunctionRule &Rule) {
+/// another function's trace would have no value where this one runs. The
+/// message names both functions: the one that uses the symbol and the one
+/// (or the ones it may be) that made it.
+void checkParams(const ir::Graph &G, const ir::Function &F,
+                 const FunctionRule &Rule) {
   std::vector<const Node *> Roots;
   for (const ir::Result &R : F.Results)
     Roots.push_back(R.Value);
   for (const ir::ParamNode *P : ir::reachableParams(Roots)) {
-    ParamKind K = P->getParamKind();
-    bool Allowed = std::find(Rule.Params.begin(), Rule.Params.end(), K) !=
-                   Rule.Params.end();
-    if (Allowed && K == ParamKind::Index)
-      Allowed = std::find(Rule.Indices.begin(), Rule.Indices.end(),
-                          P->getName()) != Rule.Indices.end();
-    if (Allowed)
+    if (isArgument(Rule, P))
       continue;
+    ParamKind K = P->getParamKind();
     if (K == ParamKind::Scores && F.Name == "online_fwd_epilogue")
       violation(F, "uses the per-element scores, which the epilogue cannot "
                    "see; carry what it needs in an online rowscale");
+    std::string Maker = madeIn(G, F, P);
     violation(F, "uses '" + P->getName().str() + "' (" +
                      ir::paramKindName(K).str() +
                      "), which is not an argument of " + F.Name +
+                     (Maker.empty() ? ""
+                                    : ": the symbol was made in " + Maker) +
                      "; a symbol cannot be carried from one function to "
                      "another");
   }
@@ -160,7 +193,7 @@ void checkLinearMod(const ir::Function &F) {
 RowReduceInfo analyzeRowReduce(const ir::Graph &G) {
   RowReduceInfo Info;
   for (const ir::Function &F : G.functions()) {
-    checkParams(F, ruleFor(F));
+    checkParams(G, F, ruleFor(F));
     if (F.Name == "online_fwd")
       checkOnlineFwd(F, G);
     else if (F.Name == "online_fwd_epilogue")

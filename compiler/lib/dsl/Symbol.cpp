@@ -5,13 +5,12 @@
 #include "attn/ir/Graph.h"
 #include "attn/ir/Printer.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Casting.h"
 
 #include "ActiveTrace.h"
 
-#include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -274,21 +273,20 @@ Var::Var(double V) : Value(V) {
 
 Var::Var(const char *Text) {
   llvm::StringRef S = llvm::StringRef(Text ? Text : "").trim();
-  if (S == "-inf") {
-    Value = -std::numeric_limits<double>::infinity();
+  // The spellings of infinity that strtod reads (a sign, then "inf" or
+  // "infinity" in any case): any other text that reads as infinite is a
+  // number too large for a double, which is refused below.
+  llvm::StringRef Unsigned =
+      S.drop_front(S.startswith("-") || S.startswith("+"));
+  if (Unsigned.equals_insensitive("inf") ||
+      Unsigned.equals_insensitive("infinity")) {
+    Value = S.startswith("-") ? -std::numeric_limits<double>::infinity()
+                              : std::numeric_limits<double>::infinity();
     return;
   }
-  if (S == "inf" || S == "+inf") {
-    Value = std::numeric_limits<double>::infinity();
-    return;
-  }
-  std::string Str = S.str();
-  char *End = nullptr;
-  errno = 0;
-  double V = Str.empty() ? 0.0 : std::strtod(Str.c_str(), &End);
-  if (Str.empty() || errno != 0 || End != Str.c_str() + Str.size() ||
-      std::isnan(V))
-    throw UserError("Var(\"" + Str +
+  double V = 0;
+  if (S.empty() || !llvm::to_float(S, V) || std::isnan(V) || std::isinf(V))
+    throw UserError("Var(\"" + S.str() +
                     "\"): not an initial value; use a number, \"inf\" or "
                     "\"-inf\"");
   Value = V;

@@ -1,10 +1,13 @@
 // Simplification: constant folding and algebraic identities.
 #include "attn/transforms/Simplify.h"
 
+#include "attn/Error.h"
 #include "attn/ir/Eval.h"
+#include "attn/ir/Printer.h"
 #include "attn/ir/Walk.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/Casting.h"
 
@@ -100,6 +103,30 @@ const Node *rewrite(ir::Graph &G, const Node *N) {
   return N;
 }
 
+/// x / 0 is inf or NaN at every point, so a divisor that folds to 0 (x / (c -
+/// c)) is the same mistake as the literal 0 that tracing refuses. \p Div is
+/// a node of the graph as it came in; the message names the first function
+/// that reaches it.
+[[noreturn]] void divisionByZero(const ir::Graph &G, const Node *Div) {
+  std::string Where;
+  for (const ir::Function &F : G.functions()) {
+    std::vector<const Node *> Roots;
+    for (const ir::Result &R : F.Results)
+      Roots.push_back(R.Value);
+    if (llvm::is_contained(ir::topologicalOrder(Roots), Div)) {
+      Where = F.Name + ": ";
+      break;
+    }
+  }
+  const Node *Divisor = Div->operand(1);
+  throw UserError(Where + "'div' divides `" + ir::shortExpr(Div->operand(0)) +
+                  "` by " +
+                  (constValue(Divisor)
+                       ? std::string("the constant 0")
+                       : "`" + ir::shortExpr(Divisor) +
+                             "`, which folds to the constant 0"));
+}
+
 } // namespace
 
 void simplify(ir::Graph &G) {
@@ -116,6 +143,9 @@ void simplify(ir::Graph &G) {
         Ops.push_back(New.lookup(Op));
       Rebuilt = G.rebuild(N, Ops);
     }
+    if (Rebuilt->getKind() == NodeKind::Div &&
+        isConst(Rebuilt->operand(1), 0.0))
+      divisionByZero(G, N);
     New[N] = rewrite(G, Rebuilt);
   }
   for (ir::Function &F : G.functions())

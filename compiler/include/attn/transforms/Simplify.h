@@ -17,6 +17,8 @@ namespace attn::transforms {
 ///  * puts a constant operand of a commutative operation on the right.
 /// Nothing is rewritten in a way that differs for inf or NaN operands (x*0
 /// and x-x stay), and no rewrite changes a value's type or space.
+/// A division whose divisor is or folds to the constant 0 (x / (c - c)) is a
+/// UserError naming the function, as a literal 0 divisor is while tracing.
 void simplify(ir::Graph &G);
 
 } // namespace attn::transforms

@@ -1,4 +1,4 @@
-// The CUDA driver API, loaded with dlopen("libcuda.so.1") on first use.
+// The CUDA driver API, loaded from libcuda.so.1 on first use.
 // Nothing links against libcuda: compiling works on machines without a GPU,
 // and a launch there fails with a clear DriverError.
 #ifndef ATTN_RUNTIME_CUDADRIVER_H
@@ -78,7 +78,6 @@ private:
   CudaDriver();
   bool Loaded = false;
   std::string Reason;
-  void *Handle = nullptr;
 };
 
 /// The current device (device 0, primary context made current on first use).
