@@ -113,7 +113,7 @@ AttentionDef everyInputShape() {
 } // namespace
 
 TEST_CASE("nvrtc: the transformer examples are mha, sigmoid_attn, relu_attn, "
-          "retention and the two learnable ones",
+          "retention, the two learnable ones and the three masks",
           "[nvrtc]") {
   // The per-example cases below must cover every registered transformer
   // example; a new one fails here until it gets its own case.
@@ -125,7 +125,9 @@ TEST_CASE("nvrtc: the transformer examples are mha, sigmoid_attn, relu_attn, "
       Transformers.insert(D->name);
   CHECK(Transformers ==
         std::set<std::string>{"mha", "sigmoid_attn", "relu_attn", "retention",
-                              "alibi_learnable", "softcap_learnable"});
+                              "alibi_learnable", "softcap_learnable",
+                              "mha_prefix_lm", "mha_sliding_window",
+                              "mha_document"});
 }
 
 TEST_CASE("nvrtc: mha compiles for every dtype, head dims and arch",
@@ -158,6 +160,28 @@ TEST_CASE("nvrtc: softcap_learnable compiles for every dtype, head dims and "
           "arch",
           "[nvrtc][softcap_learnable]") {
   compileMatrix(examples::softcapLearnable());
+}
+
+// The mask examples differ from mha only in the mask (and its block
+// classifier): one kernel each, in both dtypes and archs between them, and
+// without a warning (an unused variable of the classifier would give one).
+TEST_CASE("nvrtc: the mask examples compile without warnings",
+          "[nvrtc][masks]") {
+  int I = 0;
+  for (const AttentionDef &D : {examples::mhaPrefixLm(),
+                                examples::mhaSlidingWindow(),
+                                examples::mhaDocument()}) {
+    KernelSpec Spec;
+    Spec.Dtype = I % 2 ? DType::BF16 : DType::F16;
+    Spec.Arch = I % 2 ? GpuArch::Sm90a : GpuArch::Sm80;
+    ++I;
+    codegen::KernelSource Src = codegen::generateForward(compile(D), Spec);
+    INFO("kernel " << Src.Key);
+    runtime::CompiledCubin C = runtime::compileToCubin(Src);
+    CHECK(isElf(C.Cubin));
+    INFO(C.Log);
+    CHECK(C.Log.empty());
+  }
 }
 
 TEST_CASE("nvrtc: every custom-input shape and a document mask compile",

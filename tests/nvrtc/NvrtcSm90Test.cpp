@@ -278,6 +278,12 @@ TEST_CASE("sm90: softcap_learnable compiles for sm_90a",
   compileExample(examples::softcapLearnable(), DType::BF16, 64);
 }
 
+TEST_CASE("sm90: the mask examples compile for sm_90a", "[nvrtc][sm90][masks]") {
+  compileExample(examples::mhaDocument(), DType::F16, 128);
+  compileExample(examples::mhaPrefixLm(), DType::BF16, 64);
+  compileExample(examples::mhaSlidingWindow(), DType::F16, 256);
+}
+
 TEST_CASE("sm90: every registered transformer example has a case above",
           "[sm90]") {
   // A new example fails here until it gets its own compile case.
@@ -289,7 +295,9 @@ TEST_CASE("sm90: every registered transformer example has a case above",
       Transformers.insert(D->name);
   CHECK(Transformers ==
         std::set<std::string>{"mha", "sigmoid_attn", "relu_attn", "retention",
-                              "alibi_learnable", "softcap_learnable"});
+                              "alibi_learnable", "softcap_learnable",
+                              "mha_prefix_lm", "mha_sliding_window",
+                              "mha_document"});
 }
 
 TEST_CASE("sm90: head dims D != DV and every configuration shape compile",

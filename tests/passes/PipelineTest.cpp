@@ -22,12 +22,13 @@ using namespace attn;
 using attn::testsupport::exampleNames;
 using attn::testsupport::registry;
 
-TEST_CASE("there are nine registered examples", "[pipeline]") {
+TEST_CASE("there are twelve registered examples", "[pipeline]") {
   CHECK(exampleNames() ==
         std::vector<std::string>{"mha", "sigmoid_attn", "relu_attn",
                                  "retention", "alibi_learnable",
-                                 "softcap_learnable", "mamba2", "simple_gla",
-                                 "retention_linear"});
+                                 "softcap_learnable", "mha_prefix_lm",
+                                 "mha_sliding_window", "mha_document",
+                                 "mamba2", "simple_gla", "retention_linear"});
 }
 
 TEST_CASE("the pipeline runs trace, verify, row-reduce, autodiff, simplify, "

@@ -101,7 +101,8 @@ TEST_CASE("Registry: find, get and all see the registered definitions") {
   // Registration order is kept.
   CHECK(Names == std::vector<std::string>{
                      "mha", "sigmoid_attn", "relu_attn", "retention",
-                     "alibi_learnable", "softcap_learnable", "mamba2",
+                     "alibi_learnable", "softcap_learnable", "mha_prefix_lm",
+                     "mha_sliding_window", "mha_document", "mamba2",
                      "simple_gla", "retention_linear"});
   const dsl::DefinitionBase *M = R.find("mha");
   REQUIRE(M);
@@ -119,7 +120,7 @@ TEST_CASE("Registry: a second definition with the same name is rejected") {
   CHECK_THROWS_WITH(R.add(examples::mha()),
                     Catch::Contains("definition 'mha' is registered twice"));
   // The failed add left the registry as it was.
-  CHECK(R.all().size() == 9);
+  CHECK(R.all().size() == 12);
 }
 
 TEST_CASE("Registry: an unknown name's message lists the known names") {
