@@ -11,6 +11,9 @@ void registerExamples(dsl::Registry &R) {
   R.add(alibiLearnable());
   R.add(softcapLearnable());
   R.add(mhaDocumentIds());
+  R.add(mhaPrefixLm());
+  R.add(mhaSlidingWindow());
+  R.add(mhaDocument());
   R.add(mamba2());
   R.add(simpleGla());
   R.add(retentionLinear());

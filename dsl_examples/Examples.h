@@ -17,6 +17,13 @@ dsl::LinearAttentionDef mamba2();     ///< Mamba2 SSD
 dsl::LinearAttentionDef simpleGla();  ///< gated retention (simple GLA)
 dsl::LinearAttentionDef retentionLinear(); ///< RetNet, recurrent form
 
+/// Everyday masks on mha's softmax (masks.cpp), classified from block
+/// bounds: a prefix-LM with a runtime prefix length, a 256-key sliding
+/// window, and causal within documents given by per-row/per-key ids.
+dsl::AttentionDef mhaPrefixLm();      ///< mha_prefix_lm
+dsl::AttentionDef mhaSlidingWindow(); ///< mha_sliding_window
+dsl::AttentionDef mhaDocument();      ///< mha_document
+
 /// Learnable custom inputs and a derived backward (learnable.cpp).
 dsl::AttentionDef alibiLearnable();   ///< ALiBi with learned slopes and bias
 dsl::AttentionDef softcapLearnable(); ///< softcap with a learned cap

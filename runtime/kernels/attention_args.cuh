@@ -17,22 +17,31 @@ struct FwdArgs {
   long long o_sb, o_sh, o_ss;
   int batch, heads, heads_kv, seq_q, seq_kv;
   /// Block classification (only read when the variant masks): per group
-  /// (one group, or one per batch·head when mask_per_head) and query block,
-  /// the number of key blocks to visit and their list; each entry is the
-  /// key-block index with bit 30 set when the block is fully unmasked.
+  /// (mask_grouping: 0 one group, 1 one per batch, 2 one per batch·head;
+  /// attnc::mask_group) and query block, the number of key blocks to visit
+  /// and their list; each entry is the key-block index with bit 30 set when
+  /// the block is fully unmasked.
   const int *block_count;
   const int *block_list;
-  int m_blocks, n_blocks, mask_per_head;
+  int m_blocks, n_blocks, mask_grouping;
 };
 
 /// Arguments of the block-classification kernels. classes is
 /// [groups][m_blocks][n_blocks] bytes: 0 empty, 1 partial, 2 full.
+/// An analysed mask (Variant::kMaskAnalysed) is classified in two phases of
+/// attnc_block_classify: phase 0 writes bounds, per bounded input i, group
+/// and row (or key) block, its minimum and maximum ([i][groups]
+/// [bound_lines][2] fp32, NaN for a block holding a non-finite value);
+/// phase 1 classifies each block from them. An element-evaluated mask has
+/// one phase and no bounds.
 struct MaskArgs {
   unsigned char *classes;
   int *block_count;
   int *block_list;
+  float *bounds;
   int batch, heads, seq_q, seq_kv;
-  int m_blocks, n_blocks, mask_per_head;
+  int m_blocks, n_blocks, mask_grouping;
+  int bound_lines, phase;
 };
 
 /// The most custom inputs whose gradients one backward computes.
@@ -55,9 +64,9 @@ struct BwdArgs {
   long long dq_sb, dq_sh, dq_ss;
   long long dk_sb, dk_sh, dk_ss;
   long long dv_sb, dv_sh, dv_ss;
-  int batch, heads, heads_kv, seq_q, seq_kv, mask_per_head;
-  /// Block lists (only read when the variant masks), per group (one, or one
-  /// per batch·head when mask_per_head); entries carry bit 30 when the block
+  int batch, heads, heads_kv, seq_q, seq_kv, mask_grouping;
+  /// Block lists (only read when the variant masks), per group (as
+  /// FwdArgs::mask_grouping); entries carry bit 30 when the block
   /// is fully unmasked. The dQ kernel's: per query block of q_block_m rows,
   /// the key blocks of q_block_n keys to visit. The dK/dV kernel's: per key
   /// block of kv_block_n keys, the query blocks of kv_block_m rows.

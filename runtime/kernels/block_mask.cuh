@@ -1,7 +1,9 @@
 // Block classification (the FlexAttention BlockMask idea): once per problem,
-// each (query block, key block) is found empty, partial or full by
-// evaluating the variant's mask on every element; the forward then skips
-// empty blocks and evaluates the mask only on partial ones.
+// each (query block, key block) is found empty, partial or full, from
+// interval bounds over the block's box where the compiler's mask analysis
+// proved them sound (Variant::kMaskAnalysed), else by evaluating the mask
+// on every element; the forward then skips empty blocks and evaluates the
+// mask only on partial ones.
 #ifndef ATTNC_BLOCK_MASK_CUH
 #define ATTNC_BLOCK_MASK_CUH
 
@@ -9,13 +11,111 @@
 
 namespace attnc {
 
-/// grid (n_blocks, m_blocks, groups), any block size. Keys past seq_kv make
-/// a block partial, never full; rows past seq_q are ignored (never stored).
+/// The classification group of batch·head \p bh: 0 with one shared
+/// classification (grouping 0), the batch (1) or bh itself (2).
+__device__ __forceinline__ long long mask_group(int grouping, int bh, int heads) {
+  return grouping == 2 ? bh : (grouping == 1 ? bh / heads : 0);
+}
+
+/// The batch and head a classification group stands for (0 for what the
+/// grouping shares: the mask reads neither).
+__device__ __forceinline__ void mask_group_coords(int grouping, long long group,
+                                                  int heads, int &b, int &h) {
+  b = grouping == 2 ? int(group / heads) : (grouping == 1 ? int(group) : 0);
+  h = grouping == 2 ? int(group % heads) : 0;
+}
+
+/// Analysed masks, phase 0. grid (ceil(bound_lines / 4), kMaskBounds,
+/// groups) x 128: one warp reduces bounded input blockIdx.y over one row
+/// block (or key block) of a group to its minimum and maximum. Rows and keys
+/// past the sequence's end are not read. A block holding a NaN or an
+/// infinity gets NaN bounds, which the interval rules treat as unknown.
+template <class Variant, int kBlockM, int kBlockN>
+__device__ void bound_blocks(const MaskArgs &a, const typename Variant::Inputs &in) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int line = blockIdx.x * 4 + warp, i = blockIdx.y;
+  const long long group = blockIdx.z;
+  const bool by_key = Variant::mask_bound_by_key(i);
+  if (line >= (by_key ? a.n_blocks : a.m_blocks))
+    return; // the whole warp
+  int b, h;
+  mask_group_coords(a.mask_grouping, group, a.heads, b, h);
+  const int first = line * (by_key ? kBlockN : kBlockM);
+  const int end = min(first + (by_key ? kBlockN : kBlockM),
+                      by_key ? a.seq_kv : a.seq_q);
+  float lo = __int_as_float(0x7f800000), hi = __int_as_float(0xff800000);
+  bool finite = true;
+  for (int x = first + lane; x < end; x += 32) {
+    const float v = Variant::mask_bound_value(in, i, b, h, x);
+    finite = finite && isfinite(v);
+    lo = fminf(lo, v);
+    hi = fmaxf(hi, v);
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  finite = __all_sync(0xffffffffu, finite);
+  if (lane == 0) {
+    float *out = a.bounds + (((long long)i * gridDim.z + group) * a.bound_lines +
+                             line) * 2;
+    out[0] = finite ? lo : __int_as_float(0x7fffffff);
+    out[1] = finite ? hi : __int_as_float(0x7fffffff);
+  }
+}
+
+/// Analysed masks, phase 1. grid (ceil(m_blocks·n_blocks / 256), 1, groups)
+/// x 256: one thread classifies one block from its box and the bounds of
+/// phase 0 (Variant::mask_block_class), with no element evaluation. The box
+/// ends at the last row and key of the sequences; keys past seq_kv make a
+/// full block partial, as in the element path.
+template <class Variant, int kBlockM, int kBlockN>
+__device__ void classify_from_bounds(const MaskArgs &a,
+                                     const typename Variant::Inputs &in) {
+  const long long cell = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (cell >= (long long)a.m_blocks * a.n_blocks)
+    return;
+  const int m = int(cell / a.n_blocks), n = int(cell % a.n_blocks);
+  const long long group = blockIdx.z;
+  int b, h;
+  mask_group_coords(a.mask_grouping, group, a.heads, b, h);
+  constexpr int kBounds = Variant::kMaskBounds > 0 ? Variant::kMaskBounds : 1;
+  float lo[kBounds], hi[kBounds];
+#pragma unroll
+  for (int i = 0; i < Variant::kMaskBounds; ++i) {
+    const int line = Variant::mask_bound_by_key(i) ? n : m;
+    const float *bd = a.bounds + (((long long)i * gridDim.z + group) *
+                                      a.bound_lines + line) * 2;
+    lo[i] = bd[0];
+    hi[i] = bd[1];
+  }
+  const int q_lo = m * kBlockM, q_hi = min(q_lo + kBlockM, a.seq_q) - 1;
+  const int k_lo = n * kBlockN, k_end = k_lo + kBlockN;
+  int c = Variant::mask_block_class(in, b, h, q_lo, q_hi, k_lo,
+                                    min(k_end, a.seq_kv) - 1, lo, hi);
+  if (c == 2 && k_end > a.seq_kv)
+    c = 1; // keys past the end must be masked
+  a.classes[(group * a.m_blocks + m) * a.n_blocks + n] = (unsigned char)c;
+}
+
+/// Element-evaluated masks: grid (n_blocks, m_blocks, groups), any block
+/// size. Keys past seq_kv make a block partial, never full; rows past seq_q
+/// are ignored (never stored). Analysed masks go to the phase a.phase of
+/// their two (bound_blocks, then classify_from_bounds).
 template <class Variant, int kBlockM, int kBlockN>
 __device__ void classify_blocks(const MaskArgs &a, const typename Variant::Inputs &in) {
+  if constexpr (Variant::kHasMask) {
+    if constexpr (Variant::kMaskAnalysed) {
+      if (a.phase == 0)
+        bound_blocks<Variant, kBlockM, kBlockN>(a, in);
+      else
+        classify_from_bounds<Variant, kBlockM, kBlockN>(a, in);
+      return;
+    }
+  }
   const int n = blockIdx.x, m = blockIdx.y, group = blockIdx.z;
-  const int b = a.mask_per_head ? group / a.heads : 0;
-  const int h = a.mask_per_head ? group % a.heads : 0;
+  int b, h;
+  mask_group_coords(a.mask_grouping, group, a.heads, b, h);
   bool any = false, all = true;
   for (int i = threadIdx.x; i < kBlockM * kBlockN; i += blockDim.x) {
     const int q = m * kBlockM + i / kBlockN, k = n * kBlockN + i % kBlockN;
@@ -36,7 +136,9 @@ __device__ void classify_blocks(const MaskArgs &a, const typename Variant::Input
 /// of classes into a count and an ordered list of blocks to visit.
 __device__ inline void compact_blocks(const MaskArgs &a) {
   const long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  const long long groups = a.mask_per_head ? (long long)a.batch * a.heads : 1;
+  const long long groups = a.mask_grouping == 2
+                               ? (long long)a.batch * a.heads
+                               : (a.mask_grouping == 1 ? a.batch : 1);
   if (row >= groups * a.m_blocks)
     return;
   const unsigned char *c = a.classes + row * a.n_blocks;

@@ -72,7 +72,7 @@ struct BwdDqSm80 {
     BlockVisits<Variant::kHasMask> blocks{(a.seq_kv + kBlockN - 1) / kBlockN, nullptr};
     if constexpr (Variant::kHasMask) {
       const long long line =
-          (a.mask_per_head ? (long long)bh : 0LL) * a.q_m_blocks + m_block;
+          mask_group(a.mask_grouping, bh, a.heads) * a.q_m_blocks + m_block;
       blocks.count = a.q_count[line];
       blocks.list = a.q_list + line * a.q_n_blocks;
     }

@@ -143,7 +143,7 @@ struct BwdDkDvSm80 {
       DqTurn turn{0, 0, 0, false}; // fused: published at the next barrier
       if constexpr (Variant::kHasMask) {
         const long long line =
-            (a.mask_per_head ? (long long)bh : 0LL) * a.kv_n_blocks + n_block;
+            mask_group(a.mask_grouping, bh, a.heads) * a.kv_n_blocks + n_block;
         blocks.count = a.kv_count[line];
         blocks.list = a.kv_list + line * a.kv_m_blocks;
         if constexpr (kFusedDq)

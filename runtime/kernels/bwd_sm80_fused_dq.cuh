@@ -38,6 +38,7 @@
 #define ATTNC_BWD_SM80_FUSED_DQ_CUH
 
 #include "attnc/attention_args.cuh"
+#include "attnc/block_mask.cuh"
 #include "attnc/sm80_primitives.cuh"
 
 namespace attnc {
@@ -241,7 +242,7 @@ __device__ void bwd_dq_convert(const BwdArgs &a) {
   float x[4] = {0.f, 0.f, 0.f, 0.f};
   bool visited = true;
   if constexpr (kHasMask)
-    visited = a.q_count[(a.mask_per_head ? (long long)bh : 0LL) * a.q_m_blocks +
+    visited = a.q_count[mask_group(a.mask_grouping, bh, a.heads) * a.q_m_blocks +
                         row / kBlockM] != 0;
   if (visited) {
     const float *src = a.dq_accum +

@@ -130,7 +130,7 @@ struct FwdSm80 {
     // starts with a dependent global load.
     BlockVisits<Variant::kHasMask> blocks{(a.seq_kv + kBlockN - 1) / kBlockN, nullptr};
     if constexpr (Variant::kHasMask) {
-      const long long group = a.mask_per_head ? bh : 0;
+      const long long group = mask_group(a.mask_grouping, bh, a.heads);
       const long long row = group * a.m_blocks + m_block;
       blocks.count = a.block_count[row];
       blocks.list = a.block_list + row * a.n_blocks;

@@ -111,7 +111,7 @@ struct FwdSm90 {
     int count = (a.seq_kv + kBlockN - 1) / kBlockN;
     const int *list = nullptr;
     if constexpr (Variant::kHasMask) {
-      const long long group = a.mask_per_head ? bh : 0;
+      const long long group = mask_group(a.mask_grouping, bh, a.heads);
       const long long row = group * a.m_blocks + m_block;
       count = a.block_count[row];
       list = a.block_list + row * a.n_blocks;

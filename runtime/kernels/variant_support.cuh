@@ -2,6 +2,7 @@
 #ifndef ATTNC_VARIANT_SUPPORT_CUH
 #define ATTNC_VARIANT_SUPPORT_CUH
 
+#include "attnc/mask_interval.cuh"
 #include "attnc/sm80_primitives.cuh"
 
 namespace attnc {

@@ -4,6 +4,7 @@
 // reduction.
 #include "BackwardRunner.h"
 #include "ForwardLaunch.h"
+#include "MaskClassify.h"
 
 #include "attn/codegen/InputLayout.h"
 #include "attn/Error.h"
@@ -68,7 +69,8 @@ BackwardPlan planOf(const KernelChoice &C, const KernelTarget &T) {
 
 BackwardRunner::BackwardRunner(const CompiledDefinition &D,
                                const KernelTarget &T, const KernelChoice &C)
-    : Def(D), Spec(T.kernelSpec()), Choice(C), Plan(planOf(C, T)) {
+    : Def(D), Mask(analysis::analyzeMask(*D.Graph)), Spec(T.kernelSpec()),
+      Choice(C), Plan(planOf(C, T)) {
   Source = C.Skel->generate(Def, T, C.Config);
   Cached = KernelCache::global().getOrCompile(Source);
 }
@@ -145,12 +147,12 @@ void BackwardRunner::run(const BackwardTensors &T,
   A.heads_kv = int(C.Hkv);
   A.seq_q = int(C.Sq);
   A.seq_kv = int(C.Skv);
-  A.mask_per_head = codegen::maskPerHead(G) ? 1 : 0;
+  A.mask_grouping = int(Mask.Grouping);
   A.q_m_blocks = ceilDiv(C.Sq, K.QBlockM);
   A.q_n_blocks = ceilDiv(C.Skv, K.QBlockN);
   A.kv_m_blocks = ceilDiv(C.Sq, K.KvBlockM);
   A.kv_n_blocks = ceilDiv(C.Skv, K.KvBlockN);
-  const size_t Groups = A.mask_per_head ? size_t(C.B * C.H) : 1;
+  const size_t Groups = size_t(maskGroups(Mask, C.B, C.H));
 
   // The workspace's regions, each 256-byte aligned; an absent one is empty
   // and its pointer null.
@@ -170,6 +172,9 @@ void BackwardRunner::run(const BackwardTensors &T,
   const unsigned RankAt = W.add(
       Fused && Masked ? Groups * A.kv_n_blocks * size_t(A.kv_m_blocks) * 4 : 0);
   auto IfMasked = [Masked](size_t Bytes) { return Masked ? Bytes : 0; };
+  const unsigned BoundsAt = W.add(
+      IfMasked(4 * maskBoundsFloats(Mask, int64_t(Groups), FineMBlocks,
+                                    FineNBlocks)));
   const unsigned ClassesAt = W.add(IfMasked(Groups * FineMBlocks * FineNBlocks));
   const unsigned QCountAt = W.add(IfMasked(Groups * A.q_m_blocks * 4));
   const unsigned QListAt =
@@ -209,12 +214,10 @@ void BackwardRunner::run(const BackwardTensors &T,
     M.seq_kv = A.seq_kv;
     M.m_blocks = FineMBlocks;
     M.n_blocks = FineNBlocks;
-    M.mask_per_head = A.mask_per_head;
-    void *ClassifyParams[] = {&M, Slots.data()};
-    D.check(D.cuLaunchKernel(Classify, FineNBlocks, FineMBlocks,
-                             unsigned(Groups), 256, 1, 1, 0, Stream,
-                             ClassifyParams, nullptr),
-            "launch attnc_bwd_block_classify");
+    M.mask_grouping = A.mask_grouping;
+    M.bounds = W.at<float>(Base, BoundsAt);
+    launchClassify(D, Classify, Mask, M, int64_t(Groups), Slots.data(), Stream,
+                   "launch attnc_bwd_block_classify");
     attnc::BwdListArgs L{};
     L.classes = M.classes;
     L.groups = int(Groups);

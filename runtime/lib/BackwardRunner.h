@@ -7,6 +7,7 @@
 #include "DeviceArena.h"
 #include "KernelModule.h"
 
+#include "attn/analysis/MaskBounds.h"
 #include "attn/codegen/Codegen.h"
 #include "attn/runtime/Selector.h"
 #include "attn/runtime/Validate.h"
@@ -65,6 +66,7 @@ private:
   void ensureLoaded();
 
   const CompiledDefinition &Def;
+  analysis::MaskAnalysis Mask;
   codegen::KernelSpec Spec;
   KernelChoice Choice;
   BackwardPlan Plan;

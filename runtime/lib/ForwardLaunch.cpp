@@ -1,6 +1,7 @@
 // Kernel arguments from validated tensors and custom inputs.
 #include "ForwardLaunch.h"
 
+#include "attn/analysis/MaskBounds.h"
 #include "attn/codegen/Codegen.h"
 #include "attn/codegen/InputLayout.h"
 
@@ -80,7 +81,7 @@ ForwardLaunch makeForwardLaunch(const ir::Graph &G, const CallShape &C,
   A.seq_kv = int(C.Skv);
   A.m_blocks = int((C.Sq + BlockM - 1) / BlockM);
   A.n_blocks = int((C.Skv + BlockN - 1) / BlockN);
-  A.mask_per_head = codegen::maskPerHead(G) ? 1 : 0;
+  A.mask_grouping = int(analysis::analyzeMask(G).Grouping);
 
   L.InputSlots = inputSlots(G, C, Inputs);
   return L;

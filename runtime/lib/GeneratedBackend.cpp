@@ -8,6 +8,7 @@
 #include "DeviceArena.h"
 #include "ForwardLaunch.h"
 #include "KernelModule.h"
+#include "MaskClassify.h"
 #include "TmaMaps.h"
 
 #include "attn/Error.h"
@@ -47,7 +48,8 @@ struct ForwardKernel {
 
 class GeneratedBackend final : public AttentionBackend {
 public:
-  explicit GeneratedBackend(const BackendSetup &S) : Def(S.Def) {
+  explicit GeneratedBackend(const BackendSetup &S)
+      : Def(S.Def), Mask(analysis::analyzeMask(*S.Def.Graph)) {
     Initial = &kernelFor(S.Target, S.Initial);
   }
 
@@ -96,28 +98,20 @@ private:
 
   const std::string Name = "generated";
   const CompiledDefinition &Def;
+  const analysis::MaskAnalysis Mask;
   std::map<std::string, std::unique_ptr<ForwardKernel>> Kernels;
   ForwardKernel *Initial = nullptr;
-  /// The block classes, then the per-row counts and lists of visited key
-  /// blocks that attnc_block_compact writes.
+  /// The bounds of an analysed mask, the block classes, then the per-row
+  /// counts and lists of visited key blocks that attnc_block_compact writes.
   DeviceArena MaskBuf{"block mask"};
   /// What the block lists in MaskBuf were last computed for. A mask that
-  /// reads neither b, h nor a custom input is a function of the two
-  /// sequence lengths and the tile alone, so a call that repeats all of
-  /// them (on the same stream, which orders it after the computing call)
-  /// reuses the lists instead of launching the classification again. Lists
-  /// launched into a stream being captured are not remembered: they exist
-  /// only once the graph runs.
-  struct MaskListsKey {
-    int SeqQ = -1, SeqKv = -1, BlockM = 0, BlockN = 0;
-    CUstream Stream = nullptr;
-    bool operator==(const MaskListsKey &O) const {
-      return SeqQ == O.SeqQ && SeqKv == O.SeqKv && BlockM == O.BlockM &&
-             BlockN == O.BlockN && Stream == O.Stream;
-    }
-    bool operator!=(const MaskListsKey &O) const { return !(*this == O); }
-  };
-  std::optional<MaskListsKey> MaskListsFor;
+  /// reads no tensor input is a function of the shapes, the tile and the
+  /// scalar inputs it reads alone (MaskReuseKey), so a call that repeats
+  /// all of them (on the same stream, which orders it after the computing
+  /// call) reuses the lists instead of launching the classification again.
+  /// Lists launched into a stream being captured are not remembered: they
+  /// exist only once the graph runs.
+  std::optional<MaskReuseKey> MaskListsFor;
 };
 
 void GeneratedBackend::forward(const BackendProblem &P, const ForwardTensors &T,
@@ -148,10 +142,12 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
   CudaDriver &D = CudaDriver::get();
   attnc::FwdArgs &A = L.Args;
   if (Def.Graph->decls().HasMask) {
-    unsigned Groups = A.mask_per_head ? unsigned(A.batch * A.heads) : 1;
+    const int64_t Groups = maskGroups(Mask, A.batch, A.heads);
     size_t Cells = size_t(Groups) * A.m_blocks * A.n_blocks;
     size_t Rows = size_t(Groups) * A.m_blocks;
     ArenaLayout Layout;
+    unsigned Bounds = Layout.add(
+        4 * maskBoundsFloats(Mask, Groups, A.m_blocks, A.n_blocks), 16);
     unsigned Classes = Layout.add(Cells, 1);
     unsigned Counts = Layout.add(4 * Rows, 16);
     unsigned Lists = Layout.add(4 * Cells, 4);
@@ -162,21 +158,23 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
     M.classes = Layout.at<unsigned char>(MaskBuf.base(), Classes);
     M.block_count = Layout.at<int>(MaskBuf.base(), Counts);
     M.block_list = Layout.at<int>(MaskBuf.base(), Lists);
+    M.bounds = Layout.at<float>(MaskBuf.base(), Bounds);
     M.batch = A.batch;
     M.heads = A.heads;
     M.seq_q = A.seq_q;
     M.seq_kv = A.seq_kv;
     M.m_blocks = A.m_blocks;
     M.n_blocks = A.n_blocks;
-    M.mask_per_head = A.mask_per_head;
-    MaskListsKey Key{A.seq_q, A.seq_kv, K.Launch.BlockM, K.Launch.BlockN,
-                     Ctx.Stream};
-    if (A.mask_per_head || MaskListsFor != Key) {
+    M.mask_grouping = A.mask_grouping;
+    std::optional<MaskReuseKey> Key;
+    if (mayReuse(Mask))
+      Key = maskReuseKey(*Def.Graph, Mask, A.batch, A.heads, A.seq_q, A.seq_kv,
+                         K.Launch.BlockM, K.Launch.BlockN, Ctx.Stream,
+                         L.InputSlots);
+    if (!Key || MaskListsFor != Key) {
       MaskListsFor.reset(); // until both launches are in the stream
-      void *ClassifyParams[] = {&M, L.InputSlots.data()};
-      D.check(D.cuLaunchKernel(K.Classify, A.n_blocks, A.m_blocks, Groups, 256,
-                               1, 1, 0, Ctx.Stream, ClassifyParams, nullptr),
-              "launch attnc_block_classify");
+      launchClassify(D, K.Classify, Mask, M, Groups, L.InputSlots.data(),
+                     Ctx.Stream, "launch attnc_block_classify");
       void *CompactParams[] = {&M};
       D.check(D.cuLaunchKernel(K.Compact, unsigned((Rows + 127) / 128), 1, 1,
                                128, 1, 1, 0, Ctx.Stream, CompactParams, nullptr),
@@ -184,7 +182,7 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
       CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
       D.check(D.cuStreamIsCapturing(Ctx.Stream, &Capture),
               "cuStreamIsCapturing");
-      if (!A.mask_per_head && Capture == CU_STREAM_CAPTURE_STATUS_NONE)
+      if (Key && Capture == CU_STREAM_CAPTURE_STATUS_NONE)
         MaskListsFor = Key;
     }
     A.block_count = M.block_count;

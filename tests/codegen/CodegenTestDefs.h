@@ -103,6 +103,26 @@ inline dsl::AttentionDef documentMask() {
                        });
 }
 
+/// A mask through exp, which has no interval rule: element-evaluated.
+inline dsl::AttentionDef expMask() {
+  return maskedSoftmax("exp_mask", [](dsl::SymbolScalar, dsl::SymbolScalar,
+                                      dsl::SymbolScalar q, dsl::SymbolScalar kv) {
+    return ((kv - q) * 0.01).exp() <= 1.0;
+  });
+}
+
+/// A mask reading a full [B,H,Sq,Skv] input: element-evaluated.
+inline dsl::AttentionDef fullInputMask() {
+  dsl::AttentionDef Def = maskedSoftmax(
+      "full_input_mask", [](dsl::SymbolScalar, dsl::SymbolScalar,
+                            dsl::SymbolScalar q, dsl::SymbolScalar kv,
+                            const dsl::CustomInputs &in) {
+        return (q >= kv) & (in["keep"] > 0.0);
+      });
+  Def.inputs.declare("keep", dsl::InputShape::Full);
+  return Def;
+}
+
 /// The registered linear-attention examples.
 inline std::vector<const dsl::DefinitionBase *> linearExamples() {
   static const dsl::Registry R = [] {

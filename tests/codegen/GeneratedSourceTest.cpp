@@ -1,9 +1,10 @@
-// generateForward output, maskPerHead, inputLayout and the linear-attention refusal.
+// generateForward output, mask grouping and classifier, inputLayout and the linear-attention refusal.
 #include "CodegenTestDefs.h"
 
 #include "Examples.h"
 
 #include "attn/Error.h"
+#include "attn/analysis/MaskBounds.h"
 #include "attn/codegen/Codegen.h"
 #include "attn/codegen/InputLayout.h"
 #include "attn/ir/Printer.h"
@@ -146,18 +147,48 @@ TEST_CASE("generateForward: the Inputs struct", "[codegen][source][inputs]") {
                "attnc::clamp_index(k, in_4_bias_cols)"));
 }
 
-TEST_CASE("maskPerHead: true when the mask reads h, b or an input",
+TEST_CASE("mask grouping: per batch*head for h or a per-head input, per "
+          "batch for b, shared otherwise",
           "[codegen][source][mask]") {
-  CHECK_FALSE(maskPerHead(*compile(examples::mha()).Graph));
-  CHECK_FALSE(maskPerHead(*compile(examples::reluAttn()).Graph));
-  CHECK(maskPerHead(*compile(test::headMask()).Graph));
-  CHECK(maskPerHead(*compile(test::batchMask()).Graph));
-  CHECK(maskPerHead(*compile(test::documentMask()).Graph));
+  using analysis::MaskGrouping;
+  auto Grouping = [](const dsl::AttentionDef &D) {
+    return analysis::analyzeMask(*compile(D).Graph).Grouping;
+  };
+  CHECK(Grouping(examples::mha()) == MaskGrouping::Shared);
+  CHECK(Grouping(examples::reluAttn()) == MaskGrouping::Shared);
+  CHECK(Grouping(test::headMask()) == MaskGrouping::PerBatchHead);
+  CHECK(Grouping(test::batchMask()) == MaskGrouping::PerBatch);
+  CHECK(Grouping(test::documentMask()) == MaskGrouping::PerBatchHead);
+  // A scalar input never groups (prefix length P).
+  CHECK(Grouping(examples::mhaPrefixLm()) == MaskGrouping::Shared);
   CHECK(has(generate(examples::mha()), "kMaskPerHead = false;"));
+  CHECK(has(generate(examples::mha()), "kMaskGrouping = 0; // shared"));
+  CHECK(has(generate(test::batchMask()), "kMaskPerHead = false;"));
+  CHECK(has(generate(test::batchMask()), "kMaskGrouping = 1; // per batch"));
   CHECK(has(generate(test::headMask()), "kMaskPerHead = true;"));
   CHECK(has(generate(test::documentMask()), "kMaskPerHead = true;"));
   // An input read by score_mod only does not make the mask per head.
-  CHECK_FALSE(maskPerHead(*compile(examples::sigmoidAttn()).Graph));
+  CHECK(Grouping(examples::sigmoidAttn()) == MaskGrouping::Shared);
+}
+
+TEST_CASE("generated mask classifier: analysed masks get mask_block_class, "
+          "element-evaluated ones only the constants",
+          "[codegen][source][mask]") {
+  KernelSource Doc = generate(test::documentMask());
+  CHECK(has(Doc, "kMaskAnalysed = true;"));
+  CHECK(has(Doc, "kMaskBounds = 2;"));
+  CHECK(has(Doc, "mask_block_class(const Inputs &in, int b, int h, int q_lo"));
+  CHECK(has(Doc, "attnc::IvF{lo[0], hi[0]}"));
+  CHECK(has(Doc, "attnc::mb_eq("));
+  KernelSource Causal = generate(examples::mha());
+  CHECK(has(Causal, "kMaskBounds = 0;"));
+  CHECK(has(Causal, "attnc::mb_ge(attnc::mb_i(q_lo, q_hi), "
+                    "attnc::mb_i(kv_lo, kv_hi))"));
+  KernelSource Exp = generate(test::expMask());
+  CHECK(has(Exp, "kMaskAnalysed = false;"));
+  CHECK_FALSE(has(Exp, "mask_block_class"));
+  // No mask: none of it (the unmasked source is unchanged).
+  CHECK_FALSE(has(generate(examples::reluAttn()), "kMaskAnalysed"));
 }
 
 TEST_CASE("inputLayout: one slot per scalar, six per tensor",

@@ -29,8 +29,10 @@ struct Case {
 };
 
 inline const char *const Definitions[] = {
-    "mha",        "sigmoid_attn",  "relu_attn",       "retention",
-    "mha_window", "mha_emptyrows", "alibi_learnable", "softcap_learnable"};
+    "mha",           "sigmoid_attn",       "relu_attn",
+    "retention",     "mha_window",         "mha_emptyrows",
+    "alibi_learnable", "softcap_learnable", "mha_prefix_lm",
+    "mha_sliding_window", "mha_document"};
 
 /// The fused dQ mode's tiles for a case of the default configuration.
 inline std::string fusedConfig(int DV) {

@@ -5,8 +5,12 @@
 #define ATTNC_TESTS_GPU_TESTDEFINITIONS_H
 
 #include "Examples.h"
+#include "attn/Error.h"
 #include "attn/dsl/Registry.h"
+#include "attn/ir/Graph.h"
+#include "attn/reference/Tensor.h"
 
+#include <cstdint>
 #include <string>
 
 namespace attn::gputest {
@@ -46,6 +50,37 @@ inline dsl::AttentionDef makeDefinition(const std::string &Name) {
     return D;
   }
   return static_cast<const dsl::AttentionDef &>(R.get(Name));
+}
+
+/// The document of token \p s in batch \p b: sorted runs (documents) of
+/// lengths 1 to 250 whose order differs per batch. Every per-row and per-key
+/// input of the GPU tests holds these ids (the same for every head), so
+/// that a document mask's q and k ids match inside a document and blocks
+/// inside one document, across two and across many occur.
+inline double documentId(int64_t b, int64_t s) {
+  static const int64_t Lengths[] = {1, 37, 100, 13, 250, 64, 5, 180};
+  int64_t Start = 0;
+  for (int64_t d = 0;; ++d) {
+    Start += Lengths[(d + b) % 8];
+    if (s < Start)
+      return double(d);
+  }
+}
+
+/// The reference value of a per-row or per-key input: documentId over the
+/// rows (queries) or keys; InternalError for other classes.
+inline reference::Tensor tokenInput(const ir::InputDecl &D, int64_t B,
+                                    int64_t H, int64_t Sq, int64_t Skv) {
+  if (D.Shape != ir::InputShape::PerRow && D.Shape != ir::InputShape::PerKey)
+    throw InternalError("gpu test: input '" + D.Name +
+                        "' is neither per row nor per key");
+  int64_t S = D.Shape == ir::InputShape::PerRow ? Sq : Skv;
+  reference::Tensor T({B, H, S});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s = 0; s < S; ++s)
+        T.at({b, h, s}) = documentId(b, s);
+  return T;
 }
 
 } // namespace attn::gputest

@@ -129,8 +129,10 @@ Runners makeRunners(const Case &C) {
 }
 
 /// Runs case \p C on each of \p Rs, every one on the same inputs and
-/// against the same double-precision results.
-std::vector<Outcome> runCase(const Case &C, Runners &Rs, uint64_t Seed) {
+/// against the same double-precision results; \p Call counts the calls
+/// made before through the same Rs (it picks the scalar inputs' values).
+std::vector<Outcome> runCase(const Case &C, Runners &Rs, uint64_t Seed,
+                             int Call) {
   runtime::Attention &Att = *Rs.Att;
   const double CompileS = Rs.CompileS;
   const ir::Graph &G = *Att.definition().Graph;
@@ -145,10 +147,24 @@ std::vector<Outcome> runCase(const Case &C, Runners &Rs, uint64_t Seed) {
   In.K = K.Ref;
   In.V = V.Ref;
   runtime::InputMap Inputs;
+  std::vector<std::unique_ptr<DeviceBuffer>> InputBufs;
   for (const ir::InputDecl &D : G.decls().Inputs) {
-    if (D.Shape != ir::InputShape::Scalar)
-      throw InternalError("gpu test: only scalar inputs are exercised here");
-    float X = float((D.SampleLo + D.SampleHi) / 2);
+    if (D.Shape != ir::InputShape::Scalar) {
+      // Document ids (per row, per key): sorted runs, see documentId.
+      reference::Tensor T = tokenInput(D, C.B, C.H, C.Sq, C.Skv);
+      std::vector<float> F(T.Data.begin(), T.Data.end());
+      InputBufs.push_back(std::make_unique<DeviceBuffer>(F.size() * 4));
+      InputBufs.back()->upload(F.data(), F.size() * 4);
+      Inputs[D.Name] = runtime::TensorView::contiguous(
+          InputBufs.back()->get(), runtime::ElemType::F32, T.Shape);
+      In.Inputs[D.Name] = T;
+      continue;
+    }
+    // The first call of a case uses the middle of the sample range; calls
+    // again (same Attention objects) other values, so that a block mask
+    // kept from an earlier call with another value would show.
+    float X = float(D.SampleLo +
+                    (D.SampleHi - D.SampleLo) * (Call == 0 ? 0.5 : (Call % 3) / 3.0));
     Inputs[D.Name] = X;
     In.Inputs[D.Name] = reference::Tensor({}, double(X));
   }
@@ -238,9 +254,11 @@ std::vector<Outcome> runCase(const Case &C, Runners &Rs, uint64_t Seed) {
 
 std::vector<Case> cases(bool Quick) {
   std::vector<Case> Out;
-  const char *Examples[] = {"mha",       "sigmoid_attn", "relu_attn",
-                            "retention", "mha_window",   "mha_emptyrows",
-                            "mha_full"};
+  const char *Examples[] = {"mha",           "sigmoid_attn",
+                            "relu_attn",     "retention",
+                            "mha_window",    "mha_emptyrows",
+                            "mha_full",      "mha_prefix_lm",
+                            "mha_sliding_window", "mha_document"};
   if (Quick) {
     for (const char *E : Examples)
       Out.push_back({E, DType::F16, 64, 64, 1, 2, 2, 70, 70, Layout::BSHD, ""});
@@ -286,6 +304,12 @@ std::vector<Case> cases(bool Quick) {
   // a causal mask's block lists are kept between calls of the same shape.
   Out.push_back({"mha", DType::F16, 128, 128, 1, 2, 2, 300, 300, Layout::BSHD,
                  "", {{300, 300}, {17, 300}, {300, 17}, {1000, 1000}, {300, 300}}});
+  // Block lists of masks reading a scalar (kept while the value repeats: the
+  // prefix length changes between these calls) or a tensor input (never
+  // kept), and documents over several batches with grouped k/v heads.
+  for (const char *E : {"mha_prefix_lm", "mha_document"})
+    Out.push_back({E, DType::F16, 128, 128, 2, 4, 2, 700, 700, Layout::BSHD,
+                   "", {{700, 700}, {700, 700}, {300, 1000}, {700, 700}}});
   return Out;
 }
 
@@ -322,7 +346,7 @@ int main(int Argc, char **Argv) {
         std::string Label =
             I == 0 ? Name
                    : fmt::format("{} again s{}x{}", Name, Now.Sq, Now.Skv);
-        for (const Outcome &R : runCase(Now, Rs, Seed++)) {
+        for (const Outcome &R : runCase(Now, Rs, Seed++, int(I))) {
           std::printf("%-58s %-14s err %.2e plain %.2e tol %.2e finals %.1e "
                       "[%.1fs %.1fs %.2fs]  %s\n",
                       Label.c_str(), R.Backend.c_str(), R.Err, R.PlainErr,

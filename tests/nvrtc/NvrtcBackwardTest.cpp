@@ -92,6 +92,22 @@ TEST_CASE("nvrtc bwd: retention's backward compiles",
   compileMatrix(examples::retention());
 }
 
+// One kernel a mask example (they differ from mha only in the mask): the
+// fused and the two-kernel modes, both archs and dtypes between them.
+TEST_CASE("nvrtc bwd: the mask examples' backward compiles without warnings",
+          "[nvrtc][bwd][masks]") {
+  CHECK(compilesToCubin(compile(examples::mhaDocument()),
+                        spec(DType::F16, 128, 128, GpuArch::Sm80))
+            .empty());
+  CHECK(compilesToCubin(compile(examples::mhaPrefixLm()),
+                        spec(DType::BF16, 64, 64, GpuArch::Sm90a))
+            .empty());
+  CHECK(compilesToCubin(compile(examples::mhaSlidingWindow()),
+                        spec(DType::F16, 128, 128, GpuArch::Sm80),
+                        BwdConfig::parse("kv64x128w8.q128x32w4.s2"))
+            .empty());
+}
+
 TEST_CASE("nvrtc bwd: head dims 64/128 and 128/256, and the 99 KiB archs",
           "[nvrtc][bwd][dims]") {
   CompiledDefinition Def = compile(examples::mha());

@@ -113,7 +113,7 @@ AttentionDef everyInputShape() {
 } // namespace
 
 TEST_CASE("nvrtc: the transformer examples are mha, sigmoid_attn, relu_attn, "
-          "retention, the two learnable ones and mha_document_ids",
+          "retention, the two learnable ones, mha_document_ids and the three masks",
           "[nvrtc]") {
   // The per-example cases below must cover every registered transformer
   // example; a new one fails here until it gets its own case.
@@ -126,7 +126,8 @@ TEST_CASE("nvrtc: the transformer examples are mha, sigmoid_attn, relu_attn, "
   CHECK(Transformers ==
         std::set<std::string>{"mha", "sigmoid_attn", "relu_attn", "retention",
                               "alibi_learnable", "softcap_learnable",
-                              "mha_document_ids"});
+                              "mha_document_ids", "mha_prefix_lm",
+                              "mha_sliding_window", "mha_document"});
 }
 
 TEST_CASE("nvrtc: mha compiles for every dtype, head dims and arch",
@@ -165,6 +166,28 @@ TEST_CASE("nvrtc: mha_document_ids (int32 per-token inputs) compiles for "
           "every dtype, head dims and arch",
           "[nvrtc][mha_document_ids]") {
   compileMatrix(examples::mhaDocumentIds());
+}
+
+// The mask examples differ from mha only in the mask (and its block
+// classifier): one kernel each, in both dtypes and archs between them, and
+// without a warning (an unused variable of the classifier would give one).
+TEST_CASE("nvrtc: the mask examples compile without warnings",
+          "[nvrtc][masks]") {
+  int I = 0;
+  for (const AttentionDef &D : {examples::mhaPrefixLm(),
+                                examples::mhaSlidingWindow(),
+                                examples::mhaDocument()}) {
+    KernelSpec Spec;
+    Spec.Dtype = I % 2 ? DType::BF16 : DType::F16;
+    Spec.Arch = I % 2 ? GpuArch::Sm90a : GpuArch::Sm80;
+    ++I;
+    codegen::KernelSource Src = codegen::generateForward(compile(D), Spec);
+    INFO("kernel " << Src.Key);
+    runtime::CompiledCubin C = runtime::compileToCubin(Src);
+    CHECK(isElf(C.Cubin));
+    INFO(C.Log);
+    CHECK(C.Log.empty());
+  }
 }
 
 TEST_CASE("nvrtc: every custom-input shape and a document mask compile",

@@ -243,6 +243,12 @@ TEST_CASE("sm90: mha_document_ids compiles for sm_90a",
   compileExample(examples::mhaDocumentIds(), DType::F16, 128);
 }
 
+TEST_CASE("sm90: the mask examples compile for sm_90a", "[nvrtc][sm90][masks]") {
+  compileExample(examples::mhaDocument(), DType::F16, 128);
+  compileExample(examples::mhaPrefixLm(), DType::BF16, 64);
+  compileExample(examples::mhaSlidingWindow(), DType::F16, 256);
+}
+
 TEST_CASE("sm90: every registered transformer example has a case above",
           "[sm90]") {
   // A new example fails here until it gets its own compile case.
@@ -255,7 +261,8 @@ TEST_CASE("sm90: every registered transformer example has a case above",
   CHECK(Transformers ==
         std::set<std::string>{"mha", "sigmoid_attn", "relu_attn", "retention",
                               "alibi_learnable", "softcap_learnable",
-                              "mha_document_ids"});
+                              "mha_document_ids", "mha_prefix_lm",
+                              "mha_sliding_window", "mha_document"});
 }
 
 TEST_CASE("sm90: head dims D != DV and every configuration shape compile",

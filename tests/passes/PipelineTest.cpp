@@ -22,11 +22,13 @@ using namespace attn;
 using attn::testsupport::exampleNames;
 using attn::testsupport::registry;
 
-TEST_CASE("there are ten registered examples", "[pipeline]") {
+TEST_CASE("there are thirteen registered examples", "[pipeline]") {
   CHECK(exampleNames() ==
         std::vector<std::string>{"mha", "sigmoid_attn", "relu_attn",
                                  "retention", "alibi_learnable",
                                  "softcap_learnable", "mha_document_ids",
+                                 "mha_prefix_lm",
+                                 "mha_sliding_window", "mha_document",
                                  "mamba2", "simple_gla", "retention_linear"});
 }
 

@@ -3,6 +3,7 @@
 #include "Commands.h"
 
 #include "attn/Pipeline.h"
+#include "attn/analysis/MaskBounds.h"
 #include "attn/ir/Printer.h"
 #include "attn/ir/Serialize.h"
 #include "attn/reference/Checker.h"
@@ -36,6 +37,34 @@ int ListCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
                       ir::definitionKindName(D->kind()).str(),
                       D->description);
   return 0;
+}
+
+/// How the mask's blocks are classified: from block bounds (and which
+/// inputs are bounded) or element by element (and why), and the grouping.
+void printMaskAnalysis(const analysis::MaskAnalysis &A, llvm::raw_ostream &OS) {
+  OS << "// ----- mask analysis -----\n";
+  if (!A.Mask) {
+    OS << "mask: none\n";
+    return;
+  }
+  if (A.Analysed) {
+    OS << "mask: analysed by block bounds";
+    for (size_t I = 0; I < A.Bounded.size(); ++I)
+      OS << (I ? ", " : "; bounded per block: ") << "'" << A.Bounded[I].Name
+         << "' by " << (A.Bounded[I].ByKey ? "key" : "row");
+    OS << "\n";
+  } else {
+    OS << "mask: element-evaluated: " << A.Reason << "\n";
+  }
+  OS << "grouping: " << analysis::maskGroupingName(A.Grouping) << "\n";
+  OS << "reuse: "
+     << (A.ReadsTensorInput ? "none (reads a tensor input: classified on "
+                              "every call)"
+                            : "across calls with equal shapes" +
+                                  std::string(A.ScalarInputs.empty()
+                                                  ? ""
+                                                  : " and scalar values"))
+     << "\n";
 }
 
 class ShowCommand final : public Command {
@@ -73,8 +102,12 @@ int ShowCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
         ir::printGraph(G, OS);
         OS << "\n";
       });
-  if (Json)
+  if (Json) {
     OS << ir::saveJSON(*C.Graph);
+    return 0;
+  }
+  if (C.Graph->decls().Kind == ir::DefinitionKind::Transformer)
+    printMaskAnalysis(analysis::analyzeMask(*C.Graph), OS);
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include "attn/Error.h"
 #include "attn/codegen/CodeWriter.h"
 #include "attn/codegen/InputLayout.h"
+#include "attn/codegen/MaskClassifier.h"
 #include "attn/codegen/VariantEmitter.h"
 #include "attn/ir/Printer.h"
 #include "attn/ir/Walk.h"
@@ -96,22 +97,6 @@ void emitScalarFunction(CodeWriter &W, const ir::Graph &G,
   W.line("return " + V + ";");
 }
 
-} // namespace
-
-bool maskPerHead(const ir::Graph &G) {
-  const ir::Function *M = G.getFunction("mask_mod");
-  if (!M)
-    return false;
-  for (const ir::ParamNode *P : ir::reachableParams({M->result("mask")}))
-    if (P->getParamKind() == ParamKind::Input ||
-        (P->getParamKind() == ParamKind::Index &&
-         (P->getName() == "b" || P->getName() == "h")))
-      return true;
-  return false;
-}
-
-namespace {
-
 std::string variantMembers(const CompiledDefinition &Def,
                            const KernelSpec &Spec) {
   const ir::Graph &G = *Def.Graph;
@@ -123,8 +108,11 @@ std::string variantMembers(const CompiledDefinition &Def,
                      G.decls().FinalRowscales.size()));
   W.line(fmt::format("static constexpr bool kHasMask = {};",
                      G.decls().HasMask ? "true" : "false"));
+  const analysis::MaskAnalysis Mask = analysis::analyzeMask(G);
   W.line(fmt::format("static constexpr bool kMaskPerHead = {};",
-                     maskPerHead(G) ? "true" : "false"));
+                     Mask.Grouping == analysis::MaskGrouping::PerBatchHead
+                         ? "true"
+                         : "false"));
   W.line(fmt::format("static constexpr bool kOScaleIsOne = {};",
                      Def.Info.OScaleIsOne ? "true" : "false"));
   const ir::Node *Scale = foldableScoreScale(G, Spec.HeadDim);
@@ -186,6 +174,7 @@ std::string variantMembers(const CompiledDefinition &Def,
         W, G, "mask(const Inputs &in, " + TileIdx + ")", "mask_mod", "mask",
         [&](const ir::ParamNode &P) { return spellCommon(P, "kv_idx", G); },
         "bool");
+    emitMaskClassifier(W, G, Mask);
   } else {
     auto B = W.block("__device__ static __forceinline__ bool mask(const Inputs &, " +
                      TileIdx + ")");

@@ -282,10 +282,6 @@ KernelSource generateForwardSm90(const CompiledDefinition &Def,
 std::string forwardKeySm90(const CompiledDefinition &Def,
                            const KernelSpec &Spec, const Sm90Config &Config);
 
-/// True when the mask reads b, h or a custom input, so that blocks must be
-/// classified per batch·head rather than once for all.
-bool maskPerHead(const ir::Graph &G);
-
 /// attnc's version string.
 const char *attncVersion();
 

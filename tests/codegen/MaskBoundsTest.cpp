@@ -1,0 +1,375 @@
+// The mask analysis (analysis/MaskBounds.h): the host evaluator's block
+// classes against brute-force element evaluation with the IR's scalar
+// semantics, on random tilings with ragged tails; exactness where the
+// bounds decide (causal, windows, documents); reasons of the masks left to
+// element evaluation.
+#include "CodegenTestDefs.h"
+
+#include "Examples.h"
+
+#include "attn/Error.h"
+#include "attn/analysis/MaskBounds.h"
+#include "attn/ir/Eval.h"
+#include "attn/ir/Walk.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/Casting.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <random>
+
+using namespace attn;
+using analysis::BlockClass;
+using analysis::MaskAnalysis;
+using analysis::MaskGrouping;
+using dsl::SymbolScalar;
+
+namespace {
+
+/// Values of the custom inputs at one (batch, head): per-row and per-key
+/// inputs as arrays, scalars and per-head inputs as one value.
+struct InputValues {
+  std::map<std::string, std::vector<double>> Arrays;
+  std::map<std::string, double> Values;
+};
+
+/// The mask at one point, node by node with ir::evalUnary/evalBinary (the
+/// semantics the reference interpreter and constant folding share).
+bool maskAt(const ir::Graph &G, const ir::Node *Mask, const InputValues &In,
+            int64_t B, int64_t H, int64_t Q, int64_t K, int64_t HeadDim) {
+  llvm::DenseMap<const ir::Node *, double> V;
+  for (const ir::Node *N : ir::topologicalOrder({Mask})) {
+    double X = 0;
+    if (auto *C = llvm::dyn_cast<ir::ConstNode>(N)) {
+      X = C->getValue();
+    } else if (auto *P = llvm::dyn_cast<ir::ParamNode>(N)) {
+      llvm::StringRef Name = P->getName();
+      if (P->getParamKind() == ir::ParamKind::HeadDim)
+        X = double(HeadDim);
+      else if (P->getParamKind() == ir::ParamKind::Index)
+        X = Name == "b" ? B : Name == "h" ? H : Name == "q_idx" ? Q : K;
+      else {
+        const ir::InputDecl *D = G.decls().findInput(Name);
+        REQUIRE(D);
+        if (D->Shape == ir::InputShape::PerRow)
+          X = In.Arrays.at(Name.str()).at(Q);
+        else if (D->Shape == ir::InputShape::PerKey)
+          X = In.Arrays.at(Name.str()).at(K);
+        else
+          X = In.Values.at(Name.str());
+      }
+    } else if (N->getKind() == ir::NodeKind::Select) {
+      X = ir::evalSelect(V[N->operand(0)], V[N->operand(1)], V[N->operand(2)]);
+    } else if (N->operands().size() == 1) {
+      X = ir::evalUnary(N->getKind(), V[N->operand(0)]);
+    } else {
+      X = ir::evalBinary(N->getKind(), V[N->operand(0)], V[N->operand(1)]);
+    }
+    V[N] = X;
+  }
+  return V[Mask] != 0.0;
+}
+
+struct Tiling {
+  int64_t Sq, Skv, BlockM, BlockN;
+};
+
+/// Runs \p Check on every block of \p T: the host class and the brute-force
+/// counts of kept and masked elements of the block (rows and keys past the
+/// ends excluded, as the kernels' classification ignores them).
+void forEachBlock(
+    const ir::Graph &G, const MaskAnalysis &A, const Tiling &T,
+    const InputValues &In, int64_t B, int64_t H,
+    const std::function<void(const analysis::MaskBox &, BlockClass, int64_t,
+                             int64_t)> &Check) {
+  for (int64_t Q0 = 0; Q0 < T.Sq; Q0 += T.BlockM)
+    for (int64_t K0 = 0; K0 < T.Skv; K0 += T.BlockN) {
+      analysis::MaskBox Box;
+      Box.B = B;
+      Box.H = H;
+      Box.QLo = Q0;
+      Box.QHi = std::min(Q0 + T.BlockM, T.Sq) - 1;
+      Box.KvLo = K0;
+      Box.KvHi = std::min(K0 + T.BlockN, T.Skv) - 1;
+      for (const analysis::BoundedInput &I : A.Bounded) {
+        const std::vector<double> &X = In.Arrays.at(I.Name);
+        int64_t Lo = I.ByKey ? Box.KvLo : Box.QLo;
+        int64_t Hi = I.ByKey ? Box.KvHi : Box.QHi;
+        Box.Lo.push_back(*std::min_element(X.begin() + Lo, X.begin() + Hi + 1));
+        Box.Hi.push_back(*std::max_element(X.begin() + Lo, X.begin() + Hi + 1));
+      }
+      for (const auto &[Name, X] : In.Values)
+        Box.Exact[Name] = X;
+      int64_t Kept = 0, Masked = 0;
+      for (int64_t Q = Box.QLo; Q <= Box.QHi; ++Q)
+        for (int64_t K = Box.KvLo; K <= Box.KvHi; ++K)
+          (maskAt(G, A.Mask, In, B, H, Q, K, Box.HeadDim) ? Kept : Masked)++;
+      Check(Box, analysis::classifyBox(A, Box), Kept, Masked);
+    }
+}
+
+/// Never FULL with a masked element, never EMPTY with a kept one.
+void checkSound(const ir::Graph &G, const MaskAnalysis &A, const Tiling &T,
+                const InputValues &In, int64_t B = 0, int64_t H = 0) {
+  forEachBlock(G, A, T, In, B, H,
+               [&](const analysis::MaskBox &Box, BlockClass C, int64_t Kept,
+                   int64_t Masked) {
+                 INFO("block q " << Box.QLo << ".." << Box.QHi << " kv "
+                                 << Box.KvLo << ".." << Box.KvHi << " of "
+                                 << G.name());
+                 if (C == BlockClass::Full)
+                   CHECK(Masked == 0);
+                 if (C == BlockClass::Empty)
+                   CHECK(Kept == 0);
+               });
+}
+
+/// Random tilings with ragged tails: lengths not multiples of the blocks.
+std::vector<Tiling> randomTilings(std::mt19937_64 &Rng, int Count) {
+  std::vector<Tiling> Out;
+  const int64_t Blocks[] = {16, 32, 64, 128};
+  std::uniform_int_distribution<int64_t> Len(1, 300), Pick(0, 3);
+  for (int I = 0; I < Count; ++I)
+    Out.push_back({Len(Rng), Len(Rng), Blocks[Pick(Rng)], Blocks[Pick(Rng)]});
+  return Out;
+}
+
+/// Document ids: sorted runs of random lengths, or (Sorted false) shuffled.
+std::vector<double> documentIds(std::mt19937_64 &Rng, int64_t S, bool Sorted) {
+  std::vector<double> Ids(S);
+  std::uniform_int_distribution<int> Run(1, 90);
+  double Id = 0;
+  for (int64_t I = 0; I < S;) {
+    int64_t N = std::min<int64_t>(Run(Rng), S - I);
+    for (int64_t J = 0; J < N; ++J)
+      Ids[I + J] = Id;
+    I += N;
+    Id += 1;
+  }
+  if (!Sorted)
+    std::shuffle(Ids.begin(), Ids.end(), Rng);
+  return Ids;
+}
+
+struct Compiled {
+  CompiledDefinition Def;
+  MaskAnalysis A;
+  explicit Compiled(const dsl::DefinitionBase &D)
+      : Def(compile(D)), A(analysis::analyzeMask(*Def.Graph)) {}
+  const ir::Graph &graph() const { return *Def.Graph; }
+};
+
+dsl::AttentionDef slidingWindowOrPrefix() {
+  dsl::AttentionDef D = examples::mhaPrefixLm();
+  D.name = "window_or_prefix";
+  D.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q, SymbolScalar kv,
+                  const dsl::CustomInputs &in) {
+    return ((q >= kv) & (q - kv < 64)) | (kv < in["prefix_len"]);
+  };
+  return D;
+}
+
+dsl::AttentionDef documentWindow() {
+  dsl::AttentionDef D = examples::mhaDocument();
+  D.name = "document_window";
+  D.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q, SymbolScalar kv,
+                  const dsl::CustomInputs &in) {
+    return (q >= kv) & (q - kv < 100) & (in["q_doc"] == in["k_doc"]);
+  };
+  return D;
+}
+
+/// Every interval rule in one place: mul by a negative, div, abs, neg,
+/// relu, min, max, select, not, and, or, every comparison, mixed i32/f32,
+/// head_dim.
+dsl::AttentionDef arithmeticMask() {
+  return test::maskedSoftmax(
+      "arithmetic_mask", [](SymbolScalar, SymbolScalar h, SymbolScalar q,
+                            SymbolScalar kv, const dsl::CustomInputs &in) {
+        SymbolScalar d = (q * -3 + kv * 2).abs();
+        SymbolScalar r = (q / 7.0 - kv / 5).relu();
+        SymbolScalar s = select(q > kv, -d, r * 10.0 + in["doc_q"]);
+        return !((s.max(q - 50) < kv.min(in["doc_k"] * 100.0)) |
+                 (d != (q - kv) * 0 + 40)) |
+               ((h + 1) * 0.5 > in.head_dim() / 200.0) |
+               ((kv + 3 <= q / 2) & (in["doc_q"] == in["doc_k"] + 1.0));
+      });
+}
+
+} // namespace
+
+TEST_CASE("mask analysis: the everyday masks are analysed", "[mask][bounds]") {
+  for (const dsl::AttentionDef &D :
+       {examples::mha(), examples::mhaPrefixLm(), examples::mhaSlidingWindow(),
+        examples::mhaDocument(), slidingWindowOrPrefix(), documentWindow(),
+        arithmeticMask()}) {
+    Compiled C(D);
+    INFO(D.name);
+    CHECK(C.A.Analysed);
+    CHECK(C.A.Reason.empty());
+  }
+  Compiled Doc(examples::mhaDocument());
+  REQUIRE(Doc.A.Bounded.size() == 2);
+  CHECK(Doc.A.Bounded[0].Name == "q_doc");
+  CHECK_FALSE(Doc.A.Bounded[0].ByKey);
+  CHECK(Doc.A.Bounded[1].Name == "k_doc");
+  CHECK(Doc.A.Bounded[1].ByKey);
+  CHECK(Doc.A.ReadsTensorInput);
+  Compiled Prefix(examples::mhaPrefixLm());
+  CHECK(Prefix.A.Grouping == MaskGrouping::Shared);
+  CHECK(Prefix.A.ScalarInputs == std::vector<std::string>{"prefix_len"});
+  CHECK_FALSE(Prefix.A.ReadsTensorInput);
+  // Without a mask there is nothing to analyse.
+  CHECK(analysis::analyzeMask(*compile(examples::reluAttn()).Graph).Mask ==
+        nullptr);
+}
+
+TEST_CASE("mask analysis: masks without an interval rule say why",
+          "[mask][bounds]") {
+  Compiled Exp(test::expMask());
+  CHECK_FALSE(Exp.A.Analysed);
+  CHECK_THAT(Exp.A.Reason,
+             Catch::Matchers::Contains("(exp) has no interval rule"));
+  CHECK_THAT(Exp.A.Reason, Catch::Matchers::Contains("exp("));
+  CHECK(Exp.A.Bounded.empty());
+  CHECK_THROWS_AS(analysis::classifyBox(Exp.A, {}), InternalError);
+
+  Compiled Full(test::fullInputMask());
+  CHECK_FALSE(Full.A.Analysed);
+  CHECK(Full.A.Reason ==
+        "input 'keep' is full (one value per query and key): it has no "
+        "per-block bound");
+  CHECK(Full.A.Grouping == MaskGrouping::PerBatchHead);
+}
+
+TEST_CASE("mask analysis: sound against element evaluation on random tilings",
+          "[mask][bounds]") {
+  std::mt19937_64 Rng(17);
+  std::vector<Tiling> Tilings = randomTilings(Rng, 12);
+  Tilings.push_back({1, 1, 64, 64});
+  Tilings.push_back({300, 17, 128, 16}); // fewer keys than queries
+  for (const Tiling &T : Tilings) {
+    INFO("tiling " << T.Sq << "x" << T.Skv << " blocks " << T.BlockM << "x"
+                   << T.BlockN);
+    InputValues In;
+    for (bool Sorted : {true, false}) {
+      // One id sequence seen from both sides (self-attention over a
+      // packed batch), cut to each side's length.
+      std::vector<double> Ids = documentIds(Rng, std::max(T.Sq, T.Skv), Sorted);
+      In.Arrays["q_doc"] = std::vector<double>(Ids.begin(), Ids.begin() + T.Sq);
+      In.Arrays["k_doc"] =
+          std::vector<double>(Ids.begin(), Ids.begin() + T.Skv);
+      // The test definitions' own names for them.
+      In.Arrays["doc_q"] = In.Arrays["q_doc"];
+      In.Arrays["doc_k"] = In.Arrays["k_doc"];
+      for (double P : {0.0, 37.0, 200.5}) {
+        In.Values["prefix_len"] = P;
+        for (const dsl::AttentionDef &D :
+             {examples::mha(), examples::mhaPrefixLm(),
+              examples::mhaSlidingWindow(), examples::mhaDocument(),
+              slidingWindowOrPrefix(), documentWindow()}) {
+          Compiled C(D);
+          checkSound(C.graph(), C.A, T, In);
+        }
+      }
+      // Batch and head values (a GQA call's heads read their own values).
+      for (int64_t H : {0, 1, 3}) {
+        Compiled C(arithmeticMask());
+        checkSound(C.graph(), C.A, T, In, 1, H);
+        Compiled HM(test::headMask());
+        checkSound(HM.graph(), HM.A, T, In, 0, H);
+        Compiled BM(test::batchMask());
+        checkSound(BM.graph(), BM.A, T, In, H, 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("mask analysis: exact where the bounds decide", "[mask][bounds]") {
+  std::mt19937_64 Rng(23);
+  for (const Tiling &T : randomTilings(Rng, 8)) {
+    INFO("tiling " << T.Sq << "x" << T.Skv << " blocks " << T.BlockM << "x"
+                   << T.BlockN);
+    InputValues In;
+    // Causal: FULL strictly below the diagonal, EMPTY strictly above.
+    Compiled Causal(examples::mha());
+    forEachBlock(
+        Causal.graph(), Causal.A, T, In, 0, 0,
+        [&](const analysis::MaskBox &Box, BlockClass C, int64_t, int64_t) {
+          if (Box.QLo >= Box.KvHi)
+            CHECK(C == BlockClass::Full);
+          else if (Box.QHi < Box.KvLo)
+            CHECK(C == BlockClass::Empty);
+          else
+            CHECK(C == BlockClass::Partial);
+        });
+    // Window and prefix-LM: the class is the brute-force one wherever a
+    // block is all kept or all masked (the masks are monotone in q and kv).
+    In.Values["prefix_len"] = 64;
+    for (const dsl::AttentionDef &D :
+         {examples::mhaSlidingWindow(), examples::mhaPrefixLm()}) {
+      Compiled C(D);
+      forEachBlock(C.graph(), C.A, T, In, 0, 0,
+                   [&](const analysis::MaskBox &, BlockClass Cl, int64_t Kept,
+                       int64_t Masked) {
+                     CHECK(Cl == (Masked == 0 ? BlockClass::Full
+                                  : Kept == 0 ? BlockClass::Empty
+                                              : BlockClass::Partial));
+                   });
+    }
+    // Documents with sorted ids: a block inside one document below the
+    // diagonal is FULL; one whose rows and keys lie in different documents
+    // is EMPTY.
+    std::vector<double> Ids = documentIds(Rng, std::max(T.Sq, T.Skv), true);
+    In.Arrays["q_doc"] = std::vector<double>(Ids.begin(), Ids.begin() + T.Sq);
+    In.Arrays["k_doc"] = std::vector<double>(Ids.begin(), Ids.begin() + T.Skv);
+    Compiled Doc(examples::mhaDocument());
+    forEachBlock(
+        Doc.graph(), Doc.A, T, In, 0, 0,
+        [&](const analysis::MaskBox &Box, BlockClass C, int64_t, int64_t) {
+          bool OneDoc = Box.Lo[0] == Box.Hi[0] && Box.Lo[1] == Box.Hi[1] &&
+                        Box.Lo[0] == Box.Lo[1];
+          bool Apart = Box.Hi[0] < Box.Lo[1] || Box.Hi[1] < Box.Lo[0];
+          if (OneDoc && Box.QLo >= Box.KvHi)
+            CHECK(C == BlockClass::Full);
+          if (Apart || Box.QHi < Box.KvLo)
+            CHECK(C == BlockClass::Empty);
+        });
+  }
+}
+
+TEST_CASE("mask analysis: non-finite bounds and a divisor through 0 are "
+          "unknown",
+          "[mask][bounds]") {
+  Compiled Doc(examples::mhaDocument());
+  analysis::MaskBox Box;
+  Box.QLo = 10, Box.QHi = 20, Box.KvLo = 0, Box.KvHi = 5;
+  const double NaN = std::numeric_limits<double>::quiet_NaN();
+  const double Inf = std::numeric_limits<double>::infinity();
+  Box.Lo = {1, 1};
+  Box.Hi = {1, 1};
+  CHECK(analysis::classifyBox(Doc.A, Box) == BlockClass::Full);
+  Box.Lo = {NaN, 1}; // a block holding a NaN id
+  Box.Hi = {NaN, 1};
+  CHECK(analysis::classifyBox(Doc.A, Box) == BlockClass::Partial);
+  Box.Lo = {Inf, 1};
+  Box.Hi = {Inf, 1};
+  CHECK(analysis::classifyBox(Doc.A, Box) == BlockClass::Partial);
+
+  Compiled Div(test::maskedSoftmax(
+      "div_mask", [](SymbolScalar, SymbolScalar, SymbolScalar q,
+                     SymbolScalar kv) { return 100.0 / (q - kv) > 1.0; }));
+  REQUIRE(Div.A.Analysed);
+  analysis::MaskBox Across; // q - kv in [-5, 5]: may be 0
+  Across.QLo = 0, Across.QHi = 5, Across.KvLo = 0, Across.KvHi = 5;
+  CHECK(analysis::classifyBox(Div.A, Across) == BlockClass::Partial);
+  analysis::MaskBox Below; // q - kv in [10, 20]: 100 / that in [5, 10]
+  Below.QLo = 20, Below.QHi = 25, Below.KvLo = 5, Below.KvHi = 10;
+  CHECK(analysis::classifyBox(Div.A, Below) == BlockClass::Full);
+}
