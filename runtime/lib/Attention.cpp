@@ -24,6 +24,8 @@ const char *elemTypeName(ElemType T) {
     return "bf16";
   case ElemType::F32:
     return "f32";
+  case ElemType::I32:
+    return "i32";
   }
   return "?";
 }
@@ -48,9 +50,11 @@ TensorView TensorView::fromDLPack(const DLTensor &T) {
     V.Type = ElemType::BF16;
   else if (T.dtype.code == kDLFloat && T.dtype.bits == 32)
     V.Type = ElemType::F32;
+  else if (T.dtype.code == kDLInt && T.dtype.bits == 32)
+    V.Type = ElemType::I32;
   else
-    throw InvalidArgument("DLPack tensor: expected float16, bfloat16 or "
-                          "float32");
+    throw InvalidArgument("DLPack tensor: expected float16, bfloat16, "
+                          "float32 or int32");
   V.Data = static_cast<char *>(T.data) + T.byte_offset;
   V.Shape.assign(T.shape, T.shape + T.ndim);
   if (T.strides)
@@ -154,6 +158,22 @@ void Attention::backward(const TensorView &Q, const TensorView &K,
   Backward->run(T, Shape, Inputs, Grads, Stream);
 }
 
+void Attention::backward(const TensorView &Q, const TensorView &K,
+                         const TensorView &V, const TensorView *Out,
+                         const TensorView &DOut, const TensorView *Finals,
+                         const TensorView &DQ, const TensorView &DK,
+                         const TensorView &DV, const VarlenBatch &Batch,
+                         const InputMap &Inputs, const InputGradMap &Grads,
+                         CUstream Stream) {
+  BackwardTensors T{Q, K, V, Out, DOut, Finals, DQ, DK, DV};
+  BackwardCallShape Shape =
+      validateVarlenBackwardCall(Def, Sig, T, Batch, Inputs, Grads);
+  if (!Backward)
+    Backward =
+        std::make_unique<BackwardRunner>(Def, BwdTarget, backwardChoice());
+  Backward->run(T, Shape, Inputs, Grads, Stream);
+}
+
 AttentionBackend &Attention::backendAt(size_t I) {
   if (!Backends[I])
     Backends[I] = BackendRegistry::global().factory(Names[I])(
@@ -203,13 +223,26 @@ void Attention::forward(const TensorView &Q, const TensorView &K,
                         const TensorView *Finals, const InputMap &Inputs,
                         CUstream Stream) {
   CallShape Shape = validateCall(*Def.Graph, Sig, Q, K, V, Out, Finals, Inputs);
+  run(Shape, ForwardTensors{Q, K, V, Out, Finals}, Inputs, Stream);
+}
+
+void Attention::forward(const TensorView &Q, const TensorView &K,
+                        const TensorView &V, const TensorView &Out,
+                        const TensorView *Finals, const VarlenBatch &Batch,
+                        const InputMap &Inputs, CUstream Stream) {
+  CallShape Shape = validateVarlenCall(*Def.Graph, Sig, Q, K, V, Out, Finals,
+                                       Batch, Inputs);
+  run(Shape, ForwardTensors{Q, K, V, Out, Finals}, Inputs, Stream);
+}
+
+void Attention::run(const CallShape &Shape, const ForwardTensors &T,
+                    const InputMap &Inputs, CUstream Stream) {
   // The kernel is chosen once, here, before any backend is asked.
   KernelChoice Choice =
       forwardChoiceFor({Shape.B, Shape.H, Shape.Hkv, Shape.Sq, Shape.Skv});
   BackendProblem P{Def, Sig, Fwd.target(), Shape, Choice};
   AttentionBackend &B = choose(P);
-  B.forward(P, ForwardTensors{Q, K, V, Out, Finals},
-            CallContext{Inputs, Stream});
+  B.forward(P, T, CallContext{Inputs, Stream});
   Last = B.name();
 }
 
