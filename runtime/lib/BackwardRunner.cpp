@@ -41,7 +41,8 @@ const codegen::BwdConfig &bwdConfigOf(const KernelChoice &C) {
 
 BackwardRunner::BackwardRunner(const CompiledDefinition &D,
                                const KernelTarget &T, const KernelChoice &C)
-    : Def(D), Spec(T.kernelSpec()), Config(bwdConfigOf(C)) {
+    : Def(D), Choice(C), Target(T), Spec(T.kernelSpec()),
+      Config(bwdConfigOf(C)) {
   Source = C.Skel->generate(Def, T, C.Config);
   Cached = KernelCache::global().getOrCompile(Source);
 }
@@ -83,7 +84,23 @@ void BackwardRunner::run(const BackwardTensors &T,
   const ir::Graph &G = *Def.Graph;
   const CallShape &C = Shape.Fwd;
   const codegen::BwdConfig &K = Config;
-  const bool Masked = G.decls().HasMask;
+  if (C.Packed && K.FusedDq) {
+    if (!Unfused) {
+      codegen::BwdConfig Two = K;
+      Two.FusedDq = false;
+      Two.QBlockM = codegen::BwdConfig().QBlockM;
+      Two.QBlockN = codegen::BwdConfig().QBlockN;
+      Two.QWarps = codegen::BwdConfig().QWarps;
+      KernelChoice TwoChoice = Choice;
+      TwoChoice.Config = Two;
+      Unfused = std::make_unique<BackwardRunner>(Def, Target, TwoChoice);
+    }
+    Unfused->run(T, Shape, Inputs, GradOut, Stream);
+    return;
+  }
+  // A packed call classifies nothing: its kernels mask per element over a
+  // range of blocks of each sequence (varlen.cuh).
+  const bool Masked = G.decls().HasMask && !C.Packed;
   const bool Doosum = Def.Info.BackwardUsesDoosum;
   const int FineM = std::gcd(K.KvBlockM, K.QBlockM);
   const int FineN = std::gcd(K.KvBlockN, K.QBlockN);
@@ -125,6 +142,11 @@ void BackwardRunner::run(const BackwardTensors &T,
   A.seq_q = int(C.Sq);
   A.seq_kv = int(C.Skv);
   A.mask_per_head = codegen::maskPerHead(G) ? 1 : 0;
+  if (C.Packed) {
+    A.cu_seqlens_q = C.CuQ;
+    A.cu_seqlens_kv = C.CuKv;
+    A.total_q = int(C.TotalQ);
+  }
   A.q_m_blocks = ceilDiv(C.Sq, K.QBlockM);
   A.q_n_blocks = ceilDiv(C.Skv, K.QBlockN);
   A.kv_m_blocks = ceilDiv(C.Sq, K.KvBlockM);
@@ -134,7 +156,9 @@ void BackwardRunner::run(const BackwardTensors &T,
   // The workspace's regions, each 256-byte aligned; an absent one is empty
   // and its pointer null.
   ArenaLayout W;
-  const unsigned DoosumAt = W.add(Doosum ? size_t(C.B * C.H * C.Sq) * 4 : 0);
+  // doosum is [batch·heads][seq_q], or [heads][total_q] in a packed call.
+  const size_t DoosumRows = C.Packed ? size_t(C.H * C.TotalQ) : size_t(C.B * C.H * C.Sq);
+  const unsigned DoosumAt = W.add(Doosum ? DoosumRows * 4 : 0);
   const unsigned PartialAt =
       W.add(GradInputs.size() * A.kv_n_blocks * size_t(C.B * C.H) * 4);
   // Fused dQ: fp32 partial sums per head over whole query blocks, one

@@ -147,7 +147,9 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
   K.load();
   CudaDriver &D = CudaDriver::get();
   attnc::FwdArgs &A = L.Args;
-  if (Def.Graph->decls().HasMask) {
+  // A packed call classifies nothing: its kernels mask per element over a
+  // range of blocks of each sequence (varlen.cuh).
+  if (Def.Graph->decls().HasMask && !P.Shape.Packed) {
     unsigned Groups = A.mask_per_head ? unsigned(A.batch * A.heads) : 1;
     size_t Cells = size_t(Groups) * A.m_blocks * A.n_blocks;
     size_t Rows = size_t(Groups) * A.m_blocks;
