@@ -158,13 +158,13 @@ void Attention::backward(const TensorView &Q, const TensorView &K,
   Backward->run(T, Shape, Inputs, Grads, Stream);
 }
 
-void Attention::backward(const TensorView &Q, const TensorView &K,
-                         const TensorView &V, const TensorView *Out,
-                         const TensorView &DOut, const TensorView *Finals,
-                         const TensorView &DQ, const TensorView &DK,
-                         const TensorView &DV, const VarlenBatch &Batch,
-                         const InputMap &Inputs, const InputGradMap &Grads,
-                         CUstream Stream) {
+void Attention::backwardVarlen(const TensorView &Q, const TensorView &K,
+                               const TensorView &V, const TensorView *Out,
+                               const TensorView &DOut, const TensorView *Finals,
+                               const TensorView &DQ, const TensorView &DK,
+                               const TensorView &DV, const VarlenBatch &Batch,
+                               const InputMap &Inputs,
+                               const InputGradMap &Grads, CUstream Stream) {
   BackwardTensors T{Q, K, V, Out, DOut, Finals, DQ, DK, DV};
   BackwardCallShape Shape =
       validateVarlenBackwardCall(Def, Sig, T, Batch, Inputs, Grads);
@@ -226,10 +226,11 @@ void Attention::forward(const TensorView &Q, const TensorView &K,
   run(Shape, ForwardTensors{Q, K, V, Out, Finals}, Inputs, Stream);
 }
 
-void Attention::forward(const TensorView &Q, const TensorView &K,
-                        const TensorView &V, const TensorView &Out,
-                        const TensorView *Finals, const VarlenBatch &Batch,
-                        const InputMap &Inputs, CUstream Stream) {
+void Attention::forwardVarlen(const TensorView &Q, const TensorView &K,
+                              const TensorView &V, const TensorView &Out,
+                              const TensorView *Finals,
+                              const VarlenBatch &Batch, const InputMap &Inputs,
+                              CUstream Stream) {
   CallShape Shape = validateVarlenCall(*Def.Graph, Sig, Q, K, V, Out, Finals,
                                        Batch, Inputs);
   run(Shape, ForwardTensors{Q, K, V, Out, Finals}, Inputs, Stream);

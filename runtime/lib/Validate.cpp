@@ -20,8 +20,8 @@ namespace {
 /// A dense call of a signature made for packed batches has no cu_seqlens.
 void refusePackedLayout(const Signature &Sig) {
   if (Sig.TensorLayout == Layout::THD)
-    invalid("q: layout thd holds packed variable-length batches; pass a "
-            "VarlenBatch (cu_seqlens_q, cu_seqlens_kv, max lengths)");
+    invalid("q: layout thd holds packed variable-length batches; call "
+            "forwardVarlen or backwardVarlen with a VarlenBatch");
 }
 
 /// The rules between k and v, and of q's heads, for a forward and a

@@ -170,8 +170,8 @@ TEST_CASE("varlen validation: a dense call of a thd signature is refused",
       validateCall(*mha().Graph, C.Sig, C.Q, C.K, C.V, C.O, &C.F, C.In),
       InvalidArgument,
       Catch::Matchers::Message("q: layout thd holds packed variable-length "
-                               "batches; pass a VarlenBatch (cu_seqlens_q, "
-                               "cu_seqlens_kv, max lengths)"));
+                               "batches; call forwardVarlen or backwardVarlen "
+                               "with a VarlenBatch"));
 }
 
 TEST_CASE("varlen validation: custom inputs", "[runtime][varlen]") {

@@ -122,8 +122,8 @@ using InputGradMap = std::map<std::string, TensorView>;
 /// An attention variant compiled for a signature. q is [B,S,H,D] for BSHD or
 /// [B,H,S,D] for BHSD (k, v and o likewise); finals is [F,B,H,Sq] float32
 /// for a variant with F final rowscales (softmax: F = 1, the LSE). A
-/// signature with Layout::THD takes packed variable-length batches (the
-/// overloads with a VarlenBatch): q [Tq,H,D], k and v [Tkv,Hkv,D], finals
+/// signature with Layout::THD takes packed variable-length batches
+/// (forwardVarlen, backwardVarlen): q [Tq,H,D], k and v [Tkv,Hkv,D], finals
 /// [F,H,Tq].
 ///
 /// Each call runs on a backend (attn/runtime/Backend.h): the one the
@@ -148,13 +148,14 @@ public:
                const InputMap &Inputs = {}, CUstream Stream = nullptr);
 
   /// The forward of a packed variable-length batch (VarlenBatch; the
-  /// signature's layout must be THD). Custom inputs: scalar and per-head
+  /// signature's layout must be THD). A name of its own, not an overload:
+  /// `forward(q, k, v, o, f, {})` must keep meaning empty inputs. Custom inputs: scalar and per-head
   /// only (NotSupportedYet naming a per-row, per-key or full one). Runs on
   /// the generated backend.
-  void forward(const TensorView &Q, const TensorView &K, const TensorView &V,
-               const TensorView &Out, const TensorView *Finals,
-               const VarlenBatch &Batch, const InputMap &Inputs = {},
-               CUstream Stream = nullptr);
+  void forwardVarlen(const TensorView &Q, const TensorView &K,
+                     const TensorView &V, const TensorView &Out,
+                     const TensorView *Finals, const VarlenBatch &Batch,
+                     const InputMap &Inputs = {}, CUstream Stream = nullptr);
 
   /// Gradients of L = Σ out ∘ dout: dq, dk, dv (like q, k, v) and, in
   /// \p Grads, one float32 tensor for each custom input that requires a
@@ -173,14 +174,16 @@ public:
                 const InputMap &Inputs = {}, const InputGradMap &Grads = {},
                 CUstream Stream = nullptr);
 
-  /// The backward of a packed variable-length batch, as forward(...,
-  /// VarlenBatch, ...): dq like q, dk and dv like k and v ([T, H, D]).
-  void backward(const TensorView &Q, const TensorView &K, const TensorView &V,
-                const TensorView *Out, const TensorView &DOut,
-                const TensorView *Finals, const TensorView &DQ,
-                const TensorView &DK, const TensorView &DV,
-                const VarlenBatch &Batch, const InputMap &Inputs = {},
-                const InputGradMap &Grads = {}, CUstream Stream = nullptr);
+  /// The backward of a packed variable-length batch, as forwardVarlen:
+  /// dq like q, dk and dv like k and v ([T, H, D]).
+  void backwardVarlen(const TensorView &Q, const TensorView &K,
+                      const TensorView &V, const TensorView *Out,
+                      const TensorView &DOut, const TensorView *Finals,
+                      const TensorView &DQ, const TensorView &DK,
+                      const TensorView &DV, const VarlenBatch &Batch,
+                      const InputMap &Inputs = {},
+                      const InputGradMap &Grads = {},
+                      CUstream Stream = nullptr);
 
   const CompiledDefinition &definition() const { return Def; }
   /// The kernel compiled at construction by the first backend made.
