@@ -23,7 +23,8 @@ AttentionDef mhaPrefixLm() {
       "softmax attention, prefix-LM: bidirectional over the first P keys "
       "(runtime scalar), causal after");
   // The check and the GPU tests use the middle of the range: P = 64.
-  def.inputs.declare("prefix_len", InputShape::Scalar, 0.0, 128.0);
+  def.inputs.declare("prefix_len", InputShape::Scalar, InputType::I32, 0.0,
+                     128.0);
   def.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q_idx,
                     SymbolScalar kv_idx, const CustomInputs &in) {
     return (q_idx >= kv_idx) | (kv_idx < in["prefix_len"]);

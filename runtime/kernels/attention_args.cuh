@@ -24,6 +24,13 @@ struct FwdArgs {
   const int *block_count;
   const int *block_list;
   int m_blocks, n_blocks, mask_grouping;
+  /// A packed variable-length call (varlen.cuh), else null: sequence b's
+  /// query tokens are [cu_seqlens_q[b], cu_seqlens_q[b+1]) of the packed q
+  /// and o (whose batch strides are 0), its keys likewise; seq_q and seq_kv
+  /// are the longest lengths, total_q the tokens of q; finals is then
+  /// [kNumFinals][heads][total_q].
+  const int *cu_seqlens_q, *cu_seqlens_kv;
+  int total_q;
 };
 
 /// Arguments of the block-classification kernels. classes is
@@ -91,6 +98,10 @@ struct BwdArgs {
   /// over the query blocks (BwdFusedDq::first_block), which the host allows
   /// only where two grid rows fit on the GPU's SMs at once.
   int dq_rotate;
+  /// A packed variable-length call, as in FwdArgs (null otherwise); finals
+  /// and doosum are then [..][heads][total_q]. Never in the fused dQ mode.
+  const int *cu_seqlens_q, *cu_seqlens_kv;
+  int total_q;
 };
 
 /// Arguments of the backward's block-list kernels: the fine classes of

@@ -33,6 +33,7 @@
 #include "attnc/block_mask.cuh"
 #include "attnc/bwd_sm80_dkdv.cuh"
 #include "attnc/sm80_primitives.cuh"
+#include "attnc/varlen.cuh"
 
 namespace attnc {
 
@@ -68,35 +69,60 @@ struct BwdDqSm80 {
     const int g = lane / 4, tq = lane % 4;
     const int row_base = m_block * kBlockM;
     const int warp_row0 = warp * kRowsPerWarp;
+    // This CTA's sequence (varlen.cuh): in a packed call, query blocks past
+    // its end have nothing to do, and a masked variant visits a range of key
+    // blocks (no lists), each masked per element.
+    const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
+                                a.heads, a.seq_q, a.seq_kv, b, h);
+    if (row_base >= sp.seq_q)
+      return;
 
-    BlockVisits<Variant::kHasMask> blocks{(a.seq_kv + kBlockN - 1) / kBlockN, nullptr};
+    BlockVisits<Variant::kHasMask> blocks{(sp.seq_kv + kBlockN - 1) / kBlockN, nullptr};
+    int first = 0;
     if constexpr (Variant::kHasMask) {
-      const long long line =
-          mask_group(a.mask_grouping, bh, a.heads) * a.q_m_blocks + m_block;
-      blocks.count = a.q_count[line];
-      blocks.list = a.q_list + line * a.q_n_blocks;
+      if (sp.packed) {
+        const int2 range = key_block_range<Variant, kBlockM, kBlockN>(in, b, h, m_block, sp);
+        first = range.x;
+        blocks.count = range.y - range.x;
+      } else {
+        const long long line =
+            mask_group(a.mask_grouping, bh, a.heads) * a.q_m_blocks + m_block;
+        blocks.count = a.q_count[line];
+        blocks.list = a.q_list + line * a.q_n_blocks;
+      }
     }
+    auto block_at = [&](int j, bool &full) {
+      if (Variant::kHasMask && !blocks.list) {
+        full = false;
+        return first + j;
+      }
+      return blocks.at(j, full);
+    };
 
     const u32 s_q = smem_addr(smem);
     const u32 s_do = s_q + QTile::kBytes;
     const u32 s_ring = s_do + OTile::kBytes;
     load_tile_async<QTile, kBlockM, kD, kThreads>(
-        s_q, static_cast<const unsigned short *>(a.q) + b * a.q_sb + h * a.q_sh, a.q_ss,
-        row_base, a.seq_q);
+        s_q,
+        static_cast<const unsigned short *>(a.q) + b * a.q_sb + h * a.q_sh +
+            (long long)sp.q0 * a.q_ss,
+        a.q_ss, row_base, sp.seq_q);
     load_tile_async<OTile, kBlockM, kDV, kThreads>(
-        s_do, static_cast<const unsigned short *>(a.dout) + b * a.do_sb + h * a.do_sh,
-        a.do_ss, row_base, a.seq_q);
-    const unsigned short *k =
-        static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh;
-    const unsigned short *v =
-        static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh;
+        s_do,
+        static_cast<const unsigned short *>(a.dout) + b * a.do_sb + h * a.do_sh +
+            (long long)sp.q0 * a.do_ss,
+        a.do_ss, row_base, sp.seq_q);
+    const unsigned short *k = static_cast<const unsigned short *>(a.k) + b * a.k_sb +
+                              hk * a.k_sh + (long long)sp.kv0 * a.k_ss;
+    const unsigned short *v = static_cast<const unsigned short *>(a.v) + b * a.v_sb +
+                              hk * a.v_sh + (long long)sp.kv0 * a.v_ss;
     auto load = [&](int j) {
       bool full;
-      const int key0 = blocks.at(j, full) * kBlockN;
+      const int key0 = block_at(j, full) * kBlockN;
       const u32 s = s_ring + (j % kStages) * kStageBytes;
-      load_tile_async<KTile, kBlockN, kD, kThreads>(s, k, a.k_ss, key0, a.seq_kv);
+      load_tile_async<KTile, kBlockN, kD, kThreads>(s, k, a.k_ss, key0, sp.seq_kv);
       load_tile_async<VTile, kBlockN, kDV, kThreads>(s + KTile::kBytes, v, a.v_ss, key0,
-                                                     a.seq_kv);
+                                                     sp.seq_kv);
     };
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
@@ -107,15 +133,14 @@ struct BwdDqSm80 {
 
     // This thread's rows: final rowscales and doosum in registers.
     float fin[2 * MT][kF > 0 ? kF : 1], doo[2 * MT];
-    const long long plane = (long long)a.batch * a.heads * a.seq_q;
 #pragma unroll
     for (int r = 0; r < 2 * MT; ++r) {
       const int qi = row_base + warp_row0 + (r >> 1) * 16 + g + (r & 1) * 8;
-      const bool ok = qi < a.seq_q;
+      const bool ok = qi < sp.seq_q;
 #pragma unroll
       for (int f = 0; f < kF; ++f)
-        fin[r][f] = ok ? a.finals[f * plane + (long long)bh * a.seq_q + qi] : 0.f;
-      doo[r] = kDoosum && ok ? a.doosum[(long long)bh * a.seq_q + qi] : 0.f;
+        fin[r][f] = ok ? a.finals[f * sp.plane + sp.rows + qi] : 0.f;
+      doo[r] = kDoosum && ok ? a.doosum[sp.rows + qi] : 0.f;
     }
 
     float acc_dq[MT][DT][4];
@@ -127,23 +152,24 @@ struct BwdDqSm80 {
       cp_async_wait<kStages - 1>();
       __syncthreads();
       bool full;
-      const int n = blocks.at(j, full);
+      const int n = block_at(j, full);
       const u32 s_k = s_ring + (j % kStages) * kStageBytes;
       if (full)
-        step<true>(a, in, s_q, s_do, s_k, n, b, h, row_base + warp_row0, warp_row0, g,
+        step<true>(in, sp, s_q, s_do, s_k, n, b, h, row_base + warp_row0, warp_row0, g,
                    tq, fin, doo, acc_dq);
       else
-        step<false>(a, in, s_q, s_do, s_k, n, b, h, row_base + warp_row0, warp_row0, g,
+        step<false>(in, sp, s_q, s_do, s_k, n, b, h, row_base + warp_row0, warp_row0, g,
                     tq, fin, doo, acc_dq);
       __syncthreads();
     }
     cp_async_wait<0>();
 
-    unsigned short *dq = static_cast<unsigned short *>(a.dq) + b * a.dq_sb + h * a.dq_sh;
+    unsigned short *dq = static_cast<unsigned short *>(a.dq) + b * a.dq_sb + h * a.dq_sh +
+                         (long long)sp.q0 * a.dq_ss;
 #pragma unroll
     for (int r = 0; r < 2 * MT; ++r) {
       const int qi = row_base + warp_row0 + (r >> 1) * 16 + g + (r & 1) * 8;
-      if (qi >= a.seq_q)
+      if (qi >= sp.seq_q)
         continue;
 #pragma unroll
       for (int t = 0; t < DT; ++t)
@@ -156,7 +182,7 @@ struct BwdDqSm80 {
   /// element, then dQ += dS·K.
   template <bool kFull>
   __device__ static __forceinline__ void
-  step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s_q, u32 s_do, u32 s_k,
+  step(const typename Variant::Inputs &in, const SeqSpan &sp, u32 s_q, u32 s_do, u32 s_k,
        int n, int b, int h, int warp_row, int warp_row0, int g, int tq,
        const float (&fin)[2 * MT][kF > 0 ? kF : 1], const float (&doo)[2 * MT],
        float (&acc_dq)[MT][DT][4]) {
@@ -175,12 +201,14 @@ struct BwdDqSm80 {
           const int r = i * 2 + (e >> 1);
           const int qi = warp_row + i * 16 + g + 8 * (e >> 1);
           const int key = n * kBlockN + t * 8 + 2 * tq + (e & 1);
-          bool valid = qi < a.seq_q && key < a.seq_kv;
+          bool valid = qi < sp.seq_q && key < sp.seq_kv;
+          // The variant's q_idx: shifted by the bottom-right rule.
+          const int qv = qi + sp.shift;
           if constexpr (!kFull)
-            valid = valid && Variant::mask(in, b, h, qi, key);
+            valid = valid && Variant::mask(in, b, h, qv, key);
           float p;
           acc_dp[i][t][e] = bwd_element<Variant, false>(in, acc_s[i][t][e], acc_dp[i][t][e],
-                                                        fin[r], doo[r], b, h, qi, key, valid,
+                                                        fin[r], doo[r], b, h, qv, key, valid,
                                                         p, nullptr);
         }
     warp_mma_pb<T, KTile, MT, DT, kBlockN / 16>(acc_dq, acc_dp, s_k, 0);
@@ -188,7 +216,7 @@ struct BwdDqSm80 {
 };
 
 /// doosum = rowsum(dO ∘ O) in fp32, one warp per query row; grid
-/// (ceil(seq_q / warps), batch·heads). Only launched when the variant's
+/// (ceil(seq_q / warps), batch·heads); [heads][total_q] in a packed call. Only launched when the variant's
 /// backward reads doosum.
 template <class T, int kDV> __device__ void bwd_doosum(const BwdArgs &a) {
   static_assert(kDV % 8 == 0 && kDV / 8 <= 32, "one 16-byte chunk per lane");
@@ -196,14 +224,17 @@ template <class T, int kDV> __device__ void bwd_doosum(const BwdArgs &a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * warps + warp;
   const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
-  if (row >= a.seq_q)
+  const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch, a.heads,
+                              a.seq_q, a.seq_kv, b, h);
+  if (row >= sp.seq_q)
     return;
   float sum = 0.f;
   if (lane < kDV / 8) {
+    const long long t = (long long)sp.q0 + row; // the row's token
     const unsigned short *o = static_cast<const unsigned short *>(a.o) + b * a.o_sb +
-                              h * a.o_sh + (long long)row * a.o_ss + lane * 8;
+                              h * a.o_sh + t * a.o_ss + lane * 8;
     const unsigned short *d = static_cast<const unsigned short *>(a.dout) + b * a.do_sb +
-                              h * a.do_sh + (long long)row * a.do_ss + lane * 8;
+                              h * a.do_sh + t * a.do_ss + lane * 8;
     u32 x[4], y[4];
     asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
@@ -218,7 +249,7 @@ template <class T, int kDV> __device__ void bwd_doosum(const BwdArgs &a) {
   }
   sum = warp_sum(sum);
   if (lane == 0)
-    a.doosum[(long long)bh * a.seq_q + row] = sum;
+    a.doosum[sp.rows + row] = sum;
 }
 
 /// The custom-input gradients from the dK/dV kernel's partials, each output

@@ -22,6 +22,7 @@
 #include "attnc/block_mask.cuh"
 #include "attnc/bwd_sm80_fused_dq.cuh"
 #include "attnc/sm80_primitives.cuh"
+#include "attnc/varlen.cuh"
 
 namespace attnc {
 
@@ -112,6 +113,19 @@ struct BwdDkDvSm80 {
     const int group_size = a.heads / a.heads_kv;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int key0 = n_block * kBlockN;
+    // This CTA's sequence (varlen.cuh; the head only moves the per-row
+    // arrays). In a packed call a key block past its end has no keys; its
+    // input-gradient partials are zeros.
+    const SeqSpan sp0 = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
+                                 a.heads, a.seq_q, a.seq_kv, b, hk * group_size);
+    if (key0 >= sp0.seq_kv) {
+      if constexpr (kNumGrads > 0)
+        for (int i = threadIdx.x; i < kNumGrads * group_size; i += kThreads)
+          a.grad_partial[((long long)(i / group_size) * a.kv_n_blocks + n_block) *
+                             ((long long)a.batch * a.heads) +
+                         (long long)b * a.heads + hk * group_size + i % group_size] = 0.f;
+      return;
+    }
 
     const u32 s_k = smem_addr(smem);
     const u32 s_v = s_k + KTile::kBytes;
@@ -120,11 +134,15 @@ struct BwdDkDvSm80 {
     const u32 s_ds = s_p + kPBytes;
     unsigned char *ring = smem + KTile::kBytes + VTile::kBytes;
     load_tile_async<KTile, kBlockN, kD, kThreads>(
-        s_k, static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh,
-        a.k_ss, key0, a.seq_kv);
+        s_k,
+        static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
+            (long long)sp0.kv0 * a.k_ss,
+        a.k_ss, key0, sp0.seq_kv);
     load_tile_async<VTile, kBlockN, kDV, kThreads>(
-        s_v, static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh,
-        a.v_ss, key0, a.seq_kv);
+        s_v,
+        static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh +
+            (long long)sp0.kv0 * a.v_ss,
+        a.v_ss, key0, sp0.seq_kv);
     cp_async_commit();
 
     float acc_dk[KG][DT][4], acc_dv[KG][VT][4];
@@ -138,27 +156,46 @@ struct BwdDkDvSm80 {
     for (int hi = 0; hi < group_size; ++hi) {
       const int h = hk * group_size + hi;
       const int bh = b * a.heads + h;
-      BlockVisits<Variant::kHasMask> blocks{a.kv_m_blocks, nullptr};
+      const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
+                                  a.heads, a.seq_q, a.seq_kv, b, h);
+      // A packed call visits its sequence's query blocks (a masked
+      // variant: a range of them, each masked per element; varlen.cuh).
+      BlockVisits<Variant::kHasMask> blocks{
+          sp.packed ? (sp.seq_q + kBlockM - 1) / kBlockM : a.kv_m_blocks, nullptr};
+      int first = 0;
       const int *ranks = nullptr;
       DqTurn turn{0, 0, 0, false}; // fused: published at the next barrier
       if constexpr (Variant::kHasMask) {
-        const long long line =
-            mask_group(a.mask_grouping, bh, a.heads) * a.kv_n_blocks + n_block;
-        blocks.count = a.kv_count[line];
-        blocks.list = a.kv_list + line * a.kv_m_blocks;
-        if constexpr (kFusedDq)
-          ranks = a.kv_rank + line * a.kv_m_blocks;
+        if (sp.packed) {
+          const int2 range = query_block_range<Variant, kBlockM, kBlockN>(in, b, h, n_block, sp);
+          first = range.x;
+          blocks.count = range.y - range.x;
+        } else {
+          const long long line =
+              mask_group(a.mask_grouping, bh, a.heads) * a.kv_n_blocks + n_block;
+          blocks.count = a.kv_count[line];
+          blocks.list = a.kv_list + line * a.kv_m_blocks;
+          if constexpr (kFusedDq)
+            ranks = a.kv_rank + line * a.kv_m_blocks;
+        }
       }
-      const unsigned short *q =
-          static_cast<const unsigned short *>(a.q) + b * a.q_sb + h * a.q_sh;
-      const unsigned short *dout =
-          static_cast<const unsigned short *>(a.dout) + b * a.do_sb + h * a.do_sh;
+      auto decode = [&](int e, bool &full) {
+        if (Variant::kHasMask && !blocks.list) {
+          full = false;
+          return e;
+        }
+        return blocks.decode(e, full);
+      };
+      const unsigned short *q = static_cast<const unsigned short *>(a.q) + b * a.q_sb +
+                                h * a.q_sh + (long long)sp.q0 * a.q_ss;
+      const unsigned short *dout = static_cast<const unsigned short *>(a.dout) +
+                                   b * a.do_sb + h * a.do_sh + (long long)sp.q0 * a.do_ss;
       // Fused dQ without a mask may start the walk further up (first_block).
       int m_first = 0;
       if constexpr (kFusedDq && !Variant::kHasMask)
         m_first = Fused::first_block(a, n_block);
       auto visit = [&](int j) {
-        int e = blocks.entry(j);
+        int e = blocks.list ? blocks.entry(j) : first + j;
         if constexpr (kFusedDq && !Variant::kHasMask) {
           e += m_first;
           e -= e >= a.kv_m_blocks ? a.kv_m_blocks : 0;
@@ -167,12 +204,12 @@ struct BwdDkDvSm80 {
       };
       auto load = [&](int j, int e) { // e: entry j of the list
         bool full;
-        const int row0 = blocks.decode(e, full) * kBlockM;
+        const int row0 = decode(e, full) * kBlockM;
         const u32 s = s_ring + (j % kStages) * kStageBytes;
-        load_tile_async<QTile, kBlockM, kD, kThreads>(s, q, a.q_ss, row0, a.seq_q);
+        load_tile_async<QTile, kBlockM, kD, kThreads>(s, q, a.q_ss, row0, sp.seq_q);
         load_tile_async<OTile, kBlockM, kDV, kThreads>(s + QTile::kBytes, dout,
-                                                       a.do_ss, row0, a.seq_q);
-        load_rows(a, s + QTile::kBytes + OTile::kBytes, bh, row0);
+                                                       a.do_ss, row0, sp.seq_q);
+        load_rows(a, sp, s + QTile::kBytes + OTile::kBytes, row0);
       };
 #pragma unroll
       for (int s = 0; s < kStages - 1; ++s) {
@@ -197,7 +234,7 @@ struct BwdDkDvSm80 {
           load(j + kStages - 1, e_load);
         cp_async_commit();
         bool full;
-        const int m = blocks.decode(e_cur, full);
+        const int m = decode(e_cur, full);
         const int r = r_cur;
         e_cur = visit(j + 1);
         e_load = visit(j + kStages);
@@ -211,10 +248,10 @@ struct BwdDkDvSm80 {
         if constexpr (kFusedDq)
           rank = Variant::kHasMask ? r : Fused::unmasked_rank(a, n_block, m);
         if (full)
-          step<true>(a, in, s_k, s_v, s_ring + slot, s_p, s_ds, rows, m, b, h, bh, key0,
+          step<true>(a, in, sp, s_k, s_v, s_ring + slot, s_p, s_ds, rows, m, b, h, bh, key0,
                      rank, turn, acc_dk, acc_dv, gacc);
         else
-          step<false>(a, in, s_k, s_v, s_ring + slot, s_p, s_ds, rows, m, b, h, bh, key0,
+          step<false>(a, in, sp, s_k, s_v, s_ring + slot, s_p, s_ds, rows, m, b, h, bh, key0,
                       rank, turn, acc_dk, acc_dv, gacc);
       }
       // The last step's reads are done before the ring is refilled (the next
@@ -246,24 +283,27 @@ struct BwdDkDvSm80 {
       }
     }
     cp_async_wait<0>();
-    store(a, b, hk, key0, acc_dk, acc_dv);
+    store(a, sp0, b, hk, key0, acc_dk, acc_dv);
   }
 
   /// dK and dV of this warp's keys and columns, rows past seq_kv not stored.
-  __device__ static __forceinline__ void store(const BwdArgs &a, int b, int hk, int key0,
+  __device__ static __forceinline__ void store(const BwdArgs &a, const SeqSpan &sp, int b,
+                                               int hk, int key0,
                                                const float (&acc_dk)[KG][DT][4],
                                                const float (&acc_dv)[KG][VT][4]) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
     const int keyg = key0 + (warp % WKG) * KG * 16, col = warp / WKG;
-    unsigned short *dk = static_cast<unsigned short *>(a.dk) + b * a.dk_sb + hk * a.dk_sh;
-    unsigned short *dv = static_cast<unsigned short *>(a.dv) + b * a.dv_sb + hk * a.dv_sh;
+    unsigned short *dk = static_cast<unsigned short *>(a.dk) + b * a.dk_sb + hk * a.dk_sh +
+                         (long long)sp.kv0 * a.dk_ss;
+    unsigned short *dv = static_cast<unsigned short *>(a.dv) + b * a.dv_sb + hk * a.dv_sh +
+                         (long long)sp.kv0 * a.dv_ss;
 #pragma unroll
     for (int i = 0; i < KG; ++i)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int key = keyg + i * 16 + g + 8 * half;
-        if (key >= a.seq_kv)
+        if (key >= sp.seq_kv)
           continue;
 #pragma unroll
         for (int t = 0; t < DT; ++t)
@@ -280,20 +320,17 @@ struct BwdDkDvSm80 {
 
   /// cp.async of the query rows' final rowscales and doosum; rows past the
   /// end are zero-filled (their elements are invalid anyway).
-  __device__ static __forceinline__ void load_rows(const BwdArgs &a, u32 dst, int bh,
-                                                   int row0) {
-    const long long plane = (long long)a.batch * a.heads * a.seq_q;
+  __device__ static __forceinline__ void load_rows(const BwdArgs &a, const SeqSpan &sp,
+                                                   u32 dst, int row0) {
 #pragma unroll
     for (int i = threadIdx.x; i < kBlockM * kRowFloats; i += kThreads) {
       const int r = i % kBlockM, f = i / kBlockM;
-      const bool ok = row0 + r < a.seq_q;
+      const bool ok = row0 + r < sp.seq_q;
       const long long qi = ok ? row0 + r : 0; // an address in bounds either way
       if (f < kF)
-        cp_async_4(dst + (r * kF + f) * 4,
-                   a.finals + f * plane + (long long)bh * a.seq_q + qi, ok);
+        cp_async_4(dst + (r * kF + f) * 4, a.finals + f * sp.plane + sp.rows + qi, ok);
       else
-        cp_async_4(dst + (kBlockM * kF + r) * 4,
-                   a.doosum + (long long)bh * a.seq_q + qi, ok);
+        cp_async_4(dst + (kBlockM * kF + r) * 4, a.doosum + sp.rows + qi, ok);
     }
   }
 
@@ -309,7 +346,8 @@ struct BwdDkDvSm80 {
   /// \p rank, which becomes the pending \p turn.
   template <bool kFull>
   __device__ static __forceinline__ void
-  step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s_k, u32 s_v,
+  step(const BwdArgs &a, const typename Variant::Inputs &in, const SeqSpan &sp, u32 s_k,
+       u32 s_v,
        u32 s_stage, u32 s_p, u32 s_ds, const float *rows, int m, int b, int h, int bh,
        int key0, int rank, DqTurn &turn, float (&acc_dk)[KG][DT][4],
        float (&acc_dv)[KG][VT][4], float *gacc) {
@@ -334,13 +372,15 @@ struct BwdDkDvSm80 {
           const int key = key0 + key_s + i * 16 + g + 8 * (e >> 1);
           const int qr = row_s + t * 8 + 2 * tq + (e & 1);
           const int qi = m * kBlockM + qr;
-          bool valid = qi < a.seq_q && key < a.seq_kv;
+          bool valid = qi < sp.seq_q && key < sp.seq_kv;
+          // The variant's q_idx: shifted by the bottom-right rule.
+          const int qv = qi + sp.shift;
           if constexpr (!kFull)
-            valid = valid && Variant::mask(in, b, h, qi, key);
+            valid = valid && Variant::mask(in, b, h, qv, key);
           const float doo = kDoosum ? rows[kBlockM * kF + qr] : 0.f;
           float p;
           const float ds = bwd_element<Variant, true>(in, acc_s[i][t][e], acc_dp[i][t][e],
-                                                      rows + qr * kF, doo, b, h, qi, key,
+                                                      rows + qr * kF, doo, b, h, qv, key,
                                                       valid, p, gacc);
           acc_s[i][t][e] = p;
           acc_dp[i][t][e] = ds;

@@ -104,7 +104,7 @@ struct BwdDkDvSm90 {
       BlockVisits<Variant::kHasMask> blocks{a.kv_m_blocks, nullptr};
       if constexpr (Variant::kHasMask) {
         const long long line =
-            (a.mask_per_head ? (long long)bh : 0LL) * a.kv_n_blocks + n_block;
+            mask_group(a.mask_grouping, bh, a.heads) * a.kv_n_blocks + n_block;
         blocks.count = a.kv_count[line];
         blocks.list = a.kv_list + line * a.kv_m_blocks;
       }

@@ -10,6 +10,7 @@
 #include "attnc/attention_args.cuh"
 #include "attnc/block_mask.cuh"
 #include "attnc/sm80_primitives.cuh"
+#include "attnc/varlen.cuh"
 
 namespace attnc {
 
@@ -116,30 +117,50 @@ struct FwdSm80 {
     const int hk = h / (a.heads / a.heads_kv);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
+    // This CTA's sequence: in a packed call, its lengths and first tokens;
+    // query blocks past its end have nothing to do.
+    const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
+                                a.heads, a.seq_q, a.seq_kv, b, h);
+    if (m_block * kBlockM >= sp.seq_q)
+      return;
 
     const unsigned short *q = static_cast<const unsigned short *>(a.q) +
-                              b * a.q_sb + h * a.q_sh;
+                              b * a.q_sb + h * a.q_sh + (long long)sp.q0 * a.q_ss;
     const unsigned short *k = static_cast<const unsigned short *>(a.k) +
-                              b * a.k_sb + hk * a.k_sh;
+                              b * a.k_sb + hk * a.k_sh + (long long)sp.kv0 * a.k_ss;
     const unsigned short *v = static_cast<const unsigned short *>(a.v) +
-                              b * a.v_sb + hk * a.v_sh;
+                              b * a.v_sb + hk * a.v_sh + (long long)sp.kv0 * a.v_ss;
 
     // Which key blocks to visit: from the block classification when the
     // variant masks, else all of them (the last one partial if ragged).
     // List entries are read a step before their use, so that no iteration
-    // starts with a dependent global load.
-    BlockVisits<Variant::kHasMask> blocks{(a.seq_kv + kBlockN - 1) / kBlockN, nullptr};
+    // starts with a dependent global load. A packed call has no lists: a
+    // masked variant visits a range of blocks, each masked per element
+    // (varlen.cuh).
+    BlockVisits<Variant::kHasMask> blocks{(sp.seq_kv + kBlockN - 1) / kBlockN, nullptr};
+    int first = 0;
     if constexpr (Variant::kHasMask) {
-      const long long group = mask_group(a.mask_grouping, bh, a.heads);
-      const long long row = group * a.m_blocks + m_block;
-      blocks.count = a.block_count[row];
-      blocks.list = a.block_list + row * a.n_blocks;
+      if (sp.packed) {
+        const int2 range = key_block_range<Variant, kBlockM, kBlockN>(in, b, h, m_block, sp);
+        first = range.x;
+        blocks.count = range.y - range.x;
+      } else {
+        const long long group = mask_group(a.mask_grouping, bh, a.heads);
+        const long long row = group * a.m_blocks + m_block;
+        blocks.count = a.block_count[row];
+        blocks.list = a.block_list + row * a.n_blocks;
+      }
     }
     const int count = blocks.count;
+    auto entry = [&](int j) { return blocks.list ? blocks.entry(j) : first + j; };
     auto decode = [&](int e, bool &full) {
+      if (Variant::kHasMask && !blocks.list) {
+        full = false;
+        return e;
+      }
       const int n = blocks.decode(e, full);
       if constexpr (!Variant::kHasMask)
-        full = (n + 1) * kBlockN <= a.seq_kv;
+        full = (n + 1) * kBlockN <= sp.seq_kv;
       return n;
     };
 
@@ -148,19 +169,19 @@ struct FwdSm80 {
     const u32 s_kv = s_base + QTile::kBytes;
     const int row_base = m_block * kBlockM;
 
-    load_tile_async<QTile, kBlockM, kD, kThreads>(s_q, q, a.q_ss, row_base, a.seq_q);
+    load_tile_async<QTile, kBlockM, kD, kThreads>(s_q, q, a.q_ss, row_base, sp.seq_q);
     auto load_kv = [&](int j, int e) {
       bool full;
       const int n = decode(e, full);
       const u32 s = s_kv + (j % kStages) * kStageBytes;
-      load_tile_async<KTile, kBlockN, kD, kThreads>(s, k, a.k_ss, n * kBlockN, a.seq_kv);
+      load_tile_async<KTile, kBlockN, kD, kThreads>(s, k, a.k_ss, n * kBlockN, sp.seq_kv);
       load_tile_async<VTile, kBlockN, kDV, kThreads>(s + KTile::kBytes, v, a.v_ss,
-                                     n * kBlockN, a.seq_kv);
+                                     n * kBlockN, sp.seq_kv);
     };
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       if (s < count)
-        load_kv(s, blocks.entry(s));
+        load_kv(s, entry(s));
       cp_async_commit(); // always commit: wait_group counts groups
     }
 
@@ -174,7 +195,7 @@ struct FwdSm80 {
     }
     const int warp_row0 = row_base + warp * kRowsPerWarp;
 
-    int e_cur = blocks.entry(0), e_load = blocks.entry(kStages - 1);
+    int e_cur = entry(0), e_load = entry(kStages - 1);
     for (int j = 0; j < count; ++j) {
       if (j + kStages - 1 < count)
         load_kv(j + kStages - 1, e_load);
@@ -184,16 +205,17 @@ struct FwdSm80 {
 
       bool full;
       const int n = decode(e_cur, full);
-      e_cur = blocks.entry(j + 1);
-      e_load = blocks.entry(j + kStages);
+      e_cur = entry(j + 1);
+      e_load = entry(j + kStages);
       const u32 s_k = s_kv + (j % kStages) * kStageBytes;
       const u32 s_v = s_k + KTile::kBytes;
 
       // One S·P·V body for full and partial blocks, the softmax branching
       // inside: duplicating the whole body per kind spilled more (ptxas)
       // and measured slower.
-      visit(a, in, acc_o, st, seen, s_q, s_k, s_v, warp, lane, b, h, warp_row0,
-            n * kBlockN, g, tq, full);
+      // The variant sees q_idx shifted by the bottom-right rule.
+      visit(in, sp.seq_kv, acc_o, st, seen, s_q, s_k, s_v, warp, lane, b, h,
+            warp_row0 + sp.shift, n * kBlockN, g, tq, full);
       __syncthreads(); // the ring slot is refilled next iteration
     }
     cp_async_wait<0>();
@@ -208,14 +230,15 @@ struct FwdSm80 {
     if constexpr (kStageO)
       __syncthreads();
     Sm80OutFrag<MT, VT> of{acc_o};
-    unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb + h * a.o_sh;
+    unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb + h * a.o_sh +
+                        (long long)sp.q0 * a.o_ss;
 #pragma unroll
     for (int r = 0; r < 2 * MT; ++r) {
       const int wrow = warp * kRowsPerWarp + (r >> 1) * 16 + g + (r & 1) * 8;
       const int qrow = row_base + wrow;
       float finals[Variant::kNumFinals > 0 ? Variant::kNumFinals : 1];
       if ((seen >> r) & 1) {
-        Variant::epilogue(in, st[r], of, r, b, h, qrow, finals);
+        Variant::epilogue(in, st[r], of, r, b, h, qrow + sp.shift, finals);
       } else {
 #pragma unroll
         for (int c = 0; c < 2 * VT; ++c)
@@ -229,13 +252,13 @@ struct FwdSm80 {
         const u32 packed = pack2<T>(of.at(r, 2 * t), of.at(r, 2 * t + 1));
         if constexpr (kStageO)
           st_shared_32(s_base + OTile::offset(wrow, t) + 4 * tq, packed);
-        else if (qrow < a.seq_q)
+        else if (qrow < sp.seq_q)
           *reinterpret_cast<u32 *>(o + (long long)qrow * a.o_ss + t * 8 + 2 * tq) = packed;
       }
-      if (tq == 0 && qrow < a.seq_q)
+      if (tq == 0 && qrow < sp.seq_q)
 #pragma unroll
         for (int f = 0; f < Variant::kNumFinals; ++f)
-          a.finals[((long long)f * a.batch * a.heads + bh) * a.seq_q + qrow] = finals[f];
+          a.finals[f * sp.plane + sp.rows + qrow] = finals[f];
     }
     if constexpr (kStageO) {
       __syncthreads();
@@ -247,7 +270,7 @@ struct FwdSm80 {
         if (kTotal % kThreads != 0 && i >= kTotal)
           break;
         const int r = i / kChunks, c = i % kChunks;
-        st_global_128_if(row_base + r < a.seq_q,
+        st_global_128_if(row_base + r < sp.seq_q,
                          o + (long long)(row_base + r) * a.o_ss + c * 8,
                          ld_shared_128(s_base + OTile::offset(r, c)));
       }
@@ -256,7 +279,7 @@ struct FwdSm80 {
 
   /// One key block: S = Q·Kᵀ, the variant's step, O += P·V.
   __device__ static __forceinline__ void
-  visit(const FwdArgs &a, const typename Variant::Inputs &in,
+  visit(const typename Variant::Inputs &in, int seq_kv,
         float (&acc_o)[MT][VT][4], typename Variant::RowState (&st)[2 * MT],
         u32 &seen, u32 s_q, u32 s_k, u32 s_v, int warp, int lane, int b, int h,
         int warp_row0, int col0, int g, int tq, bool full) {
@@ -287,9 +310,9 @@ struct FwdSm80 {
 
     typename Sm80ScoreFrag<MT, NT, true>::ActWord act[2 * MT];
     if (full)
-      step<true>(a, in, acc_s, act, acc_o, st, seen, b, h, warp_row0, col0, g, tq);
+      step<true>(in, seq_kv, acc_s, act, acc_o, st, seen, b, h, warp_row0, col0, g, tq);
     else
-      step<false>(a, in, acc_s, act, acc_o, st, seen, b, h, warp_row0, col0, g, tq);
+      step<false>(in, seq_kv, acc_s, act, acc_o, st, seen, b, h, warp_row0, col0, g, tq);
 
     // O += P·V: the S accumulator of two n8 tiles is one k16 A fragment.
 #pragma unroll
@@ -320,7 +343,7 @@ struct FwdSm80 {
   /// score_mod, mask and online_fwd for one key block, then the o rescale.
   template <bool kFull>
   __device__ static __forceinline__ void
-  step(const FwdArgs &a, const typename Variant::Inputs &in, float (&acc_s)[MT][NT][4],
+  step(const typename Variant::Inputs &in, int seq_kv, float (&acc_s)[MT][NT][4],
        typename Sm80ScoreFrag<MT, NT, kFull>::ActWord (&act)[2 * MT],
        float (&acc_o)[MT][VT][4],
        typename Variant::RowState (&st)[2 * MT], u32 &seen, int b, int h,
@@ -344,13 +367,13 @@ struct FwdSm80 {
         if constexpr (!Variant::kScoreScaleFolded)
           f.at(r, c) = Variant::score_mod(in, f.at(r, c), b, h, qi, ki);
         if constexpr (kInf) {
-          const bool keep = ki < a.seq_kv && Variant::mask(in, b, h, qi, ki);
+          const bool keep = ki < seq_kv && Variant::mask(in, b, h, qi, ki);
           f.at(r, c) = keep ? f.at(r, c) : -__int_as_float(0x7f800000);
           row_any |= u32(keep) << r;
         } else if constexpr (!kFull) {
           act[r] = (c == 0 ? 0 : act[r]) |
                    (typename Sm80ScoreFrag<MT, NT, kFull>::ActWord(
-                        ki < a.seq_kv && Variant::mask(in, b, h, qi, ki))
+                        ki < seq_kv && Variant::mask(in, b, h, qi, ki))
                     << c);
         }
       }

@@ -16,6 +16,7 @@
 #include "attnc/fwd_sm80.cuh"
 #include "attnc/sm90_primitives.cuh"
 #include "attnc/sm90_wgmma.cuh"
+#include "attnc/varlen.cuh"
 
 namespace attnc {
 
@@ -88,6 +89,17 @@ struct FwdSm90 {
 
   __device__ static void run(const FwdArgs &a, const typename Variant::Inputs &in,
                              const Sm90Maps &maps, unsigned char *smem) {
+    // Query blocks in reverse: under a causal mask the last ones have the
+    // most key blocks, and starting the longest CTAs first shortens the
+    // tail of the grid (one CTA per SM).
+    const int m_block = gridDim.x - 1 - blockIdx.x;
+    const int bh = blockIdx.y;
+    // This CTA's sequence (varlen.cuh); in a packed call, query blocks past
+    // its end have nothing to do.
+    const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
+                                a.heads, a.seq_q, a.seq_kv, bh / a.heads, bh % a.heads);
+    if (m_block * kBlockM >= sp.seq_q)
+      return;
     const u32 base = (smem_addr(smem) + 1023u) & ~1023u;
     const u32 bar_q = base + kBarOffset;
     const u32 bar_full = bar_q + 8;                 // [kStages]
@@ -103,63 +115,78 @@ struct FwdSm90 {
     }
     __syncthreads();
 
-    // Query blocks in reverse: under a causal mask the last ones have the
-    // most key blocks, and starting the longest CTAs first shortens the
-    // tail of the grid (one CTA per SM).
-    const int m_block = gridDim.x - 1 - blockIdx.x;
-    const int bh = blockIdx.y;
-    int count = (a.seq_kv + kBlockN - 1) / kBlockN;
-    const int *list = nullptr;
+    // A packed call has no block lists: a masked variant visits the range
+    // of key blocks that keep an element (varlen.cuh), all threads voting
+    // before the warpgroups part.
+    Visits vis{(sp.seq_kv + kBlockN - 1) / kBlockN, 0, nullptr};
     if constexpr (Variant::kHasMask) {
-      const long long group = mask_group(a.mask_grouping, bh, a.heads);
-      const long long row = group * a.m_blocks + m_block;
-      count = a.block_count[row];
-      list = a.block_list + row * a.n_blocks;
+      if (sp.packed) {
+        const int2 range = key_block_range<Variant, kBlockM, kBlockN>(
+            in, bh / a.heads, bh % a.heads, m_block, sp);
+        vis.first = range.x;
+        vis.count = range.y - range.x;
+      } else {
+        const long long group = mask_group(a.mask_grouping, bh, a.heads);
+        const long long row = group * a.m_blocks + m_block;
+        vis.count = a.block_count[row];
+        vis.list = a.block_list + row * a.n_blocks;
+      }
     }
     if (wg == 0) {
       if constexpr (kConsumers == 2)
         setmaxnreg_dec<kProducerRegs>();
-      if (threadIdx.x == 0 && count > 0)
-        produce(a, maps, list, count, m_block, base, bar_q, bar_full, bar_empty);
+      if (threadIdx.x == 0 && vis.count > 0)
+        produce(a, maps, sp, vis, m_block, base, bar_q, bar_full, bar_empty);
     } else {
       if constexpr (kConsumers == 2)
         setmaxnreg_inc<kConsumerRegs>();
-      consume(a, in, list, count, m_block, base, bar_q, bar_full, bar_empty, wg - 1);
+      consume(a, in, sp, vis, m_block, base, bar_q, bar_full, bar_empty, wg - 1);
     }
   }
+
+  /// The key blocks a CTA visits: count entries of the block list, or
+  /// (no list) blocks first, first + 1, ...
+  struct Visits {
+    int count, first;
+    const int *list;
+  };
 
   /// The j-th visited block's entry: from the block list when the variant
   /// masks (read ahead of its use, so that the load's latency is not on
   /// the softmax's path), else j.
-  __device__ static __forceinline__ int entry_of(const int *list, int j) {
-    if constexpr (Variant::kHasMask)
-      return list[j];
-    else
-      return j;
+  __device__ static __forceinline__ int entry_of(const Visits &vis, int j) {
+    if (Variant::kHasMask && vis.list)
+      return vis.list[j];
+    return vis.first + j;
   }
-  /// The key block of entry \p e (of the \p j-th visited block), and
-  /// whether it is fully unmasked.
-  __device__ static __forceinline__ int block_of(const FwdArgs &a, int e, int j, bool &full) {
-    if constexpr (Variant::kHasMask) {
+  /// The key block of entry \p e, and whether it is fully unmasked (a
+  /// packed call's masked blocks never are: the mask runs per element).
+  __device__ static __forceinline__ int block_of(const Visits &vis, const SeqSpan &sp, int e,
+                                                 bool &full) {
+    if (Variant::kHasMask && vis.list) {
       full = (e >> 30) & 1;
       return e & 0x3fffffff;
-    } else {
-      full = (j + 1) * kBlockN <= a.seq_kv;
-      return j;
     }
+    full = !Variant::kHasMask && (e + 1) * kBlockN <= sp.seq_kv;
+    return e;
   }
 
   /// The producer: one thread issues every TMA load of the CTA.
-  __device__ static void produce(const FwdArgs &a, const Sm90Maps &maps, const int *list,
-                                 int count, int m_block, u32 base, u32 bar_q,
+  __device__ static void produce(const FwdArgs &a, const Sm90Maps &maps, const SeqSpan &sp,
+                                 const Visits &vis, int m_block, u32 base, u32 bar_q,
                                  u32 bar_full, u32 bar_empty) {
     const int bh = blockIdx.y;
-    const int b = bh / a.heads, h = bh % a.heads;
+    const int h = bh % a.heads;
+    // A packed call's maps have one batch of all tokens: a tile starts at
+    // the sequence's first token and may run into the next sequence (those
+    // keys are masked, those rows never stored).
+    const int b = sp.packed ? 0 : bh / a.heads;
+    const int count = vis.count;
     const int hk = h / (a.heads / a.heads_kv);
     tma_prefetch_desc(&maps.q);
     tma_prefetch_desc(&maps.k);
     tma_prefetch_desc(&maps.v);
-    const int qrow = m_block * kBlockM;
+    const int qrow = sp.q0 + m_block * kBlockM;
     mbar_arrive_expect_tx(bar_q, kQBytes);
 #pragma unroll
     for (int s = 0; s < kD / 64; ++s)
@@ -171,7 +198,7 @@ struct FwdSm90 {
       if (j >= kStages)
         mbar_wait(bar_empty + 8 * stage, ((j / kStages) + 1) & 1);
       bool full;
-      const int row = block_of(a, entry_of(list, j), j, full) * kBlockN;
+      const int row = sp.kv0 + block_of(vis, sp, entry_of(vis, j), full) * kBlockN;
       const u32 bar = bar_full + 8 * stage;
       const u32 s_k = base + kQBytes + stage * kStageBytes;
       mbar_arrive_expect_tx(bar, kStageBytes);
@@ -190,8 +217,9 @@ struct FwdSm90 {
 
   /// One consumer warpgroup (\p wgc of kConsumers): 64 query rows.
   __device__ static void consume(const FwdArgs &a, const typename Variant::Inputs &in,
-                                 const int *list, int count, int m_block, u32 base,
+                                 const SeqSpan &sp, const Visits &vis, int m_block, u32 base,
                                  u32 bar_q, u32 bar_full, u32 bar_empty, int wgc) {
+    const int count = vis.count;
     const int bh = blockIdx.y;
     const int b = bh / a.heads, h = bh % a.heads;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
@@ -255,14 +283,16 @@ struct FwdSm90 {
           if (hand_over)
             named_bar_arrive(2 - wgc, 256);
       };
+      // The variant sees q_idx shifted by the bottom-right rule.
       auto softmax = [&](int j, int e) {
         fence_regs(acc_s);
         bool full;
-        const int col0 = block_of(a, e, j, full) * kBlockN;
+        const int col0 = block_of(vis, sp, e, full) * kBlockN;
         if (full)
-          step<true>(a, in, acc_s, st, seen, o_scale, b, h, row0, col0, tq);
+          step<true>(in, sp.seq_kv, acc_s, st, seen, o_scale, b, h, row0 + sp.shift, col0, tq);
         else
-          step<false>(a, in, acc_s, st, seen, o_scale, b, h, row0, col0, tq);
+          step<false>(in, sp.seq_kv, acc_s, st, seen, o_scale, b, h, row0 + sp.shift, col0,
+                      tq);
       };
       // O *= o_scale, then P as the A operand of m64nDVk16 (two n8 tiles of
       // S per k16 step).
@@ -298,7 +328,7 @@ struct FwdSm90 {
           named_bar_arrive(1, 256);
       // Block 0: S only. The wgmma calls sit outside any data-dependent
       // branch so that ptxas need not serialise them.
-      int e = entry_of(list, 0);
+      int e = entry_of(vis, 0);
       mbar_wait(bar_full, 0);
       turn_begin();
       wgmma_fence();
@@ -312,7 +342,7 @@ struct FwdSm90 {
       for (int j = 1; j < count; ++j) {
         const int stage = j % kStages;
         const int prev = (j - 1) % kStages;
-        e = entry_of(list, j);
+        e = entry_of(vis, j);
         mbar_wait(bar_full + 8 * stage, (j / kStages) & 1);
         turn_begin();
         wgmma_fence();
@@ -333,7 +363,7 @@ struct FwdSm90 {
       wgmma_wait<0>();
       release((count - 1) % kStages);
     }
-    epilogue(a, in, acc_o, st, seen, b, h, bh, row0, tq, base, wgc);
+    epilogue(a, in, sp, acc_o, st, seen, b, h, row0, tq, base, wgc);
   }
 
   /// score_mod, mask and online_fwd over one block of S; o_scale per row
@@ -342,7 +372,7 @@ struct FwdSm90 {
   /// folded softmax takes masked scores as −∞ and runs branch-free.
   template <bool kFull>
   __device__ static __forceinline__ void
-  step(const FwdArgs &a, const typename Variant::Inputs &in, float (&acc_s)[NT][4],
+  step(const typename Variant::Inputs &in, int seq_kv, float (&acc_s)[NT][4],
        typename Variant::RowState (&st)[2], bool (&seen)[2], float (&o_scale)[2], int b,
        int h, int row0, int col0, int tq) {
     constexpr bool kInf = !kFull && Variant::kScoreScaleFolded;
@@ -363,11 +393,11 @@ struct FwdSm90 {
         if constexpr (!Variant::kScoreScaleFolded)
           f.at(r, c) = Variant::score_mod(in, f.at(r, c), b, h, qi, ki);
         if constexpr (kInf) {
-          const bool keep = ki < a.seq_kv && Variant::mask(in, b, h, qi, ki);
+          const bool keep = ki < seq_kv && Variant::mask(in, b, h, qi, ki);
           f.at(r, c) = keep ? f.at(r, c) : -__int_as_float(0x7f800000);
           row_keeps[r] |= keep;
         } else if constexpr (!kFull) {
-          act[r] |= typename Frag::ActWord(ki < a.seq_kv && Variant::mask(in, b, h, qi, ki))
+          act[r] |= typename Frag::ActWord(ki < seq_kv && Variant::mask(in, b, h, qi, ki))
                     << c;
         }
       }
@@ -416,9 +446,9 @@ struct FwdSm90 {
   /// (ncu: 48% excess sectors at causal S = 1024, where the epilogue is a
   /// large part of a CTA's life).
   __device__ static __forceinline__ void
-  epilogue(const FwdArgs &a, const typename Variant::Inputs &in, float (&acc_o)[VT][4],
-           typename Variant::RowState (&st)[2], bool (&seen)[2], int b, int h, int bh,
-           int row0, int tq, u32 base, int wgc) {
+  epilogue(const FwdArgs &a, const typename Variant::Inputs &in, const SeqSpan &sp,
+           float (&acc_o)[VT][4], typename Variant::RowState (&st)[2], bool (&seen)[2], int b,
+           int h, int row0, int tq, u32 base, int wgc) {
     // One 64-column slab of O is a [64 rows][64] swizzled tile inside the
     // matching Q slab, at this consumer's rows.
     using OSlab = SwizzledTile<64, 64>;
@@ -429,13 +459,14 @@ struct FwdSm90 {
              OSlab::offset(lrow, col_chunk % 8);
     };
     Sm90OutFrag<VT> of{acc_o};
-    unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb + h * a.o_sh;
+    unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb + h * a.o_sh +
+                        (long long)sp.q0 * a.o_ss;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int qrow = row0 + 8 * r;
       float finals[Variant::kNumFinals > 0 ? Variant::kNumFinals : 1];
       if (seen[r]) {
-        Variant::epilogue(in, st[r], of, r, b, h, qrow, finals);
+        Variant::epilogue(in, st[r], of, r, b, h, qrow + sp.shift, finals);
       } else {
 #pragma unroll
         for (int c = 0; c < 2 * VT; ++c)
@@ -449,13 +480,13 @@ struct FwdSm90 {
         const u32 packed = pack2<T>(of.at(r, 2 * t), of.at(r, 2 * t + 1));
         if constexpr (kStageO)
           st_shared_32(slab_addr(t, lrow0 + 8 * r) + 4 * tq, packed);
-        else if (qrow < a.seq_q)
+        else if (qrow < sp.seq_q)
           *reinterpret_cast<u32 *>(o + (long long)qrow * a.o_ss + t * 8 + 2 * tq) = packed;
       }
-      if (tq == 0 && qrow < a.seq_q)
+      if (tq == 0 && qrow < sp.seq_q)
 #pragma unroll
         for (int f = 0; f < Variant::kNumFinals; ++f)
-          a.finals[((long long)f * a.batch * a.heads + bh) * a.seq_q + qrow] = finals[f];
+          a.finals[f * sp.plane + sp.rows + qrow] = finals[f];
     }
     if constexpr (kStageO) {
       named_bar_sync(3 + wgc, 128); // this consumer's warpgroup only
@@ -465,7 +496,7 @@ struct FwdSm90 {
       for (int it = 0; it < 64 * kChunks / 128; ++it) {
         const int i = threadIdx.x % 128 + it * 128;
         const int r = i / kChunks, c = i % kChunks;
-        st_global_128_if(row_base + r < a.seq_q,
+        st_global_128_if(row_base + r < sp.seq_q,
                          o + (long long)(row_base + r) * a.o_ss + c * 8,
                          ld_shared_128(slab_addr(c, r)));
       }

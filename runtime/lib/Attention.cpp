@@ -185,6 +185,22 @@ void Attention::backward(const TensorView &Q, const TensorView &K,
   Backward->run(T, Shape, Inputs, Grads, Stream);
 }
 
+void Attention::backwardVarlen(const TensorView &Q, const TensorView &K,
+                               const TensorView &V, const TensorView *Out,
+                               const TensorView &DOut, const TensorView *Finals,
+                               const TensorView &DQ, const TensorView &DK,
+                               const TensorView &DV, const VarlenBatch &Batch,
+                               const InputMap &Inputs,
+                               const InputGradMap &Grads, CUstream Stream) {
+  BackwardTensors T{Q, K, V, Out, DOut, Finals, DQ, DK, DV};
+  BackwardCallShape Shape =
+      validateVarlenBackwardCall(Def, Sig, T, Batch, Inputs, Grads);
+  if (!Backward)
+    Backward =
+        std::make_unique<BackwardRunner>(Def, BwdTarget, backwardChoice());
+  Backward->run(T, Shape, Inputs, Grads, Stream);
+}
+
 AttentionBackend &Attention::backendAt(size_t I) {
   if (!Backends[I])
     Backends[I] = BackendRegistry::global().factory(Names[I])(
@@ -234,13 +250,27 @@ void Attention::forward(const TensorView &Q, const TensorView &K,
                         const TensorView *Finals, const InputMap &Inputs,
                         CUstream Stream) {
   CallShape Shape = validateCall(*Def.Graph, Sig, Q, K, V, Out, Finals, Inputs);
+  run(Shape, ForwardTensors{Q, K, V, Out, Finals}, Inputs, Stream);
+}
+
+void Attention::forwardVarlen(const TensorView &Q, const TensorView &K,
+                              const TensorView &V, const TensorView &Out,
+                              const TensorView *Finals,
+                              const VarlenBatch &Batch, const InputMap &Inputs,
+                              CUstream Stream) {
+  CallShape Shape = validateVarlenCall(*Def.Graph, Sig, Q, K, V, Out, Finals,
+                                       Batch, Inputs);
+  run(Shape, ForwardTensors{Q, K, V, Out, Finals}, Inputs, Stream);
+}
+
+void Attention::run(const CallShape &Shape, const ForwardTensors &T,
+                    const InputMap &Inputs, CUstream Stream) {
   // The kernel is chosen once, here, before any backend is asked.
   KernelChoice Choice =
       forwardChoiceFor({Shape.B, Shape.H, Shape.Hkv, Shape.Sq, Shape.Skv});
   BackendProblem P{Def, Sig, Fwd.target(), Shape, Choice};
   AttentionBackend &B = choose(P);
-  B.forward(P, ForwardTensors{Q, K, V, Out, Finals},
-            CallContext{Inputs, Stream});
+  B.forward(P, T, CallContext{Inputs, Stream});
   Last = B.name();
 }
 

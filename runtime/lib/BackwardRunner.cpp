@@ -69,8 +69,8 @@ BackwardPlan planOf(const KernelChoice &C, const KernelTarget &T) {
 
 BackwardRunner::BackwardRunner(const CompiledDefinition &D,
                                const KernelTarget &T, const KernelChoice &C)
-    : Def(D), Mask(analysis::analyzeMask(*D.Graph)), Spec(T.kernelSpec()),
-      Choice(C), Plan(planOf(C, T)) {
+    : Def(D), Mask(analysis::analyzeMask(*D.Graph)), Target(T),
+      Spec(T.kernelSpec()), Choice(C), Plan(planOf(C, T)) {
   Source = C.Skel->generate(Def, T, C.Config);
   Cached = KernelCache::global().getOrCompile(Source);
 }
@@ -106,7 +106,31 @@ void BackwardRunner::run(const BackwardTensors &T,
   const ir::Graph &G = *Def.Graph;
   const CallShape &C = Shape.Fwd;
   const BackwardPlan &K = Plan;
-  const bool Masked = G.decls().HasMask;
+  const bool TwoKernelSm80 =
+      std::holds_alternative<codegen::BwdConfig>(Choice.Config) && !K.FusedDq;
+  if (C.Packed && !TwoKernelSm80) {
+    if (!Unfused) {
+      // The packed kernels exist in bwd_sm80's two-kernel mode only; keep
+      // the dK/dV tiles where the choice is bwd_sm80's fused mode.
+      codegen::BwdConfig Two;
+      if (const auto *B = std::get_if<codegen::BwdConfig>(&Choice.Config)) {
+        Two = *B;
+        Two.QBlockM = codegen::BwdConfig().QBlockM;
+        Two.QBlockN = codegen::BwdConfig().QBlockN;
+        Two.QWarps = codegen::BwdConfig().QWarps;
+      }
+      Two.FusedDq = false;
+      KernelChoice TwoChoice = Choice;
+      TwoChoice.Skel = &skeletonNamed("bwd_sm80", "BackwardRunner");
+      TwoChoice.Config = Two;
+      Unfused = std::make_unique<BackwardRunner>(Def, Target, TwoChoice);
+    }
+    Unfused->run(T, Shape, Inputs, GradOut, Stream);
+    return;
+  }
+  // A packed call classifies nothing: its kernels mask per element over a
+  // range of blocks of each sequence (varlen.cuh).
+  const bool Masked = G.decls().HasMask && !C.Packed;
   const bool Doosum = Def.Info.BackwardUsesDoosum;
   const int FineM = std::gcd(K.KvBlockM, K.QBlockM);
   const int FineN = std::gcd(K.KvBlockN, K.QBlockN);
@@ -148,6 +172,11 @@ void BackwardRunner::run(const BackwardTensors &T,
   A.seq_q = int(C.Sq);
   A.seq_kv = int(C.Skv);
   A.mask_grouping = int(Mask.Grouping);
+  if (C.Packed) {
+    A.cu_seqlens_q = C.CuQ;
+    A.cu_seqlens_kv = C.CuKv;
+    A.total_q = int(C.TotalQ);
+  }
   A.q_m_blocks = ceilDiv(C.Sq, K.QBlockM);
   A.q_n_blocks = ceilDiv(C.Skv, K.QBlockN);
   A.kv_m_blocks = ceilDiv(C.Sq, K.KvBlockM);
@@ -157,7 +186,9 @@ void BackwardRunner::run(const BackwardTensors &T,
   // The workspace's regions, each 256-byte aligned; an absent one is empty
   // and its pointer null.
   ArenaLayout W;
-  const unsigned DoosumAt = W.add(Doosum ? size_t(C.B * C.H * C.Sq) * 4 : 0);
+  // doosum is [batch·heads][seq_q], or [heads][total_q] in a packed call.
+  const size_t DoosumRows = C.Packed ? size_t(C.H * C.TotalQ) : size_t(C.B * C.H * C.Sq);
+  const unsigned DoosumAt = W.add(Doosum ? DoosumRows * 4 : 0);
   const unsigned PartialAt =
       W.add(GradInputs.size() * A.kv_n_blocks * size_t(C.B * C.H) * 4);
   // Fused dQ: fp32 partial sums per head over whole query blocks, one

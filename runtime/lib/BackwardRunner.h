@@ -14,6 +14,8 @@
 
 #include <cuda.h>
 
+#include <memory>
+
 
 namespace attn::runtime {
 
@@ -52,7 +54,11 @@ public:
   /// synchronising.
   /// Workspaces (doosum, block lists, input-gradient partials; in the fused
   /// dQ mode dQ's fp32 partial sums and semaphores) belong to the runner
-  /// and are reused: do not run one runner concurrently.
+  /// and are reused: do not run one runner concurrently. A packed
+  /// variable-length call (Shape.Fwd.Packed) runs the two-kernel mode: in
+  /// the fused dQ mode, a second runner of the two-kernel configuration
+  /// with the same dK/dV tiles, made on the first such call (the fused
+  /// mode's per-query-block order assumes the dense grid).
   void run(const BackwardTensors &T, const BackwardCallShape &Shape,
            const InputMap &Inputs = {},
            const InputGradMap &Grads = {}, CUstream Stream = nullptr);
@@ -67,6 +73,10 @@ private:
 
   const CompiledDefinition &Def;
   analysis::MaskAnalysis Mask;
+  KernelTarget Target;
+  /// bwd_sm80's two-kernel mode for packed calls when this runner's choice
+  /// cannot run them (the fused dQ mode, bwd_sm90); made on the first one.
+  std::unique_ptr<BackwardRunner> Unfused;
   codegen::KernelSpec Spec;
   KernelChoice Choice;
   BackwardPlan Plan;

@@ -82,6 +82,11 @@ ForwardLaunch makeForwardLaunch(const ir::Graph &G, const CallShape &C,
   A.m_blocks = int((C.Sq + BlockM - 1) / BlockM);
   A.n_blocks = int((C.Skv + BlockN - 1) / BlockN);
   A.mask_grouping = int(analysis::analyzeMask(G).Grouping);
+  if (C.Packed) {
+    A.cu_seqlens_q = C.CuQ;
+    A.cu_seqlens_kv = C.CuKv;
+    A.total_q = int(C.TotalQ);
+  }
 
   L.InputSlots = inputSlots(G, C, Inputs);
   return L;

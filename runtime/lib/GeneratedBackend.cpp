@@ -141,7 +141,9 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
   K.load();
   CudaDriver &D = CudaDriver::get();
   attnc::FwdArgs &A = L.Args;
-  if (Def.Graph->decls().HasMask) {
+  // A packed call classifies nothing: its kernels mask per element over a
+  // range of blocks of each sequence (varlen.cuh).
+  if (Def.Graph->decls().HasMask && !P.Shape.Packed) {
     const int64_t Groups = maskGroups(Mask, A.batch, A.heads);
     size_t Cells = size_t(Groups) * A.m_blocks * A.n_blocks;
     size_t Rows = size_t(Groups) * A.m_blocks;

@@ -45,6 +45,9 @@ LinearCallShape checkCommon(const CompiledDefinition &Def,
                             const TensorView *Decay, const InputMap &Inputs,
                             const TensorView *InitialState) {
   const ir::Graph &G = *Def.Graph;
+  if (Sig.TensorLayout == Layout::THD)
+    invalid("signature: layout thd (packed variable-length batches) is not "
+            "supported by linear attention; expected bshd or bhsd");
   SeqTensor q =
       checkSeqTensor("q", Q, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
   SeqTensor k =

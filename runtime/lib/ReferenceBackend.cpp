@@ -27,6 +27,8 @@ public:
   const CacheResult &cacheResult() const override { return Cached; }
 
   std::string check(const BackendProblem &P) const override {
+    if (P.Shape.Packed)
+      return "packed variable-length batches run on the generated backend";
     if (P.Shape.Skv > codegen::ReferenceMaxKeys)
       return fmt::format("seq_kv {} is more than the {} keys whose scores "
                          "one CTA holds in shared memory",

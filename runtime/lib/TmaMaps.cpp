@@ -73,10 +73,15 @@ static std::string encode(const char *Name, const TensorView &V,
 
 std::string makeSm90Maps(const CallShape &C, const ForwardTensors &T,
                          int BlockM, int BlockN, attnc::Sm90Maps &Out) {
-  int64_t D = T.Q.Shape[3], DV = T.V.Shape[3];
-  TmaLayout LQ = tmaLayout(D, C.Sq, C.H, C.B, C.Q, BlockM);
-  TmaLayout LK = tmaLayout(D, C.Skv, C.Hkv, C.B, C.K, BlockN);
-  TmaLayout LV = tmaLayout(DV, C.Skv, C.Hkv, C.B, C.V, BlockN);
+  // A packed call: one batch of all tokens (the kernel starts each tile at
+  // its sequence's first token).
+  const int64_t Sq = C.Packed ? C.TotalQ : C.Sq;
+  const int64_t Skv = C.Packed ? C.TotalKv : C.Skv;
+  const int64_t B = C.Packed ? 1 : C.B;
+  int64_t D = T.Q.Shape.back(), DV = T.V.Shape.back();
+  TmaLayout LQ = tmaLayout(D, Sq, C.H, B, C.Q, BlockM);
+  TmaLayout LK = tmaLayout(D, Skv, C.Hkv, B, C.K, BlockN);
+  TmaLayout LV = tmaLayout(DV, Skv, C.Hkv, B, C.V, BlockN);
   Out = attnc::Sm90Maps{};
   if (std::string Why = encode("q", T.Q, LQ, Out.q); !Why.empty())
     return Why;

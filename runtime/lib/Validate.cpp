@@ -6,6 +6,7 @@
 #include "ValidateCommon.h"
 
 #include "attn/codegen/InputLayout.h"
+#include "attn/Error.h"
 #include "attn/runtime/Errors.h"
 
 #include <fmt/format.h>
@@ -15,6 +16,13 @@
 namespace attn::runtime {
 
 namespace {
+
+/// A dense call of a signature made for packed batches has no cu_seqlens.
+void refusePackedLayout(const Signature &Sig) {
+  if (Sig.TensorLayout == Layout::THD)
+    invalid("q: layout thd holds packed variable-length batches; call "
+            "forwardVarlen or backwardVarlen with a VarlenBatch");
+}
 
 /// The rules between k and v, and of q's heads, for a forward and a
 /// backward alike (the batch rule's message names the tensors each has).
@@ -47,7 +55,10 @@ void checkFinals(const ir::Graph &G, const CallShape &C,
   size_t NumFinals = G.decls().FinalRowscales.size();
   if (NumFinals == 0)
     return;
-  std::vector<int64_t> Want = {int64_t(NumFinals), C.B, C.H, C.Sq};
+  // Packed calls: one row per query token, by head ([F, H, Tq]).
+  std::vector<int64_t> Want =
+      C.Packed ? std::vector<int64_t>{int64_t(NumFinals), C.H, C.TotalQ}
+               : std::vector<int64_t>{int64_t(NumFinals), C.B, C.H, C.Sq};
   if (!Finals)
     invalid(fmt::format("finals: required, a float32 tensor of shape {} "
                         "for the final rowscales of '{}'",
@@ -56,17 +67,110 @@ void checkFinals(const ir::Graph &G, const CallShape &C,
   checkAligned("finals", *Finals, 4);
   checkElemType("finals", *Finals, ElemType::F32);
   checkShape("finals", *Finals, Want);
-  std::vector<int64_t> Contiguous = {C.B * C.H * C.Sq, C.H * C.Sq, C.Sq, 1};
+  std::vector<int64_t> Contiguous =
+      C.Packed ? std::vector<int64_t>{C.H * C.TotalQ, C.TotalQ, 1}
+               : std::vector<int64_t>{C.B * C.H * C.Sq, C.H * C.Sq, C.Sq, 1};
   if (Finals->Strides != Contiguous)
     invalid("finals: must be contiguous");
 }
 
+/// A signature for packed calls, and its cu_seqlens pair.
+void requirePackedLayout(const Signature &Sig) {
+  if (Sig.TensorLayout != Layout::THD)
+    invalid(fmt::format("signature: a packed variable-length call needs "
+                        "layout thd ([tokens, heads, head_dim]), got {}",
+                        layoutName(Sig.TensorLayout).str()));
+}
+
+void checkCuSeqlens(const char *Name, const TensorView &T) {
+  checkNotNull(Name, T);
+  checkElemType(Name, T, ElemType::I32);
+  if (T.Shape.size() != 1)
+    invalid(fmt::format("{}: expected rank 1 [batch + 1], got rank {}", Name,
+                        T.Shape.size()));
+  if (T.Strides.size() != 1 || T.Strides[0] != 1)
+    invalid(fmt::format("{}: must be contiguous", Name));
+  checkAligned(Name, T, 4);
+}
+
+/// Fills the batch of a packed call into \p C, whose tensors are checked
+/// (B = 1, S = the tokens): B from cu_seqlens, Sq and Skv the max lengths.
+void applyVarlenBatch(CallShape &C, const VarlenBatch &VB) {
+  checkCuSeqlens("cu_seqlens_q", VB.CuSeqlensQ);
+  checkCuSeqlens("cu_seqlens_kv", VB.CuSeqlensKv);
+  int64_t Entries = VB.CuSeqlensQ.Shape[0];
+  if (Entries < 2)
+    invalid(fmt::format("cu_seqlens_q: expected batch + 1 entries with a "
+                        "batch of at least 1, got {} entries",
+                        Entries));
+  if (VB.CuSeqlensKv.Shape[0] != Entries)
+    invalid(fmt::format("cu_seqlens_kv: expected shape [{}] (batch + 1, as "
+                        "cu_seqlens_q), got {}",
+                        Entries, shapeText(VB.CuSeqlensKv.Shape)));
+  if (VB.MaxSeqlenQ < 1 || VB.MaxSeqlenQ > C.Sq)
+    invalid(fmt::format("max_seqlen_q: expected between 1 and q's tokens "
+                        "({}), got {}",
+                        C.Sq, VB.MaxSeqlenQ));
+  if (VB.MaxSeqlenKv < 1 || VB.MaxSeqlenKv > C.Skv)
+    invalid(fmt::format("max_seqlen_kv: expected between 1 and k's tokens "
+                        "({}), got {}",
+                        C.Skv, VB.MaxSeqlenKv));
+  C.Packed = true;
+  C.TotalQ = C.Sq;
+  C.TotalKv = C.Skv;
+  C.B = Entries - 1;
+  C.Sq = VB.MaxSeqlenQ;
+  C.Skv = VB.MaxSeqlenKv;
+  C.CuQ = static_cast<const int *>(VB.CuSeqlensQ.Data);
+  C.CuKv = static_cast<const int *>(VB.CuSeqlensKv.Data);
+}
+
+/// Custom inputs of a packed call: scalars and per-head values only (a
+/// per-row, per-key or full tensor would need a packed layout of its own).
+void checkPackedInputs(const ir::Graph &G, const CallShape &C,
+                       const InputMap &Inputs) {
+  for (const ir::InputDecl &D : G.decls().Inputs)
+    if (D.Shape != ir::InputShape::Scalar && D.Shape != ir::InputShape::PerHead)
+      throw NotSupportedYet(fmt::format(
+          "input '{}': {} inputs in packed variable-length calls (scalar and "
+          "per_head inputs are supported)",
+          D.Name, ir::inputShapeName(D.Shape).str()));
+  checkInputs(G, C.B, C.H, C.Sq, C.Skv, Inputs);
+}
+
 } // namespace
+
+CallShape validateVarlenCall(const ir::Graph &G, const Signature &Sig,
+                             const TensorView &Q, const TensorView &K,
+                             const TensorView &V, const TensorView &Out,
+                             const TensorView *Finals, const VarlenBatch &VB,
+                             const InputMap &Inputs) {
+  requirePackedLayout(Sig);
+  SeqTensor q = checkSeqTensor("q", Q, Sig.Dtype, Layout::THD, Sig.HeadDim);
+  SeqTensor k = checkSeqTensor("k", K, Sig.Dtype, Layout::THD, Sig.HeadDim);
+  SeqTensor v = checkSeqTensor("v", V, Sig.Dtype, Layout::THD, Sig.HeadDimV);
+  SeqTensor o =
+      checkSeqTensor("out", Out, Sig.Dtype, Layout::THD, Sig.HeadDimV);
+  checkKeyValue(q, k, v);
+  if (o.S != q.S || o.H != q.H)
+    invalid(fmt::format("out: expected tokens {} and heads {} (as q), got {} "
+                        "and {}",
+                        q.S, q.H, o.S, o.H));
+  if (q.S > (1 << 30) || k.S > (1 << 30))
+    invalid("q, k: token counts above 2^30 are not supported");
+  CallShape C = callShape(q, k, v);
+  storeStrides(C.O, o);
+  applyVarlenBatch(C, VB);
+  checkFinals(G, C, Finals);
+  checkPackedInputs(G, C, Inputs);
+  return C;
+}
 
 CallShape validateCall(const ir::Graph &G, const Signature &Sig,
                        const TensorView &Q, const TensorView &K,
                        const TensorView &V, const TensorView &Out,
                        const TensorView *Finals, const InputMap &Inputs) {
+  refusePackedLayout(Sig);
   SeqTensor q =
       checkSeqTensor("q", Q, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
   SeqTensor k =
@@ -149,12 +253,62 @@ void checkGrads(const ir::Graph &G, const CallShape &C,
 
 } // namespace
 
+BackwardCallShape validateVarlenBackwardCall(const CompiledDefinition &Def,
+                                             const Signature &Sig,
+                                             const BackwardTensors &T,
+                                             const VarlenBatch &VB,
+                                             const InputMap &Inputs,
+                                             const InputGradMap &Grads) {
+  const ir::Graph &G = *Def.Graph;
+  requirePackedLayout(Sig);
+  const Layout L = Layout::THD;
+  SeqTensor q = checkSeqTensor("q", T.Q, Sig.Dtype, L, Sig.HeadDim);
+  SeqTensor k = checkSeqTensor("k", T.K, Sig.Dtype, L, Sig.HeadDim);
+  SeqTensor v = checkSeqTensor("v", T.V, Sig.Dtype, L, Sig.HeadDimV);
+  SeqTensor d = checkSeqTensor("dout", T.DOut, Sig.Dtype, L, Sig.HeadDimV);
+  if (Def.Info.BackwardUsesDoosum && !T.Out)
+    invalid(fmt::format("out: required, the forward's output; the backward "
+                        "of '{}' reads rowsum(dout * out)",
+                        G.name()));
+  SeqTensor o{};
+  if (T.Out)
+    o = checkSeqTensor("out", *T.Out, Sig.Dtype, L, Sig.HeadDimV);
+  SeqTensor dq = checkSeqTensor("dq", T.DQ, Sig.Dtype, L, Sig.HeadDim);
+  SeqTensor dk = checkSeqTensor("dk", T.DK, Sig.Dtype, L, Sig.HeadDim);
+  SeqTensor dv = checkSeqTensor("dv", T.DV, Sig.Dtype, L, Sig.HeadDimV);
+  checkKeyValue(q, k, v);
+  checkLike("dout", d, "q", q);
+  if (T.Out)
+    checkLike("out", o, "q", q);
+  checkLike("dq", dq, "q", q);
+  checkLike("dk", dk, "k", k);
+  checkLike("dv", dv, "v", v);
+  if (q.S > (1 << 30) || k.S > (1 << 30))
+    invalid("q, k: token counts above 2^30 are not supported");
+
+  BackwardCallShape R;
+  CallShape &C = R.Fwd;
+  C = callShape(q, k, v);
+  if (T.Out)
+    storeStrides(C.O, o);
+  storeStrides(R.DOut, d);
+  storeStrides(R.DQ, dq);
+  storeStrides(R.DK, dk);
+  storeStrides(R.DV, dv);
+  applyVarlenBatch(C, VB);
+  checkFinals(G, C, T.Finals);
+  checkPackedInputs(G, C, Inputs);
+  checkGrads(G, C, Grads);
+  return R;
+}
+
 BackwardCallShape validateBackwardCall(const CompiledDefinition &Def,
                                        const Signature &Sig,
                                        const BackwardTensors &T,
                                        const InputMap &Inputs,
                                        const InputGradMap &Grads) {
   const ir::Graph &G = *Def.Graph;
+  refusePackedLayout(Sig);
   SeqTensor q =
       checkSeqTensor("q", T.Q, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
   SeqTensor k =

@@ -137,36 +137,50 @@ std::string shapeText(const std::vector<int64_t> &S) {
 
 SeqTensor checkSeqTensor(const char *Name, const TensorView &T, DType Dtype,
                          attn::Layout L, int64_t HeadDim) {
-  const char *Order = L == Layout::BSHD ? "[batch, seq, heads, head_dim]"
-                                        : "[batch, heads, seq, head_dim]";
+  const char *Order = L == Layout::BSHD   ? "[batch, seq, heads, head_dim]"
+                      : L == Layout::BHSD ? "[batch, heads, seq, head_dim]"
+                                          : "[tokens, heads, head_dim]";
+  const size_t Rank = L == Layout::THD ? 3 : 4;
   checkNotNull(Name, T);
-  if (T.Shape.size() != 4)
-    invalid(fmt::format("{}: expected rank 4 {}, got rank {}", Name, Order,
-                        T.Shape.size()));
-  if (T.Strides.size() != 4)
-    invalid(fmt::format("{}: strides must have 4 entries, got {}", Name,
+  if (T.Shape.size() != Rank)
+    invalid(fmt::format("{}: expected rank {} {}, got rank {}", Name, Rank,
+                        Order, T.Shape.size()));
+  if (T.Strides.size() != Rank)
+    invalid(fmt::format("{}: strides must have {} entries, got {}", Name, Rank,
                         T.Strides.size()));
   checkElemType(Name, T, elemOf(Dtype));
-  for (size_t I = 0; I < 4; ++I)
+  for (size_t I = 0; I < Rank; ++I)
     if (T.Shape[I] < 1)
       invalid(fmt::format("{}: dimension {} is {}, must be at least 1", Name, I,
                           T.Shape[I]));
-  if (T.Shape[3] != HeadDim)
+  if (T.Shape[Rank - 1] != HeadDim)
     invalid(fmt::format("{}: head_dim (last dimension) must be {}, got {}",
-                        Name, HeadDim, T.Shape[3]));
-  if (T.Strides[3] != 1)
+                        Name, HeadDim, T.Shape[Rank - 1]));
+  if (T.Strides[Rank - 1] != 1)
     invalid(fmt::format("{}: the head_dim stride must be 1, got {}", Name,
-                        T.Strides[3]));
+                        T.Strides[Rank - 1]));
   checkAligned(Name, T, 16);
   SeqTensor R;
-  bool BSHD = L == Layout::BSHD;
-  R.B = T.Shape[0];
-  R.S = BSHD ? T.Shape[1] : T.Shape[2];
-  R.H = BSHD ? T.Shape[2] : T.Shape[1];
-  R.D = T.Shape[3];
-  R.Strides[0] = T.Strides[0];
-  R.Strides[1] = BSHD ? T.Strides[2] : T.Strides[1];
-  R.Strides[2] = BSHD ? T.Strides[1] : T.Strides[2];
+  if (L == Layout::THD) {
+    // One batch of all tokens: the kernels find each sequence's first
+    // token from cu_seqlens, so the batch stride is never used.
+    R.B = 1;
+    R.S = T.Shape[0];
+    R.H = T.Shape[1];
+    R.D = T.Shape[2];
+    R.Strides[0] = 0;
+    R.Strides[1] = T.Strides[1];
+    R.Strides[2] = T.Strides[0];
+  } else {
+    bool BSHD = L == Layout::BSHD;
+    R.B = T.Shape[0];
+    R.S = BSHD ? T.Shape[1] : T.Shape[2];
+    R.H = BSHD ? T.Shape[2] : T.Shape[1];
+    R.D = T.Shape[3];
+    R.Strides[0] = T.Strides[0];
+    R.Strides[1] = BSHD ? T.Strides[2] : T.Strides[1];
+    R.Strides[2] = BSHD ? T.Strides[1] : T.Strides[2];
+  }
   for (auto [What, S] : {std::pair{"batch", R.Strides[0]},
                          {"seq", R.Strides[2]},
                          {"heads", R.Strides[1]}})

@@ -63,7 +63,11 @@ struct RowBinding {
           V[J] = {double(J), 0.0};
         return V;
       }
-      return {Dual{double(N == "b" ? B : N == "h" ? H : I), 0.0}};
+      // A sequence of a packed batch run densely: its q_idx and b.
+      return {Dual{double(N == "b"   ? B + In.BatchIndexOffset
+                          : N == "h" ? H
+                                     : I + In.QIndexOffset),
+                   0.0}};
     }
     case ir::ParamKind::Input: {
       Values V = reference::bindInput(G, In.Inputs, P.getName(), B, H, I, 0, Skv);

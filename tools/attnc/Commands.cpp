@@ -66,7 +66,10 @@ DType parseDtypeArg(const std::string &Text) {
 }
 
 Layout parseLayoutArg(const std::string &Text) {
-  if (std::optional<Layout> L = layoutFromName(Text))
+  // thd (packed variable-length batches) needs cu_seqlens, which only the
+  // C++ API's VarlenBatch passes.
+  std::optional<Layout> L = layoutFromName(Text);
+  if (L && *L != Layout::THD)
     return *L;
   throw UsageError("--layout '" + Text + "': expected bshd or bhsd");
 }

@@ -70,6 +70,9 @@ MaskGrouping inputGrouping(InputShape S) {
   switch (S) {
   case InputShape::Scalar:
     return MaskGrouping::Shared;
+  case InputShape::PerQueryToken: // [B, S]: shared by the heads
+  case InputShape::PerKeyToken:
+    return MaskGrouping::PerBatch;
   case InputShape::PerHead:
   case InputShape::PerRow:
   case InputShape::PerKey:
@@ -89,8 +92,10 @@ InputRead inputRead(InputShape S) {
   case InputShape::PerHead:
     return InputRead::Exact;
   case InputShape::PerRow:
+  case InputShape::PerQueryToken:
     return InputRead::ByRow;
   case InputShape::PerKey:
+  case InputShape::PerKeyToken:
     return InputRead::ByKey;
   case InputShape::Full:
     return InputRead::Unbounded;
@@ -123,6 +128,7 @@ std::string unboundedReason(const Node *N) {
   case NodeKind::Or:
   case NodeKind::Select:
     return "";
+  case NodeKind::ToFloat: // no interval rule yet: element evaluation
   case NodeKind::Exp:
   case NodeKind::Exp2:
   case NodeKind::Log:
@@ -409,6 +415,7 @@ BlockClass classifyBox(const MaskAnalysis &A, const MaskBox &Box) {
         V = number(std::min(T.Lo, E.Lo), std::max(T.Hi, E.Hi));
       break;
     }
+    case NodeKind::ToFloat:
     case NodeKind::Exp:
     case NodeKind::Exp2:
     case NodeKind::Log:

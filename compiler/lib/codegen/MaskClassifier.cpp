@@ -63,6 +63,7 @@ const char *intervalFunction(NodeKind K) {
     return "mb_select";
   case NodeKind::Const:
   case NodeKind::Param:
+  case NodeKind::ToFloat:
   case NodeKind::Exp:
   case NodeKind::Exp2:
   case NodeKind::Log:

@@ -31,6 +31,8 @@ llvm::StringRef layoutName(Layout L) {
     return "bshd";
   case Layout::BHSD:
     return "bhsd";
+  case Layout::THD:
+    return "thd";
   }
   return "?";
 }
@@ -40,6 +42,8 @@ std::optional<Layout> layoutFromName(llvm::StringRef Name) {
     return Layout::BSHD;
   if (Name.equals_insensitive("bhsd"))
     return Layout::BHSD;
+  if (Name.equals_insensitive("thd"))
+    return Layout::THD;
   return std::nullopt;
 }
 

@@ -105,7 +105,9 @@ public:
           V[J - C0] = {double(J), 0.0};
         return V;
       }
-      double X = N == "b" ? B : N == "h" ? H : I;
+      double X = N == "b"   ? B + In.BatchIndexOffset
+                 : N == "h" ? H
+                            : I + In.QIndexOffset;
       return {Dual{X, 0.0}};
     }
     case ir::ParamKind::Input:

@@ -15,8 +15,11 @@ llvm::StringRef dtypeName(DType T);
 std::optional<DType> dtypeFromName(llvm::StringRef Name);
 
 /// Memory order of q, k, v and o: [batch, seq, heads, dim] or
-/// [batch, heads, seq, dim] (any strides are accepted at run time).
-enum class Layout : uint8_t { BSHD, BHSD };
+/// [batch, heads, seq, dim] (any strides are accepted at run time), or THD:
+/// the sequences of a batch packed one after another, [total_tokens, heads,
+/// dim], for variable-length calls (runtime::VarlenBatch says where each
+/// sequence starts).
+enum class Layout : uint8_t { BSHD, BHSD, THD };
 llvm::StringRef layoutName(Layout L);
 std::optional<Layout> layoutFromName(llvm::StringRef Name);
 

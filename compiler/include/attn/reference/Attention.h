@@ -25,6 +25,11 @@ struct AttentionInputs {
   /// "plain" low-precision implementation for the FlashAttention tolerance
   /// rule (P rounded to fp16/bf16 as a kernel feeds it to the tensor cores).
   std::function<double(double)> RoundProbs;
+  /// Added to the query row's index and to the batch index where score_mod
+  /// and mask_mod read q_idx and b: a sequence of a packed variable-length
+  /// batch run as a dense call of one batch (reference/Varlen.h).
+  int64_t QIndexOffset = 0;
+  int64_t BatchIndexOffset = 0;
 };
 
 /// o [B,H,Sq,DV] and each final rowscale [B,H,Sq].

@@ -106,9 +106,32 @@ GpuArch resolveArch(const std::optional<GpuArch> &A);
 KernelTarget kernelTarget(const CompiledDefinition &Def, const Signature &Sig,
                           GpuArch Arch, Direction D);
 
+/// A packed variable-length batch (Layout::THD): B sequences stored one
+/// after another in q/out ([total_q, heads, dim]) and k/v ([total_kv,
+/// heads_kv, dim]). Sequence b's queries are tokens [cu_seqlens_q[b],
+/// cu_seqlens_q[b+1]) of q, its keys [cu_seqlens_kv[b], cu_seqlens_kv[b+1])
+/// of k and v. Both are int32 device tensors of B+1 entries; their contents
+/// are device data that the runtime never reads on the host, so it cannot
+/// check them: they must start at 0, never decrease, end at most at the
+/// tensors' token counts, and no sequence may be longer than the max
+/// lengths given here (a violation reads or writes out of bounds). Empty
+/// sequences are allowed. Inside a sequence, q_idx and kv_idx count from 0;
+/// a query sequence shorter than its key sequence is aligned to the end of
+/// it: score_mod and mask_mod see q_idx = i + (Skv_b - Sq_b) for its i-th
+/// query (FlashAttention's bottom-right convention).
+struct VarlenBatch {
+  TensorView CuSeqlensQ;
+  TensorView CuSeqlensKv;
+  /// The longest query and key sequence (at least 1; they size the grid).
+  int64_t MaxSeqlenQ = 0;
+  int64_t MaxSeqlenKv = 0;
+};
+
 class AttentionBackend;
 class BackwardRunner;
 struct BackendProblem;
+struct CallShape;
+struct ForwardTensors;
 
 /// Where a backward writes custom-input gradients, by input name: a float32
 /// device tensor of the input's shape ([] or [1] for a scalar, [H] for a
@@ -117,7 +140,10 @@ using InputGradMap = std::map<std::string, TensorView>;
 
 /// An attention variant compiled for a signature. q is [B,S,H,D] for BSHD or
 /// [B,H,S,D] for BHSD (k, v and o likewise); finals is [F,B,H,Sq] float32
-/// for a variant with F final rowscales (softmax: F = 1, the LSE).
+/// for a variant with F final rowscales (softmax: F = 1, the LSE). A
+/// signature with Layout::THD takes packed variable-length batches
+/// (forwardVarlen, backwardVarlen): q [Tq,H,D], k and v [Tkv,Hkv,D], finals
+/// [F,H,Tq].
 ///
 /// What each direction runs (f16 and bf16; head_dim/head_dim_v):
 ///
@@ -155,6 +181,16 @@ public:
                const TensorView &Out, const TensorView *Finals,
                const InputMap &Inputs = {}, CUstream Stream = nullptr);
 
+  /// The forward of a packed variable-length batch (VarlenBatch; the
+  /// signature's layout must be THD). A name of its own, not an overload:
+  /// `forward(q, k, v, o, f, {})` must keep meaning empty inputs. Custom inputs: scalar and per-head
+  /// only (NotSupportedYet naming a per-row, per-key or full one). Runs on
+  /// the generated backend.
+  void forwardVarlen(const TensorView &Q, const TensorView &K,
+                     const TensorView &V, const TensorView &Out,
+                     const TensorView *Finals, const VarlenBatch &Batch,
+                     const InputMap &Inputs = {}, CUstream Stream = nullptr);
+
   /// Gradients of L = Σ out ∘ dout: dq, dk, dv (like q, k, v) and, in
   /// \p Grads, one float32 tensor for each custom input that requires a
   /// gradient. \p Out (the forward's output) is needed only when the
@@ -171,6 +207,17 @@ public:
                 const TensorView &DK, const TensorView &DV,
                 const InputMap &Inputs = {}, const InputGradMap &Grads = {},
                 CUstream Stream = nullptr);
+
+  /// The backward of a packed variable-length batch, as forwardVarlen:
+  /// dq like q, dk and dv like k and v ([T, H, D]).
+  void backwardVarlen(const TensorView &Q, const TensorView &K,
+                      const TensorView &V, const TensorView *Out,
+                      const TensorView &DOut, const TensorView *Finals,
+                      const TensorView &DQ, const TensorView &DK,
+                      const TensorView &DV, const VarlenBatch &Batch,
+                      const InputMap &Inputs = {},
+                      const InputGradMap &Grads = {},
+                      CUstream Stream = nullptr);
 
   const CompiledDefinition &definition() const { return Def; }
   /// The kernel compiled at construction by the first backend made.
@@ -198,6 +245,9 @@ public:
 private:
   AttentionBackend &backendAt(size_t I);
   AttentionBackend &choose(const BackendProblem &P);
+  /// A validated forward: the kernel chosen for its shape, then a backend.
+  void run(const CallShape &Shape, const ForwardTensors &T,
+           const InputMap &Inputs, CUstream Stream);
 
   CompiledDefinition Def;
   Signature Sig;

@@ -12,6 +12,12 @@ struct CallShape {
   /// Element strides (batch, head, seq) of q, k, v, o.
   int64_t Q[3] = {0, 0, 0}, K[3] = {0, 0, 0}, V[3] = {0, 0, 0},
           O[3] = {0, 0, 0};
+  /// A packed variable-length call (Layout::THD, a VarlenBatch): B
+  /// sequences, Sq and Skv the longest ones, every batch stride 0; the
+  /// cu_seqlens device arrays and the tokens of q and of k.
+  bool Packed = false;
+  const int *CuQ = nullptr, *CuKv = nullptr;
+  int64_t TotalQ = 0, TotalKv = 0;
 };
 
 /// A shape as the argument errors print it: "[2, 16, 4, 64]".
@@ -24,7 +30,8 @@ struct SeqTensor {
   int64_t Strides[3] = {0, 0, 0};
 };
 
-/// Checks a [B,S,H,D] (BSHD) or [B,H,S,D] (BHSD) tensor of \p Dtype whose
+/// Checks a [B,S,H,D] (BSHD), [B,H,S,D] (BHSD) or [T,H,D] (THD: B = 1,
+/// S = T, batch stride 0) tensor of \p Dtype whose
 /// last dimension is \p HeadDim: data non-null and 16-byte aligned, every
 /// dimension at least 1, the last one contiguous, the other strides
 /// non-negative multiples of 8 elements. InvalidArgument naming \p Name and
@@ -49,6 +56,17 @@ CallShape validateCall(const ir::Graph &G, const Signature &Sig,
                        const TensorView &Q, const TensorView &K,
                        const TensorView &V, const TensorView &Out,
                        const TensorView *Finals, const InputMap &Inputs);
+
+/// validateCall for a packed variable-length call: the signature's layout
+/// THD, q [Tq,H,D], k and v [Tkv,Hkv,D], out like q, finals [F,H,Tq]
+/// float32, cu_seqlens_q and cu_seqlens_kv int32 [B+1] (B >= 1), the max
+/// lengths between 1 and the token counts, and only scalar and per-head
+/// custom inputs (NotSupportedYet naming any other).
+CallShape validateVarlenCall(const ir::Graph &G, const Signature &Sig,
+                             const TensorView &Q, const TensorView &K,
+                             const TensorView &V, const TensorView &Out,
+                             const TensorView *Finals, const VarlenBatch &VB,
+                             const InputMap &Inputs);
 
 /// The tensors of a backward call. dout, dq, dk, dv are like out, q, k, v;
 /// out is needed only when the variant's backward reads doosum
@@ -80,6 +98,15 @@ BackwardCallShape validateBackwardCall(const CompiledDefinition &Def,
                                        const BackwardTensors &T,
                                        const InputMap &Inputs,
                                        const InputGradMap &Grads);
+
+/// validateBackwardCall for a packed variable-length call, with the
+/// batch's rules of validateVarlenCall.
+BackwardCallShape validateVarlenBackwardCall(const CompiledDefinition &Def,
+                                             const Signature &Sig,
+                                             const BackwardTensors &T,
+                                             const VarlenBatch &VB,
+                                             const InputMap &Inputs,
+                                             const InputGradMap &Grads);
 
 } // namespace attn::runtime
 

@@ -1,0 +1,107 @@
+// Packed variable-length batches: where a CTA's sequence lies in the packed
+// tensors, and which blocks of it a masked variant visits. A dense call is
+// the same code with one sequence per batch entry at token 0.
+#ifndef ATTNC_VARLEN_CUH
+#define ATTNC_VARLEN_CUH
+
+namespace attnc {
+
+/// The sequence a CTA works on: batch entry b of a dense call, or sequence
+/// b of a packed one (cu_q non-null).
+struct SeqSpan {
+  int seq_q, seq_kv; ///< this sequence's lengths
+  int q0, kv0;       ///< its first query and key token (0 in a dense call)
+  /// Added to a query's position for the variant's q_idx: Skv − Sq in a
+  /// packed call (queries aligned to the end of their keys, FlashAttention's
+  /// bottom-right rule), 0 in a dense one.
+  int shift;
+  /// Per-row fp32 arrays (finals, doosum): the element of (b, h)'s query
+  /// row 0, and the elements of one final rowscale.
+  long long rows, plane;
+  bool packed;
+};
+
+/// The span of batch entry \p b, head \p h. The kernels add q0 · seq stride
+/// to their pointers: the host passes batch strides of 0 in a packed call.
+__device__ __forceinline__ SeqSpan seq_span(const int *cu_q, const int *cu_kv,
+                                            int total_q, int batch, int heads,
+                                            int seq_q, int seq_kv, int b, int h) {
+  SeqSpan s;
+  s.packed = cu_q != nullptr;
+  if (s.packed) {
+    s.q0 = cu_q[b];
+    s.kv0 = cu_kv[b];
+    s.seq_q = cu_q[b + 1] - s.q0;
+    s.seq_kv = cu_kv[b + 1] - s.kv0;
+    s.shift = s.seq_kv - s.seq_q;
+    s.rows = (long long)h * total_q + s.q0;
+    s.plane = (long long)heads * total_q;
+  } else {
+    s.q0 = s.kv0 = s.shift = 0;
+    s.seq_q = seq_q;
+    s.seq_kv = seq_kv;
+    s.rows = ((long long)b * heads + h) * seq_q;
+    s.plane = (long long)batch * heads * seq_q;
+  }
+  return s;
+}
+
+/// Whether the mask keeps any element of queries [q_lo, q_lo + kRows) ×
+/// keys [k_lo, k_lo + kCols) inside the sequence; every thread of the CTA
+/// calls it (a CTA-wide vote).
+template <class Variant, int kRows, int kCols>
+__device__ __forceinline__ bool tile_keeps_any(const typename Variant::Inputs &in, int b,
+                                               int h, int q_lo, int k_lo, const SeqSpan &s) {
+  bool any = false;
+  for (int i = threadIdx.x; i < kRows * kCols && !any; i += blockDim.x) {
+    const int q = q_lo + i / kCols, k = k_lo + i % kCols;
+    any = q < s.seq_q && k < s.seq_kv && Variant::mask(in, b, h, q + s.shift, k);
+  }
+  return __syncthreads_or(any);
+}
+
+/// A packed call has no block lists (they would cost a classification per
+/// call over every sequence): a masked variant visits the key blocks from
+/// the first to the last one that keeps an element of query block \p m,
+/// evaluating the mask on every element of the blocks it visits. The scan
+/// from both ends costs a mask evaluation per element of the skipped blocks
+/// only, and skips what a causal, sliding-window or prefix mask leaves
+/// empty at either end. Returns [first, last + 1) in x, y.
+///
+/// Plug-in point: a per-block classifier of the variant (empty / partial /
+/// full from the tile's index bounds, Variant::block class) replaces
+/// tile_keeps_any here, and its full blocks can skip the per-element mask.
+template <class Variant, int kBlockM, int kBlockN>
+__device__ __forceinline__ int2 key_block_range(const typename Variant::Inputs &in, int b,
+                                                int h, int m, const SeqSpan &s) {
+  const int blocks = (s.seq_kv + kBlockN - 1) / kBlockN;
+  int lo = 0, hi = blocks;
+  while (lo < hi &&
+         !tile_keeps_any<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM, lo * kBlockN, s))
+    ++lo;
+  while (hi > lo && !tile_keeps_any<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM,
+                                                                (hi - 1) * kBlockN, s))
+    --hi;
+  return make_int2(lo, hi);
+}
+
+/// The query blocks of kBlockM rows that key block \p n (of kBlockN keys)
+/// visits in a packed call: key_block_range with the roles swapped (the
+/// backward's dK/dV kernel), the same plug-in point.
+template <class Variant, int kBlockM, int kBlockN>
+__device__ __forceinline__ int2 query_block_range(const typename Variant::Inputs &in, int b,
+                                                  int h, int n, const SeqSpan &s) {
+  const int blocks = (s.seq_q + kBlockM - 1) / kBlockM;
+  int lo = 0, hi = blocks;
+  while (lo < hi &&
+         !tile_keeps_any<Variant, kBlockM, kBlockN>(in, b, h, lo * kBlockM, n * kBlockN, s))
+    ++lo;
+  while (hi > lo && !tile_keeps_any<Variant, kBlockM, kBlockN>(in, b, h, (hi - 1) * kBlockM,
+                                                                n * kBlockN, s))
+    --hi;
+  return make_int2(lo, hi);
+}
+
+} // namespace attnc
+
+#endif
