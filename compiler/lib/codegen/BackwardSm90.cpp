@@ -36,7 +36,10 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
   BwdSm90Config C;
   int M, N, S;
   bool Ok = true;
-  if (std::sscanf(Text.c_str(), "bwd90.kv%dx%ds%d.fused", &M, &N, &S) == 3)
+  // sscanf counts the fields before a mismatch, so the two-kernel form
+  // would also give 3 here: the suffix decides.
+  if (llvm::StringRef(Text).endswith(".fused") &&
+      std::sscanf(Text.c_str(), "bwd90.kv%dx%ds%d.fused", &M, &N, &S) == 3)
     C = fused(M, N, S);
   else
     Ok = std::sscanf(Text.c_str(), "bwd90.kv%dx%ds%d.q%dx%dw%d", &C.KvBlockM,
