@@ -9,8 +9,15 @@
 //   dV += Pᵀ·dO, dK += dSᵀ·Q     wgmma, Pᵀ and dSᵀ from registers
 // With grouped k/v heads the CTA walks every query head of its group, so
 // dK/dV sum over the group in a fixed order; custom-input gradients use
-// bwd_sm80's per-(key block, batch·head) partials. dQ is bwd_sm80's dQ
-// kernel (BwdDqSm80), so every sum has a fixed order and no atomics.
+// bwd_sm80's per-(key block, batch·head) partials. dQ is either bwd_sm80's
+// dQ kernel (BwdDqSm80), or, in the fused mode (kFusedDq), computed here:
+//   dSᵀ to shared memory        [key][query] 16-bit slabs
+//   dQ_partial = dS·K           wgmma, both operands MN-major in shared
+//                               memory, the warpgroups splitting dQ's columns
+// and added to an fp32 sum in the semaphore-ordered turns of bwd_sm80's
+// fused mode (bwd_sm80_fused_dq.cuh: ranks, rotated walks, the convert
+// kernel). Either way every sum has a fixed order: the bits are the same
+// on every run.
 //
 // Every tile is a set of [rows][64] slabs of 16-bit elements, 128 bytes a
 // row with the 128-byte swizzle (SwizzledTile<rows, 64>, which is the
@@ -23,6 +30,7 @@
 #include "attnc/attention_args.cuh"
 #include "attnc/block_mask.cuh"
 #include "attnc/bwd_sm80_dkdv.cuh"
+#include "attnc/bwd_sm80_fused_dq.cuh"
 #include "attnc/sm90_primitives.cuh"
 #include "attnc/sm90_wgmma.cuh"
 
@@ -40,7 +48,8 @@ __device__ __forceinline__ void load_slabs_async(u32 smem, const unsigned short 
         smem + s * kRows * 128, base + s * 64, stride, row0, limit);
 }
 
-template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages>
+template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,
+          bool kFusedDq = false>
 struct BwdDkDvSm90 {
   static constexpr int kWarpgroups = kBlockN / 64;
   static constexpr int kThreads = 128 * kWarpgroups;
@@ -64,9 +73,21 @@ struct BwdDkDvSm90 {
   static constexpr int kRowFloats = kF + (kDoosum ? 1 : 0);
   static constexpr int kRowBytes = (kBlockM * kRowFloats * 4 + 1023) / 1024 * 1024;
   static constexpr int kStageBytes = kQBytes + kOBytes + kRowBytes;
+  /// Fused dQ: dSᵀ of a step, kBlockM / 64 slabs of [kBlockN keys][64
+  /// queries] (MN-major for dS·K's A operand: the queries are its M).
+  static constexpr int kDsSlab = kBlockN * 128;
+  static constexpr int kDsBytes = kFusedDq ? kDsSlab * (kBlockM / 64) : 0;
+  /// Fused dQ's [kBlockM][kD] product: each warpgroup kDqN of its columns
+  /// (the N of its wgmma) over kBlockM / 64 chains of 64 rows.
+  static constexpr int kDqN = kD / kWarpgroups, kDqChains = kBlockM / 64;
+  static_assert(!kFusedDq || kDqN == 64 || kDqN == 128,
+                "fused dQ: a warpgroup's columns must be one or two 64-column slabs "
+                "(bwdSm90Unsupported)");
   /// 1024 bytes of slack to align the dynamic shared memory by hand
   /// (BwdSm90Config::dkdvSharedBytes says the same).
-  static constexpr int kSmemBytes = 1024 + kKBytes + kVBytes + kStages * kStageBytes;
+  static constexpr int kSmemBytes =
+      1024 + kKBytes + kVBytes + kStages * kStageBytes + kDsBytes;
+  using Sem = BwdFusedDq<T, kD, kBlockM, kBlockN, kWarps>;
   static_assert(kNumGrads * kWarps * 4 <= kStageBytes,
                 "the input-gradient reduction reuses a ring slot");
 
@@ -75,8 +96,11 @@ struct BwdDkDvSm90 {
     const u32 base = (smem_addr(smem) + 1023u) & ~1023u;
     unsigned char *aligned = smem + (base - smem_addr(smem));
     const u32 s_k = base, s_v = base + kKBytes, s_ring = s_v + kVBytes;
+    const u32 s_ds = s_ring + kStages * kStageBytes;
     unsigned char *ring = aligned + kKBytes + kVBytes;
-    const int n_block = blockIdx.x;
+    // Fused dQ: the highest key block first, so that a CTA only waits for
+    // CTAs dispatched before it (bwd_sm80_fused_dq.cuh).
+    const int n_block = kFusedDq ? a.kv_n_blocks - 1 - (int)blockIdx.x : (int)blockIdx.x;
     const int b = blockIdx.y / a.heads_kv, hk = blockIdx.y % a.heads_kv;
     const int group_size = a.heads / a.heads_kv;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -102,19 +126,35 @@ struct BwdDkDvSm90 {
       const int h = hk * group_size + hi;
       const int bh = b * a.heads + h;
       BlockVisits<Variant::kHasMask> blocks{a.kv_m_blocks, nullptr};
+      const int *ranks = nullptr;
+      DqTurn turn{0, 0, 0, false}; // fused: published at the next barrier
       if constexpr (Variant::kHasMask) {
         const long long line =
             mask_group(a.mask_grouping, bh, a.heads) * a.kv_n_blocks + n_block;
         blocks.count = a.kv_count[line];
         blocks.list = a.kv_list + line * a.kv_m_blocks;
+        if constexpr (kFusedDq)
+          ranks = a.kv_rank + line * a.kv_m_blocks;
       }
+      // Fused dQ without a mask may start the walk further up (first_block).
+      int m_first = 0;
+      if constexpr (kFusedDq && !Variant::kHasMask)
+        m_first = Sem::first_block(a, n_block);
+      auto visit = [&](int j, bool &full) {
+        int e = blocks.entry(j);
+        if constexpr (kFusedDq && !Variant::kHasMask) {
+          e += m_first;
+          e -= e >= a.kv_m_blocks ? a.kv_m_blocks : 0;
+        }
+        return blocks.decode(e, full);
+      };
       const unsigned short *q =
           static_cast<const unsigned short *>(a.q) + b * a.q_sb + h * a.q_sh;
       const unsigned short *dout =
           static_cast<const unsigned short *>(a.dout) + b * a.do_sb + h * a.do_sh;
       auto load = [&](int j) {
         bool full;
-        const int row0 = blocks.at(j, full) * kBlockM;
+        const int row0 = visit(j, full) * kBlockM;
         const u32 s = s_ring + (j % kStages) * kStageBytes;
         load_slabs_async<kBlockM, kD, kThreads>(s, q, a.q_ss, row0, a.seq_q);
         load_slabs_async<kBlockM, kDV, kThreads>(s + kQBytes, dout, a.do_ss, row0,
@@ -139,20 +179,26 @@ struct BwdDkDvSm90 {
           load(j + kStages - 1);
         cp_async_commit();
         bool full;
-        const int m = blocks.at(j, full);
+        const int m = visit(j, full);
         const int slot = (j % kStages) * kStageBytes;
         const float *rows =
             reinterpret_cast<const float *>(ring + slot + kQBytes + kOBytes);
+        // Fused dQ: this key block's place among those visiting m.
+        int rank = 0;
+        if constexpr (kFusedDq)
+          rank = Variant::kHasMask ? ranks[j] : Sem::unmasked_rank(a, n_block, m);
         if (full)
-          step<true>(a, in, s_k, s_v, s_ring + slot, rows, m, b, h, key0, acc_dk, acc_dv,
-                     gacc);
+          step<true>(a, in, s_k, s_v, s_ring + slot, s_ds, rows, m, b, h, bh, key0, rank,
+                     turn, acc_dk, acc_dv, gacc);
         else
-          step<false>(a, in, s_k, s_v, s_ring + slot, rows, m, b, h, key0, acc_dk,
-                      acc_dv, gacc);
+          step<false>(a, in, s_k, s_v, s_ring + slot, s_ds, rows, m, b, h, bh, key0,
+                      rank, turn, acc_dk, acc_dv, gacc);
       }
       // The last step's reads are done before the ring is refilled (the
-      // next head) or reused (below).
+      // next head) or reused (below), and its dQ adds precede the release.
       __syncthreads();
+      if constexpr (kFusedDq)
+        Sem::publish(a, turn);
       if constexpr (kNumGrads > 0) {
         // One partial per (input, key block, batch·head), as bwd_sm80's:
         // warp sums, then the warps' sums in warp order.
@@ -208,17 +254,22 @@ struct BwdDkDvSm90 {
   }
 
   /// One query block m: Sᵀ and dPᵀ for this warpgroup's 64 keys, P and dS
-  /// per element, then dV += Pᵀ·dO and dK += dSᵀ·Q. The wgmma calls sit
-  /// outside any data-dependent branch (kFull only changes the element
-  /// loop), so that ptxas need not serialise them.
+  /// per element, then dV += Pᵀ·dO and dK += dSᵀ·Q; fused dQ: dSᵀ through
+  /// shared memory, the previous step's \p turn published, dS·K and its add
+  /// to dQ's sum in turn \p rank, which becomes the pending \p turn. The
+  /// wgmma calls sit outside any data-dependent branch (kFull only changes
+  /// the element loop), so that ptxas need not serialise them.
   template <bool kFull>
   __device__ static __forceinline__ void
   step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s_k, u32 s_v, u32 s_stage,
-       const float *rows, int m, int b, int h, int key0, float (&acc_dk)[DT][4],
-       float (&acc_dv)[VT][4], float *gacc) {
+       u32 s_ds, const float *rows, int m, int b, int h, int bh, int key0, int rank,
+       DqTurn &turn, float (&acc_dk)[DT][4], float (&acc_dv)[VT][4], float *gacc) {
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const u32 s_q = s_stage, s_do = s_stage + kQBytes;
+    int seen = 0;
+    if constexpr (kFusedDq)
+      seen = Sem::peek(a, bh, m, rank);
     float acc_s[QT][4], acc_dp[QT][4];
     zero(acc_s); // overwritten by the first k step; defined for the compiler
     zero(acc_dp);
@@ -284,17 +335,108 @@ struct BwdDkDvSm90 {
     // step 16 rows (2048 bytes) further.
     const u64 o_desc_t = wgmma_desc_sw128(s_do, kQSlab, 1024);
     const u64 q_desc_t = wgmma_desc_sw128(s_q, kQSlab, 1024);
-    wgmma_fence();
+    if constexpr (!kFusedDq) {
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk)
-      Wgmma<kDV>::template rs<T>(acc_dv, pf[kk], o_desc_t + kk * (2048 >> 4), 1);
+      for (int kk = 0; kk < kBlockM / 16; ++kk)
+        Wgmma<kDV>::template rs<T>(acc_dv, pf[kk], o_desc_t + kk * (2048 >> 4), 1);
 #pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk)
-      Wgmma<kD>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(acc_dv);
-    fence_regs(acc_dk);
+      for (int kk = 0; kk < kBlockM / 16; ++kk)
+        Wgmma<kD>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(acc_dv);
+      fence_regs(acc_dk);
+    } else {
+      // dSᵀ to shared memory as this thread holds it: fragment word
+      // (kk, r) is keys row 16·warp + g (+8 for odd r), queries 16kk + 2tq
+      // (+8 for r ≥ 2) and the next one, of this warpgroup's 64 keys.
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int key = wg * 64 + warp * 16 + g + 8 * (r & 1);
+          const int qr = kk * 16 + 8 * (r >> 1) + 2 * tq;
+          st_shared_32(s_ds + (qr / 64) * kDsSlab +
+                           SwizzledTile<kBlockN, 64>::offset(key, (qr % 64) / 8) +
+                           (qr % 8) * 2,
+                       df[kk][r]);
+        }
+      // Written through the generic proxy, read by wgmma (the async one);
+      // after the barrier every warpgroup's keys are in, and the previous
+      // step's adds (made before this step's first barrier) precede the
+      // release of its turn.
+      fence_proxy_async_shared();
+      __syncthreads();
+      Sem::publish(a, turn);
+      float acc_dq[kDqChains][kDqN / 8][4];
+#pragma unroll
+      for (int c = 0; c < kDqChains; ++c)
+        zero(acc_dq[c]); // overwritten by the first k step; defined for the compiler
+      // dS·K: A = dS, [key][query] (MN-major, M = this chain's 64 queries),
+      // B = K, [key][column] (MN-major, N = this warpgroup's columns); a
+      // k16 step is 16 key rows (2048 bytes) further in both.
+      const u64 k_desc_t = wgmma_desc_sw128(s_k + wg * (kDqN / 64) * kKSlab, kKSlab, 1024);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk)
+        Wgmma<kDV>::template rs<T>(acc_dv, pf[kk], o_desc_t + kk * (2048 >> 4), 1);
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk)
+        Wgmma<kD>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
+#pragma unroll
+      for (int c = 0; c < kDqChains; ++c) {
+        const u64 ds_desc = wgmma_desc_sw128(s_ds + c * kDsSlab, kDsSlab, 1024);
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
+          Wgmma<kDqN>::template ss_mn<T>(acc_dq[c], ds_desc + kk * (2048 >> 4),
+                                         k_desc_t + kk * (2048 >> 4), kk > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(acc_dv);
+      fence_regs(acc_dk);
+#pragma unroll
+      for (int c = 0; c < kDqChains; ++c)
+        fence_regs(acc_dq[c]);
+      Sem::wait_turn(a, bh, m, rank, seen);
+      __syncthreads(); // the turn is this CTA's
+      add_dq(a, acc_dq, bh, m, rank);
+      turn = DqTurn{bh, m, rank, true};
+    }
+  }
+
+  /// Adds this thread's part of the step's dS·K to query block \p m's rows
+  /// of the fp32 sum (rank 0 stores it, so that it needs no zeroing): chain
+  /// c's rows 64c + 16·warp + g (+8), this warpgroup's columns.
+  __device__ static __forceinline__ void add_dq(const BwdArgs &a,
+                                                const float (&acc)[kDqChains][kDqN / 8][4],
+                                                int bh, int m, int rank) {
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    float *ws = a.dq_accum +
+                ((long long)bh * Sem::accum_rows(a) + (long long)m * kBlockM) * kD +
+                (warp * 16 + g) * kD + wg * kDqN + 2 * tq;
+    // One branch for the whole tile: an asm statement cannot be predicated.
+    if (rank == 0) {
+#pragma unroll
+      for (int c = 0; c < kDqChains; ++c)
+#pragma unroll
+        for (int t = 0; t < kDqN / 8; ++t)
+#pragma unroll
+          for (int half = 0; half < 2; ++half)
+            st_cg_f2(ws + (c * 64 + 8 * half) * kD + t * 8, acc[c][t][2 * half],
+                     acc[c][t][2 * half + 1]);
+    } else {
+#pragma unroll
+      for (int c = 0; c < kDqChains; ++c)
+#pragma unroll
+        for (int t = 0; t < kDqN / 8; ++t)
+#pragma unroll
+          for (int half = 0; half < 2; ++half)
+            red_add_f2(ws + (c * 64 + 8 * half) * kD + t * 8, acc[c][t][2 * half],
+                       acc[c][t][2 * half + 1]);
+    }
   }
 
   /// dK and dV of this thread's keys and columns, rows past seq_kv not

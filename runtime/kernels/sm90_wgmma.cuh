@@ -1,6 +1,7 @@
 // wgmma.mma_async m64nNk16 with fp32 accumulators for one warpgroup, for the
 // N the fwd_sm90 skeleton uses (64, 128, 192, 256), f16 or bf16 inputs:
 //   ss: A and B from shared memory (descriptors), both K-major;
+//   ss_mn (N 64 and 128): both from shared memory, both MN-major;
 //   rs: A from registers (the m16n8k16 A-fragment layout per warp), B from
 //       shared memory, MN-major (the transpose bit set).
 // The accumulator d[N/8][4] holds, per warp w of the warpgroup, rows 16w+g
@@ -27,12 +28,12 @@ template <int N> struct Wgmma;
   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-#define ATTNC_WGMMA_SS64(TY) \
+#define ATTNC_WGMMA_SS64(TY, TR) \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
     "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {%0, %1, %2, " \
     "%3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
     "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, " \
-    "%32, %33, p, 1, 1, 0, 0;\n" \
+    "%32, %33, p, 1, 1, " TR ";\n" \
     "}\n" \
     : ATTNC_WGMMA_D64 \
     : "l"(a), "l"(b), "r"(accumulate))
@@ -50,9 +51,20 @@ template <> struct Wgmma<64> {
   template <class T>
   __device__ static __forceinline__ void ss(float (&d)[8][4], u64 a, u64 b, int accumulate) {
     if constexpr (T::kIsBf16)
-      ATTNC_WGMMA_SS64("bf16");
+      ATTNC_WGMMA_SS64("bf16", "0, 0");
     else
-      ATTNC_WGMMA_SS64("f16");
+      ATTNC_WGMMA_SS64("f16", "0, 0");
+  }
+  /// ss with both operands MN-major (the transpose bits set): A
+  /// [k][m] and B [k][n] in shared memory, as bwd_sm90's fused dQ reads dSᵀ
+  /// and K.
+  template <class T>
+  __device__ static __forceinline__ void ss_mn(float (&d)[8][4], u64 a, u64 b,
+                                               int accumulate) {
+    if constexpr (T::kIsBf16)
+      ATTNC_WGMMA_SS64("bf16", "1, 1");
+    else
+      ATTNC_WGMMA_SS64("f16", "1, 1");
   }
   template <class T>
   __device__ static __forceinline__ void rs(float (&d)[8][4], const u32 (&a)[4], u64 b,
@@ -85,14 +97,14 @@ template <> struct Wgmma<64> {
   "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
   "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), \
   "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-#define ATTNC_WGMMA_SS128(TY) \
+#define ATTNC_WGMMA_SS128(TY, TR) \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
     "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {%0, %1, %2, " \
     "%3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
     "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, " \
     "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, " \
-    "%60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n" \
+    "%60, %61, %62, %63}, %64, %65, p, 1, 1, " TR ";\n" \
     "}\n" \
     : ATTNC_WGMMA_D128 \
     : "l"(a), "l"(b), "r"(accumulate))
@@ -112,9 +124,20 @@ template <> struct Wgmma<128> {
   template <class T>
   __device__ static __forceinline__ void ss(float (&d)[16][4], u64 a, u64 b, int accumulate) {
     if constexpr (T::kIsBf16)
-      ATTNC_WGMMA_SS128("bf16");
+      ATTNC_WGMMA_SS128("bf16", "0, 0");
     else
-      ATTNC_WGMMA_SS128("f16");
+      ATTNC_WGMMA_SS128("f16", "0, 0");
+  }
+  /// ss with both operands MN-major (the transpose bits set): A
+  /// [k][m] and B [k][n] in shared memory, as bwd_sm90's fused dQ reads dSᵀ
+  /// and K.
+  template <class T>
+  __device__ static __forceinline__ void ss_mn(float (&d)[16][4], u64 a, u64 b,
+                                               int accumulate) {
+    if constexpr (T::kIsBf16)
+      ATTNC_WGMMA_SS128("bf16", "1, 1");
+    else
+      ATTNC_WGMMA_SS128("f16", "1, 1");
   }
   template <class T>
   __device__ static __forceinline__ void rs(float (&d)[16][4], const u32 (&a)[4], u64 b,

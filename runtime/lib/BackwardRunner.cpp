@@ -58,7 +58,7 @@ BackwardPlan planOf(const KernelChoice &C, const KernelTarget &T) {
          B->QBlockN,
          32 * B->QWarps,
          B->dqSharedBytes(T.HeadDim, T.HeadDimV),
-         false};
+         B->FusedDq};
     return P;
   }
   throw InternalError("BackwardRunner: skeleton " + C.Skel->name().str() +

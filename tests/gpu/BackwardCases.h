@@ -50,7 +50,8 @@ inline std::vector<std::string> twinConfigs(int DV) {
 }
 
 /// bwd_sm90's other tilings (sm_90a only): one warpgroup of keys with three
-/// stages, 128-row query steps at d64, and a dQ kernel of 64-row blocks.
+/// stages, 128-row query steps at d64, a dQ kernel of 64-row blocks, and
+/// both dQ modes in either head dim.
 inline void addSm90Cases(std::vector<Case> &Out) {
   Out.push_back({"mha_window", DType::F16, 128, 128, 1, 2, 1, 333, 333, Layout::BSHD,
                  "bwd90.kv64x64s3.q128x64w8"});
@@ -58,6 +59,21 @@ inline void addSm90Cases(std::vector<Case> &Out) {
                  Layout::BHSD, "bwd90.kv128x128s2.q64x64w4"});
   Out.push_back({"mha_emptyblock", DType::F16, 64, 64, 1, 2, 2, 333, 333, Layout::BSHD,
                  "bwd90.kv128x64s4.q128x64w8"});
+  // The dQ kernel at d128 (the default there fuses dQ), and the fused mode
+  // in its other tilings: ranks with masks, grouped heads, query blocks no
+  // key visits, rotated walks without a mask, 128-row steps (two chains).
+  Out.push_back({"mha", DType::BF16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD,
+                 "bwd90.kv64x128s2.q128x64w8"});
+  Out.push_back({"mha_full", DType::F16, 128, 128, 2, 2, 1, 700, 700, Layout::BHSD,
+                 "bwd90.kv64x128s3.fused"});
+  Out.push_back({"mha_full", DType::BF16, 64, 64, 1, 2, 1, 70, 1000, Layout::BSHD,
+                 "bwd90.kv64x64s2.fused"});
+  Out.push_back({"mha_window", DType::F16, 64, 64, 1, 4, 2, 333, 333, Layout::BSHD,
+                 "bwd90.kv64x64s3.fused"});
+  Out.push_back({"alibi_learnable", DType::BF16, 64, 64, 2, 2, 1, 257, 257,
+                 Layout::BHSD, "bwd90.kv128x64s2.fused"});
+  Out.push_back({"mha_emptyblock", DType::F16, 128, 128, 1, 2, 2, 333, 333, Layout::BSHD,
+                 "bwd90.kv64x128s2.fused"});
 }
 
 /// Fused dQ cases with several key blocks a query block (semaphores, ranks),

@@ -15,6 +15,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <string>
@@ -55,7 +56,14 @@ void compileExample(const dsl::DefinitionBase &D, DType CubinType, int CubinDim)
                                 : "wgmma.mma_async.sync.aligned.m64n64k16"));
       CHECK(has(Ptx, T == DType::F16 ? ".f32.f16.f16" : ".f32.bf16.bf16"));
       CHECK(has(Ptx, "fence.proxy.async.shared::cta"));
-      CHECK(has(Ptx, ".entry attnc_bwd_dq"));
+      // d128's default fuses dQ into the dK/dV kernel (both operands of
+      // dS·K MN-major); d64's has the dQ kernel.
+      if (Dim == 128) {
+        CHECK(has(Ptx, ".entry attnc_bwd_dq_convert"));
+        CHECK(has(Ptx, "p, 1, 1, 1, 1;"));
+      } else {
+        CHECK(has(Ptx, ".entry attnc_bwd_dq("));
+      }
       ++Compiled;
     }
   CHECK(Compiled == 4);
@@ -83,17 +91,38 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   CHECK(C.QWarps == 4);
   CHECK(C.dkdvThreads() == 128);
   CHECK(C.str() == "bwd90.kv128x64s3.q64x32w4");
-  CHECK(BwdSm90Config::defaultFor(128, 128).str() == "bwd90.kv64x128s2.q128x64w8");
+  CHECK(!C.FusedDq);
+  CHECK(BwdSm90Config::defaultFor(128, 128).str() == "bwd90.kv64x128s2.fused");
+  CHECK(BwdSm90Config::defaultFor(64, 64).str() == "bwd90.kv64x128s2.q128x64w8");
+  // The fused dQ mode: the Q tiles are the dK/dV kernel's, warps its own.
+  BwdSm90Config F = BwdSm90Config::parse("bwd90.kv128x64s3.fused");
+  CHECK(F.FusedDq);
+  CHECK(F.KvBlockM == 128);
+  CHECK(F.KvBlockN == 64);
+  CHECK(F.Stages == 3);
+  CHECK(F.QBlockM == 128);
+  CHECK(F.QBlockN == 64);
+  CHECK(F.QWarps == 4);
+  CHECK(F.str() == "bwd90.kv128x64s3.fused");
+  CHECK(F == BwdSm90Config::fused(128, 64, 3));
+  CHECK(!(F == BwdSm90Config::parse("bwd90.kv128x64s3.q128x64w4")));
   for (const char *Bad : {"kv64x128w8.fused.s2", "bwd90.kv64x128s2", "bwd90.kv64x128s2.q128x64w8 ",
-                          "sm90.m128n128s3"})
+                          "sm90.m128n128s3", "bwd90.kv64x128s2.fused ", "bwd90.kv64x128.fused",
+                          "bwd90.kv64x128s2.fused.q128x64w8"})
     CHECK_THROWS_WITH(BwdSm90Config::parse(Bad),
-                      Contains("expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>"));
+                      Contains("expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps> or "
+                               "bwd90.kv<M>x<N>s<stages>.fused"));
   // Shared memory: 1024 bytes of slack, K and V, then per stage Q, dO and
   // the rows' floats rounded to 1024 bytes.
   CHECK(C.dkdvSharedBytes(64, 64, 1, true) ==
         1024 + 2 * 64 * 128 + 3 * (2 * 128 * 128 + 1024));
   CHECK(BwdSm90Config{}.dkdvSharedBytes(128, 128, 1, false) ==
         1024 + 2 * 128 * 256 + 2 * (2 * 64 * 256 + 1024));
+  // Fused: the dSᵀ tile on top, and no dQ kernel.
+  CHECK(BwdSm90Config::fused(64, 128, 2).dkdvSharedBytes(128, 128, 1, false) ==
+        1024 + 2 * 128 * 256 + 2 * (2 * 64 * 256 + 1024) + 2 * 128 * 64);
+  CHECK(F.dqSharedBytes(64, 64) == 0);
+  CHECK(C.dqSharedBytes(64, 64) > 0);
 }
 
 TEST_CASE("bwd_sm90: what the skeleton supports", "[bwd90]") {
@@ -124,6 +153,15 @@ TEST_CASE("bwd_sm90: what the skeleton supports", "[bwd90]") {
   CHECK(Why(spec(DType::F16, 128, 128), Shared).empty());
   CHECK_THAT(codegen::bwdSm90Unsupported(spec(DType::F16, 128, 128), Shared, 40, true),
              Contains("bytes of shared memory"));
+  // Fused dQ: each warpgroup's columns one or two 64-column slabs, and
+  // the registers beside dK and dV.
+  CHECK(Why(spec(DType::F16, 128, 128), BwdSm90Config::fused(64, 128, 2)).empty());
+  CHECK(Why(spec(DType::BF16, 64, 64), BwdSm90Config::fused(64, 64, 3)).empty());
+  CHECK(Why(spec(DType::BF16, 64, 64), BwdSm90Config::fused(128, 64, 2)).empty());
+  CHECK_THAT(Why(spec(DType::F16, 64, 64), BwdSm90Config::fused(64, 128, 2)),
+             Contains("fused dQ splits head_dim 64 over 2 warpgroups into 32 columns"));
+  CHECK_THAT(Why(spec(DType::F16, 128, 128), BwdSm90Config::fused(64, 64, 2)),
+             Contains("with fused dQ would hold 224 accumulator floats"));
   // The generator says the same as a UserError.
   CompiledDefinition Def = compile(examples::mha());
   CHECK_THROWS_AS(codegen::generateBackwardSm90(Def, spec(DType::F16, 128, 256), C),
@@ -140,7 +178,7 @@ TEST_CASE("bwd_sm90: the selector picks it on sm_90a where it runs the head "
     return chooseWithoutShape(T, KernelPolicy());
   };
   CHECK(Choice(128, 128, GpuArch::Sm90a).str() ==
-        "bwd_sm90 bwd90.kv64x128s2.q128x64w8 (default)");
+        "bwd_sm90 bwd90.kv64x128s2.fused (default)");
   CHECK(Choice(64, 64, GpuArch::Sm90a).Skel->name() == "bwd_sm90");
   CHECK(Choice(128, 128, GpuArch::Sm80).Skel->name() == "bwd_sm80");
   CHECK(Choice(64, 64, GpuArch::Sm86).Skel->name() == "bwd_sm80");
@@ -153,6 +191,8 @@ TEST_CASE("bwd_sm90: the selector picks it on sm_90a where it runs the head "
         "bwd_sm80 kv64x128w8.fused.s2 (named)");
   CHECK(chooseWithoutShape(T, KernelPolicy::parse(T, "", "bwd90.kv64x64s3.q128x64w8"))
             .str() == "bwd_sm90 bwd90.kv64x64s3.q128x64w8 (named)");
+  CHECK(chooseWithoutShape(T, KernelPolicy::parse(T, "", "bwd90.kv64x128s3.fused")).str() ==
+        "bwd_sm90 bwd90.kv64x128s3.fused (named)");
   // No backward skeleton at 192/128: each one's reason.
   KernelTarget T192 = T;
   T192.HeadDim = 192;
@@ -160,6 +200,42 @@ TEST_CASE("bwd_sm90: the selector picks it on sm_90a where it runs the head "
                     Contains("no skeleton runs backward f16 d192/128 sm_90a") &&
                         Contains("bwd_sm90: head_dim 192") &&
                         Contains("bwd_sm80: head_dim 192"));
+}
+
+TEST_CASE("bwd_sm90: both dQ modes compile for sm_90a in their tilings",
+          "[nvrtc][bwd90][mha]") {
+  CompiledDefinition Def = compile(examples::mha());
+  struct {
+    const char *Config;
+    DType T;
+    int D;
+    bool Fused;
+  } Cases[] = {{"bwd90.kv64x128s3.fused", DType::F16, 128, true},
+               {"bwd90.kv64x64s3.fused", DType::BF16, 64, true},
+               {"bwd90.kv128x64s2.fused", DType::F16, 64, true},
+               {"bwd90.kv64x128s2.q128x64w8", DType::BF16, 128, false}};
+  for (const auto &C : Cases) {
+    codegen::KernelSource Src = codegen::generateBackwardSm90(
+        Def, spec(C.T, C.D, C.D), BwdSm90Config::parse(C.Config));
+    INFO("kernel " << Src.Key);
+    CHECK(has(Src.Key, C.Config));
+    bool HasDq = std::find(Src.Entries.begin(), Src.Entries.end(), "attnc_bwd_dq") !=
+                 Src.Entries.end();
+    CHECK(HasDq == !C.Fused);
+    std::string Ptx = compileToPtx(Src);
+    for (const std::string &E : Src.Entries)
+      CHECK(has(Ptx, (".entry " + E + "(").c_str()));
+    // dS·K: both operands MN-major, the sums' turns and adds.
+    CHECK(has(Ptx, "p, 1, 1, 1, 1;") == C.Fused);
+    CHECK(has(Ptx, "red.relaxed.gpu.global.add") == C.Fused);
+    CHECK(has(Ptx, "ld.acquire.gpu") == C.Fused);
+  }
+  // The default d128 tiling to a CUBIN without wgmma serialisation.
+  codegen::KernelSource Src = codegen::generateBackwardSm90(
+      Def, spec(DType::BF16, 128, 128), BwdSm90Config::fused(64, 128, 2));
+  runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+  INFO("kernel " << Src.Key << "\n" << Bin.Log);
+  CHECK(!has(Bin.Log, "serialized"));
 }
 
 TEST_CASE("bwd_sm90: mha compiles for sm_90a", "[nvrtc][bwd90][mha]") {

@@ -16,20 +16,40 @@
 
 namespace attn::codegen {
 
+BwdSm90Config BwdSm90Config::fused(int KvBlockM, int KvBlockN, int Stages) {
+  // dQ's partial sums are tiled as the dK/dV kernel's steps, and the block
+  // lists of both directions are made on that one tiling (the runner's
+  // ranks need it); the warps are the dK/dV kernel's.
+  BwdSm90Config C{KvBlockM, KvBlockN, Stages, KvBlockM, KvBlockN, 4 * (KvBlockN / 64)};
+  C.FusedDq = true;
+  return C;
+}
+
 std::string BwdSm90Config::str() const {
+  if (FusedDq)
+    return fmt::format("bwd90.kv{}x{}s{}.fused", KvBlockM, KvBlockN, Stages);
   return fmt::format("bwd90.kv{}x{}s{}.q{}x{}w{}", KvBlockM, KvBlockN, Stages,
                      QBlockM, QBlockN, QWarps);
 }
 
 BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
   BwdSm90Config C;
-  if (std::sscanf(Text.c_str(), "bwd90.kv%dx%ds%d.q%dx%dw%d", &C.KvBlockM,
-                  &C.KvBlockN, &C.Stages, &C.QBlockM, &C.QBlockN,
-                  &C.QWarps) != 6 ||
-      C.str() != Text)
+  int M, N, S;
+  bool Ok = true;
+  // sscanf counts the fields before a mismatch, so the two-kernel form
+  // would also give 3 here: the suffix decides.
+  if (llvm::StringRef(Text).endswith(".fused") &&
+      std::sscanf(Text.c_str(), "bwd90.kv%dx%ds%d.fused", &M, &N, &S) == 3)
+    C = fused(M, N, S);
+  else
+    Ok = std::sscanf(Text.c_str(), "bwd90.kv%dx%ds%d.q%dx%dw%d", &C.KvBlockM,
+                     &C.KvBlockN, &C.Stages, &C.QBlockM, &C.QBlockN,
+                     &C.QWarps) == 6;
+  if (!Ok || C.str() != Text)
     throw UserError("backward config '" + Text +
-                    "': expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>, "
-                    "e.g. bwd90.kv64x128s2.q128x64w8");
+                    "': expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps> or "
+                    "bwd90.kv<M>x<N>s<stages>.fused, e.g. "
+                    "bwd90.kv64x128s2.q128x64w8 or bwd90.kv64x128s2.fused");
   return C;
 }
 
@@ -38,15 +58,24 @@ int BwdSm90Config::dkdvSharedBytes(int D, int DV, int NumFinals,
   // Every tile is made of 1024-byte aligned 64-column slabs (the 128-byte
   // swizzle's atom), so the rows' floats are rounded up to 1024 too.
   int RowBytes = (KvBlockM * (NumFinals + (Doosum ? 1 : 0)) * 4 + 1023) / 1024 * 1024;
+  int DsBytes = FusedDq ? 2 * KvBlockN * KvBlockM : 0;
   return 1024 + 2 * KvBlockN * (D + DV) +
-         Stages * (2 * KvBlockM * (D + DV) + RowBytes);
+         Stages * (2 * KvBlockM * (D + DV) + RowBytes) + DsBytes;
 }
 
 int BwdSm90Config::dqSharedBytes(int D, int DV) const {
+  if (FusedDq)
+    return 0;
   return 2 * QBlockM * (D + DV) + Stages * 2 * QBlockN * (D + DV);
 }
 
-BwdSm90Config BwdSm90Config::defaultFor(int, int) { return BwdSm90Config{}; }
+BwdSm90Config BwdSm90Config::defaultFor(int D, int DV) {
+  // Fused dQ where two warpgroups split dQ's columns into 64-column slabs
+  // (d128); at d64 each would get 32, which the fused mode does not do.
+  if (D == 128 && DV == 128)
+    return fused(64, 128, 2);
+  return BwdSm90Config{};
+}
 
 std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
                                int NumFinals, bool Doosum) {
@@ -77,13 +106,30 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
     return fmt::format("backward config {}: the dK/dV kernel would hold {} "
                        "accumulator floats a thread for d{}/{}; at most 192 fit",
                        Name, Floats, Spec.HeadDim, Spec.HeadDimV);
-  if (C.QWarps != 4 && C.QWarps != 8)
+  if (C.FusedDq) {
+    // Each warpgroup computes dQ's columns D / warpgroups, one or two
+    // 64-column slabs of K (the N of its wgmma), over KvBlockM / 64 chains
+    // of 64 rows; beside dK and dV a thread then holds Pᵀ and dSᵀ (packed,
+    // KvBlockM / 2 registers) and its part of dQ.
+    int Cols = Spec.HeadDim / (C.KvBlockN / 64);
+    if (Cols != 64 && Cols != 128)
+      return fmt::format("backward config {}: fused dQ splits head_dim {} over {} "
+                         "warpgroups into {} columns each; expected 64 or 128",
+                         Name, Spec.HeadDim, C.KvBlockN / 64, Cols);
+    int FusedFloats = (Spec.HeadDim + Spec.HeadDimV) / 2 + C.KvBlockM / 2 +
+                      C.KvBlockM / 64 * Cols / 2;
+    if (FusedFloats > 192)
+      return fmt::format("backward config {}: the dK/dV kernel with fused dQ would "
+                         "hold {} accumulator floats a thread for d{}/{}; at most "
+                         "192 fit",
+                         Name, FusedFloats, Spec.HeadDim, Spec.HeadDimV);
+  } else if (C.QWarps != 4 && C.QWarps != 8)
     return fmt::format("backward config {}: q warps must be 4 or 8", Name);
-  if (C.QBlockM % (16 * C.QWarps) != 0 || C.QBlockM > 256)
+  if (!C.FusedDq && (C.QBlockM % (16 * C.QWarps) != 0 || C.QBlockM > 256))
     return fmt::format("backward config {}: the dQ query block must be a multiple "
                        "of 16 x warps ({}), at most 256",
                        Name, 16 * C.QWarps);
-  if (C.QBlockN % 16 != 0 || C.QBlockN < 16 || C.QBlockN > 256)
+  if (!C.FusedDq && (C.QBlockN % 16 != 0 || C.QBlockN < 16 || C.QBlockN > 256))
     return fmt::format("backward config {}: the dQ key step must be a multiple of "
                        "16 between 16 and 256",
                        Name);
@@ -119,6 +165,10 @@ KernelSource generateBackwardSm90(const CompiledDefinition &Def,
                  "attnc_bwd_dq",             "attnc_bwd_input_grads",
                  "attnc_bwd_block_classify", "attnc_bwd_block_rows",
                  "attnc_bwd_block_cols"};
+  if (Config.FusedDq) { // no dQ kernel: the semaphores' reset, the convert
+    Src.Entries[2] = "attnc_bwd_dq_init";
+    Src.Entries.push_back("attnc_bwd_dq_convert");
+  }
   std::map<std::string, std::string> Values =
       variantTemplateValues(Def, Spec, Src.Key);
   auto Set = [&](const char *Key, int V) { Values[Key] = std::to_string(V); };
@@ -130,6 +180,7 @@ KernelSource generateBackwardSm90(const CompiledDefinition &Def,
   Set("q_warps", Config.QWarps);
   Set("q_threads", 32 * Config.QWarps);
   Set("stages", Config.Stages);
+  Set("fused_dq", Config.FusedDq ? 1 : 0);
   Set("kv_smem",
       Config.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum));
   Set("q_smem", Config.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV));

@@ -1,5 +1,5 @@
-// The bwd_sm90 entry: the Hopper backward (a wgmma dK/dV kernel, bwd_sm80's
-// dQ kernel), sm_90a only.
+// The bwd_sm90 entry: the Hopper backward (a wgmma dK/dV kernel with dQ
+// fused in, or bwd_sm80's dQ kernel after it), sm_90a only.
 #include "Entries.h"
 #include "TypedSkeleton.h"
 
@@ -14,7 +14,8 @@ public:
                       /*Forward=*/false, /*Backward=*/true) {}
 
   llvm::StringRef configForm() const override {
-    return "bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>";
+    return "bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps> or "
+           "bwd90.kv<M>x<N>s<stages>.fused";
   }
   SkeletonConfig defaultFor(const KernelTarget &T) const override {
     return codegen::BwdSm90Config::defaultFor(T.HeadDim, T.HeadDimV);
@@ -43,8 +44,12 @@ public:
     return "";
   }
   std::vector<std::string>
-  judgedEntries(const codegen::KernelSource &) const override {
-    return {"attnc_bwd_dkdv", "attnc_bwd_dq"};
+  judgedEntries(const codegen::KernelSource &Src) const override {
+    std::vector<std::string> Entries = {"attnc_bwd_dkdv"};
+    for (const std::string &E : Src.Entries)
+      if (E == "attnc_bwd_dq") // none in the fused dQ mode
+        Entries.push_back(E);
+    return Entries;
   }
   std::string pruneAfterCompile(const SkeletonConfig &C,
                                 const std::vector<KernelResources> &R,

@@ -170,10 +170,12 @@ std::string backwardKey(const CompiledDefinition &Def, const KernelSpec &Spec,
                         const BwdConfig &Config);
 
 /// Tile configuration of the sm90 (Hopper) backward skeleton, written
-/// bwd90.kv{KvBlockM}x{KvBlockN}s{Stages}.q{QBlockM}x{QBlockN}w{QWarps}
+/// bwd90.kv{KvBlockM}x{KvBlockN}s{Stages}.q{QBlockM}x{QBlockN}w{QWarps}, or
+/// bwd90.kv{KvBlockM}x{KvBlockN}s{Stages}.fused in the fused dQ mode
 /// (docs/codegen.md, "The bwd_sm90 skeleton"). Its dK/dV kernel has
 /// KvBlockN / 64 warpgroups, each owning 64 keys (the M of its wgmma);
-/// its dQ kernel is bwd_sm80's, with the Q tiles.
+/// its dQ kernel is bwd_sm80's, with the Q tiles, or, fused, the dK/dV
+/// kernel computes dQ with wgmma too.
 struct BwdSm90Config {
   /// Query rows per step of the dK/dV kernel (the N of Sᵀ's wgmma): 64 or
   /// 128 (128 only where D + DV <= 128: the accumulators).
@@ -187,7 +189,13 @@ struct BwdSm90Config {
   int QBlockM = 128;
   int QBlockN = 64;
   int QWarps = 8;
-  /// "bwd90.kv64x128s2.q128x64w8"
+  /// Fused dQ mode: the dK/dV kernel also sums dQ (ordered by per-query-
+  /// block semaphores, as bwd_sm80's fused mode) and there is no dQ
+  /// kernel; the Q fields then equal the Kv ones (fused() sets them).
+  bool FusedDq = false;
+  /// The fused dQ mode with these dK/dV tiles.
+  static BwdSm90Config fused(int KvBlockM, int KvBlockN, int Stages);
+  /// "bwd90.kv64x128s2.q128x64w8", "bwd90.kv64x128s2.fused"
   std::string str() const;
   /// Parses what str() writes; UserError on anything else.
   static BwdSm90Config parse(const std::string &Text);
@@ -195,9 +203,11 @@ struct BwdSm90Config {
   int dkdvThreads() const { return 128 * (KvBlockN / 64); }
   /// Dynamic shared memory of the dK/dV kernel: 1024 bytes of alignment
   /// slack, K, V, then Stages x (Q, dO, the rows' \p NumFinals final
-  /// rowscales and doosum when \p Doosum, rounded to 1024 bytes).
+  /// rowscales and doosum when \p Doosum, rounded to 1024 bytes), then in
+  /// the fused mode the dSᵀ tile.
   int dkdvSharedBytes(int D, int DV, int NumFinals, bool Doosum) const;
-  /// The dQ kernel's (BwdConfig::dqSharedBytes with the Q tiles).
+  /// The dQ kernel's (BwdConfig::dqSharedBytes with the Q tiles); 0 in the
+  /// fused mode, which has none.
   int dqSharedBytes(int D, int DV) const;
   /// The configuration used when none is given (docs/codegen.md).
   static BwdSm90Config defaultFor(int D, int DV);
