@@ -44,6 +44,14 @@ __device__ __forceinline__ IvI mb_i(long long lo, long long hi) {
   return {lo, hi, top};
 }
 __device__ __forceinline__ IvI mb_i(long long x) { return mb_i(x, x); }
+/// An int32 input's bounds kept as floats (the bounds buffer is fp32):
+/// exact below 2^24, top beyond, where the float may have rounded past the
+/// int it stands for.
+__device__ __forceinline__ IvI mb_i_from_f(float lo, float hi) {
+  if (!(fabsf(lo) < 16777216.f && fabsf(hi) < 16777216.f))
+    return {0, 0, true};
+  return mb_i((long long)lo, (long long)hi);
+}
 __device__ __forceinline__ Tri mb_tri(bool x) { return {x ? 2u : 1u}; }
 
 // ---- arithmetic ----

@@ -198,7 +198,7 @@ dsl::AttentionDef arithmeticMask() {
         return !((s.max(q - 50) < kv.min(in["doc_k"] * 100.0)) |
                  (d != (q - kv) * 0 + 40)) |
                ((h + 1) * 0.5 > in.head_dim() / 200.0) |
-               ((kv + 3 <= q / 2) & (in["doc_q"] == in["doc_k"] + 1.0));
+               ((kv * 1.0 + 3 <= q / 2) & (in["doc_q"] == in["doc_k"] + 1.0));
       });
 }
 

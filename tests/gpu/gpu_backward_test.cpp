@@ -133,8 +133,10 @@ void prepare(Work &W, GpuArch Arch, uint64_t Seed) {
     if (D.Shape == ir::InputShape::Scalar) {
       // Scalars travel as fp32 kernel arguments: the reference gets the
       // same fp32 value.
-      W.In.Inputs[D.Name] =
-          reference::Tensor({}, double(float((D.SampleLo + D.SampleHi) / 2)));
+      double Mid = (D.SampleLo + D.SampleHi) / 2;
+      W.In.Inputs[D.Name] = reference::Tensor(
+          {}, D.Elem == ir::InputType::I32 ? double(std::lround(Mid))
+                                           : double(float(Mid)));
     } else if (D.Shape == ir::InputShape::PerHead) {
       reference::Tensor T({C.H});
       std::uniform_real_distribution<double> U(D.SampleLo, D.SampleHi);
@@ -290,7 +292,10 @@ Verdict runOnDevice(Work &W) {
   for (const ir::InputDecl &D : G.decls().Inputs) {
     const reference::Tensor &T = W.In.Inputs.at(D.Name);
     if (D.Shape == ir::InputShape::Scalar) {
-      Inputs[D.Name] = float(T.Data[0]);
+      if (D.Elem == ir::InputType::I32)
+        Inputs[D.Name] = int32_t(T.Data[0]);
+      else
+        Inputs[D.Name] = float(T.Data[0]);
     } else {
       std::vector<float> F(T.Data.begin(), T.Data.end());
       Keep.push_back(std::make_unique<DeviceBuffer>(F.size() * 4));

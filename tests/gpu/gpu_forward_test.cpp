@@ -165,6 +165,12 @@ std::vector<Outcome> runCase(const Case &C, Runners &Rs, uint64_t Seed,
     // kept from an earlier call with another value would show.
     float X = float(D.SampleLo +
                     (D.SampleHi - D.SampleLo) * (Call == 0 ? 0.5 : (Call % 3) / 3.0));
+    if (D.Elem == ir::InputType::I32) { // an int32 scalar travels as one
+      int32_t I = int32_t(std::lround(X));
+      Inputs[D.Name] = I;
+      In.Inputs[D.Name] = reference::Tensor({}, double(I));
+      continue;
+    }
     Inputs[D.Name] = X;
     In.Inputs[D.Name] = reference::Tensor({}, double(X));
   }

@@ -104,14 +104,20 @@ std::string leaf(const Node *N, const ir::Graph &G,
   case ParamKind::HeadDim:
     return "attnc::mb_i(kHeadDim)";
   case ParamKind::Input: {
+    // An int32 input is an IvI, so that it compares with the indices (the
+    // IR has no i32/f32 comparison).
+    const bool Int = P->getType() == ir::Type::I32;
     for (size_t I = 0; I < A.Bounded.size(); ++I)
       if (A.Bounded[I].Name == P->getName())
-        return fmt::format("attnc::IvF{{lo[{0}], hi[{0}]}}", I);
+        return fmt::format(Int ? "attnc::mb_i_from_f(lo[{0}], hi[{0}])"
+                               : "attnc::IvF{{lo[{0}], hi[{0}]}}",
+                           I);
     const ir::InputDecl *D = G.decls().findInput(P->getName());
     std::string F = inputField(G, P->getName());
-    if (D && D->Shape == ir::InputShape::Scalar)
-      return "attnc::mb_f(in." + F + ")";
-    return "attnc::mb_f(in.load_" + F + "(b, h, 0, 0))";
+    std::string Value = D && D->Shape == ir::InputShape::Scalar
+                            ? "in." + F
+                            : "in.load_" + F + "(b, h, 0, 0)";
+    return (Int ? "attnc::mb_i(" : "attnc::mb_f(") + Value + ")";
   }
   case ParamKind::Score:
   case ParamKind::Scores:
