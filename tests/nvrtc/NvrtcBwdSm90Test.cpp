@@ -258,6 +258,13 @@ TEST_CASE("bwd_sm90: softcap_learnable compiles for sm_90a",
           "[nvrtc][bwd90][softcap_learnable]") {
   compileExample(examples::softcapLearnable(), DType::BF16, 128);
 }
+TEST_CASE("bwd_sm90: the mask examples compile for sm_90a",
+          "[nvrtc][bwd90][masks]") {
+  compileExample(examples::mhaPrefixLm(), DType::F16, 128);
+  compileExample(examples::mhaSlidingWindow(), DType::BF16, 64);
+  compileExample(examples::mhaDocument(), DType::F16, 64);
+  compileExample(examples::mhaDocumentIds(), DType::BF16, 128);
+}
 
 TEST_CASE("bwd_sm90: every registered transformer example has a case above",
           "[bwd90]") {
@@ -270,5 +277,7 @@ TEST_CASE("bwd_sm90: every registered transformer example has a case above",
       Transformers.insert(D->name);
   CHECK(Transformers ==
         std::set<std::string>{"mha", "sigmoid_attn", "relu_attn", "retention",
-                              "alibi_learnable", "softcap_learnable"});
+                              "alibi_learnable", "softcap_learnable",
+                              "mha_document_ids", "mha_prefix_lm",
+                              "mha_sliding_window", "mha_document"});
 }
