@@ -1,0 +1,58 @@
+// What the C interface's files share: the handle types and the guard that
+// turns C++ exceptions into statuses.
+#ifndef ATTNC_CAPI_INTERNAL_H
+#define ATTNC_CAPI_INTERNAL_H
+
+#include "attnc/attnc_c.h"
+
+#include "attn/dsl/Definition.h"
+#include "attn/runtime/Attention.h"
+#include "attn/runtime/LinearAttention.h"
+
+#include <memory>
+#include <string>
+
+/// A definition handle. Every C entry point that runs a definition makes
+/// its runtime object through newAttention/newLinearAttention below, never
+/// from Def directly, so a definition made another way (an IR file, a
+/// plugin) has one place to say how it becomes a kernel.
+struct attnc_definition {
+  std::shared_ptr<const attn::dsl::DefinitionBase> Def;
+};
+
+namespace attn::capi {
+
+/// Records \p Message as the calling thread's last error.
+void setLastError(std::string Message);
+
+/// Runs \p Body, mapping every exception to a status (and the thread's last
+/// error message). \p Body returns nothing; a throw is the only failure.
+template <typename F> attnc_status guarded(F &&Body) noexcept;
+
+/// The status and message for the exception in flight (called from a catch).
+attnc_status statusOfCurrentException() noexcept;
+
+template <typename F> attnc_status guarded(F &&Body) noexcept {
+  try {
+    Body();
+    return ATTNC_OK;
+  } catch (...) {
+    return statusOfCurrentException();
+  }
+}
+
+/// The runtime object for \p D under \p Sig (a transformer definition).
+std::unique_ptr<runtime::Attention>
+newAttention(const attnc_definition &D, const runtime::Signature &Sig);
+/// The runtime object for \p D (a linear-attention definition).
+std::unique_ptr<runtime::LinearAttention>
+newLinearAttention(const attnc_definition &D,
+                   const runtime::LinearSignature &Sig);
+
+/// A UserError naming \p Function and \p Argument when \p Ptr is null.
+void requireNonNull(const void *Ptr, const char *Function,
+                    const char *Argument);
+
+} // namespace attn::capi
+
+#endif

@@ -1,0 +1,26 @@
+"""attnc: an attention compiler. Definitions, kernels and (with PyTorch,
+attnc.torch) attention ops, over the C interface libattnc_c."""
+
+from ._lib import (
+    CompileError,
+    DriverError,
+    Error,
+    InternalError,
+    InvalidArgument,
+    NotSupportedYet,
+    UserError,
+)
+from ._definition import Definition, example, examples
+
+__all__ = [
+    "CompileError",
+    "Definition",
+    "DriverError",
+    "Error",
+    "InternalError",
+    "InvalidArgument",
+    "NotSupportedYet",
+    "UserError",
+    "example",
+    "examples",
+]
