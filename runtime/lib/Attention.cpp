@@ -114,18 +114,32 @@ KernelPolicy forwardPolicy(const KernelTarget &T, const Signature &Sig) {
                              Sig.Tune);
 }
 
-/// \p D compiled, refused first if it is linear attention (whose kernels
+/// UserError for a linear-attention definition \p Name (whose kernels
 /// LinearAttention runs).
+void refuseLinear(ir::DefinitionKind K, const std::string &Name) {
+  if (K == ir::DefinitionKind::Linear)
+    throw UserError("'" + Name + "' is linear attention; use LinearAttention");
+}
+
+/// \p D compiled, refused first if it is linear attention.
 CompiledDefinition compileAttention(const dsl::DefinitionBase &D) {
-  if (D.kind() == ir::DefinitionKind::Linear)
-    throw UserError("'" + D.name + "' is linear attention; use LinearAttention");
+  refuseLinear(D.kind(), D.name);
   return compile(D);
+}
+
+/// \p D itself, refused if it is linear attention.
+CompiledDefinition attentionOnly(CompiledDefinition D) {
+  refuseLinear(D.Graph->decls().Kind, D.Graph->name());
+  return D;
 }
 
 } // namespace
 
 Attention::Attention(const dsl::DefinitionBase &D, const Signature &S)
-    : Def(compileAttention(D)), Sig(S), Arch(resolveArch(S.Arch)),
+    : Attention(compileAttention(D), S) {}
+
+Attention::Attention(CompiledDefinition D, const Signature &S)
+    : Def(attentionOnly(std::move(D))), Sig(S), Arch(resolveArch(S.Arch)),
       Fwd(Def, kernelTarget(Def, S, Arch, Direction::Forward),
           forwardPolicy(kernelTarget(Def, S, Arch, Direction::Forward), S)),
       BwdTarget(kernelTarget(Def, S, Arch, Direction::Backward)),

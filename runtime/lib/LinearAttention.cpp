@@ -45,6 +45,13 @@ LinearAttention::LinearAttention(const CompiledDefinition &D,
   init();
 }
 
+LinearAttention::LinearAttention(CompiledDefinition &&D,
+                                 const LinearSignature &S)
+    : Owned(std::move(D)), Def(Owned), Sig(S),
+      WS(std::make_unique<DeviceArena>("linear workspace")) {
+  init();
+}
+
 void LinearAttention::init() {
   if (Def.Graph->decls().Kind != ir::DefinitionKind::Linear)
     throw UserError("'" + Def.Graph->name() +

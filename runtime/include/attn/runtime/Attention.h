@@ -169,6 +169,9 @@ public:
   /// NotSupportedYet with Signature::NeedsBackward when no backward
   /// skeleton runs the head dims (the message names each skeleton's).
   Attention(const dsl::DefinitionBase &Def, const Signature &Sig);
+  /// The same for a definition compiled already (one with no
+  /// DefinitionBase: an IR JSON file's); UserError if it is linear.
+  Attention(CompiledDefinition Def, const Signature &Sig);
   ~Attention();
   Attention(const Attention &) = delete;
   Attention &operator=(const Attention &) = delete;

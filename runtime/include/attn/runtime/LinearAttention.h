@@ -95,6 +95,9 @@ public:
   /// The same for a definition compiled already, which must outlive the
   /// object (the autotuner makes one per candidate configuration).
   LinearAttention(const CompiledDefinition &Def, const LinearSignature &Sig);
+  /// The same for a definition compiled already that the object keeps (one
+  /// with no DefinitionBase: an IR JSON file's).
+  LinearAttention(CompiledDefinition &&Def, const LinearSignature &Sig);
   ~LinearAttention();
   LinearAttention(const LinearAttention &) = delete;
   LinearAttention &operator=(const LinearAttention &) = delete;
