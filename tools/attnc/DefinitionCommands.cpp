@@ -1,6 +1,7 @@
 // attnc list, show and check: the commands that look at definitions without
 // generating a kernel.
 #include "Commands.h"
+#include "Show.h"
 
 #include "attn/Pipeline.h"
 #include "attn/analysis/MaskBounds.h"
@@ -87,27 +88,10 @@ private:
 };
 
 int ShowCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
-  const std::vector<std::string> &Passes = pipelinePasses();
-  if (!After.empty() && !llvm::is_contained(Passes, After.getValue()))
-    throw UsageError("show: unknown pass '" + After +
-                     "'; passes: " + llvm::join(Passes, ", "));
+  checkShowPass(After);
   const dsl::DefinitionBase &Def = Registry.get(Name);
-  CompiledDefinition C =
-      compile(Def, [&](llvm::StringRef Pass, const ir::Graph &G) {
-        if (Json)
-          return;
-        if (!After.empty() && Pass != After)
-          return;
-        OS << "// ----- IR after " << Pass << " -----\n";
-        ir::printGraph(G, OS);
-        OS << "\n";
-      });
-  if (Json) {
-    OS << ir::saveJSON(*C.Graph);
-    return 0;
-  }
-  if (C.Graph->decls().Kind == ir::DefinitionKind::Transformer)
-    printMaskAnalysis(analysis::analyzeMask(*C.Graph), OS);
+  printShow([&](const PassCallback &CB) { return compile(Def, CB); }, After,
+            Json, OS);
   return 0;
 }
 
@@ -154,6 +138,35 @@ int CheckCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
 }
 
 } // namespace
+
+void checkShowPass(llvm::StringRef After) {
+  const std::vector<std::string> &Passes = pipelinePasses();
+  if (!After.empty() && !llvm::is_contained(Passes, After.str()))
+    throw UsageError("show: unknown pass '" + After.str() +
+                     "'; passes: " + llvm::join(Passes, ", "));
+}
+
+void printShow(
+    llvm::function_ref<CompiledDefinition(const PassCallback &)> Compile,
+    llvm::StringRef After, bool Json, llvm::raw_ostream &OS) {
+  checkShowPass(After);
+  CompiledDefinition C = Compile([&](llvm::StringRef Pass,
+                                     const ir::Graph &G) {
+    if (Json)
+      return;
+    if (!After.empty() && Pass != After)
+      return;
+    OS << "// ----- IR after " << Pass << " -----\n";
+    ir::printGraph(G, OS);
+    OS << "\n";
+  });
+  if (Json) {
+    OS << ir::saveJSON(*C.Graph);
+    return;
+  }
+  if (C.Graph->decls().Kind == ir::DefinitionKind::Transformer)
+    printMaskAnalysis(analysis::analyzeMask(*C.Graph), OS);
+}
 
 std::unique_ptr<Command> makeListCommand() {
   return std::make_unique<ListCommand>();

@@ -58,6 +58,17 @@ KernelTarget resolveArch(const KernelRequest &Req, KernelTarget T,
   return T; // the selector says why none serves
 }
 
+/// The dtype of \p Req; UsageError for an unknown backend or dtype.
+DType checkBackendAndDtype(const KernelRequest &Req) {
+  if (Req.Backend != "generated" && Req.Backend != "reference")
+    throw UsageError("--backend '" + Req.Backend +
+                     "': expected generated or reference");
+  std::optional<DType> Dtype = dtypeFromName(Req.Dtype);
+  if (!Dtype)
+    throw UsageError("--dtype '" + Req.Dtype + "': expected f16 or bf16");
+  return *Dtype;
+}
+
 std::string describe(const CompiledDefinition &Def, const KernelTarget &T,
                      const std::string &What) {
   return fmt::format("{} {}: {}", Def.Graph->name(), T.str(), What);
@@ -102,17 +113,21 @@ runtime::KernelPolicy policyFromOptions(const KernelTarget &T,
 
 ChosenKernel kernelForOptions(const KernelRequest &Req,
                               const dsl::Registry &Registry) {
-  if (Req.Backend != "generated" && Req.Backend != "reference")
-    throw UsageError("--backend '" + Req.Backend +
-                     "': expected generated or reference");
-  std::optional<DType> Dtype = dtypeFromName(Req.Dtype);
-  if (!Dtype)
-    throw UsageError("--dtype '" + Req.Dtype + "': expected f16 or bf16");
+  checkBackendAndDtype(Req);
   const dsl::DefinitionBase &D = Registry.get(Req.Name);
-  bool Linear = D.kind() == ir::DefinitionKind::Linear;
+  return kernelForDefinition(Req, D.kind(), D.name,
+                             [&] { return compile(D); });
+}
+
+ChosenKernel
+kernelForDefinition(const KernelRequest &Req, ir::DefinitionKind Kind,
+                    const std::string &Name,
+                    llvm::function_ref<CompiledDefinition()> Compile) {
+  DType Dtype = checkBackendAndDtype(Req);
+  bool Linear = Kind == ir::DefinitionKind::Linear;
   if (Req.Backend == "reference") {
     if (Linear)
-      throw UsageError("--backend 'reference': '" + D.name +
+      throw UsageError("--backend 'reference': '" + Name +
                        "' is linear attention, which has the generated "
                        "kernels only");
     if (Req.Backward)
@@ -123,8 +138,8 @@ ChosenKernel kernelForOptions(const KernelRequest &Req,
                        "--skeleton and --config choose the generated "
                        "backend's");
   }
-  CompiledDefinition Def = compile(D);
-  KernelTarget Base = baseTarget(Req, Def, *Dtype);
+  CompiledDefinition Def = Compile();
+  KernelTarget Base = baseTarget(Req, Def, Dtype);
   KernelPolicy P = policyFromOptions(Base, Req.Skeleton, Req.Config);
   KernelTarget T = resolveArch(Req, Base, P);
   if (Req.Backend == "reference")

@@ -3,9 +3,12 @@
 #ifndef ATTN_TOOLS_ATTNC_KERNELCHOICE_H
 #define ATTN_TOOLS_ATTNC_KERNELCHOICE_H
 
+#include "attn/Pipeline.h"
 #include "attn/codegen/KernelSource.h"
 #include "attn/dsl/Registry.h"
 #include "attn/runtime/Selector.h"
+
+#include "llvm/ADT/STLExtras.h"
 
 #include <string>
 
@@ -56,6 +59,14 @@ struct ChosenKernel {
 /// UserError for options and definitions that do not fit.
 ChosenKernel kernelForOptions(const KernelRequest &Req,
                               const dsl::Registry &Registry);
+
+/// The same for a definition outside a registry (the C interface's: traced
+/// through callbacks, or an IR graph), given by its kind and name and
+/// compiled by \p Compile once the options are checked; Req.Name unused.
+ChosenKernel
+kernelForDefinition(const KernelRequest &Req, ir::DefinitionKind Kind,
+                    const std::string &Name,
+                    llvm::function_ref<CompiledDefinition()> Compile);
 
 } // namespace attn
 
