@@ -5,6 +5,7 @@
 
 #include "attnc/attnc_c.h"
 
+#include "attn/Pipeline.h"
 #include "attn/dsl/Definition.h"
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/LinearAttention.h"
@@ -18,6 +19,16 @@
 /// plugin) has one place to say how it becomes a kernel.
 struct attnc_definition {
   std::shared_ptr<const attn::dsl::DefinitionBase> Def;
+  /// A definition with no DefinitionBase (an IR JSON file's, a plugin's):
+  /// Def is null and GraphJson holds its graph, loaded anew for each
+  /// compilation (the pipeline consumes the graph it is given).
+  std::shared_ptr<const std::string> GraphJson;
+  /// GraphJson's graph's name and kind, read when the handle was made.
+  std::string GraphName;
+  attn::ir::DefinitionKind GraphKind = attn::ir::DefinitionKind::Transformer;
+  /// The first pass `attnc show` would print for GraphJson: "trace" for a
+  /// graph a plugin traced, "load" for one read from a file.
+  std::string GraphOrigin;
 };
 
 namespace attn::capi {
@@ -40,6 +51,14 @@ template <typename F> attnc_status guarded(F &&Body) noexcept {
     return statusOfCurrentException();
   }
 }
+
+/// \p D through the pipeline (trace or load, then compileGraph); \p AfterPass
+/// sees each pass's graph, the first one named as `attnc show` names it.
+CompiledDefinition compileDefinition(const attnc_definition &D,
+                                     const PassCallback &AfterPass = {});
+/// \p D's name and kind, whichever way it was made.
+const std::string &definitionName(const attnc_definition &D);
+ir::DefinitionKind definitionKind(const attnc_definition &D);
 
 /// The runtime object for \p D under \p Sig (a transformer definition).
 std::unique_ptr<runtime::Attention>

@@ -56,7 +56,7 @@ attnc_status attnc_example_names(char *buf, size_t size, size_t *needed) {
 }
 
 const char *attnc_definition_name(const attnc_definition *def) {
-  return def ? def->Def->name.c_str() : "";
+  return def ? definitionName(*def).c_str() : "";
 }
 
 void attnc_definition_release(attnc_definition *def) { delete def; }
@@ -65,12 +65,17 @@ namespace attn::capi {
 
 std::unique_ptr<runtime::Attention>
 newAttention(const attnc_definition &D, const runtime::Signature &Sig) {
+  if (!D.Def)
+    return std::make_unique<runtime::Attention>(compileDefinition(D), Sig);
   return std::make_unique<runtime::Attention>(*D.Def, Sig);
 }
 
 std::unique_ptr<runtime::LinearAttention>
 newLinearAttention(const attnc_definition &D,
                    const runtime::LinearSignature &Sig) {
+  if (!D.Def)
+    return std::make_unique<runtime::LinearAttention>(compileDefinition(D),
+                                                      Sig);
   return std::make_unique<runtime::LinearAttention>(*D.Def, Sig);
 }
 
