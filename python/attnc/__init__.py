@@ -24,3 +24,10 @@ __all__ = [
     "example",
     "examples",
 ]
+
+# The DSL from Python, definitions from IR JSON and plugins, and what a
+# definition prints and generates (docs/python-dsl.md).
+from . import dsl
+from ._tools import CheckFailed, from_ir_json, load_ir, load_plugin
+
+__all__ += ["CheckFailed", "dsl", "from_ir_json", "load_ir", "load_plugin"]

@@ -37,6 +37,52 @@ class Definition:
     def __repr__(self) -> str:
         return f"attnc.Definition({self.name!r})"
 
+    # What `attnc show/emit/compile/check` give for it (attnc/_tools.py).
+    @property
+    def kind(self) -> str:
+        """"attention" or "linear"."""
+        from . import _tools
+
+        return _tools.kind(self)
+
+    def ir(self, after: str | None = None) -> str:
+        """The IR after each pass (or only after `after`) and the mask
+        analysis, as `attnc show` prints them."""
+        from . import _tools
+
+        return _tools.ir(self, after)
+
+    def ir_json(self) -> str:
+        """The final graph as IR JSON, as `attnc show --json` prints it."""
+        from . import _tools
+
+        return _tools.ir_json(self)
+
+    show_json = ir_json
+
+    def emit(self, **options) -> str:
+        """The generated CUDA source, as `attnc emit` writes it: dtype,
+        head_dim, head_dim_v, arch, skeleton, config, backend, backward,
+        standalone."""
+        from . import _tools
+
+        return _tools.emit(self, options)
+
+    def compile(self, **options) -> dict:
+        """The kernel compiled by NVRTC through the cache (`attnc compile`;
+        no GPU needed): a dict of kernel, key, source, compile_seconds,
+        lookup_seconds, cubin_bytes. Options as emit's."""
+        from . import _tools
+
+        return _tools.compile(self, options)
+
+    def check(self, seed: int = 20261126) -> str:
+        """The double-precision reference check (`attnc check`): its report
+        when it passes; raises attnc.CheckFailed (with .report) otherwise."""
+        from . import _tools
+
+        return _tools.check(self, seed)
+
     def __del__(self):
         handle, self._handle = getattr(self, "_handle", None), None
         if handle:
