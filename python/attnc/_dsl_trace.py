@@ -439,8 +439,9 @@ class _Builder:
 
     def __del__(self):
         handle, self._handle = getattr(self, "_handle", None), None
-        if handle:
-            C.builder_release(handle)
+        release = getattr(C, "builder_release", None)  # None at shutdown
+        if handle and release:
+            release(handle)
 
 
 def _function_property(function: str):
