@@ -36,7 +36,9 @@ attnc_status attnc_definition_from_example(const char *name,
     // shares nothing it would have to free.
     auto Shared = std::shared_ptr<const dsl::DefinitionBase>(
         std::shared_ptr<const dsl::DefinitionBase>(), &Def);
-    *out = new attnc_definition{std::move(Shared)};
+    auto *D = new attnc_definition;
+    D->Def = std::move(Shared);
+    *out = D;
   });
 }
 

@@ -46,7 +46,8 @@ inline dsl::SymbolScalar fromC(const attnc_symbol *C, const char *Function,
                                const char *Argument) {
   requireNonNull(C, Function, Argument);
   dsl::SymbolScalar S;
-  std::memcpy(&S, C, sizeof S);
+  // Trivially copyable (asserted above), so its bytes may be copied in.
+  std::memcpy(static_cast<void *>(&S), C, sizeof S);
   return S;
 }
 
