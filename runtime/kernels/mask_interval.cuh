@@ -103,6 +103,54 @@ __device__ __forceinline__ IvF mb_div(IvF a, IvF b) {
                         fmaxf(__fdiv_ru(a.hi, b.lo), __fdiv_ru(a.hi, b.hi)));
   return {l, h};
 }
+/// floordiv: the floors of the quotient's ends (floor is monotone); the
+/// int quotient is exact, so a single divisor gives the exact interval.
+__device__ __forceinline__ IvF mb_floordiv(IvF a, IvF b) {
+  const IvF q = mb_div(a, b);
+  if (!mb_known(q))
+    return q;
+  return {floorf(q.lo), floorf(q.hi)};
+}
+__device__ __forceinline__ long long mb_floor_div_ll(long long a, long long b) {
+  const long long q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+__device__ __forceinline__ IvI mb_floordiv(IvI a, IvI b) {
+  if (a.top || b.top || (b.lo <= 0 && b.hi >= 0))
+    return {0, 0, true};
+  const long long c0 = mb_floor_div_ll(a.lo, b.lo),
+                  c1 = mb_floor_div_ll(a.lo, b.hi),
+                  c2 = mb_floor_div_ll(a.hi, b.lo),
+                  c3 = mb_floor_div_ll(a.hi, b.hi);
+  // -2^31 // -1 leaves the int range: top, as the element path overflows.
+  return mb_i(min(min(c0, c1), min(c2, c3)), max(max(c0, c1), max(c2, c3)));
+}
+/// mod, with the divisor's sign: within [0, b) for a divisor interval of
+/// b > 0 ([0, b] for floats, where r + b may round to b), a itself when
+/// 0 <= a < b, and a - c·q exact for ints over one period of a single
+/// divisor c; mirrored for b < 0; no bound when the divisor may be 0.
+__device__ __forceinline__ IvF mb_mod(IvF a, IvF b) {
+  if (!mb_known(a) || !mb_known(b))
+    return mb_unknown_f();
+  if (b.lo > 0.f)
+    return (a.lo >= 0.f && a.hi < b.lo) ? a : IvF{0.f, b.hi};
+  if (b.hi < 0.f)
+    return (a.hi <= 0.f && a.lo > b.hi) ? a : IvF{b.lo, 0.f};
+  return mb_unknown_f();
+}
+__device__ __forceinline__ IvI mb_mod(IvI a, IvI b) {
+  if (a.top || b.top || (b.lo <= 0 && b.hi >= 0))
+    return {0, 0, true};
+  if (b.lo == b.hi) {
+    const long long ql = mb_floor_div_ll(a.lo, b.lo),
+                    qh = mb_floor_div_ll(a.hi, b.lo);
+    if (ql == qh)
+      return mb_i(a.lo - ql * b.lo, a.hi - ql * b.lo);
+  }
+  if (b.lo > 0)
+    return (a.lo >= 0 && a.hi < b.lo) ? a : mb_i(0, b.hi - 1);
+  return (a.hi <= 0 && a.lo > b.hi) ? a : mb_i(b.lo + 1, 0);
+}
 __device__ __forceinline__ IvF mb_max(IvF a, IvF b) {
   if (!mb_known(a) || !mb_known(b))
     return mb_unknown_f(); // fmaxf would drop a NaN

@@ -2,7 +2,8 @@
 """Times FlexAttention on the everyday masks that attnc_bench_masks times,
 in the same run: the document mask (8 documents + causal), prefix-LM (the
 prefix length a runtime value), a causal sliding window of 256 keys and
-chunked (local) attention in chunks of 256. The block mask is made once,
+chunked (local) attention: causal within chunks of 256 (attnc's
+mha_chunked with C = 256). The block mask is made once,
 outside the timing (create_block_mask), as a model would share it across
 layers. Forward, and forward+backward (torch.autograd.grad over q, k, v),
 with CUDA events, warm-up, median of 30, inputs rotated over three sets.
@@ -54,7 +55,7 @@ def masks(S):
         "document": lambda b, h, q, kv: (q >= kv) & (ids[q] == ids[kv]),
         "prefix_lm": lambda b, h, q, kv: (q >= kv) | (kv < prefix),
         "window256": lambda b, h, q, kv: (q >= kv) & (q - kv < WINDOW),
-        "chunked256": lambda b, h, q, kv: (q // CHUNK) == (kv // CHUNK),
+        "chunked256": lambda b, h, q, kv: (q >= kv) & ((q // CHUNK) == (kv // CHUNK)),
     }
 
 

@@ -43,6 +43,10 @@ const char *intervalFunction(NodeKind K) {
     return "mb_max";
   case NodeKind::Min:
     return "mb_min";
+  case NodeKind::FloorDiv:
+    return "mb_floordiv";
+  case NodeKind::Mod:
+    return "mb_mod";
   case NodeKind::Lt:
     return "mb_lt";
   case NodeKind::Le:
