@@ -44,13 +44,10 @@ __device__ __forceinline__ IvI mb_i(long long lo, long long hi) {
   return {lo, hi, top};
 }
 __device__ __forceinline__ IvI mb_i(long long x) { return mb_i(x, x); }
-/// An int32 input's bounds kept as floats (the bounds buffer is fp32):
-/// exact below 2^24, top beyond, where the float may have rounded past the
-/// int it stands for.
-__device__ __forceinline__ IvI mb_i_from_f(float lo, float hi) {
-  if (!(fabsf(lo) < 16777216.f && fabsf(hi) < 16777216.f))
-    return {0, 0, true};
-  return mb_i((long long)lo, (long long)hi);
+/// An int32 input's bounds as the bounds buffer (fp32) holds them: the
+/// ints' bits (block_mask.cuh's bound_blocks), exact for every int.
+__device__ __forceinline__ IvI mb_i_bits(float lo, float hi) {
+  return mb_i((long long)__float_as_int(lo), (long long)__float_as_int(hi));
 }
 __device__ __forceinline__ Tri mb_tri(bool x) { return {x ? 2u : 1u}; }
 
