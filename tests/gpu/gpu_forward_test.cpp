@@ -151,8 +151,9 @@ std::vector<Outcome> runCase(const Case &C, Runners &Rs, uint64_t Seed,
   for (const ir::InputDecl &D : G.decls().Inputs) {
     if (D.Shape != ir::InputShape::Scalar) {
       // Document ids (per row, per key, per token): sorted runs, see
-      // documentId.
-      reference::Tensor T = tokenInput(D, C.B, C.H, C.Sq, C.Skv);
+      // documentId; other documents on each later call, so that classes
+      // kept from an earlier call would show.
+      reference::Tensor T = tokenInput(D, C.B, C.H, C.Sq, C.Skv, Call);
       Inputs[D.Name] = uploadInput(D.Elem == ir::InputType::I32, T.Data,
                                    T.Shape, InputBufs);
       In.Inputs[D.Name] = T;
@@ -310,9 +311,11 @@ std::vector<Case> cases(bool Quick) {
   Out.push_back({"mha", DType::F16, 128, 128, 1, 2, 2, 300, 300, Layout::BSHD,
                  "", {{300, 300}, {17, 300}, {300, 17}, {1000, 1000}, {300, 300}}});
   // Block lists of masks reading a scalar (kept while the value repeats: the
-  // prefix length changes between these calls) or a tensor input (never
-  // kept), and documents over several batches with grouped k/v heads.
-  for (const char *E : {"mha_prefix_lm", "mha_document"})
+  // prefix length and the chunk change between these calls) or a tensor
+  // input (never kept; the ids change between calls), and documents over
+  // several batches with grouped k/v heads.
+  for (const char *E : {"mha_prefix_lm", "mha_document", "mha_chunked",
+                        "mha_document_ids"})
     Out.push_back({E, DType::F16, 128, 128, 2, 4, 2, 700, 700, Layout::BSHD,
                    "", {{700, 700}, {700, 700}, {300, 1000}, {700, 700}}});
   return Out;
