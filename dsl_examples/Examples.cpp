@@ -14,6 +14,7 @@ void registerExamples(dsl::Registry &R) {
   R.add(mhaPrefixLm());
   R.add(mhaSlidingWindow());
   R.add(mhaDocument());
+  R.add(mhaChunked());
   R.add(mamba2());
   R.add(simpleGla());
   R.add(retentionLinear());

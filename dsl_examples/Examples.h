@@ -19,10 +19,13 @@ dsl::LinearAttentionDef retentionLinear(); ///< RetNet, recurrent form
 
 /// Everyday masks on mha's softmax (masks.cpp), classified from block
 /// bounds: a prefix-LM with a runtime prefix length, a 256-key sliding
-/// window, and causal within documents given by per-row/per-key ids.
+/// window, causal within documents given by per-row/per-key ids, and causal
+/// within chunks of a runtime int32 size (`floordiv(q_idx, C) ==
+/// floordiv(kv_idx, C)`).
 dsl::AttentionDef mhaPrefixLm();      ///< mha_prefix_lm
 dsl::AttentionDef mhaSlidingWindow(); ///< mha_sliding_window
 dsl::AttentionDef mhaDocument();      ///< mha_document
+dsl::AttentionDef mhaChunked();       ///< mha_chunked
 
 /// Learnable custom inputs and a derived backward (learnable.cpp).
 dsl::AttentionDef alibiLearnable();   ///< ALiBi with learned slopes and bias

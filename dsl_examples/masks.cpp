@@ -1,6 +1,6 @@
 // Everyday masks on mha's online softmax (FlexAttention's examples): a
-// prefix-LM with a runtime prefix length, a sliding window of 256 keys and
-// a document mask. Each classifies its blocks from block bounds
+// prefix-LM with a runtime prefix length, a sliding window of 256 keys, a
+// document mask and chunked (local) attention with a runtime chunk size. Each classifies its blocks from block bounds
 // (analysis/MaskBounds.h), without evaluating the mask per element.
 #include "Examples.h"
 
@@ -56,6 +56,24 @@ AttentionDef mhaDocument() {
   def.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q_idx,
                     SymbolScalar kv_idx, const CustomInputs &in) {
     return (q_idx >= kv_idx) & (in["q_doc"] == in["k_doc"]);
+  };
+  return def;
+}
+
+AttentionDef mhaChunked() {
+  AttentionDef def = maskedMha(
+      "mha_chunked",
+      "softmax attention, causal within chunks of C tokens (runtime int32 "
+      "scalar)");
+  // The GPU tests' first call uses the middle of the range (C = 64), later
+  // calls 16, 48 and 80: chunks that align with the tiles and ones that
+  // do not.
+  def.inputs.declare("chunk", InputShape::Scalar, InputType::I32, 16.0,
+                     112.0);
+  def.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q_idx,
+                    SymbolScalar kv_idx, const CustomInputs &in) {
+    return (q_idx >= kv_idx) &
+           (floordiv(q_idx, in["chunk"]) == floordiv(kv_idx, in["chunk"]));
   };
   return def;
 }

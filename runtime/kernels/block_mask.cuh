@@ -25,6 +25,41 @@ __device__ __forceinline__ void mask_group_coords(int grouping, long long group,
   h = grouping == 2 ? int(group % heads) : 0;
 }
 
+/// Whether \p Variant bounds int32 inputs as ints (it then has
+/// kMaskBoundsInt, mask_bound_is_int and mask_bound_int; MaskClassifier.cpp
+/// writes them only where a bounded input is int32).
+template <class V, class = void> struct mask_bounds_int {
+  static constexpr bool value = false;
+};
+template <class V>
+struct mask_bounds_int<V, decltype(void(V::kMaskBoundsInt))> {
+  static constexpr bool value = V::kMaskBoundsInt;
+};
+
+/// Phase 0 for an int32 input: its minimum and maximum as ints, stored as
+/// their bits (an int past 2^24 has no exact float), read back by
+/// attnc::mb_i_bits.
+template <class Variant, int kBlockM, int kBlockN>
+__device__ void bound_int_line(const MaskArgs &a,
+                               const typename Variant::Inputs &in, int i,
+                               int b, int h, int first, int end, int lane,
+                               float *out) {
+  int lo = 0x7fffffff, hi = -0x7fffffff - 1;
+  for (int x = first + lane; x < end; x += 32) {
+    const int v = Variant::mask_bound_int(in, i, b, h, x);
+    lo = min(lo, v);
+    hi = max(hi, v);
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  if (lane == 0) {
+    out[0] = __int_as_float(lo);
+    out[1] = __int_as_float(hi);
+  }
+}
+
 /// Analysed masks, phase 0. grid (ceil(bound_lines / 4), kMaskBounds,
 /// groups) x 128: one warp reduces bounded input blockIdx.y over one row
 /// block (or key block) of a group to its minimum and maximum. Rows and keys
@@ -43,6 +78,15 @@ __device__ void bound_blocks(const MaskArgs &a, const typename Variant::Inputs &
   const int first = line * (by_key ? kBlockN : kBlockM);
   const int end = min(first + (by_key ? kBlockN : kBlockM),
                       by_key ? a.seq_kv : a.seq_q);
+  if constexpr (mask_bounds_int<Variant>::value) {
+    if (Variant::mask_bound_is_int(i)) {
+      bound_int_line<Variant, kBlockM, kBlockN>(
+          a, in, i, b, h, first, end, lane,
+          a.bounds + (((long long)i * gridDim.z + group) * a.bound_lines +
+                      line) * 2);
+      return;
+    }
+  }
   float lo = __int_as_float(0x7f800000), hi = __int_as_float(0xff800000);
   bool finite = true;
   for (int x = first + lane; x < end; x += 32) {

@@ -44,13 +44,10 @@ __device__ __forceinline__ IvI mb_i(long long lo, long long hi) {
   return {lo, hi, top};
 }
 __device__ __forceinline__ IvI mb_i(long long x) { return mb_i(x, x); }
-/// An int32 input's bounds kept as floats (the bounds buffer is fp32):
-/// exact below 2^24, top beyond, where the float may have rounded past the
-/// int it stands for.
-__device__ __forceinline__ IvI mb_i_from_f(float lo, float hi) {
-  if (!(fabsf(lo) < 16777216.f && fabsf(hi) < 16777216.f))
-    return {0, 0, true};
-  return mb_i((long long)lo, (long long)hi);
+/// An int32 input's bounds as the bounds buffer (fp32) holds them: the
+/// ints' bits (block_mask.cuh's bound_blocks), exact for every int.
+__device__ __forceinline__ IvI mb_i_bits(float lo, float hi) {
+  return mb_i((long long)__float_as_int(lo), (long long)__float_as_int(hi));
 }
 __device__ __forceinline__ Tri mb_tri(bool x) { return {x ? 2u : 1u}; }
 
@@ -102,6 +99,54 @@ __device__ __forceinline__ IvF mb_div(IvF a, IvF b) {
   const float h = fmaxf(fmaxf(__fdiv_ru(a.lo, b.lo), __fdiv_ru(a.lo, b.hi)),
                         fmaxf(__fdiv_ru(a.hi, b.lo), __fdiv_ru(a.hi, b.hi)));
   return {l, h};
+}
+/// floordiv: the floors of the quotient's ends (floor is monotone); the
+/// int quotient is exact, so a single divisor gives the exact interval.
+__device__ __forceinline__ IvF mb_floordiv(IvF a, IvF b) {
+  const IvF q = mb_div(a, b);
+  if (!mb_known(q))
+    return q;
+  return {floorf(q.lo), floorf(q.hi)};
+}
+__device__ __forceinline__ long long mb_floor_div_ll(long long a, long long b) {
+  const long long q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+__device__ __forceinline__ IvI mb_floordiv(IvI a, IvI b) {
+  if (a.top || b.top || (b.lo <= 0 && b.hi >= 0))
+    return {0, 0, true};
+  const long long c0 = mb_floor_div_ll(a.lo, b.lo),
+                  c1 = mb_floor_div_ll(a.lo, b.hi),
+                  c2 = mb_floor_div_ll(a.hi, b.lo),
+                  c3 = mb_floor_div_ll(a.hi, b.hi);
+  // -2^31 // -1 leaves the int range: top, as the element path overflows.
+  return mb_i(min(min(c0, c1), min(c2, c3)), max(max(c0, c1), max(c2, c3)));
+}
+/// mod, with the divisor's sign: within [0, b) for a divisor interval of
+/// b > 0 ([0, b] for floats, where r + b may round to b), a itself when
+/// 0 <= a < b, and a - c·q exact for ints over one period of a single
+/// divisor c; mirrored for b < 0; no bound when the divisor may be 0.
+__device__ __forceinline__ IvF mb_mod(IvF a, IvF b) {
+  if (!mb_known(a) || !mb_known(b))
+    return mb_unknown_f();
+  if (b.lo > 0.f)
+    return (a.lo >= 0.f && a.hi < b.lo) ? a : IvF{0.f, b.hi};
+  if (b.hi < 0.f)
+    return (a.hi <= 0.f && a.lo > b.hi) ? a : IvF{b.lo, 0.f};
+  return mb_unknown_f();
+}
+__device__ __forceinline__ IvI mb_mod(IvI a, IvI b) {
+  if (a.top || b.top || (b.lo <= 0 && b.hi >= 0))
+    return {0, 0, true};
+  if (b.lo == b.hi) {
+    const long long ql = mb_floor_div_ll(a.lo, b.lo),
+                    qh = mb_floor_div_ll(a.hi, b.lo);
+    if (ql == qh)
+      return mb_i(a.lo - ql * b.lo, a.hi - ql * b.lo);
+  }
+  if (b.lo > 0)
+    return (a.lo >= 0 && a.hi < b.lo) ? a : mb_i(0, b.hi - 1);
+  return (a.hi <= 0 && a.lo > b.hi) ? a : mb_i(b.lo + 1, 0);
 }
 __device__ __forceinline__ IvF mb_max(IvF a, IvF b) {
   if (!mb_known(a) || !mb_known(b))

@@ -24,6 +24,34 @@ __device__ __forceinline__ float relu(float x) {
   return x != x ? x : fmaxf(x, 0.0f);
 }
 
+/// The IR's floordiv and mod (docs/ir-semantics.md): floor division and the
+/// remainder with the divisor's sign; a zero divisor gives 0 and a. Integer
+/// division truncates, so a quotient with a remainder of the other sign is
+/// one too large.
+__device__ __forceinline__ int floordiv(int a, int b) {
+  if (b == 0)
+    return 0;
+  const int q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+__device__ __forceinline__ int floormod(int a, int b) {
+  if (b == 0)
+    return a;
+  const int r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+__device__ __forceinline__ float floordiv(float a, float b) {
+  return b == 0.0f ? 0.0f : floorf(a / b);
+}
+__device__ __forceinline__ float floormod(float a, float b) {
+  if (b == 0.0f)
+    return a;
+  const float r = fmodf(a, b);
+  if (r == 0.0f)
+    return copysignf(0.0f, b); // as the reference: the divisor's sign
+  return ((r < 0.0f) != (b < 0.0f)) ? r + b : r;
+}
+
 /// An index clamped into [0, n): rows past the end of a sequence still read
 /// a valid element of a per-row or per-key custom input (their results are
 /// never stored).

@@ -101,6 +101,8 @@ TEST_CASE("rules: every binary kind against finite differences",
       double A = Any(Rng), B = Any(Rng);
       if (std::fabs(A - B) < 0.05 || std::fabs(B) < 0.05)
         continue; // ties of max/min, division by ~0
+      if (std::fabs(A / B - std::round(A / B)) < 0.01)
+        continue; // the jumps of floordiv and mod
       INFO("x = " << A << ", y = " << B);
       double FdX = central([&](double T) { return ir::evalBinary(K, T, B); }, A);
       double FdY = central([&](double T) { return ir::evalBinary(K, A, T); }, B);
@@ -113,7 +115,7 @@ TEST_CASE("rules: every binary kind against finite differences",
     }
     ++Tested;
   }
-  CHECK(Tested == 6); // add sub mul div max min
+  CHECK(Tested == 8); // add sub mul div max min floordiv mod
 }
 
 TEST_CASE("rules: max and min send the gradient to the number, not the NaN, "

@@ -373,3 +373,145 @@ TEST_CASE("mask analysis: non-finite bounds and a divisor through 0 are "
   Below.QLo = 20, Below.QHi = 25, Below.KvLo = 5, Below.KvHi = 10;
   CHECK(analysis::classifyBox(Div.A, Below) == BlockClass::Full);
 }
+
+namespace {
+
+/// floordiv and mod every way the interval rules meet them: i32 by a
+/// runtime scalar of either sign (or 0), by negative and positive
+/// constants, f32 by a scalar and by a per-row input (an interval divisor),
+/// mixed i32/f32.
+dsl::AttentionDef floorMask() {
+  dsl::AttentionDef D = test::maskedSoftmax(
+      "floor_mask", [](SymbolScalar, SymbolScalar, SymbolScalar q,
+                       SymbolScalar kv, const dsl::CustomInputs &in) {
+        SymbolScalar a = floordiv(q - 40, in["d"]) - floordiv(kv, -7);
+        SymbolScalar m = mod(kv - q, in["d"]) + mod(q, 5) - mod(kv, -3);
+        SymbolScalar f = floordiv(q * 0.25 - kv * 0.5, in["e"]);
+        SymbolScalar g = mod(kv * 1.5 + in["e"], in["doc_q"]);
+        return ((a <= 2) & (m > 1)) | ((f >= -3.0) & (g < 2.0)) |
+               (floordiv(kv, 9) == floordiv(q, in["d"]) + 1);
+      });
+  D.inputs.declare("d", dsl::InputShape::Scalar, dsl::InputType::I32)
+      .declare("e", dsl::InputShape::Scalar);
+  return D;
+}
+
+} // namespace
+
+TEST_CASE("mask analysis: floordiv and mod are sound against element "
+          "evaluation",
+          "[mask][bounds][floordiv]") {
+  Compiled C(floorMask());
+  REQUIRE(C.A.Analysed);
+  REQUIRE(C.A.Bounded.size() == 1); // doc_q, as the divisor of g
+  std::mt19937_64 Rng(29);
+  std::uniform_real_distribution<double> Div(-3.0, 3.0);
+  std::vector<Tiling> Tilings = randomTilings(Rng, 10);
+  Tilings.push_back({200, 200, 16, 16});
+  for (const Tiling &T : Tilings) {
+    INFO("tiling " << T.Sq << "x" << T.Skv << " blocks " << T.BlockM << "x"
+                   << T.BlockN);
+    InputValues In;
+    // Per-row divisors: a constant run (a single value per block, often),
+    // then random values of either sign, some exactly 0.
+    std::vector<double> Row(T.Sq, 1.25);
+    for (int64_t I = T.Sq / 2; I < T.Sq; ++I)
+      Row[I] = I % 11 == 0 ? 0.0 : Div(Rng);
+    In.Arrays["doc_q"] = Row;
+    In.Arrays["doc_k"] = std::vector<double>(T.Skv, 0.0);
+    for (double D : {-7.0, -1.0, 0.0, 1.0, 3.0, 16.0, 64.0}) {
+      In.Values["d"] = D;
+      for (double E : {-2.5, 0.0, 0.75, 33.0}) {
+        In.Values["e"] = E;
+        checkSound(C.graph(), C.A, T, In);
+      }
+    }
+  }
+}
+
+TEST_CASE("mask analysis: chunked attention classifies from the chunks of "
+          "a block's rows and keys",
+          "[mask][bounds][floordiv]") {
+  Compiled C(examples::mhaChunked());
+  REQUIRE(C.A.Analysed);
+  CHECK(C.A.Grouping == MaskGrouping::Shared);
+  CHECK(C.A.ScalarInputs == std::vector<std::string>{"chunk"});
+  CHECK_FALSE(C.A.ReadsTensorInput);
+  std::mt19937_64 Rng(31);
+  std::vector<Tiling> Tilings = randomTilings(Rng, 10);
+  Tilings.push_back({512, 512, 64, 64});
+  for (const Tiling &T : Tilings)
+    for (int64_t Chunk : {1, 7, 16, 48, 64, 100, 256}) {
+      INFO("tiling " << T.Sq << "x" << T.Skv << " blocks " << T.BlockM << "x"
+                     << T.BlockN << " chunk " << Chunk);
+      InputValues In;
+      In.Values["chunk"] = double(Chunk);
+      int64_t Decided = 0;
+      forEachBlock(
+          C.graph(), C.A, T, In, 0, 0,
+          [&](const analysis::MaskBox &Box, BlockClass Cl, int64_t Kept,
+              int64_t Masked) {
+            // Sound, like every mask; and exact: when the rows lie in one
+            // chunk and the keys in one chunk, the chunks' equality is
+            // decided and what is left is causal, which the box decides
+            // off the diagonal; chunks apart are EMPTY.
+            if (Cl == BlockClass::Full)
+              CHECK(Masked == 0);
+            if (Cl == BlockClass::Empty)
+              CHECK(Kept == 0);
+            int64_t QC0 = Box.QLo / Chunk, QC1 = Box.QHi / Chunk;
+            int64_t KC0 = Box.KvLo / Chunk, KC1 = Box.KvHi / Chunk;
+            if (QC1 < KC0 || KC1 < QC0 || Box.QHi < Box.KvLo) {
+              CHECK(Cl == BlockClass::Empty);
+              ++Decided;
+            } else if (QC0 == QC1 && KC0 == KC1 && Box.QLo >= Box.KvHi) {
+              CHECK(Cl == BlockClass::Full);
+              ++Decided;
+            }
+          });
+      if (T.Sq == 512 && Chunk == 256)
+        CHECK(Decided == 64 - 8); // all but the 8 blocks on the diagonal
+    }
+}
+
+TEST_CASE("mask analysis: floordiv and mod intervals are exact for a single "
+          "positive divisor",
+          "[mask][bounds][floordiv]") {
+  // floordiv(q_idx, d) and mod(q_idx, d) over a block's rows take every
+  // value between their interval's ends when the rule is exact, so a
+  // comparison with any constant k is decided exactly where it holds or
+  // fails for the whole block.
+  using MakeMask = SymbolScalar (*)(SymbolScalar, SymbolScalar, int);
+  const MakeMask Masks[] = {
+      [](SymbolScalar q, SymbolScalar d, int k) { return floordiv(q, d) >= k; },
+      [](SymbolScalar q, SymbolScalar d, int k) { return floordiv(q, d) <= k; },
+      [](SymbolScalar q, SymbolScalar d, int k) { return mod(q, d) >= k; },
+      [](SymbolScalar q, SymbolScalar d, int k) { return mod(q, d) <= k; }};
+  std::mt19937_64 Rng(37);
+  std::vector<Tiling> Tilings = randomTilings(Rng, 6);
+  for (const MakeMask &M : Masks)
+    for (int K = -1; K <= 9; ++K) {
+      dsl::AttentionDef Def = test::maskedSoftmax(
+          "floor_exact", [M, K](SymbolScalar, SymbolScalar, SymbolScalar q,
+                                SymbolScalar, const dsl::CustomInputs &in) {
+            return M(q, in["d"], K);
+          });
+      Def.inputs.declare("d", dsl::InputShape::Scalar, dsl::InputType::I32);
+      Compiled C(Def);
+      REQUIRE(C.A.Analysed);
+      for (const Tiling &T : Tilings)
+        for (int64_t D : {1, 3, 8, 10, 64}) {
+          INFO("k " << K << " d " << D << " tiling " << T.Sq << "x" << T.Skv
+                    << " blocks " << T.BlockM << "x" << T.BlockN);
+          InputValues In;
+          In.Values["d"] = double(D);
+          forEachBlock(C.graph(), C.A, T, In, 0, 0,
+                       [&](const analysis::MaskBox &, BlockClass Cl,
+                           int64_t Kept, int64_t Masked) {
+                         CHECK(Cl == (Masked == 0 ? BlockClass::Full
+                                      : Kept == 0 ? BlockClass::Empty
+                                                  : BlockClass::Partial));
+                       });
+        }
+    }
+}

@@ -83,6 +83,28 @@ TEST_CASE("division by a constant zero names the function and the operands",
   })));
 }
 
+TEST_CASE("floordiv and mod by a constant zero name the function and the "
+          "operation",
+          "[errors][constants][floordiv]") {
+  AttentionDef Def = examples::mha();
+  Def.name = "consts";
+  Def.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q_idx,
+                    SymbolScalar kv_idx) {
+    return floordiv(q_idx, 0) == floordiv(kv_idx, 64);
+  };
+  CHECK_THROWS_WITH(compile(Def),
+                    Equals("mask_mod: 'floordiv' divides `q_idx` by the "
+                           "constant 0"));
+  Def.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q_idx,
+                    SymbolScalar kv_idx) {
+    return mod(q_idx, 0.0) <= mod(kv_idx, 3);
+  };
+  CHECK_THROWS_WITH(compile(Def), Equals("mask_mod: 'mod' divides `q_idx` "
+                                         "by the constant 0"));
+  // A runtime divisor is never refused: 0 gives floordiv 0 and mod x.
+  CHECK_NOTHROW(compile(examples::mhaChunked()));
+}
+
 // The trace sees a subtraction there; simplify folds it to 0, and refuses it
 // as the trace refuses a literal 0, naming the function where it is.
 TEST_CASE("a divisor that folds to the constant zero names the function",

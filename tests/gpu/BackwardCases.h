@@ -32,7 +32,7 @@ inline const char *const Definitions[] = {
     "mha",           "sigmoid_attn",       "relu_attn",
     "retention",     "mha_window",         "mha_emptyrows",
     "alibi_learnable", "softcap_learnable", "mha_prefix_lm",
-    "mha_sliding_window", "mha_document"};
+    "mha_sliding_window", "mha_document", "mha_chunked", "mha_document_ids"};
 
 /// The fused dQ mode's tiles for a case of the default configuration.
 inline std::string fusedConfig(int DV) {

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -85,6 +86,26 @@ private:
   CUdeviceptr Ptr = 0;
   size_t Bytes;
 };
+
+/// A tensor custom input on the device, as its declaration's element type
+/// says (int32 ids as int32, everything else as float32), kept alive in
+/// \p Keep; the view to pass.
+inline runtime::TensorView
+uploadInput(bool Int32, const std::vector<double> &Data,
+            const std::vector<int64_t> &Shape,
+            std::vector<std::unique_ptr<DeviceBuffer>> &Keep) {
+  Keep.push_back(std::make_unique<DeviceBuffer>(Data.size() * 4));
+  if (Int32) {
+    std::vector<int32_t> I(Data.begin(), Data.end());
+    Keep.back()->upload(I.data(), I.size() * 4);
+  } else {
+    std::vector<float> F(Data.begin(), Data.end());
+    Keep.back()->upload(F.data(), F.size() * 4);
+  }
+  return runtime::TensorView::contiguous(
+      Keep.back()->get(),
+      Int32 ? runtime::ElemType::I32 : runtime::ElemType::F32, Shape);
+}
 
 /// The head every bench tool's command line shares: NAME DTYPE and then
 /// integers (B H S D ...), \p MinInts of them at least.

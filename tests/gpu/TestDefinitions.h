@@ -67,19 +67,31 @@ inline double documentId(int64_t b, int64_t s) {
   }
 }
 
-/// The reference value of a per-row or per-key input: documentId over the
-/// rows (queries) or keys; InternalError for other classes.
+/// The reference value of a per-row, per-key or per-token input:
+/// documentId over the rows (queries) or keys, [B, H, S] or, per token,
+/// [B, S]; InternalError for other classes. \p Shift moves every batch to
+/// another order of document lengths (other ids on a later call).
 inline reference::Tensor tokenInput(const ir::InputDecl &D, int64_t B,
-                                    int64_t H, int64_t Sq, int64_t Skv) {
+                                    int64_t H, int64_t Sq, int64_t Skv,
+                                    int64_t Shift = 0) {
+  if (D.Shape == ir::InputShape::PerQueryToken ||
+      D.Shape == ir::InputShape::PerKeyToken) {
+    int64_t S = D.Shape == ir::InputShape::PerQueryToken ? Sq : Skv;
+    reference::Tensor T({B, S});
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s)
+        T.at({b, s}) = documentId(b + Shift, s);
+    return T;
+  }
   if (D.Shape != ir::InputShape::PerRow && D.Shape != ir::InputShape::PerKey)
     throw InternalError("gpu test: input '" + D.Name +
-                        "' is neither per row nor per key");
+                        "' is neither per row, per key nor per token");
   int64_t S = D.Shape == ir::InputShape::PerRow ? Sq : Skv;
   reference::Tensor T({B, H, S});
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t s = 0; s < S; ++s)
-        T.at({b, h, s}) = documentId(b, s);
+        T.at({b, h, s}) = documentId(b + Shift, s);
   return T;
 }
 

@@ -297,11 +297,8 @@ Verdict runOnDevice(Work &W) {
       else
         Inputs[D.Name] = float(T.Data[0]);
     } else {
-      std::vector<float> F(T.Data.begin(), T.Data.end());
-      Keep.push_back(std::make_unique<DeviceBuffer>(F.size() * 4));
-      Keep.back()->upload(F.data(), F.size() * 4);
-      Inputs[D.Name] = runtime::TensorView::contiguous(Keep.back()->get(),
-                                                      runtime::ElemType::F32, T.Shape);
+      Inputs[D.Name] =
+          uploadInput(D.Elem == ir::InputType::I32, T.Data, T.Shape, Keep);
     }
     if (D.RequiresGrad) {
       std::vector<int64_t> Shape = D.Shape == ir::InputShape::Scalar

@@ -150,13 +150,12 @@ std::vector<Outcome> runCase(const Case &C, Runners &Rs, uint64_t Seed,
   std::vector<std::unique_ptr<DeviceBuffer>> InputBufs;
   for (const ir::InputDecl &D : G.decls().Inputs) {
     if (D.Shape != ir::InputShape::Scalar) {
-      // Document ids (per row, per key): sorted runs, see documentId.
-      reference::Tensor T = tokenInput(D, C.B, C.H, C.Sq, C.Skv);
-      std::vector<float> F(T.Data.begin(), T.Data.end());
-      InputBufs.push_back(std::make_unique<DeviceBuffer>(F.size() * 4));
-      InputBufs.back()->upload(F.data(), F.size() * 4);
-      Inputs[D.Name] = runtime::TensorView::contiguous(
-          InputBufs.back()->get(), runtime::ElemType::F32, T.Shape);
+      // Document ids (per row, per key, per token): sorted runs, see
+      // documentId; other documents on each later call, so that classes
+      // kept from an earlier call would show.
+      reference::Tensor T = tokenInput(D, C.B, C.H, C.Sq, C.Skv, Call);
+      Inputs[D.Name] = uploadInput(D.Elem == ir::InputType::I32, T.Data,
+                                   T.Shape, InputBufs);
       In.Inputs[D.Name] = T;
       continue;
     }
@@ -264,7 +263,8 @@ std::vector<Case> cases(bool Quick) {
                             "relu_attn",     "retention",
                             "mha_window",    "mha_emptyrows",
                             "mha_full",      "mha_prefix_lm",
-                            "mha_sliding_window", "mha_document"};
+                            "mha_sliding_window", "mha_document",
+                            "mha_chunked",   "mha_document_ids"};
   if (Quick) {
     for (const char *E : Examples)
       Out.push_back({E, DType::F16, 64, 64, 1, 2, 2, 70, 70, Layout::BSHD, ""});
@@ -311,9 +311,11 @@ std::vector<Case> cases(bool Quick) {
   Out.push_back({"mha", DType::F16, 128, 128, 1, 2, 2, 300, 300, Layout::BSHD,
                  "", {{300, 300}, {17, 300}, {300, 17}, {1000, 1000}, {300, 300}}});
   // Block lists of masks reading a scalar (kept while the value repeats: the
-  // prefix length changes between these calls) or a tensor input (never
-  // kept), and documents over several batches with grouped k/v heads.
-  for (const char *E : {"mha_prefix_lm", "mha_document"})
+  // prefix length and the chunk change between these calls) or a tensor
+  // input (never kept; the ids change between calls), and documents over
+  // several batches with grouped k/v heads.
+  for (const char *E : {"mha_prefix_lm", "mha_document", "mha_chunked",
+                        "mha_document_ids"})
     Out.push_back({E, DType::F16, 128, 128, 2, 4, 2, 700, 700, Layout::BSHD,
                    "", {{700, 700}, {700, 700}, {300, 1000}, {700, 700}}});
   return Out;

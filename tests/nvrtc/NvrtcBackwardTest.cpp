@@ -106,6 +106,9 @@ TEST_CASE("nvrtc bwd: the mask examples' backward compiles without warnings",
                         spec(DType::F16, 128, 128, GpuArch::Sm80),
                         BwdConfig::parse("kv64x128w8.q128x32w4.s2"))
             .empty());
+  CHECK(compilesToCubin(compile(examples::mhaChunked()),
+                        spec(DType::BF16, 128, 128, GpuArch::Sm80))
+            .empty());
 }
 
 TEST_CASE("nvrtc bwd: head dims 64/128 and 128/256, and the 99 KiB archs",

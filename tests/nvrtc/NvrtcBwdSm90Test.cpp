@@ -264,6 +264,7 @@ TEST_CASE("bwd_sm90: the mask examples compile for sm_90a",
   compileExample(examples::mhaSlidingWindow(), DType::BF16, 64);
   compileExample(examples::mhaDocument(), DType::F16, 64);
   compileExample(examples::mhaDocumentIds(), DType::BF16, 128);
+  compileExample(examples::mhaChunked(), DType::F16, 128);
 }
 
 TEST_CASE("bwd_sm90: every registered transformer example has a case above",
@@ -279,5 +280,6 @@ TEST_CASE("bwd_sm90: every registered transformer example has a case above",
         std::set<std::string>{"mha", "sigmoid_attn", "relu_attn", "retention",
                               "alibi_learnable", "softcap_learnable",
                               "mha_document_ids", "mha_prefix_lm",
-                              "mha_sliding_window", "mha_document"});
+                              "mha_sliding_window", "mha_document",
+                              "mha_chunked"});
 }

@@ -127,7 +127,8 @@ TEST_CASE("nvrtc: the transformer examples are mha, sigmoid_attn, relu_attn, "
         std::set<std::string>{"mha", "sigmoid_attn", "relu_attn", "retention",
                               "alibi_learnable", "softcap_learnable",
                               "mha_document_ids", "mha_prefix_lm",
-                              "mha_sliding_window", "mha_document"});
+                              "mha_sliding_window", "mha_document",
+                              "mha_chunked"});
 }
 
 TEST_CASE("nvrtc: mha compiles for every dtype, head dims and arch",
@@ -176,7 +177,8 @@ TEST_CASE("nvrtc: the mask examples compile without warnings",
   int I = 0;
   for (const AttentionDef &D : {examples::mhaPrefixLm(),
                                 examples::mhaSlidingWindow(),
-                                examples::mhaDocument()}) {
+                                examples::mhaDocument(),
+                                examples::mhaChunked()}) {
     KernelSpec Spec;
     Spec.Dtype = I % 2 ? DType::BF16 : DType::F16;
     Spec.Arch = I % 2 ? GpuArch::Sm90a : GpuArch::Sm80;

@@ -247,6 +247,7 @@ TEST_CASE("sm90: the mask examples compile for sm_90a", "[nvrtc][sm90][masks]") 
   compileExample(examples::mhaDocument(), DType::F16, 128);
   compileExample(examples::mhaPrefixLm(), DType::BF16, 64);
   compileExample(examples::mhaSlidingWindow(), DType::F16, 256);
+  compileExample(examples::mhaChunked(), DType::BF16, 128);
 }
 
 TEST_CASE("sm90: every registered transformer example has a case above",
@@ -262,7 +263,8 @@ TEST_CASE("sm90: every registered transformer example has a case above",
         std::set<std::string>{"mha", "sigmoid_attn", "relu_attn", "retention",
                               "alibi_learnable", "softcap_learnable",
                               "mha_document_ids", "mha_prefix_lm",
-                              "mha_sliding_window", "mha_document"});
+                              "mha_sliding_window", "mha_document",
+                              "mha_chunked"});
 }
 
 TEST_CASE("sm90: head dims D != DV and every configuration shape compile",

@@ -22,13 +22,14 @@ using namespace attn;
 using attn::testsupport::exampleNames;
 using attn::testsupport::registry;
 
-TEST_CASE("there are thirteen registered examples", "[pipeline]") {
+TEST_CASE("there are fourteen registered examples", "[pipeline]") {
   CHECK(exampleNames() ==
         std::vector<std::string>{"mha", "sigmoid_attn", "relu_attn",
                                  "retention", "alibi_learnable",
                                  "softcap_learnable", "mha_document_ids",
                                  "mha_prefix_lm",
                                  "mha_sliding_window", "mha_document",
+                                 "mha_chunked",
                                  "mamba2", "simple_gla", "retention_linear"});
 }
 

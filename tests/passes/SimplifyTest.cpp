@@ -85,10 +85,11 @@ const NodeKind UnaryNumeric[] = {
     NodeKind::Neg,  NodeKind::Exp,  NodeKind::Exp2, NodeKind::Log,
     NodeKind::Log2, NodeKind::Abs,  NodeKind::Tanh, NodeKind::Sigmoid,
     NodeKind::Relu, NodeKind::Sqrt, NodeKind::Rsqrt};
-const NodeKind BinaryAll[] = {NodeKind::Add, NodeKind::Sub, NodeKind::Mul,
-                              NodeKind::Div, NodeKind::Max, NodeKind::Min,
-                              NodeKind::Lt,  NodeKind::Le,  NodeKind::Gt,
-                              NodeKind::Ge,  NodeKind::Eq,  NodeKind::Ne};
+const NodeKind BinaryAll[] = {
+    NodeKind::Add,      NodeKind::Sub, NodeKind::Mul, NodeKind::Div,
+    NodeKind::Max,      NodeKind::Min, NodeKind::FloorDiv, NodeKind::Mod,
+    NodeKind::Lt,       NodeKind::Le,  NodeKind::Gt,  NodeKind::Ge,
+    NodeKind::Eq,       NodeKind::Ne};
 
 } // namespace
 
@@ -132,7 +133,9 @@ TEST_CASE("simplify folds every binary, comparison and logic kind",
       Fixture F;
       INFO(ir::mnemonic(K).str() << "(" << A << ", " << B << ")");
       // A division by the constant 0 is refused, not folded (below).
-      if (K == NodeKind::Div && B == 0.0)
+      if ((K == NodeKind::Div || K == NodeKind::FloorDiv ||
+           K == NodeKind::Mod) &&
+          B == 0.0)
         continue;
       requireFoldsTo(F, F.G.binary(K, F.c(A), F.c(B)), ir::evalBinary(K, A, B));
     }
@@ -167,10 +170,69 @@ TEST_CASE("simplify refuses a divisor that is or folds to the constant 0",
                         "score_mod: 'div' divides `score` by `2 - 2`, which "
                         "folds to the constant 0");
   }
+  // floordiv and mod by 0 have a value (0 and x) but are refused alike.
+  for (NodeKind K : {NodeKind::FloorDiv, NodeKind::Mod}) {
+    Fixture F;
+    const Node *Zero =
+        F.G.binary(NodeKind::Sub, F.c(3, Type::I32), F.c(3, Type::I32));
+    REQUIRE_THROWS_WITH(F.simplified(F.G.binary(K, F.Q, Zero)),
+                        "score_mod: '" + ir::mnemonic(K).str() +
+                            "' divides `q_idx` by `3 - 3`, which folds to "
+                            "the constant 0");
+  }
   // x - x is not folded (x may be inf), so x / (x - x) stays.
   Fixture F;
   const Node *Diff = F.G.binary(NodeKind::Sub, F.X, F.X);
   REQUIRE_NOTHROW(F.simplified(F.G.binary(NodeKind::Div, F.Y, Diff)));
+}
+
+TEST_CASE("simplify folds floordiv and mod of i32 constants to i32, with "
+          "floor semantics",
+          "[simplify][fold][floordiv]") {
+  // {a, b, floordiv, mod}: Python's // and %, not C++'s truncation.
+  const double Table[][4] = {{7, 2, 3, 1},    {-7, 2, -4, 1},  {7, -2, -4, -1},
+                             {-7, -2, 3, -1}, {6, 3, 2, 0},    {-6, 3, -2, 0},
+                             {0, 5, 0, 0},    {-1, 64, -1, 63}, {2147483647, 2, 1073741823, 1}};
+  for (const auto &Row : Table) {
+    INFO(Row[0] << " // " << Row[1]);
+    Fixture F;
+    const Node *D = F.G.binary(NodeKind::FloorDiv, F.c(Row[0], Type::I32),
+                               F.c(Row[1], Type::I32));
+    REQUIRE(D->getType() == Type::I32);
+    requireFoldsTo(F, D, Row[2]);
+    Fixture G;
+    const Node *M = G.G.binary(NodeKind::Mod, G.c(Row[0], Type::I32),
+                               G.c(Row[1], Type::I32));
+    REQUIRE(M->getType() == Type::I32);
+    requireFoldsTo(G, M, Row[3]);
+    // a = b·floordiv + mod.
+    CHECK(Row[1] * Row[2] + Row[3] == Row[0]);
+  }
+  // An f32 operand makes both f32: floor(-7.5 / 2) = -4, -7.5 - 2·-4 = 0.5.
+  Fixture F;
+  const Node *D =
+      F.G.binary(NodeKind::FloorDiv, F.c(-7.5), F.c(2, Type::I32));
+  REQUIRE(D->getType() == Type::F32);
+  requireFoldsTo(F, D, -4.0);
+  Fixture G;
+  requireFoldsTo(G, G.G.binary(NodeKind::Mod, G.c(-7.5), G.c(2.0)), 0.5);
+  // The zero-divisor values, for the runtime case the folds never see.
+  CHECK(ir::evalBinary(NodeKind::FloorDiv, 5, 0) == 0.0);
+  CHECK(ir::evalBinary(NodeKind::Mod, 5, 0) == 5.0);
+  CHECK(ir::evalBinary(NodeKind::Mod, -5.5, 0) == -5.5);
+}
+
+TEST_CASE("simplify drops floordiv by 1 of an i32 value only",
+          "[simplify][identity][floordiv]") {
+  {
+    Fixture F;
+    CHECK(F.simplified(F.G.binary(NodeKind::FloorDiv, F.Q,
+                                  F.c(1, Type::I32))) == F.Q);
+  }
+  // floor(score / 1) is floor(score): kept.
+  Fixture F;
+  const Node *N = F.G.binary(NodeKind::FloorDiv, F.X, F.c(1.0));
+  CHECK(F.simplified(N) == N);
 }
 
 TEST_CASE("simplify folds select on constants and folding cascades",

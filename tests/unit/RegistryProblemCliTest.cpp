@@ -103,7 +103,8 @@ TEST_CASE("Registry: find, get and all see the registered definitions") {
                      "mha", "sigmoid_attn", "relu_attn", "retention",
                      "alibi_learnable", "softcap_learnable", "mha_document_ids",
                      "mha_prefix_lm",
-                     "mha_sliding_window", "mha_document", "mamba2",
+                     "mha_sliding_window", "mha_document", "mha_chunked",
+                     "mamba2",
                      "simple_gla", "retention_linear"});
   const dsl::DefinitionBase *M = R.find("mha");
   REQUIRE(M);
@@ -121,7 +122,7 @@ TEST_CASE("Registry: a second definition with the same name is rejected") {
   CHECK_THROWS_WITH(R.add(examples::mha()),
                     Catch::Contains("definition 'mha' is registered twice"));
   // The failed add left the registry as it was.
-  CHECK(R.all().size() == 13);
+  CHECK(R.all().size() == 14);
 }
 
 TEST_CASE("Registry: an unknown name's message lists the known names") {

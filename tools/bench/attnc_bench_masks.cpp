@@ -6,11 +6,11 @@
 //
 //   attnc_bench_masks MASK|all f16|bf16 H D S [S ...]
 //
-// MASK is document, prefix_lm or window256. Chunked attention (q / 256 ==
-// kv / 256) needs an integer division the DSL does not have yet;
-// peers_masks.py times it for FlexAttention alone.
-// B = 16384 / S. The document ids and the prefix follow peers_masks.py:
-// eight documents at the fixed fractions DocFractions, the prefix S / 4.
+// MASK is document, prefix_lm, window256 or chunked256 (causal within
+// chunks of 256 tokens, the chunk a runtime int32 scalar, as mha_chunked).
+// B = 16384 / S. The document ids, the prefix and the chunk follow
+// peers_masks.py: eight documents at the fixed fractions DocFractions, the
+// prefix S / 4, chunks of 256.
 #include "GpuSupport.h"
 #include "attn/runtime/DtypeBits.h"
 #include "attn/runtime/EventTiming.h"
@@ -35,6 +35,7 @@ namespace {
 constexpr double DocFractions[] = {0.0,  0.07, 0.21, 0.30, 0.46,
                                    0.58, 0.71, 0.89, 1.0};
 constexpr int Window = 256;
+constexpr int Chunk = 256;
 
 /// mha (online softmax, 1/sqrt(D) scale) under the mask \p Name.
 dsl::AttentionDef maskedMha(const std::string &Name) {
@@ -56,6 +57,12 @@ dsl::AttentionDef maskedMha(const std::string &Name) {
   } else if (Name == "window256") {
     D.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar Q,
                     SymbolScalar K) { return (Q >= K) & (Q - K < Window); };
+  } else if (Name == "chunked256") {
+    D.inputs.declare("chunk", ir::InputShape::Scalar, ir::InputType::I32);
+    D.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar Q, SymbolScalar K,
+                    const dsl::CustomInputs &In) {
+      return (Q >= K) & (floordiv(Q, In["chunk"]) == floordiv(K, In["chunk"]));
+    };
   } else {
     throw UserError("attnc_bench_masks: unknown mask '" + Name + "'");
   }
@@ -71,6 +78,8 @@ bool kept(const std::string &Name, const std::vector<int> &Ids, int S, int Q,
     return Q >= K || K < S / 4;
   if (Name == "window256")
     return Q >= K && Q - K < Window;
+  if (Name == "chunked256")
+    return Q >= K && Q / Chunk == K / Chunk; // non-negative: / is floor
   return false;
 }
 
@@ -118,6 +127,8 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
     Inputs["doc_k"] = V;
   } else if (Mask == "prefix_lm") {
     Inputs["prefix"] = int32_t(S / 4);
+  } else if (Mask == "chunked256") {
+    Inputs["chunk"] = int32_t(Chunk);
   }
   auto View = [&](void *P) {
     return runtime::TensorView::contiguous(P, ET, {B, S, H, D});
@@ -164,7 +175,8 @@ int main(int Argc, char **Argv) {
   int H = Cmd.Ints[0], D = Cmd.Ints[1];
   int Rc = 0;
   for (size_t I = 2; I < Cmd.Ints.size(); ++I)
-    for (const char *Mask : {"document", "prefix_lm", "window256"}) {
+    for (const char *Mask :
+         {"document", "prefix_lm", "window256", "chunked256"}) {
       if (Cmd.Name != "all" && Cmd.Name != Mask)
         continue;
       try {

@@ -2,12 +2,16 @@
 """Times FlexAttention on the everyday masks that attnc_bench_masks times,
 in the same run: the document mask (8 documents + causal), prefix-LM (the
 prefix length a runtime value), a causal sliding window of 256 keys and
-chunked (local) attention in chunks of 256. The block mask is made once,
+chunked (local) attention: causal within chunks of 256 (attnc's
+mha_chunked with C = 256). The block mask is made once,
 outside the timing (create_block_mask), as a model would share it across
 layers. Forward, and forward+backward (torch.autograd.grad over q, k, v),
 with CUDA events, warm-up, median of 30, inputs rotated over three sets.
 
-    python3 tools/bench/peers_masks.py f16 H D S [S ...]
+    python3 tools/bench/peers_masks.py f16 H D S [S ...] [--masks a,b]
+
+--masks times only the named masks (document, prefix_lm, window256,
+chunked256), in that order.
 
 B = 16384 / S. The document boundaries are the fixed fractions of
 DOC_FRACTIONS (attnc_bench_masks uses the same), the prefix is S / 4.
@@ -54,7 +58,7 @@ def masks(S):
         "document": lambda b, h, q, kv: (q >= kv) & (ids[q] == ids[kv]),
         "prefix_lm": lambda b, h, q, kv: (q >= kv) | (kv < prefix),
         "window256": lambda b, h, q, kv: (q >= kv) & (q - kv < WINDOW),
-        "chunked256": lambda b, h, q, kv: (q // CHUNK) == (kv // CHUNK),
+        "chunked256": lambda b, h, q, kv: (q >= kv) & ((q // CHUNK) == (kv // CHUNK)),
     }
 
 
@@ -62,16 +66,24 @@ def main():
     for limit in ("recompile_limit", "cache_size_limit"):
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 256)
-    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[sys.argv[1]]
-    H, D = int(sys.argv[2]), int(sys.argv[3])
+    args = sys.argv[1:]
+    only = None
+    if "--masks" in args:
+        at = args.index("--masks")
+        only = args[at + 1].split(",")
+        del args[at:at + 2]
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[args[0]]
+    H, D = int(args[1]), int(args[2])
     flex = torch.compile(flex_attention)
-    for S in map(int, sys.argv[4:]):
+    for S in map(int, args[3:]):
         B = max(1, 16384 // S)
         sets = [tuple(torch.randn(B, H, S, D, device="cuda", dtype=dt,
                                   requires_grad=True) for _ in range(3))
                 for _ in range(3)]
         douts = [torch.randn(B, H, S, D, device="cuda", dtype=dt) for _ in range(3)]
         for name, fn in masks(S).items():
+            if only is not None and name not in only:
+                continue
             bm = create_block_mask(fn, None, None, S, S)
             # Kept elements, for TFLOPS on the work the mask leaves.
             qi = torch.arange(S, device="cuda")
@@ -95,7 +107,7 @@ def main():
             except Exception as err:
                 print(f"flex {name} S{S}: unavailable ({(str(err).splitlines() or [''])[0][:200]})")
                 continue
-            print(f"peer  flex {name:11s} {sys.argv[1]} B{B} H{H} S{S} D{D}: "
+            print(f"peer  flex {name:11s} {args[0]} B{B} H{H} S{S} D{D}: "
                   f"fwd {tf:.3f} ms {flops_fwd / (tf * 1e-3) / 1e12:.1f} TFLOPS  "
                   f"fwd+bwd {tfb:.3f} ms {3.5 * flops_fwd / (tfb * 1e-3) / 1e12:.1f} TFLOPS  "
                   f"density {kept / (S * S):.4f}", flush=True)

@@ -10,7 +10,8 @@
 //    rows (keys), which the caller computes from the data.
 //  * add, sub, mul, div, min, max, abs, neg, relu are monotone in each
 //    operand on the regions the rules use (div only by an interval that
-//    excludes 0; mul takes the extremes of the four corner products, where a
+//    excludes 0, floordiv likewise as floor of that quotient; mod has its
+//    own rule, floorModulo below; mul takes the extremes of the four corner products, where a
 //    bilinear function has its extremes), so the exact results over the box
 //    lie between the results at the ends. Round-to-nearest is monotone, so a
 //    value computed in the evaluator's own precision from a point of the box
@@ -32,6 +33,7 @@
 #include "attn/analysis/MaskBounds.h"
 
 #include "attn/Error.h"
+#include "attn/ir/Eval.h"
 #include "attn/ir/Printer.h"
 #include "attn/ir/Walk.h"
 
@@ -118,6 +120,8 @@ std::string unboundedReason(const Node *N) {
   case NodeKind::Div:
   case NodeKind::Max:
   case NodeKind::Min:
+  case NodeKind::FloorDiv:
+  case NodeKind::Mod:
   case NodeKind::Lt:
   case NodeKind::Le:
   case NodeKind::Gt:
@@ -303,6 +307,50 @@ Abstract arithmetic(NodeKind K, const Abstract &A, const Abstract &B) {
   throw InternalError("mask analysis: not an arithmetic node");
 }
 
+/// floordiv: floor is monotone, so over a divisor interval of one sign the
+/// result lies between the floors of the quotient's corners. For i32
+/// operands and a single divisor (a constant or a scalar input) this is
+/// exact: floor(lo / c) and floor(hi / c) are taken at the box's ends.
+Abstract floorDivide(const Abstract &A, const Abstract &B) {
+  Abstract Q = arithmetic(NodeKind::Div, A, B); // unknown when B holds 0
+  if (!known(Q))
+    return unknownNumber();
+  return number(std::floor(Q.Lo), std::floor(Q.Hi));
+}
+
+/// mod: the remainder of a divisor in [bl, bh] with bl > 0 lies in [0, bh)
+/// for ints ([0, bh] for floats, where adding b to a tiny negative fmod may
+/// round to b); it is a itself when 0 <= a < bl; and for an i32 a over one
+/// period of a single divisor c (the same floor(a / c) at both ends) it is
+/// a - c·q, exact. A negative divisor mirrors this; one whose interval
+/// holds 0 has no bound.
+Abstract floorModulo(const Abstract &A, const Abstract &B, bool Int) {
+  if (!known(A) || !known(B))
+    return unknownNumber();
+  const double Step = Int ? 1.0 : 0.0;
+  if (B.Lo > 0) {
+    if (Int && B.Lo == B.Hi) {
+      double QL = ir::floorDiv(A.Lo, B.Lo), QH = ir::floorDiv(A.Hi, B.Lo);
+      if (QL == QH)
+        return number(A.Lo - QL * B.Lo, A.Hi - QL * B.Lo);
+    }
+    if (A.Lo >= 0 && A.Hi < B.Lo)
+      return A;
+    return number(0, B.Hi - Step);
+  }
+  if (B.Hi < 0) {
+    if (Int && B.Lo == B.Hi) {
+      double QL = ir::floorDiv(A.Lo, B.Lo), QH = ir::floorDiv(A.Hi, B.Lo);
+      if (QL == QH)
+        return number(A.Lo - QL * B.Lo, A.Hi - QL * B.Lo);
+    }
+    if (A.Hi <= 0 && A.Lo > B.Hi)
+      return A;
+    return number(B.Lo + Step, 0);
+  }
+  return unknownNumber();
+}
+
 Abstract unary(NodeKind K, const Abstract &A) {
   if (K == NodeKind::Not)
     return truth(((A.Truth & MayFalse) ? MayTrue : 0) |
@@ -379,6 +427,12 @@ BlockClass classifyBox(const MaskAnalysis &A, const MaskBox &Box) {
     case NodeKind::Max:
     case NodeKind::Min:
       V = arithmetic(N->getKind(), Op(0), Op(1));
+      break;
+    case NodeKind::FloorDiv:
+      V = floorDivide(Op(0), Op(1));
+      break;
+    case NodeKind::Mod:
+      V = floorModulo(Op(0), Op(1), N->getType() == ir::Type::I32);
       break;
     case NodeKind::Lt:
     case NodeKind::Le:

@@ -43,6 +43,10 @@ const char *intervalFunction(NodeKind K) {
     return "mb_max";
   case NodeKind::Min:
     return "mb_min";
+  case NodeKind::FloorDiv:
+    return "mb_floordiv";
+  case NodeKind::Mod:
+    return "mb_mod";
   case NodeKind::Lt:
     return "mb_lt";
   case NodeKind::Le:
@@ -105,11 +109,12 @@ std::string leaf(const Node *N, const ir::Graph &G,
     return "attnc::mb_i(kHeadDim)";
   case ParamKind::Input: {
     // An int32 input is an IvI, so that it compares with the indices (the
-    // IR has no i32/f32 comparison).
+    // IR has no i32/f32 comparison); its bounds travel as the int's bits
+    // (mask_bound_int), exact over the whole int range.
     const bool Int = P->getType() == ir::Type::I32;
     for (size_t I = 0; I < A.Bounded.size(); ++I)
       if (A.Bounded[I].Name == P->getName())
-        return fmt::format(Int ? "attnc::mb_i_from_f(lo[{0}], hi[{0}])"
+        return fmt::format(Int ? "attnc::mb_i_bits(lo[{0}], hi[{0}])"
                                : "attnc::IvF{{lo[{0}], hi[{0}]}}",
                            I);
     const ir::InputDecl *D = G.decls().findInput(P->getName());
@@ -205,6 +210,34 @@ void emitMaskClassifier(CodeWriter &W, const ir::Graph &G,
                          quotedName(A.Bounded[I].Name)));
     }
     W.line("return 0.0f;");
+  }
+  // int32 inputs are bounded as ints (block_mask.cuh's bound_blocks stores
+  // their bits); written only where there is one, so that the other
+  // variants' source stays as it was.
+  std::string IntBounds;
+  for (size_t I = 0; I < A.Bounded.size(); ++I)
+    if (G.decls().findInput(A.Bounded[I].Name)->Elem == ir::InputType::I32)
+      IntBounds += (IntBounds.empty() ? "" : " || ") + fmt::format("i == {}", I);
+  if (!IntBounds.empty()) {
+    W.line("static constexpr bool kMaskBoundsInt = true;");
+    {
+      auto B = W.block(
+          "__device__ static __forceinline__ bool mask_bound_is_int(int i)");
+      W.line("return " + IntBounds + ";");
+    }
+    auto B = W.block("__device__ static __forceinline__ int "
+                     "mask_bound_int(const Inputs &in, int i, int b, int h, "
+                     "int idx)");
+    W.line("(void)in; (void)i; (void)b; (void)h; (void)idx;");
+    for (size_t I = 0; I < A.Bounded.size(); ++I) {
+      if (G.decls().findInput(A.Bounded[I].Name)->Elem != ir::InputType::I32)
+        continue;
+      const std::string F = inputField(G, A.Bounded[I].Name);
+      W.line(fmt::format("if (i == {}) return in.load_{}(b, h, {}); // {}", I,
+                         F, A.Bounded[I].ByKey ? "0, idx" : "idx, 0",
+                         quotedName(A.Bounded[I].Name)));
+    }
+    W.line("return 0;");
   }
   emitBlockClass(W, G, A);
 }

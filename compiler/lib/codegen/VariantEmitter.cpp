@@ -135,6 +135,22 @@ std::string ExprEmitter::expr(const Node *N, bool InLoop) const {
   case NodeKind::Min:
     return IntResult ? "min(" + Op(0) + ", " + Op(1) + ")"
                      : "fminf(" + Op(0) + ", " + Op(1) + ")";
+  case NodeKind::FloorDiv:
+  case NodeKind::Mod: {
+    // attnc::floordiv/floormod (variant_support.cuh) have int and float
+    // overloads: a mixed pair computes in float, as the IR's type says.
+    std::string A = Op(0), B = Op(1);
+    if (!IntResult) {
+      if (IsInt(0))
+        A = "(float)" + A;
+      if (IsInt(1))
+        B = "(float)" + B;
+    }
+    return std::string(N->getKind() == NodeKind::FloorDiv
+                           ? "attnc::floordiv("
+                           : "attnc::floormod(") +
+           A + ", " + B + ")";
+  }
   case NodeKind::Lt:
     return "(" + Op(0) + " < " + Op(1) + ")";
   case NodeKind::Le:

@@ -206,10 +206,13 @@ namespace detail {
 SymbolScalar apply(ir::NodeKind K, const SymbolScalar &A,
                    const SymbolScalar &B) {
   ir::Graph &G = commonGraph(ir::mnemonic(K), {&A, &B});
-  // x / 0 is inf or NaN at every point: a mistake, caught while tracing.
+  // x / 0 is inf or NaN at every point: a mistake, caught while tracing
+  // (floordiv and mod by 0 have a value, 0 and x, but are the same mistake).
+  bool Division = K == ir::NodeKind::Div || K == ir::NodeKind::FloorDiv ||
+                  K == ir::NodeKind::Mod;
   if (auto *C = llvm::dyn_cast<ir::ConstNode>(B.node());
-      K == ir::NodeKind::Div && C && C->getValue() == 0.0)
-    symbolError("div", {&A, &B},
+      Division && C && C->getValue() == 0.0)
+    symbolError(ir::mnemonic(K), {&A, &B},
                 ("divides `" + ir::shortExpr(A.node()) +
                  "` by the constant 0")
                     .c_str());

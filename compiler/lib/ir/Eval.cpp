@@ -7,6 +7,30 @@
 
 namespace attn::ir {
 
+// For i32 operands floor(A / B) is exact in double: a quotient of two ints
+// below 2^31 that is not an integer is at least 1/|B| away from one, more
+// than the division's rounding error (|A/B|·2^-53 < 2^-22/|B|).
+double floorDiv(double A, double B) {
+  if (B == 0.0)
+    return 0.0;
+  return std::floor(A / B);
+}
+
+double floorMod(double A, double B) {
+  if (B == 0.0)
+    return A;
+  // fmod is exact; moving its result to the divisor's sign is one exact
+  // addition when it lands in range (for a tiny opposite-signed remainder
+  // of a float it may round to B itself). A zero remainder is a zero of the
+  // divisor's sign, as Python's (fmod's has the dividend's).
+  double R = std::fmod(A, B);
+  if (R == 0.0)
+    return std::copysign(0.0, B);
+  if ((R < 0.0) != (B < 0.0))
+    R += B;
+  return R;
+}
+
 double evalUnary(NodeKind K, double X) {
   switch (K) {
   case NodeKind::Neg:
@@ -43,6 +67,8 @@ double evalUnary(NodeKind K, double X) {
   case NodeKind::Div:
   case NodeKind::Max:
   case NodeKind::Min:
+  case NodeKind::FloorDiv:
+  case NodeKind::Mod:
   case NodeKind::Lt:
   case NodeKind::Le:
   case NodeKind::Gt:
@@ -72,6 +98,10 @@ double evalBinary(NodeKind K, double A, double B) {
     return std::fmax(A, B);
   case NodeKind::Min:
     return std::fmin(A, B);
+  case NodeKind::FloorDiv:
+    return floorDiv(A, B);
+  case NodeKind::Mod:
+    return floorMod(A, B);
   case NodeKind::Lt:
     return A < B;
   case NodeKind::Le:

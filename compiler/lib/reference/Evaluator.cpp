@@ -65,6 +65,8 @@ Dual applyUnary(NodeKind K, Dual X) {
   case NodeKind::Div:
   case NodeKind::Max:
   case NodeKind::Min:
+  case NodeKind::FloorDiv:
+  case NodeKind::Mod:
   case NodeKind::Lt:
   case NodeKind::Le:
   case NodeKind::Gt:
@@ -101,6 +103,12 @@ Dual applyBinary(NodeKind K, Dual A, Dual B) {
     break;
   case NodeKind::Min:
     D = (std::isnan(A.V) || (!std::isnan(B.V) && B.V < A.V)) ? B.D : A.D;
+    break;
+  case NodeKind::FloorDiv:
+    D = 0.0; // piecewise constant
+    break;
+  case NodeKind::Mod: // a - b·floordiv(a, b), floordiv piecewise constant
+    D = A.D - B.D * ir::floorDiv(A.V, B.V);
     break;
   case NodeKind::Lt:
   case NodeKind::Le:

@@ -312,6 +312,8 @@ Algebra::Poly Algebra::compute(const Node *N) {
   case NodeKind::Rsqrt:
   case NodeKind::Not:
   case NodeKind::ToFloat:
+  case NodeKind::FloorDiv:
+  case NodeKind::Mod:
   case NodeKind::Lt:
   case NodeKind::Le:
   case NodeKind::Gt:

@@ -111,6 +111,8 @@ const Node *invertFor(ir::Graph &G, const Node *Root, const Node *Target,
     case NodeKind::ToFloat:
     case NodeKind::Max:
     case NodeKind::Min:
+    case NodeKind::FloorDiv:
+    case NodeKind::Mod:
     case NodeKind::Lt:
     case NodeKind::Le:
     case NodeKind::Gt:

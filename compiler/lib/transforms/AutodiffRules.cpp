@@ -186,6 +186,12 @@ const Node *localDerivative(ir::Graph &G, const Node *N, unsigned I) {
     return I == 0 ? B.select(Second, nullptr, B.c(1.0))
                   : B.select(Second, B.c(1.0), nullptr);
   }
+  case NodeKind::FloorDiv: // piecewise constant: 0 wherever it is defined
+    return nullptr;
+  case NodeKind::Mod: // a - b·floordiv(a, b) between the jumps
+    return I == 0 ? B.c(1.0)
+                  : B.neg(B.binary(NodeKind::FloorDiv, N->operand(0),
+                                   N->operand(1)));
   case NodeKind::Lt:
   case NodeKind::Le:
   case NodeKind::Gt:

@@ -30,6 +30,10 @@ bool isConst(const Node *N, double V) {
   return C && *C == V;
 }
 
+bool isDivision(NodeKind K) {
+  return K == NodeKind::Div || K == NodeKind::FloorDiv || K == NodeKind::Mod;
+}
+
 bool isCommutative(NodeKind K) {
   return K == NodeKind::Add || K == NodeKind::Mul || K == NodeKind::Max ||
          K == NodeKind::Min || K == NodeKind::Eq || K == NodeKind::Ne ||
@@ -80,6 +84,10 @@ const Node *rewrite(ir::Graph &G, const Node *N) {
       return ifSameKind(N, A);
     if ((K == NodeKind::Mul || K == NodeKind::Div) && isConst(B, 1.0))
       return ifSameKind(N, A);
+    // floor(x / 1) is x only for an integer x (ifSameKind keeps an f32 one).
+    if (K == NodeKind::FloorDiv && isConst(B, 1.0) &&
+        A->getType() == ir::Type::I32)
+      return ifSameKind(N, A);
     if ((K == NodeKind::Max || K == NodeKind::Min) && A == B)
       return A;
     if (K == NodeKind::Add && B->getKind() == NodeKind::Neg)
@@ -104,7 +112,9 @@ const Node *rewrite(ir::Graph &G, const Node *N) {
 }
 
 /// x / 0 is inf or NaN at every point, so a divisor that folds to 0 (x / (c -
-/// c)) is the same mistake as the literal 0 that tracing refuses. \p Div is
+/// c)) is the same mistake as the literal 0 that tracing refuses; floordiv
+/// and mod by a constant 0 have a defined value (0 and x) but are the same
+/// mistake. \p Div is
 /// a node of the graph as it came in; the message names the first function
 /// that reaches it.
 [[noreturn]] void divisionByZero(const ir::Graph &G, const Node *Div) {
@@ -119,7 +129,8 @@ const Node *rewrite(ir::Graph &G, const Node *N) {
     }
   }
   const Node *Divisor = Div->operand(1);
-  throw UserError(Where + "'div' divides `" + ir::shortExpr(Div->operand(0)) +
+  throw UserError(Where + "'" + ir::mnemonic(Div->getKind()).str() +
+                  "' divides `" + ir::shortExpr(Div->operand(0)) +
                   "` by " +
                   (constValue(Divisor)
                        ? std::string("the constant 0")
@@ -143,8 +154,7 @@ void simplify(ir::Graph &G) {
         Ops.push_back(New.lookup(Op));
       Rebuilt = G.rebuild(N, Ops);
     }
-    if (Rebuilt->getKind() == NodeKind::Div &&
-        isConst(Rebuilt->operand(1), 0.0))
+    if (isDivision(Rebuilt->getKind()) && isConst(Rebuilt->operand(1), 0.0))
       divisionByZero(G, N);
     New[N] = rewrite(G, Rebuilt);
   }

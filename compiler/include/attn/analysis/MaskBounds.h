@@ -66,7 +66,8 @@ struct MaskAnalysis {
 /// (q_idx in [q_lo, q_hi], kv_idx in [kv_lo, kv_hi], b, h, head_dim,
 /// constants, scalar and per-head inputs exact, per-row and per-key inputs
 /// by their minimum and maximum over the box's rows or keys): arithmetic
-/// (add, sub, mul, div), min, max, abs, neg, relu, comparisons (false, true
+/// (add, sub, mul, div, floordiv, mod), min, max, abs, neg, relu,
+/// comparisons (false, true
 /// or unknown), and, or, not and select. Transcendental nodes (the device's
 /// fast exp, log, ... are not proven monotone) and full [B,H,Sq,Skv] inputs
 /// make the mask element-evaluated, with a Reason naming the node.

@@ -206,6 +206,30 @@ inline SymbolScalar min(const SymbolScalar &A, const SymbolScalar &B) {
   return A.min(B);
 }
 
+/// Floor division and modulo, Python's `//` and `%` (C++'s `/` and `%` on
+/// ints truncate instead): floordiv(a, b) = floor(a / b) and mod(a, b) =
+/// a - b·floordiv(a, b), which has the divisor's sign. i32 when both
+/// operands are i32 (`floordiv(q_idx, C) == floordiv(kv_idx, C)` for a chunked
+/// mask), else f32. A divisor of 0 gives floordiv 0 and mod a (a constant 0
+/// divisor is a UserError, as for `/`). docs/ir-semantics.md has the rest.
+#define ATTN_DSL_BINARY_FUNCTION(Fn, Kind)                                     \
+  inline SymbolScalar Fn(const SymbolScalar &A, const SymbolScalar &B) {       \
+    return detail::apply(ir::NodeKind::Kind, A, B);                            \
+  }                                                                            \
+  template <typename T, typename = std::enable_if_t<detail::IsNumber<T>>>      \
+  SymbolScalar Fn(const SymbolScalar &A, T B) {                                \
+    return detail::apply(ir::NodeKind::Kind, A,                                \
+                         detail::lift(A, B, ir::NodeKind::Kind));              \
+  }                                                                            \
+  template <typename T, typename = std::enable_if_t<detail::IsNumber<T>>>      \
+  SymbolScalar Fn(T A, const SymbolScalar &B) {                                \
+    return detail::apply(ir::NodeKind::Kind,                                   \
+                         detail::lift(B, A, ir::NodeKind::Kind), B);           \
+  }
+ATTN_DSL_BINARY_FUNCTION(floordiv, FloorDiv)
+ATTN_DSL_BINARY_FUNCTION(mod, Mod)
+#undef ATTN_DSL_BINARY_FUNCTION
+
 } // namespace attn::dsl
 
 #endif
