@@ -4,6 +4,7 @@
 
 #include "attn/Pipeline.h"
 #include "attn/analysis/MaskBounds.h"
+#include "attn/analysis/Merge.h"
 #include "attn/ir/Printer.h"
 #include "attn/ir/Serialize.h"
 #include "attn/reference/Checker.h"
@@ -106,8 +107,12 @@ int ShowCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
     OS << ir::saveJSON(*C.Graph);
     return 0;
   }
-  if (C.Graph->decls().Kind == ir::DefinitionKind::Transformer)
+  if (C.Graph->decls().Kind == ir::DefinitionKind::Transformer) {
     printMaskAnalysis(analysis::analyzeMask(*C.Graph), OS);
+    // Whether split-KV decode may split a row's keys (docs/runtime.md).
+    OS << "// ----- merge -----\n"
+       << "merge: " << analysis::analyzeMerge(*C.Graph).str() << "\n";
+  }
   return 0;
 }
 
