@@ -354,3 +354,28 @@ TEST_CASE("Attention: a skeleton or configuration named for the reference "
   CHECK_THAT(messageOf<UserError>([&] { Attention A(examples::mha(), S); }),
              Contains("backend 'reference' runs its own kernel"));
 }
+
+TEST_CASE("Attention: decode_sm80 named runs at most 16 queries",
+          "[runtime][attention][decode]") {
+  cacheDir();
+  Signature S = sm80();
+  S.Skeleton = "decode_sm80";
+  Attention A(examples::mha(), S);
+  CHECK(A.forwardChoice().str() == "decode_sm80 dec.m16n64w4s3 (default)");
+  CHECK_THAT(A.source().Key,
+             StartsWith("mha.decode_sm80.f16.d64x64.sm_80.dec.m16n64w4s3"));
+  auto Call = [&](int64_t Sq) {
+    TensorView Q = seq(0x10000, Sq, 8), K = seq(0x20000, 300, 2),
+               V = seq(0x30000, 300, 2), O = seq(0x40000, Sq, 8);
+    TensorView F = TensorView::contiguous(fake(0x50000), ElemType::F32,
+                                          {1, 1, 8, Sq});
+    A.forward(Q, K, V, O, &F);
+  };
+  CHECK(messageOf<InvalidArgument>([&] { Call(17); }) ==
+        "q: decode_sm80 runs 1 to 16 queries per sequence; q has 17");
+  if (driverAvailable())
+    return;
+  // 16 queries pass the check and reach the launch.
+  CHECK_THAT(messageOf<DriverError>([&] { Call(16); }),
+             Contains("no CUDA driver"));
+}
