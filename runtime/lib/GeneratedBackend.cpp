@@ -80,10 +80,14 @@ public:
       int BlockM = P.Choice.Skel->launchShape(P.Choice.Config, P.Target).BlockM;
       int64_t Rows = P.Shape.H / P.Shape.Hkv * P.Shape.Sq;
       int64_t Y = P.Shape.Hkv * ((Rows + BlockM - 1) / BlockM);
-      if (Y > 65535 || P.Shape.B > 65535 ||
-          P.Shape.B * P.Shape.H * P.Shape.Sq > int64_t(1) << 31)
-        return fmt::format("decode grid of {} x {} CTAs is too large", Y,
-                           P.Shape.B);
+      if (Y > 65535)
+        return fmt::format("decode_sm80: KV heads x row blocks is {}; at most "
+                           "65535 are supported",
+                           Y);
+      if (P.Shape.B > 65535)
+        return fmt::format(
+            "decode_sm80: batch is {}; at most 65535 are supported",
+            P.Shape.B);
       return "";
     }
     int BlockM = P.Choice.Skel->launchShape(P.Choice.Config, P.Target).BlockM;

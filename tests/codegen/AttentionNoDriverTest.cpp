@@ -234,16 +234,25 @@ TEST_CASE("Attention: backends by name, automatic selection and its reasons",
   CHECK_THAT(messageOf<DriverError>([&] { A.forward(Q, K, V, O, &F); }),
              Contains("no CUDA driver"));
   CHECK(A.lastBackend().empty()); // nothing ran
-  // When every backend refuses, the error gives each one's reason.
-  TensorView WQ = seq(0x10000, 4, 65536), WK = seq(0x20000, S, 65536),
-             WV = seq(0x30000, S, 65536), WO = seq(0x40000, 4, 65536);
-  TensorView WF = TensorView::contiguous(fake(0x50000), ElemType::F32,
-                                         {1, 1, 65536, 4});
-  CHECK_THAT(messageOf<InvalidArgument>(
-                 [&] { A.forward(WQ, WK, WV, WO, &WF); }),
-             Contains("no backend can run this call (generated: batch x "
-                      "heads is 65536; at most 65535 are supported; "
-                      "reference: seq_kv 16385 is more than"));
+  // When every backend refuses, the error gives each one's reason: the
+  // forward skeleton's for 17 queries, decode's for 16 (the short-query
+  // rule's kernel, with its own grid).
+  for (int64_t Sq : {17, 16}) {
+    TensorView WQ = seq(0x10000, Sq, 65536), WK = seq(0x20000, S, 65536),
+               WV = seq(0x30000, S, 65536), WO = seq(0x40000, Sq, 65536);
+    TensorView WF = TensorView::contiguous(fake(0x50000), ElemType::F32,
+                                           {1, 1, 65536, Sq});
+    CHECK_THAT(messageOf<InvalidArgument>(
+                   [&] { A.forward(WQ, WK, WV, WO, &WF); }),
+               Contains(Sq == 17
+                            ? "no backend can run this call (generated: batch "
+                              "x heads is 65536; at most 65535 are supported; "
+                              "reference: seq_kv 16385 is more than"
+                            : "no backend can run this call (generated: "
+                              "decode_sm80: KV heads x row blocks is 65536; at "
+                              "most 65535 are supported; reference: seq_kv "
+                              "16385 is more than"));
+  }
 }
 
 TEST_CASE("archRunsOn: which CUBINs a device can load", "[runtime][attention]") {
