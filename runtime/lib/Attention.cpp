@@ -142,6 +142,8 @@ Attention::Attention(CompiledDefinition D, const Signature &S)
     : Def(attentionOnly(std::move(D))), Sig(S), Arch(resolveArch(S.Arch)),
       Fwd(Def, kernelTarget(Def, S, Arch, Direction::Forward),
           forwardPolicy(kernelTarget(Def, S, Arch, Direction::Forward), S)),
+      DecodeRule(decodeChoice(Fwd.target(), Fwd.policy(), /*Sq=*/1,
+                              /*Packed=*/false)),
       BwdTarget(kernelTarget(Def, S, Arch, Direction::Backward)),
       BwdPolicy(KernelPolicy::parse(BwdTarget, "", S.BackwardConfig)) {
   // A backward configuration named is a promise to call backward(): its
@@ -279,9 +281,23 @@ void Attention::forwardVarlen(const TensorView &Q, const TensorView &K,
 
 void Attention::run(const CallShape &Shape, const ForwardTensors &T,
                     const InputMap &Inputs, CUstream Stream) {
-  // The kernel is chosen once, here, before any backend is asked.
-  KernelChoice Choice =
-      forwardChoiceFor({Shape.B, Shape.H, Shape.Hkv, Shape.Sq, Shape.Skv});
+  // The kernel is chosen once, here, before any backend is asked: the
+  // short-query rule first (decode), then the tune file or the default.
+  KernelChoice Choice;
+  if (DecodeRule && !Shape.Packed && Shape.Sq <= codegen::DecodeMaxQueries)
+    Choice = *DecodeRule;
+  else
+    Choice = forwardChoiceFor({Shape.B, Shape.H, Shape.Hkv, Shape.Sq, Shape.Skv});
+  if (Choice.Skel->isDecode() && (Sig.Backend.empty() || Sig.Backend == "generated")) {
+    if (Shape.Packed)
+      throw NotSupportedYet(fmt::format(
+          "{} with a packed variable-length batch (THD)",
+          Choice.Skel->name().str()));
+    if (Shape.Sq > codegen::DecodeMaxQueries)
+      throw InvalidArgument(fmt::format(
+          "q: {} runs 1 to {} queries per sequence; q has {}",
+          Choice.Skel->name().str(), codegen::DecodeMaxQueries, Shape.Sq));
+  }
   BackendProblem P{Def, Sig, Fwd.target(), Shape, Choice};
   AttentionBackend &B = choose(P);
   B.forward(P, T, CallContext{Inputs, Stream});

@@ -11,7 +11,11 @@
 #include "MaskClassify.h"
 #include "TmaMaps.h"
 
+#include "../kernels/decode_args.cuh"
+
 #include "attn/Error.h"
+#include "attn/analysis/Merge.h"
+#include "attn/runtime/Selector.h"
 #include "attn/runtime/CudaDriver.h"
 
 #include <fmt/format.h>
@@ -33,11 +37,22 @@ struct ForwardKernel {
   CacheResult Cached;
   KernelModule Module;
   CUfunction Fwd = nullptr, Classify = nullptr, Compact = nullptr;
+  /// A decode skeleton's entries: the split kernel and, where the
+  /// definition has a merge, the merge of the splits.
+  CUfunction Decode = nullptr, DecodeMerge = nullptr;
 
   void load() {
     if (Module.loaded())
       return;
     Module.load(Cached, Arch);
+    if (Choice.Skel->isDecode()) {
+      Decode = Module.function("attnc_decode");
+      if (Source.Entries.size() > 1)
+        DecodeMerge = Module.function("attnc_decode_merge");
+      Module.allowSharedBytes(Decode, Launch.SharedBytes,
+                              "config " + Choice.configText());
+      return;
+    }
     Fwd = Module.function("attnc_fwd");
     Classify = Module.function("attnc_block_classify");
     Compact = Module.function("attnc_block_compact");
@@ -60,6 +75,21 @@ public:
   const CacheResult &cacheResult() const override { return Initial->Cached; }
 
   std::string check(const BackendProblem &P) const override {
+    if (P.Choice.Skel->isDecode()) {
+      // Grid y carries KV heads x row blocks, z the batch.
+      int BlockM = P.Choice.Skel->launchShape(P.Choice.Config, P.Target).BlockM;
+      int64_t Rows = P.Shape.H / P.Shape.Hkv * P.Shape.Sq;
+      int64_t Y = P.Shape.Hkv * ((Rows + BlockM - 1) / BlockM);
+      if (Y > 65535)
+        return fmt::format("decode_sm80: KV heads x row blocks is {}; at most "
+                           "65535 are supported",
+                           Y);
+      if (P.Shape.B > 65535)
+        return fmt::format(
+            "decode_sm80: batch is {}; at most 65535 are supported",
+            P.Shape.B);
+      return "";
+    }
     int BlockM = P.Choice.Skel->launchShape(P.Choice.Config, P.Target).BlockM;
     // Grid y (and z of the classification) carry batch·heads, grid x the
     // query blocks of the classification's y: CUDA limits both to 65535.
@@ -95,6 +125,8 @@ private:
   void launch(ForwardKernel &K, const BackendProblem &P,
               const ForwardTensors &T, const CallContext &Ctx,
               const attnc::Sm90Maps *Maps);
+  void launchDecode(ForwardKernel &K, const BackendProblem &P,
+                    const ForwardTensors &T, const CallContext &Ctx);
 
   const std::string Name = "generated";
   const CompiledDefinition &Def;
@@ -112,11 +144,20 @@ private:
   /// Lists launched into a stream being captured are not remembered: they
   /// exist only once the graph runs.
   std::optional<MaskReuseKey> MaskListsFor;
+  /// The decode splits' partial o and states (DecodeArgs::part_o, part_st).
+  DeviceArena DecodeBuf{"decode splits"};
+  /// The definition's merge, which decides whether decode may split.
+  const analysis::MergeKind Merge =
+      analysis::analyzeMerge(*Def.Graph).Kind;
 };
 
 void GeneratedBackend::forward(const BackendProblem &P, const ForwardTensors &T,
                                const CallContext &Ctx) {
   ForwardKernel &K = kernelFor(P.Target, P.Choice);
+  if (K.Choice.Skel->isDecode()) {
+    launchDecode(K, P, T, Ctx);
+    return;
+  }
   if (!K.Choice.Skel->usesTensorMaps()) {
     launch(K, P, T, Ctx, nullptr);
     return;
@@ -197,6 +238,63 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
                            unsigned(K.Launch.SharedBytes), Ctx.Stream,
                            Params, nullptr),
           "launch attnc_fwd");
+}
+
+void GeneratedBackend::launchDecode(ForwardKernel &K, const BackendProblem &P,
+                                    const ForwardTensors &T,
+                                    const CallContext &Ctx) {
+  const CallShape &C = P.Shape;
+  K.load();
+  CudaDriver &D = CudaDriver::get();
+  attnc::DecodeArgs A{};
+  A.q = T.Q.Data;
+  A.k = T.K.Data;
+  A.v = T.V.Data;
+  A.o = T.Out.Data;
+  A.finals = T.Finals ? static_cast<float *>(T.Finals->Data) : nullptr;
+  long long *Dst[4] = {&A.q_sb, &A.k_sb, &A.v_sb, &A.o_sb};
+  const int64_t(*Src[4])[3] = {&C.Q, &C.K, &C.V, &C.O};
+  for (int I = 0; I < 4; ++I)
+    for (int J = 0; J < 3; ++J)
+      Dst[I][J] = (*Src[I])[J];
+  A.batch = int(C.B);
+  A.heads = int(C.H);
+  A.heads_kv = int(C.Hkv);
+  A.seq_q = int(C.Sq);
+  A.seq_kv = int(C.Skv);
+  A.group = int(C.H / C.Hkv);
+  A.rows = A.group * A.seq_q;
+  A.row_blocks = (A.rows + K.Launch.BlockM - 1) / K.Launch.BlockM;
+  DecodeSplit S = decodeSplit(int64_t(A.batch) * A.heads_kv * A.row_blocks,
+                              C.Skv, K.Launch.BlockN,
+                              currentDevice().MultiProcessors, Merge);
+  A.splits = S.Splits;
+  A.blocks_per_split = S.BlocksPerSplit;
+  if (A.splits > 1) {
+    size_t Rows = size_t(A.splits) * C.B * C.H * C.Sq;
+    ArenaLayout Layout;
+    unsigned O = Layout.add(4 * Rows * size_t(P.Target.HeadDimV), 16);
+    unsigned St = Layout.add(4 * Rows * attnc::kDecodeStateFloats, 16);
+    DecodeBuf.ensure(Layout.bytes());
+    A.part_o = Layout.at<float>(DecodeBuf.base(), O);
+    A.part_st = Layout.at<float>(DecodeBuf.base(), St);
+  }
+  std::vector<uint64_t> Slots = inputSlots(*Def.Graph, C, Ctx.Inputs);
+  void *Params[] = {&A, Slots.data()};
+  D.check(D.cuLaunchKernel(K.Decode, unsigned(A.splits),
+                           unsigned(A.heads_kv * A.row_blocks),
+                           unsigned(A.batch), unsigned(K.Launch.Threads), 1, 1,
+                           unsigned(K.Launch.SharedBytes), Ctx.Stream, Params,
+                           nullptr),
+          "launch attnc_decode");
+  if (A.splits == 1)
+    return;
+  if (!K.DecodeMerge)
+    throw InternalError("decode split without a merge kernel");
+  D.check(D.cuLaunchKernel(K.DecodeMerge, unsigned(C.B * C.H * C.Sq), 1, 1,
+                           unsigned(P.Target.HeadDimV / 2), 1, 1, 0,
+                           Ctx.Stream, Params, nullptr),
+          "launch attnc_decode_merge");
 }
 
 } // namespace

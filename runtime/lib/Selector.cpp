@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -136,7 +137,8 @@ const Skeleton &chooseSkeleton(const KernelTarget &T, const KernelPolicy &P) {
   }
   std::vector<std::string> Reasons;
   for (const Skeleton *S : skeletonTable()) {
-    if (!servesKind(*S, T))
+    // A decode skeleton runs only where named or by the short-query rule.
+    if (!servesKind(*S, T) || S->isDecode())
       continue;
     std::string Why = S->unsupported(T);
     if (Why.empty())
@@ -213,6 +215,37 @@ KernelChoice KernelSelector::forShape(const TuneShape &S,
   return chooseKernel(Def, Target, Policy, S, tuningDeviceName(), Tune);
 }
 
+std::optional<KernelChoice> decodeChoice(const KernelTarget &T,
+                                         const KernelPolicy &P, int64_t Sq,
+                                         bool Packed) {
+  if (P.Named || P.Config || Packed || Sq > codegen::DecodeMaxQueries ||
+      T.Kind != ir::DefinitionKind::Transformer || T.Dir != Direction::Forward)
+    return std::nullopt;
+  for (const Skeleton *S : skeletonTable())
+    if (S->isDecode() && S->unsupported(T).empty())
+      return KernelChoice{S, S->defaultFor(T), ChoiceOrigin::Default};
+  return std::nullopt;
+}
+
+DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
+                        int MultiProcessors, analysis::MergeKind Merge) {
+  const int64_t Blocks = (Skv + BlockN - 1) / BlockN;
+  if (Merge == analysis::MergeKind::None || Blocks <= 1)
+    return {1, int(std::max<int64_t>(Blocks, 1))};
+  // As many CTAs as run at once, two per SM (decode_sm80's default holds
+  // about 100 KiB of shared memory, so two fit), and no more: a second,
+  // partial wave nearly doubles the time of the first (on an H200, batch 8,
+  // 8 KV heads, 32k keys: 5 splits of 64 CTAs, 1.2 waves, read K/V at 3050
+  // GB/s, 4 splits, one wave, at 4170). Each split keeps at
+  // least DecodeMinBlocksPerSplit key blocks so that its pipeline fills.
+  const int64_t Want = 2 * int64_t(MultiProcessors) / Ctas;
+  int64_t Splits = std::min({Want, Blocks / DecodeMinBlocksPerSplit,
+                             int64_t(DecodeMaxSplits)});
+  Splits = std::max<int64_t>(Splits, 1);
+  const int64_t PerSplit = (Blocks + Splits - 1) / Splits;
+  return {int((Blocks + PerSplit - 1) / PerSplit), int(PerSplit)};
+}
+
 KernelChoice fallbackChoice(const KernelTarget &T, const Skeleton &Failed) {
   bool After = false;
   for (const Skeleton *S : skeletonTable()) {
@@ -220,7 +253,8 @@ KernelChoice fallbackChoice(const KernelTarget &T, const Skeleton &Failed) {
       After = true;
       continue;
     }
-    if (After && servesKind(*S, T) && S->unsupported(T).empty())
+    if (After && servesKind(*S, T) && !S->isDecode() &&
+        S->unsupported(T).empty())
       return {S, S->defaultFor(T), ChoiceOrigin::Default};
   }
   throw InternalError("no skeleton after " + Failed.name().str() +

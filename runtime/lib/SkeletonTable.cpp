@@ -68,10 +68,13 @@ std::string KernelTarget::str() const {
 }
 
 llvm::ArrayRef<const Skeleton *> skeletonTable() {
-  // Order is preference: the Hopper kernels before the portable ones.
+  // Order is preference: the Hopper kernels before the portable ones. The
+  // decode skeleton comes after the forwards: the selector's short-query
+  // rule picks it (decodeChoice), never the first-that-supports rule.
   static const Skeleton *const Table[] = {
       &skeletons::fwdSm90(), &skeletons::fwdSm80(), &skeletons::bwdSm90(),
-      &skeletons::bwdSm80(), &skeletons::linearChunk()};
+      &skeletons::bwdSm80(), &skeletons::linearChunk(),
+      &skeletons::decodeSm80()};
   return Table;
 }
 

@@ -4,6 +4,7 @@
 
 #include "TuneRunner.h"
 
+#include "attn/Error.h"
 #include "attn/runtime/Compiler.h"
 #include "attn/runtime/Selector.h"
 #include "attn/runtime/CudaDriver.h"
@@ -397,6 +398,9 @@ TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
 
   SearchPlan Plan;
   Plan.Skel = &forwardSkeleton(Def, Sig, Arch, Plan.Target);
+  // The candidate runner launches the forward skeletons' entry point.
+  if (Plan.Skel->isDecode())
+    throw NotSupportedYet("tuning " + Plan.Skel->name().str());
   Plan.Limits = ResourceLimits::forDevice(Arch, Dev);
   Plan.Limits.MaxStackFrameBytes = Opts.MaxStackFrameBytes;
   Plan.Flops = forwardFlops(Def, S, Sig.HeadDim, Sig.HeadDimV);

@@ -234,16 +234,25 @@ TEST_CASE("Attention: backends by name, automatic selection and its reasons",
   CHECK_THAT(messageOf<DriverError>([&] { A.forward(Q, K, V, O, &F); }),
              Contains("no CUDA driver"));
   CHECK(A.lastBackend().empty()); // nothing ran
-  // When every backend refuses, the error gives each one's reason.
-  TensorView WQ = seq(0x10000, 4, 65536), WK = seq(0x20000, S, 65536),
-             WV = seq(0x30000, S, 65536), WO = seq(0x40000, 4, 65536);
-  TensorView WF = TensorView::contiguous(fake(0x50000), ElemType::F32,
-                                         {1, 1, 65536, 4});
-  CHECK_THAT(messageOf<InvalidArgument>(
-                 [&] { A.forward(WQ, WK, WV, WO, &WF); }),
-             Contains("no backend can run this call (generated: batch x "
-                      "heads is 65536; at most 65535 are supported; "
-                      "reference: seq_kv 16385 is more than"));
+  // When every backend refuses, the error gives each one's reason: the
+  // forward skeleton's for 17 queries, decode's for 16 (the short-query
+  // rule's kernel, with its own grid).
+  for (int64_t Sq : {17, 16}) {
+    TensorView WQ = seq(0x10000, Sq, 65536), WK = seq(0x20000, S, 65536),
+               WV = seq(0x30000, S, 65536), WO = seq(0x40000, Sq, 65536);
+    TensorView WF = TensorView::contiguous(fake(0x50000), ElemType::F32,
+                                           {1, 1, 65536, Sq});
+    CHECK_THAT(messageOf<InvalidArgument>(
+                   [&] { A.forward(WQ, WK, WV, WO, &WF); }),
+               Contains(Sq == 17
+                            ? "no backend can run this call (generated: batch "
+                              "x heads is 65536; at most 65535 are supported; "
+                              "reference: seq_kv 16385 is more than"
+                            : "no backend can run this call (generated: "
+                              "decode_sm80: KV heads x row blocks is 65536; at "
+                              "most 65535 are supported; reference: seq_kv "
+                              "16385 is more than"));
+  }
 }
 
 TEST_CASE("archRunsOn: which CUBINs a device can load", "[runtime][attention]") {
@@ -353,4 +362,29 @@ TEST_CASE("Attention: a skeleton or configuration named for the reference "
   S.Skeleton = "fwd_sm80";
   CHECK_THAT(messageOf<UserError>([&] { Attention A(examples::mha(), S); }),
              Contains("backend 'reference' runs its own kernel"));
+}
+
+TEST_CASE("Attention: decode_sm80 named runs at most 16 queries",
+          "[runtime][attention][decode]") {
+  cacheDir();
+  Signature S = sm80();
+  S.Skeleton = "decode_sm80";
+  Attention A(examples::mha(), S);
+  CHECK(A.forwardChoice().str() == "decode_sm80 dec.m16n64w4s3 (default)");
+  CHECK_THAT(A.source().Key,
+             StartsWith("mha.decode_sm80.f16.d64x64.sm_80.dec.m16n64w4s3"));
+  auto Call = [&](int64_t Sq) {
+    TensorView Q = seq(0x10000, Sq, 8), K = seq(0x20000, 300, 2),
+               V = seq(0x30000, 300, 2), O = seq(0x40000, Sq, 8);
+    TensorView F = TensorView::contiguous(fake(0x50000), ElemType::F32,
+                                          {1, 1, 8, Sq});
+    A.forward(Q, K, V, O, &F);
+  };
+  CHECK(messageOf<InvalidArgument>([&] { Call(17); }) ==
+        "q: decode_sm80 runs 1 to 16 queries per sequence; q has 17");
+  if (driverAvailable())
+    return;
+  // 16 queries pass the check and reach the launch.
+  CHECK_THAT(messageOf<DriverError>([&] { Call(16); }),
+             Contains("no CUDA driver"));
 }

@@ -17,8 +17,9 @@ namespace attn::gputest {
 
 /// A registered example by name, or one of mha_window (causal with a
 /// 100-key sliding window), mha_emptyrows (rows 0-4 see no key),
-/// mha_emptyblock (rows 0-99 see no key: whole query blocks) and mha_full
-/// (mha without its mask). UserError (from the registry) for other names.
+/// mha_emptyblock (rows 0-99 see no key: whole query blocks), mha_full
+/// (mha without its mask), sigmoid_full and relu_full (sigmoid_attn and
+/// relu_attn without theirs). UserError (from the registry) for other names.
 inline dsl::AttentionDef makeDefinition(const std::string &Name) {
   dsl::Registry R;
   examples::registerExamples(R);
@@ -45,6 +46,13 @@ inline dsl::AttentionDef makeDefinition(const std::string &Name) {
   }
   if (Name == "mha_full") { // softmax without a mask
     dsl::AttentionDef D = examples::mha();
+    D.name = Name;
+    D.mask_mod = {};
+    return D;
+  }
+  if (Name == "sigmoid_full" || Name == "relu_full") { // their causal mask off
+    dsl::AttentionDef D = Name == "sigmoid_full" ? examples::sigmoidAttn()
+                                                 : examples::reluAttn();
     D.name = Name;
     D.mask_mod = {};
     return D;

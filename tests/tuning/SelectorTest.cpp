@@ -253,9 +253,13 @@ TEST_CASE("the variant key follows the analysed IR", "[tuning][select]") {
 
 TEST_CASE("the skeleton table: names, kinds, directions", "[tuning][skeleton]") {
   CHECK(skeletonNames() ==
-        "fwd_sm90, fwd_sm80, bwd_sm90, bwd_sm80, linear_chunk");
+        "fwd_sm90, fwd_sm80, bwd_sm90, bwd_sm80, linear_chunk, decode_sm80");
   CHECK(skeletonNames(ir::DefinitionKind::Transformer, Direction::Forward) ==
-        "fwd_sm90, fwd_sm80");
+        "fwd_sm90, fwd_sm80, decode_sm80");
+  // Only the decode entry says it is one (the short-query rule's and the
+  // decode runner's question).
+  for (const Skeleton *S : skeletonTable())
+    CHECK(S->isDecode() == (S->name() == "decode_sm80"));
   CHECK(skeletonNames(ir::DefinitionKind::Transformer, Direction::Backward) ==
         "bwd_sm90, bwd_sm80");
   CHECK(skeletonNames(ir::DefinitionKind::Linear, Direction::Backward) ==

@@ -5,6 +5,7 @@
 
 #include "attn/Pipeline.h"
 #include "attn/analysis/MaskBounds.h"
+#include "attn/analysis/Merge.h"
 #include "attn/ir/Printer.h"
 #include "attn/ir/Serialize.h"
 #include "attn/reference/Checker.h"
@@ -164,8 +165,12 @@ void printShow(
     OS << ir::saveJSON(*C.Graph);
     return;
   }
-  if (C.Graph->decls().Kind == ir::DefinitionKind::Transformer)
+  if (C.Graph->decls().Kind == ir::DefinitionKind::Transformer) {
     printMaskAnalysis(analysis::analyzeMask(*C.Graph), OS);
+    // Whether split-KV decode may split a row's keys (docs/runtime.md).
+    OS << "// ----- merge -----\n"
+       << "merge: " << analysis::analyzeMerge(*C.Graph).str() << "\n";
+  }
 }
 
 std::unique_ptr<Command> makeListCommand() {

@@ -2,10 +2,12 @@
 #include "attn/reference/Attention.h"
 
 #include "attn/Error.h"
+#include "attn/analysis/Merge.h"
 #include "attn/reference/Evaluator.h"
 #include "attn/reference/InputBinding.h"
 #include "attn/transforms/Autodiff.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -141,20 +143,19 @@ public:
   double Doosum = 0.0;
 };
 
-/// Runs the online algorithm for one row; returns false for a row with no
-/// unmasked key (whose outputs are then O = 0 and finals = -inf).
-bool runOnline(Row &R, int64_t BlockN, std::vector<double> &O,
-               std::map<std::string, double> &Finals) {
+/// The online state of one row over keys [K0, K1) in blocks of \p BlockN
+/// (0: one block), from the declared initial rowscales.
+analysis::MergeState onlineState(Row &R, int64_t K0, int64_t K1,
+                                 int64_t BlockN) {
   const ir::Graph &G = R.G;
   const ir::Function &Fwd = function(G, "online_fwd");
-  const ir::Function &Epi = function(G, "online_fwd_epilogue");
   for (const ir::RowscaleDecl &D : G.decls().OnlineRowscales)
     R.Rowscales[D.Name] = D.Init;
   std::vector<double> Acc(R.Dm.DV, 0.0);
   bool Any = false;
-  int64_t Step = BlockN > 0 ? BlockN : R.Dm.Skv;
-  for (int64_t C0 = 0; C0 < R.Dm.Skv; C0 += Step) {
-    R.setColumns(C0, std::min(C0 + Step, R.Dm.Skv));
+  int64_t Step = BlockN > 0 ? BlockN : std::max<int64_t>(K1 - K0, 1);
+  for (int64_t C0 = K0; C0 < K1; C0 += Step) {
+    R.setColumns(C0, std::min(C0 + Step, K1));
     std::vector<bool> Active = R.activeColumns();
     bool BlockAny = false;
     for (bool A : Active)
@@ -180,15 +181,32 @@ bool runOnline(Row &R, int64_t BlockN, std::vector<double> &O,
       Next[D.Name] = E.at(Fwd.result(D.Name), 0).V;
     R.Rowscales = Next;
   }
-  if (!Any) {
+  analysis::MergeState S;
+  for (const ir::RowscaleDecl &D : G.decls().OnlineRowscales)
+    S.Rowscales.push_back(R.Rowscales.at(D.Name));
+  S.O = std::move(Acc);
+  S.Seen = Any;
+  return S;
+}
+
+/// The epilogue of one row's final state; a row with no unmasked key gives
+/// O = 0 and finals = -inf. Returns whether the row had one.
+bool finishRow(Row &R, const analysis::MergeState &S, std::vector<double> &O,
+               std::map<std::string, double> &Finals) {
+  const ir::Graph &G = R.G;
+  if (!S.Seen) {
     O.assign(R.Dm.DV, 0.0);
     for (const ir::RowscaleDecl &D : G.decls().FinalRowscales)
       Finals[D.Name] = NegInf;
     return false;
   }
+  const ir::Function &Epi = function(G, "online_fwd_epilogue");
+  const auto &Decls = G.decls().OnlineRowscales;
+  for (size_t I = 0; I < Decls.size(); ++I)
+    R.Rowscales[Decls[I].Name] = S.Rowscales[I];
   R.setColumns(0, 0);
   R.Out.clear();
-  for (double X : Acc)
+  for (double X : S.O)
     R.Out.push_back({X, 0.0});
   Evaluator E(R.binder(), {});
   O.resize(R.Dm.DV);
@@ -197,6 +215,13 @@ bool runOnline(Row &R, int64_t BlockN, std::vector<double> &O,
   for (const ir::RowscaleDecl &D : G.decls().FinalRowscales)
     Finals[D.Name] = E.at(Epi.result(D.Name), 0).V;
   return true;
+}
+
+/// Runs the online algorithm for one row; returns false for a row with no
+/// unmasked key (whose outputs are then O = 0 and finals = -inf).
+bool runOnline(Row &R, int64_t BlockN, std::vector<double> &O,
+               std::map<std::string, double> &Finals) {
+  return finishRow(R, onlineState(R, 0, R.Dm.Skv, BlockN), O, Finals);
 }
 
 AttentionOutputs emptyOutputs(const ir::Graph &G, const Dims &Dm) {
@@ -289,6 +314,29 @@ AttentionOutputs attentionOnline(const CompiledDefinition &Def,
     std::vector<double> O;
     std::map<std::string, double> Finals;
     runOnline(R, BlockN, O, Finals);
+    store(Out, R, O, Finals);
+  });
+  return Out;
+}
+
+AttentionOutputs attentionSplitMerged(const CompiledDefinition &Def,
+                                      const AttentionInputs &In,
+                                      const std::vector<int64_t> &Bounds,
+                                      const analysis::MergeInfo &Merge) {
+  Dims Dm = validated(Def, In);
+  if (Bounds.size() < 2 || Bounds.front() != 0 || Bounds.back() != Dm.Skv ||
+      !std::is_sorted(Bounds.begin(), Bounds.end()))
+    throw UserError("attentionSplitMerged: the bounds must rise from 0 to "
+                    "seq_kv (" + std::to_string(Dm.Skv) + ")");
+  AttentionOutputs Out = emptyOutputs(*Def.Graph, Dm);
+  forEachRow(Def, In, Dm, [&](Row &R) {
+    analysis::MergeState S = onlineState(R, Bounds[0], Bounds[1], 0);
+    for (size_t P = 1; P + 1 < Bounds.size(); ++P)
+      analysis::mergeStates(Merge, S,
+                            onlineState(R, Bounds[P], Bounds[P + 1], 0));
+    std::vector<double> O;
+    std::map<std::string, double> Finals;
+    finishRow(R, S, O, Finals);
     store(Out, R, O, Finals);
   });
   return Out;

@@ -12,6 +12,7 @@ const Skeleton &fwdSm80();
 const Skeleton &bwdSm90();
 const Skeleton &bwdSm80();
 const Skeleton &linearChunk();
+const Skeleton &decodeSm80();
 
 } // namespace attn::runtime::skeletons
 

@@ -5,6 +5,7 @@
 #define ATTN_REFERENCE_ATTENTION_H
 
 #include "attn/Pipeline.h"
+#include "attn/analysis/Merge.h"
 #include "attn/reference/Tensor.h"
 
 #include <functional>
@@ -69,6 +70,17 @@ void validateAttentionInputs(const ir::Graph &G, const AttentionInputs &In);
 /// (0 = one block of all keys), online_fwd per block, then the epilogue.
 AttentionOutputs attentionOnline(const CompiledDefinition &Def,
                                  const AttentionInputs &In, int64_t BlockN);
+
+/// The online algorithm run separately over the parts [Bounds[p],
+/// Bounds[p+1]) of the keys (each part one block, from the declared
+/// initial rowscales), the parts' states merged in order by \p Merge's rule
+/// (analysis::mergeStates), then the epilogue: what a split-KV kernel
+/// computes. UserError unless \p Bounds rise from 0 to seq_kv;
+/// InternalError for MergeKind::None.
+AttentionOutputs attentionSplitMerged(const CompiledDefinition &Def,
+                                      const AttentionInputs &In,
+                                      const std::vector<int64_t> &Bounds,
+                                      const analysis::MergeInfo &Merge);
 
 /// The direct definition: final rowscales from one block of all keys, then
 /// P = forward(scores, final rowscales) and o = P·v.

@@ -68,9 +68,12 @@ struct Signature {
   attn::Layout TensorLayout = attn::Layout::BSHD;
   /// None: the arch of the current device.
   std::optional<GpuArch> Arch;
-  /// The forward's skeleton, by its table name ("fwd_sm90", "fwd_sm80");
-  /// empty: the first of the table that supports the signature on the arch
-  /// (fwd_sm90 on sm_90a where it runs the head dims, else fwd_sm80).
+  /// The forward's skeleton, by its table name ("fwd_sm90", "fwd_sm80",
+  /// "decode_sm80"); empty: decode_sm80 for a dense call of at most 16
+  /// queries (the short-query rule, Selector.h's decodeChoice), else the
+  /// first of the table that supports the signature on the arch (fwd_sm90
+  /// on sm_90a where it runs the head dims, else fwd_sm80). Naming
+  /// decode_sm80 makes a call of more than 16 queries an InvalidArgument.
   std::string Skeleton;
   /// The forward's configuration in its skeleton's form ("m128n64w4s2",
   /// "sm90.m128n128s3"; it implies the skeleton when Skeleton is empty).
@@ -150,6 +153,7 @@ using InputGradMap = std::map<std::string, TensorView>;
 ///   direction  skeleton   arch           head dims
 ///   forward    fwd_sm90   sm_90a         D, DV each of 64, 128, 192, 256
 ///   forward    fwd_sm80   every arch     D, DV each of 64, 128, 192, 256
+///   forward    decode_sm80 every arch    as fwd_sm80; 1 to 16 queries
 ///   backward   bwd_sm90   sm_90a         64/64, 128/128
 ///   backward   bwd_sm80   every arch     64/64, 64/128, 128/64, 128/128,
 ///                                        128/256
@@ -256,6 +260,9 @@ private:
   Signature Sig;
   GpuArch Arch;
   KernelSelector Fwd;
+  /// The short-query rule's choice for this signature (decodeChoice, made
+  /// once: a call only compares its query length), or none.
+  std::optional<KernelChoice> DecodeRule;
   KernelTarget BwdTarget;
   KernelPolicy BwdPolicy;
   mutable std::optional<KernelSelector> Bwd;

@@ -4,6 +4,7 @@
 #ifndef ATTN_RUNTIME_SELECTOR_H
 #define ATTN_RUNTIME_SELECTOR_H
 
+#include "attn/analysis/Merge.h"
 #include "attn/runtime/Skeleton.h"
 #include "attn/runtime/TuneFile.h"
 
@@ -123,6 +124,37 @@ private:
   KernelPolicy Policy;
   KernelChoice Initial;
 };
+
+/// The short-query rule (docs/runtime.md, "Decode"): a dense forward call
+/// of \p Sq <= codegen::DecodeMaxQueries queries runs on the decode
+/// skeleton (its default configuration) where the policy names neither a
+/// skeleton nor a configuration and the skeleton supports \p T; else none,
+/// and the choice made without a shape stands. Packed (THD) calls keep the
+/// forward skeletons.
+std::optional<KernelChoice> decodeChoice(const KernelTarget &T,
+                                         const KernelPolicy &P, int64_t Sq,
+                                         bool Packed);
+
+/// How a decode call splits each row's keys over CTAs.
+struct DecodeSplit {
+  int Splits = 1;         ///< CTAs over the keys of one row block
+  int BlocksPerSplit = 1; ///< key blocks of each (the last may have fewer)
+  bool operator==(const DecodeSplit &O) const {
+    return Splits == O.Splits && BlocksPerSplit == O.BlocksPerSplit;
+  }
+};
+/// The fewest key blocks a split takes, and the most splits.
+inline constexpr int DecodeMinBlocksPerSplit = 4;
+inline constexpr int DecodeMaxSplits = 128;
+
+/// The split of a decode call with \p Ctas CTAs before splitting (batch x
+/// KV heads x row blocks), \p Skv keys in blocks of \p BlockN, on a device
+/// of \p MultiProcessors SMs: no split where the merge is None or there is
+/// one block; else as many splits as fit one wave of two CTAs per SM (at
+/// least 1), at most DecodeMaxSplits and at least DecodeMinBlocksPerSplit
+/// blocks each, the blocks spread evenly.
+DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
+                        int MultiProcessors, analysis::MergeKind Merge);
 
 /// Where \p Failed cannot launch a call after all (fwd_sm90, whose TMA
 /// descriptors cannot describe some strides): the next skeleton of the

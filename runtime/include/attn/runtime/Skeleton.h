@@ -8,6 +8,7 @@
 #include "attn/Pipeline.h"
 #include "attn/codegen/Arch.h"
 #include "attn/codegen/Codegen.h"
+#include "attn/codegen/DecodeCodegen.h"
 #include "attn/codegen/LinearCodegen.h"
 #include "attn/dsl/Problem.h"
 #include "attn/ir/Graph.h"
@@ -30,7 +31,8 @@ llvm::StringRef directionName(Direction D);
 /// and prints its own alternative.
 using SkeletonConfig =
     std::variant<codegen::FwdConfig, codegen::Sm90Config, codegen::BwdConfig,
-                 codegen::BwdSm90Config, codegen::LinearConfig>;
+                 codegen::BwdSm90Config, codegen::LinearConfig,
+                 codegen::DecodeConfig>;
 
 /// What a kernel is made for, besides the definition and the
 /// configuration: the definition's kind, the direction, dtype, head dims
@@ -139,6 +141,10 @@ public:
   /// True when the kernel reads q, k and v through TMA descriptors, which
   /// some strides cannot describe (the caller then falls back).
   virtual bool usesTensorMaps() const { return false; }
+  /// True for a decode skeleton: a few queries per sequence (at most
+  /// codegen::DecodeMaxQueries), launched by the decode runner with its
+  /// split over the keys. The first-that-supports rule never picks one.
+  virtual bool isDecode() const { return false; }
 
 protected:
   Skeleton(llvm::StringRef Name, ir::DefinitionKind Kind, bool Forward,

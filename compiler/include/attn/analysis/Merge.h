@@ -1,0 +1,70 @@
+// Merge derivation: how two partial online states (o, rowscales) of
+// disjoint key ranges of one query row combine into the state of their
+// union, derived from what the IR of online_fwd proves.
+#ifndef ATTN_ANALYSIS_MERGE_H
+#define ATTN_ANALYSIS_MERGE_H
+
+#include "attn/ir/Graph.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <string>
+#include <vector>
+
+namespace attn::analysis {
+
+enum class MergeKind : uint8_t {
+  None,      ///< no merge is proven: the keys of a row stay in one pass
+  Sum,       ///< o and every rowscale add up (o_scale ≡ 1)
+  LogSumExp, ///< the max/exp form: rescale both to the larger running max
+};
+llvm::StringRef mergeKindName(MergeKind K);
+
+/// The merge of a definition's online states.
+struct MergeInfo {
+  MergeKind Kind = MergeKind::None;
+  /// Why there is no merge (Kind == None), for `attnc show` and messages.
+  std::string Reason;
+  /// LogSumExp: the index, in the declared online rowscales, of the running
+  /// max m; every other rowscale is a sum scaled like o by exp(m - m_new).
+  int MaxRowscale = -1;
+
+  /// "log-sum-exp", "sum", or "none (why)".
+  std::string str() const;
+};
+
+/// Classifies the online function of \p G (a transformer definition after
+/// the pipeline) by its merge. A state is (o, rowscales) after online_fwd
+/// has run over a set of keys, before the epilogue; merging the states of
+/// two disjoint key sets gives the state of their union, exactly in real
+/// arithmetic, when:
+///  * Sum: o_scale is the constant 1, P does not read a rowscale, and each
+///    new rowscale is `r + get_reduce("sum"|"abssum")(z)` with z free of
+///    rowscales and r initially 0: o = o1 + o2, r = r1 + r2.
+///  * LogSumExp: one rowscale m starts at -inf and becomes
+///    m' = max(m, get_reduce("max")(x)); o_scale = exp(m - m'); P =
+///    exp(y - m'); each other rowscale starts at 0 and becomes
+///    r·o_scale + get_reduce("sum")(z) with z = P or exp(w - m') (x, y, w
+///    free of rowscales): m = max(m1, m2), a_i = exp(m_i - m) (0 where m_i
+///    is -inf), o = a1·o1 + a2·o2, r = a1·r1 + a2·r2.
+/// Anything else is None with the first reason found. Linear definitions
+/// have no online states: None.
+MergeInfo analyzeMerge(const ir::Graph &G);
+
+/// One partial state of a query row in double precision: the rowscales in
+/// declaration order, o, and whether any key of the part was unmasked
+/// (a part with none is the identity of the merge).
+struct MergeState {
+  std::vector<double> Rowscales;
+  std::vector<double> O;
+  bool Seen = false;
+};
+
+/// Merges \p B into \p A by \p M's rule (the reference semantics the
+/// generated merge kernels implement). InternalError for MergeKind::None.
+void mergeStates(const MergeInfo &M, MergeState &A, const MergeState &B);
+
+} // namespace attn::analysis
+
+#endif

@@ -1,0 +1,69 @@
+// Code generation for the decode skeleton (runtime/kernels/decode_sm80.cuh):
+// a few queries per sequence over many keys, split across CTAs where the
+// definition's merge allows it (analysis/Merge.h).
+#ifndef ATTN_CODEGEN_DECODECODEGEN_H
+#define ATTN_CODEGEN_DECODECODEGEN_H
+
+#include "attn/Pipeline.h"
+#include "attn/analysis/Merge.h"
+#include "attn/codegen/Codegen.h"
+
+#include <string>
+#include <vector>
+
+namespace attn::codegen {
+
+/// The most queries per sequence a decode call may have (speculative
+/// decoding's drafts).
+inline constexpr int DecodeMaxQueries = 16;
+
+/// Tile configuration of decode_sm80, written "dec.m<M>n<N>w<W>s<S>": M
+/// query rows per CTA (the query heads of one KV head times the queries,
+/// 16 or 32), N keys per step of the K/V ring, W warps (each takes N/W of
+/// the step's keys where the merge allows, else warp 0 takes them all), S
+/// ring stages.
+struct DecodeConfig {
+  int BlockM = 16;
+  int BlockN = 64;
+  int Warps = 4;
+  int Stages = 3;
+
+  std::string str() const;
+  /// Parses what str() writes; UserError on anything else.
+  static DecodeConfig parse(const std::string &Text);
+  /// Dynamic shared memory for head dims \p D, \p DV: the Q rows and the
+  /// ring, or the warps' states when they are merged, whichever is larger.
+  int sharedBytes(int D, int DV) const;
+  /// 16 rows, 64 keys a step over 4 warps, 3 stages (d <= 128); 2 stages
+  /// above, where the ring would not fit otherwise.
+  static DecodeConfig defaultFor(int D, int DV, GpuArch Arch);
+  /// M {16, 32} x N {64, 128} x W {2, 4} x S {2, 3, 4}, where structural.
+  static std::vector<DecodeConfig> enumerate();
+  /// Why the skeleton cannot be instantiated with this structure, or empty.
+  std::string structuralError() const;
+  bool operator==(const DecodeConfig &O) const {
+    return BlockM == O.BlockM && BlockN == O.BlockN && Warps == O.Warps &&
+           Stages == O.Stages;
+  }
+};
+
+/// Why decode_sm80 cannot run \p Spec's dtype, head dims and arch with
+/// \p C (head dims as the forward's, shared memory on the arch), or empty.
+std::string decodeConfigError(const KernelSpec &Spec, const DecodeConfig &C);
+
+/// The decode kernels of \p Def: attnc_decode (one CTA per row block, KV
+/// head, batch entry and split) and, where the merge is not None,
+/// attnc_decode_merge (one CTA per query row, merging the splits by the
+/// derived rule and applying the epilogue). UserError as
+/// decodeConfigError.
+KernelSource generateDecode(const CompiledDefinition &Def,
+                            const KernelSpec &Spec, const DecodeConfig &C);
+
+/// The generated struct that merges two RowStates by \p M's rule and moves
+/// them to and from fp32 workspace rows (what attnc_decode_merge and the
+/// warps' merge call).
+std::string decodeMergeStruct(const ir::Graph &G, const analysis::MergeInfo &M);
+
+} // namespace attn::codegen
+
+#endif

@@ -1,0 +1,518 @@
+// decode_sm80: attention for a few queries per sequence over many keys.
+// One CTA per (row block, KV head, batch entry, split): its rows are the
+// query heads of one KV head times the queries (GQA packing: K/V are read
+// once for all of them), its keys one split of the sequence. The warps take
+// disjoint slices of each K/V block and keep their own online states, merged
+// at the end by the definition's derived merge (Merge, generated); a
+// definition without a merge runs every key on warp 0. Splits write partial
+// states that attnc_decode_merge combines by the same rule before the
+// epilogue. Variant hooks are called as the forward skeletons call them,
+// with the head and q_idx of each row.
+#ifndef ATTNC_DECODE_SM80_CUH
+#define ATTNC_DECODE_SM80_CUH
+
+#include "attnc/decode_args.cuh"
+#include "attnc/fwd_sm80.cuh"
+#include "attnc/sm80_primitives.cuh"
+
+namespace attnc {
+
+/// One warp's S accumulator over its key slice, rows with their own q_idx.
+template <int MT, int NT, bool kFull, bool kInfMasked> struct DecodeScoreFrag {
+  static constexpr int kRows = 2 * MT;
+  static constexpr int kCols = 2 * NT;
+  using ActWord = ActBits<2 * NT>;
+  float (&acc)[MT][NT][4];
+  const ActWord (&act)[2 * MT];
+  const int (&qidx)[2 * MT];
+  int col0, tq;
+  __device__ __forceinline__ float &at(int r, int c) {
+    return acc[r >> 1][c >> 1][(r & 1) * 2 + (c & 1)];
+  }
+  __device__ __forceinline__ int row(int r) const { return qidx[r]; }
+  __device__ __forceinline__ int col(int c) const {
+    return col0 + (c >> 1) * 8 + 2 * tq + (c & 1);
+  }
+  __device__ __forceinline__ bool active(int r, int c) const {
+    if constexpr (kFull || kInfMasked)
+      return true;
+    else
+      return (act[r] >> c) & 1;
+  }
+  __device__ static __forceinline__ float allreduce_max(float x) {
+    return quad_row_max<kFull || kInfMasked>(x);
+  }
+  __device__ static __forceinline__ float allreduce_sum(float x) {
+    return quad_row_sum<kFull || kInfMasked>(x);
+  }
+};
+
+/// Two output columns of one row, for the merge kernel's epilogue.
+struct DecodeOutPair {
+  static constexpr int kRows = 1;
+  static constexpr int kCols = 2;
+  float v[2];
+  __device__ __forceinline__ float &at(int, int c) { return v[c]; }
+};
+
+template <class Variant, class Merge, class T, int kD, int kDV, int kBlockM,
+          int kBlockN, int kWarps, int kStages>
+struct DecodeSm80 {
+  static constexpr bool kSplitWarps = Merge::kKind != 0 && kWarps > 1;
+  static constexpr int kComputeWarps = kSplitWarps ? kWarps : 1;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int MT = kBlockM / 16;
+  static constexpr int kWarpN = kBlockN / kComputeWarps;
+  static constexpr int NT = kWarpN / 8;
+  static constexpr int VT = kDV / 8;
+  static_assert(kBlockM % 16 == 0, "rows come in m16 tiles");
+  static_assert(kWarpN % 16 == 0, "each warp's keys feed P·V 16 at a time");
+  static_assert(kD % 64 == 0 && kDV % 64 == 0,
+                "head dims must be multiples of 64 (swizzle and k16 steps)");
+  static_assert(kStages >= 2, "the K/V ring needs at least double buffering");
+  static_assert(Merge::kNumRowscales + 1 <= kDecodeStateFloats,
+                "a workspace state row holds the rowscales and the seen flag");
+  using QTile = SwizzledTile<kBlockM, kD>;
+  using KTile = SwizzledTile<kBlockN, kD>;
+  using VTile = SwizzledTile<kBlockN, kDV>;
+  static constexpr int kStageBytes = KTile::kBytes + VTile::kBytes;
+  static constexpr int kTileBytes = QTile::kBytes + kStages * kStageBytes;
+  static constexpr int kStateBytes =
+      (kWarps - 1) * kBlockM * (kDV + kDecodeStateFloats) * 4;
+  static constexpr int kSmemBytes =
+      kTileBytes > kStateBytes ? kTileBytes : kStateBytes;
+  using State = typename Variant::RowState;
+  /// Q's fragments stay in registers across the key blocks where they are
+  /// few (one m16 tile, d <= 128: 32 registers), instead of an ldmatrix per
+  /// k step of every block.
+  static constexpr int KT = kD / 16;
+  static constexpr bool kQInRegs = MT * KT * 4 <= 32;
+  using QRegs = u32[kQInRegs ? MT : 1][kQInRegs ? KT : 1][4];
+
+  __device__ static void run(const DecodeArgs &a,
+                             const typename Variant::Inputs &in,
+                             unsigned char *smem) {
+    const int split = blockIdx.x;
+    const int rb = blockIdx.y % a.row_blocks;
+    const int hk = blockIdx.y / a.row_blocks;
+    const int b = blockIdx.z;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, tq = lane % 4;
+    const u32 s_q = smem_addr(smem);
+    const u32 s_kv = s_q + QTile::kBytes;
+
+    // The Q rows: row r of the tile is query head hk·group + j, query i
+    // (row rb·kBlockM + r = j·seq_q + i of the group); rows past the group
+    // are zero.
+    constexpr int kQChunks = kD / 8;
+#pragma unroll
+    for (int it = 0; it < (kBlockM * kQChunks + kThreads - 1) / kThreads; ++it) {
+      const int i = threadIdx.x + it * kThreads;
+      if ((kBlockM * kQChunks) % kThreads != 0 && i >= kBlockM * kQChunks)
+        break;
+      const int r = i / kQChunks, c = i % kQChunks;
+      const int gr = rb * kBlockM + r;
+      const bool ok = gr < a.rows;
+      const int j = ok ? gr / a.seq_q : 0, qi = ok ? gr % a.seq_q : 0;
+      const unsigned short *src = static_cast<const unsigned short *>(a.q) +
+                                  b * a.q_sb + (hk * a.group + j) * a.q_sh +
+                                  qi * a.q_ss + c * 8;
+      cp_async_16(s_q + QTile::offset(r, c), src, ok);
+    }
+
+    const unsigned short *k = static_cast<const unsigned short *>(a.k) +
+                              b * a.k_sb + hk * a.k_sh;
+    const unsigned short *v = static_cast<const unsigned short *>(a.v) +
+                              b * a.v_sb + hk * a.v_sh;
+    const int n_blocks = (a.seq_kv + kBlockN - 1) / kBlockN;
+    const int first = split * a.blocks_per_split;
+    const int last = min(n_blocks, first + a.blocks_per_split);
+    const int count = last > first ? last - first : 0;
+
+    auto load_kv = [&](int j) {
+      const int n = first + j;
+      const u32 s = s_kv + (j % kStages) * kStageBytes;
+      load_tile_async<KTile, kBlockN, kD, kThreads>(s, k, a.k_ss, n * kBlockN, a.seq_kv);
+      load_tile_async<VTile, kBlockN, kDV, kThreads>(s + KTile::kBytes, v, a.v_ss,
+                                                     n * kBlockN, a.seq_kv);
+    };
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < count)
+        load_kv(s);
+      cp_async_commit(); // the Q rows ride in the first group
+    }
+
+    // This lane's rows: head and q_idx (dense calls: no shift).
+    int qidx[2 * MT], hrow[2 * MT];
+#pragma unroll
+    for (int r = 0; r < 2 * MT; ++r) {
+      const int gr = rb * kBlockM + (r >> 1) * 16 + g + (r & 1) * 8;
+      const int gc = gr < a.rows ? gr : a.rows - 1;
+      qidx[r] = gc % a.seq_q;
+      hrow[r] = hk * a.group + gc / a.seq_q;
+    }
+
+    float acc_o[MT][VT][4];
+    zero_tiles(acc_o);
+    State st[2 * MT];
+    u32 seen = 0;
+#pragma unroll
+    for (int r = 0; r < 2 * MT; ++r)
+      Variant::init(st[r]);
+
+    QRegs qreg;
+    for (int j = 0; j < count; ++j) {
+      if (j + kStages - 1 < count)
+        load_kv(j + kStages - 1);
+      cp_async_commit();
+      cp_async_wait<kStages - 1>();
+      __syncthreads();
+      if constexpr (kQInRegs)
+        if (j == 0) // Q came with the first group
+#pragma unroll
+          for (int kk = 0; kk < KT; ++kk)
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+              ldmatrix_x4(qreg[i][kk],
+                          s_q + QTile::offset(i * 16 + (lane % 8) + 8 * ((lane / 8) % 2),
+                                              kk * 2 + lane / 16));
+      const int n = first + j;
+      const u32 s_k = s_kv + (j % kStages) * kStageBytes;
+      const bool full = !Variant::kHasMask && (n + 1) * kBlockN <= a.seq_kv;
+      if (warp < kComputeWarps)
+        visit(in, a.seq_kv, acc_o, st, seen, qreg, s_q, s_k, s_k + KTile::kBytes,
+              warp, lane, b, qidx, hrow, n * kBlockN + warp * kWarpN, g, tq, full);
+      __syncthreads(); // the ring slot is refilled next iteration
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    if constexpr (kComputeWarps > 1)
+      merge_warps(smem, acc_o, st, seen, warp, g, tq);
+    if (warp != 0)
+      return;
+    if (a.splits == 1)
+      store_final(a, in, acc_o, st, seen, b, rb, hk, g, tq);
+    else
+      store_part(a, acc_o, st, seen, split, b, rb, hk, g, tq);
+  }
+
+  /// The tile row of this lane's row r.
+  __device__ static __forceinline__ int tile_row(int r, int g) {
+    return (r >> 1) * 16 + g + (r & 1) * 8;
+  }
+
+  /// Warps 1.. hand their o rows and states to warp 0 through shared memory
+  /// (the ring is free), which merges them into its own by Merge's rule.
+  __device__ static void merge_warps(unsigned char *smem, float (&acc_o)[MT][VT][4],
+                                     State (&st)[2 * MT], u32 &seen, int warp,
+                                     int g, int tq) {
+    float *so = reinterpret_cast<float *>(smem);
+    float *ss = so + (kWarps - 1) * kBlockM * kDV;
+    if (warp > 0) {
+      float *wo = so + (warp - 1) * kBlockM * kDV;
+      float *ws = ss + (warp - 1) * kBlockM * kDecodeStateFloats;
+#pragma unroll
+      for (int r = 0; r < 2 * MT; ++r) {
+        const int tr = tile_row(r, g);
+#pragma unroll
+        for (int t = 0; t < VT; ++t) {
+          wo[tr * kDV + t * 8 + 2 * tq] = acc_o[r >> 1][t][(r & 1) * 2];
+          wo[tr * kDV + t * 8 + 2 * tq + 1] = acc_o[r >> 1][t][(r & 1) * 2 + 1];
+        }
+        if (tq == 0) {
+          Merge::store(st[r], ws + tr * kDecodeStateFloats);
+          ws[tr * kDecodeStateFloats + kDecodeStateFloats - 1] = float((seen >> r) & 1);
+        }
+      }
+    }
+    __syncthreads();
+    if (warp != 0)
+      return;
+    for (int w = 1; w < kWarps; ++w) {
+      const float *wo = so + (w - 1) * kBlockM * kDV;
+      const float *ws = ss + (w - 1) * kBlockM * kDecodeStateFloats;
+#pragma unroll
+      for (int r = 0; r < 2 * MT; ++r) {
+        const int tr = tile_row(r, g);
+        if (ws[tr * kDecodeStateFloats + kDecodeStateFloats - 1] == 0.f)
+          continue;
+        State other;
+        Merge::load(other, ws + tr * kDecodeStateFloats);
+        float fa = 0.f, fb = 1.f;
+        if ((seen >> r) & 1)
+          Merge::merge(st[r], other, fa, fb);
+        else
+          st[r] = other;
+        seen |= 1u << r;
+#pragma unroll
+        for (int t = 0; t < VT; ++t) {
+          float &x0 = acc_o[r >> 1][t][(r & 1) * 2];
+          float &x1 = acc_o[r >> 1][t][(r & 1) * 2 + 1];
+          x0 = fa * x0 + fb * wo[tr * kDV + t * 8 + 2 * tq];
+          x1 = fa * x1 + fb * wo[tr * kDV + t * 8 + 2 * tq + 1];
+        }
+      }
+    }
+  }
+
+  /// No split: the epilogue, o and the finals.
+  __device__ static void store_final(const DecodeArgs &a,
+                                     const typename Variant::Inputs &in,
+                                     float (&acc_o)[MT][VT][4], State (&st)[2 * MT],
+                                     u32 seen, int b, int rb, int hk, int g, int tq) {
+    Sm80OutFrag<MT, VT> of{acc_o};
+#pragma unroll
+    for (int r = 0; r < 2 * MT; ++r) {
+      const int gr = rb * kBlockM + tile_row(r, g);
+      if (gr >= a.rows)
+        continue;
+      const int h = hk * a.group + gr / a.seq_q, qi = gr % a.seq_q;
+      float finals[Variant::kNumFinals > 0 ? Variant::kNumFinals : 1];
+      if ((seen >> r) & 1) {
+        Variant::epilogue(in, st[r], of, r, b, h, qi, finals);
+      } else {
+#pragma unroll
+        for (int c = 0; c < 2 * VT; ++c)
+          of.at(r, c) = 0.f;
+#pragma unroll
+        for (int f = 0; f < Variant::kNumFinals; ++f)
+          finals[f] = -__int_as_float(0x7f800000);
+      }
+      unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb +
+                          h * a.o_sh + qi * a.o_ss;
+#pragma unroll
+      for (int t = 0; t < VT; ++t)
+        *reinterpret_cast<u32 *>(o + t * 8 + 2 * tq) =
+            pack2<T>(of.at(r, 2 * t), of.at(r, 2 * t + 1));
+      if (tq == 0) {
+        const long long plane = (long long)a.batch * a.heads * a.seq_q;
+#pragma unroll
+        for (int f = 0; f < Variant::kNumFinals; ++f)
+          a.finals[f * plane + ((long long)b * a.heads + h) * a.seq_q + qi] = finals[f];
+      }
+    }
+  }
+
+  /// A split: this part's o (fp32, before the epilogue) and state.
+  __device__ static void store_part(const DecodeArgs &a, float (&acc_o)[MT][VT][4],
+                                    State (&st)[2 * MT], u32 seen, int split, int b,
+                                    int rb, int hk, int g, int tq) {
+#pragma unroll
+    for (int r = 0; r < 2 * MT; ++r) {
+      const int gr = rb * kBlockM + tile_row(r, g);
+      if (gr >= a.rows)
+        continue;
+      const int h = hk * a.group + gr / a.seq_q, qi = gr % a.seq_q;
+      const long long row =
+          (((long long)split * a.batch + b) * a.heads + h) * a.seq_q + qi;
+      float *po = a.part_o + row * kDV;
+#pragma unroll
+      for (int t = 0; t < VT; ++t)
+        *reinterpret_cast<float2 *>(po + t * 8 + 2 * tq) =
+            make_float2(acc_o[r >> 1][t][(r & 1) * 2], acc_o[r >> 1][t][(r & 1) * 2 + 1]);
+      if (tq == 0) {
+        float *ps = a.part_st + row * kDecodeStateFloats;
+        Merge::store(st[r], ps);
+        ps[kDecodeStateFloats - 1] = float((seen >> r) & 1);
+      }
+    }
+  }
+
+  /// One key block's slice of this warp: S = Q·Kᵀ, the variant's step,
+  /// O += P·V.
+  __device__ static __forceinline__ void
+  visit(const typename Variant::Inputs &in, int seq_kv, float (&acc_o)[MT][VT][4],
+        State (&st)[2 * MT], u32 &seen, const QRegs &qreg, u32 s_q, u32 s_k,
+        u32 s_v, int warp, int lane, int b, const int (&qidx)[2 * MT],
+        const int (&hrow)[2 * MT], int col0, int g, int tq, bool full) {
+    const int key0 = warp * kWarpN; // this warp's first key in the block
+    float acc_s[MT][NT][4];
+    zero_tiles(acc_s);
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      u32 qf[MT][4];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        if constexpr (kQInRegs) {
+#pragma unroll
+          for (int x = 0; x < 4; ++x)
+            qf[i][x] = qreg[i][kk][x];
+        } else {
+          const int r = i * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+          ldmatrix_x4(qf[i], s_q + QTile::offset(r, kk * 2 + lane / 16));
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < NT; t += 2) {
+        u32 kf[4];
+        const int mi = lane / 8;
+        const int r = key0 + t * 8 + (lane % 8) + 8 * (mi / 2);
+        ldmatrix_x4(kf, s_k + KTile::offset(r, kk * 2 + (mi % 2)));
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          mma_16816<T>(acc_s[i][t], qf[i], kf[0], kf[1]);
+          mma_16816<T>(acc_s[i][t + 1], qf[i], kf[2], kf[3]);
+        }
+      }
+    }
+
+    typename DecodeScoreFrag<MT, NT, true, false>::ActWord act[2 * MT];
+    if (full)
+      step<true>(in, seq_kv, acc_s, act, acc_o, st, seen, b, qidx, hrow, col0, tq);
+    else
+      step<false>(in, seq_kv, acc_s, act, acc_o, st, seen, b, qidx, hrow, col0, tq);
+
+#pragma unroll
+    for (int kk = 0; kk < kWarpN / 16; ++kk) {
+      u32 pf[MT][4];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        pf[i][0] = pack2<T>(acc_s[i][2 * kk][0], acc_s[i][2 * kk][1]);
+        pf[i][1] = pack2<T>(acc_s[i][2 * kk][2], acc_s[i][2 * kk][3]);
+        pf[i][2] = pack2<T>(acc_s[i][2 * kk + 1][0], acc_s[i][2 * kk + 1][1]);
+        pf[i][3] = pack2<T>(acc_s[i][2 * kk + 1][2], acc_s[i][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int t = 0; t < VT; t += 2) {
+        u32 vf[4];
+        const int mi = lane / 8;
+        const int r = key0 + kk * 16 + (lane % 8) + 8 * (mi % 2);
+        ldmatrix_x4_trans(vf, s_v + VTile::offset(r, t + mi / 2));
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          mma_16816<T>(acc_o[i][t], pf[i], vf[0], vf[1]);
+          mma_16816<T>(acc_o[i][t + 1], pf[i], vf[2], vf[3]);
+        }
+      }
+    }
+  }
+
+  /// score_mod, mask and online_fwd for this warp's keys of one block, then
+  /// the o rescale; as FwdSm80::step, with each row's own head and q_idx.
+  template <bool kFull>
+  __device__ static __forceinline__ void
+  step(const typename Variant::Inputs &in, int seq_kv, float (&acc_s)[MT][NT][4],
+       typename DecodeScoreFrag<MT, NT, kFull, false>::ActWord (&act)[2 * MT],
+       float (&acc_o)[MT][VT][4], State (&st)[2 * MT], u32 &seen, int b,
+       const int (&qidx)[2 * MT], const int (&hrow)[2 * MT], int col0, int tq) {
+    constexpr bool kInf = !kFull && Variant::kScoreScaleFolded;
+    DecodeScoreFrag<MT, NT, kFull, kInf> f{acc_s, act, qidx, col0, tq};
+    u32 row_any = 0;
+#pragma unroll
+    for (int r = 0; r < 2 * MT; ++r) {
+      const int qi = f.row(r), h = hrow[r];
+#pragma unroll
+      for (int c = 0; c < 2 * NT; ++c) {
+        const int ki = f.col(c);
+        if constexpr (!Variant::kScoreScaleFolded)
+          f.at(r, c) = Variant::score_mod(in, f.at(r, c), b, h, qi, ki);
+        if constexpr (kInf) {
+          const bool keep = ki < seq_kv && Variant::mask(in, b, h, qi, ki);
+          f.at(r, c) = keep ? f.at(r, c) : -__int_as_float(0x7f800000);
+          row_any |= u32(keep) << r;
+        } else if constexpr (!kFull) {
+          act[r] = (c == 0 ? 0 : act[r]) |
+                   (typename DecodeScoreFrag<MT, NT, kFull, kInf>::ActWord(
+                        ki < seq_kv && Variant::mask(in, b, h, qi, ki))
+                    << c);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2 * MT; ++r) {
+      const int h = hrow[r];
+      float o_scale = 1.f;
+      bool any = true;
+      if constexpr (kInf)
+        any = quad_any((row_any >> r) & 1);
+      else if constexpr (!kFull)
+        any = quad_any(act[r] != 0);
+      if constexpr (kInf) {
+        const State old = st[r];
+        Variant::online_fwd_folded(in, st[r], f, r, b, h, o_scale);
+        if (!any) {
+          st[r] = old;
+          o_scale = 1.f;
+#pragma unroll
+          for (int c = 0; c < 2 * NT; ++c)
+            f.at(r, c) = 0.f;
+        }
+        seen |= u32(any) << r;
+      } else if (any) {
+        if constexpr (Variant::kScoreScaleFolded)
+          Variant::online_fwd_folded(in, st[r], f, r, b, h, o_scale);
+        else
+          Variant::online_fwd(in, st[r], f, r, b, h, o_scale);
+        seen |= 1u << r;
+      } else {
+#pragma unroll
+        for (int c = 0; c < 2 * NT; ++c)
+          f.at(r, c) = 0.f;
+      }
+      if constexpr (!Variant::kOScaleIsOne) {
+#pragma unroll
+        for (int t = 0; t < VT; ++t) {
+          acc_o[r >> 1][t][(r & 1) * 2] *= o_scale;
+          acc_o[r >> 1][t][(r & 1) * 2 + 1] *= o_scale;
+        }
+      }
+    }
+  }
+};
+
+/// attnc_decode_merge: one CTA per query row (b, h, i), kDV / 2 threads of
+/// two columns each: the splits' states merged in order by Merge's rule
+/// (a part that met no unmasked key is skipped), then the epilogue.
+template <class Variant, class Merge, class T, int kDV>
+__device__ void decode_merge(const DecodeArgs &a, const typename Variant::Inputs &in) {
+  static_assert(Merge::kKind != 0, "a definition without a merge never splits");
+  const long long row = blockIdx.x;
+  const long long plane = (long long)a.batch * a.heads * a.seq_q;
+  const int qi = int(row % a.seq_q);
+  const int h = int((row / a.seq_q) % a.heads);
+  const int b = int(row / ((long long)a.seq_q * a.heads));
+  const int c = 2 * threadIdx.x;
+  typename Variant::RowState st;
+  Variant::init(st);
+  bool seen = false;
+  DecodeOutPair of{{0.f, 0.f}};
+  for (int s = 0; s < a.splits; ++s) {
+    const float *ps = a.part_st + (s * plane + row) * kDecodeStateFloats;
+    if (ps[kDecodeStateFloats - 1] == 0.f)
+      continue;
+    typename Variant::RowState part;
+    Merge::load(part, ps);
+    const float2 po =
+        *reinterpret_cast<const float2 *>(a.part_o + (s * plane + row) * kDV + c);
+    float fa = 0.f, fb = 1.f;
+    if (seen)
+      Merge::merge(st, part, fa, fb);
+    else
+      st = part;
+    seen = true;
+    of.v[0] = fa * of.v[0] + fb * po.x;
+    of.v[1] = fa * of.v[1] + fb * po.y;
+  }
+  float finals[Variant::kNumFinals > 0 ? Variant::kNumFinals : 1];
+  if (seen) {
+    Variant::epilogue(in, st, of, 0, b, h, qi, finals);
+  } else {
+    of.v[0] = of.v[1] = 0.f;
+#pragma unroll
+    for (int f = 0; f < Variant::kNumFinals; ++f)
+      finals[f] = -__int_as_float(0x7f800000);
+  }
+  unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb + h * a.o_sh +
+                      qi * a.o_ss;
+  *reinterpret_cast<u32 *>(o + c) = pack2<T>(of.v[0], of.v[1]);
+  if (threadIdx.x == 0)
+#pragma unroll
+    for (int f = 0; f < Variant::kNumFinals; ++f)
+      a.finals[f * plane + row] = finals[f];
+}
+
+} // namespace attnc
+
+#endif

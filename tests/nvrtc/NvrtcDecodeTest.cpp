@@ -1,0 +1,202 @@
+// The decode skeleton without a GPU: its configuration strings, the merge
+// struct generated from each merge kind, NVRTC compiles of every
+// transformer example for sm_80 and sm_90a (f16 and bf16), and the
+// selector's short-query rule and split heuristic.
+#include "ExampleRegistry.h"
+#include "NvrtcPtx.h"
+
+#include "attn/Error.h"
+#include "attn/Pipeline.h"
+#include "attn/codegen/DecodeCodegen.h"
+#include "attn/runtime/Compiler.h"
+#include "attn/runtime/Errors.h"
+#include "attn/runtime/Selector.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+
+using namespace attn;
+using namespace attn::nvrtctest;
+using analysis::MergeKind;
+using codegen::DecodeConfig;
+using codegen::KernelSpec;
+
+namespace {
+
+KernelSpec spec(DType T, int D, int DV, GpuArch Arch) {
+  KernelSpec S;
+  S.Dtype = T;
+  S.HeadDim = D;
+  S.HeadDimV = DV;
+  S.Arch = Arch;
+  return S;
+}
+
+/// f16 on sm_80 and bf16 on sm_90a at d128 (default configuration) to
+/// CUBIN, with the entries the merge kind calls for; the PTX of one has the
+/// tensor-core instructions and, with a merge, the merge kernel.
+void compileDecode(const std::string &Name) {
+  CompiledDefinition Def = compile(testsupport::registry().get(Name));
+  MergeKind M = analysis::analyzeMerge(*Def.Graph).Kind;
+  for (auto [T, Arch] : {std::pair{DType::F16, GpuArch::Sm80},
+                         std::pair{DType::BF16, GpuArch::Sm90a}}) {
+    KernelSpec S = spec(T, 128, 128, Arch);
+    codegen::KernelSource Src =
+        codegen::generateDecode(Def, S, DecodeConfig::defaultFor(128, 128, Arch));
+    INFO("kernel " << Src.Key);
+    CHECK(Src.Entries.size() == (M == MergeKind::None ? 1u : 2u));
+    runtime::CompiledCubin C;
+    try {
+      C = runtime::compileToCubin(Src);
+    } catch (const CompileError &E) {
+      FAIL_CHECK(E.what());
+      continue;
+    }
+    CHECK(C.Cubin.size() > 4);
+    CHECK(std::memcmp(C.Cubin.data(), "\x7f" "ELF", 4) == 0);
+    if (Arch == GpuArch::Sm80) {
+      std::string Ptx = compileToPtx(Src);
+      CHECK(has(Ptx, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
+      CHECK(has(Ptx, ".entry attnc_decode("));
+      CHECK(has(Ptx, ".entry attnc_decode_merge(") == (M != MergeKind::None));
+    }
+  }
+}
+
+} // namespace
+
+TEST_CASE("decode: configuration strings", "[decode]") {
+  DecodeConfig C = DecodeConfig::parse("dec.m32n128w4s2");
+  CHECK(C == DecodeConfig{32, 128, 4, 2});
+  CHECK(C.str() == "dec.m32n128w4s2");
+  for (const char *Bad : {"dec.m16n64w4", "m16n64w4s3", "dec.m16n64w4s3x"})
+    CHECK_THROWS_WITH(DecodeConfig::parse(Bad),
+                      "config '" + std::string(Bad) +
+                          "': expected dec.m<rows>n<block N>w<warps>s<stages>, "
+                          "e.g. dec.m16n64w4s3");
+  CHECK(DecodeConfig{48, 64, 4, 3}.structuralError() ==
+        "config dec.m48n64w4s3: rows per CTA must be 16 or 32");
+  CHECK(DecodeConfig{16, 32, 4, 3}.structuralError() ==
+        "config dec.m16n32w4s3: block N must be a multiple of 16 x warps "
+        "(64), at most 256");
+  CHECK(DecodeConfig{16, 64, 3, 3}.structuralError() ==
+        "config dec.m16n64w3s3: warps must be 1, 2, 4 or 8");
+  CHECK(DecodeConfig{16, 64, 4, 5}.structuralError() ==
+        "config dec.m16n64w4s5: stages must be 2, 3 or 4");
+  for (const DecodeConfig &E : DecodeConfig::enumerate())
+    CHECK(E.structuralError().empty());
+  CHECK(DecodeConfig::enumerate().size() == 24);
+  // d256 does not fit three stages of 64 keys on sm_80 (163 KiB).
+  CHECK(DecodeConfig::defaultFor(128, 128, GpuArch::Sm80).Stages == 3);
+  CHECK(DecodeConfig::defaultFor(256, 256, GpuArch::Sm80).Stages == 2);
+  CHECK(codegen::decodeConfigError(spec(DType::F16, 96, 96, GpuArch::Sm80),
+                                   DecodeConfig{}) ==
+        "head_dim 96 is not supported by decode_sm80; expected 64, 128, 192 "
+        "or 256");
+  CHECK(codegen::decodeConfigError(spec(DType::F16, 256, 256, GpuArch::Sm80),
+                                   DecodeConfig{16, 128, 4, 4}) ==
+        "config dec.m16n128w4s4 needs 532480 bytes of shared memory for "
+        "d256/256; sm_80 has 166912");
+}
+
+TEST_CASE("decode: the merge struct follows the merge kind", "[decode]") {
+  auto MergeOf = [](const char *Name) {
+    CompiledDefinition Def = compile(testsupport::registry().get(Name));
+    return codegen::decodeMergeStruct(*Def.Graph,
+                                      analysis::analyzeMerge(*Def.Graph));
+  };
+  std::string Lse = MergeOf("mha");
+  CHECK(has(Lse, "static constexpr int kKind = 2; // log-sum-exp"));
+  CHECK(has(Lse, "const float m = fmaxf(a.rs_0_m, b.rs_0_m);"));
+  CHECK(has(Lse, "a.rs_1_r = fa * a.rs_1_r + fb * b.rs_1_r;"));
+  std::string Sum = MergeOf("sigmoid_attn");
+  CHECK(has(Sum, "static constexpr int kKind = 1; // sum"));
+  CHECK(has(Sum, "static constexpr int kNumRowscales = 0;"));
+  std::string None = MergeOf("retention");
+  CHECK(has(None, "static constexpr int kKind = 0; // none"));
+  CHECK(has(None, "st.rs_0_r_raw = src[0];"));
+}
+
+TEST_CASE("decode: the short-query rule and the split", "[decode]") {
+  CompiledDefinition Def = compile(testsupport::registry().get("mha"));
+  runtime::KernelTarget T = runtime::KernelTarget::of(
+      Def, runtime::Direction::Forward, DType::F16, 128, 128, GpuArch::Sm90a);
+  runtime::KernelPolicy None;
+  for (int64_t Sq : {1, 4, 16}) {
+    std::optional<runtime::KernelChoice> C =
+        runtime::decodeChoice(T, None, Sq, /*Packed=*/false);
+    REQUIRE(C);
+    CHECK(C->str() == "decode_sm80 dec.m16n64w4s3 (default)");
+  }
+  CHECK(!runtime::decodeChoice(T, None, 17, false));
+  CHECK(!runtime::decodeChoice(T, None, 1, /*Packed=*/true));
+  // A named skeleton or configuration is kept.
+  CHECK(!runtime::decodeChoice(
+      T, runtime::KernelPolicy::parse(T, "fwd_sm80", ""), 1, false));
+  CHECK(!runtime::decodeChoice(
+      T, runtime::KernelPolicy::parse(T, "", "m64n64w4s2"), 1, false));
+  // Named, it is the choice made without a shape; never by default.
+  CHECK(runtime::chooseWithoutShape(
+            T, runtime::KernelPolicy::parse(T, "decode_sm80", ""))
+            .str() == "decode_sm80 dec.m16n64w4s3 (default)");
+  CHECK(runtime::chooseWithoutShape(
+            T, runtime::KernelPolicy::parse(T, "", "dec.m32n64w4s2"))
+            .str() == "decode_sm80 dec.m32n64w4s2 (named)");
+  CHECK(runtime::chooseWithoutShape(T, None).Skel->name() == "fwd_sm90");
+
+  using runtime::decodeSplit;
+  using runtime::DecodeSplit;
+  // batch 1, 8 KV heads, 32k keys on 132 SMs: 33 wanted, 16 blocks each.
+  CHECK(decodeSplit(8, 32768, 64, 132, MergeKind::LogSumExp) ==
+        DecodeSplit{32, 16});
+  // 64 CTAs: four splits fill one wave of two CTAs per SM (five would
+  // start a second, mostly idle one).
+  CHECK(decodeSplit(64, 32768, 64, 132, MergeKind::LogSumExp) ==
+        DecodeSplit{4, 128});
+  // A wave's worth of CTAs already: no split.
+  CHECK(decodeSplit(256, 8192, 64, 132, MergeKind::Sum) == DecodeSplit{1, 128});
+  CHECK(decodeSplit(1024, 8192, 64, 132, MergeKind::Sum) ==
+        DecodeSplit{1, 128});
+  // Short rows keep at least four blocks a split.
+  CHECK(decodeSplit(8, 1024, 64, 132, MergeKind::LogSumExp) ==
+        DecodeSplit{4, 4});
+  CHECK(decodeSplit(8, 100, 64, 132, MergeKind::LogSumExp) ==
+        DecodeSplit{1, 2});
+  // No merge, no split; no keys, one empty split.
+  CHECK(decodeSplit(8, 32768, 64, 132, MergeKind::None) ==
+        DecodeSplit{1, 512});
+  CHECK(decodeSplit(8, 0, 64, 132, MergeKind::LogSumExp) == DecodeSplit{1, 1});
+  // At most DecodeMaxSplits.
+  CHECK(decodeSplit(1, 1 << 20, 64, 132, MergeKind::Sum).Splits == 128);
+}
+
+TEST_CASE("decode: mha compiles", "[decode][nvrtc]") { compileDecode("mha"); }
+TEST_CASE("decode: sigmoid_attn compiles", "[decode][nvrtc]") {
+  compileDecode("sigmoid_attn");
+}
+TEST_CASE("decode: relu_attn compiles", "[decode][nvrtc]") {
+  compileDecode("relu_attn");
+}
+TEST_CASE("decode: retention compiles", "[decode][nvrtc]") {
+  compileDecode("retention");
+}
+TEST_CASE("decode: alibi_learnable compiles", "[decode][nvrtc]") {
+  compileDecode("alibi_learnable");
+}
+TEST_CASE("decode: softcap_learnable compiles", "[decode][nvrtc]") {
+  compileDecode("softcap_learnable");
+}
+TEST_CASE("decode: mha_document_ids compiles", "[decode][nvrtc]") {
+  compileDecode("mha_document_ids");
+}
+TEST_CASE("decode: mha_prefix_lm compiles", "[decode][nvrtc]") {
+  compileDecode("mha_prefix_lm");
+}
+TEST_CASE("decode: mha_sliding_window compiles", "[decode][nvrtc]") {
+  compileDecode("mha_sliding_window");
+}
+TEST_CASE("decode: mha_document compiles", "[decode][nvrtc]") {
+  compileDecode("mha_document");
+}
