@@ -24,3 +24,8 @@ __all__ = [
     "example",
     "examples",
 ]
+
+# The runtime half: attention objects called on device tensors.
+from ._attention import Attention, InputInfo, current_stream  # noqa: E402
+
+__all__ += ["Attention", "InputInfo", "current_stream"]
