@@ -8,7 +8,8 @@ import sys
 from typing import NamedTuple
 
 from . import _lib
-from ._tensors import BF16, F16, F32, I32, CTensor, Pack, view
+from ._tensors import (BF16, F16, I32, INPUT_SIZE, NAMED_SIZE, TENSOR_SIZE,
+                       CTensor, pack, view)
 
 _SHAPE_NAMES = ("scalar", "per_head", "per_row", "per_key", "full",
                 "per_query_token", "per_key_token")
@@ -61,6 +62,15 @@ class _Varlen(ctypes.Structure):
     ]
 
 
+# The calls write these structs with struct (_tensors.pack); ctypes' layout
+# of the same declarations must agree.
+if ((ctypes.sizeof(CTensor), ctypes.sizeof(_Input), _Input.tensor.offset,
+     ctypes.sizeof(_NamedTensor), _NamedTensor.tensor.offset)
+        != (TENSOR_SIZE, INPUT_SIZE, 24, NAMED_SIZE, 8)):
+    raise ImportError("attnc: the C structs' layout is not the one "
+                      "_tensors.pack writes")
+
+
 class _InputInfo(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char_p),
@@ -102,7 +112,12 @@ def current_stream() -> int:
     default stream)."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
-        return torch.cuda.current_stream().cuda_stream
+        # The raw handle without a Stream object (a few microseconds less);
+        # attnc runs on device 0 (runtime/lib/CudaDriver.cpp).
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return raw(0)
+        return torch.cuda.current_stream(0).cuda_stream
     return 0
 
 
@@ -178,7 +193,11 @@ class Attention:
         self.head_dim_v = sig.head_dim_v
         self.inputs = self._read_inputs()
         self._decl = {i.name: i for i in self.inputs}
-        self._names = {i.name: i.name.encode() for i in self.inputs}
+        # The declared names as C strings, made once (calls pass addresses).
+        self._name_text = [ctypes.create_string_buffer(i.name.encode())
+                           for i in self.inputs]
+        self._name_at = {i.name: ctypes.addressof(t)
+                         for i, t in zip(self.inputs, self._name_text)}
         self.final_names = self._read_finals()
         code = ctypes.c_int32()
         _lib.check(_arch(self._handle, ctypes.byref(code)))
@@ -219,50 +238,48 @@ class Attention:
 
     # -- calls -------------------------------------------------------------
 
-    def _inputs(self, where, inputs, stream, views):
-        """The _Input array for inputs (name -> number or tensor); tensor
-        inputs' views are appended to views (laid out by Pack later)."""
+    def _name(self, name, keep):
+        """The address of name's NUL-terminated bytes (the declared names'
+        live as long as the object; others as long as keep)."""
+        address = self._name_at.get(name)
+        if address is None:
+            text = ctypes.create_string_buffer(str(name).encode())
+            keep.append(text)
+            address = ctypes.addressof(text)
+        return address
+
+    def _inputs(self, where, inputs, stream, keep):
+        """The call's attnc_input entries for inputs (name -> number or
+        tensor): a number's kind follows the declaration."""
         if not inputs:
-            return None, 0, []
-        arr = (_Input * len(inputs))()
-        tensors = []
-        for i, (name, value) in enumerate(inputs.items()):
-            entry = arr[i]
-            entry.name = self._names.get(name) or str(name).encode()
+            return ()
+        entries = []
+        for name, value in inputs.items():
+            address = self._name(name, keep)
             decl = self._decl.get(name)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 if decl is not None and decl.shape != "scalar":
                     raise _lib.InvalidArgument(
                         f"{where}: argument 'inputs[{name!r}]': a number for "
                         f"the {decl.shape} input '{name}'; expected a tensor")
-                is_int = decl.dtype == "int32" if decl else isinstance(value, int)
-                if is_int:
-                    entry.kind, entry.i32 = _INPUT_I32, int(value)
+                if (decl.dtype == "int32" if decl is not None
+                        else isinstance(value, int)):
+                    entries.append((address, _INPUT_I32, 0.0, int(value),
+                                    None))
                 else:
-                    entry.kind, entry.f32 = _INPUT_F32, float(value)
+                    entries.append((address, _INPUT_F32, float(value), 0,
+                                    None))
                 continue
-            entry.kind = _INPUT_TENSOR
-            tensors.append((i, len(views)))
-            views.append(view(value, where, f"inputs[{name!r}]", stream))
-        return arr, len(inputs), tensors
+            entries.append((address, _INPUT_TENSOR, 0.0, 0,
+                            view(value, where, f"inputs[{name!r}]", stream)))
+        return entries
 
-    @staticmethod
-    def _place(arr, tensors, pack):
-        """Copies the packed CTensors of tensor inputs into their entries."""
-        for entry, at in tensors:
-            ctypes.memmove(ctypes.addressof(arr[entry].tensor),
-                           pack.address(at), ctypes.sizeof(CTensor))
-
-    def _grads(self, where, grads, stream, views):
+    def _grads(self, where, grads, stream, keep):
         if not grads:
-            return None, 0, []
-        arr = (_NamedTensor * len(grads))()
-        tensors = []
-        for i, (name, value) in enumerate(grads.items()):
-            arr[i].name = self._names.get(name) or str(name).encode()
-            tensors.append((i, len(views)))
-            views.append(view(value, where, f"grads[{name!r}]", stream))
-        return arr, len(grads), tensors
+            return ()
+        return [(self._name(name, keep),
+                 view(value, where, f"grads[{name!r}]", stream))
+                for name, value in grads.items()]
 
     def forward(self, q, k, v, out, finals=None, inputs=None, stream=None):
         """out (and finals, [F,B,H,Sq] float32, the final rowscales named
@@ -270,17 +287,31 @@ class Attention:
         stream, see current_stream)."""
         where = "attnc.Attention.forward"
         s = _stream(stream)
-        views = [view(q, where, "q", s), view(k, where, "k", s),
-                 view(v, where, "v", s), view(out, where, "out", s)]
+        tensors = [view(q, where, "q", s), view(k, where, "k", s),
+                   view(v, where, "v", s), view(out, where, "out", s)]
         if finals is not None:
-            views.append(view(finals, where, "finals", s))
-        arr, n, tensors = self._inputs(where, inputs, s, views)
-        pack = Pack(views)
-        self._place(arr, tensors, pack)
-        a = pack.address
-        _lib.check(_forward(self._handle, a(0), a(1), a(2), a(3),
-                            a(4) if finals is not None else None,
-                            arr, n, s))
+            tensors.append(view(finals, where, "finals", s))
+        keep = []
+        entries = self._inputs(where, inputs, s, keep)
+        buf, base, at_inputs, _ = pack(tensors, entries)
+        _lib.check(_forward(self._handle, base, base + 32, base + 64,
+                            base + 96, base + 128 if finals is not None
+                            else None, at_inputs, len(entries), s))
+
+    def _backward_tensors(self, where, s, q, k, v, out, dout, finals, dq, dk,
+                          dv):
+        """The tensors of a backward and each one's address offset (None for
+        an absent optional one)."""
+        tensors, at = [], []
+        for name, obj in (("q", q), ("k", k), ("v", v), ("out", out),
+                          ("dout", dout), ("finals", finals), ("dq", dq),
+                          ("dk", dk), ("dv", dv)):
+            if obj is None:
+                at.append(None)
+            else:
+                at.append(32 * len(tensors))
+                tensors.append(view(obj, where, name, s))
+        return tensors, at
 
     def backward(self, q, k, v, out, dout, finals, dq, dk, dv, inputs=None,
                  grads=None, stream=None):
@@ -289,35 +320,30 @@ class Attention:
         the variant's backward does not read it."""
         where = "attnc.Attention.backward"
         s = _stream(stream)
-        named = [("q", q), ("k", k), ("v", v), ("dout", dout), ("dq", dq),
-                 ("dk", dk), ("dv", dv), ("out", out), ("finals", finals)]
-        views, index = [], {}
-        for name, obj in named:
-            if obj is not None:
-                index[name] = len(views)
-                views.append(view(obj, where, name, s))
-        arr, n, tensors = self._inputs(where, inputs, s, views)
-        garr, gn, gtensors = self._grads(where, grads, s, views)
-        pack = Pack(views)
-        self._place(arr, tensors, pack)
-        self._place(garr, gtensors, pack)
-        a = lambda name: pack.address(index[name]) if name in index else None
-        _lib.check(_backward(self._handle, a("q"), a("k"), a("v"), a("out"),
-                             a("dout"), a("finals"), a("dq"), a("dk"),
-                             a("dv"), arr, n, garr, gn, s))
+        tensors, at = self._backward_tensors(where, s, q, k, v, out, dout,
+                                             finals, dq, dk, dv)
+        keep = []
+        entries = self._inputs(where, inputs, s, keep)
+        named = self._grads(where, grads, s, keep)
+        buf, base, at_inputs, at_grads = pack(tensors, entries, named)
+        a = [None if x is None else base + x for x in at]
+        _lib.check(_backward(self._handle, *a, at_inputs, len(entries),
+                             at_grads, len(named), s))
 
-    def _varlen(self, where, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
-                max_seqlen_kv, s):
-        batch = _Varlen(max_seqlen_q=int(max_seqlen_q),
-                        max_seqlen_kv=int(max_seqlen_kv))
-        views = [view(cu_seqlens_q, where, "cu_seqlens_q", s),
-                 view(cu_seqlens_kv, where, "cu_seqlens_kv", s)]
-        pack = Pack(views)
-        ctypes.memmove(ctypes.addressof(batch.cu_seqlens_q), pack.address(0),
-                       ctypes.sizeof(CTensor))
-        ctypes.memmove(ctypes.addressof(batch.cu_seqlens_kv), pack.address(1),
-                       ctypes.sizeof(CTensor))
-        return batch, pack
+    @staticmethod
+    def _varlen(cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
+                where, s):
+        """The batch's attnc_varlen (its two tensors packed) and what keeps
+        it alive."""
+        buf, base, _, _ = pack([view(cu_seqlens_q, where, "cu_seqlens_q", s),
+                                view(cu_seqlens_kv, where, "cu_seqlens_kv",
+                                     s)])
+        batch = _Varlen.from_buffer_copy(
+            ctypes.string_at(base, 2 * ctypes.sizeof(CTensor))
+            + bytes(16))
+        batch.max_seqlen_q = int(max_seqlen_q)
+        batch.max_seqlen_kv = int(max_seqlen_kv)
+        return batch, buf
 
     def forward_varlen(self, q, k, v, out, finals, cu_seqlens_q,
                        cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
@@ -327,20 +353,19 @@ class Attention:
         of B+1 entries."""
         where = "attnc.Attention.forward_varlen"
         s = _stream(stream)
-        batch, keep = self._varlen(where, cu_seqlens_q, cu_seqlens_kv,
-                                   max_seqlen_q, max_seqlen_kv, s)
-        views = [view(q, where, "q", s), view(k, where, "k", s),
-                 view(v, where, "v", s), view(out, where, "out", s)]
+        batch, batch_keep = self._varlen(cu_seqlens_q, cu_seqlens_kv,
+                                         max_seqlen_q, max_seqlen_kv, where, s)
+        tensors = [view(q, where, "q", s), view(k, where, "k", s),
+                   view(v, where, "v", s), view(out, where, "out", s)]
         if finals is not None:
-            views.append(view(finals, where, "finals", s))
-        arr, n, tensors = self._inputs(where, inputs, s, views)
-        pack = Pack(views)
-        self._place(arr, tensors, pack)
-        a = pack.address
-        _lib.check(_forward_varlen(self._handle, a(0), a(1), a(2), a(3),
-                                   a(4) if finals is not None else None,
-                                   ctypes.byref(batch), arr, n, s))
-        del keep
+            tensors.append(view(finals, where, "finals", s))
+        keep = [batch_keep]
+        entries = self._inputs(where, inputs, s, keep)
+        buf, base, at_inputs, _ = pack(tensors, entries)
+        _lib.check(_forward_varlen(
+            self._handle, base, base + 32, base + 64, base + 96,
+            base + 128 if finals is not None else None, ctypes.byref(batch),
+            at_inputs, len(entries), s))
 
     def backward_varlen(self, q, k, v, out, dout, finals, dq, dk, dv,
                         cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
@@ -348,23 +373,15 @@ class Attention:
         """The backward of a packed variable-length batch."""
         where = "attnc.Attention.backward_varlen"
         s = _stream(stream)
-        batch, keep = self._varlen(where, cu_seqlens_q, cu_seqlens_kv,
-                                   max_seqlen_q, max_seqlen_kv, s)
-        named = [("q", q), ("k", k), ("v", v), ("dout", dout), ("dq", dq),
-                 ("dk", dk), ("dv", dv), ("out", out), ("finals", finals)]
-        views, index = [], {}
-        for name, obj in named:
-            if obj is not None:
-                index[name] = len(views)
-                views.append(view(obj, where, name, s))
-        arr, n, tensors = self._inputs(where, inputs, s, views)
-        garr, gn, gtensors = self._grads(where, grads, s, views)
-        pack = Pack(views)
-        self._place(arr, tensors, pack)
-        self._place(garr, gtensors, pack)
-        a = lambda name: pack.address(index[name]) if name in index else None
+        batch, batch_keep = self._varlen(cu_seqlens_q, cu_seqlens_kv,
+                                         max_seqlen_q, max_seqlen_kv, where, s)
+        tensors, at = self._backward_tensors(where, s, q, k, v, out, dout,
+                                             finals, dq, dk, dv)
+        keep = [batch_keep]
+        entries = self._inputs(where, inputs, s, keep)
+        named = self._grads(where, grads, s, keep)
+        buf, base, at_inputs, at_grads = pack(tensors, entries, named)
+        a = [None if x is None else base + x for x in at]
         _lib.check(_backward_varlen(
-            self._handle, a("q"), a("k"), a("v"), a("out"), a("dout"),
-            a("finals"), a("dq"), a("dk"), a("dv"), ctypes.byref(batch), arr,
-            n, garr, gn, s))
-        del keep
+            self._handle, *a[:9], ctypes.byref(batch), at_inputs,
+            len(entries), at_grads, len(named), s))

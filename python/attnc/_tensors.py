@@ -4,6 +4,7 @@ __cuda_array_interface__ and DLPack producers, all zero copy."""
 from __future__ import annotations
 
 import ctypes
+import struct
 import sys
 
 from . import _lib
@@ -24,20 +25,9 @@ class CTensor(ctypes.Structure):
     ]
 
 
-class View:
-    """What a call needs of one tensor (and what keeps its memory alive
-    while the call runs: a DLPack capsule, say)."""
-
-    __slots__ = ("data", "dtype", "shape", "strides", "keep")
-
-    def __init__(self, data, dtype, shape, strides, keep=None):
-        self.data = data
-        self.dtype = dtype
-        self.shape = tuple(shape)
-        self.strides = None if strides is None else tuple(strides)
-        self.keep = keep
-
-
+# A tensor as the call packs it: (data, dtype code, shape, strides or None,
+# what keeps the memory alive during the call or None). A tuple, not an
+# object: calls are per-microsecond work (docs/python.md gives the budget).
 _TORCH_DTYPES = None
 
 
@@ -116,7 +106,7 @@ def _from_dlpack(obj, where, argument, stream):
     shape = [t.shape[i] for i in range(t.ndim)]
     strides = None if not t.strides else [t.strides[i] for i in range(t.ndim)]
     data = (t.data or 0) + t.byte_offset
-    return View(data, dtype, shape, strides, keep=capsule)
+    return (data, dtype, shape, strides, capsule)
 
 
 def _from_cai(cai, where, argument):
@@ -134,11 +124,22 @@ def _from_cai(cai, where, argument):
                        f"strides {tuple(strides)} (bytes) are not multiples "
                        f"of the element size {size}")
         strides = [s // size for s in strides]
-    return View(cai["data"][0] or 0, dtype, shape, strides)
+    return (cai["data"][0] or 0, dtype, shape, strides, None)
 
 
-def view(obj, where: str, argument: str, stream: int = 0) -> View:
-    """obj as a View: a torch tensor (read directly), an object with
+def view(obj, where: str, argument: str, stream: int = 0) -> tuple:
+    t = _view(obj, where, argument, stream)
+    if len(t[2]) > MAX_NDIM:
+        raise _bad(where, argument,
+                   f"{len(t[2])} dimensions; at most {MAX_NDIM}")
+    return t
+
+
+MAX_NDIM = 8  # ATTNC_MAX_NDIM
+
+
+def _view(obj, where, argument, stream):
+    """obj as a packed tensor (see above): a torch tensor (read directly), an object with
     __cuda_array_interface__, or a DLPack producer (__dlpack__)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor):
@@ -150,7 +151,7 @@ def view(obj, where: str, argument: str, stream: int = 0) -> View:
             raise _bad(where, argument,
                        f"dtype {obj.dtype} is not float16, bfloat16, float32 "
                        "or int32")
-        return View(obj.data_ptr(), dtype, obj.shape, obj.stride())
+        return (obj.data_ptr(), dtype, obj.shape, obj.stride(), None)
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
         return _from_cai(cai, where, argument)
@@ -161,36 +162,84 @@ def view(obj, where: str, argument: str, stream: int = 0) -> View:
                "with __cuda_array_interface__ or __dlpack__")
 
 
-class Pack:
-    """A call's tensors laid out for C: one CTensor array and one int64 array
-    with every shape and stride, so a call makes two ctypes objects."""
+# The C layouts (attnc_c.h) that pack writes, checked against ctypes' own
+# layout of the same structs when attnc._attention loads.
+TENSOR_SIZE, INPUT_SIZE, NAMED_SIZE = 32, 56, 40
+_TENSOR_FMT = "QiiQQ"   # attnc_tensor
+_INPUT_FMT = "Qifi4x"   # attnc_input up to its tensor (24 bytes)
+_NAMED_FMT = "Q"        # attnc_named_tensor up to its tensor
+_NO_TENSOR_FMT = "32x"
+_BUFFERS = {}
 
-    __slots__ = ("tensors", "dims", "keep", "base")
 
-    def __init__(self, views):
-        numbers = []
-        for v in views:
-            numbers.extend(v.shape)
-            if v.strides is not None:
-                numbers.extend(v.strides)
-        self.dims = (ctypes.c_int64 * max(len(numbers), 1))(*numbers)
-        self.tensors = (CTensor * max(len(views), 1))()
-        self.keep = views
-        dims = ctypes.addressof(self.dims)
-        at = 0
-        for i, v in enumerate(views):
-            t = self.tensors[i]
-            t.data = v.data
-            t.dtype = v.dtype
-            n = len(v.shape)
-            t.ndim = n
-            t.shape = dims + 8 * at
-            at += n
-            if v.strides is not None:
-                t.strides = dims + 8 * at
-                at += n
-        self.base = ctypes.addressof(self.tensors)
+def _buffer(size: int):
+    """A zeroed buffer of at least size bytes (types cached by size class:
+    making a ctypes array type per call would cost more than the call)."""
+    size = (size + 255) & ~255
+    kind = _BUFFERS.get(size)
+    if kind is None:
+        kind = _BUFFERS[size] = ctypes.c_char * size
+    return kind()
 
-    def address(self, i: int) -> int:
-        """The address of the i-th view's CTensor."""
-        return self.base + i * ctypes.sizeof(CTensor)
+
+def _dims(t):
+    return len(t[2]) * (1 if t[3] is None else 2)
+
+
+def pack(tensors, inputs=(), grads=()):
+    """One buffer with the call's C structs, written by one struct.pack_into:
+    the attnc_tensors of tensors, then the attnc_inputs (entries: name
+    address, kind, f32, i32, tensor or None), then the attnc_named_tensors
+    (name address, tensor), then every shape and stride. Returns (buffer,
+    its address, the inputs' address, the grads' address); tensor i's
+    attnc_tensor is at address + 32 * i."""
+    n_dims = 0
+    for t in tensors:
+        n_dims += _dims(t)
+    for entry in inputs:
+        if entry[4] is not None:
+            n_dims += _dims(entry[4])
+    for entry in grads:
+        n_dims += _dims(entry[1])
+    inputs_at = TENSOR_SIZE * len(tensors)
+    grads_at = inputs_at + INPUT_SIZE * len(inputs)
+    dims_at = grads_at + NAMED_SIZE * len(grads)
+    buf = _buffer(dims_at + 8 * n_dims)
+    base = ctypes.addressof(buf)
+    fmt = ["<"]
+    head = []
+    dims = []
+    cursor = base + dims_at
+
+    def put(t):
+        nonlocal cursor
+        shape, strides = t[2], t[3]
+        n = len(shape)
+        shape_at = cursor
+        dims.extend(shape)
+        cursor += 8 * n
+        strides_at = 0
+        if strides is not None:
+            strides_at = cursor
+            dims.extend(strides)
+            cursor += 8 * n
+        fmt.append(_TENSOR_FMT)
+        head.extend((t[0], t[1], n, shape_at, strides_at))
+
+    for t in tensors:
+        put(t)
+    for name, kind, f32, i32, t in inputs:
+        fmt.append(_INPUT_FMT)
+        head.extend((name, kind, f32, i32))
+        if t is None:
+            fmt.append(_NO_TENSOR_FMT)
+        else:
+            put(t)
+    for name, t in grads:
+        fmt.append(_NAMED_FMT)
+        head.append(name)
+        put(t)
+    fmt.append(f"{len(dims)}q")
+    struct.pack_into("".join(fmt), buf, 0, *head, *dims)
+    return (buf, base, base + inputs_at if inputs else None,
+            base + grads_at if grads else None)

@@ -185,6 +185,15 @@ class Calls(unittest.TestCase):
         self.assertIn("argument 'out': __cuda_array_interface__ typestr '<f8'",
                       str(caught.exception))
 
+    def test_too_many_dimensions(self):
+        att = sm80("mha")
+        call = mha_call()
+        call["finals"] = CudaArray((1,) * 9, "<f4")
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            att.forward(**call)
+        self.assertIn("argument 'finals': 9 dimensions; at most 8",
+                      str(caught.exception))
+
     def test_dlpack_tensors(self):
         att = sm80("mha")
         call = mha_call()
