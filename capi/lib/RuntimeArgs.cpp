@@ -137,65 +137,75 @@ runtime::VarlenBatch varlenArg(const ArgContext &C, const attnc_varlen *B) {
   return VB;
 }
 
+namespace {
+
+DType dtypeArg(const ArgContext &C, int32_t Code) {
+  switch (Code) {
+  case ATTNC_DTYPE_F16:
+    return DType::F16;
+  case ATTNC_DTYPE_BF16:
+    return DType::BF16;
+  default:
+    bad(C, "sig.dtype",
+        fmt::format("{} is not ATTNC_DTYPE_F16 (0) or ATTNC_DTYPE_BF16 (1)",
+                    Code));
+  }
+}
+
+Layout layoutArg(const ArgContext &C, int32_t Code) {
+  switch (Code) {
+  case ATTNC_LAYOUT_BSHD:
+    return Layout::BSHD;
+  case ATTNC_LAYOUT_BHSD:
+    return Layout::BHSD;
+  case ATTNC_LAYOUT_THD:
+    return Layout::THD;
+  default:
+    bad(C, "sig.layout",
+        fmt::format("{} is not an attnc_layout (0 bshd, 1 bhsd, 2 thd)",
+                    Code));
+  }
+}
+
+std::optional<GpuArch> archArg(const ArgContext &C, int32_t Code) {
+  switch (Code) {
+  case ATTNC_ARCH_CURRENT:
+    return std::nullopt;
+  case ATTNC_ARCH_SM80:
+    return GpuArch::Sm80;
+  case ATTNC_ARCH_SM86:
+    return GpuArch::Sm86;
+  case ATTNC_ARCH_SM89:
+    return GpuArch::Sm89;
+  case ATTNC_ARCH_SM90A:
+    return GpuArch::Sm90a;
+  default:
+    bad(C, "sig.arch",
+        fmt::format("{} is not an attnc_arch (0 current, 80, 86, 89, 90)",
+                    Code));
+  }
+}
+
+/// The runtime checks head dims against what the skeletons run; here only
+/// what no signature could mean.
+void headDimsArg(const ArgContext &C, int32_t D, int32_t DV) {
+  if (D <= 0)
+    bad(C, "sig.head_dim", fmt::format("{} is not positive", D));
+  if (DV <= 0)
+    bad(C, "sig.head_dim_v", fmt::format("{} is not positive", DV));
+}
+
+} // namespace
+
 runtime::Signature signatureArg(const ArgContext &C,
                                 const attnc_signature *S) {
   if (!S)
     bad(C, "sig", "is NULL");
   runtime::Signature Sig;
-  switch (S->dtype) {
-  case ATTNC_DTYPE_F16:
-    Sig.Dtype = DType::F16;
-    break;
-  case ATTNC_DTYPE_BF16:
-    Sig.Dtype = DType::BF16;
-    break;
-  default:
-    bad(C, "sig.dtype",
-        fmt::format("{} is not ATTNC_DTYPE_F16 (0) or ATTNC_DTYPE_BF16 (1)",
-                    S->dtype));
-  }
-  switch (S->layout) {
-  case ATTNC_LAYOUT_BSHD:
-    Sig.TensorLayout = Layout::BSHD;
-    break;
-  case ATTNC_LAYOUT_BHSD:
-    Sig.TensorLayout = Layout::BHSD;
-    break;
-  case ATTNC_LAYOUT_THD:
-    Sig.TensorLayout = Layout::THD;
-    break;
-  default:
-    bad(C, "sig.layout",
-        fmt::format("{} is not an attnc_layout (0 bshd, 1 bhsd, 2 thd)",
-                    S->layout));
-  }
-  switch (S->arch) {
-  case ATTNC_ARCH_CURRENT:
-    break;
-  case ATTNC_ARCH_SM80:
-    Sig.Arch = GpuArch::Sm80;
-    break;
-  case ATTNC_ARCH_SM86:
-    Sig.Arch = GpuArch::Sm86;
-    break;
-  case ATTNC_ARCH_SM89:
-    Sig.Arch = GpuArch::Sm89;
-    break;
-  case ATTNC_ARCH_SM90A:
-    Sig.Arch = GpuArch::Sm90a;
-    break;
-  default:
-    bad(C, "sig.arch",
-        fmt::format("{} is not an attnc_arch (0 current, 80, 86, 89, 90)",
-                    S->arch));
-  }
-  // The runtime checks the head dims against what the skeletons run; here
-  // only what no signature could mean.
-  if (S->head_dim <= 0)
-    bad(C, "sig.head_dim", fmt::format("{} is not positive", S->head_dim));
-  if (S->head_dim_v <= 0)
-    bad(C, "sig.head_dim_v",
-        fmt::format("{} is not positive", S->head_dim_v));
+  Sig.Dtype = dtypeArg(C, S->dtype);
+  Sig.TensorLayout = layoutArg(C, S->layout);
+  Sig.Arch = archArg(C, S->arch);
+  headDimsArg(C, S->head_dim, S->head_dim_v);
   Sig.HeadDim = S->head_dim;
   Sig.HeadDimV = S->head_dim_v;
   Sig.NeedsBackward = S->needs_backward != 0;
@@ -206,6 +216,58 @@ runtime::Signature signatureArg(const ArgContext &C,
   Sig.Tune = S->tune != 0;
   Sig.Backend = text(S->backend);
   return Sig;
+}
+
+runtime::LinearSignature linearSignatureArg(const ArgContext &C,
+                                            const attnc_linear_signature *S) {
+  if (!S)
+    bad(C, "sig", "is NULL");
+  runtime::LinearSignature Sig;
+  Sig.Dtype = dtypeArg(C, S->dtype);
+  Sig.TensorLayout = layoutArg(C, S->layout);
+  Sig.Arch = archArg(C, S->arch);
+  headDimsArg(C, S->head_dim, S->head_dim_v);
+  Sig.HeadDim = S->head_dim;
+  Sig.HeadDimV = S->head_dim_v;
+  Sig.Skeleton = text(S->skeleton);
+  Sig.Config = text(S->config);
+  Sig.TuneFile = text(S->tune_file);
+  Sig.Tune = S->tune != 0;
+  return Sig;
+}
+
+void inputInfo(const ir::InputDecl &D, attnc_input_info &Info) {
+  Info.name = D.Name.c_str();
+  Info.shape = shapeCode(D.Shape);
+  Info.dtype = D.Elem == ir::InputType::I32 ? ATTNC_DTYPE_I32 : ATTNC_DTYPE_F32;
+  Info.requires_grad = D.RequiresGrad ? 1 : 0;
+}
+
+attnc_input_shape shapeCode(ir::InputShape S) {
+  switch (S) {
+  case ir::InputShape::Scalar:
+    return ATTNC_SHAPE_SCALAR;
+  case ir::InputShape::PerHead:
+    return ATTNC_SHAPE_PER_HEAD;
+  case ir::InputShape::PerRow:
+    return ATTNC_SHAPE_PER_ROW;
+  case ir::InputShape::PerKey:
+    return ATTNC_SHAPE_PER_KEY;
+  case ir::InputShape::Full:
+    return ATTNC_SHAPE_FULL;
+  case ir::InputShape::PerQueryToken:
+    return ATTNC_SHAPE_PER_QUERY_TOKEN;
+  case ir::InputShape::PerKeyToken:
+    return ATTNC_SHAPE_PER_KEY_TOKEN;
+  }
+  throw InternalError("shapeCode: an unknown InputShape");
+}
+
+void requireIndex(const ArgContext &C, size_t Index, size_t Count) {
+  if (Index >= Count)
+    throw InvalidArgument(fmt::format(
+        "{}: argument 'index': {} is out of range (the object has {})",
+        C.Function, Index, Count));
 }
 
 int32_t archCode(GpuArch A) {

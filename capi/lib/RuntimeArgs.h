@@ -36,6 +36,16 @@ runtime::VarlenBatch varlenArg(const ArgContext &C, const attnc_varlen *B);
 runtime::Signature signatureArg(const ArgContext &C,
                                 const attnc_signature *S);
 
+/// The same for a linear-attention signature.
+runtime::LinearSignature linearSignatureArg(const ArgContext &C,
+                                            const attnc_linear_signature *S);
+
+/// \p D as an attnc_input_info (its name stays \p D's).
+void inputInfo(const ir::InputDecl &D, attnc_input_info &Info);
+attnc_input_shape shapeCode(ir::InputShape S);
+/// InvalidArgument naming 'index' unless \p Index < \p Count.
+void requireIndex(const ArgContext &C, size_t Index, size_t Count);
+
 /// attnc_arch of a GpuArch.
 int32_t archCode(GpuArch A);
 

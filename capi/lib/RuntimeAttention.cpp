@@ -27,35 +27,8 @@ attentionArg(const ArgContext &C, const attnc_attention *A) {
   return *A->Att;
 }
 
-attnc_input_shape shapeCode(ir::InputShape S) {
-  switch (S) {
-  case ir::InputShape::Scalar:
-    return ATTNC_SHAPE_SCALAR;
-  case ir::InputShape::PerHead:
-    return ATTNC_SHAPE_PER_HEAD;
-  case ir::InputShape::PerRow:
-    return ATTNC_SHAPE_PER_ROW;
-  case ir::InputShape::PerKey:
-    return ATTNC_SHAPE_PER_KEY;
-  case ir::InputShape::Full:
-    return ATTNC_SHAPE_FULL;
-  case ir::InputShape::PerQueryToken:
-    return ATTNC_SHAPE_PER_QUERY_TOKEN;
-  case ir::InputShape::PerKeyToken:
-    return ATTNC_SHAPE_PER_KEY_TOKEN;
-  }
-  throw InternalError("shapeCode: an unknown InputShape");
-}
-
 const std::vector<ir::InputDecl> &decls(const runtime::Attention &A) {
   return A.definition().Graph->decls().Inputs;
-}
-
-void requireIndex(const ArgContext &C, size_t Index, size_t Count) {
-  if (Index >= Count)
-    throw InvalidArgument(fmt::format(
-        "{}: argument 'index': {} is out of range (the attention has {})",
-        C.Function, Index, Count));
 }
 
 /// The pointer of an optional view, for the runtime's optional arguments.
@@ -101,12 +74,7 @@ attnc_status attnc_attention_input_info(const attnc_attention *att,
     const runtime::Attention &A = attentionArg(C, att);
     requireNonNull(info, C.Function, "info");
     requireIndex(C, index, decls(A).size());
-    const ir::InputDecl &D = decls(A)[index];
-    info->name = D.Name.c_str();
-    info->shape = shapeCode(D.Shape);
-    info->dtype =
-        D.Elem == ir::InputType::I32 ? ATTNC_DTYPE_I32 : ATTNC_DTYPE_F32;
-    info->requires_grad = D.RequiresGrad ? 1 : 0;
+    inputInfo(decls(A)[index], *info);
   });
 }
 

@@ -29,3 +29,6 @@ __all__ = [
 from ._attention import Attention, InputInfo, current_stream  # noqa: E402
 
 __all__ += ["Attention", "InputInfo", "current_stream"]
+from ._linear import LinearAttention  # noqa: E402
+
+__all__ += ["LinearAttention"]

@@ -136,13 +136,73 @@ def _stream(stream) -> int:
         "or None")
 
 
-def _dtype_code(dtype) -> int:
+def _dtype_code(dtype, where="attnc.Attention") -> int:
     code = _DTYPES.get(str(dtype))
     if code is None:
         raise _lib.InvalidArgument(
-            f"attnc.Attention: argument 'dtype': {dtype!r} is not float16 or "
+            f"{where}: argument 'dtype': {dtype!r} is not float16 or "
             "bfloat16")
     return code
+
+
+def _read_inputs(handle, count_fn, info_fn):
+    """The custom inputs an object's definition declares."""
+    count = ctypes.c_size_t()
+    _lib.check(count_fn(handle, ctypes.byref(count)))
+    infos = []
+    for i in range(count.value):
+        info = _InputInfo()
+        _lib.check(info_fn(handle, i, ctypes.byref(info)))
+        infos.append(InputInfo(
+            info.name.decode(), _SHAPE_NAMES[info.shape],
+            "int32" if info.dtype == I32 else "float32",
+            bool(info.requires_grad)))
+    return tuple(infos)
+
+
+def _name_address(obj, name, keep):
+    """The address of name's NUL-terminated bytes (obj's declared names
+    live as long as obj; others as long as keep)."""
+    address = obj._name_at.get(name)
+    if address is None:
+        text = ctypes.create_string_buffer(str(name).encode())
+        keep.append(text)
+        address = ctypes.addressof(text)
+    return address
+
+
+def input_entries(obj, where, inputs, stream, keep):
+    """The call's attnc_input entries (see _tensors.pack) for inputs (name
+    -> number or tensor): a number's kind follows obj's declaration."""
+    if not inputs:
+        return ()
+    entries = []
+    for name, value in inputs.items():
+        address = _name_address(obj, name, keep)
+        decl = obj._decl.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if decl is not None and decl.shape != "scalar":
+                raise _lib.InvalidArgument(
+                    f"{where}: argument 'inputs[{name!r}]': a number for "
+                    f"the {decl.shape} input '{name}'; expected a tensor")
+            if (decl.dtype == "int32" if decl is not None
+                    else isinstance(value, int)):
+                entries.append((address, _INPUT_I32, 0.0, int(value), None))
+            else:
+                entries.append((address, _INPUT_F32, float(value), 0, None))
+            continue
+        entries.append((address, _INPUT_TENSOR, 0.0, 0,
+                        view(value, where, f"inputs[{name!r}]", stream)))
+    return entries
+
+
+def grad_entries(obj, where, grads, stream, keep):
+    """The call's attnc_named_tensor entries for grads (name -> tensor)."""
+    if not grads:
+        return ()
+    return [(_name_address(obj, name, keep),
+             view(value, where, f"grads[{name!r}]", stream))
+            for name, value in grads.items()]
 
 
 def _text(value):
@@ -191,7 +251,7 @@ class Attention:
         self.layout = layout
         self.head_dim = int(head_dim)
         self.head_dim_v = sig.head_dim_v
-        self.inputs = self._read_inputs()
+        self.inputs = _read_inputs(self._handle, _input_count, _input_info)
         self._decl = {i.name: i for i in self.inputs}
         # The declared names as C strings, made once (calls pass addresses).
         self._name_text = [ctypes.create_string_buffer(i.name.encode())
@@ -202,19 +262,6 @@ class Attention:
         code = ctypes.c_int32()
         _lib.check(_arch(self._handle, ctypes.byref(code)))
         self.arch = _ARCH_NAMES[code.value]
-
-    def _read_inputs(self):
-        count = ctypes.c_size_t()
-        _lib.check(_input_count(self._handle, ctypes.byref(count)))
-        infos = []
-        for i in range(count.value):
-            info = _InputInfo()
-            _lib.check(_input_info(self._handle, i, ctypes.byref(info)))
-            infos.append(InputInfo(
-                info.name.decode(), _SHAPE_NAMES[info.shape],
-                "int32" if info.dtype == I32 else "float32",
-                bool(info.requires_grad)))
-        return tuple(infos)
 
     def _read_finals(self):
         count = ctypes.c_size_t()
@@ -238,49 +285,6 @@ class Attention:
 
     # -- calls -------------------------------------------------------------
 
-    def _name(self, name, keep):
-        """The address of name's NUL-terminated bytes (the declared names'
-        live as long as the object; others as long as keep)."""
-        address = self._name_at.get(name)
-        if address is None:
-            text = ctypes.create_string_buffer(str(name).encode())
-            keep.append(text)
-            address = ctypes.addressof(text)
-        return address
-
-    def _inputs(self, where, inputs, stream, keep):
-        """The call's attnc_input entries for inputs (name -> number or
-        tensor): a number's kind follows the declaration."""
-        if not inputs:
-            return ()
-        entries = []
-        for name, value in inputs.items():
-            address = self._name(name, keep)
-            decl = self._decl.get(name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                if decl is not None and decl.shape != "scalar":
-                    raise _lib.InvalidArgument(
-                        f"{where}: argument 'inputs[{name!r}]': a number for "
-                        f"the {decl.shape} input '{name}'; expected a tensor")
-                if (decl.dtype == "int32" if decl is not None
-                        else isinstance(value, int)):
-                    entries.append((address, _INPUT_I32, 0.0, int(value),
-                                    None))
-                else:
-                    entries.append((address, _INPUT_F32, float(value), 0,
-                                    None))
-                continue
-            entries.append((address, _INPUT_TENSOR, 0.0, 0,
-                            view(value, where, f"inputs[{name!r}]", stream)))
-        return entries
-
-    def _grads(self, where, grads, stream, keep):
-        if not grads:
-            return ()
-        return [(self._name(name, keep),
-                 view(value, where, f"grads[{name!r}]", stream))
-                for name, value in grads.items()]
-
     def forward(self, q, k, v, out, finals=None, inputs=None, stream=None):
         """out (and finals, [F,B,H,Sq] float32, the final rowscales named
         by final_names) = attention(q, k, v) on stream (None: the current
@@ -292,7 +296,7 @@ class Attention:
         if finals is not None:
             tensors.append(view(finals, where, "finals", s))
         keep = []
-        entries = self._inputs(where, inputs, s, keep)
+        entries = input_entries(self, where, inputs, s, keep)
         buf, base, at_inputs, _ = pack(tensors, entries)
         _lib.check(_forward(self._handle, base, base + 32, base + 64,
                             base + 96, base + 128 if finals is not None
@@ -323,8 +327,8 @@ class Attention:
         tensors, at = self._backward_tensors(where, s, q, k, v, out, dout,
                                              finals, dq, dk, dv)
         keep = []
-        entries = self._inputs(where, inputs, s, keep)
-        named = self._grads(where, grads, s, keep)
+        entries = input_entries(self, where, inputs, s, keep)
+        named = grad_entries(self, where, grads, s, keep)
         buf, base, at_inputs, at_grads = pack(tensors, entries, named)
         a = [None if x is None else base + x for x in at]
         _lib.check(_backward(self._handle, *a, at_inputs, len(entries),
@@ -360,7 +364,7 @@ class Attention:
         if finals is not None:
             tensors.append(view(finals, where, "finals", s))
         keep = [batch_keep]
-        entries = self._inputs(where, inputs, s, keep)
+        entries = input_entries(self, where, inputs, s, keep)
         buf, base, at_inputs, _ = pack(tensors, entries)
         _lib.check(_forward_varlen(
             self._handle, base, base + 32, base + 64, base + 96,
@@ -378,8 +382,8 @@ class Attention:
         tensors, at = self._backward_tensors(where, s, q, k, v, out, dout,
                                              finals, dq, dk, dv)
         keep = [batch_keep]
-        entries = self._inputs(where, inputs, s, keep)
-        named = self._grads(where, grads, s, keep)
+        entries = input_entries(self, where, inputs, s, keep)
+        named = grad_entries(self, where, grads, s, keep)
         buf, base, at_inputs, at_grads = pack(tensors, entries, named)
         a = [None if x is None else base + x for x in at]
         _lib.check(_backward_varlen(

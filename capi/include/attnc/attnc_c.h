@@ -240,6 +240,64 @@ ATTNC_C_API attnc_status attnc_attention_backward_varlen(
     const attnc_input *inputs, size_t num_inputs,
     const attnc_named_tensor *grads, size_t num_grads, void *stream);
 
+/* ---------------------------------------------------------------------
+ * Linear attention (attn::runtime::LinearAttention).
+ * ------------------------------------------------------------------- */
+
+/* What is fixed when a linear-attention object is made. */
+typedef struct attnc_linear_signature {
+  int32_t dtype;      /* attnc_dtype: F16 or BF16 */
+  int32_t head_dim;   /* D of q and k: 64, 128 or 256 */
+  int32_t head_dim_v; /* DV of v: a multiple of 64 up to 512 */
+  int32_t layout;     /* ATTNC_LAYOUT_BSHD or ATTNC_LAYOUT_BHSD */
+  int32_t arch;       /* attnc_arch */
+  int32_t tune;       /* nonzero: tune shapes tune_file lacks */
+  const char *skeleton;  /* NULL: the table's linear skeleton */
+  const char *config;    /* "c64v64w4b8"; NULL: tuned or default */
+  const char *tune_file; /* a tune JSON file */
+} attnc_linear_signature;
+
+typedef struct attnc_linear_attention attnc_linear_attention;
+
+/* Compiles def (a linear-attention definition) for sig. */
+ATTNC_C_API attnc_status attnc_linear_attention_create(
+    const attnc_definition *def, const attnc_linear_signature *sig,
+    attnc_linear_attention **out);
+ATTNC_C_API void attnc_linear_attention_release(attnc_linear_attention *att);
+
+/* The custom inputs, as attnc_attention_input_count/_info. */
+ATTNC_C_API attnc_status attnc_linear_attention_input_count(
+    const attnc_linear_attention *att, size_t *count);
+ATTNC_C_API attnc_status attnc_linear_attention_input_info(
+    const attnc_linear_attention *att, size_t index, attnc_input_info *info);
+/* Whether decay_mod reads the decay input (a decay tensor must be given
+ * exactly then). */
+ATTNC_C_API attnc_status attnc_linear_attention_uses_decay(
+    const attnc_linear_attention *att, int32_t *uses);
+
+/* out = linear attention of q, k, v (q [B,T,Hq,D], k [B,T,Hk,D], v and out
+ * [B,T,H,DV] for BSHD); decay [B,H,T] float32 or NULL; initial_state and
+ * final_state ([B,H,D,DV] float32) may be NULL. */
+ATTNC_C_API attnc_status attnc_linear_attention_forward(
+    attnc_linear_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *out, const attnc_tensor *decay,
+    const attnc_input *inputs, size_t num_inputs,
+    const attnc_tensor *initial_state, const attnc_tensor *final_state,
+    void *stream);
+
+/* dq, dk, dv (and, where given, ddecay [B,H,T] and dinitial_state
+ * [B,H,D,DV], float32) and the input gradients named in grads.
+ * decay, initial_state, dfinal_state, ddecay and dinitial_state may be
+ * NULL. */
+ATTNC_C_API attnc_status attnc_linear_attention_backward(
+    attnc_linear_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *decay, const attnc_tensor *dout,
+    const attnc_tensor *initial_state, const attnc_tensor *dfinal_state,
+    const attnc_tensor *dq, const attnc_tensor *dk, const attnc_tensor *dv,
+    const attnc_tensor *ddecay, const attnc_tensor *dinitial_state,
+    const attnc_input *inputs, size_t num_inputs,
+    const attnc_named_tensor *grads, size_t num_grads, void *stream);
+
 #ifdef __cplusplus
 }
 #endif
