@@ -7,6 +7,12 @@
 # package, from outside the source tree's python/ and without ATTNC_LIBRARY.
 # Run it after tools/setup.sh; needs python3-venv and access to PyPI for
 # scikit-build-core. BUILD_DIR as for setup.sh.
+#
+# Not in CI yet: a run reusing a folder whose cache named the same compilers
+# still found its CMake cache dropped (the test option and the compiler
+# launcher lost, everything recompiled); until that is understood this costs
+# CI a second full build. After a run, reconfigure the folder as setup.sh
+# does (and with -DATTNC_BUILD_TESTS=ON).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"

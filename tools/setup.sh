@@ -36,7 +36,7 @@ fi
 
 # --- Debian packages ----------------------------------------------------------
 packages=(cmake ninja-build g++ llvm-14-dev llvm-14-tools libfmt-dev
-          nlohmann-json3-dev catch2 libdlpack-dev python3 python3-venv)
+          nlohmann-json3-dev catch2 libdlpack-dev python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
