@@ -31,3 +31,11 @@ from . import dsl
 from ._tools import CheckFailed, from_ir_json, load_ir, load_plugin
 
 __all__ += ["CheckFailed", "dsl", "from_ir_json", "load_ir", "load_plugin"]
+
+# The runtime half: attention objects called on device tensors.
+from ._attention import Attention, InputInfo, current_stream  # noqa: E402
+
+__all__ += ["Attention", "InputInfo", "current_stream"]
+from ._linear import LinearAttention  # noqa: E402
+
+__all__ += ["LinearAttention"]

@@ -25,6 +25,9 @@ class Definition:
         if not handle:
             raise _lib.InternalError("attnc: a NULL definition handle")
         self._handle = handle
+        # Read once: torch.compile traces code that reads it, and a plain
+        # attribute is traceable where a C call is not.
+        self._name = _name(handle).decode()
 
     @property
     def handle(self) -> ctypes.c_void_p:
@@ -32,7 +35,7 @@ class Definition:
 
     @property
     def name(self) -> str:
-        return _name(self._handle).decode()
+        return self._name
 
     def __repr__(self) -> str:
         return f"attnc.Definition({self.name!r})"

@@ -67,6 +67,237 @@ ATTNC_C_API const char *attnc_definition_name(const attnc_definition *def);
 
 ATTNC_C_API void attnc_definition_release(attnc_definition *def);
 
+/* ---------------------------------------------------------------------
+ * Running a definition: attention objects, tensors, custom inputs.
+ * ------------------------------------------------------------------- */
+
+/* Element types of tensors (I32 only for int32 custom inputs and
+ * cu_seqlens; F32 for finals, custom inputs and their gradients). */
+typedef enum attnc_dtype {
+  ATTNC_DTYPE_F16 = 0,
+  ATTNC_DTYPE_BF16 = 1,
+  ATTNC_DTYPE_F32 = 2,
+  ATTNC_DTYPE_I32 = 3
+} attnc_dtype;
+
+/* Memory order of q, k, v and out: [B,S,H,D], [B,H,S,D], or packed
+ * variable-length sequences [T,H,D] (the _varlen calls). */
+typedef enum attnc_layout {
+  ATTNC_LAYOUT_BSHD = 0,
+  ATTNC_LAYOUT_BHSD = 1,
+  ATTNC_LAYOUT_THD = 2
+} attnc_layout;
+
+/* Kernel targets; ATTNC_ARCH_CURRENT asks the driver for device 0's. */
+typedef enum attnc_arch {
+  ATTNC_ARCH_CURRENT = 0,
+  ATTNC_ARCH_SM80 = 80,
+  ATTNC_ARCH_SM86 = 86,
+  ATTNC_ARCH_SM89 = 89,
+  ATTNC_ARCH_SM90A = 90
+} attnc_arch;
+
+/* What is fixed when an attention object is made (the C++
+ * attn::runtime::Signature). Strings may be NULL or "" for "let attnc
+ * choose"; dtype is F16 or BF16. */
+typedef struct attnc_signature {
+  int32_t dtype;           /* attnc_dtype: F16 or BF16 */
+  int32_t head_dim;        /* D of q and k */
+  int32_t head_dim_v;      /* DV of v and out */
+  int32_t layout;          /* attnc_layout */
+  int32_t arch;            /* attnc_arch */
+  int32_t needs_backward;  /* nonzero: choose the backward now */
+  const char *skeleton;    /* forward skeleton ("fwd_sm90", "fwd_sm80") */
+  const char *config;      /* forward configuration ("m128n64w4s2") */
+  const char *backward_config; /* "bwd90.kv64x128s2.q128x64w8", ... */
+  const char *tune_file;   /* a tune JSON file (docs/tuning.md) */
+  int32_t tune;            /* nonzero with tune_file: tune missing shapes */
+  const char *backend;     /* "generated", "reference" or NULL */
+} attnc_signature;
+
+/* A non-owning view of a device tensor. strides are in elements; NULL
+ * strides mean contiguous (row-major). ndim is 0 to ATTNC_MAX_NDIM. */
+#define ATTNC_MAX_NDIM 8
+typedef struct attnc_tensor {
+  void *data;
+  int32_t dtype; /* attnc_dtype */
+  int32_t ndim;
+  const int64_t *shape;
+  const int64_t *strides;
+} attnc_tensor;
+
+/* How a custom input's value is given. */
+typedef enum attnc_input_kind {
+  ATTNC_INPUT_F32 = 0,   /* a float32 scalar input: value.f32 */
+  ATTNC_INPUT_I32 = 1,   /* an int32 scalar input: value.i32 */
+  ATTNC_INPUT_TENSOR = 2 /* any other input: tensor */
+} attnc_input_kind;
+
+/* A custom input's value, by the name the definition declares. A scalar is
+ * a kernel argument: a new value never recompiles. */
+typedef struct attnc_input {
+  const char *name;
+  int32_t kind; /* attnc_input_kind */
+  float f32;
+  int32_t i32;
+  attnc_tensor tensor;
+} attnc_input;
+
+/* A tensor by name: where a backward writes the gradient of the custom
+ * input of that name (float32, [] or [1] for a scalar, [H] per head). */
+typedef struct attnc_named_tensor {
+  const char *name;
+  attnc_tensor tensor;
+} attnc_named_tensor;
+
+/* A packed variable-length batch (layout THD): int32 cu_seqlens of B+1
+ * entries on the device and the longest sequences (attn::runtime::
+ * VarlenBatch says what they must hold). */
+typedef struct attnc_varlen {
+  attnc_tensor cu_seqlens_q;
+  attnc_tensor cu_seqlens_kv;
+  int64_t max_seqlen_q;
+  int64_t max_seqlen_kv;
+} attnc_varlen;
+
+/* Shape classes of custom inputs (as the definition declares them). */
+typedef enum attnc_input_shape {
+  ATTNC_SHAPE_SCALAR = 0,
+  ATTNC_SHAPE_PER_HEAD = 1,        /* [H] */
+  ATTNC_SHAPE_PER_ROW = 2,         /* [B,H,Sq] */
+  ATTNC_SHAPE_PER_KEY = 3,         /* [B,H,Skv] */
+  ATTNC_SHAPE_FULL = 4,            /* [B,H,Sq,Skv] */
+  ATTNC_SHAPE_PER_QUERY_TOKEN = 5, /* [B,Sq] */
+  ATTNC_SHAPE_PER_KEY_TOKEN = 6    /* [B,Skv] */
+} attnc_input_shape;
+
+/* A custom input's declaration. name is valid while the attention lives. */
+typedef struct attnc_input_info {
+  const char *name;
+  int32_t shape;         /* attnc_input_shape */
+  int32_t dtype;         /* ATTNC_DTYPE_F32 or ATTNC_DTYPE_I32 */
+  int32_t requires_grad; /* the backward writes its gradient */
+} attnc_input_info;
+
+/* An attention variant compiled for a signature (attn::runtime::Attention).
+ * One object may be called from several threads and streams. */
+typedef struct attnc_attention attnc_attention;
+
+/* Compiles def's kernel for sig (NVRTC; no GPU is needed with an explicit
+ * arch). */
+ATTNC_C_API attnc_status attnc_attention_create(const attnc_definition *def,
+                                                const attnc_signature *sig,
+                                                attnc_attention **out);
+ATTNC_C_API void attnc_attention_release(attnc_attention *att);
+
+/* The custom inputs the definition declares, in declaration order. */
+ATTNC_C_API attnc_status attnc_attention_input_count(const attnc_attention *att,
+                                                     size_t *count);
+ATTNC_C_API attnc_status attnc_attention_input_info(const attnc_attention *att,
+                                                    size_t index,
+                                                    attnc_input_info *info);
+/* The final rowscales (the finals tensor's first dimension, in order; the
+ * softmax's is "lse"). Names are valid while the attention lives. */
+ATTNC_C_API attnc_status attnc_attention_final_count(const attnc_attention *att,
+                                                     size_t *count);
+ATTNC_C_API attnc_status attnc_attention_final_name(const attnc_attention *att,
+                                                    size_t index,
+                                                    const char **name);
+/* The arch the kernels are built for (an attnc_arch, never CURRENT). */
+ATTNC_C_API attnc_status attnc_attention_arch(const attnc_attention *att,
+                                              int32_t *arch);
+
+/* out = attention(q, k, v) on stream (a CUstream; NULL: the default
+ * stream). finals ([F,B,H,Sq] float32) may be NULL only for a variant with
+ * no final rowscales. inputs: num_inputs custom-input values (NULL when 0).
+ * Every argument is checked before anything is launched. */
+ATTNC_C_API attnc_status attnc_attention_forward(
+    attnc_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *out, const attnc_tensor *finals,
+    const attnc_input *inputs, size_t num_inputs, void *stream);
+
+/* dq, dk, dv and the gradients of the inputs that require one (grads, by
+ * name) of L = sum(out * dout). out may be NULL when the variant's backward
+ * does not read it; finals as the forward wrote them. */
+ATTNC_C_API attnc_status attnc_attention_backward(
+    attnc_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *out, const attnc_tensor *dout,
+    const attnc_tensor *finals, const attnc_tensor *dq, const attnc_tensor *dk,
+    const attnc_tensor *dv, const attnc_input *inputs, size_t num_inputs,
+    const attnc_named_tensor *grads, size_t num_grads, void *stream);
+
+/* The same for a packed variable-length batch (layout THD). */
+ATTNC_C_API attnc_status attnc_attention_forward_varlen(
+    attnc_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *out, const attnc_tensor *finals,
+    const attnc_varlen *batch, const attnc_input *inputs, size_t num_inputs,
+    void *stream);
+ATTNC_C_API attnc_status attnc_attention_backward_varlen(
+    attnc_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *out, const attnc_tensor *dout,
+    const attnc_tensor *finals, const attnc_tensor *dq, const attnc_tensor *dk,
+    const attnc_tensor *dv, const attnc_varlen *batch,
+    const attnc_input *inputs, size_t num_inputs,
+    const attnc_named_tensor *grads, size_t num_grads, void *stream);
+
+/* ---------------------------------------------------------------------
+ * Linear attention (attn::runtime::LinearAttention).
+ * ------------------------------------------------------------------- */
+
+/* What is fixed when a linear-attention object is made. */
+typedef struct attnc_linear_signature {
+  int32_t dtype;      /* attnc_dtype: F16 or BF16 */
+  int32_t head_dim;   /* D of q and k: 64, 128 or 256 */
+  int32_t head_dim_v; /* DV of v: a multiple of 64 up to 512 */
+  int32_t layout;     /* ATTNC_LAYOUT_BSHD or ATTNC_LAYOUT_BHSD */
+  int32_t arch;       /* attnc_arch */
+  int32_t tune;       /* nonzero: tune shapes tune_file lacks */
+  const char *skeleton;  /* NULL: the table's linear skeleton */
+  const char *config;    /* "c64v64w4b8"; NULL: tuned or default */
+  const char *tune_file; /* a tune JSON file */
+} attnc_linear_signature;
+
+typedef struct attnc_linear_attention attnc_linear_attention;
+
+/* Compiles def (a linear-attention definition) for sig. */
+ATTNC_C_API attnc_status attnc_linear_attention_create(
+    const attnc_definition *def, const attnc_linear_signature *sig,
+    attnc_linear_attention **out);
+ATTNC_C_API void attnc_linear_attention_release(attnc_linear_attention *att);
+
+/* The custom inputs, as attnc_attention_input_count/_info. */
+ATTNC_C_API attnc_status attnc_linear_attention_input_count(
+    const attnc_linear_attention *att, size_t *count);
+ATTNC_C_API attnc_status attnc_linear_attention_input_info(
+    const attnc_linear_attention *att, size_t index, attnc_input_info *info);
+/* Whether decay_mod reads the decay input (a decay tensor must be given
+ * exactly then). */
+ATTNC_C_API attnc_status attnc_linear_attention_uses_decay(
+    const attnc_linear_attention *att, int32_t *uses);
+
+/* out = linear attention of q, k, v (q [B,T,Hq,D], k [B,T,Hk,D], v and out
+ * [B,T,H,DV] for BSHD); decay [B,H,T] float32 or NULL; initial_state and
+ * final_state ([B,H,D,DV] float32) may be NULL. */
+ATTNC_C_API attnc_status attnc_linear_attention_forward(
+    attnc_linear_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *out, const attnc_tensor *decay,
+    const attnc_input *inputs, size_t num_inputs,
+    const attnc_tensor *initial_state, const attnc_tensor *final_state,
+    void *stream);
+
+/* dq, dk, dv (and, where given, ddecay [B,H,T] and dinitial_state
+ * [B,H,D,DV], float32) and the input gradients named in grads.
+ * decay, initial_state, dfinal_state, ddecay and dinitial_state may be
+ * NULL. */
+ATTNC_C_API attnc_status attnc_linear_attention_backward(
+    attnc_linear_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *decay, const attnc_tensor *dout,
+    const attnc_tensor *initial_state, const attnc_tensor *dfinal_state,
+    const attnc_tensor *dq, const attnc_tensor *dk, const attnc_tensor *dv,
+    const attnc_tensor *ddecay, const attnc_tensor *dinitial_state,
+    const attnc_input *inputs, size_t num_inputs,
+    const attnc_named_tensor *grads, size_t num_grads, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,54 @@
+// The C interface's run-time arguments turned into the runtime's views,
+// each checked first with a message naming the function and the argument.
+#ifndef ATTNC_CAPI_RUNTIMEARGS_H
+#define ATTNC_CAPI_RUNTIMEARGS_H
+
+#include "CapiInternal.h"
+
+#include <optional>
+
+namespace attn::capi {
+
+/// The calling function's name, for messages ("attnc_attention_forward").
+struct ArgContext {
+  const char *Function;
+};
+
+/// \p T as a view; UserError naming \p Argument when it is NULL, its ndim is
+/// out of range, its shape is NULL or its dtype is not an attnc_dtype.
+runtime::TensorView tensorArg(const ArgContext &C, const char *Argument,
+                              const attnc_tensor *T);
+/// The same for an optional argument: nothing for NULL.
+std::optional<runtime::TensorView>
+optionalTensorArg(const ArgContext &C, const char *Argument,
+                  const attnc_tensor *T);
+
+/// The custom-input values: each named, of a known kind, no name twice.
+runtime::InputMap inputsArg(const ArgContext &C, const attnc_input *Inputs,
+                            size_t Count);
+/// The input gradients by name (no name twice).
+runtime::InputGradMap gradsArg(const ArgContext &C,
+                               const attnc_named_tensor *Grads, size_t Count);
+/// A varlen batch (both cu_seqlens tensors checked as tensors).
+runtime::VarlenBatch varlenArg(const ArgContext &C, const attnc_varlen *B);
+
+/// The signature: enums in range, strings NULL or text.
+runtime::Signature signatureArg(const ArgContext &C,
+                                const attnc_signature *S);
+
+/// The same for a linear-attention signature.
+runtime::LinearSignature linearSignatureArg(const ArgContext &C,
+                                            const attnc_linear_signature *S);
+
+/// \p D as an attnc_input_info (its name stays \p D's).
+void inputInfo(const ir::InputDecl &D, attnc_input_info &Info);
+attnc_input_shape shapeCode(ir::InputShape S);
+/// InvalidArgument naming 'index' unless \p Index < \p Count.
+void requireIndex(const ArgContext &C, size_t Index, size_t Count);
+
+/// attnc_arch of a GpuArch.
+int32_t archCode(GpuArch A);
+
+} // namespace attn::capi
+
+#endif

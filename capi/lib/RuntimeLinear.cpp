@@ -1,0 +1,140 @@
+// The C interface's linear-attention objects: made through
+// newLinearAttention, called with checked C views.
+#include "RuntimeArgs.h"
+
+#include "attn/runtime/Errors.h"
+
+#include <fmt/format.h>
+
+using namespace attn;
+using namespace attn::capi;
+
+struct attnc_linear_attention {
+  std::unique_ptr<runtime::LinearAttention> Att;
+};
+
+namespace {
+
+runtime::LinearAttention &linearArg(const ArgContext &C,
+                                    const attnc_linear_attention *A) {
+  if (!A)
+    throw InvalidArgument(
+        fmt::format("{}: argument 'att' is NULL", C.Function));
+  return *A->Att;
+}
+
+const std::vector<ir::InputDecl> &decls(const runtime::LinearAttention &A) {
+  return A.definition().Graph->decls().Inputs;
+}
+
+const runtime::TensorView *
+ptr(const std::optional<runtime::TensorView> &V) {
+  return V ? &*V : nullptr;
+}
+
+} // namespace
+
+attnc_status attnc_linear_attention_create(const attnc_definition *def,
+                                           const attnc_linear_signature *sig,
+                                           attnc_linear_attention **out) {
+  return guarded([&] {
+    ArgContext C{"attnc_linear_attention_create"};
+    requireNonNull(out, C.Function, "out");
+    *out = nullptr;
+    requireNonNull(def, C.Function, "def");
+    runtime::LinearSignature Sig = linearSignatureArg(C, sig);
+    auto Made = std::make_unique<attnc_linear_attention>();
+    Made->Att = newLinearAttention(*def, Sig);
+    *out = Made.release();
+  });
+}
+
+void attnc_linear_attention_release(attnc_linear_attention *att) {
+  delete att;
+}
+
+attnc_status
+attnc_linear_attention_input_count(const attnc_linear_attention *att,
+                                   size_t *count) {
+  return guarded([&] {
+    ArgContext C{"attnc_linear_attention_input_count"};
+    const runtime::LinearAttention &A = linearArg(C, att);
+    requireNonNull(count, C.Function, "count");
+    *count = decls(A).size();
+  });
+}
+
+attnc_status
+attnc_linear_attention_input_info(const attnc_linear_attention *att,
+                                  size_t index, attnc_input_info *info) {
+  return guarded([&] {
+    ArgContext C{"attnc_linear_attention_input_info"};
+    const runtime::LinearAttention &A = linearArg(C, att);
+    requireNonNull(info, C.Function, "info");
+    requireIndex(C, index, decls(A).size());
+    inputInfo(decls(A)[index], *info);
+  });
+}
+
+attnc_status
+attnc_linear_attention_uses_decay(const attnc_linear_attention *att,
+                                  int32_t *uses) {
+  return guarded([&] {
+    ArgContext C{"attnc_linear_attention_uses_decay"};
+    const runtime::LinearAttention &A = linearArg(C, att);
+    requireNonNull(uses, C.Function, "uses");
+    *uses = A.definition().Info.UsesDecayInput ? 1 : 0;
+  });
+}
+
+attnc_status attnc_linear_attention_forward(
+    attnc_linear_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *out, const attnc_tensor *decay,
+    const attnc_input *inputs, size_t num_inputs,
+    const attnc_tensor *initial_state, const attnc_tensor *final_state,
+    void *stream) {
+  return guarded([&] {
+    ArgContext C{"attnc_linear_attention_forward"};
+    runtime::LinearAttention &A = linearArg(C, att);
+    runtime::TensorView Q = tensorArg(C, "q", q), K = tensorArg(C, "k", k),
+                        V = tensorArg(C, "v", v), O = tensorArg(C, "out", out);
+    auto Decay = optionalTensorArg(C, "decay", decay);
+    auto Init = optionalTensorArg(C, "initial_state", initial_state);
+    auto Final = optionalTensorArg(C, "final_state", final_state);
+    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
+    A.forward(Q, K, V, O, ptr(Decay), In, ptr(Init), ptr(Final),
+              static_cast<CUstream>(stream));
+  });
+}
+
+attnc_status attnc_linear_attention_backward(
+    attnc_linear_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *decay, const attnc_tensor *dout,
+    const attnc_tensor *initial_state, const attnc_tensor *dfinal_state,
+    const attnc_tensor *dq, const attnc_tensor *dk, const attnc_tensor *dv,
+    const attnc_tensor *ddecay, const attnc_tensor *dinitial_state,
+    const attnc_input *inputs, size_t num_inputs,
+    const attnc_named_tensor *grads, size_t num_grads, void *stream) {
+  return guarded([&] {
+    ArgContext C{"attnc_linear_attention_backward"};
+    runtime::LinearAttention &A = linearArg(C, att);
+    runtime::TensorView Q = tensorArg(C, "q", q), K = tensorArg(C, "k", k),
+                        V = tensorArg(C, "v", v),
+                        DO = tensorArg(C, "dout", dout),
+                        DQ = tensorArg(C, "dq", dq),
+                        DK = tensorArg(C, "dk", dk),
+                        DV = tensorArg(C, "dv", dv);
+    auto Decay = optionalTensorArg(C, "decay", decay);
+    auto Init = optionalTensorArg(C, "initial_state", initial_state);
+    auto DFinal = optionalTensorArg(C, "dfinal_state", dfinal_state);
+    auto DDecay = optionalTensorArg(C, "ddecay", ddecay);
+    auto DInit = optionalTensorArg(C, "dinitial_state", dinitial_state);
+    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
+    runtime::InputGradMap G = gradsArg(C, grads, num_grads);
+    runtime::LinearBackwardTensors T{Q,         K,         V,
+                                     ptr(Decay), DO,       ptr(Init),
+                                     ptr(DFinal), DQ,      DK,
+                                     DV,        ptr(DDecay), ptr(DInit)};
+    A.backward(T, In, G, static_cast<CUstream>(stream));
+  });
+}

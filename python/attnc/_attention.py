@@ -1,0 +1,391 @@
+"""attnc.Attention: a definition compiled for a signature, called on device
+tensors (zero copy) on the caller's stream."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import NamedTuple
+
+from . import _lib
+from ._tensors import (BF16, F16, I32, INPUT_SIZE, NAMED_SIZE, TENSOR_SIZE,
+                       CTensor, pack, view)
+
+_SHAPE_NAMES = ("scalar", "per_head", "per_row", "per_key", "full",
+                "per_query_token", "per_key_token")
+_LAYOUTS = {"bshd": 0, "bhsd": 1, "thd": 2}
+_ARCHS = {None: 0, "sm_80": 80, "sm_86": 86, "sm_89": 89, "sm_90a": 90}
+_ARCH_NAMES = {80: "sm_80", 86: "sm_86", 89: "sm_89", 90: "sm_90a"}
+_DTYPES = {"float16": F16, "f16": F16, "half": F16, "torch.float16": F16,
+           "bfloat16": BF16, "bf16": BF16, "torch.bfloat16": BF16}
+
+_INPUT_F32, _INPUT_I32, _INPUT_TENSOR = 0, 1, 2
+
+
+class _Signature(ctypes.Structure):
+    _fields_ = [
+        ("dtype", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("head_dim_v", ctypes.c_int32),
+        ("layout", ctypes.c_int32),
+        ("arch", ctypes.c_int32),
+        ("needs_backward", ctypes.c_int32),
+        ("skeleton", ctypes.c_char_p),
+        ("config", ctypes.c_char_p),
+        ("backward_config", ctypes.c_char_p),
+        ("tune_file", ctypes.c_char_p),
+        ("tune", ctypes.c_int32),
+        ("backend", ctypes.c_char_p),
+    ]
+
+
+class _Input(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("kind", ctypes.c_int32),
+        ("f32", ctypes.c_float),
+        ("i32", ctypes.c_int32),
+        ("tensor", CTensor),
+    ]
+
+
+class _NamedTensor(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("tensor", CTensor)]
+
+
+class _Varlen(ctypes.Structure):
+    _fields_ = [
+        ("cu_seqlens_q", CTensor),
+        ("cu_seqlens_kv", CTensor),
+        ("max_seqlen_q", ctypes.c_int64),
+        ("max_seqlen_kv", ctypes.c_int64),
+    ]
+
+
+# The calls write these structs with struct (_tensors.pack); ctypes' layout
+# of the same declarations must agree.
+if ((ctypes.sizeof(CTensor), ctypes.sizeof(_Input), _Input.tensor.offset,
+     ctypes.sizeof(_NamedTensor), _NamedTensor.tensor.offset)
+        != (TENSOR_SIZE, INPUT_SIZE, 24, NAMED_SIZE, 8)):
+    raise ImportError("attnc: the C structs' layout is not the one "
+                      "_tensors.pack writes")
+
+
+class _InputInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("shape", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("requires_grad", ctypes.c_int32),
+    ]
+
+
+class InputInfo(NamedTuple):
+    """A custom input as the definition declares it."""
+
+    name: str
+    shape: str  # "scalar", "per_head", "per_row", ...
+    dtype: str  # "float32" or "int32"
+    requires_grad: bool
+
+
+_vp, _sz = ctypes.c_void_p, ctypes.c_size_t
+_create = _lib.declare("attnc_attention_create", [_vp, _vp, _vp])
+_release = _lib.declare("attnc_attention_release", [_vp], None)
+_input_count = _lib.declare("attnc_attention_input_count", [_vp, _vp])
+_input_info = _lib.declare("attnc_attention_input_info", [_vp, _sz, _vp])
+_final_count = _lib.declare("attnc_attention_final_count", [_vp, _vp])
+_final_name = _lib.declare("attnc_attention_final_name", [_vp, _sz, _vp])
+_arch = _lib.declare("attnc_attention_arch", [_vp, _vp])
+_forward = _lib.declare("attnc_attention_forward", [_vp] * 6 + [_vp, _sz, _vp])
+_backward = _lib.declare(
+    "attnc_attention_backward", [_vp] * 10 + [_vp, _sz, _vp, _sz, _vp])
+_forward_varlen = _lib.declare(
+    "attnc_attention_forward_varlen", [_vp] * 7 + [_vp, _sz, _vp])
+_backward_varlen = _lib.declare(
+    "attnc_attention_backward_varlen", [_vp] * 11 + [_vp, _sz, _vp, _sz, _vp])
+
+
+def current_stream() -> int:
+    """The stream a call runs on when none is given: PyTorch's current
+    stream when torch is imported and has initialised CUDA, else 0 (the
+    default stream)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        # The raw handle without a Stream object (a few microseconds less);
+        # attnc runs on device 0 (runtime/lib/CudaDriver.cpp).
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return raw(0)
+        return torch.cuda.current_stream(0).cuda_stream
+    return 0
+
+
+def _stream(stream) -> int:
+    if stream is None:
+        return current_stream()
+    if isinstance(stream, int):
+        return stream
+    for attribute in ("cuda_stream", "ptr", "handle"):
+        value = getattr(stream, attribute, None)
+        if isinstance(value, int):
+            return value
+    raise _lib.InvalidArgument(
+        f"attnc: argument 'stream': a {type(stream).__name__}; expected an "
+        "int (a CUstream), an object with .cuda_stream (torch.cuda.Stream) "
+        "or None")
+
+
+def _dtype_code(dtype, where="attnc.Attention") -> int:
+    code = _DTYPES.get(str(dtype))
+    if code is None:
+        raise _lib.InvalidArgument(
+            f"{where}: argument 'dtype': {dtype!r} is not float16 or "
+            "bfloat16")
+    return code
+
+
+def _read_inputs(handle, count_fn, info_fn):
+    """The custom inputs an object's definition declares."""
+    count = ctypes.c_size_t()
+    _lib.check(count_fn(handle, ctypes.byref(count)))
+    infos = []
+    for i in range(count.value):
+        info = _InputInfo()
+        _lib.check(info_fn(handle, i, ctypes.byref(info)))
+        infos.append(InputInfo(
+            info.name.decode(), _SHAPE_NAMES[info.shape],
+            "int32" if info.dtype == I32 else "float32",
+            bool(info.requires_grad)))
+    return tuple(infos)
+
+
+def _name_address(obj, name, keep):
+    """The address of name's NUL-terminated bytes (obj's declared names
+    live as long as obj; others as long as keep)."""
+    address = obj._name_at.get(name)
+    if address is None:
+        text = ctypes.create_string_buffer(str(name).encode())
+        keep.append(text)
+        address = ctypes.addressof(text)
+    return address
+
+
+def input_entries(obj, where, inputs, stream, keep):
+    """The call's attnc_input entries (see _tensors.pack) for inputs (name
+    -> number or tensor): a number's kind follows obj's declaration."""
+    if not inputs:
+        return ()
+    entries = []
+    for name, value in inputs.items():
+        address = _name_address(obj, name, keep)
+        decl = obj._decl.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if decl is not None and decl.shape != "scalar":
+                raise _lib.InvalidArgument(
+                    f"{where}: argument 'inputs[{name!r}]': a number for "
+                    f"the {decl.shape} input '{name}'; expected a tensor")
+            if (decl.dtype == "int32" if decl is not None
+                    else isinstance(value, int)):
+                entries.append((address, _INPUT_I32, 0.0, int(value), None))
+            else:
+                entries.append((address, _INPUT_F32, float(value), 0, None))
+            continue
+        entries.append((address, _INPUT_TENSOR, 0.0, 0,
+                        view(value, where, f"inputs[{name!r}]", stream)))
+    return entries
+
+
+def grad_entries(obj, where, grads, stream, keep):
+    """The call's attnc_named_tensor entries for grads (name -> tensor)."""
+    if not grads:
+        return ()
+    return [(_name_address(obj, name, keep),
+             view(value, where, f"grads[{name!r}]", stream))
+            for name, value in grads.items()]
+
+
+def _text(value):
+    return None if value is None else str(value).encode()
+
+
+class Attention:
+    """A definition compiled for a signature (C++ attn::runtime::Attention).
+
+    dtype: "float16"/"bfloat16" (or the torch dtypes); layout: "bshd"
+    ([B,S,H,D]), "bhsd" ([B,H,S,D]) or "thd" (the varlen calls); arch: None
+    for device 0's, or "sm_80", "sm_86", "sm_89", "sm_90a" (compiles with no
+    GPU). The kernel is compiled (or read from the cache) here."""
+
+    def __init__(self, definition, dtype="float16", head_dim=128,
+                 head_dim_v=None, layout="bshd", arch=None, skeleton=None,
+                 config=None, backward_config=None, needs_backward=False,
+                 tune_file=None, tune=False, backend=None):
+        self._handle = None
+        handle = getattr(definition, "handle", None)
+        if not handle:
+            raise _lib.InvalidArgument(
+                "attnc.Attention: argument 'definition': a "
+                f"{type(definition).__name__}; expected an attnc.Definition")
+        if layout not in _LAYOUTS:
+            raise _lib.InvalidArgument(
+                f"attnc.Attention: argument 'layout': {layout!r} is not one "
+                "of 'bshd', 'bhsd', 'thd'")
+        if arch not in _ARCHS:
+            raise _lib.InvalidArgument(
+                f"attnc.Attention: argument 'arch': {arch!r} is not None, "
+                "'sm_80', 'sm_86', 'sm_89' or 'sm_90a'")
+        sig = _Signature(
+            dtype=_dtype_code(dtype), head_dim=int(head_dim),
+            head_dim_v=int(head_dim if head_dim_v is None else head_dim_v),
+            layout=_LAYOUTS[layout], arch=_ARCHS[arch],
+            needs_backward=int(bool(needs_backward)),
+            skeleton=_text(skeleton), config=_text(config),
+            backward_config=_text(backward_config),
+            tune_file=_text(tune_file), tune=int(bool(tune)),
+            backend=_text(backend))
+        out = ctypes.c_void_p()
+        _lib.check(_create(handle, ctypes.byref(sig), ctypes.byref(out)))
+        self._handle = out.value
+        self.definition = definition
+        self.layout = layout
+        self.head_dim = int(head_dim)
+        self.head_dim_v = sig.head_dim_v
+        self.inputs = _read_inputs(self._handle, _input_count, _input_info)
+        self._decl = {i.name: i for i in self.inputs}
+        # The declared names as C strings, made once (calls pass addresses).
+        self._name_text = [ctypes.create_string_buffer(i.name.encode())
+                           for i in self.inputs]
+        self._name_at = {i.name: ctypes.addressof(t)
+                         for i, t in zip(self.inputs, self._name_text)}
+        self.final_names = self._read_finals()
+        code = ctypes.c_int32()
+        _lib.check(_arch(self._handle, ctypes.byref(code)))
+        self.arch = _ARCH_NAMES[code.value]
+
+    def _read_finals(self):
+        count = ctypes.c_size_t()
+        _lib.check(_final_count(self._handle, ctypes.byref(count)))
+        names = []
+        for i in range(count.value):
+            name = ctypes.c_char_p()
+            _lib.check(_final_name(self._handle, i, ctypes.byref(name)))
+            names.append(name.value.decode())
+        return tuple(names)
+
+    def __del__(self):
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle:
+            _release(handle)
+
+    def __repr__(self):
+        return (f"attnc.Attention({self.definition.name!r}, "
+                f"head_dim={self.head_dim}, head_dim_v={self.head_dim_v}, "
+                f"layout={self.layout!r}, arch={self.arch!r})")
+
+    # -- calls -------------------------------------------------------------
+
+    def forward(self, q, k, v, out, finals=None, inputs=None, stream=None):
+        """out (and finals, [F,B,H,Sq] float32, the final rowscales named
+        by final_names) = attention(q, k, v) on stream (None: the current
+        stream, see current_stream)."""
+        where = "attnc.Attention.forward"
+        s = _stream(stream)
+        tensors = [view(q, where, "q", s), view(k, where, "k", s),
+                   view(v, where, "v", s), view(out, where, "out", s)]
+        if finals is not None:
+            tensors.append(view(finals, where, "finals", s))
+        keep = []
+        entries = input_entries(self, where, inputs, s, keep)
+        buf, base, at_inputs, _ = pack(tensors, entries)
+        _lib.check(_forward(self._handle, base, base + 32, base + 64,
+                            base + 96, base + 128 if finals is not None
+                            else None, at_inputs, len(entries), s))
+
+    def _backward_tensors(self, where, s, q, k, v, out, dout, finals, dq, dk,
+                          dv):
+        """The tensors of a backward and each one's address offset (None for
+        an absent optional one)."""
+        tensors, at = [], []
+        for name, obj in (("q", q), ("k", k), ("v", v), ("out", out),
+                          ("dout", dout), ("finals", finals), ("dq", dq),
+                          ("dk", dk), ("dv", dv)):
+            if obj is None:
+                at.append(None)
+            else:
+                at.append(32 * len(tensors))
+                tensors.append(view(obj, where, name, s))
+        return tensors, at
+
+    def backward(self, q, k, v, out, dout, finals, dq, dk, dv, inputs=None,
+                 grads=None, stream=None):
+        """dq, dk, dv and grads (input name -> float32 tensor, for each input
+        that requires a gradient) of sum(out * dout). out may be None when
+        the variant's backward does not read it."""
+        where = "attnc.Attention.backward"
+        s = _stream(stream)
+        tensors, at = self._backward_tensors(where, s, q, k, v, out, dout,
+                                             finals, dq, dk, dv)
+        keep = []
+        entries = input_entries(self, where, inputs, s, keep)
+        named = grad_entries(self, where, grads, s, keep)
+        buf, base, at_inputs, at_grads = pack(tensors, entries, named)
+        a = [None if x is None else base + x for x in at]
+        _lib.check(_backward(self._handle, *a, at_inputs, len(entries),
+                             at_grads, len(named), s))
+
+    @staticmethod
+    def _varlen(cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
+                where, s):
+        """The batch's attnc_varlen (its two tensors packed) and what keeps
+        it alive."""
+        buf, base, _, _ = pack([view(cu_seqlens_q, where, "cu_seqlens_q", s),
+                                view(cu_seqlens_kv, where, "cu_seqlens_kv",
+                                     s)])
+        batch = _Varlen.from_buffer_copy(
+            ctypes.string_at(base, 2 * ctypes.sizeof(CTensor))
+            + bytes(16))
+        batch.max_seqlen_q = int(max_seqlen_q)
+        batch.max_seqlen_kv = int(max_seqlen_kv)
+        return batch, buf
+
+    def forward_varlen(self, q, k, v, out, finals, cu_seqlens_q,
+                       cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
+                       inputs=None, stream=None):
+        """The forward of a packed variable-length batch (layout "thd"):
+        q/out [Tq,H,D], k/v [Tkv,Hkv,D], finals [F,H,Tq], int32 cu_seqlens
+        of B+1 entries."""
+        where = "attnc.Attention.forward_varlen"
+        s = _stream(stream)
+        batch, batch_keep = self._varlen(cu_seqlens_q, cu_seqlens_kv,
+                                         max_seqlen_q, max_seqlen_kv, where, s)
+        tensors = [view(q, where, "q", s), view(k, where, "k", s),
+                   view(v, where, "v", s), view(out, where, "out", s)]
+        if finals is not None:
+            tensors.append(view(finals, where, "finals", s))
+        keep = [batch_keep]
+        entries = input_entries(self, where, inputs, s, keep)
+        buf, base, at_inputs, _ = pack(tensors, entries)
+        _lib.check(_forward_varlen(
+            self._handle, base, base + 32, base + 64, base + 96,
+            base + 128 if finals is not None else None, ctypes.byref(batch),
+            at_inputs, len(entries), s))
+
+    def backward_varlen(self, q, k, v, out, dout, finals, dq, dk, dv,
+                        cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
+                        max_seqlen_kv, inputs=None, grads=None, stream=None):
+        """The backward of a packed variable-length batch."""
+        where = "attnc.Attention.backward_varlen"
+        s = _stream(stream)
+        batch, batch_keep = self._varlen(cu_seqlens_q, cu_seqlens_kv,
+                                         max_seqlen_q, max_seqlen_kv, where, s)
+        tensors, at = self._backward_tensors(where, s, q, k, v, out, dout,
+                                             finals, dq, dk, dv)
+        keep = [batch_keep]
+        entries = input_entries(self, where, inputs, s, keep)
+        named = grad_entries(self, where, grads, s, keep)
+        buf, base, at_inputs, at_grads = pack(tensors, entries, named)
+        a = [None if x is None else base + x for x in at]
+        _lib.check(_backward_varlen(
+            self._handle, *a[:9], ctypes.byref(batch), at_inputs,
+            len(entries), at_grads, len(named), s))

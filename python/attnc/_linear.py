@@ -1,0 +1,147 @@
+"""attnc.LinearAttention: a linear-attention definition compiled for a
+signature, called on device tensors (zero copy) on the caller's stream."""
+
+from __future__ import annotations
+
+import ctypes
+
+from . import _lib
+from ._attention import (_ARCH_NAMES, _ARCHS, _InputInfo, _dtype_code,
+                         _read_inputs, _stream, _text, input_entries,
+                         grad_entries)
+from ._tensors import pack, view
+
+
+class _LinearSignature(ctypes.Structure):
+    _fields_ = [
+        ("dtype", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("head_dim_v", ctypes.c_int32),
+        ("layout", ctypes.c_int32),
+        ("arch", ctypes.c_int32),
+        ("tune", ctypes.c_int32),
+        ("skeleton", ctypes.c_char_p),
+        ("config", ctypes.c_char_p),
+        ("tune_file", ctypes.c_char_p),
+    ]
+
+
+_vp, _sz = ctypes.c_void_p, ctypes.c_size_t
+_create = _lib.declare("attnc_linear_attention_create", [_vp, _vp, _vp])
+_release = _lib.declare("attnc_linear_attention_release", [_vp], None)
+_input_count = _lib.declare("attnc_linear_attention_input_count", [_vp, _vp])
+_input_info = _lib.declare("attnc_linear_attention_input_info",
+                           [_vp, _sz, _vp])
+_uses_decay = _lib.declare("attnc_linear_attention_uses_decay", [_vp, _vp])
+_forward = _lib.declare("attnc_linear_attention_forward",
+                        [_vp] * 6 + [_vp, _sz, _vp, _vp, _vp])
+_backward = _lib.declare("attnc_linear_attention_backward",
+                         [_vp] * 13 + [_vp, _sz, _vp, _sz, _vp])
+_LAYOUTS = {"bshd": 0, "bhsd": 1}
+
+
+class LinearAttention:
+    """A linear-attention definition compiled for a signature (C++
+    attn::runtime::LinearAttention, docs/linear.md): q [B,T,Hq,D], k
+    [B,T,Hk,D], v and out [B,T,H,DV] for layout "bshd" (heads before T for
+    "bhsd"); decay [B,H,T] float32 where uses_decay; states [B,H,D,DV]
+    float32."""
+
+    def __init__(self, definition, dtype="float16", head_dim=128,
+                 head_dim_v=None, layout="bshd", arch=None, skeleton=None,
+                 config=None, tune_file=None, tune=False):
+        self._handle = None
+        handle = getattr(definition, "handle", None)
+        if not handle:
+            raise _lib.InvalidArgument(
+                "attnc.LinearAttention: argument 'definition': a "
+                f"{type(definition).__name__}; expected an attnc.Definition")
+        if layout not in _LAYOUTS:
+            raise _lib.InvalidArgument(
+                f"attnc.LinearAttention: argument 'layout': {layout!r} is "
+                "not 'bshd' or 'bhsd'")
+        if arch not in _ARCHS:
+            raise _lib.InvalidArgument(
+                f"attnc.LinearAttention: argument 'arch': {arch!r} is not "
+                "None, 'sm_80', 'sm_86', 'sm_89' or 'sm_90a'")
+        sig = _LinearSignature(
+            dtype=_dtype_code(dtype, "attnc.LinearAttention"),
+            head_dim=int(head_dim),
+            head_dim_v=int(head_dim if head_dim_v is None else head_dim_v),
+            layout=_LAYOUTS[layout], arch=_ARCHS[arch], tune=int(bool(tune)),
+            skeleton=_text(skeleton), config=_text(config),
+            tune_file=_text(tune_file))
+        out = ctypes.c_void_p()
+        _lib.check(_create(handle, ctypes.byref(sig), ctypes.byref(out)))
+        self._handle = out.value
+        self.definition = definition
+        self.layout = layout
+        self.arch = arch
+        self.inputs = _read_inputs(self._handle, _input_count, _input_info)
+        self._decl = {i.name: i for i in self.inputs}
+        self._name_text = [ctypes.create_string_buffer(i.name.encode())
+                           for i in self.inputs]
+        self._name_at = {i.name: ctypes.addressof(t)
+                         for i, t in zip(self.inputs, self._name_text)}
+        uses = ctypes.c_int32()
+        _lib.check(_uses_decay(self._handle, ctypes.byref(uses)))
+        self.uses_decay = bool(uses.value)
+
+    def __del__(self):
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle:
+            _release(handle)
+
+    def __repr__(self):
+        return (f"attnc.LinearAttention({self.definition.name!r}, "
+                f"layout={self.layout!r})")
+
+    def forward(self, q, k, v, out, decay=None, inputs=None,
+                initial_state=None, final_state=None, stream=None):
+        """out (and final_state, when given) of the recurrence on stream."""
+        where = "attnc.LinearAttention.forward"
+        s = _stream(stream)
+        named = (("q", q), ("k", k), ("v", v), ("out", out),
+                 ("decay", decay), ("initial_state", initial_state),
+                 ("final_state", final_state))
+        tensors, at = _optional_views(where, s, named)
+        keep = []
+        entries = input_entries(self, where, inputs, s, keep)
+        buf, base, at_inputs, _ = pack(tensors, entries)
+        a = [None if x is None else base + x for x in at]
+        _lib.check(_forward(self._handle, *a[:5], at_inputs, len(entries),
+                            a[5], a[6], s))
+
+    def backward(self, q, k, v, decay, dout, dq, dk, dv, inputs=None,
+                 grads=None, initial_state=None, dfinal_state=None,
+                 ddecay=None, dinitial_state=None, stream=None):
+        """dq, dk, dv (and ddecay, dinitial_state and the input gradients
+        in grads, where given) of sum(out * dout)."""
+        where = "attnc.LinearAttention.backward"
+        s = _stream(stream)
+        named = (("q", q), ("k", k), ("v", v), ("decay", decay),
+                 ("dout", dout), ("initial_state", initial_state),
+                 ("dfinal_state", dfinal_state), ("dq", dq), ("dk", dk),
+                 ("dv", dv), ("ddecay", ddecay),
+                 ("dinitial_state", dinitial_state))
+        tensors, at = _optional_views(where, s, named)
+        keep = []
+        entries = input_entries(self, where, inputs, s, keep)
+        gentries = grad_entries(self, where, grads, s, keep)
+        buf, base, at_inputs, at_grads = pack(tensors, entries, gentries)
+        a = [None if x is None else base + x for x in at]
+        _lib.check(_backward(self._handle, *a, at_inputs, len(entries),
+                             at_grads, len(gentries), s))
+
+
+def _optional_views(where, s, named):
+    """The views of the given tensors and each one's offset in the packed
+    buffer (None for an absent one)."""
+    tensors, at = [], []
+    for name, obj in named:
+        if obj is None:
+            at.append(None)
+        else:
+            at.append(32 * len(tensors))
+            tensors.append(view(obj, where, name, s))
+    return tensors, at

@@ -1,0 +1,98 @@
+"""Host time per call: C++ Attention::forward (capi_call_overhead, run
+here in the same process tree), attnc.Attention.forward and
+attnc.torch.attention (eager), and a replay of a captured CUDA graph.
+Batches of 200 calls never fill the launch queue; median of 25 batches.
+
+Run: ATTNC_OVERHEAD_BIN=path/to/capi_call_overhead python bench_overhead.py"""
+
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+import attnc
+import attnc.torch
+
+B, H, S, D = 1, 1, 128, 64
+CALLS, ROUNDS = 200, 25
+
+
+@torch.library.custom_op("attnc_bench::noop", mutates_args=())
+def _noop(q: torch.Tensor, values: list[torch.Tensor]) -> torch.Tensor:
+    return q.new_empty(q.shape)
+
+
+def per_call_us(fn):
+    times = []
+    for r in range(ROUNDS + 3):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(CALLS):
+            fn()
+        t1 = time.perf_counter()
+        if r >= 3:
+            times.append((t1 - t0) / CALLS * 1e6)
+    torch.cuda.synchronize()
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    name = sys.argv[1] if len(sys.argv) > 1 else "mha"
+    inputs = {"softmax_bias": -1.0} if name == "sigmoid_attn" else {}
+    binary = os.environ.get("ATTNC_OVERHEAD_BIN")
+    cxx = None
+    if binary:
+        line = subprocess.run([binary, name], check=True, text=True,
+                              capture_output=True).stdout.strip()
+        cxx = float(line.split()[-1])
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16)
+               for _ in range(3))
+    out = torch.empty_like(q)
+    finals = torch.empty(1, B, H, S, device="cuda")
+    att = attnc.Attention(attnc.example(name), head_dim=D, layout="bhsd")
+    stream = torch.cuda.current_stream().cuda_stream
+    raw_stream = per_call_us(
+        lambda: att.forward(q, k, v, out, finals, inputs, stream=stream))
+    raw = per_call_us(lambda: att.forward(q, k, v, out, finals, inputs))
+    scalar = {n: torch.tensor(x) for n, x in inputs.items()}
+    op = per_call_us(lambda: attnc.torch.attention(q, k, v, name,
+                                                   inputs=scalar))
+    noop = per_call_us(lambda: _noop(q, [q, k]))
+    sdpa = per_call_us(lambda: torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=True))
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        attnc.torch.attention(q, k, v, name, inputs=scalar)
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        attnc.torch.attention(q, k, v, name, inputs=scalar)
+    replay = per_call_us(g.replay)
+    empty = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(empty):
+        torch.empty(1, device="cuda").zero_()
+    replay_trivial = per_call_us(empty.replay)
+    print(f"card: {torch.cuda.get_device_name()}  variant {name} "
+          f"b{B} h{H} s{S} d{D} f16, host us per call (median):")
+    if cxx is not None:
+        print(f"  C++ Attention::forward            {cxx:7.2f}")
+    print(f"  attnc.Attention.forward (stream=) {raw_stream:7.2f}"
+          + (f"  (+{raw_stream - cxx:.2f} over C++)" if cxx else ""))
+    print(f"  attnc.Attention.forward           {raw:7.2f}"
+          + (f"  (+{raw - cxx:.2f} over C++)" if cxx else ""))
+    print(f"  attnc.torch.attention (eager op)  {op:7.2f}"
+          + (f"  (+{op - cxx:.2f} over C++)" if cxx else ""))
+    print(f"  an empty torch custom op          {noop:7.2f}"
+          "  (torch.library's own share of the op's time)")
+    print(f"  torch SDPA (eager, reference)     {sdpa:7.2f}")
+    print(f"  CUDA graph replay of the op       {replay:7.2f}"
+          f"  (a one-kernel graph: {replay_trivial:.2f})")
+
+
+if __name__ == "__main__":
+    main()
