@@ -44,6 +44,10 @@ ir::NodeKind binaryKind(attnc_binary_op Op) {
     return ir::NodeKind::Max;
   case ATTNC_MIN:
     return ir::NodeKind::Min;
+  case ATTNC_FLOORDIV:
+    return ir::NodeKind::FloorDiv;
+  case ATTNC_MOD:
+    return ir::NodeKind::Mod;
   }
   throw UserError("attnc_symbol_binary: unknown operation " +
                   std::to_string(int(Op)));

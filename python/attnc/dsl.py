@@ -34,7 +34,7 @@ __all__ = [
 _EXP, _EXP2, _LOG, _LOG2, _ABS, _TANH, _SIGMOID, _RELU = range(8)
 _SQRT, _RSQRT, _TO_FLOAT, _NEG, _NOT = range(8, 13)
 _ADD, _SUB, _MUL, _DIV, _LT, _LE, _GT, _GE, _EQ, _NE = range(10)
-_AND, _OR, _MAX, _MIN = range(10, 14)
+_AND, _OR, _MAX, _MIN, _FLOORDIV, _MOD = range(10, 16)
 
 
 def _is_number(value) -> bool:
@@ -103,6 +103,20 @@ class Symbol:
 
     def __rtruediv__(self, o):
         return self._binary(_DIV, o, True)
+
+    # Floor division and the remainder with the divisor's sign, as Python's
+    # own // and % (the C++ DSL's floordiv and mod; ints stay i32).
+    def __floordiv__(self, o):
+        return self._binary(_FLOORDIV, o)
+
+    def __rfloordiv__(self, o):
+        return self._binary(_FLOORDIV, o, True)
+
+    def __mod__(self, o):
+        return self._binary(_MOD, o)
+
+    def __rmod__(self, o):
+        return self._binary(_MOD, o, True)
 
     def __neg__(self):
         return self._unary(_NEG)
@@ -266,6 +280,22 @@ def exp(x: Symbol) -> Symbol:
 
 def log(x: Symbol) -> Symbol:
     return x.log()
+
+
+def floordiv(a, b) -> Symbol:
+    """floor(a / b), the C++ DSL's floordiv (`a // b` as well)."""
+    if isinstance(a, Symbol):
+        return a // b
+    if isinstance(b, Symbol):
+        return a // b
+    raise TypeError("attnc.dsl.floordiv: one operand must be a Symbol")
+
+
+def mod(a, b) -> Symbol:
+    """a - b * floordiv(a, b), the C++ DSL's mod (`a % b` as well)."""
+    if isinstance(a, Symbol) or isinstance(b, Symbol):
+        return a % b
+    raise TypeError("attnc.dsl.mod: one operand must be a Symbol")
 
 
 def maximum(a: Symbol, b) -> Symbol:

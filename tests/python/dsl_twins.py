@@ -205,6 +205,29 @@ def mha_document_ids():
     return d
 
 
+def mha_chunked():
+    d = dsl.AttentionDef("mha_chunked")
+    d.description = (
+        "softmax attention, causal within chunks of C tokens (runtime int32 "
+        "scalar)"
+    )
+    d.score_mod = scaled
+    d.online_func = OnlineSoftmax()
+    d.inputs.declare("chunk", InputShape.Scalar, InputType.I32, 16.0, 112.0)
+
+    def mask_mod(b, h, q_idx, kv_idx, inputs):
+        # C++ order: the right operand of & first, and of == first, and the
+        # divisor before the dividend.
+        chunk = inputs["chunk"]
+        kv_chunk = kv_idx // chunk
+        q_chunk = dsl.floordiv(q_idx, inputs["chunk"])
+        same_chunk = q_chunk == kv_chunk
+        return (q_idx >= kv_idx) & same_chunk
+
+    d.mask_mod = mask_mod
+    return d
+
+
 def simple_gla():
     d = dsl.LinearAttentionDef("simple_gla")
     d.q_mod = lambda q, inputs: q * inputs.head_dim().rsqrt()
@@ -235,6 +258,7 @@ TWINS = {
     "alibi_learnable": alibi_learnable,
     "softcap_learnable": softcap_learnable,
     "mha_document_ids": mha_document_ids,
+    "mha_chunked": mha_chunked,
     "simple_gla": simple_gla,
     "mamba2": mamba2,
     "retention_linear": retention_linear,

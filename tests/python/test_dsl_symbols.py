@@ -49,6 +49,21 @@ class Operations(unittest.TestCase):
   return score = %18
 }""")
 
+    def test_floor_division_and_modulo(self):
+        def fn(s, i, b, h, q, k):
+            chunk = (q // 64) - dsl.floordiv(k, q)
+            return s + (7 % k).to_float() + dsl.mod(chunk, 3).to_float()
+
+        text = score_mod_ir(fn)
+        for line in ("floordiv %0, %3 : i32 row", "floordiv %1, %0 : i32 tile",
+                     "mod %7, %1 : i32 col", "mod %6, %11 : i32 tile"):
+            self.assertIn(line, text)
+
+    def test_floor_division_by_a_constant_zero_is_refused(self):
+        with self.assertRaises(attnc.UserError) as caught:
+            score_mod_ir(lambda s, i, b, h, q, k: s + (q // 0).to_float())
+        self.assertIn("floordiv", str(caught.exception))
+
     def test_numbers_on_either_side(self):
         def fn(s, i, b, h, q, k):
             x = 1 - (s * 0.5) / 4

@@ -67,7 +67,9 @@ typedef enum attnc_binary_op {
   ATTNC_AND = 10,
   ATTNC_OR = 11,
   ATTNC_MAX = 12,
-  ATTNC_MIN = 13
+  ATTNC_MIN = 13,
+  ATTNC_FLOORDIV = 14, /* floor division, Python's // (floordiv in C++) */
+  ATTNC_MOD = 15       /* the remainder with the divisor's sign (mod) */
 } attnc_binary_op;
 
 ATTNC_C_API attnc_status attnc_symbol_unary(attnc_unary_op op,
