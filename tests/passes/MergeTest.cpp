@@ -80,6 +80,7 @@ TEST_CASE("merge: each example's form", "[merge]") {
       {"alibi_learnable", MergeKind::LogSumExp},
       {"softcap_learnable", MergeKind::LogSumExp},
       {"mha_document_ids", MergeKind::LogSumExp},
+      {"mha_chunked", MergeKind::LogSumExp},
   };
   size_t Transformers = 0;
   for (const dsl::DefinitionBase *D : testsupport::registry().all())

@@ -100,7 +100,7 @@ TEST_CASE("merge: random splits of the keys give the unsplit result",
       }
     }
   }
-  CHECK(Merged == 9); // every transformer example but retention
+  CHECK(Merged == 10); // every transformer example but retention
 }
 
 TEST_CASE("merge: the wrong rule is caught", "[merge][reference]") {
