@@ -236,6 +236,13 @@ runtime::LinearSignature linearSignatureArg(const ArgContext &C,
   return Sig;
 }
 
+void inputInfoAt(const ArgContext &C, const std::vector<ir::InputDecl> &Decls,
+                 size_t Index, attnc_input_info *Info) {
+  requireNonNull(Info, C.Function, "info");
+  requireIndex(C, Index, Decls.size());
+  inputInfo(Decls[Index], *Info);
+}
+
 void inputInfo(const ir::InputDecl &D, attnc_input_info &Info) {
   Info.name = D.Name.c_str();
   Info.shape = shapeCode(D.Shape);

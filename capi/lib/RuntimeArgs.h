@@ -40,8 +40,18 @@ runtime::Signature signatureArg(const ArgContext &C,
 runtime::LinearSignature linearSignatureArg(const ArgContext &C,
                                             const attnc_linear_signature *S);
 
+/// The pointer of an optional view, for the runtime's optional arguments.
+inline const runtime::TensorView *
+ptr(const std::optional<runtime::TensorView> &V) {
+  return V ? &*V : nullptr;
+}
+
 /// \p D as an attnc_input_info (its name stays \p D's).
 void inputInfo(const ir::InputDecl &D, attnc_input_info &Info);
+/// Declaration \p Index of \p Decls into \p Info, for the *_input_info
+/// calls: \p Info non-NULL and \p Index in range, each checked by name.
+void inputInfoAt(const ArgContext &C, const std::vector<ir::InputDecl> &Decls,
+                 size_t Index, attnc_input_info *Info);
 attnc_input_shape shapeCode(ir::InputShape S);
 /// InvalidArgument naming 'index' unless \p Index < \p Count.
 void requireIndex(const ArgContext &C, size_t Index, size_t Count);

@@ -31,12 +31,6 @@ const std::vector<ir::InputDecl> &decls(const runtime::Attention &A) {
   return A.definition().Graph->decls().Inputs;
 }
 
-/// The pointer of an optional view, for the runtime's optional arguments.
-const runtime::TensorView *
-ptr(const std::optional<runtime::TensorView> &V) {
-  return V ? &*V : nullptr;
-}
-
 } // namespace
 
 attnc_status attnc_attention_create(const attnc_definition *def,
@@ -72,9 +66,7 @@ attnc_status attnc_attention_input_info(const attnc_attention *att,
   return guarded([&] {
     ArgContext C{"attnc_attention_input_info"};
     const runtime::Attention &A = attentionArg(C, att);
-    requireNonNull(info, C.Function, "info");
-    requireIndex(C, index, decls(A).size());
-    inputInfo(decls(A)[index], *info);
+    inputInfoAt(C, decls(A), index, info);
   });
 }
 

@@ -27,11 +27,6 @@ const std::vector<ir::InputDecl> &decls(const runtime::LinearAttention &A) {
   return A.definition().Graph->decls().Inputs;
 }
 
-const runtime::TensorView *
-ptr(const std::optional<runtime::TensorView> &V) {
-  return V ? &*V : nullptr;
-}
-
 } // namespace
 
 attnc_status attnc_linear_attention_create(const attnc_definition *def,
@@ -70,9 +65,7 @@ attnc_linear_attention_input_info(const attnc_linear_attention *att,
   return guarded([&] {
     ArgContext C{"attnc_linear_attention_input_info"};
     const runtime::LinearAttention &A = linearArg(C, att);
-    requireNonNull(info, C.Function, "info");
-    requireIndex(C, index, decls(A).size());
-    inputInfo(decls(A)[index], *info);
+    inputInfoAt(C, decls(A), index, info);
   });
 }
 
