@@ -284,9 +284,7 @@ def log(x: Symbol) -> Symbol:
 
 def floordiv(a, b) -> Symbol:
     """floor(a / b), the C++ DSL's floordiv (`a // b` as well)."""
-    if isinstance(a, Symbol):
-        return a // b
-    if isinstance(b, Symbol):
+    if isinstance(a, Symbol) or isinstance(b, Symbol):
         return a // b
     raise TypeError("attnc.dsl.floordiv: one operand must be a Symbol")
 

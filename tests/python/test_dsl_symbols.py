@@ -64,6 +64,13 @@ class Operations(unittest.TestCase):
             score_mod_ir(lambda s, i, b, h, q, k: s + (q // 0).to_float())
         self.assertIn("floordiv", str(caught.exception))
 
+    def test_floor_division_of_two_numbers_is_a_type_error(self):
+        for fn, name in ((dsl.floordiv, "floordiv"), (dsl.mod, "mod")):
+            with self.assertRaises(TypeError) as caught:
+                fn(7, 2)
+            self.assertIn(f"attnc.dsl.{name}: one operand must be a Symbol",
+                          str(caught.exception))
+
     def test_numbers_on_either_side(self):
         def fn(s, i, b, h, q, k):
             x = 1 - (s * 0.5) / 4
