@@ -35,10 +35,6 @@ dsl::AttentionDef softcapLearnable(); ///< softcap with a learned cap
 /// (document.cpp): `(q_idx >= kv_idx) & (doc_q == doc_k)`.
 dsl::AttentionDef mhaDocumentIds();
 
-/// mha's online softmax without a backward (learnable.cpp): the autodiff
-/// pass derives dS = P∘(dP − doosum) from forward and the final rowscale lse.
-std::shared_ptr<const dsl::OnlineFunc> onlineSoftmaxNoBackward();
-
 /// Registers every example above under its name.
 void registerExamples(dsl::Registry &R);
 

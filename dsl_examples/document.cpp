@@ -2,6 +2,8 @@
 // given per token as int32 (a packed batch of several documents).
 #include "Examples.h"
 
+#include "attn/dsl/Library.h"
+
 namespace attn::examples {
 using namespace dsl;
 
@@ -14,15 +16,9 @@ AttentionDef mhaDocumentIds() {
   // integers, never through float).
   def.inputs.declare("doc_q", InputShape::PerQueryToken, InputType::I32);
   def.inputs.declare("doc_k", InputShape::PerKeyToken, InputType::I32);
-  def.score_mod = [](SymbolScalar score, const CustomInputs &in, SymbolScalar,
-                     SymbolScalar, SymbolScalar, SymbolScalar) {
-    return score * in.head_dim().rsqrt();
-  };
-  def.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q_idx,
-                    SymbolScalar kv_idx, const CustomInputs &in) {
-    return (q_idx >= kv_idx) & (in["doc_q"] == in["doc_k"]);
-  };
-  def.online_func = onlineSoftmaxNoBackward();
+  def.score_mod = score_mods::scaled();
+  def.mask_mod = masks::document("doc_q", "doc_k");
+  def.online_func = onlineSoftmax(/*WrittenBackward=*/false);
   return def;
 }
 

@@ -4,6 +4,8 @@
 // (analysis/MaskBounds.h), without evaluating the mask per element.
 #include "Examples.h"
 
+#include "attn/dsl/Library.h"
+
 namespace attn::examples {
 using namespace dsl;
 
@@ -25,10 +27,7 @@ AttentionDef mhaPrefixLm() {
   // The check and the GPU tests use the middle of the range: P = 64.
   def.inputs.declare("prefix_len", InputShape::Scalar, InputType::I32, 0.0,
                      128.0);
-  def.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q_idx,
-                    SymbolScalar kv_idx, const CustomInputs &in) {
-    return (q_idx >= kv_idx) | (kv_idx < in["prefix_len"]);
-  };
+  def.mask_mod = masks::prefixLm("prefix_len");
   return def;
 }
 
@@ -36,10 +35,7 @@ AttentionDef mhaSlidingWindow() {
   AttentionDef def = maskedMha(
       "mha_sliding_window",
       "softmax attention, causal within a sliding window of 256 keys");
-  def.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q_idx,
-                    SymbolScalar kv_idx) {
-    return (q_idx >= kv_idx) & (q_idx - kv_idx < 256);
-  };
+  def.mask_mod = masks::slidingWindow(256);
   return def;
 }
 
@@ -53,10 +49,7 @@ AttentionDef mhaDocument() {
   // the GPU tests give them as sorted runs (documents).
   def.inputs.declare("q_doc", InputShape::PerRow, 0.0, 0.0)
       .declare("k_doc", InputShape::PerKey, 0.0, 0.0);
-  def.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q_idx,
-                    SymbolScalar kv_idx, const CustomInputs &in) {
-    return (q_idx >= kv_idx) & (in["q_doc"] == in["k_doc"]);
-  };
+  def.mask_mod = masks::document("q_doc", "k_doc");
   return def;
 }
 
@@ -70,11 +63,7 @@ AttentionDef mhaChunked() {
   // do not.
   def.inputs.declare("chunk", InputShape::Scalar, InputType::I32, 16.0,
                      112.0);
-  def.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q_idx,
-                    SymbolScalar kv_idx, const CustomInputs &in) {
-    return (q_idx >= kv_idx) &
-           (floordiv(q_idx, in["chunk"]) == floordiv(kv_idx, in["chunk"]));
-  };
+  def.mask_mod = masks::chunked("chunk");
   return def;
 }
 

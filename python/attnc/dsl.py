@@ -28,6 +28,11 @@ __all__ = [
     "log",
     "maximum",
     "minimum",
+    "floordiv",
+    "mod",
+    "online_softmax",
+    "masks",
+    "score_mods",
 ]
 
 # attnc_unary_op and attnc_binary_op
@@ -349,4 +354,9 @@ from ._dsl_trace import (  # noqa: E402  (the tracing half needs Symbol)
     AttentionDef,
     LinearAttentionDef,
     OnlineFunc,
+)
+from ._dsl_library import (  # noqa: E402  (the blocks need OnlineFunc)
+    masks,
+    online_softmax,
+    score_mods,
 )

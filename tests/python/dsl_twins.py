@@ -7,14 +7,17 @@ function's arguments are evaluated unspecified, and GCC, which builds attnc,
 evaluates the right one first; Python goes left to right. Where both
 operands of one C++ expression make nodes, the twin below makes them in
 GCC's order with a named temporary (marked "C++ order"), so that the texts
-are equal character for character."""
+are equal character for character. The library's blocks (masks,
+score_mods, online_softmax) trace in one fixed order in both languages."""
 
 from attnc import dsl
-from attnc.dsl import InputShape, InputType, OnlineFunc, Var, select
+from attnc.dsl import (InputShape, InputType, OnlineFunc, Var, masks,
+                       online_softmax, score_mods, select)
 
 
 class OnlineSoftmax(OnlineFunc):
-    """mha.cpp's: a running max m and a running sum r."""
+    """The online softmax written out by hand, as online_softmax() traces
+    it; other tests subclass it to break one step."""
 
     def __init__(self):
         super().__init__({"m": Var("-inf"), "r": Var(0.0)}, {"lse": Var(0.0)})
@@ -36,26 +39,6 @@ class OnlineSoftmax(OnlineFunc):
 
     def backward(self, dp, scores, final_rowscales, doosum, b, h, q_idx, kv_idx):
         return (dp - doosum) * scores
-
-
-class OnlineSoftmaxNoBackward(OnlineFunc):
-    """learnable.cpp's: the backward is derived."""
-
-    def __init__(self):
-        super().__init__([("m", Var("-inf")), ("r", Var(0.0))], [("lse", Var(0.0))])
-
-    def online_fwd(self, scores, rs, b, h, q_idx):
-        m_new = rs["m"].max(scores.get_reduce("max"))
-        scale = (rs["m"] - m_new).exp()
-        p = (scores - m_new).exp()
-        total = p.get_reduce("sum")  # C++ order
-        return p, {"m": m_new, "r": rs["r"] * scale + total}, scale
-
-    def online_fwd_epilogue(self, o, rs, b, h, q_idx):
-        return o / rs["r"], {"lse": rs["r"].log() + rs["m"]}
-
-    def forward(self, scores, fr, b, h, q_idx, kv_idx):
-        return (scores - fr["lse"]).exp()
 
 
 class OnlineIdentity(OnlineFunc):
@@ -104,20 +87,53 @@ class OnlineRetention(OnlineFunc):
         return (dp - through_norm) / fr["r"]
 
 
-def causal(b, h, q_idx, kv_idx):
-    return q_idx >= kv_idx
-
-
-def scaled(score, inputs, b, h, q_idx, kv_idx):
-    return score * inputs.head_dim().rsqrt()
+causal = masks.causal()
+scaled = score_mods.scaled()
 
 
 def mha():
     d = dsl.AttentionDef("mha")
     d.description = "softmax attention, causal (online softmax)"
-    d.score_mod = scaled
-    d.mask_mod = causal
-    d.online_func = OnlineSoftmax()
+    d.score_mod = score_mods.scaled()
+    d.mask_mod = masks.causal()
+    d.online_func = online_softmax()
+    return d
+
+
+def _masked_mha(name, description):
+    """mha.cpp's scores and online softmax under another mask (masks.cpp)."""
+    d = dsl.AttentionDef(name, description)
+    d.score_mod = score_mods.scaled()
+    d.online_func = online_softmax()
+    return d
+
+
+def mha_prefix_lm():
+    d = _masked_mha(
+        "mha_prefix_lm",
+        "softmax attention, prefix-LM: bidirectional over the first P keys "
+        "(runtime scalar), causal after")
+    d.inputs.declare("prefix_len", InputShape.Scalar, InputType.I32, 0.0, 128.0)
+    d.mask_mod = masks.prefix_lm("prefix_len")
+    return d
+
+
+def mha_sliding_window():
+    d = _masked_mha(
+        "mha_sliding_window",
+        "softmax attention, causal within a sliding window of 256 keys")
+    d.mask_mod = masks.sliding_window(256)
+    return d
+
+
+def mha_document():
+    d = _masked_mha(
+        "mha_document",
+        "softmax attention, causal within documents (per-row and per-key "
+        "document ids)")
+    d.inputs.declare("q_doc", InputShape.PerRow, 0.0, 0.0)
+    d.inputs.declare("k_doc", InputShape.PerKey, 0.0, 0.0)
+    d.mask_mod = masks.document("q_doc", "k_doc")
     return d
 
 
@@ -172,7 +188,7 @@ def alibi_learnable():
 
     d.score_mod = score_mod
     d.mask_mod = causal
-    d.online_func = OnlineSoftmaxNoBackward()
+    d.online_func = online_softmax(written_backward=False)
     return d
 
 
@@ -185,7 +201,7 @@ def softcap_learnable():
         return c * (score * inputs.head_dim().rsqrt() / c).tanh()
 
     d.score_mod = score_mod
-    d.online_func = OnlineSoftmaxNoBackward()
+    d.online_func = online_softmax(written_backward=False)
     return d
 
 
@@ -193,38 +209,19 @@ def mha_document_ids():
     d = dsl.AttentionDef("mha_document_ids")
     d.inputs.declare("doc_q", InputShape.PerQueryToken, InputType.I32)
     d.inputs.declare("doc_k", InputShape.PerKeyToken, InputType.I32)
-    d.score_mod = scaled
-
-    def mask_mod(b, h, q_idx, kv_idx, inputs):
-        doc_k = inputs["doc_k"]  # C++ order, as the next two
-        same_document = inputs["doc_q"] == doc_k
-        return (q_idx >= kv_idx) & same_document
-
-    d.mask_mod = mask_mod
-    d.online_func = OnlineSoftmaxNoBackward()
+    d.score_mod = score_mods.scaled()
+    d.mask_mod = masks.document("doc_q", "doc_k")
+    d.online_func = online_softmax(written_backward=False)
     return d
 
 
 def mha_chunked():
-    d = dsl.AttentionDef("mha_chunked")
-    d.description = (
+    d = _masked_mha(
+        "mha_chunked",
         "softmax attention, causal within chunks of C tokens (runtime int32 "
-        "scalar)"
-    )
-    d.score_mod = scaled
-    d.online_func = OnlineSoftmax()
+        "scalar)")
     d.inputs.declare("chunk", InputShape.Scalar, InputType.I32, 16.0, 112.0)
-
-    def mask_mod(b, h, q_idx, kv_idx, inputs):
-        # C++ order: the right operand of & first, and of == first, and the
-        # divisor before the dividend.
-        chunk = inputs["chunk"]
-        kv_chunk = kv_idx // chunk
-        q_chunk = dsl.floordiv(q_idx, inputs["chunk"])
-        same_chunk = q_chunk == kv_chunk
-        return (q_idx >= kv_idx) & same_chunk
-
-    d.mask_mod = mask_mod
+    d.mask_mod = masks.chunked("chunk")
     return d
 
 
@@ -259,6 +256,9 @@ TWINS = {
     "softcap_learnable": softcap_learnable,
     "mha_document_ids": mha_document_ids,
     "mha_chunked": mha_chunked,
+    "mha_prefix_lm": mha_prefix_lm,
+    "mha_sliding_window": mha_sliding_window,
+    "mha_document": mha_document,
     "simple_gla": simple_gla,
     "mamba2": mamba2,
     "retention_linear": retention_linear,

@@ -4,6 +4,7 @@
 
 #include "attn/Pipeline.h"
 #include "attn/analysis/RowReduce.h"
+#include "attn/dsl/Library.h"
 #include "attn/dsl/Trace.h"
 
 #include <catch2/catch.hpp>
@@ -79,7 +80,7 @@ TEST_CASE("mha traces into the six functions with their result names") {
 
 TEST_CASE("a definition without backward has no backward function") {
   AttentionDef Def("nobwd");
-  Def.online_func = examples::onlineSoftmaxNoBackward();
+  Def.online_func = dsl::onlineSoftmax(/*WrittenBackward=*/false);
   std::unique_ptr<ir::Graph> G = trace(Def);
   CHECK(G->getFunction("backward") == nullptr);
   CHECK_FALSE(G->decls().HasBackward);
