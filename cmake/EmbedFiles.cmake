@@ -105,6 +105,6 @@ set(EMBED_PATHS \"@paths@\")
     VERBATIM)
 
   add_library(${ARG_TARGET} STATIC "${source}" "${header}")
-  target_include_directories(${ARG_TARGET} PUBLIC "${dir}/include")
+  target_include_directories(${ARG_TARGET} PUBLIC "$<BUILD_INTERFACE:${dir}/include>")
   target_link_libraries(${ARG_TARGET} PUBLIC attnc_llvm)
 endfunction()
