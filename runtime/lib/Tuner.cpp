@@ -199,13 +199,23 @@ std::vector<CandidateResult> searchCandidates(const SearchSpace &Space,
       Cands.back().Config = C;
     }
 
+  // One line per candidate as it is decided, with the elapsed time and,
+  // once something is timed, the best so far: a long search shows where it
+  // is and what it has found.
   size_t Done = 0;
+  const CandidateResult *Best = nullptr;
   auto Report = [&](const CandidateResult &R) {
     ++Done;
+    if (R.Status == CandidateStatus::Timed && (!Best || R.Ms < Best->Ms))
+      Best = &R;
     if (!Progress)
       return;
-    *Progress << fmt::format("[{}/{}] {}: {}\n", Done, Cands.size(), R.Config,
-                             describe(R));
+    std::string Line = fmt::format("[{}/{}] {}: {}", Done, Cands.size(),
+                                   R.Config, describe(R));
+    if (Best)
+      Line += fmt::format("  | best so far {} {:.3f} ms", Best->Config,
+                          Best->Ms);
+    *Progress << Line << fmt::format("  | {:.1f} s\n", Timer.seconds());
     Progress->flush();
   };
 
@@ -245,17 +255,31 @@ std::vector<CandidateResult> searchCandidates(const SearchSpace &Space,
   }
   std::mutex ErrorMutex;
   WallTimer CompileTimer;
+  size_t Kernels = 0, KernelsDone = 0;
+  for (size_t I : ToCompile)
+    Kernels += Sources[I].size();
+  // A line at each tenth of the kernels compiled (NVRTC takes seconds a
+  // kernel), written under the lock the workers share.
+  size_t Step = std::max<size_t>(1, (Kernels + 9) / 10);
   {
     llvm::ThreadPool Pool(llvm::hardware_concurrency(Opts.CompileThreads));
     for (size_t I : ToCompile)
       for (size_t K = 0; K < Sources[I].size(); ++K)
         Pool.async([&, I, K] {
+          std::string Error;
           try {
             Resources[I][K] = Space.Compile(Sources[I][K]);
           } catch (const std::exception &E) {
-            std::lock_guard<std::mutex> Guard(ErrorMutex);
-            if (CompileErrors[I].empty())
-              CompileErrors[I] = E.what();
+            Error = E.what();
+          }
+          std::lock_guard<std::mutex> Guard(ErrorMutex);
+          if (!Error.empty() && CompileErrors[I].empty())
+            CompileErrors[I] = Error;
+          ++KernelsDone;
+          if (Progress && (KernelsDone % Step == 0 || KernelsDone == Kernels)) {
+            *Progress << fmt::format("compiling: {}/{} kernels  | {:.1f} s\n",
+                                     KernelsDone, Kernels, Timer.seconds());
+            Progress->flush();
           }
         });
     Pool.wait();

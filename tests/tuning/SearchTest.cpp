@@ -16,6 +16,7 @@
 using namespace attn;
 using namespace attn::runtime;
 using Catch::Matchers::Contains;
+using Catch::Matchers::EndsWith;
 
 namespace {
 
@@ -156,6 +157,13 @@ TEST_CASE("shared-memory overflow never reaches compiling or timing",
                            "of shared memory; 166912 allowed"));
   CHECK_THAT(Log, Contains("[30/30] "));
   CHECK_THAT(Log, Contains("(default)"));
+  // Where the search is: kernels compiled, the best so far (the default
+  // once it is timed, the winner by the last line) and the elapsed time.
+  CHECK_THAT(Log, Contains("compiling: 23/23 kernels  | "));
+  CHECK_THAT(Log, Contains("(default)  | best so far m128n64w4s2 "));
+  std::string Last = Log.substr(Log.rfind("\n[", Log.size() - 2) + 1);
+  CHECK_THAT(Last, Contains("  | best so far " + Rs.front().Config + " "));
+  CHECK_THAT(Last, EndsWith(" s\n"));
 }
 
 TEST_CASE("a spilling candidate is pruned after compiling; the default is "
