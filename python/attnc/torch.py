@@ -19,6 +19,9 @@ _definitions = {}
 # Attention objects by (name, dtype, head_dim, head_dim_v, layout, device).
 _attentions = {}
 _lock = threading.Lock()
+# Called with a name whose definition register() replaced (under _lock):
+# other op families (linear attention) drop their objects of it too.
+_on_replace = []
 
 
 def register(definition) -> str:
@@ -37,6 +40,8 @@ def register(definition) -> str:
             _definitions[name] = definition
             for key in [k for k in _attentions if k[0] == name]:
                 del _attentions[key]
+            for forget in _on_replace:
+                forget(name)
     return name
 
 
@@ -257,3 +262,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, definition,
     out, finals = _attention_fwd(q, k, v, name, layout, "\n".join(names),
                                  values)
     return (out, finals) if return_finals else out
+
+
+from ._torch_linear import linear_attention  # noqa: E402,F401  (needs the helpers above)

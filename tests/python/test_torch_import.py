@@ -28,6 +28,7 @@ class TorchLayer(unittest.TestCase):
 
         import attnc.torch  # noqa: F401
         self.assertTrue(hasattr(torch.ops.attnc, "attention_fwd"))
+        self.assertTrue(hasattr(torch.ops.attnc, "linear_fwd"))
         self.assertTrue(hasattr(torch.ops.attnc, "attention_bwd"))
 
 

@@ -1,0 +1,197 @@
+"""attnc.torch.linear_attention: a torch.library custom op over
+attnc.LinearAttention, with autograd (q, k, v, the decay, the initial state
+and learnable custom inputs), fake shapes for torch.compile, and the final
+state as a second output."""
+
+import threading
+from typing import Optional
+
+import torch
+
+from . import _lib
+from ._linear import LinearAttention
+from .torch import (_as_tensor, _definition, _device_index, _on_replace,
+                    _split, _stream, register)
+
+# LinearAttention objects by (name, dtype, head_dim, head_dim_v, layout,
+# device); attnc.torch.register drops a replaced definition's objects.
+_linears = {}
+_lock = threading.Lock()
+
+
+def _forget(name):
+    for key in [k for k in _linears if k[0] == name]:
+        del _linears[key]
+
+
+_on_replace.append(_forget)
+
+
+def _object_for(q, v, name, layout) -> LinearAttention:
+    key = (name, q.dtype, int(q.shape[-1]), int(v.shape[-1]), layout,
+           _device_index(q))
+    att = _linears.get(key)
+    if att is None:
+        with _lock:
+            att = _linears.get(key)
+            if att is None:
+                att = LinearAttention(_definition(name), dtype=q.dtype,
+                                      head_dim=key[2], head_dim_v=key[3],
+                                      layout=layout)
+                _linears[key] = att
+    return att
+
+
+def _shape(q, v, layout):
+    """(B, T, H) of v (the value heads: the state's heads)."""
+    if layout == "bshd":
+        return v.shape[0], v.shape[1], v.shape[2]
+    return v.shape[0], v.shape[2], v.shape[1]
+
+
+def _values(att, names, values):
+    if not names:
+        return None
+    inputs = {}
+    for name, value in zip(_split(names), values):
+        d = att._decl.get(name)
+        inputs[name] = value.item() if d is not None and d.shape == "scalar" \
+            else value
+    return inputs
+
+
+def _grad_names(att):
+    return [i.name for i in att.inputs if i.requires_grad]
+
+
+def _grad_buffer(att, name, q, v, layout):
+    b, t, h = _shape(q, v, layout)
+    shape = att._decl[name].shape
+    dims = {"scalar": (1,), "per_head": (h,), "per_row": (b, h, t)}[shape]
+    return q.new_empty(dims, dtype=torch.float32)
+
+
+def _state_shape(q, v, layout):
+    b, _, h = _shape(q, v, layout)
+    return (b, h, q.shape[-1], v.shape[-1])
+
+
+@torch.library.custom_op("attnc::linear_fwd", mutates_args=())
+def _linear_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                decay: Optional[torch.Tensor],
+                initial_state: Optional[torch.Tensor], definition: str,
+                layout: str, input_names: str,
+                input_values: list[torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    att = _object_for(q, v, definition, layout)
+    out = torch.empty_like(v)
+    final = q.new_empty(_state_shape(q, v, layout), dtype=torch.float32)
+    att.forward(q, k, v, out, decay if att.uses_decay else None,
+                _values(att, input_names, input_values),
+                initial_state=initial_state, final_state=final,
+                stream=_stream(q))
+    return out, final
+
+
+@_linear_fwd.register_fake
+def _(q, k, v, decay, initial_state, definition, layout, input_names,
+      input_values):
+    return (torch.empty_like(v),
+            q.new_empty(_state_shape(q, v, layout), dtype=torch.float32))
+
+
+@torch.library.custom_op("attnc::linear_bwd", mutates_args=())
+def _linear_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                decay: Optional[torch.Tensor],
+                initial_state: Optional[torch.Tensor], dout: torch.Tensor,
+                dfinal: Optional[torch.Tensor], definition: str, layout: str,
+                input_names: str, input_values: list[torch.Tensor]
+                ) -> list[torch.Tensor]:
+    att = _object_for(q, v, definition, layout)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    ddecay = torch.empty_like(decay) if att.uses_decay else None
+    dinit = (q.new_empty(_state_shape(q, v, layout), dtype=torch.float32)
+             if initial_state is not None else None)
+    grads = {n: _grad_buffer(att, n, q, v, layout) for n in _grad_names(att)}
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    att.backward(q, k, v, decay if att.uses_decay else None, dout, dq, dk, dv,
+                 _values(att, input_names, input_values), grads,
+                 initial_state=initial_state, dfinal_state=dfinal,
+                 ddecay=ddecay, dinitial_state=dinit, stream=_stream(q))
+    empty = q.new_empty((0,), dtype=torch.float32)
+    return [dq, dk, dv, empty if ddecay is None else ddecay,
+            empty if dinit is None else dinit] + list(grads.values())
+
+
+@_linear_bwd.register_fake
+def _(q, k, v, decay, initial_state, dout, dfinal, definition, layout,
+      input_names, input_values):
+    att = _object_for(q, v, definition, layout)
+    empty = q.new_empty((0,), dtype=torch.float32)
+    return [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+            torch.empty_like(decay) if att.uses_decay else empty,
+            q.new_empty(_state_shape(q, v, layout), dtype=torch.float32)
+            if initial_state is not None else empty] + [
+        _grad_buffer(att, n, q, v, layout) for n in _grad_names(att)]
+
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, decay, initial_state, definition, layout, input_names,
+     input_values) = inputs
+    ctx.definition, ctx.layout, ctx.input_names = definition, layout, input_names
+    ctx.wants_grad = [t.requires_grad for t in input_values]
+    ctx.has_decay = decay is not None
+    ctx.has_initial = initial_state is not None
+    ctx.save_for_backward(q, k, v, decay, initial_state, *input_values)
+
+
+def _backward(ctx, dout, dfinal):
+    q, k, v, decay, initial_state, *values = ctx.saved_tensors
+    if dfinal is not None and not dfinal.is_contiguous():
+        dfinal = dfinal.contiguous()
+    result = _linear_bwd(q, k, v, decay, initial_state, dout, dfinal,
+                         ctx.definition, ctx.layout, ctx.input_names, values)
+    dq, dk, dv, ddecay, dinit = result[:5]
+    att = _object_for(q, v, ctx.definition, ctx.layout)
+    by_name = dict(zip(_grad_names(att), result[5:]))
+    dvalues = []
+    for name, value, wants in zip(_split(ctx.input_names), values,
+                                  ctx.wants_grad):
+        g = by_name.get(name)
+        dvalues.append(None if g is None or not wants
+                       else g.reshape(value.shape).to(value.device))
+    return (dq, dk, dv,
+            ddecay if ctx.has_decay and ddecay.numel() else None,
+            dinit if ctx.has_initial else None,
+            None, None, None, dvalues)
+
+
+_linear_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     definition, decay: Optional[torch.Tensor] = None,
+                     inputs: Optional[dict] = None,
+                     initial_state: Optional[torch.Tensor] = None,
+                     layout: str = "bshd", return_final_state: bool = False):
+    """out = linear_attention(q, k, v, definition, decay) for a linear
+    definition (an attnc.Definition or an example's name: "simple_gla",
+    "mamba2", "retention_linear"), differentiable in q, k, v, decay,
+    initial_state and learnable custom inputs.
+
+    layout "bshd": q, k [B,T,Hq|Hk,D], v [B,T,H,DV] (as flash-linear-
+    attention); "bhsd": heads before T. decay [B,H,T] float32 where the
+    definition reads it (None otherwise); initial_state [B,H,D,DV] float32.
+    With return_final_state, (out, final_state [B,H,D,DV] float32), and a
+    loss may depend on the final state too."""
+    if layout not in ("bhsd", "bshd"):
+        raise _lib.InvalidArgument(
+            f"attnc.torch.linear_attention: argument 'layout': {layout!r} "
+            "is not 'bshd' or 'bhsd'")
+    name = register(definition)
+    names = list(inputs.keys()) if inputs else []
+    values = [_as_tensor(inputs[n]) for n in names]
+    out, final = _linear_fwd(q, k, v, decay, initial_state, name, layout,
+                             "\n".join(names), values)
+    return (out, final) if return_final_state else out
