@@ -63,6 +63,17 @@ class Blocks(unittest.TestCase):
             text = ir(d)
             self.assertEqual("func backward {" in text, written, text)
 
+    def test_the_flexattention_migration_example_builds(self):
+        # docs/python.md, "Coming from FlexAttention", as written there.
+        d = dsl.AttentionDef("softcap_window",
+                             score_mod=score_mods.then(
+                                 score_mods.scaled(), score_mods.softcap(30.0)),
+                             mask_mod=masks.sliding_window(1024),
+                             online_func=online_softmax())
+        text = d.build().ir(after="dce")
+        self.assertIn("tanh", text)
+        self.assertIn("const 1024", text)
+
     def test_nonsense_parameters_are_refused_by_name(self):
         for window in (0, -2, 2.5, True):
             with self.assertRaisesRegex(ValueError, "masks.sliding_window"):
