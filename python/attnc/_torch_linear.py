@@ -8,10 +8,9 @@ from typing import Optional
 
 import torch
 
-from . import _lib
 from ._linear import LinearAttention
-from .torch import (_as_tensor, _definition, _device_index, _on_replace,
-                    _split, _stream, register)
+from .torch import (_as_tensor, _check_layout, _definition, _device_index,
+                    _on_replace, _split, _stream, register)
 
 # LinearAttention objects by (name, dtype, head_dim, head_dim_v, layout,
 # device); attnc.torch.register drops a replaced definition's objects.
@@ -185,10 +184,7 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     definition reads it (None otherwise); initial_state [B,H,D,DV] float32.
     With return_final_state, (out, final_state [B,H,D,DV] float32), and a
     loss may depend on the final state too."""
-    if layout not in ("bhsd", "bshd"):
-        raise _lib.InvalidArgument(
-            f"attnc.torch.linear_attention: argument 'layout': {layout!r} "
-            "is not 'bshd' or 'bhsd'")
+    _check_layout("attnc.torch.linear_attention", layout)
     name = register(definition)
     names = list(inputs.keys()) if inputs else []
     values = [_as_tensor(inputs[n]) for n in names]

@@ -239,6 +239,12 @@ def _as_tensor(value):
     return torch.tensor(value, dtype=dtype)
 
 
+def _check_layout(where: str, layout) -> None:
+    if layout not in ("bhsd", "bshd"):
+        raise _lib.InvalidArgument(
+            f"{where}: argument 'layout': {layout!r} is not 'bhsd' or 'bshd'")
+
+
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, definition,
               inputs: Optional[dict] = None, layout: str = "bhsd",
               return_finals: bool = False):
@@ -252,10 +258,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, definition,
     recompiles under torch.compile). With return_finals, (out, finals):
     finals is [F,B,H,Sq] float32, the definition's final rowscales (the
     softmax's LSE), without a gradient."""
-    if layout not in ("bhsd", "bshd"):
-        raise _lib.InvalidArgument(
-            f"attnc.torch.attention: argument 'layout': {layout!r} is not "
-            "'bhsd' or 'bshd'")
+    _check_layout("attnc.torch.attention", layout)
     name = register(definition)
     names = list(inputs.keys()) if inputs else []
     values = [_as_tensor(inputs[n]) for n in names]

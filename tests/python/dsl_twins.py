@@ -11,34 +11,17 @@ are equal character for character. The library's blocks (masks,
 score_mods, online_softmax) trace in one fixed order in both languages."""
 
 from attnc import dsl
+from attnc._dsl_library import _OnlineSoftmax as _LibrarySoftmax
 from attnc.dsl import (InputShape, InputType, OnlineFunc, Var, masks,
                        online_softmax, score_mods, select)
 
 
-class OnlineSoftmax(OnlineFunc):
-    """The online softmax written out by hand, as online_softmax() traces
-    it; other tests subclass it to break one step."""
+class OnlineSoftmax(_LibrarySoftmax):
+    """online_softmax() as a class, for tests that subclass it to break one
+    step."""
 
     def __init__(self):
-        super().__init__({"m": Var("-inf"), "r": Var(0.0)}, {"lse": Var(0.0)})
-
-    def online_fwd(self, scores, rs, b, h, q_idx):
-        m, r = rs["m"], rs["r"]
-        m_new = m.max(scores.get_reduce("max"))
-        scale_tmp = (m - m_new).exp()
-        r = r * scale_tmp
-        scores = (scores - m_new).exp()
-        r = r + scores.get_reduce("sum")
-        return scores, {"m": m_new, "r": r}, scale_tmp
-
-    def online_fwd_epilogue(self, o, rs, b, h, q_idx):
-        return o / rs["r"], {"lse": rs["r"].log() + rs["m"]}
-
-    def forward(self, scores, final_rowscales, b, h, q_idx, kv_idx):
-        return (scores - final_rowscales["lse"]).exp()
-
-    def backward(self, dp, scores, final_rowscales, doosum, b, h, q_idx, kv_idx):
-        return (dp - doosum) * scores
+        super().__init__(written_backward=True)
 
 
 class OnlineIdentity(OnlineFunc):

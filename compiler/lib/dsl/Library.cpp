@@ -112,24 +112,25 @@ MaskMod chunked(const std::string &ChunkInput) {
   };
 }
 
-MaskMod both(MaskMod A, MaskMod B) {
-  return [A = std::move(A), B = std::move(B)](
+namespace {
+/// A & B (\p And) or A | B, each traced in that order.
+MaskMod combine(MaskMod A, MaskMod B, bool And) {
+  return [A = std::move(A), B = std::move(B), And](
              SymbolScalar b, SymbolScalar h, SymbolScalar q_idx,
              SymbolScalar kv_idx, const CustomInputs &in) {
     SymbolScalar First = A(b, h, q_idx, kv_idx, in);
     SymbolScalar Second = B(b, h, q_idx, kv_idx, in);
-    return First & Second;
+    return And ? First & Second : First | Second;
   };
+}
+} // namespace
+
+MaskMod both(MaskMod A, MaskMod B) {
+  return combine(std::move(A), std::move(B), /*And=*/true);
 }
 
 MaskMod either(MaskMod A, MaskMod B) {
-  return [A = std::move(A), B = std::move(B)](
-             SymbolScalar b, SymbolScalar h, SymbolScalar q_idx,
-             SymbolScalar kv_idx, const CustomInputs &in) {
-    SymbolScalar First = A(b, h, q_idx, kv_idx, in);
-    SymbolScalar Second = B(b, h, q_idx, kv_idx, in);
-    return First | Second;
-  };
+  return combine(std::move(A), std::move(B), /*And=*/false);
 }
 
 } // namespace masks
