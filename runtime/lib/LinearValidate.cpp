@@ -15,11 +15,13 @@ namespace attn::runtime {
 
 namespace {
 
-/// A float32 tensor of exactly \p Want, contiguous unless \p AnyStrides.
+/// A float32 (or \p Elem) tensor of exactly \p Want, contiguous unless
+/// \p AnyStrides.
 void checkF32(const std::string &Name, const TensorView &T,
-              const std::vector<int64_t> &Want, bool AnyStrides = false) {
+              const std::vector<int64_t> &Want, bool AnyStrides = false,
+              ElemType Elem = ElemType::F32) {
   checkNotNull(Name, T);
-  checkElemType(Name, T, ElemType::F32);
+  checkElemType(Name, T, Elem);
   checkShape(Name, T, Want);
   if (T.Strides.size() != T.Shape.size())
     invalid(fmt::format("{}: strides must have {} entries, got {}", Name,
@@ -187,6 +189,59 @@ LinearBackwardShape validateLinearBackward(const CompiledDefinition &Def,
     checkF32(What + " (" + ir::inputShapeName(D->Shape).str() + ")", View,
              Want);
   }
+  return R;
+}
+
+LinearDecodeShape validateLinearDecode(const CompiledDefinition &Def,
+                                       const LinearSignature &Sig,
+                                       const LinearDecodeTensors &T,
+                                       const InputMap &Inputs) {
+  LinearDecodeShape R;
+  LinearCallShape &C = R.Call;
+  C = checkCommon(Def, Sig, T.Q, T.K, T.V, T.Decay, Inputs, nullptr);
+  if (C.T > LinearDecodeMaxTokens)
+    invalid(fmt::format("v: {} new tokens per sequence; the decode step takes "
+                        "1 to {} (use forward() for a prompt)",
+                        C.T, LinearDecodeMaxTokens));
+  SeqTensor o =
+      checkSeqTensor("out", T.Out, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
+  checkLike("out", o, "v", C, C.H);
+  storeStrides(C.O, o);
+
+  const TensorView &In = T.StateIn;
+  checkNotNull("state_in", In);
+  if (In.Shape.size() != 4)
+    invalid(fmt::format("state_in: expected rank 4 [pool, heads, head_dim, "
+                        "head_dim_v], got rank {}",
+                        In.Shape.size()));
+  R.Pool = In.Shape[0];
+  if (R.Pool < 1 || R.Pool > (1 << 30))
+    invalid(fmt::format("state_in: pool size {} must be between 1 and 2^30",
+                        R.Pool));
+  std::vector<int64_t> State = {R.Pool, C.H, Sig.HeadDim, Sig.HeadDimV};
+  checkF32("state_in", In, State);
+  checkAligned("state_in", In, 16);
+  checkF32("state_out", T.StateOut, State);
+  checkAligned("state_out", T.StateOut, 16);
+  if (T.StateOut.Data != In.Data) {
+    // Another buffer must not overlap: the kernel writes each slice of S
+    // after reading only its own.
+    auto Addr = [](const TensorView &V) {
+      return reinterpret_cast<uintptr_t>(V.Data);
+    };
+    uintptr_t Bytes = uintptr_t(R.Pool * C.H * Sig.HeadDim * Sig.HeadDimV) * 4;
+    if (Addr(T.StateOut) < Addr(In) + Bytes && Addr(In) < Addr(T.StateOut) + Bytes)
+      invalid("state_out: overlaps state_in without being the same tensor; "
+              "pass the same tensor to update in place");
+  }
+  if (T.StateIndex)
+    checkF32("state_index", *T.StateIndex, {C.B}, false, ElemType::I32);
+  else if (R.Pool != C.B)
+    invalid(fmt::format("state_in: without state_index the pool holds one "
+                        "state per sequence: expected {} entries, got {}",
+                        C.B, R.Pool));
+  if (T.Positions)
+    checkF32("positions", *T.Positions, {C.B}, false, ElemType::I32);
   return R;
 }
 

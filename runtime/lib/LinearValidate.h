@@ -35,6 +35,20 @@ LinearBackwardShape validateLinearBackward(const CompiledDefinition &Def,
                                            const InputMap &Inputs,
                                            const LinearInputGrads &Grads);
 
+/// A validated decode step: q, k, v, out and the decay as a forward call of
+/// T = the new tokens per sequence, and the pool's size.
+struct LinearDecodeShape {
+  LinearCallShape Call;
+  int64_t Pool = 0;
+};
+
+/// Checks a decode step's arguments (LinearAttention::decodeStep); throws
+/// InvalidArgument naming the argument.
+LinearDecodeShape validateLinearDecode(const CompiledDefinition &Def,
+                                       const LinearSignature &Sig,
+                                       const LinearDecodeTensors &T,
+                                       const InputMap &Inputs);
+
 } // namespace attn::runtime
 
 #endif

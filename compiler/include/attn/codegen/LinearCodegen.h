@@ -110,11 +110,21 @@ KernelSource generateLinearForward(const CompiledDefinition &Def,
 KernelSource generateLinearBackward(const CompiledDefinition &Def,
                                     const LinearKernelSpec &Spec);
 
-/// NAME.linear_fwd.DTYPE.dDxDV.ARCH.CONFIG and the same with linear_bwd.
+/// The recurrent decode step (runtime/kernels/linear_decode.cuh): the same
+/// mods with an extra argument ti, the token's index in the call, at which
+/// per-token custom inputs are read (t is its position in the sequence);
+/// entry attnc_linear_decode. Spec.Config is not used (nor in the key).
+KernelSource generateLinearDecode(const CompiledDefinition &Def,
+                                  const LinearKernelSpec &Spec);
+
+/// NAME.linear_fwd.DTYPE.dDxDV.ARCH.CONFIG and the same with linear_bwd;
+/// NAME.linear_dec.DTYPE.dDxDV.ARCH for the decode step.
 std::string linearForwardKey(const CompiledDefinition &Def,
                              const LinearKernelSpec &Spec);
 std::string linearBackwardKey(const CompiledDefinition &Def,
                               const LinearKernelSpec &Spec);
+std::string linearDecodeKey(const CompiledDefinition &Def,
+                            const LinearKernelSpec &Spec);
 
 /// True when \p Def's decay_mod reads the decay input (else the runtime
 /// takes no decay tensor).

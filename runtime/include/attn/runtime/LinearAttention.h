@@ -78,6 +78,29 @@ struct LinearBackwardTensors {
   const TensorView *DInitialState;
 };
 
+/// The most new tokens per sequence one decodeStep() takes.
+constexpr int64_t LinearDecodeMaxTokens = 16;
+
+/// The tensors of a decode step: N (1 to 16) new tokens for each of B
+/// sequences. q [B,N,Hq,D], k [B,N,Hk,D], v and out [B,N,H,DV] (BSHD;
+/// BHSD puts heads before the tokens), decay [B,H,N] float32 exactly when
+/// decay_mod reads it. The states are float32 [P,H,D,DV], contiguous,
+/// 16-byte aligned: sequence b reads pool entry StateIndex[b] of StateIn
+/// and writes it to the same entry of StateOut, which may be StateIn
+/// itself (in place) or a buffer that does not overlap it. Optional:
+/// StateIndex, int32 [B] (without it P must be B and sequence b uses entry
+/// b; an entry outside [0, P) skips the sequence: its outputs and states
+/// are not touched; two sequences must not name one entry), and Positions,
+/// int32 [B], the position in its sequence of each row's first new token
+/// (the mods' t; 0 without it). Per-token custom inputs are [B,H,N].
+struct LinearDecodeTensors {
+  const TensorView &Q, &K, &V, &Out;
+  const TensorView *Decay;
+  const TensorView &StateIn, &StateOut;
+  const TensorView *StateIndex = nullptr;
+  const TensorView *Positions = nullptr;
+};
+
 /// A linear-attention definition compiled for a signature. Per (batch,
 /// value head h), with q, k, v after their mods and g = decay_mod(decay):
 ///   S_t = exp(g_t)·S_{t−1} + k_tᵀ v_t,   o_t = q_t S_t,
@@ -122,6 +145,18 @@ public:
                 const LinearInputGrads &InputGrads = {},
                 CUstream Stream = nullptr);
 
+  /// Validates every argument (InvalidArgument naming it; nothing is
+  /// launched then) and runs one recurrent decode step on \p Stream: per
+  /// sequence and value head, S ← exp(g_t)·S + k_tᵀ v_t and o_t = q_t·S
+  /// for each new token in order, the mods applied in fp32, S in fp32. One
+  /// kernel launch and no other host work once the decode kernel is
+  /// compiled (on the first call, or by decodeSource()): the call can be
+  /// captured in a CUDA graph.
+  void decodeStep(const LinearDecodeTensors &T, const InputMap &Inputs = {},
+                  CUstream Stream = nullptr);
+  /// Compiles the decode kernel if that has not happened yet.
+  const codegen::KernelSource &decodeSource();
+
   const CompiledDefinition &definition() const { return Def; }
   /// The spec compiled when the object was made: Sig.Config or the default.
   const codegen::LinearKernelSpec &spec() const { return Spec; }
@@ -163,6 +198,10 @@ private:
   std::map<std::string, std::unique_ptr<Kernels>> ByConfig;
   /// The backward's scratch, shared by every configuration's runner.
   std::unique_ptr<DeviceArena> WS;
+  struct DecodeKernel;
+  /// Made on the first decodeStep() or decodeSource().
+  std::unique_ptr<DecodeKernel> Decode;
+  DecodeKernel &ensureDecode();
 };
 
 } // namespace attn::runtime
