@@ -33,9 +33,13 @@ struct LinearDecodeArgs {
 };
 
 namespace dec {
-/// Columns of S per CTA, threads, and the most tokens of one call.
+/// Columns of S per CTA, threads, and the most tokens of one call. Four
+/// warps: each thread then holds D / 16 float4 of S (80 registers at D =
+/// 128, six CTAs an SM), twice the state bytes in flight per thread of
+/// eight warps (64 registers, four CTAs an SM: 65-69% of a device copy's
+/// bandwidth on an H200 at batch >= 32, docs/performance.md).
 constexpr int kCols = 32;
-constexpr int kWarps = 8;
+constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxTokens = 16;
 /// Row lanes of a warp: lane % 8 owns 4 columns, lane / 8 one row.
