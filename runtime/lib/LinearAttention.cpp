@@ -30,6 +30,11 @@ struct LinearAttention::Kernels {
   CUfunction Fwd = nullptr;
   /// The backward, compiled on the first backward() with this config.
   std::unique_ptr<LinearBackwardRunner> Bwd;
+  /// The packed forward, compiled on the first forwardVarlen().
+  codegen::KernelSource VarSrc;
+  CacheResult VarCache;
+  KernelModule VarMod;
+  CUfunction Var = nullptr;
 };
 
 struct LinearAttention::DecodeKernel {
@@ -181,6 +186,40 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
 
 static_assert(LinearDecodeMaxTokens == attnc::dec::kMaxTokens,
               "the validation's token limit is the kernel's");
+
+void LinearAttention::forwardVarlen(const LinearVarlenTensors &T,
+                                    const InputMap &Inputs, CUstream Stream) {
+  LinearVarlenShape R = validateLinearVarlen(Def, Sig, T, Inputs);
+  const LinearCallShape &C = R.Call;
+  Kernels &K = select(R.Seqs, C.H, C.Hq, C.Hk,
+                      std::max<int64_t>(1, C.T / R.Seqs));
+  const codegen::LinearKernelSpec &Spec = K.Spec;
+  if (!K.Var) {
+    if (K.VarSrc.Source.empty()) {
+      K.VarSrc = codegen::generateLinearForwardVarlen(Def, Spec);
+      K.VarCache = KernelCache::global().getOrCompile(K.VarSrc);
+    }
+    K.VarMod.load(K.VarCache, Spec.Arch);
+    K.Var = K.VarMod.function("attnc_linear_fwd_varlen");
+    K.VarMod.allowSharedBytes(K.Var, K.Smem.Fwd,
+                              "linear config " + Spec.Config.str());
+  }
+  attnc::LinearArgs A = linearForwardArgs(C, Spec, T.Q, T.K, T.V, T.Decay);
+  A.o = T.Out.Data;
+  A.o_sb = C.O[0];
+  A.o_sh = C.O[1];
+  A.o_ss = C.O[2];
+  A.init_state =
+      T.InitialState ? static_cast<const float *>(T.InitialState->Data) : nullptr;
+  A.final_state =
+      T.FinalState ? static_cast<float *>(T.FinalState->Data) : nullptr;
+  A.cu_seqlens = static_cast<const int *>(T.CuSeqlens.Data);
+  std::vector<uint64_t> Slots = linearInputSlots(*Def.Graph, Inputs, C.H);
+  void *Params[] = {&A, Slots.data()};
+  launchLinear(K.Var, unsigned(A.slices), unsigned(R.Seqs * C.H), 1,
+               unsigned(Spec.Config.Warps * 32), K.Smem.Fwd, Stream, Params,
+               "launch attnc_linear_fwd_varlen");
+}
 
 LinearAttention::DecodeKernel &LinearAttention::ensureDecode() {
   if (!Decode) {

@@ -40,22 +40,24 @@ void checkF32(const std::string &Name, const TensorView &T,
   }
 }
 
-/// q, k, v, decay, inputs, and the shared rules between them.
+/// q, k, v, decay, inputs, and the shared rules between them. \p Packed:
+/// a packed batch's [T, heads, dim] tensors (batch 1), whatever the
+/// signature's layout.
 LinearCallShape checkCommon(const CompiledDefinition &Def,
                             const LinearSignature &Sig, const TensorView &Q,
                             const TensorView &K, const TensorView &V,
                             const TensorView *Decay, const InputMap &Inputs,
-                            const TensorView *InitialState) {
+                            const TensorView *InitialState,
+                            bool Packed = false) {
   const ir::Graph &G = *Def.Graph;
-  if (Sig.TensorLayout == Layout::THD)
-    invalid("signature: layout thd (packed variable-length batches) is not "
-            "supported by linear attention; expected bshd or bhsd");
-  SeqTensor q =
-      checkSeqTensor("q", Q, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
-  SeqTensor k =
-      checkSeqTensor("k", K, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
-  SeqTensor v =
-      checkSeqTensor("v", V, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
+  if (Sig.TensorLayout == Layout::THD && !Packed)
+    invalid("signature: layout thd is not a signature layout of linear "
+            "attention (packed batches go to forwardVarlen); expected bshd "
+            "or bhsd");
+  const Layout L = Packed ? Layout::THD : Sig.TensorLayout;
+  SeqTensor q = checkSeqTensor("q", Q, Sig.Dtype, L, Sig.HeadDim);
+  SeqTensor k = checkSeqTensor("k", K, Sig.Dtype, L, Sig.HeadDim);
+  SeqTensor v = checkSeqTensor("v", V, Sig.Dtype, L, Sig.HeadDimV);
   if (k.B != v.B || q.B != v.B)
     invalid(fmt::format("q, k: batch must equal v's ({}), got {} and {}", v.B,
                         q.B, k.B));
@@ -242,6 +244,39 @@ LinearDecodeShape validateLinearDecode(const CompiledDefinition &Def,
                         C.B, R.Pool));
   if (T.Positions)
     checkF32("positions", *T.Positions, {C.B}, false, ElemType::I32);
+  return R;
+}
+
+LinearVarlenShape validateLinearVarlen(const CompiledDefinition &Def,
+                                       const LinearSignature &Sig,
+                                       const LinearVarlenTensors &T,
+                                       const InputMap &Inputs) {
+  LinearVarlenShape R;
+  LinearCallShape &C = R.Call;
+  C = checkCommon(Def, Sig, T.Q, T.K, T.V, T.Decay, Inputs, nullptr,
+                  /*Packed=*/true);
+  SeqTensor o = checkSeqTensor("out", T.Out, Sig.Dtype, Layout::THD,
+                               Sig.HeadDimV);
+  checkLike("out", o, "v", C, C.H);
+  storeStrides(C.O, o);
+  const TensorView &Cu = T.CuSeqlens;
+  checkNotNull("cu_seqlens", Cu);
+  checkElemType("cu_seqlens", Cu, ElemType::I32);
+  if (Cu.Shape.size() != 1 || Cu.Shape[0] < 2)
+    invalid(fmt::format("cu_seqlens: expected [batch + 1] with batch >= 1, "
+                        "got shape {}",
+                        shapeText(Cu.Shape)));
+  checkF32("cu_seqlens", Cu, Cu.Shape, false, ElemType::I32);
+  R.Seqs = Cu.Shape[0] - 1;
+  if (R.Seqs * C.H > 65535)
+    invalid(fmt::format("cu_seqlens: sequences x heads is {}; at most 65535 "
+                        "are supported",
+                        R.Seqs * C.H));
+  std::vector<int64_t> State = {R.Seqs, C.H, Sig.HeadDim, Sig.HeadDimV};
+  if (T.InitialState)
+    checkF32("initial_state", *T.InitialState, State);
+  if (T.FinalState)
+    checkF32("final_state", *T.FinalState, State);
   return R;
 }
 

@@ -49,6 +49,20 @@ LinearDecodeShape validateLinearDecode(const CompiledDefinition &Def,
                                        const LinearDecodeTensors &T,
                                        const InputMap &Inputs);
 
+/// A validated packed forward: q, k, v, out, the decay and the inputs as a
+/// call of batch 1 and T the packed tokens, and the number of sequences.
+struct LinearVarlenShape {
+  LinearCallShape Call;
+  int64_t Seqs = 0;
+};
+
+/// Checks a packed forward's arguments (LinearAttention::forwardVarlen);
+/// throws InvalidArgument naming the argument.
+LinearVarlenShape validateLinearVarlen(const CompiledDefinition &Def,
+                                       const LinearSignature &Sig,
+                                       const LinearVarlenTensors &T,
+                                       const InputMap &Inputs);
+
 } // namespace attn::runtime
 
 #endif

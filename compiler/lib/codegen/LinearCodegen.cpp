@@ -210,6 +210,13 @@ std::string linearForwardKey(const CompiledDefinition &Def,
                      archName(Spec.Arch).str(), Spec.Config.str());
 }
 
+std::string linearForwardVarlenKey(const CompiledDefinition &Def,
+                                   const LinearKernelSpec &Spec) {
+  return fmt::format("{}.linear_fwd_varlen.{}.d{}x{}.{}.{}", Def.Graph->name(),
+                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     archName(Spec.Arch).str(), Spec.Config.str());
+}
+
 std::string linearDecodeKey(const CompiledDefinition &Def,
                             const LinearKernelSpec &Spec) {
   return fmt::format("{}.linear_dec.{}.d{}x{}.{}", Def.Graph->name(),
@@ -264,8 +271,9 @@ bool readsAnyInput(const ir::Node *R) {
 
 /// Mod parameters as the generated functions name them: the element (or
 /// decay) is x, the indices b, h, t, inputs through the Inputs struct at
-/// the token index \p Tok (t; the decode step's ti, the token's index in
-/// the call, while t is its position in the sequence).
+/// the token index \p Tok (t; for the decode step and the packed forward
+/// ti, the token's index in the call's tensors, while t is its position in
+/// its sequence).
 std::string spell(const ir::Graph &G, const ir::ParamNode &P,
                   const char *Tok = "t") {
   switch (P.getParamKind()) {
@@ -434,23 +442,39 @@ bool linearReadsDecay(const CompiledDefinition &Def) {
   return readParam(R, ParamKind::Decay, "decay") != nullptr;
 }
 
-KernelSource generateLinearForward(const CompiledDefinition &Def,
-                                   const LinearKernelSpec &Spec) {
+namespace {
+
+/// The forward scan, of a padded batch or (\p Varlen) of a packed one.
+KernelSource linearForward(const CompiledDefinition &Def,
+                           const LinearKernelSpec &Spec, bool Varlen) {
   requireLinear(Def);
   Spec.validate();
   KernelSource Src;
-  Src.Key = linearForwardKey(Def, Spec);
+  Src.Key = Varlen ? linearForwardVarlenKey(Def, Spec)
+                   : linearForwardKey(Def, Spec);
   Src.Arch = Spec.Arch;
-  Src.Entries = {"attnc_linear_fwd"};
-  auto Values = commonValues(Def, Spec, Src.Key, false);
+  Src.Entries = {Varlen ? "attnc_linear_fwd_varlen" : "attnc_linear_fwd"};
+  auto Values = commonValues(Def, Spec, Src.Key, false, /*Decode=*/Varlen);
   Values["warps"] = std::to_string(Spec.Config.Warps);
   Values["threads"] = std::to_string(Spec.Config.Warps * 32);
   LinearSmem S = linearSharedBytes(Spec);
   Values["staged"] = S.FwdStaged ? "true" : "false";
   Values["smem"] = std::to_string(S.Fwd);
-  Src.Source =
-      render("linear_fwd.cu.in", templateText("linear_fwd.cu.in"), Values);
+  const char *File = Varlen ? "linear_fwd_varlen.cu.in" : "linear_fwd.cu.in";
+  Src.Source = render(File, templateText(File), Values);
   return Src;
+}
+
+} // namespace
+
+KernelSource generateLinearForward(const CompiledDefinition &Def,
+                                   const LinearKernelSpec &Spec) {
+  return linearForward(Def, Spec, false);
+}
+
+KernelSource generateLinearForwardVarlen(const CompiledDefinition &Def,
+                                         const LinearKernelSpec &Spec) {
+  return linearForward(Def, Spec, true);
 }
 
 KernelSource generateLinearBackward(const CompiledDefinition &Def,

@@ -5,6 +5,7 @@
 #include "attn/reference/Evaluator.h"
 #include "attn/reference/InputBinding.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace attn::reference {
@@ -339,6 +340,59 @@ LinearInputs linearTokenSlice(const ir::Graph &G, const LinearInputs &In,
       Out.Inputs[D.Name] = sliceDims(X, 1, T0, N);
       break;
     }
+  }
+  return Out;
+}
+
+LinearOutputs linearVarlen(const CompiledDefinition &Def,
+                           const LinearInputs &In,
+                           const std::vector<int64_t> &CuSeqlens,
+                           const std::optional<Tensor> &Initial, int64_t Chunk,
+                           const RoundFn &Round) {
+  Dims Dm = validated(Def, In);
+  if (Dm.B != 1)
+    throw UserError("linear reference: a packed batch is batch 1, got " +
+                    std::to_string(Dm.B));
+  const int64_t S = int64_t(CuSeqlens.size()) - 1;
+  if (S < 1 || CuSeqlens.front() != 0 || CuSeqlens.back() != Dm.T)
+    throw UserError("linear reference: cu_seqlens must run from 0 to the " +
+                    std::to_string(Dm.T) + " tokens with at least one sequence");
+  for (int64_t I = 0; I < S; ++I)
+    if (CuSeqlens[I + 1] < CuSeqlens[I])
+      throw UserError("linear reference: cu_seqlens must not decrease");
+  if (In.InitialState)
+    throw UserError("linear reference: a packed batch's initial states are "
+                    "given as [sequences, heads, D, DV] apart from the tokens");
+  if (Initial && Initial->Shape != std::vector<int64_t>{S, Dm.H, Dm.D, Dm.DV})
+    throw UserError("linear reference: initial states must be " +
+                    Tensor({S, Dm.H, Dm.D, Dm.DV}).shapeString() + ", got " +
+                    Initial->shapeString());
+  LinearOutputs Out{Tensor({1, Dm.H, Dm.T, Dm.DV}),
+                    Tensor({S, Dm.H, Dm.D, Dm.DV})};
+  const int64_t StateSize = Dm.H * Dm.D * Dm.DV;
+  for (int64_t Seq = 0; Seq < S; ++Seq) {
+    const int64_t T0 = CuSeqlens[Seq], N = CuSeqlens[Seq + 1] - T0;
+    Tensor Init({1, Dm.H, Dm.D, Dm.DV});
+    if (Initial)
+      std::copy_n(Initial->Data.begin() + Seq * StateSize, StateSize,
+                  Init.Data.begin());
+    if (N == 0) { // nothing to run: the state passes through
+      std::copy_n(Init.Data.begin(), StateSize,
+                  Out.FinalState.Data.begin() + Seq * StateSize);
+      continue;
+    }
+    LinearInputs Sub = linearTokenSlice(*Def.Graph, In, T0, N);
+    Sub.InitialState = Init;
+    LinearOutputs R =
+        Chunk > 0 ? linearChunkedModel(Def, Sub, Chunk,
+                                       Round ? Round : [](double X) { return X; })
+                  : linearRecurrent(Def, Sub);
+    for (int64_t H = 0; H < Dm.H; ++H)
+      for (int64_t T = 0; T < N; ++T)
+        for (int64_t Y = 0; Y < Dm.DV; ++Y)
+          Out.O.at({0, H, T0 + T, Y}) = R.O.at({0, H, T, Y});
+    std::copy_n(R.FinalState.Data.begin(), StateSize,
+                Out.FinalState.Data.begin() + Seq * StateSize);
   }
   return Out;
 }

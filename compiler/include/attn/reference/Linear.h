@@ -40,6 +40,24 @@ LinearOutputs linearRecurrent(const CompiledDefinition &Def,
 LinearInputs linearTokenSlice(const ir::Graph &G, const LinearInputs &In,
                               int64_t T0, int64_t N);
 
+/// A rounding applied where an implementation holds a value in 16 bits.
+using RoundFn = std::function<double(double)>;
+
+/// A packed batch: \p In, of batch 1, holds the tokens of every sequence
+/// end to end (per-token inputs [1,H,T] likewise; no InitialState),
+/// \p CuSeqlens the B + 1 offsets (from 0 to T, never decreasing),
+/// \p Initial the initial states [B,H,D,DV] (none: zero). Each sequence
+/// runs on its own, its mods seeing b = 0 and t counted from its start: by
+/// the token recurrence when \p Chunk is 0, else by linearChunkedModel with
+/// chunks of \p Chunk (never crossing a sequence's end) and \p Round. o
+/// [1,H,T,DV] and the final states [B,H,D,DV] (an empty sequence's is its
+/// initial state).
+LinearOutputs linearVarlen(const CompiledDefinition &Def,
+                           const LinearInputs &In,
+                           const std::vector<int64_t> &CuSeqlens,
+                           const std::optional<Tensor> &Initial,
+                           int64_t Chunk = 0, const RoundFn &Round = nullptr);
+
 /// One decode step over a pool of states: Tokens holds the call's N new
 /// tokens of each of B sequences (q [B,Hq,N,D], k, v, decay [B,H,N],
 /// per-token inputs [B,H,N]; its InitialState is not used), States the
@@ -89,8 +107,6 @@ LinearGrads linearBackward(const CompiledDefinition &Def,
                            const std::optional<Tensor> &DFinalState,
                            unsigned Threads = 1);
 
-/// A rounding applied where an implementation holds a value in 16 bits.
-using RoundFn = std::function<double(double)>;
 
 /// The chunked algorithm exactly as the linear_chunk kernels compute it
 /// (docs/linear.md), in double precision except that \p Round is applied

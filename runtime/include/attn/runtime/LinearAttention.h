@@ -101,6 +101,24 @@ struct LinearDecodeTensors {
   const TensorView *Positions = nullptr;
 };
 
+/// The tensors of a packed (variable-length) forward of B sequences laid
+/// end to end: q [T,Hq,D], k [T,Hk,D], v and out [T,H,DV] (T the tokens of
+/// all sequences; the signature's layout does not apply), CuSeqlens int32
+/// [B+1] on the device with 0 = cu[0] <= cu[1] <= ... <= cu[B] = T (its
+/// values are not read on the host, so not checked), the decay float32
+/// [1,H,T] (any strides) exactly when decay_mod reads it, per-token custom
+/// inputs [1,H,T]; InitialState and FinalState float32 [B,H,D,DV],
+/// contiguous, optional. Chunks never cross a sequence's end; a sequence of
+/// no tokens passes its initial state (or zero) through. The mods see b = 0
+/// and t counted from their sequence's start.
+struct LinearVarlenTensors {
+  const TensorView &Q, &K, &V, &Out;
+  const TensorView *Decay;
+  const TensorView &CuSeqlens;
+  const TensorView *InitialState = nullptr;
+  const TensorView *FinalState = nullptr;
+};
+
 /// A linear-attention definition compiled for a signature. Per (batch,
 /// value head h), with q, k, v after their mods and g = decay_mod(decay):
 ///   S_t = exp(g_t)·S_{t−1} + k_tᵀ v_t,   o_t = q_t S_t,
@@ -144,6 +162,12 @@ public:
   void backward(const LinearBackwardTensors &T, const InputMap &Inputs = {},
                 const LinearInputGrads &InputGrads = {},
                 CUstream Stream = nullptr);
+
+  /// Validates every argument and runs the forward of a packed batch
+  /// (LinearVarlenTensors) on \p Stream, one launch; its kernel is
+  /// compiled on the first call for each configuration.
+  void forwardVarlen(const LinearVarlenTensors &T, const InputMap &Inputs = {},
+                     CUstream Stream = nullptr);
 
   /// Validates every argument (InvalidArgument naming it; nothing is
   /// launched then) and runs one recurrent decode step on \p Stream: per
