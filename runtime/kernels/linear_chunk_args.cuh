@@ -56,6 +56,9 @@ struct LinearArgs {
   /// Value heads per CTA of the chunk gradients (1, or with shared q/k
   /// heads a divisor of both heads / heads_q and heads / heads_k).
   int group_heads;
+  /// A packed batch's [batch + 1] int32 token offsets (the varlen forward),
+  /// else null.
+  const int *cu_seqlens;
 };
 
 /// The last step of a custom input's gradient: ws_cin[input] summed to the

@@ -36,7 +36,13 @@ template <int kD, int kVs, int kC, int kWarps> struct LinLayout {
   using STile = SwizzledTile<kD, kVs>;
 };
 
-template <class Variant, class T, int kD, int kVs, int kC, int kWarps, bool kStaged>
+/// With kVarlen a packed batch (a.cu_seqlens): CTA (slice, b·H + h) takes
+/// sequence b, tokens [cu[b], cu[b+1]) of batch row 0, its chunks never
+/// crossing into the next sequence; the Variant's mods then take the packed
+/// token as a sixth argument (custom inputs and the decay are read there)
+/// and see batch 0 and t counted from the sequence's start.
+template <class Variant, class T, int kD, int kVs, int kC, int kWarps, bool kStaged,
+          bool kVarlen = false>
 struct LinearScan {
   using L = LinLayout<kD, kVs, kC, kWarps>;
   static constexpr int kThreads = L::kThreads;
@@ -65,15 +71,23 @@ struct LinearScan {
     const int g = lane / 4, tq = lane % 4;
     const int m0 = (warp % L::kRowTiles) * 16, n0 = (warp / L::kRowTiles) * kNW;
     const int srow0 = warp * L::kStateRows;
-    const int seq = a.seq, vcol = slice * kVs, DV = a.slices * kVs;
+    const int vcol = slice * kVs, DV = a.slices * kVs;
     const long long state0 = (long long)bh * kD * DV + vcol;
+    // mb: the batch row of the tokens (and the mods' b); tok0: the first.
+    int seq = a.seq, chunks = a.chunks, mb = b, tok0 = 0;
+    if constexpr (kVarlen) {
+      tok0 = a.cu_seqlens[b];
+      seq = a.cu_seqlens[b + 1] - tok0;
+      chunks = (seq + kC - 1) / kC;
+      mb = 0;
+    }
 
     const unsigned short *qp = static_cast<const unsigned short *>(a.q) +
-                               b * a.q_sb + hq * a.q_sh;
+                               mb * a.q_sb + hq * a.q_sh + (long long)tok0 * a.q_ss;
     const unsigned short *kp = static_cast<const unsigned short *>(a.k) +
-                               b * a.k_sb + hk * a.k_sh;
+                               mb * a.k_sb + hk * a.k_sh + (long long)tok0 * a.k_ss;
     const unsigned short *vp = static_cast<const unsigned short *>(a.v) +
-                               b * a.v_sb + h * a.v_sh + vcol;
+                               mb * a.v_sb + h * a.v_sh + (long long)tok0 * a.v_ss + vcol;
 
     const u32 s0 = smem_addr(smem);
     const u32 sQ = s0, sK = s0 + kOffB, sV = s0 + kOffVal, sS = s0 + kOffS;
@@ -81,10 +95,34 @@ struct LinearScan {
     float *g2 = reinterpret_cast<float *>(smem + kOffF);
     float *rs = g2 + kC + 4, *wsc = rs + kC;
 
-    auto qmod = [&](float x, int t) { return Variant::q_mod(in, x, b, h, t); };
-    auto kmod = [&](float x, int t) { return Variant::k_mod(in, x, b, h, t); };
-    auto vmod = [&](float x, int t) { return Variant::v_mod(in, x, b, h, t); };
-    auto decay_of = [&](int t) { return lin::token_decay<Variant>(a, in, b, h, t); };
+    auto qmod = [&](float x, int t) {
+      if constexpr (kVarlen)
+        return Variant::q_mod(in, x, mb, h, t, tok0 + t);
+      else
+        return Variant::q_mod(in, x, b, h, t);
+    };
+    auto kmod = [&](float x, int t) {
+      if constexpr (kVarlen)
+        return Variant::k_mod(in, x, mb, h, t, tok0 + t);
+      else
+        return Variant::k_mod(in, x, b, h, t);
+    };
+    auto vmod = [&](float x, int t) {
+      if constexpr (kVarlen)
+        return Variant::v_mod(in, x, mb, h, t, tok0 + t);
+      else
+        return Variant::v_mod(in, x, b, h, t);
+    };
+    auto decay_of = [&](int t) {
+      if constexpr (kVarlen) {
+        float d = 0.f;
+        if constexpr (Variant::kReadsDecay)
+          d = a.decay[h * a.decay_sh + (long long)(tok0 + t) * a.decay_ss];
+        return Variant::decay_mod(in, d, mb, h, t, tok0 + t);
+      } else {
+        return lin::token_decay<Variant>(a, in, b, h, t);
+      }
+    };
     auto stage = [&](int t0) {
       load_tile_async<DTile, kC, kD, kThreads>(stg, qp, a.q_ss, t0, seq);
       load_tile_async<DTile, kC, kD, kThreads>(stg + kOffB, kp, a.k_ss, t0, seq);
@@ -104,7 +142,6 @@ struct LinearScan {
       x = a.init_state ? a.init_state[state0 + (long long)r * DV + c] : 0.f;
     });
 
-    const int chunks = a.chunks;
     if constexpr (kStaged) {
       stage(0);
       cp_async_commit();
@@ -135,8 +172,8 @@ struct LinearScan {
 #pragma unroll
         for (int j = 0; j < kNW / 8; ++j) {
           const int col = n0 + j * 8 + 2 * tq;
-          unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb +
-                              h * a.o_sh + (long long)t * a.o_ss + vcol + col;
+          unsigned short *o = static_cast<unsigned short *>(a.o) + mb * a.o_sb +
+                              h * a.o_sh + (long long)(tok0 + t) * a.o_ss + vcol + col;
           *reinterpret_cast<u32 *>(o) = pack2<T>(acc[j][2 * half], acc[j][2 * half + 1]);
         }
       }

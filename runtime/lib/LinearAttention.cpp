@@ -7,6 +7,7 @@
 #include "KernelModule.h"
 #include "LinearBackwardRunner.h"
 #include "LinearValidate.h"
+#include "../kernels/linear_decode_args.cuh"
 
 #include "attn/runtime/LinearTuner.h"
 
@@ -29,6 +30,18 @@ struct LinearAttention::Kernels {
   CUfunction Fwd = nullptr;
   /// The backward, compiled on the first backward() with this config.
   std::unique_ptr<LinearBackwardRunner> Bwd;
+  /// The packed forward, compiled on the first forwardVarlen().
+  codegen::KernelSource VarSrc;
+  CacheResult VarCache;
+  KernelModule VarMod;
+  CUfunction Var = nullptr;
+};
+
+struct LinearAttention::DecodeKernel {
+  codegen::KernelSource Src;
+  CacheResult Cache;
+  KernelModule Mod;
+  CUfunction Fn = nullptr;
 };
 
 LinearAttention::LinearAttention(const dsl::DefinitionBase &D,
@@ -169,6 +182,99 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
   const LinearCallShape &C = R.Fwd;
   Kernels &K = select(C.B, C.H, C.Hq, C.Hk, C.T);
   ensureBackward(K).run(R, T, Inputs, InputGrads, *WS, Stream);
+}
+
+static_assert(LinearDecodeMaxTokens == attnc::dec::kMaxTokens,
+              "the validation's token limit is the kernel's");
+
+void LinearAttention::forwardVarlen(const LinearVarlenTensors &T,
+                                    const InputMap &Inputs, CUstream Stream) {
+  LinearVarlenShape R = validateLinearVarlen(Def, Sig, T, Inputs);
+  const LinearCallShape &C = R.Call;
+  Kernels &K = select(R.Seqs, C.H, C.Hq, C.Hk,
+                      std::max<int64_t>(1, C.T / R.Seqs));
+  const codegen::LinearKernelSpec &Spec = K.Spec;
+  if (!K.Var) {
+    if (K.VarSrc.Source.empty()) {
+      K.VarSrc = codegen::generateLinearForwardVarlen(Def, Spec);
+      K.VarCache = KernelCache::global().getOrCompile(K.VarSrc);
+    }
+    K.VarMod.load(K.VarCache, Spec.Arch);
+    K.Var = K.VarMod.function("attnc_linear_fwd_varlen");
+    K.VarMod.allowSharedBytes(K.Var, K.Smem.Fwd,
+                              "linear config " + Spec.Config.str());
+  }
+  attnc::LinearArgs A = linearForwardArgs(C, Spec, T.Q, T.K, T.V, T.Decay);
+  A.o = T.Out.Data;
+  A.o_sb = C.O[0];
+  A.o_sh = C.O[1];
+  A.o_ss = C.O[2];
+  A.init_state =
+      T.InitialState ? static_cast<const float *>(T.InitialState->Data) : nullptr;
+  A.final_state =
+      T.FinalState ? static_cast<float *>(T.FinalState->Data) : nullptr;
+  A.cu_seqlens = static_cast<const int *>(T.CuSeqlens.Data);
+  std::vector<uint64_t> Slots = linearInputSlots(*Def.Graph, Inputs, C.H);
+  void *Params[] = {&A, Slots.data()};
+  launchLinear(K.Var, unsigned(A.slices), unsigned(R.Seqs * C.H), 1,
+               unsigned(Spec.Config.Warps * 32), K.Smem.Fwd, Stream, Params,
+               "launch attnc_linear_fwd_varlen");
+}
+
+LinearAttention::DecodeKernel &LinearAttention::ensureDecode() {
+  if (!Decode) {
+    auto New = std::make_unique<DecodeKernel>();
+    New->Src = codegen::generateLinearDecode(Def, Spec);
+    New->Cache = KernelCache::global().getOrCompile(New->Src);
+    Decode = std::move(New);
+  }
+  return *Decode;
+}
+
+const codegen::KernelSource &LinearAttention::decodeSource() {
+  return ensureDecode().Src;
+}
+
+void LinearAttention::decodeStep(const LinearDecodeTensors &T,
+                                 const InputMap &Inputs, CUstream Stream) {
+  LinearDecodeShape R = validateLinearDecode(Def, Sig, T, Inputs);
+  const LinearCallShape &C = R.Call;
+  DecodeKernel &K = ensureDecode();
+  const int MaxSmem = attnc::dec::smem_bytes(Sig.HeadDim, LinearDecodeMaxTokens);
+  if (!K.Mod.loaded()) {
+    K.Mod.load(K.Cache, Spec.Arch);
+    K.Fn = K.Mod.function("attnc_linear_decode");
+    K.Mod.allowSharedBytes(K.Fn, MaxSmem, "the linear decode step");
+  }
+  attnc::LinearDecodeArgs A{};
+  A.q = T.Q.Data;
+  A.k = T.K.Data;
+  A.v = T.V.Data;
+  A.o = T.Out.Data;
+  A.decay = T.Decay ? static_cast<const float *>(T.Decay->Data) : nullptr;
+  A.state_in = static_cast<const float *>(T.StateIn.Data);
+  A.state_out = static_cast<float *>(T.StateOut.Data);
+  A.state_index =
+      T.StateIndex ? static_cast<const int *>(T.StateIndex->Data) : nullptr;
+  A.positions =
+      T.Positions ? static_cast<const int *>(T.Positions->Data) : nullptr;
+  long long *Dst[] = {&A.q_sb, &A.k_sb, &A.v_sb, &A.o_sb, &A.decay_sb};
+  const int64_t(*Src[])[3] = {&C.Q, &C.K, &C.V, &C.O, &C.Decay};
+  for (int I = 0; I < 5; ++I)
+    for (int J = 0; J < 3; ++J)
+      Dst[I][J] = (*Src[I])[J];
+  A.batch = int(C.B);
+  A.heads = int(C.H);
+  A.heads_q = int(C.Hq);
+  A.heads_k = int(C.Hk);
+  A.tokens = int(C.T);
+  A.pool = int(R.Pool);
+  std::vector<uint64_t> Slots = linearInputSlots(*Def.Graph, Inputs, C.H);
+  void *Params[] = {&A, Slots.data()};
+  launchLinear(K.Fn, unsigned(Sig.HeadDimV / attnc::dec::kCols),
+               unsigned(C.B * C.H), 1, unsigned(attnc::dec::kThreads),
+               attnc::dec::smem_bytes(Sig.HeadDim, int(C.T)), Stream, Params,
+               "launch attnc_linear_decode");
 }
 
 } // namespace attn::runtime

@@ -15,11 +15,13 @@ namespace attn::runtime {
 
 namespace {
 
-/// A float32 tensor of exactly \p Want, contiguous unless \p AnyStrides.
+/// A float32 (or \p Elem) tensor of exactly \p Want, contiguous unless
+/// \p AnyStrides.
 void checkF32(const std::string &Name, const TensorView &T,
-              const std::vector<int64_t> &Want, bool AnyStrides = false) {
+              const std::vector<int64_t> &Want, bool AnyStrides = false,
+              ElemType Elem = ElemType::F32) {
   checkNotNull(Name, T);
-  checkElemType(Name, T, ElemType::F32);
+  checkElemType(Name, T, Elem);
   checkShape(Name, T, Want);
   if (T.Strides.size() != T.Shape.size())
     invalid(fmt::format("{}: strides must have {} entries, got {}", Name,
@@ -38,22 +40,24 @@ void checkF32(const std::string &Name, const TensorView &T,
   }
 }
 
-/// q, k, v, decay, inputs, and the shared rules between them.
+/// q, k, v, decay, inputs, and the shared rules between them. \p Packed:
+/// a packed batch's [T, heads, dim] tensors (batch 1), whatever the
+/// signature's layout.
 LinearCallShape checkCommon(const CompiledDefinition &Def,
                             const LinearSignature &Sig, const TensorView &Q,
                             const TensorView &K, const TensorView &V,
                             const TensorView *Decay, const InputMap &Inputs,
-                            const TensorView *InitialState) {
+                            const TensorView *InitialState,
+                            bool Packed = false) {
   const ir::Graph &G = *Def.Graph;
-  if (Sig.TensorLayout == Layout::THD)
-    invalid("signature: layout thd (packed variable-length batches) is not "
-            "supported by linear attention; expected bshd or bhsd");
-  SeqTensor q =
-      checkSeqTensor("q", Q, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
-  SeqTensor k =
-      checkSeqTensor("k", K, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
-  SeqTensor v =
-      checkSeqTensor("v", V, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
+  if (Sig.TensorLayout == Layout::THD && !Packed)
+    invalid("signature: layout thd is not a signature layout of linear "
+            "attention (packed batches go to forwardVarlen); expected bshd "
+            "or bhsd");
+  const Layout L = Packed ? Layout::THD : Sig.TensorLayout;
+  SeqTensor q = checkSeqTensor("q", Q, Sig.Dtype, L, Sig.HeadDim);
+  SeqTensor k = checkSeqTensor("k", K, Sig.Dtype, L, Sig.HeadDim);
+  SeqTensor v = checkSeqTensor("v", V, Sig.Dtype, L, Sig.HeadDimV);
   if (k.B != v.B || q.B != v.B)
     invalid(fmt::format("q, k: batch must equal v's ({}), got {} and {}", v.B,
                         q.B, k.B));
@@ -187,6 +191,92 @@ LinearBackwardShape validateLinearBackward(const CompiledDefinition &Def,
     checkF32(What + " (" + ir::inputShapeName(D->Shape).str() + ")", View,
              Want);
   }
+  return R;
+}
+
+LinearDecodeShape validateLinearDecode(const CompiledDefinition &Def,
+                                       const LinearSignature &Sig,
+                                       const LinearDecodeTensors &T,
+                                       const InputMap &Inputs) {
+  LinearDecodeShape R;
+  LinearCallShape &C = R.Call;
+  C = checkCommon(Def, Sig, T.Q, T.K, T.V, T.Decay, Inputs, nullptr);
+  if (C.T > LinearDecodeMaxTokens)
+    invalid(fmt::format("v: {} new tokens per sequence; the decode step takes "
+                        "1 to {} (use forward() for a prompt)",
+                        C.T, LinearDecodeMaxTokens));
+  SeqTensor o =
+      checkSeqTensor("out", T.Out, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
+  checkLike("out", o, "v", C, C.H);
+  storeStrides(C.O, o);
+
+  const TensorView &In = T.StateIn;
+  checkNotNull("state_in", In);
+  if (In.Shape.size() != 4)
+    invalid(fmt::format("state_in: expected rank 4 [pool, heads, head_dim, "
+                        "head_dim_v], got rank {}",
+                        In.Shape.size()));
+  R.Pool = In.Shape[0];
+  if (R.Pool < 1 || R.Pool > (1 << 30))
+    invalid(fmt::format("state_in: pool size {} must be between 1 and 2^30",
+                        R.Pool));
+  std::vector<int64_t> State = {R.Pool, C.H, Sig.HeadDim, Sig.HeadDimV};
+  checkF32("state_in", In, State);
+  checkAligned("state_in", In, 16);
+  checkF32("state_out", T.StateOut, State);
+  checkAligned("state_out", T.StateOut, 16);
+  if (T.StateOut.Data != In.Data) {
+    // Another buffer must not overlap: the kernel writes each slice of S
+    // after reading only its own.
+    auto Addr = [](const TensorView &V) {
+      return reinterpret_cast<uintptr_t>(V.Data);
+    };
+    uintptr_t Bytes = uintptr_t(R.Pool * C.H * Sig.HeadDim * Sig.HeadDimV) * 4;
+    if (Addr(T.StateOut) < Addr(In) + Bytes && Addr(In) < Addr(T.StateOut) + Bytes)
+      invalid("state_out: overlaps state_in without being the same tensor; "
+              "pass the same tensor to update in place");
+  }
+  if (T.StateIndex)
+    checkF32("state_index", *T.StateIndex, {C.B}, false, ElemType::I32);
+  else if (R.Pool != C.B)
+    invalid(fmt::format("state_in: without state_index the pool holds one "
+                        "state per sequence: expected {} entries, got {}",
+                        C.B, R.Pool));
+  if (T.Positions)
+    checkF32("positions", *T.Positions, {C.B}, false, ElemType::I32);
+  return R;
+}
+
+LinearVarlenShape validateLinearVarlen(const CompiledDefinition &Def,
+                                       const LinearSignature &Sig,
+                                       const LinearVarlenTensors &T,
+                                       const InputMap &Inputs) {
+  LinearVarlenShape R;
+  LinearCallShape &C = R.Call;
+  C = checkCommon(Def, Sig, T.Q, T.K, T.V, T.Decay, Inputs, nullptr,
+                  /*Packed=*/true);
+  SeqTensor o = checkSeqTensor("out", T.Out, Sig.Dtype, Layout::THD,
+                               Sig.HeadDimV);
+  checkLike("out", o, "v", C, C.H);
+  storeStrides(C.O, o);
+  const TensorView &Cu = T.CuSeqlens;
+  checkNotNull("cu_seqlens", Cu);
+  checkElemType("cu_seqlens", Cu, ElemType::I32);
+  if (Cu.Shape.size() != 1 || Cu.Shape[0] < 2)
+    invalid(fmt::format("cu_seqlens: expected [batch + 1] with batch >= 1, "
+                        "got shape {}",
+                        shapeText(Cu.Shape)));
+  checkF32("cu_seqlens", Cu, Cu.Shape, false, ElemType::I32);
+  R.Seqs = Cu.Shape[0] - 1;
+  if (R.Seqs * C.H > 65535)
+    invalid(fmt::format("cu_seqlens: sequences x heads is {}; at most 65535 "
+                        "are supported",
+                        R.Seqs * C.H));
+  std::vector<int64_t> State = {R.Seqs, C.H, Sig.HeadDim, Sig.HeadDimV};
+  if (T.InitialState)
+    checkF32("initial_state", *T.InitialState, State);
+  if (T.FinalState)
+    checkF32("final_state", *T.FinalState, State);
   return R;
 }
 

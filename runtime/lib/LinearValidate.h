@@ -35,6 +35,34 @@ LinearBackwardShape validateLinearBackward(const CompiledDefinition &Def,
                                            const InputMap &Inputs,
                                            const LinearInputGrads &Grads);
 
+/// A validated decode step: q, k, v, out and the decay as a forward call of
+/// T = the new tokens per sequence, and the pool's size.
+struct LinearDecodeShape {
+  LinearCallShape Call;
+  int64_t Pool = 0;
+};
+
+/// Checks a decode step's arguments (LinearAttention::decodeStep); throws
+/// InvalidArgument naming the argument.
+LinearDecodeShape validateLinearDecode(const CompiledDefinition &Def,
+                                       const LinearSignature &Sig,
+                                       const LinearDecodeTensors &T,
+                                       const InputMap &Inputs);
+
+/// A validated packed forward: q, k, v, out, the decay and the inputs as a
+/// call of batch 1 and T the packed tokens, and the number of sequences.
+struct LinearVarlenShape {
+  LinearCallShape Call;
+  int64_t Seqs = 0;
+};
+
+/// Checks a packed forward's arguments (LinearAttention::forwardVarlen);
+/// throws InvalidArgument naming the argument.
+LinearVarlenShape validateLinearVarlen(const CompiledDefinition &Def,
+                                       const LinearSignature &Sig,
+                                       const LinearVarlenTensors &T,
+                                       const InputMap &Inputs);
+
 } // namespace attn::runtime
 
 #endif

@@ -1,5 +1,5 @@
 // NVRTC compiles the generated linear-attention kernels: every linear example
-// x f16/bf16 x forward/backward, for sm_80 and sm_90a (one test case per
+// x f16/bf16 x forward/backward/decode step, for sm_80 and sm_90a (one test case per
 // example so that ctest -j spreads them).
 #include "Examples.h"
 
@@ -25,7 +25,7 @@ void compileLinear(const dsl::LinearAttentionDef &D, int HD, int HDV) {
   unsigned Compiled = 0;
   for (DType T : {DType::F16, DType::BF16})
     for (GpuArch Arch : {GpuArch::Sm80, GpuArch::Sm90a})
-      for (bool Backward : {false, true}) {
+      for (int Dir : {0, 1, 2}) { // forward, backward, decode step
         LinearKernelSpec S;
         S.Dtype = T;
         S.HeadDim = HD;
@@ -33,8 +33,9 @@ void compileLinear(const dsl::LinearAttentionDef &D, int HD, int HDV) {
         S.Arch = Arch;
         S.Config = codegen::LinearConfig::defaultFor(HD, HDV, Arch);
         codegen::KernelSource Src =
-            Backward ? codegen::generateLinearBackward(Def, S)
-                     : codegen::generateLinearForward(Def, S);
+            Dir == 0   ? codegen::generateLinearForward(Def, S)
+            : Dir == 1 ? codegen::generateLinearBackward(Def, S)
+                       : codegen::generateLinearDecode(Def, S);
         INFO("kernel " << Src.Key);
         try {
           runtime::CompiledCubin C = runtime::compileToCubin(Src);
@@ -45,7 +46,7 @@ void compileLinear(const dsl::LinearAttentionDef &D, int HD, int HDV) {
         }
         ++Compiled;
       }
-  CHECK(Compiled == 8);
+  CHECK(Compiled == 12);
 }
 
 } // namespace

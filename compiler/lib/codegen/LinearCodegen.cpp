@@ -210,6 +210,20 @@ std::string linearForwardKey(const CompiledDefinition &Def,
                      archName(Spec.Arch).str(), Spec.Config.str());
 }
 
+std::string linearForwardVarlenKey(const CompiledDefinition &Def,
+                                   const LinearKernelSpec &Spec) {
+  return fmt::format("{}.linear_fwd_varlen.{}.d{}x{}.{}.{}", Def.Graph->name(),
+                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     archName(Spec.Arch).str(), Spec.Config.str());
+}
+
+std::string linearDecodeKey(const CompiledDefinition &Def,
+                            const LinearKernelSpec &Spec) {
+  return fmt::format("{}.linear_dec.{}.d{}x{}.{}", Def.Graph->name(),
+                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     archName(Spec.Arch).str());
+}
+
 std::string linearBackwardKey(const CompiledDefinition &Def,
                               const LinearKernelSpec &Spec) {
   return fmt::format("{}.linear_bwd.{}.d{}x{}.{}.{}", Def.Graph->name(),
@@ -256,8 +270,12 @@ bool readsAnyInput(const ir::Node *R) {
 }
 
 /// Mod parameters as the generated functions name them: the element (or
-/// decay) is x, the indices b, h, t, inputs through the Inputs struct.
-std::string spell(const ir::Graph &G, const ir::ParamNode &P) {
+/// decay) is x, the indices b, h, t, inputs through the Inputs struct at
+/// the token index \p Tok (t; for the decode step and the packed forward
+/// ti, the token's index in the call's tensors, while t is its position in
+/// its sequence).
+std::string spell(const ir::Graph &G, const ir::ParamNode &P,
+                  const char *Tok = "t") {
   switch (P.getParamKind()) {
   case ParamKind::Element:
   case ParamKind::Decay:
@@ -270,7 +288,7 @@ std::string spell(const ir::Graph &G, const ir::ParamNode &P) {
     const ir::InputDecl *D = G.decls().findInput(P.getName());
     if (D && D->Shape == ir::InputShape::Scalar)
       return "in." + inputField(G, P.getName());
-    return "in.load_" + inputField(G, P.getName()) + "(b, h, t, 0)";
+    return "in.load_" + inputField(G, P.getName()) + "(b, h, " + Tok + ", 0)";
   }
   case ParamKind::Score:
   case ParamKind::Scores:
@@ -288,13 +306,17 @@ std::string spell(const ir::Graph &G, const ir::ParamNode &P) {
 
 const std::string ModArgs = "(const Inputs &in, float x, int b, int h, int t";
 
-/// `static float NAME(in, x, b, h, t)` returning \p R.
+/// `static float NAME(in, x, b, h, t)` returning \p R; with \p Decode the
+/// decode step's `NAME(in, x, b, h, t, ti)` (inputs read at ti).
 void emitScalar(CodeWriter &W, const ir::Graph &G, const std::string &Name,
-                const ir::Node *R) {
+                const ir::Node *R, bool Decode = false) {
   auto B = W.block("__device__ static __forceinline__ float " + Name + ModArgs +
-                   ")");
-  W.line("(void)in; (void)x; (void)b; (void)h; (void)t;");
-  ExprEmitter E(W, [&](const ir::ParamNode &P) { return spell(G, P); });
+                   (Decode ? ", int ti)" : ")"));
+  W.line(Decode ? "(void)in; (void)x; (void)b; (void)h; (void)t; (void)ti;"
+                : "(void)in; (void)x; (void)b; (void)h; (void)t;");
+  ExprEmitter E(W, [&](const ir::ParamNode &P) {
+    return spell(G, P, Decode ? "ti" : "t");
+  });
   E.emitScalarBody({R});
   std::string V = E.operand(R, false);
   if (R->getType() != ir::Type::F32)
@@ -327,9 +349,11 @@ void requireLinear(const CompiledDefinition &Def) {
 
 /// The body of `struct Variant`: constants, the mods, and with \p Grads
 /// each mod's derivatives: NAME_dx (w.r.t. its element or decay) and
-/// NAME_din (d[i] w.r.t. custom input i, in declaration order).
+/// NAME_din (d[i] w.r.t. custom input i, in declaration order). With
+/// \p Decode the mods take the decode step's extra token index.
 std::string variantMembers(const CompiledDefinition &Def,
-                           const LinearKernelSpec &Spec, bool Grads) {
+                           const LinearKernelSpec &Spec, bool Grads,
+                           bool Decode = false) {
   const ir::Graph &G = *Def.Graph;
   CodeWriter W;
   auto Ind = W.indent();
@@ -353,7 +377,7 @@ std::string variantMembers(const CompiledDefinition &Def,
   W.line(fmt::format("static constexpr bool kVModReadsInputs = {};",
                      Bools[readsAnyInput(modResult(G, Mods[2]))]));
   for (const ModInfo &M : Mods)
-    emitScalar(W, G, M.Fn, modResult(G, M));
+    emitScalar(W, G, M.Fn, modResult(G, M), Decode);
   if (!Grads)
     return W.str();
 
@@ -401,10 +425,10 @@ std::string banner(const CompiledDefinition &Def, const std::string &Key) {
 std::map<std::string, std::string> commonValues(const CompiledDefinition &Def,
                                                 const LinearKernelSpec &Spec,
                                                 const std::string &Key,
-                                                bool Grads) {
+                                                bool Grads, bool Decode = false) {
   return {{"banner", banner(Def, Key)},
           {"inputs_struct", inputsStruct(*Def.Graph)},
-          {"variant_members", variantMembers(Def, Spec, Grads)},
+          {"variant_members", variantMembers(Def, Spec, Grads, Decode)},
           {"dtype", Spec.Dtype == DType::F16 ? "f16" : "bf16"},
           {"head_dim", std::to_string(Spec.HeadDim)},
           {"slice_v", std::to_string(Spec.Config.SliceV)},
@@ -418,23 +442,39 @@ bool linearReadsDecay(const CompiledDefinition &Def) {
   return readParam(R, ParamKind::Decay, "decay") != nullptr;
 }
 
-KernelSource generateLinearForward(const CompiledDefinition &Def,
-                                   const LinearKernelSpec &Spec) {
+namespace {
+
+/// The forward scan, of a padded batch or (\p Varlen) of a packed one.
+KernelSource linearForward(const CompiledDefinition &Def,
+                           const LinearKernelSpec &Spec, bool Varlen) {
   requireLinear(Def);
   Spec.validate();
   KernelSource Src;
-  Src.Key = linearForwardKey(Def, Spec);
+  Src.Key = Varlen ? linearForwardVarlenKey(Def, Spec)
+                   : linearForwardKey(Def, Spec);
   Src.Arch = Spec.Arch;
-  Src.Entries = {"attnc_linear_fwd"};
-  auto Values = commonValues(Def, Spec, Src.Key, false);
+  Src.Entries = {Varlen ? "attnc_linear_fwd_varlen" : "attnc_linear_fwd"};
+  auto Values = commonValues(Def, Spec, Src.Key, false, /*Decode=*/Varlen);
   Values["warps"] = std::to_string(Spec.Config.Warps);
   Values["threads"] = std::to_string(Spec.Config.Warps * 32);
   LinearSmem S = linearSharedBytes(Spec);
   Values["staged"] = S.FwdStaged ? "true" : "false";
   Values["smem"] = std::to_string(S.Fwd);
-  Src.Source =
-      render("linear_fwd.cu.in", templateText("linear_fwd.cu.in"), Values);
+  const char *File = Varlen ? "linear_fwd_varlen.cu.in" : "linear_fwd.cu.in";
+  Src.Source = render(File, templateText(File), Values);
   return Src;
+}
+
+} // namespace
+
+KernelSource generateLinearForward(const CompiledDefinition &Def,
+                                   const LinearKernelSpec &Spec) {
+  return linearForward(Def, Spec, false);
+}
+
+KernelSource generateLinearForwardVarlen(const CompiledDefinition &Def,
+                                         const LinearKernelSpec &Spec) {
+  return linearForward(Def, Spec, true);
 }
 
 KernelSource generateLinearBackward(const CompiledDefinition &Def,
@@ -465,6 +505,22 @@ KernelSource generateLinearBackward(const CompiledDefinition &Def,
   Values["grouped_min_blocks"] = std::to_string(S.GroupedMinBlocks);
   Src.Source =
       render("linear_bwd.cu.in", templateText("linear_bwd.cu.in"), Values);
+  return Src;
+}
+
+KernelSource generateLinearDecode(const CompiledDefinition &Def,
+                                  const LinearKernelSpec &Spec) {
+  requireLinear(Def);
+  Spec.validate();
+  KernelSource Src;
+  Src.Key = linearDecodeKey(Def, Spec);
+  Src.Arch = Spec.Arch;
+  Src.Entries = {"attnc_linear_decode"};
+  auto Values = commonValues(Def, Spec, Src.Key, false, /*Decode=*/true);
+  Values.erase("slice_v");
+  Values.erase("chunk");
+  Src.Source = render("linear_decode.cu.in",
+                      templateText("linear_decode.cu.in"), Values);
   return Src;
 }
 

@@ -5,6 +5,7 @@
 #include "attn/reference/Evaluator.h"
 #include "attn/reference/InputBinding.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace attn::reference {
@@ -26,8 +27,10 @@ struct Modded {
   std::vector<double> G;
 };
 
+/// \p TOffset is added to the index t the mods see (the decode step's
+/// position of its first token); inputs are read at the unshifted token.
 Modded applyMods(const CompiledDefinition &Def, const LinearInputs &In,
-                 int64_t B, int64_t H) {
+                 int64_t B, int64_t H, int64_t TOffset = 0) {
   const ir::Graph &G = *Def.Graph;
   Dims Dm = dimsOf(In);
   int64_t HQ = H / (Dm.H / Dm.Hq), HK = H / (Dm.H / Dm.Hk);
@@ -53,7 +56,7 @@ Modded applyMods(const CompiledDefinition &Def, const LinearInputs &In,
         case ir::ParamKind::Index:
           return {Dual{double(P.getName() == "b"   ? B
                               : P.getName() == "h" ? H
-                                                   : T),
+                                                   : T + TOffset),
                        0.0}};
         case ir::ParamKind::Input:
           return bindInput(G, In.Inputs, P.getName(), B, H, T, 0, 0);
@@ -227,6 +230,171 @@ void validateLinearInputs(const ir::Graph &G, const LinearInputs &In) {
                     Tensor({Dm.B, Dm.H, Dm.D, Dm.DV}).shapeString() +
                     ", got " + In.InitialState->shapeString());
   validateInputValues(G, In.Inputs, Dm.B, Dm.H, Dm.T, Dm.T);
+}
+
+LinearDecodeOutputs linearDecodeStep(const CompiledDefinition &Def,
+                                     const LinearDecodeInputs &In) {
+  Dims Dm = validated(Def, In.Tokens);
+  const Tensor &P = In.States;
+  if (P.Shape.size() != 4 || P.dim(0) < 1 || P.dim(1) != Dm.H ||
+      P.dim(2) != Dm.D || P.dim(3) != Dm.DV)
+    throw UserError("linear reference: decode states must be [pool, " +
+                    std::to_string(Dm.H) + ", " + std::to_string(Dm.D) + ", " +
+                    std::to_string(Dm.DV) + "] with pool >= 1, got " +
+                    P.shapeString());
+  for (auto [V, Name] : {std::pair{&In.StateIndex, "state index"},
+                         {&In.Positions, "positions"}})
+    if (*V && int64_t((*V)->size()) != Dm.B)
+      throw UserError(std::string("linear reference: ") + Name + " must have " +
+                      std::to_string(Dm.B) + " entries, got " +
+                      std::to_string((*V)->size()));
+  if (!In.StateIndex && P.dim(0) != Dm.B)
+    throw UserError("linear reference: without a state index the pool must "
+                    "hold one state per sequence (" + std::to_string(Dm.B) +
+                    "), got " + std::to_string(P.dim(0)));
+  LinearDecodeOutputs Out{Tensor({Dm.B, Dm.H, Dm.T, Dm.DV}), P};
+  for (int64_t B = 0; B < Dm.B; ++B) {
+    int64_t Slot = In.StateIndex ? (*In.StateIndex)[B] : B;
+    if (Slot < 0 || Slot >= P.dim(0))
+      continue; // a padding row
+    int64_t Pos = In.Positions ? (*In.Positions)[B] : 0;
+    for (int64_t H = 0; H < Dm.H; ++H) {
+      Modded M = applyMods(Def, In.Tokens, B, H, Pos);
+      for (int64_t T = 0; T < Dm.T; ++T) {
+        double Decay = std::exp(M.G[T]);
+        for (int64_t X = 0; X < Dm.D; ++X)
+          for (int64_t Y = 0; Y < Dm.DV; ++Y) {
+            double &S = Out.States.at({Slot, H, X, Y});
+            S = Decay * S + M.K[T][X] * M.V[T][Y];
+          }
+        for (int64_t Y = 0; Y < Dm.DV; ++Y) {
+          double Acc = 0;
+          for (int64_t X = 0; X < Dm.D; ++X)
+            Acc += M.Q[T][X] * Out.States.at({Slot, H, X, Y});
+          Out.O.at({B, H, T, Y}) = Acc;
+        }
+      }
+    }
+  }
+  return Out;
+}
+
+namespace {
+
+/// Tokens [T0, T0 + N) of \p X along dimension \p Dim (and along
+/// \p Dim2 too when it is not -1: a full input's key dimension).
+Tensor sliceDims(const Tensor &X, size_t Dim, int64_t T0, int64_t N,
+                 int Dim2 = -1) {
+  std::vector<int64_t> Shape = X.Shape;
+  Shape[Dim] = N;
+  if (Dim2 >= 0)
+    Shape[Dim2] = N;
+  Tensor Out(Shape);
+  std::vector<int64_t> Idx(Shape.size(), 0);
+  for (int64_t I = 0; I < Out.numel(); ++I) {
+    int64_t Rest = I, Src = 0, Stride = 1;
+    for (size_t D = Shape.size(); D-- > 0;) {
+      Idx[D] = Rest % Shape[D];
+      Rest /= Shape[D];
+    }
+    for (size_t D = Shape.size(); D-- > 0;) {
+      int64_t At = Idx[D] + (D == Dim || int(D) == Dim2 ? T0 : 0);
+      Src += At * Stride;
+      Stride *= X.Shape[D];
+    }
+    Out.Data[I] = X.Data[Src];
+  }
+  return Out;
+}
+
+} // namespace
+
+LinearInputs linearTokenSlice(const ir::Graph &G, const LinearInputs &In,
+                              int64_t T0, int64_t N) {
+  validateLinearInputs(G, In);
+  if (T0 < 0 || N < 1 || T0 + N > In.V.dim(2))
+    throw UserError("linear reference: tokens [" + std::to_string(T0) + ", " +
+                    std::to_string(T0 + N) + ") are not inside the " +
+                    std::to_string(In.V.dim(2)) + " tokens");
+  LinearInputs Out;
+  Out.Q = sliceDims(In.Q, 2, T0, N);
+  Out.K = sliceDims(In.K, 2, T0, N);
+  Out.V = sliceDims(In.V, 2, T0, N);
+  Out.Decay = sliceDims(In.Decay, 2, T0, N);
+  for (const ir::InputDecl &D : G.decls().Inputs) {
+    const Tensor &X = In.Inputs.at(D.Name);
+    switch (D.Shape) {
+    case ir::InputShape::Scalar:
+    case ir::InputShape::PerHead:
+      Out.Inputs[D.Name] = X;
+      break;
+    case ir::InputShape::PerRow:
+    case ir::InputShape::PerKey:
+      Out.Inputs[D.Name] = sliceDims(X, 2, T0, N);
+      break;
+    case ir::InputShape::Full:
+      Out.Inputs[D.Name] = sliceDims(X, 2, T0, N, 3);
+      break;
+    case ir::InputShape::PerQueryToken:
+    case ir::InputShape::PerKeyToken:
+      Out.Inputs[D.Name] = sliceDims(X, 1, T0, N);
+      break;
+    }
+  }
+  return Out;
+}
+
+LinearOutputs linearVarlen(const CompiledDefinition &Def,
+                           const LinearInputs &In,
+                           const std::vector<int64_t> &CuSeqlens,
+                           const std::optional<Tensor> &Initial, int64_t Chunk,
+                           const RoundFn &Round) {
+  Dims Dm = validated(Def, In);
+  if (Dm.B != 1)
+    throw UserError("linear reference: a packed batch is batch 1, got " +
+                    std::to_string(Dm.B));
+  const int64_t S = int64_t(CuSeqlens.size()) - 1;
+  if (S < 1 || CuSeqlens.front() != 0 || CuSeqlens.back() != Dm.T)
+    throw UserError("linear reference: cu_seqlens must run from 0 to the " +
+                    std::to_string(Dm.T) + " tokens with at least one sequence");
+  for (int64_t I = 0; I < S; ++I)
+    if (CuSeqlens[I + 1] < CuSeqlens[I])
+      throw UserError("linear reference: cu_seqlens must not decrease");
+  if (In.InitialState)
+    throw UserError("linear reference: a packed batch's initial states are "
+                    "given as [sequences, heads, D, DV] apart from the tokens");
+  if (Initial && Initial->Shape != std::vector<int64_t>{S, Dm.H, Dm.D, Dm.DV})
+    throw UserError("linear reference: initial states must be " +
+                    Tensor({S, Dm.H, Dm.D, Dm.DV}).shapeString() + ", got " +
+                    Initial->shapeString());
+  LinearOutputs Out{Tensor({1, Dm.H, Dm.T, Dm.DV}),
+                    Tensor({S, Dm.H, Dm.D, Dm.DV})};
+  const int64_t StateSize = Dm.H * Dm.D * Dm.DV;
+  for (int64_t Seq = 0; Seq < S; ++Seq) {
+    const int64_t T0 = CuSeqlens[Seq], N = CuSeqlens[Seq + 1] - T0;
+    Tensor Init({1, Dm.H, Dm.D, Dm.DV});
+    if (Initial)
+      std::copy_n(Initial->Data.begin() + Seq * StateSize, StateSize,
+                  Init.Data.begin());
+    if (N == 0) { // nothing to run: the state passes through
+      std::copy_n(Init.Data.begin(), StateSize,
+                  Out.FinalState.Data.begin() + Seq * StateSize);
+      continue;
+    }
+    LinearInputs Sub = linearTokenSlice(*Def.Graph, In, T0, N);
+    Sub.InitialState = Init;
+    LinearOutputs R =
+        Chunk > 0 ? linearChunkedModel(Def, Sub, Chunk,
+                                       Round ? Round : [](double X) { return X; })
+                  : linearRecurrent(Def, Sub);
+    for (int64_t H = 0; H < Dm.H; ++H)
+      for (int64_t T = 0; T < N; ++T)
+        for (int64_t Y = 0; Y < Dm.DV; ++Y)
+          Out.O.at({0, H, T0 + T, Y}) = R.O.at({0, H, T, Y});
+    std::copy_n(R.FinalState.Data.begin(), StateSize,
+                Out.FinalState.Data.begin() + Seq * StateSize);
+  }
+  return Out;
 }
 
 } // namespace attn::reference

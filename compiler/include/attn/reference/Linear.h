@@ -34,6 +34,53 @@ void validateLinearInputs(const ir::Graph &G, const LinearInputs &In);
 LinearOutputs linearRecurrent(const CompiledDefinition &Def,
                               const LinearInputs &In);
 
+/// Tokens [T0, T0 + N) of validated inputs: q, k, v, the decay and every
+/// per-token custom input cut along the token dimension, the others kept;
+/// no initial state. UserError for a range outside the tokens.
+LinearInputs linearTokenSlice(const ir::Graph &G, const LinearInputs &In,
+                              int64_t T0, int64_t N);
+
+/// A rounding applied where an implementation holds a value in 16 bits.
+using RoundFn = std::function<double(double)>;
+
+/// A packed batch: \p In, of batch 1, holds the tokens of every sequence
+/// end to end (per-token inputs [1,H,T] likewise; no InitialState),
+/// \p CuSeqlens the B + 1 offsets (from 0 to T, never decreasing),
+/// \p Initial the initial states [B,H,D,DV] (none: zero). Each sequence
+/// runs on its own, its mods seeing b = 0 and t counted from its start: by
+/// the token recurrence when \p Chunk is 0, else by linearChunkedModel with
+/// chunks of \p Chunk (never crossing a sequence's end) and \p Round. o
+/// [1,H,T,DV] and the final states [B,H,D,DV] (an empty sequence's is its
+/// initial state).
+LinearOutputs linearVarlen(const CompiledDefinition &Def,
+                           const LinearInputs &In,
+                           const std::vector<int64_t> &CuSeqlens,
+                           const std::optional<Tensor> &Initial,
+                           int64_t Chunk = 0, const RoundFn &Round = nullptr);
+
+/// One decode step over a pool of states: Tokens holds the call's N new
+/// tokens of each of B sequences (q [B,Hq,N,D], k, v, decay [B,H,N],
+/// per-token inputs [B,H,N]; its InitialState is not used), States the
+/// pool [P,H,D,DV]. Row b runs the recurrence from pool entry
+/// StateIndex[b] (b without an index, when P must be B) with the mods'
+/// t = Positions[b] + i (0 + i without positions) and per-token inputs
+/// read at i.
+struct LinearDecodeInputs {
+  LinearInputs Tokens;
+  Tensor States;
+  std::optional<std::vector<int64_t>> StateIndex, Positions;
+};
+
+/// o [B,H,N,DV] (zero for a row whose index is outside [0, P): such a row
+/// is skipped) and the pool after the step (the entries of skipped rows
+/// and those no row names unchanged). The index must not name an entry
+/// twice (the later row would win).
+struct LinearDecodeOutputs {
+  Tensor O, States;
+};
+LinearDecodeOutputs linearDecodeStep(const CompiledDefinition &Def,
+                                     const LinearDecodeInputs &In);
+
 /// The chunked form with chunks of \p Chunk tokens (the last may be short):
 /// within a chunk (Q Kᵀ ⊙ D) V with D_ij = exp(G_i − G_j), i ≥ j, plus
 /// exp(G_i)·q_i S for the carried state; between chunks the state update.
@@ -60,8 +107,6 @@ LinearGrads linearBackward(const CompiledDefinition &Def,
                            const std::optional<Tensor> &DFinalState,
                            unsigned Threads = 1);
 
-/// A rounding applied where an implementation holds a value in 16 bits.
-using RoundFn = std::function<double(double)>;
 
 /// The chunked algorithm exactly as the linear_chunk kernels compute it
 /// (docs/linear.md), in double precision except that \p Round is applied

@@ -78,6 +78,47 @@ struct LinearBackwardTensors {
   const TensorView *DInitialState;
 };
 
+/// The most new tokens per sequence one decodeStep() takes.
+constexpr int64_t LinearDecodeMaxTokens = 16;
+
+/// The tensors of a decode step: N (1 to 16) new tokens for each of B
+/// sequences. q [B,N,Hq,D], k [B,N,Hk,D], v and out [B,N,H,DV] (BSHD;
+/// BHSD puts heads before the tokens), decay [B,H,N] float32 exactly when
+/// decay_mod reads it. The states are float32 [P,H,D,DV], contiguous,
+/// 16-byte aligned: sequence b reads pool entry StateIndex[b] of StateIn
+/// and writes it to the same entry of StateOut, which may be StateIn
+/// itself (in place) or a buffer that does not overlap it. Optional:
+/// StateIndex, int32 [B] (without it P must be B and sequence b uses entry
+/// b; an entry outside [0, P) skips the sequence: its outputs and states
+/// are not touched; two sequences must not name one entry), and Positions,
+/// int32 [B], the position in its sequence of each row's first new token
+/// (the mods' t; 0 without it). Per-token custom inputs are [B,H,N].
+struct LinearDecodeTensors {
+  const TensorView &Q, &K, &V, &Out;
+  const TensorView *Decay;
+  const TensorView &StateIn, &StateOut;
+  const TensorView *StateIndex = nullptr;
+  const TensorView *Positions = nullptr;
+};
+
+/// The tensors of a packed (variable-length) forward of B sequences laid
+/// end to end: q [T,Hq,D], k [T,Hk,D], v and out [T,H,DV] (T the tokens of
+/// all sequences; the signature's layout does not apply), CuSeqlens int32
+/// [B+1] on the device with 0 = cu[0] <= cu[1] <= ... <= cu[B] = T (its
+/// values are not read on the host, so not checked), the decay float32
+/// [1,H,T] (any strides) exactly when decay_mod reads it, per-token custom
+/// inputs [1,H,T]; InitialState and FinalState float32 [B,H,D,DV],
+/// contiguous, optional. Chunks never cross a sequence's end; a sequence of
+/// no tokens passes its initial state (or zero) through. The mods see b = 0
+/// and t counted from their sequence's start.
+struct LinearVarlenTensors {
+  const TensorView &Q, &K, &V, &Out;
+  const TensorView *Decay;
+  const TensorView &CuSeqlens;
+  const TensorView *InitialState = nullptr;
+  const TensorView *FinalState = nullptr;
+};
+
 /// A linear-attention definition compiled for a signature. Per (batch,
 /// value head h), with q, k, v after their mods and g = decay_mod(decay):
 ///   S_t = exp(g_t)·S_{t−1} + k_tᵀ v_t,   o_t = q_t S_t,
@@ -122,6 +163,24 @@ public:
                 const LinearInputGrads &InputGrads = {},
                 CUstream Stream = nullptr);
 
+  /// Validates every argument and runs the forward of a packed batch
+  /// (LinearVarlenTensors) on \p Stream, one launch; its kernel is
+  /// compiled on the first call for each configuration.
+  void forwardVarlen(const LinearVarlenTensors &T, const InputMap &Inputs = {},
+                     CUstream Stream = nullptr);
+
+  /// Validates every argument (InvalidArgument naming it; nothing is
+  /// launched then) and runs one recurrent decode step on \p Stream: per
+  /// sequence and value head, S ← exp(g_t)·S + k_tᵀ v_t and o_t = q_t·S
+  /// for each new token in order, the mods applied in fp32, S in fp32. One
+  /// kernel launch and no other host work once the decode kernel is
+  /// compiled (on the first call, or by decodeSource()): the call can be
+  /// captured in a CUDA graph.
+  void decodeStep(const LinearDecodeTensors &T, const InputMap &Inputs = {},
+                  CUstream Stream = nullptr);
+  /// Compiles the decode kernel if that has not happened yet.
+  const codegen::KernelSource &decodeSource();
+
   const CompiledDefinition &definition() const { return Def; }
   /// The spec compiled when the object was made: Sig.Config or the default.
   const codegen::LinearKernelSpec &spec() const { return Spec; }
@@ -163,6 +222,10 @@ private:
   std::map<std::string, std::unique_ptr<Kernels>> ByConfig;
   /// The backward's scratch, shared by every configuration's runner.
   std::unique_ptr<DeviceArena> WS;
+  struct DecodeKernel;
+  /// Made on the first decodeStep() or decodeSource().
+  std::unique_ptr<DecodeKernel> Decode;
+  DecodeKernel &ensureDecode();
 };
 
 } // namespace attn::runtime

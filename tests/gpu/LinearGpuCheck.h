@@ -1,0 +1,147 @@
+// Helpers of the linear GPU tests (decode step, packed forward): 16-bit
+// tensors in a layout and back, uploads, and the tolerance check of
+// gpu_linear_test (twice a plain low-precision implementation's error plus
+// a small atol relative to the tensor's size).
+#ifndef ATTN_TESTS_GPU_LINEARGPUCHECK_H
+#define ATTN_TESTS_GPU_LINEARGPUCHECK_H
+
+#include "GpuSupport.h"
+
+#include "Examples.h"
+#include "attn/reference/Tensor.h"
+#include "attn/runtime/LinearAttention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attn::gputest {
+
+using reference::Tensor;
+using runtime::ElemType;
+using runtime::TensorView;
+
+inline dsl::LinearAttentionDef definition(const std::string &Name) {
+  if (Name == "mamba2")
+    return examples::mamba2();
+  if (Name == "simple_gla")
+    return examples::simpleGla();
+  return examples::retentionLinear();
+}
+
+inline size_t offsetOf(Layout L, int H, int S, int D, int b, int h, int s, int d) {
+  return L == Layout::BSHD ? ((size_t(b) * S + s) * H + h) * D + d
+                           : ((size_t(b) * H + h) * S + s) * D + d;
+}
+
+/// \p X [B,H,S,D] rounded to the dtype: the device bits in layout \p L;
+/// \p X itself takes the rounded values.
+inline std::vector<uint16_t> toBits16(Tensor &X, DType Dt, Layout L) {
+  int B = int(X.dim(0)), H = int(X.dim(1)), S = int(X.dim(2)), D = int(X.dim(3));
+  std::vector<uint16_t> Bits(X.Data.size());
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int s = 0; s < S; ++s)
+        for (int d = 0; d < D; ++d) {
+          uint16_t V = toBits(Dt, X.at({b, h, s, d}));
+          Bits[offsetOf(L, H, S, D, b, h, s, d)] = V;
+          X.at({b, h, s, d}) = fromBits(Dt, V);
+        }
+  return Bits;
+}
+
+inline Tensor fromBits16(const std::vector<uint16_t> &Bits, DType Dt, Layout L,
+                  std::vector<int64_t> Shape) {
+  Tensor Out(Shape);
+  int B = int(Shape[0]), H = int(Shape[1]), S = int(Shape[2]), D = int(Shape[3]);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int s = 0; s < S; ++s)
+        for (int d = 0; d < D; ++d)
+          Out.at({b, h, s, d}) = fromBits(Dt, Bits[offsetOf(L, H, S, D, b, h, s, d)]);
+  return Out;
+}
+
+inline std::vector<int64_t> viewShape(Layout L, int B, int H, int S, int D) {
+  return L == Layout::BSHD ? std::vector<int64_t>{B, S, H, D}
+                           : std::vector<int64_t>{B, H, S, D};
+}
+
+inline std::unique_ptr<DeviceBuffer> upload(const std::vector<uint16_t> &Bits) {
+  auto Buf = std::make_unique<DeviceBuffer>(Bits.size() * 2);
+  Buf->upload(Bits.data(), Bits.size() * 2);
+  return Buf;
+}
+inline std::unique_ptr<DeviceBuffer> upload(const std::vector<float> &F) {
+  auto Buf = std::make_unique<DeviceBuffer>(std::max<size_t>(4, F.size() * 4));
+  if (!F.empty())
+    Buf->upload(F.data(), F.size() * 4);
+  return Buf;
+}
+inline std::vector<float> floats(const Tensor &T) {
+  return std::vector<float>(T.Data.begin(), T.Data.end());
+}
+inline std::vector<float> download(const DeviceBuffer &B, size_t N) {
+  std::vector<float> F(N);
+  B.download(F.data(), N * 4);
+  return F;
+}
+
+/// A tolerance check: max |got − exact| against 2·max |plain − exact| +
+/// atol·scale.
+struct Check {
+  std::string Name;
+  double Err = 0, Tol = 0;
+  bool Pass = true;
+};
+
+inline double atolOf(DType Dt) { return Dt == DType::F16 ? 1e-3 : 8e-3; }
+
+inline Check compare(const std::string &Name, const std::vector<double> &Got,
+              const std::vector<double> &Exact, const std::vector<double> &Plain,
+              DType Dt) {
+  Check R{Name};
+  double Scale = 1, PlainErr = 0;
+  for (size_t I = 0; I < Exact.size(); ++I) {
+    Scale = std::max(Scale, std::fabs(Exact[I]));
+    PlainErr = std::max(PlainErr, std::fabs(Plain[I] - Exact[I]));
+    R.Err = std::max(R.Err, std::isnan(Got[I]) ? std::numeric_limits<double>::infinity()
+                                               : std::fabs(Got[I] - Exact[I]));
+  }
+  R.Tol = 2 * PlainErr + atolOf(Dt) * Scale;
+  R.Pass = R.Err <= R.Tol;
+  return R;
+}
+
+/// Every element rounded by \p Round.
+inline std::vector<double> rounded(const std::vector<double> &X, double (*Round)(DType, double),
+                            DType Dt) {
+  std::vector<double> Out(X.size());
+  for (size_t I = 0; I < X.size(); ++I)
+    Out[I] = Round(Dt, X[I]);
+  return Out;
+}
+inline double roundF32(DType, double X) { return double(float(X)); }
+
+inline ElemType elemOf(DType Dt) { return Dt == DType::F16 ? ElemType::F16 : ElemType::BF16; }
+
+/// The custom inputs of \p In on the device (kept in \p Keep).
+inline runtime::InputMap uploadInputs(const ir::Graph &G, const reference::InputValues &In,
+                               std::vector<std::unique_ptr<DeviceBuffer>> &Keep) {
+  runtime::InputMap M;
+  for (const ir::InputDecl &D : G.decls().Inputs) {
+    const Tensor &X = In.at(D.Name);
+    if (D.Shape == ir::InputShape::Scalar)
+      M[D.Name] = float(X.Data[0]);
+    else
+      M[D.Name] = uploadInput(false, X.Data, X.Shape, Keep);
+  }
+  return M;
+}
+
+} // namespace attn::gputest
+
+#endif

@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Times flash-linear-attention's fused recurrent step (fused_recurrent_simple_gla:
+reads the initial state, writes the final state to a new tensor) and a
+torch copy of the same state bytes, on the shapes attnc_bench_linear_decode
+times, in the same run. CUDA-event timing, warm-up (Triton's compile and
+autotuning are paid there), median of 30; every batch rotates over enough
+state sets to make at least 256 MiB so the L2 cannot flatter. Bandwidth
+counts the fp32 state read once and written once.
+
+    python3 tools/bench/peers_linear_decode.py f16|bf16 H D DV N B [B ...]
+"""
+import sys
+
+import torch
+
+
+def median_ms(fn, n=30):
+    for i in range(5):
+        fn(i)
+    torch.cuda.synchronize()
+    times = []
+    for i in range(n):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn(i)
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    dts, H, D, DV, N = sys.argv[1], *map(int, sys.argv[2:6])
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dts]
+    from fla.ops.simple_gla import fused_recurrent_simple_gla
+    dev = "cuda"
+    for B in map(int, sys.argv[6:]):
+        state_bytes = B * H * D * DV * 4
+        sets = max(1, min(64, -(-(256 << 20) // state_bytes)))
+        h0 = [torch.randn(B, H, D, DV, device=dev, dtype=torch.float32) for _ in range(sets)]
+        dst = [torch.empty_like(x) for x in h0]
+        q = torch.randn(B, N, H, D, device=dev, dtype=dt)
+        k = torch.randn(B, N, H, D, device=dev, dtype=dt)
+        v = torch.randn(B, N, H, DV, device=dev, dtype=dt)
+        g = -0.1 * torch.rand(B, N, H, device=dev, dtype=torch.float32)
+
+        def step(i):
+            return fused_recurrent_simple_gla(q, k, v, g=g, scale=D ** -0.5,
+                                              initial_state=h0[i % sets],
+                                              output_final_state=True)
+
+        with torch.no_grad():
+            fla_ms = median_ms(step)
+            copy_ms = median_ms(lambda i: dst[i % sets].copy_(h0[i % sets]))
+        gbs = lambda ms: 2.0 * state_bytes / (ms * 1e-3) / 1e9
+        print(f"fla fused_recurrent_simple_gla {dts} B{B} H{H} D{D} DV{DV} N{N}: "
+              f"{fla_ms * 1e3:.1f} us, {gbs(fla_ms):.0f} GB/s state r+w; "
+              f"torch copy {copy_ms * 1e3:.1f} us, {gbs(copy_ms):.0f} GB/s", flush=True)
+        del h0, dst
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Times flash-linear-attention's chunk_simple_gla forward on a packed batch
+(cu_seqlens, initial states in, final states out) with the sequence lengths
+attnc_bench_linear_varlen takes, and on the padded batch at the same token
+count, in the same run. mamba2 is chunk_simple_gla with v = x*dt and
+g = A*dt, that prologue included in its time, as in peers_linear.py.
+CUDA-event timing, warm-up (Triton's compile and autotuning are paid
+there), median of 20.
+
+    python3 tools/bench/peers_linear_varlen.py NAME f16|bf16 H D DV L1,L2,...
+"""
+import sys
+
+import torch
+
+
+def median_ms(fn, n=20):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(n):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    name, dts = sys.argv[1], sys.argv[2]
+    H, D, DV = map(int, sys.argv[3:6])
+    lengths = [int(x) for x in sys.argv[6].split(",")]
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dts]
+    from fla.ops.simple_gla import chunk_simple_gla
+    dev = "cuda"
+    S, T = len(lengths), sum(lengths)
+    cu = torch.tensor([0] + lengths, device=dev).cumsum(0)
+    mean = T // S
+
+    def inputs(B, L):
+        q = torch.randn(B, L, H, D, device=dev, dtype=dt)
+        k = torch.randn(B, L, H, D, device=dev, dtype=dt)
+        v = torch.randn(B, L, H, DV, device=dev, dtype=dt)
+        g = -0.1 * torch.rand(B, L, H, device=dev, dtype=torch.float32)
+        A = -0.2 - 1.8 * torch.rand(H, device=dev, dtype=torch.float32)
+        dtv = 0.05 + 0.95 * torch.rand(B, L, H, device=dev, dtype=torch.float32)
+        h0 = torch.randn(S, H, D, DV, device=dev, dtype=torch.float32)
+        return q, k, v, g, A, dtv, h0
+
+    def call(x, cu_seqlens):
+        q, k, v, g, A, dtv, h0 = x
+        if name == "mamba2":
+            v = (v.float() * dtv[..., None]).to(dt)
+            g = A * dtv
+            scale = 1.0
+        else:
+            scale = D ** -0.5
+        return chunk_simple_gla(q, k, v, g=g, scale=scale, initial_state=h0,
+                                output_final_state=True, cu_seqlens=cu_seqlens)
+
+    with torch.no_grad():
+        packed = inputs(1, T)
+        var_ms = median_ms(lambda: call(packed, cu))
+        del packed
+        padded = inputs(S, mean)
+        fix_ms = median_ms(lambda: call(padded, None))
+    print(f"fla chunk_simple_gla {name} {dts} H{H} D{D} DV{DV}: packed {S} sequences, "
+          f"{T} tokens: {var_ms:.3f} ms ({T / var_ms / 1e3:.1f} Mtok/s); padded B{S} "
+          f"T{mean}: {fix_ms:.3f} ms ({S * mean / fix_ms / 1e3:.1f} Mtok/s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
