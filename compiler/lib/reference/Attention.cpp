@@ -104,7 +104,7 @@ public:
       if (N == "kv_idx") {
         Values V(width());
         for (int64_t J = C0; J < C1; ++J)
-          V[J - C0] = {double(J), 0.0};
+          V[J - C0] = {double(J + In.KvIndexOffset), 0.0};
         return V;
       }
       double X = N == "b"   ? B + In.BatchIndexOffset
@@ -113,7 +113,8 @@ public:
       return {Dual{X, 0.0}};
     }
     case ir::ParamKind::Input:
-      return bindInput(G, In.Inputs, P.getName(), B, H, I, C0, C1);
+      return bindInput(G, In.Inputs, P.getName(), B, H, I,
+                       C0 + In.KvIndexOffset, C1 + In.KvIndexOffset);
     case ir::ParamKind::HeadDim:
       return {Dual{double(Dm.D), 0.0}};
     case ir::ParamKind::Element:
