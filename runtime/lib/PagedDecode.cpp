@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <mutex>
 
 namespace attn::runtime {
@@ -126,12 +127,8 @@ void PagedDecodeRunner::runEager(const DecodeBounds &B, const PagedCall &C,
                                  const TensorView &Q, const TensorView &Out,
                                  const TensorView *Finals,
                                  const InputMap &Inputs, CUstream Stream) {
-  auto Key = std::make_tuple(B.Batch, B.Heads, B.HeadsKv, B.QueriesPerSeq,
-                             B.MaxSeqlenKv, B.PageSize);
-  auto It = Plans.find(Key);
-  if (It == Plans.end())
-    It = Plans.emplace(Key, plan(B)).first;
-  const DecodePlan &P = It->second;
+  // Planning is arithmetic once the module is loaded: every call plans.
+  const DecodePlan P = plan(B);
   Workspace.ensure(P.WorkspaceBytes);
   run(P, C, Q, Out, Finals, reinterpret_cast<void *>(Workspace.base()), Inputs,
       Stream);

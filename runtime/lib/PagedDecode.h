@@ -12,7 +12,6 @@
 #include "attn/runtime/Paged.h"
 #include "attn/runtime/Validate.h"
 
-#include <map>
 #include <memory>
 
 namespace attn::runtime {
@@ -74,7 +73,8 @@ public:
   void run(const DecodePlan &P, const PagedCall &C, const TensorView &Q,
            const TensorView &Out, const TensorView *Finals, void *Workspace,
            const InputMap &Inputs, CUstream Stream);
-  /// A plan for \p B made once and kept, with a workspace of its own.
+  /// A plan for \p B made for this call, with a workspace of its own
+  /// (grown, never shrunk).
   void runEager(const DecodeBounds &B, const PagedCall &C, const TensorView &Q,
                 const TensorView &Out, const TensorView *Finals,
                 const InputMap &Inputs, CUstream Stream);
@@ -89,9 +89,6 @@ private:
   KernelModule Module;
   CUfunction Decode = nullptr, Merge = nullptr;
   analysis::MergeKind MergeKind;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>,
-           DecodePlan>
-      Plans;
   DeviceArena Workspace{"paged decode workspace"};
 };
 

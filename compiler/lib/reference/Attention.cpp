@@ -113,8 +113,7 @@ public:
       return {Dual{X, 0.0}};
     }
     case ir::ParamKind::Input:
-      return bindInput(G, In.Inputs, P.getName(), B, H, I,
-                       C0 + In.KvIndexOffset, C1 + In.KvIndexOffset);
+      return bindInput(G, In.Inputs, P.getName(), B, H, I, C0, C1);
     case ir::ParamKind::HeadDim:
       return {Dual{double(Dm.D), 0.0}};
     case ir::ParamKind::Element:

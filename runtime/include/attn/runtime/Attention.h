@@ -211,8 +211,9 @@ public:
   /// of L keys is q_idx L - Sq + i for score_mod and mask_mod (aligned to
   /// the end of the keys, as forwardVarlen's; a dense forward counts from
   /// 0). Custom inputs: scalar and per-head only (NotSupportedYet). Plans
-  /// the call (once per distinct bounds, kept) and uses a workspace of its
-  /// own; runs on the generated backend's decode_sm80 kernels.
+  /// each call (arithmetic, once the kernels are loaded) and uses a
+  /// workspace of its own; runs on the generated backend's decode_sm80
+  /// kernels.
   void decodePaged(const TensorView &Q, const PagedKV &KV,
                    const TensorView &Out, const TensorView *Finals,
                    const InputMap &Inputs = {}, CUstream Stream = nullptr);
