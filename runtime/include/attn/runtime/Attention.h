@@ -230,7 +230,7 @@ public:
   /// plan's; KV.MaxSeqlenKv at most its bound), \p Workspace device memory
   /// of at least P.WorkspaceBytes, 16-byte aligned. Validates on the host
   /// (shapes only; the index tensors are read on the device), then
-  /// launches: no decision, allocation or synchronisation, so a stream
+  /// launches: no decision, device allocation or synchronisation, so a stream
   /// capture of it replays with new lengths, page tables and q (same
   /// addresses) within the plan's bounds (docs/runtime.md, CUDA graphs).
   void runDecode(const DecodePlan &P, const TensorView &Q, const PagedKV &KV,
