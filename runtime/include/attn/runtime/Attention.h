@@ -39,7 +39,8 @@ struct TensorView {
   /// A contiguous (row-major) view.
   static TensorView contiguous(void *Data, ElemType T,
                                std::vector<int64_t> Shape);
-  /// A view of a DLPack tensor (kDLCUDA, float16/bfloat16/float32/int32).
+  /// A view of a DLPack tensor (kDLCUDA; float16, bfloat16, float32,
+  /// int32 or int64).
   static TensorView fromDLPack(const DLTensor &T);
 
   /// The same memory seen with one more dimension, of \p Size, inserted
