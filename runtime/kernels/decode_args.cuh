@@ -1,4 +1,5 @@
-// Decode kernel arguments, shared by the host launcher and decode_sm80.cuh.
+// Decode kernel arguments, shared by the host launcher and decode_sm80.cuh
+// (and paged_append.cuh).
 #ifndef ATTNC_DECODE_ARGS_CUH
 #define ATTNC_DECODE_ARGS_CUH
 
@@ -28,6 +29,39 @@ struct DecodeArgs {
   int splits, blocks_per_split;
   float *part_o;
   float *part_st;
+};
+
+/// Paged decode arguments. In d, k and v are the page caches, k_sb/v_sb
+/// their page strides, k_ss/v_ss their slot strides, k_sh/v_sh their head
+/// strides (NHD and HND are both strides), and seq_kv the plan's bound on
+/// a sequence's keys (blocks_per_split x splits cover it). Sequence b's
+/// pages are pages[b·table_stride ...] with seq_lens[b] keys (a block
+/// table), or, where indptr is set, pages[indptr[b] .. indptr[b+1]) with
+/// (n - 1)·page size + last_page_len[b] keys (CSR, num_indices pages in
+/// all). Lengths are read on the device: a bad one, an indptr range
+/// outside the indices, or a page index outside [0, num_pages), makes the
+/// rows of that sequence NaN.
+struct PagedDecodeArgs {
+  DecodeArgs d;
+  const int *pages;
+  const int *seq_lens;
+  const int *indptr;
+  const int *last_page_len;
+  long long table_stride;
+  int page_shift, num_pages, num_indices;
+};
+
+/// The append of new tokens into pages (paged_append.cuh). Strides in
+/// elements: new tokens (token, head), caches (page, slot, head); the head
+/// dims are contiguous and multiples of 8.
+struct PagedAppendArgs {
+  const void *k, *v;
+  void *k_cache, *v_cache;
+  const void *slots;
+  long long k_st, k_sh, v_st, v_sh;
+  long long kc_ps, kc_ss, kc_sh, vc_ps, vc_ss, vc_sh;
+  long long num_slots;
+  int tokens, d_chunks, dv_chunks, page_shift;
 };
 
 } // namespace attnc

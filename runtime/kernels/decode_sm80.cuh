@@ -12,6 +12,7 @@
 #define ATTNC_DECODE_SM80_CUH
 
 #include "attnc/decode_args.cuh"
+#include "attnc/decode_kv.cuh"
 #include "attnc/fwd_sm80.cuh"
 #include "attnc/sm80_primitives.cuh"
 
@@ -89,9 +90,61 @@ struct DecodeSm80 {
   static constexpr bool kQInRegs = MT * KT * 4 <= 32;
   using QRegs = u32[kQInRegs ? MT : 1][kQInRegs ? KT : 1][4];
 
+  /// Contiguous K/V: [batch][heads_kv][seq_kv] rows by their strides.
   __device__ static void run(const DecodeArgs &a,
                              const typename Variant::Inputs &in,
                              unsigned char *smem) {
+    const int hk = blockIdx.y / a.row_blocks;
+    const int b = blockIdx.z;
+    ContiguousKV src{static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh,
+                     static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh,
+                     a.k_ss, a.v_ss, a.seq_kv};
+    run_on(a, src, in, smem);
+  }
+
+  /// Paged K/V (PagedDecodeArgs): each sequence's pages and length read on
+  /// the device; q_idx aligned to the end of the keys.
+  __device__ static void run_paged(const PagedDecodeArgs &p,
+                                   const typename Variant::Inputs &in,
+                                   unsigned char *smem) {
+    const DecodeArgs &a = p.d;
+    const int hk = blockIdx.y / a.row_blocks;
+    const int b = blockIdx.z;
+    PagedKV<kBlockN, kD, kDV, kThreads> src;
+    src.k = static_cast<const unsigned short *>(a.k) + hk * a.k_sh;
+    src.v = static_cast<const unsigned short *>(a.v) + hk * a.v_sh;
+    src.k_ps = a.k_sb;
+    src.k_ss = a.k_ss;
+    src.v_ps = a.v_sb;
+    src.v_ss = a.v_ss;
+    src.shift = p.page_shift;
+    src.num_pages = p.num_pages;
+    int len = 0;
+    bool bad = false;
+    if (p.indptr) {
+      const int first_page = p.indptr[b];
+      const int n = p.indptr[b + 1] - first_page;
+      const int last = n > 0 ? p.last_page_len[b] : 0;
+      bad = n < 0 || first_page < 0 || first_page + n > p.num_indices ||
+            (n > 0 && (last < 1 || last > (1 << p.page_shift)));
+      len = bad ? 0 : ((n > 0 ? n - 1 : 0) << p.page_shift) + last;
+      src.pages = p.pages + (bad ? 0 : first_page);
+    } else {
+      len = p.seq_lens[b];
+      src.pages = p.pages + b * p.table_stride;
+    }
+    // A length past the plan's bound would need keys no split visits.
+    bad = bad || len < 0 || len > a.seq_kv;
+    src.len = bad ? 0 : len;
+    src.qshift = src.len - a.seq_q;
+    src.bad = bad;
+    run_on(a, src, in, smem);
+  }
+
+  template <class Src>
+  __device__ static void run_on(const DecodeArgs &a, Src &src,
+                                const typename Variant::Inputs &in,
+                                unsigned char *smem) {
     const int split = blockIdx.x;
     const int rb = blockIdx.y % a.row_blocks;
     const int hk = blockIdx.y / a.row_blocks;
@@ -120,21 +173,18 @@ struct DecodeSm80 {
       cp_async_16(s_q + QTile::offset(r, c), src, ok);
     }
 
-    const unsigned short *k = static_cast<const unsigned short *>(a.k) +
-                              b * a.k_sb + hk * a.k_sh;
-    const unsigned short *v = static_cast<const unsigned short *>(a.v) +
-                              b * a.v_sb + hk * a.v_sh;
-    const int n_blocks = (a.seq_kv + kBlockN - 1) / kBlockN;
+    const int seq_kv = src.len;
+    const int n_blocks = (seq_kv + kBlockN - 1) / kBlockN;
     const int first = split * a.blocks_per_split;
     const int last = min(n_blocks, first + a.blocks_per_split);
     const int count = last > first ? last - first : 0;
 
+    src.prefetch(first * kBlockN);
     auto load_kv = [&](int j) {
       const int n = first + j;
       const u32 s = s_kv + (j % kStages) * kStageBytes;
-      load_tile_async<KTile, kBlockN, kD, kThreads>(s, k, a.k_ss, n * kBlockN, a.seq_kv);
-      load_tile_async<VTile, kBlockN, kDV, kThreads>(s + KTile::kBytes, v, a.v_ss,
-                                                     n * kBlockN, a.seq_kv);
+      src.template load<KTile, VTile, kBlockN, kD, kDV, kThreads>(s, s + KTile::kBytes,
+                                                                n * kBlockN);
     };
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
@@ -149,7 +199,7 @@ struct DecodeSm80 {
     for (int r = 0; r < 2 * MT; ++r) {
       const int gr = rb * kBlockM + (r >> 1) * 16 + g + (r & 1) * 8;
       const int gc = gr < a.rows ? gr : a.rows - 1;
-      qidx[r] = gc % a.seq_q;
+      qidx[r] = gc % a.seq_q + src.qshift;
       hrow[r] = hk * a.group + gc / a.seq_q;
     }
 
@@ -179,23 +229,49 @@ struct DecodeSm80 {
                                               kk * 2 + lane / 16));
       const int n = first + j;
       const u32 s_k = s_kv + (j % kStages) * kStageBytes;
-      const bool full = !Variant::kHasMask && (n + 1) * kBlockN <= a.seq_kv;
+      const bool full = !Variant::kHasMask && (n + 1) * kBlockN <= seq_kv;
       if (warp < kComputeWarps)
-        visit(in, a.seq_kv, acc_o, st, seen, qreg, s_q, s_k, s_k + KTile::kBytes,
+        visit(in, seq_kv, acc_o, st, seen, qreg, s_q, s_k, s_k + KTile::kBytes,
               warp, lane, b, qidx, hrow, n * kBlockN + warp * kWarpN, g, tq, full);
       __syncthreads(); // the ring slot is refilled next iteration
     }
     cp_async_wait<0>();
-    __syncthreads();
+    // A bad length or page index anywhere in the CTA poisons its rows.
+    const bool poisoned = Src::kChecked ? __syncthreads_or(src.bad) : false;
+    if constexpr (!Src::kChecked)
+      __syncthreads();
 
     if constexpr (kComputeWarps > 1)
       merge_warps(smem, acc_o, st, seen, warp, g, tq);
     if (warp != 0)
       return;
+    if (poisoned)
+      poison(acc_o, st, seen);
     if (a.splits == 1)
       store_final(a, in, acc_o, st, seen, b, rb, hk, g, tq);
     else
       store_part(a, acc_o, st, seen, split, b, rb, hk, g, tq);
+  }
+
+  /// Every row NaN: its o, its rowscales, seen (so that a merge reads it).
+  __device__ static void poison(float (&acc_o)[MT][VT][4], State (&st)[2 * MT],
+                                u32 &seen) {
+    const float nan = __int_as_float(0x7fc00000);
+    float nans[kDecodeStateFloats];
+#pragma unroll
+    for (int i = 0; i < kDecodeStateFloats; ++i)
+      nans[i] = nan;
+#pragma unroll
+    for (int r = 0; r < 2 * MT; ++r)
+      Merge::load(st[r], nans);
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int t = 0; t < VT; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          acc_o[i][t][e] = nan;
+    seen = ~0u;
   }
 
   /// The tile row of this lane's row r.

@@ -3,6 +3,7 @@
 
 #include "attn/Error.h"
 #include "BackwardRunner.h"
+#include "PagedDecode.h"
 
 #include "attn/runtime/Backend.h"
 #include "attn/runtime/CudaDriver.h"
@@ -26,6 +27,8 @@ const char *elemTypeName(ElemType T) {
     return "f32";
   case ElemType::I32:
     return "i32";
+  case ElemType::I64:
+    return "i64";
   }
   return "?";
 }
@@ -52,9 +55,11 @@ TensorView TensorView::fromDLPack(const DLTensor &T) {
     V.Type = ElemType::F32;
   else if (T.dtype.code == kDLInt && T.dtype.bits == 32)
     V.Type = ElemType::I32;
+  else if (T.dtype.code == kDLInt && T.dtype.bits == 64)
+    V.Type = ElemType::I64;
   else
     throw InvalidArgument("DLPack tensor: expected float16, bfloat16, "
-                          "float32 or int32");
+                          "float32, int32 or int64");
   V.Data = static_cast<char *>(T.data) + T.byte_offset;
   V.Shape.assign(T.shape, T.shape + T.ndim);
   if (T.strides)
@@ -302,6 +307,72 @@ void Attention::run(const CallShape &Shape, const ForwardTensors &T,
   AttentionBackend &B = choose(P);
   B.forward(P, T, CallContext{Inputs, Stream});
   Last = B.name();
+}
+
+PagedDecodeRunner &Attention::pagedRunner() {
+  if (!Sig.Backend.empty() && Sig.Backend != "generated")
+    throw InvalidArgument("signature: paged decode runs on the generated "
+                          "backend; the signature names '" +
+                          Sig.Backend + "'");
+  if (!Paged) {
+    // The short-query rule's configuration where the signature has one
+    // (a named decode configuration), else decode_sm80's default.
+    codegen::DecodeConfig C = codegen::DecodeConfig::defaultFor(
+        Sig.HeadDim, Sig.HeadDimV, Arch);
+    if (DecodeRule)
+      if (const auto *D =
+              std::get_if<codegen::DecodeConfig>(&DecodeRule->Config))
+        C = *D;
+    Paged = std::make_unique<PagedDecodeRunner>(Def, Fwd.target(), C);
+  }
+  return *Paged;
+}
+
+void Attention::decodePaged(const TensorView &Q, const PagedKV &KV,
+                            const TensorView &Out, const TensorView *Finals,
+                            const InputMap &Inputs, CUstream Stream) {
+  DecodeBounds B = pagedCallBounds(Sig, Q, KV);
+  PagedCall C = validatePagedCall(*Def.Graph, Sig, B, Q, KV, Out, Finals, Inputs);
+  pagedRunner().runEager(B, C, Q, Out, Finals, Inputs, Stream);
+  Last = "generated";
+}
+
+DecodePlan Attention::planDecode(const DecodeBounds &B) {
+  makeDecodePlan(B, Sig.HeadDimV, 16, 64, 1, analysis::MergeKind::None);
+  return pagedRunner().plan(B);
+}
+
+void Attention::runDecode(const DecodePlan &P, const TensorView &Q,
+                          const PagedKV &KV, const TensorView &Out,
+                          const TensorView *Finals, void *Workspace,
+                          size_t WorkspaceBytes, const InputMap &Inputs,
+                          CUstream Stream) {
+  PagedCall C =
+      validatePagedCall(*Def.Graph, Sig, P.Bounds, Q, KV, Out, Finals, Inputs);
+  if (WorkspaceBytes < P.WorkspaceBytes)
+    throw InvalidArgument(fmt::format("workspace: expected at least {} bytes "
+                                      "(the plan's), got {}",
+                                      P.WorkspaceBytes, WorkspaceBytes));
+  if (P.WorkspaceBytes > 0 &&
+      (!Workspace || reinterpret_cast<uintptr_t>(Workspace) % 16 != 0))
+    throw InvalidArgument("workspace: expected a non-null device pointer, "
+                          "16-byte aligned");
+  pagedRunner().run(P, C, Q, Out, Finals, Workspace, Inputs, Stream);
+  Last = "generated";
+}
+
+void Attention::appendPaged(const TensorView &K, const TensorView &V,
+                            const PagedKV &KV, const TensorView &SlotMapping,
+                            CUstream Stream) {
+  AppendCall A = validateAppend(Sig, K, V, KV, SlotMapping);
+  launchPagedAppend(Arch, A, K, V, KV, SlotMapping, Stream);
+}
+
+void Attention::mergeResults(const std::vector<PartialResult> &Parts,
+                             const TensorView &Out, const TensorView *Finals,
+                             CUstream Stream) {
+  MergeCall C = validateMerge(*Def.Graph, Sig, Parts, Out, Finals);
+  launchMergeResults(Arch, C, Stream);
 }
 
 } // namespace attn::runtime

@@ -50,30 +50,6 @@ CallShape callShape(const SeqTensor &q, const SeqTensor &k,
   return C;
 }
 
-void checkFinals(const ir::Graph &G, const CallShape &C,
-                 const TensorView *Finals) {
-  size_t NumFinals = G.decls().FinalRowscales.size();
-  if (NumFinals == 0)
-    return;
-  // Packed calls: one row per query token, by head ([F, H, Tq]).
-  std::vector<int64_t> Want =
-      C.Packed ? std::vector<int64_t>{int64_t(NumFinals), C.H, C.TotalQ}
-               : std::vector<int64_t>{int64_t(NumFinals), C.B, C.H, C.Sq};
-  if (!Finals)
-    invalid(fmt::format("finals: required, a float32 tensor of shape {} "
-                        "for the final rowscales of '{}'",
-                        shapeText(Want), G.name()));
-  checkNotNull("finals", *Finals);
-  checkAligned("finals", *Finals, 4);
-  checkElemType("finals", *Finals, ElemType::F32);
-  checkShape("finals", *Finals, Want);
-  std::vector<int64_t> Contiguous =
-      C.Packed ? std::vector<int64_t>{C.H * C.TotalQ, C.TotalQ, 1}
-               : std::vector<int64_t>{C.B * C.H * C.Sq, C.H * C.Sq, C.Sq, 1};
-  if (Finals->Strides != Contiguous)
-    invalid("finals: must be contiguous");
-}
-
 /// A signature for packed calls, and its cu_seqlens pair.
 void requirePackedLayout(const Signature &Sig) {
   if (Sig.TensorLayout != Layout::THD)
@@ -139,6 +115,30 @@ void checkPackedInputs(const ir::Graph &G, const CallShape &C,
 }
 
 } // namespace
+
+void checkFinals(const ir::Graph &G, const CallShape &C,
+                 const TensorView *Finals) {
+  size_t NumFinals = G.decls().FinalRowscales.size();
+  if (NumFinals == 0)
+    return;
+  // Packed calls: one row per query token, by head ([F, H, Tq]).
+  std::vector<int64_t> Want =
+      C.Packed ? std::vector<int64_t>{int64_t(NumFinals), C.H, C.TotalQ}
+               : std::vector<int64_t>{int64_t(NumFinals), C.B, C.H, C.Sq};
+  if (!Finals)
+    invalid(fmt::format("finals: required, a float32 tensor of shape {} "
+                        "for the final rowscales of '{}'",
+                        shapeText(Want), G.name()));
+  checkNotNull("finals", *Finals);
+  checkAligned("finals", *Finals, 4);
+  checkElemType("finals", *Finals, ElemType::F32);
+  checkShape("finals", *Finals, Want);
+  std::vector<int64_t> Contiguous =
+      C.Packed ? std::vector<int64_t>{C.H * C.TotalQ, C.TotalQ, 1}
+               : std::vector<int64_t>{C.B * C.H * C.Sq, C.H * C.Sq, C.Sq, 1};
+  if (Finals->Strides != Contiguous)
+    invalid("finals: must be contiguous");
+}
 
 CallShape validateVarlenCall(const ir::Graph &G, const Signature &Sig,
                              const TensorView &Q, const TensorView &K,

@@ -39,6 +39,11 @@ void checkNonNegativeStrides(const std::string &Name, const TensorView &T);
 void checkLike(const char *Name, const SeqTensor &G, const char *Of,
                int64_t B, int64_t S, int64_t H);
 
+/// The finals of a validated call: [F, B, H, Sq] float32 (a packed call:
+/// [F, H, Tq]), contiguous, required where \p G has final rowscales.
+void checkFinals(const ir::Graph &G, const CallShape &C,
+                 const TensorView *Finals);
+
 /// Copies \p S's element strides (batch, head, seq) into \p Dst.
 void storeStrides(int64_t (&Dst)[3], const SeqTensor &S);
 

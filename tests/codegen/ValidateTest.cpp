@@ -366,10 +366,12 @@ TEST_CASE("TensorView::fromDLPack: CUDA tensors of 16/32-bit floats",
   CHECK(TensorView::fromDLPack(T).Type == ElemType::F32);
   T.dtype = {kDLInt, 32, 1}; // int32 ids for an InputType::I32 input
   CHECK(TensorView::fromDLPack(T).Type == ElemType::I32);
-  T.dtype = {kDLInt, 64, 1};
+  T.dtype = {kDLInt, 64, 1}; // int64 slots for a paged append
+  CHECK(TensorView::fromDLPack(T).Type == ElemType::I64);
+  T.dtype = {kDLFloat, 64, 1};
   CHECK_THROWS_WITH(TensorView::fromDLPack(T),
-                    "DLPack tensor: expected float16, bfloat16, float32 or "
-                    "int32");
+                    "DLPack tensor: expected float16, bfloat16, float32, "
+                    "int32 or int64");
 
   T.device = {kDLCPU, 0};
   CHECK_THROWS_MATCHES(TensorView::fromDLPack(T), InvalidArgument,

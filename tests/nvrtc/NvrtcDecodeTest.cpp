@@ -200,3 +200,33 @@ TEST_CASE("decode: mha_sliding_window compiles", "[decode][nvrtc]") {
 TEST_CASE("decode: mha_document compiles", "[decode][nvrtc]") {
   compileDecode("mha_document");
 }
+
+TEST_CASE("decode: the paged kernels compile for each merge kind",
+          "[decode][nvrtc][paged]") {
+  for (const char *Name :
+       {"mha", "sigmoid_attn", "retention", "alibi_learnable"}) {
+    CompiledDefinition Def = compile(testsupport::registry().get(Name));
+    MergeKind M = analysis::analyzeMerge(*Def.Graph).Kind;
+    KernelSpec S = spec(DType::F16, 128, 128, GpuArch::Sm80);
+    codegen::KernelSource Src = codegen::generatePagedDecode(
+        Def, S, DecodeConfig::defaultFor(128, 128, GpuArch::Sm80));
+    INFO("kernel " << Src.Key);
+    CHECK(Src.Key.find(".decode_paged_sm80.") != std::string::npos);
+    // The contiguous kernel's key is another: the two never share a cache
+    // entry.
+    CHECK(Src.Key != codegen::generateDecode(
+                         Def, S, DecodeConfig::defaultFor(128, 128, GpuArch::Sm80))
+                         .Key);
+    REQUIRE(Src.Entries.size() == (M == MergeKind::None ? 1u : 2u));
+    CHECK(Src.Entries.front() == "attnc_decode_paged");
+    std::string Ptx;
+    try {
+      Ptx = compileToPtx(Src);
+    } catch (const CompileError &E) {
+      FAIL_CHECK(E.what());
+      continue;
+    }
+    CHECK(has(Ptx, ".entry attnc_decode_paged("));
+    CHECK(has(Ptx, ".entry attnc_decode_merge(") == (M != MergeKind::None));
+  }
+}

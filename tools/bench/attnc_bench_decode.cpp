@@ -9,11 +9,23 @@
 // random fill of tens of GiB on the host would take minutes); every shape
 // is at least 256 MiB of K/V or rotates over sets until it is, so the 50 MB
 // L2 cannot flatter. GB/s counts the K/V bytes read once per call.
+//
+// Each shape is also timed paged (Attention::runDecode of a plan, NHD
+// pages of 16 and of 1 token over the same K/V memory, the pages of each
+// sequence in a shuffled order), and an argument graph:B:KV times a 32-layer
+// decode step of that shape: the host's time to issue it eagerly (32
+// runDecode calls) and as one CUDA graph replay, and the device time of
+// each.
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
 #include "attn/runtime/EventTiming.h"
 
 #include "attn/Error.h"
+#include "attn/runtime/Paged.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
 
 #include <cmath>
 #include <cstdio>
@@ -35,6 +47,137 @@ void fillRepeated(DeviceBuffer &Buf, const std::vector<uint16_t> &Block) {
                            Block.data(), N),
             "cuMemcpyHtoD");
   }
+}
+
+/// One shape's K/V sets seen as NHD caches of pages ([B·KV/page, page,
+/// HKV, D] over the same memory), the block table a random permutation of
+/// all pages: every page is read once a call, in no sequential order.
+struct Paged {
+  runtime::Attention &Att;
+  runtime::DecodePlan Plan;
+  std::vector<std::unique_ptr<DeviceBuffer>> &K, &V;
+  DeviceBuffer Table, Lens;
+  std::unique_ptr<DeviceBuffer> Work;
+  runtime::ElemType ET;
+  int B, HQ, HKV, D, KV, PageSize, Pages;
+
+  Paged(runtime::Attention &A, DType Dt, int B, int HQ, int HKV, int D, int KV,
+        int PageSize, int, std::vector<std::unique_ptr<DeviceBuffer>> &K,
+        std::vector<std::unique_ptr<DeviceBuffer>> &V)
+      : Att(A), K(K), V(V), Table(size_t(B) * (KV / PageSize) * 4),
+        Lens(size_t(B) * 4),
+        ET(Dt == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16),
+        B(B), HQ(HQ), HKV(HKV), D(D), KV(KV), PageSize(PageSize),
+        Pages(KV / PageSize) {
+    std::vector<int32_t> Perm(size_t(B) * Pages);
+    std::iota(Perm.begin(), Perm.end(), 0);
+    std::shuffle(Perm.begin(), Perm.end(), std::mt19937_64(PageSize));
+    // Sequence b's logical page p reads memory page Perm[b·Pages + p]: the
+    // bytes read are the same as the contiguous call's, their order not.
+    Table.upload(Perm.data(), Perm.size() * 4);
+    std::vector<int32_t> L(B, KV);
+    Lens.upload(L.data(), L.size() * 4);
+    Plan = A.planDecode(runtime::DecodeBounds{B, HQ, HKV, 1, KV, PageSize});
+    Work = std::make_unique<DeviceBuffer>(std::max<size_t>(16, Plan.WorkspaceBytes));
+  }
+  runtime::PagedKV view(int S) const {
+    runtime::PagedKV P;
+    std::vector<int64_t> Shape{int64_t(B) * Pages, PageSize, HKV, D};
+    P.KCache = runtime::TensorView::contiguous(K[S]->get(), ET, Shape);
+    P.VCache = runtime::TensorView::contiguous(V[S]->get(), ET, Shape);
+    P.BlockTable = runtime::TensorView::contiguous(Table.get(), runtime::ElemType::I32,
+                                                   {B, Pages});
+    P.SeqLens = runtime::TensorView::contiguous(Lens.get(), runtime::ElemType::I32, {B});
+    P.MaxSeqlenKv = KV;
+    return P;
+  }
+  void run(int S, const std::vector<std::unique_ptr<DeviceBuffer>> &Q,
+           DeviceBuffer &Out, const runtime::TensorView *F,
+           const runtime::InputMap &Inputs, CUstream Stream = nullptr) {
+    Att.runDecode(Plan,
+                  runtime::TensorView::contiguous(Q[S]->get(), ET, {B, 1, HQ, D}),
+                  view(S),
+                  runtime::TensorView::contiguous(Out.get(), ET, {B, 1, HQ, D}), F,
+                  Work->get(), Work->size(), Inputs, Stream);
+  }
+};
+
+/// A 32-layer decode step of one shape (pages of 16, one K/V cache per
+/// layer would not change the host's work, so the layers share one):
+/// host time to issue it eagerly and as a graph, device time of each.
+void graphStep(runtime::Attention &Att, const BenchCommand &Cmd,
+               const runtime::InputMap &Inputs, int HQ, int HKV, int D, int B,
+               int KV, const std::vector<uint16_t> &Block) {
+  constexpr int Layers = 32, Steps = 50;
+  const size_t KvBytes = size_t(B) * KV * HKV * D * 2;
+  std::vector<std::unique_ptr<DeviceBuffer>> Q, K, V;
+  Q.push_back(std::make_unique<DeviceBuffer>(size_t(B) * HQ * D * 2));
+  K.push_back(std::make_unique<DeviceBuffer>(KvBytes));
+  V.push_back(std::make_unique<DeviceBuffer>(KvBytes));
+  fillRepeated(*Q[0], Block);
+  fillRepeated(*K[0], Block);
+  fillRepeated(*V[0], Block);
+  DeviceBuffer Out(size_t(B) * HQ * D * 2), Finals(size_t(B) * HQ * 4 * 4);
+  const size_t NF = Att.finalNames().size();
+  runtime::TensorView FV = runtime::TensorView::contiguous(
+      Finals.get(), runtime::ElemType::F32, {int64_t(NF), B, HQ, 1});
+  Paged P(Att, Cmd.Dtype, B, HQ, HKV, D, KV, 16, 1, K, V);
+  auto &Drv = runtime::CudaDriver::get();
+  CUstream S = nullptr;
+  Drv.check(Drv.cuStreamCreate(&S, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  auto Step = [&] {
+    for (int L = 0; L < Layers; ++L)
+      P.run(0, Q, Out, NF ? &FV : nullptr, Inputs, S);
+  };
+  CUgraph G = nullptr;
+  CUgraphExec Exec = nullptr;
+  Drv.check(Drv.cuStreamBeginCapture(S, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+            "cuStreamBeginCapture");
+  Step();
+  Drv.check(Drv.cuStreamEndCapture(S, &G), "cuStreamEndCapture");
+  Drv.check(Drv.cuGraphInstantiate(&Exec, G, 0), "cuGraphInstantiate");
+  CUevent E0, E1;
+  Drv.check(Drv.cuEventCreate(&E0, 0), "cuEventCreate");
+  Drv.check(Drv.cuEventCreate(&E1, 0), "cuEventCreate");
+  // Median host and device microseconds of a step issued by \p Issue.
+  auto Time = [&](auto &&Issue, double &HostUs, double &DevUs) {
+    std::vector<double> H, Dv;
+    for (int I = 0; I < Steps + 5; ++I) {
+      Drv.check(Drv.cuStreamSynchronize(S), "sync");
+      Drv.check(Drv.cuEventRecord(E0, S), "cuEventRecord");
+      auto T0 = std::chrono::steady_clock::now();
+      Issue();
+      auto T1 = std::chrono::steady_clock::now();
+      Drv.check(Drv.cuEventRecord(E1, S), "cuEventRecord");
+      Drv.check(Drv.cuEventSynchronize(E1), "cuEventSynchronize");
+      float Ms = 0;
+      Drv.check(Drv.cuEventElapsedTime(&Ms, E0, E1), "cuEventElapsedTime");
+      if (I < 5)
+        continue;
+      H.push_back(std::chrono::duration<double, std::micro>(T1 - T0).count());
+      Dv.push_back(Ms * 1e3);
+    }
+    std::sort(H.begin(), H.end());
+    std::sort(Dv.begin(), Dv.end());
+    HostUs = H[H.size() / 2];
+    DevUs = Dv[Dv.size() / 2];
+  };
+  double EagerHost, EagerDev, GraphHost, GraphDev;
+  Time(Step, EagerHost, EagerDev);
+  Time([&] { Drv.check(Drv.cuGraphLaunch(Exec, S), "cuGraphLaunch"); }, GraphHost,
+       GraphDev);
+  std::printf("attnc %s %s hq%d hkv%d d%d B%d KV%d graph of %d layers (paged16, "
+              "splits %d): host per layer eager %.2f us, graph %.3f us; device "
+              "per step eager %.1f us, graph %.1f us\n",
+              Cmd.Name.c_str(), dtypeName(Cmd.Dtype).str().c_str(), HQ, HKV, D,
+              B, KV, Layers, P.Plan.Splits, EagerHost / Layers,
+              GraphHost / Layers, EagerDev, GraphDev);
+  std::fflush(stdout);
+  Drv.cuGraphExecDestroy(Exec);
+  Drv.cuGraphDestroy(G);
+  Drv.cuEventDestroy(E0);
+  Drv.cuEventDestroy(E1);
+  Drv.cuStreamDestroy(S);
 }
 
 } // namespace
@@ -75,6 +218,10 @@ int main(int Argc, char **Argv) {
                                                    : runtime::ElemType::BF16;
     for (int I = 6; I < Argc; ++I) { // after NAME DTYPE HQ HKV D
       int B = 0, KV = 0;
+      if (std::sscanf(Argv[I], "graph:%d:%d", &B, &KV) == 2) {
+        graphStep(Att, Cmd, Inputs, HQ, HKV, D, B, KV, Block);
+        continue;
+      }
       if (std::sscanf(Argv[I], "%d:%d", &B, &KV) != 2) {
         std::fprintf(stderr, "attnc_bench_decode: '%s' is not B:KV\n", Argv[I]);
         return 2;
@@ -111,6 +258,20 @@ int main(int Argc, char **Argv) {
                   Cmd.Name.c_str(), dtypeName(Cmd.Dtype).str().c_str(), HQ, HKV,
                   D, B, KV, Ms * 1e3, Gbs);
       std::fflush(stdout);
+      for (int PageSize : {16, 1}) {
+        if (KV % PageSize != 0)
+          continue;
+        Paged P(Att, Cmd.Dtype, B, HQ, HKV, D, KV, PageSize, Sets, K, V);
+        double PMs = runtime::medianEventMs(
+            [&](int It) { P.run(It % Sets, Q, Out, NumFinals ? &FV : nullptr, Inputs); },
+            5, 30);
+        std::printf("attnc %s %s hq%d hkv%d d%d B%d KV%d paged%d: %.1f us, %.0f "
+                    "GB/s of K/V, %.2fx contiguous (splits %d)\n",
+                    Cmd.Name.c_str(), dtypeName(Cmd.Dtype).str().c_str(), HQ,
+                    HKV, D, B, KV, PageSize, PMs * 1e3,
+                    2.0 * KvBytes / (PMs * 1e-3) / 1e9, Ms / PMs, P.Plan.Splits);
+        std::fflush(stdout);
+      }
     }
   } catch (const Error &E) {
     std::fprintf(stderr, "attnc_bench_decode: %s\n", E.what());

@@ -4,8 +4,14 @@ SDPA (cuDNN, flash and efficient backends; the best of those that run),
 FlexAttention's compiled decode, and a device-to-device copy of the K/V
 bytes. One query per sequence, BHSD, GQA through enable_gqa. CUDA events,
 warm-up, median of 30, inputs rotated over sets of at least 256 MiB.
+With --paged=P, also FlexAttention over a paged cache of P-token pages
+(torch.nn.attention.experimental._paged_attention.PagedAttention: the
+block mask and mask_mod translated through its page table, pages in a
+shuffled order). PyTorch 2.11's Flex refuses pages of 16 ("Q and KV block
+size must be divisible by BLOCK_M and BLOCK_N", measured on an H100), so
+docs/performance.md's paged peer uses 128; there is no peer for pages of 1.
 
-    python3 tools/bench/peers_decode.py f16 HQ HKV D B:KV [B:KV ...]
+    python3 tools/bench/peers_decode.py [--paged=P] f16 HQ HKV D B:KV [B:KV ...]
 
 GB/s counts the K/V bytes once per call (the copy: bytes read and written).
 """
@@ -34,7 +40,41 @@ def median_ms(fn, n_sets):
     return times[len(times) // 2]
 
 
+def flex_paged_ms(flex, q, k, v, page_size, n_sets_fn):
+    """FlexAttention's decode over a paged copy of k, v (one set): the
+    caches [1, HKV, pages * page_size, D], the pages of the batch in a
+    shuffled order, the mask translated by PagedAttention."""
+    from torch.nn.attention.experimental._paged_attention import PagedAttention
+    from torch.nn.attention.flex_attention import create_block_mask
+    b, hkv, kv, d = k.shape
+    n_pages = b * kv // page_size
+    pa = PagedAttention(n_pages, page_size, b, device="cuda")
+    # Reserve in 8 rounds, the sequences in a shuffled order each round, so
+    # that a sequence's pages are not adjacent.
+    rounds = min(8, kv // page_size)
+    for r in range(rounds):
+        upto = (kv // page_size) * (r + 1) // rounds * page_size
+        for seq in torch.randperm(b).tolist():
+            pa.reserve(torch.tensor(seq, device="cuda"), torch.tensor(upto, device="cuda"))
+    k_cache = torch.empty(1, hkv, n_pages * page_size, d, device="cuda", dtype=k.dtype)
+    v_cache = torch.empty_like(k_cache)
+    pa.assign(torch.arange(b, device="cuda"), torch.arange(kv, device="cuda").expand(b, kv),
+              k, v, k_cache, v_cache)
+    noop = lambda b_, h_, q_, k_: q_ >= 0
+    logical = create_block_mask(noop, b, None, 1, kv, BLOCK_SIZE=(128, page_size))
+    physical = pa.convert_logical_block_mask(logical)
+    mask_mod = pa.get_mask_mod(noop)
+    physical.mask_mod = mask_mod
+    return median_ms(lambda i: flex(q[i], k_cache, v_cache, block_mask=physical,
+                                    enable_gqa=True), n_sets_fn)
+
+
 def main():
+    paged = 0
+    for a in list(sys.argv):
+        if a.startswith("--paged="):
+            paged = int(a.split("=")[1])
+            sys.argv.remove(a)
     for limit in ("recompile_limit", "cache_size_limit"):
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 256)
@@ -71,6 +111,13 @@ def main():
                 row["flex"] = None
         else:
             row["flex"] = None
+        if paged:
+            row["flex_paged"] = None
+            if time.time() - start < 150:
+                try:
+                    row["flex_paged"] = gbs(flex_paged_ms(flex, qs, ks[0], vs[0], paged, n_sets))
+                except Exception as e:
+                    print("flex paged%d: %s" % (paged, str(e).splitlines()[0][:200]), flush=True)
         dst = torch.empty_like(ks[0])
         ms = median_ms(lambda i: dst.copy_(ks[i]), n_sets)
         row["copy"] = 2 * kv_bytes / (ms * 1e-3) / 1e9
@@ -80,7 +127,9 @@ def main():
               "efficient %s) flex %s copy %s GB/s" % (
                   sys.argv[1], hq, hkv, d, b, kv, fmt(max(sdpa) if sdpa else None),
                   fmt(row["cudnn"]), fmt(row["flash"]), fmt(row["efficient"]),
-                  fmt(row["flex"]), fmt(row["copy"])), flush=True)
+                  fmt(row["flex"]), fmt(row["copy"])) +
+              (" flex paged%d %s GB/s" % (paged, fmt(row["flex_paged"])) if paged else ""),
+              flush=True)
         del qs, ks, vs, dst
         torch.cuda.empty_cache()
 

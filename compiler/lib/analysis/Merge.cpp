@@ -238,4 +238,109 @@ void mergeStates(const MergeInfo &M, MergeState &A, const MergeState &B) {
     A.O[I] = FA * A.O[I] + FB * B.O[I];
 }
 
+namespace {
+
+/// Where \p N is the parameter of kind \p K: its name. Else empty.
+llvm::StringRef paramName(const Node *N, ParamKind K) {
+  const auto *P = llvm::dyn_cast<ir::ParamNode>(N);
+  return P && P->getParamKind() == K ? P->getName() : llvm::StringRef();
+}
+
+/// Why the epilogue \p E does not return its results in the Sum form.
+std::string sumResultReason(const ir::Graph &G, const ir::Function &E) {
+  const Node *O = E.result("o");
+  if (paramName(O, ParamKind::Output).empty())
+    return "the epilogue's o " + quoted(O) + " is not o as it is";
+  for (const ir::RowscaleDecl &D : G.decls().FinalRowscales)
+    if (paramName(E.result(D.Name), ParamKind::Rowscale).empty())
+      return "the final '" + D.Name + "' " + quoted(E.result(D.Name)) +
+             " is not an online rowscale as it is";
+  return "";
+}
+
+/// Why the epilogue \p E does not return its results in the LogSumExp form;
+/// sets \p Lse.
+std::string lseResultReason(const ir::Graph &G, const ir::Function &E,
+                            const MergeInfo &M, int &Lse) {
+  const auto &Finals = G.decls().FinalRowscales;
+  if (Finals.size() != 1)
+    return fmt::format("{} finals; a log-sum-exp merge of results needs one, "
+                       "the log-sum-exp",
+                       Finals.size());
+  const Node *O = E.result("o");
+  llvm::StringRef R =
+      O->getKind() == NodeKind::Div && !paramName(O->operand(0), ParamKind::Output).empty()
+          ? paramName(O->operand(1), ParamKind::Rowscale)
+          : llvm::StringRef();
+  const std::string MaxName =
+      G.decls().OnlineRowscales[M.MaxRowscale].Name;
+  if (R.empty() || R == MaxName)
+    return "the epilogue's o " + quoted(O) +
+           " is not o divided by a summed rowscale";
+  const Node *F = E.result(Finals[0].Name);
+  bool Ok = false;
+  if (F->getKind() == NodeKind::Add)
+    for (int Side : {0, 1}) {
+      const Node *L = F->operand(Side), *Mx = F->operand(1 - Side);
+      Ok = Ok || (L->getKind() == NodeKind::Log &&
+                  paramName(L->operand(0), ParamKind::Rowscale) == R &&
+                  paramName(Mx, ParamKind::Rowscale) == MaxName);
+    }
+  if (!Ok)
+    return "the final '" + Finals[0].Name + "' " + quoted(F) + " is not log(" +
+           R.str() + ") + " + MaxName;
+  Lse = 0;
+  return "";
+}
+
+} // namespace
+
+ResultMergeInfo analyzeResultMerge(const ir::Graph &G) {
+  ResultMergeInfo Info;
+  MergeInfo M = analyzeMerge(G);
+  const ir::Function *E = G.getFunction("online_fwd_epilogue");
+  if (M.Kind == MergeKind::None || !E) {
+    Info.Reason = "its partial states have no merge: " + M.Reason;
+    return Info;
+  }
+  Info.Reason = M.Kind == MergeKind::Sum
+                    ? sumResultReason(G, *E)
+                    : lseResultReason(G, *E, M, Info.LseFinal);
+  if (Info.Reason.empty())
+    Info.Kind = M.Kind;
+  else
+    Info.LseFinal = -1;
+  return Info;
+}
+
+void mergeResults(const ResultMergeInfo &M, ResultState &A,
+                  const ResultState &B) {
+  if (M.Kind == MergeKind::None)
+    throw InternalError("mergeResults: the definition's results do not merge");
+  constexpr double NegInf = -std::numeric_limits<double>::infinity();
+  auto Empty = [](const ResultState &S) {
+    return !S.Finals.empty() && S.Finals.front() == NegInf;
+  };
+  if (Empty(B))
+    return;
+  if (Empty(A)) {
+    A = B;
+    return;
+  }
+  if (M.Kind == MergeKind::Sum) {
+    for (size_t I = 0; I < A.O.size(); ++I)
+      A.O[I] += B.O[I];
+    for (size_t I = 0; I < A.Finals.size(); ++I)
+      A.Finals[I] += B.Finals[I];
+    return;
+  }
+  double LA = A.Finals[M.LseFinal], LB = B.Finals[M.LseFinal];
+  double Max = std::max(LA, LB);
+  double Lse = Max + std::log(std::exp(LA - Max) + std::exp(LB - Max));
+  double WA = std::exp(LA - Lse), WB = std::exp(LB - Lse);
+  for (size_t I = 0; I < A.O.size(); ++I)
+    A.O[I] = WA * A.O[I] + WB * B.O[I];
+  A.Finals[M.LseFinal] = Lse;
+}
+
 } // namespace attn::analysis

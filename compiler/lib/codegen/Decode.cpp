@@ -164,8 +164,14 @@ std::string decodeMergeStruct(const ir::Graph &G,
   return W.str();
 }
 
-KernelSource generateDecode(const CompiledDefinition &Def,
-                            const KernelSpec &Spec, const DecodeConfig &C) {
+/// The decode kernels rendered from \p Template, \p Skeleton naming them
+/// in the key, \p Entry the split kernel's entry.
+static KernelSource generateDecodeFrom(const CompiledDefinition &Def,
+                                       const KernelSpec &Spec,
+                                       const DecodeConfig &C,
+                                       llvm::StringRef Template,
+                                       llvm::StringRef Skeleton,
+                                       llvm::StringRef Entry) {
   if (Def.Graph->decls().Kind != ir::DefinitionKind::Transformer)
     throw NotSupportedYet("decode for linear attention ('" +
                           Def.Graph->name() + "')");
@@ -173,11 +179,11 @@ KernelSource generateDecode(const CompiledDefinition &Def,
     throw UserError(Why);
   analysis::MergeInfo M = analysis::analyzeMerge(*Def.Graph);
   KernelSource Src;
-  Src.Key = fmt::format("{}.decode_sm80.{}.d{}x{}.{}.{}", Def.Graph->name(),
-                        dtypeName(Spec.Dtype).str(), Spec.HeadDim,
+  Src.Key = fmt::format("{}.{}.{}.d{}x{}.{}.{}", Def.Graph->name(),
+                        Skeleton.str(), dtypeName(Spec.Dtype).str(), Spec.HeadDim,
                         Spec.HeadDimV, archName(Spec.Arch).str(), C.str());
   Src.Arch = Spec.Arch;
-  Src.Entries = {"attnc_decode"};
+  Src.Entries = {Entry.str()};
   if (M.Kind != analysis::MergeKind::None)
     Src.Entries.push_back("attnc_decode_merge");
   std::map<std::string, std::string> Values =
@@ -199,9 +205,21 @@ KernelSource generateDecode(const CompiledDefinition &Def,
                 "attnc::{1}, {2}>(a, in);\n"
                 "}}\n",
                 Spec.HeadDimV / 2, Values["dtype"], Spec.HeadDimV);
-  Src.Source =
-      render("decode_sm80.cu.in", templateText("decode_sm80.cu.in"), Values);
+  Src.Source = render(Template, templateText(Template), Values);
   return Src;
+}
+
+KernelSource generateDecode(const CompiledDefinition &Def,
+                            const KernelSpec &Spec, const DecodeConfig &C) {
+  return generateDecodeFrom(Def, Spec, C, "decode_sm80.cu.in", "decode_sm80",
+                            "attnc_decode");
+}
+
+KernelSource generatePagedDecode(const CompiledDefinition &Def,
+                                 const KernelSpec &Spec,
+                                 const DecodeConfig &C) {
+  return generateDecodeFrom(Def, Spec, C, "decode_paged_sm80.cu.in",
+                            "decode_paged_sm80", "attnc_decode_paged");
 }
 
 } // namespace attn::codegen

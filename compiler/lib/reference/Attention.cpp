@@ -104,7 +104,7 @@ public:
       if (N == "kv_idx") {
         Values V(width());
         for (int64_t J = C0; J < C1; ++J)
-          V[J - C0] = {double(J), 0.0};
+          V[J - C0] = {double(J + In.KvIndexOffset), 0.0};
         return V;
       }
       double X = N == "b"   ? B + In.BatchIndexOffset

@@ -65,6 +65,35 @@ struct MergeState {
 /// generated merge kernels implement). InternalError for MergeKind::None.
 void mergeStates(const MergeInfo &M, MergeState &A, const MergeState &B);
 
+/// How two final *results* (o and the finals, after the epilogue) of
+/// disjoint key sets of a query row combine into the result of their union,
+/// where the epilogue lets them (a public merge: a prefix cache and new
+/// tokens, shards of the keys):
+///  * Sum (the state merge is Sum): the epilogue returns o as it is and
+///    each final is an online rowscale as it is: o = o1 + o2, finals add.
+///  * LogSumExp (the state merge is LogSumExp): the epilogue returns o / r
+///    with r one of the summed rowscales, the definition has one final,
+///    log(r) + m with m the running max: lse = log(e^lse1 + e^lse2), o =
+///    e^(lse1 - lse) o1 + e^(lse2 - lse) o2.
+/// A part whose finals are -inf (no unmasked key) is the identity.
+struct ResultMergeInfo {
+  MergeKind Kind = MergeKind::None;
+  std::string Reason; ///< why results cannot be merged (Kind == None)
+  int LseFinal = -1;  ///< LogSumExp: the final holding the log-sum-exp
+};
+ResultMergeInfo analyzeResultMerge(const ir::Graph &G);
+
+/// One query row's result in double precision: o and the finals.
+struct ResultState {
+  std::vector<double> O;
+  std::vector<double> Finals;
+};
+
+/// Merges \p B into \p A by \p M's rule (what the public merge kernel
+/// computes). InternalError for MergeKind::None.
+void mergeResults(const ResultMergeInfo &M, ResultState &A,
+                  const ResultState &B);
+
 } // namespace attn::analysis
 
 #endif

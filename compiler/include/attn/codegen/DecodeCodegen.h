@@ -59,6 +59,12 @@ std::string decodeConfigError(const KernelSpec &Spec, const DecodeConfig &C);
 KernelSource generateDecode(const CompiledDefinition &Def,
                             const KernelSpec &Spec, const DecodeConfig &C);
 
+/// The paged decode kernels of \p Def: attnc_decode_paged (the split
+/// kernel over K/V in pages, attnc::PagedDecodeArgs) and the same
+/// attnc_decode_merge as generateDecode's.
+KernelSource generatePagedDecode(const CompiledDefinition &Def,
+                                 const KernelSpec &Spec, const DecodeConfig &C);
+
 /// The generated struct that merges two RowStates by \p M's rule and moves
 /// them to and from fp32 workspace rows (what attnc_decode_merge and the
 /// warps' merge call).

@@ -31,6 +31,11 @@ struct AttentionInputs {
   /// batch run as a dense call of one batch (reference/Varlen.h).
   int64_t QIndexOffset = 0;
   int64_t BatchIndexOffset = 0;
+  /// Added to the key's index where score_mod and mask_mod read kv_idx: a
+  /// part of the keys run alone (a partial result, merged by
+  /// analysis::mergeResults). Per-key inputs are the part's own (sliced
+  /// like k).
+  int64_t KvIndexOffset = 0;
 };
 
 /// o [B,H,Sq,DV] and each final rowscale [B,H,Sq].

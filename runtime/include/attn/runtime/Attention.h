@@ -23,8 +23,9 @@
 
 namespace attn::runtime {
 
-/// I32 is for custom inputs declared InputType::I32 (ids, lengths).
-enum class ElemType : uint8_t { F16, BF16, F32, I32 };
+/// I32 is for custom inputs declared InputType::I32 (ids, lengths) and
+/// page indices; I64 for a paged append's slot mapping.
+enum class ElemType : uint8_t { F16, BF16, F32, I32, I64 };
 const char *elemTypeName(ElemType T);
 
 /// A non-owning view of a device tensor: pointer, element type, shape and
@@ -38,7 +39,8 @@ struct TensorView {
   /// A contiguous (row-major) view.
   static TensorView contiguous(void *Data, ElemType T,
                                std::vector<int64_t> Shape);
-  /// A view of a DLPack tensor (kDLCUDA, float16/bfloat16/float32/int32).
+  /// A view of a DLPack tensor (kDLCUDA; float16, bfloat16, float32,
+  /// int32 or int64).
   static TensorView fromDLPack(const DLTensor &T);
 
   /// The same memory seen with one more dimension, of \p Size, inserted
@@ -132,6 +134,11 @@ struct VarlenBatch {
 
 class AttentionBackend;
 class BackwardRunner;
+class PagedDecodeRunner;
+struct PagedKV;
+struct PartialResult;
+struct DecodeBounds;
+struct DecodePlan;
 struct BackendProblem;
 struct CallShape;
 struct ForwardTensors;
@@ -197,6 +204,64 @@ public:
                      const TensorView &V, const TensorView &Out,
                      const TensorView *Finals, const VarlenBatch &Batch,
                      const InputMap &Inputs = {}, CUstream Stream = nullptr);
+
+  /// Decode over a paged KV cache (attn/runtime/Paged.h): q and out
+  /// [B, Sq, H, D] (bshd) or [B, H, Sq, D] (bhsd), 1 to 16 queries per
+  /// sequence, finals [F, B, H, Sq]; the keys of sequence b are its
+  /// KV-cache tokens, their count read on the device. Query i of a sequence
+  /// of L keys is q_idx L - Sq + i for score_mod and mask_mod (aligned to
+  /// the end of the keys, as forwardVarlen's; a dense forward counts from
+  /// 0). Custom inputs: scalar and per-head only (NotSupportedYet). Plans
+  /// each call (arithmetic, once the kernels are loaded) and uses a
+  /// workspace of its own; runs on the generated backend's decode_sm80
+  /// kernels.
+  void decodePaged(const TensorView &Q, const PagedKV &KV,
+                   const TensorView &Out, const TensorView *Finals,
+                   const InputMap &Inputs = {}, CUstream Stream = nullptr);
+
+  /// Plans paged decode calls within \p B (batch, heads, queries, the
+  /// bound on keys, page size, a cap on splits) on the current device:
+  /// compiles and loads the kernels, decides the split. The plan's
+  /// WorkspaceBytes is what runDecode needs. InvalidArgument naming a bad
+  /// bound.
+  DecodePlan planDecode(const DecodeBounds &B);
+
+  /// One paged decode call of plan \p P, arguments as decodePaged's (q's
+  /// batch, heads and queries, the caches' heads and page size equal to the
+  /// plan's; KV.MaxSeqlenKv at most its bound), \p Workspace device memory
+  /// of at least P.WorkspaceBytes, 16-byte aligned. Validates on the host
+  /// (shapes only; the index tensors are read on the device), then
+  /// launches: no decision, device allocation or synchronisation, so a stream
+  /// capture of it replays with new lengths, page tables and q (same
+  /// addresses) within the plan's bounds (docs/runtime.md, CUDA graphs).
+  void runDecode(const DecodePlan &P, const TensorView &Q, const PagedKV &KV,
+                 const TensorView &Out, const TensorView *Finals,
+                 void *Workspace, size_t WorkspaceBytes,
+                 const InputMap &Inputs = {}, CUstream Stream = nullptr);
+
+  /// Writes new tokens K [T, Hkv, D] and V [T, Hkv, DV] into KV's caches:
+  /// token i goes to slot SlotMapping[i] (int32 or int64 [T]), page slot /
+  /// page_size, position slot % page_size. A negative slot is skipped
+  /// (padding), as is one past the caches (not checked on the host: the
+  /// mapping is device data). Only the caches and the layout of KV are
+  /// used.
+  void appendPaged(const TensorView &K, const TensorView &V, const PagedKV &KV,
+                   const TensorView &SlotMapping, CUstream Stream = nullptr);
+
+  /// Merges 2 to 8 partial results of disjoint key sets of the same
+  /// queries (PartialResult: o as a forward's out, [B, Sq, H, DV] or [B, H,
+  /// Sq, DV], and its finals) into \p Out and \p Finals, the result over
+  /// the union of the keys, by the rule analysis::analyzeResultMerge
+  /// derives: a sum (sigmoid, ReLU: o and the finals add) or a log-sum-exp
+  /// (softmax: weights e^(lse_i - lse)). A part whose finals are -inf (no
+  /// key) adds nothing. UserError for a definition whose results do not
+  /// merge (no merge of its states, or an epilogue of another form; the
+  /// message says why); InvalidArgument naming a malformed argument.
+  /// Mask and score_mod see each part's own indices: merge parts whose
+  /// calls gave each key the kv_idx it has in the union where they read it.
+  void mergeResults(const std::vector<PartialResult> &Parts,
+                    const TensorView &Out, const TensorView *Finals,
+                    CUstream Stream = nullptr);
 
   /// Gradients of L = Σ out ∘ dout: dq, dk, dv (like q, k, v) and, in
   /// \p Grads, one float32 tensor for each custom input that requires a
@@ -271,6 +336,9 @@ private:
   std::vector<std::string> Names;
   std::vector<std::unique_ptr<AttentionBackend>> Backends;
   std::unique_ptr<BackwardRunner> Backward;
+  /// The paged decode kernels, made on the first paged call or plan.
+  std::unique_ptr<PagedDecodeRunner> Paged;
+  PagedDecodeRunner &pagedRunner();
   std::string Last;
 };
 

@@ -1,0 +1,251 @@
+// The paged decode runner: attnc_decode_paged and the merge of its splits
+// launched from a plan, and the append of new tokens into pages.
+#include "PagedDecode.h"
+
+#include "ForwardLaunch.h"
+
+#include "../kernels/decode_args.cuh"
+#include "../kernels/merge_results_args.cuh"
+
+#include "attn/Error.h"
+#include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/Errors.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <mutex>
+
+namespace attn::runtime {
+
+PagedDecodeRunner::PagedDecodeRunner(const CompiledDefinition &Def,
+                                     const KernelTarget &T,
+                                     const codegen::DecodeConfig &C)
+    : Def(Def), Target(T), Config(C),
+      Source(codegen::generatePagedDecode(Def, T.kernelSpec(), C)),
+      Cached(KernelCache::global().getOrCompile(Source)),
+      MergeKind(analysis::analyzeMerge(*Def.Graph).Kind) {}
+
+PagedDecodeRunner::~PagedDecodeRunner() = default;
+
+DecodePlan PagedDecodeRunner::plan(const DecodeBounds &B) {
+  DecodePlan P = makeDecodePlan(B, Target.HeadDimV, Config.BlockM,
+                                Config.BlockN, currentDevice().MultiProcessors,
+                                MergeKind);
+  P.KernelKey = Source.Key;
+  if (!Module.loaded()) {
+    Module.load(Cached, Target.Arch);
+    Decode = Module.function("attnc_decode_paged");
+    if (Source.Entries.size() > 1)
+      Merge = Module.function("attnc_decode_merge");
+    Module.allowSharedBytes(Decode, Config.sharedBytes(Target.HeadDim,
+                                                       Target.HeadDimV),
+                            "config " + Config.str());
+  }
+  return P;
+}
+
+void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
+                            const TensorView &Q, const TensorView &Out,
+                            const TensorView *Finals, void *Workspace,
+                            const InputMap &Inputs, CUstream Stream) {
+  if (P.KernelKey != Source.Key || !Module.loaded())
+    throw InvalidArgument(fmt::format(
+        "plan: made for kernel '{}', not by this Attention ('{}')",
+        P.KernelKey, Source.Key));
+  CudaDriver &D = CudaDriver::get();
+  attnc::PagedDecodeArgs A{};
+  attnc::DecodeArgs &d = A.d;
+  d.q = Q.Data;
+  d.k = C.KData;
+  d.v = C.VData;
+  d.o = Out.Data;
+  d.finals = Finals ? static_cast<float *>(Finals->Data) : nullptr;
+  const CallShape &S = C.Shape;
+  d.q_sb = S.Q[0];
+  d.q_sh = S.Q[1];
+  d.q_ss = S.Q[2];
+  d.o_sb = S.O[0];
+  d.o_sh = S.O[1];
+  d.o_ss = S.O[2];
+  d.k_sb = C.K.PageStride;
+  d.k_sh = C.K.HeadStride;
+  d.k_ss = C.K.SlotStride;
+  d.v_sb = C.V.PageStride;
+  d.v_sh = C.V.HeadStride;
+  d.v_ss = C.V.SlotStride;
+  d.batch = int(S.B);
+  d.heads = int(S.H);
+  d.heads_kv = int(S.Hkv);
+  d.seq_q = int(S.Sq);
+  d.seq_kv = int(P.Bounds.MaxSeqlenKv);
+  d.group = int(S.H / S.Hkv);
+  d.rows = d.group * d.seq_q;
+  d.row_blocks = P.RowBlocks;
+  d.splits = P.Splits;
+  d.blocks_per_split = P.BlocksPerSplit;
+  if (P.Splits > 1) {
+    size_t Rows = size_t(P.Splits) * S.B * S.H * S.Sq;
+    d.part_o = static_cast<float *>(Workspace);
+    d.part_st = d.part_o + Rows * size_t(Target.HeadDimV);
+  }
+  A.pages = C.Pages;
+  A.seq_lens = C.SeqLens;
+  A.indptr = C.Indptr;
+  A.last_page_len = C.LastPageLen;
+  A.table_stride = C.TableStride;
+  int Shift = 0;
+  while ((int64_t(1) << Shift) < P.Bounds.PageSize)
+    ++Shift;
+  A.page_shift = Shift;
+  A.num_pages = int(C.K.NumPages);
+  A.num_indices = int(C.NumIndices);
+  std::vector<uint64_t> Slots = inputSlots(*Def.Graph, S, Inputs);
+  void *Params[] = {&A, Slots.data()};
+  D.check(D.cuLaunchKernel(Decode, unsigned(P.Splits),
+                           unsigned(d.heads_kv * d.row_blocks),
+                           unsigned(d.batch), unsigned(Config.Warps * 32), 1,
+                           1,
+                           unsigned(Config.sharedBytes(Target.HeadDim,
+                                                       Target.HeadDimV)),
+                           Stream, Params, nullptr),
+          "launch attnc_decode_paged");
+  if (P.Splits == 1)
+    return;
+  if (!Merge)
+    throw InternalError("paged decode split without a merge kernel");
+  // The merge kernel reads the DecodeArgs the split kernel's arguments
+  // start with.
+  void *MergeParams[] = {&A.d, Slots.data()};
+  D.check(D.cuLaunchKernel(Merge, unsigned(S.B * S.H * S.Sq), 1, 1,
+                           unsigned(Target.HeadDimV / 2), 1, 1, 0, Stream,
+                           MergeParams, nullptr),
+          "launch attnc_decode_merge");
+}
+
+void PagedDecodeRunner::runEager(const DecodeBounds &B, const PagedCall &C,
+                                 const TensorView &Q, const TensorView &Out,
+                                 const TensorView *Finals,
+                                 const InputMap &Inputs, CUstream Stream) {
+  // Planning is arithmetic once the module is loaded: every call plans.
+  const DecodePlan P = plan(B);
+  Workspace.ensure(P.WorkspaceBytes);
+  run(P, C, Q, Out, Finals, reinterpret_cast<void *>(Workspace.base()), Inputs,
+      Stream);
+}
+
+namespace {
+
+/// A hand-written kernel module (the append, the public merge) of one
+/// arch, compiled and loaded once per process.
+struct HelperModule {
+  CacheResult Cached;
+  KernelModule Module;
+  std::map<std::string, CUfunction> Functions;
+};
+
+/// The module \p Name for \p Arch: \p Source's entries, each a one-line
+/// wrapper of a device function of the device library.
+HelperModule &helperModule(const std::string &Name, GpuArch Arch,
+                           const std::string &Source,
+                           const std::vector<std::string> &Entries) {
+  static std::mutex M;
+  static std::map<std::pair<std::string, GpuArch>, std::unique_ptr<HelperModule>>
+      Modules;
+  std::lock_guard<std::mutex> Lock(M);
+  std::unique_ptr<HelperModule> &Mod = Modules[{Name, Arch}];
+  if (Mod)
+    return *Mod;
+  codegen::KernelSource Src;
+  Src.Arch = Arch;
+  Src.Key = fmt::format("{}.{}", Name, archName(Arch).str());
+  Src.Entries = Entries;
+  Src.Source = Source;
+  auto New = std::make_unique<HelperModule>();
+  New->Cached = KernelCache::global().getOrCompile(Src);
+  New->Module.load(New->Cached, Arch);
+  for (const std::string &E : Entries)
+    New->Functions[E] = New->Module.function(E.c_str());
+  Mod = std::move(New);
+  return *Mod;
+}
+
+} // namespace
+
+void launchPagedAppend(GpuArch Arch, const AppendCall &C, const TensorView &K,
+                       const TensorView &V, const PagedKV &KV,
+                       const TensorView &SlotMapping, CUstream Stream) {
+  if (C.Tokens == 0)
+    return;
+  HelperModule &M = helperModule(
+      "paged_append", Arch,
+      "// attnc: new K/V tokens into pages by a slot mapping.\n"
+      "#include \"attnc/paged_append.cuh\"\n"
+      "extern \"C\" __global__ void __launch_bounds__(32)\n"
+      "attnc_paged_append_i32(const attnc::PagedAppendArgs a) {\n"
+      "  attnc::paged_append<int>(a);\n"
+      "}\n"
+      "extern \"C\" __global__ void __launch_bounds__(32)\n"
+      "attnc_paged_append_i64(const attnc::PagedAppendArgs a) {\n"
+      "  attnc::paged_append<long long>(a);\n"
+      "}\n",
+      {"attnc_paged_append_i32", "attnc_paged_append_i64"});
+  attnc::PagedAppendArgs A{};
+  A.k = K.Data;
+  A.v = V.Data;
+  A.k_cache = KV.KCache.Data;
+  A.v_cache = KV.VCache.Data;
+  A.slots = SlotMapping.Data;
+  A.k_st = C.K[0];
+  A.k_sh = C.K[1];
+  A.v_st = C.V[0];
+  A.v_sh = C.V[1];
+  A.kc_ps = C.KC.PageStride;
+  A.kc_ss = C.KC.SlotStride;
+  A.kc_sh = C.KC.HeadStride;
+  A.vc_ps = C.VC.PageStride;
+  A.vc_ss = C.VC.SlotStride;
+  A.vc_sh = C.VC.HeadStride;
+  A.num_slots = C.KC.NumPages * C.KC.PageSize;
+  A.tokens = int(C.Tokens);
+  A.d_chunks = int(K.Shape[2] / 8);
+  A.dv_chunks = int(V.Shape[2] / 8);
+  int Shift = 0;
+  while ((int64_t(1) << Shift) < C.KC.PageSize)
+    ++Shift;
+  A.page_shift = Shift;
+  unsigned Threads = unsigned(std::max(A.d_chunks, A.dv_chunks));
+  CudaDriver &D = CudaDriver::get();
+  void *Params[] = {&A};
+  D.check(D.cuLaunchKernel(M.Functions.at(C.Slots64 ? "attnc_paged_append_i64"
+                                           : "attnc_paged_append_i32"), unsigned(C.Tokens),
+                           unsigned(K.Shape[1]), 1, Threads, 1, 1, 0, Stream,
+                           Params, nullptr),
+          "launch attnc_paged_append");
+}
+
+void launchMergeResults(GpuArch Arch, const MergeCall &C, CUstream Stream) {
+  HelperModule &M = helperModule(
+      "merge_results", Arch,
+      "// attnc: partial results merged by the derived rule.\n"
+      "#include \"attnc/merge_results.cuh\"\n"
+      "extern \"C\" __global__ void __launch_bounds__(128)\n"
+      "attnc_merge_results_f16(const attnc::MergeResultsArgs a) {\n"
+      "  attnc::merge_results<attnc::f16>(a);\n"
+      "}\n"
+      "extern \"C\" __global__ void __launch_bounds__(128)\n"
+      "attnc_merge_results_bf16(const attnc::MergeResultsArgs a) {\n"
+      "  attnc::merge_results<attnc::bf16>(a);\n"
+      "}\n",
+      {"attnc_merge_results_f16", "attnc_merge_results_bf16"});
+  attnc::MergeResultsArgs A = C.Args;
+  void *Params[] = {&A};
+  CudaDriver &D = CudaDriver::get();
+  D.check(D.cuLaunchKernel(M.Functions.at(C.Bf16 ? "attnc_merge_results_bf16"
+                                                 : "attnc_merge_results_f16"),
+                           unsigned(C.Rows), 1, 1, unsigned(C.HeadDimV / 2), 1,
+                           1, 0, Stream, Params, nullptr),
+          "launch attnc_merge_results");
+}
+
+} // namespace attn::runtime

@@ -1,0 +1,116 @@
+// Paged decode inside the runtime: the validated form of a call and the
+// runner that owns the paged kernels (Attention's decodePaged, planDecode,
+// runDecode and appendPaged use it).
+#ifndef ATTN_RUNTIME_PAGEDDECODE_H
+#define ATTN_RUNTIME_PAGEDDECODE_H
+
+#include "DeviceArena.h"
+#include "KernelModule.h"
+
+#include "../kernels/merge_results_args.cuh"
+
+#include "attn/runtime/Paged.h"
+#include "attn/runtime/Validate.h"
+
+#include <memory>
+
+namespace attn::runtime {
+
+/// A paged call whose arguments passed validatePagedCall.
+struct PagedCall {
+  /// B, H, Hkv, Sq and Skv (the plan's bound) and q's and out's strides.
+  CallShape Shape;
+  PageGeometry K, V;
+  const void *KData = nullptr, *VData = nullptr;
+  bool Csr = false;
+  const int32_t *Pages = nullptr, *SeqLens = nullptr, *Indptr = nullptr,
+                *LastPageLen = nullptr;
+  int64_t TableStride = 0;
+  int64_t NumIndices = 0; ///< CSR: the entries of indices
+};
+
+/// The bounds a paged call's tensors describe: q's batch, heads and
+/// queries, the caches' KV heads and page size, KV.MaxSeqlenKv. Checks q
+/// and the caches (InvalidArgument naming them).
+DecodeBounds pagedCallBounds(const Signature &Sig, const TensorView &Q,
+                             const PagedKV &KV);
+
+/// Checks every argument of a paged call against the signature, the
+/// definition \p G and the plan's bounds \p B (InvalidArgument naming the
+/// argument and the expected value; NotSupportedYet for custom inputs
+/// other than scalar and per-head ones). With KV.Host, also every page
+/// index and length on the host.
+PagedCall validatePagedCall(const ir::Graph &G, const Signature &Sig,
+                            const DecodeBounds &B, const TensorView &Q,
+                            const PagedKV &KV, const TensorView &Out,
+                            const TensorView *Finals, const InputMap &Inputs);
+
+/// The element strides (token, head) and token count of new K or V tokens
+/// [T, heads_kv, dim] checked for appendPaged, and the slot mapping [T]
+/// (int32 or int64).
+struct AppendCall {
+  int64_t Tokens = 0;
+  int64_t K[2] = {0, 0}, V[2] = {0, 0};
+  PageGeometry KC, VC;
+  bool Slots64 = false;
+};
+AppendCall validateAppend(const Signature &Sig, const TensorView &K,
+                          const TensorView &V, const PagedKV &KV,
+                          const TensorView &SlotMapping);
+
+/// The paged kernels of one definition and signature, compiled on first
+/// use, and the workspace of calls that plan themselves.
+class PagedDecodeRunner {
+public:
+  PagedDecodeRunner(const CompiledDefinition &Def, const KernelTarget &T,
+                    const codegen::DecodeConfig &C);
+  ~PagedDecodeRunner();
+
+  /// makeDecodePlan for this kernel on the current device; loads it.
+  DecodePlan plan(const DecodeBounds &B);
+  /// Launches \p P's kernels for a validated call; no host decision, no
+  /// allocation, no synchronisation.
+  void run(const DecodePlan &P, const PagedCall &C, const TensorView &Q,
+           const TensorView &Out, const TensorView *Finals, void *Workspace,
+           const InputMap &Inputs, CUstream Stream);
+  /// A plan for \p B made for this call, with a workspace of its own
+  /// (grown, never shrunk).
+  void runEager(const DecodeBounds &B, const PagedCall &C, const TensorView &Q,
+                const TensorView &Out, const TensorView *Finals,
+                const InputMap &Inputs, CUstream Stream);
+  const codegen::KernelSource &source() const { return Source; }
+
+private:
+  const CompiledDefinition &Def;
+  KernelTarget Target;
+  codegen::DecodeConfig Config;
+  codegen::KernelSource Source;
+  CacheResult Cached;
+  KernelModule Module;
+  CUfunction Decode = nullptr, Merge = nullptr;
+  analysis::MergeKind MergeKind;
+  DeviceArena Workspace{"paged decode workspace"};
+};
+
+/// A validated public merge: the kernel's arguments, its rows, the dtype.
+struct MergeCall {
+  attnc::MergeResultsArgs Args{};
+  int64_t Rows = 0;
+  int HeadDimV = 0;
+  bool Bf16 = false;
+};
+/// Checks a public merge (InvalidArgument naming the argument; UserError
+/// where \p G's results do not merge).
+MergeCall validateMerge(const ir::Graph &G, const Signature &Sig,
+                        const std::vector<PartialResult> &Parts,
+                        const TensorView &Out, const TensorView *Finals);
+void launchMergeResults(GpuArch Arch, const MergeCall &C, CUstream Stream);
+
+/// Copies new tokens into pages (Attention::appendPaged), compiled once.
+void launchPagedAppend(GpuArch Arch, const AppendCall &A, const TensorView &K,
+                       const TensorView &V, const PagedKV &KV,
+                       const TensorView &SlotMapping, CUstream Stream);
+
+} // namespace attn::runtime
+
+#endif

@@ -1,0 +1,504 @@
+// Paged decode on a GPU against the double-precision reference: caches
+// filled by appendPaged (int32 and int64 slot mappings, a padding slot),
+// page sizes 1, 16 and 256, NHD and HND, block tables and CSR, ragged
+// lengths with 0 and 1, GQA ratios 1, 4 and 8, 1 and 4 queries (q_idx
+// aligned to each sequence's end), sum, log-sum-exp and no merge; a plan
+// captured once in a CUDA graph and replayed with new lengths, page tables
+// and q; and the device checks (a bad page index or length gives NaN rows
+// to that sequence only). Exits 77 without a GPU.
+#include "PagedSupport.h"
+
+#include "attn/Error.h"
+#include "attn/reference/Attention.h"
+#include "attn/runtime/Errors.h"
+#include "attn/runtime/Paged.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdio>
+#include <numeric>
+
+using namespace attn;
+using namespace attn::gputest;
+using runtime::PageLayout;
+
+namespace {
+
+struct Case {
+  std::string Def;
+  DType Dt;
+  int H, Hkv, Sq, PageSize;
+  PageLayout Layout;
+  bool Csr, Slots64;
+  std::vector<int> Lens;
+};
+
+/// Every token appended by a slot mapping (and a padding slot), then one
+/// decodePaged call.
+bool runCase(const Case &C, uint64_t Seed) {
+  runtime::Signature Sig;
+  Sig.Dtype = C.Dt;
+  Sig.HeadDim = Sig.HeadDimV = 128;
+  Sig.Backend = "generated";
+  runtime::Attention A(pagedDefinition(C.Def), Sig);
+  std::mt19937_64 Rng(Seed);
+  PagedHost P = makeBatch(Rng, C.Dt, C.Hkv, C.PageSize, C.Layout, C.Lens);
+  const int D = P.D, B = P.B;
+  runtime::ElemType ET = elemOf(C.Dt);
+  // Caches start as junk, not zeros.
+  size_t CacheElems = size_t(P.NumPages) * C.PageSize * C.Hkv * D;
+  std::vector<uint16_t> Junk(CacheElems);
+  std::normal_distribution<double> N(0.0, 1.0);
+  for (uint16_t &X : Junk)
+    X = toBits(C.Dt, 4 * N(Rng));
+  DeviceBuffer KC(CacheElems * 2), VC(CacheElems * 2);
+  KC.upload(Junk.data(), KC.size());
+  VC.upload(Junk.data(), VC.size());
+  // New tokens [T, Hkv, D]: every sequence's, then a padding token.
+  std::vector<uint16_t> NK, NV;
+  std::vector<int64_t> Slots;
+  for (int b = 0; b < B; ++b) {
+    NK.insert(NK.end(), P.K[b].begin(), P.K[b].end());
+    NV.insert(NV.end(), P.V[b].begin(), P.V[b].end());
+    for (int t = 0; t < P.Lens[b]; ++t)
+      Slots.push_back(int64_t(P.pageOf(b, t / C.PageSize)) * C.PageSize +
+                      t % C.PageSize);
+  }
+  NK.insert(NK.end(), size_t(C.Hkv) * D, toBits(C.Dt, 99.0));
+  NV.insert(NV.end(), size_t(C.Hkv) * D, toBits(C.Dt, 99.0));
+  Slots.push_back(-1);
+  int64_t T = int64_t(Slots.size());
+  DeviceBuffer DNK(NK.size() * 2), DNV(NV.size() * 2), DS(Slots.size() * 8);
+  DNK.upload(NK.data(), DNK.size());
+  DNV.upload(NV.data(), DNV.size());
+  runtime::TensorView SlotView;
+  if (C.Slots64) {
+    DS.upload(Slots.data(), Slots.size() * 8);
+    SlotView = runtime::TensorView::contiguous(DS.get(), runtime::ElemType::I64, {T});
+  } else {
+    std::vector<int32_t> S32(Slots.begin(), Slots.end());
+    DS.upload(S32.data(), S32.size() * 4);
+    SlotView = runtime::TensorView::contiguous(DS.get(), runtime::ElemType::I32, {T});
+  }
+  DeviceIndex Idx(P);
+  int64_t MaxLen = *std::max_element(C.Lens.begin(), C.Lens.end());
+  runtime::PagedKV KV = Idx.view(P, C.Csr, KC.get(), VC.get(), ET, MaxLen);
+  A.appendPaged(runtime::TensorView::contiguous(DNK.get(), ET, {T, C.Hkv, D}),
+                runtime::TensorView::contiguous(DNV.get(), ET, {T, C.Hkv, D}),
+                KV, SlotView);
+
+  std::vector<uint16_t> QBits(size_t(B) * C.Sq * C.H * D);
+  for (uint16_t &X : QBits)
+    X = toBits(C.Dt, N(Rng));
+  DeviceBuffer DQ(QBits.size() * 2), DO(QBits.size() * 2);
+  DQ.upload(QBits.data(), DQ.size());
+  const ir::Graph &G = *A.definition().Graph;
+  size_t NF = G.decls().FinalRowscales.size();
+  DeviceBuffer DF(std::max<size_t>(1, NF) * B * C.H * C.Sq * 4);
+  runtime::TensorView Finals = runtime::TensorView::contiguous(
+      DF.get(), runtime::ElemType::F32, {int64_t(NF), B, C.H, C.Sq});
+  runtime::InputMap Inputs;
+  reference::InputValues RefInputs;
+  std::vector<std::unique_ptr<DeviceBuffer>> Bufs;
+  makeInputs(G, C.H, Inputs, RefInputs, Bufs);
+  DO.poison();
+  DF.poison();
+  A.decodePaged(runtime::TensorView::contiguous(DQ.get(), ET, {B, C.Sq, C.H, D}), KV,
+                runtime::TensorView::contiguous(DO.get(), ET, {B, C.Sq, C.H, D}),
+                NF ? &Finals : nullptr, Inputs);
+  auto &Drv = runtime::CudaDriver::get();
+  Drv.check(Drv.cuCtxSynchronize(), "kernel execution");
+  std::vector<uint16_t> OBits(QBits.size());
+  std::vector<float> FVals(NF * B * C.H * C.Sq);
+  DO.download(OBits.data(), DO.size());
+  if (NF)
+    DF.download(FVals.data(), FVals.size() * 4);
+  runtime::DecodeBounds Bd{B, C.H, C.Hkv, C.Sq, MaxLen, C.PageSize};
+  runtime::DecodePlan Plan = A.planDecode(Bd);
+  std::string What = fmt::format(
+      "{} {} H{}/{} sq{} page{} {} {} slots{} B{} maxkv{} splits {}", C.Def,
+      dtypeName(C.Dt).str(), C.H, C.Hkv, C.Sq, C.PageSize,
+      runtime::pageLayoutName(C.Layout), C.Csr ? "csr" : "table",
+      C.Slots64 ? 64 : 32, B, MaxLen, Plan.Splits);
+  return check(What.c_str(), A, C.Dt, P, C.H, C.Sq, QBits, RefInputs, OBits, FVals);
+}
+
+/// A plan captured once in a CUDA graph, replayed three times with new
+/// lengths, page tables, caches and q at the same addresses.
+bool graphReplay(const std::string &Def, bool Csr, uint64_t Seed) {
+  const DType Dt = DType::F16;
+  const int H = 8, Hkv = 2, Sq = 1, PageSize = 16, B = 4, MaxLen = 4096, D = 128;
+  runtime::Signature Sig;
+  Sig.Dtype = Dt;
+  Sig.HeadDim = Sig.HeadDimV = D;
+  runtime::Attention A(pagedDefinition(Def), Sig);
+  runtime::DecodePlan Plan =
+      A.planDecode(runtime::DecodeBounds{B, H, Hkv, Sq, MaxLen, PageSize});
+  std::mt19937_64 Rng(Seed);
+  const int NumPages = B * MaxLen / PageSize + 3;
+  const int MaxPages = MaxLen / PageSize;
+  size_t CacheElems = size_t(NumPages) * PageSize * Hkv * D;
+  DeviceBuffer KC(CacheElems * 2), VC(CacheElems * 2), DQ(size_t(B) * H * D * 2),
+      DO(size_t(B) * H * D * 2), DF(size_t(B) * H * 4),
+      Work(std::max<size_t>(16, Plan.WorkspaceBytes));
+  // Index buffers of the bound's size; each replay uploads new contents.
+  DeviceBuffer Table(size_t(B) * MaxPages * 4), Lens(B * 4), Indptr((B + 1) * 4),
+      Indices(size_t(B) * MaxPages * 4), Last(B * 4);
+  using runtime::TensorView;
+  runtime::ElemType ET = elemOf(Dt), I32 = runtime::ElemType::I32;
+  runtime::PagedKV KV;
+  std::vector<int64_t> CacheShape{NumPages, PageSize, Hkv, D};
+  KV.KCache = TensorView::contiguous(KC.get(), ET, CacheShape);
+  KV.VCache = TensorView::contiguous(VC.get(), ET, CacheShape);
+  KV.MaxSeqlenKv = MaxLen;
+  if (Csr) {
+    KV.Indptr = TensorView::contiguous(Indptr.get(), I32, {B + 1});
+    KV.Indices = TensorView::contiguous(Indices.get(), I32, {int64_t(B) * MaxPages});
+    KV.LastPageLen = TensorView::contiguous(Last.get(), I32, {B});
+  } else {
+    KV.BlockTable = TensorView::contiguous(Table.get(), I32, {B, MaxPages});
+    KV.SeqLens = TensorView::contiguous(Lens.get(), I32, {B});
+  }
+  TensorView Q = TensorView::contiguous(DQ.get(), ET, {B, Sq, H, D});
+  TensorView O = TensorView::contiguous(DO.get(), ET, {B, Sq, H, D});
+  const ir::Graph &G = *A.definition().Graph;
+  size_t NF = G.decls().FinalRowscales.size();
+  TensorView F = TensorView::contiguous(DF.get(), runtime::ElemType::F32,
+                                        {int64_t(NF), B, H, Sq});
+  runtime::InputMap Inputs;
+  reference::InputValues RefInputs;
+  std::vector<std::unique_ptr<DeviceBuffer>> Bufs;
+  makeInputs(G, H, Inputs, RefInputs, Bufs);
+
+  auto &Drv = runtime::CudaDriver::get();
+  CUstream S = nullptr;
+  Drv.check(Drv.cuStreamCreate(&S, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  CUgraph Graph = nullptr;
+  CUgraphExec Exec = nullptr;
+  Drv.check(Drv.cuStreamBeginCapture(S, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+            "cuStreamBeginCapture");
+  A.runDecode(Plan, Q, KV, O, NF ? &F : nullptr, Work.get(), Work.size(), Inputs, S);
+  Drv.check(Drv.cuStreamEndCapture(S, &Graph), "cuStreamEndCapture");
+  Drv.check(Drv.cuGraphInstantiate(&Exec, Graph, 0), "cuGraphInstantiate");
+
+  bool Pass = true;
+  const std::vector<std::vector<int>> Rounds = {
+      {4096, 1, 0, 777}, {33, 4000, 2048, 16}, {0, 0, 4095, 1}};
+  for (size_t R = 0; R < Rounds.size(); ++R) {
+    PagedHost P = makeBatch(Rng, Dt, Hkv, PageSize, PageLayout::NHD, Rounds[R]);
+    // The bound's pages and table width, whatever this round uses.
+    P.NumPages = NumPages;
+    std::vector<int32_t> Tab(size_t(B) * MaxPages, 1 << 30);
+    for (int b = 0; b < B; ++b)
+      for (int64_t p = 0; p < P.pages(b); ++p)
+        Tab[size_t(b) * MaxPages + p] = P.pageOf(b, p);
+    P.Table = Tab;
+    P.MaxPages = MaxPages;
+    std::vector<uint16_t> KH(CacheElems), VH(CacheElems);
+    std::normal_distribution<double> N(0.0, 1.0);
+    for (size_t I = 0; I < CacheElems; ++I)
+      KH[I] = VH[I] = toBits(Dt, 3 * N(Rng));
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < P.Lens[b]; ++t)
+        for (int h = 0; h < Hkv; ++h)
+          for (int d = 0; d < D; ++d) {
+            size_t At = P.at(P.pageOf(b, t / PageSize), t % PageSize, h) + d;
+            KH[At] = P.K[b][(size_t(t) * Hkv + h) * D + d];
+            VH[At] = P.V[b][(size_t(t) * Hkv + h) * D + d];
+          }
+    KC.upload(KH.data(), KC.size());
+    VC.upload(VH.data(), VC.size());
+    Table.upload(P.Table.data(), P.Table.size() * 4);
+    Lens.upload(P.SeqLens.data(), B * 4);
+    Indptr.upload(P.Indptr.data(), (B + 1) * 4);
+    if (!P.Indices.empty())
+      Indices.upload(P.Indices.data(), P.Indices.size() * 4);
+    Last.upload(P.LastPageLen.data(), B * 4);
+    std::vector<uint16_t> QBits(size_t(B) * H * D);
+    for (uint16_t &X : QBits)
+      X = toBits(Dt, N(Rng));
+    DQ.upload(QBits.data(), DQ.size());
+    DO.poison();
+    DF.poison();
+    Drv.check(Drv.cuGraphLaunch(Exec, S), "cuGraphLaunch");
+    Drv.check(Drv.cuStreamSynchronize(S), "graph replay");
+    std::vector<uint16_t> OBits(QBits.size());
+    std::vector<float> FVals(NF * B * H);
+    DO.download(OBits.data(), DO.size());
+    if (NF)
+      DF.download(FVals.data(), FVals.size() * 4);
+    std::string What = fmt::format("graph replay {} {} {} (splits {}) round {}",
+                                   Def, Csr ? "csr" : "table",
+                                   fmt::join(Rounds[R], ","), Plan.Splits, R);
+    Pass = check(What.c_str(), A, Dt, P, H, Sq, QBits, RefInputs, OBits, FVals) && Pass;
+  }
+  Drv.cuGraphExecDestroy(Exec);
+  Drv.cuGraphDestroy(Graph);
+  Drv.cuStreamDestroy(S);
+  return Pass;
+}
+
+/// The device checks: a page index out of range (sequence 1); in CSR, a
+/// page index, a last page length of 0 and an indptr range past the
+/// indices (sequences 1, 2, 3); a length above the bound (sequence 1): those
+/// sequences' rows NaN, the others exact.
+bool deviceChecks(uint64_t Seed) {
+  const DType Dt = DType::F16;
+  const int H = 8, Hkv = 2, Sq = 1, PageSize = 16, D = 128;
+  runtime::Signature Sig;
+  Sig.Dtype = Dt;
+  Sig.HeadDim = Sig.HeadDimV = D;
+  runtime::Attention A(makeDefinition("mha_full"), Sig);
+  std::mt19937_64 Rng(Seed);
+  PagedHost P = makeBatch(Rng, Dt, Hkv, PageSize, PageLayout::NHD, {900, 3000, 50, 1});
+  const int B = P.B;
+  size_t CacheElems = size_t(P.NumPages) * PageSize * Hkv * D;
+  std::vector<uint16_t> KH(CacheElems, toBits(Dt, 0.5)), VH(CacheElems, toBits(Dt, -0.25));
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < P.Lens[b]; ++t)
+      for (int h = 0; h < Hkv; ++h)
+        for (int d = 0; d < D; ++d) {
+          size_t At = P.at(P.pageOf(b, t / PageSize), t % PageSize, h) + d;
+          KH[At] = P.K[b][(size_t(t) * Hkv + h) * D + d];
+          VH[At] = P.V[b][(size_t(t) * Hkv + h) * D + d];
+        }
+  DeviceBuffer KC(CacheElems * 2), VC(CacheElems * 2);
+  KC.upload(KH.data(), KC.size());
+  VC.upload(VH.data(), VC.size());
+  std::normal_distribution<double> N(0.0, 1.0);
+  std::vector<uint16_t> QBits(size_t(B) * H * D);
+  for (uint16_t &X : QBits)
+    X = toBits(Dt, N(Rng));
+  DeviceBuffer DQ(QBits.size() * 2), DO(QBits.size() * 2), DF(size_t(B) * H * 4);
+  DQ.upload(QBits.data(), DQ.size());
+  runtime::ElemType ET = elemOf(Dt);
+  using runtime::TensorView;
+  TensorView F = TensorView::contiguous(DF.get(), runtime::ElemType::F32, {1, B, H, Sq});
+  auto Run = [&](PagedHost &Bad, bool Csr, int64_t MaxLen, const char *What,
+                 std::vector<int> NanSeqs) {
+    DeviceIndex Idx(Bad);
+    runtime::PagedKV KV = Idx.view(Bad, Csr, KC.get(), VC.get(), ET, MaxLen);
+    DO.poison(0);
+    A.decodePaged(TensorView::contiguous(DQ.get(), ET, {B, Sq, H, D}), KV,
+                  TensorView::contiguous(DO.get(), ET, {B, Sq, H, D}), &F);
+    auto &Drv = runtime::CudaDriver::get();
+    Drv.check(Drv.cuCtxSynchronize(), "kernel execution");
+    std::vector<uint16_t> OBits(QBits.size());
+    std::vector<float> FVals(size_t(B) * H);
+    DO.download(OBits.data(), DO.size());
+    DF.download(FVals.data(), FVals.size() * 4);
+    return check(What, A, Dt, P, H, Sq, QBits, {}, OBits, FVals, NanSeqs);
+  };
+  bool Pass = true;
+  PagedHost Bad = P;
+  Bad.Table[size_t(1) * Bad.MaxPages + 100] = Bad.NumPages + 5;
+  Pass = Run(Bad, false, 3000, "device check: page index out of range", {1}) && Pass;
+  Bad = P;
+  Bad.Indices[Bad.Indptr[1] + 7] = -2;
+  Bad.LastPageLen[2] = 0;
+  Bad.Indptr[4] = Bad.Indptr[4] + 5; // past the indices
+  Pass = Run(Bad, true, 3000, "device check: csr index, last page length, indptr",
+             {1, 2, 3}) && Pass;
+  // The bound (max_seqlen_kv 2048) below sequence 1's 3000 keys.
+  Bad = P;
+  Pass = Run(Bad, false, 2048, "device check: a length above the bound", {1}) && Pass;
+  return Pass;
+}
+
+/// The public merge: each sequence's pages split in two (a cached prefix
+/// and the rest), decodePaged over each part, mergeResults of the two
+/// results against the fp64 result over all keys.
+bool mergeCase(const std::string &Def, DType Dt, uint64_t Seed) {
+  const int H = 8, Hkv = 2, Sq = 1, PageSize = 16, D = 128;
+  runtime::Signature Sig;
+  Sig.Dtype = Dt;
+  Sig.HeadDim = Sig.HeadDimV = D;
+  runtime::Attention A(pagedDefinition(Def), Sig);
+  std::mt19937_64 Rng(Seed);
+  PagedHost P = makeBatch(Rng, Dt, Hkv, PageSize, PageLayout::NHD, {1000, 37, 0, 2000, 16});
+  const int B = P.B;
+  size_t CacheElems = size_t(P.NumPages) * PageSize * Hkv * D;
+  std::vector<uint16_t> KH(CacheElems, toBits(Dt, 0.5)), VH(CacheElems, toBits(Dt, -0.25));
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < P.Lens[b]; ++t)
+      for (int h = 0; h < Hkv; ++h)
+        for (int d = 0; d < D; ++d) {
+          size_t At = P.at(P.pageOf(b, t / PageSize), t % PageSize, h) + d;
+          KH[At] = P.K[b][(size_t(t) * Hkv + h) * D + d];
+          VH[At] = P.V[b][(size_t(t) * Hkv + h) * D + d];
+        }
+  DeviceBuffer KC(CacheElems * 2), VC(CacheElems * 2);
+  KC.upload(KH.data(), KC.size());
+  VC.upload(VH.data(), VC.size());
+  // Part 0: the first half of each sequence's pages; part 1: the rest.
+  PagedHost Part[2] = {P, P};
+  for (int b = 0; b < B; ++b) {
+    int64_t Cut = P.pages(b) / 2;
+    Part[0].SeqLens[b] = Part[0].Lens[b] = int(std::min<int64_t>(P.Lens[b], Cut * PageSize));
+    Part[1].SeqLens[b] = Part[1].Lens[b] = P.Lens[b] - Part[0].Lens[b];
+    for (int64_t p = 0; p < P.MaxPages; ++p)
+      Part[1].Table[size_t(b) * P.MaxPages + p] =
+          p + Cut < P.MaxPages ? P.Table[size_t(b) * P.MaxPages + p + Cut] : (1 << 30);
+  }
+  std::normal_distribution<double> N(0.0, 1.0);
+  std::vector<uint16_t> QBits(size_t(B) * H * D);
+  for (uint16_t &X : QBits)
+    X = toBits(Dt, N(Rng));
+  DeviceBuffer DQ(QBits.size() * 2), DO(QBits.size() * 2), DF(size_t(B) * H * 4);
+  DeviceBuffer PO0(QBits.size() * 2), PO1(QBits.size() * 2), PF0(size_t(B) * H * 4),
+      PF1(size_t(B) * H * 4);
+  DQ.upload(QBits.data(), DQ.size());
+  runtime::ElemType ET = elemOf(Dt);
+  using runtime::TensorView;
+  const ir::Graph &G = *A.definition().Graph;
+  size_t NF = G.decls().FinalRowscales.size();
+  auto FView = [&](DeviceBuffer &Buf) {
+    return TensorView::contiguous(Buf.get(), runtime::ElemType::F32,
+                                  {int64_t(NF), B, H, Sq});
+  };
+  auto OView = [&](DeviceBuffer &Buf) {
+    return TensorView::contiguous(Buf.get(), ET, {B, Sq, H, D});
+  };
+  TensorView F = FView(DF), F0 = FView(PF0), F1 = FView(PF1);
+  runtime::InputMap Inputs;
+  reference::InputValues RefInputs;
+  std::vector<std::unique_ptr<DeviceBuffer>> Bufs;
+  makeInputs(G, H, Inputs, RefInputs, Bufs);
+  DeviceIndex I0(Part[0]), I1(Part[1]);
+  A.decodePaged(OView(DQ), I0.view(Part[0], false, KC.get(), VC.get(), ET, 1000), OView(PO0),
+                NF ? &F0 : nullptr, Inputs);
+  A.decodePaged(OView(DQ), I1.view(Part[1], false, KC.get(), VC.get(), ET, 2000), OView(PO1),
+                NF ? &F1 : nullptr, Inputs);
+  DO.poison();
+  DF.poison();
+  A.mergeResults({{OView(PO0), NF ? &F0 : nullptr}, {OView(PO1), NF ? &F1 : nullptr}},
+                 OView(DO), NF ? &F : nullptr);
+  auto &Drv = runtime::CudaDriver::get();
+  Drv.check(Drv.cuCtxSynchronize(), "kernel execution");
+  std::vector<uint16_t> OBits(QBits.size());
+  std::vector<float> FVals(NF * B * H);
+  DO.download(OBits.data(), DO.size());
+  if (NF)
+    DF.download(FVals.data(), FVals.size() * 4);
+  std::string What = fmt::format("mergeResults {} {} (a prefix and the rest)", Def,
+                                 dtypeName(Dt).str());
+  return check(What.c_str(), A, Dt, P, H, Sq, QBits, RefInputs, OBits, FVals);
+}
+
+std::vector<Case> cases() {
+  const DType F = DType::F16, BF = DType::BF16;
+  const PageLayout NHD = PageLayout::NHD, HND = PageLayout::HND;
+  return {
+      {"mha_full", F, 8, 2, 1, 16, NHD, false, false, {0, 1, 4000, 517, 2048}},
+      {"mha_full", F, 8, 8, 1, 1, NHD, true, true, {3001, 0, 64, 1}},
+      {"mha_full", F, 8, 1, 4, 256, HND, false, true, {1, 5000, 256, 257}},
+      {"mha_full", BF, 16, 2, 4, 16, HND, true, false, {1500, 2, 0}},
+      {"sigmoid_full", F, 8, 2, 1, 16, NHD, true, false, {4096, 0, 1, 999}},
+      {"relu_full", F, 8, 2, 4, 1, HND, false, true, {2500, 31}},
+      {"alibi_full", F, 8, 2, 2, 16, NHD, false, false, {3000, 5, 1}},
+      {"softcap_learnable", BF, 8, 2, 1, 256, NHD, true, true, {2000, 0, 300}},
+      {"mha", F, 8, 2, 4, 16, NHD, false, false, {1000, 1, 3, 0}},
+      {"mha_prefix_lm", F, 8, 2, 3, 16, HND, true, false, {1200, 40, 70}},
+      {"retention_full", F, 8, 2, 2, 16, NHD, false, false, {2000, 0, 10}},
+  };
+}
+
+/// ATTNC_PAGED_COMPILE_ONLY=sm_90a (or sm_80): compile every kernel the
+/// cases, attnc_bench_decode's mha_full and the append use into the kernel
+/// cache, and exit; no GPU is needed (the calls stop at the missing driver,
+/// after compiling).
+int compileOnly(const char *ArchName) {
+  std::optional<GpuArch> Arch = archFromName(ArchName);
+  if (!Arch) {
+    std::fprintf(stderr, "ATTNC_PAGED_COMPILE_ONLY: unknown arch %s\n", ArchName);
+    return 2;
+  }
+  std::vector<Case> All = cases();
+  All.push_back({"sigmoid_full", DType::F16, 8, 2, 1, 16, PageLayout::NHD, false,
+                 false, {1}});
+  All.push_back({"sigmoid_full", DType::BF16, 8, 2, 1, 16, PageLayout::NHD, false,
+                 false, {1}});
+  All.push_back({"softcap_learnable", DType::F16, 8, 2, 1, 16, PageLayout::NHD,
+                 false, false, {1}});
+  int N = 0;
+  for (const Case &C : All) {
+    runtime::Signature Sig;
+    Sig.Dtype = C.Dt;
+    Sig.HeadDim = Sig.HeadDimV = 128;
+    Sig.Backend = "generated";
+    Sig.Arch = *Arch;
+    runtime::Attention A(pagedDefinition(C.Def), Sig);
+    ++N;
+    using runtime::TensorView;
+    auto ET = elemOf(C.Dt);
+    void *P = reinterpret_cast<void *>(uintptr_t(1) << 20);
+    runtime::PagedKV KV;
+    KV.KCache = TensorView::contiguous(P, ET, {4, 16, C.Hkv, 128});
+    KV.VCache = KV.KCache;
+    KV.BlockTable = TensorView::contiguous(P, runtime::ElemType::I32, {1, 1});
+    KV.SeqLens = TensorView::contiguous(P, runtime::ElemType::I32, {1});
+    KV.MaxSeqlenKv = 16;
+    size_t NF = A.definition().Graph->decls().FinalRowscales.size();
+    TensorView Q = TensorView::contiguous(P, ET, {1, C.Sq, C.H, 128});
+    TensorView F = TensorView::contiguous(P, runtime::ElemType::F32,
+                                          {int64_t(NF), 1, C.H, C.Sq});
+    runtime::InputMap Inputs;
+    for (const ir::InputDecl &D : A.definition().Graph->decls().Inputs)
+      if (D.Shape == ir::InputShape::Scalar)
+        Inputs[D.Name] = D.Elem == ir::InputType::I32 ? runtime::InputValue(int32_t(0))
+                                                      : runtime::InputValue(0.f);
+      else
+        Inputs[D.Name] = TensorView::contiguous(P, runtime::ElemType::F32, {C.H});
+    try {
+      A.decodePaged(Q, KV, Q, NF ? &F : nullptr, Inputs);
+    } catch (const DriverError &) {
+    }
+    try {
+      TensorView O = TensorView::contiguous(P, ET, {1, C.Sq, C.H, 128});
+      A.mergeResults({{O, NF ? &F : nullptr}, {O, NF ? &F : nullptr}}, O,
+                     NF ? &F : nullptr);
+    } catch (const DriverError &) {
+    } catch (const UserError &) { // retention: its results do not merge
+    }
+    try {
+      TensorView T = TensorView::contiguous(P, ET, {1, C.Hkv, 128});
+      A.appendPaged(T, T, KV, TensorView::contiguous(P, runtime::ElemType::I32, {1}));
+    } catch (const DriverError &) {
+    }
+  }
+  std::printf("compiled the kernels of %d paged cases\n", N);
+  return 0;
+}
+
+} // namespace
+
+int main() {
+  auto &Drv = runtime::CudaDriver::get();
+  if (const char *Only = std::getenv("ATTNC_PAGED_COMPILE_ONLY"))
+    return compileOnly(Only);
+  if (!Drv.available()) {
+    std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
+    return 77;
+  }
+  bool AllPass = true;
+  uint64_t Seed = 1;
+  auto Guard = [&](const char *What, auto &&Fn) {
+    try {
+      AllPass = Fn() && AllPass;
+    } catch (const std::exception &E) {
+      std::printf("FAIL %s: %s\n", What, E.what());
+      AllPass = false;
+    }
+  };
+  for (const Case &C : cases())
+    Guard(C.Def.c_str(), [&] { return runCase(C, Seed++); });
+  Guard("graph replay", [&] { return graphReplay("mha_full", false, 101); });
+  Guard("graph replay csr", [&] { return graphReplay("sigmoid_full", true, 102); });
+  Guard("device checks", [&] { return deviceChecks(103); });
+  Guard("merge mha", [&] { return mergeCase("mha_full", DType::F16, 104); });
+  Guard("merge sigmoid", [&] { return mergeCase("sigmoid_full", DType::BF16, 105); });
+  Guard("merge softcap", [&] { return mergeCase("softcap_learnable", DType::F16, 106); });
+  std::printf("%s\n", AllPass ? "all paged cases pass" : "some paged cases FAIL");
+  return AllPass ? 0 : 1;
+}
