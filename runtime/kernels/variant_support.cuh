@@ -25,33 +25,16 @@ __device__ __forceinline__ float relu(float x) {
 }
 
 /// The IR's floordiv and mod (docs/ir-semantics.md): floor division and the
-/// remainder with the divisor's sign; a zero divisor gives 0 and a.
-///
-/// A mask evaluates them per element (chunked attention: the chunk of q_idx
-/// and of kv_idx), where an integer division is tens of instructions. So a
-/// dividend of magnitude below 2^21 with a positive divisor (every index
-/// over a chunk size) takes the float quotient: __fdividef is within 2 ulp,
-/// 0.5 at a quotient below 2^21, so its floor is at most one off, and the
-/// remainder corrects it exactly with one multiply. Other operands take the
-/// integer division, which truncates: a quotient with a remainder of the
-/// other sign is one too large.
-__device__ __forceinline__ bool floordiv_fast(int a, int b) {
-  return b > 0 && a > -(1 << 21) && a < (1 << 21);
-}
+/// remainder with the divisor's sign; a zero divisor gives 0 and a. Integer
+/// division truncates, so a quotient with a remainder of the other sign is
+/// one too large.
 __device__ __forceinline__ int floordiv(int a, int b) {
-  if (floordiv_fast(a, b)) {
-    const int q = __float2int_rd(__fdividef(float(a), float(b)));
-    const int r = a - q * b;
-    return q + (r >= b ? 1 : 0) - (r < 0 ? 1 : 0);
-  }
   if (b == 0)
     return 0;
   const int q = a / b;
   return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 __device__ __forceinline__ int floormod(int a, int b) {
-  if (floordiv_fast(a, b))
-    return a - floordiv(a, b) * b;
   if (b == 0)
     return a;
   const int r = a % b;
