@@ -4,6 +4,8 @@
 #include "attn/Error.h"
 #include "BackwardRunner.h"
 
+#include "attn/analysis/MaskBounds.h"
+
 #include "attn/runtime/Backend.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"

@@ -78,12 +78,21 @@ upload(DeviceArena &Mem, const std::vector<const std::vector<int32_t> *> &Parts)
 
 } // namespace
 
-std::string Attention::maskKey() const {
-  analysis::MaskAnalysis A = analysis::analyzeMask(*Def.Graph);
+const analysis::MaskAnalysis &Attention::maskAnalysis() const {
+  if (!MaskInfo)
+    MaskInfo = std::make_unique<analysis::MaskAnalysis>(
+        analysis::analyzeMask(*Def.Graph));
+  return *MaskInfo;
+}
+
+const std::string &Attention::maskKey() const {
+  const analysis::MaskAnalysis &A = maskAnalysis();
   if (!A.Mask)
     throw UserError("block mask: '" + Def.Graph->name() +
                     "' has no mask_mod; a block mask needs one");
-  return ir::shortExpr(A.Mask, 1u << 16);
+  if (MaskKeyText.empty())
+    MaskKeyText = ir::shortExpr(A.Mask, 1u << 16);
+  return MaskKeyText;
 }
 
 const BlockMaskData &Attention::checkBlockMask(const BlockMask &B,
@@ -91,7 +100,7 @@ const BlockMaskData &Attention::checkBlockMask(const BlockMask &B,
   const BlockMaskData &D = B.data();
   if (Shape.Packed)
     throw UserError("block mask: a packed variable-length call takes none");
-  std::string Key = maskKey();
+  const std::string &Key = maskKey();
   if (D.MaskKey != Key)
     throw UserError(fmt::format("block mask: made for the mask {}; this "
                                 "Attention's mask is {}",
@@ -139,7 +148,7 @@ void Attention::classifyInto(BlockMaskData &D, const InputMap &Inputs,
   if (Gen == Names.end())
     throw UserError("block mask: backend '" + Sig.Backend +
                     "' has no block lists; use the generated backend");
-  analysis::MaskAnalysis A = analysis::analyzeMask(*Def.Graph);
+  const analysis::MaskAnalysis &A = maskAnalysis();
   D.Grouping = int(A.Grouping);
   D.Groups = maskGroups(A, C.B, C.H);
   KernelChoice Choice = choiceFor(C);

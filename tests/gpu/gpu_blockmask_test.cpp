@@ -161,7 +161,9 @@ Problem makeProblem(const Case &C, const ir::Graph &G, uint64_t Seed) {
 
 /// o, dq, dk, dv of one forward and backward of \p A (with \p BM if given).
 std::vector<std::vector<uint16_t>> run(runtime::Attention &A, Problem &P,
-                                       const runtime::BlockMask *BM) {
+                                       const runtime::BlockMask *BM,
+                                       const runtime::InputMap *Inputs = nullptr) {
+  const runtime::InputMap &In = Inputs ? *Inputs : P.Inputs;
   const Case &C = P.C;
   auto View = [&](DeviceBuffer &B, int H) {
     return runtime::TensorView::contiguous(B.get(), runtime::ElemType::F16,
@@ -173,10 +175,10 @@ std::vector<std::vector<uint16_t>> run(runtime::Attention &A, Problem &P,
     B->poison();
   runtime::TensorView O = View(*P.O, C.H);
   A.forward(View(*P.DQ, C.H), View(*P.DK, C.Hkv), View(*P.DV, C.Hkv), O, &Fin,
-            P.Inputs, nullptr, BM);
+            In, nullptr, BM);
   A.backward(View(*P.DQ, C.H), View(*P.DK, C.Hkv), View(*P.DV, C.Hkv), &O,
              View(*P.DDO, C.H), &Fin, View(*P.GQ, C.H), View(*P.GK, C.Hkv),
-             View(*P.GV, C.Hkv), P.Inputs, {}, nullptr, BM);
+             View(*P.GV, C.Hkv), In, {}, nullptr, BM);
   auto &Drv = runtime::CudaDriver::get();
   Drv.check(Drv.cuCtxSynchronize(), "forward and backward");
   std::vector<std::vector<uint16_t>> Out;
@@ -293,8 +295,8 @@ void runCase(const Case &C, uint64_t Seed) {
          Line + " [" + Given.describe() + "]");
 
   // Refusals.
-  runtime::MaskShape Other = S;
-  Other.SeqKv = C.S + 1;
+  runtime::MaskShape Other = S; // the inputs fit: token inputs have no heads
+  Other.Heads = 2 * C.H;
   runtime::BlockMask Wrong = A1.makeBlockMask(Other, P.Inputs, nullptr, false);
   refused(Name + " other shape", "block mask: made for [batch",
           [&] { run(A1, P, &Wrong); });
@@ -302,8 +304,9 @@ void runCase(const Case &C, uint64_t Seed) {
   refused(Name + " forward-only mask in backward",
           "made without the backward's lists", [&] { run(A1, P, &FwdOnly); });
   runtime::Attention Causal(makeDefinition("mha"), Sig);
+  const runtime::InputMap None;
   refused(Name + " mask of another definition", "block mask: made for the mask",
-          [&] { run(Causal, P, &BM); });
+          [&] { run(Causal, P, &BM, &None); });
 }
 
 } // namespace

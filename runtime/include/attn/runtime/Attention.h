@@ -22,6 +22,10 @@
 
 #include <dlpack/dlpack.h>
 
+namespace attn::analysis {
+struct MaskAnalysis;
+} // namespace attn::analysis
+
 namespace attn::runtime {
 
 /// I32 is for custom inputs declared InputType::I32 (ids, lengths).
@@ -297,7 +301,9 @@ private:
   void classifyInto(BlockMaskData &D, const InputMap &Inputs,
                     CUstream Stream);
   /// The mask's expression (BlockMaskData::MaskKey); UserError without one.
-  std::string maskKey() const;
+  const std::string &maskKey() const;
+  /// The mask analysis of the definition, made on first need.
+  const analysis::MaskAnalysis &maskAnalysis() const;
 
   CompiledDefinition Def;
   Signature Sig;
@@ -315,6 +321,10 @@ private:
   std::vector<std::unique_ptr<AttentionBackend>> Backends;
   std::unique_ptr<BackwardRunner> Backward;
   std::string Last;
+  /// maskAnalysis() and maskKey(), computed once: a call with a block mask
+  /// checks the key, and refreshBlockMask classifies, at every call.
+  mutable std::unique_ptr<analysis::MaskAnalysis> MaskInfo;
+  mutable std::string MaskKeyText;
 };
 
 } // namespace attn::runtime
