@@ -60,27 +60,49 @@ __device__ __forceinline__ bool tile_keeps_any(const typename Variant::Inputs &i
   return __syncthreads_or(any);
 }
 
+/// Whether a masked variant may keep an element of queries [q_lo, q_lo +
+/// kRows) x keys [k_lo, k_lo + kCols) of the sequence. Where the compiler's
+/// mask analysis bounds the mask from the block's box alone (analysed, no
+/// input bounded by its per-block minimum and maximum: causal, windows,
+/// prefix-LM and chunked masks with scalar inputs), the block's class
+/// (mask_block_class, as attnc_block_classify) answers in a few
+/// instructions, the same on every thread; otherwise the CTA evaluates the
+/// mask on the block's elements (tile_keeps_any).
+template <class Variant, int kRows, int kCols>
+__device__ __forceinline__ bool tile_may_keep(const typename Variant::Inputs &in, int b,
+                                              int h, int q_lo, int k_lo, const SeqSpan &s) {
+  if constexpr (Variant::kMaskAnalysed && Variant::kMaskBounds == 0) {
+    const int q_hi = min(q_lo + kRows, s.seq_q) - 1;
+    const int k_hi = min(k_lo + kCols, s.seq_kv) - 1;
+    const float none[1] = {0.0f}; // no bounded input
+    return Variant::mask_block_class(in, b, h, q_lo + s.shift, q_hi + s.shift, k_lo,
+                                     k_hi, none, none) != 0;
+  } else {
+    return tile_keeps_any<Variant, kRows, kCols>(in, b, h, q_lo, k_lo, s);
+  }
+}
+
 /// A packed call has no block lists (they would cost a classification per
 /// call over every sequence): a masked variant visits the key blocks from
-/// the first to the last one that keeps an element of query block \p m,
-/// evaluating the mask on every element of the blocks it visits. The scan
-/// from both ends costs a mask evaluation per element of the skipped blocks
-/// only, and skips what a causal, sliding-window or prefix mask leaves
-/// empty at either end. Returns [first, last + 1) in x, y.
+/// the first to the last one that may keep an element of query block \p m
+/// (tile_may_keep), evaluating the mask on every element of the blocks it
+/// visits. This skips what a causal, sliding-window or prefix mask leaves
+/// empty at either end; for a mask the analysis bounds from the box alone
+/// the skipped blocks cost no mask evaluation, for others one per element.
+/// Returns [first, last + 1) in x, y.
 ///
-/// Plug-in point: a per-block classifier of the variant (empty / partial /
-/// full from the tile's index bounds, Variant::block class) replaces
-/// tile_keeps_any here, and its full blocks can skip the per-element mask.
+/// Not done yet: full blocks (class 2) skipping the per-element mask, and
+/// masks with bounded inputs classified from their bounds here.
 template <class Variant, int kBlockM, int kBlockN>
 __device__ __forceinline__ int2 key_block_range(const typename Variant::Inputs &in, int b,
                                                 int h, int m, const SeqSpan &s) {
   const int blocks = (s.seq_kv + kBlockN - 1) / kBlockN;
   int lo = 0, hi = blocks;
   while (lo < hi &&
-         !tile_keeps_any<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM, lo * kBlockN, s))
+         !tile_may_keep<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM, lo * kBlockN, s))
     ++lo;
-  while (hi > lo && !tile_keeps_any<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM,
-                                                                (hi - 1) * kBlockN, s))
+  while (hi > lo && !tile_may_keep<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM,
+                                                               (hi - 1) * kBlockN, s))
     --hi;
   return make_int2(lo, hi);
 }
@@ -94,10 +116,10 @@ __device__ __forceinline__ int2 query_block_range(const typename Variant::Inputs
   const int blocks = (s.seq_q + kBlockM - 1) / kBlockM;
   int lo = 0, hi = blocks;
   while (lo < hi &&
-         !tile_keeps_any<Variant, kBlockM, kBlockN>(in, b, h, lo * kBlockM, n * kBlockN, s))
+         !tile_may_keep<Variant, kBlockM, kBlockN>(in, b, h, lo * kBlockM, n * kBlockN, s))
     ++lo;
-  while (hi > lo && !tile_keeps_any<Variant, kBlockM, kBlockN>(in, b, h, (hi - 1) * kBlockM,
-                                                                n * kBlockN, s))
+  while (hi > lo && !tile_may_keep<Variant, kBlockM, kBlockN>(in, b, h, (hi - 1) * kBlockM,
+                                                               n * kBlockN, s))
     --hi;
   return make_int2(lo, hi);
 }

@@ -5,6 +5,8 @@
 #include "BackwardRunner.h"
 #include "PagedDecode.h"
 
+#include "attn/analysis/MaskBounds.h"
+
 #include "attn/runtime/Backend.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
@@ -196,14 +198,26 @@ void Attention::backward(const TensorView &Q, const TensorView &K,
                          const TensorView &DOut, const TensorView *Finals,
                          const TensorView &DQ, const TensorView &DK,
                          const TensorView &DV, const InputMap &Inputs,
-                         const InputGradMap &Grads, CUstream Stream) {
+                         const InputGradMap &Grads, CUstream Stream,
+                         const BlockMask *Blocks) {
   BackwardTensors T{Q, K, V, Out, DOut, Finals, DQ, DK, DV};
   // Validate before generating anything: a bad call costs no compile.
   BackwardCallShape Shape = validateBackwardCall(Def, Sig, T, Inputs, Grads);
+  const BlockMaskData *Data = nullptr;
+  if (Blocks) {
+    Data = &checkBlockMask(*Blocks, Shape.Fwd);
+    if (!Data->HasBwd)
+      throw UserError("block mask: made without the backward's lists; make "
+                      "it with ForBackward for backward calls");
+  }
+  backwardRunner().run(T, Shape, Inputs, Grads, Stream, Data);
+}
+
+BackwardRunner &Attention::backwardRunner() {
   if (!Backward)
     Backward =
         std::make_unique<BackwardRunner>(Def, BwdTarget, backwardChoice());
-  Backward->run(T, Shape, Inputs, Grads, Stream);
+  return *Backward;
 }
 
 void Attention::backwardVarlen(const TensorView &Q, const TensorView &K,
@@ -216,10 +230,7 @@ void Attention::backwardVarlen(const TensorView &Q, const TensorView &K,
   BackwardTensors T{Q, K, V, Out, DOut, Finals, DQ, DK, DV};
   BackwardCallShape Shape =
       validateVarlenBackwardCall(Def, Sig, T, Batch, Inputs, Grads);
-  if (!Backward)
-    Backward =
-        std::make_unique<BackwardRunner>(Def, BwdTarget, backwardChoice());
-  Backward->run(T, Shape, Inputs, Grads, Stream);
+  backwardRunner().run(T, Shape, Inputs, Grads, Stream);
 }
 
 AttentionBackend &Attention::backendAt(size_t I) {
@@ -269,9 +280,10 @@ AttentionBackend &Attention::choose(const BackendProblem &P) {
 void Attention::forward(const TensorView &Q, const TensorView &K,
                         const TensorView &V, const TensorView &Out,
                         const TensorView *Finals, const InputMap &Inputs,
-                        CUstream Stream) {
+                        CUstream Stream, const BlockMask *Blocks) {
   CallShape Shape = validateCall(*Def.Graph, Sig, Q, K, V, Out, Finals, Inputs);
-  run(Shape, ForwardTensors{Q, K, V, Out, Finals}, Inputs, Stream);
+  run(Shape, ForwardTensors{Q, K, V, Out, Finals}, Inputs, Stream,
+      Blocks ? &checkBlockMask(*Blocks, Shape) : nullptr);
 }
 
 void Attention::forwardVarlen(const TensorView &Q, const TensorView &K,
@@ -284,15 +296,18 @@ void Attention::forwardVarlen(const TensorView &Q, const TensorView &K,
   run(Shape, ForwardTensors{Q, K, V, Out, Finals}, Inputs, Stream);
 }
 
+KernelChoice Attention::choiceFor(const CallShape &Shape) const {
+  if (DecodeRule && !Shape.Packed && Shape.Sq <= codegen::DecodeMaxQueries)
+    return *DecodeRule;
+  return forwardChoiceFor({Shape.B, Shape.H, Shape.Hkv, Shape.Sq, Shape.Skv});
+}
+
 void Attention::run(const CallShape &Shape, const ForwardTensors &T,
-                    const InputMap &Inputs, CUstream Stream) {
+                    const InputMap &Inputs, CUstream Stream,
+                    const BlockMaskData *Blocks) {
   // The kernel is chosen once, here, before any backend is asked: the
   // short-query rule first (decode), then the tune file or the default.
-  KernelChoice Choice;
-  if (DecodeRule && !Shape.Packed && Shape.Sq <= codegen::DecodeMaxQueries)
-    Choice = *DecodeRule;
-  else
-    Choice = forwardChoiceFor({Shape.B, Shape.H, Shape.Hkv, Shape.Sq, Shape.Skv});
+  KernelChoice Choice = choiceFor(Shape);
   if (Choice.Skel->isDecode() && (Sig.Backend.empty() || Sig.Backend == "generated")) {
     if (Shape.Packed)
       throw NotSupportedYet(fmt::format(
@@ -305,7 +320,7 @@ void Attention::run(const CallShape &Shape, const ForwardTensors &T,
   }
   BackendProblem P{Def, Sig, Fwd.target(), Shape, Choice};
   AttentionBackend &B = choose(P);
-  B.forward(P, T, CallContext{Inputs, Stream});
+  B.forward(P, T, CallContext{Inputs, Stream, Blocks});
   Last = B.name();
 }
 

@@ -9,6 +9,12 @@ namespace attn::runtime {
 
 AttentionBackend::~AttentionBackend() = default;
 
+void AttentionBackend::makeBlockLists(const BackendProblem &, const CallContext &,
+                                      BlockMaskData &) {
+  throw UserError("block mask: backend '" + name() +
+                  "' has no block lists; use the generated backend");
+}
+
 BackendRegistry &BackendRegistry::global() {
   static BackendRegistry *R = [] {
     auto *New = new BackendRegistry;

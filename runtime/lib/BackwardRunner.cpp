@@ -102,7 +102,8 @@ void BackwardRunner::ensureLoaded() {
 
 void BackwardRunner::run(const BackwardTensors &T,
                          const BackwardCallShape &Shape, const InputMap &Inputs,
-                         const InputGradMap &GradOut, CUstream Stream) {
+                         const InputGradMap &GradOut, CUstream Stream,
+                         const BlockMaskData *Blocks) {
   const ir::Graph &G = *Def.Graph;
   const CallShape &C = Shape.Fwd;
   const BackwardPlan &K = Plan;
@@ -125,26 +126,25 @@ void BackwardRunner::run(const BackwardTensors &T,
       TwoChoice.Config = Two;
       Unfused = std::make_unique<BackwardRunner>(Def, Target, TwoChoice);
     }
-    Unfused->run(T, Shape, Inputs, GradOut, Stream);
+    Unfused->run(T, Shape, Inputs, GradOut, Stream, Blocks);
     return;
   }
   // A packed call classifies nothing: its kernels mask per element over a
-  // range of blocks of each sequence (varlen.cuh).
+  // range of blocks of each sequence (varlen.cuh). A call given a block
+  // mask classifies nothing either: it reads the mask's lists.
   const bool Masked = G.decls().HasMask && !C.Packed;
+  if (Blocks && !(Blocks->Bwd == tiles()))
+    throw UserError("block mask: made for the backward's blocks " +
+                    Blocks->Bwd.str() + "; this backward runs " +
+                    tiles().str() + " (" + K.Name + ")");
   const bool Doosum = Def.Info.BackwardUsesDoosum;
-  const int FineM = std::gcd(K.KvBlockM, K.QBlockM);
-  const int FineN = std::gcd(K.KvBlockN, K.QBlockN);
-  const int FineMBlocks = ceilDiv(C.Sq, FineM), FineNBlocks = ceilDiv(C.Skv, FineN);
-  // CUDA limits grid y and z to 65535: batch·heads (dQ, doosum), batch·kv
-  // heads (dK/dV), and the classification's fine row blocks and groups.
+  // CUDA limits grid y and z to 65535: batch·heads (dQ, doosum) and
+  // batch·kv heads (dK/dV).
   if (C.B * C.H > 65535)
     throw InvalidArgument(fmt::format(
         "q: batch x heads is {}; at most 65535 are supported", C.B * C.H));
-  if (Masked && FineMBlocks > 65535)
-    throw InvalidArgument(fmt::format(
-        "q: seq {} gives {} blocks of {} rows for the backward's mask "
-        "classification; at most 65535 are supported",
-        C.Sq, FineMBlocks, FineM));
+  if (Masked && !Blocks)
+    checkClassifyGrid(C);
 
   std::vector<codegen::GradInput> GradInputs = codegen::gradInputs(G);
   std::vector<uint64_t> Slots = inputSlots(G, C, Inputs);
@@ -181,8 +181,6 @@ void BackwardRunner::run(const BackwardTensors &T,
   A.q_n_blocks = ceilDiv(C.Skv, K.QBlockN);
   A.kv_m_blocks = ceilDiv(C.Sq, K.KvBlockM);
   A.kv_n_blocks = ceilDiv(C.Skv, K.KvBlockN);
-  const size_t Groups = size_t(maskGroups(Mask, C.B, C.H));
-
   // The workspace's regions, each 256-byte aligned; an absent one is empty
   // and its pointer null.
   ArenaLayout W;
@@ -200,19 +198,6 @@ void BackwardRunner::run(const BackwardTensors &T,
                         size_t(Spec.HeadDim) * 4
                   : 0);
   const unsigned SemAt = W.add(Fused ? SemCount * 4 : 0);
-  const unsigned RankAt = W.add(
-      Fused && Masked ? Groups * A.kv_n_blocks * size_t(A.kv_m_blocks) * 4 : 0);
-  auto IfMasked = [Masked](size_t Bytes) { return Masked ? Bytes : 0; };
-  const unsigned BoundsAt = W.add(
-      IfMasked(4 * maskBoundsFloats(Mask, int64_t(Groups), FineMBlocks,
-                                    FineNBlocks)));
-  const unsigned ClassesAt = W.add(IfMasked(Groups * FineMBlocks * FineNBlocks));
-  const unsigned QCountAt = W.add(IfMasked(Groups * A.q_m_blocks * 4));
-  const unsigned QListAt =
-      W.add(IfMasked(Groups * A.q_m_blocks * size_t(A.q_n_blocks) * 4));
-  const unsigned KvCountAt = W.add(IfMasked(Groups * A.kv_n_blocks * 4));
-  const unsigned KvListAt =
-      W.add(IfMasked(Groups * A.kv_n_blocks * size_t(A.kv_m_blocks) * 4));
 
   ensureLoaded();
   CudaDriver &D = CudaDriver::get();
@@ -222,7 +207,6 @@ void BackwardRunner::run(const BackwardTensors &T,
   if (Fused) {
     A.dq_accum = W.at<float>(Base, AccumAt);
     A.dq_sem = W.at<int>(Base, SemAt);
-    A.kv_rank = W.at<int>(Base, RankAt);
     // Rotated walks make a CTA wait for one dispatched after it: safe only
     // where a whole grid row can be resident (at least a CTA an SM). They
     // also spread a head's live Q/dO tiles and sums over all its query
@@ -236,56 +220,22 @@ void BackwardRunner::run(const BackwardTensors &T,
     A.grad_shape[I] = GradInputs[I].Shape == ir::InputShape::PerHead ? 1 : 0;
   }
 
-  if (Masked) {
-    attnc::MaskArgs M{};
-    M.classes = W.at<unsigned char>(Base, ClassesAt);
-    M.batch = A.batch;
-    M.heads = A.heads;
-    M.seq_q = A.seq_q;
-    M.seq_kv = A.seq_kv;
-    M.m_blocks = FineMBlocks;
-    M.n_blocks = FineNBlocks;
-    M.mask_grouping = A.mask_grouping;
-    M.bounds = W.at<float>(Base, BoundsAt);
-    launchClassify(D, Classify, Mask, M, int64_t(Groups), Slots.data(), Stream,
-                   "launch attnc_bwd_block_classify");
-    attnc::BwdListArgs L{};
-    L.classes = M.classes;
-    L.groups = int(Groups);
-    L.fine_m = FineMBlocks;
-    L.fine_n = FineNBlocks;
-    // Rows: the dQ kernel's blocks.
-    L.ratio_m = K.QBlockM / FineM;
-    L.ratio_n = K.QBlockN / FineN;
-    L.m_blocks = A.q_m_blocks;
-    L.n_blocks = A.q_n_blocks;
-    L.count = W.at<int>(Base, QCountAt);
-    L.list = W.at<int>(Base, QListAt);
-    void *RowParams[] = {&L};
-    D.check(D.cuLaunchKernel(Rows, ceilDiv(Groups * A.q_m_blocks, 128), 1, 1,
-                             128, 1, 1, 0, Stream, RowParams, nullptr),
-            "launch attnc_bwd_block_rows");
-    A.q_count = L.count;
-    A.q_list = L.list;
-    // Columns: the dK/dV kernel's blocks.
-    attnc::BwdListArgs LC = L;
-    LC.ratio_m = K.KvBlockM / FineM;
-    LC.ratio_n = K.KvBlockN / FineN;
-    LC.m_blocks = A.kv_m_blocks;
-    LC.n_blocks = A.kv_n_blocks;
-    LC.count = W.at<int>(Base, KvCountAt);
-    LC.list = W.at<int>(Base, KvListAt);
-    if (Fused) { // same tiling as the rows (BwdConfig::fused)
-      LC.row_count = A.q_count;
-      LC.row_list = A.q_list;
-      LC.rank = const_cast<int *>(A.kv_rank);
-    }
-    void *ColParams[] = {&LC};
-    D.check(D.cuLaunchKernel(Cols, ceilDiv(Groups * A.kv_n_blocks, 128), 1, 1,
-                             128, 1, 1, 0, Stream, ColParams, nullptr),
-            "launch attnc_bwd_block_cols");
-    A.kv_count = LC.count;
-    A.kv_list = LC.list;
+  if (Blocks) {
+    A.mask_grouping = Blocks->Grouping;
+    A.q_count = Blocks->QCount;
+    A.q_list = Blocks->QList;
+    A.kv_count = Blocks->KvCount;
+    A.kv_list = Blocks->KvList;
+    if (Fused)
+      A.kv_rank = Blocks->KvRank;
+  } else if (Masked) {
+    BwdLists L = listBlocks(C, Slots.data(), Stream, MaskWork);
+    A.q_count = L.QCount;
+    A.q_list = L.QList;
+    A.kv_count = L.KvCount;
+    A.kv_list = L.KvList;
+    if (Fused)
+      A.kv_rank = L.KvRank;
   }
 
   if (Doosum) {
@@ -326,6 +276,108 @@ void BackwardRunner::run(const BackwardTensors &T,
                              1, 0, Stream, GradParams, nullptr),
             "launch attnc_bwd_input_grads");
   }
+}
+
+BwdTiles BackwardRunner::tiles() const {
+  return {Plan.QBlockM, Plan.QBlockN, Plan.KvBlockM, Plan.KvBlockN,
+          Plan.FusedDq};
+}
+
+void BackwardRunner::checkClassifyGrid(const CallShape &C) const {
+  // The classification's grid y carries its fine row blocks (65535 at most).
+  const int FineM = std::gcd(Plan.KvBlockM, Plan.QBlockM);
+  const int FineMBlocks = ceilDiv(C.Sq, FineM);
+  if (FineMBlocks > 65535)
+    throw InvalidArgument(fmt::format(
+        "q: seq {} gives {} blocks of {} rows for the backward's mask "
+        "classification; at most 65535 are supported",
+        C.Sq, FineMBlocks, FineM));
+}
+
+BwdLists BackwardRunner::listBlocks(const CallShape &C, void *Slots,
+                                    CUstream Stream, DeviceArena &Mem) {
+  const BackwardPlan &K = Plan;
+  const bool Fused = K.FusedDq;
+  checkClassifyGrid(C);
+  const int FineM = std::gcd(K.KvBlockM, K.QBlockM);
+  const int FineN = std::gcd(K.KvBlockN, K.QBlockN);
+  const int FineMBlocks = ceilDiv(C.Sq, FineM),
+            FineNBlocks = ceilDiv(C.Skv, FineN);
+  const int QM = ceilDiv(C.Sq, K.QBlockM), QN = ceilDiv(C.Skv, K.QBlockN);
+  const int KvM = ceilDiv(C.Sq, K.KvBlockM), KvN = ceilDiv(C.Skv, K.KvBlockN);
+  const size_t Groups = size_t(maskGroups(Mask, C.B, C.H));
+  ArenaLayout W;
+  const unsigned RankAt = W.add(Fused ? Groups * KvN * size_t(KvM) * 4 : 0);
+  const unsigned BoundsAt = W.add(
+      4 * maskBoundsFloats(Mask, int64_t(Groups), FineMBlocks, FineNBlocks));
+  const unsigned ClassesAt = W.add(Groups * FineMBlocks * FineNBlocks);
+  const unsigned QCountAt = W.add(Groups * QM * 4);
+  const unsigned QListAt = W.add(Groups * QM * size_t(QN) * 4);
+  const unsigned KvCountAt = W.add(Groups * KvN * 4);
+  const unsigned KvListAt = W.add(Groups * KvN * size_t(KvM) * 4);
+
+  ensureLoaded();
+  CudaDriver &D = CudaDriver::get();
+  CUdeviceptr Base = Mem.carve(W);
+  attnc::MaskArgs M{};
+  M.classes = W.at<unsigned char>(Base, ClassesAt);
+  M.batch = int(C.B);
+  M.heads = int(C.H);
+  M.seq_q = int(C.Sq);
+  M.seq_kv = int(C.Skv);
+  M.m_blocks = FineMBlocks;
+  M.n_blocks = FineNBlocks;
+  M.mask_grouping = int(Mask.Grouping);
+  M.bounds = W.at<float>(Base, BoundsAt);
+  launchClassify(D, Classify, Mask, M, int64_t(Groups), Slots, Stream,
+                 "launch attnc_bwd_block_classify");
+  attnc::BwdListArgs L{};
+  L.classes = M.classes;
+  L.groups = int(Groups);
+  L.fine_m = FineMBlocks;
+  L.fine_n = FineNBlocks;
+  // Rows: the dQ kernel's blocks.
+  L.ratio_m = K.QBlockM / FineM;
+  L.ratio_n = K.QBlockN / FineN;
+  L.m_blocks = QM;
+  L.n_blocks = QN;
+  L.count = W.at<int>(Base, QCountAt);
+  L.list = W.at<int>(Base, QListAt);
+  void *RowParams[] = {&L};
+  D.check(D.cuLaunchKernel(Rows, ceilDiv(Groups * QM, 128), 1, 1, 128, 1, 1,
+                           0, Stream, RowParams, nullptr),
+          "launch attnc_bwd_block_rows");
+  // Columns: the dK/dV kernel's blocks.
+  attnc::BwdListArgs LC = L;
+  LC.ratio_m = K.KvBlockM / FineM;
+  LC.ratio_n = K.KvBlockN / FineN;
+  LC.m_blocks = KvM;
+  LC.n_blocks = KvN;
+  LC.count = W.at<int>(Base, KvCountAt);
+  LC.list = W.at<int>(Base, KvListAt);
+  if (Fused) { // same tiling as the rows (BwdConfig::fused)
+    LC.row_count = L.count;
+    LC.row_list = L.list;
+    LC.rank = W.at<int>(Base, RankAt);
+  }
+  void *ColParams[] = {&LC};
+  D.check(D.cuLaunchKernel(Cols, ceilDiv(Groups * KvN, 128), 1, 1, 128, 1, 1,
+                           0, Stream, ColParams, nullptr),
+          "launch attnc_bwd_block_cols");
+  return {L.count, L.list, LC.count, LC.list, LC.rank};
+}
+
+void BackwardRunner::makeBlockLists(const CallShape &C, const InputMap &Inputs,
+                                    CUstream Stream, BlockMaskData &Out) {
+  std::vector<uint64_t> Slots = inputSlots(*Def.Graph, C, Inputs);
+  BwdLists L = listBlocks(C, Slots.data(), Stream, Out.BwdMem);
+  Out.HasBwd = true;
+  Out.Bwd = tiles();
+  Out.QCount = L.QCount;
+  Out.QList = L.QList;
+  Out.KvCount = L.KvCount;
+  Out.KvList = L.KvList;
+  Out.KvRank = L.KvRank;
 }
 
 } // namespace attn::runtime

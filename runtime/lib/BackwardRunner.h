@@ -4,6 +4,7 @@
 #ifndef ATTN_RUNTIME_BACKWARDRUNNER_H
 #define ATTN_RUNTIME_BACKWARDRUNNER_H
 
+#include "BlockMaskData.h"
 #include "DeviceArena.h"
 #include "KernelModule.h"
 
@@ -28,6 +29,14 @@ struct BackwardPlan {
   int QBlockM = 0, QBlockN = 0, QThreads = 0, QShared = 0;
   /// bwd_sm80's fused dQ mode (no dQ kernel).
   bool FusedDq = false;
+};
+
+/// The backward's block lists in the kernels' format (BwdArgs): the dQ
+/// kernel's rows, the dK/dV kernel's columns and, in the fused dQ mode,
+/// the columns' ranks (else null).
+struct BwdLists {
+  const int *QCount, *QList, *KvCount, *KvList;
+  int *KvRank;
 };
 
 /// Gradients dq, dk, dv (and of custom inputs that require them) of
@@ -59,9 +68,20 @@ public:
   /// the fused dQ mode, a second runner of the two-kernel configuration
   /// with the same dK/dV tiles, made on the first such call (the fused
   /// mode's per-query-block order assumes the dense grid).
+  /// With \p Blocks (a BlockMask made for this runner's tiles: UserError
+  /// otherwise), no classification is launched: the kernels read its lists.
   void run(const BackwardTensors &T, const BackwardCallShape &Shape,
            const InputMap &Inputs = {},
-           const InputGradMap &Grads = {}, CUstream Stream = nullptr);
+           const InputGradMap &Grads = {}, CUstream Stream = nullptr,
+           const BlockMaskData *Blocks = nullptr);
+
+  /// Classifies a masked definition's blocks for a call of shape \p C
+  /// with \p Inputs and writes the lists into \p Out (BwdMem, HasBwd,
+  /// Bwd and the list pointers), launched on \p Stream.
+  void makeBlockLists(const CallShape &C, const InputMap &Inputs,
+                      CUstream Stream, BlockMaskData &Out);
+  /// The tiles its block lists are for.
+  BwdTiles tiles() const;
 
   const codegen::KernelSource &source() const { return Source; }
   const CacheResult &cacheResult() const { return Cached; }
@@ -70,6 +90,13 @@ public:
 
 private:
   void ensureLoaded();
+  /// InvalidArgument where the classification's grid would pass CUDA's
+  /// limits.
+  void checkClassifyGrid(const CallShape &C) const;
+  /// Launches the classification and the list kernels for \p C into
+  /// regions of \p Mem.
+  BwdLists listBlocks(const CallShape &C, void *Slots, CUstream Stream,
+                      DeviceArena &Mem);
 
   const CompiledDefinition &Def;
   analysis::MaskAnalysis Mask;
@@ -87,6 +114,8 @@ private:
              DqConvert = nullptr, Grads = nullptr, Classify = nullptr,
              Rows = nullptr, Cols = nullptr;
   DeviceArena Work{"backward workspace"};
+  /// The block lists of a call without a BlockMask, and their scratch.
+  DeviceArena MaskWork{"backward block lists"};
 };
 
 } // namespace attn::runtime

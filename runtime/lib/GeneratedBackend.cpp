@@ -5,6 +5,7 @@
 // strides defeat its descriptors.
 #include "attn/runtime/Backend.h"
 
+#include "BlockMaskData.h"
 #include "DeviceArena.h"
 #include "ForwardLaunch.h"
 #include "KernelModule.h"
@@ -106,6 +107,8 @@ public:
 
   void forward(const BackendProblem &P, const ForwardTensors &T,
                const CallContext &Ctx) override;
+  void makeBlockLists(const BackendProblem &P, const CallContext &Ctx,
+                      BlockMaskData &Out) override;
 
 private:
   /// The kernel of one choice, compiled on first use.
@@ -127,6 +130,14 @@ private:
               const attnc::Sm90Maps *Maps);
   void launchDecode(ForwardKernel &K, const BackendProblem &P,
                     const ForwardTensors &T, const CallContext &Ctx);
+  /// The forward's block lists (FwdArgs::block_count, block_list).
+  struct FwdLists {
+    const int *Count = nullptr, *List = nullptr;
+  };
+  /// Launches \p K's classification and compaction for \p A's geometry
+  /// (batch, heads, lengths, blocks) into regions of \p Mem.
+  FwdLists classify(ForwardKernel &K, const attnc::FwdArgs &A, void *Slots,
+                    CUstream Stream, DeviceArena &Mem);
 
   const std::string Name = "generated";
   const CompiledDefinition &Def;
@@ -144,6 +155,8 @@ private:
   /// Lists launched into a stream being captured are not remembered: they
   /// exist only once the graph runs.
   std::optional<MaskReuseKey> MaskListsFor;
+  /// Where the last classification wrote its lists in MaskBuf.
+  FwdLists MaskLists;
   /// The decode splits' partial o and states (DecodeArgs::part_o, part_st).
   DeviceArena DecodeBuf{"decode splits"};
   /// The definition's merge, which decides whether decode may split.
@@ -183,32 +196,22 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
   CudaDriver &D = CudaDriver::get();
   attnc::FwdArgs &A = L.Args;
   // A packed call classifies nothing: its kernels mask per element over a
-  // range of blocks of each sequence (varlen.cuh).
-  if (Def.Graph->decls().HasMask && !P.Shape.Packed) {
-    const int64_t Groups = maskGroups(Mask, A.batch, A.heads);
-    size_t Cells = size_t(Groups) * A.m_blocks * A.n_blocks;
-    size_t Rows = size_t(Groups) * A.m_blocks;
-    ArenaLayout Layout;
-    unsigned Bounds = Layout.add(
-        4 * maskBoundsFloats(Mask, Groups, A.m_blocks, A.n_blocks), 16);
-    unsigned Classes = Layout.add(Cells, 1);
-    unsigned Counts = Layout.add(4 * Rows, 16);
-    unsigned Lists = Layout.add(4 * Cells, 4);
-    // New memory holds no lists worth reusing.
-    if (MaskBuf.ensure(Layout.bytes()))
-      MaskListsFor.reset();
-    attnc::MaskArgs M{};
-    M.classes = Layout.at<unsigned char>(MaskBuf.base(), Classes);
-    M.block_count = Layout.at<int>(MaskBuf.base(), Counts);
-    M.block_list = Layout.at<int>(MaskBuf.base(), Lists);
-    M.bounds = Layout.at<float>(MaskBuf.base(), Bounds);
-    M.batch = A.batch;
-    M.heads = A.heads;
-    M.seq_q = A.seq_q;
-    M.seq_kv = A.seq_kv;
-    M.m_blocks = A.m_blocks;
-    M.n_blocks = A.n_blocks;
-    M.mask_grouping = A.mask_grouping;
+  // range of blocks of each sequence (varlen.cuh). A call given a block
+  // mask reads its lists.
+  if (Ctx.Blocks) {
+    const BlockMaskData &B = *Ctx.Blocks;
+    if (B.FwdBlockM != K.Launch.BlockM || B.FwdBlockN != K.Launch.BlockN)
+      throw UserError(fmt::format(
+          "block mask: made for forward blocks of {}x{}; this call runs {} "
+          "with blocks of {}x{} (a tune file's choice for its shape, or q/k/v "
+          "strides that TMA cannot describe); make the block mask for "
+          "tensors like the call's",
+          B.FwdBlockM, B.FwdBlockN, K.Choice.str(), K.Launch.BlockM,
+          K.Launch.BlockN));
+    A.block_count = B.FwdCount;
+    A.block_list = B.FwdList;
+    A.mask_grouping = B.Grouping;
+  } else if (Def.Graph->decls().HasMask && !P.Shape.Packed) {
     std::optional<MaskReuseKey> Key;
     if (mayReuse(Mask))
       Key = maskReuseKey(*Def.Graph, Mask, A.batch, A.heads, A.seq_q, A.seq_kv,
@@ -216,20 +219,17 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
                          L.InputSlots);
     if (!Key || MaskListsFor != Key) {
       MaskListsFor.reset(); // until both launches are in the stream
-      launchClassify(D, K.Classify, Mask, M, Groups, L.InputSlots.data(),
-                     Ctx.Stream, "launch attnc_block_classify");
-      void *CompactParams[] = {&M};
-      D.check(D.cuLaunchKernel(K.Compact, unsigned((Rows + 127) / 128), 1, 1,
-                               128, 1, 1, 0, Ctx.Stream, CompactParams, nullptr),
-              "launch attnc_block_compact");
+      // New memory holds no lists worth reusing (reset above in any case).
+      FwdLists Lists = classify(K, A, L.InputSlots.data(), Ctx.Stream, MaskBuf);
       CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
       D.check(D.cuStreamIsCapturing(Ctx.Stream, &Capture),
               "cuStreamIsCapturing");
       if (Key && Capture == CU_STREAM_CAPTURE_STATUS_NONE)
         MaskListsFor = Key;
+      MaskLists = Lists;
     }
-    A.block_count = M.block_count;
-    A.block_list = M.block_list;
+    A.block_count = MaskLists.Count;
+    A.block_list = MaskLists.List;
   }
   void *Params[] = {&A, L.InputSlots.data(),
                     const_cast<attnc::Sm90Maps *>(Maps)};
@@ -238,6 +238,63 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
                            unsigned(K.Launch.SharedBytes), Ctx.Stream,
                            Params, nullptr),
           "launch attnc_fwd");
+}
+
+GeneratedBackend::FwdLists
+GeneratedBackend::classify(ForwardKernel &K, const attnc::FwdArgs &A,
+                           void *Slots, CUstream Stream, DeviceArena &Mem) {
+  CudaDriver &D = CudaDriver::get();
+  const int64_t Groups = maskGroups(Mask, A.batch, A.heads);
+  size_t Cells = size_t(Groups) * A.m_blocks * A.n_blocks;
+  size_t Rows = size_t(Groups) * A.m_blocks;
+  ArenaLayout Layout;
+  unsigned Bounds = Layout.add(
+      4 * maskBoundsFloats(Mask, Groups, A.m_blocks, A.n_blocks), 16);
+  unsigned Classes = Layout.add(Cells, 1);
+  unsigned Counts = Layout.add(4 * Rows, 16);
+  unsigned Lists = Layout.add(4 * Cells, 4);
+  Mem.ensure(Layout.bytes());
+  attnc::MaskArgs M{};
+  M.classes = Layout.at<unsigned char>(Mem.base(), Classes);
+  M.block_count = Layout.at<int>(Mem.base(), Counts);
+  M.block_list = Layout.at<int>(Mem.base(), Lists);
+  M.bounds = Layout.at<float>(Mem.base(), Bounds);
+  M.batch = A.batch;
+  M.heads = A.heads;
+  M.seq_q = A.seq_q;
+  M.seq_kv = A.seq_kv;
+  M.m_blocks = A.m_blocks;
+  M.n_blocks = A.n_blocks;
+  M.mask_grouping = int(Mask.Grouping);
+  launchClassify(D, K.Classify, Mask, M, Groups, Slots, Stream,
+                 "launch attnc_block_classify");
+  void *CompactParams[] = {&M};
+  D.check(D.cuLaunchKernel(K.Compact, unsigned((Rows + 127) / 128), 1, 1, 128,
+                           1, 1, 0, Stream, CompactParams, nullptr),
+          "launch attnc_block_compact");
+  return {M.block_count, M.block_list};
+}
+
+void GeneratedBackend::makeBlockLists(const BackendProblem &P,
+                                      const CallContext &Ctx,
+                                      BlockMaskData &Out) {
+  ForwardKernel &K = kernelFor(P.Target, P.Choice);
+  if (K.Choice.Skel->isDecode())
+    throw InternalError("block mask: lists for a decode skeleton");
+  K.load();
+  std::vector<uint64_t> Slots = inputSlots(*Def.Graph, P.Shape, Ctx.Inputs);
+  attnc::FwdArgs A{};
+  A.batch = int(P.Shape.B);
+  A.heads = int(P.Shape.H);
+  A.seq_q = int(P.Shape.Sq);
+  A.seq_kv = int(P.Shape.Skv);
+  A.m_blocks = int((P.Shape.Sq + K.Launch.BlockM - 1) / K.Launch.BlockM);
+  A.n_blocks = int((P.Shape.Skv + K.Launch.BlockN - 1) / K.Launch.BlockN);
+  FwdLists L = classify(K, A, Slots.data(), Ctx.Stream, Out.FwdMem);
+  Out.FwdBlockM = K.Launch.BlockM;
+  Out.FwdBlockN = K.Launch.BlockN;
+  Out.FwdCount = L.Count;
+  Out.FwdList = L.List;
 }
 
 void GeneratedBackend::launchDecode(ForwardKernel &K, const BackendProblem &P,

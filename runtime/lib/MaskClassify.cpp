@@ -5,6 +5,7 @@
 #include "attn/codegen/InputLayout.h"
 
 #include <algorithm>
+#include <atomic>
 
 namespace attn::runtime {
 
@@ -28,10 +29,17 @@ size_t maskBoundsFloats(const analysis::MaskAnalysis &A, int64_t Groups,
          size_t(std::max(MBlocks, NBlocks)) * 2;
 }
 
+namespace {
+std::atomic<uint64_t> Launches{0};
+} // namespace
+
+uint64_t classifyLaunches() { return Launches.load(); }
+
 void launchClassify(CudaDriver &D, CUfunction Classify,
                     const analysis::MaskAnalysis &A, attnc::MaskArgs M,
                     int64_t Groups, void *Slots, CUstream Stream,
                     const char *What) {
+  ++Launches;
   M.bound_lines = std::max(M.m_blocks, M.n_blocks);
   void *Params[] = {&M, Slots};
   if (!A.Analysed) {

@@ -33,6 +33,10 @@ void launchClassify(CudaDriver &D, CUfunction Classify,
                     int64_t Groups, void *Slots, CUstream Stream,
                     const char *What);
 
+/// How many classifications launchClassify has launched in this process
+/// (a test's proof that a call given a BlockMask launches none).
+uint64_t classifyLaunches();
+
 /// What a classification depends on besides the definition and the tile,
 /// where it can be reused: the shapes and the bits of the scalar inputs the
 /// mask reads. A mask reading a tensor input depends on device data, which

@@ -1,13 +1,15 @@
 // GPU test of packed variable-length batches (Layout::THD, VarlenBatch):
 // ragged cu_seqlens with empty sequences and sequences of one token, causal
-// and unmasked softmax, ALiBi (a score_mod of q_idx with per-head inputs
-// and their gradients), grouped k/v heads, f16 and bf16, forward on the
+// and unmasked softmax, a sliding window and a prefix-LM (masks whose empty
+// key blocks are found from the block's box), ALiBi (a score_mod of q_idx
+// with per-head inputs and their gradients), grouped k/v heads, f16 and bf16, forward on the
 // default skeleton and on fwd_sm80, and the backward, against the fp64
 // reference with the FlashAttention tolerance rule of the dense tests.
 // Outputs are poisoned (NaN) before every run. With --bench: TFLOPS of a
 // batch of 32 sequences of lengths uniform in [64, 8192] (H32 D128 f16)
 // and of dense attention of the same average length. Exits 77 (ctest:
-// skipped) where there is no GPU. --quick: the f16 d64 cases only.
+// skipped) where there is no GPU. --quick: the f16 d64 cases only;
+// ATTNC_GPU_TEST_FILTER=NAME: one definition's cases.
 #include "BackwardCheck.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
@@ -132,6 +134,12 @@ bool runCase(const Case &C, uint64_t Seed) {
     std::uniform_real_distribution<double> U(D.SampleLo, D.SampleHi);
     if (D.Shape == ir::InputShape::Scalar) {
       float X = float(U(Rng));
+      if (D.Elem == ir::InputType::I32) { // a prefix length: an int32
+        int32_t I = int32_t(std::lround(X));
+        Inputs[D.Name] = I;
+        In.Inputs[D.Name] = Tensor({}, double(I));
+        continue;
+      }
       Inputs[D.Name] = X;
       In.Inputs[D.Name] = Tensor({}, double(X));
       continue;
@@ -333,6 +341,15 @@ std::vector<Case> cases(bool Quick) {
           Out.push_back({Def, T, D, 2, Gqa ? 1 : 2, Self, Self, Skel, *Skel == 0});
         }
       }
+  // Masks the analysis bounds from the block's box (varlen.cuh's
+  // tile_may_keep): a window that leaves whole key blocks empty before it
+  // (its first blocks are skipped without a mask evaluation), and a prefix
+  // length that is a runtime int32.
+  for (const char *Def : {"mha_window", "mha_prefix_lm"})
+    for (const char *Skel : {"", "fwd_sm80"}) {
+      Out.push_back({Def, DType::F16, 64, 4, 4, Lq, Lkv, Skel, *Skel == 0});
+      Out.push_back({Def, DType::F16, 128, 2, 1, Self, Self, Skel, *Skel == 0});
+    }
   return Out;
 }
 
@@ -421,7 +438,10 @@ int main(int Argc, char **Argv) {
   int Passed = 0, Failed = 0;
   uint64_t Seed = 1;
   bool Quick = Argc > 1 && std::string(Argv[1]) == "--quick";
+  const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
   for (const Case &C : cases(Quick)) {
+    if (Filter && C.Def != Filter)
+      continue;
     try {
       (runCase(C, Seed++) ? Passed : Failed)++;
     } catch (const std::exception &E) {

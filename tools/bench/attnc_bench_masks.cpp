@@ -1,17 +1,29 @@
 // attnc_bench_masks: the everyday masks of tools/bench/peers_masks.py
 // (FlexAttention) on attnc, forward and forward+backward, CUDA events,
-// warm-up, median of 30, inputs rotated over three random sets. Masks that
-// read tensors are classified on every call (no reuse across calls), so
-// their time includes the classification.
+// warm-up, median of 30, inputs rotated over three random sets. Each mask
+// is timed twice: by plain calls (a mask that reads tensors is classified on
+// every one, so their time includes the classification; the others reuse
+// the last call's lists) and by calls given a block mask made once outside
+// the timing (Attention::makeBlockMask, as FlexAttention's create_block_mask
+// in peers_masks.py). The classification alone (refreshBlockMask of a
+// forward-only mask, ten back to back a sample) is printed as a fraction of
+// the forward with the block mask, and the classifications the timed calls
+// with one launched (0).
 //
-//   attnc_bench_masks MASK|all f16|bf16 H D S [S ...]
+//   attnc_bench_masks MASK|all f16|bf16 H D S [S ...] [--compile-only]
+//
+// --compile-only needs no GPU: it compiles the forward and backward kernels
+// the timed run uses on sm_90a into the kernel cache ($ATTNC_CACHE_DIR),
+// which a device run then reads instead of compiling.
 //
 // MASK is document, prefix_lm, window256 or chunked256 (causal within
 // chunks of 256 tokens, the chunk a runtime int32 scalar, as mha_chunked).
 // B = 16384 / S. The document ids, the prefix and the chunk follow
 // peers_masks.py: eight documents at the fixed fractions DocFractions, the
 // prefix S / 4, chunks of 256.
+#include "BackwardRunner.h"
 #include "GpuSupport.h"
+#include "MaskClassify.h"
 #include "attn/runtime/DtypeBits.h"
 #include "attn/runtime/EventTiming.h"
 
@@ -135,9 +147,17 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
   };
   runtime::TensorView FV = runtime::TensorView::contiguous(
       Finals.get(), runtime::ElemType::F32, {1, B, H, S});
+  runtime::MaskShape Shape;
+  Shape.Batch = B;
+  Shape.Heads = Shape.HeadsKv = H;
+  Shape.SeqQ = Shape.SeqKv = S;
+  runtime::BlockMask Reused = Att.makeBlockMask(Shape, Inputs, nullptr, true);
+  runtime::BlockMask FwdMask = Att.makeBlockMask(Shape, Inputs, nullptr, false);
+  const runtime::BlockMask *Given = nullptr;
   auto Fwd = [&](int Set) {
     Att.forward(View(Bufs[4 * Set]->get()), View(Bufs[4 * Set + 1]->get()),
-                View(Bufs[4 * Set + 2]->get()), View(Out.get()), &FV, Inputs);
+                View(Bufs[4 * Set + 2]->get()), View(Out.get()), &FV, Inputs,
+                nullptr, Given);
   };
   auto FwdBwd = [&](int Set) {
     Fwd(Set);
@@ -145,7 +165,7 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
     Att.backward(View(Bufs[4 * Set]->get()), View(Bufs[4 * Set + 1]->get()),
                  View(Bufs[4 * Set + 2]->get()), &O,
                  View(Bufs[4 * Set + 3]->get()), &FV, View(DQ.get()),
-                 View(DK.get()), View(DV.get()), Inputs);
+                 View(DK.get()), View(DV.get()), Inputs, {}, nullptr, Given);
   };
   double KeptCount = 0;
   for (int Q = 0; Q < S; ++Q)
@@ -154,11 +174,29 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
   double FlopsFwd = 4.0 * B * H * KeptCount * D;
   double TF = runtime::medianEventMs([&](int I) { Fwd(I % 3); }, 5, 30);
   double TFB = runtime::medianEventMs([&](int I) { FwdBwd(I % 3); }, 5, 30);
+  Given = &Reused;
+  const uint64_t Before = runtime::classifyLaunches();
+  double TR = runtime::medianEventMs([&](int I) { Fwd(I % 3); }, 5, 30);
+  double TRB = runtime::medianEventMs([&](int I) { FwdBwd(I % 3); }, 5, 30);
+  const uint64_t Launched = runtime::classifyLaunches() - Before;
+  // Ten classifications back to back a sample: the kernels' time, not one
+  // call's host overhead around an idle GPU.
+  double TC = runtime::medianEventMs(
+                  [&](int) {
+                    for (int R = 0; R < 10; ++R)
+                      Att.refreshBlockMask(FwdMask, Inputs);
+                  },
+                  5, 30) /
+              10;
+  auto Tflops = [&](double Flops, double Ms) { return Flops / (Ms * 1e-3) / 1e12; };
   std::printf("attnc %-11s %s B%d H%d S%d D%d: fwd %.3f ms %.1f TFLOPS  "
-              "fwd+bwd %.3f ms %.1f TFLOPS  density %.4f  [%s | %s]\n",
+              "fwd+bwd %.3f ms %.1f TFLOPS  reused mask: fwd %.3f ms %.1f "
+              "TFLOPS  fwd+bwd %.3f ms %.1f TFLOPS  classify %.3f ms = %.1f%% "
+              "of fwd  launched %llu  density %.4f  [%s | %s]\n",
               Mask.c_str(), dtypeName(T).str().c_str(), B, H, S, D, TF,
-              FlopsFwd / (TF * 1e-3) / 1e12, TFB,
-              3.5 * FlopsFwd / (TFB * 1e-3) / 1e12,
+              Tflops(FlopsFwd, TF), TFB, Tflops(3.5 * FlopsFwd, TFB), TR,
+              Tflops(FlopsFwd, TR), TRB, Tflops(3.5 * FlopsFwd, TRB), TC,
+              100.0 * TC / TR, (unsigned long long)Launched,
               KeptCount / (double(S) * S), Att.forwardChoice().str().c_str(),
               Att.backwardChoice().str().c_str());
   std::fflush(stdout);
@@ -166,12 +204,39 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
 
 } // namespace
 
+/// The kernels benchOne's calls use on sm_90a, compiled into the cache.
+void compileOne(const std::string &Mask, DType T, int D) {
+  runtime::Signature Sig;
+  Sig.Dtype = T;
+  Sig.HeadDim = Sig.HeadDimV = D;
+  Sig.Arch = GpuArch::Sm90a;
+  Sig.NeedsBackward = true;
+  runtime::Attention Att(maskedMha(Mask), Sig);
+  runtime::BackwardRunner Bwd(
+      Att.definition(),
+      runtime::kernelTarget(Att.definition(), Sig, GpuArch::Sm90a,
+                            runtime::Direction::Backward),
+      Att.backwardChoice());
+  std::printf("compiled %s: %s | %s\n", Mask.c_str(),
+              Att.forwardChoice().str().c_str(),
+              Att.backwardChoice().str().c_str());
+}
+
 int main(int Argc, char **Argv) {
+  const bool CompileOnly =
+      Argc > 1 && std::string(Argv[Argc - 1]) == "--compile-only";
   BenchCommand Cmd;
-  if (int Rc = parseBenchCommand(Argc, Argv, 3,
-                                 "attnc_bench_masks MASK|all f16|bf16 H D S [S ...]",
-                                 Cmd))
+  if (int Rc = parseBenchCommand(
+          Argc - CompileOnly, Argv, 3,
+          "attnc_bench_masks MASK|all f16|bf16 H D S [S ...] [--compile-only]",
+          Cmd, /*NeedsGpu=*/!CompileOnly))
     return Rc;
+  if (CompileOnly) {
+    for (const char *Mask : {"document", "prefix_lm", "window256", "chunked256"})
+      if (Cmd.Name == "all" || Cmd.Name == Mask)
+        compileOne(Mask, Cmd.Dtype, Cmd.Ints[1]);
+    return 0;
+  }
   int H = Cmd.Ints[0], D = Cmd.Ints[1];
   int Rc = 0;
   for (size_t I = 2; I < Cmd.Ints.size(); ++I)

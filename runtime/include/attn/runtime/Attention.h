@@ -7,6 +7,7 @@
 #include "attn/codegen/Codegen.h"
 #include "attn/dsl/Definition.h"
 #include "attn/dsl/Problem.h"
+#include "attn/runtime/BlockMask.h"
 #include "attn/runtime/KernelCache.h"
 #include "attn/runtime/Selector.h"
 
@@ -20,6 +21,10 @@
 #include <vector>
 
 #include <dlpack/dlpack.h>
+
+namespace attn::analysis {
+struct MaskAnalysis;
+} // namespace attn::analysis
 
 namespace attn::runtime {
 
@@ -191,9 +196,36 @@ public:
   /// expected value; nothing is launched then), picks a backend, runs the
   /// forward. Custom scalars in \p Inputs are kernel arguments: a new value
   /// never recompiles.
+  /// With \p Blocks (a BlockMask of this Attention's mask and the call's
+  /// shape: UserError otherwise) no classification is launched; its lists
+  /// decide which blocks are visited, whatever \p Inputs hold now.
   void forward(const TensorView &Q, const TensorView &K, const TensorView &V,
                const TensorView &Out, const TensorView *Finals,
-               const InputMap &Inputs = {}, CUstream Stream = nullptr);
+               const InputMap &Inputs = {}, CUstream Stream = nullptr,
+               const BlockMask *Blocks = nullptr);
+
+  /// The block classification of this Attention's mask for calls of shape
+  /// \p S with \p Inputs, made on \p Stream (the classification kernels
+  /// of the forward kernel the shape selects and, with \p ForBackward, of
+  /// the backward's, which it compiles if no call has). Pass it to any
+  /// number of forward (and, made ForBackward, backward) calls of that
+  /// shape, of this or another Attention of the same mask, signature and
+  /// configurations. UserError for a definition without a mask_mod or
+  /// another backend than "generated"; InvalidArgument for a bad shape or
+  /// inputs (checkInputs' messages).
+  BlockMask makeBlockMask(const MaskShape &S, const InputMap &Inputs = {},
+                          CUstream Stream = nullptr, bool ForBackward = false);
+  /// Classifies \p B's blocks again with \p Inputs, on \p Stream, into its
+  /// own memory (new document ids each step, no allocation): B must be one
+  /// makeBlockMask made for this Attention's mask (UserError otherwise).
+  void refreshBlockMask(BlockMask &B, const InputMap &Inputs,
+                        CUstream Stream = nullptr);
+  /// A block mask from the user's lists (BlockLists, checked field by
+  /// field: InvalidArgument naming the field and the expected value),
+  /// re-tiled on the host to the kernels' blocks and copied to the device
+  /// synchronously. No classification ever runs for it.
+  BlockMask blockMaskFromLists(const MaskShape &S, const BlockLists &L,
+                               bool ForBackward = false);
 
   /// The forward of a packed variable-length batch (VarlenBatch; the
   /// signature's layout must be THD). A name of its own, not an overload:
@@ -278,7 +310,7 @@ public:
                 const TensorView *Finals, const TensorView &DQ,
                 const TensorView &DK, const TensorView &DV,
                 const InputMap &Inputs = {}, const InputGradMap &Grads = {},
-                CUstream Stream = nullptr);
+                CUstream Stream = nullptr, const BlockMask *Blocks = nullptr);
 
   /// The backward of a packed variable-length batch, as forwardVarlen:
   /// dq like q, dk and dv like k and v ([T, H, D]).
@@ -319,7 +351,24 @@ private:
   AttentionBackend &choose(const BackendProblem &P);
   /// A validated forward: the kernel chosen for its shape, then a backend.
   void run(const CallShape &Shape, const ForwardTensors &T,
-           const InputMap &Inputs, CUstream Stream);
+           const InputMap &Inputs, CUstream Stream,
+           const BlockMaskData *Blocks = nullptr);
+  /// The forward's kernel for a dense call of \p Shape, by the selector's
+  /// rules (the short-query rule first).
+  KernelChoice choiceFor(const CallShape &Shape) const;
+  /// The backward's runner, made on first need.
+  BackwardRunner &backwardRunner();
+  /// \p B's data after checking it fits this Attention and a dense call of
+  /// \p Shape (UserError naming what differs).
+  const BlockMaskData &checkBlockMask(const BlockMask &B,
+                                      const CallShape &Shape) const;
+  /// Classifies for \p D's shape (its backward lists too where HasBwd).
+  void classifyInto(BlockMaskData &D, const InputMap &Inputs,
+                    CUstream Stream);
+  /// The mask's expression (BlockMaskData::MaskKey); UserError without one.
+  const std::string &maskKey() const;
+  /// The mask analysis of the definition, made on first need.
+  const analysis::MaskAnalysis &maskAnalysis() const;
 
   CompiledDefinition Def;
   Signature Sig;
@@ -340,6 +389,10 @@ private:
   std::unique_ptr<PagedDecodeRunner> Paged;
   PagedDecodeRunner &pagedRunner();
   std::string Last;
+  /// maskAnalysis() and maskKey(), computed once: a call with a block mask
+  /// checks the key, and refreshBlockMask classifies, at every call.
+  mutable std::unique_ptr<analysis::MaskAnalysis> MaskInfo;
+  mutable std::string MaskKeyText;
 };
 
 } // namespace attn::runtime

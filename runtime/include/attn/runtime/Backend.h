@@ -4,6 +4,7 @@
 #define ATTN_RUNTIME_BACKEND_H
 
 #include "attn/runtime/Attention.h"
+#include "attn/runtime/BlockMask.h"
 #include "attn/runtime/Validate.h"
 
 #include <functional>
@@ -44,6 +45,9 @@ struct ForwardTensors {
 struct CallContext {
   const InputMap &Inputs;
   CUstream Stream = nullptr;
+  /// A block mask checked against the call (Attention::forward): its
+  /// lists replace the classification.
+  const BlockMaskData *Blocks = nullptr;
 };
 
 class AttentionBackend {
@@ -57,6 +61,11 @@ public:
   /// Runs the forward; only called after check(P) returned empty.
   virtual void forward(const BackendProblem &P, const ForwardTensors &T,
                        const CallContext &C) = 0;
+  /// Classifies the blocks of \p P's kernel with \p C's inputs, on its
+  /// stream, into \p Out's forward lists (Attention::makeBlockMask). A
+  /// backend without block lists: UserError.
+  virtual void makeBlockLists(const BackendProblem &P, const CallContext &C,
+                              BlockMaskData &Out);
   /// The kernel compiled when the backend was made (the generated backend
   /// may compile more, one per tile configuration, as calls need them).
   virtual const codegen::KernelSource &source() const = 0;
