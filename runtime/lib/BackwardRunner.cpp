@@ -218,6 +218,14 @@ void BackwardRunner::run(const BackwardTensors &T,
       W.add(IfMasked(Groups * A.kv_n_blocks * size_t(A.kv_m_blocks) * 4));
 
   ensureLoaded();
+  // The warp-specialised kernel's tensor maps, before anything is launched.
+  // Validation already asks for what TMA needs (16-byte aligned pointers,
+  // strides in 16-byte units), so a refusal is unexpected.
+  attnc::Sm90BwdMaps Maps;
+  if (K.WarpSpecialized)
+    if (std::string Why = makeSm90BwdMaps(Shape, T, K.KvBlockM, Maps); !Why.empty())
+      throw NotSupportedYet("backward config " + K.Name + ": " + Why +
+                            "; name a bwd90. configuration (no TMA) for this layout");
   CudaDriver &D = CudaDriver::get();
   CUdeviceptr Base = Work.carve(W);
   A.doosum = W.at<float>(Base, DoosumAt);
@@ -313,11 +321,6 @@ void BackwardRunner::run(const BackwardTensors &T,
                              1, 1, 0, Stream, InitParams, nullptr),
             "launch attnc_bwd_dq_init");
   }
-  attnc::Sm90BwdMaps Maps;
-  if (K.WarpSpecialized)
-    if (std::string Why = makeSm90BwdMaps(Shape, T, K.KvBlockM, Maps); !Why.empty())
-      throw NotSupportedYet("backward config " + K.Name + ": " + Why +
-                            "; name a bwd90. configuration (no TMA) for this layout");
   void *Params[] = {&A, Slots.data(), &Maps};
   D.check(D.cuLaunchKernel(DkDv, A.kv_n_blocks, unsigned(C.B * C.Hkv), 1,
                            K.KvThreads, 1, 1, K.KvShared, Stream, Params,
