@@ -17,7 +17,17 @@
 // and added to an fp32 sum in the semaphore-ordered turns of bwd_sm80's
 // fused mode (bwd_sm80_fused_dq.cuh: ranks, rotated walks, the convert
 // kernel). Either way every sum has a fixed order: the bits are the same
-// on every run.
+// on every run. The opt-in atomic mode (kAtomicDq) adds every product with
+// red.global.add into a zeroed sum instead, no turns: its bits may vary.
+//
+// Warp-specialised (kWs, fused dQ only): a producer warpgroup after the
+// key warpgroups (setmaxnreg: 24 registers for it, 240 for them) whose
+// first warp streams Q and dO by TMA and the rows by cp.async into an
+// mbarrier ring (full: expect_tx plus the 32 lanes' cp.async arrivals;
+// empty: one arrival per compute warp once its GEMMs have read the stage);
+// the compute warpgroups sync on named barrier 1 only. With kTwoPass the
+// element work is split around the GEMMs: P while dPᵀ's wgmma runs, then
+// dV's wgmma issued, and dS while it runs.
 //
 // Every tile is a set of [rows][64] slabs of 16-bit elements, 128 bytes a
 // row with the 128-byte swizzle (SwizzledTile<rows, 64>, which is the
@@ -31,6 +41,7 @@
 #include "attnc/block_mask.cuh"
 #include "attnc/bwd_sm80_dkdv.cuh"
 #include "attnc/bwd_sm80_fused_dq.cuh"
+#include "attnc/bwd_sm90_elements.cuh"
 #include "attnc/sm90_primitives.cuh"
 #include "attnc/sm90_wgmma.cuh"
 
@@ -49,10 +60,15 @@ __device__ __forceinline__ void load_slabs_async(u32 smem, const unsigned short 
 }
 
 template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,
-          bool kFusedDq = false>
+          bool kFusedDq = false, bool kAtomicDq = false, bool kWs = false,
+          bool kTwoPass = false>
 struct BwdDkDvSm90 {
+  /// The warpgroups of 64 keys (the consumers when warp-specialised).
   static constexpr int kWarpgroups = kBlockN / 64;
   static constexpr int kThreads = 128 * kWarpgroups;
+  /// Warp-specialised: one more warpgroup, the producer, after them (so
+  /// that thread 0, which the dQ turns use, is a consumer).
+  static constexpr int kCtaThreads = kThreads + (kWs ? 128 : 0);
   static constexpr int kWarps = kThreads / 32;
   static constexpr int QT = kBlockM / 8; // n8 query tiles of Sᵀ
   static constexpr int DT = kD / 8, VT = kDV / 8;
@@ -65,6 +81,9 @@ struct BwdDkDvSm90 {
                 "head dims are 64-column slabs and wgmma N of 64 or 128");
   static_assert(kStages >= 2 && kStages <= 4, "a ring of 2 to 4 stages");
   static_assert(kNumGrads <= kMaxInputGrads, "too many input gradients");
+  static_assert(kFusedDq || !(kAtomicDq || kWs),
+                "atomic dQ and warp specialisation are fused dQ modes");
+  static_assert(kWs || !kTwoPass, "the two-pass element work is warp-specialised");
   static constexpr int kKSlab = kBlockN * 128, kQSlab = kBlockM * 128;
   static constexpr int kKBytes = kKSlab * (kD / 64), kVBytes = kKSlab * (kDV / 64);
   static constexpr int kQBytes = kQSlab * (kD / 64), kOBytes = kQSlab * (kDV / 64);
@@ -77,6 +96,8 @@ struct BwdDkDvSm90 {
   /// queries] (MN-major for dS·K's A operand: the queries are its M).
   static constexpr int kDsSlab = kBlockN * 128;
   static constexpr int kDsBytes = kFusedDq ? kDsSlab * (kBlockM / 64) : 0;
+  /// Warp-specialised: the ring's full and empty mbarriers.
+  static constexpr int kBarBytes = kWs ? 256 : 0;
   /// Fused dQ's [kBlockM][kD] product: each warpgroup kDqN of its columns
   /// (the N of its wgmma) over kBlockM / 64 chains of 64 rows.
   static constexpr int kDqN = kD / kWarpgroups, kDqChains = kBlockM / 64;
@@ -86,17 +107,60 @@ struct BwdDkDvSm90 {
   /// 1024 bytes of slack to align the dynamic shared memory by hand
   /// (BwdSm90Config::dkdvSharedBytes says the same).
   static constexpr int kSmemBytes =
-      1024 + kKBytes + kVBytes + kStages * kStageBytes + kDsBytes;
+      1024 + kKBytes + kVBytes + kStages * kStageBytes + kDsBytes + kBarBytes;
+  /// setmaxnreg with two consumer warpgroups (384 threads start at 168).
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   using Sem = BwdFusedDq<T, kD, kBlockM, kBlockN, kWarps>;
-  static_assert(kNumGrads * kWarps * 4 <= kStageBytes,
-                "the input-gradient reduction reuses a ring slot");
+  using Elems = BwdSm90Elements<Variant, T, kDV, kBlockM>;
+  static_assert(kNumGrads * kWarps * 4 <= (kWs ? kDsBytes : kStageBytes),
+                "the input-gradient reduction reuses a ring slot (the dSᵀ tile when "
+                "warp-specialised)");
+
+  /// One head's walk over the query blocks that visit this key block.
+  struct Walk {
+    BlockVisits<Variant::kHasMask> blocks;
+    const int *ranks; // fused dQ with a mask: this key block's turns
+    int m_first;      // fused dQ without a mask: the rotated walk's start
+    __device__ __forceinline__ int visit(const BwdArgs &a, int j, bool &full) const {
+      int e = blocks.entry(j);
+      if constexpr (kFusedDq && !Variant::kHasMask) {
+        e += m_first;
+        e -= e >= a.kv_m_blocks ? a.kv_m_blocks : 0;
+      }
+      return blocks.decode(e, full);
+    }
+  };
+  __device__ static __forceinline__ Walk walk(const BwdArgs &a, int bh, int n_block) {
+    Walk w{{a.kv_m_blocks, nullptr}, nullptr, 0};
+    if constexpr (Variant::kHasMask) {
+      const long long line = mask_group(a.mask_grouping, bh, a.heads) * a.kv_n_blocks + n_block;
+      w.blocks.count = a.kv_count[line];
+      w.blocks.list = a.kv_list + line * a.kv_m_blocks;
+      if constexpr (kFusedDq)
+        w.ranks = a.kv_rank + line * a.kv_m_blocks;
+    }
+    // Fused dQ without a mask may start the walk further up (first_block).
+    if constexpr (kFusedDq && !Variant::kHasMask)
+      w.m_first = Sem::first_block(a, n_block);
+    return w;
+  }
+
+  /// A barrier of the warpgroups that compute (all threads but the
+  /// producer's when warp-specialised: named barrier 1).
+  __device__ static __forceinline__ void sync_compute() {
+    if constexpr (kWs)
+      named_bar_sync(1, kThreads);
+    else
+      __syncthreads();
+  }
 
   __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &in,
-                             unsigned char *smem) {
+                             unsigned char *smem, const Sm90BwdMaps *maps = nullptr) {
     const u32 base = (smem_addr(smem) + 1023u) & ~1023u;
     unsigned char *aligned = smem + (base - smem_addr(smem));
     const u32 s_k = base, s_v = base + kKBytes, s_ring = s_v + kVBytes;
     const u32 s_ds = s_ring + kStages * kStageBytes;
+    const u32 bar_full = s_ds + kDsBytes, bar_empty = bar_full + 8 * kStages;
     unsigned char *ring = aligned + kKBytes + kVBytes;
     // Fused dQ: the highest key block first, so that a CTA only waits for
     // CTAs dispatched before it (bwd_sm80_fused_dq.cuh).
@@ -106,13 +170,38 @@ struct BwdDkDvSm90 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int key0 = n_block * kBlockN;
 
-    load_slabs_async<kBlockN, kD, kThreads>(
+    load_slabs_async<kBlockN, kD, kCtaThreads>(
         s_k, static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh, a.k_ss,
         key0, a.seq_kv);
-    load_slabs_async<kBlockN, kDV, kThreads>(
+    load_slabs_async<kBlockN, kDV, kCtaThreads>(
         s_v, static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh, a.v_ss,
         key0, a.seq_kv);
     cp_async_commit();
+    if constexpr (kWs) {
+      if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; ++s) {
+          // Full: the producer warp's expect_tx and its 32 lanes' cp.async
+          // arrivals (the rows); empty: one arrival per compute warp.
+          mbar_init(bar_full + 8 * s, 1 + 32);
+          mbar_init(bar_empty + 8 * s, kWarps);
+        }
+        mbar_init_fence();
+      }
+      // K and V are in before the warpgroups part (wgmma reads them
+      // through the async proxy).
+      cp_async_wait<0>();
+      fence_proxy_async_shared();
+      __syncthreads();
+      if (threadIdx.x >= kThreads) {
+        if constexpr (kWarpgroups == 2)
+          setmaxnreg_dec<kProducerRegs>();
+        if (threadIdx.x < kThreads + 32)
+          produce(a, *maps, s_ring, bar_full, bar_empty, n_block, b, hk, group_size);
+        return;
+      }
+      if constexpr (kWarpgroups == 2)
+        setmaxnreg_inc<kConsumerRegs>();
+    }
 
     float acc_dk[DT][4], acc_dv[VT][4];
     zero(acc_dk);
@@ -122,87 +211,81 @@ struct BwdDkDvSm90 {
     for (int j = 0; j < (kNumGrads > 0 ? kNumGrads : 1); ++j)
       gacc[j] = 0.f;
 
+    int it = 0; // warp-specialised: the ring's step count over all heads
     for (int hi = 0; hi < group_size; ++hi) {
       const int h = hk * group_size + hi;
       const int bh = b * a.heads + h;
-      BlockVisits<Variant::kHasMask> blocks{a.kv_m_blocks, nullptr};
-      const int *ranks = nullptr;
+      const Walk w = walk(a, bh, n_block);
+      const int count = w.blocks.count;
       DqTurn turn{0, 0, 0, false}; // fused: published at the next barrier
-      if constexpr (Variant::kHasMask) {
-        const long long line =
-            mask_group(a.mask_grouping, bh, a.heads) * a.kv_n_blocks + n_block;
-        blocks.count = a.kv_count[line];
-        blocks.list = a.kv_list + line * a.kv_m_blocks;
-        if constexpr (kFusedDq)
-          ranks = a.kv_rank + line * a.kv_m_blocks;
-      }
-      // Fused dQ without a mask may start the walk further up (first_block).
-      int m_first = 0;
-      if constexpr (kFusedDq && !Variant::kHasMask)
-        m_first = Sem::first_block(a, n_block);
-      auto visit = [&](int j, bool &full) {
-        int e = blocks.entry(j);
-        if constexpr (kFusedDq && !Variant::kHasMask) {
-          e += m_first;
-          e -= e >= a.kv_m_blocks ? a.kv_m_blocks : 0;
-        }
-        return blocks.decode(e, full);
-      };
       const unsigned short *q =
           static_cast<const unsigned short *>(a.q) + b * a.q_sb + h * a.q_sh;
       const unsigned short *dout =
           static_cast<const unsigned short *>(a.dout) + b * a.do_sb + h * a.do_sh;
       auto load = [&](int j) {
         bool full;
-        const int row0 = visit(j, full) * kBlockM;
+        const int row0 = w.visit(a, j, full) * kBlockM;
         const u32 s = s_ring + (j % kStages) * kStageBytes;
         load_slabs_async<kBlockM, kD, kThreads>(s, q, a.q_ss, row0, a.seq_q);
         load_slabs_async<kBlockM, kDV, kThreads>(s + kQBytes, dout, a.do_ss, row0,
                                                  a.seq_q);
-        load_rows(a, s + kQBytes + kOBytes, bh, row0);
+        load_rows<kThreads>(a, s + kQBytes + kOBytes, bh, row0, threadIdx.x);
       };
+      if constexpr (kWs) {
+        (void)load; // the producer loads
+      } else {
 #pragma unroll
-      for (int s = 0; s < kStages - 1; ++s) {
-        if (s < blocks.count)
-          load(s);
-        cp_async_commit(); // always commit: wait_group counts groups
+        for (int s = 0; s < kStages - 1; ++s) {
+          if (s < count)
+            load(s);
+          cp_async_commit(); // always commit: wait_group counts groups
+        }
       }
-      for (int j = 0; j < blocks.count; ++j) {
-        cp_async_wait<kStages - 2>();
-        // The tiles were written through the generic proxy and wgmma reads
-        // them through the async one.
-        fence_proxy_async_shared();
-        // Step j's tiles are in, and every warpgroup is done with step
-        // j − 1 (its wgmma waited for): that ring slot may be refilled.
-        __syncthreads();
-        if (j + kStages - 1 < blocks.count)
-          load(j + kStages - 1);
-        cp_async_commit();
+      for (int j = 0; j < count; ++j, ++it) {
+        int stage;
+        if constexpr (kWs) {
+          stage = it % kStages;
+          mbar_wait(bar_full + 8 * stage, (it / kStages) & 1);
+        } else {
+          stage = j % kStages;
+          cp_async_wait<kStages - 2>();
+          // The tiles were written through the generic proxy and wgmma reads
+          // them through the async one.
+          fence_proxy_async_shared();
+          // Step j's tiles are in, and every warpgroup is done with step
+          // j − 1 (its wgmma waited for): that ring slot may be refilled.
+          __syncthreads();
+          if (j + kStages - 1 < count)
+            load(j + kStages - 1);
+          cp_async_commit();
+        }
         bool full;
-        const int m = visit(j, full);
-        const int slot = (j % kStages) * kStageBytes;
+        const int m = w.visit(a, j, full);
+        const int slot = stage * kStageBytes;
         const float *rows =
             reinterpret_cast<const float *>(ring + slot + kQBytes + kOBytes);
         // Fused dQ: this key block's place among those visiting m.
         int rank = 0;
-        if constexpr (kFusedDq)
-          rank = Variant::kHasMask ? ranks[j] : Sem::unmasked_rank(a, n_block, m);
+        if constexpr (kFusedDq && !kAtomicDq)
+          rank = Variant::kHasMask ? w.ranks[j] : Sem::unmasked_rank(a, n_block, m);
+        const u32 empty = bar_empty + 8 * stage;
         if (full)
-          step<true>(a, in, s_k, s_v, s_ring + slot, s_ds, rows, m, b, h, bh, key0, rank,
-                     turn, acc_dk, acc_dv, gacc);
+          step<true>(a, in, s_k, s_v, s_ring + slot, s_ds, empty, rows, m, b, h, bh, key0,
+                     rank, turn, acc_dk, acc_dv, gacc);
         else
-          step<false>(a, in, s_k, s_v, s_ring + slot, s_ds, rows, m, b, h, bh, key0,
+          step<false>(a, in, s_k, s_v, s_ring + slot, s_ds, empty, rows, m, b, h, bh, key0,
                       rank, turn, acc_dk, acc_dv, gacc);
       }
       // The last step's reads are done before the ring is refilled (the
       // next head) or reused (below), and its dQ adds precede the release.
-      __syncthreads();
-      if constexpr (kFusedDq)
+      sync_compute();
+      if constexpr (kFusedDq && !kAtomicDq)
         Sem::publish(a, turn);
       if constexpr (kNumGrads > 0) {
         // One partial per (input, key block, batch·head), as bwd_sm80's:
-        // warp sums, then the warps' sums in warp order.
-        float *red = reinterpret_cast<float *>(ring);
+        // warp sums, then the warps' sums in warp order. (Warp-specialised,
+        // the ring belongs to the producer: the dSᵀ tile, free here.)
+        float *red = reinterpret_cast<float *>(kWs ? ring + kStages * kStageBytes : ring);
 #pragma unroll
         for (int j = 0; j < kNumGrads; ++j) {
           const float x = warp_sum(gacc[j]);
@@ -210,7 +293,7 @@ struct BwdDkDvSm90 {
           if (lane == 0)
             red[j * kWarps + warp] = x;
         }
-        __syncthreads();
+        sync_compute();
         if (threadIdx.x < kNumGrads) {
           float sum = 0.f;
           for (int w = 0; w < kWarps; ++w)
@@ -219,11 +302,56 @@ struct BwdDkDvSm90 {
                              ((long long)a.batch * a.heads) +
                          bh] = sum;
         }
-        __syncthreads();
+        sync_compute();
+      }
+    }
+    if constexpr (!kWs)
+      cp_async_wait<0>();
+    store(a, b, hk, key0, acc_dk, acc_dv);
+  }
+
+  /// The producer warp: per step, Q's and dO's tiles by TMA (one lane) and
+  /// the rows by cp.async (every lane), completing the stage's full
+  /// barrier, after the compute warps have released the stage.
+  __device__ static void produce(const BwdArgs &a, const Sm90BwdMaps &maps, u32 s_ring,
+                                 u32 bar_full, u32 bar_empty, int n_block, int b, int hk,
+                                 int group_size) {
+    const int lane = threadIdx.x % 32;
+    if (lane == 0) {
+      tma_prefetch_desc(&maps.q);
+      tma_prefetch_desc(&maps.dout);
+    }
+    int it = 0;
+    for (int hi = 0; hi < group_size; ++hi) {
+      const int h = hk * group_size + hi;
+      const int bh = b * a.heads + h;
+      const Walk w = walk(a, bh, n_block);
+      for (int j = 0; j < w.blocks.count; ++j, ++it) {
+        const int stage = it % kStages;
+        if (it >= kStages)
+          mbar_wait(bar_empty + 8 * stage, ((it / kStages) + 1) & 1);
+        bool full;
+        const int row0 = w.visit(a, j, full) * kBlockM;
+        const u32 s = s_ring + stage * kStageBytes, bar = bar_full + 8 * stage;
+        if (lane == 0) {
+          mbar_arrive_expect_tx(bar, kQBytes + kOBytes);
+#pragma unroll
+          for (int c = 0; c < kD / 64; ++c)
+            tma_load_4d(s + c * kQSlab, &maps.q, c * 64, tma_coord(1, maps.q_pos, row0, h, b),
+                        tma_coord(2, maps.q_pos, row0, h, b),
+                        tma_coord(3, maps.q_pos, row0, h, b), bar);
+#pragma unroll
+          for (int c = 0; c < kDV / 64; ++c)
+            tma_load_4d(s + kQBytes + c * kQSlab, &maps.dout, c * 64,
+                        tma_coord(1, maps.do_pos, row0, h, b),
+                        tma_coord(2, maps.do_pos, row0, h, b),
+                        tma_coord(3, maps.do_pos, row0, h, b), bar);
+        }
+        load_rows<32>(a, s + kQBytes + kOBytes, bh, row0, lane);
+        cp_async_mbar_arrive(bar);
       }
     }
     cp_async_wait<0>();
-    store(a, b, hk, key0, acc_dk, acc_dv);
   }
 
   template <int A> __device__ static __forceinline__ void zero(float (&x)[A][4]) {
@@ -236,11 +364,12 @@ struct BwdDkDvSm90 {
 
   /// cp.async of the query rows' final rowscales and doosum; rows past the
   /// end are zero-filled (their elements are invalid anyway).
+  template <int kN>
   __device__ static __forceinline__ void load_rows(const BwdArgs &a, u32 dst, int bh,
-                                                   int row0) {
+                                                   int row0, int tid) {
     const long long plane = (long long)a.batch * a.heads * a.seq_q;
 #pragma unroll
-    for (int i = threadIdx.x; i < kBlockM * kRowFloats; i += kThreads) {
+    for (int i = tid; i < kBlockM * kRowFloats; i += kN) {
       const int r = i % kBlockM, f = i / kBlockM;
       const bool ok = row0 + r < a.seq_q;
       const long long qi = ok ? row0 + r : 0; // an address in bounds either way
@@ -253,6 +382,16 @@ struct BwdDkDvSm90 {
     }
   }
 
+  /// Warp-specialised: this warp is done with a ring stage (one arrival
+  /// per warp on its empty barrier).
+  __device__ static __forceinline__ void release(u32 empty) {
+    if constexpr (kWs) {
+      __syncwarp();
+      if (threadIdx.x % 32 == 0)
+        mbar_arrive(empty);
+    }
+  }
+
   /// One query block m: Sᵀ and dPᵀ for this warpgroup's 64 keys, P and dS
   /// per element, then dV += Pᵀ·dO and dK += dSᵀ·Q; fused dQ: dSᵀ through
   /// shared memory, the previous step's \p turn published, dS·K and its add
@@ -262,13 +401,13 @@ struct BwdDkDvSm90 {
   template <bool kFull>
   __device__ static __forceinline__ void
   step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s_k, u32 s_v, u32 s_stage,
-       u32 s_ds, const float *rows, int m, int b, int h, int bh, int key0, int rank,
+       u32 s_ds, u32 empty, const float *rows, int m, int b, int h, int bh, int key0, int rank,
        DqTurn &turn, float (&acc_dk)[DT][4], float (&acc_dv)[VT][4], float *gacc) {
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const u32 s_q = s_stage, s_do = s_stage + kQBytes;
     int seen = 0;
-    if constexpr (kFusedDq)
+    if constexpr (kFusedDq && !kAtomicDq)
       seen = Sem::peek(a, bh, m, rank);
     float acc_s[QT][4], acc_dp[QT][4];
     zero(acc_s); // overwritten by the first k step; defined for the compiler
@@ -286,49 +425,31 @@ struct BwdDkDvSm90 {
         Wgmma<kBlockM>::template ss<T>(acc_s, k_desc + (kk / 4) * (kKSlab >> 4) + (kk % 4) * 2,
                                        q_desc + (kk / 4) * (kQSlab >> 4) + (kk % 4) * 2,
                                        kk > 0);
+      if constexpr (kTwoPass)
+        wgmma_commit(); // Sᵀ alone: P is computed while dPᵀ runs
 #pragma unroll
       for (int kk = 0; kk < kDV / 16; ++kk)
         Wgmma<kBlockM>::template ss<T>(acc_dp, v_desc + (kk / 4) * (kKSlab >> 4) + (kk % 4) * 2,
                                        o_desc + (kk / 4) * (kQSlab >> 4) + (kk % 4) * 2,
                                        kk > 0);
       wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(acc_s);
-      fence_regs(acc_dp);
-    }
-    // Element (t, e): key row 16·warp + g (+8 for e ≥ 2) of the
-    // warpgroup's 64, query column 8t + 2tq (+1 for odd e).
-#pragma unroll
-    for (int t = 0; t < QT; ++t)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key0 + wg * 64 + warp * 16 + g + 8 * (e >> 1);
-        const int qr = t * 8 + 2 * tq + (e & 1);
-        const int qi = m * kBlockM + qr;
-        bool valid = qi < a.seq_q && key < a.seq_kv;
-        if constexpr (!kFull)
-          valid = valid && Variant::mask(in, b, h, qi, key);
-        const float doo = kDoosum ? rows[kBlockM * kF + qr] : 0.f;
-        float p;
-        const float ds = bwd_element<Variant, true>(in, acc_s[t][e], acc_dp[t][e],
-                                                    rows + qr * kF, doo, b, h, qi, key,
-                                                    valid, p, gacc);
-        acc_s[t][e] = p;
-        acc_dp[t][e] = ds;
+      if constexpr (kTwoPass) {
+        wgmma_wait<1>();
+        fence_regs(acc_s);
+      } else {
+        wgmma_wait<0>();
+        fence_regs(acc_s);
+        fence_regs(acc_dp);
       }
-    // Pᵀ and dSᵀ as the A operands of m64nDk16: two n8 query tiles a k16
-    // step, in the m16n8k16 A-fragment layout each warp's rows need.
+    }
     u32 pf[kBlockM / 16][4], df[kBlockM / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      pf[kk][0] = pack2<T>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
-      pf[kk][1] = pack2<T>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
-      pf[kk][2] = pack2<T>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
-      pf[kk][3] = pack2<T>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
-      df[kk][0] = pack2<T>(acc_dp[2 * kk][0], acc_dp[2 * kk][1]);
-      df[kk][1] = pack2<T>(acc_dp[2 * kk][2], acc_dp[2 * kk][3]);
-      df[kk][2] = pack2<T>(acc_dp[2 * kk + 1][0], acc_dp[2 * kk + 1][1]);
-      df[kk][3] = pack2<T>(acc_dp[2 * kk + 1][2], acc_dp[2 * kk + 1][3]);
+    if constexpr (kTwoPass) {
+      Elems::template elements_pipelined<kFull>(a, in, rows, m, b, h, key0, acc_s, acc_dp,
+                                                pf, df, s_stage + kQBytes, acc_dv, gacc);
+    } else {
+      Elems::template elements<kFull>(a, in, rows, m, b, h, key0, acc_s, acc_dp, gacc);
+      Elems::pack(acc_s, pf);
+      Elems::pack(acc_dp, df);
     }
     // dO and Q as MN-major B operands ([query][column], the query being
     // the k of these products): 64-column slabs kQSlab bytes apart, a k16
@@ -367,8 +488,9 @@ struct BwdDkDvSm90 {
       // step's adds (made before this step's first barrier) precede the
       // release of its turn.
       fence_proxy_async_shared();
-      __syncthreads();
-      Sem::publish(a, turn);
+      sync_compute();
+      if constexpr (!kAtomicDq)
+        Sem::publish(a, turn);
       float acc_dq[kDqChains][kDqN / 8][4];
 #pragma unroll
       for (int c = 0; c < kDqChains; ++c)
@@ -378,9 +500,10 @@ struct BwdDkDvSm90 {
       // k16 step is 16 key rows (2048 bytes) further in both.
       const u64 k_desc_t = wgmma_desc_sw128(s_k + wg * (kDqN / 64) * kKSlab, kKSlab, 1024);
       wgmma_fence();
+      if constexpr (!kTwoPass) // else issued after P (elements_pipelined)
 #pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk)
-        Wgmma<kDV>::template rs<T>(acc_dv, pf[kk], o_desc_t + kk * (2048 >> 4), 1);
+        for (int kk = 0; kk < kBlockM / 16; ++kk)
+          Wgmma<kDV>::template rs<T>(acc_dv, pf[kk], o_desc_t + kk * (2048 >> 4), 1);
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk)
         Wgmma<kD>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
@@ -399,10 +522,15 @@ struct BwdDkDvSm90 {
 #pragma unroll
       for (int c = 0; c < kDqChains; ++c)
         fence_regs(acc_dq[c]);
-      Sem::wait_turn(a, bh, m, rank, seen);
-      __syncthreads(); // the turn is this CTA's
-      add_dq(a, acc_dq, bh, m, rank);
-      turn = DqTurn{bh, m, rank, true};
+      release(empty); // Q, dO and the rows are read
+      if constexpr (!kAtomicDq)
+        Sem::wait_turn(a, bh, m, rank, seen);
+      // The turn is this CTA's; atomic: every warpgroup is done reading
+      // the dSᵀ tile, which the next step overwrites.
+      sync_compute();
+      add_dq(a, acc_dq, bh, m, kAtomicDq ? 1 : rank);
+      if constexpr (!kAtomicDq)
+        turn = DqTurn{bh, m, rank, true};
     }
   }
 

@@ -24,6 +24,14 @@ struct Sm90Maps {
   int q_pos, k_pos, v_pos, pad_;
 };
 
+/// The tensor maps of one warp-specialised bwd_sm90 call (the producer
+/// streams q and dout): the same 4-D description as Sm90Maps, boxes of 64
+/// columns x the query step.
+struct Sm90BwdMaps {
+  TmaDesc q, dout;
+  int q_pos, do_pos, pad_[2];
+};
+
 } // namespace attnc
 
 #endif

@@ -42,6 +42,13 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
       : "memory");
 }
 
+/// One arrival on \p bar once this thread's earlier cp.async copies have
+/// landed; counted among the barrier's expected arrivals (.noinc).
+__device__ __forceinline__ void cp_async_mbar_arrive(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar)
+               : "memory");
+}
+
 // ---- TMA ------------------------------------------------------------------
 
 /// Loads one box of the 4-D tensor \p map at coordinates (c0..c3, innermost

@@ -5,6 +5,7 @@
 #include "BackwardRunner.h"
 #include "ForwardLaunch.h"
 #include "MaskClassify.h"
+#include "TmaMaps.h"
 
 #include "attn/codegen/InputLayout.h"
 #include "attn/Error.h"
@@ -58,7 +59,9 @@ BackwardPlan planOf(const KernelChoice &C, const KernelTarget &T) {
          B->QBlockN,
          32 * B->QWarps,
          B->dqSharedBytes(T.HeadDim, T.HeadDimV),
-         B->FusedDq};
+         B->FusedDq,
+         B->AtomicDq,
+         B->WarpSpecialized};
     return P;
   }
   throw InternalError("BackwardRunner: skeleton " + C.Skel->name().str() +
@@ -200,6 +203,14 @@ void BackwardRunner::run(const BackwardTensors &T,
   const unsigned SemAt = W.add(Fused ? SemCount * 4 : 0);
 
   ensureLoaded();
+  // The warp-specialised kernel's tensor maps, before anything is launched.
+  // Validation already asks for what TMA needs (16-byte aligned pointers,
+  // strides in 16-byte units), so a refusal is unexpected.
+  attnc::Sm90BwdMaps Maps;
+  if (K.WarpSpecialized)
+    if (std::string Why = makeSm90BwdMaps(Shape, T, K.KvBlockM, Maps); !Why.empty())
+      throw NotSupportedYet("backward config " + K.Name + ": " + Why +
+                            "; name a bwd90. configuration (no TMA) for this layout");
   CudaDriver &D = CudaDriver::get();
   CUdeviceptr Base = Work.carve(W);
   A.doosum = W.at<float>(Base, DoosumAt);
@@ -244,7 +255,15 @@ void BackwardRunner::run(const BackwardTensors &T,
                              1, 1, 0, Stream, Params, nullptr),
             "launch attnc_bwd_preprocess");
   }
-  if (Fused) {
+  if (K.AtomicDq) {
+    // Every contribution is an atomic add: the sums start at zero, and
+    // the semaphores are not used.
+    D.check(D.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(A.dq_accum), 0,
+                               size_t(C.B * C.H) * A.kv_m_blocks * K.KvBlockM *
+                                   size_t(Spec.HeadDim),
+                               Stream),
+            "cuMemsetD32Async (dq_accum)");
+  } else if (Fused) {
     // The semaphores start at 0 on every call. dq_accum needs no zeroing:
     // the first contributor stores, the later ones add.
     void *InitParams[] = {&A};
@@ -252,7 +271,7 @@ void BackwardRunner::run(const BackwardTensors &T,
                              1, 1, 0, Stream, InitParams, nullptr),
             "launch attnc_bwd_dq_init");
   }
-  void *Params[] = {&A, Slots.data()};
+  void *Params[] = {&A, Slots.data(), &Maps};
   D.check(D.cuLaunchKernel(DkDv, A.kv_n_blocks, unsigned(C.B * C.Hkv), 1,
                            K.KvThreads, 1, 1, K.KvShared, Stream, Params,
                            nullptr),

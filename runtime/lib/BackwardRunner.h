@@ -29,6 +29,11 @@ struct BackwardPlan {
   int QBlockM = 0, QBlockN = 0, QThreads = 0, QShared = 0;
   /// bwd_sm80's fused dQ mode (no dQ kernel).
   bool FusedDq = false;
+  /// bwd_sm90's opt-in modes: dQ added with atomics (the sums zeroed
+  /// first, no semaphores); the dK/dV kernel warp-specialised (its third
+  /// argument the TMA maps of q and dout).
+  bool AtomicDq = false;
+  bool WarpSpecialized = false;
 };
 
 /// The backward's block lists in the kernels' format (BwdArgs): the dQ

@@ -46,6 +46,7 @@ namespace {
   X(cuMemcpyHtoD)                                                              \
   X(cuMemcpyDtoH)                                                              \
   X(cuMemsetD8)                                                                \
+  X(cuMemsetD32Async)                                                          \
   X(cuStreamSynchronize)                                                       \
   X(cuStreamIsCapturing)                                                       \
   X(cuStreamCreate)                                                            \

@@ -95,4 +95,21 @@ std::string makeSm90Maps(const CallShape &C, const ForwardTensors &T,
   return "";
 }
 
+std::string makeSm90BwdMaps(const BackwardCallShape &S, const BackwardTensors &T,
+                            int BlockM, attnc::Sm90BwdMaps &Out) {
+  // Packed calls never come here (the backward runs them in bwd_sm80's
+  // two-kernel mode).
+  const CallShape &C = S.Fwd;
+  TmaLayout LQ = tmaLayout(T.Q.Shape.back(), C.Sq, C.H, C.B, C.Q, BlockM);
+  TmaLayout LO = tmaLayout(T.DOut.Shape.back(), C.Sq, C.H, C.B, S.DOut, BlockM);
+  Out = attnc::Sm90BwdMaps{};
+  if (std::string Why = encode("q", T.Q, LQ, Out.q); !Why.empty())
+    return Why;
+  if (std::string Why = encode("dout", T.DOut, LO, Out.dout); !Why.empty())
+    return Why;
+  Out.q_pos = LQ.Pos;
+  Out.do_pos = LO.Pos;
+  return "";
+}
+
 } // namespace attn::runtime

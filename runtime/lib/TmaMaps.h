@@ -19,6 +19,12 @@ namespace attn::runtime {
 std::string makeSm90Maps(const CallShape &C, const ForwardTensors &T,
                          int BlockM, int BlockN, attnc::Sm90Maps &Out);
 
+/// Fills \p Out with the tensor maps of q and dout for the warp-specialised
+/// bwd_sm90 (boxes of 64 columns x \p BlockM rows); as makeSm90Maps, empty
+/// or why the driver refused one.
+std::string makeSm90BwdMaps(const BackwardCallShape &S, const BackwardTensors &T,
+                            int BlockM, attnc::Sm90BwdMaps &Out);
+
 /// One tensor's description, as makeSm90Maps gives it to the driver: the
 /// dims and byte strides in TMA order (head dim first, then sequence, heads
 /// and batch sorted by stride, extent-1 dims last) and the slot of each of

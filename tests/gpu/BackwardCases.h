@@ -74,6 +74,28 @@ inline void addSm90Cases(std::vector<Case> &Out) {
                  Layout::BHSD, "bwd90.kv128x64s2.fused"});
   Out.push_back({"mha_emptyblock", DType::F16, 128, 128, 1, 2, 2, 333, 333, Layout::BSHD,
                  "bwd90.kv64x128s2.fused"});
+  // The warp-specialised kernel (TMA ring, producer warpgroup) in both dQ
+  // modes and both element forms: rotated walks with grouped heads, masks
+  // with ranks in both layouts, input gradients, empty query blocks, one
+  // warpgroup of keys; and the atomic dQ mode without it.
+  Out.push_back({"mha_full", DType::F16, 128, 128, 2, 2, 1, 700, 700, Layout::BHSD,
+                 "bwd90ws.kv64x128s2.fused"});
+  Out.push_back({"mha", DType::BF16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BHSD,
+                 "bwd90ws2.kv64x128s3.fused"});
+  Out.push_back({"mha_window", DType::F16, 128, 128, 1, 4, 2, 333, 333, Layout::BSHD,
+                 "bwd90ws.kv64x128s2.fused"});
+  Out.push_back({"alibi_learnable", DType::BF16, 128, 128, 2, 2, 1, 257, 257,
+                 Layout::BHSD, "bwd90ws.kv64x128s2.fused"});
+  Out.push_back({"mha_full", DType::BF16, 64, 64, 1, 2, 1, 70, 1000, Layout::BSHD,
+                 "bwd90ws.kv64x64s2.fused"});
+  Out.push_back({"softcap_learnable", DType::F16, 128, 128, 1, 2, 1, 333, 333,
+                 Layout::BSHD, "bwd90ws2.kv64x128s2.fused"});
+  Out.push_back({"mha_document", DType::BF16, 128, 128, 2, 2, 2, 257, 257, Layout::BHSD,
+                 "bwd90ws2.kv64x128s2.fused"});
+  Out.push_back({"mha_emptyblock", DType::F16, 128, 128, 1, 2, 2, 333, 333, Layout::BSHD,
+                 "bwd90ws.kv64x128s2.atomic"});
+  Out.push_back({"mha_full", DType::BF16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD,
+                 "bwd90.kv64x128s2.atomic"});
 }
 
 /// Fused dQ cases with several key blocks a query block (semaphores, ranks),

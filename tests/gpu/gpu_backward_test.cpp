@@ -1,7 +1,8 @@
 // GPU backward test: the generated bwd_sm90 and bwd_sm80 kernels of every
 // transformer example (and of definitions with learnable inputs) against the
 // double-precision reference backward, with the FlashAttention tolerance
-// rule; bitwise-identical results over three runs; poisoned outputs. Exits
+// rule; bitwise-identical results over three runs
+// (except in the opt-in atomic dQ mode); poisoned outputs. Exits
 // 77 (ctest: skipped) where there is no GPU.
 //
 //   gpu_backward_test                  the whole matrix
@@ -404,7 +405,9 @@ Verdict runOnDevice(Work &W) {
       R.Pass = R.Pass && E <= Tol;
     }
   }
-  R.Pass = R.Pass && R.Deterministic;
+  // The opt-in atomic dQ mode adds in arrival order: its bits may differ.
+  const bool Ordered = W.C.Config.find(".atomic") == std::string::npos;
+  R.Pass = R.Pass && (R.Deterministic || !Ordered);
   return R;
 }
 

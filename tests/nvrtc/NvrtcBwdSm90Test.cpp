@@ -92,7 +92,7 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   CHECK(C.dkdvThreads() == 128);
   CHECK(C.str() == "bwd90.kv128x64s3.q64x32w4");
   CHECK(!C.FusedDq);
-  CHECK(BwdSm90Config::defaultFor(128, 128).str() == "bwd90.kv64x128s2.fused");
+  CHECK(BwdSm90Config::defaultFor(128, 128).str() == "bwd90ws.kv64x128s2.fused");
   CHECK(BwdSm90Config::defaultFor(64, 64).str() == "bwd90.kv64x128s2.q128x64w8");
   // The fused dQ mode: the Q tiles are the dK/dV kernel's, warps its own.
   BwdSm90Config F = BwdSm90Config::parse("bwd90.kv128x64s3.fused");
@@ -108,10 +108,37 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   CHECK(!(F == BwdSm90Config::parse("bwd90.kv128x64s3.q128x64w4")));
   for (const char *Bad : {"kv64x128w8.fused.s2", "bwd90.kv64x128s2", "bwd90.kv64x128s2.q128x64w8 ",
                           "sm90.m128n128s3", "bwd90.kv64x128s2.fused ", "bwd90.kv64x128.fused",
-                          "bwd90.kv64x128s2.fused.q128x64w8"})
+                          "bwd90.kv64x128s2.fused.q128x64w8", "bwd90ws.kv64x128s2.q128x64w8",
+                          "bwd90.kv64x128s2.atomic.fused", "bwd90ws.kv64x128s2.atomic ",
+                          "bwd90ws.kv64x128.fused", "bwd90ws1.kv64x128s2.fused",
+                          "bwd90ws2.kv64x128s2.q128x64w8"})
     CHECK_THROWS_WITH(BwdSm90Config::parse(Bad),
-                      Contains("expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps> or "
-                               "bwd90.kv<M>x<N>s<stages>.fused"));
+                      Contains("expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>, "
+                               "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
+                               "bwd90ws[2].kv<M>x<N>s<stages>.fused or .atomic"));
+  // The opt-in modes: atomic dQ adds, warp specialisation (a producer
+  // warpgroup beside the two of keys, 256 bytes of mbarriers).
+  BwdSm90Config A = BwdSm90Config::parse("bwd90.kv64x128s2.atomic");
+  CHECK(A.FusedDq);
+  CHECK(A.AtomicDq);
+  CHECK(!A.WarpSpecialized);
+  CHECK(A.str() == "bwd90.kv64x128s2.atomic");
+  CHECK(A.dkdvThreads() == 256);
+  CHECK(!(A == BwdSm90Config::fused(64, 128, 2)));
+  for (std::string Text : {"bwd90ws.kv64x128s2.fused", "bwd90ws.kv64x128s3.atomic",
+                           "bwd90ws2.kv64x128s2.fused"}) {
+    BwdSm90Config W = BwdSm90Config::parse(Text);
+    CHECK(W.FusedDq);
+    CHECK(W.WarpSpecialized);
+    CHECK(W.AtomicDq == has(Text, ".atomic"));
+    CHECK(W.TwoPass == has(Text, "ws2."));
+    CHECK(W.str() == Text);
+    CHECK(W.dkdvThreads() == 384);
+    BwdSm90Config Plain = W;
+    Plain.WarpSpecialized = false;
+    CHECK(W.dkdvSharedBytes(128, 128, 1, false) ==
+          Plain.dkdvSharedBytes(128, 128, 1, false) + 256);
+  }
   // Shared memory: 1024 bytes of slack, K and V, then per stage Q, dO and
   // the rows' floats rounded to 1024 bytes.
   CHECK(C.dkdvSharedBytes(64, 64, 1, true) ==
@@ -162,6 +189,17 @@ TEST_CASE("bwd_sm90: what the skeleton supports", "[bwd90]") {
              Contains("fused dQ splits head_dim 64 over 2 warpgroups into 32 columns"));
   CHECK_THAT(Why(spec(DType::F16, 128, 128), BwdSm90Config::fused(64, 64, 2)),
              Contains("with fused dQ would hold 224 accumulator floats"));
+  // Atomic dQ and warp specialisation are fused-mode options.
+  for (bool Atomic : {false, true}) {
+    BwdSm90Config Opt = C;
+    (Atomic ? Opt.AtomicDq : Opt.WarpSpecialized) = true;
+    CHECK_THAT(Why(spec(DType::F16, 64, 64), Opt),
+               Contains("atomic dQ and warp specialisation need the fused dQ mode"));
+  }
+  BwdSm90Config TwoPass = BwdSm90Config::fused(64, 128, 2);
+  TwoPass.TwoPass = true;
+  CHECK_THAT(Why(spec(DType::F16, 128, 128), TwoPass),
+             Contains("the two-pass form is a warp-specialised option"));
   // The generator says the same as a UserError.
   CompiledDefinition Def = compile(examples::mha());
   CHECK_THROWS_AS(codegen::generateBackwardSm90(Def, spec(DType::F16, 128, 256), C),
@@ -178,7 +216,7 @@ TEST_CASE("bwd_sm90: the selector picks it on sm_90a where it runs the head "
     return chooseWithoutShape(T, KernelPolicy());
   };
   CHECK(Choice(128, 128, GpuArch::Sm90a).str() ==
-        "bwd_sm90 bwd90.kv64x128s2.fused (default)");
+        "bwd_sm90 bwd90ws.kv64x128s2.fused (default)");
   CHECK(Choice(64, 64, GpuArch::Sm90a).Skel->name() == "bwd_sm90");
   CHECK(Choice(128, 128, GpuArch::Sm80).Skel->name() == "bwd_sm80");
   CHECK(Choice(64, 64, GpuArch::Sm86).Skel->name() == "bwd_sm80");
@@ -236,6 +274,47 @@ TEST_CASE("bwd_sm90: both dQ modes compile for sm_90a in their tilings",
   runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
   INFO("kernel " << Src.Key << "\n" << Bin.Log);
   CHECK(!has(Bin.Log, "serialized"));
+}
+
+TEST_CASE("bwd_sm90: the atomic and warp-specialised modes compile for sm_90a",
+          "[nvrtc][bwd90][mha]") {
+  struct {
+    const dsl::DefinitionBase &Def;
+    const char *Config;
+    DType T;
+    int D;
+  } Cases[] = {{examples::mha(), "bwd90.kv64x128s2.atomic", DType::F16, 128},
+               {examples::mha(), "bwd90ws.kv64x128s2.fused", DType::F16, 128},
+               {examples::mha(), "bwd90ws.kv64x128s3.atomic", DType::BF16, 128},
+               {examples::mha(), "bwd90ws.kv64x64s2.fused", DType::BF16, 64},
+               {examples::alibiLearnable(), "bwd90ws.kv64x128s2.fused", DType::F16, 128},
+               {examples::mhaDocument(), "bwd90ws.kv64x128s2.fused", DType::BF16, 128},
+               {examples::softcapLearnable(), "bwd90ws2.kv64x128s2.fused", DType::F16, 128}};
+  for (const auto &C : Cases) {
+    CompiledDefinition Def = compile(C.Def);
+    BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
+    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, spec(C.T, C.D, C.D), Cfg);
+    INFO("kernel " << Src.Key);
+    CHECK(has(Src.Key, C.Config));
+    std::string Ptx = compileToPtx(Src);
+    CHECK(has(Ptx, "red.relaxed.gpu.global.add"));
+    // Atomic: no turns to wait for.
+    CHECK(has(Ptx, "ld.acquire.gpu") == !Cfg.AtomicDq);
+    // Warp-specialised: TMA into an mbarrier ring, the rows' cp.async
+    // arrivals, registers moved to the two warpgroups of keys.
+    for (const char *Marker : {"cp.async.bulk.tensor.4d", "mbarrier.try_wait.parity",
+                               "mbarrier.arrive.expect_tx",
+                               "cp.async.mbarrier.arrive.noinc"})
+      CHECK(has(Ptx, Marker) == Cfg.WarpSpecialized);
+    CHECK(has(Ptx, "setmaxnreg.inc") == (Cfg.WarpSpecialized && Cfg.KvBlockN == 128));
+    CHECK(has(Src.Source, "Sm90BwdMaps maps") == Cfg.WarpSpecialized);
+    // Two passes: P after Sᵀ's group alone, dS after dPᵀ's with dV's
+    // still running.
+    CHECK(has(Ptx, "wgmma.wait_group.sync.aligned 1;") == Cfg.TwoPass);
+    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+    INFO(Bin.Log);
+    CHECK(!has(Bin.Log, "serialized"));
+  }
 }
 
 TEST_CASE("bwd_sm90: mha compiles for sm_90a", "[nvrtc][bwd90][mha]") {

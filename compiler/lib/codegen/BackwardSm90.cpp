@@ -27,7 +27,9 @@ BwdSm90Config BwdSm90Config::fused(int KvBlockM, int KvBlockN, int Stages) {
 
 std::string BwdSm90Config::str() const {
   if (FusedDq)
-    return fmt::format("bwd90.kv{}x{}s{}.fused", KvBlockM, KvBlockN, Stages);
+    return fmt::format("{}.kv{}x{}s{}.{}",
+                       WarpSpecialized ? (TwoPass ? "bwd90ws2" : "bwd90ws") : "bwd90",
+                       KvBlockM, KvBlockN, Stages, AtomicDq ? "atomic" : "fused");
   return fmt::format("bwd90.kv{}x{}s{}.q{}x{}w{}", KvBlockM, KvBlockN, Stages,
                      QBlockM, QBlockN, QWarps);
 }
@@ -36,19 +38,32 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
   BwdSm90Config C;
   int M, N, S;
   bool Ok = true;
+  llvm::StringRef T(Text);
   // sscanf counts the fields before a mismatch, so the two-kernel form
   // would also give 3 here: the suffix decides.
-  if (llvm::StringRef(Text).endswith(".fused") &&
-      std::sscanf(Text.c_str(), "bwd90.kv%dx%ds%d.fused", &M, &N, &S) == 3)
-    C = fused(M, N, S);
-  else
+  bool TwoPass = T.startswith("bwd90ws2.");
+  bool Ws = TwoPass || T.startswith("bwd90ws.");
+  bool Atomic = T.endswith(".atomic");
+  if (T.endswith(".fused") || Atomic) {
+    std::string Form = std::string(TwoPass ? "bwd90ws2" : Ws ? "bwd90ws" : "bwd90") +
+                       ".kv%dx%ds%d." + (Atomic ? "atomic" : "fused");
+    Ok = std::sscanf(Text.c_str(), Form.c_str(), &M, &N, &S) == 3;
+    if (Ok) {
+      C = fused(M, N, S);
+      C.AtomicDq = Atomic;
+      C.WarpSpecialized = Ws;
+      C.TwoPass = TwoPass;
+    }
+  } else {
     Ok = std::sscanf(Text.c_str(), "bwd90.kv%dx%ds%d.q%dx%dw%d", &C.KvBlockM,
                      &C.KvBlockN, &C.Stages, &C.QBlockM, &C.QBlockN,
                      &C.QWarps) == 6;
+  }
   if (!Ok || C.str() != Text)
     throw UserError("backward config '" + Text +
-                    "': expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps> or "
-                    "bwd90.kv<M>x<N>s<stages>.fused, e.g. "
+                    "': expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>, "
+                    "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
+                    "bwd90ws[2].kv<M>x<N>s<stages>.fused or .atomic, e.g. "
                     "bwd90.kv64x128s2.q128x64w8 or bwd90.kv64x128s2.fused");
   return C;
 }
@@ -60,7 +75,8 @@ int BwdSm90Config::dkdvSharedBytes(int D, int DV, int NumFinals,
   int RowBytes = (KvBlockM * (NumFinals + (Doosum ? 1 : 0)) * 4 + 1023) / 1024 * 1024;
   int DsBytes = FusedDq ? 2 * KvBlockN * KvBlockM : 0;
   return 1024 + 2 * KvBlockN * (D + DV) +
-         Stages * (2 * KvBlockM * (D + DV) + RowBytes) + DsBytes;
+         Stages * (2 * KvBlockM * (D + DV) + RowBytes) + DsBytes +
+         (WarpSpecialized ? 256 : 0);
 }
 
 int BwdSm90Config::dqSharedBytes(int D, int DV) const {
@@ -72,8 +88,14 @@ int BwdSm90Config::dqSharedBytes(int D, int DV) const {
 BwdSm90Config BwdSm90Config::defaultFor(int D, int DV) {
   // Fused dQ where two warpgroups split dQ's columns into 64-column slabs
   // (d128); at d64 each would get 32, which the fused mode does not do.
-  if (D == 128 && DV == 128)
-    return fused(64, 128, 2);
+  // Warp-specialised there (docs/performance.md: faster than without in
+  // both dQ modes); the element work in one pass, which needs no more
+  // registers than without.
+  if (D == 128 && DV == 128) {
+    BwdSm90Config C = fused(64, 128, 2);
+    C.WarpSpecialized = true;
+    return C;
+  }
   return BwdSm90Config{};
 }
 
@@ -90,6 +112,14 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
                        "{}; expected head_dim_v = head_dim",
                        Spec.HeadDimV, Spec.HeadDim);
   std::string Name = C.str();
+  if (C.TwoPass && !C.WarpSpecialized)
+    return fmt::format("backward config {}: the two-pass form is a warp-specialised "
+                       "option",
+                       Name);
+  if ((C.AtomicDq || C.WarpSpecialized) && !C.FusedDq)
+    return fmt::format("backward config {}: atomic dQ and warp specialisation "
+                       "need the fused dQ mode",
+                       Name);
   if (C.KvBlockN != 64 && C.KvBlockN != 128)
     return fmt::format("backward config {}: the dK/dV key block must be 64 or 128 "
                        "(one or two warpgroups of 64 keys)",
@@ -181,6 +211,20 @@ KernelSource generateBackwardSm90(const CompiledDefinition &Def,
   Set("q_threads", 32 * Config.QWarps);
   Set("stages", Config.Stages);
   Set("fused_dq", Config.FusedDq ? 1 : 0);
+  // The opt-in modes' extra template arguments and the producer's tensor
+  // maps; empty otherwise, so that the other configurations' source is
+  // unchanged.
+  bool Extra = Config.AtomicDq || Config.WarpSpecialized;
+  Values["dkdv_mode_args"] =
+      Extra ? fmt::format(", /*kAtomicDq=*/{}, /*kWarpSpecialized=*/{}{}", Config.AtomicDq,
+                          Config.WarpSpecialized,
+                          Config.TwoPass ? ", /*kTwoPass=*/true" : "")
+            : "";
+  Values["dkdv_maps_param"] =
+      Config.WarpSpecialized
+          ? ",\n               const __grid_constant__ attnc::Sm90BwdMaps maps"
+          : "";
+  Values["dkdv_maps_arg"] = Config.WarpSpecialized ? ", &maps" : "";
   Set("kv_smem",
       Config.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum));
   Set("q_smem", Config.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV));

@@ -172,6 +172,8 @@ std::string backwardKey(const CompiledDefinition &Def, const KernelSpec &Spec,
 /// Tile configuration of the sm90 (Hopper) backward skeleton, written
 /// bwd90.kv{KvBlockM}x{KvBlockN}s{Stages}.q{QBlockM}x{QBlockN}w{QWarps}, or
 /// bwd90.kv{KvBlockM}x{KvBlockN}s{Stages}.fused in the fused dQ mode
+/// (.atomic: fused with atomic dQ adds; the prefix bwd90ws: warp-specialised,
+/// bwd90ws2: warp-specialised with the element work in two passes)
 /// (docs/codegen.md, "The bwd_sm90 skeleton"). Its dK/dV kernel has
 /// KvBlockN / 64 warpgroups, each owning 64 keys (the M of its wgmma);
 /// its dQ kernel is bwd_sm80's, with the Q tiles, or, fused, the dK/dV
@@ -193,18 +195,39 @@ struct BwdSm90Config {
   /// block semaphores, as bwd_sm80's fused mode) and there is no dQ
   /// kernel; the Q fields then equal the Kv ones (fused() sets them).
   bool FusedDq = false;
+  /// With FusedDq, opt-in (written .atomic instead of .fused): dQ's partial
+  /// products are added with fp32 atomics in whatever order they arrive,
+  /// no semaphores: dq's bits may differ from run to run.
+  bool AtomicDq = false;
+  /// With FusedDq (written bwd90ws. instead of bwd90.): a producer
+  /// warpgroup streams Q and dO by TMA and the rows by cp.async into an
+  /// mbarrier ring; the KvBlockN / 64 consumer warpgroups take registers
+  /// from it (setmaxnreg).
+  bool WarpSpecialized = false;
+  /// Warp-specialised only (written bwd90ws2. instead of bwd90ws.): the
+  /// element work in two passes, P while dPᵀ's GEMM runs and dS while
+  /// dV's runs, instead of one after both Sᵀ and dPᵀ (more registers: the
+  /// scores are kept for the second pass).
+  bool TwoPass = false;
   /// The fused dQ mode with these dK/dV tiles.
   static BwdSm90Config fused(int KvBlockM, int KvBlockN, int Stages);
-  /// "bwd90.kv64x128s2.q128x64w8", "bwd90.kv64x128s2.fused"
+  /// "bwd90.kv64x128s2.q128x64w8", "bwd90.kv64x128s2.fused",
+  /// "bwd90.kv64x128s2.atomic", "bwd90ws.kv64x128s2.fused"
   std::string str() const;
   /// Parses what str() writes; UserError on anything else.
   static BwdSm90Config parse(const std::string &Text);
-  /// Threads of a dK/dV CTA: 128 per warpgroup.
-  int dkdvThreads() const { return 128 * (KvBlockN / 64); }
+  /// Consumer warpgroups of 64 keys each.
+  int dkdvWarpgroups() const { return KvBlockN / 64; }
+  /// Threads of a dK/dV CTA: 128 per warpgroup, and the producer's 128
+  /// when warp-specialised.
+  int dkdvThreads() const {
+    return 128 * (dkdvWarpgroups() + (WarpSpecialized ? 1 : 0));
+  }
   /// Dynamic shared memory of the dK/dV kernel: 1024 bytes of alignment
   /// slack, K, V, then Stages x (Q, dO, the rows' \p NumFinals final
   /// rowscales and doosum when \p Doosum, rounded to 1024 bytes), then in
-  /// the fused mode the dSᵀ tile.
+  /// the fused mode the dSᵀ tile; warp-specialised, 256 bytes of
+  /// mbarriers after it.
   int dkdvSharedBytes(int D, int DV, int NumFinals, bool Doosum) const;
   /// The dQ kernel's (BwdConfig::dqSharedBytes with the Q tiles); 0 in the
   /// fused mode, which has none.

@@ -303,7 +303,9 @@ public:
   /// every argument first (InvalidArgument; nothing launched), then runs the
   /// deterministic backward kernels the selector chose (bwd_sm90 on sm_90a
   /// where it runs the head dims, else bwd_sm80; compiled on the first
-  /// call; the same inputs give the same bits on every run). The backward has one implementation,
+  /// call; the same inputs give the same bits on every run, unless
+  /// Signature::BackwardConfig names bwd_sm90's opt-in atomic dQ mode,
+  /// `.atomic`). The backward has one implementation,
   /// whichever backend ran the forward.
   void backward(const TensorView &Q, const TensorView &K, const TensorView &V,
                 const TensorView *Out, const TensorView &DOut,
