@@ -2,7 +2,8 @@
 # Installs the attnc build in $1 into a fresh prefix, builds the consumer
 # project (tests/install) against it with find_package(attnc), and runs it:
 # the generated CLI lists, shows, checks, emits and compiles the consumer's
-# own definition, and a program linking attnc::compiler prints its IR.
+# own definition, and a program prints its IR (attnc::compiler) and makes
+# an Attention for it on sm_80 (attnc::runtime, NVRTC, no GPU needed).
 # Then configures the consumer with attnc as a subproject (add_subdirectory)
 # and checks that attnc leaves the parent's cache alone and adds no tests.
 set -euo pipefail
@@ -41,7 +42,9 @@ expect 'all checks passed' "$("$cli" check softcap_window)" "my_attnc check"
 "$cli" emit softcap_window -o "$work/k.cu" >/dev/null
 expect 'softcap_window' "$(cat "$work/k.cu")" "my_attnc emit"
 expect 'cubin:' "$("$cli" compile softcap_window --arch sm_80)" "my_attnc compile"
-expect '^attention softcap_window' "$("$work/build/emit_mine")" "emit_mine"
+mine=$("$work/build/emit_mine")
+expect '^attention softcap_window' "$mine" "emit_mine's IR"
+expect '^kernel: fwd_sm80 ' "$mine" "emit_mine's Attention on sm_80"
 expect '^mha ' "$("$work/prefix/bin/attnc" list)" "the installed attnc"
 
 # As a subproject: configure only (building it all again would take long).
