@@ -209,6 +209,37 @@ def _text(value):
     return None if value is None else str(value).encode()
 
 
+def constructor_args(where, definition, layout, layouts, arch):
+    """The definition's handle, once definition, layout (one of layouts)
+    and arch are checked; InvalidArgument naming the one that is wrong."""
+    handle = getattr(definition, "handle", None)
+    if not handle:
+        raise _lib.InvalidArgument(
+            f"{where}: argument 'definition': a "
+            f"{type(definition).__name__}; expected an attnc.Definition")
+    if layout not in layouts:
+        names = [repr(n) for n in layouts]
+        raise _lib.InvalidArgument(
+            f"{where}: argument 'layout': {layout!r} is not one of "
+            f"{', '.join(names)}")
+    if arch not in _ARCHS:
+        raise _lib.InvalidArgument(
+            f"{where}: argument 'arch': {arch!r} is not None, "
+            "'sm_80', 'sm_86', 'sm_89' or 'sm_90a'")
+    return handle
+
+
+def read_declared_inputs(obj, input_count, input_info):
+    """obj.inputs, obj._decl by name, and the declared names as C strings
+    made once (calls pass their addresses: obj._name_at)."""
+    obj.inputs = _read_inputs(obj._handle, input_count, input_info)
+    obj._decl = {i.name: i for i in obj.inputs}
+    obj._name_text = [ctypes.create_string_buffer(i.name.encode())
+                      for i in obj.inputs]
+    obj._name_at = {i.name: ctypes.addressof(t)
+                    for i, t in zip(obj.inputs, obj._name_text)}
+
+
 class Attention:
     """A definition compiled for a signature (C++ attn::runtime::Attention).
 
@@ -222,19 +253,8 @@ class Attention:
                  config=None, backward_config=None, needs_backward=False,
                  tune_file=None, tune=False, backend=None):
         self._handle = None
-        handle = getattr(definition, "handle", None)
-        if not handle:
-            raise _lib.InvalidArgument(
-                "attnc.Attention: argument 'definition': a "
-                f"{type(definition).__name__}; expected an attnc.Definition")
-        if layout not in _LAYOUTS:
-            raise _lib.InvalidArgument(
-                f"attnc.Attention: argument 'layout': {layout!r} is not one "
-                "of 'bshd', 'bhsd', 'thd'")
-        if arch not in _ARCHS:
-            raise _lib.InvalidArgument(
-                f"attnc.Attention: argument 'arch': {arch!r} is not None, "
-                "'sm_80', 'sm_86', 'sm_89' or 'sm_90a'")
+        handle = constructor_args("attnc.Attention", definition, layout,
+                                  _LAYOUTS, arch)
         sig = _Signature(
             dtype=_dtype_code(dtype), head_dim=int(head_dim),
             head_dim_v=int(head_dim if head_dim_v is None else head_dim_v),
@@ -251,13 +271,7 @@ class Attention:
         self.layout = layout
         self.head_dim = int(head_dim)
         self.head_dim_v = sig.head_dim_v
-        self.inputs = _read_inputs(self._handle, _input_count, _input_info)
-        self._decl = {i.name: i for i in self.inputs}
-        # The declared names as C strings, made once (calls pass addresses).
-        self._name_text = [ctypes.create_string_buffer(i.name.encode())
-                           for i in self.inputs]
-        self._name_at = {i.name: ctypes.addressof(t)
-                         for i, t in zip(self.inputs, self._name_text)}
+        read_declared_inputs(self, _input_count, _input_info)
         self.final_names = self._read_finals()
         code = ctypes.c_int32()
         _lib.check(_arch(self._handle, ctypes.byref(code)))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import ctypes
 
 from . import _lib
-from ._attention import (_ARCH_NAMES, _ARCHS, _InputInfo, _dtype_code,
-                         _read_inputs, _stream, _text, input_entries,
-                         grad_entries)
+from ._attention import (_ARCHS, _dtype_code, _stream,
+                         _text, constructor_args, grad_entries,
+                         input_entries, read_declared_inputs)
 from ._tensors import pack, view
 
 
@@ -51,19 +51,8 @@ class LinearAttention:
                  head_dim_v=None, layout="bshd", arch=None, skeleton=None,
                  config=None, tune_file=None, tune=False):
         self._handle = None
-        handle = getattr(definition, "handle", None)
-        if not handle:
-            raise _lib.InvalidArgument(
-                "attnc.LinearAttention: argument 'definition': a "
-                f"{type(definition).__name__}; expected an attnc.Definition")
-        if layout not in _LAYOUTS:
-            raise _lib.InvalidArgument(
-                f"attnc.LinearAttention: argument 'layout': {layout!r} is "
-                "not 'bshd' or 'bhsd'")
-        if arch not in _ARCHS:
-            raise _lib.InvalidArgument(
-                f"attnc.LinearAttention: argument 'arch': {arch!r} is not "
-                "None, 'sm_80', 'sm_86', 'sm_89' or 'sm_90a'")
+        handle = constructor_args("attnc.LinearAttention", definition, layout,
+                                  _LAYOUTS, arch)
         sig = _LinearSignature(
             dtype=_dtype_code(dtype, "attnc.LinearAttention"),
             head_dim=int(head_dim),
@@ -77,12 +66,7 @@ class LinearAttention:
         self.definition = definition
         self.layout = layout
         self.arch = arch
-        self.inputs = _read_inputs(self._handle, _input_count, _input_info)
-        self._decl = {i.name: i for i in self.inputs}
-        self._name_text = [ctypes.create_string_buffer(i.name.encode())
-                           for i in self.inputs]
-        self._name_at = {i.name: ctypes.addressof(t)
-                         for i, t in zip(self.inputs, self._name_text)}
+        read_declared_inputs(self, _input_count, _input_info)
         uses = ctypes.c_int32()
         _lib.check(_uses_decay(self._handle, ctypes.byref(uses)))
         self.uses_decay = bool(uses.value)
