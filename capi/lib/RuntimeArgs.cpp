@@ -195,6 +195,21 @@ void headDimsArg(const ArgContext &C, int32_t D, int32_t DV) {
     bad(C, "sig.head_dim_v", fmt::format("{} is not positive", DV));
 }
 
+/// The fields both signatures share, from the C struct \p S (non-null).
+template <typename CSig, typename Sig>
+void commonSignatureFields(const ArgContext &C, const CSig &S, Sig &Out) {
+  Out.Dtype = dtypeArg(C, S.dtype);
+  Out.TensorLayout = layoutArg(C, S.layout);
+  Out.Arch = archArg(C, S.arch);
+  headDimsArg(C, S.head_dim, S.head_dim_v);
+  Out.HeadDim = S.head_dim;
+  Out.HeadDimV = S.head_dim_v;
+  Out.Skeleton = text(S.skeleton);
+  Out.Config = text(S.config);
+  Out.TuneFile = text(S.tune_file);
+  Out.Tune = S.tune != 0;
+}
+
 } // namespace
 
 runtime::Signature signatureArg(const ArgContext &C,
@@ -202,18 +217,9 @@ runtime::Signature signatureArg(const ArgContext &C,
   if (!S)
     bad(C, "sig", "is NULL");
   runtime::Signature Sig;
-  Sig.Dtype = dtypeArg(C, S->dtype);
-  Sig.TensorLayout = layoutArg(C, S->layout);
-  Sig.Arch = archArg(C, S->arch);
-  headDimsArg(C, S->head_dim, S->head_dim_v);
-  Sig.HeadDim = S->head_dim;
-  Sig.HeadDimV = S->head_dim_v;
+  commonSignatureFields(C, *S, Sig);
   Sig.NeedsBackward = S->needs_backward != 0;
-  Sig.Skeleton = text(S->skeleton);
-  Sig.Config = text(S->config);
   Sig.BackwardConfig = text(S->backward_config);
-  Sig.TuneFile = text(S->tune_file);
-  Sig.Tune = S->tune != 0;
   Sig.Backend = text(S->backend);
   return Sig;
 }
@@ -223,16 +229,7 @@ runtime::LinearSignature linearSignatureArg(const ArgContext &C,
   if (!S)
     bad(C, "sig", "is NULL");
   runtime::LinearSignature Sig;
-  Sig.Dtype = dtypeArg(C, S->dtype);
-  Sig.TensorLayout = layoutArg(C, S->layout);
-  Sig.Arch = archArg(C, S->arch);
-  headDimsArg(C, S->head_dim, S->head_dim_v);
-  Sig.HeadDim = S->head_dim;
-  Sig.HeadDimV = S->head_dim_v;
-  Sig.Skeleton = text(S->skeleton);
-  Sig.Config = text(S->config);
-  Sig.TuneFile = text(S->tune_file);
-  Sig.Tune = S->tune != 0;
+  commonSignatureFields(C, *S, Sig);
   return Sig;
 }
 
