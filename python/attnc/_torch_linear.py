@@ -10,7 +10,8 @@ import torch
 
 from ._linear import LinearAttention
 from .torch import (_as_tensor, _check_layout, _definition, _device_index,
-                    _on_replace, _split, _stream, register)
+                    _grad_names, _input_gradients, _on_replace, _stream,
+                    _values, register)
 
 # LinearAttention objects by (name, dtype, head_dim, head_dim_v, layout,
 # device); attnc.torch.register drops a replaced definition's objects.
@@ -46,21 +47,6 @@ def _shape(q, v, layout):
     if layout == "bshd":
         return v.shape[0], v.shape[1], v.shape[2]
     return v.shape[0], v.shape[2], v.shape[1]
-
-
-def _values(att, names, values):
-    if not names:
-        return None
-    inputs = {}
-    for name, value in zip(_split(names), values):
-        d = att._decl.get(name)
-        inputs[name] = value.item() if d is not None and d.shape == "scalar" \
-            else value
-    return inputs
-
-
-def _grad_names(att):
-    return [i.name for i in att.inputs if i.requires_grad]
 
 
 def _grad_buffer(att, name, q, v, layout):
@@ -153,13 +139,7 @@ def _backward(ctx, dout, dfinal):
                          ctx.definition, ctx.layout, ctx.input_names, values)
     dq, dk, dv, ddecay, dinit = result[:5]
     att = _object_for(q, v, ctx.definition, ctx.layout)
-    by_name = dict(zip(_grad_names(att), result[5:]))
-    dvalues = []
-    for name, value, wants in zip(_split(ctx.input_names), values,
-                                  ctx.wants_grad):
-        g = by_name.get(name)
-        dvalues.append(None if g is None or not wants
-                       else g.reshape(value.shape).to(value.device))
+    dvalues = _input_gradients(ctx, values, _grad_names(att), result[5:])
     return (dq, dk, dv,
             ddecay if ctx.has_decay and ddecay.numel() else None,
             dinit if ctx.has_initial else None,

@@ -191,6 +191,20 @@ def _(q, k, v, out, dout, finals, definition, layout, input_names,
             torch.empty_like(v)] + grads
 
 
+def _input_gradients(ctx, values, names, grads):
+    """Autograd's gradients of the custom-input values: the kernel's grads
+    (for the inputs called names) where the caller's value wanted one, in
+    the value's shape and device; None elsewhere."""
+    by_name = dict(zip(names, grads))
+    dvalues = []
+    for name, value, wants in zip(_split(ctx.input_names), values,
+                                  ctx.wants_grad):
+        g = by_name.get(name)
+        dvalues.append(None if g is None or not wants
+                       else g.reshape(value.shape).to(value.device))
+    return dvalues
+
+
 def _setup_context(ctx, inputs, output):
     q, k, v, definition, layout, input_names, input_values = inputs
     out, finals = output
@@ -210,15 +224,7 @@ def _backward(ctx, dout, dfinals):
                             ctx.layout, ctx.input_names, values)
     dq, dk, dv = result[:3]
     att = _object_for(q, v, ctx.definition, ctx.layout)
-    by_name = dict(zip(_grad_names(att), result[3:]))
-    dvalues = []
-    for name, value, wants in zip(_split(ctx.input_names), values,
-                                  ctx.wants_grad):
-        g = by_name.get(name)
-        if g is None or not wants:
-            dvalues.append(None)
-        else:
-            dvalues.append(g.reshape(value.shape).to(value.device))
+    dvalues = _input_gradients(ctx, values, _grad_names(att), result[3:])
     return dq, dk, dv, None, None, None, dvalues
 
 
