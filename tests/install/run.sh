@@ -47,6 +47,25 @@ expect '^attention softcap_window' "$mine" "emit_mine's IR"
 expect '^kernel: fwd_sm80 ' "$mine" "emit_mine's Attention on sm_80"
 expect '^mha ' "$("$work/prefix/bin/attnc" list)" "the installed attnc"
 
+# attnc_add_definitions refuses a REGISTER that is not a global function's
+# name, and SOURCES left out, at configure time, naming the argument.
+bad_project() { # bad_project DIR CALL
+  mkdir -p "$1"
+  printf '%s\n' 'cmake_minimum_required(VERSION 3.20)' \
+    'project(bad LANGUAGES C CXX)' 'find_package(attnc CONFIG REQUIRED)' \
+    "$2" >"$1/CMakeLists.txt"
+  if out=$(cmake -S "$1" -B "$1/build" -DCMAKE_PREFIX_PATH="$work/prefix" 2>&1); then
+    fail "attnc_add_definitions accepted: $2"
+  fi
+  echo "$out"
+}
+expect 'REGISTER must name' \
+  "$(bad_project "$work/bad1" 'attnc_add_definitions(x SOURCES a.cpp REGISTER my::reg)')" \
+  "a namespaced REGISTER"
+expect 'attnc_add_definitions(x): no SOURCES' \
+  "$(bad_project "$work/bad2" 'attnc_add_definitions(x REGISTER reg)')" \
+  "no SOURCES"
+
 # As a subproject: configure only (building it all again would take long).
 cmake -S "$here" -B "$work/sub" -G Ninja -DATTNC_SOURCE_DIR="$source_dir" \
   >/dev/null
