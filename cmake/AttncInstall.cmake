@@ -25,9 +25,8 @@ install(TARGETS attnc_compiler attnc_runtime attnc_main attnc_examples
   EXPORT attncTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT devel
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-# The CLI finds libnvrtc through the run paths attnc_nvrtc's link options
-# give (runtime/CMakeLists.txt); CMake's own build run path would be merged
-# into them and could not be rewritten at install.
+# The CLI needs no run path: the runtime loads libnvrtc itself, first from
+# the folders the build found it in (runtime/CMakeLists.txt).
 set_target_properties(attnc PROPERTIES SKIP_BUILD_RPATH ON)
 install(TARGETS attnc RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   COMPONENT devel)

@@ -2,6 +2,7 @@
 #include "attn/runtime/Compiler.h"
 
 #include "AtomicFile.h"
+#include "NvrtcLibrary.h"
 #include "attn/runtime/DeviceLibrary.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/EventTiming.h"
@@ -10,8 +11,6 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
-
-#include <nvrtc.h>
 
 #include <dlfcn.h>
 
@@ -25,7 +24,8 @@ namespace {
 /// program handle): not the generated code's fault, so an internal error.
 void checkNvrtc(nvrtcResult R, const char *What) {
   if (R != NVRTC_SUCCESS)
-    throw InternalError(std::string(What) + ": " + nvrtcGetErrorString(R));
+    throw InternalError(std::string(What) + ": " +
+                        nvrtc().nvrtcGetErrorString(R));
 }
 
 bool hasFp16Header(const std::string &Root) {
@@ -42,7 +42,8 @@ std::string findCudaRoot() {
     Candidates.push_back(Home);
   Candidates.push_back("/usr/local/cuda");
   Dl_info Info;
-  if (dladdr(reinterpret_cast<void *>(&::nvrtcVersion), &Info) &&
+  if (nvrtcAvailable() &&
+      dladdr(reinterpret_cast<void *>(nvrtc().nvrtcVersion), &Info) &&
       Info.dli_fname) {
     llvm::SmallString<256> Lib(Info.dli_fname);
     llvm::sys::path::remove_filename(Lib); // .../lib64
@@ -83,7 +84,7 @@ struct ProgramGuard {
   nvrtcProgram Prog = nullptr;
   ~ProgramGuard() {
     if (Prog)
-      nvrtcDestroyProgram(&Prog);
+      nvrtc().nvrtcDestroyProgram(&Prog);
   }
 };
 
@@ -91,7 +92,7 @@ struct ProgramGuard {
 
 std::string nvrtcVersion() {
   int Major = 0, Minor = 0;
-  checkNvrtc(::nvrtcVersion(&Major, &Minor), "nvrtcVersion");
+  checkNvrtc(nvrtc().nvrtcVersion(&Major, &Minor), "nvrtcVersion");
   return std::to_string(Major) + "." + std::to_string(Minor);
 }
 
@@ -114,6 +115,7 @@ std::vector<std::string> nvrtcOptions(GpuArch Arch) {
 }
 
 CompiledCubin compileToCubin(const codegen::KernelSource &Src) {
+  const NvrtcLibrary &Nvrtc = nvrtc(); // CompilerUnavailable first
   // NVRTC wants NUL-terminated strings; the embedded headers are StringRefs.
   std::vector<std::string> Names, Texts;
   for (const EmbeddedHeader &H : deviceLibrary()) {
@@ -128,7 +130,7 @@ CompiledCubin compileToCubin(const codegen::KernelSource &Src) {
 
   ProgramGuard Guard;
   std::string ProgramName = Src.Key + ".cu";
-  checkNvrtc(nvrtcCreateProgram(&Guard.Prog, Src.Source.c_str(),
+  checkNvrtc(Nvrtc.nvrtcCreateProgram(&Guard.Prog, Src.Source.c_str(),
                                 ProgramName.c_str(),
                                 static_cast<int>(Names.size()),
                                 TextPtrs.data(), NamePtrs.data()),
@@ -140,16 +142,16 @@ CompiledCubin compileToCubin(const codegen::KernelSource &Src) {
     OptionPtrs.push_back(O.c_str());
 
   WallTimer Timer;
-  nvrtcResult R = nvrtcCompileProgram(
+  nvrtcResult R = Nvrtc.nvrtcCompileProgram(
       Guard.Prog, static_cast<int>(OptionPtrs.size()), OptionPtrs.data());
   CompiledCubin Out;
   Out.Seconds = Timer.seconds();
   size_t LogSize = 0;
-  checkNvrtc(nvrtcGetProgramLogSize(Guard.Prog, &LogSize),
+  checkNvrtc(Nvrtc.nvrtcGetProgramLogSize(Guard.Prog, &LogSize),
              "nvrtcGetProgramLogSize");
   if (LogSize > 1) { // the size counts the terminating NUL
     Out.Log.resize(LogSize);
-    checkNvrtc(nvrtcGetProgramLog(Guard.Prog, Out.Log.data()),
+    checkNvrtc(Nvrtc.nvrtcGetProgramLog(Guard.Prog, Out.Log.data()),
                "nvrtcGetProgramLog");
     Out.Log.resize(LogSize - 1);
   }
@@ -158,7 +160,7 @@ CompiledCubin compileToCubin(const codegen::KernelSource &Src) {
     // Anything nvrtcCompileProgram rejects (bad code, a bad option) is a
     // compile failure: report it with the log and keep the source around.
     std::string Log = Out.Log.empty()
-                          ? std::string(nvrtcGetErrorString(R))
+                          ? std::string(Nvrtc.nvrtcGetErrorString(R))
                           : Out.Log;
     std::string Path = dumpPath(Src.Key);
     if (std::error_code EC = writeFileAtomically(Path, {Src.Source}))
@@ -167,14 +169,14 @@ CompiledCubin compileToCubin(const codegen::KernelSource &Src) {
   }
 
   size_t Size = 0;
-  checkNvrtc(nvrtcGetCUBINSize(Guard.Prog, &Size), "nvrtcGetCUBINSize");
+  checkNvrtc(Nvrtc.nvrtcGetCUBINSize(Guard.Prog, &Size), "nvrtcGetCUBINSize");
   if (Size == 0)
     // No CUBIN for a virtual architecture (compute_XX): a caller's mistake.
     throw InvalidArgument("compileToCubin: Arch \"" + archName(Src.Arch).str() +
                           "\" yields no CUBIN; expected a real "
                           "architecture such as sm_80 or sm_90a");
   Out.Cubin.resize(Size);
-  checkNvrtc(nvrtcGetCUBIN(Guard.Prog, Out.Cubin.data()), "nvrtcGetCUBIN");
+  checkNvrtc(Nvrtc.nvrtcGetCUBIN(Guard.Prog, Out.Cubin.data()), "nvrtcGetCUBIN");
   return Out;
 }
 

@@ -27,6 +27,13 @@ public:
   std::string Key, Log, DumpPath;
 };
 
+/// NVRTC cannot be loaded, so a kernel that no bundle holds cannot be
+/// compiled: the message says what was tried and what to do.
+class CompilerUnavailable : public Error {
+public:
+  using Error::Error;
+};
+
 /// The CUDA driver is missing or a driver call failed.
 class DriverError : public Error {
 public:
