@@ -70,6 +70,26 @@ BackwardPlan planOf(const KernelChoice &C, const KernelTarget &T) {
 
 } // namespace
 
+std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice) {
+  const auto *B = std::get_if<codegen::BwdConfig>(&Choice.Config);
+  if (B && !B->FusedDq)
+    return std::nullopt;
+  // The packed kernels exist in bwd_sm80's two-kernel mode only; keep the
+  // dK/dV tiles where the choice is bwd_sm80's fused mode.
+  codegen::BwdConfig Two;
+  if (B) {
+    Two = *B;
+    Two.QBlockM = codegen::BwdConfig().QBlockM;
+    Two.QBlockN = codegen::BwdConfig().QBlockN;
+    Two.QWarps = codegen::BwdConfig().QWarps;
+  }
+  Two.FusedDq = false;
+  KernelChoice TwoChoice = Choice;
+  TwoChoice.Skel = &skeletonNamed("bwd_sm80", "BackwardRunner");
+  TwoChoice.Config = Two;
+  return TwoChoice;
+}
+
 BackwardRunner::BackwardRunner(const CompiledDefinition &D,
                                const KernelTarget &T, const KernelChoice &C)
     : Def(D), Mask(analysis::analyzeMask(*D.Graph)), Target(T),
@@ -110,27 +130,13 @@ void BackwardRunner::run(const BackwardTensors &T,
   const ir::Graph &G = *Def.Graph;
   const CallShape &C = Shape.Fwd;
   const BackwardPlan &K = Plan;
-  const bool TwoKernelSm80 =
-      std::holds_alternative<codegen::BwdConfig>(Choice.Config) && !K.FusedDq;
-  if (C.Packed && !TwoKernelSm80) {
-    if (!Unfused) {
-      // The packed kernels exist in bwd_sm80's two-kernel mode only; keep
-      // the dK/dV tiles where the choice is bwd_sm80's fused mode.
-      codegen::BwdConfig Two;
-      if (const auto *B = std::get_if<codegen::BwdConfig>(&Choice.Config)) {
-        Two = *B;
-        Two.QBlockM = codegen::BwdConfig().QBlockM;
-        Two.QBlockN = codegen::BwdConfig().QBlockN;
-        Two.QWarps = codegen::BwdConfig().QWarps;
-      }
-      Two.FusedDq = false;
-      KernelChoice TwoChoice = Choice;
-      TwoChoice.Skel = &skeletonNamed("bwd_sm80", "BackwardRunner");
-      TwoChoice.Config = Two;
-      Unfused = std::make_unique<BackwardRunner>(Def, Target, TwoChoice);
+  if (C.Packed) {
+    if (std::optional<KernelChoice> Two = packedBackwardChoice(Choice)) {
+      if (!Unfused)
+        Unfused = std::make_unique<BackwardRunner>(Def, Target, *Two);
+      Unfused->run(T, Shape, Inputs, GradOut, Stream, Blocks);
+      return;
     }
-    Unfused->run(T, Shape, Inputs, GradOut, Stream, Blocks);
-    return;
   }
   // A packed call classifies nothing: its kernels mask per element over a
   // range of blocks of each sequence (varlen.cuh). A call given a block

@@ -16,6 +16,7 @@
 #include <cuda.h>
 
 #include <memory>
+#include <optional>
 
 
 namespace attn::runtime {
@@ -48,6 +49,11 @@ struct BwdLists {
 /// L = Σ out ∘ dout, from q, k, v, dout, the forward's final rowscales and,
 /// for a backward that reads doosum, its output. Deterministic: the same
 /// inputs give the same bits on every run (docs/runtime.md, "Backward").
+/// The configuration a packed variable-length backward runs when \p Choice
+/// cannot (bwd_sm80's two-kernel mode with the same dK/dV tiles), or none
+/// when \p Choice is already that mode.
+std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice);
+
 class BackwardRunner {
 public:
   /// Generates the backward of \p Def for target \p T with the selector's

@@ -2,6 +2,8 @@
 #include "attn/runtime/KernelCache.h"
 
 #include "AtomicFile.h"
+#include "CacheFormat.h"
+#include "NvrtcLibrary.h"
 #include "attn/runtime/Compiler.h"
 #include "attn/runtime/DeviceLibrary.h"
 #include "attn/runtime/Errors.h"
@@ -54,20 +56,8 @@ constexpr size_t MaxPrefixLength = 120;
 
 namespace endian = llvm::support::endian;
 
-template <typename T> void appendLE(std::string &Out, T V) {
-  char Bytes[sizeof(T)];
-  endian::write<T, llvm::support::little, llvm::support::unaligned>(Bytes, V);
-  Out.append(Bytes, sizeof(T));
-}
-
 llvm::StringRef asStringRef(const std::vector<char> &V) {
   return llvm::StringRef(V.data(), V.size());
-}
-
-std::string sha256(llvm::StringRef Data) {
-  std::array<uint8_t, 32> Digest = llvm::SHA256::hash(
-      llvm::ArrayRef<uint8_t>(Data.bytes_begin(), Data.bytes_end()));
-  return std::string(Digest.begin(), Digest.end());
 }
 
 std::string makeHeader(llvm::StringRef Payload) {
@@ -100,15 +90,6 @@ std::optional<std::vector<char>> parseEntry(llvm::StringRef File) {
   if (File.substr(PayloadLengthAt + 8, DigestSize) != sha256(Payload))
     return std::nullopt;
   return std::vector<char>(Payload.begin(), Payload.end());
-}
-
-/// Hashes a field with its length first, so that no two different field
-/// sequences hash the same bytes ("ab","c" vs "a","bc").
-void hashField(llvm::SHA256 &H, llvm::StringRef Field) {
-  std::string Length;
-  appendLE<uint64_t>(Length, Field.size());
-  H.update(Length);
-  H.update(Field);
 }
 
 /// One digest of the embedded device library: generated code #includes it,
@@ -196,6 +177,8 @@ const char *cacheSourceName(CacheSource S) {
   switch (S) {
   case CacheSource::Memory:
     return "memory";
+  case CacheSource::Bundle:
+    return "bundle";
   case CacheSource::Disk:
     return "disk";
   case CacheSource::Compiled:
@@ -214,9 +197,54 @@ KernelCache::KernelCache(std::string Directory, CompileFn Compile)
     };
 }
 
-KernelCache &KernelCache::global() {
-  static KernelCache Cache(defaultDirectory());
+namespace {
+
+/// The cache global() returns, with $ATTNC_BUNDLE's bundles added. A bad
+/// bundle throws, and the next global() tries again: every use fails with
+/// the same message instead of running without the bundle.
+std::unique_ptr<KernelCache> makeGlobal() {
+  auto Cache = std::make_unique<KernelCache>(KernelCache::defaultDirectory());
+  if (const char *Env = std::getenv("ATTNC_BUNDLE"); Env && *Env) {
+    llvm::SmallVector<llvm::StringRef, 4> Paths;
+    llvm::StringRef(Env).split(Paths, ':', /*MaxSplit=*/-1,
+                               /*KeepEmpty=*/false);
+    for (llvm::StringRef P : Paths) {
+      try {
+        Cache->addBundle(P.str());
+      } catch (const UserError &E) {
+        throw UserError(std::string("ATTNC_BUNDLE: ") + E.what());
+      }
+    }
+  }
   return Cache;
+}
+
+} // namespace
+
+KernelCache &KernelCache::global() {
+  static std::unique_ptr<KernelCache> Cache = makeGlobal();
+  return *Cache;
+}
+
+void KernelCache::addBundle(const std::string &Path) {
+  addBundle(std::make_shared<const KernelBundle>(KernelBundle::read(Path)),
+            Path);
+}
+
+void KernelCache::addBundle(std::shared_ptr<const KernelBundle> Bundle,
+                            const std::string &Name) {
+  if (!Bundle)
+    throw InvalidArgument("KernelCache::addBundle: Bundle is null");
+  std::lock_guard<std::mutex> Lock(Mutex);
+  Bundles.emplace_back(Name, std::move(Bundle));
+}
+
+std::vector<std::string> KernelCache::bundleNames() const {
+  std::lock_guard<std::mutex> Lock(Mutex);
+  std::vector<std::string> Out;
+  for (const auto &B : Bundles)
+    Out.push_back(B.first);
+  return Out;
 }
 
 std::string KernelCache::defaultDirectory() {
@@ -233,7 +261,9 @@ std::string KernelCache::defaultDirectory() {
   return std::string(Tmp) + "/attnc-cache";
 }
 
-std::string KernelCache::fullKey(const codegen::KernelSource &Src) const {
+namespace {
+
+void checkKeyPrefix(const codegen::KernelSource &Src) {
   if (Src.Key.empty())
     throw InvalidArgument("KernelCache: KernelSource.Key is empty; expected "
                           "a readable prefix of [A-Za-z0-9._-]");
@@ -242,7 +272,23 @@ std::string KernelCache::fullKey(const codegen::KernelSource &Src) const {
       throw InvalidArgument("KernelCache: KernelSource.Key \"" + Src.Key +
                             "\" contains '" + std::string(1, C) +
                             "'; expected only [A-Za-z0-9._-]");
+}
 
+} // namespace
+
+std::string bundleKey(const codegen::KernelSource &Src) {
+  checkKeyPrefix(Src);
+  llvm::SHA256 H;
+  hashField(H, Src.Source);
+  hashField(H, AttncVersion);
+  hashField(H, archName(Src.Arch));
+  hashField(H, deviceLibraryDigest());
+  std::string Prefix = Src.Key.substr(0, MaxPrefixLength);
+  return Prefix + "-" + llvm::toHex(H.final(), /*LowerCase=*/true);
+}
+
+std::string KernelCache::fullKey(const codegen::KernelSource &Src) const {
+  checkKeyPrefix(Src);
   llvm::SHA256 H;
   hashField(H, Src.Source);
   std::vector<std::string> Options = nvrtcOptions(Src.Arch);
@@ -260,31 +306,62 @@ std::string KernelCache::fullKey(const codegen::KernelSource &Src) const {
 CacheResult KernelCache::getOrCompile(const codegen::KernelSource &Src) {
   WallTimer Timer;
   CacheResult Result;
-  Result.FullKey = fullKey(Src);
   Result.CompileSeconds = 0;
+  std::string MemoryKey = bundleKey(Src);
 
   auto Finish = [&](std::shared_ptr<const std::vector<char>> Cubin,
                     CacheSource Source) {
     std::lock_guard<std::mutex> Lock(Mutex);
     // Another thread may have stored the same key meanwhile; keep the first
     // so every caller shares one copy.
-    Result.Cubin = Memory.emplace(Result.FullKey, std::move(Cubin))
-                       .first->second;
+    const MemoryEntry &E =
+        Memory.try_emplace(MemoryKey, MemoryEntry{std::move(Cubin),
+                                                  Result.FullKey})
+            .first->second;
+    Result.Cubin = E.Cubin;
     Result.Source = Source;
     Result.LookupSeconds = Timer.seconds();
     return Result;
   };
 
+  std::vector<std::string> Searched;
   {
     std::lock_guard<std::mutex> Lock(Mutex);
-    auto It = Memory.find(Result.FullKey);
+    auto It = Memory.find(MemoryKey);
     if (It != Memory.end()) {
-      Result.Cubin = It->second;
+      Result.Cubin = It->second.Cubin;
+      Result.FullKey = It->second.FullKey;
       Result.Source = CacheSource::Memory;
       Result.LookupSeconds = Timer.seconds();
       return Result;
     }
+    for (const auto &[Name, Bundle] : Bundles) {
+      if (const BundleEntry *E = Bundle->find(MemoryKey)) {
+        Result.FullKey = MemoryKey;
+        Result.Cubin = Memory.try_emplace(MemoryKey, MemoryEntry{E->Cubin,
+                                                                 MemoryKey})
+                           .first->second.Cubin;
+        Result.Source = CacheSource::Bundle;
+        Result.LookupSeconds = Timer.seconds();
+        return Result;
+      }
+      Searched.push_back(Name);
+    }
   }
+
+  // Past the bundles, the disk key and a compile both need NVRTC.
+  std::string Why;
+  if (!nvrtcAvailable(&Why))
+    throw CompilerUnavailable(
+        "kernel " + MemoryKey + " (" + archName(Src.Arch).str() +
+        ") is in no loaded bundle" +
+        (Searched.empty() ? std::string(" (none is loaded: ATTNC_BUNDLE)")
+                          : " (searched: " + llvm::join(Searched, ", ") +
+                                ")") +
+        ", and NVRTC cannot be loaded to compile it (" + Why +
+        "); make a bundle that covers this call with `attnc bundle`, or "
+        "install NVRTC");
+  Result.FullKey = fullKey(Src);
 
   // Disk and compilation run unlocked: compiles of different keys (the
   // autotuner's candidates) proceed in parallel. Two threads asking for the

@@ -277,4 +277,50 @@ void LinearAttention::decodeStep(const LinearDecodeTensors &T,
                "launch attnc_linear_decode");
 }
 
+std::vector<PrecompiledKernel>
+LinearAttention::precompile(const PrecompileSet &What) {
+  std::vector<PrecompiledKernel> Out;
+  auto Add = [&](const codegen::KernelSource &Src, const CacheResult &R) {
+    Out.push_back({Src, R.Cubin, cacheSourceName(R.Source)});
+  };
+  Kernels &K = kernelsFor(Spec.Config);
+  if (What.Forward) {
+    Add(K.FwdSrc, K.FwdCache);
+    // forwardVarlen's kernel: any signature runs packed batches.
+    if (K.VarSrc.Source.empty()) {
+      K.VarSrc = codegen::generateLinearForwardVarlen(Def, K.Spec);
+      K.VarCache = KernelCache::global().getOrCompile(K.VarSrc);
+    }
+    Add(K.VarSrc, K.VarCache);
+  }
+  if (What.Backward) {
+    LinearBackwardRunner &B = ensureBackward(K);
+    Add(B.source(), B.cacheResult());
+  }
+  if (What.Decode) {
+    DecodeKernel &D = ensureDecode();
+    Add(D.Src, D.Cache);
+  }
+  return Out;
+}
+
+std::vector<PrecompiledKernel>
+precompileLinear(const dsl::DefinitionBase &Def, LinearSignature Sig,
+                 const PrecompileSet &What,
+                 const std::vector<GpuArch> &Archs) {
+  if (Archs.empty())
+    throw InvalidArgument("precompile: no arch given; expected one or more "
+                          "of " + archNamesText().str());
+  std::vector<PrecompiledKernel> Out;
+  CompiledDefinition Compiled = compile(Def);
+  for (GpuArch A : Archs) {
+    Sig.Arch = A;
+    LinearAttention L(Compiled, Sig);
+    std::vector<PrecompiledKernel> Kernels = L.precompile(What);
+    Out.insert(Out.end(), std::make_move_iterator(Kernels.begin()),
+               std::make_move_iterator(Kernels.end()));
+  }
+  return Out;
+}
+
 } // namespace attn::runtime

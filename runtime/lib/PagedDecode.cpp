@@ -144,40 +144,41 @@ struct HelperModule {
   std::map<std::string, CUfunction> Functions;
 };
 
-/// The module \p Name for \p Arch: \p Source's entries, each a one-line
-/// wrapper of a device function of the device library.
-HelperModule &helperModule(const std::string &Name, GpuArch Arch,
-                           const std::string &Source,
-                           const std::vector<std::string> &Entries) {
+/// The module of \p Src, loaded once per key and arch.
+HelperModule &helperModule(const codegen::KernelSource &Src) {
   static std::mutex M;
   static std::map<std::pair<std::string, GpuArch>, std::unique_ptr<HelperModule>>
       Modules;
   std::lock_guard<std::mutex> Lock(M);
-  std::unique_ptr<HelperModule> &Mod = Modules[{Name, Arch}];
+  std::unique_ptr<HelperModule> &Mod = Modules[{Src.Key, Src.Arch}];
   if (Mod)
     return *Mod;
-  codegen::KernelSource Src;
-  Src.Arch = Arch;
-  Src.Key = fmt::format("{}.{}", Name, archName(Arch).str());
-  Src.Entries = Entries;
-  Src.Source = Source;
   auto New = std::make_unique<HelperModule>();
   New->Cached = KernelCache::global().getOrCompile(Src);
-  New->Module.load(New->Cached, Arch);
-  for (const std::string &E : Entries)
+  New->Module.load(New->Cached, Src.Arch);
+  for (const std::string &E : Src.Entries)
     New->Functions[E] = New->Module.function(E.c_str());
   Mod = std::move(New);
   return *Mod;
 }
 
+/// A helper module's source: \p Text's entries, each a one-line wrapper of
+/// a device function of the device library.
+codegen::KernelSource helperSource(const std::string &Name, GpuArch Arch,
+                                   std::string Text,
+                                   std::vector<std::string> Entries) {
+  codegen::KernelSource Src;
+  Src.Arch = Arch;
+  Src.Key = fmt::format("{}.{}", Name, archName(Arch).str());
+  Src.Entries = std::move(Entries);
+  Src.Source = std::move(Text);
+  return Src;
+}
+
 } // namespace
 
-void launchPagedAppend(GpuArch Arch, const AppendCall &C, const TensorView &K,
-                       const TensorView &V, const PagedKV &KV,
-                       const TensorView &SlotMapping, CUstream Stream) {
-  if (C.Tokens == 0)
-    return;
-  HelperModule &M = helperModule(
+codegen::KernelSource pagedAppendSource(GpuArch Arch) {
+  return helperSource(
       "paged_append", Arch,
       "// attnc: new K/V tokens into pages by a slot mapping.\n"
       "#include \"attnc/paged_append.cuh\"\n"
@@ -190,6 +191,30 @@ void launchPagedAppend(GpuArch Arch, const AppendCall &C, const TensorView &K,
       "  attnc::paged_append<long long>(a);\n"
       "}\n",
       {"attnc_paged_append_i32", "attnc_paged_append_i64"});
+}
+
+codegen::KernelSource mergeResultsSource(GpuArch Arch) {
+  return helperSource(
+      "merge_results", Arch,
+      "// attnc: partial results merged by the derived rule.\n"
+      "#include \"attnc/merge_results.cuh\"\n"
+      "extern \"C\" __global__ void __launch_bounds__(128)\n"
+      "attnc_merge_results_f16(const attnc::MergeResultsArgs a) {\n"
+      "  attnc::merge_results<attnc::f16>(a);\n"
+      "}\n"
+      "extern \"C\" __global__ void __launch_bounds__(128)\n"
+      "attnc_merge_results_bf16(const attnc::MergeResultsArgs a) {\n"
+      "  attnc::merge_results<attnc::bf16>(a);\n"
+      "}\n",
+      {"attnc_merge_results_f16", "attnc_merge_results_bf16"});
+}
+
+void launchPagedAppend(GpuArch Arch, const AppendCall &C, const TensorView &K,
+                       const TensorView &V, const PagedKV &KV,
+                       const TensorView &SlotMapping, CUstream Stream) {
+  if (C.Tokens == 0)
+    return;
+  HelperModule &M = helperModule(pagedAppendSource(Arch));
   attnc::PagedAppendArgs A{};
   A.k = K.Data;
   A.v = V.Data;
@@ -225,19 +250,7 @@ void launchPagedAppend(GpuArch Arch, const AppendCall &C, const TensorView &K,
 }
 
 void launchMergeResults(GpuArch Arch, const MergeCall &C, CUstream Stream) {
-  HelperModule &M = helperModule(
-      "merge_results", Arch,
-      "// attnc: partial results merged by the derived rule.\n"
-      "#include \"attnc/merge_results.cuh\"\n"
-      "extern \"C\" __global__ void __launch_bounds__(128)\n"
-      "attnc_merge_results_f16(const attnc::MergeResultsArgs a) {\n"
-      "  attnc::merge_results<attnc::f16>(a);\n"
-      "}\n"
-      "extern \"C\" __global__ void __launch_bounds__(128)\n"
-      "attnc_merge_results_bf16(const attnc::MergeResultsArgs a) {\n"
-      "  attnc::merge_results<attnc::bf16>(a);\n"
-      "}\n",
-      {"attnc_merge_results_f16", "attnc_merge_results_bf16"});
+  HelperModule &M = helperModule(mergeResultsSource(Arch));
   attnc::MergeResultsArgs A = C.Args;
   void *Params[] = {&A};
   CudaDriver &D = CudaDriver::get();

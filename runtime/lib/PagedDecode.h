@@ -106,6 +106,11 @@ MergeCall validateMerge(const ir::Graph &G, const Signature &Sig,
                         const TensorView &Out, const TensorView *Finals);
 void launchMergeResults(GpuArch Arch, const MergeCall &C, CUstream Stream);
 
+/// The sources of the merge and append kernels for \p Arch (launch*
+/// compile them on first use; Attention::precompile ahead of time).
+codegen::KernelSource mergeResultsSource(GpuArch Arch);
+codegen::KernelSource pagedAppendSource(GpuArch Arch);
+
 /// Copies new tokens into pages (Attention::appendPaged), compiled once.
 void launchPagedAppend(GpuArch Arch, const AppendCall &A, const TensorView &K,
                        const TensorView &V, const PagedKV &KV,

@@ -116,6 +116,14 @@ GpuArch resolveArch(const std::optional<GpuArch> &A);
 KernelTarget kernelTarget(const CompiledDefinition &Def, const Signature &Sig,
                           GpuArch Arch, Direction D);
 
+/// Attention::precompile for each arch of \p Archs (an Attention of \p Sig
+/// with Signature::Arch set to it; with What.Backward, NeedsBackward too,
+/// so that unsupported head dims are a NotSupportedYet naming them).
+std::vector<PrecompiledKernel>
+precompileAttention(const dsl::DefinitionBase &Def, Signature Sig,
+                    const PrecompileSet &What,
+                    const std::vector<GpuArch> &Archs);
+
 /// A packed variable-length batch (Layout::THD): B sequences stored one
 /// after another in q/out ([total_q, heads, dim]) and k/v ([total_kv,
 /// heads_kv, dim]). Sequence b's queries are tokens [cu_seqlens_q[b],
@@ -324,6 +332,15 @@ public:
                       const InputMap &Inputs = {},
                       const InputGradMap &Grads = {},
                       CUstream Stream = nullptr);
+
+  /// Compiles, without a GPU and without a call, the kernels that calls of
+  /// \p What's directions on this Attention's arch will load (through the
+  /// kernel cache: found ones are not compiled again), and returns them,
+  /// for a bundle (Bundle.h) or a warm cache. Kernels that only a shape's
+  /// tune-file entry selects are not included. InvalidArgument for Decode
+  /// with a THD signature (paged decode takes bshd or bhsd); a backward at
+  /// head dims no skeleton runs is the backward's UserError.
+  std::vector<PrecompiledKernel> precompile(const PrecompileSet &What);
 
   const CompiledDefinition &definition() const { return Def; }
   /// The kernel compiled at construction by the first backend made.

@@ -4,6 +4,7 @@
 #define ATTN_RUNTIME_KERNELCACHE_H
 
 #include "attn/codegen/KernelSource.h"
+#include "attn/runtime/Bundle.h"
 
 #include <cstdint>
 #include <functional>
@@ -16,13 +17,15 @@
 namespace attn::runtime {
 
 /// Where a lookup was served from.
-enum class CacheSource { Memory, Disk, Compiled };
+enum class CacheSource { Memory, Bundle, Disk, Compiled };
 const char *cacheSourceName(CacheSource S);
 
 struct CacheResult {
   std::shared_ptr<const std::vector<char>> Cubin;
   CacheSource Source;
-  std::string FullKey;   ///< prefix + "-" + sha256 hex (the file's stem)
+  /// prefix + "-" + sha256 hex: the disk entry's file stem, or for a
+  /// kernel that came from a bundle, its bundleKey.
+  std::string FullKey;
   double CompileSeconds; ///< 0 unless Source == Compiled
   double LookupSeconds;  ///< wall time of the whole getOrCompile call
 };
@@ -41,7 +44,9 @@ struct CacheStats {
   size_t Skipped = 0;
 };
 
-/// Memory → disk → compile. Disk entries live in one directory
+/// Memory → bundles → disk → compile. Bundles (Bundle.h) are consulted
+/// before the disk and NVRTC: a program that has every kernel it calls in a
+/// bundle never loads NVRTC. Disk entries live in one directory
 /// ($ATTNC_CACHE_DIR, else $XDG_CACHE_HOME/attnc, else ~/.cache/attnc), one
 /// file per key, named "<FullKey>.cubin". Each file starts with a header:
 /// magic "ATTNCKC1", format version, attnc version, payload length and the
@@ -60,7 +65,9 @@ public:
       const codegen::KernelSource &, double &Seconds)>;
 
   explicit KernelCache(std::string Directory, CompileFn Compile = {});
-  /// The cache at the default directory with NVRTC as the compiler.
+  /// The cache at the default directory with NVRTC as the compiler, and
+  /// the bundles $ATTNC_BUNDLE names (paths separated by ':'; a bad one is
+  /// a UserError at the first use of the cache).
   static KernelCache &global();
   static std::string defaultDirectory();
 
@@ -68,7 +75,18 @@ public:
   /// NVRTC version, attnc version, arch, embedded device library).
   std::string fullKey(const codegen::KernelSource &Src) const;
 
+  /// The kernel of \p Src: from memory, a bundle, the disk, or compiled.
+  /// CompilerUnavailable when it must be compiled and NVRTC cannot be
+  /// loaded (the message names the kernel and the bundles searched).
   CacheResult getOrCompile(const codegen::KernelSource &Src);
+
+  /// Reads the bundle at \p Path (UserError if it is not a good one) and
+  /// consults it from now on, after the bundles added before it.
+  void addBundle(const std::string &Path);
+  void addBundle(std::shared_ptr<const KernelBundle> Bundle,
+                 const std::string &Name);
+  /// The names of the bundles consulted, in order.
+  std::vector<std::string> bundleNames() const;
 
   CacheStats stats() const;
   /// Removes every cache entry and stray temporary, whatever its file type
@@ -81,7 +99,15 @@ private:
   std::string Dir;
   CompileFn Compile;
   mutable std::mutex Mutex;
-  std::map<std::string, std::shared_ptr<const std::vector<char>>> Memory;
+  /// By bundleKey (NVRTC-independent; within a process NVRTC's version
+  /// and options are fixed), with the full key of each.
+  struct MemoryEntry {
+    std::shared_ptr<const std::vector<char>> Cubin;
+    std::string FullKey;
+  };
+  std::map<std::string, MemoryEntry> Memory;
+  std::vector<std::pair<std::string, std::shared_ptr<const KernelBundle>>>
+      Bundles;
 };
 
 } // namespace attn::runtime

@@ -127,6 +127,12 @@ struct LinearVarlenTensors {
 /// seq for BHSD), Hq and Hk dividing H; decay [B,H,T] float32 (any
 /// strides), given exactly when decay_mod reads it; initial and final
 /// states [B,H,D,DV] float32, contiguous.
+/// LinearAttention::precompile for each arch of \p Archs (Sig.Arch set to it).
+std::vector<PrecompiledKernel>
+precompileLinear(const dsl::DefinitionBase &Def, LinearSignature Sig,
+                 const PrecompileSet &What,
+                 const std::vector<GpuArch> &Archs);
+
 class LinearAttention {
 public:
   /// Compiles the definition and the forward kernel (UserError for a
@@ -199,6 +205,12 @@ public:
   const CacheResult &forwardCacheResult() const;
   /// Compiles the backward kernels if that has not happened yet.
   const codegen::KernelSource &backwardSource();
+  /// Compiles, without a GPU and without a call, the kernels of \p What's
+  /// directions for spec()'s configuration (Forward: forward and
+  /// forwardVarlen; Backward; Decode: decodeStep) through the kernel
+  /// cache, and returns them (Bundle.h). Configurations that only a tune
+  /// file selects for a shape are not included.
+  std::vector<PrecompiledKernel> precompile(const PrecompileSet &What);
 
 private:
   struct Kernels;

@@ -1,0 +1,68 @@
+// Attention::precompile: the kernels of a signature's directions compiled
+// ahead of time, without a GPU, for bundles and warm caches.
+#include "attn/runtime/Attention.h"
+
+#include "BackwardRunner.h"
+#include "PagedDecode.h"
+#include "attn/runtime/Backend.h"
+#include "attn/runtime/Errors.h"
+
+namespace attn::runtime {
+
+std::vector<PrecompiledKernel>
+Attention::precompile(const PrecompileSet &What) {
+  std::vector<PrecompiledKernel> Out;
+  // Every kernel goes through the cache, as a call's would: the same
+  // source gives the same key, so a call later finds what this compiled.
+  auto Compile = [&](const codegen::KernelSource &Src) {
+    CacheResult R = KernelCache::global().getOrCompile(Src);
+    Out.push_back({Src, R.Cubin, cacheSourceName(R.Source)});
+  };
+  const bool Packed = Sig.TensorLayout == attn::Layout::THD;
+  const bool Generated = Sig.Backend.empty() || Sig.Backend == "generated";
+
+  if (What.Forward) {
+    Compile(backendAt(0).source());
+    // Calls of at most 16 queries run the short-query rule's kernel.
+    if (DecodeRule && Generated && !Packed)
+      Compile(DecodeRule->Skel->generate(Def, Fwd.target(),
+                                         DecodeRule->Config));
+  }
+  if (What.Backward) {
+    Compile(backwardRunner().source());
+    if (Packed)
+      if (std::optional<KernelChoice> Two =
+              packedBackwardChoice(backwardChoice()))
+        Compile(Two->Skel->generate(Def, BwdTarget, Two->Config));
+  }
+  if (What.Decode) {
+    if (Packed)
+      throw InvalidArgument("precompile: paged decode takes a bshd or bhsd "
+                            "signature; this one is thd");
+    Compile(pagedRunner().source());
+    Compile(pagedAppendSource(Arch));
+    Compile(mergeResultsSource(Arch));
+  }
+  return Out;
+}
+
+std::vector<PrecompiledKernel>
+precompileAttention(const dsl::DefinitionBase &Def, Signature Sig,
+                    const PrecompileSet &What,
+                    const std::vector<GpuArch> &Archs) {
+  if (Archs.empty())
+    throw InvalidArgument("precompile: no arch given; expected one or more "
+                          "of " + archNamesText().str());
+  Sig.NeedsBackward = Sig.NeedsBackward || What.Backward;
+  std::vector<PrecompiledKernel> Out;
+  for (GpuArch A : Archs) {
+    Sig.Arch = A;
+    Attention At(Def, Sig);
+    std::vector<PrecompiledKernel> Kernels = At.precompile(What);
+    Out.insert(Out.end(), std::make_move_iterator(Kernels.begin()),
+               std::make_move_iterator(Kernels.end()));
+  }
+  return Out;
+}
+
+} // namespace attn::runtime
