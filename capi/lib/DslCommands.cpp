@@ -120,6 +120,13 @@ attnc_status attnc_definition_compile(const attnc_definition *def,
   });
 }
 
+attnc_status attnc_load_bundle(const char *path) {
+  return guarded([&] {
+    requireNonNull(path, "attnc_load_bundle", "path");
+    runtime::KernelCache::global().addBundle(path);
+  });
+}
+
 attnc_status attnc_definition_check(const attnc_definition *def,
                                     uint64_t seed, int *passed,
                                     attnc_text **out) {

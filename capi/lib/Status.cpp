@@ -27,6 +27,10 @@ attnc_status statusOfCurrentException() noexcept {
   } catch (const NotSupportedYet &E) {
     setLastError(E.what());
     return ATTNC_NOT_SUPPORTED_YET;
+  } catch (const CompilerUnavailable &E) {
+    // No NVRTC and no bundle with the kernel: it cannot be compiled.
+    setLastError(E.what());
+    return ATTNC_COMPILE_ERROR;
   } catch (const CompileError &E) {
     setLastError(E.what());
     return ATTNC_COMPILE_ERROR;

@@ -28,9 +28,11 @@ __all__ = [
 # The DSL from Python, definitions from IR JSON and plugins, and what a
 # definition prints and generates (docs/python-dsl.md).
 from . import dsl
-from ._tools import CheckFailed, from_ir_json, load_ir, load_plugin
+from ._tools import CheckFailed, from_ir_json, load_bundle, load_ir, load_plugin
 
-__all__ += ["CheckFailed", "dsl", "from_ir_json", "load_ir", "load_plugin"]
+__all__ += [
+    "CheckFailed", "dsl", "from_ir_json", "load_bundle", "load_ir", "load_plugin"
+]
 
 # The runtime half: attention objects called on device tensors.
 from ._attention import Attention, InputInfo, current_stream  # noqa: E402

@@ -136,6 +136,7 @@ definition_compile = _d(
     "attnc_definition_compile",
     [c_void_p, POINTER(KernelOptions), POINTER(c_void_p)],
 )
+load_bundle = _d("attnc_load_bundle", [ctypes.c_char_p])
 definition_check = _d(
     "attnc_definition_check",
     [c_void_p, ctypes.c_uint64, POINTER(c_int), POINTER(c_void_p)],

@@ -117,3 +117,10 @@ def load_plugin(path) -> list[Definition]:
         return out
     finally:
         C.definition_list_release(lst)
+
+
+def load_bundle(path) -> None:
+    """Consult the kernel bundle at path (made by `attnc bundle`) before the
+    kernel cache and NVRTC for every kernel loaded from now on; attnc.UserError
+    naming the file and the fault for one that is not a good bundle."""
+    C.call(C.load_bundle, os.fsencode(path))

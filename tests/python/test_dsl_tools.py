@@ -81,6 +81,32 @@ class Compile(unittest.TestCase):
         self.assertNotEqual(again["source"], "compiled")
 
 
+@unittest.skipUnless(os.path.isfile(CLI), "ATTNC_CLI (the attnc binary) not set")
+class Bundles(unittest.TestCase):
+    def test_a_loaded_bundle_serves_its_kernels(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "sigmoid.attncb")
+            cli("bundle", "sigmoid_attn", "--arch", "sm_86", "--dtype", "bf16",
+                "--head-dim", "64", "-o", path)
+            attnc.load_bundle(path)
+            got = attnc.example("sigmoid_attn").compile(
+                arch="sm_86", dtype="bf16", head_dim=64)
+            self.assertEqual(got["source"], "bundle")
+            self.assertGreater(got["cubin_bytes"], 0)
+
+    def test_a_bad_bundle_is_refused_by_name(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "bad.attncb")
+            with open(path, "wb") as f:
+                f.write(b"not a bundle, just some bytes that are long enough")
+            with self.assertRaisesRegex(attnc.UserError,
+                                        "bundle '.*bad.attncb': not a kernel "
+                                        "bundle"):
+                attnc.load_bundle(path)
+            with self.assertRaisesRegex(attnc.UserError, "cannot read it"):
+                attnc.load_bundle(os.path.join(tmp, "missing.attncb"))
+
+
 class IrJsonDefinitions(unittest.TestCase):
     def test_a_definition_from_ir_json_generates_the_same_kernels(self):
         for name in ("mha", "alibi_learnable", "mha_document_ids", "mamba2"):

@@ -34,6 +34,7 @@ std::vector<std::unique_ptr<Command>> makeCommands() {
   Commands.push_back(makeCacheCommand());
   Commands.push_back(makeTuneCommand());
   Commands.push_back(makeBenchCommand());
+  Commands.push_back(makeBundleCommand());
   return Commands;
 }
 

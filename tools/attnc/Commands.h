@@ -132,7 +132,8 @@ Layout parseLayoutArg(const std::string &Text);
 
 /// The commands, one file (or small group) each: list, show and check
 /// (DefinitionCommands.cpp), emit and compile (KernelCommands.cpp), cache
-/// (CacheCommand.cpp), tune (TuneCommand.cpp), bench (BenchCommand.cpp).
+/// (CacheCommand.cpp), tune (TuneCommand.cpp), bench (BenchCommand.cpp),
+/// bundle (BundleCommand.cpp).
 std::unique_ptr<Command> makeListCommand();
 std::unique_ptr<Command> makeShowCommand();
 std::unique_ptr<Command> makeCheckCommand();
@@ -141,6 +142,7 @@ std::unique_ptr<Command> makeCompileCommand();
 std::unique_ptr<Command> makeCacheCommand();
 std::unique_ptr<Command> makeTuneCommand();
 std::unique_ptr<Command> makeBenchCommand();
+std::unique_ptr<Command> makeBundleCommand();
 
 } // namespace attn
 

@@ -34,7 +34,9 @@ typedef enum attnc_status {
   ATTNC_USER_ERROR = 1,        /* a definition or an input is wrong */
   ATTNC_INVALID_ARGUMENT = 2,  /* a call's argument is wrong (a UserError) */
   ATTNC_NOT_SUPPORTED_YET = 3, /* a planned feature */
-  ATTNC_COMPILE_ERROR = 4,     /* NVRTC rejected generated code */
+  ATTNC_COMPILE_ERROR = 4,     /* NVRTC rejected generated code, or a kernel
+                                  no bundle has needs NVRTC and it cannot
+                                  be loaded */
   ATTNC_DRIVER_ERROR = 5,      /* the CUDA driver failed (or is missing) */
   ATTNC_INTERNAL_ERROR = 6     /* a bug in attnc */
 } attnc_status;

@@ -274,6 +274,12 @@ ATTNC_C_API attnc_status attnc_definition_emit(const attnc_definition *def,
 ATTNC_C_API attnc_status
 attnc_definition_compile(const attnc_definition *def,
                          const attnc_kernel_options *opt, attnc_text **out);
+/* Reads the kernel bundle at path (`attnc bundle`, docs/runtime.md "Ahead of
+ * time") and consults it, before the kernel cache and NVRTC, for every
+ * kernel this process loads from now on; a USER_ERROR naming the file and
+ * the fault for one that is not a good bundle. ATTNC_BUNDLE does the same
+ * for bundles named in the environment. */
+ATTNC_C_API attnc_status attnc_load_bundle(const char *path);
 /* The double-precision reference check (`attnc check`): *passed says
  * whether it passed, out is its report. */
 ATTNC_C_API attnc_status attnc_definition_check(const attnc_definition *def,
