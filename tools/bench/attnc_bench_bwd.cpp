@@ -11,6 +11,7 @@
 // or kv64x128w8.fused.s2 for the fused dQ mode). The forward kernel
 // makes out and the final rowscales once per input set; only the backward
 // is timed. FLOPs: 2.5 x the forward's 4·B·H·S²·D, halved for causal.
+#include "BenchJson.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
 #include "attn/runtime/DtypeBits.h"
@@ -135,6 +136,10 @@ int main(int Argc, char **Argv) {
                 Name.c_str(), dtypeName(T).str().c_str(), B, H, S, D,
                 Causal ? "causal" : "full", Fwd.backwardChoice().str().c_str(), Median,
                 Flops / (Median * 1e-3) / 1e12);
+    bench::recordBenchRow({"bwd", "attnc", Name, dtypeName(T).str(),
+                           Causal ? "causal" : "full",
+                           Fwd.backwardChoice().str(), B, H, S, D, D, Median,
+                           Flops / (Median * 1e-3) / 1e12});
     return 0;
   } catch (const std::exception &E) {
     std::fprintf(stderr, "attnc_bench_bwd: %s\n", E.what());

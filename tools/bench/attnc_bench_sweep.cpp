@@ -9,6 +9,7 @@
 // "default" for the runtime's choice). --compile-only builds the kernels into
 // the kernel cache and times nothing (to compile several binaries' kernels
 // at once before timing them one after another).
+#include "BenchJson.h"
 #include "GpuSupport.h"
 #include "attn/runtime/EventTiming.h"
 
@@ -124,6 +125,10 @@ int main(int Argc, char **Argv) {
                       kH, S, kD, Causal ? "causal" : "full",
                       Att.source().Key.c_str(), Ms, Flops / (Ms * 1e-3) / 1e12);
           std::fflush(stdout);
+          bench::recordBenchRow({"fwd", "attnc", Causal ? "mha" : "mha_full",
+                                 dtypeName(T).str(), Causal ? "causal" : "full",
+                                 Att.source().Key, B, kH, S, kD, kD, Ms,
+                                 Flops / (Ms * 1e-3) / 1e12});
         }
       }
     }

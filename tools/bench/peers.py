@@ -18,6 +18,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from results import record
+
 
 def median_ms(fn, sets):
     for i in range(5):
@@ -84,6 +86,9 @@ def time_shape(argv, with_flex=True):
             print(f"peer  {name:12s} {argv[0]} B{B} H{H} S{S} {dims} "
                   f"{'causal' if causal else 'full'}: {ms:.3f} ms  "
                   f"{flops / (ms * 1e-3) / 1e12:.1f} TFLOPS", flush=True)
+            record("fwd", name, "mha" if causal else "mha_full", argv[0],
+                   "causal" if causal else "full", B, H, S, D, DV, ms,
+                   flops / (ms * 1e-3) / 1e12)
 
 
 if __name__ == "__main__":

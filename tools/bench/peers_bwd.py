@@ -18,6 +18,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from results import record
+
 
 def median_ms(fn, n_sets):
     for i in range(5):
@@ -63,6 +65,9 @@ def main():
             print(f"peer-bwd {name:12s} {sys.argv[1]} B{B} H{H} S{S} D{D} "
                   f"{'causal' if causal else 'full'}: {ms:.3f} ms  "
                   f"{flops / (ms * 1e-3) / 1e12:.1f} TFLOPS")
+            record("bwd", name, "mha" if causal else "mha_full", sys.argv[1],
+                   "causal" if causal else "full", B, H, S, D, D, ms,
+                   flops / (ms * 1e-3) / 1e12)
             del sets
     if "noflex" not in sys.argv[6:]:
         flex_peers(dt, B, H, S, D, sys.argv[1])
@@ -108,6 +113,10 @@ def flex_peers(dt, B, H, S, D, label):
         print(f"peer-bwd {name:12s} {label} B{B} H{H} S{S} D{D} "
               f"{'causal' if causal else 'full'}: {ms:.3f} ms  "
               f"{flops / (ms * 1e-3) / 1e12:.1f} TFLOPS")
+        variant = ("alibi_learnable" if learn
+                   else "mha" if causal else "mha_full")
+        record("bwd", name, variant, label, "causal" if causal else "full",
+               B, H, S, D, D, ms, flops / (ms * 1e-3) / 1e12)
         del sets
 
 
