@@ -1,7 +1,7 @@
 // GPU test of packed variable-length batches (Layout::THD, VarlenBatch):
 // ragged cu_seqlens with empty sequences and sequences of one token, causal
-// and unmasked softmax, a sliding window and a prefix-LM (masks whose empty
-// key blocks are found from the block's box), ALiBi (a score_mod of q_idx
+// and unmasked softmax, sliding windows, a prefix-LM and chunks (masks whose
+// empty and full key blocks are found from the block's box), ALiBi (a score_mod of q_idx
 // with per-head inputs and their gradients), grouped k/v heads, f16 and bf16, forward on the
 // default skeleton and on fwd_sm80, and the backward, against the fp64
 // reference with the FlashAttention tolerance rule of the dense tests.
@@ -342,10 +342,13 @@ std::vector<Case> cases(bool Quick) {
         }
       }
   // Masks the analysis bounds from the block's box (varlen.cuh's
-  // tile_may_keep): a window that leaves whole key blocks empty before it
-  // (its first blocks are skipped without a mask evaluation), and a prefix
-  // length that is a runtime int32.
-  for (const char *Def : {"mha_window", "mha_prefix_lm"})
+  // tile_may_keep and tile_full): a window that leaves whole key blocks
+  // empty before it (its first blocks are skipped without a mask
+  // evaluation), a prefix length that is a runtime int32, a 256-key window
+  // (blocks inside it run the full path, no mask evaluation) and chunks of
+  // a runtime int32 length.
+  for (const char *Def :
+       {"mha_window", "mha_prefix_lm", "mha_sliding_window", "mha_chunked"})
     for (const char *Skel : {"", "fwd_sm80"}) {
       Out.push_back({Def, DType::F16, 64, 4, 4, Lq, Lkv, Skel, *Skel == 0});
       Out.push_back({Def, DType::F16, 128, 2, 1, Self, Self, Skel, *Skel == 0});
