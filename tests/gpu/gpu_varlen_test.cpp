@@ -369,6 +369,7 @@ int bench() {
   const int Mean = int((T + 16) / 32);
   std::printf("lengths: 32 uniform in [64, 8192], %lld tokens, mean %d, max %d\n",
               (long long)T, Mean, *std::max_element(L.begin(), L.end()));
+  std::fflush(stdout); // each row leaves at once, should a time limit stop the run
   Packed Q = randomPacked(Rng, DType::F16, T, H, D);
   auto Buf = upload(Q.Bits.data(), Q.Bits.size() * 2);
   DeviceBuffer Out(Buf->size()), F(size_t(H) * T * 4), DOut(Buf->size()),
@@ -421,6 +422,7 @@ int bench() {
       std::printf("%-9s %-7s %s fwd %.3f ms %.0f TFLOPS  bwd %.3f ms %.0f TFLOPS\n", Def,
                   Varlen ? "varlen" : "dense", A.forwardChoice().str().c_str(), FwdMs,
                   Flops / FwdMs * 1e-9, BwdMs, 2.5 * Flops / BwdMs * 1e-9);
+      std::fflush(stdout);
     }
   }
   return 0;

@@ -244,6 +244,9 @@ std::vector<int> varlenLengths(int MaxLen) {
 /// forward TFLOPS of the kept pairs and their ratio (the target:
 /// varlen >= 0.95x dense).
 void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
+  // The buffers come before any Attention: make the device's context
+  // current first (an Attention would, when made).
+  runtime::currentDevice();
   const std::vector<int> L = varlenLengths(MaxLen);
   std::vector<int32_t> Cu(L.size() + 1, 0);
   for (size_t I = 0; I < L.size(); ++I)
