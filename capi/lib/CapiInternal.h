@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 /// A definition handle. Every C entry point that runs a definition makes
 /// its runtime object through newAttention/newLinearAttention below, never
@@ -29,6 +30,18 @@ struct attnc_definition {
   /// The first pass `attnc show` would print for GraphJson: "trace" for a
   /// graph a plugin traced, "load" for one read from a file.
   std::string GraphOrigin;
+};
+
+/// An attention handle: the runtime object and what the introspection
+/// functions hand out (kept here so the C strings stay valid).
+struct attnc_attention {
+  std::unique_ptr<attn::runtime::Attention> Att;
+  std::vector<std::string> Finals;
+};
+
+/// A block mask handle.
+struct attnc_block_mask {
+  attn::runtime::BlockMask Mask;
 };
 
 namespace attn::capi {

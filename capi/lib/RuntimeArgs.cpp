@@ -267,6 +267,13 @@ attnc_input_shape shapeCode(ir::InputShape S) {
   throw InternalError("shapeCode: an unknown InputShape");
 }
 
+const runtime::BlockMask &blockMaskArg(const ArgContext &C,
+                                       const attnc_block_mask *M) {
+  if (!M)
+    bad(C, "mask", "is NULL");
+  return M->Mask;
+}
+
 void requireIndex(const ArgContext &C, size_t Index, size_t Count) {
   if (Index >= Count)
     throw InvalidArgument(fmt::format(

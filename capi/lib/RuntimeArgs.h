@@ -32,6 +32,10 @@ runtime::InputGradMap gradsArg(const ArgContext &C,
 /// A varlen batch (both cu_seqlens tensors checked as tensors).
 runtime::VarlenBatch varlenArg(const ArgContext &C, const attnc_varlen *B);
 
+/// \p M's block mask; InvalidArgument naming 'mask' when it is NULL.
+const runtime::BlockMask &blockMaskArg(const ArgContext &C,
+                                       const attnc_block_mask *M);
+
 /// The signature: enums in range, strings NULL or text.
 runtime::Signature signatureArg(const ArgContext &C,
                                 const attnc_signature *S);

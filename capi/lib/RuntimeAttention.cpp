@@ -10,13 +10,6 @@
 using namespace attn;
 using namespace attn::capi;
 
-/// An attention handle: the runtime object and what the introspection
-/// functions hand out (kept here so the C strings stay valid).
-struct attnc_attention {
-  std::unique_ptr<runtime::Attention> Att;
-  std::vector<std::string> Finals;
-};
-
 namespace {
 
 const runtime::Attention &
@@ -100,6 +93,59 @@ attnc_status attnc_attention_arch(const attnc_attention *att, int32_t *arch) {
   });
 }
 
+namespace {
+
+/// The forward with or without a block mask (\p Masked: the _masked entry
+/// point, whose mask must not be NULL).
+attnc_status forwardCall(const char *Function, attnc_attention *att,
+                         const attnc_tensor *q, const attnc_tensor *k,
+                         const attnc_tensor *v, const attnc_tensor *out,
+                         const attnc_tensor *finals, const attnc_input *inputs,
+                         size_t num_inputs, bool Masked,
+                         const attnc_block_mask *mask, void *stream) {
+  return guarded([&] {
+    ArgContext C{Function};
+    attentionArg(C, att);
+    runtime::TensorView Q = tensorArg(C, "q", q), K = tensorArg(C, "k", k),
+                        V = tensorArg(C, "v", v), O = tensorArg(C, "out", out);
+    auto F = optionalTensorArg(C, "finals", finals);
+    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
+    const runtime::BlockMask *M = Masked ? &blockMaskArg(C, mask) : nullptr;
+    att->Att->forward(Q, K, V, O, ptr(F), In, static_cast<CUstream>(stream),
+                      M);
+  });
+}
+
+attnc_status backwardCall(const char *Function, attnc_attention *att,
+                          const attnc_tensor *q, const attnc_tensor *k,
+                          const attnc_tensor *v, const attnc_tensor *out,
+                          const attnc_tensor *dout, const attnc_tensor *finals,
+                          const attnc_tensor *dq, const attnc_tensor *dk,
+                          const attnc_tensor *dv, const attnc_input *inputs,
+                          size_t num_inputs, const attnc_named_tensor *grads,
+                          size_t num_grads, bool Masked,
+                          const attnc_block_mask *mask, void *stream) {
+  return guarded([&] {
+    ArgContext C{Function};
+    attentionArg(C, att);
+    runtime::TensorView Q = tensorArg(C, "q", q), K = tensorArg(C, "k", k),
+                        V = tensorArg(C, "v", v),
+                        DO = tensorArg(C, "dout", dout),
+                        DQ = tensorArg(C, "dq", dq),
+                        DK = tensorArg(C, "dk", dk),
+                        DV = tensorArg(C, "dv", dv);
+    auto O = optionalTensorArg(C, "out", out);
+    auto F = optionalTensorArg(C, "finals", finals);
+    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
+    runtime::InputGradMap G = gradsArg(C, grads, num_grads);
+    const runtime::BlockMask *M = Masked ? &blockMaskArg(C, mask) : nullptr;
+    att->Att->backward(Q, K, V, ptr(O), DO, ptr(F), DQ, DK, DV, In, G,
+                       static_cast<CUstream>(stream), M);
+  });
+}
+
+} // namespace
+
 attnc_status attnc_attention_forward(attnc_attention *att,
                                      const attnc_tensor *q,
                                      const attnc_tensor *k,
@@ -108,16 +154,17 @@ attnc_status attnc_attention_forward(attnc_attention *att,
                                      const attnc_tensor *finals,
                                      const attnc_input *inputs,
                                      size_t num_inputs, void *stream) {
-  return guarded([&] {
-    ArgContext C{"attnc_attention_forward"};
-    attentionArg(C, att);
-    runtime::TensorView Q = tensorArg(C, "q", q), K = tensorArg(C, "k", k),
-                        V = tensorArg(C, "v", v), O = tensorArg(C, "out", out);
-    auto F = optionalTensorArg(C, "finals", finals);
-    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
-    att->Att->forward(Q, K, V, O, ptr(F), In,
-                      static_cast<CUstream>(stream));
-  });
+  return forwardCall("attnc_attention_forward", att, q, k, v, out, finals,
+                     inputs, num_inputs, false, nullptr, stream);
+}
+
+attnc_status attnc_attention_forward_masked(
+    attnc_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *out, const attnc_tensor *finals,
+    const attnc_input *inputs, size_t num_inputs,
+    const attnc_block_mask *mask, void *stream) {
+  return forwardCall("attnc_attention_forward_masked", att, q, k, v, out,
+                     finals, inputs, num_inputs, true, mask, stream);
 }
 
 attnc_status attnc_attention_forward_varlen(
@@ -144,22 +191,21 @@ attnc_status attnc_attention_backward(
     const attnc_tensor *finals, const attnc_tensor *dq, const attnc_tensor *dk,
     const attnc_tensor *dv, const attnc_input *inputs, size_t num_inputs,
     const attnc_named_tensor *grads, size_t num_grads, void *stream) {
-  return guarded([&] {
-    ArgContext C{"attnc_attention_backward"};
-    attentionArg(C, att);
-    runtime::TensorView Q = tensorArg(C, "q", q), K = tensorArg(C, "k", k),
-                        V = tensorArg(C, "v", v),
-                        DO = tensorArg(C, "dout", dout),
-                        DQ = tensorArg(C, "dq", dq),
-                        DK = tensorArg(C, "dk", dk),
-                        DV = tensorArg(C, "dv", dv);
-    auto O = optionalTensorArg(C, "out", out);
-    auto F = optionalTensorArg(C, "finals", finals);
-    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
-    runtime::InputGradMap G = gradsArg(C, grads, num_grads);
-    att->Att->backward(Q, K, V, ptr(O), DO, ptr(F), DQ, DK, DV, In, G,
-                       static_cast<CUstream>(stream));
-  });
+  return backwardCall("attnc_attention_backward", att, q, k, v, out, dout,
+                      finals, dq, dk, dv, inputs, num_inputs, grads, num_grads,
+                      false, nullptr, stream);
+}
+
+attnc_status attnc_attention_backward_masked(
+    attnc_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *out, const attnc_tensor *dout,
+    const attnc_tensor *finals, const attnc_tensor *dq, const attnc_tensor *dk,
+    const attnc_tensor *dv, const attnc_input *inputs, size_t num_inputs,
+    const attnc_named_tensor *grads, size_t num_grads,
+    const attnc_block_mask *mask, void *stream) {
+  return backwardCall("attnc_attention_backward_masked", att, q, k, v, out,
+                      dout, finals, dq, dk, dv, inputs, num_inputs, grads,
+                      num_grads, true, mask, stream);
 }
 
 attnc_status attnc_attention_backward_varlen(

@@ -36,8 +36,10 @@ __all__ += [
 
 # The runtime half: attention objects called on device tensors.
 from ._attention import Attention, InputInfo, current_stream  # noqa: E402
+from ._block_mask import BlockMask, classify_launches  # noqa: E402
 
-__all__ += ["Attention", "InputInfo", "current_stream"]
+__all__ += ["Attention", "BlockMask", "InputInfo", "classify_launches",
+            "current_stream"]
 from ._linear import LinearAttention  # noqa: E402
 
 __all__ += ["LinearAttention"]

@@ -7,7 +7,7 @@ import ctypes
 import sys
 from typing import NamedTuple
 
-from . import _lib
+from . import _block_mask, _lib
 from ._tensors import (BF16, F16, I32, INPUT_SIZE, NAMED_SIZE, TENSOR_SIZE,
                        CTensor, pack, view)
 
@@ -100,6 +100,11 @@ _arch = _lib.declare("attnc_attention_arch", [_vp, _vp])
 _forward = _lib.declare("attnc_attention_forward", [_vp] * 6 + [_vp, _sz, _vp])
 _backward = _lib.declare(
     "attnc_attention_backward", [_vp] * 10 + [_vp, _sz, _vp, _sz, _vp])
+_forward_masked = _lib.declare(
+    "attnc_attention_forward_masked", [_vp] * 6 + [_vp, _sz, _vp, _vp])
+_backward_masked = _lib.declare(
+    "attnc_attention_backward_masked",
+    [_vp] * 10 + [_vp, _sz, _vp, _sz, _vp, _vp])
 _forward_varlen = _lib.declare(
     "attnc_attention_forward_varlen", [_vp] * 7 + [_vp, _sz, _vp])
 _backward_varlen = _lib.declare(
@@ -299,11 +304,14 @@ class Attention:
 
     # -- calls -------------------------------------------------------------
 
-    def forward(self, q, k, v, out, finals=None, inputs=None, stream=None):
+    def forward(self, q, k, v, out, finals=None, inputs=None, stream=None,
+                block_mask=None):
         """out (and finals, [F,B,H,Sq] float32, the final rowscales named
         by final_names) = attention(q, k, v) on stream (None: the current
-        stream, see current_stream)."""
+        stream, see current_stream). block_mask: a BlockMask of this
+        attention's mask and the call's shape; no classification runs."""
         where = "attnc.Attention.forward"
+        mask = _block_mask.mask_handle(where, block_mask)
         s = _stream(stream)
         tensors = [view(q, where, "q", s), view(k, where, "k", s),
                    view(v, where, "v", s), view(out, where, "out", s)]
@@ -312,9 +320,14 @@ class Attention:
         keep = []
         entries = input_entries(self, where, inputs, s, keep)
         buf, base, at_inputs, _ = pack(tensors, entries)
+        at_finals = base + 128 if finals is not None else None
+        if mask is not None:
+            _lib.check(_forward_masked(
+                self._handle, base, base + 32, base + 64, base + 96,
+                at_finals, at_inputs, len(entries), mask, s))
+            return
         _lib.check(_forward(self._handle, base, base + 32, base + 64,
-                            base + 96, base + 128 if finals is not None
-                            else None, at_inputs, len(entries), s))
+                            base + 96, at_finals, at_inputs, len(entries), s))
 
     def _backward_tensors(self, where, s, q, k, v, out, dout, finals, dq, dk,
                           dv):
@@ -332,11 +345,13 @@ class Attention:
         return tensors, at
 
     def backward(self, q, k, v, out, dout, finals, dq, dk, dv, inputs=None,
-                 grads=None, stream=None):
+                 grads=None, stream=None, block_mask=None):
         """dq, dk, dv and grads (input name -> float32 tensor, for each input
         that requires a gradient) of sum(out * dout). out may be None when
-        the variant's backward does not read it."""
+        the variant's backward does not read it. block_mask: one made with
+        for_backward=True."""
         where = "attnc.Attention.backward"
+        mask = _block_mask.mask_handle(where, block_mask)
         s = _stream(stream)
         tensors, at = self._backward_tensors(where, s, q, k, v, out, dout,
                                              finals, dq, dk, dv)
@@ -345,8 +360,57 @@ class Attention:
         named = grad_entries(self, where, grads, s, keep)
         buf, base, at_inputs, at_grads = pack(tensors, entries, named)
         a = [None if x is None else base + x for x in at]
+        if mask is not None:
+            _lib.check(_backward_masked(self._handle, *a, at_inputs,
+                                        len(entries), at_grads, len(named),
+                                        mask, s))
+            return
         _lib.check(_backward(self._handle, *a, at_inputs, len(entries),
                              at_grads, len(named), s))
+
+    # -- block masks ---------------------------------------------------------
+
+    def make_block_mask(self, batch, heads, seq_q, seq_kv, inputs=None,
+                        for_backward=False, heads_kv=None, stream=None):
+        """The block classification of this attention's mask for calls of
+        [batch, heads, seq_q, seq_kv] with inputs, made on stream: an
+        attnc.BlockMask to pass as block_mask= to any number of forward
+        calls (and, with for_backward, backward calls) of that shape, of
+        this or another Attention of the same mask and signature."""
+        where = "attnc.Attention.make_block_mask"
+        s = _stream(stream)
+        keep = []
+        entries = input_entries(self, where, inputs, s, keep)
+        buf, _, at_inputs, _ = pack([], entries)
+        return _block_mask.make(self, where, batch, heads, seq_q, seq_kv,
+                                entries, for_backward, heads_kv, s,
+                                at_inputs if entries else None)
+
+    def refresh_block_mask(self, block_mask, inputs=None, stream=None):
+        """Classifies block_mask (one make_block_mask made for this mask)
+        again with new inputs, into its own memory."""
+        where = "attnc.Attention.refresh_block_mask"
+        s = _stream(stream)
+        keep = []
+        entries = input_entries(self, where, inputs, s, keep)
+        buf, _, at_inputs, _ = pack([], entries)
+        _block_mask.refresh(self, where, block_mask, entries, s,
+                            at_inputs if entries else None)
+
+    def block_mask_from_lists(self, batch, heads, seq_q, seq_kv,
+                              kv_num_blocks, kv_indices,
+                              full_kv_num_blocks=None, full_kv_indices=None,
+                              block_q=128, block_kv=128, for_backward=False,
+                              heads_kv=None):
+        """A BlockMask from FlexAttention's lists (host int32: nested
+        sequences, NumPy arrays or torch tensors): kv_num_blocks [B,H,QB]
+        and kv_indices [B,H,QB,KB] of the partial blocks, and optionally
+        the full blocks' lists (no mask evaluation there); B and H are the
+        call's or 1. Every field is checked (the message names it)."""
+        return _block_mask.from_lists(
+            self, "attnc.Attention.block_mask_from_lists", batch, heads,
+            seq_q, seq_kv, kv_num_blocks, kv_indices, full_kv_num_blocks,
+            full_kv_indices, block_q, block_kv, for_backward, heads_kv)
 
     @staticmethod
     def _varlen(cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,

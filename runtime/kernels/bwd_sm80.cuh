@@ -71,7 +71,7 @@ struct BwdDqSm80 {
     const int warp_row0 = warp * kRowsPerWarp;
     // This CTA's sequence (varlen.cuh): in a packed call, query blocks past
     // its end have nothing to do, and a masked variant visits a range of key
-    // blocks (no lists), each masked per element.
+    // blocks (no lists), masked per element unless proven full.
     const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
                                 a.heads, a.seq_q, a.seq_kv, b, h);
     if (row_base >= sp.seq_q)
@@ -93,7 +93,8 @@ struct BwdDqSm80 {
     }
     auto block_at = [&](int j, bool &full) {
       if (Variant::kHasMask && !blocks.list) {
-        full = false;
+        full = tile_full<Variant, kBlockM, kBlockN>(in, b, h, row_base,
+                                                    (first + j) * kBlockN, sp);
         return first + j;
       }
       return blocks.at(j, full);

@@ -159,7 +159,8 @@ struct BwdDkDvSm80 {
       const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
                                   a.heads, a.seq_q, a.seq_kv, b, h);
       // A packed call visits its sequence's query blocks (a masked
-      // variant: a range of them, each masked per element; varlen.cuh).
+      // variant: a range of them, masked per element unless proven full;
+      // varlen.cuh).
       BlockVisits<Variant::kHasMask> blocks{
           sp.packed ? (sp.seq_q + kBlockM - 1) / kBlockM : a.kv_m_blocks, nullptr};
       int first = 0;
@@ -181,7 +182,7 @@ struct BwdDkDvSm80 {
       }
       auto decode = [&](int e, bool &full) {
         if (Variant::kHasMask && !blocks.list) {
-          full = false;
+          full = tile_full<Variant, kBlockM, kBlockN>(in, b, h, e * kBlockM, key0, sp);
           return e;
         }
         return blocks.decode(e, full);

@@ -135,8 +135,8 @@ struct FwdSm80 {
     // variant masks, else all of them (the last one partial if ragged).
     // List entries are read a step before their use, so that no iteration
     // starts with a dependent global load. A packed call has no lists: a
-    // masked variant visits a range of blocks, each masked per element
-    // (varlen.cuh).
+    // masked variant visits a range of blocks, masked per element unless
+    // the analysis proves them full (varlen.cuh).
     BlockVisits<Variant::kHasMask> blocks{(sp.seq_kv + kBlockN - 1) / kBlockN, nullptr};
     int first = 0;
     if constexpr (Variant::kHasMask) {
@@ -155,7 +155,8 @@ struct FwdSm80 {
     auto entry = [&](int j) { return blocks.list ? blocks.entry(j) : first + j; };
     auto decode = [&](int e, bool &full) {
       if (Variant::kHasMask && !blocks.list) {
-        full = false;
+        full = tile_full<Variant, kBlockM, kBlockN>(in, b, h, m_block * kBlockM,
+                                                    e * kBlockN, sp);
         return e;
       }
       const int n = blocks.decode(e, full);

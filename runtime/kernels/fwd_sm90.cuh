@@ -160,7 +160,7 @@ struct FwdSm90 {
     return vis.first + j;
   }
   /// The key block of entry \p e, and whether it is fully unmasked (a
-  /// packed call's masked blocks never are: the mask runs per element).
+  /// packed call's masked blocks: false here; the consumers ask tile_full).
   __device__ static __forceinline__ int block_of(const Visits &vis, const SeqSpan &sp, int e,
                                                  bool &full) {
     if (Variant::kHasMask && vis.list) {
@@ -288,6 +288,8 @@ struct FwdSm90 {
         fence_regs(acc_s);
         bool full;
         const int col0 = block_of(vis, sp, e, full) * kBlockN;
+        if (Variant::kHasMask && !vis.list)
+          full = tile_full<Variant, kBlockM, kBlockN>(in, b, h, m_block * kBlockM, col0, sp);
         if (full)
           step<true>(in, sp.seq_kv, acc_s, st, seen, o_scale, b, h, row0 + sp.shift, col0, tq);
         else

@@ -82,17 +82,43 @@ __device__ __forceinline__ bool tile_may_keep(const typename Variant::Inputs &in
   }
 }
 
+/// Whether every element of queries [q_lo, q_lo + kRows) x keys [k_lo,
+/// k_lo + kCols) of the sequence is kept, as the analysis proves it from
+/// the block's box (class 2 of mask_block_class; rows past the sequence's
+/// end are never stored, as in classify_from_bounds): such a block runs the
+/// kernels' full path, with no per-element mask. A block with keys past
+/// the sequence's end is never full (they must be masked), and a mask the
+/// analysis does not bound from the box alone (not analysed, or bounding an
+/// input) never proves one: its blocks keep the per-element mask. An
+/// unmasked variant (no mask members) never asks.
+template <class Variant, int kRows, int kCols>
+__device__ __forceinline__ bool tile_full(const typename Variant::Inputs &in, int b, int h,
+                                          int q_lo, int k_lo, const SeqSpan &s) {
+  if constexpr (Variant::kHasMask) {
+    if constexpr (Variant::kMaskAnalysed && Variant::kMaskBounds == 0) {
+      if (k_lo + kCols > s.seq_kv)
+        return false;
+      const int q_hi = min(q_lo + kRows, s.seq_q) - 1;
+      const float none[1] = {0.0f}; // no bounded input
+      return Variant::mask_block_class(in, b, h, q_lo + s.shift, q_hi + s.shift, k_lo,
+                                       k_lo + kCols - 1, none, none) == 2;
+    }
+  }
+  return false;
+}
+
 /// A packed call has no block lists (they would cost a classification per
 /// call over every sequence): a masked variant visits the key blocks from
 /// the first to the last one that may keep an element of query block \p m
-/// (tile_may_keep), evaluating the mask on every element of the blocks it
-/// visits. This skips what a causal, sliding-window or prefix mask leaves
-/// empty at either end; for a mask the analysis bounds from the box alone
-/// the skipped blocks cost no mask evaluation, for others one per element.
+/// (tile_may_keep). This skips what a causal, sliding-window or prefix mask
+/// leaves empty at either end; for a mask the analysis bounds from the box
+/// alone the skipped blocks cost no mask evaluation, for others one per
+/// element. Of the visited blocks, those tile_full proves full run without
+/// the per-element mask; the others evaluate it per element.
 /// Returns [first, last + 1) in x, y.
 ///
-/// Not done yet: full blocks (class 2) skipping the per-element mask, and
-/// masks with bounded inputs classified from their bounds here.
+/// Not done yet: masks with bounded inputs classified from their bounds
+/// here (their blocks are evaluated per element).
 template <class Variant, int kBlockM, int kBlockN>
 __device__ __forceinline__ int2 key_block_range(const typename Variant::Inputs &in, int b,
                                                 int h, int m, const SeqSpan &s) {

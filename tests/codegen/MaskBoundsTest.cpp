@@ -515,3 +515,60 @@ TEST_CASE("mask analysis: floordiv and mod intervals are exact for a single "
         }
     }
 }
+
+TEST_CASE("mask analysis: a packed sequence's blocks are full exactly where "
+          "every element is kept (varlen.cuh's tile_full)",
+          "[mask][bounds][varlen]") {
+  // The device rule, with the host evaluator: a block of a packed sequence
+  // is full when no key lies past the sequence's end and its box, rows
+  // shifted by Skv - Sq (bottom-right) and cut at the sequence's last
+  // query, classifies FULL. Ragged sequences: empty, one token, more keys
+  // than queries and more queries than keys.
+  const std::pair<int64_t, int64_t> Seqs[] = {{0, 3},    {1, 1},   {130, 300},
+                                              {257, 257}, {64, 0},  {5, 70},
+                                              {200, 129}, {513, 77}};
+  const std::pair<int64_t, int64_t> Blocks[] = {
+      {64, 64}, {128, 128}, {128, 64}, {64, 128}, {128, 176}};
+  int64_t Full = 0;
+  for (const dsl::AttentionDef &D :
+       {examples::mha(), examples::mhaSlidingWindow(), examples::mhaPrefixLm(),
+        examples::mhaChunked()}) {
+    Compiled C(D);
+    REQUIRE(C.A.Analysed);
+    REQUIRE(C.A.Bounded.empty()); // the masks tile_full classifies
+    for (double Scalar : {0.0, 37.0, 64.0, 100.0}) {
+      InputValues In;
+      In.Values["prefix_len"] = Scalar;
+      In.Values["chunk"] = std::max(1.0, Scalar);
+      for (const auto &[Sq, Skv] : Seqs)
+        for (const auto &[BM, BN] : Blocks) {
+          const int64_t Shift = Skv - Sq;
+          for (int64_t Q0 = 0; Q0 < Sq; Q0 += BM)
+            for (int64_t K0 = 0; K0 < Skv; K0 += BN) {
+              INFO(D.name << " " << Scalar << " seq " << Sq << "x" << Skv
+                          << " blocks " << BM << "x" << BN << " at " << Q0
+                          << "," << K0);
+              analysis::MaskBox Box;
+              Box.QLo = Q0 + Shift;
+              Box.QHi = std::min(Q0 + BM, Sq) - 1 + Shift;
+              Box.KvLo = K0;
+              Box.KvHi = K0 + BN - 1;
+              for (const auto &[Name, X] : In.Values)
+                Box.Exact[Name] = X;
+              const bool TileFull =
+                  K0 + BN <= Skv &&
+                  analysis::classifyBox(C.A, Box) == BlockClass::Full;
+              bool AllKept = K0 + BN <= Skv;
+              for (int64_t Q = Box.QLo; Q <= Box.QHi && AllKept; ++Q)
+                for (int64_t K = K0; K < K0 + BN && AllKept; ++K)
+                  AllKept = maskAt(C.graph(), C.A.Mask, In, 0, 0, Q, K, 64);
+              // Sound always; exact for these masks, which are monotone
+              // in q and kv within a chunk.
+              CHECK(TileFull == AllKept);
+              Full += TileFull;
+            }
+        }
+    }
+  }
+  CHECK(Full > 100); // the full path is taken, not only the masked one
+}

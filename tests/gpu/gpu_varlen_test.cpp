@@ -1,7 +1,7 @@
 // GPU test of packed variable-length batches (Layout::THD, VarlenBatch):
 // ragged cu_seqlens with empty sequences and sequences of one token, causal
-// and unmasked softmax, a sliding window and a prefix-LM (masks whose empty
-// key blocks are found from the block's box), ALiBi (a score_mod of q_idx
+// and unmasked softmax, sliding windows, a prefix-LM and chunks (masks whose
+// empty and full key blocks are found from the block's box), ALiBi (a score_mod of q_idx
 // with per-head inputs and their gradients), grouped k/v heads, f16 and bf16, forward on the
 // default skeleton and on fwd_sm80, and the backward, against the fp64
 // reference with the FlashAttention tolerance rule of the dense tests.
@@ -342,10 +342,13 @@ std::vector<Case> cases(bool Quick) {
         }
       }
   // Masks the analysis bounds from the block's box (varlen.cuh's
-  // tile_may_keep): a window that leaves whole key blocks empty before it
-  // (its first blocks are skipped without a mask evaluation), and a prefix
-  // length that is a runtime int32.
-  for (const char *Def : {"mha_window", "mha_prefix_lm"})
+  // tile_may_keep and tile_full): a window that leaves whole key blocks
+  // empty before it (its first blocks are skipped without a mask
+  // evaluation), a prefix length that is a runtime int32, a 256-key window
+  // (blocks inside it run the full path, no mask evaluation) and chunks of
+  // a runtime int32 length.
+  for (const char *Def :
+       {"mha_window", "mha_prefix_lm", "mha_sliding_window", "mha_chunked"})
     for (const char *Skel : {"", "fwd_sm80"}) {
       Out.push_back({Def, DType::F16, 64, 4, 4, Lq, Lkv, Skel, *Skel == 0});
       Out.push_back({Def, DType::F16, 128, 2, 1, Self, Self, Skel, *Skel == 0});
@@ -366,6 +369,7 @@ int bench() {
   const int Mean = int((T + 16) / 32);
   std::printf("lengths: 32 uniform in [64, 8192], %lld tokens, mean %d, max %d\n",
               (long long)T, Mean, *std::max_element(L.begin(), L.end()));
+  std::fflush(stdout); // each row leaves at once, should a time limit stop the run
   Packed Q = randomPacked(Rng, DType::F16, T, H, D);
   auto Buf = upload(Q.Bits.data(), Q.Bits.size() * 2);
   DeviceBuffer Out(Buf->size()), F(size_t(H) * T * 4), DOut(Buf->size()),
@@ -418,6 +422,7 @@ int bench() {
       std::printf("%-9s %-7s %s fwd %.3f ms %.0f TFLOPS  bwd %.3f ms %.0f TFLOPS\n", Def,
                   Varlen ? "varlen" : "dense", A.forwardChoice().str().c_str(), FwdMs,
                   Flops / FwdMs * 1e-9, BwdMs, 2.5 * Flops / BwdMs * 1e-9);
+      std::fflush(stdout);
     }
   }
   return 0;

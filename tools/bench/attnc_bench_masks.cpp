@@ -11,6 +11,12 @@
 // with one launched (0).
 //
 //   attnc_bench_masks MASK|all f16|bf16 H D S [S ...] [--compile-only]
+//   attnc_bench_masks varlen f16|bf16 H D MAXLEN [--compile-only]
+//
+// varlen: packed batches of 32 sequences of lengths uniform in [64, MAXLEN]
+// under causal, window256 and chunked256 masks (within each sequence)
+// against dense attention of the same total tokens, forward TFLOPS of the
+// kept pairs (benchVarlen).
 //
 // --compile-only needs no GPU: it compiles the forward and backward kernels
 // the timed run uses on sm_90a into the kernel cache ($ATTNC_CACHE_DIR),
@@ -32,9 +38,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -202,6 +210,127 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
   std::fflush(stdout);
 }
 
+/// Kept (q, k) pairs of a sequence of \p L tokens under \p Mask ("causal",
+/// "window256", "chunked256"): for query q, q + 1 keys, at most Window, or
+/// the keys of its chunk up to itself.
+double keptPairs(const std::string &Mask, int64_t L) {
+  double N = 0;
+  for (int64_t Q = 0; Q < L; ++Q)
+    N += Mask == "window256"    ? double(std::min<int64_t>(Q + 1, Window))
+         : Mask == "chunked256" ? double(Q % Chunk + 1)
+                                : double(Q + 1);
+  return N;
+}
+
+/// The varlen masks: causal (a document mask as a packed batch: each
+/// document one sequence), window256 and chunked256 within each sequence.
+dsl::AttentionDef varlenMha(const std::string &Mask) {
+  return Mask == "causal" ? examples::mha() : maskedMha(Mask);
+}
+
+/// The lengths of the varlen rows: 32 sequences uniform in [64, \p MaxLen]
+/// (the batch with MaxLen 8192).
+std::vector<int> varlenLengths(int MaxLen) {
+  std::mt19937_64 Rng(2026);
+  std::uniform_int_distribution<int> U(64, std::max(64, MaxLen));
+  std::vector<int> L(32);
+  for (int &X : L)
+    X = U(Rng);
+  return L;
+}
+
+/// Varlen rows: a packed batch (varlenLengths) against dense attention of
+/// the same total tokens (32 sequences of the mean length), the same mask,
+/// forward TFLOPS of the kept pairs and their ratio (the target:
+/// varlen >= 0.95x dense).
+void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
+  // The buffers come before any Attention: make the device's context
+  // current first (an Attention would, when made).
+  runtime::currentDevice();
+  const std::vector<int> L = varlenLengths(MaxLen);
+  std::vector<int32_t> Cu(L.size() + 1, 0);
+  for (size_t I = 0; I < L.size(); ++I)
+    Cu[I + 1] = Cu[I] + L[I];
+  const int64_t Tok = Cu.back(), B = int64_t(L.size());
+  const int64_t Mean = (Tok + B / 2) / B;
+  runtime::ElemType ET =
+      T == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+  const size_t Elems = size_t(std::max(Tok, B * Mean)) * H * D;
+  std::mt19937_64 Rng(13);
+  runtime::NormalPool Normals(T, Rng, 13);
+  std::vector<uint16_t> Host;
+  std::vector<std::unique_ptr<DeviceBuffer>> Bufs; // q, k, v
+  for (int I = 0; I < 3; ++I) {
+    Normals.fill(Host, Elems);
+    Bufs.push_back(std::make_unique<DeviceBuffer>(Elems * 2));
+    Bufs.back()->upload(Host.data(), Elems * 2);
+  }
+  DeviceBuffer Out(Elems * 2), Finals(size_t(std::max(Tok, B * Mean)) * H * 4);
+  DeviceBuffer CuBuf(Cu.size() * 4);
+  CuBuf.upload(Cu.data(), Cu.size() * 4);
+  runtime::InputMap Inputs;
+  if (Mask == "chunked256")
+    Inputs["chunk"] = int32_t(Chunk);
+  double Pairs = 0;
+  for (int X : L)
+    Pairs += keptPairs(Mask, X);
+  const double DensePairs = double(B) * keptPairs(Mask, Mean);
+  double Tf[2];
+  std::string Choice[2];
+  for (bool Varlen : {true, false}) {
+    runtime::Signature Sig;
+    Sig.Dtype = T;
+    Sig.HeadDim = Sig.HeadDimV = D;
+    Sig.TensorLayout = Varlen ? Layout::THD : Layout::BSHD;
+    runtime::Attention Att(varlenMha(Mask), Sig);
+    auto V = [&](void *P) {
+      return Varlen ? runtime::TensorView::contiguous(P, ET, {Tok, H, D})
+                    : runtime::TensorView::contiguous(P, ET, {B, Mean, H, D});
+    };
+    runtime::TensorView FV =
+        Varlen ? runtime::TensorView::contiguous(
+                     Finals.get(), runtime::ElemType::F32, {1, H, Tok})
+               : runtime::TensorView::contiguous(
+                     Finals.get(), runtime::ElemType::F32, {1, B, H, Mean});
+    runtime::TensorView CuV = runtime::TensorView::contiguous(
+        CuBuf.get(), runtime::ElemType::I32, {B + 1});
+    const int Longest = *std::max_element(L.begin(), L.end());
+    runtime::VarlenBatch VB{CuV, CuV, Longest, Longest};
+    auto Fwd = [&](int) {
+      if (Varlen)
+        Att.forwardVarlen(V(Bufs[0]->get()), V(Bufs[1]->get()),
+                          V(Bufs[2]->get()), V(Out.get()), &FV, VB, Inputs);
+      else
+        Att.forward(V(Bufs[0]->get()), V(Bufs[1]->get()), V(Bufs[2]->get()),
+                    V(Out.get()), &FV, Inputs);
+    };
+    const double Ms = runtime::medianEventMs(Fwd, 3, 15);
+    Tf[Varlen ? 0 : 1] = 4.0 * H * D * (Varlen ? Pairs : DensePairs) / (Ms * 1e-3) / 1e12;
+    Choice[Varlen ? 0 : 1] = Att.forwardChoice().str();
+  }
+  std::printf("attnc varlen %-10s %s H%d D%d: 32 seqs in [64, %d], %lld tokens: "
+              "varlen fwd %.1f TFLOPS [%s]  dense B32 S%lld fwd %.1f TFLOPS "
+              "[%s]  varlen/dense %.3f\n",
+              Mask.c_str(), dtypeName(T).str().c_str(), H, D, MaxLen,
+              (long long)Tok, Tf[0], Choice[0].c_str(), (long long)Mean, Tf[1],
+              Choice[1].c_str(), Tf[0] / Tf[1]);
+  std::fflush(stdout);
+}
+
+/// The forward kernels benchVarlen's calls use on sm_90a, in the cache.
+void compileVarlen(const std::string &Mask, DType T, int D) {
+  for (Layout Lay : {Layout::THD, Layout::BSHD}) {
+    runtime::Signature Sig;
+    Sig.Dtype = T;
+    Sig.HeadDim = Sig.HeadDimV = D;
+    Sig.Arch = GpuArch::Sm90a;
+    Sig.TensorLayout = Lay;
+    runtime::Attention Att(varlenMha(Mask), Sig);
+    std::printf("compiled varlen %s: %s\n", Mask.c_str(),
+                Att.forwardChoice().str().c_str());
+  }
+}
+
 } // namespace
 
 /// The kernels benchOne's calls use on sm_90a, compiled into the cache.
@@ -228,17 +357,34 @@ int main(int Argc, char **Argv) {
   BenchCommand Cmd;
   if (int Rc = parseBenchCommand(
           Argc - CompileOnly, Argv, 3,
-          "attnc_bench_masks MASK|all f16|bf16 H D S [S ...] [--compile-only]",
+          "attnc_bench_masks MASK|all|varlen f16|bf16 H D S [S ...] "
+          "[--compile-only]",
           Cmd, /*NeedsGpu=*/!CompileOnly))
     return Rc;
+  const char *VarlenMasks[] = {"causal", "window256", "chunked256"};
   if (CompileOnly) {
     for (const char *Mask : {"document", "prefix_lm", "window256", "chunked256"})
       if (Cmd.Name == "all" || Cmd.Name == Mask)
         compileOne(Mask, Cmd.Dtype, Cmd.Ints[1]);
+    if (Cmd.Name == "varlen")
+      for (const char *Mask : VarlenMasks)
+        compileVarlen(Mask, Cmd.Dtype, Cmd.Ints[1]);
     return 0;
   }
   int H = Cmd.Ints[0], D = Cmd.Ints[1];
   int Rc = 0;
+  if (Cmd.Name == "varlen") {
+    for (const char *Mask : VarlenMasks)
+      for (size_t I = 2; I < Cmd.Ints.size(); ++I) {
+        try {
+          benchVarlen(Mask, Cmd.Dtype, H, D, Cmd.Ints[I]);
+        } catch (const std::exception &E) {
+          std::printf("attnc varlen %-10s: failed: %s\n", Mask, E.what());
+          Rc = 1;
+        }
+      }
+    return Rc;
+  }
   for (size_t I = 2; I < Cmd.Ints.size(); ++I)
     for (const char *Mask :
          {"document", "prefix_lm", "window256", "chunked256"}) {

@@ -243,6 +243,101 @@ ATTNC_C_API attnc_status attnc_attention_backward_varlen(
     const attnc_named_tensor *grads, size_t num_grads, void *stream);
 
 /* ---------------------------------------------------------------------
+ * Block masks (attn::runtime::BlockMask): the block classification of an
+ * attention's mask_mod, made once and passed to any number of forward and
+ * backward calls of its shape (e.g. by every layer of a model); a call
+ * given one launches no classification. Dense layouts only (BSHD, BHSD).
+ * A block mask must outlive the calls that use it (they read it on their
+ * streams); a call on another stream than the one it was made on must be
+ * ordered after its making.
+ * ------------------------------------------------------------------- */
+
+typedef struct attnc_block_mask attnc_block_mask;
+
+/* The problem a block mask is made for. heads_kv (0: heads) only picks the
+ * forward's tuned configuration where a tune file has one per shape. */
+typedef struct attnc_mask_shape {
+  int64_t batch, heads, seq_q, seq_kv, heads_kv;
+} attnc_mask_shape;
+
+/* A block mask given as lists (FlexAttention's layout; attn::runtime::
+ * BlockLists says what each holds): host int32 arrays and their lengths in
+ * elements. batch and heads are the call's or 1 (shared lists); QB =
+ * ceil(seq_q / block_q), KB = ceil(seq_kv / block_kv).
+ *   kv_num_blocks       [batch][heads][QB]       partial blocks per row
+ *   kv_indices          [batch][heads][QB][KB]   their key blocks
+ *   full_kv_num_blocks  like kv_num_blocks, or NULL with length 0
+ *   full_kv_indices     like kv_indices, or NULL with length 0 */
+typedef struct attnc_block_lists {
+  int64_t batch, heads;
+  int32_t block_q, block_kv;
+  const int32_t *kv_num_blocks;
+  size_t kv_num_blocks_len;
+  const int32_t *kv_indices;
+  size_t kv_indices_len;
+  const int32_t *full_kv_num_blocks;
+  size_t full_kv_num_blocks_len;
+  const int32_t *full_kv_indices;
+  size_t full_kv_indices_len;
+} attnc_block_lists;
+
+/* Classifies att's mask for calls of shape with inputs (the forward's
+ * lists and, with for_backward nonzero, the backward's) on stream. A
+ * UserError for a definition without a mask_mod, a THD layout or another
+ * backend than "generated"; InvalidArgument naming a bad shape field or
+ * input. */
+ATTNC_C_API attnc_status attnc_block_mask_make(
+    attnc_attention *att, const attnc_mask_shape *shape,
+    const attnc_input *inputs, size_t num_inputs, int32_t for_backward,
+    void *stream, attnc_block_mask **out);
+
+/* Classifies mask again with new inputs (new document ids each step), into
+ * its own memory: mask must be one attnc_block_mask_make made for att's
+ * mask. */
+ATTNC_C_API attnc_status attnc_block_mask_refresh(attnc_attention *att,
+                                                  attnc_block_mask *mask,
+                                                  const attnc_input *inputs,
+                                                  size_t num_inputs,
+                                                  void *stream);
+
+/* A block mask from the caller's lists, each field checked (the message
+ * names it and the expected value), re-tiled on the host and copied to the
+ * device synchronously. */
+ATTNC_C_API attnc_status attnc_block_mask_from_lists(
+    attnc_attention *att, const attnc_mask_shape *shape,
+    const attnc_block_lists *lists, int32_t for_backward,
+    attnc_block_mask **out);
+
+/* The shape a block mask was made for and whether it holds the backward's
+ * lists (for_backward may be NULL). */
+ATTNC_C_API attnc_status attnc_block_mask_info(const attnc_block_mask *mask,
+                                               attnc_mask_shape *shape,
+                                               int32_t *for_backward);
+
+ATTNC_C_API void attnc_block_mask_release(attnc_block_mask *mask);
+
+/* attnc_attention_forward and attnc_attention_backward with a block mask
+ * (non-NULL; made for att's mask and the call's shape, and for the
+ * backward made with for_backward): its lists decide which blocks are
+ * visited, whatever the inputs hold now. */
+ATTNC_C_API attnc_status attnc_attention_forward_masked(
+    attnc_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *out, const attnc_tensor *finals,
+    const attnc_input *inputs, size_t num_inputs,
+    const attnc_block_mask *mask, void *stream);
+ATTNC_C_API attnc_status attnc_attention_backward_masked(
+    attnc_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *out, const attnc_tensor *dout,
+    const attnc_tensor *finals, const attnc_tensor *dq, const attnc_tensor *dk,
+    const attnc_tensor *dv, const attnc_input *inputs, size_t num_inputs,
+    const attnc_named_tensor *grads, size_t num_grads,
+    const attnc_block_mask *mask, void *stream);
+
+/* How many block classifications this process has launched (a diagnostic:
+ * a test's proof that calls given a block mask launch none). */
+ATTNC_C_API attnc_status attnc_block_classify_launches(uint64_t *count);
+
+/* ---------------------------------------------------------------------
  * Linear attention (attn::runtime::LinearAttention).
  * ------------------------------------------------------------------- */
 
