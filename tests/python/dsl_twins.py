@@ -164,10 +164,12 @@ def alibi_learnable():
     d.inputs.declare("head_bias", InputShape.PerHead).requires_grad()
 
     def score_mod(score, inputs, b, h, q_idx, kv_idx):
-        head_bias = inputs["head_bias"]  # C++ order, as the next two
+        scaled = score * inputs.head_dim().rsqrt()
         distance = kv_idx - q_idx
         slope_term = inputs["slopes"] * distance
-        return score * inputs.head_dim().rsqrt() + slope_term + head_bias
+        own_key = kv_idx == q_idx
+        self_bias = dsl.select(own_key, inputs["head_bias"], 0.0)
+        return scaled + slope_term + self_bias
 
     d.score_mod = score_mod
     d.mask_mod = causal
