@@ -11,8 +11,11 @@
 #include "attn/reference/Tensor.h"
 #include "attn/runtime/LinearAttention.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <string>
@@ -97,6 +100,24 @@ struct Check {
   double Err = 0, Tol = 0;
   bool Pass = true;
 };
+
+/// A case's line: each check as " name err/tol" (" name" for a yes/no
+/// one), "!" or "-FAILED" after a failing one, then "pass" or "FAIL", the
+/// case's name padded to \p Width; true when every check passed.
+inline bool printChecks(const std::string &Case, int Width,
+                        const std::vector<Check> &Checks) {
+  bool Pass = true;
+  std::string Line;
+  for (const Check &X : Checks) {
+    Pass = Pass && X.Pass;
+    Line += X.Tol > 0 ? fmt::format(" {} {:.1e}/{:.1e}{}", X.Name, X.Err,
+                                    X.Tol, X.Pass ? "" : "!")
+                      : fmt::format(" {}{}", X.Name, X.Pass ? "" : "-FAILED");
+  }
+  std::printf("%-*s%s  %s\n", Width, Case.c_str(), Line.c_str(),
+              Pass ? "pass" : "FAIL");
+  return Pass;
+}
 
 inline double atolOf(DType Dt) { return Dt == DType::F16 ? 1e-3 : 8e-3; }
 

@@ -63,6 +63,22 @@ struct PagedHost {
   }
 };
 
+/// Copies sequence b's keys and values (P.K[b], P.V[b]: [token, head, d],
+/// b < \p B) into the host page caches \p KH and \p VH at their pages'
+/// slots; the other slots keep what they held.
+inline void scatterToPages(const PagedHost &P, int B, int Hkv, int PageSize,
+                           int D, std::vector<uint16_t> &KH,
+                           std::vector<uint16_t> &VH) {
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < P.Lens[b]; ++t)
+      for (int h = 0; h < Hkv; ++h)
+        for (int d = 0; d < D; ++d) {
+          size_t At = P.at(P.pageOf(b, t / PageSize), t % PageSize, h) + d;
+          KH[At] = P.K[b][(size_t(t) * Hkv + h) * D + d];
+          VH[At] = P.V[b][(size_t(t) * Hkv + h) * D + d];
+        }
+}
+
 inline PagedHost makeBatch(std::mt19937_64 &Rng, DType T, int Hkv, int PageSize,
                     PageLayout L, const std::vector<int> &Lens) {
   PagedHost P;

@@ -199,14 +199,7 @@ bool graphReplay(const std::string &Def, bool Csr, uint64_t Seed) {
     std::normal_distribution<double> N(0.0, 1.0);
     for (size_t I = 0; I < CacheElems; ++I)
       KH[I] = VH[I] = toBits(Dt, 3 * N(Rng));
-    for (int b = 0; b < B; ++b)
-      for (int t = 0; t < P.Lens[b]; ++t)
-        for (int h = 0; h < Hkv; ++h)
-          for (int d = 0; d < D; ++d) {
-            size_t At = P.at(P.pageOf(b, t / PageSize), t % PageSize, h) + d;
-            KH[At] = P.K[b][(size_t(t) * Hkv + h) * D + d];
-            VH[At] = P.V[b][(size_t(t) * Hkv + h) * D + d];
-          }
+    scatterToPages(P, B, Hkv, PageSize, D, KH, VH);
     KC.upload(KH.data(), KC.size());
     VC.upload(VH.data(), VC.size());
     Table.upload(P.Table.data(), P.Table.size() * 4);
@@ -255,14 +248,7 @@ bool deviceChecks(uint64_t Seed) {
   const int B = P.B;
   size_t CacheElems = size_t(P.NumPages) * PageSize * Hkv * D;
   std::vector<uint16_t> KH(CacheElems, toBits(Dt, 0.5)), VH(CacheElems, toBits(Dt, -0.25));
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < P.Lens[b]; ++t)
-      for (int h = 0; h < Hkv; ++h)
-        for (int d = 0; d < D; ++d) {
-          size_t At = P.at(P.pageOf(b, t / PageSize), t % PageSize, h) + d;
-          KH[At] = P.K[b][(size_t(t) * Hkv + h) * D + d];
-          VH[At] = P.V[b][(size_t(t) * Hkv + h) * D + d];
-        }
+  scatterToPages(P, B, Hkv, PageSize, D, KH, VH);
   DeviceBuffer KC(CacheElems * 2), VC(CacheElems * 2);
   KC.upload(KH.data(), KC.size());
   VC.upload(VH.data(), VC.size());
@@ -320,14 +306,7 @@ bool mergeCase(const std::string &Def, DType Dt, uint64_t Seed) {
   const int B = P.B;
   size_t CacheElems = size_t(P.NumPages) * PageSize * Hkv * D;
   std::vector<uint16_t> KH(CacheElems, toBits(Dt, 0.5)), VH(CacheElems, toBits(Dt, -0.25));
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < P.Lens[b]; ++t)
-      for (int h = 0; h < Hkv; ++h)
-        for (int d = 0; d < D; ++d) {
-          size_t At = P.at(P.pageOf(b, t / PageSize), t % PageSize, h) + d;
-          KH[At] = P.K[b][(size_t(t) * Hkv + h) * D + d];
-          VH[At] = P.V[b][(size_t(t) * Hkv + h) * D + d];
-        }
+  scatterToPages(P, B, Hkv, PageSize, D, KH, VH);
   DeviceBuffer KC(CacheElems * 2), VC(CacheElems * 2);
   KC.upload(KH.data(), KC.size());
   VC.upload(VH.data(), VC.size());
