@@ -8,6 +8,7 @@
 #include "GpuSupport.h"
 
 #include "Examples.h"
+#include "attn/Error.h"
 #include "attn/reference/Tensor.h"
 #include "attn/runtime/LinearAttention.h"
 
@@ -148,6 +149,30 @@ inline std::vector<double> rounded(const std::vector<double> &X, double (*Round)
 inline double roundF32(DType, double X) { return double(float(X)); }
 
 inline ElemType elemOf(DType Dt) { return Dt == DType::F16 ? ElemType::F16 : ElemType::BF16; }
+
+/// A linear example by name, for the linear benches' NAME; UserError for
+/// another name.
+inline dsl::LinearAttentionDef linearExample(const std::string &Name) {
+  return Name == "mamba2"             ? examples::mamba2()
+         : Name == "simple_gla"       ? examples::simpleGla()
+         : Name == "retention_linear" ? examples::retentionLinear()
+                                      : throw UserError("unknown linear "
+                                                        "definition " +
+                                                        Name);
+}
+
+/// \p Bytes of device memory filled with copies of \p Block (the last one
+/// cut short): random data that is cheap to make at any size.
+inline std::unique_ptr<DeviceBuffer>
+repeatedBuffer(size_t Bytes, const void *Block, size_t BlockBytes) {
+  auto Buf = std::make_unique<DeviceBuffer>(Bytes);
+  auto &D = runtime::CudaDriver::get();
+  for (size_t Off = 0; Off < Bytes; Off += BlockBytes)
+    D.check(D.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(Buf->get()) + Off,
+                           Block, std::min(BlockBytes, Bytes - Off)),
+            "cuMemcpyHtoD");
+  return Buf;
+}
 
 /// The custom inputs of \p In on the device (kept in \p Keep).
 inline runtime::InputMap uploadInputs(const ir::Graph &G, const reference::InputValues &In,
