@@ -12,7 +12,8 @@ LinearAttentionDef mamba2() {
   def.inputs.declare("A", InputShape::PerHead, -2.0, -0.2);
   def.inputs.declare("dt", InputShape::PerRow, 0.05, 1.0);
   def.decay_mod = [](SymbolScalar, const CustomInputs &in) {
-    return in["dt"] * in["A"];
+    SymbolScalar dt = in["dt"]; // named: the operands' order is then fixed
+    return dt * in["A"];
   };
   def.v_mod = [](SymbolScalar v, const CustomInputs &in) {
     return v * in["dt"];

@@ -41,9 +41,14 @@ public:
   backward(SymbolScalar dp, SymbolScalar scores, const Rowscales &fr,
            SymbolScalar doosum, SymbolScalar, SymbolScalar, SymbolScalar,
            SymbolScalar) const override {
-    SymbolScalar sign = select(scores > 0.0, 1.0, select(scores < 0.0, -1.0,
-                                                         0.0));
-    SymbolScalar through_norm = select(fr["r_raw"] > 1.0, sign * doosum, 0.0);
+    // One statement per node-making operand: a function's arguments are
+    // evaluated in an order the compiler picks, and the IR numbers nodes in
+    // the order they are made.
+    SymbolScalar negative = select(scores < 0.0, -1.0, 0.0);
+    SymbolScalar sign = select(scores > 0.0, 1.0, negative);
+    SymbolScalar through_doosum = sign * doosum;
+    SymbolScalar unclamped = fr["r_raw"] > 1.0;
+    SymbolScalar through_norm = select(unclamped, through_doosum, 0.0);
     return (dp - through_norm) / fr["r"];
   }
 };

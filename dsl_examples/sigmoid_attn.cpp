@@ -12,7 +12,10 @@ AttentionDef sigmoidAttn() {
   def.inputs.declare("softmax_bias", InputShape::Scalar, -3.0, 0.0);
   def.score_mod = [](SymbolScalar score, const CustomInputs &in, SymbolScalar,
                      SymbolScalar, SymbolScalar, SymbolScalar) {
-    SymbolScalar s = score * in.head_dim().rsqrt() + in["softmax_bias"];
+    // Named first: with both operands of `+` making nodes, the IR's
+    // numbering would follow the compiler's order of evaluation.
+    SymbolScalar bias = in["softmax_bias"];
+    SymbolScalar s = score * in.head_dim().rsqrt() + bias;
     return s.sigmoid();
   };
   def.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q_idx,

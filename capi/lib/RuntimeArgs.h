@@ -5,6 +5,10 @@
 
 #include "CapiInternal.h"
 
+#include "attn/runtime/Errors.h"
+
+#include <fmt/format.h>
+
 #include <optional>
 
 namespace attn::capi {
@@ -62,6 +66,60 @@ void requireIndex(const ArgContext &C, size_t Index, size_t Count);
 
 /// attnc_arch of a GpuArch.
 int32_t archCode(GpuArch A);
+
+// ---- the attention and linear-attention handles ------------------------
+
+/// The runtime object of handle \p H (attnc_attention,
+/// attnc_linear_attention); InvalidArgument naming 'att' when it is NULL.
+template <typename Handle> auto &handleArg(const ArgContext &C, Handle *H) {
+  if (!H)
+    throw InvalidArgument(
+        fmt::format("{}: argument 'att' is NULL", C.Function));
+  return *H->Att;
+}
+
+/// The custom inputs a handle's definition declares.
+template <typename Runtime>
+const std::vector<ir::InputDecl> &declaredInputs(const Runtime &A) {
+  return A.definition().Graph->decls().Inputs;
+}
+
+/// A create function's body: `out` checked and cleared, `def` checked,
+/// then \p Make(C) builds the handle (a unique_ptr) that *\p Out takes.
+template <typename Handle, typename MakeFn>
+attnc_status createHandle(const char *Function, const attnc_definition *Def,
+                          Handle **Out, MakeFn &&Make) {
+  return guarded([&] {
+    ArgContext C{Function};
+    requireNonNull(Out, C.Function, "out");
+    *Out = nullptr;
+    requireNonNull(Def, C.Function, "def");
+    std::unique_ptr<Handle> Made = Make(C);
+    *Out = Made.release();
+  });
+}
+
+/// An *_input_count function's body: *\p Count = the declared inputs.
+template <typename Handle>
+attnc_status handleInputCount(const char *Function, const Handle *H,
+                              size_t *Count) {
+  return guarded([&] {
+    ArgContext C{Function};
+    const auto &A = handleArg(C, H);
+    requireNonNull(Count, C.Function, "count");
+    *Count = declaredInputs(A).size();
+  });
+}
+
+/// An *_input_info function's body.
+template <typename Handle>
+attnc_status handleInputInfo(const char *Function, const Handle *H,
+                             size_t Index, attnc_input_info *Info) {
+  return guarded([&] {
+    ArgContext C{Function};
+    inputInfoAt(C, declaredInputs(handleArg(C, H)), Index, Info);
+  });
+}
 
 } // namespace attn::capi
 

@@ -3,25 +3,38 @@
 #include "RuntimeArgs.h"
 
 #include "attn/Error.h"
-#include "attn/runtime/Errors.h"
-
-#include <fmt/format.h>
 
 using namespace attn;
 using namespace attn::capi;
 
 namespace {
 
-const runtime::Attention &
-attentionArg(const ArgContext &C, const attnc_attention *A) {
-  if (!A)
-    throw InvalidArgument(
-        fmt::format("{}: argument 'att' is NULL", C.Function));
-  return *A->Att;
+const runtime::Attention &attentionArg(const ArgContext &C,
+                                       const attnc_attention *A) {
+  return handleArg(C, A);
 }
 
-const std::vector<ir::InputDecl> &decls(const runtime::Attention &A) {
-  return A.definition().Graph->decls().Inputs;
+/// The tensors of both backward calls, checked in this order.
+struct BackwardViews {
+  runtime::TensorView Q, K, V, DO, DQ, DK, DV;
+  std::optional<runtime::TensorView> O, F;
+};
+
+BackwardViews backwardViews(const ArgContext &C, const attnc_tensor *q,
+                            const attnc_tensor *k, const attnc_tensor *v,
+                            const attnc_tensor *out, const attnc_tensor *dout,
+                            const attnc_tensor *finals, const attnc_tensor *dq,
+                            const attnc_tensor *dk, const attnc_tensor *dv) {
+  // A braced list is evaluated left to right.
+  return {tensorArg(C, "q", q),
+          tensorArg(C, "k", k),
+          tensorArg(C, "v", v),
+          tensorArg(C, "dout", dout),
+          tensorArg(C, "dq", dq),
+          tensorArg(C, "dk", dk),
+          tensorArg(C, "dv", dv),
+          optionalTensorArg(C, "out", out),
+          optionalTensorArg(C, "finals", finals)};
 }
 
 } // namespace
@@ -29,38 +42,26 @@ const std::vector<ir::InputDecl> &decls(const runtime::Attention &A) {
 attnc_status attnc_attention_create(const attnc_definition *def,
                                     const attnc_signature *sig,
                                     attnc_attention **out) {
-  return guarded([&] {
-    ArgContext C{"attnc_attention_create"};
-    requireNonNull(out, C.Function, "out");
-    *out = nullptr;
-    requireNonNull(def, C.Function, "def");
-    runtime::Signature Sig = signatureArg(C, sig);
-    auto Made = std::make_unique<attnc_attention>();
-    Made->Att = newAttention(*def, Sig);
-    Made->Finals = Made->Att->finalNames();
-    *out = Made.release();
-  });
+  return createHandle("attnc_attention_create", def, out,
+                      [&](const ArgContext &C) {
+                        runtime::Signature Sig = signatureArg(C, sig);
+                        auto Made = std::make_unique<attnc_attention>();
+                        Made->Att = newAttention(*def, Sig);
+                        Made->Finals = Made->Att->finalNames();
+                        return Made;
+                      });
 }
 
 void attnc_attention_release(attnc_attention *att) { delete att; }
 
 attnc_status attnc_attention_input_count(const attnc_attention *att,
                                          size_t *count) {
-  return guarded([&] {
-    ArgContext C{"attnc_attention_input_count"};
-    const runtime::Attention &A = attentionArg(C, att);
-    requireNonNull(count, C.Function, "count");
-    *count = decls(A).size();
-  });
+  return handleInputCount("attnc_attention_input_count", att, count);
 }
 
 attnc_status attnc_attention_input_info(const attnc_attention *att,
                                         size_t index, attnc_input_info *info) {
-  return guarded([&] {
-    ArgContext C{"attnc_attention_input_info"};
-    const runtime::Attention &A = attentionArg(C, att);
-    inputInfoAt(C, decls(A), index, info);
-  });
+  return handleInputInfo("attnc_attention_input_info", att, index, info);
 }
 
 attnc_status attnc_attention_final_count(const attnc_attention *att,
@@ -128,19 +129,12 @@ attnc_status backwardCall(const char *Function, attnc_attention *att,
   return guarded([&] {
     ArgContext C{Function};
     attentionArg(C, att);
-    runtime::TensorView Q = tensorArg(C, "q", q), K = tensorArg(C, "k", k),
-                        V = tensorArg(C, "v", v),
-                        DO = tensorArg(C, "dout", dout),
-                        DQ = tensorArg(C, "dq", dq),
-                        DK = tensorArg(C, "dk", dk),
-                        DV = tensorArg(C, "dv", dv);
-    auto O = optionalTensorArg(C, "out", out);
-    auto F = optionalTensorArg(C, "finals", finals);
+    BackwardViews T = backwardViews(C, q, k, v, out, dout, finals, dq, dk, dv);
     runtime::InputMap In = inputsArg(C, inputs, num_inputs);
     runtime::InputGradMap G = gradsArg(C, grads, num_grads);
     const runtime::BlockMask *M = Masked ? &blockMaskArg(C, mask) : nullptr;
-    att->Att->backward(Q, K, V, ptr(O), DO, ptr(F), DQ, DK, DV, In, G,
-                       static_cast<CUstream>(stream), M);
+    att->Att->backward(T.Q, T.K, T.V, ptr(T.O), T.DO, ptr(T.F), T.DQ, T.DK,
+                       T.DV, In, G, static_cast<CUstream>(stream), M);
   });
 }
 
@@ -218,18 +212,12 @@ attnc_status attnc_attention_backward_varlen(
   return guarded([&] {
     ArgContext C{"attnc_attention_backward_varlen"};
     attentionArg(C, att);
-    runtime::TensorView Q = tensorArg(C, "q", q), K = tensorArg(C, "k", k),
-                        V = tensorArg(C, "v", v),
-                        DO = tensorArg(C, "dout", dout),
-                        DQ = tensorArg(C, "dq", dq),
-                        DK = tensorArg(C, "dk", dk),
-                        DV = tensorArg(C, "dv", dv);
-    auto O = optionalTensorArg(C, "out", out);
-    auto F = optionalTensorArg(C, "finals", finals);
+    BackwardViews T = backwardViews(C, q, k, v, out, dout, finals, dq, dk, dv);
     runtime::VarlenBatch VB = varlenArg(C, batch);
     runtime::InputMap In = inputsArg(C, inputs, num_inputs);
     runtime::InputGradMap G = gradsArg(C, grads, num_grads);
-    att->Att->backwardVarlen(Q, K, V, ptr(O), DO, ptr(F), DQ, DK, DV, VB, In,
-                             G, static_cast<CUstream>(stream));
+    att->Att->backwardVarlen(T.Q, T.K, T.V, ptr(T.O), T.DO, ptr(T.F), T.DQ,
+                             T.DK, T.DV, VB, In, G,
+                             static_cast<CUstream>(stream));
   });
 }

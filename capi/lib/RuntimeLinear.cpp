@@ -2,10 +2,6 @@
 // newLinearAttention, called with checked C views.
 #include "RuntimeArgs.h"
 
-#include "attn/runtime/Errors.h"
-
-#include <fmt/format.h>
-
 using namespace attn;
 using namespace attn::capi;
 
@@ -17,14 +13,7 @@ namespace {
 
 runtime::LinearAttention &linearArg(const ArgContext &C,
                                     const attnc_linear_attention *A) {
-  if (!A)
-    throw InvalidArgument(
-        fmt::format("{}: argument 'att' is NULL", C.Function));
-  return *A->Att;
-}
-
-const std::vector<ir::InputDecl> &decls(const runtime::LinearAttention &A) {
-  return A.definition().Graph->decls().Inputs;
+  return handleArg(C, A);
 }
 
 } // namespace
@@ -32,16 +21,13 @@ const std::vector<ir::InputDecl> &decls(const runtime::LinearAttention &A) {
 attnc_status attnc_linear_attention_create(const attnc_definition *def,
                                            const attnc_linear_signature *sig,
                                            attnc_linear_attention **out) {
-  return guarded([&] {
-    ArgContext C{"attnc_linear_attention_create"};
-    requireNonNull(out, C.Function, "out");
-    *out = nullptr;
-    requireNonNull(def, C.Function, "def");
-    runtime::LinearSignature Sig = linearSignatureArg(C, sig);
-    auto Made = std::make_unique<attnc_linear_attention>();
-    Made->Att = newLinearAttention(*def, Sig);
-    *out = Made.release();
-  });
+  return createHandle(
+      "attnc_linear_attention_create", def, out, [&](const ArgContext &C) {
+        runtime::LinearSignature Sig = linearSignatureArg(C, sig);
+        auto Made = std::make_unique<attnc_linear_attention>();
+        Made->Att = newLinearAttention(*def, Sig);
+        return Made;
+      });
 }
 
 void attnc_linear_attention_release(attnc_linear_attention *att) {
@@ -51,22 +37,13 @@ void attnc_linear_attention_release(attnc_linear_attention *att) {
 attnc_status
 attnc_linear_attention_input_count(const attnc_linear_attention *att,
                                    size_t *count) {
-  return guarded([&] {
-    ArgContext C{"attnc_linear_attention_input_count"};
-    const runtime::LinearAttention &A = linearArg(C, att);
-    requireNonNull(count, C.Function, "count");
-    *count = decls(A).size();
-  });
+  return handleInputCount("attnc_linear_attention_input_count", att, count);
 }
 
 attnc_status
 attnc_linear_attention_input_info(const attnc_linear_attention *att,
                                   size_t index, attnc_input_info *info) {
-  return guarded([&] {
-    ArgContext C{"attnc_linear_attention_input_info"};
-    const runtime::LinearAttention &A = linearArg(C, att);
-    inputInfoAt(C, decls(A), index, info);
-  });
+  return handleInputInfo("attnc_linear_attention_input_info", att, index, info);
 }
 
 attnc_status

@@ -168,13 +168,14 @@ void BackwardRunner::run(const BackwardTensors &T,
   A.dk = T.DK.Data;
   A.dv = T.DV.Data;
   A.finals = T.Finals ? static_cast<const float *>(T.Finals->Data) : nullptr;
-  long long *Dst[8] = {&A.q_sb,  &A.k_sb,  &A.v_sb,  &A.o_sb,
-                       &A.do_sb, &A.dq_sb, &A.dk_sb, &A.dv_sb};
-  const int64_t(*Src[8])[3] = {&C.Q,        &C.K,      &C.V,      &C.O,
-                               &Shape.DOut, &Shape.DQ, &Shape.DK, &Shape.DV};
-  for (int I = 0; I < 8; ++I)
-    for (int J = 0; J < 3; ++J)
-      Dst[I][J] = (*Src[I])[J];
+  copyStrides({{&A.q_sb, C.Q},
+               {&A.k_sb, C.K},
+               {&A.v_sb, C.V},
+               {&A.o_sb, C.O},
+               {&A.do_sb, Shape.DOut},
+               {&A.dq_sb, Shape.DQ},
+               {&A.dk_sb, Shape.DK},
+               {&A.dv_sb, Shape.DV}});
   A.batch = int(C.B);
   A.heads = int(C.H);
   A.heads_kv = int(C.Hkv);

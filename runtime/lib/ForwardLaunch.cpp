@@ -59,26 +59,19 @@ std::vector<uint64_t> inputSlots(const ir::Graph &G, const CallShape &C,
   return Slots;
 }
 
+void copyStrides(
+    std::initializer_list<std::pair<long long *, const int64_t *>> Fields) {
+  for (const auto &[Dst, Src] : Fields)
+    for (int J = 0; J < 3; ++J)
+      Dst[J] = Src[J];
+}
+
 ForwardLaunch makeForwardLaunch(const ir::Graph &G, const CallShape &C,
                                 const ForwardTensors &T, const InputMap &Inputs,
                                 int BlockM, int BlockN) {
   ForwardLaunch L;
   attnc::FwdArgs &A = L.Args;
-  A.q = T.Q.Data;
-  A.k = T.K.Data;
-  A.v = T.V.Data;
-  A.o = T.Out.Data;
-  A.finals = T.Finals ? static_cast<float *>(T.Finals->Data) : nullptr;
-  long long *Dst[4] = {&A.q_sb, &A.k_sb, &A.v_sb, &A.o_sb};
-  const int64_t(*Src[4])[3] = {&C.Q, &C.K, &C.V, &C.O};
-  for (int I = 0; I < 4; ++I)
-    for (int J = 0; J < 3; ++J)
-      Dst[I][J] = (*Src[I])[J];
-  A.batch = int(C.B);
-  A.heads = int(C.H);
-  A.heads_kv = int(C.Hkv);
-  A.seq_q = int(C.Sq);
-  A.seq_kv = int(C.Skv);
+  fillCallArgs(A, C, T);
   A.m_blocks = int((C.Sq + BlockM - 1) / BlockM);
   A.n_blocks = int((C.Skv + BlockN - 1) / BlockN);
   A.mask_grouping = int(analysis::analyzeMask(G).Grouping);

@@ -304,21 +304,7 @@ void GeneratedBackend::launchDecode(ForwardKernel &K, const BackendProblem &P,
   K.load();
   CudaDriver &D = CudaDriver::get();
   attnc::DecodeArgs A{};
-  A.q = T.Q.Data;
-  A.k = T.K.Data;
-  A.v = T.V.Data;
-  A.o = T.Out.Data;
-  A.finals = T.Finals ? static_cast<float *>(T.Finals->Data) : nullptr;
-  long long *Dst[4] = {&A.q_sb, &A.k_sb, &A.v_sb, &A.o_sb};
-  const int64_t(*Src[4])[3] = {&C.Q, &C.K, &C.V, &C.O};
-  for (int I = 0; I < 4; ++I)
-    for (int J = 0; J < 3; ++J)
-      Dst[I][J] = (*Src[I])[J];
-  A.batch = int(C.B);
-  A.heads = int(C.H);
-  A.heads_kv = int(C.Hkv);
-  A.seq_q = int(C.Sq);
-  A.seq_kv = int(C.Skv);
+  fillCallArgs(A, C, T);
   A.group = int(C.H / C.Hkv);
   A.rows = A.group * A.seq_q;
   A.row_blocks = (A.rows + K.Launch.BlockM - 1) / K.Launch.BlockM;

@@ -4,6 +4,7 @@
 #include "attn/runtime/LinearAttention.h"
 
 #include "DeviceArena.h"
+#include "ForwardLaunch.h"
 #include "KernelModule.h"
 #include "LinearBackwardRunner.h"
 #include "LinearValidate.h"
@@ -258,11 +259,11 @@ void LinearAttention::decodeStep(const LinearDecodeTensors &T,
       T.StateIndex ? static_cast<const int *>(T.StateIndex->Data) : nullptr;
   A.positions =
       T.Positions ? static_cast<const int *>(T.Positions->Data) : nullptr;
-  long long *Dst[] = {&A.q_sb, &A.k_sb, &A.v_sb, &A.o_sb, &A.decay_sb};
-  const int64_t(*Src[])[3] = {&C.Q, &C.K, &C.V, &C.O, &C.Decay};
-  for (int I = 0; I < 5; ++I)
-    for (int J = 0; J < 3; ++J)
-      Dst[I][J] = (*Src[I])[J];
+  copyStrides({{&A.q_sb, C.Q},
+               {&A.k_sb, C.K},
+               {&A.v_sb, C.V},
+               {&A.o_sb, C.O},
+               {&A.decay_sb, C.Decay}});
   A.batch = int(C.B);
   A.heads = int(C.H);
   A.heads_q = int(C.Hq);

@@ -29,11 +29,8 @@ attnc::LinearArgs linearForwardArgs(const LinearCallShape &C,
   A.k = K.Data;
   A.v = V.Data;
   A.decay = Decay ? static_cast<const float *>(Decay->Data) : nullptr;
-  long long *Dst[] = {&A.q_sb, &A.k_sb, &A.v_sb, &A.decay_sb};
-  const int64_t(*Src[])[3] = {&C.Q, &C.K, &C.V, &C.Decay};
-  for (int I = 0; I < 4; ++I)
-    for (int J = 0; J < 3; ++J)
-      Dst[I][J] = (*Src[I])[J];
+  copyStrides(
+      {{&A.q_sb, C.Q}, {&A.k_sb, C.K}, {&A.v_sb, C.V}, {&A.decay_sb, C.Decay}});
   A.batch = int(C.B);
   A.heads = int(C.H);
   A.heads_q = int(C.Hq);
@@ -92,11 +89,8 @@ void LinearBackwardRunner::run(const LinearBackwardShape &R,
   A.dq = T.DQ.Data;
   A.dk = T.DK.Data;
   A.dv = T.DV.Data;
-  long long *Dst[] = {&A.do_sb, &A.dq_sb, &A.dk_sb, &A.dv_sb};
-  const int64_t(*Src[])[3] = {&R.DO, &R.DQ, &R.DK, &R.DV};
-  for (int I = 0; I < 4; ++I)
-    for (int J = 0; J < 3; ++J)
-      Dst[I][J] = (*Src[I])[J];
+  copyStrides(
+      {{&A.do_sb, R.DO}, {&A.dq_sb, R.DQ}, {&A.dk_sb, R.DK}, {&A.dv_sb, R.DV}});
   A.ddecay = T.DDecay ? static_cast<float *>(T.DDecay->Data) : nullptr;
   A.dfinal_state =
       T.DFinalState ? static_cast<const float *>(T.DFinalState->Data) : nullptr;

@@ -18,6 +18,16 @@
 
 namespace attn::runtime {
 
+namespace {
+/// A cache's page, head and slot strides into a kernel's three fields.
+void packStrides(const PageGeometry &G, long long &Page, long long &Head,
+                 long long &Slot) {
+  Page = G.PageStride;
+  Head = G.HeadStride;
+  Slot = G.SlotStride;
+}
+} // namespace
+
 PagedDecodeRunner::PagedDecodeRunner(const CompiledDefinition &Def,
                                      const KernelTarget &T,
                                      const codegen::DecodeConfig &C)
@@ -68,12 +78,8 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
   d.o_sb = S.O[0];
   d.o_sh = S.O[1];
   d.o_ss = S.O[2];
-  d.k_sb = C.K.PageStride;
-  d.k_sh = C.K.HeadStride;
-  d.k_ss = C.K.SlotStride;
-  d.v_sb = C.V.PageStride;
-  d.v_sh = C.V.HeadStride;
-  d.v_ss = C.V.SlotStride;
+  packStrides(C.K, d.k_sb, d.k_sh, d.k_ss);
+  packStrides(C.V, d.v_sb, d.v_sh, d.v_ss);
   d.batch = int(S.B);
   d.heads = int(S.H);
   d.heads_kv = int(S.Hkv);
@@ -225,12 +231,8 @@ void launchPagedAppend(GpuArch Arch, const AppendCall &C, const TensorView &K,
   A.k_sh = C.K[1];
   A.v_st = C.V[0];
   A.v_sh = C.V[1];
-  A.kc_ps = C.KC.PageStride;
-  A.kc_ss = C.KC.SlotStride;
-  A.kc_sh = C.KC.HeadStride;
-  A.vc_ps = C.VC.PageStride;
-  A.vc_ss = C.VC.SlotStride;
-  A.vc_sh = C.VC.HeadStride;
+  packStrides(C.KC, A.kc_ps, A.kc_sh, A.kc_ss);
+  packStrides(C.VC, A.vc_ps, A.vc_sh, A.vc_ss);
   A.num_slots = C.KC.NumPages * C.KC.PageSize;
   A.tokens = int(C.Tokens);
   A.d_chunks = int(K.Shape[2] / 8);

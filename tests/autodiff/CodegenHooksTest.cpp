@@ -53,7 +53,8 @@ TEST_CASE("hooks: mha has score_mod_grad = rsqrt(D) and no input grads",
   CHECK(I.find("d[") == std::string::npos);
 }
 
-TEST_CASE("hooks: learned ALiBi slopes and bias give two input grads",
+TEST_CASE("hooks: learned ALiBi slopes and diagonal bias give two input "
+          "grads",
           "[autodiff][codegen]") {
   CompiledDefinition Def = compile(examples::alibiLearnable());
   std::vector<codegen::GradInput> Grads = codegen::gradInputs(*Def.Graph);
@@ -68,11 +69,14 @@ TEST_CASE("hooks: learned ALiBi slopes and bias give two input grads",
                            "static constexpr int kNumInputGrads = 2;"));
   std::string I = functionText(S, "__device__ static __forceinline__ void "
                                   "input_grads(");
-  // d slopes = kv_idx - q_idx (an int, made a float), d head_bias = 1.
+  // d slopes = kv_idx - q_idx (an int, made a float), d head_bias = 1 on
+  // the diagonal and 0 elsewhere.
   CHECK_THAT(I, Catch::Matchers::Contains("const int v"));
   CHECK_THAT(I, Catch::Matchers::Contains(" = (kv_idx - q_idx);"));
+  CHECK_THAT(I, Catch::Matchers::Contains(" = (kv_idx == q_idx);"));
+  CHECK_THAT(I, Catch::Matchers::Contains(" ? 1.0f : 0.0f);"));
   CHECK_THAT(I, Catch::Matchers::Contains("d[0] = v"));
-  CHECK_THAT(I, Catch::Matchers::Contains("d[1] = 1.0f;"));
+  CHECK_THAT(I, Catch::Matchers::Contains("d[1] = v"));
 }
 
 TEST_CASE("hooks: gradInputs skips inputs that need no gradient",

@@ -135,14 +135,16 @@ TEST_CASE("score_mod_input_grad: learned ALiBi slopes, head bias and softcap "
           "[autodiff][inputs]") {
   checkPointwise(examples::alibiLearnable(), 4);
   checkPointwise(examples::softcapLearnable(), 5);
-  // ∂/∂slopes = kv − q, ∂/∂head_bias = 1.
+  // ∂/∂slopes = kv − q, ∂/∂head_bias = [kv = q] (the bias is added on the
+  // diagonal only).
   CompiledDefinition C = compile(examples::alibiLearnable());
   const ir::Function &F = *C.Graph->getFunction("score_mod_input_grad");
   REQUIRE(F.Results.size() == 2);
   CHECK(F.Results[0].Name == "d_slopes");
   CHECK(F.Results[1].Name == "d_head_bias");
   CHECK(evalAt(F.result("d_slopes"), {{"q_idx", 7}, {"kv_idx", 3}}) == -4.0);
-  CHECK(evalAt(F.result("d_head_bias"), {}) == 1.0);
+  CHECK(evalAt(F.result("d_head_bias"), {{"q_idx", 7}, {"kv_idx", 3}}) == 0.0);
+  CHECK(evalAt(F.result("d_head_bias"), {{"q_idx", 5}, {"kv_idx", 5}}) == 1.0);
 }
 
 TEST_CASE("input gradients: the reference backward against finite "

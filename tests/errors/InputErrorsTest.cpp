@@ -50,6 +50,13 @@ TEST_CASE("reading a custom input that is not declared") {
                       StartsWith("score_mod: ") &&
                           Contains("custom input 'nope' is not declared; "
                                    "declared inputs: bias"));
+  // Two declared inputs are listed in declaration order, none as "none".
+  Def.inputs.declare("scale", InputShape::PerHead);
+  REQUIRE_THROWS_WITH(compile(Def), Contains("declared inputs: bias, scale"));
+  AttentionDef Bare = mhaWithScoreMod(
+      [](SymbolScalar s, const CustomInputs &in, SymbolScalar, SymbolScalar,
+         SymbolScalar, SymbolScalar) { return s + in["nope"]; });
+  REQUIRE_THROWS_WITH(compile(Bare), Contains("declared inputs: none"));
 }
 
 TEST_CASE("a per_key custom input used in the epilogue") {

@@ -4,6 +4,9 @@
 # standard output directly; its standard error is held back and written to
 # this program's standard error once COMMAND has exited, so that a test that
 # reads both (2>&1) sees the standard output first, however COMMAND buffers.
+# exits.py N --close-stdout COMMAND...: the same with COMMAND's standard
+# output closed (lit's shell has no `>&-`).
+import os
 import subprocess
 import sys
 
@@ -13,13 +16,19 @@ def main(argv):
         sys.stderr.write('usage: exits.py N COMMAND...\n')
         return 2
     expected = int(argv[1])
+    command = argv[2:]
+    close_stdout = command[0] == '--close-stdout'
+    if close_stdout:
+        command = command[1:]
     sys.stdout.flush()
-    proc = subprocess.run(argv[2:], stderr=subprocess.PIPE)
+    proc = subprocess.run(command, stderr=subprocess.PIPE,
+                          preexec_fn=(lambda: os.close(1)) if close_stdout
+                          else None)
     sys.stderr.buffer.write(proc.stderr)
     if proc.returncode != expected:
         # A negative status is a signal: a crash never passes.
         sys.stderr.write('exits.py: %s exited %d, expected %d\n' %
-                         (' '.join(argv[2:]), proc.returncode, expected))
+                         (' '.join(command), proc.returncode, expected))
         return 1
     return 0
 

@@ -115,6 +115,20 @@ struct BenchCommand {
   std::vector<int> Ints;
 };
 
+/// A GPU test's start: "skipped: <why>" and false (the test exits 77)
+/// without a CUDA driver, else the line "device: <name> (<arch>)" and true.
+inline bool announceDevice() {
+  auto &Drv = runtime::CudaDriver::get();
+  if (!Drv.available()) {
+    std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
+    return false;
+  }
+  const runtime::DeviceInfo &Dev = runtime::currentDevice();
+  std::printf("device: %s (%s)\n", Dev.Name.c_str(),
+              archName(runtime::resolveArch(std::nullopt)).data());
+  return true;
+}
+
 /// Parses the command line into \p Out and checks for a GPU. Returns 0 to go
 /// on, else the exit status after saying why: 2 for bad usage (\p Usage is
 /// printed), 77 where there is no GPU (ctest's "skipped").

@@ -8,11 +8,15 @@
 #include "GpuSupport.h"
 
 #include "Examples.h"
+#include "attn/Error.h"
 #include "attn/reference/Tensor.h"
 #include "attn/runtime/LinearAttention.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <string>
@@ -98,6 +102,24 @@ struct Check {
   bool Pass = true;
 };
 
+/// A case's line: each check as " name err/tol" (" name" for a yes/no
+/// one), "!" or "-FAILED" after a failing one, then "pass" or "FAIL", the
+/// case's name padded to \p Width; true when every check passed.
+inline bool printChecks(const std::string &Case, int Width,
+                        const std::vector<Check> &Checks) {
+  bool Pass = true;
+  std::string Line;
+  for (const Check &X : Checks) {
+    Pass = Pass && X.Pass;
+    Line += X.Tol > 0 ? fmt::format(" {} {:.1e}/{:.1e}{}", X.Name, X.Err,
+                                    X.Tol, X.Pass ? "" : "!")
+                      : fmt::format(" {}{}", X.Name, X.Pass ? "" : "-FAILED");
+  }
+  std::printf("%-*s%s  %s\n", Width, Case.c_str(), Line.c_str(),
+              Pass ? "pass" : "FAIL");
+  return Pass;
+}
+
 inline double atolOf(DType Dt) { return Dt == DType::F16 ? 1e-3 : 8e-3; }
 
 inline Check compare(const std::string &Name, const std::vector<double> &Got,
@@ -127,6 +149,30 @@ inline std::vector<double> rounded(const std::vector<double> &X, double (*Round)
 inline double roundF32(DType, double X) { return double(float(X)); }
 
 inline ElemType elemOf(DType Dt) { return Dt == DType::F16 ? ElemType::F16 : ElemType::BF16; }
+
+/// A linear example by name, for the linear benches' NAME; UserError for
+/// another name.
+inline dsl::LinearAttentionDef linearExample(const std::string &Name) {
+  return Name == "mamba2"             ? examples::mamba2()
+         : Name == "simple_gla"       ? examples::simpleGla()
+         : Name == "retention_linear" ? examples::retentionLinear()
+                                      : throw UserError("unknown linear "
+                                                        "definition " +
+                                                        Name);
+}
+
+/// \p Bytes of device memory filled with copies of \p Block (the last one
+/// cut short): random data that is cheap to make at any size.
+inline std::unique_ptr<DeviceBuffer>
+repeatedBuffer(size_t Bytes, const void *Block, size_t BlockBytes) {
+  auto Buf = std::make_unique<DeviceBuffer>(Bytes);
+  auto &D = runtime::CudaDriver::get();
+  for (size_t Off = 0; Off < Bytes; Off += BlockBytes)
+    D.check(D.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(Buf->get()) + Off,
+                           Block, std::min(BlockBytes, Bytes - Off)),
+            "cuMemcpyHtoD");
+  return Buf;
+}
 
 /// The custom inputs of \p In on the device (kept in \p Keep).
 inline runtime::InputMap uploadInputs(const ir::Graph &G, const reference::InputValues &In,

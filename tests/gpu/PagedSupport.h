@@ -63,6 +63,41 @@ struct PagedHost {
   }
 };
 
+/// Copies sequence b's keys and values (P.K[b], P.V[b]: [token, head, d],
+/// b < \p B) into the host page caches \p KH and \p VH at their pages'
+/// slots; the other slots keep what they held.
+inline void scatterToPages(const PagedHost &P, int B, int Hkv, int PageSize,
+                           int D, std::vector<uint16_t> &KH,
+                           std::vector<uint16_t> &VH) {
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < P.Lens[b]; ++t)
+      for (int h = 0; h < Hkv; ++h)
+        for (int d = 0; d < D; ++d) {
+          size_t At = P.at(P.pageOf(b, t / PageSize), t % PageSize, h) + d;
+          KH[At] = P.K[b][(size_t(t) * Hkv + h) * D + d];
+          VH[At] = P.V[b][(size_t(t) * Hkv + h) * D + d];
+        }
+}
+
+/// \p P's keys and values in page caches on the device, the slots that no
+/// sequence uses holding 0.5 (k) and -0.25 (v).
+struct DeviceCaches {
+  std::unique_ptr<DeviceBuffer> K, V;
+};
+
+inline DeviceCaches uploadCaches(const PagedHost &P, DType Dt, int B, int Hkv,
+                                 int PageSize, int D) {
+  size_t CacheElems = size_t(P.NumPages) * PageSize * Hkv * D;
+  std::vector<uint16_t> KH(CacheElems, toBits(Dt, 0.5)),
+      VH(CacheElems, toBits(Dt, -0.25));
+  scatterToPages(P, B, Hkv, PageSize, D, KH, VH);
+  DeviceCaches C{std::make_unique<DeviceBuffer>(CacheElems * 2),
+                 std::make_unique<DeviceBuffer>(CacheElems * 2)};
+  C.K->upload(KH.data(), C.K->size());
+  C.V->upload(VH.data(), C.V->size());
+  return C;
+}
+
 inline PagedHost makeBatch(std::mt19937_64 &Rng, DType T, int Hkv, int PageSize,
                     PageLayout L, const std::vector<int> &Lens) {
   PagedHost P;

@@ -325,13 +325,8 @@ std::vector<Case> cases(bool Quick) {
 
 int main(int Argc, char **Argv) {
   bool Quick = Argc > 1 && std::string(Argv[1]) == "--quick";
-  auto &Drv = runtime::CudaDriver::get();
-  if (!Drv.available()) {
-    std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
+  if (!announceDevice())
     return 77;
-  }
-  const runtime::DeviceInfo &Dev = runtime::currentDevice();
-  std::printf("device: %s (%s)\n", Dev.Name.c_str(), archName(runtime::resolveArch(std::nullopt)).data());
   int Passed = 0, Failed = 0;
   uint64_t Seed = 1;
   const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");

@@ -358,14 +358,8 @@ std::vector<Check> graphCase(const Case &C, const CompiledDefinition &Def,
 
 int main(int Argc, char **Argv) {
   bool Sanitize = Argc > 1 && std::string(Argv[1]) == "--sanitize";
-  auto &Drv = runtime::CudaDriver::get();
-  if (!Drv.available()) {
-    std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
+  if (!announceDevice())
     return 77;
-  }
-  const runtime::DeviceInfo &Dev = runtime::currentDevice();
-  std::printf("device: %s (%s)\n", Dev.Name.c_str(),
-              archName(runtime::resolveArch(std::nullopt)).data());
   int Passed = 0, Failed = 0;
   uint64_t Seed = 1;
   for (const Case &C : cases(Sanitize)) {
@@ -383,19 +377,8 @@ int main(int Argc, char **Argv) {
         Groups.push_back(sequenceCase(C, Def, Lin, 16, ++Seed));
         Groups.push_back(graphCase(C, Def, Lin, ++Seed));
       }
-      for (const std::vector<Check> &G : Groups) {
-        bool Pass = true;
-        std::string Line;
-        for (const Check &X : G) {
-          Pass = Pass && X.Pass;
-          Line += X.Tol > 0 ? fmt::format(" {} {:.1e}/{:.1e}{}", X.Name, X.Err,
-                                          X.Tol, X.Pass ? "" : "!")
-                            : fmt::format(" {}{}", X.Name, X.Pass ? "" : "-FAILED");
-        }
-        std::printf("%-44s%s  %s\n", C.name().c_str(), Line.c_str(),
-                    Pass ? "pass" : "FAIL");
-        (Pass ? Passed : Failed)++;
-      }
+      for (const std::vector<Check> &G : Groups)
+        (printChecks(C.name(), 44, G) ? Passed : Failed)++;
     } catch (const std::exception &E) {
       std::printf("%-44s ERROR %s\n", C.name().c_str(), E.what());
       ++Failed;

@@ -383,13 +383,8 @@ std::vector<Cmp> runCase(const Case &C, const CompiledDefinition &Def,
 
 int main(int Argc, char **Argv) {
   std::string Mode = Argc > 1 ? std::string(Argv[1]).substr(2) : "";
-  auto &Drv = runtime::CudaDriver::get();
-  if (!Drv.available()) {
-    std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
+  if (!announceDevice())
     return 77;
-  }
-  const runtime::DeviceInfo &Dev = runtime::currentDevice();
-  std::printf("device: %s (%s)\n", Dev.Name.c_str(), archName(runtime::resolveArch(std::nullopt)).data());
   const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
   std::vector<Case> Cases;
   for (const Case &C : cases(Mode))

@@ -142,14 +142,8 @@ std::vector<Check> runCase(const Case &C, const std::vector<int64_t> &Lengths,
 
 int main(int Argc, char **Argv) {
   bool Sanitize = Argc > 1 && std::string(Argv[1]) == "--sanitize";
-  auto &Drv = runtime::CudaDriver::get();
-  if (!Drv.available()) {
-    std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
+  if (!announceDevice())
     return 77;
-  }
-  const runtime::DeviceInfo &Dev = runtime::currentDevice();
-  std::printf("device: %s (%s)\n", Dev.Name.c_str(),
-              archName(runtime::resolveArch(std::nullopt)).data());
   const std::vector<int64_t> Lengths =
       Sanitize ? std::vector<int64_t>{0, 1, 70, 5}
                : std::vector<int64_t>{0, 1, 63, 64, 100, 333, 0, 31};
@@ -158,17 +152,7 @@ int main(int Argc, char **Argv) {
   for (const Case &C : cases(Sanitize)) {
     try {
       std::vector<Check> R = runCase(C, Lengths, ++Seed);
-      bool Pass = true;
-      std::string Line;
-      for (const Check &X : R) {
-        Pass = Pass && X.Pass;
-        Line += X.Tol > 0 ? fmt::format(" {} {:.1e}/{:.1e}{}", X.Name, X.Err, X.Tol,
-                                        X.Pass ? "" : "!")
-                          : fmt::format(" {}{}", X.Name, X.Pass ? "" : "-FAILED");
-      }
-      std::printf("%-36s%s  %s\n", C.name().c_str(), Line.c_str(),
-                  Pass ? "pass" : "FAIL");
-      (Pass ? Passed : Failed)++;
+      (printChecks(C.name(), 36, R) ? Passed : Failed)++;
     } catch (const std::exception &E) {
       std::printf("%-36s ERROR %s\n", C.name().c_str(), E.what());
       ++Failed;

@@ -199,14 +199,7 @@ bool graphReplay(const std::string &Def, bool Csr, uint64_t Seed) {
     std::normal_distribution<double> N(0.0, 1.0);
     for (size_t I = 0; I < CacheElems; ++I)
       KH[I] = VH[I] = toBits(Dt, 3 * N(Rng));
-    for (int b = 0; b < B; ++b)
-      for (int t = 0; t < P.Lens[b]; ++t)
-        for (int h = 0; h < Hkv; ++h)
-          for (int d = 0; d < D; ++d) {
-            size_t At = P.at(P.pageOf(b, t / PageSize), t % PageSize, h) + d;
-            KH[At] = P.K[b][(size_t(t) * Hkv + h) * D + d];
-            VH[At] = P.V[b][(size_t(t) * Hkv + h) * D + d];
-          }
+    scatterToPages(P, B, Hkv, PageSize, D, KH, VH);
     KC.upload(KH.data(), KC.size());
     VC.upload(VH.data(), VC.size());
     Table.upload(P.Table.data(), P.Table.size() * 4);
@@ -253,19 +246,8 @@ bool deviceChecks(uint64_t Seed) {
   std::mt19937_64 Rng(Seed);
   PagedHost P = makeBatch(Rng, Dt, Hkv, PageSize, PageLayout::NHD, {900, 3000, 50, 1});
   const int B = P.B;
-  size_t CacheElems = size_t(P.NumPages) * PageSize * Hkv * D;
-  std::vector<uint16_t> KH(CacheElems, toBits(Dt, 0.5)), VH(CacheElems, toBits(Dt, -0.25));
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < P.Lens[b]; ++t)
-      for (int h = 0; h < Hkv; ++h)
-        for (int d = 0; d < D; ++d) {
-          size_t At = P.at(P.pageOf(b, t / PageSize), t % PageSize, h) + d;
-          KH[At] = P.K[b][(size_t(t) * Hkv + h) * D + d];
-          VH[At] = P.V[b][(size_t(t) * Hkv + h) * D + d];
-        }
-  DeviceBuffer KC(CacheElems * 2), VC(CacheElems * 2);
-  KC.upload(KH.data(), KC.size());
-  VC.upload(VH.data(), VC.size());
+  DeviceCaches Caches = uploadCaches(P, Dt, B, Hkv, PageSize, D);
+  DeviceBuffer &KC = *Caches.K, &VC = *Caches.V;
   std::normal_distribution<double> N(0.0, 1.0);
   std::vector<uint16_t> QBits(size_t(B) * H * D);
   for (uint16_t &X : QBits)
@@ -318,19 +300,8 @@ bool mergeCase(const std::string &Def, DType Dt, uint64_t Seed) {
   std::mt19937_64 Rng(Seed);
   PagedHost P = makeBatch(Rng, Dt, Hkv, PageSize, PageLayout::NHD, {1000, 37, 0, 2000, 16});
   const int B = P.B;
-  size_t CacheElems = size_t(P.NumPages) * PageSize * Hkv * D;
-  std::vector<uint16_t> KH(CacheElems, toBits(Dt, 0.5)), VH(CacheElems, toBits(Dt, -0.25));
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < P.Lens[b]; ++t)
-      for (int h = 0; h < Hkv; ++h)
-        for (int d = 0; d < D; ++d) {
-          size_t At = P.at(P.pageOf(b, t / PageSize), t % PageSize, h) + d;
-          KH[At] = P.K[b][(size_t(t) * Hkv + h) * D + d];
-          VH[At] = P.V[b][(size_t(t) * Hkv + h) * D + d];
-        }
-  DeviceBuffer KC(CacheElems * 2), VC(CacheElems * 2);
-  KC.upload(KH.data(), KC.size());
-  VC.upload(VH.data(), VC.size());
+  DeviceCaches Caches = uploadCaches(P, Dt, B, Hkv, PageSize, D);
+  DeviceBuffer &KC = *Caches.K, &VC = *Caches.V;
   // Part 0: the first half of each sequence's pages; part 1: the rest.
   PagedHost Part[2] = {P, P};
   for (int b = 0; b < B; ++b) {

@@ -223,7 +223,7 @@ bool runCase(const Case &C, uint64_t Seed) {
   // The backward reads the reference's out (rounded to the dtype) and
   // finals, as gpu_backward_test does: the yardstick (BackwardCheck) takes
   // doosum from that output, and a per-head input gradient of softmax is a
-  // sum of cancelling terms (its exact value is 0 for head_bias) that the
+  // sum of cancelling terms (dS sums to 0 over each row's keys) that the
   // forward kernel's own output error would dominate.
   std::vector<uint16_t> RefOBits(OBits.size());
   for (size_t I = 0; I < RefOBits.size(); ++I)

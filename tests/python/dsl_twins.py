@@ -3,12 +3,12 @@ would, for the tests that compare them with the originals.
 
 The printed IR numbers nodes in the order they were made. C++ leaves the
 order in which the operands of `a + b` (an overloaded operator) and a
-function's arguments are evaluated unspecified, and GCC, which builds attnc,
-evaluates the right one first; Python goes left to right. Where both
-operands of one C++ expression make nodes, the twin below makes them in
-GCC's order with a named temporary (marked "C++ order"), so that the texts
-are equal character for character. The library's blocks (masks,
-score_mods, online_softmax) trace in one fixed order in both languages."""
+function's arguments are evaluated unspecified; Python goes left to right.
+The C++ examples therefore never let both operands of one expression make
+nodes: they name one in a statement of its own, and the twins below make
+their nodes in the same statements, so that the texts are equal character
+for character. The library's blocks (masks, score_mods, online_softmax)
+trace in one fixed order in both languages."""
 
 from attnc import dsl
 from attnc._dsl_library import _OnlineSoftmax as _LibrarySoftmax
@@ -63,10 +63,11 @@ class OnlineRetention(OnlineFunc):
         return scores / fr["r"]
 
     def backward(self, dp, scores, fr, doosum, b, h, q_idx, kv_idx):
-        negative = select(scores < 0.0, -1.0, 0.0)  # C++ order
+        negative = select(scores < 0.0, -1.0, 0.0)
         sign = select(scores > 0.0, 1.0, negative)
-        through_doosum = sign * doosum  # C++ order
-        through_norm = select(fr["r_raw"] > 1.0, through_doosum, 0.0)
+        through_doosum = sign * doosum
+        unclamped = fr["r_raw"] > 1.0
+        through_norm = select(unclamped, through_doosum, 0.0)
         return (dp - through_norm) / fr["r"]
 
 
@@ -125,7 +126,7 @@ def sigmoid_attn():
     d.inputs.declare("softmax_bias", InputShape.Scalar, -3.0, 0.0)
 
     def score_mod(score, inputs, b, h, q_idx, kv_idx):
-        bias = inputs["softmax_bias"]  # C++ order
+        bias = inputs["softmax_bias"]
         s = score * inputs.head_dim().rsqrt() + bias
         return s.sigmoid()
 
@@ -164,10 +165,12 @@ def alibi_learnable():
     d.inputs.declare("head_bias", InputShape.PerHead).requires_grad()
 
     def score_mod(score, inputs, b, h, q_idx, kv_idx):
-        head_bias = inputs["head_bias"]  # C++ order, as the next two
+        scaled = score * inputs.head_dim().rsqrt()
         distance = kv_idx - q_idx
         slope_term = inputs["slopes"] * distance
-        return score * inputs.head_dim().rsqrt() + slope_term + head_bias
+        own_key = kv_idx == q_idx
+        self_bias = select(own_key, inputs["head_bias"], 0.0)
+        return scaled + slope_term + self_bias
 
     d.score_mod = score_mod
     d.mask_mod = causal
@@ -218,7 +221,12 @@ def mamba2():
     d = dsl.LinearAttentionDef("mamba2")
     d.inputs.declare("A", InputShape.PerHead, -2.0, -0.2)
     d.inputs.declare("dt", InputShape.PerRow, 0.05, 1.0)
-    d.decay_mod = lambda g, inputs: inputs["dt"] * inputs["A"]
+
+    def decay_mod(g, inputs):
+        dt = inputs["dt"]
+        return dt * inputs["A"]
+
+    d.decay_mod = decay_mod
     d.v_mod = lambda v, inputs: v * inputs["dt"]
     return d
 

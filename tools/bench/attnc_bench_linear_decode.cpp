@@ -15,6 +15,7 @@
 // sample ranges.
 #include "DriverExtras.h"
 #include "GpuSupport.h"
+#include "LinearGpuCheck.h"
 
 #include "Examples.h"
 #include "attn/Error.h"
@@ -32,18 +33,6 @@ using namespace attn::gputest;
 using runtime::TensorView;
 
 namespace {
-
-std::unique_ptr<DeviceBuffer> randomBuffer(size_t Bytes,
-                                           const std::vector<float> &Block) {
-  auto Buf = std::make_unique<DeviceBuffer>(Bytes);
-  auto &D = runtime::CudaDriver::get();
-  const size_t BlockBytes = Block.size() * 4;
-  for (size_t Off = 0; Off < Bytes; Off += BlockBytes)
-    D.check(D.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(Buf->get()) + Off,
-                           Block.data(), std::min(BlockBytes, Bytes - Off)),
-            "cuMemcpyHtoD");
-  return Buf;
-}
 
 std::unique_ptr<DeviceBuffer> upload16(DType Dt, size_t N, std::mt19937_64 &Rng) {
   std::normal_distribution<double> Nd(0.0, 1.0);
@@ -66,12 +55,7 @@ int main(int Argc, char **Argv) {
   try {
     const int H = Cmd.Ints[0], D = Cmd.Ints[1], DV = Cmd.Ints[2], N = Cmd.Ints[3];
     runtime::currentDevice(); // a current context for DriverExtras
-    dsl::LinearAttentionDef Def =
-        Cmd.Name == "mamba2"             ? examples::mamba2()
-        : Cmd.Name == "simple_gla"       ? examples::simpleGla()
-        : Cmd.Name == "retention_linear" ? examples::retentionLinear()
-                                         : throw UserError("unknown linear "
-                                                           "definition " + Cmd.Name);
+    dsl::LinearAttentionDef Def = linearExample(Cmd.Name);
     runtime::LinearSignature Sig;
     Sig.Dtype = Cmd.Dtype;
     Sig.HeadDim = D;
@@ -80,8 +64,7 @@ int main(int Argc, char **Argv) {
     Lin.decodeSource();
     const ir::Graph &G = *Lin.definition().Graph;
     const bool Reads = codegen::linearReadsDecay(Lin.definition());
-    runtime::ElemType ET = Cmd.Dtype == DType::F16 ? runtime::ElemType::F16
-                                                   : runtime::ElemType::BF16;
+    runtime::ElemType ET = elemOf(Cmd.Dtype);
     std::mt19937_64 Rng(20261127);
     std::vector<float> Block(size_t(4) << 20);
     std::normal_distribution<float> Nf(0.f, 1.f);
@@ -96,7 +79,8 @@ int main(int Argc, char **Argv) {
           1, std::min<size_t>(64, ((size_t(256) << 20) + StateBytes - 1) / StateBytes)));
       std::vector<std::unique_ptr<DeviceBuffer>> Pools, Copies;
       for (int S = 0; S < Sets; ++S) {
-        Pools.push_back(randomBuffer(StateBytes, Block));
+        Pools.push_back(
+            repeatedBuffer(StateBytes, Block.data(), Block.size() * 4));
         Copies.push_back(std::make_unique<DeviceBuffer>(StateBytes));
       }
       auto Q = upload16(Cmd.Dtype, size_t(B) * N * H * D, Rng);
@@ -106,15 +90,8 @@ int main(int Argc, char **Argv) {
       reference::Tensor Decay = reference::Tensor::uniform({B, H, N}, Rng, -0.1, 0.0);
       std::vector<std::unique_ptr<DeviceBuffer>> Keep;
       TensorView DecayV = uploadInput(false, Decay.Data, Decay.Shape, Keep);
-      runtime::InputMap Inputs;
-      reference::InputValues Sampled = reference::sampleInputs(G, Rng, B, H, N, N);
-      for (const ir::InputDecl &In : G.decls().Inputs) {
-        const reference::Tensor &T = Sampled.at(In.Name);
-        if (In.Shape == ir::InputShape::Scalar)
-          Inputs[In.Name] = float(T.Data[0]);
-        else
-          Inputs[In.Name] = uploadInput(false, T.Data, T.Shape, Keep);
-      }
+      runtime::InputMap Inputs =
+          uploadInputs(G, reference::sampleInputs(G, Rng, B, H, N, N), Keep);
       TensorView Qv = TensorView::contiguous(Q->get(), ET, {B, N, H, D});
       TensorView Kv = TensorView::contiguous(K->get(), ET, {B, N, H, D});
       TensorView Vv = TensorView::contiguous(V->get(), ET, {B, N, H, DV});

@@ -12,6 +12,7 @@
 // decay uniform in [-0.1, 0], custom inputs over their sample ranges, the
 // initial states normal; final states are written.
 #include "GpuSupport.h"
+#include "LinearGpuCheck.h"
 
 #include "Examples.h"
 #include "attn/Error.h"
@@ -31,21 +32,6 @@ using namespace attn;
 using namespace attn::gputest;
 using runtime::TensorView;
 
-namespace {
-
-std::unique_ptr<DeviceBuffer> filled(size_t Bytes, const void *Block,
-                                     size_t BlockBytes) {
-  auto Buf = std::make_unique<DeviceBuffer>(Bytes);
-  auto &D = runtime::CudaDriver::get();
-  for (size_t Off = 0; Off < Bytes; Off += BlockBytes)
-    D.check(D.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(Buf->get()) + Off,
-                           Block, std::min(BlockBytes, Bytes - Off)),
-            "cuMemcpyHtoD");
-  return Buf;
-}
-
-} // namespace
-
 int main(int Argc, char **Argv) {
   BenchCommand Cmd;
   if (int Rc = parseBenchCommand(
@@ -64,28 +50,22 @@ int main(int Argc, char **Argv) {
       Cu.push_back(Cu.back() + N);
     }
     const int S = int(Cu.size()) - 1, T = Cu.back();
-    dsl::LinearAttentionDef Def =
-        Cmd.Name == "mamba2"             ? examples::mamba2()
-        : Cmd.Name == "simple_gla"       ? examples::simpleGla()
-        : Cmd.Name == "retention_linear" ? examples::retentionLinear()
-                                         : throw UserError("unknown linear "
-                                                           "definition " + Cmd.Name);
+    dsl::LinearAttentionDef Def = linearExample(Cmd.Name);
     runtime::LinearSignature Sig;
     Sig.Dtype = Cmd.Dtype;
     Sig.HeadDim = D;
     Sig.HeadDimV = DV;
     runtime::LinearAttention Lin(Def, Sig);
     const ir::Graph &G = *Lin.definition().Graph;
-    runtime::ElemType ET = Cmd.Dtype == DType::F16 ? runtime::ElemType::F16
-                                                   : runtime::ElemType::BF16;
+    runtime::ElemType ET = elemOf(Cmd.Dtype);
     std::mt19937_64 Rng(20261127);
     std::vector<uint16_t> Block(size_t(16) << 20);
     std::normal_distribution<double> Nd(0.0, 1.0);
     for (uint16_t &X : Block)
       X = toBits(Cmd.Dtype, Nd(Rng));
-    auto Q = filled(size_t(T) * H * D * 2, Block.data(), Block.size() * 2);
-    auto K = filled(size_t(T) * H * D * 2, Block.data(), Block.size() * 2);
-    auto V = filled(size_t(T) * H * DV * 2, Block.data(), Block.size() * 2);
+    auto Q = repeatedBuffer(size_t(T) * H * D * 2, Block.data(), Block.size() * 2);
+    auto K = repeatedBuffer(size_t(T) * H * D * 2, Block.data(), Block.size() * 2);
+    auto V = repeatedBuffer(size_t(T) * H * DV * 2, Block.data(), Block.size() * 2);
     DeviceBuffer O(size_t(T) * H * DV * 2);
     std::vector<std::unique_ptr<DeviceBuffer>> Keep;
     reference::Tensor Decay = reference::Tensor::uniform({1, H, T}, Rng, -0.1, 0.0);
@@ -98,15 +78,8 @@ int main(int Argc, char **Argv) {
     DeviceBuffer CuB(Cu.size() * 4);
     CuB.upload(Cu.data(), Cu.size() * 4);
     TensorView CuV = TensorView::contiguous(CuB.get(), runtime::ElemType::I32, {S + 1});
-    runtime::InputMap Inputs;
-    reference::InputValues Sampled = reference::sampleInputs(G, Rng, 1, H, T, T);
-    for (const ir::InputDecl &In : G.decls().Inputs) {
-      const reference::Tensor &X = Sampled.at(In.Name);
-      if (In.Shape == ir::InputShape::Scalar)
-        Inputs[In.Name] = float(X.Data[0]);
-      else
-        Inputs[In.Name] = uploadInput(false, X.Data, X.Shape, Keep);
-    }
+    runtime::InputMap Inputs =
+        uploadInputs(G, reference::sampleInputs(G, Rng, 1, H, T, T), Keep);
     const bool Reads = codegen::linearReadsDecay(Lin.definition());
     TensorView Qv = TensorView::contiguous(Q->get(), ET, {T, H, D});
     TensorView Kv = TensorView::contiguous(K->get(), ET, {T, H, D});

@@ -18,23 +18,12 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from peers_timing import event_median_ms
 from results import record
 
 
 def median_ms(fn, sets):
-    for i in range(5):
-        fn(*sets[i % 3])
-    torch.cuda.synchronize()
-    times = []
-    for i in range(30):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn(*sets[i % 3])
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
+    return event_median_ms(lambda i: fn(*sets[i % 3]), 5, 30)
 
 
 def main():

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Times PyTorch's backward peers on the shapes attnc_bench_bwd times, in the
 same run: SDPA with the flash and cuDNN backends, FlexAttention (compiled),
-and FlexAttention with a learnable ALiBi score_mod (per-head slopes and
-bias that require gradients, as attnc's alibi_learnable). The forward runs once per
+and FlexAttention with a learnable ALiBi score_mod (per-head slopes, and a
+per-head bias on the diagonal, that require gradients, as attnc's
+alibi_learnable). The forward runs once per
 input set; only torch.autograd.grad (the backward kernels) is timed, with
 CUDA events, warm-up, median of 30, inputs rotated over three sets. FLOPs are
 2.5 x the forward's 4*B*H*S^2*D, halved for causal.
@@ -18,23 +19,12 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from peers_timing import event_median_ms
 from results import record
 
 
 def median_ms(fn, n_sets):
-    for i in range(5):
-        fn(i % n_sets)
-    torch.cuda.synchronize()
-    times = []
-    for i in range(30):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn(i % n_sets)
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
+    return event_median_ms(lambda i: fn(i % n_sets), 5, 30)
 
 
 def main():
@@ -86,7 +76,8 @@ def flex_peers(dt, B, H, S, D, label):
     head_bias = torch.randn(H, device="cuda").requires_grad_()
 
     def alibi(score, b, h, q, kv):
-        return score + slopes[h] * (kv - q) + head_bias[h]
+        own_key = torch.where(kv == q, head_bias[h], 0.0)
+        return score + slopes[h] * (kv - q) + own_key
 
     cases = (("flex", False, None, False), ("flex", True, causal_bm, False),
              ("flex-alibi-learn", True, causal_bm, True))

@@ -23,21 +23,11 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import flex_attention
 
+from peers_timing import event_median_ms
+
 
 def median_ms(fn, n_sets):
-    for i in range(5):
-        fn(i % n_sets)
-    torch.cuda.synchronize()
-    times = []
-    for i in range(30):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn(i % n_sets)
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
+    return event_median_ms(lambda i: fn(i % n_sets), 5, 30)
 
 
 def flex_paged_ms(flex, q, k, v, page_size, n_sets_fn):

@@ -13,21 +13,11 @@ import sys
 
 import torch
 
+from peers_timing import event_median_ms
+
 
 def median_ms(fn, n=30):
-    for i in range(5):
-        fn(i)
-    torch.cuda.synchronize()
-    times = []
-    for i in range(n):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn(i)
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
+    return event_median_ms(fn, 5, n)
 
 
 def main():

@@ -13,21 +13,11 @@ import sys
 
 import torch
 
+from peers_timing import event_median_ms
+
 
 def median_ms(fn, n=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(n):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
+    return event_median_ms(lambda i: fn(), 3, n)
 
 
 def main():

@@ -21,6 +21,8 @@ import sys
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from peers_timing import event_median_ms
+
 # Eight documents of unequal length, the same on both sides of the table.
 DOC_FRACTIONS = (0.0, 0.07, 0.21, 0.30, 0.46, 0.58, 0.71, 0.89, 1.0)
 WINDOW = 256
@@ -36,19 +38,7 @@ def doc_ids(S):
 
 
 def median_ms(fn, n_sets):
-    for i in range(5):
-        fn(i % n_sets)
-    torch.cuda.synchronize()
-    times = []
-    for i in range(30):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn(i % n_sets)
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
+    return event_median_ms(lambda i: fn(i % n_sets), 5, 30)
 
 
 def masks(S):

@@ -5,6 +5,8 @@
 #include "attn/Error.h"
 #include "attn/dsl/Names.h"
 
+#include "llvm/ADT/StringExtras.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -61,12 +63,7 @@ CustomInputs &CustomInputs::requiresGrad() {
 }
 
 static std::string joinNames(const std::vector<std::string> &Names) {
-  if (Names.empty())
-    return "none";
-  std::string S;
-  for (const std::string &N : Names)
-    S += (S.empty() ? "" : ", ") + N;
-  return S;
+  return Names.empty() ? "none" : llvm::join(Names, ", ");
 }
 
 SymbolScalar CustomInputs::operator[](llvm::StringRef Name) const {

@@ -4,6 +4,7 @@
 #include "attn/Error.h"
 #include "attn/ir/Walk.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Casting.h"
 
 #include <algorithm>
@@ -139,10 +140,7 @@ std::vector<std::string> expectedResults(const Graph &G, const Function &F) {
 }
 
 std::string joinNames(const std::vector<std::string> &Names) {
-  std::string S;
-  for (const std::string &N : Names)
-    S += (S.empty() ? "" : ", ") + N;
-  return "{" + S + "}";
+  return "{" + llvm::join(Names, ", ") + "}";
 }
 
 /// The results of \p F must be named as its kind requires, each once.

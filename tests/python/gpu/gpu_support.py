@@ -36,7 +36,7 @@ def scores(name, q, k, inputs):
         ki = torch.arange(k.shape[-2], device=q.device)[None, :]
         slopes = inputs["slopes"].to(s.dtype)[None, :, None, None]
         bias = inputs["head_bias"].to(s.dtype)[None, :, None, None]
-        s = s + slopes * (ki - qi).to(s.dtype) + bias
+        s = s + slopes * (ki - qi).to(s.dtype) + bias * (ki == qi).to(s.dtype)
     elif name != "mha":
         raise ValueError(name)
     return s.masked_fill(~keep, float("-inf")), True
