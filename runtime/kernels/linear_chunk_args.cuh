@@ -56,9 +56,12 @@ struct LinearArgs {
   /// Value heads per CTA of the chunk gradients (1, or with shared q/k
   /// heads a divisor of both heads / heads_q and heads / heads_k).
   int group_heads;
-  /// A packed batch's [batch + 1] int32 token offsets (the varlen forward),
-  /// else null.
+  /// A packed batch's [seqs + 1] int32 token offsets (the varlen forward
+  /// and backward; batch is then 1 and seq the packed tokens), else null.
   const int *cu_seqlens;
+  /// The packed batch's sequences (the packed backward; see
+  /// linear_chunk_seq.cuh for its chunk slots).
+  int seqs;
 };
 
 /// The last step of a custom input's gradient: ws_cin[input] summed to the

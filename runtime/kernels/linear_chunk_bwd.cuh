@@ -8,13 +8,15 @@
 #define ATTNC_LINEAR_CHUNK_BWD_CUH
 
 #include "attnc/linear_chunk_common.cuh"
+#include "attnc/linear_chunk_seq.cuh"
 
 namespace attnc {
 
 /// The per-token step after a chunk's gradients (linear_chunk_grads): one
 /// warp per token, lane l holding features [l·kD/32, (l+1)·kD/32) of dq and
-/// dk of the modded q and k.
-template <class Variant, class T, int kD> struct LinearCombine {
+/// dk of the modded q and k. kVarlen: a packed batch's (linear_chunk_seq.cuh).
+template <class Variant, class T, int kD, bool kVarlen = false> struct LinearCombine {
+  using M = lin::Mods<Variant, kVarlen>;
   static constexpr int kE = kD / 32;
   static_assert(kD % 64 == 0, "two or more features per lane");
   static constexpr int kNI = Variant::kNumInputs > 0 ? Variant::kNumInputs : 1;
@@ -24,11 +26,11 @@ template <class Variant, class T, int kD> struct LinearCombine {
     u32 q[kE / 2], k[kE / 2];
   };
 
-  /// Loads token \p t's Raw: a warp issues these for several tokens before
-  /// it works on any, so that their latencies overlap.
-  __device__ static Raw load_raw(const LinearArgs &a, int t, int bh) {
+  /// Loads the Raw of token \p t of batch row \p b (the packed token in a
+  /// packed batch) for value head \p h: a warp issues these for several
+  /// tokens before it works on any, so that their latencies overlap.
+  __device__ static Raw load_raw(const LinearArgs &a, int b, int h, int t) {
     const int lane = threadIdx.x % 32;
-    const int b = bh / a.heads, h = bh % a.heads;
     const int hq = h / (a.heads / a.heads_q), hk = h / (a.heads / a.heads_k);
     const unsigned short *q = static_cast<const unsigned short *>(a.q) + b * a.q_sb +
                               hq * a.q_sh + (long long)t * a.q_ss + lane * kE;
@@ -75,18 +77,17 @@ template <class Variant, class T, int kD> struct LinearCombine {
       sum[e] = first ? dx[e] : sum[e] + dx[e];
   }
 
-  /// Token \p t of batch·value head \p bh with its \p raw q and k;
-  /// grads(isq, d) fills d with the lane's features of dq (isq) or dk of the
-  /// modded q or k, emit(isq, dx) takes the lane's features of the raw q's
-  /// (or k's) gradient.
+  /// Token \p t (of its sequence; \p ti in the tensors) of batch row \p b
+  /// and value head \p h, at \p tok in the per-token workspaces, with its
+  /// \p raw q and k; grads(isq, d) fills d with the lane's features of dq
+  /// (isq) or dk of the modded q or k, emit(isq, dx) takes the lane's
+  /// features of the raw q's (or k's) gradient.
   template <class GradFn, class EmitFn>
   __device__ static void token(const LinearArgs &a, const typename Variant::Inputs &in,
-                               int t, int bh, const Raw &raw, GradFn &&grads,
-                               EmitFn &&emit) {
+                               int b, int h, int t, int ti, long long tok, const Raw &raw,
+                               GradFn &&grads, EmitFn &&emit) {
     const int lane = threadIdx.x % 32;
-    const int b = bh / a.heads, h = bh % a.heads;
     const long long BH = (long long)a.batch * a.heads;
-    const long long tok = (long long)bh * a.seq + t;
 
     float dlam = 0.f;
     float cin[kNI];
@@ -110,15 +111,15 @@ template <class Variant, class T, int kD> struct LinearCombine {
           float m, mdx;
           float din[kNI];
           if (isq) {
-            m = Variant::q_mod(in, x, b, h, t);
-            mdx = Variant::q_mod_dx(in, x, b, h, t);
+            m = M::q_mod(in, x, b, h, t, ti);
+            mdx = M::q_mod_dx(in, x, b, h, t, ti);
             if constexpr (Variant::kNumInputs > 0)
-              Variant::q_mod_din(in, x, b, h, t, din);
+              M::q_mod_din(in, x, b, h, t, ti, din);
           } else {
-            m = Variant::k_mod(in, x, b, h, t);
-            mdx = Variant::k_mod_dx(in, x, b, h, t);
+            m = M::k_mod(in, x, b, h, t, ti);
+            mdx = M::k_mod_dx(in, x, b, h, t, ti);
             if constexpr (Variant::kNumInputs > 0)
-              Variant::k_mod_din(in, x, b, h, t, din);
+              M::k_mod_din(in, x, b, h, t, ti, din);
           }
           dot += m * de;
           dx[e + u] = de * mdx;
@@ -149,9 +150,10 @@ template <class Variant, class T, int kD> struct LinearCombine {
 /// The per-token step where the chunk gradients wrote partial sums over
 /// several value slices (ws_dq, ws_dk): one warp per token (8 per CTA,
 /// grid (ceil(T/8), B·H / a.group_heads)), over the heads of the CTA's
-/// sub-group in order, the slices summed in order.
-template <class Variant, class T, int kD> struct LinearSliceCombine {
-  using Combine = LinearCombine<Variant, T, kD>;
+/// sub-group in order, the slices summed in order. kVarlen: t is a packed
+/// token, its sequence found in a.cu_seqlens.
+template <class Variant, class T, int kD, bool kVarlen = false> struct LinearSliceCombine {
+  using Combine = LinearCombine<Variant, T, kD, kVarlen>;
   static constexpr int kE = Combine::kE;
 
   __device__ static void run(const LinearArgs &a, const typename Variant::Inputs &in) {
@@ -164,9 +166,15 @@ template <class Variant, class T, int kD> struct LinearSliceCombine {
     const int h0 = blockIdx.y % (a.heads / group) * group;
     const bool shared = a.heads_q < a.heads || a.heads_k < a.heads;
     const long long slice_stride = (long long)a.batch * a.heads * a.seq * kD;
+    // The token's sequence and its place there (t itself when padded).
+    int sb = b, tl = t;
+    if constexpr (kVarlen) {
+      sb = lin::seq_of_token(a, t);
+      tl = t - a.cu_seqlens[sb];
+    }
     for (int h = h0; h < h0 + group; ++h) {
-      const int bh = b * a.heads + h;
-      const long long row = ((long long)bh * a.seq + t) * kD + lane * kE;
+      const lin::Seq s = lin::seq_of<kVarlen>(a, sb, h, 1);
+      const long long row = (s.trow + tl) * kD + lane * kE;
       auto grads = [&](bool isq, float (&d)[kE]) {
         const float *ws = (isq ? a.ws_dq : a.ws_dk) + row;
 #pragma unroll
@@ -179,11 +187,12 @@ template <class Variant, class T, int kD> struct LinearSliceCombine {
       };
       auto emit = [&](bool isq, const float (&dx)[kE]) {
         if (shared)
-          Combine::template emit<true>(a, t, b, h, h == h0, isq, dx);
+          Combine::template emit<true>(a, s.tok0 + tl, s.mb, h, h == h0, isq, dx);
         else
-          Combine::template emit<false>(a, t, b, h, true, isq, dx);
+          Combine::template emit<false>(a, s.tok0 + tl, s.mb, h, true, isq, dx);
       };
-      Combine::token(a, in, t, bh, Combine::load_raw(a, t, bh), grads, emit);
+      Combine::token(a, in, s.mb, h, tl, s.tok0 + tl, s.trow + tl,
+                     Combine::load_raw(a, s.mb, h, s.tok0 + tl), grads, emit);
     }
   }
 };
@@ -193,8 +202,10 @@ template <class Variant, class T, int kD> struct LinearSliceCombine {
 /// runs of cancelling terms. One warp per chunk (4 per CTA, grid
 /// (ceil(NC/4), B·H)); then ddecay and the per-token custom-input gradient
 /// (q/k parts from LinearCombine, v parts from the chunk gradients, decay part
-/// here) into ws_cin.
-template <class Variant, int kC> struct LinearDecayGrad {
+/// here) into ws_cin. kVarlen: x is a packed batch's chunk slot
+/// (linear_chunk_seq.cuh); a slot past its sequence's chunks has no work.
+template <class Variant, int kC, bool kVarlen = false> struct LinearDecayGrad {
+  using M = lin::Mods<Variant, kVarlen>;
   static constexpr int kWarps = 4;
   static constexpr int E = kC / 32;
   static_assert(kC % 32 == 0, "each lane owns kC / 32 consecutive tokens");
@@ -202,20 +213,28 @@ template <class Variant, int kC> struct LinearDecayGrad {
 
   __device__ static void run(const LinearArgs &a, const typename Variant::Inputs &in) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int n = blockIdx.x * kWarps + warp, bh = blockIdx.y;
-    if (n >= a.chunks)
+    const int slot = blockIdx.x * kWarps + warp, bh = blockIdx.y;
+    if (slot >= a.chunks)
       return;
-    const int b = bh / a.heads, h = bh % a.heads;
-    const long long BH = (long long)a.batch * a.heads;
-    const int T = a.seq;
+    int b = bh / a.heads, n = slot;
+    const int h = bh % a.heads;
+    if constexpr (kVarlen) {
+      b = lin::seq_of_slot(a, slot, kC);
+      n = slot - (a.cu_seqlens[b] / kC + b);
+    }
+    const lin::Seq s = lin::seq_of<kVarlen>(a, b, h, kC);
+    if (n >= s.chunks)
+      return;
+    const long long BH = (long long)a.batch * a.heads, BHT = BH * a.seq;
+    const int T = s.len;
     float z = 0.f;
     for (int p = 0; p < a.z_parts; ++p)
-      z += a.ws_z[((long long)p * BH + bh) * a.chunks + n];
+      z += a.ws_z[(long long)p * BH * a.chunks + s.crow + n];
     float x[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       const int t = n * kC + lane * E + e;
-      x[e] = t < T ? a.ws_dlam[(long long)bh * T + t] : 0.f;
+      x[e] = t < T ? a.ws_dlam[s.trow + t] : 0.f;
     }
     float suf[E];
     float run = 0.f;
@@ -239,24 +258,25 @@ template <class Variant, int kC> struct LinearDecayGrad {
       const int t = n * kC + lane * E + e;
       if (t >= T)
         continue;
-      const long long tok = (long long)bh * T + t;
+      const long long tok = s.trow + t;
+      const int ti = s.tok0 + t;
       const float dg = suf[e] + after + z;
       float d = 0.f;
       if constexpr (Variant::kReadsDecay)
-        d = a.decay[b * a.decay_sb + h * a.decay_sh + (long long)t * a.decay_ss];
+        d = a.decay[s.mb * a.decay_sb + h * a.decay_sh + (long long)ti * a.decay_ss];
       if (a.ddecay)
-        a.ddecay[tok] = Variant::kReadsDecay ? dg * Variant::decay_mod_dx(in, d, b, h, t)
-                                             : 0.f;
+        a.ddecay[tok] =
+            Variant::kReadsDecay ? dg * M::decay_mod_dx(in, d, s.mb, h, t, ti) : 0.f;
       if constexpr (Variant::kNumInputs > 0) {
         float din[kNI];
-        Variant::decay_mod_din(in, d, b, h, t, din);
+        M::decay_mod_din(in, d, s.mb, h, t, ti, din);
 #pragma unroll
         for (int i = 0; i < kNI; ++i) {
-          float c = a.ws_cin[i * BH * T + tok];
+          float c = a.ws_cin[i * BHT + tok];
           if constexpr (Variant::kVModReadsInputs)
             for (int p = 0; p < a.vin_parts; ++p)
-              c += a.ws_vin[((long long)p * Variant::kNumInputs + i) * BH * T + tok];
-          a.ws_cin[i * BH * T + tok] = c + dg * din[i];
+              c += a.ws_vin[((long long)p * Variant::kNumInputs + i) * BHT + tok];
+          a.ws_cin[i * BHT + tok] = c + dg * din[i];
         }
       }
     }

@@ -31,9 +31,11 @@ namespace attnc {
 /// kGroups column groups. With kTwoStates, H and dH have a tile each; else
 /// dH replaces H in one tile after dq (the layout that fits the smaller
 /// shared memories). kBuffers = 2 (grouped only): the next head's tiles
-/// load into a second buffer while this head is computed.
+/// load into a second buffer while this head is computed. kVarlen: x is a
+/// packed batch's chunk slot (linear_chunk_seq.cuh); a CTA whose slot is
+/// past its sequence's chunks has no work.
 template <class Variant, class T, int kD, int kDV, int kVs, int kC, int kWarps,
-          bool kTwoStates, bool kGrouped, int kBuffers>
+          bool kTwoStates, bool kGrouped, int kBuffers, bool kVarlen = false>
 struct LinearChunkGrads {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kSlices = kDV / kVs;
@@ -50,7 +52,8 @@ struct LinearChunkGrads {
   using DTile = SwizzledTile<kC, kD>;
   using VTile = SwizzledTile<kC, kVs>;
   using STile = SwizzledTile<kD, kVs>;
-  using Combine = LinearCombine<Variant, T, kD>;
+  using Combine = LinearCombine<Variant, T, kD, kVarlen>;
+  using M = lin::Mods<Variant, kVarlen>;
   static constexpr int kE = Combine::kE;
   // q, k, v, dout, H (and dH), the raw decay.
   static constexpr int kOffK = DTile::kBytes;
@@ -80,36 +83,48 @@ struct LinearChunkGrads {
   static constexpr int kSmemBytes = kOffF + 4 * (3 * kC + 4 + kWarps);
   static constexpr int kNI = Variant::kNumInputs > 0 ? Variant::kNumInputs : 1;
 
-  /// One head's coordinates; its base pointers are recomputed where used
-  /// (kept in registers across the products, they cost spills).
+  /// One head's coordinates; its base pointers, and its sequence's place
+  /// (seq()), are recomputed where used (kept in registers across the
+  /// products, they cost spills). The base pointers start at the sequence's
+  /// first token; t0 and the tokens t the mods see count from there.
   struct Item {
-    int n, bh, b, h, t0;
+    int n, b, h, t0;
     /// The CTA's first head (its gradient sums start here).
     bool first = true;
 
-    __device__ Item(const LinearArgs &a, int n_, int b_, int h_)
-        : n(n_), bh(b_ * a.heads + h_), b(b_), h(h_), t0(n_ * kC) {}
+    __device__ Item(const LinearArgs &, int n_, int b_, int h_)
+        : n(n_), b(b_), h(h_), t0(n_ * kC) {}
+    __device__ lin::Seq seq(const LinearArgs &a) const {
+      return lin::seq_of<kVarlen>(a, b, h, kC);
+    }
     __device__ const unsigned short *q(const LinearArgs &a) const {
-      return static_cast<const unsigned short *>(a.q) + b * a.q_sb +
-             h / (a.heads / a.heads_q) * a.q_sh;
+      const lin::Seq s = seq(a);
+      return static_cast<const unsigned short *>(a.q) + s.mb * a.q_sb +
+             h / (a.heads / a.heads_q) * a.q_sh + (long long)s.tok0 * a.q_ss;
     }
     __device__ const unsigned short *k(const LinearArgs &a) const {
-      return static_cast<const unsigned short *>(a.k) + b * a.k_sb +
-             h / (a.heads / a.heads_k) * a.k_sh;
+      const lin::Seq s = seq(a);
+      return static_cast<const unsigned short *>(a.k) + s.mb * a.k_sb +
+             h / (a.heads / a.heads_k) * a.k_sh + (long long)s.tok0 * a.k_ss;
     }
     __device__ const unsigned short *v(const LinearArgs &a) const {
-      return static_cast<const unsigned short *>(a.v) + b * a.v_sb + h * a.v_sh;
+      const lin::Seq s = seq(a);
+      return static_cast<const unsigned short *>(a.v) + s.mb * a.v_sb + h * a.v_sh +
+             (long long)s.tok0 * a.v_ss;
     }
     __device__ const unsigned short *dout(const LinearArgs &a) const {
-      return static_cast<const unsigned short *>(a.dout) + b * a.do_sb + h * a.do_sh;
+      const lin::Seq s = seq(a);
+      return static_cast<const unsigned short *>(a.dout) + s.mb * a.do_sb + h * a.do_sh +
+             (long long)s.tok0 * a.do_ss;
     }
     /// H (\p grad false) or dH of this chunk: [kD][kDV].
     __device__ const unsigned short *state(const LinearArgs &a, bool grad) const {
       return static_cast<const unsigned short *>(grad ? a.ws_dh : a.ws_h) +
-             ((long long)bh * a.chunks + n) * kD * kDV;
+             (seq(a).crow + n) * kD * kDV;
     }
     __device__ const float *decay(const LinearArgs &a) const {
-      return a.decay + b * a.decay_sb + h * a.decay_sh;
+      const lin::Seq s = seq(a);
+      return a.decay + s.mb * a.decay_sb + h * a.decay_sh + (long long)s.tok0 * a.decay_ss;
     }
   };
 
@@ -117,13 +132,20 @@ struct LinearChunkGrads {
                              unsigned char *smem) {
     if (threadIdx.x == 0 && lin::dynamic_smem_bytes() < u32(kSmemBytes))
       __trap();
-    const int n = blockIdx.x;
+    int n = blockIdx.x;
     // With several value slices each CTA takes one (blockIdx.z) and writes
     // partial sums; attnc_linear_bwd_combine does the per-token step.
     const int vcol0 = kSlices > 1 ? blockIdx.z * kVs : 0;
     const int group = kGrouped && kSlices == 1 ? a.group_heads : 1;
-    const int b = blockIdx.y / (a.heads / group);
+    int b = blockIdx.y / (a.heads / group);
     const int h0 = blockIdx.y % (a.heads / group) * group;
+    if constexpr (kVarlen) {
+      b = lin::seq_of_slot(a, n, kC);
+      const int tok0 = a.cu_seqlens[b];
+      n -= tok0 / kC + b;
+      if (n * kC >= a.cu_seqlens[b + 1] - tok0)
+        return; // a slot between two sequences' chunks
+    }
     const u32 s0 = smem_addr(smem);
     float *g2 = reinterpret_cast<float *>(smem + kOffF);
 
@@ -132,8 +154,9 @@ struct LinearChunkGrads {
     // copied itself (load_tile_async and mod_tile split a tile alike), so
     // no barrier separates the two.
     auto issue = [&](const Item &it, u32 buf) {
-      load_tile_async<DTile, kC, kD, kThreads>(buf, it.q(a), a.q_ss, it.t0, a.seq);
-      load_tile_async<DTile, kC, kD, kThreads>(buf + kOffK, it.k(a), a.k_ss, it.t0, a.seq);
+      load_tile_async<DTile, kC, kD, kThreads>(buf, it.q(a), a.q_ss, it.t0, it.seq(a).len);
+      load_tile_async<DTile, kC, kD, kThreads>(buf + kOffK, it.k(a), a.k_ss, it.t0,
+                                               it.seq(a).len);
       load_slice(a, it, buf, vcol0, !kSplitDh);
       load_decay(a, it, buf);
       cp_async_commit();
@@ -160,17 +183,19 @@ struct LinearChunkGrads {
         cp_async_wait<0>();
       if constexpr (!Variant::kQIdentity)
         lin::mod_tile<T, DTile, kC, kD, kThreads, true, false>(
-            buf, buf, it.q(a), a.q_ss, it.t0, a.seq,
-            [&](float x, int t) { return Variant::q_mod(in, x, it.b, it.h, t); });
+            buf, buf, it.q(a), a.q_ss, it.t0, it.seq(a).len, [&](float x, int t) {
+              return M::q_mod(in, x, it.seq(a).mb, it.h, t, it.seq(a).tok0 + t);
+            });
       if constexpr (!Variant::kKIdentity)
         lin::mod_tile<T, DTile, kC, kD, kThreads, true, false>(
-            buf + kOffK, buf + kOffK, it.k(a), a.k_ss, it.t0, a.seq,
-            [&](float x, int t) { return Variant::k_mod(in, x, it.b, it.h, t); });
+            buf + kOffK, buf + kOffK, it.k(a), a.k_ss, it.t0, it.seq(a).len, [&](float x, int t) {
+              return M::k_mod(in, x, it.seq(a).mb, it.h, t, it.seq(a).tok0 + t);
+            });
       mod_v(in, it, buf, vcol0, a);
       const float *raw_decay = reinterpret_cast<const float *>(smem + off + kOffDecay);
-      lin::chunk_decay<kC>(g2, g2 + kC + 4, g2 + 2 * kC + 4, it.t0, a.seq, [&](int t) {
-        return Variant::decay_mod(in, Variant::kReadsDecay ? raw_decay[t - it.t0] : 0.f,
-                                  it.b, it.h, t);
+      lin::chunk_decay<kC>(g2, g2 + kC + 4, g2 + 2 * kC + 4, it.t0, it.seq(a).len, [&](int t) {
+        return M::decay_mod(in, Variant::kReadsDecay ? raw_decay[t - it.t0] : 0.f, it.seq(a).mb,
+                            it.h, t, it.seq(a).tok0 + t);
       });
       __syncthreads(); // this head's tiles are visible; the other buffer's
                        // head (the previous one) is done
@@ -187,9 +212,9 @@ private:
   __device__ static void load_slice(const LinearArgs &a, const Item &it, u32 s0, int vcol,
                                     bool with_grad) {
     load_tile_async<VTile, kC, kVs, kThreads>(s0 + kOffV, it.v(a) + vcol, a.v_ss, it.t0,
-                                              a.seq);
+                                              it.seq(a).len);
     load_tile_async<VTile, kC, kVs, kThreads>(s0 + kOffDo, it.dout(a) + vcol, a.do_ss,
-                                              it.t0, a.seq);
+                                              it.t0, it.seq(a).len);
     load_tile_async<STile, kD, kVs, kThreads>(s0 + kOffS, it.state(a, false) + vcol, kDV,
                                               0, kD);
     if (kTwoStates && with_grad)
@@ -208,8 +233,8 @@ private:
         for (int e = 0; e < E; ++e) {
           const int r = threadIdx.x * E + e, t = it.t0 + r;
           cp_async_4(s0 + kOffDecay + 4 * r,
-                     t < a.seq ? it.decay(a) + (long long)t * a.decay_ss : it.decay(a),
-                     t < a.seq);
+                     t < it.seq(a).len ? it.decay(a) + (long long)t * a.decay_ss : it.decay(a),
+                     t < it.seq(a).len);
         }
     }
   }
@@ -219,8 +244,8 @@ private:
                                int vcol, const LinearArgs &a) {
     if constexpr (!Variant::kVIdentity)
       lin::mod_tile<T, VTile, kC, kVs, kThreads, true, false>(
-          s0 + kOffV, s0 + kOffV, it.v(a) + vcol, a.v_ss, it.t0, a.seq,
-          [&](float x, int t) { return Variant::v_mod(in, x, it.b, it.h, t); });
+          s0 + kOffV, s0 + kOffV, it.v(a) + vcol, a.v_ss, it.t0, it.seq(a).len,
+          [&](float x, int t) { return M::v_mod(in, x, it.seq(a).mb, it.h, t, it.seq(a).tok0 + t); });
   }
 
   /// One head's chunk, its tiles (of the slice at value column \p vcol0)
@@ -248,10 +273,9 @@ private:
       const int n0 = cg * kNWv;
       lin::chunk_out<T, kC, kD, kNWv, true, false, DTile, DTile, VTile, STile>(
           acc, sK, sQ, sDo, sDh, g2, wsc, m0, n0);
-      unsigned short *dvp = static_cast<unsigned short *>(a.dv) + it.b * a.dv_sb +
-                            it.h * a.dv_sh + vcol;
-      write_dv(a, in, acc, it.v(a) + vcol, dvp, it.b, it.h, it.bh, it.t0 + m0 + g, n0,
-               s * kGroups + cg);
+      unsigned short *dvp = static_cast<unsigned short *>(a.dv) + it.seq(a).mb * a.dv_sb +
+                            it.h * a.dv_sh + (long long)it.seq(a).tok0 * a.dv_ss + vcol;
+      write_dv(a, in, acc, it.v(a) + vcol, dvp, it, it.t0 + m0 + g, n0, s * kGroups + cg);
     };
     // dk, and Σ_j k_j·dk_inter_j over this warp's rows and columns.
     auto dk_product = [&](float (&acc)[kNWk / 8][4], float &z_keys) {
@@ -357,7 +381,7 @@ private:
       for (int w = 0; w < kWarps; ++w)
         z += zpart[w];
       const long long slice = vcol0 / kVs;
-      a.ws_z[(slice * a.batch * a.heads + it.bh) * a.chunks + it.n] = z;
+      a.ws_z[slice * a.batch * a.heads * a.chunks + it.seq(a).crow + it.n] = z;
     }
     if constexpr (kSlices > 1)
       return; // the per-token step is attnc_linear_bwd_combine's
@@ -375,13 +399,14 @@ private:
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         const int t = it.t0 + warp + (i0 + j) * kWarps;
-        raw[j] = Combine::load_raw(a, t < a.seq ? t : a.seq - 1, it.bh);
+        raw[j] = Combine::load_raw(a, it.seq(a).mb, it.h,
+                                   it.seq(a).tok0 + (t < it.seq(a).len ? t : it.seq(a).len - 1));
       }
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         const int r = warp + (i0 + j) * kWarps;
         const int t = it.t0 + r;
-        if (t >= a.seq)
+        if (t >= it.seq(a).len)
           break;
         auto grads = [&](bool isq, float (&d)[kE]) {
           const float *row = (isq ? dqs : dks) + row_index(r, lane * kE);
@@ -390,9 +415,11 @@ private:
             d[e] = row[e];
         };
         auto emit = [&](bool isq, const float (&dx)[kE]) {
-          Combine::template emit<kGrouped>(a, t, it.b, it.h, it.first, isq, dx);
+          Combine::template emit<kGrouped>(a, it.seq(a).tok0 + t, it.seq(a).mb, it.h, it.first, isq,
+                                           dx);
         };
-        Combine::token(a, in, t, it.bh, raw[j], grads, emit);
+        Combine::token(a, in, it.seq(a).mb, it.h, t, it.seq(a).tok0 + t, it.seq(a).trow + t, raw[j], grads,
+                       emit);
       }
     }
   }
@@ -413,9 +440,9 @@ private:
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int t = it.t0 + m0 + g + 8 * half;
-      if (t >= a.seq)
+      if (t >= it.seq(a).len)
         continue;
-      float *row = ws + (((long long)slice * BH + it.bh) * a.seq + t) * kD + n0 + 2 * tq;
+      float *row = ws + ((long long)slice * BH * a.seq + it.seq(a).trow + t) * kD + n0 + 2 * tq;
 #pragma unroll
       for (int j = 0; j < kNWk / 8; ++j)
         asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(row + j * 8),
@@ -473,8 +500,9 @@ private:
   /// to the raw dv, and v_mod's custom-input part to ws_vin[part].
   __device__ static void write_dv(const LinearArgs &a, const typename Variant::Inputs &in,
                                   const float (&acc)[kNWv / 8][4],
-                                  const unsigned short *vp, unsigned short *dvp, int b,
-                                  int h, int bh, int t_lo, int col0, int part) {
+                                  const unsigned short *vp, unsigned short *dvp,
+                                  const Item &it, int t_lo, int col0, int part) {
+    const int b = it.seq(a).mb, h = it.h;
     const int tq = threadIdx.x % 4;
     const long long BH = (long long)a.batch * a.heads;
 #pragma unroll
@@ -484,7 +512,8 @@ private:
 #pragma unroll
       for (int i = 0; i < kNI; ++i)
         cin[i] = 0.f;
-      if (t < a.seq) {
+      const int ti = it.seq(a).tok0 + t;
+      if (t < it.seq(a).len) {
 #pragma unroll
         for (int j = 0; j < kNWv / 8; ++j) {
           const int col = col0 + j * 8 + 2 * tq;
@@ -493,12 +522,12 @@ private:
           const float x0 = lin::lo_of<T>(raw), x1 = lin::hi_of<T>(raw);
           const float d0 = acc[j][2 * half], d1 = acc[j][2 * half + 1];
           *reinterpret_cast<u32 *>(dvp + (long long)t * a.dv_ss + col) =
-              pack2<T>(d0 * Variant::v_mod_dx(in, x0, b, h, t),
-                       d1 * Variant::v_mod_dx(in, x1, b, h, t));
+              pack2<T>(d0 * M::v_mod_dx(in, x0, b, h, t, ti),
+                       d1 * M::v_mod_dx(in, x1, b, h, t, ti));
           if constexpr (Variant::kNumInputs > 0 && Variant::kVModReadsInputs) {
             float e0[kNI], e1[kNI];
-            Variant::v_mod_din(in, x0, b, h, t, e0);
-            Variant::v_mod_din(in, x1, b, h, t, e1);
+            M::v_mod_din(in, x0, b, h, t, ti, e0);
+            M::v_mod_din(in, x1, b, h, t, ti, e1);
 #pragma unroll
             for (int i = 0; i < kNI; ++i)
               cin[i] += d0 * e0[i] + d1 * e1[i];
@@ -511,11 +540,11 @@ private:
           cin[i] += __shfl_xor_sync(0xffffffffu, cin[i], 1);
           cin[i] += __shfl_xor_sync(0xffffffffu, cin[i], 2);
         }
-        if (t < a.seq && tq == 0)
+        if (t < it.seq(a).len && tq == 0)
 #pragma unroll
           for (int i = 0; i < kNI; ++i)
-            a.ws_vin[(((long long)part * Variant::kNumInputs + i) * BH + bh) * a.seq + t] =
-                cin[i];
+            a.ws_vin[((long long)part * Variant::kNumInputs + i) * BH * a.seq + it.seq(a).trow +
+                     t] = cin[i];
       }
     }
   }

@@ -9,13 +9,17 @@
 #define ATTNC_LINEAR_CHUNK_STATES_CUH
 
 #include "attnc/linear_chunk_common.cuh"
+#include "attnc/linear_chunk_seq.cuh"
 
 namespace attnc {
 
 /// blockIdx: x the value slice, y batch·value head, z in [0, P) the forward
 /// pass over state rows [z·kRows, (z+1)·kRows), z in [P, 2P) the reverse
-/// pass over rows of part z − P (P = D / kRows).
-template <class Variant, class T, int kRows, int kVs, int kC, int kWarps>
+/// pass over rows of part z − P (P = D / kRows). kVarlen: y is sequence·value
+/// head of a packed batch (linear_chunk_seq.cuh), its chunks never crossing
+/// the sequence's end.
+template <class Variant, class T, int kRows, int kVs, int kC, int kWarps,
+          bool kVarlen = false>
 struct LinearStates {
   static constexpr int kD = Variant::kHeadDim;
   static constexpr int kParts = kD / kRows;
@@ -55,24 +59,26 @@ private:
     const int hq = h / (a.heads / a.heads_q), hk = h / (a.heads / a.heads_k);
     const int warp = threadIdx.x / 32;
     const int srow0 = warp * kStateRows, d0 = part * kRows;
-    const int seq = a.seq, vcol = slice * kVs, DV = a.slices * kVs;
-    const int chunks = a.chunks;
+    const lin::Seq sq = lin::seq_of<kVarlen>(a, b, h, kC);
+    const int seq = sq.len, vcol = slice * kVs, DV = a.slices * kVs;
+    const int chunks = sq.chunks;
+    using M = lin::Mods<Variant, kVarlen>;
     const long long state0 = (long long)bh * kD * DV + (long long)d0 * DV + vcol;
 
     // Forward: S ← exp(G_last)·S + (diag(w)·K)ᵀ·V. Reverse: dS ←
     // exp(G_last)·dS + (diag(exp G)·Q)ᵀ·dO.
     const unsigned short *ap =
-        kReverse ? static_cast<const unsigned short *>(a.q) + b * a.q_sb + hq * a.q_sh
-                 : static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh;
-    ap += d0;
+        kReverse ? static_cast<const unsigned short *>(a.q) + sq.mb * a.q_sb + hq * a.q_sh
+                 : static_cast<const unsigned short *>(a.k) + sq.mb * a.k_sb + hk * a.k_sh;
     const long long a_ss = kReverse ? a.q_ss : a.k_ss;
+    ap += d0 + (long long)sq.tok0 * a_ss;
     const unsigned short *valp =
-        kReverse ? static_cast<const unsigned short *>(a.dout) + b * a.do_sb + h * a.do_sh
-                 : static_cast<const unsigned short *>(a.v) + b * a.v_sb + h * a.v_sh;
-    valp += vcol;
+        kReverse ? static_cast<const unsigned short *>(a.dout) + sq.mb * a.do_sb + h * a.do_sh
+                 : static_cast<const unsigned short *>(a.v) + sq.mb * a.v_sb + h * a.v_sh;
     const long long val_ss = kReverse ? a.do_ss : a.v_ss;
+    valp += vcol + (long long)sq.tok0 * val_ss;
     unsigned short *outp = static_cast<unsigned short *>(kReverse ? a.ws_dh : a.ws_h) +
-                           (long long)bh * chunks * kD * DV + (long long)d0 * DV + vcol;
+                           sq.crow * kD * DV + (long long)d0 * DV + vcol;
 
     const u32 s0 = smem_addr(smem);
     const u32 sA = s0, sVal = s0 + kOffVal, stg = s0 + kOffStage, sS = s0 + kOffS;
@@ -80,12 +86,13 @@ private:
     float *rs = g2 + kC + 4, *wsc = rs + kC;
 
     auto amod = [&](float x, int t) {
-      return kReverse ? Variant::q_mod(in, x, b, h, t) : Variant::k_mod(in, x, b, h, t);
+      return kReverse ? M::q_mod(in, x, sq.mb, h, t, sq.tok0 + t)
+                      : M::k_mod(in, x, sq.mb, h, t, sq.tok0 + t);
     };
     auto valmod = [&](float x, int t) {
-      return kReverse ? x : Variant::v_mod(in, x, b, h, t);
+      return kReverse ? x : M::v_mod(in, x, sq.mb, h, t, sq.tok0 + t);
     };
-    auto decay_of = [&](int t) { return lin::token_decay<Variant>(a, in, b, h, t); };
+    auto decay_of = [&](int t) { return lin::seq_decay<Variant, kVarlen>(a, in, sq, h, t); };
     auto stage = [&](int t0) {
       load_tile_async<ATile, kC, kRows, kThreads>(stg, ap, a_ss, t0, seq);
       load_tile_async<VTile, kC, kVs, kThreads>(stg + kOffVal, valp, val_ss, t0, seq);
@@ -98,6 +105,14 @@ private:
     lin::for_state(st, srow0, [&](int r, int c, float &x) {
       x = start ? start[state0 + (long long)r * DV + c] : 0.f;
     });
+    if (kVarlen && chunks == 0) {
+      // An empty sequence: its initial state's gradient is the final one's.
+      if (kReverse && a.dinit_state)
+        lin::for_state(st, srow0, [&](int r, int c, float &x) {
+          a.dinit_state[state0 + (long long)r * DV + c] = x;
+        });
+      return;
+    }
 
     // The forward never needs the state after the last chunk; the reverse
     // needs the gradient before the first only for dinit_state.

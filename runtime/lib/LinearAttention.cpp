@@ -29,8 +29,9 @@ struct LinearAttention::Kernels {
   CacheResult FwdCache;
   KernelModule FwdMod;
   CUfunction Fwd = nullptr;
-  /// The backward, compiled on the first backward() with this config.
-  std::unique_ptr<LinearBackwardRunner> Bwd;
+  /// The backward, compiled on the first backward() with this config, and
+  /// the packed one on the first backwardVarlen().
+  std::unique_ptr<LinearBackwardRunner> Bwd, VarBwd;
   /// The packed forward, compiled on the first forwardVarlen().
   codegen::KernelSource VarSrc;
   CacheResult VarCache;
@@ -220,6 +221,25 @@ void LinearAttention::forwardVarlen(const LinearVarlenTensors &T,
   launchLinear(K.Var, unsigned(A.slices), unsigned(R.Seqs * C.H), 1,
                unsigned(Spec.Config.Warps * 32), K.Smem.Fwd, Stream, Params,
                "launch attnc_linear_fwd_varlen");
+}
+
+void LinearAttention::backwardVarlen(const LinearVarlenBackwardTensors &T,
+                                     const InputMap &Inputs,
+                                     const LinearInputGrads &InputGrads,
+                                     CUstream Stream) {
+  LinearVarlenBackwardShape R =
+      validateLinearVarlenBackward(Def, Sig, T, Inputs, InputGrads);
+  const LinearCallShape &C = R.Bwd.Fwd;
+  // The configuration forwardVarlen() takes for the same tensors.
+  Kernels &K = select(R.Seqs, C.H, C.Hq, C.Hk,
+                      std::max<int64_t>(1, C.T / R.Seqs));
+  if (!K.VarBwd)
+    K.VarBwd = std::make_unique<LinearBackwardRunner>(Def, K.Spec,
+                                                      /*Varlen=*/true);
+  LinearPackedBatch P;
+  P.CuSeqlens = static_cast<const int *>(T.CuSeqlens.Data);
+  P.Seqs = R.Seqs;
+  K.VarBwd->run(R.Bwd, T.asBackward(), Inputs, InputGrads, *WS, Stream, P);
 }
 
 LinearAttention::DecodeKernel &LinearAttention::ensureDecode() {

@@ -4,6 +4,7 @@
 
 #include "ForwardLaunch.h"
 
+#include "attn/Error.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/KernelCache.h"
 
@@ -51,9 +52,10 @@ void launchLinear(CUfunction F, unsigned GX, unsigned GY, unsigned GZ,
 }
 
 LinearBackwardRunner::LinearBackwardRunner(
-    const CompiledDefinition &D, const codegen::LinearKernelSpec &S)
-    : Def(D), Spec(S), Smem(codegen::linearSharedBytes(S)) {
-  Source = codegen::generateLinearBackward(Def, Spec);
+    const CompiledDefinition &D, const codegen::LinearKernelSpec &S, bool V)
+    : Def(D), Spec(S), Varlen(V), Smem(codegen::linearSharedBytes(S)) {
+  Source = Varlen ? codegen::generateLinearBackwardVarlen(Def, Spec)
+                  : codegen::generateLinearBackward(Def, Spec);
   Cached = KernelCache::global().getOrCompile(Source);
 }
 
@@ -78,11 +80,25 @@ void LinearBackwardRunner::run(const LinearBackwardShape &R,
                                const LinearBackwardTensors &T,
                                const InputMap &Inputs,
                                const LinearInputGrads &InputGrads,
-                               DeviceArena &Work, CUstream Stream) {
+                               DeviceArena &Work, CUstream Stream,
+                               const LinearPackedBatch &Packed) {
   const LinearCallShape &C = R.Fwd;
+  if (Varlen != (Packed.CuSeqlens != nullptr))
+    throw InternalError("linear backward: a packed batch needs the packed "
+                        "kernels and only those");
   ensureLoaded();
 
   attnc::LinearArgs A = linearForwardArgs(C, Spec, T.Q, T.K, T.V, T.Decay);
+  // A packed batch's sequences each take their chunks' slots, at most T /
+  // chunk + sequences a head (linear_chunk_seq.cuh); the state passes run
+  // one CTA row per sequence and head.
+  int64_t StateRows = C.B * C.H;
+  if (Varlen) {
+    A.cu_seqlens = Packed.CuSeqlens;
+    A.seqs = int(Packed.Seqs);
+    A.chunks = int(C.T / Spec.Config.Chunk + Packed.Seqs);
+    StateRows = Packed.Seqs * C.H;
+  }
   A.init_state =
       T.InitialState ? static_cast<const float *>(T.InitialState->Data) : nullptr;
   A.dout = T.DOut.Data;
@@ -149,7 +165,7 @@ void LinearBackwardRunner::run(const LinearBackwardShape &R,
 
   std::vector<uint64_t> Slots = linearInputSlots(G, Inputs, C.H);
   void *Params[] = {&A, Slots.data()};
-  launchLinear(States, unsigned(Slices), unsigned(BH),
+  launchLinear(States, unsigned(Slices), unsigned(StateRows),
                unsigned(2 * D / codegen::LinearStateRows),
                unsigned(codegen::LinearStateWarps * 32), Smem.States, Stream,
                Params, "launch attnc_linear_bwd_states");

@@ -20,6 +20,12 @@
 
 namespace attn::runtime {
 
+/// The offsets of a packed batch's call (LinearAttention::backwardVarlen).
+struct LinearPackedBatch {
+  const int *CuSeqlens = nullptr; ///< device, [Seqs + 1]
+  int64_t Seqs = 0;
+};
+
 /// The gradients of a linear-attention call (LinearAttention::backward):
 /// the chunk states recomputed, the chunk gradients (one CTA per chunk and
 /// head, or per sub-group of heads sharing q and k heads, or per value
@@ -29,9 +35,11 @@ class LinearBackwardRunner {
 public:
   /// Generates the backward of \p Def for \p Spec (its Config included)
   /// and compiles it through KernelCache::global(); the module is loaded on
-  /// the first run(). \p Def must outlive the runner.
+  /// the first run(). \p Def must outlive the runner. \p Varlen: the
+  /// packed batch's kernels (run with a LinearPackedBatch).
   LinearBackwardRunner(const CompiledDefinition &Def,
-                       const codegen::LinearKernelSpec &Spec);
+                       const codegen::LinearKernelSpec &Spec,
+                       bool Varlen = false);
   LinearBackwardRunner(const LinearBackwardRunner &) = delete;
   LinearBackwardRunner &operator=(const LinearBackwardRunner &) = delete;
 
@@ -39,9 +47,12 @@ public:
   /// result for \p T, \p Inputs and \p Grads) on \p Stream without
   /// synchronising, its scratch carved from \p Work (grown as needed; the
   /// caller may share it between runners that never run concurrently).
+  /// A packed batch's call (a Varlen runner) is \p R of batch 1 and
+  /// \p Packed's sequences, whose states [Seqs,H,D,DV] T's states are.
   void run(const LinearBackwardShape &R, const LinearBackwardTensors &T,
            const InputMap &Inputs, const LinearInputGrads &Grads,
-           DeviceArena &Work, CUstream Stream);
+           DeviceArena &Work, CUstream Stream,
+           const LinearPackedBatch &Packed = LinearPackedBatch());
 
   const codegen::LinearKernelSpec &spec() const { return Spec; }
   const codegen::KernelSource &source() const { return Source; }
@@ -52,6 +63,7 @@ private:
 
   const CompiledDefinition &Def;
   codegen::LinearKernelSpec Spec;
+  bool Varlen;
   codegen::LinearSmem Smem;
   codegen::KernelSource Source;
   CacheResult Cached;

@@ -127,32 +127,61 @@ LinearCallShape validateLinearForward(
   return C;
 }
 
-LinearBackwardShape validateLinearBackward(const CompiledDefinition &Def,
-                                           const LinearSignature &Sig,
-                                           const LinearBackwardTensors &T,
-                                           const InputMap &Inputs,
-                                           const LinearInputGrads &Grads) {
+namespace {
+
+/// A packed batch's offsets: an int32 [batch + 1] vector on the device (its
+/// values are not read here); returns the number of sequences.
+int64_t checkCuSeqlens(const TensorView &Cu, int64_t Heads) {
+  checkNotNull("cu_seqlens", Cu);
+  checkElemType("cu_seqlens", Cu, ElemType::I32);
+  if (Cu.Shape.size() != 1 || Cu.Shape[0] < 2)
+    invalid(fmt::format("cu_seqlens: expected [batch + 1] with batch >= 1, "
+                        "got shape {}",
+                        shapeText(Cu.Shape)));
+  checkF32("cu_seqlens", Cu, Cu.Shape, false, ElemType::I32);
+  const int64_t Seqs = Cu.Shape[0] - 1;
+  if (Seqs * Heads > 65535)
+    invalid(fmt::format("cu_seqlens: sequences x heads is {}; at most 65535 "
+                        "are supported",
+                        Seqs * Heads));
+  return Seqs;
+}
+
+/// The backward's checks, of a padded call or (\p Packed) of a packed one
+/// (tensors [T, heads, dim], decay and per-token gradients [1, H, T]) whose
+/// states are [\p Seqs, H, D, DV] (the initial state checked here).
+LinearBackwardShape checkBackward(const CompiledDefinition &Def,
+                                  const LinearSignature &Sig,
+                                  const LinearBackwardTensors &T,
+                                  const InputMap &Inputs,
+                                  const LinearInputGrads &Grads, bool Packed,
+                                  const TensorView *CuSeqlens) {
   const ir::Graph &G = *Def.Graph;
   LinearBackwardShape R;
   LinearCallShape &C = R.Fwd;
-  C = checkCommon(Def, Sig, T.Q, T.K, T.V, T.Decay, Inputs, T.InitialState);
-  SeqTensor d =
-      checkSeqTensor("dout", T.DOut, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
+  C = checkCommon(Def, Sig, T.Q, T.K, T.V, T.Decay, Inputs,
+                  Packed ? nullptr : T.InitialState, Packed);
+  const Layout L = Packed ? Layout::THD : Sig.TensorLayout;
+  int64_t Seqs = C.B;
+  if (Packed) {
+    Seqs = checkCuSeqlens(*CuSeqlens, C.H);
+    if (T.InitialState)
+      checkF32("initial_state", *T.InitialState,
+               {Seqs, C.H, Sig.HeadDim, Sig.HeadDimV});
+  }
+  SeqTensor d = checkSeqTensor("dout", T.DOut, Sig.Dtype, L, Sig.HeadDimV);
   checkLike("dout", d, "v", C, C.H);
   storeStrides(R.DO, d);
-  SeqTensor dq =
-      checkSeqTensor("dq", T.DQ, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
+  SeqTensor dq = checkSeqTensor("dq", T.DQ, Sig.Dtype, L, Sig.HeadDim);
   checkLike("dq", dq, "q", C, C.Hq);
   storeStrides(R.DQ, dq);
-  SeqTensor dk =
-      checkSeqTensor("dk", T.DK, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
+  SeqTensor dk = checkSeqTensor("dk", T.DK, Sig.Dtype, L, Sig.HeadDim);
   checkLike("dk", dk, "k", C, C.Hk);
   storeStrides(R.DK, dk);
-  SeqTensor dv =
-      checkSeqTensor("dv", T.DV, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
+  SeqTensor dv = checkSeqTensor("dv", T.DV, Sig.Dtype, L, Sig.HeadDimV);
   checkLike("dv", dv, "v", C, C.H);
   storeStrides(R.DV, dv);
-  std::vector<int64_t> State = {C.B, C.H, Sig.HeadDim, Sig.HeadDimV};
+  std::vector<int64_t> State = {Seqs, C.H, Sig.HeadDim, Sig.HeadDimV};
   if (T.DFinalState)
     checkF32("dfinal_state", *T.DFinalState, State);
   if (T.DInitialState)
@@ -191,6 +220,29 @@ LinearBackwardShape validateLinearBackward(const CompiledDefinition &Def,
     checkF32(What + " (" + ir::inputShapeName(D->Shape).str() + ")", View,
              Want);
   }
+  return R;
+}
+
+} // namespace
+
+LinearBackwardShape validateLinearBackward(const CompiledDefinition &Def,
+                                           const LinearSignature &Sig,
+                                           const LinearBackwardTensors &T,
+                                           const InputMap &Inputs,
+                                           const LinearInputGrads &Grads) {
+  return checkBackward(Def, Sig, T, Inputs, Grads, false, nullptr);
+}
+
+LinearVarlenBackwardShape
+validateLinearVarlenBackward(const CompiledDefinition &Def,
+                             const LinearSignature &Sig,
+                             const LinearVarlenBackwardTensors &T,
+                             const InputMap &Inputs,
+                             const LinearInputGrads &Grads) {
+  LinearVarlenBackwardShape R;
+  R.Bwd = checkBackward(Def, Sig, T.asBackward(), Inputs, Grads, true,
+                        &T.CuSeqlens);
+  R.Seqs = T.CuSeqlens.Shape[0] - 1;
   return R;
 }
 
@@ -259,19 +311,7 @@ LinearVarlenShape validateLinearVarlen(const CompiledDefinition &Def,
                                Sig.HeadDimV);
   checkLike("out", o, "v", C, C.H);
   storeStrides(C.O, o);
-  const TensorView &Cu = T.CuSeqlens;
-  checkNotNull("cu_seqlens", Cu);
-  checkElemType("cu_seqlens", Cu, ElemType::I32);
-  if (Cu.Shape.size() != 1 || Cu.Shape[0] < 2)
-    invalid(fmt::format("cu_seqlens: expected [batch + 1] with batch >= 1, "
-                        "got shape {}",
-                        shapeText(Cu.Shape)));
-  checkF32("cu_seqlens", Cu, Cu.Shape, false, ElemType::I32);
-  R.Seqs = Cu.Shape[0] - 1;
-  if (R.Seqs * C.H > 65535)
-    invalid(fmt::format("cu_seqlens: sequences x heads is {}; at most 65535 "
-                        "are supported",
-                        R.Seqs * C.H));
+  R.Seqs = checkCuSeqlens(T.CuSeqlens, C.H);
   std::vector<int64_t> State = {R.Seqs, C.H, Sig.HeadDim, Sig.HeadDimV};
   if (T.InitialState)
     checkF32("initial_state", *T.InitialState, State);

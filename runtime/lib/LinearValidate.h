@@ -63,6 +63,22 @@ LinearVarlenShape validateLinearVarlen(const CompiledDefinition &Def,
                                        const LinearVarlenTensors &T,
                                        const InputMap &Inputs);
 
+/// A validated packed backward: the backward's shapes as a call of batch 1
+/// and T the packed tokens, and the number of sequences.
+struct LinearVarlenBackwardShape {
+  LinearBackwardShape Bwd;
+  int64_t Seqs = 0;
+};
+
+/// Checks a packed backward's arguments (LinearAttention::backwardVarlen);
+/// throws InvalidArgument naming the argument.
+LinearVarlenBackwardShape
+validateLinearVarlenBackward(const CompiledDefinition &Def,
+                             const LinearSignature &Sig,
+                             const LinearVarlenBackwardTensors &T,
+                             const InputMap &Inputs,
+                             const LinearInputGrads &Grads);
+
 } // namespace attn::runtime
 
 #endif

@@ -1,16 +1,18 @@
-// attnc_bench_linear_varlen: times LinearAttention::forwardVarlen on a packed
-// batch of the given sequence lengths, and the padded-batch forward at the
-// same token count (as many sequences, each of the mean length), with CUDA
-// events (warm-up, median of 20), and prints one line with both times and
-// the packed forward's share of the padded one's throughput
-// (peers_linear_varlen.py times flash-linear-attention's cu_seqlens
-// forward on the same lengths):
+// attnc_bench_linear_varlen: times LinearAttention::forwardVarlen and
+// backwardVarlen on a packed batch of the given sequence lengths, and the
+// padded-batch forward and backward at the same token count (as many
+// sequences, each of the mean length), with CUDA events (warm-up, median of
+// 20), and prints a line for each direction with both times and the packed
+// call's share of the padded one's throughput (peers_linear_varlen.py
+// times flash-linear-attention's cu_seqlens calls on the same lengths):
 //
 //   attnc_bench_linear_varlen NAME DTYPE H D DV L1,L2,...
 //
 // q, k, v are filled from a 32 MiB block of random values repeated, the
 // decay uniform in [-0.1, 0], custom inputs over their sample ranges, the
-// initial states normal; final states are written.
+// initial states normal; final states are written. The packed backward
+// takes the initial states and final-state gradients and writes the
+// initial states' gradients (the padded one has no states).
 #include "GpuSupport.h"
 #include "LinearGpuCheck.h"
 
@@ -103,6 +105,38 @@ int main(int Argc, char **Argv) {
                 Cmd.Name.c_str(), dtypeName(Cmd.Dtype).str().c_str(), H, D, DV, S,
                 T, VarMs, VarTps / 1e6, S, Mean, FixMs, FixTps / 1e6,
                 100.0 * VarTps / FixTps);
+
+    // The backward: dout from the same block, gradients written.
+    auto DOB = filled(size_t(T) * H * DV * 2, Block.data(), Block.size() * 2);
+    DeviceBuffer DQ(size_t(T) * H * D * 2), DK(size_t(T) * H * D * 2),
+        DVb(size_t(T) * H * DV * 2), DDecay(size_t(T) * H * 4),
+        DInit(Init.Data.size() * 4);
+    TensorView DOv = TensorView::contiguous(DOB->get(), ET, {T, H, DV});
+    TensorView DQv = TensorView::contiguous(DQ.get(), ET, {T, H, D});
+    TensorView DKv = TensorView::contiguous(DK.get(), ET, {T, H, D});
+    TensorView DVv = TensorView::contiguous(DVb.get(), ET, {T, H, DV});
+    TensorView DDecayV =
+        TensorView::contiguous(DDecay.get(), runtime::ElemType::F32, {1, H, T});
+    TensorView DInitV =
+        TensorView::contiguous(DInit.get(), runtime::ElemType::F32, Init.Shape);
+    const double VarBwdMs = runtime::medianEventMs(
+        [&](int) {
+          Lin.backwardVarlen({Qv, Kv, Vv, Reads ? &DecayV : nullptr, DOv, CuV, &InitV,
+                              &FinalV, DQv, DKv, DVv, Reads ? &DDecayV : nullptr,
+                              &DInitV},
+                             Inputs);
+        },
+        3, 20);
+    const double FixBwdMs =
+        runtime::medianEventMs([&](int) { P.backward(Lin, 0); }, 3, 20);
+    const double VarBwdTps = T / (VarBwdMs * 1e-3),
+                 FixBwdTps = double(S) * Mean / (FixBwdMs * 1e-3);
+    std::printf("attnc %s %s H%d D%d DV%d backward: packed %d sequences, %d tokens: "
+                "%.3f ms (%.1f Mtok/s); padded B%d T%d: %.3f ms (%.1f Mtok/s); packed "
+                "at %.0f%% of padded\n",
+                Cmd.Name.c_str(), dtypeName(Cmd.Dtype).str().c_str(), H, D, DV, S,
+                T, VarBwdMs, VarBwdTps / 1e6, S, Mean, FixBwdMs, FixBwdTps / 1e6,
+                100.0 * VarBwdTps / FixBwdTps);
     return 0;
   } catch (const std::exception &E) {
     std::fprintf(stderr, "attnc_bench_linear_varlen: %s\n", E.what());

@@ -231,6 +231,13 @@ std::string linearBackwardKey(const CompiledDefinition &Def,
                      archName(Spec.Arch).str(), Spec.Config.str());
 }
 
+std::string linearBackwardVarlenKey(const CompiledDefinition &Def,
+                                    const LinearKernelSpec &Spec) {
+  return fmt::format("{}.linear_bwd_varlen.{}.d{}x{}.{}.{}", Def.Graph->name(),
+                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     archName(Spec.Arch).str(), Spec.Config.str());
+}
+
 namespace {
 
 /// The four mods: function, result, the parameter they map.
@@ -324,13 +331,17 @@ void emitScalar(CodeWriter &W, const ir::Graph &G, const std::string &Name,
   W.line("return " + V + ";");
 }
 
-/// `static void NAME(in, x, b, h, t, float *d)` writing d[i] = \p Rs[i].
+/// `static void NAME(in, x, b, h, t, float *d)` writing d[i] = \p Rs[i];
+/// with \p Decode `NAME(in, x, b, h, t, ti, float *d)` (inputs read at ti).
 void emitVector(CodeWriter &W, const ir::Graph &G, const std::string &Name,
-                const std::vector<const ir::Node *> &Rs) {
+                const std::vector<const ir::Node *> &Rs, bool Decode = false) {
   auto B = W.block("__device__ static __forceinline__ void " + Name + ModArgs +
-                   ", float *d)");
-  W.line("(void)in; (void)x; (void)b; (void)h; (void)t; (void)d;");
-  ExprEmitter E(W, [&](const ir::ParamNode &P) { return spell(G, P); });
+                   (Decode ? ", int ti, float *d)" : ", float *d)"));
+  W.line(Decode ? "(void)in; (void)x; (void)b; (void)h; (void)t; (void)ti; (void)d;"
+                : "(void)in; (void)x; (void)b; (void)h; (void)t; (void)d;");
+  ExprEmitter E(W, [&](const ir::ParamNode &P) {
+    return spell(G, P, Decode ? "ti" : "t");
+  });
   E.emitScalarBody(Rs);
   for (size_t I = 0; I < Rs.size(); ++I) {
     std::string V = E.operand(Rs[I], false);
@@ -350,7 +361,8 @@ void requireLinear(const CompiledDefinition &Def) {
 /// The body of `struct Variant`: constants, the mods, and with \p Grads
 /// each mod's derivatives: NAME_dx (w.r.t. its element or decay) and
 /// NAME_din (d[i] w.r.t. custom input i, in declaration order). With
-/// \p Decode the mods take the decode step's extra token index.
+/// \p Decode the mods (and derivatives) take the decode step's (or a packed
+/// batch's) extra token index.
 std::string variantMembers(const CompiledDefinition &Def,
                            const LinearKernelSpec &Spec, bool Grads,
                            bool Decode = false) {
@@ -402,11 +414,11 @@ std::string variantMembers(const CompiledDefinition &Def,
   transforms::simplify(*DG);
   for (const ModInfo &M : Mods) {
     const ir::Function &F = *DG->getFunction(std::string(M.Fn) + "_grad");
-    emitScalar(W, *DG, std::string(M.Fn) + "_dx", F.Results[0].Value);
+    emitScalar(W, *DG, std::string(M.Fn) + "_dx", F.Results[0].Value, Decode);
     std::vector<const ir::Node *> Ins;
     for (size_t I = 1; I < F.Results.size(); ++I)
       Ins.push_back(F.Results[I].Value);
-    emitVector(W, *DG, std::string(M.Fn) + "_din", Ins);
+    emitVector(W, *DG, std::string(M.Fn) + "_din", Ins, Decode);
   }
   return W.str();
 }
@@ -477,18 +489,23 @@ KernelSource generateLinearForwardVarlen(const CompiledDefinition &Def,
   return linearForward(Def, Spec, true);
 }
 
-KernelSource generateLinearBackward(const CompiledDefinition &Def,
-                                    const LinearKernelSpec &Spec) {
+namespace {
+
+/// The backward's kernels, of a padded batch or (\p Varlen) of a packed one;
+/// the same entries either way.
+KernelSource linearBackward(const CompiledDefinition &Def,
+                            const LinearKernelSpec &Spec, bool Varlen) {
   requireLinear(Def);
   Spec.validate();
   KernelSource Src;
-  Src.Key = linearBackwardKey(Def, Spec);
+  Src.Key = Varlen ? linearBackwardVarlenKey(Def, Spec)
+                   : linearBackwardKey(Def, Spec);
   Src.Arch = Spec.Arch;
   Src.Entries = {"attnc_linear_bwd_states",       "attnc_linear_bwd_chunk",
                  "attnc_linear_bwd_chunk_grouped", "attnc_linear_bwd_combine",
                  "attnc_linear_bwd_decay",         "attnc_linear_bwd_input_reduce",
                  "attnc_linear_bwd_partial_reduce"};
-  auto Values = commonValues(Def, Spec, Src.Key, true);
+  auto Values = commonValues(Def, Spec, Src.Key, true, /*Decode=*/Varlen);
   LinearSmem S = linearSharedBytes(Spec);
   Values["head_dim_v"] = std::to_string(Spec.HeadDimV);
   Values["state_rows"] = std::to_string(LinearStateRows);
@@ -503,9 +520,21 @@ KernelSource generateLinearBackward(const CompiledDefinition &Def,
   Values["smem_grouped"] = std::to_string(S.GroupedGrads);
   Values["grouped_buffers"] = std::to_string(S.GroupedBuffers);
   Values["grouped_min_blocks"] = std::to_string(S.GroupedMinBlocks);
-  Src.Source =
-      render("linear_bwd.cu.in", templateText("linear_bwd.cu.in"), Values);
+  const char *File = Varlen ? "linear_bwd_varlen.cu.in" : "linear_bwd.cu.in";
+  Src.Source = render(File, templateText(File), Values);
   return Src;
+}
+
+} // namespace
+
+KernelSource generateLinearBackward(const CompiledDefinition &Def,
+                                    const LinearKernelSpec &Spec) {
+  return linearBackward(Def, Spec, false);
+}
+
+KernelSource generateLinearBackwardVarlen(const CompiledDefinition &Def,
+                                          const LinearKernelSpec &Spec) {
+  return linearBackward(Def, Spec, true);
 }
 
 KernelSource generateLinearDecode(const CompiledDefinition &Def,

@@ -344,11 +344,12 @@ LinearInputs linearTokenSlice(const ir::Graph &G, const LinearInputs &In,
   return Out;
 }
 
-LinearOutputs linearVarlen(const CompiledDefinition &Def,
-                           const LinearInputs &In,
-                           const std::vector<int64_t> &CuSeqlens,
-                           const std::optional<Tensor> &Initial, int64_t Chunk,
-                           const RoundFn &Round) {
+namespace {
+
+/// linearVarlen's argument checks; the validated sizes.
+Dims validatedPacked(const CompiledDefinition &Def, const LinearInputs &In,
+                     const std::vector<int64_t> &CuSeqlens,
+                     const std::optional<Tensor> &Initial) {
   Dims Dm = validated(Def, In);
   if (Dm.B != 1)
     throw UserError("linear reference: a packed batch is batch 1, got " +
@@ -367,15 +368,35 @@ LinearOutputs linearVarlen(const CompiledDefinition &Def,
     throw UserError("linear reference: initial states must be " +
                     Tensor({S, Dm.H, Dm.D, Dm.DV}).shapeString() + ", got " +
                     Initial->shapeString());
+  return Dm;
+}
+
+/// Sequence \p Seq's initial state [1,H,D,DV] (zero without \p Initial).
+Tensor initialOf(const Dims &Dm, const std::optional<Tensor> &Initial,
+                 int64_t Seq) {
+  const int64_t StateSize = Dm.H * Dm.D * Dm.DV;
+  Tensor Init({1, Dm.H, Dm.D, Dm.DV});
+  if (Initial)
+    std::copy_n(Initial->Data.begin() + Seq * StateSize, StateSize,
+                Init.Data.begin());
+  return Init;
+}
+
+} // namespace
+
+LinearOutputs linearVarlen(const CompiledDefinition &Def,
+                           const LinearInputs &In,
+                           const std::vector<int64_t> &CuSeqlens,
+                           const std::optional<Tensor> &Initial, int64_t Chunk,
+                           const RoundFn &Round) {
+  Dims Dm = validatedPacked(Def, In, CuSeqlens, Initial);
+  const int64_t S = int64_t(CuSeqlens.size()) - 1;
   LinearOutputs Out{Tensor({1, Dm.H, Dm.T, Dm.DV}),
                     Tensor({S, Dm.H, Dm.D, Dm.DV})};
   const int64_t StateSize = Dm.H * Dm.D * Dm.DV;
   for (int64_t Seq = 0; Seq < S; ++Seq) {
     const int64_t T0 = CuSeqlens[Seq], N = CuSeqlens[Seq + 1] - T0;
-    Tensor Init({1, Dm.H, Dm.D, Dm.DV});
-    if (Initial)
-      std::copy_n(Initial->Data.begin() + Seq * StateSize, StateSize,
-                  Init.Data.begin());
+    Tensor Init = initialOf(Dm, Initial, Seq);
     if (N == 0) { // nothing to run: the state passes through
       std::copy_n(Init.Data.begin(), StateSize,
                   Out.FinalState.Data.begin() + Seq * StateSize);
@@ -393,6 +414,111 @@ LinearOutputs linearVarlen(const CompiledDefinition &Def,
           Out.O.at({0, H, T0 + T, Y}) = R.O.at({0, H, T, Y});
     std::copy_n(R.FinalState.Data.begin(), StateSize,
                 Out.FinalState.Data.begin() + Seq * StateSize);
+  }
+  return Out;
+}
+
+} // namespace attn::reference
+
+namespace attn::reference {
+
+LinearGrads linearVarlenBackward(const CompiledDefinition &Def,
+                                 const LinearInputs &In,
+                                 const std::vector<int64_t> &CuSeqlens,
+                                 const std::optional<Tensor> &Initial,
+                                 const Tensor &DO,
+                                 const std::optional<Tensor> &DFinal,
+                                 int64_t Chunk, const RoundFn &Round,
+                                 unsigned Threads) {
+  const ir::Graph &G = *Def.Graph;
+  Dims Dm = validatedPacked(Def, In, CuSeqlens, Initial);
+  const int64_t S = int64_t(CuSeqlens.size()) - 1;
+  const std::vector<int64_t> State = {S, Dm.H, Dm.D, Dm.DV};
+  if (DO.Shape != std::vector<int64_t>{1, Dm.H, Dm.T, Dm.DV})
+    throw UserError("linear reference: dout must be " +
+                    Tensor({1, Dm.H, Dm.T, Dm.DV}).shapeString() + ", got " +
+                    DO.shapeString());
+  if (DFinal && DFinal->Shape != State)
+    throw UserError("linear reference: final-state gradients must be " +
+                    Tensor(State).shapeString() + ", got " +
+                    DFinal->shapeString());
+  LinearGrads Out;
+  Out.DQ = Tensor(In.Q.Shape);
+  Out.DK = Tensor(In.K.Shape);
+  Out.DV = Tensor(In.V.Shape);
+  Out.DDecay = Tensor({1, Dm.H, Dm.T});
+  Out.DInitialState = Tensor(State);
+  for (const ir::InputDecl &D : G.decls().Inputs)
+    Out.DInputs[D.Name] = Tensor(In.Inputs.at(D.Name).Shape);
+  const int64_t StateSize = Dm.H * Dm.D * Dm.DV;
+  // Token T of sequence-local [1, heads, N, dim] to the packed tensor.
+  auto Place = [](const Tensor &Sub, Tensor &Dst, int64_t T0) {
+    const int64_t Heads = Sub.dim(1), N = Sub.dim(2), W = Sub.dim(3);
+    for (int64_t H = 0; H < Heads; ++H)
+      for (int64_t T = 0; T < N; ++T)
+        for (int64_t X = 0; X < W; ++X)
+          Dst.at({0, H, T0 + T, X}) = Sub.at({0, H, T, X});
+  };
+  for (int64_t Seq = 0; Seq < S; ++Seq) {
+    const int64_t T0 = CuSeqlens[Seq], N = CuSeqlens[Seq + 1] - T0;
+    if (N == 0) { // the state passes through: so does its gradient
+      if (DFinal)
+        std::copy_n(DFinal->Data.begin() + Seq * StateSize, StateSize,
+                    Out.DInitialState->Data.begin() + Seq * StateSize);
+      continue;
+    }
+    LinearInputs Sub = linearTokenSlice(G, In, T0, N);
+    Sub.InitialState = initialOf(Dm, Initial, Seq);
+    Tensor SubDO({1, Dm.H, N, Dm.DV});
+    for (int64_t H = 0; H < Dm.H; ++H)
+      for (int64_t T = 0; T < N; ++T)
+        for (int64_t Y = 0; Y < Dm.DV; ++Y)
+          SubDO.at({0, H, T, Y}) = DO.at({0, H, T0 + T, Y});
+    std::optional<Tensor> SubDF;
+    if (DFinal) {
+      SubDF = Tensor({1, Dm.H, Dm.D, Dm.DV});
+      std::copy_n(DFinal->Data.begin() + Seq * StateSize, StateSize,
+                  SubDF->Data.begin());
+    }
+    LinearGrads R =
+        Chunk > 0
+            ? linearChunkedModelBackward(
+                  Def, Sub, SubDO, SubDF, Chunk,
+                  Round ? Round : [](double X) { return X; }, Threads)
+            : linearBackward(Def, Sub, SubDO, SubDF, Threads);
+    Place(R.DQ, Out.DQ, T0);
+    Place(R.DK, Out.DK, T0);
+    Place(R.DV, Out.DV, T0);
+    for (int64_t H = 0; H < Dm.H; ++H)
+      for (int64_t T = 0; T < N; ++T)
+        Out.DDecay.at({0, H, T0 + T}) = R.DDecay.at({0, H, T});
+    std::copy_n(R.DInitialState->Data.begin(), StateSize,
+                Out.DInitialState->Data.begin() + Seq * StateSize);
+    // Per-token inputs' gradients to their tokens; the others summed over
+    // the sequences in order.
+    for (const ir::InputDecl &D : G.decls().Inputs) {
+      const Tensor &Part = R.DInputs.at(D.Name);
+      Tensor &Dst = Out.DInputs[D.Name];
+      switch (D.Shape) {
+      case ir::InputShape::Scalar:
+      case ir::InputShape::PerHead:
+        for (size_t I = 0; I < Dst.Data.size(); ++I)
+          Dst.Data[I] += Part.Data[I];
+        break;
+      case ir::InputShape::PerRow:
+      case ir::InputShape::PerKey:
+        for (int64_t H = 0; H < Dm.H; ++H)
+          for (int64_t T = 0; T < N; ++T)
+            Dst.at({0, H, T0 + T}) = Part.at({0, H, T});
+        break;
+      case ir::InputShape::Full:
+      case ir::InputShape::PerQueryToken:
+      case ir::InputShape::PerKeyToken:
+        throw UserError("linear reference: no gradient of the " +
+                        ir::inputShapeName(D.Shape).str() + " input '" +
+                        D.Name + "' over a packed batch");
+      }
+    }
   }
   return Out;
 }

@@ -116,6 +116,12 @@ KernelSource generateLinearBackward(const CompiledDefinition &Def,
 KernelSource generateLinearForwardVarlen(const CompiledDefinition &Def,
                                          const LinearKernelSpec &Spec);
 
+/// The backward of a packed batch: linear_bwd's entries with the kernels'
+/// kVarlen (chunk slots per sequence, linear_chunk_seq.cuh) and six-argument
+/// mods and derivatives (ti the packed token).
+KernelSource generateLinearBackwardVarlen(const CompiledDefinition &Def,
+                                          const LinearKernelSpec &Spec);
+
 /// The recurrent decode step (runtime/kernels/linear_decode.cuh): the same
 /// mods with an extra argument ti, the token's index in the call, at which
 /// per-token custom inputs are read (t is its position in the sequence);
@@ -125,7 +131,8 @@ KernelSource generateLinearDecode(const CompiledDefinition &Def,
 
 /// NAME.linear_fwd.DTYPE.dDxDV.ARCH.CONFIG and the same with linear_bwd;
 /// NAME.linear_dec.DTYPE.dDxDV.ARCH for the decode step and
-/// NAME.linear_fwd_varlen.DTYPE.dDxDV.ARCH.CONFIG for the packed forward.
+/// NAME.linear_fwd_varlen.DTYPE.dDxDV.ARCH.CONFIG for the packed forward
+/// (linear_bwd_varlen for its backward).
 std::string linearForwardKey(const CompiledDefinition &Def,
                              const LinearKernelSpec &Spec);
 std::string linearBackwardKey(const CompiledDefinition &Def,
@@ -134,6 +141,8 @@ std::string linearDecodeKey(const CompiledDefinition &Def,
                             const LinearKernelSpec &Spec);
 std::string linearForwardVarlenKey(const CompiledDefinition &Def,
                                    const LinearKernelSpec &Spec);
+std::string linearBackwardVarlenKey(const CompiledDefinition &Def,
+                                    const LinearKernelSpec &Spec);
 
 /// True when \p Def's decay_mod reads the decay input (else the runtime
 /// takes no decay tensor).

@@ -107,6 +107,25 @@ LinearGrads linearBackward(const CompiledDefinition &Def,
                            const std::optional<Tensor> &DFinalState,
                            unsigned Threads = 1);
 
+/// The exact gradients of linearVarlen (its token recurrence) given dL/dO =
+/// \p DO [1,H,T,DV] and optionally dL/dFinal [B,H,D,DV]: each sequence's
+/// by linearBackward of that sequence alone, q, k, v, decay and per-token
+/// input gradients at the sequence's tokens, per-head and scalar input
+/// gradients summed over the sequences in order. DInitialState is always
+/// given ([B,H,D,DV]; an empty sequence's is its dFinal, or zero). With
+/// \p Chunk > 0 each sequence's gradients are linearChunkedModelBackward's
+/// with chunks of \p Chunk and \p Round instead. UserError for
+/// linearVarlen's bad arguments and for declared full or per-query/key
+/// token inputs.
+LinearGrads linearVarlenBackward(const CompiledDefinition &Def,
+                                 const LinearInputs &In,
+                                 const std::vector<int64_t> &CuSeqlens,
+                                 const std::optional<Tensor> &Initial,
+                                 const Tensor &DO,
+                                 const std::optional<Tensor> &DFinal,
+                                 int64_t Chunk = 0,
+                                 const RoundFn &Round = nullptr,
+                                 unsigned Threads = 1);
 
 /// The chunked algorithm exactly as the linear_chunk kernels compute it
 /// (docs/linear.md), in double precision except that \p Round is applied

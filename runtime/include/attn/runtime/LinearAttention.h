@@ -119,6 +119,30 @@ struct LinearVarlenTensors {
   const TensorView *FinalState = nullptr;
 };
 
+/// The tensors of a packed backward: the packed forward's q, k, v, decay,
+/// CuSeqlens and InitialState (LinearVarlenTensors), dout like its out, dq,
+/// dk, dv like q, k, v ([T, heads, dim]). Optional: DFinalState and
+/// DInitialState float32 [B,H,D,DV] contiguous (B the sequences), DDecay
+/// float32 [1,H,T] contiguous (only when the definition reads the decay).
+/// Custom-input gradients as backward()'s, per-token ones [1,H,T].
+struct LinearVarlenBackwardTensors {
+  const TensorView &Q, &K, &V;
+  const TensorView *Decay;
+  const TensorView &DOut;
+  const TensorView &CuSeqlens;
+  const TensorView *InitialState;
+  const TensorView *DFinalState;
+  const TensorView &DQ, &DK, &DV;
+  const TensorView *DDecay;
+  const TensorView *DInitialState;
+
+  /// The same tensors without the offsets.
+  LinearBackwardTensors asBackward() const {
+    return {Q, K, V, Decay, DOut, InitialState, DFinalState,
+            DQ, DK, DV, DDecay, DInitialState};
+  }
+};
+
 /// A linear-attention definition compiled for a signature. Per (batch,
 /// value head h), with q, k, v after their mods and g = decay_mod(decay):
 ///   S_t = exp(g_t)·S_{t−1} + k_tᵀ v_t,   o_t = q_t S_t,
@@ -174,6 +198,18 @@ public:
   /// compiled on the first call for each configuration.
   void forwardVarlen(const LinearVarlenTensors &T, const InputMap &Inputs = {},
                      CUstream Stream = nullptr);
+
+  /// Validates every argument (InvalidArgument naming it; nothing is
+  /// launched then) and computes the gradients of a packed forward
+  /// (LinearVarlenBackwardTensors) as backward() does, each sequence's
+  /// chunks apart: the gradients are those of each sequence run on its own
+  /// (its mods seeing b = 0 and t from its start). Deterministic; its
+  /// kernels are compiled on the first call for each configuration, and
+  /// the configuration is forwardVarlen()'s for the same tensors.
+  void backwardVarlen(const LinearVarlenBackwardTensors &T,
+                      const InputMap &Inputs = {},
+                      const LinearInputGrads &InputGrads = {},
+                      CUstream Stream = nullptr);
 
   /// Validates every argument (InvalidArgument naming it; nothing is
   /// launched then) and runs one recurrent decode step on \p Stream: per
