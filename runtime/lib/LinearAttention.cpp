@@ -317,6 +317,11 @@ LinearAttention::precompile(const PrecompileSet &What) {
   if (What.Backward) {
     LinearBackwardRunner &B = ensureBackward(K);
     Add(B.source(), B.cacheResult());
+    // backwardVarlen's kernels: any signature runs packed batches.
+    if (!K.VarBwd)
+      K.VarBwd = std::make_unique<LinearBackwardRunner>(Def, K.Spec,
+                                                        /*Varlen=*/true);
+    Add(K.VarBwd->source(), K.VarBwd->cacheResult());
   }
   if (What.Decode) {
     DecodeKernel &D = ensureDecode();

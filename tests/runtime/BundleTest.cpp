@@ -205,6 +205,6 @@ TEST_CASE("precompile for several archs, and the linear twin",
   LinAll.Backward = LinAll.Decode = true;
   std::vector<PrecompiledKernel> LK =
       precompileLinear(Gla, L, LinAll, {GpuArch::Sm80});
-  // forward, packed forward, backward, decode step.
-  CHECK(LK.size() == 4);
+  // forward, packed forward, backward, packed backward, decode step.
+  CHECK(LK.size() == 5);
 }

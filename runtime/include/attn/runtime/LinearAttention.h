@@ -243,7 +243,8 @@ public:
   const codegen::KernelSource &backwardSource();
   /// Compiles, without a GPU and without a call, the kernels of \p What's
   /// directions for spec()'s configuration (Forward: forward and
-  /// forwardVarlen; Backward; Decode: decodeStep) through the kernel
+  /// forwardVarlen; Backward: backward and backwardVarlen; Decode:
+  /// decodeStep) through the kernel
   /// cache, and returns them (Bundle.h). Configurations that only a tune
   /// file selects for a shape are not included.
   std::vector<PrecompiledKernel> precompile(const PrecompileSet &What);
