@@ -229,15 +229,16 @@ __device__ inline void bwd_dq_init(const BwdArgs &a) {
 /// After the dK/dV kernel: dq = the fp32 sums rounded to T. Rows of query
 /// blocks that no key block visits (every key masked) have no sum and are
 /// zeros. Grid (ceil(seq_q / rows a CTA), batch·heads) x 256, four columns
-/// a thread.
+/// a thread; rows a CTA = 256 / (kD / 4), whole rows (at kD = 192, 5 rows:
+/// the last 16 threads idle).
 template <class T, int kD, int kBlockM, bool kHasMask>
 __device__ void bwd_dq_convert(const BwdArgs &a) {
-  static_assert(kD % 4 == 0 && 256 % (kD / 4) == 0, "whole rows per CTA");
+  static_assert(kD % 4 == 0 && kD / 4 <= 256, "whole rows per CTA");
   constexpr int kThreadsPerRow = kD / 4, kRows = 256 / kThreadsPerRow;
   const int row = blockIdx.x * kRows + threadIdx.x / kThreadsPerRow;
   const int col = (threadIdx.x % kThreadsPerRow) * 4;
   const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
-  if (row >= a.seq_q)
+  if (threadIdx.x >= kRows * kThreadsPerRow || row >= a.seq_q)
     return;
   float x[4] = {0.f, 0.f, 0.f, 0.f};
   bool visited = true;

@@ -29,6 +29,14 @@
 // element work is split around the GEMMs: P while dPᵀ's wgmma runs, then
 // dV's wgmma issued, and dS while it runs.
 //
+// Column-split (kSplit, warp-specialised with fused dQ, 64 keys a CTA):
+// for head dims whose dK and dV rows do not fit one thread's registers
+// (256/256, 192/128), both consumer warpgroups compute Sᵀ and dPᵀ of the
+// same 64 keys and the same P and dS, and each owns part of dK's, dV's and
+// dQ's columns (SplitCols): the score GEMMs are done twice, the three
+// accumulating ones once. Warpgroup 0 alone writes dSᵀ and counts the
+// input gradients.
+//
 // Every tile is a set of [rows][64] slabs of 16-bit elements, 128 bytes a
 // row with the 128-byte swizzle (SwizzledTile<rows, 64>, which is the
 // layout TMA's CU_TENSOR_MAP_SWIZZLE_128B writes), each slab 1024-byte
@@ -59,26 +67,47 @@ __device__ __forceinline__ void load_slabs_async(u32 smem, const unsigned short 
         smem + s * kRows * 128, base + s * 64, stride, row0, limit);
 }
 
+/// The columns of dK, dV and dQ that warpgroup kW owns in bwd_sm90's
+/// column-split mode (each its first column and count, 64 or 128 so that
+/// every operand starts at a 64-column slab and is a wgmma N): halves, but
+/// at head dim 192 warpgroup 0 takes dK's first 128 columns and dQ's last
+/// 64, warpgroup 1 the rest, so that both hold and multiply as much.
+template <int kD, int kDV, int kW> struct SplitCols {
+  static constexpr int kKFirst0 = kD == 192 ? 128 : kD / 2;
+  static constexpr int kQFirst0 = kD == 192 ? 64 : kD / 2;
+  static constexpr int kK0 = kW == 0 ? 0 : kKFirst0;
+  static constexpr int kKN = kW == 0 ? kKFirst0 : kD - kKFirst0;
+  static constexpr int kV0 = kW == 0 ? 0 : kDV / 2, kVN = kDV / 2;
+  static constexpr int kQ0 = kD == 192 ? (kW == 0 ? 128 : 0) : kW * (kD / 2);
+  static constexpr int kQN = kW == 0 ? kQFirst0 : kD - kQFirst0;
+  static_assert((kKN == 64 || kKN == 128) && (kVN == 64 || kVN == 128) &&
+                    (kQN == 64 || kQN == 128),
+                "column-split: head dims 128 or 256 each, or 192/128 (bwdSm90Unsupported)");
+};
+
 template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,
           bool kFusedDq = false, bool kAtomicDq = false, bool kWs = false,
-          bool kTwoPass = false>
+          bool kTwoPass = false, bool kSplit = false>
 struct BwdDkDvSm90 {
-  /// The warpgroups of 64 keys (the consumers when warp-specialised).
-  static constexpr int kWarpgroups = kBlockN / 64;
+  /// The consumer warpgroups: one per 64 keys, or two over the same 64
+  /// keys in the column-split mode.
+  static constexpr int kWarpgroups = kSplit ? 2 : kBlockN / 64;
   static constexpr int kThreads = 128 * kWarpgroups;
   /// Warp-specialised: one more warpgroup, the producer, after them (so
   /// that thread 0, which the dQ turns use, is a consumer).
   static constexpr int kCtaThreads = kThreads + (kWs ? 128 : 0);
   static constexpr int kWarps = kThreads / 32;
   static constexpr int QT = kBlockM / 8; // n8 query tiles of Sᵀ
-  static constexpr int DT = kD / 8, VT = kDV / 8;
   static constexpr int kF = Variant::kNumFinals;
   static constexpr bool kDoosum = Variant::kBackwardUsesDoosum;
   static constexpr int kNumGrads = Variant::kNumInputGrads;
   static_assert(kBlockN == 64 || kBlockN == 128, "one or two warpgroups of 64 keys");
   static_assert(kBlockM == 64 || kBlockM == 128, "the N of Sᵀ's wgmma: 64 or 128");
-  static_assert((kD == 64 || kD == 128) && (kDV == 64 || kDV == 128),
+  static_assert(kSplit || ((kD == 64 || kD == 128) && (kDV == 64 || kDV == 128)),
                 "head dims are 64-column slabs and wgmma N of 64 or 128");
+  static_assert(!kSplit || (kBlockN == 64 && kWs && kFusedDq && !kTwoPass),
+                "the column split is a warp-specialised fused-dQ mode of 64 keys, "
+                "element work in one pass");
   static_assert(kStages >= 2 && kStages <= 4, "a ring of 2 to 4 stages");
   static_assert(kNumGrads <= kMaxInputGrads, "too many input gradients");
   static_assert(kFusedDq || !(kAtomicDq || kWs),
@@ -101,7 +130,7 @@ struct BwdDkDvSm90 {
   /// Fused dQ's [kBlockM][kD] product: each warpgroup kDqN of its columns
   /// (the N of its wgmma) over kBlockM / 64 chains of 64 rows.
   static constexpr int kDqN = kD / kWarpgroups, kDqChains = kBlockM / 64;
-  static_assert(!kFusedDq || kDqN == 64 || kDqN == 128,
+  static_assert(kSplit || !kFusedDq || kDqN == 64 || kDqN == 128,
                 "fused dQ: a warpgroup's columns must be one or two 64-column slabs "
                 "(bwdSm90Unsupported)");
   /// 1024 bytes of slack to align the dynamic shared memory by hand
@@ -111,7 +140,19 @@ struct BwdDkDvSm90 {
   /// setmaxnreg with two consumer warpgroups (384 threads start at 168).
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   using Sem = BwdFusedDq<T, kD, kBlockM, kBlockN, kWarps>;
-  using Elems = BwdSm90Elements<Variant, T, kDV, kBlockM>;
+  using Elems = BwdSm90Elements<Variant, T, kDV, kBlockM, kSplit>;
+  /// Warpgroup kW's columns: SplitCols in the column-split mode, else all
+  /// of dK's and dV's and (fused dQ) kDqN of dQ's from wg · kDqN.
+  template <int kW> struct Cols {
+    // (Any valid pair when not split, so that S's static_assert holds.)
+    using S = SplitCols<kSplit ? kD : 128, kSplit ? kDV : 128, kW>;
+    static constexpr int kK0 = kSplit ? S::kK0 : 0, kKN = kSplit ? S::kKN : kD;
+    static constexpr int kV0 = kSplit ? S::kV0 : 0, kVN = kSplit ? S::kVN : kDV;
+    static constexpr int kQN = kSplit ? S::kQN : kDqN;
+    __device__ static __forceinline__ int q0(int wg) { return kSplit ? S::kQ0 : wg * kDqN; }
+  };
+  /// The first of a warpgroup's 64 keys within the CTA's.
+  __device__ static __forceinline__ int key_offset(int wg) { return kSplit ? 0 : wg * 64; }
   static_assert(kNumGrads * kWarps * 4 <= (kWs ? kDsBytes : kStageBytes),
                 "the input-gradient reduction reuses a ring slot (the dSᵀ tile when "
                 "warp-specialised)");
@@ -167,7 +208,6 @@ struct BwdDkDvSm90 {
     const int n_block = kFusedDq ? a.kv_n_blocks - 1 - (int)blockIdx.x : (int)blockIdx.x;
     const int b = blockIdx.y / a.heads_kv, hk = blockIdx.y % a.heads_kv;
     const int group_size = a.heads / a.heads_kv;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int key0 = n_block * kBlockN;
 
     load_slabs_async<kBlockN, kD, kCtaThreads>(
@@ -202,8 +242,24 @@ struct BwdDkDvSm90 {
       if constexpr (kWarpgroups == 2)
         setmaxnreg_inc<kConsumerRegs>();
     }
+    // Column-split: each warpgroup's accumulators have its own sizes.
+    if (kSplit && threadIdx.x >= 128)
+      consume<1>(a, in, s_k, s_v, s_ring, s_ds, bar_full, bar_empty, ring, n_block, b, hk,
+                 group_size, key0);
+    else
+      consume<0>(a, in, s_k, s_v, s_ring, s_ds, bar_full, bar_empty, ring, n_block, b, hk,
+                 group_size, key0);
+  }
 
-    float acc_dk[DT][4], acc_dv[VT][4];
+  /// The compute threads' walk (warpgroup kW's columns): every query block
+  /// of every head of the group, then dK and dV stored.
+  template <int kW>
+  __device__ static __forceinline__ void
+  consume(const BwdArgs &a, const typename Variant::Inputs &in, u32 s_k, u32 s_v,
+          u32 s_ring, u32 s_ds, u32 bar_full, u32 bar_empty, unsigned char *ring,
+          int n_block, int b, int hk, int group_size, int key0) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float acc_dk[Cols<kW>::kKN / 8][4], acc_dv[Cols<kW>::kVN / 8][4];
     zero(acc_dk);
     zero(acc_dv);
     float gacc[kNumGrads > 0 ? kNumGrads : 1];
@@ -270,10 +326,10 @@ struct BwdDkDvSm90 {
           rank = Variant::kHasMask ? w.ranks[j] : Sem::unmasked_rank(a, n_block, m);
         const u32 empty = bar_empty + 8 * stage;
         if (full)
-          step<true>(a, in, s_k, s_v, s_ring + slot, s_ds, empty, rows, m, b, h, bh, key0,
+          step<true, kW>(a, in, s_k, s_v, s_ring + slot, s_ds, empty, rows, m, b, h, bh, key0,
                      rank, turn, acc_dk, acc_dv, gacc);
         else
-          step<false>(a, in, s_k, s_v, s_ring + slot, s_ds, empty, rows, m, b, h, bh, key0,
+          step<false, kW>(a, in, s_k, s_v, s_ring + slot, s_ds, empty, rows, m, b, h, bh, key0,
                       rank, turn, acc_dk, acc_dv, gacc);
       }
       // The last step's reads are done before the ring is refilled (the
@@ -288,7 +344,8 @@ struct BwdDkDvSm90 {
         float *red = reinterpret_cast<float *>(kWs ? ring + kStages * kStageBytes : ring);
 #pragma unroll
         for (int j = 0; j < kNumGrads; ++j) {
-          const float x = warp_sum(gacc[j]);
+          // Column-split: warpgroup 1's sums repeat warpgroup 0's.
+          const float x = kSplit && warp >= 4 ? 0.f : warp_sum(gacc[j]);
           gacc[j] = 0.f;
           if (lane == 0)
             red[j * kWarps + warp] = x;
@@ -307,7 +364,7 @@ struct BwdDkDvSm90 {
     }
     if constexpr (!kWs)
       cp_async_wait<0>();
-    store(a, b, hk, key0, acc_dk, acc_dv);
+    store<kW>(a, b, hk, key0, acc_dk, acc_dv);
   }
 
   /// The producer warp: per step, Q's and dO's tiles by TMA (one lane) and
@@ -398,11 +455,13 @@ struct BwdDkDvSm90 {
   /// to dQ's sum in turn \p rank, which becomes the pending \p turn. The
   /// wgmma calls sit outside any data-dependent branch (kFull only changes
   /// the element loop), so that ptxas need not serialise them.
-  template <bool kFull>
+  template <bool kFull, int kW>
   __device__ static __forceinline__ void
   step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s_k, u32 s_v, u32 s_stage,
        u32 s_ds, u32 empty, const float *rows, int m, int b, int h, int bh, int key0, int rank,
-       DqTurn &turn, float (&acc_dk)[DT][4], float (&acc_dv)[VT][4], float *gacc) {
+       DqTurn &turn, float (&acc_dk)[Cols<kW>::kKN / 8][4],
+       float (&acc_dv)[Cols<kW>::kVN / 8][4], float *gacc) {
+    using C = Cols<kW>;
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const u32 s_q = s_stage, s_do = s_stage + kQBytes;
@@ -415,8 +474,8 @@ struct BwdDkDvSm90 {
     {
       // K-major operands: a k16 step moves the start address (16-byte
       // units) within the swizzle atom, every 4 steps to the next slab.
-      const u64 k_desc = wgmma_desc_sw128(s_k + wg * 64 * 128, 16, 1024);
-      const u64 v_desc = wgmma_desc_sw128(s_v + wg * 64 * 128, 16, 1024);
+      const u64 k_desc = wgmma_desc_sw128(s_k + key_offset(wg) * 128, 16, 1024);
+      const u64 v_desc = wgmma_desc_sw128(s_v + key_offset(wg) * 128, 16, 1024);
       const u64 q_desc = wgmma_desc_sw128(s_q, 16, 1024);
       const u64 o_desc = wgmma_desc_sw128(s_do, 16, 1024);
       wgmma_fence();
@@ -453,30 +512,48 @@ struct BwdDkDvSm90 {
     }
     // dO and Q as MN-major B operands ([query][column], the query being
     // the k of these products): 64-column slabs kQSlab bytes apart, a k16
-    // step 16 rows (2048 bytes) further.
-    const u64 o_desc_t = wgmma_desc_sw128(s_do, kQSlab, 1024);
-    const u64 q_desc_t = wgmma_desc_sw128(s_q, kQSlab, 1024);
+    // step 16 rows (2048 bytes) further; from this warpgroup's first
+    // column's slab.
+    const u64 o_desc_t = wgmma_desc_sw128(s_do + (C::kV0 / 64) * kQSlab, kQSlab, 1024);
+    const u64 q_desc_t = wgmma_desc_sw128(s_q + (C::kK0 / 64) * kQSlab, kQSlab, 1024);
     if constexpr (!kFusedDq) {
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk)
-        Wgmma<kDV>::template rs<T>(acc_dv, pf[kk], o_desc_t + kk * (2048 >> 4), 1);
+        Wgmma<C::kVN>::template rs<T>(acc_dv, pf[kk], o_desc_t + kk * (2048 >> 4), 1);
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk)
-        Wgmma<kD>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
+        Wgmma<C::kKN>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(acc_dv);
       fence_regs(acc_dk);
     } else {
+      if constexpr (kSplit) {
+        // Column-split: dV and dK issued before the dSᵀ tile is written
+        // and waited for before dQ's product is, so that Pᵀ and dSᵀ are
+        // no longer held when dQ's accumulators are (at 256/256 all three
+        // products together would need 224 floats a thread beside the
+        // addresses: ptxas serialised the wgmma).
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBlockM / 16; ++kk)
+          Wgmma<C::kVN>::template rs<T>(acc_dv, pf[kk], o_desc_t + kk * (2048 >> 4), 1);
+#pragma unroll
+        for (int kk = 0; kk < kBlockM / 16; ++kk)
+          Wgmma<C::kKN>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
+        wgmma_commit();
+      }
       // dSᵀ to shared memory as this thread holds it: fragment word
       // (kk, r) is keys row 16·warp + g (+8 for odd r), queries 16kk + 2tq
       // (+8 for r ≥ 2) and the next one, of this warpgroup's 64 keys.
+      // (Column-split: warpgroup 0's, which are the same as 1's.)
+      if (!kSplit || wg == 0)
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          const int key = wg * 64 + warp * 16 + g + 8 * (r & 1);
+          const int key = key_offset(wg) + warp * 16 + g + 8 * (r & 1);
           const int qr = kk * 16 + 8 * (r >> 1) + 2 * tq;
           st_shared_32(s_ds + (qr / 64) * kDsSlab +
                            SwizzledTile<kBlockN, 64>::offset(key, (qr % 64) / 8) +
@@ -491,34 +568,42 @@ struct BwdDkDvSm90 {
       sync_compute();
       if constexpr (!kAtomicDq)
         Sem::publish(a, turn);
-      float acc_dq[kDqChains][kDqN / 8][4];
+      if constexpr (kSplit) {
+        wgmma_wait<0>();
+        fence_regs(acc_dv);
+        fence_regs(acc_dk);
+      }
+      float acc_dq[kDqChains][C::kQN / 8][4];
 #pragma unroll
       for (int c = 0; c < kDqChains; ++c)
         zero(acc_dq[c]); // overwritten by the first k step; defined for the compiler
       // dS·K: A = dS, [key][query] (MN-major, M = this chain's 64 queries),
       // B = K, [key][column] (MN-major, N = this warpgroup's columns); a
       // k16 step is 16 key rows (2048 bytes) further in both.
-      const u64 k_desc_t = wgmma_desc_sw128(s_k + wg * (kDqN / 64) * kKSlab, kKSlab, 1024);
+      const u64 k_desc_t = wgmma_desc_sw128(s_k + (C::q0(wg) / 64) * kKSlab, kKSlab, 1024);
       wgmma_fence();
-      if constexpr (!kTwoPass) // else issued after P (elements_pipelined)
+      if constexpr (!kTwoPass && !kSplit) // else issued after P (elements_pipelined)
 #pragma unroll
         for (int kk = 0; kk < kBlockM / 16; ++kk)
-          Wgmma<kDV>::template rs<T>(acc_dv, pf[kk], o_desc_t + kk * (2048 >> 4), 1);
+          Wgmma<C::kVN>::template rs<T>(acc_dv, pf[kk], o_desc_t + kk * (2048 >> 4), 1);
+      if constexpr (!kSplit)
 #pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk)
-        Wgmma<kD>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
+        for (int kk = 0; kk < kBlockM / 16; ++kk)
+          Wgmma<C::kKN>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
 #pragma unroll
       for (int c = 0; c < kDqChains; ++c) {
         const u64 ds_desc = wgmma_desc_sw128(s_ds + c * kDsSlab, kDsSlab, 1024);
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 16; ++kk)
-          Wgmma<kDqN>::template ss_mn<T>(acc_dq[c], ds_desc + kk * (2048 >> 4),
+          Wgmma<C::kQN>::template ss_mn<T>(acc_dq[c], ds_desc + kk * (2048 >> 4),
                                          k_desc_t + kk * (2048 >> 4), kk > 0);
       }
       wgmma_commit();
       wgmma_wait<0>();
-      fence_regs(acc_dv);
-      fence_regs(acc_dk);
+      if constexpr (!kSplit) {
+        fence_regs(acc_dv);
+        fence_regs(acc_dk);
+      }
 #pragma unroll
       for (int c = 0; c < kDqChains; ++c)
         fence_regs(acc_dq[c]);
@@ -528,7 +613,7 @@ struct BwdDkDvSm90 {
       // The turn is this CTA's; atomic: every warpgroup is done reading
       // the dSᵀ tile, which the next step overwrites.
       sync_compute();
-      add_dq(a, acc_dq, bh, m, kAtomicDq ? 1 : rank);
+      add_dq<kW>(a, acc_dq, bh, m, kAtomicDq ? 1 : rank);
       if constexpr (!kAtomicDq)
         turn = DqTurn{bh, m, rank, true};
     }
@@ -537,20 +622,22 @@ struct BwdDkDvSm90 {
   /// Adds this thread's part of the step's dS·K to query block \p m's rows
   /// of the fp32 sum (rank 0 stores it, so that it needs no zeroing): chain
   /// c's rows 64c + 16·warp + g (+8), this warpgroup's columns.
-  __device__ static __forceinline__ void add_dq(const BwdArgs &a,
-                                                const float (&acc)[kDqChains][kDqN / 8][4],
-                                                int bh, int m, int rank) {
+  template <int kW>
+  __device__ static __forceinline__ void
+  add_dq(const BwdArgs &a, const float (&acc)[kDqChains][Cols<kW>::kQN / 8][4], int bh, int m,
+         int rank) {
+    constexpr int kQN = Cols<kW>::kQN;
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     float *ws = a.dq_accum +
                 ((long long)bh * Sem::accum_rows(a) + (long long)m * kBlockM) * kD +
-                (warp * 16 + g) * kD + wg * kDqN + 2 * tq;
+                (warp * 16 + g) * kD + Cols<kW>::q0(wg) + 2 * tq;
     // One branch for the whole tile: an asm statement cannot be predicated.
     if (rank == 0) {
 #pragma unroll
       for (int c = 0; c < kDqChains; ++c)
 #pragma unroll
-        for (int t = 0; t < kDqN / 8; ++t)
+        for (int t = 0; t < kQN / 8; ++t)
 #pragma unroll
           for (int half = 0; half < 2; ++half)
             st_cg_f2(ws + (c * 64 + 8 * half) * kD + t * 8, acc[c][t][2 * half],
@@ -559,7 +646,7 @@ struct BwdDkDvSm90 {
 #pragma unroll
       for (int c = 0; c < kDqChains; ++c)
 #pragma unroll
-        for (int t = 0; t < kDqN / 8; ++t)
+        for (int t = 0; t < kQN / 8; ++t)
 #pragma unroll
           for (int half = 0; half < 2; ++half)
             red_add_f2(ws + (c * 64 + 8 * half) * kD + t * 8, acc[c][t][2 * half],
@@ -569,25 +656,27 @@ struct BwdDkDvSm90 {
 
   /// dK and dV of this thread's keys and columns, rows past seq_kv not
   /// stored.
+  template <int kW>
   __device__ static __forceinline__ void store(const BwdArgs &a, int b, int hk, int key0,
-                                               const float (&acc_dk)[DT][4],
-                                               const float (&acc_dv)[VT][4]) {
+                                               const float (&acc_dk)[Cols<kW>::kKN / 8][4],
+                                               const float (&acc_dv)[Cols<kW>::kVN / 8][4]) {
+    using C = Cols<kW>;
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     unsigned short *dk = static_cast<unsigned short *>(a.dk) + b * a.dk_sb + hk * a.dk_sh;
     unsigned short *dv = static_cast<unsigned short *>(a.dv) + b * a.dv_sb + hk * a.dv_sh;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int key = key0 + wg * 64 + warp * 16 + g + 8 * half;
+      const int key = key0 + key_offset(wg) + warp * 16 + g + 8 * half;
       if (key >= a.seq_kv)
         continue;
 #pragma unroll
-      for (int t = 0; t < DT; ++t)
-        *reinterpret_cast<u32 *>(dk + (long long)key * a.dk_ss + t * 8 + 2 * tq) =
+      for (int t = 0; t < C::kKN / 8; ++t)
+        *reinterpret_cast<u32 *>(dk + (long long)key * a.dk_ss + C::kK0 + t * 8 + 2 * tq) =
             pack2<T>(acc_dk[t][2 * half], acc_dk[t][2 * half + 1]);
 #pragma unroll
-      for (int t = 0; t < VT; ++t)
-        *reinterpret_cast<u32 *>(dv + (long long)key * a.dv_ss + t * 8 + 2 * tq) =
+      for (int t = 0; t < C::kVN / 8; ++t)
+        *reinterpret_cast<u32 *>(dv + (long long)key * a.dv_ss + C::kV0 + t * 8 + 2 * tq) =
             pack2<T>(acc_dv[t][2 * half], acc_dv[t][2 * half + 1]);
     }
   }

@@ -12,8 +12,11 @@
 
 namespace attnc {
 
-/// A warpgroup of 64 keys against kBlockM query rows (QT n8 tiles).
-template <class Variant, class T, int kDV, int kBlockM> struct BwdSm90Elements {
+/// A warpgroup of 64 keys against kBlockM query rows (QT n8 tiles): the
+/// CTA's keys 64·wg on, or its first 64 for every warpgroup when
+/// kSameKeys (bwd_sm90's column split).
+template <class Variant, class T, int kDV, int kBlockM, bool kSameKeys = false>
+struct BwdSm90Elements {
   static constexpr int QT = kBlockM / 8, VT = kDV / 8;
   static constexpr int kF = Variant::kNumFinals;
   static constexpr bool kDoosum = Variant::kBackwardUsesDoosum;
@@ -29,7 +32,7 @@ template <class Variant, class T, int kDV, int kBlockM> struct BwdSm90Elements {
                                                     int e, int &key, int &qr, int &qi) {
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    key = key0 + wg * 64 + warp * 16 + g + 8 * (e >> 1);
+    key = key0 + (kSameKeys ? 0 : wg * 64) + warp * 16 + g + 8 * (e >> 1);
     qr = t * 8 + 2 * tq + (e & 1);
     qi = m * kBlockM + qr;
     bool valid = qi < a.seq_q && key < a.seq_kv;

@@ -130,6 +130,10 @@ KernelPolicy KernelPolicy::parse(const KernelTarget &T,
 
 const Skeleton &chooseSkeleton(const KernelTarget &T, const KernelPolicy &P) {
   if (const Skeleton *S = P.Named ? P.Named : P.ConfigOf) {
+    // A configuration named may run head dims its skeleton's default does
+    // not (bwd_sm90's column split at 128/256).
+    if (P.Config && S->configError(*P.Config, T).empty())
+      return *S;
     if (std::string Why = S->unsupported(T); !Why.empty())
       throw UserError(fmt::format("skeleton {} cannot run {}: {}",
                                   S->name().str(), T.str(), Why));

@@ -324,19 +324,29 @@ TEST_CASE("Attention: with NeedsBackward, head dims no backward skeleton runs "
           "are refused when the Attention is made",
           "[runtime][attention][backward]") {
   cacheDir();
-  // 192/128 (DeepSeek-V2-Lite): the forward runs it, no backward does. The
-  // refusal comes before any kernel is compiled.
+  // 192/128 (DeepSeek-V2-Lite): the forward runs it everywhere, the
+  // backward only on sm_90a (bwd_sm90's column split). The refusal comes
+  // before any kernel is compiled.
   Signature S = sm80(192);
   S.HeadDimV = 128;
-  S.Arch = GpuArch::Sm90a;
   S.NeedsBackward = true;
   std::string Why = messageOf<NotSupportedYet>([&] { Attention A(examples::mha(), S); });
   CHECK_THAT(Why, Contains("not supported yet: the backward of 'mha' (backward "
-                           "f16 d192/128 sm_90a)") &&
-                      Contains("bwd_sm90: head_dim 192 is not supported by "
-                               "bwd_sm90; expected 64 or 128") &&
+                           "f16 d192/128 sm_80)") &&
+                      Contains("bwd_sm90: bwd_sm90 needs arch sm_90a") &&
                       Contains("bwd_sm80: head_dim 192 is not supported by "
                                "bwd_sm80; expected 64 or 128"));
+  S.Arch = GpuArch::Sm90a;
+  {
+    Attention A(examples::mha(), S);
+    CHECK(A.backwardChoice().str() == "bwd_sm90 bwd90ws.kv64x64s2.split.fused (default)");
+  }
+  // 192/192: no backward on sm_90a either.
+  S.HeadDimV = 192;
+  CHECK_THAT(messageOf<NotSupportedYet>([&] { Attention A(examples::mha(), S); }),
+             Contains("(backward f16 d192/192 sm_90a)") &&
+                 Contains("bwd_sm90: head_dim 192 is not supported by bwd_sm90") &&
+                 Contains("bwd_sm80: head_dim 192 is not supported by bwd_sm80"));
   S = sm80(256);
   S.NeedsBackward = true;
   CHECK_THAT(messageOf<NotSupportedYet>([&] { Attention A(examples::mha(), S); }),

@@ -1,7 +1,8 @@
 // The cases of gpu_backward_test: the definitions (examples and a few
 // masks made for the test), the quick set and the full matrix, each case
 // in the default configuration (bwd_sm90 on sm_90a where it runs the head
-// dims, else bwd_sm80) and in bwd_sm80's two dQ modes.
+// dims, else bwd_sm80) and in bwd_sm80's two dQ modes; on sm_90a also
+// bwd_sm90's tilings and its column split (256/256, 192/128).
 #ifndef ATTNC_TESTS_GPU_BACKWARDCASES_H
 #define ATTNC_TESTS_GPU_BACKWARDCASES_H
 
@@ -98,6 +99,37 @@ inline void addSm90Cases(std::vector<Case> &Out) {
                  "bwd90.kv64x128s2.atomic"});
 }
 
+/// bwd_sm90's column split (sm_90a only), the default at 256/256 and
+/// 192/128, which bwd_sm80 does not run: every definition in one of the
+/// two (grouped k/v heads, a length no multiple of the tiles, both layouts
+/// and dtypes), rotated walks, fewer queries than keys, and the split's
+/// other forms (three stages, atomic dQ, the head dims it also runs).
+inline void addSplitCases(std::vector<Case> &Out) {
+  bool Wide = true;
+  for (const char *E : Definitions) {
+    DType T = Wide ? DType::F16 : DType::BF16;
+    Out.push_back({E, T, Wide ? 256 : 192, Wide ? 256 : 128, 1, 4, 2, 333, 333,
+                   Wide ? Layout::BSHD : Layout::BHSD, ""});
+    Wide = !Wide;
+  }
+  Out.push_back({"mha", DType::BF16, 256, 256, 1, 2, 1, 1000, 1000, Layout::BSHD, ""});
+  Out.push_back({"mha", DType::F16, 192, 128, 1, 2, 2, 70, 1000, Layout::BSHD, ""});
+  Out.push_back({"mha_full", DType::BF16, 256, 256, 2, 2, 1, 700, 700, Layout::BHSD, ""});
+  Out.push_back({"mha_full", DType::F16, 192, 128, 2, 2, 1, 700, 700, Layout::BSHD, ""});
+  Out.push_back({"mha_emptyblock", DType::F16, 192, 128, 1, 2, 2, 333, 333, Layout::BSHD,
+                 ""});
+  Out.push_back({"mha_window", DType::BF16, 192, 128, 1, 4, 2, 333, 333, Layout::BSHD,
+                 "bwd90ws.kv64x64s3.split.fused"});
+  Out.push_back({"mha_full", DType::F16, 256, 256, 1, 2, 1, 1000, 1000, Layout::BSHD,
+                 "bwd90ws.kv64x64s2.split.atomic"});
+  Out.push_back({"alibi_learnable", DType::F16, 128, 128, 2, 2, 1, 257, 257, Layout::BHSD,
+                 "bwd90ws.kv64x64s2.split.fused"});
+  Out.push_back({"mha", DType::BF16, 128, 256, 1, 2, 1, 333, 333, Layout::BSHD,
+                 "bwd90ws.kv64x64s2.split.fused"});
+  Out.push_back({"mha_window", DType::F16, 256, 128, 1, 2, 1, 333, 333, Layout::BHSD, ""});
+  Out.push_back({"mha_full", DType::BF16, 192, 256, 1, 2, 2, 257, 257, Layout::BSHD, ""});
+}
+
 /// Fused dQ cases with several key blocks a query block (semaphores, ranks),
 /// grouped k/v heads, masks with and without diagonals, query blocks no key
 /// visits (mha_emptyblock), and rotated walks.
@@ -139,8 +171,10 @@ inline std::vector<Case> cases(bool Quick, bool Sm90) {
       Out.push_back({E, DType::F16, 64, 64, 1, 2, 1, 70, 70, Layout::BSHD, ""});
     addTwins(Out, Out.size());
     addFusedCases(Out);
-    if (Sm90)
+    if (Sm90) {
       addSm90Cases(Out);
+      addSplitCases(Out);
+    }
     return Out;
   }
   struct Dims {
@@ -182,8 +216,10 @@ inline std::vector<Case> cases(bool Quick, bool Sm90) {
   // (same inputs: the twin shares the reference), then the fused-only ones.
   addTwins(Out, Out.size());
   addFusedCases(Out);
-  if (Sm90)
+  if (Sm90) {
     addSm90Cases(Out);
+    addSplitCases(Out);
+  }
   return Out;
 }
 

@@ -10,6 +10,8 @@
 //                                      the default and bwd_sm80's dQ modes,
 //                                      the fused mode on several blocks and,
 //                                      on sm_90a, bwd_sm90's other tilings
+//   gpu_backward_test --split          only bwd_sm90's column-split cases
+//                                      (256/256, 192/128; sm_90a)
 //   gpu_backward_test --precompile A   compile every kernel for arch A into
 //                                      the kernel cache (no GPU needed)
 //   gpu_backward_test --dry-run A      compile, and run the references, for
@@ -414,18 +416,20 @@ Verdict runOnDevice(Work &W) {
 } // namespace
 
 int main(int Argc, char **Argv) {
-  bool Quick = false;
+  bool Quick = false, SplitOnly = false;
   std::string Mode;
   GpuArch Arch = GpuArch::Sm80;
   for (int I = 1; I < Argc; ++I) {
     std::string A = Argv[I];
     if (A == "--quick")
       Quick = true;
+    else if (A == "--split")
+      SplitOnly = true;
     else if ((A == "--precompile" || A == "--dry-run") && I + 1 < Argc && Mode.empty())
       Mode = A, Arch = parseArch(Argv[++I]);
     else {
-      std::fprintf(stderr, "usage: gpu_backward_test [--quick] [--precompile ARCH | "
-                           "--dry-run ARCH]\n");
+      std::fprintf(stderr, "usage: gpu_backward_test [--quick | --split] [--precompile "
+                           "ARCH | --dry-run ARCH]\n");
       return 2;
     }
   }
@@ -443,7 +447,11 @@ int main(int Argc, char **Argv) {
   const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
   std::vector<Work> Ws;
   uint64_t Seed = 1;
-  std::vector<Case> All = cases(Quick, Arch == GpuArch::Sm90a);
+  std::vector<Case> All;
+  if (SplitOnly)
+    addSplitCases(All);
+  else
+    All = cases(Quick, Arch == GpuArch::Sm90a);
   std::vector<uint64_t> Seeds;
   std::vector<int> WorkOf(All.size(), -1); // index into Ws, for twins
   for (size_t I = 0; I < All.size(); ++I) {

@@ -10,6 +10,7 @@
 #include "attn/codegen/Codegen.h"
 #include "attn/dsl/Registry.h"
 #include "attn/runtime/Compiler.h"
+#include "attn/runtime/ResourceModel.h"
 #include "attn/runtime/Selector.h"
 #include "attn/runtime/Skeleton.h"
 
@@ -37,28 +38,33 @@ KernelSpec spec(DType T, int D, int DV, GpuArch Arch = GpuArch::Sm90a) {
   return S;
 }
 
-/// f16 and bf16 x D = DV in {64, 128} to PTX with the default
-/// configuration, each with wgmma in the dtype and the proxy fence its
-/// cp.async tiles need; and one CUBIN (\p CubinType, \p CubinDim) whose
-/// NVRTC log has no wgmma serialisation warning.
+/// f16 and bf16 x head dims 64/64, 128/128, 192/128 and 256/256 to PTX
+/// with the default configuration, each with wgmma in the dtype and the
+/// proxy fence its cp.async tiles need (192/128 and 256/256: the column
+/// split, warp-specialised with TMA); and one CUBIN (\p CubinType,
+/// \p CubinDim) whose NVRTC log has no wgmma serialisation warning.
 void compileExample(const dsl::DefinitionBase &D, DType CubinType, int CubinDim) {
   CompiledDefinition Def = compile(D);
   unsigned Compiled = 0;
   for (DType T : {DType::F16, DType::BF16})
-    for (int Dim : {64, 128}) {
-      codegen::KernelSource Src = codegen::generateBackwardSm90(
-          Def, spec(T, Dim, Dim), BwdSm90Config::defaultFor(Dim, Dim));
+    for (auto [Dim, DimV] : {std::pair{64, 64}, {128, 128}, {192, 128}, {256, 256}}) {
+      BwdSm90Config Cfg = BwdSm90Config::defaultFor(Dim, DimV);
+      codegen::KernelSource Src =
+          codegen::generateBackwardSm90(Def, spec(T, Dim, DimV), Cfg);
       std::string Ptx = compileToPtx(Src);
       INFO("kernel " << Src.Key);
       CHECK(has(Ptx, ".entry attnc_bwd_dkdv"));
       CHECK(has(Ptx, "wgmma.mma_async.sync.aligned.m64n64k16"));
-      CHECK(has(Ptx, Dim == 128 ? "wgmma.mma_async.sync.aligned.m64n128k16"
-                                : "wgmma.mma_async.sync.aligned.m64n64k16"));
+      CHECK(has(Ptx, Dim == 64 ? "wgmma.mma_async.sync.aligned.m64n64k16"
+                               : "wgmma.mma_async.sync.aligned.m64n128k16"));
       CHECK(has(Ptx, T == DType::F16 ? ".f32.f16.f16" : ".f32.bf16.bf16"));
       CHECK(has(Ptx, "fence.proxy.async.shared::cta"));
-      // d128's default fuses dQ into the dK/dV kernel (both operands of
-      // dS·K MN-major); d64's has the dQ kernel.
-      if (Dim == 128) {
+      CHECK(Cfg.SplitCols == (Dim > 128));
+      CHECK(has(Ptx, "cp.async.bulk.tensor.4d") == Cfg.WarpSpecialized);
+      CHECK(has(Ptx, "setmaxnreg.inc") == Cfg.WarpSpecialized);
+      // d128's and the split's defaults fuse dQ into the dK/dV kernel
+      // (both operands of dS·K MN-major); d64's has the dQ kernel.
+      if (Dim > 64) {
         CHECK(has(Ptx, ".entry attnc_bwd_dq_convert"));
         CHECK(has(Ptx, "p, 1, 1, 1, 1;"));
       } else {
@@ -66,7 +72,7 @@ void compileExample(const dsl::DefinitionBase &D, DType CubinType, int CubinDim)
       }
       ++Compiled;
     }
-  CHECK(Compiled == 4);
+  CHECK(Compiled == 8);
   codegen::KernelSource Src = codegen::generateBackwardSm90(
       Def, spec(CubinType, CubinDim, CubinDim),
       BwdSm90Config::defaultFor(CubinDim, CubinDim));
@@ -115,7 +121,7 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
     CHECK_THROWS_WITH(BwdSm90Config::parse(Bad),
                       Contains("expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>, "
                                "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
-                               "bwd90ws[2].kv<M>x<N>s<stages>.fused or .atomic"));
+                               "bwd90ws[2].kv<M>x<N>s<stages>[.split].fused or .atomic"));
   // The opt-in modes: atomic dQ adds, warp specialisation (a producer
   // warpgroup beside the two of keys, 256 bytes of mbarriers).
   BwdSm90Config A = BwdSm90Config::parse("bwd90.kv64x128s2.atomic");
@@ -138,7 +144,33 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
     Plain.WarpSpecialized = false;
     CHECK(W.dkdvSharedBytes(128, 128, 1, false) ==
           Plain.dkdvSharedBytes(128, 128, 1, false) + 256);
+    CHECK(!W.SplitCols);
   }
+  // The column split: two consumer warpgroups over 64 keys, the producer.
+  CHECK(BwdSm90Config::defaultFor(256, 256).str() == "bwd90ws.kv64x64s2.split.fused");
+  CHECK(BwdSm90Config::defaultFor(192, 128).str() == "bwd90ws.kv64x64s2.split.fused");
+  CHECK(BwdSm90Config::defaultFor(256, 128).str() == "bwd90ws.kv64x64s2.split.fused");
+  CHECK(BwdSm90Config::defaultFor(192, 256).str() == "bwd90ws.kv64x64s2.split.fused");
+  CHECK(BwdSm90Config::defaultFor(192, 192).str() == BwdSm90Config{}.str());
+  CHECK(BwdSm90Config::defaultFor(128, 256).str() == BwdSm90Config{}.str());
+  for (std::string Text : {"bwd90ws.kv64x64s2.split.fused", "bwd90ws.kv64x64s3.split.atomic"}) {
+    BwdSm90Config S = BwdSm90Config::parse(Text);
+    CHECK(S.SplitCols);
+    CHECK(S.WarpSpecialized);
+    CHECK(S.FusedDq);
+    CHECK(S.AtomicDq == has(Text, ".atomic"));
+    CHECK(S.str() == Text);
+    CHECK(S.dkdvWarpgroups() == 2);
+    CHECK(S.dkdvThreads() == 384);
+    // 256/256: K and V of 64 keys, two stages of Q, dO and the rows, the
+    // dSᵀ tile and the mbarriers.
+    if (S.Stages == 2)
+      CHECK(S.dkdvSharedBytes(256, 256, 1, true) ==
+            1024 + 2 * 64 * 512 + 2 * (2 * 64 * 512 + 1024) + 2 * 64 * 64 + 256);
+  }
+  for (const char *Bad : {"bwd90ws.kv64x64s2.fused.split", "bwd90ws.kv64x64s2.split",
+                          "bwd90.kv64x64s2.split.q128x64w8"})
+    CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains("[.split].fused or .atomic"));
   // Shared memory: 1024 bytes of slack, K and V, then per stage Q, dO and
   // the rows' floats rounded to 1024 bytes.
   CHECK(C.dkdvSharedBytes(64, 64, 1, true) ==
@@ -163,7 +195,34 @@ TEST_CASE("bwd_sm90: what the skeleton supports", "[bwd90]") {
   CHECK_THAT(Why(spec(DType::F16, 128, 128, GpuArch::Sm80), C),
              Contains("needs arch sm_90a"));
   CHECK_THAT(Why(spec(DType::F16, 192, 128), C),
-             Contains("head_dim 192 is not supported by bwd_sm90; expected 64 or 128"));
+             Contains("head_dim 192 is not supported by bwd_sm90 with backward config "
+                      "bwd90.kv64x128s2.q128x64w8; expected 64 or 128, or 128, 192 or "
+                      "256 (head_dim_v 128 or 256) in the column-split mode"));
+  // The column split: 128, 192 or 256 with 128 or 256, 64 keys and
+  // query rows a step, warp-specialised with fused dQ.
+  BwdSm90Config Split = BwdSm90Config::defaultFor(256, 256);
+  for (DType T : {DType::F16, DType::BF16})
+    for (auto [D, DV] : {std::pair{256, 256}, {192, 128}, {128, 128}, {128, 256},
+                         {192, 256}, {256, 128}})
+      CHECK(Why(spec(T, D, DV), Split).empty());
+  for (auto [D, DV] : {std::pair{64, 64}, {192, 192}, {256, 64}, {96, 128}})
+    CHECK_THAT(Why(spec(DType::F16, D, DV), Split),
+               Contains("not supported by bwd_sm90's column split; expected head_dim "
+                        "128, 192 or 256 and head_dim_v 128 or 256"));
+  CHECK_THAT(Why(spec(DType::F16, 256, 256, GpuArch::Sm80), Split),
+             Contains("needs arch sm_90a"));
+  for (const char *Bad : {"bwd90ws.kv64x128s2.split.fused", "bwd90.kv64x64s2.split.fused",
+                          "bwd90ws2.kv64x64s2.split.fused"})
+    CHECK_THAT(Why(spec(DType::F16, 256, 256), BwdSm90Config::parse(Bad)),
+               Contains("the column split is a bwd90ws. mode with a key block of 64"));
+  CHECK_THAT(Why(spec(DType::F16, 256, 256), BwdSm90Config::parse("bwd90ws.kv128x64s2.split.fused")),
+             Contains("the column split's query step must be 64"));
+  // Two stages fit at 256/256 (203 KiB with one final rowscale), three do
+  // not; four fit at 192/128.
+  CHECK_THAT(Why(spec(DType::F16, 256, 256), BwdSm90Config::parse("bwd90ws.kv64x64s3.split.fused")),
+             Contains("bytes of shared memory"));
+  CHECK(Why(spec(DType::F16, 192, 128), BwdSm90Config::parse("bwd90ws.kv64x64s4.split.fused"))
+            .empty());
   CHECK_THAT(Why(spec(DType::F16, 128, 256), C),
              Contains("head_dim_v 256 is not supported by bwd_sm90"));
   BwdSm90Config Regs = C; // 128 query rows a step beside dK and dV of d128
@@ -222,6 +281,14 @@ TEST_CASE("bwd_sm90: the selector picks it on sm_90a where it runs the head "
   CHECK(Choice(64, 64, GpuArch::Sm86).Skel->name() == "bwd_sm80");
   CHECK(Choice(128, 256, GpuArch::Sm90a).Skel->name() == "bwd_sm80");
   CHECK(Choice(64, 128, GpuArch::Sm90a).Skel->name() == "bwd_sm80");
+  // 256/256 and 192/128: bwd_sm90's column split; bwd_sm80 runs neither.
+  CHECK(Choice(256, 256, GpuArch::Sm90a).str() ==
+        "bwd_sm90 bwd90ws.kv64x64s2.split.fused (default)");
+  CHECK(Choice(192, 128, GpuArch::Sm90a).str() ==
+        "bwd_sm90 bwd90ws.kv64x64s2.split.fused (default)");
+  CHECK_THROWS_WITH(Choice(256, 256, GpuArch::Sm80),
+                    Contains("bwd_sm90: bwd_sm90 needs arch sm_90a") &&
+                        Contains("bwd_sm80: head_dim 256 is not supported by bwd_sm80"));
   // A bwd_sm80 configuration still names bwd_sm80 on sm_90a.
   KernelTarget T =
       KernelTarget::of(Def, Direction::Backward, DType::F16, 128, 128, GpuArch::Sm90a);
@@ -231,11 +298,22 @@ TEST_CASE("bwd_sm90: the selector picks it on sm_90a where it runs the head "
             .str() == "bwd_sm90 bwd90.kv64x64s3.q128x64w8 (named)");
   CHECK(chooseWithoutShape(T, KernelPolicy::parse(T, "", "bwd90.kv64x128s3.fused")).str() ==
         "bwd_sm90 bwd90.kv64x128s3.fused (named)");
-  // No backward skeleton at 192/128: each one's reason.
+  // A named configuration that runs head dims the skeleton's default does
+  // not: the column split at 128/256 (bwd_sm80 is the default there).
+  KernelTarget T256 = T;
+  T256.HeadDimV = 256;
+  CHECK(chooseWithoutShape(T256, KernelPolicy()).Skel->name() == "bwd_sm80");
+  CHECK(chooseWithoutShape(T256, KernelPolicy::parse(T256, "", "bwd90ws.kv64x64s2.split.fused"))
+            .str() == "bwd_sm90 bwd90ws.kv64x64s2.split.fused (named)");
+  CHECK_THROWS_WITH(
+      chooseWithoutShape(T256, KernelPolicy::parse(T256, "", "bwd90ws.kv64x128s2.fused")),
+      Contains("skeleton bwd_sm90 cannot run backward f16 d128/256 sm_90a"));
+  // No backward skeleton at 192/192: each one's reason.
   KernelTarget T192 = T;
   T192.HeadDim = 192;
+  T192.HeadDimV = 192;
   CHECK_THROWS_WITH(chooseWithoutShape(T192, KernelPolicy()),
-                    Contains("no skeleton runs backward f16 d192/128 sm_90a") &&
+                    Contains("no skeleton runs backward f16 d192/192 sm_90a") &&
                         Contains("bwd_sm90: head_dim 192") &&
                         Contains("bwd_sm80: head_dim 192"));
 }
@@ -314,6 +392,32 @@ TEST_CASE("bwd_sm90: the atomic and warp-specialised modes compile for sm_90a",
     runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
     INFO(Bin.Log);
     CHECK(!has(Bin.Log, "serialized"));
+  }
+}
+
+TEST_CASE("bwd_sm90: the column split compiles to CUBINs without wgmma "
+          "serialisation",
+          "[nvrtc][bwd90][mha]") {
+  // dV's and dK's products are waited for before dQ's is issued: with all
+  // three in flight, alibi_learnable's at 256/256 had its wgmma serialised.
+  struct {
+    const dsl::DefinitionBase &Def;
+    DType T;
+    int D, DV;
+  } Cases[] = {{examples::alibiLearnable(), DType::F16, 256, 256},
+               {examples::mha(), DType::BF16, 192, 128}};
+  for (const auto &C : Cases) {
+    CompiledDefinition Def = compile(C.Def);
+    codegen::KernelSource Src = codegen::generateBackwardSm90(
+        Def, spec(C.T, C.D, C.DV), BwdSm90Config::defaultFor(C.D, C.DV));
+    CHECK(has(Src.Source, "/*kSplit=*/true"));
+    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+    INFO("kernel " << Src.Key << "\n" << Bin.Log);
+    CHECK(!has(Bin.Log, "serialized"));
+    // Launched at 384 threads a CTA (168 registers before setmaxnreg).
+    runtime::KernelResources R = runtime::readCubinResources(
+        llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
+    CHECK(R.Registers <= 168);
   }
 }
 

@@ -343,9 +343,11 @@ TEST_CASE("KernelPolicy: names are parsed once and refused with reasons",
   CHECK_THROWS_WITH(chooseWithoutShape(Fwd80, KernelPolicy::parse(
                                                   Fwd80, "", "m64n128w4s3")),
                     Contains("sm_80 has 166912"));
-  // The backward's head dims are refused when the choice is made.
+  // The backward's head dims are refused when the choice is made (192/192:
+  // bwd_sm90's column split runs 192 with head_dim_v 128 or 256 only).
   KernelTarget Bwd192 = Bwd;
   Bwd192.HeadDim = 192;
+  Bwd192.HeadDimV = 192;
   CHECK_THROWS_WITH(chooseWithoutShape(Bwd192, KernelPolicy()),
                     Contains("head_dim 192 is not supported by bwd_sm90") &&
                         Contains("head_dim 192 is not supported by bwd_sm80"));

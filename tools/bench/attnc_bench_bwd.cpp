@@ -2,7 +2,7 @@
 // (warm-up, median of many runs, inputs rotated over three random sets) and
 // prints one line per shape, as attnc_bench does for the forward.
 //
-//   attnc_bench_bwd NAME DTYPE B H S D [CONFIG]
+//   attnc_bench_bwd NAME DTYPE B H S D [DV] [CONFIG]
 //
 // NAME is a registered example (alibi_learnable: learned per-head ALiBi
 // slopes and bias, whose gradients are computed too) or one of the GPU
@@ -10,7 +10,9 @@
 // without a mask); CONFIG a backward configuration (kv64x128w8.q128x64w8.s2,
 // or kv64x128w8.fused.s2 for the fused dQ mode). The forward kernel
 // makes out and the final rowscales once per input set; only the backward
-// is timed. FLOPs: 2.5 x the forward's 4·B·H·S²·D, halved for causal.
+// is timed. DV (v's and out's head dim) defaults to D. FLOPs: the five
+// products' 2·B·H·S²·(3·D + 2·DV) (2.5 x the forward's 4·B·H·S²·D when
+// DV = D), halved for causal.
 #include "BenchJson.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
@@ -35,34 +37,36 @@ using namespace attn::gputest;
 int main(int Argc, char **Argv) {
   BenchCommand Cmd;
   if (int Rc = parseBenchCommand(
-          Argc, Argv, 4, "attnc_bench_bwd NAME f16|bf16 B H S D [CONFIG]", Cmd))
+          Argc, Argv, 4, "attnc_bench_bwd NAME f16|bf16 B H S D [DV] [CONFIG]", Cmd))
     return Rc;
   try {
     const std::string &Name = Cmd.Name;
     DType T = Cmd.Dtype;
     int B = Cmd.Ints[0], H = Cmd.Ints[1], S = Cmd.Ints[2], D = Cmd.Ints[3];
+    int DV = Cmd.Ints.size() > 4 ? Cmd.Ints[4] : D;
+    const int ConfigArg = 3 + int(Cmd.Ints.size());
     dsl::AttentionDef Def = makeDefinition(Name);
     runtime::Signature Sig;
     Sig.Dtype = T;
     Sig.HeadDim = D;
-    Sig.HeadDimV = D;
-    if (Argc > 7)
-      Sig.BackwardConfig = Argv[7];
+    Sig.HeadDimV = DV;
+    if (Argc > ConfigArg)
+      Sig.BackwardConfig = Argv[ConfigArg];
     runtime::Attention Fwd(Def, Sig);
     const CompiledDefinition &CD = Fwd.definition();
     const ir::Graph &G = *CD.Graph;
     runtime::ElemType ET =
         T == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
 
-    size_t Elems = size_t(B) * S * H * D;
+    size_t Elems = size_t(B) * S * H * D, ElemsV = size_t(B) * S * H * DV;
     size_t NumFinals = G.decls().FinalRowscales.size();
     std::mt19937_64 Rng(7);
     runtime::NormalPool Normals(T, Rng, 7);
     std::vector<uint16_t> Host;
-    auto Random = [&] {
-      Normals.fill(Host, Elems);
-      auto Buf = std::make_unique<DeviceBuffer>(Elems * 2);
-      Buf->upload(Host.data(), Elems * 2);
+    auto Random = [&](size_t N) {
+      Normals.fill(Host, N);
+      auto Buf = std::make_unique<DeviceBuffer>(N * 2);
+      Buf->upload(Host.data(), N * 2);
       return Buf;
     };
     struct Set {
@@ -103,42 +107,44 @@ int main(int Argc, char **Argv) {
             InputBufs.back()->get(), runtime::ElemType::F32, {N});
       }
     }
-    auto View = [&](DeviceBuffer &Buf) {
-      return runtime::TensorView::contiguous(Buf.get(), ET, {B, S, H, D});
+    auto View = [&](DeviceBuffer &Buf, int Dim) {
+      return runtime::TensorView::contiguous(Buf.get(), ET, {B, S, H, Dim});
     };
     auto FinalsView = [&](DeviceBuffer &Buf) {
       return runtime::TensorView::contiguous(Buf.get(), runtime::ElemType::F32,
                                              {int64_t(NumFinals), B, H, S});
     };
     for (int I = 0; I < 3; ++I) {
-      Set St{Random(), Random(), Random(), Random(),
-             std::make_unique<DeviceBuffer>(Elems * 2),
+      Set St{Random(Elems), Random(Elems), Random(ElemsV), Random(ElemsV),
+             std::make_unique<DeviceBuffer>(ElemsV * 2),
              std::make_unique<DeviceBuffer>(std::max<size_t>(1, NumFinals) * B *
                                             H * S * 4)};
       runtime::TensorView FV = FinalsView(*St.F);
-      Fwd.forward(View(*St.Q), View(*St.K), View(*St.V), View(*St.O),
+      Fwd.forward(View(*St.Q, D), View(*St.K, D), View(*St.V, DV), View(*St.O, DV),
                   NumFinals ? &FV : nullptr, Inputs);
       Sets.push_back(std::move(St));
     }
-    DeviceBuffer GQ(Elems * 2), GK(Elems * 2), GV(Elems * 2);
+    DeviceBuffer GQ(Elems * 2), GK(Elems * 2), GV(ElemsV * 2);
     auto Run = [&](int I) {
       Set &St = Sets[I];
-      runtime::TensorView Q = View(*St.Q), K = View(*St.K), V = View(*St.V),
-                          O = View(*St.O), dO = View(*St.DO), F = FinalsView(*St.F),
-                          dQ = View(GQ), dK = View(GK), dV = View(GV);
+      runtime::TensorView Q = View(*St.Q, D), K = View(*St.K, D), V = View(*St.V, DV),
+                          O = View(*St.O, DV), dO = View(*St.DO, DV), F = FinalsView(*St.F),
+                          dQ = View(GQ, D), dK = View(GK, D), dV = View(GV, DV);
       Fwd.backward(Q, K, V, &O, dO, NumFinals ? &F : nullptr, dQ, dK, dV,
                    Inputs, Grads);
     };
     double Median = runtime::medianEventMs([&](int I) { Run(I % 3); }, 5, 30);
     bool Causal = G.decls().HasMask; // every masked example here is causal
-    double Flops = 2.5 * 4.0 * B * H * double(S) * S * D * (Causal ? 0.5 : 1.0);
-    std::printf("attnc-bwd %-12s %s B%d H%d S%d D%d %s %s: %.3f ms  %.1f TFLOPS\n",
-                Name.c_str(), dtypeName(T).str().c_str(), B, H, S, D,
+    double Flops =
+        2.0 * B * H * double(S) * S * (3.0 * D + 2.0 * DV) * (Causal ? 0.5 : 1.0);
+    std::string Dims = DV == D ? fmt::format("D{}", D) : fmt::format("D{}/{}", D, DV);
+    std::printf("attnc-bwd %-12s %s B%d H%d S%d %s %s %s: %.3f ms  %.1f TFLOPS\n",
+                Name.c_str(), dtypeName(T).str().c_str(), B, H, S, Dims.c_str(),
                 Causal ? "causal" : "full", Fwd.backwardChoice().str().c_str(), Median,
                 Flops / (Median * 1e-3) / 1e12);
     bench::recordBenchRow({"bwd", "attnc", Name, dtypeName(T).str(),
                            Causal ? "causal" : "full",
-                           Fwd.backwardChoice().str(), B, H, S, D, D, Median,
+                           Fwd.backwardChoice().str(), B, H, S, D, DV, Median,
                            Flops / (Median * 1e-3) / 1e12});
     return 0;
   } catch (const std::exception &E) {

@@ -6,9 +6,12 @@ per-head bias on the diagonal, that require gradients, as attnc's
 alibi_learnable). The forward runs once per
 input set; only torch.autograd.grad (the backward kernels) is timed, with
 CUDA events, warm-up, median of 30, inputs rotated over three sets. FLOPs are
-2.5 x the forward's 4*B*H*S^2*D, halved for causal.
+the five products' 2*B*H*S^2*(3*D + 2*DV) (2.5 x the forward's 4*B*H*S^2*D
+when DV = D), halved for causal, as attnc_bench_bwd counts them.
 
-    python3 tools/bench/peers_bwd.py f16 B H S D [noflex]
+    python3 tools/bench/peers_bwd.py f16 B H S D [DV] [noflex]
+
+DV (v's head dim) defaults to D.
 
 With "noflex" the FlexAttention rows (each a torch.compile) are left out.
 """
@@ -30,15 +33,18 @@ def median_ms(fn, n_sets):
 def main():
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[sys.argv[1]]
     B, H, S, D = map(int, sys.argv[2:6])
+    rest = sys.argv[6:]
+    DV = int(rest.pop(0)) if rest and rest[0].isdigit() else D
+    dims = f"D{D}" if DV == D else f"D{D}/{DV}"
     for causal in (False, True):
-        flops = 2.5 * 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
+        flops = 2.0 * B * H * S * S * (3 * D + 2 * DV) * (0.5 if causal else 1.0)
         for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION),
                               ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
             try:
                 sets = []
                 for _ in range(3):
-                    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=dt,
-                                           requires_grad=True) for _ in range(3))
+                    q, k, v = (torch.randn(B, H, S, d, device="cuda", dtype=dt,
+                                           requires_grad=True) for d in (D, D, DV))
                     with sdpa_kernel(backend):
                         out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                     sets.append((out, (q, k, v), torch.randn_like(out)))
@@ -52,14 +58,14 @@ def main():
             except RuntimeError as err:
                 print(f"{name}: unavailable ({str(err).splitlines()[0]})")
                 continue
-            print(f"peer-bwd {name:12s} {sys.argv[1]} B{B} H{H} S{S} D{D} "
+            print(f"peer-bwd {name:12s} {sys.argv[1]} B{B} H{H} S{S} {dims} "
                   f"{'causal' if causal else 'full'}: {ms:.3f} ms  "
                   f"{flops / (ms * 1e-3) / 1e12:.1f} TFLOPS")
             record("bwd", name, "mha" if causal else "mha_full", sys.argv[1],
-                   "causal" if causal else "full", B, H, S, D, D, ms,
+                   "causal" if causal else "full", B, H, S, D, DV, ms,
                    flops / (ms * 1e-3) / 1e12)
             del sets
-    if "noflex" not in sys.argv[6:]:
+    if "noflex" not in rest and DV == D:
         flex_peers(dt, B, H, S, D, sys.argv[1])
 
 

@@ -27,9 +27,10 @@ BwdSm90Config BwdSm90Config::fused(int KvBlockM, int KvBlockN, int Stages) {
 
 std::string BwdSm90Config::str() const {
   if (FusedDq)
-    return fmt::format("{}.kv{}x{}s{}.{}",
+    return fmt::format("{}.kv{}x{}s{}.{}{}",
                        WarpSpecialized ? (TwoPass ? "bwd90ws2" : "bwd90ws") : "bwd90",
-                       KvBlockM, KvBlockN, Stages, AtomicDq ? "atomic" : "fused");
+                       KvBlockM, KvBlockN, Stages, SplitCols ? "split." : "",
+                       AtomicDq ? "atomic" : "fused");
   return fmt::format("bwd90.kv{}x{}s{}.q{}x{}w{}", KvBlockM, KvBlockN, Stages,
                      QBlockM, QBlockN, QWarps);
 }
@@ -44,15 +45,18 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
   bool TwoPass = T.startswith("bwd90ws2.");
   bool Ws = TwoPass || T.startswith("bwd90ws.");
   bool Atomic = T.endswith(".atomic");
+  bool Split = T.contains(".split.");
   if (T.endswith(".fused") || Atomic) {
     std::string Form = std::string(TwoPass ? "bwd90ws2" : Ws ? "bwd90ws" : "bwd90") +
-                       ".kv%dx%ds%d." + (Atomic ? "atomic" : "fused");
+                       ".kv%dx%ds%d." + (Split ? "split." : "") +
+                       (Atomic ? "atomic" : "fused");
     Ok = std::sscanf(Text.c_str(), Form.c_str(), &M, &N, &S) == 3;
     if (Ok) {
       C = fused(M, N, S);
       C.AtomicDq = Atomic;
       C.WarpSpecialized = Ws;
       C.TwoPass = TwoPass;
+      C.SplitCols = Split;
     }
   } else {
     Ok = std::sscanf(Text.c_str(), "bwd90.kv%dx%ds%d.q%dx%dw%d", &C.KvBlockM,
@@ -63,7 +67,7 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
     throw UserError("backward config '" + Text +
                     "': expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>, "
                     "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
-                    "bwd90ws[2].kv<M>x<N>s<stages>.fused or .atomic, e.g. "
+                    "bwd90ws[2].kv<M>x<N>s<stages>[.split].fused or .atomic, e.g. "
                     "bwd90.kv64x128s2.q128x64w8 or bwd90.kv64x128s2.fused");
   return C;
 }
@@ -96,7 +100,54 @@ BwdSm90Config BwdSm90Config::defaultFor(int D, int DV) {
     C.WarpSpecialized = true;
     return C;
   }
+  // Head dim 192 or 256 (with 128 or 256): dK and dV rows of 64 keys are
+  // 80 to 128 floats a thread of one warpgroup on top of Sᵀ and dPᵀ, so two
+  // warpgroups split their columns (and dQ's) over the same 64 keys.
+  if (D > 128 && (DV == 128 || DV == 256)) {
+    BwdSm90Config C = fused(64, 64, 2);
+    C.WarpSpecialized = true;
+    C.SplitCols = true;
+    return C;
+  }
   return BwdSm90Config{};
+}
+
+/// Shared memory of \p C within \p Spec's arch, or why not.
+static std::string sharedUnsupported(const KernelSpec &Spec, const BwdSm90Config &C,
+                                     int NumFinals, bool Doosum) {
+  int Limit = archSharedLimit(Spec.Arch);
+  int KvBytes = C.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum);
+  int QBytes = C.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV);
+  for (auto [What, Bytes] : {std::pair{"dK/dV", KvBytes}, {"dQ", QBytes}})
+    if (Bytes > Limit)
+      return fmt::format("backward config {}: the {} kernel needs {} bytes of "
+                         "shared memory for d{}/{}; {} has {}",
+                         C.str(), What, Bytes, Spec.HeadDim, Spec.HeadDimV,
+                         archName(Spec.Arch).str(), Limit);
+  return "";
+}
+
+/// bwdSm90Unsupported for the column-split mode (SplitCols in
+/// bwd_sm90.cuh): its tiles, head dims and registers.
+static std::string splitColsUnsupported(const KernelSpec &Spec, const BwdSm90Config &C,
+                                        int NumFinals, bool Doosum) {
+  std::string Name = C.str();
+  if (!C.FusedDq || !C.WarpSpecialized || C.TwoPass || C.KvBlockN != 64)
+    return fmt::format("backward config {}: the column split is a bwd90ws. mode "
+                       "with a key block of 64",
+                       Name);
+  int D = Spec.HeadDim, DV = Spec.HeadDimV;
+  if ((D != 128 && D != 192 && D != 256) || (DV != 128 && DV != 256))
+    return fmt::format("head dims {}/{} are not supported by bwd_sm90's column "
+                       "split; expected head_dim 128, 192 or 256 and head_dim_v 128 "
+                       "or 256",
+                       D, DV);
+  if (C.KvBlockM != 64)
+    return fmt::format("backward config {}: the column split's query step must be 64",
+                       Name);
+  if (C.Stages < 2 || C.Stages > 4)
+    return fmt::format("backward config {}: stages must be 2, 3 or 4", Name);
+  return sharedUnsupported(Spec, C, NumFinals, Doosum);
 }
 
 std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
@@ -104,9 +155,13 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
   if (!archHasWgmma(Spec.Arch))
     return "bwd_sm90 needs arch sm_90a (wgmma), not '" +
            archName(Spec.Arch).str() + "'";
+  if (C.SplitCols)
+    return splitColsUnsupported(Spec, C, NumFinals, Doosum);
   if (Spec.HeadDim != 64 && Spec.HeadDim != 128)
-    return fmt::format("head_dim {} is not supported by bwd_sm90; expected 64 or 128",
-                       Spec.HeadDim);
+    return fmt::format("head_dim {} is not supported by bwd_sm90 with backward config "
+                       "{}; expected 64 or 128, or 128, 192 or 256 (head_dim_v 128 or "
+                       "256) in the column-split mode (bwd90ws.kv64x64s2.split.fused)",
+                       Spec.HeadDim, C.str());
   if (Spec.HeadDimV != Spec.HeadDim)
     return fmt::format("head_dim_v {} is not supported by bwd_sm90 with head_dim "
                        "{}; expected head_dim_v = head_dim",
@@ -163,16 +218,7 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
     return fmt::format("backward config {}: the dQ key step must be a multiple of "
                        "16 between 16 and 256",
                        Name);
-  int Limit = archSharedLimit(Spec.Arch);
-  int KvBytes = C.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum);
-  int QBytes = C.dqSharedBytes(Spec.HeadDim, Spec.HeadDimV);
-  for (auto [What, Bytes] : {std::pair{"dK/dV", KvBytes}, {"dQ", QBytes}})
-    if (Bytes > Limit)
-      return fmt::format("backward config {}: the {} kernel needs {} bytes of "
-                         "shared memory for d{}/{}; {} has {}",
-                         Name, What, Bytes, Spec.HeadDim, Spec.HeadDimV,
-                         archName(Spec.Arch).str(), Limit);
-  return "";
+  return sharedUnsupported(Spec, C, NumFinals, Doosum);
 }
 
 KernelSource generateBackwardSm90(const CompiledDefinition &Def,
@@ -218,7 +264,9 @@ KernelSource generateBackwardSm90(const CompiledDefinition &Def,
   Values["dkdv_mode_args"] =
       Extra ? fmt::format(", /*kAtomicDq=*/{}, /*kWarpSpecialized=*/{}{}", Config.AtomicDq,
                           Config.WarpSpecialized,
-                          Config.TwoPass ? ", /*kTwoPass=*/true" : "")
+                          Config.SplitCols ? ", /*kTwoPass=*/false, /*kSplit=*/true"
+                          : Config.TwoPass ? ", /*kTwoPass=*/true"
+                                           : "")
             : "";
   Values["dkdv_maps_param"] =
       Config.WarpSpecialized

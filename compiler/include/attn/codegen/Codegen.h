@@ -209,15 +209,23 @@ struct BwdSm90Config {
   /// dV's runs, instead of one after both Sᵀ and dPᵀ (more registers: the
   /// scores are kept for the second pass).
   bool TwoPass = false;
+  /// Warp-specialised with fused dQ and 64 keys a CTA (written .split.
+  /// before .fused or .atomic): two consumer warpgroups over the same keys,
+  /// each computing Sᵀ and dPᵀ and owning part of dK's, dV's and dQ's
+  /// columns, for head dims whose dK and dV rows are too many registers
+  /// for one warpgroup (256/256, 192/128; any of 128 or 256 each).
+  bool SplitCols = false;
   /// The fused dQ mode with these dK/dV tiles.
   static BwdSm90Config fused(int KvBlockM, int KvBlockN, int Stages);
   /// "bwd90.kv64x128s2.q128x64w8", "bwd90.kv64x128s2.fused",
-  /// "bwd90.kv64x128s2.atomic", "bwd90ws.kv64x128s2.fused"
+  /// "bwd90.kv64x128s2.atomic", "bwd90ws.kv64x128s2.fused",
+  /// "bwd90ws.kv64x64s2.split.fused"
   std::string str() const;
   /// Parses what str() writes; UserError on anything else.
   static BwdSm90Config parse(const std::string &Text);
-  /// Consumer warpgroups of 64 keys each.
-  int dkdvWarpgroups() const { return KvBlockN / 64; }
+  /// Consumer warpgroups: of 64 keys each, or two over the same 64 keys
+  /// when SplitCols.
+  int dkdvWarpgroups() const { return SplitCols ? 2 : KvBlockN / 64; }
   /// Threads of a dK/dV CTA: 128 per warpgroup, and the producer's 128
   /// when warp-specialised.
   int dkdvThreads() const {

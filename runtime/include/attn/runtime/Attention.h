@@ -174,13 +174,16 @@ using InputGradMap = std::map<std::string, TensorView>;
 ///   forward    fwd_sm90   sm_90a         D, DV each of 64, 128, 192, 256
 ///   forward    fwd_sm80   every arch     D, DV each of 64, 128, 192, 256
 ///   forward    decode_sm80 every arch    as fwd_sm80; 1 to 16 queries
-///   backward   bwd_sm90   sm_90a         64/64, 128/128
+///   backward   bwd_sm90   sm_90a         64/64, 128/128; 192/128, 192/256,
+///                                        256/128, 256/256 (column split)
 ///   backward   bwd_sm80   every arch     64/64, 64/128, 128/64, 128/128,
 ///                                        128/256
 ///
-/// A backward at other head dims (192/128, 256/256, ...) is not supported
-/// yet: with Signature::NeedsBackward the constructor says so
-/// (NotSupportedYet), else the first backward() call (UserError).
+/// A backward at other head dims (192/128 or 256/256 on sm_80/86/89, 192/192,
+/// ...) is not supported yet: with Signature::NeedsBackward the constructor
+/// says so (NotSupportedYet), else the first backward() call (UserError).
+/// backwardVarlen runs bwd_sm80 on every arch, so its head dims are
+/// bwd_sm80's.
 ///
 /// Each call runs on a backend (attn/runtime/Backend.h): the one the
 /// signature names, or else the first registered one whose check() accepts
