@@ -107,7 +107,7 @@ int main(int Argc, char **Argv) {
                 100.0 * VarTps / FixTps);
 
     // The backward: dout from the same block, gradients written.
-    auto DOB = filled(size_t(T) * H * DV * 2, Block.data(), Block.size() * 2);
+    auto DOB = repeatedBuffer(size_t(T) * H * DV * 2, Block.data(), Block.size() * 2);
     DeviceBuffer DQ(size_t(T) * H * D * 2), DK(size_t(T) * H * D * 2),
         DVb(size_t(T) * H * DV * 2), DDecay(size_t(T) * H * 4),
         DInit(Init.Data.size() * 4);
