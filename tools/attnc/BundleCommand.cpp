@@ -141,7 +141,7 @@ int BundleCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
       for (int D : Dims)
         for (Layout L : LayoutList) {
           int DV = HeadDimV ? int(HeadDimV) : D;
-          std::string What_ = fmt::format(
+          std::string Label = fmt::format(
               "{} {} d{}/{} {} ({})", Name, dtypeName(Dt).str(), D, DV,
               layoutName(L).str(),
               llvm::join(Archs.begin(), Archs.end(), ","));
@@ -164,12 +164,12 @@ int BundleCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
             }
           } catch (const Error &E) {
             // Which of the cross product failed, then why.
-            throw UserError("bundle: " + What_ + ": " + E.what());
+            throw UserError("bundle: " + Label + ": " + E.what());
           }
           size_t Compiled = 0;
           for (const runtime::PrecompiledKernel &K : Kernels)
             Compiled += K.From == "compiled";
-          OS << fmt::format("{}: {} kernels ({} compiled now)\n", What_,
+          OS << fmt::format("{}: {} kernels ({} compiled now)\n", Label,
                             Kernels.size(), Compiled);
           Bundle.add(Kernels);
         }
