@@ -99,6 +99,13 @@ std::vector<const BundleEntry *> KernelBundle::entries() const {
   return Out;
 }
 
+uint64_t KernelBundle::cubinBytes() const {
+  uint64_t Bytes = 0;
+  for (const auto &[Key, E] : Entries)
+    Bytes += E.Cubin->size();
+  return Bytes;
+}
+
 std::string KernelBundle::serialize() const {
   std::string Out(Magic);
   appendLE<uint32_t>(Out, FormatVersion);

@@ -9,6 +9,7 @@
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/EventTiming.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Endian.h"
@@ -274,12 +275,16 @@ void checkKeyPrefix(const codegen::KernelSource &Src) {
                             "'; expected only [A-Za-z0-9._-]");
 }
 
-} // namespace
-
-std::string bundleKey(const codegen::KernelSource &Src) {
+/// Src.Key's prefix + "-" + the hex SHA-256 of the source, the fields
+/// \p Toolchain hashes (nothing for a bundle key; NVRTC's options and
+/// version for the disk key), the attnc version, the arch and the device
+/// library, in that order.
+std::string hashedKey(const codegen::KernelSource &Src,
+                      llvm::function_ref<void(llvm::SHA256 &)> Toolchain) {
   checkKeyPrefix(Src);
   llvm::SHA256 H;
   hashField(H, Src.Source);
+  Toolchain(H);
   hashField(H, AttncVersion);
   hashField(H, archName(Src.Arch));
   hashField(H, deviceLibraryDigest());
@@ -287,20 +292,20 @@ std::string bundleKey(const codegen::KernelSource &Src) {
   return Prefix + "-" + llvm::toHex(H.final(), /*LowerCase=*/true);
 }
 
+} // namespace
+
+std::string bundleKey(const codegen::KernelSource &Src) {
+  return hashedKey(Src, [](llvm::SHA256 &) {});
+}
+
 std::string KernelCache::fullKey(const codegen::KernelSource &Src) const {
-  checkKeyPrefix(Src);
-  llvm::SHA256 H;
-  hashField(H, Src.Source);
-  std::vector<std::string> Options = nvrtcOptions(Src.Arch);
-  hashField(H, std::to_string(Options.size()));
-  for (const std::string &O : Options)
-    hashField(H, O);
-  hashField(H, nvrtcVersion());
-  hashField(H, AttncVersion);
-  hashField(H, archName(Src.Arch));
-  hashField(H, deviceLibraryDigest());
-  std::string Prefix = Src.Key.substr(0, MaxPrefixLength);
-  return Prefix + "-" + llvm::toHex(H.final(), /*LowerCase=*/true);
+  return hashedKey(Src, [&](llvm::SHA256 &H) {
+    std::vector<std::string> Options = nvrtcOptions(Src.Arch);
+    hashField(H, std::to_string(Options.size()));
+    for (const std::string &O : Options)
+      hashField(H, O);
+    hashField(H, nvrtcVersion());
+  });
 }
 
 CacheResult KernelCache::getOrCompile(const codegen::KernelSource &Src) {
@@ -325,6 +330,7 @@ CacheResult KernelCache::getOrCompile(const codegen::KernelSource &Src) {
   };
 
   std::vector<std::string> Searched;
+  std::shared_ptr<const std::vector<char>> FromBundle;
   {
     std::lock_guard<std::mutex> Lock(Mutex);
     auto It = Memory.find(MemoryKey);
@@ -337,16 +343,15 @@ CacheResult KernelCache::getOrCompile(const codegen::KernelSource &Src) {
     }
     for (const auto &[Name, Bundle] : Bundles) {
       if (const BundleEntry *E = Bundle->find(MemoryKey)) {
-        Result.FullKey = MemoryKey;
-        Result.Cubin = Memory.try_emplace(MemoryKey, MemoryEntry{E->Cubin,
-                                                                 MemoryKey})
-                           .first->second.Cubin;
-        Result.Source = CacheSource::Bundle;
-        Result.LookupSeconds = Timer.seconds();
-        return Result;
+        FromBundle = E->Cubin;
+        break;
       }
       Searched.push_back(Name);
     }
+  }
+  if (FromBundle) {
+    Result.FullKey = MemoryKey;
+    return Finish(std::move(FromBundle), CacheSource::Bundle);
   }
 
   // Past the bundles, the disk key and a compile both need NVRTC.

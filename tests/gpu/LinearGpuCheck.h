@@ -36,6 +36,37 @@ inline dsl::LinearAttentionDef definition(const std::string &Name) {
   return examples::retentionLinear();
 }
 
+/// One case of the packed (varlen) linear GPU tests, forward and backward:
+/// a definition, dtype, head dims and head counts (H value heads, Hq and Hk
+/// query and key heads).
+struct LinearVarlenCase {
+  std::string Def;
+  DType Dt;
+  int D, DV, H, Hq, Hk;
+  std::string name() const {
+    return fmt::format("{} {} d{}/{} h{}/{}/{}", Def, dtypeName(Dt).str(), D, DV,
+                       H, Hq, Hk);
+  }
+};
+
+/// Every linear example over head dims and GQA shapes, f16 and bf16 (bf16
+/// only under the sanitizer, whose runs are slow).
+inline std::vector<LinearVarlenCase> linearVarlenCases(bool Sanitize) {
+  struct Ex {
+    const char *Name;
+    int D, DV, H, Hq, Hk;
+  } Exs[] = {{"mamba2", 128, 64, 4, 1, 1},
+             {"simple_gla", 64, 128, 4, 4, 2},
+             {"simple_gla", 128, 128, 4, 4, 4},
+             {"retention_linear", 256, 128, 2, 2, 2}};
+  std::vector<LinearVarlenCase> Out;
+  for (const Ex &E : Exs)
+    for (DType Dt : {DType::F16, DType::BF16})
+      if (!Sanitize || Dt == DType::BF16)
+        Out.push_back({E.Name, Dt, E.D, E.DV, E.H, E.Hq, E.Hk});
+  return Out;
+}
+
 inline size_t offsetOf(Layout L, int H, int S, int D, int b, int h, int s, int d) {
   return L == Layout::BSHD ? ((size_t(b) * S + s) * H + h) * D + d
                            : ((size_t(b) * H + h) * S + s) * D + d;

@@ -25,33 +25,7 @@ using namespace attn::gputest;
 
 namespace {
 
-struct Case {
-  std::string Def;
-  DType Dt;
-  int D, DV, H, Hq, Hk;
-  std::string name() const {
-    return fmt::format("{} {} d{}/{} h{}/{}/{}", Def, dtypeName(Dt).str(), D, DV,
-                       H, Hq, Hk);
-  }
-};
-
-std::vector<Case> cases(bool Sanitize) {
-  struct Ex {
-    const char *Name;
-    int D, DV, H, Hq, Hk;
-  } Exs[] = {{"mamba2", 128, 64, 4, 1, 1},
-             {"simple_gla", 64, 128, 4, 4, 2},
-             {"simple_gla", 128, 128, 4, 4, 4},
-             {"retention_linear", 256, 128, 2, 2, 2}};
-  std::vector<Case> Out;
-  for (const Ex &E : Exs)
-    for (DType Dt : {DType::F16, DType::BF16})
-      if (!Sanitize || Dt == DType::BF16)
-        Out.push_back({E.Name, Dt, E.D, E.DV, E.H, E.Hq, E.Hk});
-  return Out;
-}
-
-std::vector<Check> runCase(const Case &C, const std::vector<int64_t> &Lengths,
+std::vector<Check> runCase(const LinearVarlenCase &C, const std::vector<int64_t> &Lengths,
                            uint64_t Seed) {
   runtime::LinearSignature Sig;
   Sig.Dtype = C.Dt;
@@ -149,7 +123,7 @@ int main(int Argc, char **Argv) {
                : std::vector<int64_t>{0, 1, 63, 64, 100, 333, 0, 31};
   int Passed = 0, Failed = 0;
   uint64_t Seed = 100;
-  for (const Case &C : cases(Sanitize)) {
+  for (const LinearVarlenCase &C : linearVarlenCases(Sanitize)) {
     try {
       std::vector<Check> R = runCase(C, Lengths, ++Seed);
       (printChecks(C.name(), 36, R) ? Passed : Failed)++;

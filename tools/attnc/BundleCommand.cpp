@@ -81,15 +81,12 @@ runtime::PrecompileSet BundleCommand::directions() const {
 
 int BundleCommand::show(llvm::raw_ostream &OS) {
   runtime::KernelBundle B = runtime::KernelBundle::read(Show);
-  uint64_t Bytes = 0;
-  for (const runtime::BundleEntry *E : B.entries()) {
+  for (const runtime::BundleEntry *E : B.entries())
     OS << fmt::format("{:<7} nvrtc {:<6} {:>9} bytes  {}\n",
                       archName(E->Arch).str(), E->Nvrtc, E->Cubin->size(),
                       E->Key);
-    Bytes += E->Cubin->size();
-  }
   OS << fmt::format("{}: {} kernels, {} bytes of CUBIN\n", Show.getValue(),
-                    B.size(), Bytes);
+                    B.size(), B.cubinBytes());
   return 0;
 }
 
@@ -175,11 +172,8 @@ int BundleCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
         }
   }
   Bundle.write(Output);
-  uint64_t Bytes = 0;
-  for (const runtime::BundleEntry *E : Bundle.entries())
-    Bytes += E->Cubin->size();
   OS << fmt::format("wrote {}: {} kernels, {} bytes of CUBIN\n",
-                    Output.getValue(), Bundle.size(), Bytes);
+                    Output.getValue(), Bundle.size(), Bundle.cubinBytes());
   return 0;
 }
 

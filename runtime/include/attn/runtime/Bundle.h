@@ -69,6 +69,8 @@ public:
   /// The entries, in key order.
   std::vector<const BundleEntry *> entries() const;
   size_t size() const { return Entries.size(); }
+  /// The bytes of all its CUBINs.
+  uint64_t cubinBytes() const;
 
   /// Writes the bundle to \p Path atomically (a temporary, then a rename);
   /// UserError naming the path when it cannot.
