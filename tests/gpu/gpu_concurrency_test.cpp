@@ -197,6 +197,18 @@ void runConcurrently(const std::string &Name, runtime::Attention &A,
   for (size_t T = 0; T < Works.size(); ++T)
     Pool.emplace_back([&, T] {
       try {
+        // The thread's first CUDA call is attnc's: it must make the context
+        // current itself (the test's own poisoning and copies then find it).
+        Work &W = Works[T];
+        auto View = [&](DeviceBuffer &Buf, int H, int Seq) {
+          return runtime::TensorView::contiguous(
+              Buf.get(), runtime::ElemType::F16, {W.B, Seq, H, D});
+        };
+        runtime::TensorView Fin = runtime::TensorView::contiguous(
+            W.F->get(), runtime::ElemType::F32, {1, W.B, W.H, W.Sq});
+        A.forward(View(*W.DQ, W.H, W.Sq), View(*W.DK, W.Hkv, W.Skv),
+                  View(*W.DV, W.Hkv, W.Skv), View(*W.O, W.H, W.Sq), &Fin, {},
+                  Streams[T]->get());
         ++Ready;
         while (Ready.load() < int(Works.size()))
           std::this_thread::yield();
