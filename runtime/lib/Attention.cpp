@@ -180,13 +180,20 @@ Attention::Attention(CompiledDefinition D, const Signature &S)
 
 Attention::~Attention() = default;
 
+std::string Attention::lastBackend() const {
+  auto Lock = lockCalls();
+  return Last;
+}
+
 const KernelChoice &Attention::backwardChoice() const {
+  auto Lock = lockCalls();
   if (!Bwd)
     Bwd.emplace(Def, BwdTarget, BwdPolicy);
   return Bwd->initial();
 }
 
 KernelChoice Attention::forwardChoiceFor(const TuneShape &S) const {
+  auto Lock = lockCalls();
   return Fwd.forShape(S, [&] {
     return tuneForward(Def, Sig, Arch, S, TuneOptions(), /*Progress=*/nullptr)
         .Entry;
@@ -200,6 +207,7 @@ void Attention::backward(const TensorView &Q, const TensorView &K,
                          const TensorView &DV, const InputMap &Inputs,
                          const InputGradMap &Grads, CUstream Stream,
                          const BlockMask *Blocks) {
+  auto Lock = lockCalls();
   BackwardTensors T{Q, K, V, Out, DOut, Finals, DQ, DK, DV};
   // Validate before generating anything: a bad call costs no compile.
   BackwardCallShape Shape = validateBackwardCall(Def, Sig, T, Inputs, Grads);
@@ -210,6 +218,7 @@ void Attention::backward(const TensorView &Q, const TensorView &K,
       throw UserError("block mask: made without the backward's lists; make "
                       "it with ForBackward for backward calls");
   }
+  (void)currentDevice(); // the context current on this thread
   backwardRunner().run(T, Shape, Inputs, Grads, Stream, Data);
 }
 
@@ -227,9 +236,11 @@ void Attention::backwardVarlen(const TensorView &Q, const TensorView &K,
                                const TensorView &DV, const VarlenBatch &Batch,
                                const InputMap &Inputs,
                                const InputGradMap &Grads, CUstream Stream) {
+  auto Lock = lockCalls();
   BackwardTensors T{Q, K, V, Out, DOut, Finals, DQ, DK, DV};
   BackwardCallShape Shape =
       validateVarlenBackwardCall(Def, Sig, T, Batch, Inputs, Grads);
+  (void)currentDevice(); // the context current on this thread
   backwardRunner().run(T, Shape, Inputs, Grads, Stream);
 }
 
@@ -281,6 +292,7 @@ void Attention::forward(const TensorView &Q, const TensorView &K,
                         const TensorView &V, const TensorView &Out,
                         const TensorView *Finals, const InputMap &Inputs,
                         CUstream Stream, const BlockMask *Blocks) {
+  auto Lock = lockCalls();
   CallShape Shape = validateCall(*Def.Graph, Sig, Q, K, V, Out, Finals, Inputs);
   run(Shape, ForwardTensors{Q, K, V, Out, Finals}, Inputs, Stream,
       Blocks ? &checkBlockMask(*Blocks, Shape) : nullptr);
@@ -291,6 +303,7 @@ void Attention::forwardVarlen(const TensorView &Q, const TensorView &K,
                               const TensorView *Finals,
                               const VarlenBatch &Batch, const InputMap &Inputs,
                               CUstream Stream) {
+  auto Lock = lockCalls();
   CallShape Shape = validateVarlenCall(*Def.Graph, Sig, Q, K, V, Out, Finals,
                                        Batch, Inputs);
   run(Shape, ForwardTensors{Q, K, V, Out, Finals}, Inputs, Stream);
@@ -320,6 +333,7 @@ void Attention::run(const CallShape &Shape, const ForwardTensors &T,
   }
   BackendProblem P{Def, Sig, Fwd.target(), Shape, Choice};
   AttentionBackend &B = choose(P);
+  (void)currentDevice(); // the context current on this thread
   B.forward(P, T, CallContext{Inputs, Stream, Blocks});
   Last = B.name();
 }
@@ -346,13 +360,16 @@ PagedDecodeRunner &Attention::pagedRunner() {
 void Attention::decodePaged(const TensorView &Q, const PagedKV &KV,
                             const TensorView &Out, const TensorView *Finals,
                             const InputMap &Inputs, CUstream Stream) {
+  auto Lock = lockCalls();
   DecodeBounds B = pagedCallBounds(Sig, Q, KV);
   PagedCall C = validatePagedCall(*Def.Graph, Sig, B, Q, KV, Out, Finals, Inputs);
+  (void)currentDevice(); // the context current on this thread
   pagedRunner().runEager(B, C, Q, Out, Finals, Inputs, Stream);
   Last = "generated";
 }
 
 DecodePlan Attention::planDecode(const DecodeBounds &B) {
+  auto Lock = lockCalls();
   makeDecodePlan(B, Sig.HeadDimV, 16, 64, 1, analysis::MergeKind::None);
   return pagedRunner().plan(B);
 }
@@ -362,6 +379,7 @@ void Attention::runDecode(const DecodePlan &P, const TensorView &Q,
                           const TensorView *Finals, void *Workspace,
                           size_t WorkspaceBytes, const InputMap &Inputs,
                           CUstream Stream) {
+  auto Lock = lockCalls();
   PagedCall C =
       validatePagedCall(*Def.Graph, Sig, P.Bounds, Q, KV, Out, Finals, Inputs);
   if (WorkspaceBytes < P.WorkspaceBytes)
@@ -372,6 +390,7 @@ void Attention::runDecode(const DecodePlan &P, const TensorView &Q,
       (!Workspace || reinterpret_cast<uintptr_t>(Workspace) % 16 != 0))
     throw InvalidArgument("workspace: expected a non-null device pointer, "
                           "16-byte aligned");
+  (void)currentDevice(); // the context current on this thread
   pagedRunner().run(P, C, Q, Out, Finals, Workspace, Inputs, Stream);
   Last = "generated";
 }
@@ -379,14 +398,18 @@ void Attention::runDecode(const DecodePlan &P, const TensorView &Q,
 void Attention::appendPaged(const TensorView &K, const TensorView &V,
                             const PagedKV &KV, const TensorView &SlotMapping,
                             CUstream Stream) {
+  auto Lock = lockCalls();
   AppendCall A = validateAppend(Sig, K, V, KV, SlotMapping);
+  (void)currentDevice(); // the context current on this thread
   launchPagedAppend(Arch, A, K, V, KV, SlotMapping, Stream);
 }
 
 void Attention::mergeResults(const std::vector<PartialResult> &Parts,
                              const TensorView &Out, const TensorView *Finals,
                              CUstream Stream) {
+  auto Lock = lockCalls();
   MergeCall C = validateMerge(*Def.Graph, Sig, Parts, Out, Finals);
+  (void)currentDevice(); // the context current on this thread
   launchMergeResults(Arch, C, Stream);
 }
 

@@ -79,6 +79,7 @@ upload(DeviceArena &Mem, const std::vector<const std::vector<int32_t> *> &Parts)
 } // namespace
 
 const analysis::MaskAnalysis &Attention::maskAnalysis() const {
+  auto Lock = lockCalls();
   if (!MaskInfo)
     MaskInfo = std::make_unique<analysis::MaskAnalysis>(
         analysis::analyzeMask(*Def.Graph));
@@ -86,6 +87,7 @@ const analysis::MaskAnalysis &Attention::maskAnalysis() const {
 }
 
 const std::string &Attention::maskKey() const {
+  auto Lock = lockCalls();
   const analysis::MaskAnalysis &A = maskAnalysis();
   if (!A.Mask)
     throw UserError("block mask: '" + Def.Graph->name() +
@@ -120,6 +122,7 @@ const BlockMaskData &Attention::checkBlockMask(const BlockMask &B,
 BlockMask Attention::makeBlockMask(const MaskShape &Shape,
                                    const InputMap &Inputs, CUstream Stream,
                                    bool ForBackward) {
+  auto Lock = lockCalls();
   auto D = std::make_unique<BlockMaskData>();
   D->MaskKey = maskKey();
   D->Shape = Shape;
@@ -131,6 +134,7 @@ BlockMask Attention::makeBlockMask(const MaskShape &Shape,
 
 void Attention::refreshBlockMask(BlockMask &B, const InputMap &Inputs,
                                  CUstream Stream) {
+  auto Lock = lockCalls();
   BlockMaskData &D = *B.D;
   CallShape C = maskCallShape(D.Shape, Sig.TensorLayout);
   checkBlockMask(B, C);
@@ -152,6 +156,7 @@ void Attention::classifyInto(BlockMaskData &D, const InputMap &Inputs,
   D.Grouping = int(A.Grouping);
   D.Groups = maskGroups(A, C.B, C.H);
   KernelChoice Choice = choiceFor(C);
+  (void)currentDevice(); // the context current on this thread
   // A decode call reads no lists (it masks per element).
   if (!Choice.Skel->isDecode()) {
     BackendProblem P{Def, Sig, Fwd.target(), C, Choice};
@@ -167,6 +172,7 @@ void Attention::classifyInto(BlockMaskData &D, const InputMap &Inputs,
 
 BlockMask Attention::blockMaskFromLists(const MaskShape &Shape,
                                         const BlockLists &L, bool ForBackward) {
+  auto Lock = lockCalls();
   auto D = std::make_unique<BlockMaskData>();
   D->MaskKey = maskKey();
   D->Shape = Shape;

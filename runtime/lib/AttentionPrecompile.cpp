@@ -11,6 +11,7 @@ namespace attn::runtime {
 
 std::vector<PrecompiledKernel>
 Attention::precompile(const PrecompileSet &What) {
+  auto Lock = lockCalls();
   std::vector<PrecompiledKernel> Out;
   // Every kernel goes through the cache, as a call's would: the same
   // source gives the same key, so a call later finds what this compiled.

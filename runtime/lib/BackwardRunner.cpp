@@ -219,7 +219,7 @@ void BackwardRunner::run(const BackwardTensors &T,
       throw NotSupportedYet("backward config " + K.Name + ": " + Why +
                             "; name a bwd90. configuration (no TMA) for this layout");
   CudaDriver &D = CudaDriver::get();
-  CUdeviceptr Base = Work.carve(W);
+  CUdeviceptr Base = Work.get(Stream).carve(W);
   A.doosum = W.at<float>(Base, DoosumAt);
   A.grad_partial = W.at<float>(Base, PartialAt);
   if (Fused) {
@@ -247,7 +247,7 @@ void BackwardRunner::run(const BackwardTensors &T,
     if (Fused)
       A.kv_rank = Blocks->KvRank;
   } else if (Masked) {
-    BwdLists L = listBlocks(C, Slots.data(), Stream, MaskWork);
+    BwdLists L = listBlocks(C, Slots.data(), Stream, MaskWork.get(Stream));
     A.q_count = L.QCount;
     A.q_list = L.QList;
     A.kv_count = L.KvCount;

@@ -6,6 +6,7 @@
 
 #include "BlockMaskData.h"
 #include "DeviceArena.h"
+#include "PerStream.h"
 #include "KernelModule.h"
 
 #include "attn/analysis/MaskBounds.h"
@@ -124,9 +125,12 @@ private:
   CUfunction Pre = nullptr, DkDv = nullptr, Dq = nullptr, DqInit = nullptr,
              DqConvert = nullptr, Grads = nullptr, Classify = nullptr,
              Rows = nullptr, Cols = nullptr;
-  DeviceArena Work{"backward workspace"};
+  /// Per stream: calls on different streams may run at once.
+  PerStream<DeviceArena> Work =
+      perStream<DeviceArena>(std::string("backward workspace"));
   /// The block lists of a call without a BlockMask, and their scratch.
-  DeviceArena MaskWork{"backward block lists"};
+  PerStream<DeviceArena> MaskWork =
+      perStream<DeviceArena>(std::string("backward block lists"));
 };
 
 } // namespace attn::runtime

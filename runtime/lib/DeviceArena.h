@@ -55,8 +55,8 @@ private:
 /// One device allocation (cuMemAlloc), kept between calls and replaced by a
 /// larger one when a call needs more; its contents do not survive growth.
 /// Freed on destruction when the driver is still available (it is not at
-/// process exit after the driver was unloaded). Not thread-safe: a runner
-/// that owns one must not run concurrently.
+/// process exit after the driver was unloaded). Not thread-safe: runners
+/// keep one per stream (PerStream.h) and call it under their object's lock.
 class DeviceArena {
 public:
   /// \p What names the buffer in driver errors ("cuMemAlloc(<What>)").

@@ -10,6 +10,7 @@
 #include "ForwardLaunch.h"
 #include "KernelModule.h"
 #include "MaskClassify.h"
+#include "PerStream.h"
 #include "TmaMaps.h"
 
 #include "../kernels/decode_args.cuh"
@@ -144,21 +145,29 @@ private:
   const analysis::MaskAnalysis Mask;
   std::map<std::string, std::unique_ptr<ForwardKernel>> Kernels;
   ForwardKernel *Initial = nullptr;
-  /// The bounds of an analysed mask, the block classes, then the per-row
-  /// counts and lists of visited key blocks that attnc_block_compact writes.
-  DeviceArena MaskBuf{"block mask"};
-  /// What the block lists in MaskBuf were last computed for. A mask that
-  /// reads no tensor input is a function of the shapes, the tile and the
-  /// scalar inputs it reads alone (MaskReuseKey), so a call that repeats
-  /// all of them (on the same stream, which orders it after the computing
-  /// call) reuses the lists instead of launching the classification again.
-  /// Lists launched into a stream being captured are not remembered: they
-  /// exist only once the graph runs.
-  std::optional<MaskReuseKey> MaskListsFor;
-  /// Where the last classification wrote its lists in MaskBuf.
-  FwdLists MaskLists;
-  /// The decode splits' partial o and states (DecodeArgs::part_o, part_st).
-  DeviceArena DecodeBuf{"decode splits"};
+  /// The block classification of the calls on one stream.
+  struct MaskState {
+    /// The bounds of an analysed mask, the block classes, then the per-row
+    /// counts and lists of visited key blocks that attnc_block_compact
+    /// writes.
+    DeviceArena Buf{"block mask"};
+    /// What the block lists in Buf were last computed for. A mask that
+    /// reads no tensor input is a function of the shapes, the tile and the
+    /// scalar inputs it reads alone (MaskReuseKey), so a call that repeats
+    /// all of them on the same stream, which orders it after the computing
+    /// call, reuses the lists instead of launching the classification
+    /// again. Lists launched into a stream being captured are not
+    /// remembered: they exist only once the graph runs.
+    std::optional<MaskReuseKey> ListsFor;
+    /// Where the last classification wrote its lists in Buf.
+    FwdLists Lists;
+  };
+  /// Per stream: calls on different streams may run at once.
+  PerStream<MaskState> MaskStates{[] { return std::make_unique<MaskState>(); }};
+  /// The decode splits' partial o and states (DecodeArgs::part_o, part_st),
+  /// per stream.
+  PerStream<DeviceArena> DecodeBufs =
+      perStream<DeviceArena>(std::string("decode splits"));
   /// The definition's merge, which decides whether decode may split.
   const analysis::MergeKind Merge =
       analysis::analyzeMerge(*Def.Graph).Kind;
@@ -217,19 +226,20 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
       Key = maskReuseKey(*Def.Graph, Mask, A.batch, A.heads, A.seq_q, A.seq_kv,
                          K.Launch.BlockM, K.Launch.BlockN, Ctx.Stream,
                          L.InputSlots);
-    if (!Key || MaskListsFor != Key) {
-      MaskListsFor.reset(); // until both launches are in the stream
+    MaskState &M = MaskStates.get(Ctx.Stream);
+    if (!Key || M.ListsFor != Key) {
+      M.ListsFor.reset(); // until both launches are in the stream
       // New memory holds no lists worth reusing (reset above in any case).
-      FwdLists Lists = classify(K, A, L.InputSlots.data(), Ctx.Stream, MaskBuf);
+      FwdLists Lists = classify(K, A, L.InputSlots.data(), Ctx.Stream, M.Buf);
       CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
       D.check(D.cuStreamIsCapturing(Ctx.Stream, &Capture),
               "cuStreamIsCapturing");
       if (Key && Capture == CU_STREAM_CAPTURE_STATUS_NONE)
-        MaskListsFor = Key;
-      MaskLists = Lists;
+        M.ListsFor = Key;
+      M.Lists = Lists;
     }
-    A.block_count = MaskLists.Count;
-    A.block_list = MaskLists.List;
+    A.block_count = M.Lists.Count;
+    A.block_list = M.Lists.List;
   }
   void *Params[] = {&A, L.InputSlots.data(),
                     const_cast<attnc::Sm90Maps *>(Maps)};
@@ -318,9 +328,9 @@ void GeneratedBackend::launchDecode(ForwardKernel &K, const BackendProblem &P,
     ArenaLayout Layout;
     unsigned O = Layout.add(4 * Rows * size_t(P.Target.HeadDimV), 16);
     unsigned St = Layout.add(4 * Rows * attnc::kDecodeStateFloats, 16);
-    DecodeBuf.ensure(Layout.bytes());
-    A.part_o = Layout.at<float>(DecodeBuf.base(), O);
-    A.part_st = Layout.at<float>(DecodeBuf.base(), St);
+    CUdeviceptr Base = DecodeBufs.get(Ctx.Stream).carve(Layout);
+    A.part_o = Layout.at<float>(Base, O);
+    A.part_st = Layout.at<float>(Base, St);
   }
   std::vector<uint64_t> Slots = inputSlots(*Def.Graph, C, Ctx.Inputs);
   void *Params[] = {&A, Slots.data()};

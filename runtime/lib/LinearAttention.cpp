@@ -4,6 +4,7 @@
 #include "attn/runtime/LinearAttention.h"
 
 #include "DeviceArena.h"
+#include "PerStream.h"
 #include "ForwardLaunch.h"
 #include "KernelModule.h"
 #include "LinearBackwardRunner.h"
@@ -19,6 +20,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <mutex>
 
 namespace attn::runtime {
 
@@ -39,6 +41,16 @@ struct LinearAttention::Kernels {
   CUfunction Var = nullptr;
 };
 
+struct LinearAttention::CallState {
+  std::recursive_mutex Lock;
+  PerStream<DeviceArena> Work =
+      perStream<DeviceArena>(std::string("linear workspace"));
+
+  std::unique_lock<std::recursive_mutex> lock() {
+    return std::unique_lock<std::recursive_mutex>(Lock);
+  }
+};
+
 struct LinearAttention::DecodeKernel {
   codegen::KernelSource Src;
   CacheResult Cache;
@@ -49,21 +61,21 @@ struct LinearAttention::DecodeKernel {
 LinearAttention::LinearAttention(const dsl::DefinitionBase &D,
                                  const LinearSignature &S)
     : Owned(compile(D)), Def(Owned), Sig(S),
-      WS(std::make_unique<DeviceArena>("linear workspace")) {
+      Calls(std::make_unique<CallState>()) {
   init();
 }
 
 LinearAttention::LinearAttention(const CompiledDefinition &D,
                                  const LinearSignature &S)
     : Def(D), Sig(S),
-      WS(std::make_unique<DeviceArena>("linear workspace")) {
+      Calls(std::make_unique<CallState>()) {
   init();
 }
 
 LinearAttention::LinearAttention(CompiledDefinition &&D,
                                  const LinearSignature &S)
     : Owned(std::move(D)), Def(Owned), Sig(S),
-      WS(std::make_unique<DeviceArena>("linear workspace")) {
+      Calls(std::make_unique<CallState>()) {
   init();
 }
 
@@ -107,6 +119,7 @@ LinearAttention::kernelsFor(const codegen::LinearConfig &C) {
 }
 
 KernelChoice LinearAttention::choiceFor(const LinearShape &S) {
+  auto CallLock = Calls->lock();
   return Selector->forShape(
       TuneShape{S.Batch, S.Heads, S.HeadsQK, S.Seq, S.Seq}, [&] {
         return tuneLinear(Def, Sig, Spec.Arch, S, TuneOptions(), nullptr).Entry;
@@ -114,6 +127,7 @@ KernelChoice LinearAttention::choiceFor(const LinearShape &S) {
 }
 
 codegen::LinearConfig LinearAttention::configFor(const LinearShape &S) {
+  auto CallLock = Calls->lock();
   if (!Selector->dependsOnShape())
     return Spec.Config;
   return std::get<codegen::LinearConfig>(choiceFor(S).Config);
@@ -142,6 +156,7 @@ LinearBackwardRunner &LinearAttention::ensureBackward(Kernels &K) {
 }
 
 const codegen::KernelSource &LinearAttention::backwardSource() {
+  auto CallLock = Calls->lock();
   return ensureBackward(kernelsFor(Spec.Config)).source();
 }
 
@@ -150,8 +165,10 @@ void LinearAttention::forward(const TensorView &Q, const TensorView &Kt,
                               const TensorView *Decay, const InputMap &Inputs,
                               const TensorView *InitialState,
                               const TensorView *FinalState, CUstream Stream) {
+  auto CallLock = Calls->lock();
   LinearCallShape C = validateLinearForward(Def, Sig, Q, Kt, V, Out, Decay,
                                             Inputs, InitialState, FinalState);
+  (void)currentDevice(); // the context current on this thread
   Kernels *K = &select(C.B, C.H, C.Hq, C.Hk, C.T);
   const codegen::LinearKernelSpec &Spec = K->Spec;
   attnc::LinearArgs A = linearForwardArgs(C, Spec, Q, Kt, V, Decay);
@@ -179,11 +196,13 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
                                const InputMap &Inputs,
                                const LinearInputGrads &InputGrads,
                                CUstream Stream) {
+  auto CallLock = Calls->lock();
   LinearBackwardShape R =
       validateLinearBackward(Def, Sig, T, Inputs, InputGrads);
+  (void)currentDevice(); // the context current on this thread
   const LinearCallShape &C = R.Fwd;
   Kernels &K = select(C.B, C.H, C.Hq, C.Hk, C.T);
-  ensureBackward(K).run(R, T, Inputs, InputGrads, *WS, Stream);
+  ensureBackward(K).run(R, T, Inputs, InputGrads, Calls->Work.get(Stream), Stream);
 }
 
 static_assert(LinearDecodeMaxTokens == attnc::dec::kMaxTokens,
@@ -191,7 +210,9 @@ static_assert(LinearDecodeMaxTokens == attnc::dec::kMaxTokens,
 
 void LinearAttention::forwardVarlen(const LinearVarlenTensors &T,
                                     const InputMap &Inputs, CUstream Stream) {
+  auto CallLock = Calls->lock();
   LinearVarlenShape R = validateLinearVarlen(Def, Sig, T, Inputs);
+  (void)currentDevice(); // the context current on this thread
   const LinearCallShape &C = R.Call;
   Kernels &K = select(R.Seqs, C.H, C.Hq, C.Hk,
                       std::max<int64_t>(1, C.T / R.Seqs));
@@ -227,8 +248,10 @@ void LinearAttention::backwardVarlen(const LinearVarlenBackwardTensors &T,
                                      const InputMap &Inputs,
                                      const LinearInputGrads &InputGrads,
                                      CUstream Stream) {
+  auto CallLock = Calls->lock();
   LinearVarlenBackwardShape R =
       validateLinearVarlenBackward(Def, Sig, T, Inputs, InputGrads);
+  (void)currentDevice(); // the context current on this thread
   const LinearCallShape &C = R.Bwd.Fwd;
   // The configuration forwardVarlen() takes for the same tensors.
   Kernels &K = select(R.Seqs, C.H, C.Hq, C.Hk,
@@ -239,7 +262,7 @@ void LinearAttention::backwardVarlen(const LinearVarlenBackwardTensors &T,
   LinearPackedBatch P;
   P.CuSeqlens = static_cast<const int *>(T.CuSeqlens.Data);
   P.Seqs = R.Seqs;
-  K.VarBwd->run(R.Bwd, T.asBackward(), Inputs, InputGrads, *WS, Stream, P);
+  K.VarBwd->run(R.Bwd, T.asBackward(), Inputs, InputGrads, Calls->Work.get(Stream), Stream, P);
 }
 
 LinearAttention::DecodeKernel &LinearAttention::ensureDecode() {
@@ -253,12 +276,15 @@ LinearAttention::DecodeKernel &LinearAttention::ensureDecode() {
 }
 
 const codegen::KernelSource &LinearAttention::decodeSource() {
+  auto CallLock = Calls->lock();
   return ensureDecode().Src;
 }
 
 void LinearAttention::decodeStep(const LinearDecodeTensors &T,
                                  const InputMap &Inputs, CUstream Stream) {
+  auto CallLock = Calls->lock();
   LinearDecodeShape R = validateLinearDecode(Def, Sig, T, Inputs);
+  (void)currentDevice(); // the context current on this thread
   const LinearCallShape &C = R.Call;
   DecodeKernel &K = ensureDecode();
   const int MaxSmem = attnc::dec::smem_bytes(Sig.HeadDim, LinearDecodeMaxTokens);
@@ -300,6 +326,7 @@ void LinearAttention::decodeStep(const LinearDecodeTensors &T,
 
 std::vector<PrecompiledKernel>
 LinearAttention::precompile(const PrecompileSet &What) {
+  auto CallLock = Calls->lock();
   std::vector<PrecompiledKernel> Out;
   auto Add = [&](const codegen::KernelSource &Src, const CacheResult &R) {
     Out.push_back({Src, R.Cubin, cacheSourceName(R.Source)});

@@ -135,8 +135,9 @@ void PagedDecodeRunner::runEager(const DecodeBounds &B, const PagedCall &C,
                                  const InputMap &Inputs, CUstream Stream) {
   // Planning is arithmetic once the module is loaded: every call plans.
   const DecodePlan P = plan(B);
-  Workspace.ensure(P.WorkspaceBytes);
-  run(P, C, Q, Out, Finals, reinterpret_cast<void *>(Workspace.base()), Inputs,
+  DeviceArena &W = Workspace.get(Stream);
+  W.ensure(P.WorkspaceBytes);
+  run(P, C, Q, Out, Finals, reinterpret_cast<void *>(W.base()), Inputs,
       Stream);
 }
 

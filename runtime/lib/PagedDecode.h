@@ -5,6 +5,7 @@
 #define ATTN_RUNTIME_PAGEDDECODE_H
 
 #include "DeviceArena.h"
+#include "PerStream.h"
 #include "KernelModule.h"
 
 #include "../kernels/merge_results_args.cuh"
@@ -89,7 +90,10 @@ private:
   KernelModule Module;
   CUfunction Decode = nullptr, Merge = nullptr;
   analysis::MergeKind MergeKind;
-  DeviceArena Workspace{"paged decode workspace"};
+  /// runEager's workspace, per stream (calls on different streams may run
+  /// at once).
+  PerStream<DeviceArena> Workspace =
+      perStream<DeviceArena>(std::string("paged decode workspace"));
 };
 
 /// A validated public merge: the kernel's arguments, its rows, the dtype.

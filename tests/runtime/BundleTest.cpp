@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include <set>
+#include <thread>
 
 using namespace attn;
 using namespace attn::runtime;
@@ -173,6 +174,42 @@ TEST_CASE("precompile returns the kernels that calls of the signature load",
   // Forward only: the two forward kernels, nothing else.
   PrecompileSet Fwd;
   CHECK(A.precompile(Fwd).size() == 2);
+}
+
+TEST_CASE("one Attention precompiled from several threads at once",
+          "[bundle][concurrency]") {
+  // The lazily made members (the backward's selector and runner, the paged
+  // runner, the backends) are made under the object's call lock: threads
+  // racing for them all get the same six kernels.
+  dsl::AttentionDef Def = examples::mha();
+  Signature Sig;
+  Sig.HeadDim = Sig.HeadDimV = 64;
+  Sig.Arch = GpuArch::Sm80;
+  Attention A(Def, Sig);
+  PrecompileSet All;
+  All.Backward = All.Decode = true;
+  constexpr int Threads = 4;
+  std::vector<std::vector<std::string>> Keys(Threads);
+  std::vector<std::string> Errors(Threads);
+  std::vector<std::thread> Pool;
+  for (int T = 0; T < Threads; ++T)
+    Pool.emplace_back([&, T] {
+      try {
+        for (const PrecompiledKernel &P : A.precompile(All))
+          Keys[T].push_back(bundleKey(P.Source));
+      } catch (const std::exception &E) {
+        Errors[T] = E.what();
+      }
+    });
+  for (std::thread &T : Pool)
+    T.join();
+  for (int T = 0; T < Threads; ++T) {
+    INFO("thread " << T);
+    CHECK(Errors[T].empty());
+    CHECK(Keys[T].size() == 6);
+    CHECK(Keys[T] == Keys[0]);
+  }
+  CHECK(A.lastBackend().empty()); // nothing ran
 }
 
 TEST_CASE("precompile for several archs, and the linear twin",

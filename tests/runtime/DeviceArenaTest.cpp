@@ -2,6 +2,7 @@
 // offsets, padding, empty regions and totals, all on the host; and the
 // arena's behaviour where there is no driver.
 #include "DeviceArena.h"
+#include "PerStream.h"
 
 #include "attn/Error.h"
 #include "attn/runtime/CudaDriver.h"
@@ -105,4 +106,32 @@ TEST_CASE("device arena: no allocation for no bytes, and none without a "
     return; // the allocation itself is covered where there is a GPU
   CHECK_THROWS_WITH(A.ensure(64), Catch::Contains("no CUDA driver"));
   CHECK(A.capacity() == 0);
+}
+
+TEST_CASE("per-stream state: one entry a stream, kept between calls",
+          "[runtime][arena]") {
+  int Made = 0;
+  PerStream<DeviceArena> Arenas([&] {
+    ++Made;
+    return std::make_unique<DeviceArena>("scratch");
+  });
+  // Stream handles are opaque pointers; these are never dereferenced.
+  CUstream S1 = reinterpret_cast<CUstream>(uintptr_t(0x1000));
+  CUstream S2 = reinterpret_cast<CUstream>(uintptr_t(0x2000));
+  DeviceArena &Null = Arenas.get(nullptr); // the legacy stream is one too
+  DeviceArena &A1 = Arenas.get(S1);
+  DeviceArena &A2 = Arenas.get(S2);
+  CHECK(Made == 3);
+  CHECK(Arenas.size() == 3);
+  CHECK(&A1 != &A2);
+  CHECK(&Null != &A1);
+  // A later call on a stream finds what the earlier ones left there.
+  CHECK(&Arenas.get(S1) == &A1);
+  CHECK(&Arenas.get(nullptr) == &Null);
+  CHECK(Made == 3);
+
+  // perStream copies its arguments into the maker.
+  PerStream<DeviceArena> Named = perStream<DeviceArena>(std::string("named"));
+  CHECK(&Named.get(S1) != &Named.get(S2));
+  CHECK(Named.size() == 2);
 }

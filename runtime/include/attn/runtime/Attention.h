@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <variant>
 #include <vector>
@@ -188,6 +189,14 @@ using InputGradMap = std::map<std::string, TensorView>;
 /// Each call runs on a backend (attn/runtime/Backend.h): the one the
 /// signature names, or else the first registered one whose check() accepts
 /// the call ("generated", then "reference").
+///
+/// Concurrency: one object may be called from several host threads and on
+/// several streams at once. Calls are serialised on the host while they
+/// enqueue work (a lock; none of them waits for the GPU), and the scratch
+/// the object keeps between calls (block lists, backward and decode
+/// workspaces) is kept per stream, so calls on different streams may run on
+/// the GPU at the same time. A BlockMask passed to calls on several streams
+/// is only read by them; refreshing it is ordered by its own stream only.
 class Attention {
 public:
   /// Compiles the definition and makes the named backend (or the first
@@ -351,8 +360,9 @@ public:
   const CacheResult &cacheResult() const;
   /// Names of the final rowscales, in the order of the finals tensor.
   std::vector<std::string> finalNames() const;
-  /// The backend that ran the last call ("" before the first).
-  const std::string &lastBackend() const { return Last; }
+  /// The backend that ran the last call of any thread ("" before the
+  /// first).
+  std::string lastBackend() const;
   /// The arch the kernels are built for.
   GpuArch arch() const { return Arch; }
   /// What the forward runs when no tune file decides: the selector's
@@ -391,6 +401,14 @@ private:
   const std::string &maskKey() const;
   /// The mask analysis of the definition, made on first need.
   const analysis::MaskAnalysis &maskAnalysis() const;
+
+  /// Holds the calls of other threads off while one enqueues: the lazy
+  /// members below (backends, runners, kernels, selectors) are made and
+  /// read under it. Recursive: public calls use one another.
+  mutable std::recursive_mutex CallLock;
+  std::unique_lock<std::recursive_mutex> lockCalls() const {
+    return std::unique_lock<std::recursive_mutex>(CallLock);
+  }
 
   CompiledDefinition Def;
   Signature Sig;

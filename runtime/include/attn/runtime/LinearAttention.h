@@ -269,8 +269,11 @@ private:
   codegen::LinearKernelSpec Spec;
   codegen::LinearConfig Last;
   std::map<std::string, std::unique_ptr<Kernels>> ByConfig;
-  /// The backward's scratch, shared by every configuration's runner.
-  std::unique_ptr<DeviceArena> WS;
+  /// What concurrent calls need (LinearAttention.cpp): the lock that
+  /// serialises the calls of several host threads, and the backward's
+  /// scratch, one per stream, shared by every configuration's runner.
+  struct CallState;
+  std::unique_ptr<CallState> Calls;
   struct DecodeKernel;
   /// Made on the first decodeStep() or decodeSource().
   std::unique_ptr<DecodeKernel> Decode;
