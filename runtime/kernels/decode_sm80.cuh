@@ -12,6 +12,7 @@
 #define ATTNC_DECODE_SM80_CUH
 
 #include "attnc/decode_args.cuh"
+#include "attnc/decode_blocks.cuh"
 #include "attnc/decode_kv.cuh"
 #include "attnc/fwd_sm80.cuh"
 #include "attnc/sm80_primitives.cuh"
@@ -175,8 +176,21 @@ struct DecodeSm80 {
 
     const int seq_kv = src.len;
     const int n_blocks = (seq_kv + kBlockN - 1) / kBlockN;
-    const int first = split * a.blocks_per_split;
-    const int last = min(n_blocks, first + a.blocks_per_split);
+    int first = split * a.blocks_per_split;
+    int last = min(n_blocks, first + a.blocks_per_split);
+    // The box of the CTA's rows for the mask's block classes: their query
+    // heads and q_idx (every query of the sequence where the rows span two
+    // heads or more). Key blocks the mask leaves empty for all of them at
+    // either end of the part are neither loaded nor visited: a sliding
+    // window over a long cache visits its window, not the cache.
+    const DecodeRowBox box = decode_row_box<kBlockM>(a, src.qshift, rb, hk);
+    auto block_class = [&](int n) {
+      return decode_key_block_class<Variant, kBlockN>(in, b, box, n, seq_kv);
+    };
+    while (first < last && block_class(first) == 0)
+      ++first;
+    while (last > first && block_class(last - 1) == 0)
+      --last;
     const int count = last > first ? last - first : 0;
 
     src.prefetch(first * kBlockN);
@@ -229,8 +243,11 @@ struct DecodeSm80 {
                                               kk * 2 + lane / 16));
       const int n = first + j;
       const u32 s_k = s_kv + (j % kStages) * kStageBytes;
-      const bool full = !Variant::kHasMask && (n + 1) * kBlockN <= seq_kv;
-      if (warp < kComputeWarps)
+      // A block the mask keeps whole runs with no per-element mask; one it
+      // keeps nothing of (inside the part) changes no row's state.
+      const int cls = block_class(n);
+      const bool full = cls == 2;
+      if (warp < kComputeWarps && cls != 0)
         visit(in, seq_kv, acc_o, st, seen, qreg, s_q, s_k, s_k + KTile::kBytes,
               warp, lane, b, qidx, hrow, n * kBlockN + warp * kWarpN, g, tq, full);
       __syncthreads(); // the ring slot is refilled next iteration

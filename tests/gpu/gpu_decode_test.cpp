@@ -240,6 +240,9 @@ std::vector<Case> cases() {
       // masks: causal (a key or two), prefix-LM (64 keys), ragged lengths.
       {"mha", F, 1, 8, 2, 4, 1000, true},
       {"mha_prefix_lm", F, 2, 8, 2, 3, 1200, true},
+      // masks whose empty key blocks decode skips (the analysis' classes).
+      {"mha_sliding_window", F, 1, 8, 2, 4, 1000, true},
+      {"mha_chunked", F, 2, 8, 2, 3, 1200, true},
       {"mha_kvlen", F, 6, 8, 2, 1, 3000, true},
       {"mha_kvlen", BF, 5, 8, 1, 4, 700, true},
       // no merge: one pass over the keys.

@@ -371,6 +371,11 @@ std::vector<Case> cases() {
       {"softcap_learnable", BF, 8, 2, 1, 256, NHD, true, true, {2000, 0, 300}},
       {"mha", F, 8, 2, 4, 16, NHD, false, false, {1000, 1, 3, 0}},
       {"mha_prefix_lm", F, 8, 2, 3, 16, HND, true, false, {1200, 40, 70}},
+      // A window at the end of long caches: the blocks before it skipped
+      // (the mask's classes), the window's edge masked per element.
+      {"mha_sliding_window", F, 8, 2, 1, 16, NHD, false, false, {3000, 1, 300, 0, 257}},
+      {"mha_sliding_window", BF, 8, 1, 4, 1, HND, true, false, {2000, 255, 600}},
+      {"mha_chunked", F, 8, 2, 2, 16, NHD, false, false, {1500, 33, 700}},
       {"retention_full", F, 8, 2, 2, 16, NHD, false, false, {2000, 0, 10}},
   };
 }

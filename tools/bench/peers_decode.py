@@ -11,7 +11,12 @@ shuffled order). PyTorch 2.11's Flex refuses pages of 16 ("Q and KV block
 size must be divisible by BLOCK_M and BLOCK_N", measured on an H100), so
 docs/performance.md's paged peer uses 128; there is no peer for pages of 1.
 
-    python3 tools/bench/peers_decode.py [--paged=P] f16 HQ HKV D B:KV [B:KV ...]
+With --window=W, the query attends to the last W keys only (a sliding
+window at the end of the cache, attnc's mha_sliding_window with W = 256):
+SDPA has no such mask without a dense one, so only FlexAttention runs,
+with its block mask made outside the timing, and the line gives ms.
+
+    python3 tools/bench/peers_decode.py [--paged=P] [--window=W] f16 HQ HKV D B:KV [B:KV ...]
 
 GB/s counts the K/V bytes once per call (the copy: bytes read and written).
 """
@@ -59,11 +64,30 @@ def flex_paged_ms(flex, q, k, v, page_size, n_sets_fn):
                                     enable_gqa=True), n_sets_fn)
 
 
+def flex_window_ms(flex, qs, ks, vs, kv, window, n_sets):
+    """FlexAttention with the last `window` keys of each sequence kept (the
+    one query is the sequence's last position); "n/a" if it fails."""
+    from torch.nn.attention.flex_attention import create_block_mask
+    keep = lambda b_, h_, q_, k_: k_ >= kv - window
+    try:
+        mask = create_block_mask(keep, None, None, 1, kv, BLOCK_SIZE=(128, 128))
+        ms = median_ms(lambda i: flex(qs[i], ks[i], vs[i], block_mask=mask,
+                                      enable_gqa=True), n_sets)
+        return "%.4f" % ms
+    except Exception as e:
+        print("flex window: %s" % str(e).splitlines()[0][:200], flush=True)
+        return "n/a"
+
+
 def main():
     paged = 0
+    window = 0
     for a in list(sys.argv):
         if a.startswith("--paged="):
             paged = int(a.split("=")[1])
+            sys.argv.remove(a)
+        elif a.startswith("--window="):
+            window = int(a.split("=")[1])
             sys.argv.remove(a)
     for limit in ("recompile_limit", "cache_size_limit"):
         if hasattr(torch._dynamo.config, limit):
@@ -80,6 +104,13 @@ def main():
         ks = [torch.randn(b, hkv, kv, d, device="cuda", dtype=dtype) for _ in range(n_sets)]
         vs = [torch.randn(b, hkv, kv, d, device="cuda", dtype=dtype) for _ in range(n_sets)]
         gbs = lambda ms: 2 * kv_bytes / (ms * 1e-3) / 1e9
+        if window:
+            print("peers %s hq%d hkv%d d%d B%d KV%d window %d: flex %s ms" % (
+                sys.argv[1], hq, hkv, d, b, kv, window,
+                flex_window_ms(flex, qs, ks, vs, kv, window, n_sets)), flush=True)
+            del qs, ks, vs
+            torch.cuda.empty_cache()
+            continue
         row = {}
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
                               ("flash", SDPBackend.FLASH_ATTENTION),
