@@ -392,6 +392,7 @@ void Attention::runDecode(const DecodePlan &P, const TensorView &Q,
       (!Workspace || reinterpret_cast<uintptr_t>(Workspace) % 16 != 0))
     throw InvalidArgument("workspace: expected a non-null device pointer, "
                           "16-byte aligned");
+  pagedRunner().checkPlan(P); // a plan of another object launches nothing
   enterDevice();
   pagedRunner().run(P, C, Q, Out, Finals, Workspace, Inputs, Stream);
   Last = "generated";

@@ -56,14 +56,18 @@ DecodePlan PagedDecodeRunner::plan(const DecodeBounds &B) {
   return P;
 }
 
-void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
-                            const TensorView &Q, const TensorView &Out,
-                            const TensorView *Finals, void *Workspace,
-                            const InputMap &Inputs, CUstream Stream) {
+void PagedDecodeRunner::checkPlan(const DecodePlan &P) const {
   if (P.KernelKey != Source.Key || !Module.loaded())
     throw InvalidArgument(fmt::format(
         "plan: made for kernel '{}', not by this Attention ('{}')",
         P.KernelKey, Source.Key));
+}
+
+void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
+                            const TensorView &Q, const TensorView &Out,
+                            const TensorView *Finals, void *Workspace,
+                            const InputMap &Inputs, CUstream Stream) {
+  checkPlan(P);
   CudaDriver &D = CudaDriver::get();
   attnc::PagedDecodeArgs A{};
   attnc::DecodeArgs &d = A.d;
