@@ -180,6 +180,8 @@ Attention::Attention(CompiledDefinition D, const Signature &S)
 
 Attention::~Attention() = default;
 
+void Attention::enterDevice() { enterBoundContext(Context, Ordinal, "Attention"); }
+
 std::string Attention::lastBackend() const {
   auto Lock = lockCalls();
   return Last;
@@ -218,7 +220,7 @@ void Attention::backward(const TensorView &Q, const TensorView &K,
       throw UserError("block mask: made without the backward's lists; make "
                       "it with ForBackward for backward calls");
   }
-  (void)currentDevice(); // the context current on this thread
+  enterDevice();
   backwardRunner().run(T, Shape, Inputs, Grads, Stream, Data);
 }
 
@@ -240,7 +242,7 @@ void Attention::backwardVarlen(const TensorView &Q, const TensorView &K,
   BackwardTensors T{Q, K, V, Out, DOut, Finals, DQ, DK, DV};
   BackwardCallShape Shape =
       validateVarlenBackwardCall(Def, Sig, T, Batch, Inputs, Grads);
-  (void)currentDevice(); // the context current on this thread
+  enterDevice();
   backwardRunner().run(T, Shape, Inputs, Grads, Stream);
 }
 
@@ -333,7 +335,7 @@ void Attention::run(const CallShape &Shape, const ForwardTensors &T,
   }
   BackendProblem P{Def, Sig, Fwd.target(), Shape, Choice};
   AttentionBackend &B = choose(P);
-  (void)currentDevice(); // the context current on this thread
+  enterDevice();
   B.forward(P, T, CallContext{Inputs, Stream, Blocks});
   Last = B.name();
 }
@@ -363,7 +365,7 @@ void Attention::decodePaged(const TensorView &Q, const PagedKV &KV,
   auto Lock = lockCalls();
   DecodeBounds B = pagedCallBounds(Sig, Q, KV);
   PagedCall C = validatePagedCall(*Def.Graph, Sig, B, Q, KV, Out, Finals, Inputs);
-  (void)currentDevice(); // the context current on this thread
+  enterDevice();
   pagedRunner().runEager(B, C, Q, Out, Finals, Inputs, Stream);
   Last = "generated";
 }
@@ -390,7 +392,8 @@ void Attention::runDecode(const DecodePlan &P, const TensorView &Q,
       (!Workspace || reinterpret_cast<uintptr_t>(Workspace) % 16 != 0))
     throw InvalidArgument("workspace: expected a non-null device pointer, "
                           "16-byte aligned");
-  (void)currentDevice(); // the context current on this thread
+  pagedRunner().checkPlan(P); // a plan of another object launches nothing
+  enterDevice();
   pagedRunner().run(P, C, Q, Out, Finals, Workspace, Inputs, Stream);
   Last = "generated";
 }
@@ -400,7 +403,7 @@ void Attention::appendPaged(const TensorView &K, const TensorView &V,
                             CUstream Stream) {
   auto Lock = lockCalls();
   AppendCall A = validateAppend(Sig, K, V, KV, SlotMapping);
-  (void)currentDevice(); // the context current on this thread
+  enterDevice();
   launchPagedAppend(Arch, A, K, V, KV, SlotMapping, Stream);
 }
 
@@ -409,7 +412,7 @@ void Attention::mergeResults(const std::vector<PartialResult> &Parts,
                              CUstream Stream) {
   auto Lock = lockCalls();
   MergeCall C = validateMerge(*Def.Graph, Sig, Parts, Out, Finals);
-  (void)currentDevice(); // the context current on this thread
+  enterDevice();
   launchMergeResults(Arch, C, Stream);
 }
 

@@ -156,7 +156,7 @@ void Attention::classifyInto(BlockMaskData &D, const InputMap &Inputs,
   D.Grouping = int(A.Grouping);
   D.Groups = maskGroups(A, C.B, C.H);
   KernelChoice Choice = choiceFor(C);
-  (void)currentDevice(); // the context current on this thread
+  enterDevice();
   // A decode call reads no lists (it masks per element).
   if (!Choice.Skel->isDecode()) {
     BackendProblem P{Def, Sig, Fwd.target(), C, Choice};

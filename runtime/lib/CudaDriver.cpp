@@ -1,11 +1,17 @@
-// The CUDA driver API loaded from libcuda.so.1 at run time, and device 0.
+// The CUDA driver API loaded from libcuda.so.1 at run time, and the device
+// of the calling thread's context.
 #include "attn/runtime/CudaDriver.h"
 
 #include "attn/runtime/Errors.h"
 
 #include "llvm/Support/DynamicLibrary.h"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include <string>
 #include <type_traits>
@@ -169,69 +175,106 @@ std::optional<GpuArch> DeviceInfo::arch() const {
 
 namespace {
 
-/// Device 0 and its primary context, set up once per process.
-struct Device0 {
-  DeviceInfo Info;
-  CUcontext Context = nullptr;
-};
+/// The primary context of device 0, retained once and never released (as
+/// the CUDA runtime does): what a thread with no current context gets.
+CUcontext primaryContext0() {
+  // If retaining throws, the static stays uninitialised and the next call
+  // tries again (and reports the same error).
+  static const CUcontext Ctx = [] {
+    CudaDriver &D = CudaDriver::get();
+    D.require();
+    int Count = 0;
+    D.check(D.cuDeviceGetCount(&Count), "cuDeviceGetCount");
+    if (Count == 0)
+      throw DriverError("no CUDA device: the driver loaded but reports no GPU");
+    CUdevice Handle = 0;
+    D.check(D.cuDeviceGet(&Handle, 0), "cuDeviceGet");
+    CUcontext C = nullptr;
+    D.check(D.cuDevicePrimaryCtxRetain(&C, Handle), "cuDevicePrimaryCtxRetain");
+    return C;
+  }();
+  return Ctx;
+}
 
-Device0 openDevice0() {
+/// Describes the device of \p Ctx, which is current on this thread.
+DeviceInfo describeCurrent(CUcontext Ctx) {
   CudaDriver &D = CudaDriver::get();
-  D.require();
-
-  int Count = 0;
-  D.check(D.cuDeviceGetCount(&Count), "cuDeviceGetCount");
-  if (Count == 0)
-    throw DriverError("no CUDA device: the driver loaded but reports no GPU");
-
-  Device0 Dev;
+  DeviceInfo Info;
+  Info.Context = Ctx;
   CUdevice Handle = 0;
-  D.check(D.cuDeviceGet(&Handle, Dev.Info.Ordinal), "cuDeviceGet");
-
+  D.check(D.cuCtxGetDevice(&Handle), "cuCtxGetDevice");
+  // A CUdevice is the device's ordinal (cuDeviceGet(&h, i) gives h == i).
+  Info.Ordinal = int(Handle);
   char Name[256] = {};
   D.check(D.cuDeviceGetName(Name, sizeof(Name) - 1, Handle),
           "cuDeviceGetName");
-  Dev.Info.Name = Name;
-
+  Info.Name = Name;
   auto Attribute = [&](CUdevice_attribute A, const char *What) {
     int Value = 0;
     D.check(D.cuDeviceGetAttribute(&Value, A, Handle), What);
     return Value;
   };
-  Dev.Info.Major = Attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                             "cuDeviceGetAttribute(compute capability major)");
-  Dev.Info.Minor = Attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-                             "cuDeviceGetAttribute(compute capability minor)");
-  Dev.Info.SharedMemPerBlockOptin =
+  Info.Major = Attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                         "cuDeviceGetAttribute(compute capability major)");
+  Info.Minor = Attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                         "cuDeviceGetAttribute(compute capability minor)");
+  Info.SharedMemPerBlockOptin =
       Attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                 "cuDeviceGetAttribute(max shared memory per block opt-in)");
-  Dev.Info.MultiProcessors =
+  Info.MultiProcessors =
       Attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
                 "cuDeviceGetAttribute(multiprocessor count)");
-
-  // The primary context is the one the CUDA runtime (and so PyTorch) uses:
-  // sharing it lets device pointers from either side be used in the other.
-  // Retained once and never released, like the runtime does.
-  D.check(D.cuDevicePrimaryCtxRetain(&Dev.Context, Handle),
-          "cuDevicePrimaryCtxRetain");
-  return Dev;
+  return Info;
 }
 
 } // namespace
 
 const DeviceInfo &currentDevice() {
-  // If opening throws, the static stays uninitialised and the next call
-  // tries again (and reports the same error).
-  static const Device0 Dev = openDevice0();
-
-  // A context is current per thread: make ours current on every thread that
-  // asks, unless it already is.
   CudaDriver &D = CudaDriver::get();
+  D.require();
+  // A context is current per thread. Where the caller made one current
+  // (the CUDA runtime's cudaSetDevice, PyTorch's device guard, its own),
+  // calls run there; a thread with none gets device 0's primary context.
   CUcontext Current = nullptr;
   D.check(D.cuCtxGetCurrent(&Current), "cuCtxGetCurrent");
-  if (Current != Dev.Context)
-    D.check(D.cuCtxSetCurrent(Dev.Context), "cuCtxSetCurrent");
-  return Dev.Info;
+  if (!Current) {
+    Current = primaryContext0();
+    D.check(D.cuCtxSetCurrent(Current), "cuCtxSetCurrent");
+  }
+  // Described once per context (the table lives as long as the process:
+  // a handful of contexts in practice); the thread's last answer is kept
+  // so that a call costs one cuCtxGetCurrent.
+  thread_local const DeviceInfo *Last = nullptr;
+  if (Last && Last->Context == Current)
+    return *Last;
+  static std::mutex M;
+  static std::map<CUcontext, std::unique_ptr<DeviceInfo>> Known;
+  std::lock_guard<std::mutex> Lock(M);
+  std::unique_ptr<DeviceInfo> &Info = Known[Current];
+  if (!Info)
+    Info = std::make_unique<DeviceInfo>(describeCurrent(Current));
+  Last = Info.get();
+  return *Info;
+}
+
+void enterBoundContext(CUcontext &Bound, int &Ordinal, const char *What) {
+  const DeviceInfo &Dev = currentDevice();
+  if (!Bound) {
+    Bound = Dev.Context;
+    Ordinal = Dev.Ordinal;
+    return;
+  }
+  if (Dev.Context == Bound)
+    return;
+  std::string Now = Dev.Ordinal == Ordinal
+                        ? fmt::format("another context of device {}", Ordinal)
+                        : fmt::format("device {}'s", Dev.Ordinal);
+  throw InvalidArgument(fmt::format(
+      "device: this {} runs in the context of device {}, where its first "
+      "call ran (its kernels are loaded there); this call's current context "
+      "is {}. Make one {} per device, or make its context current for its "
+      "calls",
+      What, Ordinal, Now, What));
 }
 
 } // namespace attn::runtime

@@ -49,6 +49,11 @@ struct LinearAttention::CallState {
   std::unique_lock<std::recursive_mutex> lock() {
     return std::unique_lock<std::recursive_mutex>(Lock);
   }
+  /// The context of the first launching call, where the kernels are
+  /// loaded: a call in another one is refused (enterBoundContext).
+  CUcontext Context = nullptr;
+  int Ordinal = -1;
+  void enterDevice() { enterBoundContext(Context, Ordinal, "LinearAttention"); }
 };
 
 struct LinearAttention::DecodeKernel {
@@ -168,7 +173,7 @@ void LinearAttention::forward(const TensorView &Q, const TensorView &Kt,
   auto CallLock = Calls->lock();
   LinearCallShape C = validateLinearForward(Def, Sig, Q, Kt, V, Out, Decay,
                                             Inputs, InitialState, FinalState);
-  (void)currentDevice(); // the context current on this thread
+  Calls->enterDevice();
   Kernels *K = &select(C.B, C.H, C.Hq, C.Hk, C.T);
   const codegen::LinearKernelSpec &Spec = K->Spec;
   attnc::LinearArgs A = linearForwardArgs(C, Spec, Q, Kt, V, Decay);
@@ -199,7 +204,7 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
   auto CallLock = Calls->lock();
   LinearBackwardShape R =
       validateLinearBackward(Def, Sig, T, Inputs, InputGrads);
-  (void)currentDevice(); // the context current on this thread
+  Calls->enterDevice();
   const LinearCallShape &C = R.Fwd;
   Kernels &K = select(C.B, C.H, C.Hq, C.Hk, C.T);
   ensureBackward(K).run(R, T, Inputs, InputGrads, Calls->Work.get(Stream), Stream);
@@ -212,7 +217,7 @@ void LinearAttention::forwardVarlen(const LinearVarlenTensors &T,
                                     const InputMap &Inputs, CUstream Stream) {
   auto CallLock = Calls->lock();
   LinearVarlenShape R = validateLinearVarlen(Def, Sig, T, Inputs);
-  (void)currentDevice(); // the context current on this thread
+  Calls->enterDevice();
   const LinearCallShape &C = R.Call;
   Kernels &K = select(R.Seqs, C.H, C.Hq, C.Hk,
                       std::max<int64_t>(1, C.T / R.Seqs));
@@ -251,7 +256,7 @@ void LinearAttention::backwardVarlen(const LinearVarlenBackwardTensors &T,
   auto CallLock = Calls->lock();
   LinearVarlenBackwardShape R =
       validateLinearVarlenBackward(Def, Sig, T, Inputs, InputGrads);
-  (void)currentDevice(); // the context current on this thread
+  Calls->enterDevice();
   const LinearCallShape &C = R.Bwd.Fwd;
   // The configuration forwardVarlen() takes for the same tensors.
   Kernels &K = select(R.Seqs, C.H, C.Hq, C.Hk,
@@ -284,7 +289,7 @@ void LinearAttention::decodeStep(const LinearDecodeTensors &T,
                                  const InputMap &Inputs, CUstream Stream) {
   auto CallLock = Calls->lock();
   LinearDecodeShape R = validateLinearDecode(Def, Sig, T, Inputs);
-  (void)currentDevice(); // the context current on this thread
+  Calls->enterDevice();
   const LinearCallShape &C = R.Call;
   DecodeKernel &K = ensureDecode();
   const int MaxSmem = attnc::dec::smem_bytes(Sig.HeadDim, LinearDecodeMaxTokens);

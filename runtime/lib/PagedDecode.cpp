@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <tuple>
 #include <mutex>
 
 namespace attn::runtime {
@@ -55,14 +56,18 @@ DecodePlan PagedDecodeRunner::plan(const DecodeBounds &B) {
   return P;
 }
 
-void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
-                            const TensorView &Q, const TensorView &Out,
-                            const TensorView *Finals, void *Workspace,
-                            const InputMap &Inputs, CUstream Stream) {
+void PagedDecodeRunner::checkPlan(const DecodePlan &P) const {
   if (P.KernelKey != Source.Key || !Module.loaded())
     throw InvalidArgument(fmt::format(
         "plan: made for kernel '{}', not by this Attention ('{}')",
         P.KernelKey, Source.Key));
+}
+
+void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
+                            const TensorView &Q, const TensorView &Out,
+                            const TensorView *Finals, void *Workspace,
+                            const InputMap &Inputs, CUstream Stream) {
+  checkPlan(P);
   CudaDriver &D = CudaDriver::get();
   attnc::PagedDecodeArgs A{};
   attnc::DecodeArgs &d = A.d;
@@ -151,13 +156,16 @@ struct HelperModule {
   std::map<std::string, CUfunction> Functions;
 };
 
-/// The module of \p Src, loaded once per key and arch.
+/// The module of \p Src, loaded once per key, arch and context (a module
+/// runs only in the context it was loaded in).
 HelperModule &helperModule(const codegen::KernelSource &Src) {
   static std::mutex M;
-  static std::map<std::pair<std::string, GpuArch>, std::unique_ptr<HelperModule>>
+  static std::map<std::tuple<std::string, GpuArch, CUcontext>,
+                  std::unique_ptr<HelperModule>>
       Modules;
+  CUcontext Ctx = currentDevice().Context;
   std::lock_guard<std::mutex> Lock(M);
-  std::unique_ptr<HelperModule> &Mod = Modules[{Src.Key, Src.Arch}];
+  std::unique_ptr<HelperModule> &Mod = Modules[{Src.Key, Src.Arch, Ctx}];
   if (Mod)
     return *Mod;
   auto New = std::make_unique<HelperModule>();

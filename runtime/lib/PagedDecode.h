@@ -69,6 +69,8 @@ public:
 
   /// makeDecodePlan for this kernel on the current device; loads it.
   DecodePlan plan(const DecodeBounds &B);
+  /// InvalidArgument unless this runner made \p P (plan()).
+  void checkPlan(const DecodePlan &P) const;
   /// Launches \p P's kernels for a validated call; no host decision, no
   /// allocation, no synchronisation.
   void run(const DecodePlan &P, const PagedCall &C, const TensorView &Q,

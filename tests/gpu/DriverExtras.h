@@ -25,7 +25,10 @@ namespace attn::gputest {
   X(cuGraphLaunch)                                                             \
   X(cuGraphExecDestroy)                                                        \
   X(cuGraphDestroy)                                                            \
-  X(cuMemcpyDtoDAsync)
+  X(cuMemcpyDtoDAsync)                                                         \
+  X(cuCtxCreate)                                                               \
+  X(cuCtxDestroy)                                                              \
+  X(cuCtxPopCurrent)
 
 struct DriverExtras {
 #define ATTN_EXTRA_MEMBER(Name) decltype(&::Name) Name = nullptr;

@@ -5,12 +5,14 @@
 // (outputs are poisoned first), and the forward must match the fp64
 // reference. Calls on different streams share no scratch (per-stream
 // workspaces), so a workspace shared between streams shows up here as a
-// mismatch.
+// mismatch. Then contexts: an object keeps to the context of its first
+// call and refuses a call made in another.
 #include "DriverExtras.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
 
 #include "attn/reference/Attention.h"
+#include "attn/runtime/Errors.h"
 
 #include <fmt/format.h>
 
@@ -229,6 +231,52 @@ void runConcurrently(const std::string &Name, runtime::Attention &A,
                : "error: " + Errors[T]);
 }
 
+/// A second context on the device, as a program that makes its own would
+/// have: an Attention first called in the primary context refuses a call
+/// made there (before launching anything), and one made and called there
+/// runs it, with the primary context's results bit for bit.
+void otherContext(const runtime::Signature &Sig) {
+  auto &Drv = runtime::CudaDriver::get();
+  const DriverExtras &X = DriverExtras::get();
+  runtime::Attention A(makeDefinition("mha_full"), Sig);
+  Work W = makeWork(1, 4, 2, 200, 200, /*Backward=*/false, 31);
+  std::vector<std::vector<uint16_t>> Want = runOnce(A, W, nullptr);
+
+  CUdevice Dev = 0;
+  Drv.check(Drv.cuCtxGetDevice(&Dev), "cuCtxGetDevice");
+  CUcontext Other = nullptr;
+  Drv.check(X.cuCtxCreate(&Other, nullptr, 0, Dev), "cuCtxCreate"); // current
+  std::string Refusal;
+  try {
+    auto View = [&](DeviceBuffer &Buf, int H) {
+      return runtime::TensorView::contiguous(Buf.get(), runtime::ElemType::F16,
+                                             {W.B, W.Sq, H, D});
+    };
+    runtime::TensorView Fin = runtime::TensorView::contiguous(
+        W.F->get(), runtime::ElemType::F32, {1, W.B, W.H, W.Sq});
+    A.forward(View(*W.DQ, W.H), View(*W.DK, W.Hkv), View(*W.DV, W.Hkv),
+              View(*W.O, W.H), &Fin, {}, nullptr);
+  } catch (const InvalidArgument &E) {
+    Refusal = E.what();
+  }
+  report("a call in another context than the first call's is refused",
+         Refusal.find("another context of device") != std::string::npos,
+         "\"" + Refusal + "\"");
+  {
+    runtime::Attention B(makeDefinition("mha_full"), Sig);
+    Work W2 = makeWork(1, 4, 2, 200, 200, /*Backward=*/false, 31);
+    std::vector<std::vector<uint16_t>> Got = runOnce(B, W2, nullptr);
+    report("an Attention made and called in the other context runs there",
+           Got == Want && finite(Got), Got == Want ? "same bits" : "differs");
+  }
+  CUcontext Popped = nullptr;
+  Drv.check(X.cuCtxPopCurrent(&Popped), "cuCtxPopCurrent");
+  Drv.check(X.cuCtxDestroy(Other), "cuCtxDestroy");
+  // Back in the primary context, the first object runs again.
+  report("the first Attention runs again in its own context",
+         runOnce(A, W, nullptr) == Want, "");
+}
+
 runtime::Signature signature(bool Backward) {
   runtime::Signature Sig;
   Sig.Dtype = DType::F16;
@@ -265,6 +313,7 @@ int main() {
                                  /*Backward=*/false, 2000 + T));
       runConcurrently("mha decode (split keys)", A, Works);
     }
+    otherContext(signature(false));
   } catch (const std::exception &E) {
     std::printf("error: %s\n", E.what());
     return 1;

@@ -190,6 +190,11 @@ using InputGradMap = std::map<std::string, TensorView>;
 /// signature names, or else the first registered one whose check() accepts
 /// the call ("generated", then "reference").
 ///
+/// Devices: calls run in the context current on the calling thread (the one
+/// cudaSetDevice or torch.cuda.device made current, else device 0's primary
+/// context). An object keeps to the context of its first launching call:
+/// make one per device.
+///
 /// Concurrency: one object may be called from several host threads and on
 /// several streams at once. Calls are serialised on the host while they
 /// enqueue work (a lock; none of them waits for the GPU), and the scratch
@@ -409,6 +414,14 @@ private:
   std::unique_lock<std::recursive_mutex> lockCalls() const {
     return std::unique_lock<std::recursive_mutex>(CallLock);
   }
+  /// Makes the device's context current on the calling thread (the one the
+  /// caller made current, else device 0's primary context) before a launch;
+  /// the first launching call binds the object to it (its modules and
+  /// workspaces live there), and a later call in another context is an
+  /// InvalidArgument that names both devices.
+  void enterDevice();
+  CUcontext Context = nullptr;
+  int Ordinal = -1;
 
   CompiledDefinition Def;
   Signature Sig;

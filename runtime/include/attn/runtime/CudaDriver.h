@@ -91,8 +91,10 @@ private:
   std::string Reason;
 };
 
-/// The current device (device 0, primary context made current on first use).
+/// The device of a context.
 struct DeviceInfo {
+  /// The context the calls of a thread that asked run in, and its device.
+  CUcontext Context = nullptr;
   int Ordinal = 0;
   std::string Name;         ///< "NVIDIA H100 80GB HBM3"
   int Major = 0, Minor = 0; ///< compute capability
@@ -103,10 +105,19 @@ struct DeviceInfo {
   std::optional<GpuArch> arch() const;
 };
 
-/// Initialises the driver, retains device 0's primary context, makes it
-/// current on this thread, and describes the device. DriverError if there
-/// is no driver or no device.
+/// The context current on the calling thread and its device: the one the
+/// caller made current (cudaSetDevice, torch.cuda.device, cuCtxSetCurrent),
+/// or else device 0's primary context, retained and made current here.
+/// DriverError if there is no driver or no device. Kernels loaded in one
+/// context run only there: an Attention keeps to the context of its first
+/// launching call (Attention.h).
 const DeviceInfo &currentDevice();
+
+/// currentDevice(), and the rule of an object bound to a context: the first
+/// call binds \p Bound and \p Ordinal to the current context, a later call
+/// in another context is an InvalidArgument naming both devices (\p What
+/// names the object: "Attention").
+void enterBoundContext(CUcontext &Bound, int &Ordinal, const char *What);
 
 } // namespace attn::runtime
 
