@@ -37,6 +37,24 @@
 // accumulating ones once. Warpgroup 0 alone writes dSᵀ and counts the
 // input gradients.
 //
+// Ping-pong (kPingPong, warp-specialised with fused dQ, two warpgroups of
+// 64 keys): the warpgroups no longer meet at a CTA barrier every step.
+// Each computes dQ's partial over its own keys only (dS_w·K_w, all kD
+// columns, its dSᵀ rows in the shared tile), and they take turns at the
+// tensor cores through a token passed on two named barriers (warpgroup 0
+// issues its Sᵀ/dPᵀ group, then 1, then 0 its dV/dK group, then 1, ...),
+// so that one warpgroup's element work runs beside the other's GEMMs.
+// Warpgroup 0 stores its dQ partial into a shared slot (two slots), 1 adds
+// its own to it (two terms: the same bits in either order), and the
+// producer warpgroup's second warp, the dQ writer (the step and the writer
+// are in bwd_sm90_pingpong.cuh), takes the semaphore turn and adds the
+// slot to dQ's fp32 sum with bulk copies (a store for rank 0,
+// cp.reduce.async.bulk .add for the others), off the consumers' path.
+// kDqWriter keeps the lockstep step (both warpgroups' dSᵀ, dQ's columns
+// split) and only moves the turn and the adds to that writer: each
+// warpgroup stores its columns of dQ into the slot. Both are opt-in: they
+// measured slower than the lockstep step with the consumers' own adds.
+//
 // Every tile is a set of [rows][64] slabs of 16-bit elements, 128 bytes a
 // row with the 128-byte swizzle (SwizzledTile<rows, 64>, which is the
 // layout TMA's CU_TENSOR_MAP_SWIZZLE_128B writes), each slab 1024-byte
@@ -50,6 +68,7 @@
 #include "attnc/bwd_sm80_dkdv.cuh"
 #include "attnc/bwd_sm80_fused_dq.cuh"
 #include "attnc/bwd_sm90_elements.cuh"
+#include "attnc/bwd_sm90_pingpong.cuh"
 #include "attnc/sm90_primitives.cuh"
 #include "attnc/sm90_wgmma.cuh"
 
@@ -87,8 +106,12 @@ template <int kD, int kDV, int kW> struct SplitCols {
 
 template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,
           bool kFusedDq = false, bool kAtomicDq = false, bool kWs = false,
-          bool kTwoPass = false, bool kSplit = false>
+          bool kTwoPass = false, bool kSplit = false, bool kPingPong = false,
+          bool kDqWriter = false>
 struct BwdDkDvSm90 {
+  /// A dQ writer warp adds the steps' dQ to the sum from shared slots:
+  /// ping-pong, or the lockstep step with the writer alone (kDqWriter).
+  static constexpr bool kWriter = kPingPong || kDqWriter;
   /// The consumer warpgroups: one per 64 keys, or two over the same 64
   /// keys in the column-split mode.
   static constexpr int kWarpgroups = kSplit ? 2 : kBlockN / 64;
@@ -108,6 +131,11 @@ struct BwdDkDvSm90 {
   static_assert(!kSplit || (kBlockN == 64 && kWs && kFusedDq && !kTwoPass),
                 "the column split is a warp-specialised fused-dQ mode of 64 keys, "
                 "element work in one pass");
+  static_assert(!kWriter || (kBlockN == 128 && kBlockM == 64 && kWs && kFusedDq &&
+                             !kTwoPass && !kSplit && kD == kDV && !(kPingPong && kDqWriter)),
+                "ping-pong and the dQ writer: warp-specialised fused-dQ modes of two "
+                "warpgroups of keys, 64-row steps, element work in one pass "
+                "(bwdSm90Unsupported)");
   static_assert(kStages >= 2 && kStages <= 4, "a ring of 2 to 4 stages");
   static_assert(kNumGrads <= kMaxInputGrads, "too many input gradients");
   static_assert(kFusedDq || !(kAtomicDq || kWs),
@@ -125,8 +153,20 @@ struct BwdDkDvSm90 {
   /// queries] (MN-major for dS·K's A operand: the queries are its M).
   static constexpr int kDsSlab = kBlockN * 128;
   static constexpr int kDsBytes = kFusedDq ? kDsSlab * (kBlockM / 64) : 0;
-  /// Warp-specialised: the ring's full and empty mbarriers.
+  /// The dQ writer's two slots of the step's fp32 [kBlockM][kD] dQ, rows padded
+  /// by 32 bytes so that a warp's 8-byte stores of its fragment rows hit
+  /// distinct banks; the dQ writer copies them row by row.
+  static constexpr int kDqRowBytes = kD * 4 + 32;
+  static constexpr int kDqSlotBytes = kWriter ? kBlockM * kDqRowBytes : 0;
+  static constexpr int kDqBytes = 2 * kDqSlotBytes;
+  /// Warp-specialised: the ring's full and empty mbarriers (8 bytes each,
+  /// at most 4 stages), then the dQ slots' full and empty ones.
   static constexpr int kBarBytes = kWs ? 256 : 0;
+  static constexpr int kDqBarOffset = 64;
+  /// Ping-pong's named barriers: the tensor-core token of warpgroup w
+  /// (2 + w), warpgroup 0's dQ partial stored (4), a warpgroup's dSᵀ rows
+  /// stored (5 + w).
+  static constexpr int kBarToken = 2, kBarPartial = 4, kBarDs = 5;
   /// Fused dQ's [kBlockM][kD] product: each warpgroup kDqN of its columns
   /// (the N of its wgmma) over kBlockM / 64 chains of 64 rows.
   static constexpr int kDqN = kD / kWarpgroups, kDqChains = kBlockM / 64;
@@ -136,11 +176,19 @@ struct BwdDkDvSm90 {
   /// 1024 bytes of slack to align the dynamic shared memory by hand
   /// (BwdSm90Config::dkdvSharedBytes says the same).
   static constexpr int kSmemBytes =
-      1024 + kKBytes + kVBytes + kStages * kStageBytes + kDsBytes + kBarBytes;
+      1024 + kKBytes + kVBytes + kStages * kStageBytes + kDsBytes + kDqBytes + kBarBytes;
   /// setmaxnreg with two consumer warpgroups (384 threads start at 168).
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   using Sem = BwdFusedDq<T, kD, kBlockM, kBlockN, kWarps>;
   using Elems = BwdSm90Elements<Variant, T, kDV, kBlockM, kSplit>;
+  /// Ping-pong's step and the dQ writer (bwd_sm90_pingpong.cuh), which
+  /// read this instantiation's parameters under these names.
+  using VariantType = Variant;
+  using ElemType = T;
+  static constexpr int kHeadDim = kD, kHeadDimV = kDV, kStepRows = kBlockM,
+                       kKeyRows = kBlockN;
+  static constexpr bool kAtomic = kAtomicDq;
+  using PingPong = BwdSm90PingPong<BwdDkDvSm90>;
   /// Warpgroup kW's columns: SplitCols in the column-split mode, else all
   /// of dK's and dV's and (fused dQ) kDqN of dQ's from wg · kDqN.
   template <int kW> struct Cols {
@@ -200,8 +248,8 @@ struct BwdDkDvSm90 {
     const u32 base = (smem_addr(smem) + 1023u) & ~1023u;
     unsigned char *aligned = smem + (base - smem_addr(smem));
     const u32 s_k = base, s_v = base + kKBytes, s_ring = s_v + kVBytes;
-    const u32 s_ds = s_ring + kStages * kStageBytes;
-    const u32 bar_full = s_ds + kDsBytes, bar_empty = bar_full + 8 * kStages;
+    const u32 s_ds = s_ring + kStages * kStageBytes, s_dq = s_ds + kDsBytes;
+    const u32 bar_full = s_dq + kDqBytes, bar_empty = bar_full + 8 * kStages;
     unsigned char *ring = aligned + kKBytes + kVBytes;
     // Fused dQ: the highest key block first, so that a CTA only waits for
     // CTAs dispatched before it (bwd_sm80_fused_dq.cuh).
@@ -225,6 +273,14 @@ struct BwdDkDvSm90 {
           mbar_init(bar_full + 8 * s, 1 + 32);
           mbar_init(bar_empty + 8 * s, kWarps);
         }
+        if constexpr (kWriter)
+          for (int s = 0; s < 2; ++s) {
+            // Full: ping-pong's warpgroup 1's warps, after adding their
+            // partial, or every compute warp; empty: the dQ writer, once
+            // its copies have completed.
+            mbar_init(bar_full + kDqBarOffset + 8 * s, kPingPong ? 4 : kWarps);
+            mbar_init(bar_full + kDqBarOffset + 16 + 8 * s, 1);
+          }
         mbar_init_fence();
       }
       // K and V are in before the warpgroups part (wgmma reads them
@@ -237,6 +293,8 @@ struct BwdDkDvSm90 {
           setmaxnreg_dec<kProducerRegs>();
         if (threadIdx.x < kThreads + 32)
           produce(a, *maps, s_ring, bar_full, bar_empty, n_block, b, hk, group_size);
+        else if (kWriter && threadIdx.x < kThreads + 64)
+          PingPong::write_dq(a, s_dq, bar_full + kDqBarOffset, n_block, b, hk, group_size);
         return;
       }
       if constexpr (kWarpgroups == 2)
@@ -244,11 +302,11 @@ struct BwdDkDvSm90 {
     }
     // Column-split: each warpgroup's accumulators have its own sizes.
     if (kSplit && threadIdx.x >= 128)
-      consume<1>(a, in, s_k, s_v, s_ring, s_ds, bar_full, bar_empty, ring, n_block, b, hk,
-                 group_size, key0);
+      consume<1>(a, in, s_k, s_v, s_ring, s_ds, s_dq, bar_full, bar_empty, ring, n_block, b,
+                 hk, group_size, key0);
     else
-      consume<0>(a, in, s_k, s_v, s_ring, s_ds, bar_full, bar_empty, ring, n_block, b, hk,
-                 group_size, key0);
+      consume<0>(a, in, s_k, s_v, s_ring, s_ds, s_dq, bar_full, bar_empty, ring, n_block, b,
+                 hk, group_size, key0);
   }
 
   /// The compute threads' walk (warpgroup kW's columns): every query block
@@ -256,9 +314,12 @@ struct BwdDkDvSm90 {
   template <int kW>
   __device__ static __forceinline__ void
   consume(const BwdArgs &a, const typename Variant::Inputs &in, u32 s_k, u32 s_v,
-          u32 s_ring, u32 s_ds, u32 bar_full, u32 bar_empty, unsigned char *ring,
+          u32 s_ring, u32 s_ds, u32 s_dq, u32 bar_full, u32 bar_empty, unsigned char *ring,
           int n_block, int b, int hk, int group_size, int key0) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    // Ping-pong: warpgroup 0 takes the tensor cores first.
+    if (kPingPong && threadIdx.x >= 128)
+      named_bar_arrive(kBarToken + 0, kThreads);
     float acc_dk[Cols<kW>::kKN / 8][4], acc_dv[Cols<kW>::kVN / 8][4];
     zero(acc_dk);
     zero(acc_dv);
@@ -322,15 +383,23 @@ struct BwdDkDvSm90 {
             reinterpret_cast<const float *>(ring + slot + kQBytes + kOBytes);
         // Fused dQ: this key block's place among those visiting m.
         int rank = 0;
-        if constexpr (kFusedDq && !kAtomicDq)
+        if constexpr (kFusedDq && !kAtomicDq && !kWriter)
           rank = Variant::kHasMask ? w.ranks[j] : Sem::unmasked_rank(a, n_block, m);
         const u32 empty = bar_empty + 8 * stage;
-        if (full)
-          step<true, kW>(a, in, s_k, s_v, s_ring + slot, s_ds, empty, rows, m, b, h, bh, key0,
-                     rank, turn, acc_dk, acc_dv, gacc);
+        const u32 dq_bars = bar_full + kDqBarOffset;
+        if constexpr (kPingPong) {
+          if (full)
+            PingPong::template step<true>(a, in, s_k, s_v, s_ring + slot, s_ds, s_dq, dq_bars, it, empty,
+                          rows, m, b, h, key0, acc_dk, acc_dv, gacc);
+          else
+            PingPong::template step<false>(a, in, s_k, s_v, s_ring + slot, s_ds, s_dq, dq_bars, it, empty,
+                           rows, m, b, h, key0, acc_dk, acc_dv, gacc);
+        } else if (full)
+          step<true, kW>(a, in, s_k, s_v, s_ring + slot, s_ds, s_dq, dq_bars, it, empty, rows,
+                         m, b, h, bh, key0, rank, turn, acc_dk, acc_dv, gacc);
         else
-          step<false, kW>(a, in, s_k, s_v, s_ring + slot, s_ds, empty, rows, m, b, h, bh, key0,
-                      rank, turn, acc_dk, acc_dv, gacc);
+          step<false, kW>(a, in, s_k, s_v, s_ring + slot, s_ds, s_dq, dq_bars, it, empty, rows,
+                          m, b, h, bh, key0, rank, turn, acc_dk, acc_dv, gacc);
       }
       // The last step's reads are done before the ring is refilled (the
       // next head) or reused (below), and its dQ adds precede the release.
@@ -364,6 +433,9 @@ struct BwdDkDvSm90 {
     }
     if constexpr (!kWs)
       cp_async_wait<0>();
+    // Ping-pong: warpgroup 1's last token (every step passes it on).
+    if (kPingPong && threadIdx.x < 128)
+      named_bar_sync(kBarToken + 0, kThreads);
     store<kW>(a, b, hk, key0, acc_dk, acc_dv);
   }
 
@@ -452,21 +524,22 @@ struct BwdDkDvSm90 {
   /// One query block m: Sᵀ and dPᵀ for this warpgroup's 64 keys, P and dS
   /// per element, then dV += Pᵀ·dO and dK += dSᵀ·Q; fused dQ: dSᵀ through
   /// shared memory, the previous step's \p turn published, dS·K and its add
-  /// to dQ's sum in turn \p rank, which becomes the pending \p turn. The
+  /// to dQ's sum in turn \p rank, which becomes the pending \p turn (with
+  /// the dQ writer: the product into dQ slot \p it % 2 instead). The
   /// wgmma calls sit outside any data-dependent branch (kFull only changes
   /// the element loop), so that ptxas need not serialise them.
   template <bool kFull, int kW>
   __device__ static __forceinline__ void
   step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s_k, u32 s_v, u32 s_stage,
-       u32 s_ds, u32 empty, const float *rows, int m, int b, int h, int bh, int key0, int rank,
-       DqTurn &turn, float (&acc_dk)[Cols<kW>::kKN / 8][4],
+       u32 s_ds, u32 s_dq, u32 dq_bars, int it, u32 empty, const float *rows, int m, int b,
+       int h, int bh, int key0, int rank, DqTurn &turn, float (&acc_dk)[Cols<kW>::kKN / 8][4],
        float (&acc_dv)[Cols<kW>::kVN / 8][4], float *gacc) {
     using C = Cols<kW>;
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const u32 s_q = s_stage, s_do = s_stage + kQBytes;
     int seen = 0;
-    if constexpr (kFusedDq && !kAtomicDq)
+    if constexpr (kFusedDq && !kAtomicDq && !kWriter)
       seen = Sem::peek(a, bh, m, rank);
     float acc_s[QT][4], acc_dp[QT][4];
     zero(acc_s); // overwritten by the first k step; defined for the compiler
@@ -608,14 +681,36 @@ struct BwdDkDvSm90 {
       for (int c = 0; c < kDqChains; ++c)
         fence_regs(acc_dq[c]);
       release(empty); // Q, dO and the rows are read
-      if constexpr (!kAtomicDq)
-        Sem::wait_turn(a, bh, m, rank, seen);
-      // The turn is this CTA's; atomic: every warpgroup is done reading
-      // the dSᵀ tile, which the next step overwrites.
-      sync_compute();
-      add_dq<kW>(a, acc_dq, bh, m, kAtomicDq ? 1 : rank);
-      if constexpr (!kAtomicDq)
-        turn = DqTurn{bh, m, rank, true};
+      if constexpr (kDqWriter) {
+        // This warpgroup's columns of the step's dQ into slot it % 2 (once
+        // the writer has emptied it), for the writer's bulk adds in turn;
+        // then every warpgroup is done reading the dSᵀ tile.
+        const int slot = it & 1;
+        if (it >= 2)
+          mbar_wait(dq_bars + 16 + 8 * slot, ((it / 2) + 1) & 1);
+        const u32 row_addr = s_dq + slot * kDqSlotBytes + (warp * 16 + g) * kDqRowBytes +
+                             (C::q0(wg) + 2 * tq) * 4;
+#pragma unroll
+        for (int t = 0; t < C::kQN / 8; ++t)
+#pragma unroll
+          for (int half = 0; half < 2; ++half)
+            st_shared_f2(row_addr + 8 * half * kDqRowBytes + t * 32, acc_dq[0][t][2 * half],
+                         acc_dq[0][t][2 * half + 1]);
+        fence_proxy_async_shared();
+        __syncwarp();
+        if (lane == 0)
+          mbar_arrive(dq_bars + 8 * slot);
+        sync_compute();
+      } else {
+        if constexpr (!kAtomicDq)
+          Sem::wait_turn(a, bh, m, rank, seen);
+        // The turn is this CTA's; atomic: every warpgroup is done reading
+        // the dSᵀ tile, which the next step overwrites.
+        sync_compute();
+        add_dq<kW>(a, acc_dq, bh, m, kAtomicDq ? 1 : rank);
+        if constexpr (!kAtomicDq)
+          turn = DqTurn{bh, m, rank, true};
+      }
     }
   }
 

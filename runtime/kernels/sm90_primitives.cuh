@@ -101,6 +101,39 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+/// The same between global-memory writes of the two proxies (a bulk copy's
+/// completed writes and a later release, an acquire and a later bulk copy).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+/// Bulk copies of \p bytes (a multiple of 16, both addresses 16-byte
+/// aligned) from shared to global memory, in this thread's bulk group:
+/// a store, or an fp32 add into what is there (in L2, nothing read back).
+__device__ __forceinline__ void bulk_store_s2g(void *dst, u32 src, u32 bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_reduce_add_f32_s2g(void *dst, u32 src, u32 bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::
+                   "l"(dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+/// Waits until this thread's bulk groups are complete (their writes done).
+__device__ __forceinline__ void bulk_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+/// Two adjacent floats to or from shared memory (8-byte aligned).
+__device__ __forceinline__ void st_shared_f2(u32 addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1,%2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+__device__ __forceinline__ void ld_shared_f2(u32 addr, float &x, float &y) {
+  asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];\n" : "=f"(x), "=f"(y) : "r"(addr) : "memory");
+}
 /// Pins the accumulator registers in place across an async wgmma boundary:
 /// the compiler may not move reads or writes of \p acc across this point.
 template <int A, int B>

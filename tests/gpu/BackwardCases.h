@@ -2,7 +2,8 @@
 // masks made for the test), the quick set and the full matrix, each case
 // in the default configuration (bwd_sm90 on sm_90a where it runs the head
 // dims, else bwd_sm80) and in bwd_sm80's two dQ modes; on sm_90a also
-// bwd_sm90's tilings and its column split (256/256, 192/128).
+// bwd_sm90's tilings, its ping-pong mode and its column split (256/256,
+// 192/128).
 #ifndef ATTNC_TESTS_GPU_BACKWARDCASES_H
 #define ATTNC_TESTS_GPU_BACKWARDCASES_H
 
@@ -97,6 +98,40 @@ inline void addSm90Cases(std::vector<Case> &Out) {
                  "bwd90ws.kv64x128s2.atomic"});
   Out.push_back({"mha_full", DType::BF16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD,
                  "bwd90.kv64x128s2.atomic"});
+  // Ping-pong (warpgroups taking turns, dQ partials summed in shared
+  // memory and added by the writer warp in turns): rotated walks with
+  // grouped heads and a long single head, masks with ranks in both
+  // layouts, input gradients, empty query blocks; atomic dQ.
+  const char *Pp = "bwd90ws.kv64x128s2.pp.fused";
+  Out.push_back({"mha_full", DType::F16, 128, 128, 2, 2, 1, 700, 700, Layout::BHSD, Pp});
+  Out.push_back({"mha_full", DType::BF16, 128, 128, 1, 1, 1, 1300, 1300, Layout::BSHD, Pp});
+  Out.push_back({"mha", DType::BF16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD, Pp});
+  Out.push_back({"mha_window", DType::F16, 128, 128, 1, 4, 2, 333, 333, Layout::BSHD, Pp});
+  Out.push_back({"mha_document", DType::BF16, 128, 128, 2, 2, 2, 257, 257, Layout::BHSD, Pp});
+  Out.push_back({"alibi_learnable", DType::BF16, 128, 128, 2, 2, 1, 257, 257, Layout::BHSD,
+                 Pp});
+  Out.push_back({"softcap_learnable", DType::F16, 128, 128, 1, 2, 1, 333, 333, Layout::BSHD,
+                 Pp});
+  Out.push_back({"relu_attn", DType::F16, 128, 128, 1, 2, 2, 257, 130, Layout::BHSD, Pp});
+  Out.push_back({"mha_emptyblock", DType::F16, 128, 128, 1, 2, 2, 333, 333, Layout::BSHD, Pp});
+  Out.push_back({"mha_full", DType::F16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD,
+                 "bwd90ws.kv64x128s2.pp.atomic"});
+  // The dQ writer with the lockstep step: the same kinds of cases.
+  const char *Dqw = "bwd90ws.kv64x128s2.dqw.fused";
+  Out.push_back({"mha_full", DType::BF16, 128, 128, 2, 2, 1, 700, 700, Layout::BHSD, Dqw});
+  Out.push_back({"mha_full", DType::F16, 128, 128, 1, 1, 1, 1300, 1300, Layout::BSHD, Dqw});
+  Out.push_back({"mha", DType::F16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BHSD, Dqw});
+  Out.push_back({"mha_window", DType::BF16, 128, 128, 1, 4, 2, 333, 333, Layout::BHSD, Dqw});
+  Out.push_back({"mha_document", DType::F16, 128, 128, 2, 2, 2, 257, 257, Layout::BSHD, Dqw});
+  Out.push_back({"alibi_learnable", DType::F16, 128, 128, 2, 2, 1, 257, 257, Layout::BSHD,
+                 Dqw});
+  Out.push_back({"softcap_learnable", DType::BF16, 128, 128, 1, 2, 1, 333, 333,
+                 Layout::BHSD, Dqw});
+  Out.push_back({"relu_attn", DType::BF16, 128, 128, 1, 2, 2, 257, 130, Layout::BSHD, Dqw});
+  Out.push_back({"mha_emptyblock", DType::BF16, 128, 128, 1, 2, 2, 333, 333, Layout::BHSD,
+                 Dqw});
+  Out.push_back({"mha_full", DType::BF16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BHSD,
+                 "bwd90ws.kv64x128s2.dqw.atomic"});
 }
 
 /// bwd_sm90's column split (sm_90a only), the default at 256/256 and

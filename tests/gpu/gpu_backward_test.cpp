@@ -17,6 +17,8 @@
 //   gpu_backward_test --dry-run A      compile, and run the references, for
 //                                      arch A without a GPU
 //   ATTNC_GPU_TEST_FILTER=mha          one definition's cases (exact name)
+//   ATTNC_GPU_TEST_CONFIG=.pp.         only the cases whose configuration
+//                                      contains this text
 //   ATTNC_GPU_TEST_VERBOSE=1           where each gradient's largest error is
 #include "BackwardCases.h"
 #include "BackwardCheck.h"
@@ -445,6 +447,7 @@ int main(int Argc, char **Argv) {
     Arch = runtime::resolveArch(std::nullopt);
   }
   const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
+  const char *ConfigFilter = std::getenv("ATTNC_GPU_TEST_CONFIG");
   std::vector<Work> Ws;
   uint64_t Seed = 1;
   std::vector<Case> All;
@@ -459,6 +462,8 @@ int main(int Argc, char **Argv) {
     ++Seed; // a case keeps its inputs whatever the filter
     Seeds.push_back(C.TwinOf >= 0 ? Seeds[C.TwinOf] : Seed);
     if (Filter && C.Def != Filter)
+      continue;
+    if (ConfigFilter && C.Config.find(ConfigFilter) == std::string::npos)
       continue;
     WorkOf[I] = int(Ws.size());
     Ws.emplace_back(C, Seeds.back());

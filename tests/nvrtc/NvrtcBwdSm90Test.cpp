@@ -41,7 +41,8 @@ KernelSpec spec(DType T, int D, int DV, GpuArch Arch = GpuArch::Sm90a) {
 /// f16 and bf16 x head dims 64/64, 128/128, 192/128 and 256/256 to PTX
 /// with the default configuration, each with wgmma in the dtype and the
 /// proxy fence its cp.async tiles need (192/128 and 256/256: the column
-/// split, warp-specialised with TMA); and one CUBIN (\p CubinType,
+/// split, warp-specialised with TMA), and 128/128 in the ping-pong and
+/// dQ-writer modes too (the writer's bulk adds); and one CUBIN (\p CubinType,
 /// \p CubinDim) whose NVRTC log has no wgmma serialisation warning.
 void compileExample(const dsl::DefinitionBase &D, DType CubinType, int CubinDim) {
   CompiledDefinition Def = compile(D);
@@ -72,7 +73,18 @@ void compileExample(const dsl::DefinitionBase &D, DType CubinType, int CubinDim)
       }
       ++Compiled;
     }
-  CHECK(Compiled == 8);
+  for (DType T : {DType::F16, DType::BF16})
+    for (const char *Mode : {"bwd90ws.kv64x128s2.pp.fused", "bwd90ws.kv64x128s2.dqw.fused"}) {
+      codegen::KernelSource Src = codegen::generateBackwardSm90(
+          Def, spec(T, 128, 128), BwdSm90Config::parse(Mode));
+      std::string Ptx = compileToPtx(Src);
+      INFO("kernel " << Src.Key);
+      CHECK(has(Ptx, "wgmma.mma_async.sync.aligned.m64n128k16"));
+      CHECK(has(Ptx, T == DType::F16 ? ".f32.f16.f16" : ".f32.bf16.bf16"));
+      CHECK(has(Ptx, "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"));
+      ++Compiled;
+    }
+  CHECK(Compiled == 12);
   codegen::KernelSource Src = codegen::generateBackwardSm90(
       Def, spec(CubinType, CubinDim, CubinDim),
       BwdSm90Config::defaultFor(CubinDim, CubinDim));
@@ -121,7 +133,7 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
     CHECK_THROWS_WITH(BwdSm90Config::parse(Bad),
                       Contains("expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>, "
                                "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
-                               "bwd90ws[2].kv<M>x<N>s<stages>[.split].fused or .atomic"));
+                               "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw].fused or .atomic"));
   // The opt-in modes: atomic dQ adds, warp specialisation (a producer
   // warpgroup beside the two of keys, 256 bytes of mbarriers).
   BwdSm90Config A = BwdSm90Config::parse("bwd90.kv64x128s2.atomic");
@@ -170,7 +182,40 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   }
   for (const char *Bad : {"bwd90ws.kv64x64s2.fused.split", "bwd90ws.kv64x64s2.split",
                           "bwd90.kv64x64s2.split.q128x64w8"})
-    CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains("[.split].fused or .atomic"));
+    CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains("[.split|.pp|.dqw].fused or .atomic"));
+  // Ping-pong: the warpgroups take turns at the tensor cores, and two fp32
+  // dQ slots of 64 rows (4·D + 32 bytes each) come before the mbarriers.
+  for (std::string Text : {"bwd90ws.kv64x128s2.pp.fused", "bwd90ws.kv64x128s3.pp.atomic"}) {
+    BwdSm90Config P = BwdSm90Config::parse(Text);
+    CHECK(P.PingPong);
+    CHECK(!P.SplitCols);
+    CHECK(P.WarpSpecialized);
+    CHECK(P.FusedDq);
+    CHECK(P.AtomicDq == has(Text, ".atomic"));
+    CHECK(P.str() == Text);
+    CHECK(P.dkdvThreads() == 384);
+    BwdSm90Config NoPp = P;
+    NoPp.PingPong = false;
+    CHECK(!(P == NoPp));
+    CHECK(P.dkdvSharedBytes(128, 128, 1, true) ==
+          NoPp.dkdvSharedBytes(128, 128, 1, true) + 2 * 64 * (4 * 128 + 32));
+  }
+  // The dQ writer alone: the same slots, the lockstep step.
+  for (std::string Text : {"bwd90ws.kv64x128s2.dqw.fused", "bwd90ws.kv64x128s2.dqw.atomic"}) {
+    BwdSm90Config Q = BwdSm90Config::parse(Text);
+    CHECK(Q.DqWriter);
+    CHECK(!Q.PingPong);
+    CHECK(Q.AtomicDq == has(Text, ".atomic"));
+    CHECK(Q.str() == Text);
+    BwdSm90Config NoQ = Q;
+    NoQ.DqWriter = false;
+    CHECK(Q.dkdvSharedBytes(128, 128, 1, true) ==
+          NoQ.dkdvSharedBytes(128, 128, 1, true) + 2 * 64 * (4 * 128 + 32));
+  }
+  for (const char *Bad : {"bwd90ws.kv64x128s2.fused.pp", "bwd90ws.kv64x128s2.pp",
+                          "bwd90ws.kv64x128s2.pp.dqw.fused", "bwd90ws.kv64x128s2.dqw",
+                          "bwd90ws.kv64x128s2.pp.split.fused", "bwd90.kv64x128s2.pp.q128x64w8"})
+    CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains("[.split|.pp|.dqw].fused or .atomic"));
   // Shared memory: 1024 bytes of slack, K and V, then per stage Q, dO and
   // the rows' floats rounded to 1024 bytes.
   CHECK(C.dkdvSharedBytes(64, 64, 1, true) ==
@@ -255,6 +300,20 @@ TEST_CASE("bwd_sm90: what the skeleton supports", "[bwd90]") {
     CHECK_THAT(Why(spec(DType::F16, 64, 64), Opt),
                Contains("atomic dQ and warp specialisation need the fused dQ mode"));
   }
+  // Ping-pong: warp-specialised, two warpgroups of 64 keys, 64-row steps;
+  // 214 KiB of shared memory at d128 with one final rowscale.
+  CHECK(Why(spec(DType::BF16, 128, 128), BwdSm90Config::parse("bwd90ws.kv64x128s2.pp.fused"))
+            .empty());
+  CHECK(Why(spec(DType::F16, 128, 128), BwdSm90Config::parse("bwd90ws.kv64x128s2.dqw.atomic"))
+            .empty());
+  CHECK_THAT(Why(spec(DType::F16, 128, 128), BwdSm90Config::parse("bwd90ws.kv64x128s3.pp.fused")),
+             Contains("bytes of shared memory"));
+  for (const char *Bad : {"bwd90.kv64x128s2.pp.fused", "bwd90ws2.kv64x128s2.pp.fused",
+                          "bwd90ws.kv64x64s2.pp.fused", "bwd90ws.kv128x128s2.pp.fused",
+                          "bwd90.kv64x128s2.dqw.fused", "bwd90ws.kv64x64s3.dqw.fused"})
+    CHECK_THAT(Why(spec(DType::F16, 128, 128), BwdSm90Config::parse(Bad)),
+               Contains("ping-pong and the dQ writer are bwd90ws. modes with a key block "
+                        "of 128 and a query step of 64"));
   BwdSm90Config TwoPass = BwdSm90Config::fused(64, 128, 2);
   TwoPass.TwoPass = true;
   CHECK_THAT(Why(spec(DType::F16, 128, 128), TwoPass),
@@ -392,6 +451,46 @@ TEST_CASE("bwd_sm90: the atomic and warp-specialised modes compile for sm_90a",
     runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
     INFO(Bin.Log);
     CHECK(!has(Bin.Log, "serialized"));
+  }
+}
+
+TEST_CASE("bwd_sm90: the ping-pong and dQ-writer modes compile to CUBINs without wgmma "
+          "serialisation",
+          "[nvrtc][bwd90][mha]") {
+  struct {
+    const dsl::DefinitionBase &Def;
+    const char *Config;
+    DType T;
+  } Cases[] = {{examples::mha(), "bwd90ws.kv64x128s2.pp.fused", DType::F16},
+               {examples::mha(), "bwd90ws.kv64x128s2.pp.atomic", DType::BF16},
+               {examples::alibiLearnable(), "bwd90ws.kv64x128s2.pp.fused", DType::BF16},
+               {examples::mhaDocument(), "bwd90ws.kv64x128s2.pp.fused", DType::F16},
+               {examples::mha(), "bwd90ws.kv64x128s2.dqw.fused", DType::BF16},
+               {examples::softcapLearnable(), "bwd90ws.kv64x128s2.dqw.fused", DType::F16}};
+  for (const auto &C : Cases) {
+    CompiledDefinition Def = compile(C.Def);
+    BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
+    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, spec(C.T, 128, 128), Cfg);
+    INFO("kernel " << Src.Key);
+    CHECK(has(Src.Source, "/*kPingPong=*/true") == Cfg.PingPong);
+    CHECK(has(Src.Source, "/*kDqWriter=*/true") == Cfg.DqWriter);
+    std::string Ptx = compileToPtx(Src);
+    // The dQ writer: bulk adds (and rank 0's bulk store, in turns, unless
+    // atomic); no per-thread dQ reductions in the consumers.
+    CHECK(has(Ptx, "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"));
+    CHECK(has(Ptx, "cp.async.bulk.global.shared::cta.bulk_group [") == !Cfg.AtomicDq);
+    CHECK(has(Ptx, "ld.acquire.gpu") == !Cfg.AtomicDq);
+    CHECK(!has(Ptx, "red.relaxed.gpu.global.add.v2.f32"));
+    // Ping-pong: the tensor-core token on named barriers, dQ's product over
+    // all 128 columns.
+    CHECK(has(Ptx, "bar.arrive") == Cfg.PingPong);
+    CHECK(has(Ptx, "wgmma.mma_async.sync.aligned.m64n128k16"));
+    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+    INFO(Bin.Log);
+    CHECK(!has(Bin.Log, "serialized"));
+    runtime::KernelResources R = runtime::readCubinResources(
+        llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
+    CHECK(R.Registers <= 168);
   }
 }
 

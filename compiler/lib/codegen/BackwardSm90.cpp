@@ -29,7 +29,11 @@ std::string BwdSm90Config::str() const {
   if (FusedDq)
     return fmt::format("{}.kv{}x{}s{}.{}{}",
                        WarpSpecialized ? (TwoPass ? "bwd90ws2" : "bwd90ws") : "bwd90",
-                       KvBlockM, KvBlockN, Stages, SplitCols ? "split." : "",
+                       KvBlockM, KvBlockN, Stages,
+                       SplitCols  ? "split."
+                       : PingPong ? "pp."
+                       : DqWriter ? "dqw."
+                                  : "",
                        AtomicDq ? "atomic" : "fused");
   return fmt::format("bwd90.kv{}x{}s{}.q{}x{}w{}", KvBlockM, KvBlockN, Stages,
                      QBlockM, QBlockN, QWarps);
@@ -46,9 +50,12 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
   bool Ws = TwoPass || T.startswith("bwd90ws.");
   bool Atomic = T.endswith(".atomic");
   bool Split = T.contains(".split.");
+  bool Pp = !Split && T.contains(".pp.");
+  bool Dqw = !Split && !Pp && T.contains(".dqw.");
   if (T.endswith(".fused") || Atomic) {
     std::string Form = std::string(TwoPass ? "bwd90ws2" : Ws ? "bwd90ws" : "bwd90") +
-                       ".kv%dx%ds%d." + (Split ? "split." : "") +
+                       ".kv%dx%ds%d." +
+                       (Split ? "split." : Pp ? "pp." : Dqw ? "dqw." : "") +
                        (Atomic ? "atomic" : "fused");
     Ok = std::sscanf(Text.c_str(), Form.c_str(), &M, &N, &S) == 3;
     if (Ok) {
@@ -57,6 +64,8 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
       C.WarpSpecialized = Ws;
       C.TwoPass = TwoPass;
       C.SplitCols = Split;
+      C.PingPong = Pp;
+      C.DqWriter = Dqw;
     }
   } else {
     Ok = std::sscanf(Text.c_str(), "bwd90.kv%dx%ds%d.q%dx%dw%d", &C.KvBlockM,
@@ -67,7 +76,7 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
     throw UserError("backward config '" + Text +
                     "': expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>, "
                     "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
-                    "bwd90ws[2].kv<M>x<N>s<stages>[.split].fused or .atomic, e.g. "
+                    "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw].fused or .atomic, e.g. "
                     "bwd90.kv64x128s2.q128x64w8 or bwd90.kv64x128s2.fused");
   return C;
 }
@@ -78,8 +87,9 @@ int BwdSm90Config::dkdvSharedBytes(int D, int DV, int NumFinals,
   // swizzle's atom), so the rows' floats are rounded up to 1024 too.
   int RowBytes = (KvBlockM * (NumFinals + (Doosum ? 1 : 0)) * 4 + 1023) / 1024 * 1024;
   int DsBytes = FusedDq ? 2 * KvBlockN * KvBlockM : 0;
+  int DqBytes = PingPong || DqWriter ? 2 * KvBlockM * (4 * D + 32) : 0;
   return 1024 + 2 * KvBlockN * (D + DV) +
-         Stages * (2 * KvBlockM * (D + DV) + RowBytes) + DsBytes +
+         Stages * (2 * KvBlockM * (D + DV) + RowBytes) + DsBytes + DqBytes +
          (WarpSpecialized ? 256 : 0);
 }
 
@@ -175,6 +185,13 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
     return fmt::format("backward config {}: atomic dQ and warp specialisation "
                        "need the fused dQ mode",
                        Name);
+  // Ping-pong: each warpgroup's dQ partial has all head_dim columns (N),
+  // held beside dK's and dV's rows once Pᵀ and dSᵀ are no longer needed.
+  if ((C.PingPong || C.DqWriter) && (!C.WarpSpecialized || C.TwoPass ||
+                                     C.KvBlockN != 128 || C.KvBlockM != 64))
+    return fmt::format("backward config {}: ping-pong and the dQ writer are bwd90ws. "
+                       "modes with a key block of 128 and a query step of 64",
+                       Name);
   if (C.KvBlockN != 64 && C.KvBlockN != 128)
     return fmt::format("backward config {}: the dK/dV key block must be 64 or 128 "
                        "(one or two warpgroups of 64 keys)",
@@ -264,9 +281,13 @@ KernelSource generateBackwardSm90(const CompiledDefinition &Def,
   Values["dkdv_mode_args"] =
       Extra ? fmt::format(", /*kAtomicDq=*/{}, /*kWarpSpecialized=*/{}{}", Config.AtomicDq,
                           Config.WarpSpecialized,
-                          Config.SplitCols ? ", /*kTwoPass=*/false, /*kSplit=*/true"
-                          : Config.TwoPass ? ", /*kTwoPass=*/true"
-                                           : "")
+                          Config.SplitCols  ? ", /*kTwoPass=*/false, /*kSplit=*/true"
+                          : Config.PingPong ? ", /*kTwoPass=*/false, /*kSplit=*/false, "
+                                              "/*kPingPong=*/true"
+                          : Config.DqWriter ? ", /*kTwoPass=*/false, /*kSplit=*/false, "
+                                              "/*kPingPong=*/false, /*kDqWriter=*/true"
+                          : Config.TwoPass  ? ", /*kTwoPass=*/true"
+                                            : "")
             : "";
   Values["dkdv_maps_param"] =
       Config.WarpSpecialized

@@ -215,11 +215,24 @@ struct BwdSm90Config {
   /// columns, for head dims whose dK and dV rows are too many registers
   /// for one warpgroup (256/256, 192/128; any of 128 or 256 each).
   bool SplitCols = false;
+  /// Warp-specialised with fused dQ, two warpgroups of 64 keys and 64-row
+  /// steps (written .pp. before .fused or .atomic): the warpgroups take
+  /// turns at the tensor cores instead of meeting at a barrier every step,
+  /// each computes dQ's partial over its own keys, and a warp of the
+  /// producer warpgroup adds the step's sum to dQ's (bulk copies, in the
+  /// semaphore turns), off the consumers' path.
+  bool PingPong = false;
+  /// The same constraints (written .dqw. before .fused or .atomic): the
+  /// lockstep step of bwd90ws., with only the dQ turn and adds moved to the
+  /// producer warpgroup's writer warp (each warpgroup's dQ columns through
+  /// shared memory).
+  bool DqWriter = false;
   /// The fused dQ mode with these dK/dV tiles.
   static BwdSm90Config fused(int KvBlockM, int KvBlockN, int Stages);
   /// "bwd90.kv64x128s2.q128x64w8", "bwd90.kv64x128s2.fused",
   /// "bwd90.kv64x128s2.atomic", "bwd90ws.kv64x128s2.fused",
-  /// "bwd90ws.kv64x64s2.split.fused"
+  /// "bwd90ws.kv64x64s2.split.fused", "bwd90ws.kv64x128s2.pp.fused",
+  /// "bwd90ws.kv64x128s2.dqw.fused"
   std::string str() const;
   /// Parses what str() writes; UserError on anything else.
   static BwdSm90Config parse(const std::string &Text);
@@ -234,8 +247,9 @@ struct BwdSm90Config {
   /// Dynamic shared memory of the dK/dV kernel: 1024 bytes of alignment
   /// slack, K, V, then Stages x (Q, dO, the rows' \p NumFinals final
   /// rowscales and doosum when \p Doosum, rounded to 1024 bytes), then in
-  /// the fused mode the dSᵀ tile; warp-specialised, 256 bytes of
-  /// mbarriers after it.
+  /// the fused mode the dSᵀ tile; with PingPong or DqWriter two fp32 dQ slots of
+  /// KvBlockM rows of 4·D + 32 bytes; warp-specialised, 256 bytes of
+  /// mbarriers after them.
   int dkdvSharedBytes(int D, int DV, int NumFinals, bool Doosum) const;
   /// The dQ kernel's (BwdConfig::dqSharedBytes with the Q tiles); 0 in the
   /// fused mode, which has none.
