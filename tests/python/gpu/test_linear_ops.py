@@ -99,7 +99,7 @@ class PackedSimpleGla(unittest.TestCase):
         q, k, v, dout = (torch.randn(t, h, d, device="cuda").to(dtype)
                          for _ in range(4))
         g = -torch.rand(1, h, t, device="cuda") * 0.1
-        init = torch.randn(b, h, d, d, device="cuda")
+        init = torch.randn(b, h, d, d, device="cuda") * 0.1
         dfinal = torch.randn(b, h, d, d, device="cuda")
         att = attnc.LinearAttention(attnc.example("simple_gla"), dtype=dtype,
                                     head_dim=d)
