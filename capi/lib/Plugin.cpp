@@ -35,7 +35,12 @@ void failPlugin(void *Ctx, const char *Message) {
 }
 
 /// Closes the library however the loading ends; nothing of it is used
-/// afterwards (its strings were copied).
+/// afterwards (its strings were copied). dlopen rather than
+/// llvm::sys::DynamicLibrary: LLVM 14's opens every library RTLD_LAZY |
+/// RTLD_GLOBAL and never closes it, so a plugin with an unresolved symbol
+/// would load and then kill the process at its entry point's first call
+/// (here it is refused by name: CapiPluginTest), and the unload that
+/// attnc_plugin_load documents would not happen.
 struct Library {
   void *Handle;
   ~Library() {

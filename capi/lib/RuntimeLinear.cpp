@@ -1,5 +1,5 @@
 // The C interface's linear-attention objects: made through
-// newLinearAttention, called with checked C views.
+// newLinearAttention, called (fixed-length or packed) with checked C views.
 #include "RuntimeArgs.h"
 
 using namespace attn;
@@ -14,6 +14,37 @@ namespace {
 runtime::LinearAttention &linearArg(const ArgContext &C,
                                     const attnc_linear_attention *A) {
   return handleArg(C, A);
+}
+
+/// The views of a backward call (fixed-length or packed), each checked by
+/// name, the required ones first.
+struct LinearBackwardViews {
+  runtime::TensorView Q, K, V, DO, DQ, DK, DV;
+  std::optional<runtime::TensorView> Decay, Init, DFinal, DDecay, DInit;
+};
+
+LinearBackwardViews
+linearBackwardViews(const ArgContext &C, const attnc_tensor *q,
+                    const attnc_tensor *k, const attnc_tensor *v,
+                    const attnc_tensor *decay, const attnc_tensor *dout,
+                    const attnc_tensor *initial_state,
+                    const attnc_tensor *dfinal_state, const attnc_tensor *dq,
+                    const attnc_tensor *dk, const attnc_tensor *dv,
+                    const attnc_tensor *ddecay,
+                    const attnc_tensor *dinitial_state) {
+  // A braced list is evaluated left to right.
+  return {tensorArg(C, "q", q),
+          tensorArg(C, "k", k),
+          tensorArg(C, "v", v),
+          tensorArg(C, "dout", dout),
+          tensorArg(C, "dq", dq),
+          tensorArg(C, "dk", dk),
+          tensorArg(C, "dv", dv),
+          optionalTensorArg(C, "decay", decay),
+          optionalTensorArg(C, "initial_state", initial_state),
+          optionalTensorArg(C, "dfinal_state", dfinal_state),
+          optionalTensorArg(C, "ddecay", ddecay),
+          optionalTensorArg(C, "dinitial_state", dinitial_state)};
 }
 
 } // namespace
@@ -88,23 +119,60 @@ attnc_status attnc_linear_attention_backward(
   return guarded([&] {
     ArgContext C{"attnc_linear_attention_backward"};
     runtime::LinearAttention &A = linearArg(C, att);
-    runtime::TensorView Q = tensorArg(C, "q", q), K = tensorArg(C, "k", k),
-                        V = tensorArg(C, "v", v),
-                        DO = tensorArg(C, "dout", dout),
-                        DQ = tensorArg(C, "dq", dq),
-                        DK = tensorArg(C, "dk", dk),
-                        DV = tensorArg(C, "dv", dv);
-    auto Decay = optionalTensorArg(C, "decay", decay);
-    auto Init = optionalTensorArg(C, "initial_state", initial_state);
-    auto DFinal = optionalTensorArg(C, "dfinal_state", dfinal_state);
-    auto DDecay = optionalTensorArg(C, "ddecay", ddecay);
-    auto DInit = optionalTensorArg(C, "dinitial_state", dinitial_state);
+    LinearBackwardViews W =
+        linearBackwardViews(C, q, k, v, decay, dout, initial_state,
+                            dfinal_state, dq, dk, dv, ddecay, dinitial_state);
     runtime::InputMap In = inputsArg(C, inputs, num_inputs);
     runtime::InputGradMap G = gradsArg(C, grads, num_grads);
-    runtime::LinearBackwardTensors T{Q,         K,         V,
-                                     ptr(Decay), DO,       ptr(Init),
-                                     ptr(DFinal), DQ,      DK,
-                                     DV,        ptr(DDecay), ptr(DInit)};
+    runtime::LinearBackwardTensors T{
+        W.Q,  W.K,  W.V,  ptr(W.Decay),  W.DO,         ptr(W.Init),
+        ptr(W.DFinal), W.DQ, W.DK, W.DV, ptr(W.DDecay), ptr(W.DInit)};
     A.backward(T, In, G, static_cast<CUstream>(stream));
+  });
+}
+
+attnc_status attnc_linear_attention_forward_varlen(
+    attnc_linear_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *out, const attnc_tensor *decay,
+    const attnc_tensor *cu_seqlens, const attnc_input *inputs,
+    size_t num_inputs, const attnc_tensor *initial_state,
+    const attnc_tensor *final_state, void *stream) {
+  return guarded([&] {
+    ArgContext C{"attnc_linear_attention_forward_varlen"};
+    runtime::LinearAttention &A = linearArg(C, att);
+    runtime::TensorView Q = tensorArg(C, "q", q), K = tensorArg(C, "k", k),
+                        V = tensorArg(C, "v", v), O = tensorArg(C, "out", out),
+                        Cu = tensorArg(C, "cu_seqlens", cu_seqlens);
+    auto Decay = optionalTensorArg(C, "decay", decay);
+    auto Init = optionalTensorArg(C, "initial_state", initial_state);
+    auto Final = optionalTensorArg(C, "final_state", final_state);
+    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
+    A.forwardVarlen({Q, K, V, O, ptr(Decay), Cu, ptr(Init), ptr(Final)}, In,
+                    static_cast<CUstream>(stream));
+  });
+}
+
+attnc_status attnc_linear_attention_backward_varlen(
+    attnc_linear_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *decay, const attnc_tensor *dout,
+    const attnc_tensor *cu_seqlens, const attnc_tensor *initial_state,
+    const attnc_tensor *dfinal_state, const attnc_tensor *dq,
+    const attnc_tensor *dk, const attnc_tensor *dv, const attnc_tensor *ddecay,
+    const attnc_tensor *dinitial_state, const attnc_input *inputs,
+    size_t num_inputs, const attnc_named_tensor *grads, size_t num_grads,
+    void *stream) {
+  return guarded([&] {
+    ArgContext C{"attnc_linear_attention_backward_varlen"};
+    runtime::LinearAttention &A = linearArg(C, att);
+    LinearBackwardViews W =
+        linearBackwardViews(C, q, k, v, decay, dout, initial_state,
+                            dfinal_state, dq, dk, dv, ddecay, dinitial_state);
+    runtime::TensorView Cu = tensorArg(C, "cu_seqlens", cu_seqlens);
+    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
+    runtime::InputGradMap G = gradsArg(C, grads, num_grads);
+    runtime::LinearVarlenBackwardTensors T{
+        W.Q,  W.K,  W.V,  ptr(W.Decay),  W.DO, Cu, ptr(W.Init), ptr(W.DFinal),
+        W.DQ, W.DK, W.DV, ptr(W.DDecay), ptr(W.DInit)};
+    A.backwardVarlen(T, In, G, static_cast<CUstream>(stream));
   });
 }

@@ -37,6 +37,10 @@ _forward = _lib.declare("attnc_linear_attention_forward",
                         [_vp] * 6 + [_vp, _sz, _vp, _vp, _vp])
 _backward = _lib.declare("attnc_linear_attention_backward",
                          [_vp] * 13 + [_vp, _sz, _vp, _sz, _vp])
+_forward_varlen = _lib.declare("attnc_linear_attention_forward_varlen",
+                               [_vp] * 7 + [_vp, _sz, _vp, _vp, _vp])
+_backward_varlen = _lib.declare("attnc_linear_attention_backward_varlen",
+                                [_vp] * 14 + [_vp, _sz, _vp, _sz, _vp])
 _LAYOUTS = {"bshd": 0, "bhsd": 1}
 
 
@@ -45,7 +49,8 @@ class LinearAttention:
     attn::runtime::LinearAttention, docs/linear.md): q [B,T,Hq,D], k
     [B,T,Hk,D], v and out [B,T,H,DV] for layout "bshd" (heads before T for
     "bhsd"); decay [B,H,T] float32 where uses_decay; states [B,H,D,DV]
-    float32."""
+    float32. The _varlen calls take a packed batch of sequences laid end to
+    end (docs/linear.md)."""
 
     def __init__(self, definition, dtype="float16", head_dim=128,
                  head_dim_v=None, layout="bshd", arch=None, skeleton=None,
@@ -83,39 +88,81 @@ class LinearAttention:
     def forward(self, q, k, v, out, decay=None, inputs=None,
                 initial_state=None, final_state=None, stream=None):
         """out (and final_state, when given) of the recurrence on stream."""
-        where = "attnc.LinearAttention.forward"
-        s = _stream(stream)
-        named = (("q", q), ("k", k), ("v", v), ("out", out),
-                 ("decay", decay), ("initial_state", initial_state),
-                 ("final_state", final_state))
-        tensors, at = _optional_views(where, s, named)
-        keep = []
-        entries = input_entries(self, where, inputs, s, keep)
-        buf, base, at_inputs, _ = pack(tensors, entries)
-        a = [None if x is None else base + x for x in at]
-        _lib.check(_forward(self._handle, *a[:5], at_inputs, len(entries),
-                            a[5], a[6], s))
+        c = _Call(self, "attnc.LinearAttention.forward", stream,
+                  (("q", q), ("k", k), ("v", v), ("out", out),
+                   ("decay", decay), ("initial_state", initial_state),
+                   ("final_state", final_state)), inputs)
+        a = c.tensors
+        _lib.check(_forward(self._handle, *a[:5], *c.inputs, a[5], a[6],
+                            c.stream))
 
     def backward(self, q, k, v, decay, dout, dq, dk, dv, inputs=None,
                  grads=None, initial_state=None, dfinal_state=None,
                  ddecay=None, dinitial_state=None, stream=None):
         """dq, dk, dv (and ddecay, dinitial_state and the input gradients
         in grads, where given) of sum(out * dout)."""
-        where = "attnc.LinearAttention.backward"
-        s = _stream(stream)
-        named = (("q", q), ("k", k), ("v", v), ("decay", decay),
-                 ("dout", dout), ("initial_state", initial_state),
-                 ("dfinal_state", dfinal_state), ("dq", dq), ("dk", dk),
-                 ("dv", dv), ("ddecay", ddecay),
-                 ("dinitial_state", dinitial_state))
-        tensors, at = _optional_views(where, s, named)
-        keep = []
-        entries = input_entries(self, where, inputs, s, keep)
-        gentries = grad_entries(self, where, grads, s, keep)
-        buf, base, at_inputs, at_grads = pack(tensors, entries, gentries)
-        a = [None if x is None else base + x for x in at]
-        _lib.check(_backward(self._handle, *a, at_inputs, len(entries),
-                             at_grads, len(gentries), s))
+        c = _Call(self, "attnc.LinearAttention.backward", stream,
+                  (("q", q), ("k", k), ("v", v), ("decay", decay),
+                   ("dout", dout), ("initial_state", initial_state),
+                   ("dfinal_state", dfinal_state), ("dq", dq), ("dk", dk),
+                   ("dv", dv), ("ddecay", ddecay),
+                   ("dinitial_state", dinitial_state)), inputs, grads)
+        _lib.check(_backward(self._handle, *c.tensors, *c.inputs, *c.grads,
+                             c.stream))
+
+    def forward_varlen(self, q, k, v, out, cu_seqlens, decay=None,
+                       inputs=None, initial_state=None, final_state=None,
+                       stream=None):
+        """out (and final_state, when given) of a packed batch: q [T,Hq,D],
+        k [T,Hk,D], v and out [T,H,DV] (T the tokens of all sequences),
+        cu_seqlens int32 [B+1] on the device, decay [1,H,T] float32,
+        per-token inputs [1,H,T], states [B,H,D,DV] float32 (one per
+        sequence)."""
+        c = _Call(self, "attnc.LinearAttention.forward_varlen", stream,
+                  (("q", q), ("k", k), ("v", v), ("out", out),
+                   ("decay", decay), ("cu_seqlens", cu_seqlens),
+                   ("initial_state", initial_state),
+                   ("final_state", final_state)), inputs)
+        a = c.tensors
+        _lib.check(_forward_varlen(self._handle, *a[:6], *c.inputs, a[6],
+                                   a[7], c.stream))
+
+    def backward_varlen(self, q, k, v, decay, dout, cu_seqlens, dq, dk, dv,
+                        inputs=None, grads=None, initial_state=None,
+                        dfinal_state=None, ddecay=None, dinitial_state=None,
+                        stream=None):
+        """The gradients of forward_varlen, as backward's (ddecay [1,H,T],
+        dinitial_state [B,H,D,DV]); each sequence's are those of that
+        sequence run alone."""
+        c = _Call(self, "attnc.LinearAttention.backward_varlen", stream,
+                  (("q", q), ("k", k), ("v", v), ("decay", decay),
+                   ("dout", dout), ("cu_seqlens", cu_seqlens),
+                   ("initial_state", initial_state),
+                   ("dfinal_state", dfinal_state), ("dq", dq), ("dk", dk),
+                   ("dv", dv), ("ddecay", ddecay),
+                   ("dinitial_state", dinitial_state)), inputs, grads)
+        _lib.check(_backward_varlen(self._handle, *c.tensors, *c.inputs,
+                                    *c.grads, c.stream))
+
+
+class _Call:
+    """One call's C arguments, each converted and checked by name: the
+    attnc_tensor addresses of the named tensors (None for an absent one),
+    the inputs' and (with grads) the gradients' address and count, and the
+    stream; the packed buffer and the views are kept alive with it."""
+
+    def __init__(self, att, where, stream, named, inputs, grads=None):
+        self.stream = _stream(stream)
+        self._views, at = _optional_views(where, self.stream, named)
+        self._keep = []
+        entries = input_entries(att, where, inputs, self.stream, self._keep)
+        gentries = ([] if grads is None else
+                    grad_entries(att, where, grads, self.stream, self._keep))
+        self._buf, base, at_inputs, at_grads = pack(self._views, entries,
+                                                    gentries)
+        self.tensors = [None if x is None else base + x for x in at]
+        self.inputs = (at_inputs, len(entries))
+        self.grads = (at_grads, len(gentries))
 
 
 def _optional_views(where, s, named):

@@ -174,6 +174,75 @@ void LinearProblem::backward(LinearAttention &Lin, int Set, CUstream Stream) {
   Lin.backward(T, Inputs, {}, Stream);
 }
 
+void LinearProblem::setPacked(const std::vector<int64_t> &Lengths) {
+  const int64_t Tokens = Shape.Batch * Shape.Seq;
+  std::vector<int32_t> Cu = {0};
+  int64_t Sum = 0;
+  for (int64_t L : Lengths) {
+    Sum += std::max<int64_t>(L, 0);
+    if (L < 0 || Sum > Tokens)
+      break;
+    Cu.push_back(int32_t(Sum));
+  }
+  if (Lengths.empty() || Cu.size() != Lengths.size() + 1 || Sum != Tokens)
+    throw InvalidArgument(fmt::format("linear problem: the packed lengths "
+                                      "must be at least 0 and add up to the "
+                                      "{} tokens of {}",
+                                      Tokens, linearShapeText(Shape)));
+  CuSeqlens = upload(Cu.data(), Cu.size() * 4, "cuMemcpyHtoD (cu_seqlens)");
+  PackedSeqs = int64_t(Lengths.size());
+  // Per-row inputs are [B, H, T]: the same values seen as one row of all
+  // tokens.
+  PackedInputs = Inputs;
+  for (auto &[Name, Value] : PackedInputs)
+    if (auto *View = std::get_if<TensorView>(&Value);
+        View && View->Shape.size() == 3)
+      *View = TensorView::contiguous(View->Data, ElemType::F32,
+                                     {1, Shape.Heads, Tokens});
+}
+
+TensorView LinearProblem::packedView(const DeviceAlloc &Buf, int64_t Heads,
+                                     int64_t Dim) const {
+  return TensorView::contiguous(Buf.get(), Elem,
+                                {Shape.Batch * Shape.Seq, Heads, Dim});
+}
+
+TensorView LinearProblem::packedRows(const DeviceAlloc &Buf) const {
+  return TensorView::contiguous(Buf.get(), ElemType::F32,
+                                {1, Shape.Heads, Shape.Batch * Shape.Seq});
+}
+
+void LinearProblem::forwardPacked(LinearAttention &Lin, int Set,
+                                  CUstream Stream) {
+  TensorView Qv = packedView(*Q[Set], Shape.HeadsQK, Sig.HeadDim),
+             Kv = packedView(*K[Set], Shape.HeadsQK, Sig.HeadDim),
+             Vv = packedView(*V[Set], Shape.Heads, Sig.HeadDimV),
+             Ov = packedView(*Out, Shape.Heads, Sig.HeadDimV),
+             DecayV = packedRows(*Decay),
+             Cu = TensorView::contiguous(CuSeqlens->get(), ElemType::I32,
+                                         {PackedSeqs + 1});
+  Lin.forwardVarlen({Qv, Kv, Vv, Ov, ReadsDecay ? &DecayV : nullptr, Cu},
+                    PackedInputs, Stream);
+}
+
+void LinearProblem::backwardPacked(LinearAttention &Lin, int Set,
+                                   CUstream Stream) {
+  TensorView Qv = packedView(*Q[Set], Shape.HeadsQK, Sig.HeadDim),
+             Kv = packedView(*K[Set], Shape.HeadsQK, Sig.HeadDim),
+             Vv = packedView(*V[Set], Shape.Heads, Sig.HeadDimV),
+             DOv = packedView(*DO[Set], Shape.Heads, Sig.HeadDimV),
+             DQv = packedView(*DQ, Shape.HeadsQK, Sig.HeadDim),
+             DKv = packedView(*DK, Shape.HeadsQK, Sig.HeadDim),
+             DVv = packedView(*DV, Shape.Heads, Sig.HeadDimV),
+             DecayV = packedRows(*Decay), DDecayV = packedRows(*DDecay),
+             Cu = TensorView::contiguous(CuSeqlens->get(), ElemType::I32,
+                                         {PackedSeqs + 1});
+  Lin.backwardVarlen({Qv, Kv, Vv, ReadsDecay ? &DecayV : nullptr, DOv, Cu,
+                      nullptr, nullptr, DQv, DKv, DVv,
+                      ReadsDecay ? &DDecayV : nullptr, nullptr},
+                     PackedInputs, {}, Stream);
+}
+
 double LinearProblem::forwardBytes() const {
   double NQK = double(Shape.Batch) * Shape.Seq * Shape.HeadsQK * Sig.HeadDim,
          NV = double(Shape.Batch) * Shape.Seq * Shape.Heads * Sig.HeadDimV;

@@ -1,7 +1,8 @@
-// Helpers of the linear GPU tests (decode step, packed forward): 16-bit
-// tensors in a layout and back, uploads, and the tolerance check of
-// gpu_linear_test (twice a plain low-precision implementation's error plus
-// a small atol relative to the tensor's size).
+// Helpers of the linear GPU tests (decode step, packed forward and
+// backward): 16-bit tensors in a layout and back, uploads, the tolerance
+// check of gpu_linear_test (twice a plain low-precision implementation's
+// error plus a small atol relative to the tensor's size), and the packed
+// tests' main loop.
 #ifndef ATTN_TESTS_GPU_LINEARGPUCHECK_H
 #define ATTN_TESTS_GPU_LINEARGPUCHECK_H
 
@@ -151,6 +152,36 @@ inline bool printChecks(const std::string &Case, int Width,
   return Pass;
 }
 
+/// The main of the packed linear GPU tests: announces the device (77 where
+/// there is none), then runs \p RunCase(case, lengths, seed) on every case
+/// of linearVarlenCases (--sanitize: fewer, shorter sequences) with seeds
+/// \p Seed + 1, + 2, ..., printing a line per case (an exception is that
+/// case's ERROR) and the totals. Returns the exit status: 1 when a case
+/// failed.
+template <typename RunCaseFn>
+int runLinearVarlenCases(int Argc, char **Argv, uint64_t Seed,
+                         RunCaseFn &&RunCase) {
+  bool Sanitize = Argc > 1 && std::string(Argv[1]) == "--sanitize";
+  if (!announceDevice())
+    return 77;
+  const std::vector<int64_t> Lengths =
+      Sanitize ? std::vector<int64_t>{0, 1, 70, 5}
+               : std::vector<int64_t>{0, 1, 63, 64, 100, 333, 0, 31};
+  int Passed = 0, Failed = 0;
+  for (const LinearVarlenCase &C : linearVarlenCases(Sanitize)) {
+    try {
+      std::vector<Check> R = RunCase(C, Lengths, ++Seed);
+      (printChecks(C.name(), 36, R) ? Passed : Failed)++;
+    } catch (const std::exception &E) {
+      std::printf("%-36s ERROR %s\n", C.name().c_str(), E.what());
+      ++Failed;
+    }
+    std::fflush(stdout);
+  }
+  std::printf("%d passed, %d failed\n", Passed, Failed);
+  return Failed ? 1 : 0;
+}
+
 inline double atolOf(DType Dt) { return Dt == DType::F16 ? 1e-3 : 8e-3; }
 
 inline Check compare(const std::string &Name, const std::vector<double> &Got,
@@ -190,6 +221,17 @@ inline dsl::LinearAttentionDef linearExample(const std::string &Name) {
                                       : throw UserError("unknown linear "
                                                         "definition " +
                                                         Name);
+}
+
+/// The signature of a linear bench's run: the command's dtype, head dims
+/// \p D and \p DV, the rest the defaults.
+inline runtime::LinearSignature linearBenchSignature(const BenchCommand &Cmd,
+                                                     int D, int DV) {
+  runtime::LinearSignature Sig;
+  Sig.Dtype = Cmd.Dtype;
+  Sig.HeadDim = D;
+  Sig.HeadDimV = DV;
+  return Sig;
 }
 
 /// \p Bytes of device memory filled with copies of \p Block (the last one

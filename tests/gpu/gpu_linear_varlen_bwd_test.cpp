@@ -17,15 +17,11 @@
 #include "attn/reference/InputBinding.h"
 #include "attn/reference/Linear.h"
 
-#include <fmt/format.h>
-
-#include <cstdio>
 #include <cstring>
 
 using namespace attn;
 using namespace attn::gputest;
 namespace {
-
 
 std::vector<double> widen(const std::vector<float> &F) {
   return std::vector<double>(F.begin(), F.end());
@@ -216,40 +212,5 @@ std::vector<Check> runCase(const LinearVarlenCase &C, const std::vector<int64_t>
 } // namespace
 
 int main(int Argc, char **Argv) {
-  bool Sanitize = Argc > 1 && std::string(Argv[1]) == "--sanitize";
-  auto &Drv = runtime::CudaDriver::get();
-  if (!Drv.available()) {
-    std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
-    return 77;
-  }
-  const runtime::DeviceInfo &Dev = runtime::currentDevice();
-  std::printf("device: %s (%s)\n", Dev.Name.c_str(),
-              archName(runtime::resolveArch(std::nullopt)).data());
-  const std::vector<int64_t> Lengths =
-      Sanitize ? std::vector<int64_t>{0, 1, 70, 5}
-               : std::vector<int64_t>{0, 1, 63, 64, 100, 333, 0, 31};
-  int Passed = 0, Failed = 0;
-  uint64_t Seed = 200;
-  for (const LinearVarlenCase &C : linearVarlenCases(Sanitize)) {
-    try {
-      std::vector<Check> R = runCase(C, Lengths, ++Seed);
-      bool Pass = true;
-      std::string Line;
-      for (const Check &X : R) {
-        Pass = Pass && X.Pass;
-        Line += X.Tol > 0 ? fmt::format(" {} {:.1e}/{:.1e}{}", X.Name, X.Err, X.Tol,
-                                        X.Pass ? "" : "!")
-                          : fmt::format(" {}{}", X.Name, X.Pass ? "" : "-FAILED");
-      }
-      std::printf("%-36s%s  %s\n", C.name().c_str(), Line.c_str(),
-                  Pass ? "pass" : "FAIL");
-      (Pass ? Passed : Failed)++;
-    } catch (const std::exception &E) {
-      std::printf("%-36s ERROR %s\n", C.name().c_str(), E.what());
-      ++Failed;
-    }
-    std::fflush(stdout);
-  }
-  std::printf("%d passed, %d failed\n", Passed, Failed);
-  return Failed ? 1 : 0;
+  return runLinearVarlenCases(Argc, Argv, 200, runCase);
 }

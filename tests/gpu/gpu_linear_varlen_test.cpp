@@ -15,9 +15,6 @@
 #include "attn/reference/InputBinding.h"
 #include "attn/reference/Linear.h"
 
-#include <fmt/format.h>
-
-#include <cstdio>
 #include <cstring>
 
 using namespace attn;
@@ -115,24 +112,5 @@ std::vector<Check> runCase(const LinearVarlenCase &C, const std::vector<int64_t>
 } // namespace
 
 int main(int Argc, char **Argv) {
-  bool Sanitize = Argc > 1 && std::string(Argv[1]) == "--sanitize";
-  if (!announceDevice())
-    return 77;
-  const std::vector<int64_t> Lengths =
-      Sanitize ? std::vector<int64_t>{0, 1, 70, 5}
-               : std::vector<int64_t>{0, 1, 63, 64, 100, 333, 0, 31};
-  int Passed = 0, Failed = 0;
-  uint64_t Seed = 100;
-  for (const LinearVarlenCase &C : linearVarlenCases(Sanitize)) {
-    try {
-      std::vector<Check> R = runCase(C, Lengths, ++Seed);
-      (printChecks(C.name(), 36, R) ? Passed : Failed)++;
-    } catch (const std::exception &E) {
-      std::printf("%-36s ERROR %s\n", C.name().c_str(), E.what());
-      ++Failed;
-    }
-    std::fflush(stdout);
-  }
-  std::printf("%d passed, %d failed\n", Passed, Failed);
-  return Failed ? 1 : 0;
+  return runLinearVarlenCases(Argc, Argv, 100, runCase);
 }

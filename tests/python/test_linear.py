@@ -99,5 +99,113 @@ class LinearCalls(unittest.TestCase):
             att.forward(**call)
 
 
+def packed_call(t=200, seqs=3):
+    """A packed simple_gla call: seqs sequences, t tokens in all."""
+    shape = (t, 4, 64)
+    return dict(q=CudaArray(shape), k=CudaArray(shape), v=CudaArray(shape),
+                decay=CudaArray((1, 4, t), "<f4"),
+                cu_seqlens=CudaArray((seqs + 1,), "<i4"),
+                initial_state=CudaArray((seqs, 4, 64, 64), "<f4"))
+
+
+def packed_grads(t=200, seqs=3):
+    shape = (t, 4, 64)
+    return dict(dout=CudaArray(shape), dq=CudaArray(shape),
+                dk=CudaArray(shape), dv=CudaArray(shape),
+                dfinal_state=CudaArray((seqs, 4, 64, 64), "<f4"),
+                ddecay=CudaArray((1, 4, t), "<f4"),
+                dinitial_state=CudaArray((seqs, 4, 64, 64), "<f4"))
+
+
+class LinearPackedCalls(unittest.TestCase):
+    def test_forward_arguments(self):
+        att = sm80("simple_gla")
+        call = packed_call()
+        where = "attnc.LinearAttention.forward_varlen: argument "
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            att.forward_varlen(**call, out=CudaArray((200, 4, 64)),
+                               final_state=[1.0])
+        self.assertIn(where + "'final_state': a list", str(caught.exception))
+        call["cu_seqlens"] = (0, 100, 200)
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            att.forward_varlen(**call, out=CudaArray((200, 4, 64)))
+        self.assertIn(where + "'cu_seqlens'", str(caught.exception))
+        # The runtime's checks: offsets of another dtype, a state count
+        # other than the sequences', and the decay simple_gla reads.
+        call["cu_seqlens"] = CudaArray((4,), "<f4")
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            att.forward_varlen(**call, out=CudaArray((200, 4, 64)))
+        self.assertIn("cu_seqlens", str(caught.exception))
+        call = packed_call()
+        call["initial_state"] = CudaArray((2, 4, 64, 64), "<f4")
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            att.forward_varlen(**call, out=CudaArray((200, 4, 64)))
+        self.assertIn("initial_state", str(caught.exception))
+        call = packed_call()
+        call["decay"] = None
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            att.forward_varlen(**call, out=CudaArray((200, 4, 64)))
+        self.assertIn("decay", str(caught.exception))
+
+    def test_backward_arguments(self):
+        att = sm80("simple_gla")
+        where = "attnc.LinearAttention.backward_varlen: argument "
+        grads = packed_grads()
+        grads["dout"] = [0.0]
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            att.backward_varlen(**packed_call(), **grads)
+        self.assertIn(where + "'dout': a list", str(caught.exception))
+        grads = packed_grads()
+        grads["dq"] = CudaArray((200, 4, 32))
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            att.backward_varlen(**packed_call(), **grads)
+        self.assertIn("dq", str(caught.exception))
+        grads = packed_grads()
+        grads["dinitial_state"] = CudaArray((4, 4, 64, 64), "<f4")
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            att.backward_varlen(**packed_call(), **grads)
+        self.assertIn("dinitial_state", str(caught.exception))
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            att.backward_varlen(**packed_call(), **packed_grads(),
+                                grads={"nope": CudaArray((1,), "<f4")})
+        self.assertIn("nope", str(caught.exception))
+        call = packed_call()
+        call["cu_seqlens"] = CudaArray((1,), "<i4")
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            att.backward_varlen(**call, **packed_grads())
+        self.assertIn("cu_seqlens: expected [batch + 1]",
+                      str(caught.exception))
+
+    def test_mamba2_inputs_and_their_gradients(self):
+        mamba = sm80("mamba2")
+        call = packed_call()
+        del call["decay"]
+        per_token = {"A": CudaArray((4,), "<f4"),
+                     "dt": CudaArray((2, 4, 200), "<f4")}
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            mamba.forward_varlen(**call, out=CudaArray((200, 4, 64)),
+                                 inputs=per_token)
+        self.assertIn("dt", str(caught.exception))
+        per_token["dt"] = CudaArray((1, 4, 200), "<f4")
+        grads = packed_grads()
+        del grads["ddecay"]
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            mamba.backward_varlen(**call, **grads, decay=None,
+                                  inputs=per_token,
+                                  grads={"dt": CudaArray((1, 4, 100), "<f4")})
+        self.assertIn("input gradient 'dt'", str(caught.exception))
+
+    @unittest.skipIf(has_driver(), "a driver would launch on fake pointers")
+    def test_valid_calls_stop_at_the_missing_driver(self):
+        att = sm80("simple_gla")
+        call = packed_call()
+        call["q"] = DLPackArray((200, 4, 64))
+        with self.assertRaises(attnc.DriverError):
+            att.forward_varlen(**call, out=CudaArray((200, 4, 64)),
+                               final_state=CudaArray((3, 4, 64, 64), "<f4"))
+        with self.assertRaises(attnc.DriverError):
+            att.backward_varlen(**call, **packed_grads())
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,6 +1,6 @@
 // attnc bench: time one definition's forward (and, for linear attention,
-// backward) at one shape on this machine's GPU, with the configuration a
-// tune file, --config or the default gives.
+// backward, dense or packed) at one shape on this machine's GPU, with the
+// configuration a tune file, --config or the default gives.
 #include "Commands.h"
 #include "KernelChoice.h"
 #include "LinearCommands.h"
@@ -15,6 +15,8 @@
 #include "attn/runtime/RandomProblem.h"
 #include "attn/runtime/TuneFile.h"
 #include "attn/runtime/Tuner.h"
+
+#include "llvm/ADT/StringExtras.h"
 
 #include <fmt/format.h>
 
@@ -37,6 +39,8 @@ public:
 private:
   int runLinear(const dsl::DefinitionBase &Def, const ShapeArg &S,
                 llvm::raw_ostream &OS);
+  /// --seqlens: the lengths, checked to add up to B·S of \p S.
+  std::vector<int64_t> packedLengths(const ShapeArg &S) const;
 
   ProblemOptions ProblemArgs{Sub};
   CallOpt<std::string> TuneFile{
@@ -56,6 +60,11 @@ private:
   CallOpt<int> Repeats{"repeats",
                        cl::desc("Timed calls (the median is printed)"),
                        cl::init(30), cl::sub(Sub)};
+  CallOpt<std::string> Seqlens{
+      "seqlens",
+      cl::desc("Linear attention: also time a packed batch of sequences of "
+               "these lengths, adding up to B*S of --shape"),
+      cl::value_desc("L1,L2,..."), cl::init(""), cl::sub(Sub)};
 };
 
 int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
@@ -88,9 +97,14 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   if (Warmup < 0 || Repeats < 1)
     throw UsageError("--warmup must be >= 0 and --repeats >= 1");
 
+  rejectEmptyValue(Seqlens, "sequence lengths L1,L2,...");
   const dsl::DefinitionBase &Def = Registry.get(ProblemArgs.Name);
   if (Def.kind() == ir::DefinitionKind::Linear)
     return runLinear(Def, S, OS);
+  if (!Seqlens.empty())
+    throw UsageError("--seqlens: '" + ProblemArgs.Name +
+                     "' is not linear attention (packed batches are timed "
+                     "for linear definitions)");
   if (ProblemArgs.QkHeads != 0)
     throw UsageError("--qk-heads: '" + ProblemArgs.Name +
                      "' is not linear attention (it has no q/k head groups)");
@@ -148,6 +162,25 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   return 0;
 }
 
+std::vector<int64_t> BenchCommand::packedLengths(const ShapeArg &S) const {
+  std::vector<int64_t> Lengths;
+  int64_t Sum = 0;
+  for (llvm::StringRef L : llvm::split(llvm::StringRef(Seqlens), ',')) {
+    int64_t N = 0;
+    if (L.trim().getAsInteger(10, N) || N < 0 || N > S.Batch * S.Seq)
+      throw UsageError("--seqlens '" + Seqlens + "': '" + L.str() +
+                       "' is not a sequence length (an integer from 0)");
+    Lengths.push_back(N);
+    Sum += N;
+  }
+  if (Sum != S.Batch * S.Seq)
+    throw UsageError(fmt::format(
+        "--seqlens: the lengths add up to {} tokens; expected B*S = {} of "
+        "--shape, the dense batch timed beside the packed one",
+        Sum, S.Batch * S.Seq));
+  return Lengths;
+}
+
 int BenchCommand::runLinear(const dsl::DefinitionBase &Def,
                             const ShapeArg &S, llvm::raw_ostream &OS) {
   if (!Backend.empty())
@@ -158,6 +191,9 @@ int BenchCommand::runLinear(const dsl::DefinitionBase &Def,
       linearCommandArgs(S, ProblemArgs.QkHeads, ProblemArgs.Dtype,
                         ProblemArgs.LayoutOpt, Skeleton, Config, ProblemArgs.Arch);
   A.Sig.TuneFile = TuneFile;
+  std::vector<int64_t> Lengths;
+  if (!Seqlens.empty())
+    Lengths = packedLengths(S);
   runtime::CudaDriver::get().require();
 
   runtime::LinearAttention Lin(Def, A.Sig);
@@ -170,13 +206,38 @@ int BenchCommand::runLinear(const dsl::DefinitionBase &Def,
       [&](int I) { P.forward(Lin, I % P.sets()); }, Warmup, Repeats);
   double BwdMs = runtime::medianEventMs(
       [&](int I) { P.backward(Lin, I % P.sets()); }, Warmup, Repeats);
-  OS << fmt::format("{} {} {} d{}/{} {}: {}: fwd {:.3f} ms  {:.0f} GB/s  "
-                    "bwd {:.3f} ms  {:.0f} GB/s\n",
+  if (Lengths.empty()) {
+    OS << fmt::format("{} {} {} d{}/{} {}: {}: fwd {:.3f} ms  {:.0f} GB/s  "
+                      "bwd {:.3f} ms  {:.0f} GB/s\n",
+                      ProblemArgs.Name.getValue(), dtypeName(A.Sig.Dtype).str(),
+                      runtime::linearShapeText(A.Shape), S.HeadDim, S.HeadDimV,
+                      layoutName(A.Sig.TensorLayout).str(), Choice.str(), FwdMs,
+                      P.forwardBytes() / FwdMs / 1e6, BwdMs,
+                      P.backwardBytes() / BwdMs / 1e6);
+    return 0;
+  }
+  // The same tokens packed: the configuration the packed calls take is the
+  // one for their sequences at the mean length.
+  P.setPacked(Lengths);
+  const int64_t Seqs = int64_t(Lengths.size());
+  runtime::LinearShape PackedShape{
+      Seqs, A.Shape.Heads, A.Shape.HeadsQK,
+      std::max<int64_t>(1, A.Shape.Batch * A.Shape.Seq / Seqs)};
+  runtime::KernelChoice PackedChoice = Lin.choiceFor(PackedShape);
+  double PackedFwdMs = runtime::medianEventMs(
+      [&](int I) { P.forwardPacked(Lin, I % P.sets()); }, Warmup, Repeats);
+  double PackedBwdMs = runtime::medianEventMs(
+      [&](int I) { P.backwardPacked(Lin, I % P.sets()); }, Warmup, Repeats);
+  OS << fmt::format("{} {} packed {} sequences t{} h{}/{} d{}/{}: {}: fwd "
+                    "{:.3f} ms  bwd {:.3f} ms; dense {} {}: {}: fwd {:.3f} ms  "
+                    "bwd {:.3f} ms; packed/dense throughput fwd {:.2f}x  bwd "
+                    "{:.2f}x\n",
                     ProblemArgs.Name.getValue(), dtypeName(A.Sig.Dtype).str(),
-                    runtime::linearShapeText(A.Shape), S.HeadDim, S.HeadDimV,
+                    Seqs, A.Shape.Batch * A.Shape.Seq, A.Shape.Heads,
+                    A.Shape.HeadsQK, S.HeadDim, S.HeadDimV, PackedChoice.str(),
+                    PackedFwdMs, PackedBwdMs, runtime::linearShapeText(A.Shape),
                     layoutName(A.Sig.TensorLayout).str(), Choice.str(), FwdMs,
-                    P.forwardBytes() / FwdMs / 1e6, BwdMs,
-                    P.backwardBytes() / BwdMs / 1e6);
+                    BwdMs, FwdMs / PackedFwdMs, BwdMs / PackedBwdMs);
   return 0;
 }
 

@@ -10,9 +10,8 @@
 // NAME is mamba2, simple_gla or retention_linear; HQK is the number of q/k
 // heads (default H; mamba2's ngroups).
 #include "GpuSupport.h"
+#include "LinearGpuCheck.h"
 
-#include "Examples.h"
-#include "attn/Error.h"
 #include "attn/runtime/EventTiming.h"
 #include "attn/runtime/LinearAttention.h"
 #include "attn/runtime/LinearProblem.h"
@@ -34,16 +33,8 @@ int main(int Argc, char **Argv) {
     int B = Cmd.Ints[0], H = Cmd.Ints[1], T = Cmd.Ints[2], D = Cmd.Ints[3],
         DV = Cmd.Ints[4];
     int Hqk = Cmd.Ints.size() > 5 ? Cmd.Ints[5] : H;
-    dsl::LinearAttentionDef Def = Name == "mamba2"       ? examples::mamba2()
-                                  : Name == "simple_gla" ? examples::simpleGla()
-                                  : Name == "retention_linear"
-                                      ? examples::retentionLinear()
-                                      : throw UserError("unknown linear "
-                                                        "definition " + Name);
-    runtime::LinearSignature Sig;
-    Sig.Dtype = Cmd.Dtype;
-    Sig.HeadDim = D;
-    Sig.HeadDimV = DV;
+    dsl::LinearAttentionDef Def = linearExample(Name);
+    runtime::LinearSignature Sig = linearBenchSignature(Cmd, D, DV);
     if (Argc > 9)
       Sig.Config = Argv[9];
     runtime::LinearAttention Lin(Def, Sig);

@@ -56,10 +56,7 @@ int main(int Argc, char **Argv) {
     const int H = Cmd.Ints[0], D = Cmd.Ints[1], DV = Cmd.Ints[2], N = Cmd.Ints[3];
     runtime::currentDevice(); // a current context for DriverExtras
     dsl::LinearAttentionDef Def = linearExample(Cmd.Name);
-    runtime::LinearSignature Sig;
-    Sig.Dtype = Cmd.Dtype;
-    Sig.HeadDim = D;
-    Sig.HeadDimV = DV;
+    runtime::LinearSignature Sig = linearBenchSignature(Cmd, D, DV);
     runtime::LinearAttention Lin(Def, Sig);
     Lin.decodeSource();
     const ir::Graph &G = *Lin.definition().Graph;

@@ -395,6 +395,36 @@ ATTNC_C_API attnc_status attnc_linear_attention_backward(
     const attnc_input *inputs, size_t num_inputs,
     const attnc_named_tensor *grads, size_t num_grads, void *stream);
 
+/* The forward of a packed (variable-length) batch of B sequences laid end
+ * to end: q [T,Hq,D], k [T,Hk,D], v and out [T,H,DV] (T the tokens of all
+ * sequences; the signature's layout does not apply), cu_seqlens int32
+ * [B+1] on the device (0 = cu[0] <= ... <= cu[B] = T; not read on the
+ * host), decay [1,H,T] float32 or NULL, per-token custom inputs [1,H,T];
+ * initial_state and final_state ([B,H,D,DV] float32, one per sequence)
+ * may be NULL. Chunks never cross a sequence's end. */
+ATTNC_C_API attnc_status attnc_linear_attention_forward_varlen(
+    attnc_linear_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *out, const attnc_tensor *decay,
+    const attnc_tensor *cu_seqlens, const attnc_input *inputs,
+    size_t num_inputs, const attnc_tensor *initial_state,
+    const attnc_tensor *final_state, void *stream);
+
+/* The gradients of attnc_linear_attention_forward_varlen: dq, dk, dv like
+ * q, k, v; where given, ddecay [1,H,T] and dinitial_state [B,H,D,DV]
+ * (float32), and the input gradients named in grads (per-token ones
+ * [1,H,T]). Each sequence's gradients are those of that sequence run
+ * alone. decay, initial_state, dfinal_state, ddecay and dinitial_state may
+ * be NULL. */
+ATTNC_C_API attnc_status attnc_linear_attention_backward_varlen(
+    attnc_linear_attention *att, const attnc_tensor *q, const attnc_tensor *k,
+    const attnc_tensor *v, const attnc_tensor *decay, const attnc_tensor *dout,
+    const attnc_tensor *cu_seqlens, const attnc_tensor *initial_state,
+    const attnc_tensor *dfinal_state, const attnc_tensor *dq,
+    const attnc_tensor *dk, const attnc_tensor *dv, const attnc_tensor *ddecay,
+    const attnc_tensor *dinitial_state, const attnc_input *inputs,
+    size_t num_inputs, const attnc_named_tensor *grads, size_t num_grads,
+    void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -41,6 +41,18 @@ public:
   /// decay gradient when the definition reads the decay).
   void backward(LinearAttention &Lin, int Set, CUstream Stream = nullptr);
 
+  /// The same tokens as a packed batch of sequences of \p Lengths (adding
+  /// up to Batch·Seq; InvalidArgument otherwise): q, k, v, dout, out and
+  /// the gradients read as [Batch·Seq, heads, dim], the decay and per-row
+  /// inputs as [1, H, Batch·Seq]. Uploads the offsets for the packed calls.
+  void setPacked(const std::vector<int64_t> &Lengths);
+  int64_t packedSequences() const { return PackedSeqs; }
+  /// forwardVarlen / backwardVarlen of \p Lin on set \p Set (after
+  /// setPacked; no states).
+  void forwardPacked(LinearAttention &Lin, int Set, CUstream Stream = nullptr);
+  void backwardPacked(LinearAttention &Lin, int Set,
+                      CUstream Stream = nullptr);
+
   int sets() const { return int(Q.size()); }
   const LinearShape &shape() const { return Shape; }
   bool readsDecay() const { return ReadsDecay; }
@@ -72,6 +84,10 @@ public:
 
 private:
   TensorView view(const DeviceAlloc &Buf, int64_t Heads, int64_t Dim) const;
+  TensorView packedView(const DeviceAlloc &Buf, int64_t Heads,
+                        int64_t Dim) const;
+  /// A [1, H, Batch·Seq] fp32 view of \p Buf.
+  TensorView packedRows(const DeviceAlloc &Buf) const;
 
   LinearSignature Sig;
   LinearShape Shape;
@@ -80,7 +96,9 @@ private:
   std::vector<std::unique_ptr<DeviceAlloc>> Q, K, V, DO;
   std::unique_ptr<DeviceAlloc> Out, DQ, DK, DV, Decay, DDecay;
   std::vector<std::unique_ptr<DeviceAlloc>> InputBuffers;
-  InputMap Inputs;
+  InputMap Inputs, PackedInputs;
+  std::unique_ptr<DeviceAlloc> CuSeqlens;
+  int64_t PackedSeqs = 0;
   reference::Tensor DecayHost;
   reference::InputValues InputHost;
 };
