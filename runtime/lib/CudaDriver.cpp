@@ -1,5 +1,6 @@
 // The CUDA driver API loaded from libcuda.so.1 at run time, and device 0.
 #include "attn/runtime/CudaDriver.h"
+#include "attn/codegen/Arch.h"
 
 #include "attn/runtime/Errors.h"
 

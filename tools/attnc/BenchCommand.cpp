@@ -5,6 +5,7 @@
 #include "KernelChoice.h"
 #include "LinearCommands.h"
 
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/Selector.h"
 #include "attn/runtime/CudaDriver.h"
@@ -141,9 +142,9 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   double Flops = runtime::forwardFlops(C, TS, S.HeadDim, S.HeadDimV);
   OS << fmt::format("{} {} b{} h{} s{} d{}/{} {} {}: {}: {:.3f} ms  {:.1f} "
                     "TFLOPS\n",
-                    ProblemArgs.Name.getValue(), dtypeName(Sig.Dtype).str(), S.Batch,
+                    ProblemArgs.Name.getValue(), std::string(dtypeName(Sig.Dtype)), S.Batch,
                     S.Heads, S.Seq, S.HeadDim, S.HeadDimV,
-                    layoutName(Sig.TensorLayout).str(), Masked ? "masked" : "full", What,
+                    std::string(layoutName(Sig.TensorLayout)), Masked ? "masked" : "full", What,
                     Median, Flops / (Median * 1e-3) / 1e12);
   return 0;
 }
@@ -172,9 +173,9 @@ int BenchCommand::runLinear(const dsl::DefinitionBase &Def,
       [&](int I) { P.backward(Lin, I % P.sets()); }, Warmup, Repeats);
   OS << fmt::format("{} {} {} d{}/{} {}: {}: fwd {:.3f} ms  {:.0f} GB/s  "
                     "bwd {:.3f} ms  {:.0f} GB/s\n",
-                    ProblemArgs.Name.getValue(), dtypeName(A.Sig.Dtype).str(),
+                    ProblemArgs.Name.getValue(), std::string(dtypeName(A.Sig.Dtype)),
                     runtime::linearShapeText(A.Shape), S.HeadDim, S.HeadDimV,
-                    layoutName(A.Sig.TensorLayout).str(), Choice.str(), FwdMs,
+                    std::string(layoutName(A.Sig.TensorLayout)), Choice.str(), FwdMs,
                     P.forwardBytes() / FwdMs / 1e6, BwdMs,
                     P.backwardBytes() / BwdMs / 1e6);
   return 0;

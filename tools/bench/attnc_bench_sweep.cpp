@@ -69,7 +69,7 @@ int main(int Argc, char **Argv) {
       continue;
     }
     std::optional<DType> T = dtypeFromName(Argv[I]);
-    if (!T) {
+    if (!T || !isAttentionDtype(*T)) {
       std::fprintf(stderr, "attnc_bench_sweep: dtype must be f16 or bf16\n");
       return 2;
     }
@@ -95,8 +95,7 @@ int main(int Argc, char **Argv) {
           fill(Host, T, 7 + I);
           Bufs[I]->upload(Host.data(), Elems * 2);
         }
-      runtime::ElemType ET =
-          T == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+      DType ET = T;
       for (bool Causal : {false, true}) {
         runtime::Signature Sig;
         Sig.Dtype = T;
@@ -113,7 +112,7 @@ int main(int Argc, char **Argv) {
             return runtime::TensorView::contiguous(Buf.get(), ET, {B, S, kH, kD});
           };
           runtime::TensorView FV = runtime::TensorView::contiguous(
-              Finals.get(), runtime::ElemType::F32, {1, B, kH, S});
+              Finals.get(), DType::F32, {1, B, kH, S});
           auto Run = [&](int Set) {
             Att.forward(View(*Bufs[3 * Set]), View(*Bufs[3 * Set + 1]),
                         View(*Bufs[3 * Set + 2]), View(Out), &FV, {});
@@ -121,12 +120,12 @@ int main(int Argc, char **Argv) {
           double Ms = runtime::medianEventMs([&](int I) { Run(I % 3); }, 5, 30);
           double Flops = 4.0 * B * kH * double(S) * S * kD * (Causal ? 0.5 : 1.0);
           std::printf("attnc %-8s %s B%d H%d S%d D%d %s %s: %.3f ms  %.1f TFLOPS\n",
-                      Causal ? "mha" : "mha_full", dtypeName(T).str().c_str(), B,
+                      Causal ? "mha" : "mha_full", std::string(dtypeName(T)).c_str(), B,
                       kH, S, kD, Causal ? "causal" : "full",
                       Att.source().Key.c_str(), Ms, Flops / (Ms * 1e-3) / 1e12);
           std::fflush(stdout);
           bench::recordBenchRow({"fwd", "attnc", Causal ? "mha" : "mha_full",
-                                 dtypeName(T).str(), Causal ? "causal" : "full",
+                                 std::string(dtypeName(T)), Causal ? "causal" : "full",
                                  Att.source().Key, B, kH, S, kD, kD, Ms,
                                  Flops / (Ms * 1e-3) / 1e12});
         }
