@@ -1,6 +1,8 @@
 // attnc bench: time one definition's forward (and, for linear attention,
 // backward) at one shape on this machine's GPU, with the configuration a
-// tune file, --config or the default gives.
+// tune file, --config or the default gives; with $ATTNC_BENCH_JSON set,
+// each timed row is also appended there as a JSON line (BenchJson.h).
+#include "BenchJson.h"
 #include "Commands.h"
 #include "KernelChoice.h"
 #include "LinearCommands.h"
@@ -146,6 +148,11 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
                     S.Heads, S.Seq, S.HeadDim, S.HeadDimV,
                     std::string(layoutName(Sig.TensorLayout)), Masked ? "masked" : "full", What,
                     Median, Flops / (Median * 1e-3) / 1e12);
+  bench::recordBenchRow({"fwd", "attnc", ProblemArgs.Name.getValue(),
+                         std::string(dtypeName(Sig.Dtype)),
+                         Masked ? "masked" : "full", What, S.Batch, S.Heads,
+                         S.Seq, S.HeadDim, S.HeadDimV, Median,
+                         Flops / (Median * 1e-3) / 1e12});
   return 0;
 }
 
@@ -178,6 +185,16 @@ int BenchCommand::runLinear(const dsl::DefinitionBase &Def,
                     std::string(layoutName(A.Sig.TensorLayout)), Choice.str(), FwdMs,
                     P.forwardBytes() / FwdMs / 1e6, BwdMs,
                     P.backwardBytes() / BwdMs / 1e6);
+  for (bool Bwd : {false, true}) {
+    double Ms = Bwd ? BwdMs : FwdMs;
+    bench::BenchRow Row{Bwd ? "linear_bwd" : "linear_fwd", "attnc",
+                        ProblemArgs.Name.getValue(),
+                        std::string(dtypeName(A.Sig.Dtype)), "none",
+                        Choice.str(), A.Shape.Batch, A.Shape.Heads,
+                        A.Shape.Seq, S.HeadDim, S.HeadDimV, Ms, 0};
+    Row.Gbps = (Bwd ? P.backwardBytes() : P.forwardBytes()) / Ms / 1e6;
+    bench::recordBenchRow(Row);
+  }
   return 0;
 }
 

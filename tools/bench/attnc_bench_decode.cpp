@@ -16,6 +16,7 @@
 // decode step of that shape: the host's time to issue it eagerly (32
 // runDecode calls) and as one CUDA graph replay, and the device time of
 // each.
+#include "BenchJson.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
 #include "attn/runtime/EventTiming.h"
@@ -257,6 +258,12 @@ int main(int Argc, char **Argv) {
                   Cmd.Name.c_str(), std::string(dtypeName(Cmd.Dtype)).c_str(), HQ, HKV,
                   D, B, KV, Ms * 1e3, Gbs);
       std::fflush(stdout);
+      // One query per sequence; S is the keys (KV), H the query heads.
+      bench::BenchRow Row{"decode", "attnc", Cmd.Name,
+                          std::string(dtypeName(Cmd.Dtype)), "contiguous",
+                          Att.forwardChoice().str(), B, HQ, KV, D, D, Ms, 0};
+      Row.Gbps = Gbs;
+      bench::recordBenchRow(Row);
       for (int PageSize : {16, 1}) {
         if (KV % PageSize != 0)
           continue;
@@ -270,6 +277,13 @@ int main(int Argc, char **Argv) {
                     HKV, D, B, KV, PageSize, PMs * 1e3,
                     2.0 * KvBytes / (PMs * 1e-3) / 1e9, Ms / PMs, P.Plan.Splits);
         std::fflush(stdout);
+        bench::BenchRow PRow{"decode", "attnc", Cmd.Name,
+                             std::string(dtypeName(Cmd.Dtype)),
+                             fmt::format("paged{}", PageSize),
+                             Att.forwardChoice().str(), B, HQ, KV, D, D, PMs,
+                             0};
+        PRow.Gbps = 2.0 * KvBytes / (PMs * 1e-3) / 1e9;
+        bench::recordBenchRow(PRow);
       }
     }
   } catch (const Error &E) {

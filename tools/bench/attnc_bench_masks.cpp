@@ -28,6 +28,7 @@
 // peers_masks.py: eight documents at the fixed fractions DocFractions, the
 // prefix S / 4, chunks of 256.
 #include "BackwardRunner.h"
+#include "BenchJson.h"
 #include "GpuSupport.h"
 #include "MaskClassify.h"
 #include "attn/runtime/DtypeBits.h"
@@ -207,6 +208,14 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
               KeptCount / (double(S) * S), Att.forwardChoice().str().c_str(),
               Att.backwardChoice().str().c_str());
   std::fflush(stdout);
+  // FLOPs of the kept elements (the mask's own), as the line above counts.
+  bench::recordBenchRow({"masks_fwd", "attnc", Mask, std::string(dtypeName(T)),
+                         Mask, Att.forwardChoice().str(), B, H, S, D, D, TF,
+                         Tflops(FlopsFwd, TF)});
+  bench::recordBenchRow({"masks_fwdbwd", "attnc", Mask,
+                         std::string(dtypeName(T)), Mask,
+                         Att.backwardChoice().str(), B, H, S, D, D, TFB,
+                         Tflops(3.5 * FlopsFwd, TFB)});
 }
 
 /// Kept (q, k) pairs of a sequence of \p L tokens under \p Mask ("causal",
