@@ -8,9 +8,11 @@
 // CONFIG is a forward configuration ("sm80", "m128n64w4s2", "sm90", or
 // "default" for the runtime's choice). --compile-only builds the kernels into
 // the kernel cache and times nothing (to compile several binaries' kernels
-// at once before timing them one after another).
+// at once before timing them one after another). A progress line on stderr
+// says which step runs (live on a terminal, a line per step otherwise).
 #include "BenchJson.h"
 #include "GpuSupport.h"
+#include "Progress.h"
 #include "attn/runtime/EventTiming.h"
 
 #include "Examples.h"
@@ -89,6 +91,10 @@ int main(int Argc, char **Argv) {
     DeviceBuffer Out(Elems * 2);
     DeviceBuffer Finals(size_t(kTokens) * kH * 4);
     std::vector<uint16_t> Host(Elems);
+    const std::vector<int> Lengths = {1024, 4096, 16384};
+    // A step per kernel made, and per sequence length timed.
+    ProgressLine Progress(llvm::errs(), "sweep",
+                          Types.size() * 2 * (CompileOnly ? 1 : 1 + Lengths.size()));
     for (DType T : Types) {
       if (!CompileOnly)
         for (int I = 0; I < 9; ++I) {
@@ -103,10 +109,14 @@ int main(int Argc, char **Argv) {
         Sig.HeadDimV = kD;
         if (Config != "default")
           Sig.Config = Config;
+        Progress.step(fmt::format("{} {} compile", Causal ? "mha" : "mha_full",
+                                  dtypeName(T)));
         runtime::Attention Att(softmax(Causal), Sig);
         if (CompileOnly)
           continue;
-        for (int S : {1024, 4096, 16384}) {
+        for (int S : Lengths) {
+          Progress.step(fmt::format("{} {} S{}", Causal ? "mha" : "mha_full",
+                                    dtypeName(T), S));
           int B = kTokens / S;
           auto View = [&](DeviceBuffer &Buf) {
             return runtime::TensorView::contiguous(Buf.get(), ET, {B, S, kH, kD});
@@ -131,6 +141,7 @@ int main(int Argc, char **Argv) {
         }
       }
     }
+    Progress.done(CompileOnly ? "kernels compiled" : "timed");
     return 0;
   } catch (const std::exception &E) {
     std::fprintf(stderr, "attnc_bench_sweep: %s\n", E.what());
