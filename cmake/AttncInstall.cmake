@@ -31,10 +31,38 @@ set_target_properties(attnc PROPERTIES SKIP_BUILD_RPATH ON)
 install(TARGETS attnc RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   COMPONENT devel)
 
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/compiler/include/
-    ${PROJECT_SOURCE_DIR}/runtime/include/
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT devel
-  FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
+# The public headers (docs/architecture.md, "Public headers"): what a
+# project that defines variants and calls the runtime includes. None of them
+# reaches an LLVM or DLPack header (the "install: public headers" test
+# compiles each alone against the installed prefix); every other header
+# stays private to this tree and is not installed.
+set(ATTNC_PUBLIC_HEADERS
+  compiler/include/attn/Error.h
+  compiler/include/attn/GpuArch.h
+  compiler/include/attn/ir/Types.h
+  compiler/include/attn/ir/Nodes.def
+  compiler/include/attn/dsl/Definition.h
+  compiler/include/attn/dsl/Library.h
+  compiler/include/attn/dsl/Names.h
+  compiler/include/attn/dsl/Problem.h
+  compiler/include/attn/dsl/Registry.h
+  compiler/include/attn/dsl/Symbol.h
+  compiler/include/attn/codegen/KernelSource.h
+  compiler/include/attn/codegen/LinearConfig.h
+  runtime/include/attn/runtime/Attention.h
+  runtime/include/attn/runtime/BlockMask.h
+  runtime/include/attn/runtime/Bundle.h
+  runtime/include/attn/runtime/Errors.h
+  runtime/include/attn/runtime/EventTiming.h
+  runtime/include/attn/runtime/KernelCache.h
+  runtime/include/attn/runtime/LinearAttention.h
+  runtime/include/attn/runtime/Paged.h)
+foreach(header ${ATTNC_PUBLIC_HEADERS})
+  string(REGEX REPLACE "^[a-z]+/include/" "" relative ${header})
+  get_filename_component(folder ${relative} DIRECTORY)
+  install(FILES ${PROJECT_SOURCE_DIR}/${header}
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${folder} COMPONENT devel)
+endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/tools/attnc/AttncMain.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attnc-main COMPONENT devel)
 install(FILES ${PROJECT_SOURCE_DIR}/dsl_examples/Examples.h

@@ -18,16 +18,16 @@ namespace {
       fmt::format("{}: argument '{}': {}", C.Function, Argument.str(), What));
 }
 
-std::optional<runtime::ElemType> elemType(int32_t Code) {
+std::optional<DType> elemType(int32_t Code) {
   switch (Code) {
   case ATTNC_DTYPE_F16:
-    return runtime::ElemType::F16;
+    return DType::F16;
   case ATTNC_DTYPE_BF16:
-    return runtime::ElemType::BF16;
+    return DType::BF16;
   case ATTNC_DTYPE_F32:
-    return runtime::ElemType::F32;
+    return DType::F32;
   case ATTNC_DTYPE_I32:
-    return runtime::ElemType::I32;
+    return DType::I32;
   }
   return std::nullopt;
 }
@@ -41,7 +41,7 @@ runtime::TensorView tensorArg(const ArgContext &C, const char *Argument,
                               const attnc_tensor *T) {
   if (!T)
     bad(C, Argument, "is NULL");
-  std::optional<runtime::ElemType> Type = elemType(T->dtype);
+  std::optional<DType> Type = elemType(T->dtype);
   if (!Type)
     bad(C, Argument,
         fmt::format("dtype {} is not an attnc_dtype (0 f16, 1 bf16, 2 f32, "

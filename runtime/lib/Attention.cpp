@@ -1,11 +1,15 @@
 // Attention: validate a call, pick a backend, run it; and tensor views.
 #include "attn/runtime/Attention.h"
+#include "attn/codegen/Arch.h"
 
 #include "attn/Error.h"
+#include "AttentionState.h"
 #include "BackwardRunner.h"
 #include "PagedDecode.h"
 
 #include "attn/analysis/MaskBounds.h"
+#include "attn/codegen/Codegen.h"
+#include "attn/runtime/KernelCache.h"
 
 #include "attn/runtime/Backend.h"
 #include "attn/runtime/CudaDriver.h"
@@ -19,23 +23,7 @@
 
 namespace attn::runtime {
 
-const char *elemTypeName(ElemType T) {
-  switch (T) {
-  case ElemType::F16:
-    return "f16";
-  case ElemType::BF16:
-    return "bf16";
-  case ElemType::F32:
-    return "f32";
-  case ElemType::I32:
-    return "i32";
-  case ElemType::I64:
-    return "i64";
-  }
-  return "?";
-}
-
-TensorView TensorView::contiguous(void *Data, ElemType T,
+TensorView TensorView::contiguous(void *Data, DType T,
                                   std::vector<int64_t> Shape) {
   TensorView V{Data, T, Shape, std::vector<int64_t>(Shape.size(), 1)};
   for (int I = int(Shape.size()) - 2; I >= 0; --I)
@@ -43,29 +31,33 @@ TensorView TensorView::contiguous(void *Data, ElemType T,
   return V;
 }
 
-TensorView TensorView::fromDLPack(const DLTensor &T) {
-  if (T.device.device_type != kDLCUDA)
+TensorView TensorView::fromDLPackFields(void *Data, uint64_t ByteOffset,
+                                         int DeviceType, uint8_t Code,
+                                         uint8_t Bits, uint16_t Lanes,
+                                         int Ndim, const int64_t *Shape,
+                                         const int64_t *Strides) {
+  if (DeviceType != kDLCUDA)
     throw InvalidArgument("DLPack tensor: expected a CUDA device tensor");
   TensorView V;
-  if (T.dtype.lanes != 1)
+  if (Lanes != 1)
     throw InvalidArgument("DLPack tensor: vector types are not supported");
-  if (T.dtype.code == kDLFloat && T.dtype.bits == 16)
-    V.Type = ElemType::F16;
-  else if (T.dtype.code == kDLBfloat && T.dtype.bits == 16)
-    V.Type = ElemType::BF16;
-  else if (T.dtype.code == kDLFloat && T.dtype.bits == 32)
-    V.Type = ElemType::F32;
-  else if (T.dtype.code == kDLInt && T.dtype.bits == 32)
-    V.Type = ElemType::I32;
-  else if (T.dtype.code == kDLInt && T.dtype.bits == 64)
-    V.Type = ElemType::I64;
+  if (Code == kDLFloat && Bits == 16)
+    V.Type = DType::F16;
+  else if (Code == kDLBfloat && Bits == 16)
+    V.Type = DType::BF16;
+  else if (Code == kDLFloat && Bits == 32)
+    V.Type = DType::F32;
+  else if (Code == kDLInt && Bits == 32)
+    V.Type = DType::I32;
+  else if (Code == kDLInt && Bits == 64)
+    V.Type = DType::I64;
   else
     throw InvalidArgument("DLPack tensor: expected float16, bfloat16, "
                           "float32, int32 or int64");
-  V.Data = static_cast<char *>(T.data) + T.byte_offset;
-  V.Shape.assign(T.shape, T.shape + T.ndim);
-  if (T.strides)
-    V.Strides.assign(T.strides, T.strides + T.ndim);
+  V.Data = static_cast<char *>(Data) + ByteOffset;
+  V.Shape.assign(Shape, Shape + Ndim);
+  if (Strides)
+    V.Strides.assign(Strides, Strides + Ndim);
   else
     V = contiguous(V.Data, V.Type, V.Shape);
   return V;
@@ -145,14 +137,27 @@ CompiledDefinition attentionOnly(CompiledDefinition D) {
 Attention::Attention(const dsl::DefinitionBase &D, const Signature &S)
     : Attention(compileAttention(D), S) {}
 
-Attention::Attention(CompiledDefinition D, const Signature &S)
-    : Def(attentionOnly(std::move(D))), Sig(S), Arch(resolveArch(S.Arch)),
+Attention::State::State(CompiledDefinition D, const Signature &S,
+                        GpuArch Arch)
+    : Def(attentionOnly(std::move(D))),
       Fwd(Def, kernelTarget(Def, S, Arch, Direction::Forward),
           forwardPolicy(kernelTarget(Def, S, Arch, Direction::Forward), S)),
       DecodeRule(decodeChoice(Fwd.target(), Fwd.policy(), /*Sq=*/1,
                               /*Packed=*/false)),
       BwdTarget(kernelTarget(Def, S, Arch, Direction::Backward)),
-      BwdPolicy(KernelPolicy::parse(BwdTarget, "", S.BackwardConfig)) {
+      BwdPolicy(KernelPolicy::parse(BwdTarget, "", S.BackwardConfig)) {}
+
+/// The arch of \p S, after the checks of its fields that come first.
+static GpuArch signatureArch(const Signature &S) {
+  checkAttentionDtype(S.Dtype, "signature");
+  return resolveArch(S.Arch);
+}
+
+Attention::Attention(CompiledDefinition D, const Signature &S)
+    : Sig(S), Arch(signatureArch(S)),
+      St(std::make_unique<State>(std::move(D), S, Arch)), Def(St->Def),
+      Fwd(St->Fwd), DecodeRule(St->DecodeRule), BwdTarget(St->BwdTarget),
+      BwdPolicy(St->BwdPolicy), Bwd(St->Bwd) {
   // A backward configuration named is a promise to call backward(): its
   // mistakes are said now.
   if (BwdPolicy.Config) {
@@ -186,6 +191,10 @@ std::string Attention::lastBackend() const {
   auto Lock = lockCalls();
   return Last;
 }
+
+const CompiledDefinition &Attention::definition() const { return Def; }
+
+const KernelChoice &Attention::forwardChoice() const { return Fwd.initial(); }
 
 const KernelChoice &Attention::backwardChoice() const {
   auto Lock = lockCalls();

@@ -2,6 +2,8 @@
 // from the user's lists (re-tiled on the host), and checked at each call.
 #include "attn/runtime/Attention.h"
 
+#include "AttentionState.h"
+
 #include "BackwardRunner.h"
 #include "BlockMaskData.h"
 #include "MaskClassify.h"

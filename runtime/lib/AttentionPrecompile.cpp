@@ -1,6 +1,9 @@
 // Attention::precompile: the kernels of a signature's directions compiled
 // ahead of time, without a GPU, for bundles and warm caches.
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/Attention.h"
+
+#include "AttentionState.h"
 
 #include "BackwardRunner.h"
 #include "PagedDecode.h"

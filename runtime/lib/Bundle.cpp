@@ -1,6 +1,7 @@
 // Kernel bundles: reading, checking and writing the file. bundleKey lives
 // in KernelCache.cpp, beside the cache's own key.
 #include "attn/runtime/Bundle.h"
+#include "attn/codegen/Arch.h"
 
 #include "AtomicFile.h"
 #include "CacheFormat.h"

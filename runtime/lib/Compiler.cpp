@@ -1,5 +1,6 @@
 // NVRTC: generated CUDA text to CUBIN, with the device library in memory.
 #include "attn/runtime/Compiler.h"
+#include "attn/codegen/Arch.h"
 
 #include "AtomicFile.h"
 #include "NvrtcLibrary.h"

@@ -1,6 +1,7 @@
 // The CUDA driver API loaded from libcuda.so.1 at run time, and the device
 // of the calling thread's context.
 #include "attn/runtime/CudaDriver.h"
+#include "attn/codegen/Arch.h"
 
 #include "attn/runtime/Errors.h"
 

@@ -1,5 +1,6 @@
 // Compiled kernels cached in memory and on disk.
 #include "attn/runtime/KernelCache.h"
+#include "attn/codegen/Arch.h"
 
 #include "AtomicFile.h"
 #include "CacheFormat.h"

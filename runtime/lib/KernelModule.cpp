@@ -1,6 +1,7 @@
 // KernelModule: cuModuleLoadData with the arch check, entry lookup, unload.
 #include "KernelModule.h"
 
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
 

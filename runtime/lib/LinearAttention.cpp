@@ -2,6 +2,11 @@
 // validate each call, launch the forward; the backward goes to a
 // LinearBackwardRunner per configuration.
 #include "attn/runtime/LinearAttention.h"
+#include "attn/codegen/Arch.h"
+#include "attn/Pipeline.h"
+#include "attn/codegen/LinearCodegen.h"
+#include "attn/runtime/KernelCache.h"
+#include "attn/runtime/Selector.h"
 
 #include "DeviceArena.h"
 #include "PerStream.h"
@@ -65,8 +70,8 @@ struct LinearAttention::DecodeKernel {
 
 LinearAttention::LinearAttention(const dsl::DefinitionBase &D,
                                  const LinearSignature &S)
-    : Owned(compile(D)), Def(Owned), Sig(S),
-      Calls(std::make_unique<CallState>()) {
+    : Owned(std::make_unique<CompiledDefinition>(compile(D))), Def(*Owned),
+      Sig(S), Calls(std::make_unique<CallState>()) {
   init();
 }
 
@@ -79,12 +84,13 @@ LinearAttention::LinearAttention(const CompiledDefinition &D,
 
 LinearAttention::LinearAttention(CompiledDefinition &&D,
                                  const LinearSignature &S)
-    : Owned(std::move(D)), Def(Owned), Sig(S),
-      Calls(std::make_unique<CallState>()) {
+    : Owned(std::make_unique<CompiledDefinition>(std::move(D))),
+      Def(*Owned), Sig(S), Calls(std::make_unique<CallState>()) {
   init();
 }
 
 void LinearAttention::init() {
+  checkAttentionDtype(Sig.Dtype, "signature");
   if (Def.Graph->decls().Kind != ir::DefinitionKind::Linear)
     throw UserError("'" + Def.Graph->name() +
                     "' is not linear attention; use Attention");
@@ -100,6 +106,10 @@ void LinearAttention::init() {
 }
 
 LinearAttention::~LinearAttention() = default;
+
+const KernelChoice &LinearAttention::choice() const {
+  return Selector->initial();
+}
 
 KernelTarget linearKernelTarget(const CompiledDefinition &Def,
                                 const LinearSignature &Sig, GpuArch Arch,

@@ -62,7 +62,7 @@ LinearProblem::LinearProblem(const CompiledDefinition &Def,
   CudaDriver &D = CudaDriver::get();
   D.require();
   (void)currentDevice(); // makes the primary context current here
-  Elem = Sig.Dtype == DType::F16 ? ElemType::F16 : ElemType::BF16;
+  Elem = Sig.Dtype == DType::F16 ? DType::F16 : DType::BF16;
   ReadsDecay = codegen::linearReadsDecay(Def);
 
   std::mt19937_64 Rng(Seed);
@@ -100,7 +100,7 @@ LinearProblem::LinearProblem(const CompiledDefinition &Def,
     }
     InputBuffers.push_back(upload32(T));
     Inputs[Name] = TensorView::contiguous(InputBuffers.back()->get(),
-                                          ElemType::F32, T.Shape);
+                                          DType::F32, T.Shape);
   }
 }
 
@@ -141,22 +141,22 @@ TensorView LinearProblem::dv() const {
 }
 
 TensorView LinearProblem::ddecay() const {
-  return TensorView::contiguous(DDecay->get(), ElemType::F32,
+  return TensorView::contiguous(DDecay->get(), DType::F32,
                                 {Shape.Batch, Shape.Heads, Shape.Seq});
 }
 
 void LinearProblem::forward(LinearAttention &Lin, int Set, CUstream Stream) {
   TensorView DecayView = TensorView::contiguous(
-      Decay->get(), ElemType::F32, {Shape.Batch, Shape.Heads, Shape.Seq});
+      Decay->get(), DType::F32, {Shape.Batch, Shape.Heads, Shape.Seq});
   Lin.forward(q(Set), k(Set), v(Set), out(), ReadsDecay ? &DecayView : nullptr,
               Inputs, nullptr, nullptr, Stream);
 }
 
 void LinearProblem::backward(LinearAttention &Lin, int Set, CUstream Stream) {
   std::vector<int64_t> BHT = {Shape.Batch, Shape.Heads, Shape.Seq};
-  TensorView DecayView = TensorView::contiguous(Decay->get(), ElemType::F32, BHT);
+  TensorView DecayView = TensorView::contiguous(Decay->get(), DType::F32, BHT);
   TensorView DDecayView =
-      TensorView::contiguous(DDecay->get(), ElemType::F32, BHT);
+      TensorView::contiguous(DDecay->get(), DType::F32, BHT);
   TensorView Qv = q(Set), Kv = k(Set), Vv = v(Set), DOv = dout(Set),
              DQv = dq(), DKv = dk(), DVv = dv();
   LinearBackwardTensors T{Qv,

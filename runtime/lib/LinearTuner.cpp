@@ -2,6 +2,7 @@
 // LinearConfig, the fp64 reference check of each candidate's forward and
 // backward, forward + backward timing, the tune key and config selection.
 #include "attn/runtime/LinearTuner.h"
+#include "attn/codegen/Arch.h"
 
 #include "attn/reference/Linear.h"
 #include "attn/runtime/Compiler.h"
@@ -38,7 +39,7 @@ reference::Tensor download(const TensorView &V, Layout L) {
   size_t N = 1;
   for (int64_t X : V.Shape)
     N *= size_t(X);
-  bool Is32 = V.Type == ElemType::F32;
+  bool Is32 = V.Type == DType::F32;
   std::vector<char> Bytes(N * (Is32 ? 4 : 2));
   D.check(D.cuMemcpyDtoH(Bytes.data(), reinterpret_cast<CUdeviceptr>(V.Data),
                          Bytes.size()),
@@ -50,7 +51,7 @@ reference::Tensor download(const TensorView &V, Layout L) {
       T.Data[I] = F[I];
     return T;
   }
-  DType Dt = V.Type == ElemType::F16 ? DType::F16 : DType::BF16;
+  DType Dt = V.Type == DType::F16 ? DType::F16 : DType::BF16;
   bool Bshd = L == Layout::BSHD;
   int64_t B = V.Shape[0], H = V.Shape[Bshd ? 2 : 1], S = V.Shape[Bshd ? 1 : 2],
           Dim = V.Shape[3];
@@ -125,7 +126,7 @@ public:
     CurrentConfig = Config;
     for (const TensorView &V : {Check.out(), Check.dq(), Check.dk(),
                                 Check.dv(), Check.ddecay()}) {
-      size_t N = V.Type == ElemType::F32 ? 4 : 2;
+      size_t N = V.Type == DType::F32 ? 4 : 2;
       for (int64_t X : V.Shape)
         N *= size_t(X);
       D.check(D.cuMemsetD8(reinterpret_cast<CUdeviceptr>(V.Data), 0xff, N),
@@ -291,7 +292,7 @@ TuneResult tuneLinear(const CompiledDefinition &Def, const LinearSignature &Sig,
     *Progress << fmt::format(
         "tuning {} {} d{}/{} {} on {} ({}); forward + backward; checked on "
         "{} against the fp64 recurrence (reference in {:.1f} s)\n",
-        Def.Graph->name(), dtypeName(Sig.Dtype).str(), Sig.HeadDim,
+        Def.Graph->name(), std::string(dtypeName(Sig.Dtype)), Sig.HeadDim,
         Sig.HeadDimV, linearShapeText(S), Dev.Name, archName(Arch).str(),
         linearShapeText(Runner.checkShape()), Runner.referenceSeconds());
   TuneResult Result;

@@ -19,7 +19,7 @@ namespace {
 /// \p AnyStrides.
 void checkF32(const std::string &Name, const TensorView &T,
               const std::vector<int64_t> &Want, bool AnyStrides = false,
-              ElemType Elem = ElemType::F32) {
+              DType Elem = DType::F32) {
   checkNotNull(Name, T);
   checkElemType(Name, T, Elem);
   checkShape(Name, T, Want);
@@ -133,12 +133,12 @@ namespace {
 /// values are not read here); returns the number of sequences.
 int64_t checkCuSeqlens(const TensorView &Cu, int64_t Heads) {
   checkNotNull("cu_seqlens", Cu);
-  checkElemType("cu_seqlens", Cu, ElemType::I32);
+  checkElemType("cu_seqlens", Cu, DType::I32);
   if (Cu.Shape.size() != 1 || Cu.Shape[0] < 2)
     invalid(fmt::format("cu_seqlens: expected [batch + 1] with batch >= 1, "
                         "got shape {}",
                         shapeText(Cu.Shape)));
-  checkF32("cu_seqlens", Cu, Cu.Shape, false, ElemType::I32);
+  checkF32("cu_seqlens", Cu, Cu.Shape, false, DType::I32);
   const int64_t Seqs = Cu.Shape[0] - 1;
   if (Seqs * Heads > 65535)
     invalid(fmt::format("cu_seqlens: sequences x heads is {}; at most 65535 "
@@ -289,13 +289,13 @@ LinearDecodeShape validateLinearDecode(const CompiledDefinition &Def,
               "pass the same tensor to update in place");
   }
   if (T.StateIndex)
-    checkF32("state_index", *T.StateIndex, {C.B}, false, ElemType::I32);
+    checkF32("state_index", *T.StateIndex, {C.B}, false, DType::I32);
   else if (R.Pool != C.B)
     invalid(fmt::format("state_in: without state_index the pool holds one "
                         "state per sequence: expected {} entries, got {}",
                         C.B, R.Pool));
   if (T.Positions)
-    checkF32("positions", *T.Positions, {C.B}, false, ElemType::I32);
+    checkF32("positions", *T.Positions, {C.B}, false, DType::I32);
   return R;
 }
 

@@ -8,6 +8,7 @@
 #include "../kernels/merge_results_args.cuh"
 
 #include "attn/Error.h"
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
 

@@ -11,6 +11,8 @@
 #include "../kernels/merge_results_args.cuh"
 
 #include "attn/runtime/Paged.h"
+
+#include "attn/analysis/Merge.h"
 #include "attn/runtime/Validate.h"
 
 #include <memory>

@@ -144,7 +144,7 @@ PageGeometry checkCache(const char *Name, const TensorView &T,
 void checkIndex(const char *Name, const TensorView &T,
                 const std::vector<int64_t> &Shape) {
   checkNotNull(Name, T);
-  checkElemType(Name, T, ElemType::I32);
+  checkElemType(Name, T, DType::I32);
   checkShape(Name, T, Shape);
   checkAligned(Name, T, 4);
   if (T.Strides.size() != Shape.size() ||
@@ -329,13 +329,13 @@ AppendCall validateAppend(const Signature &Sig, const TensorView &K,
   if (k.S > INT32_MAX / 2)
     invalid(fmt::format("k: at most 2^30 tokens, got {}", k.S));
   checkNotNull("slot_mapping", SlotMapping);
-  if (SlotMapping.Type != ElemType::I32 && SlotMapping.Type != ElemType::I64)
+  if (SlotMapping.Type != DType::I32 && SlotMapping.Type != DType::I64)
     invalid(fmt::format("slot_mapping: expected dtype i32 or i64, got {}",
-                        elemTypeName(SlotMapping.Type)));
+                        dtypeName(SlotMapping.Type)));
   checkShape("slot_mapping", SlotMapping, {k.S});
   if (SlotMapping.Strides.size() != 1 || SlotMapping.Strides[0] != 1)
     invalid("slot_mapping: must be contiguous");
-  A.Slots64 = SlotMapping.Type == ElemType::I64;
+  A.Slots64 = SlotMapping.Type == DType::I64;
   checkAligned("slot_mapping", SlotMapping, A.Slots64 ? 8 : 4);
   A.Tokens = k.S;
   A.K[0] = k.Strides[2];

@@ -78,7 +78,7 @@ RandomProblem::RandomProblem(const CompiledDefinition &Def,
   CudaDriver &D = CudaDriver::get();
   D.require();
   (void)currentDevice(); // makes the primary context current here
-  Elem = Sig.Dtype == DType::F16 ? ElemType::F16 : ElemType::BF16;
+  Elem = Sig.Dtype == DType::F16 ? DType::F16 : DType::BF16;
 
   std::mt19937_64 Rng(Seed);
   NormalPool Normals(Sig.Dtype, Rng, Seed);
@@ -157,7 +157,7 @@ RandomProblem::Call RandomProblem::call(const TuneShape &Sub) const {
   C.HasFinals = F > 0;
   C.FinalsBuffer = std::make_unique<DeviceAlloc>(
       size_t(std::max<int64_t>(1, F * Sub.Batch * Sub.Heads * Sub.SeqQ)) * 4);
-  C.FinalsView = TensorView::contiguous(C.FinalsBuffer->get(), ElemType::F32,
+  C.FinalsView = TensorView::contiguous(C.FinalsBuffer->get(), DType::F32,
                                         {F, Sub.Batch, Sub.Heads, Sub.SeqQ});
   size_t Next = 0;
   for (const ir::InputDecl &In : Def.Graph->decls().Inputs) {
@@ -171,7 +171,7 @@ RandomProblem::Call RandomProblem::call(const TuneShape &Sub) const {
     }
     TensorView T;
     T.Data = InputBuffers[Next++]->get();
-    T.Type = In.Elem == ir::InputType::I32 ? ElemType::I32 : ElemType::F32;
+    T.Type = In.Elem == ir::InputType::I32 ? DType::I32 : DType::F32;
     int64_t B = Sub.Batch, H = Sub.Heads;
     switch (In.Shape) {
     case ir::InputShape::Scalar:

@@ -2,6 +2,7 @@
 // spills from the CUBIN's ELF attributes (or ptxas's -v report) after; for
 // the attention skeletons and the linear_chunk ones.
 #include "attn/runtime/ResourceModel.h"
+#include "attn/codegen/Arch.h"
 
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"

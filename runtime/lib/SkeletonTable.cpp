@@ -1,5 +1,6 @@
 // The skeleton table: the one list of skeletons, lookups by name, and the
 // kernel target every entry is asked about.
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/Skeleton.h"
 
 #include "skeletons/Entries.h"
@@ -63,7 +64,7 @@ codegen::LinearKernelSpec KernelTarget::linearSpec() const {
 
 std::string KernelTarget::str() const {
   return fmt::format("{} {} d{}/{} {}", directionName(Dir).str(),
-                     dtypeName(Dtype).str(), HeadDim, HeadDimV,
+                     std::string(dtypeName(Dtype)), HeadDim, HeadDimV,
                      archName(Arch).str());
 }
 

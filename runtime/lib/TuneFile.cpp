@@ -1,6 +1,7 @@
 // The tune JSON file: schema, parsing, the per-process cache, and merged
 // atomic writes under a sidecar file lock.
 #include "attn/runtime/TuneFile.h"
+#include "attn/codegen/Arch.h"
 
 #include "AtomicFile.h"
 #include "attn/codegen/Codegen.h"
@@ -52,7 +53,7 @@ std::string TuneKey::str() const {
   return fmt::format("device '{}', {}, NVRTC {}, {}, variant {}, {}, d{}/{}, "
                      "{}",
                      Device, Arch, Nvrtc, Skeleton, Variant.substr(0, 12),
-                     dtypeName(Dtype).str(), HeadDim, HeadDimV, Bucket.str());
+                     std::string(dtypeName(Dtype)), HeadDim, HeadDimV, Bucket.str());
 }
 
 std::string variantKey(const CompiledDefinition &Def) {
@@ -92,7 +93,7 @@ json entryToJson(const TuneEntry &E) {
               {"nvrtc", K.Nvrtc},
               {"skeleton", K.Skeleton},
               {"variant", K.Variant},
-              {"dtype", dtypeName(K.Dtype).str()},
+              {"dtype", std::string(dtypeName(K.Dtype))},
               {"head_dim", K.HeadDim},
               {"head_dim_v", K.HeadDimV},
               {"bucket",
@@ -120,7 +121,7 @@ json entryToJson(const TuneEntry &E) {
                   {"heads_kv", E.HeadsKv},
                   {"seq_q", E.SeqQ},
                   {"seq_kv", E.SeqKv},
-                  {"layout", layoutName(E.TensorLayout).str()}};
+                  {"layout", std::string(layoutName(E.TensorLayout))}};
   return J;
 }
 
@@ -239,7 +240,7 @@ TuneEntry entryFromJson(const FieldReader &R) {
   E.Key.Skeleton = K.string("skeleton");
   E.Key.Variant = K.string("variant");
   std::optional<DType> T = dtypeFromName(K.string("dtype"));
-  if (!T)
+  if (!T || !isAttentionDtype(*T))
     K.fail(K.at("dtype"), "expected \"f16\" or \"bf16\"");
   E.Key.Dtype = *T;
   E.Key.HeadDim = K.integer<int>("head_dim", 1);

@@ -1,6 +1,7 @@
 // The autotuner's search: resource-model pruning, parallel compilation
 // through the kernel cache, then checking and timing one candidate at a time.
 #include "attn/runtime/Tuner.h"
+#include "attn/codegen/Arch.h"
 
 #include "TuneRunner.h"
 
@@ -434,7 +435,7 @@ TuneResult tuneForward(const CompiledDefinition &Def, const Signature &Sig,
     *Progress << fmt::format("tuning {} ({}) {} d{}/{} b{} h{}/{} s{}x{} on {} "
                              "({}); reference in {:.1f} s\n",
                              Def.Graph->name(), Plan.Skel->name().str(),
-                             dtypeName(Sig.Dtype).str(),
+                             std::string(dtypeName(Sig.Dtype)),
                              Sig.HeadDim, Sig.HeadDimV, S.Batch, S.Heads,
                              S.HeadsKv, S.SeqQ, S.SeqKv, Dev.Name,
                              archName(Arch).str(), Runner.referenceSeconds());

@@ -55,12 +55,12 @@ void requirePackedLayout(const Signature &Sig) {
   if (Sig.TensorLayout != Layout::THD)
     invalid(fmt::format("signature: a packed variable-length call needs "
                         "layout thd ([tokens, heads, head_dim]), got {}",
-                        layoutName(Sig.TensorLayout).str()));
+                        std::string(layoutName(Sig.TensorLayout))));
 }
 
 void checkCuSeqlens(const char *Name, const TensorView &T) {
   checkNotNull(Name, T);
-  checkElemType(Name, T, ElemType::I32);
+  checkElemType(Name, T, DType::I32);
   if (T.Shape.size() != 1)
     invalid(fmt::format("{}: expected rank 1 [batch + 1], got rank {}", Name,
                         T.Shape.size()));
@@ -131,7 +131,7 @@ void checkFinals(const ir::Graph &G, const CallShape &C,
                         shapeText(Want), G.name()));
   checkNotNull("finals", *Finals);
   checkAligned("finals", *Finals, 4);
-  checkElemType("finals", *Finals, ElemType::F32);
+  checkElemType("finals", *Finals, DType::F32);
   checkShape("finals", *Finals, Want);
   std::vector<int64_t> Contiguous =
       C.Packed ? std::vector<int64_t>{C.H * C.TotalQ, C.TotalQ, 1}
@@ -227,7 +227,7 @@ void checkGrads(const ir::Graph &G, const CallShape &C,
                           Name, ShapeText, G.name(), I.Name));
     const TensorView &T = It->second;
     checkNotNull(Name, T);
-    checkElemType(Name, T, ElemType::F32);
+    checkElemType(Name, T, DType::F32);
     bool ShapeOk = I.Shape == ir::InputShape::Scalar
                        ? (T.Shape.empty() || T.Shape == std::vector<int64_t>{1})
                        : T.Shape == Shape;

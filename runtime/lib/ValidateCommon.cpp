@@ -13,8 +13,8 @@ namespace attn::runtime {
 
 void invalid(const std::string &Msg) { throw InvalidArgument(Msg); }
 
-ElemType elemOf(DType T) {
-  return T == DType::F16 ? ElemType::F16 : ElemType::BF16;
+DType elemOf(DType T) {
+  return T == DType::F16 ? DType::F16 : DType::BF16;
 }
 
 void checkNotNull(const std::string &Name, const TensorView &T) {
@@ -23,10 +23,10 @@ void checkNotNull(const std::string &Name, const TensorView &T) {
 }
 
 void checkElemType(const std::string &Name, const TensorView &T,
-                   ElemType Want) {
+                   DType Want) {
   if (T.Type != Want)
     invalid(fmt::format("{}: expected dtype {}, got {}", Name,
-                        elemTypeName(Want), elemTypeName(T.Type)));
+                        dtypeName(Want), dtypeName(T.Type)));
 }
 
 void checkAligned(const std::string &Name, const TensorView &T, int Bytes) {
@@ -103,7 +103,7 @@ void checkInput(const ir::InputDecl &D, const InputValue &Val, int64_t B, int64_
   }
   const std::string Name = "input '" + D.Name + "'";
   checkNotNull(Name, T);
-  checkElemType(Name, T, Int ? ElemType::I32 : ElemType::F32);
+  checkElemType(Name, T, Int ? DType::I32 : DType::F32);
   checkShape(Name + " (" + ir::inputShapeName(D.Shape).str() + ")", T, Want);
   if (T.Strides.size() != T.Shape.size() || T.Strides.back() != 1)
     invalid(Name + ": the last stride must be 1");

@@ -17,13 +17,13 @@ namespace attn::runtime {
 [[noreturn]] void invalid(const std::string &Msg);
 
 /// The element type of a q/k/v tensor of \p T.
-ElemType elemOf(DType T);
+DType elemOf(DType T);
 
 /// "<Name>: null data pointer" unless \p T has data.
 void checkNotNull(const std::string &Name, const TensorView &T);
 /// "<Name>: expected dtype <Want>, got <type>" unless \p T is of \p Want.
 void checkElemType(const std::string &Name, const TensorView &T,
-                   ElemType Want);
+                   DType Want);
 /// "<Name>: data pointer must be <Bytes>-byte aligned" unless it is.
 void checkAligned(const std::string &Name, const TensorView &T, int Bytes);
 /// "<Name>: expected shape <Want>, got <shape>" unless \p T's shape is

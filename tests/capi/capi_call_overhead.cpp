@@ -35,12 +35,12 @@ int main(int Argc, char **Argv) {
   K.upload(Host.data(), Elems * 2);
   V.upload(Host.data(), Elems * 2);
   auto View = [&](gputest::DeviceBuffer &Buf) {
-    return runtime::TensorView::contiguous(Buf.get(), runtime::ElemType::F16,
+    return runtime::TensorView::contiguous(Buf.get(), DType::F16,
                                            {B, H, S, D});
   };
   runtime::TensorView Qv = View(Q), Kv = View(K), Vv = View(V), Ov = View(O);
   runtime::TensorView Fv = runtime::TensorView::contiguous(
-      F.get(), runtime::ElemType::F32, {1, B, H, S});
+      F.get(), DType::F32, {1, B, H, S});
   runtime::InputMap Inputs;
   if (std::string(Name) == "sigmoid_attn")
     Inputs["softmax_bias"] = -1.0f;

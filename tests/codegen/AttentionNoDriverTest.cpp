@@ -2,6 +2,7 @@
 #include "CodegenTestDefs.h"
 #include "TempDir.h"
 
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/Backend.h"
 #include "attn/runtime/CudaDriver.h"
@@ -45,7 +46,7 @@ Signature sm80(int D = 64) {
 void *fake(uintptr_t A) { return reinterpret_cast<void *>(A); }
 
 TensorView seq(uintptr_t P, int64_t S, int64_t H) {
-  return TensorView::contiguous(fake(P), ElemType::F16, {1, S, H, 64});
+  return TensorView::contiguous(fake(P), DType::F16, {1, S, H, 64});
 }
 
 /// The message of the \p E that \p Fn throws; a failed check if none.
@@ -96,7 +97,7 @@ TEST_CASE("Attention without a driver: compiles, validates, then DriverError",
 
   TensorView Q = seq(0x10000, 16, 2), K = seq(0x20000, 32, 2),
              V = seq(0x30000, 32, 2), O = seq(0x40000, 16, 2);
-  TensorView F = TensorView::contiguous(fake(0x50000), ElemType::F32,
+  TensorView F = TensorView::contiguous(fake(0x50000), DType::F32,
                                         {1, 1, 2, 16});
   // Validation comes first: a bad argument is InvalidArgument, not a
   // driver failure.
@@ -126,10 +127,10 @@ TEST_CASE("Attention without a driver: custom inputs are validated first",
   Attention A(test::tensorInputs(), sm80());
   TensorView Q = seq(0x10000, 16, 2), K = seq(0x20000, 32, 2),
              V = seq(0x30000, 32, 2), O = seq(0x40000, 16, 2);
-  TensorView F = TensorView::contiguous(fake(0x50000), ElemType::F32,
+  TensorView F = TensorView::contiguous(fake(0x50000), DType::F32,
                                         {1, 1, 2, 16});
   auto Tensor = [](uintptr_t P, std::vector<int64_t> Shape) {
-    return TensorView::contiguous(fake(P), ElemType::F32, std::move(Shape));
+    return TensorView::contiguous(fake(P), DType::F32, std::move(Shape));
   };
   InputMap In = {{"temp", 0.5f},
                  {"slopes", Tensor(0x60000, {2})},
@@ -167,6 +168,12 @@ TEST_CASE("Attention: an unsupported signature fails before compiling",
   CHECK_THAT(messageOf<UserError>(
                  [&] { Attention A(examples::mamba2(), sm80()); }),
              Contains("'mamba2' is linear attention; use LinearAttention"));
+  // One dtype enum for signatures and tensor views: a signature's is f16 or
+  // bf16.
+  S = sm80();
+  S.Dtype = DType::F32;
+  CHECK_THAT(messageOf<UserError>([&] { Attention A(examples::mha(), S); }),
+             Contains("signature: dtype f32 is not f16 or bf16"));
   CHECK(KernelCache::global().stats().Entries == Before);
 }
 
@@ -177,7 +184,7 @@ TEST_CASE("Attention: grids past CUDA's limits are refused before any launch",
   // 65536 heads: batch x heads exceeds the grid's y dimension.
   TensorView Q = seq(0x10000, 4, 65536), K = seq(0x20000, 4, 65536),
              V = seq(0x30000, 4, 65536), O = seq(0x40000, 4, 65536);
-  TensorView F = TensorView::contiguous(fake(0x50000), ElemType::F32,
+  TensorView F = TensorView::contiguous(fake(0x50000), DType::F32,
                                         {1, 1, 65536, 4});
   CHECK_THAT(messageOf<InvalidArgument>([&] { A.forward(Q, K, V, O, &F); }),
              Contains("batch x heads is 65536; at most 65535"));
@@ -185,7 +192,7 @@ TEST_CASE("Attention: grids past CUDA's limits are refused before any launch",
   int64_t S = int64_t(65536) * 128 + 1;
   TensorView LQ = seq(0x10000, S, 1), LK = seq(0x20000, 4, 1),
              LV = seq(0x30000, 4, 1), LO = seq(0x40000, S, 1);
-  TensorView LF = TensorView::contiguous(fake(0x50000), ElemType::F32,
+  TensorView LF = TensorView::contiguous(fake(0x50000), DType::F32,
                                          {1, 1, 1, S});
   // The generated backend refuses it; automatic selection falls back to the
   // reference backend, which accepts it and fails only at the launch here.
@@ -224,7 +231,7 @@ TEST_CASE("Attention: backends by name, automatic selection and its reasons",
   int64_t S = codegen::ReferenceMaxKeys + 1;
   TensorView Q = seq(0x10000, 8, 2), K = seq(0x20000, S, 2),
              V = seq(0x30000, S, 2), O = seq(0x40000, 8, 2);
-  TensorView F = TensorView::contiguous(fake(0x50000), ElemType::F32,
+  TensorView F = TensorView::contiguous(fake(0x50000), DType::F32,
                                         {1, 1, 2, 8});
   CHECK_THAT(messageOf<InvalidArgument>([&] { R.forward(Q, K, V, O, &F); }),
              Contains("backend reference: seq_kv 16385 is more than the "
@@ -240,7 +247,7 @@ TEST_CASE("Attention: backends by name, automatic selection and its reasons",
   for (int64_t Sq : {17, 16}) {
     TensorView WQ = seq(0x10000, Sq, 65536), WK = seq(0x20000, S, 65536),
                WV = seq(0x30000, S, 65536), WO = seq(0x40000, Sq, 65536);
-    TensorView WF = TensorView::contiguous(fake(0x50000), ElemType::F32,
+    TensorView WF = TensorView::contiguous(fake(0x50000), DType::F32,
                                            {1, 1, 65536, Sq});
     CHECK_THAT(messageOf<InvalidArgument>(
                    [&] { A.forward(WQ, WK, WV, WO, &WF); }),
@@ -276,7 +283,7 @@ TEST_CASE("Attention::backward without a driver: validates, compiles, then "
              DO = seq(0x50000, 16, 2), DQ = seq(0x60000, 16, 2),
              DK = seq(0x70000, 24, 2), DV = seq(0x80000, 24, 2);
   TensorView F =
-      TensorView::contiguous(fake(0x90000), ElemType::F32, {1, 1, 2, 16});
+      TensorView::contiguous(fake(0x90000), DType::F32, {1, 1, 2, 16});
   // A bad argument is reported before anything is generated or compiled.
   TensorView BadDK = seq(0x70000, 23, 2);
   CHECK_THAT(messageOf<InvalidArgument>([&] {
@@ -386,7 +393,7 @@ TEST_CASE("Attention: decode_sm80 named runs at most 16 queries",
   auto Call = [&](int64_t Sq) {
     TensorView Q = seq(0x10000, Sq, 8), K = seq(0x20000, 300, 2),
                V = seq(0x30000, 300, 2), O = seq(0x40000, Sq, 8);
-    TensorView F = TensorView::contiguous(fake(0x50000), ElemType::F32,
+    TensorView F = TensorView::contiguous(fake(0x50000), DType::F32,
                                           {1, 1, 8, Sq});
     A.forward(Q, K, V, O, &F);
   };

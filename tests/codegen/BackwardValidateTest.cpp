@@ -35,10 +35,10 @@ struct BwdCall {
     DQ = seq(0x60000, 16, 4);
     DK = seq(0x70000, 24, 2);
     DV = seq(0x80000, 24, 2);
-    F = TensorView::contiguous(fake(0x90000), ElemType::F32, {1, 2, 4, 16});
+    F = TensorView::contiguous(fake(0x90000), DType::F32, {1, 2, 4, 16});
   }
   static TensorView seq(uintptr_t P, int64_t S, int64_t H, int64_t D = 64) {
-    return TensorView::contiguous(fake(P), ElemType::F16, {2, S, H, D});
+    return TensorView::contiguous(fake(P), DType::F16, {2, S, H, D});
   }
   BackwardCallShape run(const CompiledDefinition &Def) const {
     BackwardTensors T{Q,  K,  V,  WithOut ? &O : nullptr, DO, WithFinals ? &F : nullptr,
@@ -71,10 +71,10 @@ std::string invalid(const BwdCall &C, const char *Def = "mha") {
 
 /// alibi_learnable's inputs and gradient outputs.
 void learnable(BwdCall &C) {
-  C.In = {{"slopes", TensorView::contiguous(fake(0xa0000), ElemType::F32, {4})},
-          {"head_bias", TensorView::contiguous(fake(0xa1000), ElemType::F32, {4})}};
-  C.Grads = {{"slopes", TensorView::contiguous(fake(0xb0000), ElemType::F32, {4})},
-             {"head_bias", TensorView::contiguous(fake(0xb1000), ElemType::F32, {4})}};
+  C.In = {{"slopes", TensorView::contiguous(fake(0xa0000), DType::F32, {4})},
+          {"head_bias", TensorView::contiguous(fake(0xa1000), DType::F32, {4})}};
+  C.Grads = {{"slopes", TensorView::contiguous(fake(0xb0000), DType::F32, {4})},
+             {"head_bias", TensorView::contiguous(fake(0xb1000), DType::F32, {4})}};
 }
 
 } // namespace
@@ -117,7 +117,7 @@ TEST_CASE("validateBackwardCall: each gradient tensor is checked like its "
           "input",
           "[validate][bwd]") {
   BwdCall C;
-  C.DO.Type = ElemType::BF16;
+  C.DO.Type = DType::BF16;
   CHECK_THAT(invalid(C), Contains("dout: expected dtype f16, got bf16"));
   C = BwdCall();
   C.DQ = BwdCall::seq(0x60000, 16, 2);
@@ -155,17 +155,17 @@ TEST_CASE("validateBackwardCall: custom-input gradients", "[validate][bwd]") {
                       "shape [4]"));
   BwdCall Shape = C;
   Shape.Grads.at("head_bias") =
-      TensorView::contiguous(fake(0xb1000), ElemType::F32, {2, 4});
+      TensorView::contiguous(fake(0xb1000), DType::F32, {2, 4});
   CHECK_THAT(invalid(Shape, "alibi_learnable"),
              Contains("input gradient 'head_bias' (per_head): expected shape [4], "
                       "got [2, 4]"));
   BwdCall Type = C;
-  Type.Grads.at("slopes").Type = ElemType::F16;
+  Type.Grads.at("slopes").Type = DType::F16;
   CHECK_THAT(invalid(Type, "alibi_learnable"),
              Contains("input gradient 'slopes': expected dtype f32, got f16"));
   BwdCall Unknown = C;
   Unknown.Grads["temperature"] =
-      TensorView::contiguous(fake(0xb2000), ElemType::F32, {1});
+      TensorView::contiguous(fake(0xb2000), DType::F32, {1});
   CHECK_THAT(invalid(Unknown, "alibi_learnable"),
              Contains("input gradient 'temperature': 'alibi_learnable' has no "
                       "input 'temperature' that requires a gradient"));

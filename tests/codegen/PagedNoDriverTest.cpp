@@ -105,7 +105,7 @@ TEST_CASE("paged: the host model of the index math reads the contiguous "
                                  : ((P * Hkv + h) * PS + S) * D + d;
                 Cache[At] = Value(b, t, h, d);
               }
-        TensorView View = TensorView::contiguous(nullptr, ElemType::F16, Shape);
+        TensorView View = TensorView::contiguous(nullptr, DType::F16, Shape);
         PageGeometry G;
         G.NumPages = NumPages;
         G.PageSize = PS;
@@ -195,15 +195,15 @@ namespace {
 /// A valid paged call of 2 sequences, 8 heads over 2, head dim 64, pages
 /// of 16 (NHD, 10 pages), a block table of 4 columns, 64 keys at most.
 struct PagedArgs {
-  TensorView Q = TensorView::contiguous(fake(0x10000), ElemType::F16, {2, 1, 8, 64});
-  TensorView O = TensorView::contiguous(fake(0x20000), ElemType::F16, {2, 1, 8, 64});
-  TensorView F = TensorView::contiguous(fake(0x30000), ElemType::F32, {1, 2, 8, 1});
+  TensorView Q = TensorView::contiguous(fake(0x10000), DType::F16, {2, 1, 8, 64});
+  TensorView O = TensorView::contiguous(fake(0x20000), DType::F16, {2, 1, 8, 64});
+  TensorView F = TensorView::contiguous(fake(0x30000), DType::F32, {1, 2, 8, 1});
   PagedKV KV;
   PagedArgs() {
-    KV.KCache = TensorView::contiguous(fake(0x40000), ElemType::F16, {10, 16, 2, 64});
-    KV.VCache = TensorView::contiguous(fake(0x80000), ElemType::F16, {10, 16, 2, 64});
-    KV.BlockTable = TensorView::contiguous(fake(0xc0000), ElemType::I32, {2, 4});
-    KV.SeqLens = TensorView::contiguous(fake(0xd0000), ElemType::I32, {2});
+    KV.KCache = TensorView::contiguous(fake(0x40000), DType::F16, {10, 16, 2, 64});
+    KV.VCache = TensorView::contiguous(fake(0x80000), DType::F16, {10, 16, 2, 64});
+    KV.BlockTable = TensorView::contiguous(fake(0xc0000), DType::I32, {2, 4});
+    KV.SeqLens = TensorView::contiguous(fake(0xd0000), DType::I32, {2});
     KV.MaxSeqlenKv = 64;
   }
 };
@@ -226,41 +226,41 @@ TEST_CASE("paged: decodePaged names each malformed argument",
     X.KV.SeqLens = TensorView();
     CHECK(Msg(X) == Forms);
     PagedArgs Y;
-    Y.KV.Indptr = TensorView::contiguous(fake(0xe0000), ElemType::I32, {3});
+    Y.KV.Indptr = TensorView::contiguous(fake(0xe0000), DType::I32, {3});
     CHECK(Msg(Y) == Forms);
   }
   {
     PagedArgs X;
-    X.KV.BlockTable = TensorView::contiguous(fake(0xc0000), ElemType::I32, {2, 3});
+    X.KV.BlockTable = TensorView::contiguous(fake(0xc0000), DType::I32, {2, 3});
     CHECK(Msg(X) == "block_table: expected at least 4 columns (the bound of 64 "
                     "keys in pages of 16), got 3");
   }
   {
     PagedArgs X;
-    X.KV.KCache = TensorView::contiguous(fake(0x40000), ElemType::F16, {10, 12, 2, 64});
+    X.KV.KCache = TensorView::contiguous(fake(0x40000), DType::F16, {10, 12, 2, 64});
     CHECK(Msg(X) == "k_cache: the page size (second dimension) must be a power "
                     "of two, got 12");
     X.KV.Layout = PageLayout::HND;
-    X.KV.KCache = TensorView::contiguous(fake(0x40000), ElemType::F16, {10, 2, 12, 64});
+    X.KV.KCache = TensorView::contiguous(fake(0x40000), DType::F16, {10, 2, 12, 64});
     CHECK(Msg(X) == "k_cache: the page size (third dimension) must be a power "
                     "of two, got 12");
   }
   {
     PagedArgs X;
-    X.KV.VCache = TensorView::contiguous(fake(0x80000), ElemType::F16, {9, 16, 2, 64});
+    X.KV.VCache = TensorView::contiguous(fake(0x80000), DType::F16, {9, 16, 2, 64});
     CHECK(Msg(X) == "v_cache: expected 10 pages of 16 tokens and 2 KV heads "
                     "(as k_cache), got 9, 16 and 2");
   }
   {
     PagedArgs X;
-    X.KV.SeqLens = TensorView::contiguous(fake(0xd0000), ElemType::F32, {2});
+    X.KV.SeqLens = TensorView::contiguous(fake(0xd0000), DType::F32, {2});
     CHECK(Msg(X) == "seq_lens: expected dtype i32, got f32");
-    X.KV.SeqLens = TensorView::contiguous(fake(0xd0000), ElemType::I32, {3});
+    X.KV.SeqLens = TensorView::contiguous(fake(0xd0000), DType::I32, {3});
     CHECK(Msg(X) == "seq_lens: expected shape [2], got [3]");
   }
   {
     PagedArgs X;
-    X.O = TensorView::contiguous(fake(0x20000), ElemType::F16, {2, 2, 8, 64});
+    X.O = TensorView::contiguous(fake(0x20000), DType::F16, {2, 2, 8, 64});
     CHECK_THAT(Msg(X), Contains("out: expected batch 2, seq 1 and heads 8 (as q)"));
   }
   {
@@ -280,9 +280,9 @@ TEST_CASE("paged: decodePaged names each malformed argument",
     PagedArgs C;
     C.KV.BlockTable = TensorView();
     C.KV.SeqLens = TensorView();
-    C.KV.Indptr = TensorView::contiguous(fake(0xe0000), ElemType::I32, {3});
-    C.KV.Indices = TensorView::contiguous(fake(0xf0000), ElemType::I32, {4});
-    C.KV.LastPageLen = TensorView::contiguous(fake(0xf8000), ElemType::I32, {2});
+    C.KV.Indptr = TensorView::contiguous(fake(0xe0000), DType::I32, {3});
+    C.KV.Indices = TensorView::contiguous(fake(0xf0000), DType::I32, {4});
+    C.KV.LastPageLen = TensorView::contiguous(fake(0xf8000), DType::I32, {2});
     std::vector<int32_t> Indptr = {0, 2, 4}, Indices = {1, 2, 3, 4}, Last = {0, 5};
     PagedKVHost HC;
     HC.Indptr = Indptr.data();
@@ -325,7 +325,7 @@ TEST_CASE("paged: runDecode and planDecode check the plan's bounds",
                                 132, analysis::MergeKind::LogSumExp);
   REQUIRE(P.WorkspaceBytes > 0);
   PagedArgs X;
-  X.KV.BlockTable = TensorView::contiguous(fake(0xc0000), ElemType::I32, {2, 256});
+  X.KV.BlockTable = TensorView::contiguous(fake(0xc0000), DType::I32, {2, 256});
   auto Run = [&](const DecodePlan &Plan, const PagedArgs &Y, void *W, size_t N) {
     return messageOf<InvalidArgument>(
         [&] { A.runDecode(Plan, Y.Q, Y.KV, Y.O, &Y.F, W, N); });
@@ -357,19 +357,19 @@ TEST_CASE("paged: appendPaged names each malformed argument",
   cacheDir();
   Attention A(examples::mha(), sm80());
   PagedArgs X;
-  TensorView K = TensorView::contiguous(fake(0x200000), ElemType::F16, {5, 2, 64});
-  TensorView V = TensorView::contiguous(fake(0x300000), ElemType::F16, {5, 2, 64});
-  TensorView Slots = TensorView::contiguous(fake(0x400000), ElemType::I64, {5});
+  TensorView K = TensorView::contiguous(fake(0x200000), DType::F16, {5, 2, 64});
+  TensorView V = TensorView::contiguous(fake(0x300000), DType::F16, {5, 2, 64});
+  TensorView Slots = TensorView::contiguous(fake(0x400000), DType::I64, {5});
   auto Msg = [&](const TensorView &K, const TensorView &V, const TensorView &S) {
     return messageOf<InvalidArgument>([&] { A.appendPaged(K, V, X.KV, S); });
   };
-  CHECK(Msg(K, V, TensorView::contiguous(fake(0x400000), ElemType::F32, {5})) ==
+  CHECK(Msg(K, V, TensorView::contiguous(fake(0x400000), DType::F32, {5})) ==
         "slot_mapping: expected dtype i32 or i64, got f32");
-  CHECK(Msg(K, V, TensorView::contiguous(fake(0x400000), ElemType::I32, {4})) ==
+  CHECK(Msg(K, V, TensorView::contiguous(fake(0x400000), DType::I32, {4})) ==
         "slot_mapping: expected shape [5], got [4]");
-  CHECK(Msg(TensorView::contiguous(fake(0x200000), ElemType::F16, {5, 3, 64}), V,
+  CHECK(Msg(TensorView::contiguous(fake(0x200000), DType::F16, {5, 3, 64}), V,
             Slots) == "k: expected 2 heads (the caches' KV heads), got 3");
-  CHECK(Msg(K, TensorView::contiguous(fake(0x300000), ElemType::F16, {4, 2, 64}),
+  CHECK(Msg(K, TensorView::contiguous(fake(0x300000), DType::F16, {4, 2, 64}),
             Slots) == "v: expected 5 tokens and 2 heads (as k), got 4 and 2");
   CHECK_THAT(messageOf<DriverError>([&] { A.appendPaged(K, V, X.KV, Slots); }),
              Contains("no CUDA driver"));
@@ -379,8 +379,8 @@ TEST_CASE("paged: mergeResults refuses what does not merge and names each "
           "malformed argument",
           "[runtime][paged][merge]") {
   cacheDir();
-  TensorView O = TensorView::contiguous(fake(0x10000), ElemType::F16, {2, 1, 8, 64});
-  TensorView F = TensorView::contiguous(fake(0x30000), ElemType::F32, {1, 2, 8, 1});
+  TensorView O = TensorView::contiguous(fake(0x10000), DType::F16, {2, 1, 8, 64});
+  TensorView F = TensorView::contiguous(fake(0x30000), DType::F32, {1, 2, 8, 1});
   Attention R(examples::retention(), sm80());
   CHECK_THAT(messageOf<UserError>([&] { R.mergeResults({{O, &F}, {O, &F}}, O, &F); }),
              Contains("'retention': its results cannot be merged: its partial "
@@ -390,13 +390,13 @@ TEST_CASE("paged: mergeResults refuses what does not merge and names each "
     return messageOf<InvalidArgument>([&] { A.mergeResults(Parts, O, &F); });
   };
   CHECK(Msg({{O, &F}}) == "parts: expected 2 to 8 partial results, got 1");
-  TensorView BadF = TensorView::contiguous(fake(0x30000), ElemType::F32, {1, 2, 8, 2});
+  TensorView BadF = TensorView::contiguous(fake(0x30000), DType::F32, {1, 2, 8, 2});
   CHECK(Msg({{O, &F}, {O, &BadF}}) ==
         "parts[1].finals: expected shape [1, 2, 8, 1], got [1, 2, 8, 2]");
   CHECK(Msg({{O, &F}, {O, nullptr}}) ==
         "parts[1].finals: required, a float32 tensor of shape [1, 2, 8, 1] for "
         "the final rowscales of 'mha'");
-  TensorView BadO = TensorView::contiguous(fake(0x10000), ElemType::F16, {2, 1, 4, 64});
+  TensorView BadO = TensorView::contiguous(fake(0x10000), DType::F16, {2, 1, 4, 64});
   CHECK_THAT(Msg({{BadO, &F}, {O, &F}}),
              Contains("parts[0].out: expected batch 2, seq 1 and heads 8 (as out)"));
   CHECK_THAT(messageOf<DriverError>([&] { A.mergeResults({{O, &F}, {O, &F}}, O, &F); }),

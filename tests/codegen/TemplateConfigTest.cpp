@@ -1,5 +1,6 @@
 // The strict template renderer, KernelSpec::validate and FwdConfig parsing.
 #include "attn/Error.h"
+#include "attn/codegen/Arch.h"
 #include "attn/codegen/Codegen.h"
 #include "attn/codegen/Template.h"
 #include "attn/codegen/Templates.h"

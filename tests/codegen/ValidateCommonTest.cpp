@@ -14,7 +14,7 @@ namespace {
 
 TensorView f32(uintptr_t Address, std::vector<int64_t> Shape) {
   return TensorView::contiguous(reinterpret_cast<void *>(Address),
-                                ElemType::F32, std::move(Shape));
+                                DType::F32, std::move(Shape));
 }
 
 } // namespace
@@ -22,12 +22,12 @@ TensorView f32(uintptr_t Address, std::vector<int64_t> Shape) {
 TEST_CASE("shared checks: pointer, dtype, alignment", "[runtime][validate]") {
   TensorView T = f32(0x1000, {2, 3});
   CHECK_NOTHROW(checkNotNull("x", T));
-  CHECK_NOTHROW(checkElemType("x", T, ElemType::F32));
+  CHECK_NOTHROW(checkElemType("x", T, DType::F32));
   CHECK_NOTHROW(checkAligned("x", T, 16));
   TensorView Null = f32(0, {2, 3});
   CHECK_THROWS_AS(checkNotNull("x", Null), InvalidArgument);
   CHECK_THROWS_WITH(checkNotNull("x", Null), "x: null data pointer");
-  CHECK_THROWS_WITH(checkElemType("input 'w'", T, ElemType::F16),
+  CHECK_THROWS_WITH(checkElemType("input 'w'", T, DType::F16),
                     "input 'w': expected dtype f16, got f32");
   TensorView Odd = f32(0x1002, {2, 3});
   CHECK_THROWS_WITH(checkAligned("finals", Odd, 4),

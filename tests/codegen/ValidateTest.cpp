@@ -40,13 +40,13 @@ struct Call {
     K = seq(0x20000, 2, 24, 2);
     V = seq(0x30000, 2, 24, 2);
     O = seq(0x40000, 2, 16, 4);
-    F = TensorView::contiguous(fake(0x50000), ElemType::F32, {1, 2, 4, 16});
+    F = TensorView::contiguous(fake(0x50000), DType::F32, {1, 2, 4, 16});
   }
   TensorView seq(uintptr_t P, int64_t B, int64_t S, int64_t H) const {
     std::vector<int64_t> Shape = Sig.TensorLayout == Layout::BSHD
                                      ? std::vector<int64_t>{B, S, H, 64}
                                      : std::vector<int64_t>{B, H, S, 64};
-    return TensorView::contiguous(fake(P), ElemType::F16, Shape);
+    return TensorView::contiguous(fake(P), DType::F16, Shape);
   }
   CallShape run(const ir::Graph &G) const {
     return validateCall(G, Sig, Q, K, V, O, WithFinals ? &F : nullptr, In);
@@ -80,12 +80,12 @@ std::string invalid(const Call &C, const char *Def = "mha") {
 /// Valid values for tensor_inputs' custom inputs.
 InputMap tensorInputValues() {
   return {{"temp", 0.5f},
-          {"slopes", TensorView::contiguous(fake(0x60000), ElemType::F32, {4})},
+          {"slopes", TensorView::contiguous(fake(0x60000), DType::F32, {4})},
           {"row_bias",
-           TensorView::contiguous(fake(0x61000), ElemType::F32, {2, 4, 16})},
+           TensorView::contiguous(fake(0x61000), DType::F32, {2, 4, 16})},
           {"key_bias",
-           TensorView::contiguous(fake(0x62000), ElemType::F32, {2, 4, 24})},
-          {"bias", TensorView::contiguous(fake(0x63000), ElemType::F32,
+           TensorView::contiguous(fake(0x62000), DType::F32, {2, 4, 24})},
+          {"bias", TensorView::contiguous(fake(0x63000), DType::F32,
                                           {2, 4, 16, 24})}};
 }
 
@@ -142,25 +142,25 @@ TEST_CASE("validateCall: null q", "[runtime][validate]") {
 
 TEST_CASE("validateCall: rank 3 k", "[runtime][validate]") {
   Call C;
-  C.K = TensorView::contiguous(fake(0x20000), ElemType::F16, {2, 24, 64});
+  C.K = TensorView::contiguous(fake(0x20000), DType::F16, {2, 24, 64});
   CHECK_THAT(invalid(C),
              Contains("k: expected rank 4 [batch, seq, heads, head_dim], got "
                       "rank 3"));
   C = Call(Layout::BHSD);
-  C.K = TensorView::contiguous(fake(0x20000), ElemType::F16, {2, 24, 64});
+  C.K = TensorView::contiguous(fake(0x20000), DType::F16, {2, 24, 64});
   CHECK_THAT(invalid(C), Contains("k: expected rank 4 [batch, heads, seq, "
                                   "head_dim]"));
 }
 
 TEST_CASE("validateCall: wrong dtype v", "[runtime][validate]") {
   Call C;
-  C.V.Type = ElemType::BF16;
+  C.V.Type = DType::BF16;
   CHECK_THAT(invalid(C), Contains("v: expected dtype f16, got bf16"));
 }
 
 TEST_CASE("validateCall: head_dim mismatch", "[runtime][validate]") {
   Call C;
-  C.Q = TensorView::contiguous(fake(0x10000), ElemType::F16, {2, 16, 4, 128});
+  C.Q = TensorView::contiguous(fake(0x10000), DType::F16, {2, 16, 4, 128});
   CHECK_THAT(invalid(C),
              Contains("q: head_dim (last dimension) must be 64, got 128"));
   C = Call();
@@ -234,16 +234,16 @@ TEST_CASE("validateCall: finals missing for mha", "[runtime][validate]") {
 
 TEST_CASE("validateCall: finals of the wrong shape", "[runtime][validate]") {
   Call C;
-  C.F = TensorView::contiguous(fake(0x50000), ElemType::F32, {1, 2, 4, 8});
+  C.F = TensorView::contiguous(fake(0x50000), DType::F32, {1, 2, 4, 8});
   CHECK_THAT(invalid(C), Contains("finals: expected shape [1, 2, 4, 16], got "
                                   "[1, 2, 4, 8]"));
-  C.F = TensorView::contiguous(fake(0x50000), ElemType::F32, {2, 4, 16});
+  C.F = TensorView::contiguous(fake(0x50000), DType::F32, {2, 4, 16});
   CHECK_THAT(invalid(C), Contains("got [2, 4, 16]"));
 }
 
 TEST_CASE("validateCall: finals of the wrong dtype", "[runtime][validate]") {
   Call C;
-  C.F.Type = ElemType::F16;
+  C.F.Type = DType::F16;
   CHECK_THAT(invalid(C), Contains("finals: expected dtype f32, got f16"));
 }
 
@@ -270,7 +270,7 @@ TEST_CASE("validateCall: a scalar input given as a tensor",
   Call C;
   C.WithFinals = false;
   C.In = {{"softmax_bias",
-           TensorView::contiguous(fake(0x60000), ElemType::F32, {4})}};
+           TensorView::contiguous(fake(0x60000), DType::F32, {4})}};
   CHECK_THAT(invalid(C, "sigmoid_attn"),
              Contains("input 'softmax_bias': a scalar input takes a number"));
 }
@@ -280,13 +280,13 @@ TEST_CASE("validateCall: a tensor input of the wrong shape",
   Call C;
   C.In = tensorInputValues();
   C.In["row_bias"] =
-      TensorView::contiguous(fake(0x61000), ElemType::F32, {2, 4, 15});
+      TensorView::contiguous(fake(0x61000), DType::F32, {2, 4, 15});
   CHECK_THAT(invalid(C, "tensor_inputs"),
              Contains("input 'row_bias' (per_row): expected shape [2, 4, 16], "
                       "got [2, 4, 15]"));
   C.In = tensorInputValues();
   C.In["bias"] =
-      TensorView::contiguous(fake(0x63000), ElemType::F32, {2, 4, 24, 16});
+      TensorView::contiguous(fake(0x63000), DType::F32, {2, 4, 24, 16});
   CHECK_THAT(invalid(C, "tensor_inputs"),
              Contains("input 'bias' (full): expected shape [2, 4, 16, 24]"));
   C.In = tensorInputValues();
@@ -327,14 +327,14 @@ TEST_CASE("validateCall: an extra undeclared input", "[runtime][validate]") {
 }
 
 TEST_CASE("TensorView::contiguous: row-major strides", "[runtime][tensor]") {
-  TensorView T = TensorView::contiguous(fake(0x10), ElemType::BF16, {2, 3, 4, 5});
+  TensorView T = TensorView::contiguous(fake(0x10), DType::BF16, {2, 3, 4, 5});
   CHECK(T.Data == fake(0x10));
-  CHECK(T.Type == ElemType::BF16);
+  CHECK(T.Type == DType::BF16);
   CHECK(T.Shape == std::vector<int64_t>{2, 3, 4, 5});
   CHECK(T.Strides == std::vector<int64_t>{60, 20, 5, 1});
-  CHECK(TensorView::contiguous(nullptr, ElemType::F32, {7}).Strides ==
+  CHECK(TensorView::contiguous(nullptr, DType::F32, {7}).Strides ==
         std::vector<int64_t>{1});
-  CHECK(TensorView::contiguous(nullptr, ElemType::F32, {}).Strides.empty());
+  CHECK(TensorView::contiguous(nullptr, DType::F32, {}).Strides.empty());
 }
 
 TEST_CASE("TensorView::fromDLPack: CUDA tensors of 16/32-bit floats",
@@ -351,7 +351,7 @@ TEST_CASE("TensorView::fromDLPack: CUDA tensors of 16/32-bit floats",
   T.byte_offset = 0;
   TensorView V = TensorView::fromDLPack(T);
   CHECK(V.Data == fake(0x10000));
-  CHECK(V.Type == ElemType::F16);
+  CHECK(V.Type == DType::F16);
   CHECK(V.Shape == std::vector<int64_t>{2, 16, 4, 64});
   CHECK(V.Strides == std::vector<int64_t>{4096, 256, 64, 1});
 
@@ -360,14 +360,14 @@ TEST_CASE("TensorView::fromDLPack: CUDA tensors of 16/32-bit floats",
   T.dtype = {kDLBfloat, 16, 1};
   V = TensorView::fromDLPack(T);
   CHECK(V.Data == fake(0x10100));
-  CHECK(V.Type == ElemType::BF16);
+  CHECK(V.Type == DType::BF16);
   CHECK(V.Strides == std::vector<int64_t>{8192, 512, 64, 1});
   T.dtype = {kDLFloat, 32, 1};
-  CHECK(TensorView::fromDLPack(T).Type == ElemType::F32);
+  CHECK(TensorView::fromDLPack(T).Type == DType::F32);
   T.dtype = {kDLInt, 32, 1}; // int32 ids for an InputType::I32 input
-  CHECK(TensorView::fromDLPack(T).Type == ElemType::I32);
+  CHECK(TensorView::fromDLPack(T).Type == DType::I32);
   T.dtype = {kDLInt, 64, 1}; // int64 slots for a paged append
-  CHECK(TensorView::fromDLPack(T).Type == ElemType::I64);
+  CHECK(TensorView::fromDLPack(T).Type == DType::I64);
   T.dtype = {kDLFloat, 64, 1};
   CHECK_THROWS_WITH(TensorView::fromDLPack(T),
                     "DLPack tensor: expected float16, bfloat16, float32, "
@@ -393,9 +393,9 @@ const ir::Graph &documentGraph() {
 
 /// Valid int32 [B, S] ids for mha_document_ids on Call's shape.
 InputMap documentIds() {
-  return {{"doc_q", TensorView::contiguous(fake(0x70000), ElemType::I32,
+  return {{"doc_q", TensorView::contiguous(fake(0x70000), DType::I32,
                                            {2, 16})},
-          {"doc_k", TensorView::contiguous(fake(0x71000), ElemType::I32,
+          {"doc_k", TensorView::contiguous(fake(0x71000), DType::I32,
                                            {2, 24})}};
 }
 
@@ -420,17 +420,17 @@ TEST_CASE("validateCall: int32 per-token inputs", "[runtime][validate]") {
   CHECK(C.run(documentGraph()).Skv == 24);
 
   C.In = documentIds();
-  std::get<TensorView>(C.In["doc_q"]).Type = ElemType::F32;
+  std::get<TensorView>(C.In["doc_q"]).Type = DType::F32;
   CHECK_THAT(invalidOn(C, documentGraph()),
              Contains("input 'doc_q': expected dtype i32, got f32"));
   C.In = documentIds();
   C.In["doc_k"] =
-      TensorView::contiguous(fake(0x71000), ElemType::I32, {2, 4, 24});
+      TensorView::contiguous(fake(0x71000), DType::I32, {2, 4, 24});
   CHECK_THAT(invalidOn(C, documentGraph()),
              Contains("input 'doc_k' (per_key_token): expected shape "
                       "[2, 24], got [2, 4, 24]"));
   C.In = documentIds();
-  C.In["doc_q"] = TensorView::contiguous(fake(0x70000), ElemType::I32, {2, 24});
+  C.In["doc_q"] = TensorView::contiguous(fake(0x70000), DType::I32, {2, 24});
   CHECK_THAT(invalidOn(C, documentGraph()),
              Contains("input 'doc_q' (per_query_token): expected shape "
                       "[2, 16], got [2, 24]"));
@@ -490,14 +490,14 @@ TEST_CASE("inputSlots: a per-token input has a batch stride and a length, "
 
 TEST_CASE("TensorView::broadcastDim: a [B, S] buffer seen as [B, H, S]",
           "[runtime][validate]") {
-  TensorView Ids = TensorView::contiguous(fake(0x80000), ElemType::F32, {2, 16});
+  TensorView Ids = TensorView::contiguous(fake(0x80000), DType::F32, {2, 16});
   TensorView V = Ids.broadcastDim(1, 4);
   CHECK(V.Data == Ids.Data);
-  CHECK(V.Type == ElemType::F32);
+  CHECK(V.Type == DType::F32);
   CHECK(V.Shape == std::vector<int64_t>{2, 4, 16});
   CHECK(V.Strides == std::vector<int64_t>{16, 0, 1});
   // At the front and at the back; a view without strides is contiguous.
-  TensorView NoStrides{fake(0x80000), ElemType::I32, {3, 5}, {}};
+  TensorView NoStrides{fake(0x80000), DType::I32, {3, 5}, {}};
   CHECK(NoStrides.broadcastDim(0, 2).Strides ==
         std::vector<int64_t>{0, 5, 1});
   CHECK(NoStrides.broadcastDim(2, 7).Shape == std::vector<int64_t>{3, 5, 7});
@@ -513,7 +513,7 @@ TEST_CASE("TensorView::broadcastDim: a [B, S] buffer seen as [B, H, S]",
   C.In = tensorInputValues();
   C.In["row_bias"] = Ids.broadcastDim(1, 4);
   C.In["key_bias"] =
-      TensorView::contiguous(fake(0x90000), ElemType::F32, {2, 24})
+      TensorView::contiguous(fake(0x90000), DType::F32, {2, 24})
           .broadcastDim(1, 4);
   CallShape S = C.run(graphOf("tensor_inputs"));
   std::vector<uint64_t> Slots = inputSlots(graphOf("tensor_inputs"), S, C.In);

@@ -8,6 +8,9 @@
 #include "attn/runtime/Validate.h"
 
 #include <catch2/catch.hpp>
+#include <dlpack/dlpack.h>
+
+#include <type_traits>
 
 using namespace attn;
 using namespace attn::runtime;
@@ -37,14 +40,14 @@ struct VarlenCall {
     K = packed(0x20000, 56, 2);
     V = packed(0x30000, 56, 2);
     O = packed(0x40000, 40, 4);
-    F = TensorView::contiguous(fake(0x50000), ElemType::F32, {1, 4, 40});
-    VB.CuSeqlensQ = TensorView::contiguous(fake(0x60000), ElemType::I32, {4});
-    VB.CuSeqlensKv = TensorView::contiguous(fake(0x61000), ElemType::I32, {4});
+    F = TensorView::contiguous(fake(0x50000), DType::F32, {1, 4, 40});
+    VB.CuSeqlensQ = TensorView::contiguous(fake(0x60000), DType::I32, {4});
+    VB.CuSeqlensKv = TensorView::contiguous(fake(0x61000), DType::I32, {4});
     VB.MaxSeqlenQ = 20;
     VB.MaxSeqlenKv = 30;
   }
   static TensorView packed(uintptr_t P, int64_t T, int64_t H) {
-    return TensorView::contiguous(fake(P), ElemType::F16, {T, H, 64});
+    return TensorView::contiguous(fake(P), DType::F16, {T, H, 64});
   }
   CallShape run(const ir::Graph &G) const {
     return validateVarlenCall(G, Sig, Q, K, V, O, &F, VB, In);
@@ -97,7 +100,7 @@ TEST_CASE("varlen validation: each wrong argument has its message",
                         "layout thd ([tokens, heads, head_dim]), got bshd");
   }
   SECTION("q rank") {
-    C.Q = TensorView::contiguous(fake(0x10000), ElemType::F16, {1, 40, 4, 64});
+    C.Q = TensorView::contiguous(fake(0x10000), DType::F16, {1, 40, 4, 64});
     CHECK(invalid(C) ==
           "q: expected rank 3 [tokens, heads, head_dim], got rank 4");
   }
@@ -112,12 +115,12 @@ TEST_CASE("varlen validation: each wrong argument has its message",
     CHECK(invalid(C) == "k: heads (3) must divide q's heads (4)");
   }
   SECTION("cu_seqlens_q dtype") {
-    C.VB.CuSeqlensQ.Type = ElemType::F32;
+    C.VB.CuSeqlensQ.Type = DType::F32;
     CHECK(invalid(C) == "cu_seqlens_q: expected dtype i32, got f32");
   }
   SECTION("cu_seqlens_q rank") {
     C.VB.CuSeqlensQ =
-        TensorView::contiguous(fake(0x60000), ElemType::I32, {2, 2});
+        TensorView::contiguous(fake(0x60000), DType::I32, {2, 2});
     CHECK(invalid(C) == "cu_seqlens_q: expected rank 1 [batch + 1], got rank 2");
   }
   SECTION("cu_seqlens_q strided") {
@@ -133,13 +136,13 @@ TEST_CASE("varlen validation: each wrong argument has its message",
     CHECK(invalid(C) == "cu_seqlens_kv: null data pointer");
   }
   SECTION("no sequence") {
-    C.VB.CuSeqlensQ = TensorView::contiguous(fake(0x60000), ElemType::I32, {1});
-    C.VB.CuSeqlensKv = TensorView::contiguous(fake(0x61000), ElemType::I32, {1});
+    C.VB.CuSeqlensQ = TensorView::contiguous(fake(0x60000), DType::I32, {1});
+    C.VB.CuSeqlensKv = TensorView::contiguous(fake(0x61000), DType::I32, {1});
     CHECK(invalid(C) == "cu_seqlens_q: expected batch + 1 entries with a batch "
                         "of at least 1, got 1 entries");
   }
   SECTION("cu_seqlens_kv length") {
-    C.VB.CuSeqlensKv = TensorView::contiguous(fake(0x61000), ElemType::I32, {3});
+    C.VB.CuSeqlensKv = TensorView::contiguous(fake(0x61000), DType::I32, {3});
     CHECK(invalid(C) == "cu_seqlens_kv: expected shape [4] (batch + 1, as "
                         "cu_seqlens_q), got [3]");
   }
@@ -154,7 +157,7 @@ TEST_CASE("varlen validation: each wrong argument has its message",
           "max_seqlen_kv: expected between 1 and k's tokens (56), got 57");
   }
   SECTION("finals per batch") {
-    C.F = TensorView::contiguous(fake(0x50000), ElemType::F32, {1, 3, 4, 20});
+    C.F = TensorView::contiguous(fake(0x50000), DType::F32, {1, 3, 4, 20});
     CHECK(invalid(C) == "finals: expected shape [1, 4, 40], got [1, 3, 4, 20]");
   }
   SECTION("finals strided") {
@@ -177,7 +180,7 @@ TEST_CASE("varlen validation: a dense call of a thd signature is refused",
 TEST_CASE("varlen validation: custom inputs", "[runtime][varlen]") {
   static const CompiledDefinition Tensors = compile(test::tensorInputs());
   VarlenCall C;
-  C.F = TensorView::contiguous(fake(0x50000), ElemType::F32, {1, 4, 40});
+  C.F = TensorView::contiguous(fake(0x50000), DType::F32, {1, 4, 40});
   // Per-row, per-key and full inputs have no packed layout yet: refused
   // by name before anything else about them is looked at.
   CHECK_THROWS_MATCHES(
@@ -187,11 +190,11 @@ TEST_CASE("varlen validation: custom inputs", "[runtime][varlen]") {
           "variable-length calls (scalar and per_head inputs are supported)"));
   // Scalar and per-head ones are checked as in a dense call.
   static const CompiledDefinition Alibi = compile(examples::alibiLearnable());
-  C.In = {{"slopes", TensorView::contiguous(fake(0x70000), ElemType::F32, {4})},
+  C.In = {{"slopes", TensorView::contiguous(fake(0x70000), DType::F32, {4})},
           {"head_bias",
-           TensorView::contiguous(fake(0x71000), ElemType::F32, {3})}};
+           TensorView::contiguous(fake(0x71000), DType::F32, {3})}};
   CHECK_THROWS_WITH(C.run(*Alibi.Graph), Contains("input 'head_bias'"));
-  C.In["head_bias"] = TensorView::contiguous(fake(0x71000), ElemType::F32, {4});
+  C.In["head_bias"] = TensorView::contiguous(fake(0x71000), DType::F32, {4});
   CHECK(C.run(*Alibi.Graph).Packed);
 }
 
@@ -221,7 +224,19 @@ TEST_CASE("varlen: DLPack int32 tensors are views of i32", "[runtime][varlen]") 
   T.dtype = {kDLInt, 32, 1};
   T.shape = Shape;
   TensorView V = TensorView::fromDLPack(T);
-  CHECK(V.Type == ElemType::I32);
+  CHECK(V.Type == DType::I32);
   CHECK(V.Shape == std::vector<int64_t>{5});
-  CHECK(std::string(elemTypeName(ElemType::I32)) == "i32");
+  CHECK(std::string(dtypeName(DType::I32)) == "i32");
 }
+
+// runtime::ElemType, the tensor views' enum before DType was the one enum,
+// stays for a release as a deprecated alias of it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static_assert(std::is_same_v<attn::runtime::ElemType, attn::DType>,
+              "ElemType is DType");
+TEST_CASE("varlen: the deprecated ElemType names DType's values",
+          "[runtime][varlen]") {
+  CHECK(std::string(attn::runtime::elemTypeName(attn::DType::I64)) == "i64");
+}
+#pragma GCC diagnostic pop

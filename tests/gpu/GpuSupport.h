@@ -3,8 +3,13 @@
 #ifndef ATTN_TESTS_GPU_SUPPORT_H
 #define ATTN_TESTS_GPU_SUPPORT_H
 
+#include "attn/Pipeline.h"
+#include "attn/codegen/Arch.h"
+#include "attn/codegen/Codegen.h"
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/KernelCache.h"
+#include "attn/runtime/Selector.h"
 
 #include <algorithm>
 #include <cmath>
@@ -104,7 +109,7 @@ uploadInput(bool Int32, const std::vector<double> &Data,
   }
   return runtime::TensorView::contiguous(
       Keep.back()->get(),
-      Int32 ? runtime::ElemType::I32 : runtime::ElemType::F32, Shape);
+      Int32 ? DType::I32 : DType::F32, Shape);
 }
 
 /// The head every bench tool's command line shares: NAME DTYPE and then
@@ -140,7 +145,7 @@ inline int parseBenchCommand(int Argc, char **Argv, int MinInts,
     return 2;
   }
   std::optional<DType> T = dtypeFromName(Argv[2]);
-  if (!T) {
+  if (!T || !isAttentionDtype(*T)) {
     std::fprintf(stderr, "%s: dtype must be f16 or bf16\n", Argv[0]);
     return 2;
   }

@@ -26,7 +26,6 @@
 namespace attn::gputest {
 
 using reference::Tensor;
-using runtime::ElemType;
 using runtime::TensorView;
 
 inline dsl::LinearAttentionDef definition(const std::string &Name) {
@@ -45,7 +44,7 @@ struct LinearVarlenCase {
   DType Dt;
   int D, DV, H, Hq, Hk;
   std::string name() const {
-    return fmt::format("{} {} d{}/{} h{}/{}/{}", Def, dtypeName(Dt).str(), D, DV,
+    return fmt::format("{} {} d{}/{} h{}/{}/{}", Def, std::string(dtypeName(Dt)), D, DV,
                        H, Hq, Hk);
   }
 };
@@ -210,7 +209,7 @@ inline std::vector<double> rounded(const std::vector<double> &X, double (*Round)
 }
 inline double roundF32(DType, double X) { return double(float(X)); }
 
-inline ElemType elemOf(DType Dt) { return Dt == DType::F16 ? ElemType::F16 : ElemType::BF16; }
+inline DType elemOf(DType Dt) { return Dt == DType::F16 ? DType::F16 : DType::BF16; }
 
 /// A linear example by name, for the linear benches' NAME; UserError for
 /// another name.

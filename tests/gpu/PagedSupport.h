@@ -176,7 +176,7 @@ inline void makeInputs(const ir::Graph &G, int H, runtime::InputMap &Inputs,
     Bufs.push_back(std::make_unique<DeviceBuffer>(F.size() * 4));
     Bufs.back()->upload(F.data(), F.size() * 4);
     Inputs[Decl.Name] = runtime::TensorView::contiguous(
-        Bufs.back()->get(), runtime::ElemType::F32, {H});
+        Bufs.back()->get(), DType::F32, {H});
     Ref[Decl.Name] = T;
   }
 }
@@ -199,14 +199,14 @@ struct DeviceIndex {
     LastPageLen.upload(P.LastPageLen.data(), P.LastPageLen.size() * 4);
   }
   runtime::PagedKV view(const PagedHost &P, bool Csr, void *KC, void *VC,
-                        runtime::ElemType ET, int64_t MaxLen) {
+                        DType ET, int64_t MaxLen) {
     using runtime::TensorView;
     runtime::PagedKV KV;
     KV.KCache = TensorView::contiguous(KC, ET, P.cacheShape());
     KV.VCache = TensorView::contiguous(VC, ET, P.cacheShape());
     KV.Layout = P.Layout;
     KV.MaxSeqlenKv = MaxLen;
-    auto I32 = runtime::ElemType::I32;
+    auto I32 = DType::I32;
     if (Csr) {
       KV.Indptr = TensorView::contiguous(Indptr.get(), I32, {P.B + 1});
       KV.Indices = TensorView::contiguous(Indices.get(), I32,
@@ -293,8 +293,8 @@ inline bool check(const char *What, const runtime::Attention &A, DType Dt,
 }
 
 /// The element type of q, k, v of \p T.
-inline runtime::ElemType elemOf(DType T) {
-  return T == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+inline DType elemOf(DType T) {
+  return T;
 }
 
 } // namespace attn::gputest

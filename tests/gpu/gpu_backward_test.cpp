@@ -27,6 +27,7 @@
 
 #include "Examples.h"
 #include "attn/Error.h"
+#include "attn/codegen/Arch.h"
 #include "attn/reference/Attention.h"
 
 #include <fmt/format.h>
@@ -48,8 +49,8 @@ namespace {
 
 std::string caseName(const Case &C) {
   return fmt::format("{} {} d{}/{} b{} h{}/{} s{}x{} {}{}", C.Def,
-                     dtypeName(C.Dt).str(), C.D, C.DV, C.B, C.H, C.Hkv, C.Sq, C.Skv,
-                     layoutName(C.L).str(), C.Config.empty() ? "" : " " + C.Config);
+                     std::string(dtypeName(C.Dt)), C.D, C.DV, C.B, C.H, C.Hkv, C.Sq, C.Skv,
+                     std::string(layoutName(C.L)), C.Config.empty() ? "" : " " + C.Config);
 }
 
 double secondsSince(std::chrono::steady_clock::time_point T0) {
@@ -261,7 +262,7 @@ Verdict runOnDevice(Work &W) {
   const Case &C = W.C;
   auto T0 = std::chrono::steady_clock::now();
   const ir::Graph &G = *W.Compiled.Graph;
-  runtime::ElemType ET = C.Dt == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+  DType ET = C.Dt;
   auto Upload = [](const std::vector<uint16_t> &Bits) {
     auto B = std::make_unique<DeviceBuffer>(Bits.size() * 2);
     B->upload(Bits.data(), B->size());
@@ -312,7 +313,7 @@ Verdict runOnDevice(Work &W) {
       Keep.push_back(std::make_unique<DeviceBuffer>(Shape[0] * 4));
       GradBufs[D.Name] = Keep.back().get();
       Grads[D.Name] = runtime::TensorView::contiguous(Keep.back()->get(),
-                                                     runtime::ElemType::F32, Shape);
+                                                     DType::F32, Shape);
     }
   }
   auto View = [&](DeviceBuffer &Buf, int H, int S, int D) {
@@ -326,7 +327,7 @@ Verdict runOnDevice(Work &W) {
                       dO = View(*DDO, C.H, C.Sq, C.DV), gQ = View(GQ, C.H, C.Sq, C.D),
                       gK = View(GK, C.Hkv, C.Skv, C.D), gV = View(GV, C.Hkv, C.Skv, C.DV);
   runtime::TensorView Finals = runtime::TensorView::contiguous(
-      DF.get(), runtime::ElemType::F32, {int64_t(NumFinals), C.B, C.H, C.Sq});
+      DF.get(), DType::F32, {int64_t(NumFinals), C.B, C.H, C.Sq});
   runtime::BackwardTensors T{Q, K, V, &O, dO, NumFinals ? &Finals : nullptr, gQ, gK, gV};
 
   auto &Drv = runtime::CudaDriver::get();

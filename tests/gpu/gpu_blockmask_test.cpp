@@ -166,11 +166,11 @@ std::vector<std::vector<uint16_t>> run(runtime::Attention &A, Problem &P,
   const runtime::InputMap &In = Inputs ? *Inputs : P.Inputs;
   const Case &C = P.C;
   auto View = [&](DeviceBuffer &B, int H) {
-    return runtime::TensorView::contiguous(B.get(), runtime::ElemType::F16,
+    return runtime::TensorView::contiguous(B.get(), DType::F16,
                                            {C.B, C.S, H, P.D});
   };
   runtime::TensorView Fin = runtime::TensorView::contiguous(
-      P.F->get(), runtime::ElemType::F32, {1, C.B, C.H, C.S});
+      P.F->get(), DType::F32, {1, C.B, C.H, C.S});
   for (DeviceBuffer *B : {P.O.get(), P.GQ.get(), P.GK.get(), P.GV.get()})
     B->poison();
   runtime::TensorView O = View(*P.O, C.H);

@@ -10,6 +10,7 @@
 #include "TestDefinitions.h"
 
 #include "attn/analysis/Merge.h"
+#include "attn/codegen/Arch.h"
 #include "attn/reference/Attention.h"
 #include "attn/runtime/Selector.h"
 
@@ -140,7 +141,7 @@ bool runCase(const Case &C, uint64_t Seed) {
     Bufs.push_back(std::make_unique<DeviceBuffer>(F.size() * 4));
     Bufs.back()->upload(F.data(), F.size() * 4);
     Inputs[Decl.Name] = runtime::TensorView::contiguous(
-        Bufs.back()->get(), runtime::ElemType::F32, T.Shape);
+        Bufs.back()->get(), DType::F32, T.Shape);
     In.Inputs[Decl.Name] = T;
   }
   reference::AttentionOutputs Ref =
@@ -157,13 +158,12 @@ bool runCase(const Case &C, uint64_t Seed) {
   size_t OElems = size_t(C.B) * C.H * C.Sq * D;
   size_t NF = G.decls().FinalRowscales.size();
   DeviceBuffer DO(OElems * 2), DF(std::max<size_t>(1, NF) * C.B * C.H * C.Sq * 4);
-  runtime::ElemType ET =
-      C.Dt == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+  DType ET = C.Dt;
   auto View = [&](DeviceBuffer &Buf, int H, int S) {
     return runtime::TensorView::contiguous(Buf.get(), ET, {C.B, S, H, D});
   };
   runtime::TensorView Finals = runtime::TensorView::contiguous(
-      DF.get(), runtime::ElemType::F32, {int64_t(NF), C.B, C.H, C.Sq});
+      DF.get(), DType::F32, {int64_t(NF), C.B, C.H, C.Sq});
   auto &Drv = runtime::CudaDriver::get();
 
   std::vector<uint16_t> NamedBits(OElems), AutoBits(OElems);
@@ -210,7 +210,7 @@ bool runCase(const Case &C, uint64_t Seed) {
   bool Pass = Err <= Tol && FinalErr <= 2e-4 && SameBits && SplitAsWanted;
   std::printf("%-4s %-16s %-4s B%-3d H%-2d/%-2d sq%-2d kv%-5d splits %-3d err %.2e "
               "tol %.2e finals %.1e auto %s\n",
-              Pass ? "ok" : "FAIL", C.Def.c_str(), dtypeName(C.Dt).str().c_str(),
+              Pass ? "ok" : "FAIL", C.Def.c_str(), std::string(dtypeName(C.Dt)).c_str(),
               C.B, C.H, C.Hkv, C.Sq, C.Skv, S.Splits, Err, Tol, FinalErr,
               SameBits ? "same" : "DIFFERS");
   return Pass;

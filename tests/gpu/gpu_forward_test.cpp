@@ -190,14 +190,13 @@ std::vector<Outcome> runCase(const Case &C, Runners &Rs, uint64_t Seed,
   size_t NumFinals = G.decls().FinalRowscales.size();
   DeviceBuffer DO(OElems * 2),
       DF(std::max<size_t>(1, NumFinals) * C.B * C.H * C.Sq * 4);
-  runtime::ElemType ET =
-      C.Dt == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+  DType ET = C.Dt;
   auto View = [&](DeviceBuffer &Buf, int H, int S, int D) {
     return runtime::TensorView::contiguous(Buf.get(), ET,
                                            viewShape(C.L, C.B, H, S, D));
   };
   runtime::TensorView Finals = runtime::TensorView::contiguous(
-      DF.get(), runtime::ElemType::F32, {int64_t(NumFinals), C.B, C.H, C.Sq});
+      DF.get(), DType::F32, {int64_t(NumFinals), C.B, C.H, C.Sq});
   std::vector<Outcome> Outcomes;
   std::vector<runtime::Attention *> Runs = {&Att, Rs.RefAtt.get()};
   if (Rs.Att80)
@@ -336,8 +335,8 @@ int main(int Argc, char **Argv) {
     if (C.Config.rfind("sm90", 0) == 0 && runtime::resolveArch(std::nullopt) != GpuArch::Sm90a)
       continue; // the Hopper skeleton's configurations need sm_90a
     std::string Name = fmt::format("{} {} d{}/{} b{} h{}/{} s{}x{} {}{}", C.Def,
-                                   dtypeName(C.Dt).str(), C.D, C.DV, C.B, C.H,
-                                   C.Hkv, C.Sq, C.Skv, layoutName(C.L).str(),
+                                   std::string(dtypeName(C.Dt)), C.D, C.DV, C.B, C.H,
+                                   C.Hkv, C.Sq, C.Skv, std::string(layoutName(C.L)),
                                    C.Config.empty() ? "" : " " + C.Config);
     try {
       Runners Rs = makeRunners(C);

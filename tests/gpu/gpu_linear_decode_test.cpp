@@ -36,7 +36,6 @@
 using namespace attn;
 using namespace attn::gputest;
 using reference::Tensor;
-using runtime::ElemType;
 using runtime::TensorView;
 
 namespace {
@@ -47,8 +46,8 @@ struct Case {
   int D, DV, H, Hq, Hk;
   Layout L;
   std::string name() const {
-    return fmt::format("{} {} d{}/{} h{}/{}/{} {}", Def, dtypeName(Dt).str(),
-                       D, DV, H, Hq, Hk, layoutName(L).str());
+    return fmt::format("{} {} d{}/{} h{}/{}/{} {}", Def, std::string(dtypeName(Dt)),
+                       D, DV, H, Hq, Hk, std::string(layoutName(L)));
   }
 };
 
@@ -118,15 +117,15 @@ std::vector<Check> stepCase(const Case &C, const CompiledDefinition &Def,
                                 {B}, Keep);
   runtime::InputMap Inputs = uploadInputs(*Def.Graph, In.Tokens.Inputs, Keep);
 
-  ElemType ET = elemOf(C.Dt);
+  DType ET = elemOf(C.Dt);
   TensorView Q = TensorView::contiguous(QB->get(), ET, viewShape(C.L, B, C.Hq, N, C.D));
   TensorView K = TensorView::contiguous(KB->get(), ET, viewShape(C.L, B, C.Hk, N, C.D));
   TensorView V = TensorView::contiguous(VB->get(), ET, viewShape(C.L, B, C.H, N, C.DV));
   TensorView O = TensorView::contiguous(OB->get(), ET, viewShape(C.L, B, C.H, N, C.DV));
-  TensorView Decay = TensorView::contiguous(DecayB->get(), ElemType::F32, {B, C.H, N});
+  TensorView Decay = TensorView::contiguous(DecayB->get(), DType::F32, {B, C.H, N});
   std::vector<int64_t> PoolShape = {P, C.H, C.D, C.DV};
-  TensorView SI = TensorView::contiguous(SIn->get(), ElemType::F32, PoolShape);
-  TensorView SO = TensorView::contiguous(SOut.get(), ElemType::F32, PoolShape);
+  TensorView SI = TensorView::contiguous(SIn->get(), DType::F32, PoolShape);
+  TensorView SO = TensorView::contiguous(SOut.get(), DType::F32, PoolShape);
   Lin.decodeStep({Q, K, V, O, codegen::linearReadsDecay(Def) ? &Decay : nullptr, SI,
                   SO, &IdxV, &PosV},
                  Inputs);
@@ -173,7 +172,7 @@ std::vector<Check> stepCase(const Case &C, const CompiledDefinition &Def,
 
 /// Views of tokens [T0, T0 + N) of a [B,T,H,D] (BSHD) or [B,H,T,D] (BHSD)
 /// 16-bit buffer.
-TensorView tokenView(const DeviceBuffer &Buf, ElemType ET, Layout L, int B, int H,
+TensorView tokenView(const DeviceBuffer &Buf, DType ET, Layout L, int B, int H,
                      int T, int D, int T0, int N) {
   TensorView V;
   V.Type = ET;
@@ -219,11 +218,11 @@ std::vector<Check> sequenceCase(const Case &C, const CompiledDefinition &Def,
   reference::LinearOutputs Plain = reference::linearChunkedModel(
       Def, In, Lin.spec().Config.Chunk, [&](double X) { return roundTo(C.Dt, X); });
 
-  ElemType ET = elemOf(C.Dt);
+  DType ET = elemOf(C.Dt);
   std::vector<std::unique_ptr<DeviceBuffer>> Keep;
   runtime::InputMap Inputs = uploadInputs(*Def.Graph, In.Inputs, Keep);
   auto DecayB = upload(floats(In.Decay));
-  TensorView Decay = TensorView::contiguous(DecayB->get(), ElemType::F32, {B, C.H, T});
+  TensorView Decay = TensorView::contiguous(DecayB->get(), DType::F32, {B, C.H, T});
   const bool Reads = codegen::linearReadsDecay(Def);
   std::vector<int64_t> StateShape = {B, C.H, C.D, C.DV};
   auto InitB = upload(floats(*In.InitialState));
@@ -233,9 +232,9 @@ std::vector<Check> sequenceCase(const Case &C, const CompiledDefinition &Def,
   auto OF = std::make_unique<DeviceBuffer>(NO * 2), OD = std::make_unique<DeviceBuffer>(NO * 2);
   OF->poison();
   OD->poison();
-  TensorView Init = TensorView::contiguous(InitB->get(), ElemType::F32, StateShape);
-  TensorView Final = TensorView::contiguous(FinalB->get(), ElemType::F32, StateShape);
-  TensorView State = TensorView::contiguous(StateB->get(), ElemType::F32, StateShape);
+  TensorView Init = TensorView::contiguous(InitB->get(), DType::F32, StateShape);
+  TensorView Final = TensorView::contiguous(FinalB->get(), DType::F32, StateShape);
+  TensorView State = TensorView::contiguous(StateB->get(), DType::F32, StateShape);
   Lin.forward(tokenView(*QB, ET, C.L, B, C.Hq, T, C.D, 0, T),
               tokenView(*KB, ET, C.L, B, C.Hk, T, C.D, 0, T),
               tokenView(*VB, ET, C.L, B, C.H, T, C.DV, 0, T),
@@ -243,7 +242,7 @@ std::vector<Check> sequenceCase(const Case &C, const CompiledDefinition &Def,
               Inputs, &Init, &Final);
 
   DeviceBuffer PosB(B * 4);
-  TensorView Pos = TensorView::contiguous(PosB.get(), ElemType::I32, {B});
+  TensorView Pos = TensorView::contiguous(PosB.get(), DType::I32, {B});
   for (int T0 = 0; T0 < T; T0 += Piece) {
     const int N = std::min(Piece, T - T0);
     std::vector<int32_t> P(B, T0);
@@ -310,13 +309,13 @@ std::vector<Check> graphCase(const Case &C, const CompiledDefinition &Def,
   DeviceBuffer OB(NO * 2);
   std::vector<std::unique_ptr<DeviceBuffer>> Keep;
   runtime::InputMap Inputs = uploadInputs(*Def.Graph, In.Inputs, Keep);
-  ElemType ET = elemOf(C.Dt);
+  DType ET = elemOf(C.Dt);
   TensorView Q = TensorView::contiguous(QB->get(), ET, viewShape(C.L, B, C.Hq, N, C.D));
   TensorView K = TensorView::contiguous(KB->get(), ET, viewShape(C.L, B, C.Hk, N, C.D));
   TensorView V = TensorView::contiguous(VB->get(), ET, viewShape(C.L, B, C.H, N, C.DV));
   TensorView O = TensorView::contiguous(OB.get(), ET, viewShape(C.L, B, C.H, N, C.DV));
-  TensorView Decay = TensorView::contiguous(DecayB->get(), ElemType::F32, {B, C.H, N});
-  TensorView S = TensorView::contiguous(SB->get(), ElemType::F32, {B, C.H, C.D, C.DV});
+  TensorView Decay = TensorView::contiguous(DecayB->get(), DType::F32, {B, C.H, N});
+  TensorView S = TensorView::contiguous(SB->get(), DType::F32, {B, C.H, C.D, C.DV});
   runtime::LinearDecodeTensors Args{Q, K, V, O,
                                     codegen::linearReadsDecay(Def) ? &Decay : nullptr,
                                     S, S};

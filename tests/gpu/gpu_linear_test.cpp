@@ -41,8 +41,8 @@ struct Case {
   std::string Config;
   std::string name() const {
     return fmt::format("{} {} d{}/{} b{} h{}/{}/{} t{} {}{}{}", Def,
-                       dtypeName(Dt).str(), D, DV, B, H, Hq, Hk, T,
-                       layoutName(L).str(), State ? " state" : "",
+                       std::string(dtypeName(Dt)), D, DV, B, H, Hq, Hk, T,
+                       std::string(layoutName(L)), State ? " state" : "",
                        Config.empty() ? "" : " " + Config);
   }
 };
@@ -250,14 +250,13 @@ std::vector<Cmp> runCase(const Case &C, const CompiledDefinition &Def,
   Sig.Config = C.Config;
   runtime::LinearAttention Lin(UserDef, Sig);
   auto &Drv = runtime::CudaDriver::get();
-  runtime::ElemType ET =
-      C.Dt == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+  DType ET = C.Dt;
   auto View16 = [&](DeviceBuffer &Buf, int H, int D) {
     return runtime::TensorView::contiguous(Buf.get(), ET,
                                            viewShape(C.L, C.B, H, C.T, D));
   };
   auto View32 = [&](DeviceBuffer &Buf, std::vector<int64_t> Shape) {
-    return runtime::TensorView::contiguous(Buf.get(), runtime::ElemType::F32,
+    return runtime::TensorView::contiguous(Buf.get(), DType::F32,
                                            Shape);
   };
   auto Q = upload16(P.Q), K = upload16(P.K), V = upload16(P.V),

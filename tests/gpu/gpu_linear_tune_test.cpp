@@ -6,6 +6,7 @@
 // checked output is corrupted is rejected. Exits 77 without a GPU.
 #include "Examples.h"
 #include "attn/Pipeline.h"
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/LinearProblem.h"
 #include "attn/runtime/LinearTuner.h"

@@ -13,6 +13,7 @@
 #include "GpuSupport.h"
 #include "LinearGpuCheck.h"
 
+#include "attn/codegen/Arch.h"
 #include "attn/codegen/LinearCodegen.h"
 #include "attn/reference/InputBinding.h"
 #include "attn/reference/Linear.h"
@@ -72,7 +73,7 @@ std::vector<Check> runCase(const LinearVarlenCase &C, const std::vector<int64_t>
       Def, In, Cu, Init, DO, DFinal, Lin.spec().Config.Chunk,
       [&](double X) { return roundTo(C.Dt, X); }, 8);
 
-  ElemType ET = elemOf(C.Dt);
+  DType ET = elemOf(C.Dt);
   std::vector<std::unique_ptr<DeviceBuffer>> Keep;
   runtime::InputMap Inputs = uploadInputs(G, In.Inputs, Keep);
   auto DecayB = upload(floats(In.Decay));
@@ -89,7 +90,7 @@ std::vector<Check> runCase(const LinearVarlenCase &C, const std::vector<int64_t>
   runtime::LinearInputGrads Grads;
   for (const auto &[Name, X] : In.Inputs) {
     GradBufs[Name] = std::make_unique<DeviceBuffer>(std::max<size_t>(4, X.Data.size() * 4));
-    Grads[Name] = TensorView::contiguous(GradBufs[Name]->get(), ElemType::F32, X.Shape);
+    Grads[Name] = TensorView::contiguous(GradBufs[Name]->get(), DType::F32, X.Shape);
   }
   auto Tok = [&](void *P, int Heads, int Dim, int Tokens) {
     return TensorView::contiguous(P, ET, {Tokens, Heads, Dim});
@@ -98,13 +99,13 @@ std::vector<Check> runCase(const LinearVarlenCase &C, const std::vector<int64_t>
              V = Tok(VB->get(), C.H, C.DV, T), DOV = Tok(DOB->get(), C.H, C.DV, T),
              DQ = Tok(DQB.get(), C.Hq, C.D, T), DK = Tok(DKB.get(), C.Hk, C.D, T),
              DV = Tok(DVB.get(), C.H, C.DV, T);
-  TensorView Decay = TensorView::contiguous(DecayB->get(), ElemType::F32, {1, C.H, T});
-  TensorView DDecay = TensorView::contiguous(DDecayB.get(), ElemType::F32, {1, C.H, T});
-  TensorView CuV = TensorView::contiguous(CuB.get(), ElemType::I32, {S + 1});
+  TensorView Decay = TensorView::contiguous(DecayB->get(), DType::F32, {1, C.H, T});
+  TensorView DDecay = TensorView::contiguous(DDecayB.get(), DType::F32, {1, C.H, T});
+  TensorView CuV = TensorView::contiguous(CuB.get(), DType::I32, {S + 1});
   std::vector<int64_t> StateShape = {S, C.H, C.D, C.DV};
-  TensorView InitV = TensorView::contiguous(InitB->get(), ElemType::F32, StateShape);
-  TensorView DFinalV = TensorView::contiguous(DFinalB->get(), ElemType::F32, StateShape);
-  TensorView DInitV = TensorView::contiguous(DInitB.get(), ElemType::F32, StateShape);
+  TensorView InitV = TensorView::contiguous(InitB->get(), DType::F32, StateShape);
+  TensorView DFinalV = TensorView::contiguous(DFinalB->get(), DType::F32, StateShape);
+  TensorView DInitV = TensorView::contiguous(DInitB.get(), DType::F32, StateShape);
   const bool Reads = codegen::linearReadsDecay(Def);
   auto &Drv = runtime::CudaDriver::get();
   std::vector<DeviceBuffer *> Outs = {&DQB, &DKB, &DVB, &DDecayB, &DInitB};
@@ -170,13 +171,13 @@ std::vector<Check> runCase(const LinearVarlenCase &C, const std::vector<int64_t>
     TensorView SDQv = TensorView::contiguous(SDQ.get(), ET, {1, N, C.Hq, C.D}),
                SDKv = TensorView::contiguous(SDK.get(), ET, {1, N, C.Hk, C.D}),
                SDVv = TensorView::contiguous(SDV.get(), ET, {1, N, C.H, C.DV});
-    TensorView SDecay{At(*DecayB, size_t(T0) * 4), ElemType::F32, {1, C.H, N},
+    TensorView SDecay{At(*DecayB, size_t(T0) * 4), DType::F32, {1, C.H, N},
                       {int64_t(C.H) * T, T, 1}};
-    TensorView SDDecayV = TensorView::contiguous(SDDecay.get(), ElemType::F32, {1, C.H, N});
+    TensorView SDDecayV = TensorView::contiguous(SDDecay.get(), DType::F32, {1, C.H, N});
     std::vector<int64_t> One = {1, C.H, C.D, C.DV};
-    TensorView SInit = TensorView::contiguous(At(*InitB, Seq * Entry * 4), ElemType::F32, One);
-    TensorView SDF = TensorView::contiguous(At(*DFinalB, Seq * Entry * 4), ElemType::F32, One);
-    TensorView SDInitV = TensorView::contiguous(SDInit.get(), ElemType::F32, One);
+    TensorView SInit = TensorView::contiguous(At(*InitB, Seq * Entry * 4), DType::F32, One);
+    TensorView SDF = TensorView::contiguous(At(*DFinalB, Seq * Entry * 4), DType::F32, One);
+    TensorView SDInitV = TensorView::contiguous(SDInit.get(), DType::F32, One);
     std::vector<std::unique_ptr<DeviceBuffer>> SKeep;
     runtime::InputMap SInputs =
         uploadInputs(G, reference::linearTokenSlice(G, In, T0, N).Inputs, SKeep);

@@ -55,7 +55,7 @@ std::vector<Check> runCase(const LinearVarlenCase &C, const std::vector<int64_t>
       reference::linearVarlen(Def, In, Cu, Init, Lin.spec().Config.Chunk,
                               [&](double X) { return roundTo(C.Dt, X); });
 
-  ElemType ET = elemOf(C.Dt);
+  DType ET = elemOf(C.Dt);
   std::vector<std::unique_ptr<DeviceBuffer>> Keep;
   runtime::InputMap Inputs = uploadInputs(*Def.Graph, In.Inputs, Keep);
   auto DecayB = upload(floats(In.Decay));
@@ -72,11 +72,11 @@ std::vector<Check> runCase(const LinearVarlenCase &C, const std::vector<int64_t>
   TensorView K = TensorView::contiguous(KB->get(), ET, {T, C.Hk, C.D});
   TensorView V = TensorView::contiguous(VB->get(), ET, {T, C.H, C.DV});
   TensorView O = TensorView::contiguous(OB.get(), ET, {T, C.H, C.DV});
-  TensorView Decay = TensorView::contiguous(DecayB->get(), ElemType::F32, {1, C.H, T});
-  TensorView CuV = TensorView::contiguous(CuB.get(), ElemType::I32, {S + 1});
+  TensorView Decay = TensorView::contiguous(DecayB->get(), DType::F32, {1, C.H, T});
+  TensorView CuV = TensorView::contiguous(CuB.get(), DType::I32, {S + 1});
   std::vector<int64_t> StateShape = {S, C.H, C.D, C.DV};
-  TensorView InitV = TensorView::contiguous(InitB->get(), ElemType::F32, StateShape);
-  TensorView FinalV = TensorView::contiguous(FinalB->get(), ElemType::F32, StateShape);
+  TensorView InitV = TensorView::contiguous(InitB->get(), DType::F32, StateShape);
+  TensorView FinalV = TensorView::contiguous(FinalB->get(), DType::F32, StateShape);
   const bool Reads = codegen::linearReadsDecay(Def);
   auto &Drv = runtime::CudaDriver::get();
   auto Run = [&] {

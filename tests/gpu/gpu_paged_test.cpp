@@ -9,6 +9,7 @@
 #include "PagedSupport.h"
 
 #include "attn/Error.h"
+#include "attn/codegen/Arch.h"
 #include "attn/reference/Attention.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/Paged.h"
@@ -45,7 +46,7 @@ bool runCase(const Case &C, uint64_t Seed) {
   std::mt19937_64 Rng(Seed);
   PagedHost P = makeBatch(Rng, C.Dt, C.Hkv, C.PageSize, C.Layout, C.Lens);
   const int D = P.D, B = P.B;
-  runtime::ElemType ET = elemOf(C.Dt);
+  DType ET = elemOf(C.Dt);
   // Caches start as junk, not zeros.
   size_t CacheElems = size_t(P.NumPages) * C.PageSize * C.Hkv * D;
   std::vector<uint16_t> Junk(CacheElems);
@@ -75,11 +76,11 @@ bool runCase(const Case &C, uint64_t Seed) {
   runtime::TensorView SlotView;
   if (C.Slots64) {
     DS.upload(Slots.data(), Slots.size() * 8);
-    SlotView = runtime::TensorView::contiguous(DS.get(), runtime::ElemType::I64, {T});
+    SlotView = runtime::TensorView::contiguous(DS.get(), DType::I64, {T});
   } else {
     std::vector<int32_t> S32(Slots.begin(), Slots.end());
     DS.upload(S32.data(), S32.size() * 4);
-    SlotView = runtime::TensorView::contiguous(DS.get(), runtime::ElemType::I32, {T});
+    SlotView = runtime::TensorView::contiguous(DS.get(), DType::I32, {T});
   }
   DeviceIndex Idx(P);
   int64_t MaxLen = *std::max_element(C.Lens.begin(), C.Lens.end());
@@ -97,7 +98,7 @@ bool runCase(const Case &C, uint64_t Seed) {
   size_t NF = G.decls().FinalRowscales.size();
   DeviceBuffer DF(std::max<size_t>(1, NF) * B * C.H * C.Sq * 4);
   runtime::TensorView Finals = runtime::TensorView::contiguous(
-      DF.get(), runtime::ElemType::F32, {int64_t(NF), B, C.H, C.Sq});
+      DF.get(), DType::F32, {int64_t(NF), B, C.H, C.Sq});
   runtime::InputMap Inputs;
   reference::InputValues RefInputs;
   std::vector<std::unique_ptr<DeviceBuffer>> Bufs;
@@ -118,7 +119,7 @@ bool runCase(const Case &C, uint64_t Seed) {
   runtime::DecodePlan Plan = A.planDecode(Bd);
   std::string What = fmt::format(
       "{} {} H{}/{} sq{} page{} {} {} slots{} B{} maxkv{} splits {}", C.Def,
-      dtypeName(C.Dt).str(), C.H, C.Hkv, C.Sq, C.PageSize,
+      std::string(dtypeName(C.Dt)), C.H, C.Hkv, C.Sq, C.PageSize,
       runtime::pageLayoutName(C.Layout), C.Csr ? "csr" : "table",
       C.Slots64 ? 64 : 32, B, MaxLen, Plan.Splits);
   return check(What.c_str(), A, C.Dt, P, C.H, C.Sq, QBits, RefInputs, OBits, FVals);
@@ -146,7 +147,7 @@ bool graphReplay(const std::string &Def, bool Csr, uint64_t Seed) {
   DeviceBuffer Table(size_t(B) * MaxPages * 4), Lens(B * 4), Indptr((B + 1) * 4),
       Indices(size_t(B) * MaxPages * 4), Last(B * 4);
   using runtime::TensorView;
-  runtime::ElemType ET = elemOf(Dt), I32 = runtime::ElemType::I32;
+  DType ET = elemOf(Dt), I32 = DType::I32;
   runtime::PagedKV KV;
   std::vector<int64_t> CacheShape{NumPages, PageSize, Hkv, D};
   KV.KCache = TensorView::contiguous(KC.get(), ET, CacheShape);
@@ -164,7 +165,7 @@ bool graphReplay(const std::string &Def, bool Csr, uint64_t Seed) {
   TensorView O = TensorView::contiguous(DO.get(), ET, {B, Sq, H, D});
   const ir::Graph &G = *A.definition().Graph;
   size_t NF = G.decls().FinalRowscales.size();
-  TensorView F = TensorView::contiguous(DF.get(), runtime::ElemType::F32,
+  TensorView F = TensorView::contiguous(DF.get(), DType::F32,
                                         {int64_t(NF), B, H, Sq});
   runtime::InputMap Inputs;
   reference::InputValues RefInputs;
@@ -254,9 +255,9 @@ bool deviceChecks(uint64_t Seed) {
     X = toBits(Dt, N(Rng));
   DeviceBuffer DQ(QBits.size() * 2), DO(QBits.size() * 2), DF(size_t(B) * H * 4);
   DQ.upload(QBits.data(), DQ.size());
-  runtime::ElemType ET = elemOf(Dt);
+  DType ET = elemOf(Dt);
   using runtime::TensorView;
-  TensorView F = TensorView::contiguous(DF.get(), runtime::ElemType::F32, {1, B, H, Sq});
+  TensorView F = TensorView::contiguous(DF.get(), DType::F32, {1, B, H, Sq});
   auto Run = [&](PagedHost &Bad, bool Csr, int64_t MaxLen, const char *What,
                  std::vector<int> NanSeqs) {
     DeviceIndex Idx(Bad);
@@ -320,12 +321,12 @@ bool mergeCase(const std::string &Def, DType Dt, uint64_t Seed) {
   DeviceBuffer PO0(QBits.size() * 2), PO1(QBits.size() * 2), PF0(size_t(B) * H * 4),
       PF1(size_t(B) * H * 4);
   DQ.upload(QBits.data(), DQ.size());
-  runtime::ElemType ET = elemOf(Dt);
+  DType ET = elemOf(Dt);
   using runtime::TensorView;
   const ir::Graph &G = *A.definition().Graph;
   size_t NF = G.decls().FinalRowscales.size();
   auto FView = [&](DeviceBuffer &Buf) {
-    return TensorView::contiguous(Buf.get(), runtime::ElemType::F32,
+    return TensorView::contiguous(Buf.get(), DType::F32,
                                   {int64_t(NF), B, H, Sq});
   };
   auto OView = [&](DeviceBuffer &Buf) {
@@ -353,7 +354,7 @@ bool mergeCase(const std::string &Def, DType Dt, uint64_t Seed) {
   if (NF)
     DF.download(FVals.data(), FVals.size() * 4);
   std::string What = fmt::format("mergeResults {} {} (a prefix and the rest)", Def,
-                                 dtypeName(Dt).str());
+                                 std::string(dtypeName(Dt)));
   return check(What.c_str(), A, Dt, P, H, Sq, QBits, RefInputs, OBits, FVals);
 }
 
@@ -412,12 +413,12 @@ int compileOnly(const char *ArchName) {
     runtime::PagedKV KV;
     KV.KCache = TensorView::contiguous(P, ET, {4, 16, C.Hkv, 128});
     KV.VCache = KV.KCache;
-    KV.BlockTable = TensorView::contiguous(P, runtime::ElemType::I32, {1, 1});
-    KV.SeqLens = TensorView::contiguous(P, runtime::ElemType::I32, {1});
+    KV.BlockTable = TensorView::contiguous(P, DType::I32, {1, 1});
+    KV.SeqLens = TensorView::contiguous(P, DType::I32, {1});
     KV.MaxSeqlenKv = 16;
     size_t NF = A.definition().Graph->decls().FinalRowscales.size();
     TensorView Q = TensorView::contiguous(P, ET, {1, C.Sq, C.H, 128});
-    TensorView F = TensorView::contiguous(P, runtime::ElemType::F32,
+    TensorView F = TensorView::contiguous(P, DType::F32,
                                           {int64_t(NF), 1, C.H, C.Sq});
     runtime::InputMap Inputs;
     for (const ir::InputDecl &D : A.definition().Graph->decls().Inputs)
@@ -425,7 +426,7 @@ int compileOnly(const char *ArchName) {
         Inputs[D.Name] = D.Elem == ir::InputType::I32 ? runtime::InputValue(int32_t(0))
                                                       : runtime::InputValue(0.f);
       else
-        Inputs[D.Name] = TensorView::contiguous(P, runtime::ElemType::F32, {C.H});
+        Inputs[D.Name] = TensorView::contiguous(P, DType::F32, {C.H});
     try {
       A.decodePaged(Q, KV, Q, NF ? &F : nullptr, Inputs);
     } catch (const DriverError &) {
@@ -439,7 +440,7 @@ int compileOnly(const char *ArchName) {
     }
     try {
       TensorView T = TensorView::contiguous(P, ET, {1, C.Hkv, 128});
-      A.appendPaged(T, T, KV, TensorView::contiguous(P, runtime::ElemType::I32, {1}));
+      A.appendPaged(T, T, KV, TensorView::contiguous(P, DType::I32, {1}));
     } catch (const DriverError &) {
     }
   }

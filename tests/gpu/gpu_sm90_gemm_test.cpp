@@ -10,6 +10,7 @@
 
 #include "TmaMaps.h"
 
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/Compiler.h"
 #include "attn/runtime/CudaDriver.h"
 
@@ -160,11 +161,10 @@ int main() {
   DV.upload(V.data(), DV.size());
   DP.upload(P.data(), DP.size());
 
-  using runtime::ElemType;
   using runtime::TensorView;
-  TensorView TQ = TensorView::contiguous(DQ.get(), ElemType::F16, {1, M, 1, K});
-  TensorView TK = TensorView::contiguous(DK.get(), ElemType::F16, {1, N, 1, K});
-  TensorView TV = TensorView::contiguous(DV.get(), ElemType::F16, {1, N, 1, K});
+  TensorView TQ = TensorView::contiguous(DQ.get(), DType::F16, {1, M, 1, K});
+  TensorView TK = TensorView::contiguous(DK.get(), DType::F16, {1, N, 1, K});
+  TensorView TV = TensorView::contiguous(DV.get(), DType::F16, {1, N, 1, K});
   runtime::CallShape Shape;
   Shape.B = Shape.H = Shape.Hkv = 1;
   Shape.Sq = M;

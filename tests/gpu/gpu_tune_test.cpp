@@ -6,6 +6,7 @@
 #include "Examples.h"
 #include "attn/Error.h"
 #include "attn/Pipeline.h"
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/Selector.h"
 #include "attn/runtime/CudaDriver.h"

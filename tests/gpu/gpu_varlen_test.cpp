@@ -150,12 +150,11 @@ bool runCase(const Case &C, uint64_t Seed) {
       T.Data[H] = X[H] = float(U(Rng));
     InputBufs.push_back(upload(X.data(), X.size() * 4));
     Inputs[D.Name] = runtime::TensorView::contiguous(
-        InputBufs.back()->get(), runtime::ElemType::F32, {C.H});
+        InputBufs.back()->get(), DType::F32, {C.H});
     In.Inputs[D.Name] = T;
   }
 
-  runtime::ElemType ET =
-      C.Dt == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+  DType ET = C.Dt;
   auto DQ = upload(Q.Bits.data(), Q.Bits.size() * 2);
   auto DK = upload(K.Bits.data(), K.Bits.size() * 2);
   auto DV = upload(V.Bits.data(), V.Bits.size() * 2);
@@ -169,12 +168,12 @@ bool runCase(const Case &C, uint64_t Seed) {
     return runtime::TensorView::contiguous(B.get(), ET, {T, H, C.D});
   };
   runtime::TensorView Finals = runtime::TensorView::contiguous(
-      DF.get(), runtime::ElemType::F32, {int64_t(NumFinals), C.H, Tq});
+      DF.get(), DType::F32, {int64_t(NumFinals), C.H, Tq});
   runtime::VarlenBatch VB;
-  VB.CuSeqlensQ = runtime::TensorView::contiguous(DCuQ->get(), runtime::ElemType::I32,
+  VB.CuSeqlensQ = runtime::TensorView::contiguous(DCuQ->get(), DType::I32,
                                                   {Bn + 1});
   VB.CuSeqlensKv = runtime::TensorView::contiguous(DCuKv->get(),
-                                                   runtime::ElemType::I32, {Bn + 1});
+                                                   DType::I32, {Bn + 1});
   VB.MaxSeqlenQ = std::max(1, *std::max_element(C.Lq.begin(), C.Lq.end()));
   VB.MaxSeqlenKv = std::max(1, *std::max_element(C.Lkv.begin(), C.Lkv.end()));
 
@@ -212,7 +211,7 @@ bool runCase(const Case &C, uint64_t Seed) {
     }
   bool Pass = O.pass(C.Dt) && FinalErr <= 2e-4;
   std::string Name = fmt::format(
-      "{} {} d{} h{}/{} b{} tokens {}x{} {}", C.Def, dtypeName(C.Dt).str(), C.D, C.H,
+      "{} {} d{} h{}/{} b{} tokens {}x{} {}", C.Def, std::string(dtypeName(C.Dt)), C.D, C.H,
       C.Hkv, Bn, Tq, Tkv,
       Att.forwardChoice().Skel->name().str());
   std::printf("%-62s fwd err %.2e tol %.2e finals %.1e  %s\n", Name.c_str(), O.Err,
@@ -245,7 +244,7 @@ bool runCase(const Case &C, uint64_t Seed) {
       auto &Buf = GradBufs[D.Name] = std::make_unique<DeviceBuffer>(size_t(C.H) * 4);
       Buf->poison();
       Grads[D.Name] = runtime::TensorView::contiguous(
-          Buf->get(), runtime::ElemType::F32,
+          Buf->get(), DType::F32,
           D.Shape == ir::InputShape::Scalar ? std::vector<int64_t>{}
                                             : std::vector<int64_t>{C.H});
     }
@@ -387,20 +386,20 @@ int bench() {
       Sig.HeadDim = Sig.HeadDimV = D;
       Sig.TensorLayout = Varlen ? Layout::THD : Layout::BSHD;
       runtime::Attention A(makeDefinition(Def), Sig);
-      runtime::ElemType ET = runtime::ElemType::F16;
+      DType ET = DType::F16;
       int64_t Tok = Varlen ? T : int64_t(32) * Mean;
       auto V = [&](DeviceBuffer &B) {
         return Varlen ? runtime::TensorView::contiguous(B.get(), ET, {Tok, H, D})
                       : runtime::TensorView::contiguous(B.get(), ET, {32, Mean, H, D});
       };
       runtime::TensorView Fin =
-          Varlen ? runtime::TensorView::contiguous(F.get(), runtime::ElemType::F32,
+          Varlen ? runtime::TensorView::contiguous(F.get(), DType::F32,
                                                    {1, H, Tok})
-                 : runtime::TensorView::contiguous(F.get(), runtime::ElemType::F32,
+                 : runtime::TensorView::contiguous(F.get(), DType::F32,
                                                    {1, 32, H, Mean});
       runtime::VarlenBatch VB{
-          runtime::TensorView::contiguous(Cuq->get(), runtime::ElemType::I32, {33}),
-          runtime::TensorView::contiguous(Cuq->get(), runtime::ElemType::I32, {33}),
+          runtime::TensorView::contiguous(Cuq->get(), DType::I32, {33}),
+          runtime::TensorView::contiguous(Cuq->get(), DType::I32, {33}),
           *std::max_element(L.begin(), L.end()), *std::max_element(L.begin(), L.end())};
       auto Fwd = [&](int) {
         if (Varlen)

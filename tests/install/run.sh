@@ -2,8 +2,9 @@
 # Installs the attnc build in $1 into a fresh prefix, builds the consumer
 # project (tests/install) against it with find_package(attnc), and runs it:
 # the generated CLI lists, shows, checks, emits and compiles the consumer's
-# own definition, and a program prints its IR (attnc::compiler) and makes
-# an Attention for it on sm_80 (attnc::runtime, NVRTC, no GPU needed).
+# own definition, and a program makes an Attention for it on sm_80 and
+# prints its kernel (attnc::runtime, NVRTC, no GPU needed). The consumer
+# compiles with no LLVM include directory (public headers only).
 # Then configures the consumer with attnc as a subproject (add_subdirectory)
 # and checks that attnc leaves the parent's cache alone and adds no tests.
 set -euo pipefail
@@ -33,6 +34,11 @@ fi
 cmake -S "$here" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$work/prefix" "${launcher[@]}" >/dev/null
 cmake --build "$work/build" -j2 >/dev/null
+# The public headers need no LLVM: the package gives the consumer no LLVM
+# include directory (nor its definitions).
+if grep -i 'llvm' "$work/build/compile_commands.json" >/dev/null; then
+  fail "the consumer compiles with LLVM flags:"$'\n'"$(grep -i llvm "$work/build/compile_commands.json" | head -3)"
+fi
 
 cli=$work/build/my_attnc
 export ATTNC_CACHE_DIR=$work/cache
@@ -43,8 +49,9 @@ expect 'all checks passed' "$("$cli" check softcap_window)" "my_attnc check"
 expect 'softcap_window' "$(cat "$work/k.cu")" "my_attnc emit"
 expect 'cubin:' "$("$cli" compile softcap_window --arch sm_80)" "my_attnc compile"
 mine=$("$work/build/emit_mine")
-expect '^attention softcap_window' "$mine" "emit_mine's IR"
-expect '^kernel: fwd_sm80 ' "$mine" "emit_mine's Attention on sm_80"
+expect '^kernel: softcap_window\.fwd_sm80\.f16\..*\.sm_80\.' "$mine" \
+  "emit_mine's Attention on sm_80"
+expect '^entry: ' "$mine" "emit_mine's kernel entry points"
 expect '^mha ' "$("$work/prefix/bin/attnc" list)" "the installed attnc"
 
 # attnc_add_definitions refuses a REGISTER that is not a global function's

@@ -4,6 +4,7 @@
 
 #include "attn/Error.h"
 #include "attn/Pipeline.h"
+#include "attn/codegen/Arch.h"
 #include "attn/codegen/LinearCodegen.h"
 
 #include <catch2/catch.hpp>

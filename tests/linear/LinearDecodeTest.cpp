@@ -208,14 +208,14 @@ void *fake(uintptr_t A) { return reinterpret_cast<void *>(A); }
 constexpr int64_t B = 2, H = 4, N = 3, D = 64, DV = 128, P = 6;
 
 TensorView tok16(uintptr_t Ptr, int64_t Heads, int64_t Dim, int64_t Tokens = N,
-                 ElemType E = ElemType::F16) {
+                 DType E = DType::F16) {
   return TensorView::contiguous(fake(Ptr), E, {B, Tokens, Heads, Dim});
 }
 TensorView f32(uintptr_t Ptr, std::vector<int64_t> Shape) {
-  return TensorView::contiguous(fake(Ptr), ElemType::F32, Shape);
+  return TensorView::contiguous(fake(Ptr), DType::F32, Shape);
 }
 TensorView i32(uintptr_t Ptr, std::vector<int64_t> Shape) {
-  return TensorView::contiguous(fake(Ptr), ElemType::I32, Shape);
+  return TensorView::contiguous(fake(Ptr), DType::I32, Shape);
 }
 
 /// A valid mamba2 decode step over a pool of P states with an index table
@@ -269,7 +269,7 @@ TEST_CASE("LinearAttention::decodeStep validates every argument",
   };
   CHECK_THAT(Fails([](Call &X) { X.Q.Data = nullptr; }),
              Contains("q: null data pointer"));
-  CHECK_THAT(Fails([](Call &X) { X.K = tok16(0x20000, 1, D, N, ElemType::BF16); }),
+  CHECK_THAT(Fails([](Call &X) { X.K = tok16(0x20000, 1, D, N, DType::BF16); }),
              Contains("k: expected dtype f16, got bf16"));
   CHECK_THAT(Fails([](Call &X) { X.V = tok16(0x30000, H, 64); }),
              Contains("v: head_dim (last dimension) must be 128, got 64"));
@@ -305,7 +305,7 @@ TEST_CASE("LinearAttention::decodeStep validates every argument",
              Contains("state_in: expected shape [6, 4, 64, 128], got [6, 4, "
                       "128, 64]"));
   CHECK_THAT(Fails([](Call &X) {
-               X.In = TensorView::contiguous(fake(0x1000000), ElemType::F16,
+               X.In = TensorView::contiguous(fake(0x1000000), DType::F16,
                                              {P, H, D, DV});
              }),
              Contains("state_in: expected dtype f32, got f16"));

@@ -40,11 +40,11 @@ LinearSignature sig() {
 }
 
 TensorView seq16(uintptr_t P, int64_t Heads, int64_t Dim,
-                 ElemType E = ElemType::F16) {
+                 DType E = DType::F16) {
   return TensorView::contiguous(fake(P), E, {B, T, Heads, Dim});
 }
 TensorView f32(uintptr_t P, std::vector<int64_t> Shape) {
-  return TensorView::contiguous(fake(P), ElemType::F32, Shape);
+  return TensorView::contiguous(fake(P), DType::F32, Shape);
 }
 
 template <class E, class F> std::string messageOf(F &&Fn) {
@@ -80,6 +80,10 @@ TEST_CASE("LinearAttention refuses what it cannot compile", "[linear]") {
   S.Config = "c64v64";
   CHECK_THAT(messageOf<UserError>([&] { LinearAttention L(examples::mamba2(), S); }),
              Contains("linear config 'c64v64'"));
+  S = sig();
+  S.Dtype = DType::I32;
+  CHECK_THAT(messageOf<UserError>([&] { LinearAttention L(examples::mamba2(), S); }),
+             Contains("signature: dtype i32 is not f16 or bf16"));
 }
 
 TEST_CASE("LinearAttention::forward validates every argument", "[linear]") {
@@ -99,7 +103,7 @@ TEST_CASE("LinearAttention::forward validates every argument", "[linear]") {
   C.Q.Strides = {T * D, D, 1};
   CHECK_THAT(Fails(C), Contains("q: expected rank 4 [batch, seq, heads, head_dim]"));
   C = Call();
-  C.K = seq16(0x20000, 1, D, ElemType::BF16);
+  C.K = seq16(0x20000, 1, D, DType::BF16);
   CHECK_THAT(Fails(C), Contains("k: expected dtype f16, got bf16"));
   C = Call();
   C.V = seq16(0x30000, H, 64);
@@ -115,7 +119,7 @@ TEST_CASE("LinearAttention::forward validates every argument", "[linear]") {
   C.K = seq16(0x20000, 3, D);
   CHECK_THAT(Fails(C), Contains("k: heads (3) must divide v's heads (4)"));
   C = Call();
-  C.Q = TensorView::contiguous(fake(0x10000), ElemType::F16, {B, T + 1, 1, D});
+  C.Q = TensorView::contiguous(fake(0x10000), DType::F16, {B, T + 1, 1, D});
   CHECK_THAT(Fails(C), Contains("q, k: seq must equal v's (10), got 11 and 10"));
   C = Call();
   C.O = seq16(0x40000, 2, DV);
@@ -149,9 +153,9 @@ TEST_CASE("LinearAttention::forward validates every argument", "[linear]") {
   C.Final = &Final;
   CHECK_THAT(Fails(C), Contains("final_state: must be contiguous"));
   C = Call();
-  C.V = TensorView::contiguous(fake(0x30000), ElemType::F16, {70000, T, 1, DV});
-  C.O = TensorView::contiguous(fake(0x40000), ElemType::F16, {70000, T, 1, DV});
-  C.Q = TensorView::contiguous(fake(0x10000), ElemType::F16, {70000, T, 1, D});
+  C.V = TensorView::contiguous(fake(0x30000), DType::F16, {70000, T, 1, DV});
+  C.O = TensorView::contiguous(fake(0x40000), DType::F16, {70000, T, 1, DV});
+  C.Q = TensorView::contiguous(fake(0x10000), DType::F16, {70000, T, 1, D});
   C.K = C.Q;
   C.Inputs = {{"A", f32(0x50000, {1})}, {"dt", f32(0x60000, {70000, 1, T})}};
   CHECK_THAT(Fails(C), Contains("batch x heads is 70000; at most 65535"));
@@ -163,7 +167,7 @@ TEST_CASE("simple_gla takes a decay, and only a well-formed one", "[linear]") {
   S.TensorLayout = Layout::BHSD;
   LinearAttention L(examples::simpleGla(), S);
   auto View = [&](uintptr_t P, int64_t Dim) {
-    return TensorView::contiguous(fake(P), ElemType::F16, {B, H, T, Dim});
+    return TensorView::contiguous(fake(P), DType::F16, {B, H, T, Dim});
   };
   TensorView Q = View(0x10000, D), K = View(0x20000, D), V = View(0x30000, DV),
              O = View(0x40000, DV);

@@ -239,10 +239,10 @@ void *fake(uintptr_t A) { return reinterpret_cast<void *>(A); }
 constexpr int64_t RS = 3, RH = 4, RT = 50, RD = 64, RDV = 128;
 
 TensorView tok16(uintptr_t P, int64_t Heads, int64_t Dim, int64_t Tokens = RT) {
-  return TensorView::contiguous(fake(P), ElemType::F16, {Tokens, Heads, Dim});
+  return TensorView::contiguous(fake(P), DType::F16, {Tokens, Heads, Dim});
 }
 TensorView f32(uintptr_t P, std::vector<int64_t> Shape) {
-  return TensorView::contiguous(fake(P), ElemType::F32, Shape);
+  return TensorView::contiguous(fake(P), DType::F32, Shape);
 }
 
 /// A valid simple_gla packed backward of RS sequences, RT tokens in all.
@@ -251,7 +251,7 @@ struct Call {
              V = tok16(0x30000, RH, RDV), DO = tok16(0x40000, RH, RDV);
   TensorView DQ = Q, DK = K, DV = V;
   TensorView Decay = f32(0x50000, {1, RH, RT}), DDecay = Decay;
-  TensorView Cu = TensorView::contiguous(fake(0x60000), ElemType::I32, {RS + 1});
+  TensorView Cu = TensorView::contiguous(fake(0x60000), DType::I32, {RS + 1});
   TensorView Init = f32(0x100000, {RS, RH, RD, RDV}), DFinal = Init, DInit = Init;
 };
 
@@ -286,7 +286,7 @@ TEST_CASE("LinearAttention::backwardVarlen validates every argument",
     return failure(L, X);
   };
   CHECK_THAT(Fails([](Call &X) {
-               X.Q = TensorView::contiguous(fake(0x10000), ElemType::F16, {1, RT, RH, RD});
+               X.Q = TensorView::contiguous(fake(0x10000), DType::F16, {1, RT, RH, RD});
              }),
              Contains("q: expected rank 3 [tokens, heads, head_dim]"));
   CHECK_THAT(Fails([](Call &X) { X.K = tok16(0x20000, 3, RD); }),
@@ -297,23 +297,23 @@ TEST_CASE("LinearAttention::backwardVarlen validates every argument",
              Contains("decay: expected shape [1, 4, 50], got [3, 4, 50]"));
   CHECK_THAT(Fails([](Call &X) { X.Cu.Data = nullptr; }),
              Contains("cu_seqlens: null data pointer"));
-  CHECK_THAT(Fails([](Call &X) { X.Cu.Type = ElemType::F32; }),
+  CHECK_THAT(Fails([](Call &X) { X.Cu.Type = DType::F32; }),
              Contains("cu_seqlens: expected dtype i32, got f32"));
   CHECK_THAT(Fails([](Call &X) {
-               X.Cu = TensorView::contiguous(fake(0x60000), ElemType::I32, {1});
+               X.Cu = TensorView::contiguous(fake(0x60000), DType::I32, {1});
              }),
              Contains("cu_seqlens: expected [batch + 1] with batch >= 1"));
   CHECK_THAT(Fails([](Call &X) { X.Cu.Data = fake(0x60002); }),
              Contains("cu_seqlens: data pointer must be 4-byte aligned"));
   CHECK_THAT(Fails([](Call &X) {
-               X.Cu = TensorView::contiguous(fake(0x60000), ElemType::I32, {20000});
+               X.Cu = TensorView::contiguous(fake(0x60000), DType::I32, {20000});
              }),
              Contains("cu_seqlens: sequences x heads is 79996; at most 65535"));
   CHECK_THAT(Fails([](Call &X) { X.Init = f32(0x100000, {1, RH, RD, RDV}); }),
              Contains("initial_state: expected shape [3, 4, 64, 128], got [1, 4, "
                       "64, 128]"));
   CHECK_THAT(Fails([](Call &X) {
-               X.DO = TensorView::contiguous(fake(0x40000), ElemType::F16,
+               X.DO = TensorView::contiguous(fake(0x40000), DType::F16,
                                              {1, RT, RH, RDV});
              }),
              Contains("dout: expected rank 3 [tokens, heads, head_dim]"));
@@ -323,7 +323,7 @@ TEST_CASE("LinearAttention::backwardVarlen validates every argument",
              Contains("dq: expected batch 1, seq 50 and heads 4"));
   CHECK_THAT(Fails([](Call &X) { X.DK = tok16(0x20000, 2, RD); }),
              Contains("dk: expected batch 1, seq 50 and heads 1"));
-  CHECK_THAT(Fails([](Call &X) { X.DV.Type = ElemType::BF16; }),
+  CHECK_THAT(Fails([](Call &X) { X.DV.Type = DType::BF16; }),
              Contains("dv: expected dtype f16, got bf16"));
   CHECK_THAT(Fails([](Call &X) { X.DFinal = f32(0x100000, {RS, RH, RDV, RD}); }),
              Contains("dfinal_state: expected shape [3, 4, 64, 128]"));

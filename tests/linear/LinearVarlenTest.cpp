@@ -155,10 +155,10 @@ void *fake(uintptr_t A) { return reinterpret_cast<void *>(A); }
 constexpr int64_t S = 3, H = 4, T = 50, D = 64, DV = 128;
 
 TensorView tok16(uintptr_t P, int64_t Heads, int64_t Dim, int64_t Tokens = T) {
-  return TensorView::contiguous(fake(P), ElemType::F16, {Tokens, Heads, Dim});
+  return TensorView::contiguous(fake(P), DType::F16, {Tokens, Heads, Dim});
 }
 TensorView f32(uintptr_t P, std::vector<int64_t> Shape) {
-  return TensorView::contiguous(fake(P), ElemType::F32, Shape);
+  return TensorView::contiguous(fake(P), DType::F32, Shape);
 }
 
 /// A valid simple_gla packed call of S sequences, T tokens in all.
@@ -166,7 +166,7 @@ struct Call {
   TensorView Q = tok16(0x10000, H, D), K = tok16(0x20000, 1, D),
              V = tok16(0x30000, H, DV), O = tok16(0x40000, H, DV);
   TensorView Decay = f32(0x50000, {1, H, T});
-  TensorView Cu = TensorView::contiguous(fake(0x60000), ElemType::I32, {S + 1});
+  TensorView Cu = TensorView::contiguous(fake(0x60000), DType::I32, {S + 1});
   TensorView Init = f32(0x100000, {S, H, D, DV}), Final = Init;
 };
 
@@ -197,7 +197,7 @@ TEST_CASE("LinearAttention::forwardVarlen validates every argument",
     Edit(X);
     return failure(L, X);
   };
-  CHECK_THAT(Fails([](Call &X) { X.Q = TensorView::contiguous(fake(0x10000), ElemType::F16, {1, T, H, D}); }),
+  CHECK_THAT(Fails([](Call &X) { X.Q = TensorView::contiguous(fake(0x10000), DType::F16, {1, T, H, D}); }),
              Contains("q: expected rank 3 [tokens, heads, head_dim]"));
   CHECK_THAT(Fails([](Call &X) { X.K = tok16(0x20000, 3, D); }),
              Contains("k: heads (3) must divide v's heads (4)"));
@@ -209,21 +209,21 @@ TEST_CASE("LinearAttention::forwardVarlen validates every argument",
              Contains("decay: expected shape [1, 4, 50], got [3, 4, 50]"));
   CHECK_THAT(Fails([](Call &X) { X.Cu.Data = nullptr; }),
              Contains("cu_seqlens: null data pointer"));
-  CHECK_THAT(Fails([](Call &X) { X.Cu.Type = ElemType::F32; }),
+  CHECK_THAT(Fails([](Call &X) { X.Cu.Type = DType::F32; }),
              Contains("cu_seqlens: expected dtype i32, got f32"));
   CHECK_THAT(Fails([](Call &X) {
-               X.Cu = TensorView::contiguous(fake(0x60000), ElemType::I32, {1});
+               X.Cu = TensorView::contiguous(fake(0x60000), DType::I32, {1});
              }),
              Contains("cu_seqlens: expected [batch + 1] with batch >= 1, got "
                       "shape [1]"));
   CHECK_THAT(Fails([](Call &X) {
-               X.Cu = TensorView::contiguous(fake(0x60000), ElemType::I32, {2, 2});
+               X.Cu = TensorView::contiguous(fake(0x60000), DType::I32, {2, 2});
              }),
              Contains("cu_seqlens: expected [batch + 1]"));
   CHECK_THAT(Fails([](Call &X) { X.Cu.Data = fake(0x60002); }),
              Contains("cu_seqlens: data pointer must be 4-byte aligned"));
   CHECK_THAT(Fails([](Call &X) {
-               X.Cu = TensorView::contiguous(fake(0x60000), ElemType::I32, {20000});
+               X.Cu = TensorView::contiguous(fake(0x60000), DType::I32, {20000});
              }),
              Contains("cu_seqlens: sequences x heads is 79996; at most 65535"));
   CHECK_THAT(Fails([](Call &X) { X.Init = f32(0x100000, {1, H, D, DV}); }),
@@ -235,7 +235,7 @@ TEST_CASE("LinearAttention::forwardVarlen validates every argument",
   Thd.TensorLayout = Layout::THD;
   LinearAttention LT(examples::simpleGla(), Thd);
   const Call C;
-  TensorView Q4 = TensorView::contiguous(fake(0x10000), ElemType::F16, {1, T, H, D});
+  TensorView Q4 = TensorView::contiguous(fake(0x10000), DType::F16, {1, T, H, D});
   CHECK_THROWS_WITH(LT.forward(Q4, Q4, Q4, Q4, &C.Decay),
                     Contains("signature: layout thd is not a signature layout "
                              "of linear attention (packed batches go to "

@@ -4,6 +4,7 @@
 
 #include "attn/Error.h"
 #include "attn/Pipeline.h"
+#include "attn/codegen/Arch.h"
 #include "attn/codegen/Codegen.h"
 #include "attn/dsl/Registry.h"
 #include "attn/runtime/Compiler.h"

@@ -1,6 +1,6 @@
 """tools/bench/plot.py: the headline table from bench JSON lines (attnc
-against the best peer of each shape; a rerun replaces a row), and the plots
-when matplotlib is installed."""
+against the best peer of each shape; a rerun replaces a row; GB/s for the
+memory-bound benches' rows), and the plots when matplotlib is installed."""
 
 import json
 import os
@@ -46,6 +46,49 @@ class PlotTable(unittest.TestCase):
     def test_a_shape_without_peers_says_so(self):
         out, _ = self.run_plot([row("attnc", 1024, 500)], "--table", "-o")
         self.assertIn("| 500 | — | — | — |", out.stdout)
+
+    def test_memory_bound_rows_compare_gbps(self):
+        # What attnc_bench_decode, attnc_bench_linear and `attnc bench` on a
+        # linear definition write: GB/s and no TFLOPS.
+        def gb(bench, impl, S, gbps, mask):
+            r = row(impl, S, 0, mask=mask)
+            r.update(bench=bench, variant="mamba2", gbps=gbps)
+            return r
+        rows = [gb("linear_fwd", "attnc", 4096, 1800.0, "none"),
+                gb("linear_fwd", "fla", 4096, 1500.0, "none"),
+                gb("decode", "attnc", 8192, 2900.0, "paged16")]
+        out, _ = self.run_plot(rows, "--table", "-o")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("| linear_fwd | none | f16 | B4 H32 S4096 D128 | "
+                      "1800 GB/s | fla | 1500 GB/s | 1.20× |", out.stdout)
+        self.assertIn("| decode | paged16 | f16 | B2 H32 S8192 D128 | "
+                      "2900 GB/s | — | — | — |", out.stdout)
+
+    def test_rows_of_every_bench_load(self):
+        # One row as each C++ bench writes it (BenchJson.h's keys), "gbps"
+        # only where measured: the table takes them all.
+        masks = row("attnc", 2048, 410.5, mask="document")
+        masks.update(bench="masks_fwd", variant="document")
+        fwdbwd = dict(masks, bench="masks_fwdbwd", tflops=380.0)
+        cli = row("attnc", 1024, 350.0, mask="masked")
+        out, _ = self.run_plot([masks, fwdbwd, cli], "--table", "-o")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("| masks_fwd | document | f16 | B8 H32 S2048 D128 | 410 |",
+                      out.stdout)
+        self.assertIn("| masks_fwdbwd | document |", out.stdout)
+        self.assertIn("| fwd | masked | f16 | B16 H32 S1024 D128 | 350 |",
+                      out.stdout)
+
+    def test_plots_gbps_groups(self):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            self.skipTest("matplotlib is not installed")
+        r = row("attnc", 4096, 0, mask="none")
+        r.update(bench="linear_fwd", gbps=1800.0)
+        out, files = self.run_plot([r], "-o")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("linear_fwd_none_f16_d128.png", files)
 
     def test_no_rows_is_an_error(self):
         out, _ = self.run_plot([], "--table", "-o")

@@ -1,6 +1,7 @@
 // Kernel bundles: the file format and its checks, the cache consulting
 // bundles first, and precompile's kernels being the ones calls load.
 #include "TempDir.h"
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/Bundle.h"
 #include "attn/runtime/Errors.h"

@@ -1,4 +1,5 @@
 // NVRTC compilation and the embedded device library (no GPU needed).
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/Compiler.h"
 #include "attn/runtime/DeviceLibrary.h"
 #include "attn/runtime/Errors.h"

@@ -1,5 +1,6 @@
 // KernelCache: memory → disk → compile, corrupt entries, concurrency.
 #include "TempDir.h"
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/KernelCache.h"
 

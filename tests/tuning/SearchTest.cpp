@@ -2,6 +2,7 @@
 // runner show what is pruned, what reaches timing, and what wins.
 #include "Examples.h"
 #include "attn/Pipeline.h"
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/Tuner.h"
 

@@ -5,6 +5,7 @@
 #include "Examples.h"
 #include "TempDir.h"
 #include "attn/Pipeline.h"
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/LinearAttention.h"
 #include "attn/runtime/Selector.h"

@@ -215,11 +215,30 @@ TEST_CASE("ProblemShape::validate names the first field out of range") {
                     Catch::Contains("heads_kv must be at least 1, got -2"));
 }
 
+TEST_CASE("one dtype enum: only f16 and bf16 are q/k/v dtypes") {
+  CHECK(isAttentionDtype(DType::F16));
+  CHECK(isAttentionDtype(DType::BF16));
+  CHECK_FALSE(isAttentionDtype(DType::F32));
+  CHECK_FALSE(isAttentionDtype(DType::I32));
+  CHECK_NOTHROW(checkAttentionDtype(DType::BF16, "signature"));
+  CHECK_THROWS_WITH(checkAttentionDtype(DType::F32, "signature"),
+                    "signature: dtype f32 is not f16 or bf16 (the dtype of "
+                    "q, k, v and o)");
+  ProblemShape P;
+  P.dtype = DType::I64;
+  CHECK_THROWS_WITH(P.validate(),
+                    Catch::Contains("problem: dtype i64 is not f16 or bf16"));
+}
+
 TEST_CASE("dtype and layout names parse and print") {
   CHECK(dtypeFromName("bf16") == DType::BF16);
   CHECK(dtypeFromName("float16") == DType::F16);
-  CHECK_FALSE(dtypeFromName("f32"));
+  CHECK(dtypeFromName("f32") == DType::F32);
+  CHECK(dtypeFromName("int32") == DType::I32);
+  CHECK(dtypeFromName("i64") == DType::I64);
+  CHECK_FALSE(dtypeFromName("f8"));
   CHECK(dtypeName(DType::BF16) == "bf16");
+  CHECK(dtypeName(DType::I64) == "i64");
   CHECK(layoutFromName("BHSD") == Layout::BHSD);
   CHECK_FALSE(layoutFromName("sbhd"));
   CHECK(layoutName(Layout::BSHD) == "bshd");

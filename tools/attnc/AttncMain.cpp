@@ -104,7 +104,7 @@ void checkStdoutAtExit() {
 } // namespace
 
 int attncMain(int Argc, const char *const *Argv,
-              llvm::function_ref<void(dsl::Registry &)> Register) {
+              const std::function<void(dsl::Registry &)> &Register) {
   dsl::Registry Registry;
   int Status = reportingErrors([&] {
     Register(Registry);

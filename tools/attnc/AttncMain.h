@@ -5,7 +5,7 @@
 
 #include "attn/dsl/Registry.h"
 
-#include "llvm/ADT/STLFunctionalExtras.h"
+#include <functional>
 
 namespace attn {
 
@@ -25,7 +25,7 @@ int attncMain(int Argc, const char *const *Argv,
 /// is reported like any other definition error (exit status 1) instead of
 /// escaping main.
 int attncMain(int Argc, const char *const *Argv,
-              llvm::function_ref<void(dsl::Registry &)> Register);
+              const std::function<void(dsl::Registry &)> &Register);
 
 } // namespace attn
 

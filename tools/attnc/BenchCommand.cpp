@@ -1,10 +1,14 @@
 // attnc bench: time one definition's forward (and, for linear attention,
 // backward, dense or packed) at one shape on this machine's GPU, with the
-// configuration a tune file, --config or the default gives.
+// configuration a tune file, --config or the default gives; with
+// $ATTNC_BENCH_JSON set, each timed dense row is also appended there as a
+// JSON line (BenchJson.h).
+#include "BenchJson.h"
 #include "Commands.h"
 #include "KernelChoice.h"
 #include "LinearCommands.h"
 
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/Selector.h"
 #include "attn/runtime/CudaDriver.h"
@@ -155,10 +159,15 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   double Flops = runtime::forwardFlops(C, TS, S.HeadDim, S.HeadDimV);
   OS << fmt::format("{} {} b{} h{} s{} d{}/{} {} {}: {}: {:.3f} ms  {:.1f} "
                     "TFLOPS\n",
-                    ProblemArgs.Name.getValue(), dtypeName(Sig.Dtype).str(), S.Batch,
+                    ProblemArgs.Name.getValue(), std::string(dtypeName(Sig.Dtype)), S.Batch,
                     S.Heads, S.Seq, S.HeadDim, S.HeadDimV,
-                    layoutName(Sig.TensorLayout).str(), Masked ? "masked" : "full", What,
+                    std::string(layoutName(Sig.TensorLayout)), Masked ? "masked" : "full", What,
                     Median, Flops / (Median * 1e-3) / 1e12);
+  bench::recordBenchRow({"fwd", "attnc", ProblemArgs.Name.getValue(),
+                         std::string(dtypeName(Sig.Dtype)),
+                         Masked ? "masked" : "full", What, S.Batch, S.Heads,
+                         S.Seq, S.HeadDim, S.HeadDimV, Median,
+                         Flops / (Median * 1e-3) / 1e12});
   return 0;
 }
 
@@ -209,11 +218,21 @@ int BenchCommand::runLinear(const dsl::DefinitionBase &Def,
   if (Lengths.empty()) {
     OS << fmt::format("{} {} {} d{}/{} {}: {}: fwd {:.3f} ms  {:.0f} GB/s  "
                       "bwd {:.3f} ms  {:.0f} GB/s\n",
-                      ProblemArgs.Name.getValue(), dtypeName(A.Sig.Dtype).str(),
+                      ProblemArgs.Name.getValue(), std::string(dtypeName(A.Sig.Dtype)),
                       runtime::linearShapeText(A.Shape), S.HeadDim, S.HeadDimV,
-                      layoutName(A.Sig.TensorLayout).str(), Choice.str(), FwdMs,
+                      std::string(layoutName(A.Sig.TensorLayout)), Choice.str(), FwdMs,
                       P.forwardBytes() / FwdMs / 1e6, BwdMs,
                       P.backwardBytes() / BwdMs / 1e6);
+    for (bool Bwd : {false, true}) {
+      double Ms = Bwd ? BwdMs : FwdMs;
+      bench::BenchRow Row{Bwd ? "linear_bwd" : "linear_fwd", "attnc",
+                          ProblemArgs.Name.getValue(),
+                          std::string(dtypeName(A.Sig.Dtype)), "none",
+                          Choice.str(), A.Shape.Batch, A.Shape.Heads,
+                          A.Shape.Seq, S.HeadDim, S.HeadDimV, Ms, 0};
+      Row.Gbps = (Bwd ? P.backwardBytes() : P.forwardBytes()) / Ms / 1e6;
+      bench::recordBenchRow(Row);
+    }
     return 0;
   }
   // The same tokens packed: the configuration the packed calls take is the
@@ -232,11 +251,11 @@ int BenchCommand::runLinear(const dsl::DefinitionBase &Def,
                     "{:.3f} ms  bwd {:.3f} ms; dense {} {}: {}: fwd {:.3f} ms  "
                     "bwd {:.3f} ms; packed/dense throughput fwd {:.2f}x  bwd "
                     "{:.2f}x\n",
-                    ProblemArgs.Name.getValue(), dtypeName(A.Sig.Dtype).str(),
+                    ProblemArgs.Name.getValue(), std::string(dtypeName(A.Sig.Dtype)),
                     Seqs, A.Shape.Batch * A.Shape.Seq, A.Shape.Heads,
                     A.Shape.HeadsQK, S.HeadDim, S.HeadDimV, PackedChoice.str(),
                     PackedFwdMs, PackedBwdMs, runtime::linearShapeText(A.Shape),
-                    layoutName(A.Sig.TensorLayout).str(), Choice.str(), FwdMs,
+                    std::string(layoutName(A.Sig.TensorLayout)), Choice.str(), FwdMs,
                     BwdMs, FwdMs / PackedFwdMs, BwdMs / PackedBwdMs);
   return 0;
 }

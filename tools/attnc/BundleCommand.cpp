@@ -3,6 +3,7 @@
 #include "Commands.h"
 
 #include "attn/Pipeline.h"
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/Bundle.h"
 #include "attn/runtime/LinearAttention.h"
@@ -139,8 +140,8 @@ int BundleCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
         for (Layout L : LayoutList) {
           int DV = HeadDimV ? int(HeadDimV) : D;
           std::string Label = fmt::format(
-              "{} {} d{}/{} {} ({})", Name, dtypeName(Dt).str(), D, DV,
-              layoutName(L).str(),
+              "{} {} d{}/{} {} ({})", Name, std::string(dtypeName(Dt)), D, DV,
+              std::string(layoutName(L)),
               llvm::join(Archs.begin(), Archs.end(), ","));
           std::vector<runtime::PrecompiledKernel> Kernels;
           try {

@@ -60,7 +60,8 @@ void rejectEmptyValue(const cl::opt<std::string> &Opt,
 }
 
 DType parseDtypeArg(const std::string &Text) {
-  if (std::optional<DType> T = dtypeFromName(Text))
+  std::optional<DType> T = dtypeFromName(Text);
+  if (T && isAttentionDtype(*T))
     return *T;
   throw UsageError("--dtype '" + Text + "': expected f16 or bf16");
 }

@@ -1,6 +1,7 @@
 // attnc list, show and check: the commands that look at definitions without
 // generating a kernel.
 #include "Commands.h"
+#include "Progress.h"
 #include "Show.h"
 
 #include "attn/Pipeline.h"
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 namespace attn {
 
@@ -128,13 +130,26 @@ int CheckCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   reference::CheckOptions Opts;
   Opts.Seed = Seed;
   unsigned Failed = 0;
+  // --all takes a while: a progress line on stderr per definition.
+  std::optional<ProgressLine> Progress;
+  if (All)
+    Progress.emplace(llvm::errs(), "check", Defs.size());
   for (const dsl::DefinitionBase *D : Defs) {
+    if (Progress) {
+      OS.flush(); // the previous report before the next progress line
+      Progress->step(D->name);
+    }
     reference::CheckReport R = reference::check(compile(*D), Opts);
     reference::printReport(R, OS);
     OS << "\n";
     Failed += !R.passed();
   }
   OS << fmt::format("{} passed, {} failed\n", Defs.size() - Failed, Failed);
+  if (Progress) {
+    OS.flush();
+    Progress->done(fmt::format("{} definitions, {} failed", Defs.size(),
+                               Failed));
+  }
   return Failed ? 1 : 0;
 }
 

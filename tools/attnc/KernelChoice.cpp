@@ -4,6 +4,7 @@
 #include "Commands.h"
 
 #include "attn/Pipeline.h"
+#include "attn/codegen/Arch.h"
 #include "attn/codegen/Codegen.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Selector.h"
@@ -64,7 +65,7 @@ DType checkBackendAndDtype(const KernelRequest &Req) {
     throw UsageError("--backend '" + Req.Backend +
                      "': expected generated or reference");
   std::optional<DType> Dtype = dtypeFromName(Req.Dtype);
-  if (!Dtype)
+  if (!Dtype || !isAttentionDtype(*Dtype))
     throw UsageError("--dtype '" + Req.Dtype + "': expected f16 or bf16");
   return *Dtype;
 }

@@ -2,6 +2,7 @@
 #include "LinearCommands.h"
 #include "KernelChoice.h"
 
+#include "attn/codegen/Arch.h"
 #include "attn/codegen/LinearCodegen.h"
 
 #include <fmt/format.h>

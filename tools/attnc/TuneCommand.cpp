@@ -7,6 +7,7 @@
 #include "LinearCommands.h"
 
 #include "attn/Pipeline.h"
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/Selector.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"

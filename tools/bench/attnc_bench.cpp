@@ -12,6 +12,7 @@
 // cache for a device run can be filled on the build machine.
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/DtypeBits.h"
 #include "attn/runtime/EventTiming.h"
 
@@ -57,8 +58,7 @@ int main(int Argc, char **Argv) {
     }
     runtime::Attention Att(Def, Sig);
     const ir::Graph &G = *Att.definition().Graph;
-    runtime::ElemType ET =
-        T == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+    DType ET = T;
 
     size_t Elems = size_t(B) * S * H * D;
     size_t ElemsV = size_t(B) * S * H * DV;
@@ -82,7 +82,7 @@ int main(int Argc, char **Argv) {
       return runtime::TensorView::contiguous(Buf.get(), ET, {B, S, H, Dim});
     };
     runtime::TensorView FV = runtime::TensorView::contiguous(
-        Finals.get(), runtime::ElemType::F32, {int64_t(NumFinals), B, H, S});
+        Finals.get(), DType::F32, {int64_t(NumFinals), B, H, S});
     auto Run = [&](int Set) {
       Att.forward(View(*Bufs[3 * Set], D), View(*Bufs[3 * Set + 1], D),
                   View(*Bufs[3 * Set + 2], DV), View(Out, DV),
@@ -95,7 +95,7 @@ int main(int Argc, char **Argv) {
         2.0 * B * H * double(S) * S * (D + DV) * (Causal ? 0.5 : 1.0);
     std::string Dims = DV == D ? fmt::format("D{}", D) : fmt::format("D{}/{}", D, DV);
     std::printf("attnc %-12s %s B%d H%d S%d %s %s %s: %.3f ms  %.1f TFLOPS\n",
-                Name.c_str(), dtypeName(T).str().c_str(), B, H, S, Dims.c_str(),
+                Name.c_str(), std::string(dtypeName(T)).c_str(), B, H, S, Dims.c_str(),
                 Causal ? "causal" : "full", Att.source().Key.c_str(), Median,
                 Flops / (Median * 1e-3) / 1e12);
     return 0;

@@ -55,8 +55,7 @@ int main(int Argc, char **Argv) {
     runtime::Attention Fwd(Def, Sig);
     const CompiledDefinition &CD = Fwd.definition();
     const ir::Graph &G = *CD.Graph;
-    runtime::ElemType ET =
-        T == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+    DType ET = T;
 
     size_t Elems = size_t(B) * S * H * D, ElemsV = size_t(B) * S * H * DV;
     size_t NumFinals = G.decls().FinalRowscales.size();
@@ -94,7 +93,7 @@ int main(int Argc, char **Argv) {
         InputBufs.push_back(std::make_unique<DeviceBuffer>(H * 4));
         InputBufs.back()->upload(Vals.data(), H * 4);
         Inputs[I.Name] = runtime::TensorView::contiguous(
-            InputBufs.back()->get(), runtime::ElemType::F32, {H});
+            InputBufs.back()->get(), DType::F32, {H});
       } else {
         throw UserError("attnc_bench_bwd: input '" + I.Name +
                         "': only scalar and float32 per-head inputs are drawn "
@@ -104,14 +103,14 @@ int main(int Argc, char **Argv) {
         int64_t N = I.Shape == ir::InputShape::Scalar ? 1 : H;
         InputBufs.push_back(std::make_unique<DeviceBuffer>(N * 4));
         Grads[I.Name] = runtime::TensorView::contiguous(
-            InputBufs.back()->get(), runtime::ElemType::F32, {N});
+            InputBufs.back()->get(), DType::F32, {N});
       }
     }
     auto View = [&](DeviceBuffer &Buf, int Dim) {
       return runtime::TensorView::contiguous(Buf.get(), ET, {B, S, H, Dim});
     };
     auto FinalsView = [&](DeviceBuffer &Buf) {
-      return runtime::TensorView::contiguous(Buf.get(), runtime::ElemType::F32,
+      return runtime::TensorView::contiguous(Buf.get(), DType::F32,
                                              {int64_t(NumFinals), B, H, S});
     };
     for (int I = 0; I < 3; ++I) {
@@ -139,10 +138,10 @@ int main(int Argc, char **Argv) {
         2.0 * B * H * double(S) * S * (3.0 * D + 2.0 * DV) * (Causal ? 0.5 : 1.0);
     std::string Dims = DV == D ? fmt::format("D{}", D) : fmt::format("D{}/{}", D, DV);
     std::printf("attnc-bwd %-12s %s B%d H%d S%d %s %s %s: %.3f ms  %.1f TFLOPS\n",
-                Name.c_str(), dtypeName(T).str().c_str(), B, H, S, Dims.c_str(),
+                Name.c_str(), std::string(dtypeName(T)).c_str(), B, H, S, Dims.c_str(),
                 Causal ? "causal" : "full", Fwd.backwardChoice().str().c_str(), Median,
                 Flops / (Median * 1e-3) / 1e12);
-    bench::recordBenchRow({"bwd", "attnc", Name, dtypeName(T).str(),
+    bench::recordBenchRow({"bwd", "attnc", Name, std::string(dtypeName(T)),
                            Causal ? "causal" : "full",
                            Fwd.backwardChoice().str(), B, H, S, D, DV, Median,
                            Flops / (Median * 1e-3) / 1e12});

@@ -16,6 +16,7 @@
 // decode step of that shape: the host's time to issue it eagerly (32
 // runDecode calls) and as one CUDA graph replay, and the device time of
 // each.
+#include "BenchJson.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
 #include "attn/runtime/EventTiming.h"
@@ -57,7 +58,7 @@ struct Paged {
   std::vector<std::unique_ptr<DeviceBuffer>> &K, &V;
   DeviceBuffer Table, Lens;
   std::unique_ptr<DeviceBuffer> Work;
-  runtime::ElemType ET;
+  DType ET;
   int B, HQ, HKV, D, KV, PageSize, Pages;
 
   Paged(runtime::Attention &A, DType Dt, int B, int HQ, int HKV, int D, int KV,
@@ -65,7 +66,7 @@ struct Paged {
         std::vector<std::unique_ptr<DeviceBuffer>> &V)
       : Att(A), K(K), V(V), Table(size_t(B) * (KV / PageSize) * 4),
         Lens(size_t(B) * 4),
-        ET(Dt == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16),
+        ET(Dt),
         B(B), HQ(HQ), HKV(HKV), D(D), KV(KV), PageSize(PageSize),
         Pages(KV / PageSize) {
     std::vector<int32_t> Perm(size_t(B) * Pages);
@@ -84,9 +85,9 @@ struct Paged {
     std::vector<int64_t> Shape{int64_t(B) * Pages, PageSize, HKV, D};
     P.KCache = runtime::TensorView::contiguous(K[S]->get(), ET, Shape);
     P.VCache = runtime::TensorView::contiguous(V[S]->get(), ET, Shape);
-    P.BlockTable = runtime::TensorView::contiguous(Table.get(), runtime::ElemType::I32,
+    P.BlockTable = runtime::TensorView::contiguous(Table.get(), DType::I32,
                                                    {B, Pages});
-    P.SeqLens = runtime::TensorView::contiguous(Lens.get(), runtime::ElemType::I32, {B});
+    P.SeqLens = runtime::TensorView::contiguous(Lens.get(), DType::I32, {B});
     P.MaxSeqlenKv = KV;
     return P;
   }
@@ -119,7 +120,7 @@ void graphStep(runtime::Attention &Att, const BenchCommand &Cmd,
   DeviceBuffer Out(size_t(B) * HQ * D * 2), Finals(size_t(B) * HQ * 4 * 4);
   const size_t NF = Att.finalNames().size();
   runtime::TensorView FV = runtime::TensorView::contiguous(
-      Finals.get(), runtime::ElemType::F32, {int64_t(NF), B, HQ, 1});
+      Finals.get(), DType::F32, {int64_t(NF), B, HQ, 1});
   Paged P(Att, Cmd.Dtype, B, HQ, HKV, D, KV, 16, 1, K, V);
   auto &Drv = runtime::CudaDriver::get();
   CUstream S = nullptr;
@@ -168,7 +169,7 @@ void graphStep(runtime::Attention &Att, const BenchCommand &Cmd,
   std::printf("attnc %s %s hq%d hkv%d d%d B%d KV%d graph of %d layers (paged16, "
               "splits %d): host per layer eager %.2f us, graph %.3f us; device "
               "per step eager %.1f us, graph %.1f us\n",
-              Cmd.Name.c_str(), dtypeName(Cmd.Dtype).str().c_str(), HQ, HKV, D,
+              Cmd.Name.c_str(), std::string(dtypeName(Cmd.Dtype)).c_str(), HQ, HKV, D,
               B, KV, Layers, P.Plan.Splits, EagerHost / Layers,
               GraphHost / Layers, EagerDev, GraphDev);
   std::fflush(stdout);
@@ -213,8 +214,7 @@ int main(int Argc, char **Argv) {
     std::vector<uint16_t> Block(size_t(32) << 20);
     for (uint16_t &X : Block)
       X = toBits(Cmd.Dtype, N(Rng));
-    runtime::ElemType ET = Cmd.Dtype == DType::F16 ? runtime::ElemType::F16
-                                                   : runtime::ElemType::BF16;
+    DType ET = Cmd.Dtype;
     for (int I = 6; I < Argc; ++I) { // after NAME DTYPE HQ HKV D
       int B = 0, KV = 0;
       if (std::sscanf(Argv[I], "graph:%d:%d", &B, &KV) == 2) {
@@ -241,7 +241,7 @@ int main(int Argc, char **Argv) {
       DeviceBuffer Out(size_t(B) * HQ * D * 2);
       DeviceBuffer Finals(std::max<size_t>(1, NumFinals) * B * HQ * 4);
       runtime::TensorView FV = runtime::TensorView::contiguous(
-          Finals.get(), runtime::ElemType::F32, {int64_t(NumFinals), B, HQ, 1});
+          Finals.get(), DType::F32, {int64_t(NumFinals), B, HQ, 1});
       auto Run = [&](int It) {
         int S = It % Sets;
         Att.forward(runtime::TensorView::contiguous(Q[S]->get(), ET, {B, 1, HQ, D}),
@@ -254,9 +254,15 @@ int main(int Argc, char **Argv) {
       double Gbs = 2.0 * KvBytes / (Ms * 1e-3) / 1e9;
       std::printf("attnc %s %s hq%d hkv%d d%d B%d KV%d: %.1f us, %.0f GB/s of "
                   "K/V\n",
-                  Cmd.Name.c_str(), dtypeName(Cmd.Dtype).str().c_str(), HQ, HKV,
+                  Cmd.Name.c_str(), std::string(dtypeName(Cmd.Dtype)).c_str(), HQ, HKV,
                   D, B, KV, Ms * 1e3, Gbs);
       std::fflush(stdout);
+      // One query per sequence; S is the keys (KV), H the query heads.
+      bench::BenchRow Row{"decode", "attnc", Cmd.Name,
+                          std::string(dtypeName(Cmd.Dtype)), "contiguous",
+                          Att.forwardChoice().str(), B, HQ, KV, D, D, Ms, 0};
+      Row.Gbps = Gbs;
+      bench::recordBenchRow(Row);
       for (int PageSize : {16, 1}) {
         if (KV % PageSize != 0)
           continue;
@@ -266,10 +272,17 @@ int main(int Argc, char **Argv) {
             5, 30);
         std::printf("attnc %s %s hq%d hkv%d d%d B%d KV%d paged%d: %.1f us, %.0f "
                     "GB/s of K/V, %.2fx contiguous (splits %d)\n",
-                    Cmd.Name.c_str(), dtypeName(Cmd.Dtype).str().c_str(), HQ,
+                    Cmd.Name.c_str(), std::string(dtypeName(Cmd.Dtype)).c_str(), HQ,
                     HKV, D, B, KV, PageSize, PMs * 1e3,
                     2.0 * KvBytes / (PMs * 1e-3) / 1e9, Ms / PMs, P.Plan.Splits);
         std::fflush(stdout);
+        bench::BenchRow PRow{"decode", "attnc", Cmd.Name,
+                             std::string(dtypeName(Cmd.Dtype)),
+                             fmt::format("paged{}", PageSize),
+                             Att.forwardChoice().str(), B, HQ, KV, D, D, PMs,
+                             0};
+        PRow.Gbps = 2.0 * KvBytes / (PMs * 1e-3) / 1e9;
+        bench::recordBenchRow(PRow);
       }
     }
   } catch (const Error &E) {

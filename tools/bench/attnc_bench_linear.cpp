@@ -9,6 +9,7 @@
 //
 // NAME is mamba2, simple_gla or retention_linear; HQK is the number of q/k
 // heads (default H; mamba2's ngroups).
+#include "BenchJson.h"
 #include "GpuSupport.h"
 #include "LinearGpuCheck.h"
 
@@ -51,6 +52,16 @@ int main(int Argc, char **Argv) {
                 Lin.spec().Config.str().c_str(), FwdMs,
                 P.forwardBytes() / FwdMs / 1e6, BwdMs,
                 P.backwardBytes() / BwdMs / 1e6);
+    // Memory-bound: the rows carry GB/s (T is the sequence length S).
+    for (bool Bwd : {false, true}) {
+      double Ms = Bwd ? BwdMs : FwdMs;
+      double Bytes = Bwd ? P.backwardBytes() : P.forwardBytes();
+      bench::BenchRow Row{Bwd ? "linear_bwd" : "linear_fwd", "attnc", Name,
+                          Argv[2], "none", Lin.spec().Config.str(),
+                          B, H, T, D, DV, Ms, 0};
+      Row.Gbps = Bytes / Ms / 1e6;
+      bench::recordBenchRow(Row);
+    }
     return 0;
   } catch (const std::exception &E) {
     std::fprintf(stderr, "attnc_bench_linear: %s\n", E.what());

@@ -61,7 +61,7 @@ int main(int Argc, char **Argv) {
     Lin.decodeSource();
     const ir::Graph &G = *Lin.definition().Graph;
     const bool Reads = codegen::linearReadsDecay(Lin.definition());
-    runtime::ElemType ET = elemOf(Cmd.Dtype);
+    DType ET = elemOf(Cmd.Dtype);
     std::mt19937_64 Rng(20261127);
     std::vector<float> Block(size_t(4) << 20);
     std::normal_distribution<float> Nf(0.f, 1.f);
@@ -95,7 +95,7 @@ int main(int Argc, char **Argv) {
       TensorView Ov = TensorView::contiguous(O->get(), ET, {B, N, H, DV});
       auto Step = [&](int It) {
         TensorView S = TensorView::contiguous(Pools[It % Sets]->get(),
-                                              runtime::ElemType::F32, {B, H, D, DV});
+                                              DType::F32, {B, H, D, DV});
         Lin.decodeStep({Qv, Kv, Vv, Ov, Reads ? &DecayV : nullptr, S, S}, Inputs);
       };
       auto Copy = [&](int It) {
@@ -111,7 +111,7 @@ int main(int Argc, char **Argv) {
       const double CopyGbs = 2.0 * StateBytes / (CopyMs * 1e-3) / 1e9;
       std::printf("attnc decode %s %s B%d H%d D%d DV%d N%d: %.1f us, %.0f GB/s "
                   "state r+w; copy %.1f us, %.0f GB/s; %.0f%% of the copy\n",
-                  Cmd.Name.c_str(), dtypeName(Cmd.Dtype).str().c_str(), B, H, D,
+                  Cmd.Name.c_str(), std::string(dtypeName(Cmd.Dtype)).c_str(), B, H, D,
                   DV, N, StepMs * 1e3, StepGbs, CopyMs * 1e3, CopyGbs,
                   100.0 * StepGbs / CopyGbs);
       std::fflush(stdout);

@@ -56,7 +56,7 @@ int main(int Argc, char **Argv) {
     runtime::LinearSignature Sig = linearBenchSignature(Cmd, D, DV);
     runtime::LinearAttention Lin(Def, Sig);
     const ir::Graph &G = *Lin.definition().Graph;
-    runtime::ElemType ET = elemOf(Cmd.Dtype);
+    DType ET = elemOf(Cmd.Dtype);
     std::mt19937_64 Rng(20261127);
     std::vector<uint16_t> Block(size_t(16) << 20);
     std::normal_distribution<double> Nd(0.0, 1.0);
@@ -72,11 +72,11 @@ int main(int Argc, char **Argv) {
     reference::Tensor Init = reference::Tensor::normal({S, H, D, DV}, Rng);
     TensorView InitV = uploadInput(false, Init.Data, Init.Shape, Keep);
     DeviceBuffer Final(Init.Data.size() * 4);
-    TensorView FinalV = TensorView::contiguous(Final.get(), runtime::ElemType::F32,
+    TensorView FinalV = TensorView::contiguous(Final.get(), DType::F32,
                                                Init.Shape);
     DeviceBuffer CuB(Cu.size() * 4);
     CuB.upload(Cu.data(), Cu.size() * 4);
-    TensorView CuV = TensorView::contiguous(CuB.get(), runtime::ElemType::I32, {S + 1});
+    TensorView CuV = TensorView::contiguous(CuB.get(), DType::I32, {S + 1});
     runtime::InputMap Inputs =
         uploadInputs(G, reference::sampleInputs(G, Rng, 1, H, T, T), Keep);
     const bool Reads = codegen::linearReadsDecay(Lin.definition());
@@ -103,7 +103,7 @@ int main(int Argc, char **Argv) {
       std::printf("attnc %s %s H%d D%d DV%d%s: packed %d sequences, %d tokens: "
                   "%.3f ms (%.1f Mtok/s); padded B%d T%d: %.3f ms (%.1f "
                   "Mtok/s); packed at %.0f%% of padded\n",
-                  Cmd.Name.c_str(), dtypeName(Cmd.Dtype).str().c_str(), H, D,
+                  Cmd.Name.c_str(), std::string(dtypeName(Cmd.Dtype)).c_str(), H, D,
                   DV, Direction, S, T, PackedMs, PackedTps / 1e6, S, Mean,
                   PaddedMs, PaddedTps / 1e6, 100.0 * PackedTps / PaddedTps);
     };
@@ -119,9 +119,9 @@ int main(int Argc, char **Argv) {
     TensorView DKv = TensorView::contiguous(DK.get(), ET, {T, H, D});
     TensorView DVv = TensorView::contiguous(DVb.get(), ET, {T, H, DV});
     TensorView DDecayV =
-        TensorView::contiguous(DDecay.get(), runtime::ElemType::F32, {1, H, T});
+        TensorView::contiguous(DDecay.get(), DType::F32, {1, H, T});
     TensorView DInitV =
-        TensorView::contiguous(DInit.get(), runtime::ElemType::F32, Init.Shape);
+        TensorView::contiguous(DInit.get(), DType::F32, Init.Shape);
     const double VarBwdMs = runtime::medianEventMs(
         [&](int) {
           Lin.backwardVarlen({Qv, Kv, Vv, Reads ? &DecayV : nullptr, DOv, CuV, &InitV,

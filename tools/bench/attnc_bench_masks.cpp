@@ -28,6 +28,7 @@
 // peers_masks.py: eight documents at the fixed fractions DocFractions, the
 // prefix S / 4, chunks of 256.
 #include "BackwardRunner.h"
+#include "BenchJson.h"
 #include "GpuSupport.h"
 #include "MaskClassify.h"
 #include "attn/runtime/DtypeBits.h"
@@ -119,8 +120,7 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
   Sig.HeadDim = D;
   Sig.HeadDimV = D;
   runtime::Attention Att(maskedMha(Mask), Sig);
-  runtime::ElemType ET =
-      T == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+  DType ET = T;
   size_t Elems = size_t(B) * S * H * D;
   std::mt19937_64 Rng(11);
   runtime::NormalPool Normals(T, Rng, 11);
@@ -142,7 +142,7 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
   runtime::InputMap Inputs;
   if (Mask == "document") {
     runtime::TensorView V = runtime::TensorView::contiguous(
-        IdBuf.get(), runtime::ElemType::I32, {B, S});
+        IdBuf.get(), DType::I32, {B, S});
     Inputs["doc_q"] = V;
     Inputs["doc_k"] = V;
   } else if (Mask == "prefix_lm") {
@@ -154,7 +154,7 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
     return runtime::TensorView::contiguous(P, ET, {B, S, H, D});
   };
   runtime::TensorView FV = runtime::TensorView::contiguous(
-      Finals.get(), runtime::ElemType::F32, {1, B, H, S});
+      Finals.get(), DType::F32, {1, B, H, S});
   runtime::MaskShape Shape;
   Shape.Batch = B;
   Shape.Heads = Shape.HeadsKv = H;
@@ -201,13 +201,21 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
               "fwd+bwd %.3f ms %.1f TFLOPS  reused mask: fwd %.3f ms %.1f "
               "TFLOPS  fwd+bwd %.3f ms %.1f TFLOPS  classify %.3f ms = %.1f%% "
               "of fwd  launched %llu  density %.4f  [%s | %s]\n",
-              Mask.c_str(), dtypeName(T).str().c_str(), B, H, S, D, TF,
+              Mask.c_str(), std::string(dtypeName(T)).c_str(), B, H, S, D, TF,
               Tflops(FlopsFwd, TF), TFB, Tflops(3.5 * FlopsFwd, TFB), TR,
               Tflops(FlopsFwd, TR), TRB, Tflops(3.5 * FlopsFwd, TRB), TC,
               100.0 * TC / TR, (unsigned long long)Launched,
               KeptCount / (double(S) * S), Att.forwardChoice().str().c_str(),
               Att.backwardChoice().str().c_str());
   std::fflush(stdout);
+  // FLOPs of the kept elements (the mask's own), as the line above counts.
+  bench::recordBenchRow({"masks_fwd", "attnc", Mask, std::string(dtypeName(T)),
+                         Mask, Att.forwardChoice().str(), B, H, S, D, D, TF,
+                         Tflops(FlopsFwd, TF)});
+  bench::recordBenchRow({"masks_fwdbwd", "attnc", Mask,
+                         std::string(dtypeName(T)), Mask,
+                         Att.backwardChoice().str(), B, H, S, D, D, TFB,
+                         Tflops(3.5 * FlopsFwd, TFB)});
 }
 
 /// Kept (q, k) pairs of a sequence of \p L tokens under \p Mask ("causal",
@@ -253,8 +261,7 @@ void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
     Cu[I + 1] = Cu[I] + L[I];
   const int64_t Tok = Cu.back(), B = int64_t(L.size());
   const int64_t Mean = (Tok + B / 2) / B;
-  runtime::ElemType ET =
-      T == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+  DType ET = T;
   const size_t Elems = size_t(std::max(Tok, B * Mean)) * H * D;
   std::mt19937_64 Rng(13);
   runtime::NormalPool Normals(T, Rng, 13);
@@ -289,11 +296,11 @@ void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
     };
     runtime::TensorView FV =
         Varlen ? runtime::TensorView::contiguous(
-                     Finals.get(), runtime::ElemType::F32, {1, H, Tok})
+                     Finals.get(), DType::F32, {1, H, Tok})
                : runtime::TensorView::contiguous(
-                     Finals.get(), runtime::ElemType::F32, {1, B, H, Mean});
+                     Finals.get(), DType::F32, {1, B, H, Mean});
     runtime::TensorView CuV = runtime::TensorView::contiguous(
-        CuBuf.get(), runtime::ElemType::I32, {B + 1});
+        CuBuf.get(), DType::I32, {B + 1});
     const int Longest = *std::max_element(L.begin(), L.end());
     runtime::VarlenBatch VB{CuV, CuV, Longest, Longest};
     auto Fwd = [&](int) {
@@ -311,7 +318,7 @@ void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
   std::printf("attnc varlen %-10s %s H%d D%d: 32 seqs in [64, %d], %lld tokens: "
               "varlen fwd %.1f TFLOPS [%s]  dense B32 S%lld fwd %.1f TFLOPS "
               "[%s]  varlen/dense %.3f\n",
-              Mask.c_str(), dtypeName(T).str().c_str(), H, D, MaxLen,
+              Mask.c_str(), std::string(dtypeName(T)).c_str(), H, D, MaxLen,
               (long long)Tok, Tf[0], Choice[0].c_str(), (long long)Mean, Tf[1],
               Choice[1].c_str(), Tf[0] / Tf[1]);
   std::fflush(stdout);

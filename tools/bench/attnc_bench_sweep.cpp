@@ -8,9 +8,11 @@
 // CONFIG is a forward configuration ("sm80", "m128n64w4s2", "sm90", or
 // "default" for the runtime's choice). --compile-only builds the kernels into
 // the kernel cache and times nothing (to compile several binaries' kernels
-// at once before timing them one after another).
+// at once before timing them one after another). A progress line on stderr
+// says which step runs (live on a terminal, a line per step otherwise).
 #include "BenchJson.h"
 #include "GpuSupport.h"
+#include "Progress.h"
 #include "attn/runtime/EventTiming.h"
 
 #include "Examples.h"
@@ -69,7 +71,7 @@ int main(int Argc, char **Argv) {
       continue;
     }
     std::optional<DType> T = dtypeFromName(Argv[I]);
-    if (!T) {
+    if (!T || !isAttentionDtype(*T)) {
       std::fprintf(stderr, "attnc_bench_sweep: dtype must be f16 or bf16\n");
       return 2;
     }
@@ -89,14 +91,17 @@ int main(int Argc, char **Argv) {
     DeviceBuffer Out(Elems * 2);
     DeviceBuffer Finals(size_t(kTokens) * kH * 4);
     std::vector<uint16_t> Host(Elems);
+    const std::vector<int> Lengths = {1024, 4096, 16384};
+    // A step per kernel made, and per sequence length timed.
+    ProgressLine Progress(llvm::errs(), "sweep",
+                          Types.size() * 2 * (CompileOnly ? 1 : 1 + Lengths.size()));
     for (DType T : Types) {
       if (!CompileOnly)
         for (int I = 0; I < 9; ++I) {
           fill(Host, T, 7 + I);
           Bufs[I]->upload(Host.data(), Elems * 2);
         }
-      runtime::ElemType ET =
-          T == DType::F16 ? runtime::ElemType::F16 : runtime::ElemType::BF16;
+      DType ET = T;
       for (bool Causal : {false, true}) {
         runtime::Signature Sig;
         Sig.Dtype = T;
@@ -104,16 +109,20 @@ int main(int Argc, char **Argv) {
         Sig.HeadDimV = kD;
         if (Config != "default")
           Sig.Config = Config;
+        Progress.step(fmt::format("{} {} compile", Causal ? "mha" : "mha_full",
+                                  dtypeName(T)));
         runtime::Attention Att(softmax(Causal), Sig);
         if (CompileOnly)
           continue;
-        for (int S : {1024, 4096, 16384}) {
+        for (int S : Lengths) {
+          Progress.step(fmt::format("{} {} S{}", Causal ? "mha" : "mha_full",
+                                    dtypeName(T), S));
           int B = kTokens / S;
           auto View = [&](DeviceBuffer &Buf) {
             return runtime::TensorView::contiguous(Buf.get(), ET, {B, S, kH, kD});
           };
           runtime::TensorView FV = runtime::TensorView::contiguous(
-              Finals.get(), runtime::ElemType::F32, {1, B, kH, S});
+              Finals.get(), DType::F32, {1, B, kH, S});
           auto Run = [&](int Set) {
             Att.forward(View(*Bufs[3 * Set]), View(*Bufs[3 * Set + 1]),
                         View(*Bufs[3 * Set + 2]), View(Out), &FV, {});
@@ -121,17 +130,18 @@ int main(int Argc, char **Argv) {
           double Ms = runtime::medianEventMs([&](int I) { Run(I % 3); }, 5, 30);
           double Flops = 4.0 * B * kH * double(S) * S * kD * (Causal ? 0.5 : 1.0);
           std::printf("attnc %-8s %s B%d H%d S%d D%d %s %s: %.3f ms  %.1f TFLOPS\n",
-                      Causal ? "mha" : "mha_full", dtypeName(T).str().c_str(), B,
+                      Causal ? "mha" : "mha_full", std::string(dtypeName(T)).c_str(), B,
                       kH, S, kD, Causal ? "causal" : "full",
                       Att.source().Key.c_str(), Ms, Flops / (Ms * 1e-3) / 1e12);
           std::fflush(stdout);
           bench::recordBenchRow({"fwd", "attnc", Causal ? "mha" : "mha_full",
-                                 dtypeName(T).str(), Causal ? "causal" : "full",
+                                 std::string(dtypeName(T)), Causal ? "causal" : "full",
                                  Att.source().Key, B, kH, S, kD, kD, Ms,
                                  Flops / (Ms * 1e-3) / 1e12});
         }
       }
     }
+    Progress.done(CompileOnly ? "kernels compiled" : "timed");
     return 0;
   } catch (const std::exception &E) {
     std::fprintf(stderr, "attnc_bench_sweep: %s\n", E.what());

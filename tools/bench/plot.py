@@ -5,9 +5,11 @@ benches and peer scripts with ATTNC_BENCH_JSON set; tools/bench/results.py).
     python3 tools/bench/plot.py RESULTS.jsonl... -o docs/plots [--table]
 
 One PNG per (bench, dtype, head dim, mask): TFLOPS against sequence length,
-one line per implementation (attnc and each peer). With --table, a Markdown
-table of every shape: attnc, the best peer and attnc / best peer. Needs
-matplotlib (a documentation tool; no test or build uses it).
+one line per implementation (attnc and each peer). The memory-bound benches
+(decode, linear attention: rows with "gbps" and no TFLOPS) plot GB/s
+instead, S being their key or token count. With --table, a Markdown table of
+every shape: attnc, the best peer and attnc / best peer. Needs matplotlib
+for the plots (a documentation tool; no test or build uses it).
 """
 import argparse
 import collections
@@ -28,6 +30,17 @@ def groups(rows):
     return out
 
 
+def metric(by_impl):
+    """"tflops", or "gbps" for a group of memory-bound rows (no TFLOPS)."""
+    rows = [r for by_s in by_impl.values() for r in by_s.values()]
+    if any(r.get("tflops", 0) > 0 for r in rows):
+        return "tflops"
+    return "gbps" if any(r.get("gbps", 0) > 0 for r in rows) else "tflops"
+
+
+UNITS = {"tflops": "TFLOPS", "gbps": "GB/s"}
+
+
 def title(key, rows):
     bench, dtype, d, dv, mask = key
     any_row = next(iter(next(iter(rows.values())).values()))
@@ -41,15 +54,16 @@ def plot(key, by_impl, out_dir):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rate = metric(by_impl)
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for impl in sorted(by_impl, key=lambda i: (i != "attnc", i)):
         points = sorted(by_impl[impl].items())
-        ax.plot([s for s, _ in points], [r["tflops"] for _, r in points],
+        ax.plot([s for s, _ in points], [r.get(rate, 0) for _, r in points],
                 marker="o", linewidth=2.5 if impl == "attnc" else 1.5,
                 label=impl)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("sequence length")
-    ax.set_ylabel("TFLOPS")
+    ax.set_ylabel(UNITS[rate])
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend()
@@ -70,20 +84,24 @@ def table(grouped):
     for key in sorted(grouped):
         bench, dtype, d, dv, mask = key
         by_impl = grouped[key]
+        rate = metric(by_impl)
+        # TFLOPS bare (the columns' unit); a memory-bound group's GB/s named.
+        unit = "" if rate == "tflops" else " GB/s"
         for s in sorted(by_impl.get("attnc", {})):
             mine = by_impl["attnc"][s]
-            peers = [(r["tflops"], impl) for impl, rs in by_impl.items()
+            peers = [(r.get(rate, 0), impl) for impl, rs in by_impl.items()
                      if impl != "attnc" and s in rs for r in [rs[s]]]
             shape = f"B{mine['B']} H{mine['H']} S{s} D{d}" + (
                 "" if d == dv else f"/{dv}")
             if not peers:
                 lines.append(f"| {bench} | {mask} | {dtype} | {shape} | "
-                             f"{mine['tflops']:.0f} | — | — | — |")
+                             f"{mine.get(rate, 0):.0f}{unit} | — | — | — |")
                 continue
             best, name = max(peers)
             lines.append(f"| {bench} | {mask} | {dtype} | {shape} | "
-                         f"{mine['tflops']:.0f} | {name} | {best:.0f} | "
-                         f"{mine['tflops'] / best:.2f}× |")
+                         f"{mine.get(rate, 0):.0f}{unit} | {name} | "
+                         f"{best:.0f}{unit} | "
+                         f"{mine.get(rate, 0) / best:.2f}× |")
     return "\n".join(lines)
 
 

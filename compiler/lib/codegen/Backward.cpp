@@ -210,7 +210,7 @@ void validateBackward(const KernelSpec &Spec, const BwdConfig &C, int NumFinals,
 std::string backwardKey(const CompiledDefinition &Def, const KernelSpec &Spec,
                         const BwdConfig &Config) {
   return fmt::format("{}.bwd_sm80.{}.d{}x{}.{}.{}", Def.Graph->name(),
-                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     std::string(dtypeName(Spec.Dtype)), Spec.HeadDim, Spec.HeadDimV,
                      archName(Spec.Arch).str(), Config.str());
 }
 

@@ -251,7 +251,7 @@ KernelSource generateBackwardSm90(const CompiledDefinition &Def,
 
   KernelSource Src;
   Src.Key = fmt::format("{}.bwd_sm90.{}.d{}x{}.{}.{}", G.name(),
-                        dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                        std::string(dtypeName(Spec.Dtype)), Spec.HeadDim, Spec.HeadDimV,
                         archName(Spec.Arch).str(), Config.str());
   Src.Arch = Spec.Arch;
   Src.Entries = {"attnc_bwd_preprocess",     "attnc_bwd_dkdv",

@@ -180,7 +180,7 @@ static KernelSource generateDecodeFrom(const CompiledDefinition &Def,
   analysis::MergeInfo M = analysis::analyzeMerge(*Def.Graph);
   KernelSource Src;
   Src.Key = fmt::format("{}.{}.{}.d{}x{}.{}.{}", Def.Graph->name(),
-                        Skeleton.str(), dtypeName(Spec.Dtype).str(), Spec.HeadDim,
+                        Skeleton.str(), std::string(dtypeName(Spec.Dtype)), Spec.HeadDim,
                         Spec.HeadDimV, archName(Spec.Arch).str(), C.str());
   Src.Arch = Spec.Arch;
   Src.Entries = {Entry.str()};

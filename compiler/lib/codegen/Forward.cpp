@@ -123,7 +123,7 @@ void KernelSpec::validate() const {
 
 std::string forwardKey(const CompiledDefinition &Def, const KernelSpec &Spec) {
   return fmt::format("{}.fwd_sm80.{}.d{}x{}.{}.{}", Def.Graph->name(),
-                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     std::string(dtypeName(Spec.Dtype)), Spec.HeadDim, Spec.HeadDimV,
                      archName(Spec.Arch).str(), Spec.Config.str());
 }
 

@@ -92,7 +92,7 @@ std::string sm90Unsupported(const KernelSpec &Spec, const Sm90Config &C) {
 std::string forwardKeySm90(const CompiledDefinition &Def,
                            const KernelSpec &Spec, const Sm90Config &C) {
   return fmt::format("{}.fwd_sm90.{}.d{}x{}.{}.{}", Def.Graph->name(),
-                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     std::string(dtypeName(Spec.Dtype)), Spec.HeadDim, Spec.HeadDimV,
                      archName(Spec.Arch).str(), C.str());
 }
 

@@ -206,35 +206,35 @@ void LinearKernelSpec::validate() const {
 std::string linearForwardKey(const CompiledDefinition &Def,
                              const LinearKernelSpec &Spec) {
   return fmt::format("{}.linear_fwd.{}.d{}x{}.{}.{}", Def.Graph->name(),
-                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     std::string(dtypeName(Spec.Dtype)), Spec.HeadDim, Spec.HeadDimV,
                      archName(Spec.Arch).str(), Spec.Config.str());
 }
 
 std::string linearForwardVarlenKey(const CompiledDefinition &Def,
                                    const LinearKernelSpec &Spec) {
   return fmt::format("{}.linear_fwd_varlen.{}.d{}x{}.{}.{}", Def.Graph->name(),
-                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     std::string(dtypeName(Spec.Dtype)), Spec.HeadDim, Spec.HeadDimV,
                      archName(Spec.Arch).str(), Spec.Config.str());
 }
 
 std::string linearDecodeKey(const CompiledDefinition &Def,
                             const LinearKernelSpec &Spec) {
   return fmt::format("{}.linear_dec.{}.d{}x{}.{}", Def.Graph->name(),
-                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     std::string(dtypeName(Spec.Dtype)), Spec.HeadDim, Spec.HeadDimV,
                      archName(Spec.Arch).str());
 }
 
 std::string linearBackwardKey(const CompiledDefinition &Def,
                               const LinearKernelSpec &Spec) {
   return fmt::format("{}.linear_bwd.{}.d{}x{}.{}.{}", Def.Graph->name(),
-                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     std::string(dtypeName(Spec.Dtype)), Spec.HeadDim, Spec.HeadDimV,
                      archName(Spec.Arch).str(), Spec.Config.str());
 }
 
 std::string linearBackwardVarlenKey(const CompiledDefinition &Def,
                                     const LinearKernelSpec &Spec) {
   return fmt::format("{}.linear_bwd_varlen.{}.d{}x{}.{}.{}", Def.Graph->name(),
-                     dtypeName(Spec.Dtype).str(), Spec.HeadDim, Spec.HeadDimV,
+                     std::string(dtypeName(Spec.Dtype)), Spec.HeadDim, Spec.HeadDimV,
                      archName(Spec.Arch).str(), Spec.Config.str());
 }
 

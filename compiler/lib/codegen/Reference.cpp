@@ -25,7 +25,7 @@ KernelSource generateReference(const CompiledDefinition &Def,
   Spec.validate();
   KernelSource Src;
   Src.Key = fmt::format("{}.ref_fwd.{}.d{}x{}.{}", Def.Graph->name(),
-                        dtypeName(Spec.Dtype).str(), Spec.HeadDim,
+                        std::string(dtypeName(Spec.Dtype)), Spec.HeadDim,
                         Spec.HeadDimV, archName(Spec.Arch).str());
   Src.Arch = Spec.Arch;
   Src.Entries = {"attnc_ref_fwd"};

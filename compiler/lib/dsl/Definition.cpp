@@ -4,6 +4,7 @@
 
 #include "attn/Error.h"
 #include "attn/dsl/Names.h"
+#include "attn/ir/Graph.h"
 
 #include "llvm/ADT/StringExtras.h"
 
@@ -66,7 +67,8 @@ static std::string joinNames(const std::vector<std::string> &Names) {
   return Names.empty() ? "none" : llvm::join(Names, ", ");
 }
 
-SymbolScalar CustomInputs::operator[](llvm::StringRef Name) const {
+SymbolScalar CustomInputs::operator[](std::string_view NameText) const {
+  llvm::StringRef Name = NameText;
   if (!Bound)
     throw UserError("custom input '" + Name.str() +
                     "' read outside a traced function");
@@ -135,7 +137,8 @@ void Rowscales::setOwner(std::string Fn, std::string W) {
   What = std::move(W);
 }
 
-SymbolScalar Rowscales::operator[](llvm::StringRef Name) const {
+SymbolScalar Rowscales::operator[](std::string_view NameText) const {
+  llvm::StringRef Name = NameText;
   std::vector<std::string> Known;
   for (const auto &[N, V] : Entries) {
     if (N == Name)
@@ -156,7 +159,8 @@ void Rowscales::set(const std::string &Name, SymbolScalar Value) {
   Entries.emplace_back(Name, Value);
 }
 
-bool Rowscales::contains(llvm::StringRef Name) const {
+bool Rowscales::contains(std::string_view NameText) const {
+  llvm::StringRef Name = NameText;
   for (const auto &Entry : Entries)
     if (Entry.first == Name)
       return true;
@@ -195,14 +199,16 @@ void Registry::add(std::shared_ptr<const DefinitionBase> Def) {
   Defs.push_back(std::move(Def));
 }
 
-const DefinitionBase *Registry::find(llvm::StringRef Name) const {
+const DefinitionBase *Registry::find(std::string_view NameText) const {
+  llvm::StringRef Name = NameText;
   for (const auto &D : Defs)
     if (D->name == Name)
       return D.get();
   return nullptr;
 }
 
-const DefinitionBase &Registry::get(llvm::StringRef Name) const {
+const DefinitionBase &Registry::get(std::string_view NameText) const {
+  llvm::StringRef Name = NameText;
   if (const DefinitionBase *D = find(Name))
     return *D;
   std::vector<std::string> Known;

@@ -7,7 +7,8 @@
 
 namespace attn::dsl {
 
-void checkIdentifier(llvm::StringRef What, llvm::StringRef Name) {
+void checkIdentifier(std::string_view WhatText, std::string_view NameText) {
+  llvm::StringRef What = WhatText, Name = NameText;
   bool Ok = !Name.empty() && (llvm::isAlpha(Name[0]) || Name[0] == '_');
   for (char C : Name)
     Ok = Ok && (llvm::isAlnum(C) || C == '_');

@@ -3,29 +3,50 @@
 
 #include "attn/Error.h"
 
+#include "llvm/ADT/StringRef.h"
+
 #include <fmt/format.h>
 
 namespace attn {
 
-llvm::StringRef dtypeName(DType T) {
+std::string_view dtypeName(DType T) {
   switch (T) {
   case DType::F16:
     return "f16";
   case DType::BF16:
     return "bf16";
+  case DType::F32:
+    return "f32";
+  case DType::I32:
+    return "i32";
+  case DType::I64:
+    return "i64";
   }
   return "?";
 }
 
-std::optional<DType> dtypeFromName(llvm::StringRef Name) {
+std::optional<DType> dtypeFromName(std::string_view Name) {
   if (Name == "f16" || Name == "fp16" || Name == "float16")
     return DType::F16;
   if (Name == "bf16" || Name == "bfloat16")
     return DType::BF16;
+  if (Name == "f32" || Name == "float32")
+    return DType::F32;
+  if (Name == "i32" || Name == "int32")
+    return DType::I32;
+  if (Name == "i64" || Name == "int64")
+    return DType::I64;
   return std::nullopt;
 }
 
-llvm::StringRef layoutName(Layout L) {
+void checkAttentionDtype(DType T, std::string_view What) {
+  if (!isAttentionDtype(T))
+    throw UserError(fmt::format("{}: dtype {} is not f16 or bf16 (the dtype "
+                                "of q, k, v and o)",
+                                What, dtypeName(T)));
+}
+
+std::string_view layoutName(Layout L) {
   switch (L) {
   case Layout::BSHD:
     return "bshd";
@@ -37,7 +58,8 @@ llvm::StringRef layoutName(Layout L) {
   return "?";
 }
 
-std::optional<Layout> layoutFromName(llvm::StringRef Name) {
+std::optional<Layout> layoutFromName(std::string_view NameText) {
+  llvm::StringRef Name = NameText;
   if (Name.equals_insensitive("bshd"))
     return Layout::BSHD;
   if (Name.equals_insensitive("bhsd"))
@@ -74,6 +96,7 @@ void ProblemShape::validate() const {
   Positive("seq_kv", seq_kv);
   Positive("head_dim", head_dim);
   Positive("head_dim_v", head_dim_v);
+  checkAttentionDtype(dtype, "problem");
   if (heads % heads_kv != 0)
     throw UserError(fmt::format(
         "problem: heads_kv ({}) must divide heads ({})", heads_kv, heads));
@@ -82,7 +105,7 @@ void ProblemShape::validate() const {
 std::string ProblemShape::str() const {
   return fmt::format("b{} h{}/{} s{}x{} d{}/{} {} {}", batch, heads, heads_kv,
                      seq_q, seq_kv, head_dim, head_dim_v,
-                     dtypeName(dtype).str(), layoutName(layout).str());
+                     std::string(dtypeName(dtype)), std::string(layoutName(layout)));
 }
 
 } // namespace attn

@@ -125,7 +125,8 @@ SymbolScalar SymbolScalar::min(const SymbolScalar &O) const {
   return detail::apply(ir::NodeKind::Min, *this, O);
 }
 
-SymbolScalar SymbolScalar::get_reduce(llvm::StringRef Op) const {
+SymbolScalar SymbolScalar::get_reduce(std::string_view OpText) const {
+  llvm::StringRef Op = OpText;
   ir::Graph &G = graphOf(*this, "get_reduce");
   std::optional<ir::ReduceOp> R = ir::reduceOpFromName(Op);
   if (!R) {
@@ -221,7 +222,7 @@ SymbolScalar apply(ir::NodeKind K, const SymbolScalar &A,
 }
 
 SymbolScalar literal(const SymbolScalar &Like, double V, bool Integral,
-                     llvm::StringRef Op) {
+                     std::string_view Op) {
   if (std::isnan(V))
     symbolError(Op, {&Like}, "with the constant NaN: NaN has no meaning as "
                              "a constant");
@@ -236,6 +237,11 @@ SymbolScalar literal(const SymbolScalar &Like, double V, bool Integral,
   if (Integral && std::abs(V) < 2147483648.0)
     return Like.constantInt(static_cast<long long>(V));
   return Like.constant(V);
+}
+
+SymbolScalar literal(const SymbolScalar &Like, double V, bool Integral,
+                     ir::NodeKind K) {
+  return literal(Like, V, Integral, std::string_view(ir::mnemonic(K)));
 }
 } // namespace detail
 

@@ -4,21 +4,14 @@
 #ifndef ATTN_CODEGEN_ARCH_H
 #define ATTN_CODEGEN_ARCH_H
 
+#include "attn/GpuArch.h"
+
 #include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
 #include <optional>
 
 namespace attn {
-
-/// NVRTC's targets: sm_80 (A100), sm_86 and sm_89 (Ampere/Ada consumer
-/// parts: less shared memory) and sm_90a (H100/H200, with the
-/// arch-specific wgmma, TMA and setmaxnreg).
-enum class GpuArch : uint8_t { Sm80, Sm86, Sm89, Sm90a };
-
-/// Every GpuArch, oldest first.
-inline constexpr GpuArch AllGpuArchs[] = {GpuArch::Sm80, GpuArch::Sm86,
-                                          GpuArch::Sm89, GpuArch::Sm90a};
 
 /// "sm_80", "sm_86", "sm_89", "sm_90a": NVRTC's --gpu-architecture value
 /// and the spelling of cache keys, tune files and messages.

@@ -3,7 +3,7 @@
 #ifndef ATTN_CODEGEN_KERNELSOURCE_H
 #define ATTN_CODEGEN_KERNELSOURCE_H
 
-#include "attn/codegen/Arch.h"
+#include "attn/GpuArch.h"
 
 #include <string>
 #include <vector>

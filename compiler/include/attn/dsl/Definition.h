@@ -4,12 +4,13 @@
 #define ATTN_DSL_DEFINITION_H
 
 #include "attn/dsl/Symbol.h"
-#include "attn/ir/Graph.h"
+#include "attn/ir/Types.h"
 
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -45,7 +46,7 @@ public:
   const std::vector<ir::InputDecl> &decls() const { return Decls; }
 
   /// The input \p Name as a symbol; only valid while a function is traced.
-  SymbolScalar operator[](llvm::StringRef Name) const;
+  SymbolScalar operator[](std::string_view Name) const;
   /// The problem's head dimension D (a compile-time constant), e.g. for a
   /// 1/sqrt(D) scale: `score * inputs.head_dim().rsqrt()`.
   SymbolScalar head_dim() const;
@@ -74,9 +75,9 @@ public:
   /// is returned twice"), where the function is known.
   Rowscales(std::initializer_list<std::pair<std::string, SymbolScalar>> Init);
 
-  SymbolScalar operator[](llvm::StringRef Name) const;
+  SymbolScalar operator[](std::string_view Name) const;
   void set(const std::string &Name, SymbolScalar Value);
-  bool contains(llvm::StringRef Name) const;
+  bool contains(std::string_view Name) const;
   const std::vector<std::pair<std::string, SymbolScalar>> &entries() const {
     return Entries;
   }

@@ -2,13 +2,13 @@
 #ifndef ATTN_DSL_NAMES_H
 #define ATTN_DSL_NAMES_H
 
-#include "llvm/ADT/StringRef.h"
+#include <string_view>
 
 namespace attn::dsl {
 
 /// UserError unless \p Name is a C identifier: "\p What 'x y': not a valid
 /// name; ...".
-void checkIdentifier(llvm::StringRef What, llvm::StringRef Name);
+void checkIdentifier(std::string_view What, std::string_view Name);
 
 } // namespace attn::dsl
 

@@ -5,6 +5,7 @@
 #include "attn/dsl/Definition.h"
 
 #include <memory>
+#include <string_view>
 #include <vector>
 
 namespace attn::dsl {
@@ -19,10 +20,10 @@ public:
   }
 
   /// The definition named \p Name, or nullptr.
-  const DefinitionBase *find(llvm::StringRef Name) const;
+  const DefinitionBase *find(std::string_view Name) const;
   /// The definition named \p Name; a UserError listing the known names if
   /// there is none.
-  const DefinitionBase &get(llvm::StringRef Name) const;
+  const DefinitionBase &get(std::string_view Name) const;
   /// All definitions in registration order.
   std::vector<const DefinitionBase *> all() const;
 

@@ -2,16 +2,16 @@
 #ifndef ATTN_DSL_SYMBOL_H
 #define ATTN_DSL_SYMBOL_H
 
-#include "attn/ir/Node.h"
-
-#include "llvm/ADT/StringRef.h"
+#include "attn/ir/Types.h"
 
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace attn::ir {
 class Graph;
-}
+class Node;
+} // namespace attn::ir
 
 namespace attn::dsl {
 
@@ -71,7 +71,7 @@ public:
   SymbolScalar min(T Other) const;
 
   /// Reduces a per-element value over the keys: "max", "sum" or "abssum".
-  SymbolScalar get_reduce(llvm::StringRef Op) const;
+  SymbolScalar get_reduce(std::string_view Op) const;
   SymbolScalar get_reduce(ir::ReduceOp Op) const;
 
   /// A constant in the same graph as this symbol. This is how a definition
@@ -122,11 +122,13 @@ SymbolScalar apply(ir::NodeKind K, const SymbolScalar &A, const SymbolScalar &B)
 /// The constant for a C++ number \p V given to operation \p Op: a UserError
 /// naming the function and the operation when \p V is NaN or infinite.
 SymbolScalar literal(const SymbolScalar &Like, double V, bool Integral,
-                     llvm::StringRef Op);
+                     std::string_view Op);
+/// The same, \p K's mnemonic naming the operation.
+SymbolScalar literal(const SymbolScalar &Like, double V, bool Integral,
+                     ir::NodeKind K);
 template <typename T>
 SymbolScalar lift(const SymbolScalar &Like, T V, ir::NodeKind K) {
-  return literal(Like, static_cast<double>(V), std::is_integral_v<T>,
-                 ir::mnemonic(K));
+  return literal(Like, static_cast<double>(V), std::is_integral_v<T>, K);
 }
 } // namespace detail
 

@@ -18,20 +18,8 @@ namespace attn::ir {
 
 struct NodeKey;
 
-/// Transformer-style (scores, online function) or linear (chunked state).
-enum class DefinitionKind : uint8_t { Transformer, Linear };
 llvm::StringRef definitionKindName(DefinitionKind K);
 
-/// The shape class of a custom input, as the seeds' CustomIO declares it.
-enum class InputShape : uint8_t {
-  Scalar,        ///< one runtime value (a kernel parameter; no recompilation)
-  PerHead,       ///< [heads]
-  PerRow,        ///< [batch, heads, seq_len]
-  PerKey,        ///< [batch, heads, seq_len_kv]
-  Full,          ///< [batch, heads, seq_len, seq_len_kv]
-  PerQueryToken, ///< [batch, seq_len], shared by all heads
-  PerKeyToken,   ///< [batch, seq_len_kv], shared by all heads
-};
 llvm::StringRef inputShapeName(InputShape S);
 std::optional<InputShape> inputShapeFromName(llvm::StringRef Name);
 /// The space a value of this shape class has when used.
@@ -43,27 +31,10 @@ bool inputVariesWithHead(InputShape S);
 /// entry.
 bool inputVariesWithBatch(InputShape S);
 
-/// The element type of a custom input's values.
-enum class InputType : uint8_t {
-  F32, ///< float32 (the default)
-  I32, ///< int32: ids, lengths, offsets; compared without float conversion
-};
 llvm::StringRef inputTypeName(InputType T);
 std::optional<InputType> inputTypeFromName(llvm::StringRef Name);
 /// The IR type a read of an input of element type \p T has.
 Type inputTypeIR(InputType T);
-
-struct InputDecl {
-  std::string Name;
-  InputShape Shape;
-  /// The range `attnc check` draws test values from (uniformly; for an i32
-  /// input, whole numbers in it).
-  double SampleLo = -1.0, SampleHi = 1.0;
-  /// The user asked for its gradient (CustomInputs::requiresGrad): the
-  /// backward computes d_<name> through score_mod.
-  bool RequiresGrad = false;
-  InputType Elem = InputType::F32;
-};
 
 struct RowscaleDecl {
   std::string Name;

@@ -26,6 +26,8 @@
 #ifndef ATTN_IR_NODE_H
 #define ATTN_IR_NODE_H
 
+#include "attn/ir/Types.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 
@@ -35,107 +37,6 @@
 
 namespace attn::ir {
 
-/// The groups of Nodes.def, in its order.
-enum class KindGroup : uint8_t {
-  Leaf,
-  Unary,
-  Binary,
-  Compare,
-  Logic,
-  Select,
-  Reduce
-};
-
-namespace detail {
-/// The group of every kind, indexed by the kind's value; the enum below
-/// derives its First/Last markers from it so they cannot drift from the .def.
-inline constexpr KindGroup KindGroupTable[] = {
-#define ATTN_LEAF(Name, Mnemonic) KindGroup::Leaf,
-#define ATTN_UNARY(Name, Mnemonic) KindGroup::Unary,
-#define ATTN_BINARY(Name, Mnemonic) KindGroup::Binary,
-#define ATTN_COMPARE(Name, Mnemonic) KindGroup::Compare,
-#define ATTN_LOGIC(Name, Mnemonic) KindGroup::Logic,
-#define ATTN_SELECT(Name, Mnemonic) KindGroup::Select,
-#define ATTN_REDUCE(Name, Mnemonic) KindGroup::Reduce,
-#include "attn/ir/Nodes.def"
-};
-constexpr uint8_t firstOfGroup(KindGroup G) {
-  for (uint8_t I = 0; I < std::size(KindGroupTable); ++I)
-    if (KindGroupTable[I] == G)
-      return I;
-  return 0;
-}
-constexpr uint8_t lastOfGroup(KindGroup G) {
-  uint8_t Last = 0;
-  for (uint8_t I = 0; I < std::size(KindGroupTable); ++I)
-    if (KindGroupTable[I] == G)
-      Last = I;
-  return Last;
-}
-/// Every kind between a group's first and last member belongs to it (and the
-/// group is not empty), so the range checks below are exact.
-constexpr bool groupIsContiguous(KindGroup G) {
-  uint8_t First = firstOfGroup(G), Last = lastOfGroup(G);
-  if (KindGroupTable[First] != G)
-    return false;
-  for (uint8_t I = First; I <= Last; ++I)
-    if (KindGroupTable[I] != G)
-      return false;
-  return true;
-}
-} // namespace detail
-
-/// The node kinds, one per entry of Nodes.def, followed by a First/Last
-/// marker per group (aliases of member kinds, so switches need no case for
-/// them).
-enum class NodeKind : uint8_t {
-#define ATTN_NODE(Name, Mnemonic, Arity) Name,
-#include "attn/ir/Nodes.def"
-#define ATTN_KIND_GROUP_MARKERS(Group)                                         \
-  First##Group = detail::firstOfGroup(KindGroup::Group),                       \
-  Last##Group = detail::lastOfGroup(KindGroup::Group),
-  ATTN_KIND_GROUP_MARKERS(Leaf) ATTN_KIND_GROUP_MARKERS(Unary)
-  ATTN_KIND_GROUP_MARKERS(Binary) ATTN_KIND_GROUP_MARKERS(Compare)
-  ATTN_KIND_GROUP_MARKERS(Logic) ATTN_KIND_GROUP_MARKERS(Select)
-  ATTN_KIND_GROUP_MARKERS(Reduce)
-#undef ATTN_KIND_GROUP_MARKERS
-};
-
-/// How many node kinds Nodes.def lists.
-inline constexpr unsigned NumNodeKinds = std::size(detail::KindGroupTable);
-
-static_assert(detail::groupIsContiguous(KindGroup::Leaf) &&
-                  detail::groupIsContiguous(KindGroup::Unary) &&
-                  detail::groupIsContiguous(KindGroup::Binary) &&
-                  detail::groupIsContiguous(KindGroup::Compare) &&
-                  detail::groupIsContiguous(KindGroup::Logic) &&
-                  detail::groupIsContiguous(KindGroup::Select) &&
-                  detail::groupIsContiguous(KindGroup::Reduce),
-              "Nodes.def must list the kinds of a group next to each other: "
-              "the group predicates are range checks");
-
-/// The group of a kind, as Nodes.def lists it.
-constexpr KindGroup kindGroup(NodeKind K) {
-  return detail::KindGroupTable[static_cast<uint8_t>(K)];
-}
-
-/// Kind-group predicates: range checks on the markers above.
-constexpr bool isLeafKind(NodeKind K) {
-  return K >= NodeKind::FirstLeaf && K <= NodeKind::LastLeaf;
-}
-constexpr bool isUnaryKind(NodeKind K) {
-  return K >= NodeKind::FirstUnary && K <= NodeKind::LastUnary;
-}
-constexpr bool isBinaryKind(NodeKind K) {
-  return K >= NodeKind::FirstBinary && K <= NodeKind::LastBinary;
-}
-constexpr bool isCompareKind(NodeKind K) {
-  return K >= NodeKind::FirstCompare && K <= NodeKind::LastCompare;
-}
-constexpr bool isLogicKind(NodeKind K) {
-  return K >= NodeKind::FirstLogic && K <= NodeKind::LastLogic;
-}
-
 /// The mnemonic of a node kind ("exp", "add", ...), as the printer writes it.
 llvm::StringRef mnemonic(NodeKind K);
 /// The number of operands a node of this kind has.
@@ -143,11 +44,9 @@ unsigned arity(NodeKind K);
 /// The kind whose mnemonic is \p Name, if any.
 std::optional<NodeKind> kindFromMnemonic(llvm::StringRef Name);
 
-enum class Type : uint8_t { F32, I32, Bool };
 llvm::StringRef typeName(Type T);
 std::optional<Type> typeFromName(llvm::StringRef Name);
 
-enum class Space : uint8_t { Const, Head, Row, Col, Tile, Out };
 llvm::StringRef spaceName(Space S);
 std::optional<Space> spaceFromName(llvm::StringRef Name);
 /// Words for error messages: "per-row", "per-element", ...
@@ -159,26 +58,9 @@ std::optional<Space> joinSpaces(Space A, Space B);
 /// (const, head, row): what a rowscale must be.
 bool isPerRowOrCoarser(Space S);
 
-enum class ReduceOp : uint8_t { Max, Sum, AbsSum };
 llvm::StringRef reduceOpName(ReduceOp Op);
 std::optional<ReduceOp> reduceOpFromName(llvm::StringRef Name);
 
-/// What a parameter stands for. Each DSL function has a fixed set of them.
-enum class ParamKind : uint8_t {
-  Score,         ///< raw q·k before score_mod
-  Scores,        ///< scores after score_mod (online_fwd, forward)
-  Output,        ///< the output accumulator o (epilogue)
-  Rowscale,      ///< an online rowscale
-  FinalRowscale, ///< a final rowscale (forward, backward)
-  Probs,         ///< P, the result of forward (backward)
-  GradProbs,     ///< dP = dO·Vᵀ (backward)
-  Doosum,        ///< rowsum(dO∘O) (backward)
-  Index,         ///< b, h, q_idx, kv_idx, t
-  Input,         ///< a user-declared custom input
-  HeadDim,       ///< the problem's head dimension D (compile-time)
-  Element,       ///< an element of q, k or v (linear-attention mods)
-  Decay,         ///< the per-token decay input (decay_mod)
-};
 llvm::StringRef paramKindName(ParamKind K);
 std::optional<ParamKind> paramKindFromName(llvm::StringRef Name);
 

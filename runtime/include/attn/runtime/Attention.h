@@ -3,25 +3,30 @@
 #ifndef ATTN_RUNTIME_ATTENTION_H
 #define ATTN_RUNTIME_ATTENTION_H
 
-#include "attn/Pipeline.h"
-#include "attn/codegen/Codegen.h"
+#include "attn/GpuArch.h"
+#include "attn/codegen/KernelSource.h"
 #include "attn/dsl/Definition.h"
 #include "attn/dsl/Problem.h"
 #include "attn/runtime/BlockMask.h"
-#include "attn/runtime/KernelCache.h"
-#include "attn/runtime/Selector.h"
+#include "attn/runtime/Bundle.h"
 
-#include <cuda.h>
+#include <cuda.h> // CUstream only; nothing links libcuda
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
-#include <dlpack/dlpack.h>
+// This header is public (docs/architecture.md, "Public headers"): it names
+// the compiler's and the selector's types only by declaration, and no LLVM
+// or DLPack header reaches it.
+namespace attn {
+struct CompiledDefinition;
+} // namespace attn
 
 namespace attn::analysis {
 struct MaskAnalysis;
@@ -29,25 +34,48 @@ struct MaskAnalysis;
 
 namespace attn::runtime {
 
-/// I32 is for custom inputs declared InputType::I32 (ids, lengths) and
-/// page indices; I64 for a paged append's slot mapping.
-enum class ElemType : uint8_t { F16, BF16, F32, I32, I64 };
-const char *elemTypeName(ElemType T);
+struct KernelTarget;
+struct KernelPolicy;
+struct KernelChoice;
+class KernelSelector;
+struct TuneShape;
+struct CacheResult;
+enum class Direction : uint8_t;
+
+/// The element type was runtime::ElemType; it is attn::DType now (one enum
+/// for signatures and tensor views). The alias goes in the next release.
+using ElemType [[deprecated("use attn::DType")]] = DType;
+[[deprecated("use attn::dtypeName")]] inline const char *
+elemTypeName(DType T) {
+  return dtypeName(T).data();
+}
 
 /// A non-owning view of a device tensor: pointer, element type, shape and
 /// strides in elements (any strides; the innermost must be 1 for q/k/v/o).
 struct TensorView {
   void *Data = nullptr;
-  ElemType Type = ElemType::F16;
+  DType Type = DType::F16;
   std::vector<int64_t> Shape;
   std::vector<int64_t> Strides;
 
   /// A contiguous (row-major) view.
-  static TensorView contiguous(void *Data, ElemType T,
+  static TensorView contiguous(void *Data, DType T,
                                std::vector<int64_t> Shape);
   /// A view of a DLPack tensor (kDLCUDA; float16, bfloat16, float32,
-  /// int32 or int64).
-  static TensorView fromDLPack(const DLTensor &T);
+  /// int32 or int64): pass a `DLTensor` of <dlpack/dlpack.h> (DLPack 0.6
+  /// or later), which the caller includes; this header does not.
+  template <typename DLTensorT>
+  static TensorView fromDLPack(const DLTensorT &T) {
+    return fromDLPackFields(T.data, T.byte_offset, int(T.device.device_type),
+                            T.dtype.code, T.dtype.bits, T.dtype.lanes, T.ndim,
+                            T.shape, T.strides);
+  }
+  /// fromDLPack's checks and view, from the DLTensor's fields.
+  static TensorView fromDLPackFields(void *Data, uint64_t ByteOffset,
+                                     int DeviceType, uint8_t Code,
+                                     uint8_t Bits, uint16_t Lanes, int Ndim,
+                                     const int64_t *Shape,
+                                     const int64_t *Strides);
 
   /// The same memory seen with one more dimension, of \p Size, inserted
   /// before dimension \p At (0 to rank) with stride 0: every index along it
@@ -62,7 +90,7 @@ struct TensorView {
 /// Custom-input values: a number for a scalar input (float for a float32
 /// one, int32_t for an int32 one), a tensor view for the others ([H],
 /// [B,H,Sq], [B,H,Skv], [B,H,Sq,Skv], [B,Sq], [B,Skv]) of the input's
-/// element type (ElemType::F32 or ElemType::I32).
+/// element type (DType::F32 or DType::I32).
 using InputValue = std::variant<float, int32_t, TensorView>;
 using InputMap = std::map<std::string, InputValue>;
 
@@ -70,6 +98,7 @@ using InputMap = std::map<std::string, InputValue>;
 /// head counts are read from the tensors at each call. Names (skeleton,
 /// configurations) are parsed once, when the Attention is made.
 struct Signature {
+  /// F16 or BF16 (isAttentionDtype; another is a UserError).
   DType Dtype = DType::F16;
   int HeadDim = 128;
   int HeadDimV = 128;
@@ -359,7 +388,7 @@ public:
   /// head dims no skeleton runs is the backward's UserError.
   std::vector<PrecompiledKernel> precompile(const PrecompileSet &What);
 
-  const CompiledDefinition &definition() const { return Def; }
+  const CompiledDefinition &definition() const;
   /// The kernel compiled at construction by the first backend made.
   const codegen::KernelSource &source() const;
   const CacheResult &cacheResult() const;
@@ -372,7 +401,7 @@ public:
   GpuArch arch() const { return Arch; }
   /// What the forward runs when no tune file decides: the selector's
   /// choice, made when the Attention was.
-  const KernelChoice &forwardChoice() const { return Fwd.initial(); }
+  const KernelChoice &forwardChoice() const;
   /// What the backward runs: the selector's choice, made on the first call
   /// that needs it (here or in backward()), since a forward-only user may
   /// use head dims that no backward skeleton runs. UserError with the
@@ -423,16 +452,22 @@ private:
   CUcontext Context = nullptr;
   int Ordinal = -1;
 
-  CompiledDefinition Def;
   Signature Sig;
   GpuArch Arch;
-  KernelSelector Fwd;
+  /// The members whose types are the compiler's and the selector's
+  /// (attn/runtime/lib/AttentionState.h); the references below name them
+  /// as the implementation reads them.
+  struct State;
+  std::unique_ptr<State> St;
+  CompiledDefinition &Def;
+  KernelSelector &Fwd;
   /// The short-query rule's choice for this signature (decodeChoice, made
   /// once: a call only compares its query length), or none.
-  std::optional<KernelChoice> DecodeRule;
-  KernelTarget BwdTarget;
-  KernelPolicy BwdPolicy;
-  mutable std::optional<KernelSelector> Bwd;
+  std::optional<KernelChoice> &DecodeRule;
+  KernelTarget &BwdTarget;
+  KernelPolicy &BwdPolicy;
+  /// Made on first need (backwardChoice()).
+  std::optional<KernelSelector> &Bwd;
   /// Registered names in selection order (one name when Sig.Backend is
   /// set), and each backend once made.
   std::vector<std::string> Names;

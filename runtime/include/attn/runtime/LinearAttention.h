@@ -3,13 +3,12 @@
 #ifndef ATTN_RUNTIME_LINEARATTENTION_H
 #define ATTN_RUNTIME_LINEARATTENTION_H
 
-#include "attn/Pipeline.h"
-#include "attn/codegen/LinearCodegen.h"
+#include "attn/codegen/KernelSource.h"
+#include "attn/codegen/LinearConfig.h"
 #include "attn/dsl/Definition.h"
 #include "attn/dsl/Problem.h"
 #include "attn/runtime/Attention.h"
-#include "attn/runtime/KernelCache.h"
-#include "attn/runtime/Selector.h"
+#include "attn/runtime/Bundle.h"
 
 #include <cuda.h>
 
@@ -31,6 +30,7 @@ struct LinearShape {
 /// What is fixed when a LinearAttention is made; batch, heads and sequence
 /// length are read from the tensors at each call.
 struct LinearSignature {
+  /// F16 or BF16 (isAttentionDtype; another is a UserError).
   DType Dtype = DType::F16;
   int HeadDim = 128;  ///< D of q and k: 64, 128 or 256
   int HeadDimV = 128; ///< DV of v: a multiple of 64 up to 512
@@ -233,7 +233,7 @@ public:
   /// The same as the selector's choice, with where it came from.
   KernelChoice choiceFor(const LinearShape &S);
   /// The selector's choice without a shape (what spec() holds).
-  const KernelChoice &choice() const { return Selector->initial(); }
+  const KernelChoice &choice() const;
   /// The configuration of the last forward() or backward() call (spec()'s
   /// before the first).
   const codegen::LinearConfig &lastConfig() const { return Last; }
@@ -262,7 +262,7 @@ private:
 
   /// The definition when the object compiled it; Def refers to it or to
   /// the caller's.
-  CompiledDefinition Owned;
+  std::unique_ptr<CompiledDefinition> Owned;
   const CompiledDefinition &Def;
   LinearSignature Sig;
   std::unique_ptr<KernelSelector> Selector;

@@ -92,7 +92,7 @@ private:
   LinearSignature Sig;
   LinearShape Shape;
   bool ReadsDecay = false;
-  ElemType Elem;
+  DType Elem;
   std::vector<std::unique_ptr<DeviceAlloc>> Q, K, V, DO;
   std::unique_ptr<DeviceAlloc> Out, DQ, DK, DV, Decay, DDecay;
   std::vector<std::unique_ptr<DeviceAlloc>> InputBuffers;

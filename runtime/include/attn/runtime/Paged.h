@@ -4,11 +4,14 @@
 #ifndef ATTN_RUNTIME_PAGED_H
 #define ATTN_RUNTIME_PAGED_H
 
-#include "attn/analysis/Merge.h"
 #include "attn/runtime/Attention.h"
 
 #include <cstddef>
 #include <cstdint>
+
+namespace attn::analysis {
+enum class MergeKind : uint8_t; // attn/analysis/Merge.h
+} // namespace attn::analysis
 
 namespace attn::runtime {
 

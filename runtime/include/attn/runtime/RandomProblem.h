@@ -69,7 +69,7 @@ private:
   const CompiledDefinition &Def;
   Signature Sig;
   TuneShape Shape;
-  ElemType Elem;
+  DType Elem;
   std::vector<std::unique_ptr<DeviceAlloc>> Q, K, V;
   std::unique_ptr<DeviceAlloc> Out;
   std::vector<std::unique_ptr<DeviceAlloc>> InputBuffers;

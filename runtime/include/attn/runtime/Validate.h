@@ -2,7 +2,11 @@
 #ifndef ATTN_RUNTIME_VALIDATE_H
 #define ATTN_RUNTIME_VALIDATE_H
 
+#include "attn/Pipeline.h"
+#include "attn/codegen/Codegen.h"
 #include "attn/runtime/Attention.h"
+#include "attn/runtime/KernelCache.h"
+#include "attn/runtime/Selector.h"
 
 namespace attn::runtime {
 
