@@ -6,10 +6,8 @@ from __future__ import annotations
 import ctypes
 
 from . import _lib
-from ._attention import (_ARCHS, _dtype_code, _stream,
-                         _text, constructor_args, grad_entries,
-                         input_entries, read_declared_inputs)
-from ._tensors import pack, view
+from ._attention import (_ARCHS, _dtype_code, _text, constructor_args,
+                         pack_call, read_declared_inputs)
 
 
 class _LinearSignature(ctypes.Structure):
@@ -83,49 +81,27 @@ class LinearAttention:
     def forward(self, q, k, v, out, decay=None, inputs=None,
                 initial_state=None, final_state=None, stream=None):
         """out (and final_state, when given) of the recurrence on stream."""
-        where = "attnc.LinearAttention.forward"
-        s = _stream(stream)
-        named = (("q", q), ("k", k), ("v", v), ("out", out),
-                 ("decay", decay), ("initial_state", initial_state),
-                 ("final_state", final_state))
-        tensors, at = _optional_views(where, s, named)
-        keep = []
-        entries = input_entries(self, where, inputs, s, keep)
-        buf, base, at_inputs, _ = pack(tensors, entries)
-        a = [None if x is None else base + x for x in at]
-        _lib.check(_forward(self._handle, *a[:5], at_inputs, len(entries),
-                            a[5], a[6], s))
+        keep, a, at_inputs, _, n_in, _, s = pack_call(
+            self, "attnc.LinearAttention.forward", stream, _FORWARD_NAMES,
+            (q, k, v, out, decay, initial_state, final_state), inputs, None)
+        _lib.check(_forward(self._handle, *a[:5], at_inputs, n_in, a[5],
+                            a[6], s))
 
     def backward(self, q, k, v, decay, dout, dq, dk, dv, inputs=None,
                  grads=None, initial_state=None, dfinal_state=None,
                  ddecay=None, dinitial_state=None, stream=None):
         """dq, dk, dv (and ddecay, dinitial_state and the input gradients
         in grads, where given) of sum(out * dout)."""
-        where = "attnc.LinearAttention.backward"
-        s = _stream(stream)
-        named = (("q", q), ("k", k), ("v", v), ("decay", decay),
-                 ("dout", dout), ("initial_state", initial_state),
-                 ("dfinal_state", dfinal_state), ("dq", dq), ("dk", dk),
-                 ("dv", dv), ("ddecay", ddecay),
-                 ("dinitial_state", dinitial_state))
-        tensors, at = _optional_views(where, s, named)
-        keep = []
-        entries = input_entries(self, where, inputs, s, keep)
-        gentries = grad_entries(self, where, grads, s, keep)
-        buf, base, at_inputs, at_grads = pack(tensors, entries, gentries)
-        a = [None if x is None else base + x for x in at]
-        _lib.check(_backward(self._handle, *a, at_inputs, len(entries),
-                             at_grads, len(gentries), s))
+        keep, a, at_inputs, at_grads, n_in, n_grads, s = pack_call(
+            self, "attnc.LinearAttention.backward", stream, _BACKWARD_NAMES,
+            (q, k, v, decay, dout, initial_state, dfinal_state, dq, dk, dv,
+             ddecay, dinitial_state), inputs, grads)
+        _lib.check(_backward(self._handle, *a, at_inputs, n_in, at_grads,
+                             n_grads, s))
 
 
-def _optional_views(where, s, named):
-    """The views of the given tensors and each one's offset in the packed
-    buffer (None for an absent one)."""
-    tensors, at = [], []
-    for name, obj in named:
-        if obj is None:
-            at.append(None)
-        else:
-            at.append(32 * len(tensors))
-            tensors.append(view(obj, where, name, s))
-    return tensors, at
+_FORWARD_NAMES = ("q", "k", "v", "out", "decay", "initial_state",
+                  "final_state")
+_BACKWARD_NAMES = ("q", "k", "v", "decay", "dout", "initial_state",
+                   "dfinal_state", "dq", "dk", "dv", "ddecay",
+                   "dinitial_state")
