@@ -435,6 +435,28 @@ class Attention:
         self._launch_forward(base, finals is not None, at_inputs,
                              len(entries), mask, s)
 
+    def forward_torch(self, q, k, v, out, finals, inputs, block_mask, stream,
+                      tensor_type):
+        """forward for attnc.torch: torch tensors (q, k, v of type
+        tensor_type, out and finals made for them), a BlockMask or None,
+        the raw stream. A tensor on another device than the packing of its
+        call shape was checked for is a new call shape, checked anew."""
+        items = fast_inputs(self, inputs, tensor_type) if inputs else ()
+        if items is None:
+            self.forward(q, k, v, out, finals, inputs, stream, block_mask)
+            return
+        if finals is None:
+            p = _fastpack.pack_torch("attnc.Attention.forward",
+                                     _FORWARD_NAMES, (q, k, v, out), items,
+                                     (), stream)
+        else:
+            p = _fastpack.pack_torch("attnc.Attention.forward",
+                                     _FORWARD_NAMES, (q, k, v, out, finals),
+                                     items, (), stream)
+        self._launch_forward(p.base, finals is not None, p.at_inputs,
+                             len(items), None if block_mask is None
+                             else block_mask._handle, stream)
+
     def _launch_forward(self, base, has_finals, at_inputs, n_inputs, mask,
                         s):
         at_finals = base + 128 if has_finals else None

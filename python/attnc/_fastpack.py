@@ -57,11 +57,20 @@ def call_device(where: str, named) -> int:
     return 0 if first is None else first
 
 
+def _raw_stream_function():
+    torch = sys.modules["torch"]
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda device: torch.cuda.current_stream(device).cuda_stream
+
+
 def stream_of(device: int) -> int:
     """The raw handle of PyTorch's current stream on device (no Stream
-    object: this is on every call's path)."""
-    torch = sys.modules["torch"]
-    return torch._C._cuda_getCurrentRawStream(device)
+    object where torch has the raw call: this is on every call's path)."""
+    global stream_of
+    stream_of = _raw_stream_function()
+    return stream_of(device)
 
 
 class Packed:
@@ -124,11 +133,13 @@ def pack_torch(where, names, tensors, inputs=(), grads=(), stream=0):
     tensor). Tensor i's attnc_tensor is at .base + 32 * i, the inputs at
     .at_inputs, the grads at .at_grads. Valid until this thread's next call
     of the same shape."""
-    key = [_meta(t) for t in tensors]
-    for name, kind, value, address in inputs:
-        key.append((address, kind, None if kind != 2 else _meta(value)))
-    for name, address, t in grads:
-        key.append((address, _meta(t)))
+    key = [(t.dtype, t.get_device(), t.shape, t.stride()) for t in tensors]
+    if inputs:
+        for name, kind, value, address in inputs:
+            key.append((address, kind, None if kind != 2 else _meta(value)))
+    if grads:
+        for name, address, t in grads:
+            key.append((address, _meta(t)))
     key = tuple(key)
     cache = _cache()
     p = cache.get(key)
@@ -144,6 +155,8 @@ def pack_torch(where, names, tensors, inputs=(), grads=(), stream=0):
     for t in tensors:
         words[slots[i]] = t.data_ptr()
         i += 1
+    if not inputs and not grads:
+        return p
     fi = ii = 0
     for name, kind, value, address in inputs:
         if kind == 2:

@@ -159,10 +159,11 @@ def _run_forward(att, layout, q, k, v, inputs, mask, varlen):
     for none), mask a BlockMask or None, varlen (cu_seqlens_q,
     cu_seqlens_k, max_seqlen_q, max_seqlen_k) or None."""
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
-    finals = q.new_empty(_finals_shape(att, q, layout), dtype=torch.float32)
+    finals = q.new_empty(_finals_shape(att, q, layout), dtype=_F32)
     f = finals if att.final_names else None
     if varlen is None:
-        att.forward(q, k, v, out, f, inputs, block_mask=mask)
+        att.forward_torch(q, k, v, out, f, inputs, mask,
+                          _raw_stream(q.get_device()), _Tensor)
     else:
         att.forward_varlen(q, k, v, out, f, *varlen, inputs)
     return out, finals
@@ -338,6 +339,8 @@ class _EagerAttention(torch.autograd.Function):
 
 
 _Tensor = torch.Tensor
+_F32 = torch.float32
+_raw_stream = _fastpack._raw_stream_function()
 _is_compiling = torch.compiler.is_compiling
 # Dispatch modes, FakeTensorMode's included (without the count, every call
 # takes the op).
@@ -356,12 +359,13 @@ def _plain(q, k, v) -> bool:
 
 
 def _eager(name, q, k, v, inputs, layout, mask, varlen):
-    call = _Call()
-    call.att = att = _object_for(q, v, name, layout)
-    call.layout, call.mask, call.varlen = layout, mask, varlen
-    numbers, tensor_names, tensor_values = None, [], []
+    att = _attentions.get((name, q.dtype, q.shape[-1], v.shape[-1], layout,
+                           q.get_device()))
+    if att is None:
+        att = _object_for(q, v, name, layout)
+    numbers, tensor_names, tensor_values = None, (), ()
     if inputs:
-        numbers = {}
+        numbers, tensor_names, tensor_values = {}, [], []
         for n, value in inputs.items():
             if isinstance(value, _Tensor):
                 tensor_names.append(n)
@@ -370,15 +374,20 @@ def _eager(name, q, k, v, inputs, layout, mask, varlen):
                 _torch_args.check_input_value("attnc.torch.attention", n,
                                               value)
                 numbers[n] = value
-    call.numbers, call.tensor_names = numbers, tensor_names
     if _grad_enabled() and (q.requires_grad or k.requires_grad
                             or v.requires_grad
                             or any(t.requires_grad for t in tensor_values)):
         _torch_args.check_mask_for_backward("attnc.torch.attention", mask,
                                             True)
+        call = _Call()
+        call.att, call.layout, call.mask, call.varlen = (att, layout, mask,
+                                                         varlen)
+        call.numbers, call.tensor_names = numbers, tensor_names
         return _EagerAttention.apply(call, q, k, v, *tensor_values)
-    return _run_forward(att, layout, q, k, v, call.inputs(tensor_values),
-                        mask, varlen)
+    if tensor_names:
+        for n, value in zip(tensor_names, tensor_values):
+            numbers[n] = _scalar_or_tensor(att, n, value)
+    return _run_forward(att, layout, q, k, v, numbers, mask, varlen)
 
 
 def create_block_mask(definition, q, k, v=None, inputs: Optional[dict] = None,
@@ -452,12 +461,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, definition,
     definition's final rowscales (the softmax's LSE), without a
     gradient."""
     where = "attnc.torch.attention"
-    layout = _torch_args.check_call(where, layout, cu_seqlens_q,
-                                    cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                    block_mask)
-    name = register(definition)
-    varlen = _varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    if not _is_compiling() and _plain(q, k, v):
+    if (layout is None and block_mask is None and cu_seqlens_q is None
+            and cu_seqlens_k is None and max_seqlen_q is None
+            and max_seqlen_k is None):
+        layout = "bhsd"  # the common call, without the checks' call
+    else:
+        layout = _torch_args.check_call(where, layout, cu_seqlens_q,
+                                        cu_seqlens_k, max_seqlen_q,
+                                        max_seqlen_k, block_mask)
+    name = definition if type(definition) is str else register(definition)
+    varlen = (None if cu_seqlens_q is None else
+              (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
+    if (not _is_compiling() and type(q) is _Tensor and type(k) is _Tensor
+            and type(v) is _Tensor and _dispatch_modes() == 0
+            and not (_function_modes is not None and _function_modes())):
+        # What _plain checks, inline: this is every eager call's path.
         out, finals = _eager(name, q, k, v, inputs, layout, block_mask,
                              varlen)
         return (out, finals) if return_finals else out

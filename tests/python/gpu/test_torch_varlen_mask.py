@@ -1,7 +1,8 @@
 """attnc.torch beyond dense calls, on the device: packed variable-length
 batches (cu_seqlens, ragged with an empty sequence and one of length 1,
-GQA) forward and backward against per-sequence fp64 references, and under
-torch.compile; block masks (FlexAttention-style lists that drop blocks the
+GQA) forward and backward against per-sequence fp64 references, a decode
+step (one query per sequence over caches of different lengths), and
+under torch.compile; block masks (FlexAttention-style lists that drop blocks the
 causal mask keeps) forward and backward against the reference of the mask
 they describe, eager and compiled; the eager path's dispatch (it skips
 torch.library, a mode sends it through the op) and the device rule.
@@ -10,7 +11,7 @@ Run as test_torch_ops.py (docs/python.md)."""
 
 import unittest
 
-from gpu_support import HAVE_GPU, check_close, needs_gpu, reference, torch
+from gpu_support import HAVE_GPU, check_close, needs_gpu, torch
 
 if HAVE_GPU:
     import attnc
@@ -33,19 +34,23 @@ def cu_seqlens(lens):
     return torch.tensor(offsets, dtype=torch.int32, device="cuda")
 
 
-def per_sequence(q, k, v, lens):
-    """mha (causal, keys aligned with queries: equal lengths) of each
-    sequence of a packed batch, in q's dtype, GQA by repeating k and v."""
-    outs, start = [], 0
-    for n in lens:
+def per_sequence(q, k, v, lens, lens_k=None):
+    """mha of each sequence of a packed batch, in q's dtype: causal with
+    the queries aligned to the end of their keys (bottom-right, as
+    docs/runtime.md says), GQA by repeating k and v's heads."""
+    lens_k = lens if lens_k is None else lens_k
+    outs, start, start_k = [], 0, 0
+    for n, m in zip(lens, lens_k):
         if n:
-            def heads(t, rep):
-                return (t[start:start + n].transpose(0, 1)[None]
-                        .repeat_interleave(rep, dim=1))
-            o = reference("mha", heads(q, 1), heads(k, H // HK),
-                          heads(v, H // HK), {})
-            outs.append(o[0].transpose(0, 1))
-        start += n
+            qq = q[start:start + n].transpose(0, 1)[None]
+            kk, vv = (t[start_k:start_k + m].transpose(0, 1)[None]
+                      .repeat_interleave(H // HK, dim=1) for t in (k, v))
+            s = (qq @ kk.transpose(-1, -2)) * (1.0 / D ** 0.5)
+            i = torch.arange(n, device=q.device)[:, None] + (m - n)
+            keep = i >= torch.arange(m, device=q.device)[None, :]
+            p = torch.softmax(s.masked_fill(~keep, float("-inf")), -1)
+            outs.append((p.to(vv.dtype) @ vv)[0].transpose(0, 1))
+        start, start_k = start + n, start_k + m
     return torch.cat(outs)
 
 
@@ -77,6 +82,31 @@ class Varlen(unittest.TestCase):
 
     def test_f16(self):
         self.run_dtype(torch.float16)
+
+    def test_decode_step_sees_every_cached_key(self):
+        # One query per sequence over caches of different lengths: with
+        # bottom-right alignment the causal mask keeps every key.
+        self._dtype = torch.float16
+        lens_q, lens_k = [1, 1, 1, 1], [37, 1, 700, 128]
+        q = packed(lens_q, H, torch.float16, 7)
+        k = packed(lens_k, HK, torch.float16, 8)
+        v = packed(lens_k, HK, torch.float16, 9)
+        out = attnc.torch.attention(
+            q, k, v, "mha", cu_seqlens_q=cu_seqlens(lens_q),
+            cu_seqlens_k=cu_seqlens(lens_k), max_seqlen_q=1,
+            max_seqlen_k=max(lens_k))
+        dout = torch.randn_like(out)
+        got = torch.autograd.grad(out, [q, k, v], dout)
+        results = {}
+        for dt in (torch.float64, torch.float16):
+            leaves = [t.detach().to(dt).requires_grad_() for t in (q, k, v)]
+            o = per_sequence(*leaves, lens_q, lens_k)
+            results[dt] = (o, torch.autograd.grad(o, leaves, dout.to(dt)))
+        ref, plain = results[torch.float64], results[torch.float16]
+        check_close(self, "decode out", out.detach(), ref[0].detach(),
+                    plain[0].detach())
+        for label, g, r, p in zip(("dq", "dk", "dv"), got, ref[1], plain[1]):
+            check_close(self, f"decode {label}", g, r, p)
 
     def test_bf16(self):
         self.run_dtype(torch.bfloat16)
@@ -154,6 +184,29 @@ class BlockMasks(unittest.TestCase):
         # The lists matter: the causal result differs.
         plain_causal = attnc.torch.attention(q, k, v, "mha")
         self.assertFalse(torch.equal(plain_causal, out))
+
+    def test_a_document_mask_made_once_serves_the_calls(self):
+        q, k, v = self.tensors(5)
+        ids = torch.sort(torch.randint(0, 3, (2, S), device="cuda"))[0]
+        ins = {"doc_q": ids.int(), "doc_k": ids.int()}
+        before = attnc.classify_launches()
+        mask = attnc.torch.create_block_mask("mha_document_ids", q, k,
+                                             inputs=ins)
+        torch.cuda.synchronize()
+        made = attnc.classify_launches()
+        self.assertGreater(made, before)
+        dout = torch.randn_like(q)
+        out = attnc.torch.attention(q, k, v, "mha_document_ids", inputs=ins,
+                                    block_mask=mask)
+        got = torch.autograd.grad(out, [q, k, v], dout)
+        torch.cuda.synchronize()
+        self.assertEqual(attnc.classify_launches(), made)
+        # The calls that classify for themselves give the same bits.
+        ref = attnc.torch.attention(q, k, v, "mha_document_ids", inputs=ins)
+        ref_grads = torch.autograd.grad(ref, [q, k, v], dout)
+        self.assertTrue(torch.equal(out, ref))
+        for a, b in zip(got, ref_grads):
+            self.assertTrue(torch.equal(a, b))
 
     def test_compiled_with_a_mask_equals_eager(self):
         from torch._dynamo.utils import counters
