@@ -8,6 +8,7 @@ import sys
 from typing import NamedTuple
 
 from . import _block_mask, _fastpack, _lib
+from ._fastpack import fast_grads, fast_inputs
 from ._tensors import (BF16, F16, I32, INPUT_SIZE, NAMED_SIZE, TENSOR_SIZE,
                        CTensor, pack, view)
 
@@ -211,45 +212,6 @@ def grad_entries(obj, where, grads, stream, keep):
     return [(_name_address(obj, name, keep),
              view(value, where, f"grads[{name!r}]", stream))
             for name, value in grads.items()]
-
-
-def fast_inputs(obj, inputs, tensor_type):
-    """inputs as _fastpack.pack_torch's items, or None where the generic
-    path must take the call (a name the definition does not declare, a
-    number for a tensor input, an object other than a torch tensor: its
-    checks give the message)."""
-    if not inputs:
-        return ()
-    items = []
-    for name, value in inputs.items():
-        address = obj._name_at.get(name)
-        if address is None:
-            return None
-        decl = obj._decl[name]
-        kind = type(value)
-        if kind is float or kind is int:
-            if decl.shape != "scalar":
-                return None
-            items.append((name, _INPUT_I32 if decl.dtype == "int32"
-                          else _INPUT_F32, value, address))
-        elif isinstance(value, tensor_type):
-            items.append((name, _INPUT_TENSOR, value, address))
-        else:
-            return None
-    return items
-
-
-def fast_grads(obj, grads, tensor_type):
-    """grads (name -> torch tensor) as pack_torch's items, or None."""
-    if not grads:
-        return ()
-    items = []
-    for name, value in grads.items():
-        address = obj._name_at.get(name)
-        if address is None or not isinstance(value, tensor_type):
-            return None
-        items.append((name, address, value))
-    return items
 
 
 def fast_call(tensors, stream):

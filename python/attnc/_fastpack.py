@@ -15,6 +15,9 @@ from ._tensors import INPUT_SIZE, NAMED_SIZE, TENSOR_SIZE, pack, view
 # currentDevice); a kernel launched there cannot read another card's memory.
 RUNTIME_DEVICES = (0,)
 
+# attnc_input_kind (attnc_c.h).
+_F32, _I32, _TENSOR = 0, 1, 2
+
 # Buffers are per thread: a call releases the GIL inside the C function
 # while it reads its buffer, and another thread's call of the same shape
 # must not rewrite it meanwhile.
@@ -124,6 +127,46 @@ def _build(where, names, tensors, inputs, grads, stream):
         ptr.append((grads_at + NAMED_SIZE * j + 8) // 8)
     p.ptr_slots, p.f32_slots, p.i32_slots = ptr, f32, i32
     return p
+
+
+def fast_inputs(obj, inputs, tensor_type):
+    """inputs (name -> number or tensor) of obj's call as pack_torch's
+    items (a number's kind, f32 or i32, as declared), or None where the
+    generic path must take the call (a name the definition does not declare, a
+    number for a tensor input, an object other than a torch tensor: its
+    checks give the message)."""
+    if not inputs:
+        return ()
+    items = []
+    for name, value in inputs.items():
+        address = obj._name_at.get(name)
+        if address is None:
+            return None
+        decl = obj._decl[name]
+        kind = type(value)
+        if kind is float or kind is int:
+            if decl.shape != "scalar":
+                return None
+            items.append((name, _I32 if decl.dtype == "int32" else _F32,
+                          value, address))
+        elif isinstance(value, tensor_type):
+            items.append((name, _TENSOR, value, address))
+        else:
+            return None
+    return items
+
+
+def fast_grads(obj, grads, tensor_type):
+    """grads (name -> torch tensor) as pack_torch's items, or None."""
+    if not grads:
+        return ()
+    items = []
+    for name, value in grads.items():
+        address = obj._name_at.get(name)
+        if address is None or not isinstance(value, tensor_type):
+            return None
+        items.append((name, address, value))
+    return items
 
 
 def pack_torch(where, names, tensors, inputs=(), grads=(), stream=0):

@@ -230,6 +230,38 @@ class FastPacking(unittest.TestCase):
         self.assertAlmostEqual(
             memoryview(_raw(second, size)).cast("f")[(128 + 12) // 4], -2.5)
 
+    def test_inputs_and_grads_as_items(self):
+        sig = attnc.Attention(attnc.example("sigmoid_attn"), head_dim=64,
+                              arch="sm_80")
+        alibi = attnc.Attention(attnc.example("alibi_learnable"),
+                                head_dim=64, arch="sm_80")
+        t = FakeTensor((4,), typestr="<f4")
+        at = sig._name_at["softmax_bias"]
+        self.assertEqual(_fastpack.fast_inputs(sig, None, FakeTensor), ())
+        self.assertEqual(
+            _fastpack.fast_inputs(sig, {"softmax_bias": -1.5}, FakeTensor),
+            [("softmax_bias", 0, -1.5, at)])
+        self.assertEqual(
+            _fastpack.fast_inputs(sig, {"softmax_bias": t}, FakeTensor),
+            [("softmax_bias", 2, t, at)])
+        # The generic path's checks take what the fast one cannot: an
+        # undeclared name, a number for a per-head input, another object.
+        self.assertIsNone(_fastpack.fast_inputs(sig, {"bias": 1.0},
+                                                FakeTensor))
+        self.assertIsNone(_fastpack.fast_inputs(alibi, {"slopes": 0.5},
+                                                FakeTensor))
+        self.assertIsNone(_fastpack.fast_inputs(sig, {"softmax_bias": "x"},
+                                                FakeTensor))
+        self.assertEqual(
+            _fastpack.fast_grads(alibi, {"slopes": t}, FakeTensor),
+            [("slopes", alibi._name_at["slopes"], t)])
+        self.assertIsNone(_fastpack.fast_grads(alibi, {"x": t}, FakeTensor))
+        prefix = attnc.Attention(attnc.example("mha_prefix_lm"), head_dim=64,
+                                 arch="sm_80")
+        self.assertEqual(   # an int32 scalar's kind, whatever the number
+            _fastpack.fast_inputs(prefix, {"prefix_len": 64.0}, FakeTensor),
+            [("prefix_len", 1, 64.0, prefix._name_at["prefix_len"])])
+
     def test_a_new_shape_is_packed_and_checked_anew(self):
         with self.assertRaises(attnc.InvalidArgument) as caught:
             _fastpack.pack_torch(WHERE, ["q", "k"], [
