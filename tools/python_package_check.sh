@@ -43,4 +43,4 @@ assert pathlib.Path(attnc._lib.library_path).parent == package, (
 print("attnc installed in", package)
 PY
 "$venv/bin/python" -m unittest test_definitions test_attention test_linear \
-  test_torch_import
+  test_torch_import test_torch_args

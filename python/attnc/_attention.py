@@ -7,7 +7,8 @@ import ctypes
 import sys
 from typing import NamedTuple
 
-from . import _block_mask, _lib
+from . import _block_mask, _fastpack, _lib
+from ._fastpack import fast_grads, fast_inputs
 from ._tensors import (BF16, F16, I32, INPUT_SIZE, NAMED_SIZE, TENSOR_SIZE,
                        CTensor, pack, view)
 
@@ -20,6 +21,9 @@ _DTYPES = {"float16": F16, "f16": F16, "half": F16, "torch.float16": F16,
            "bfloat16": BF16, "bf16": BF16, "torch.bfloat16": BF16}
 
 _INPUT_F32, _INPUT_I32, _INPUT_TENSOR = 0, 1, 2
+_FORWARD_NAMES = ("q", "k", "v", "out", "finals")
+_BACKWARD_NAMES = ("q", "k", "v", "out", "dout", "finals", "dq", "dk", "dv")
+_VARLEN_FORWARD_NAMES = _FORWARD_NAMES + ("cu_seqlens_q", "cu_seqlens_kv")
 
 
 class _Signature(ctypes.Structure):
@@ -210,6 +214,62 @@ def grad_entries(obj, where, grads, stream, keep):
             for name, value in grads.items()]
 
 
+def fast_call(tensors, stream):
+    """(torch module, stream) when every tensor of a call is a CUDA torch
+    tensor (None entries aside), so _fastpack can pack it; None: the
+    generic path takes it. stream None: the current stream of the tensors'
+    device."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    tensor_type = torch.Tensor
+    for t in tensors:
+        if t is not None and not (isinstance(t, tensor_type) and t.is_cuda):
+            return None
+    if stream is None:
+        return torch, _fastpack.stream_of(tensors[0].get_device())
+    return torch, _stream(stream)
+
+
+def pack_call(obj, where, stream, names, objs, inputs, grads):
+    """A call's packed structs, for obj (an Attention or LinearAttention):
+    (what keeps them alive, the address of each of objs' attnc_tensors
+    (None for an absent one), of the inputs, of the grads, the number of
+    inputs and of grads, the stream). Torch tensors take _fastpack's
+    patched buffers; anything else is viewed and checked here."""
+    fast = fast_call(objs, stream)
+    if fast is not None:
+        items = fast_inputs(obj, inputs, fast[0].Tensor)
+        named = fast_grads(obj, grads, fast[0].Tensor)
+        if items is not None and named is not None:
+            s = fast[1]
+            present = [(n, t) for n, t in zip(names, objs) if t is not None]
+            p = _fastpack.pack_torch(where, [n for n, _ in present],
+                                     [t for _, t in present], items, named,
+                                     s)
+            a, i = [], 0
+            for t in objs:
+                a.append(None if t is None else p.base + 32 * i)
+                i += t is not None
+            return (p, a, p.at_inputs, p.at_grads, len(items), len(named),
+                    s)
+    s = _stream(stream)
+    tensors, at = [], []
+    for name, t in zip(names, objs):
+        if t is None:
+            at.append(None)
+        else:
+            at.append(32 * len(tensors))
+            tensors.append(view(t, where, name, s))
+    keep = []
+    entries = input_entries(obj, where, inputs, s, keep)
+    named = grad_entries(obj, where, grads, s, keep)
+    buf, base, at_inputs, at_grads = pack(tensors, entries, named)
+    a = [None if x is None else base + x for x in at]
+    return ((buf, keep), a, at_inputs, at_grads, len(entries), len(named),
+            s)
+
+
 def _text(value):
     return None if value is None else str(value).encode()
 
@@ -308,10 +368,24 @@ class Attention:
                 block_mask=None):
         """out (and finals, [F,B,H,Sq] float32, the final rowscales named
         by final_names) = attention(q, k, v) on stream (None: the current
-        stream, see current_stream). block_mask: a BlockMask of this
-        attention's mask and the call's shape; no classification runs."""
+        stream of the tensors' device, see current_stream). block_mask: a
+        BlockMask of this attention's mask and the call's shape; no
+        classification runs."""
         where = "attnc.Attention.forward"
         mask = _block_mask.mask_handle(where, block_mask)
+        fast = fast_call((q, k, v, out, finals), stream)
+        if fast is not None:
+            items = fast_inputs(self, inputs, fast[0].Tensor)
+            if items is not None:
+                s = fast[1]
+                tensors = [q, k, v, out]
+                if finals is not None:
+                    tensors.append(finals)
+                p = _fastpack.pack_torch(where, _FORWARD_NAMES, tensors,
+                                         items, (), s)
+                self._launch_forward(p.base, finals is not None,
+                                     p.at_inputs, len(items), mask, s)
+                return
         s = _stream(stream)
         tensors = [view(q, where, "q", s), view(k, where, "k", s),
                    view(v, where, "v", s), view(out, where, "out", s)]
@@ -320,29 +394,41 @@ class Attention:
         keep = []
         entries = input_entries(self, where, inputs, s, keep)
         buf, base, at_inputs, _ = pack(tensors, entries)
-        at_finals = base + 128 if finals is not None else None
+        self._launch_forward(base, finals is not None, at_inputs,
+                             len(entries), mask, s)
+
+    def forward_torch(self, q, k, v, out, finals, inputs, block_mask, stream,
+                      tensor_type):
+        """forward for attnc.torch: torch tensors (q, k, v of type
+        tensor_type, out and finals made for them), a BlockMask or None,
+        the raw stream. A tensor on another device than the packing of its
+        call shape was checked for is a new call shape, checked anew."""
+        items = fast_inputs(self, inputs, tensor_type) if inputs else ()
+        if items is None:
+            self.forward(q, k, v, out, finals, inputs, stream, block_mask)
+            return
+        if finals is None:
+            p = _fastpack.pack_torch("attnc.Attention.forward",
+                                     _FORWARD_NAMES, (q, k, v, out), items,
+                                     (), stream)
+        else:
+            p = _fastpack.pack_torch("attnc.Attention.forward",
+                                     _FORWARD_NAMES, (q, k, v, out, finals),
+                                     items, (), stream)
+        self._launch_forward(p.base, finals is not None, p.at_inputs,
+                             len(items), None if block_mask is None
+                             else block_mask._handle, stream)
+
+    def _launch_forward(self, base, has_finals, at_inputs, n_inputs, mask,
+                        s):
+        at_finals = base + 128 if has_finals else None
         if mask is not None:
             _lib.check(_forward_masked(
                 self._handle, base, base + 32, base + 64, base + 96,
-                at_finals, at_inputs, len(entries), mask, s))
+                at_finals, at_inputs, n_inputs, mask, s))
             return
         _lib.check(_forward(self._handle, base, base + 32, base + 64,
-                            base + 96, at_finals, at_inputs, len(entries), s))
-
-    def _backward_tensors(self, where, s, q, k, v, out, dout, finals, dq, dk,
-                          dv):
-        """The tensors of a backward and each one's address offset (None for
-        an absent optional one)."""
-        tensors, at = [], []
-        for name, obj in (("q", q), ("k", k), ("v", v), ("out", out),
-                          ("dout", dout), ("finals", finals), ("dq", dq),
-                          ("dk", dk), ("dv", dv)):
-            if obj is None:
-                at.append(None)
-            else:
-                at.append(32 * len(tensors))
-                tensors.append(view(obj, where, name, s))
-        return tensors, at
+                            base + 96, at_finals, at_inputs, n_inputs, s))
 
     def backward(self, q, k, v, out, dout, finals, dq, dk, dv, inputs=None,
                  grads=None, stream=None, block_mask=None):
@@ -352,21 +438,15 @@ class Attention:
         for_backward=True."""
         where = "attnc.Attention.backward"
         mask = _block_mask.mask_handle(where, block_mask)
-        s = _stream(stream)
-        tensors, at = self._backward_tensors(where, s, q, k, v, out, dout,
-                                             finals, dq, dk, dv)
-        keep = []
-        entries = input_entries(self, where, inputs, s, keep)
-        named = grad_entries(self, where, grads, s, keep)
-        buf, base, at_inputs, at_grads = pack(tensors, entries, named)
-        a = [None if x is None else base + x for x in at]
+        keep, a, at_inputs, at_grads, n_in, n_grads, s = pack_call(
+            self, where, stream, _BACKWARD_NAMES,
+            (q, k, v, out, dout, finals, dq, dk, dv), inputs, grads)
         if mask is not None:
-            _lib.check(_backward_masked(self._handle, *a, at_inputs,
-                                        len(entries), at_grads, len(named),
-                                        mask, s))
+            _lib.check(_backward_masked(self._handle, *a, at_inputs, n_in,
+                                        at_grads, n_grads, mask, s))
             return
-        _lib.check(_backward(self._handle, *a, at_inputs, len(entries),
-                             at_grads, len(named), s))
+        _lib.check(_backward(self._handle, *a, at_inputs, n_in, at_grads,
+                             n_grads, s))
 
     # -- block masks ---------------------------------------------------------
 
@@ -413,19 +493,25 @@ class Attention:
             full_kv_indices, block_q, block_kv, for_backward, heads_kv)
 
     @staticmethod
-    def _varlen(cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
-                where, s):
-        """The batch's attnc_varlen (its two tensors packed) and what keeps
-        it alive."""
-        buf, base, _, _ = pack([view(cu_seqlens_q, where, "cu_seqlens_q", s),
-                                view(cu_seqlens_kv, where, "cu_seqlens_kv",
-                                     s)])
-        batch = _Varlen.from_buffer_copy(
-            ctypes.string_at(base, 2 * ctypes.sizeof(CTensor))
-            + bytes(16))
+    def _check_cu_seqlens(where, cu_seqlens_q, cu_seqlens_kv):
+        for name, t in (("cu_seqlens_q", cu_seqlens_q),
+                        ("cu_seqlens_kv", cu_seqlens_kv)):
+            if t is None:
+                raise _lib.InvalidArgument(
+                    f"{where}: argument '{name}': None; expected an int32 "
+                    "device tensor of B+1 entries")
+
+    @staticmethod
+    def _varlen(at_cu, max_seqlen_q, max_seqlen_kv):
+        """The batch's attnc_varlen: the two cu_seqlens attnc_tensors packed
+        at at_cu (their shapes live in the same buffer) and the longest
+        lengths."""
+        batch = _Varlen()
+        ctypes.memmove(ctypes.addressof(batch), at_cu,
+                       2 * ctypes.sizeof(CTensor))
         batch.max_seqlen_q = int(max_seqlen_q)
         batch.max_seqlen_kv = int(max_seqlen_kv)
-        return batch, buf
+        return batch
 
     def forward_varlen(self, q, k, v, out, finals, cu_seqlens_q,
                        cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
@@ -434,36 +520,47 @@ class Attention:
         q/out [Tq,H,D], k/v [Tkv,Hkv,D], finals [F,H,Tq], int32 cu_seqlens
         of B+1 entries."""
         where = "attnc.Attention.forward_varlen"
-        s = _stream(stream)
-        batch, batch_keep = self._varlen(cu_seqlens_q, cu_seqlens_kv,
-                                         max_seqlen_q, max_seqlen_kv, where, s)
-        tensors = [view(q, where, "q", s), view(k, where, "k", s),
-                   view(v, where, "v", s), view(out, where, "out", s)]
-        if finals is not None:
-            tensors.append(view(finals, where, "finals", s))
-        keep = [batch_keep]
-        entries = input_entries(self, where, inputs, s, keep)
-        buf, base, at_inputs, _ = pack(tensors, entries)
+        self._check_cu_seqlens(where, cu_seqlens_q, cu_seqlens_kv)
+        tensors = (q, k, v, out, finals, cu_seqlens_q, cu_seqlens_kv)
+        fast = fast_call(tensors, stream)
+        items = None
+        if fast is not None:
+            items = fast_inputs(self, inputs, fast[0].Tensor)
+        if items is not None:
+            s = fast[1]
+            present = [(n, t) for n, t in zip(_VARLEN_FORWARD_NAMES, tensors)
+                       if t is not None]
+            p = _fastpack.pack_torch(where, [n for n, _ in present],
+                                     [t for _, t in present], items, (), s)
+            base, at_inputs, n_inputs = p.base, p.at_inputs, len(items)
+        else:
+            s = _stream(stream)
+            views = [view(t, where, n, s)
+                     for n, t in zip(_VARLEN_FORWARD_NAMES, tensors)
+                     if t is not None]
+            keep = []
+            entries = input_entries(self, where, inputs, s, keep)
+            p = pack(views, entries)
+            base, at_inputs, n_inputs = p[1], p[2], len(entries)
+        at_cu = base + 32 * (4 if finals is None else 5)
+        batch = self._varlen(at_cu, max_seqlen_q, max_seqlen_kv)
         _lib.check(_forward_varlen(
             self._handle, base, base + 32, base + 64, base + 96,
             base + 128 if finals is not None else None, ctypes.byref(batch),
-            at_inputs, len(entries), s))
+            at_inputs, n_inputs, s))
 
     def backward_varlen(self, q, k, v, out, dout, finals, dq, dk, dv,
                         cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
                         max_seqlen_kv, inputs=None, grads=None, stream=None):
         """The backward of a packed variable-length batch."""
         where = "attnc.Attention.backward_varlen"
-        s = _stream(stream)
-        batch, batch_keep = self._varlen(cu_seqlens_q, cu_seqlens_kv,
-                                         max_seqlen_q, max_seqlen_kv, where, s)
-        tensors, at = self._backward_tensors(where, s, q, k, v, out, dout,
-                                             finals, dq, dk, dv)
-        keep = [batch_keep]
-        entries = input_entries(self, where, inputs, s, keep)
-        named = grad_entries(self, where, grads, s, keep)
-        buf, base, at_inputs, at_grads = pack(tensors, entries, named)
-        a = [None if x is None else base + x for x in at]
+        self._check_cu_seqlens(where, cu_seqlens_q, cu_seqlens_kv)
+        keep, a, at_inputs, at_grads, n_in, n_grads, s = pack_call(
+            self, where, stream, _BACKWARD_NAMES + ("cu_seqlens_q",
+                                                    "cu_seqlens_kv"),
+            (q, k, v, out, dout, finals, dq, dk, dv, cu_seqlens_q,
+             cu_seqlens_kv), inputs, grads)
+        batch = self._varlen(a[9], max_seqlen_q, max_seqlen_kv)
         _lib.check(_backward_varlen(
             self._handle, *a[:9], ctypes.byref(batch), at_inputs,
-            len(entries), at_grads, len(named), s))
+            n_in, at_grads, n_grads, s))

@@ -5,6 +5,8 @@ passed to any number of forward and backward calls of its shape."""
 from __future__ import annotations
 
 import ctypes
+import itertools
+import weakref
 from array import array
 
 from . import _lib
@@ -44,6 +46,26 @@ _release = _lib.declare("attnc_block_mask_release", [_vp], None)
 _launches = _lib.declare("attnc_block_classify_launches", [_vp])
 
 
+# Live block masks by id: attnc.torch's op takes a mask as this int (an
+# op's schema holds no opaque object), and looks it up when it runs.
+_live = {}
+_ids = itertools.count(1)
+
+
+def by_id(where, ident):
+    """The live BlockMask of an id (0: none)."""
+    if not ident:
+        return None
+    ref = _live.get(ident)
+    mask = None if ref is None else ref()
+    if mask is None:
+        raise _lib.InvalidArgument(
+            f"{where}: argument 'block_mask': the block mask of id {ident} "
+            "no longer exists; a compiled graph or a pending backward that "
+            "uses a mask needs it alive")
+    return mask
+
+
 def classify_launches() -> int:
     """How many block classifications this process has launched (calls
     given a BlockMask launch none)."""
@@ -65,6 +87,12 @@ class BlockMask:
         _lib.check(_info(handle, ctypes.byref(shape), ctypes.byref(backward)))
         self.shape = (shape.batch, shape.heads, shape.seq_q, shape.seq_kv)
         self.for_backward = bool(backward.value)
+        self._track()
+
+    def _track(self):
+        """Gives the mask its id (attnc.torch's op passes it as one)."""
+        self.torch_id = ident = next(_ids)
+        _live[ident] = weakref.ref(self, lambda _, i=ident: _live.pop(i, None))
 
     def __del__(self):
         handle, self._handle = getattr(self, "_handle", None), None

@@ -6,10 +6,8 @@ from __future__ import annotations
 import ctypes
 
 from . import _lib
-from ._attention import (_ARCHS, _dtype_code, _stream,
-                         _text, constructor_args, grad_entries,
-                         input_entries, read_declared_inputs)
-from ._tensors import pack, view
+from ._attention import (_ARCHS, _dtype_code, _text, constructor_args,
+                         pack_call, read_declared_inputs)
 
 
 class _LinearSignature(ctypes.Structure):
@@ -88,27 +86,23 @@ class LinearAttention:
     def forward(self, q, k, v, out, decay=None, inputs=None,
                 initial_state=None, final_state=None, stream=None):
         """out (and final_state, when given) of the recurrence on stream."""
-        c = _Call(self, "attnc.LinearAttention.forward", stream,
-                  (("q", q), ("k", k), ("v", v), ("out", out),
-                   ("decay", decay), ("initial_state", initial_state),
-                   ("final_state", final_state)), inputs)
-        a = c.tensors
-        _lib.check(_forward(self._handle, *a[:5], *c.inputs, a[5], a[6],
-                            c.stream))
+        keep, a, at_inputs, _, n_in, _, s = pack_call(
+            self, "attnc.LinearAttention.forward", stream, _FORWARD_NAMES,
+            (q, k, v, out, decay, initial_state, final_state), inputs, None)
+        _lib.check(_forward(self._handle, *a[:5], at_inputs, n_in, a[5],
+                            a[6], s))
 
     def backward(self, q, k, v, decay, dout, dq, dk, dv, inputs=None,
                  grads=None, initial_state=None, dfinal_state=None,
                  ddecay=None, dinitial_state=None, stream=None):
         """dq, dk, dv (and ddecay, dinitial_state and the input gradients
         in grads, where given) of sum(out * dout)."""
-        c = _Call(self, "attnc.LinearAttention.backward", stream,
-                  (("q", q), ("k", k), ("v", v), ("decay", decay),
-                   ("dout", dout), ("initial_state", initial_state),
-                   ("dfinal_state", dfinal_state), ("dq", dq), ("dk", dk),
-                   ("dv", dv), ("ddecay", ddecay),
-                   ("dinitial_state", dinitial_state)), inputs, grads)
-        _lib.check(_backward(self._handle, *c.tensors, *c.inputs, *c.grads,
-                             c.stream))
+        keep, a, at_inputs, at_grads, n_in, n_grads, s = pack_call(
+            self, "attnc.LinearAttention.backward", stream, _BACKWARD_NAMES,
+            (q, k, v, decay, dout, initial_state, dfinal_state, dq, dk, dv,
+             ddecay, dinitial_state), inputs, grads)
+        _lib.check(_backward(self._handle, *a, at_inputs, n_in, at_grads,
+                             n_grads, s))
 
     def forward_varlen(self, q, k, v, out, cu_seqlens, decay=None,
                        inputs=None, initial_state=None, final_state=None,
@@ -118,14 +112,13 @@ class LinearAttention:
         cu_seqlens int32 [B+1] on the device, decay [1,H,T] float32,
         per-token inputs [1,H,T], states [B,H,D,DV] float32 (one per
         sequence)."""
-        c = _Call(self, "attnc.LinearAttention.forward_varlen", stream,
-                  (("q", q), ("k", k), ("v", v), ("out", out),
-                   ("decay", decay), ("cu_seqlens", cu_seqlens),
-                   ("initial_state", initial_state),
-                   ("final_state", final_state)), inputs)
-        a = c.tensors
-        _lib.check(_forward_varlen(self._handle, *a[:6], *c.inputs, a[6],
-                                   a[7], c.stream))
+        keep, a, at_inputs, _, n_in, _, s = pack_call(
+            self, "attnc.LinearAttention.forward_varlen", stream,
+            _FORWARD_VARLEN_NAMES,
+            (q, k, v, out, decay, cu_seqlens, initial_state, final_state),
+            inputs, None)
+        _lib.check(_forward_varlen(self._handle, *a[:6], at_inputs, n_in,
+                                   a[6], a[7], s))
 
     def backward_varlen(self, q, k, v, decay, dout, cu_seqlens, dq, dk, dv,
                         inputs=None, grads=None, initial_state=None,
@@ -134,45 +127,22 @@ class LinearAttention:
         """The gradients of forward_varlen, as backward's (ddecay [1,H,T],
         dinitial_state [B,H,D,DV]); each sequence's are those of that
         sequence run alone."""
-        c = _Call(self, "attnc.LinearAttention.backward_varlen", stream,
-                  (("q", q), ("k", k), ("v", v), ("decay", decay),
-                   ("dout", dout), ("cu_seqlens", cu_seqlens),
-                   ("initial_state", initial_state),
-                   ("dfinal_state", dfinal_state), ("dq", dq), ("dk", dk),
-                   ("dv", dv), ("ddecay", ddecay),
-                   ("dinitial_state", dinitial_state)), inputs, grads)
-        _lib.check(_backward_varlen(self._handle, *c.tensors, *c.inputs,
-                                    *c.grads, c.stream))
+        keep, a, at_inputs, at_grads, n_in, n_grads, s = pack_call(
+            self, "attnc.LinearAttention.backward_varlen", stream,
+            _BACKWARD_VARLEN_NAMES,
+            (q, k, v, decay, dout, cu_seqlens, initial_state, dfinal_state,
+             dq, dk, dv, ddecay, dinitial_state), inputs, grads)
+        _lib.check(_backward_varlen(self._handle, *a, at_inputs, n_in,
+                                    at_grads, n_grads, s))
 
 
-class _Call:
-    """One call's C arguments, each converted and checked by name: the
-    attnc_tensor addresses of the named tensors (None for an absent one),
-    the inputs' and (with grads) the gradients' address and count, and the
-    stream; the packed buffer and the views are kept alive with it."""
-
-    def __init__(self, att, where, stream, named, inputs, grads=None):
-        self.stream = _stream(stream)
-        self._views, at = _optional_views(where, self.stream, named)
-        self._keep = []
-        entries = input_entries(att, where, inputs, self.stream, self._keep)
-        gentries = ([] if grads is None else
-                    grad_entries(att, where, grads, self.stream, self._keep))
-        self._buf, base, at_inputs, at_grads = pack(self._views, entries,
-                                                    gentries)
-        self.tensors = [None if x is None else base + x for x in at]
-        self.inputs = (at_inputs, len(entries))
-        self.grads = (at_grads, len(gentries))
-
-
-def _optional_views(where, s, named):
-    """The views of the given tensors and each one's offset in the packed
-    buffer (None for an absent one)."""
-    tensors, at = [], []
-    for name, obj in named:
-        if obj is None:
-            at.append(None)
-        else:
-            at.append(32 * len(tensors))
-            tensors.append(view(obj, where, name, s))
-    return tensors, at
+_FORWARD_NAMES = ("q", "k", "v", "out", "decay", "initial_state",
+                  "final_state")
+_BACKWARD_NAMES = ("q", "k", "v", "decay", "dout", "initial_state",
+                   "dfinal_state", "dq", "dk", "dv", "ddecay",
+                   "dinitial_state")
+_FORWARD_VARLEN_NAMES = ("q", "k", "v", "out", "decay", "cu_seqlens",
+                         "initial_state", "final_state")
+_BACKWARD_VARLEN_NAMES = ("q", "k", "v", "decay", "dout", "cu_seqlens",
+                          "initial_state", "dfinal_state", "dq", "dk", "dv",
+                          "ddecay", "dinitial_state")

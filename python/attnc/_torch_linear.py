@@ -8,10 +8,11 @@ from typing import Optional
 
 import torch
 
+from . import _torch_args
 from ._linear import LinearAttention
-from .torch import (_as_tensor, _check_layout, _definition, _device_index,
-                    _grad_names, _input_gradients, _on_replace, _stream,
-                    _values, register)
+from .torch import (_Call, _as_tensor, _check_layout, _definition,
+                    _device_index, _grad_names, _input_gradients,
+                    _is_compiling, _on_replace, _plain, _values, register)
 
 # LinearAttention objects by (name, dtype, head_dim, head_dim_v, layout,
 # device); attnc.torch.register drops a replaced definition's objects.
@@ -29,9 +30,10 @@ _on_replace.append(_forget)
 
 def _object_for(q, v, name, layout) -> LinearAttention:
     key = (name, q.dtype, int(q.shape[-1]), int(v.shape[-1]), layout,
-           _device_index(q))
+           q.get_device())
     att = _linears.get(key)
     if att is None:
+        _device_index(q)
         with _lock:
             att = _linears.get(key)
             if att is None:
@@ -61,6 +63,33 @@ def _state_shape(q, v, layout):
     return (b, h, q.shape[-1], v.shape[-1])
 
 
+def _run_forward(att, layout, q, k, v, decay, initial_state, inputs):
+    out = torch.empty_like(v)
+    final = q.new_empty(_state_shape(q, v, layout), dtype=torch.float32)
+    att.forward(q, k, v, out, decay if att.uses_decay else None, inputs,
+                initial_state=initial_state, final_state=final)
+    return out, final
+
+
+def _run_backward(att, layout, q, k, v, decay, initial_state, dout, dfinal,
+                  inputs):
+    """dq, dk, dv, ddecay (None without a decay), dinit (None without an
+    initial state) and the input gradients by name."""
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    ddecay = torch.empty_like(decay) if att.uses_decay else None
+    dinit = (q.new_empty(_state_shape(q, v, layout), dtype=torch.float32)
+             if initial_state is not None else None)
+    grads = {n: _grad_buffer(att, n, q, v, layout) for n in _grad_names(att)}
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    if dfinal is not None and not dfinal.is_contiguous():
+        dfinal = dfinal.contiguous()
+    att.backward(q, k, v, decay if att.uses_decay else None, dout, dq, dk, dv,
+                 inputs, grads, initial_state=initial_state,
+                 dfinal_state=dfinal, ddecay=ddecay, dinitial_state=dinit)
+    return dq, dk, dv, ddecay, dinit, grads
+
+
 @torch.library.custom_op("attnc::linear_fwd", mutates_args=())
 def _linear_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 decay: Optional[torch.Tensor],
@@ -69,13 +98,8 @@ def _linear_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 input_values: list[torch.Tensor]
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     att = _object_for(q, v, definition, layout)
-    out = torch.empty_like(v)
-    final = q.new_empty(_state_shape(q, v, layout), dtype=torch.float32)
-    att.forward(q, k, v, out, decay if att.uses_decay else None,
-                _values(att, input_names, input_values),
-                initial_state=initial_state, final_state=final,
-                stream=_stream(q))
-    return out, final
+    return _run_forward(att, layout, q, k, v, decay, initial_state,
+                        _values(att, input_names, input_values))
 
 
 @_linear_fwd.register_fake
@@ -93,17 +117,9 @@ def _linear_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 input_names: str, input_values: list[torch.Tensor]
                 ) -> list[torch.Tensor]:
     att = _object_for(q, v, definition, layout)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    ddecay = torch.empty_like(decay) if att.uses_decay else None
-    dinit = (q.new_empty(_state_shape(q, v, layout), dtype=torch.float32)
-             if initial_state is not None else None)
-    grads = {n: _grad_buffer(att, n, q, v, layout) for n in _grad_names(att)}
-    if dout.stride(-1) != 1:
-        dout = dout.contiguous()
-    att.backward(q, k, v, decay if att.uses_decay else None, dout, dq, dk, dv,
-                 _values(att, input_names, input_values), grads,
-                 initial_state=initial_state, dfinal_state=dfinal,
-                 ddecay=ddecay, dinitial_state=dinit, stream=_stream(q))
+    dq, dk, dv, ddecay, dinit, grads = _run_backward(
+        att, layout, q, k, v, decay, initial_state, dout, dfinal,
+        _values(att, input_names, input_values))
     empty = q.new_empty((0,), dtype=torch.float32)
     return [dq, dk, dv, empty if ddecay is None else ddecay,
             empty if dinit is None else dinit] + list(grads.values())
@@ -149,6 +165,63 @@ def _backward(ctx, dout, dfinal):
 _linear_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
+class _EagerLinear(torch.autograd.Function):
+    """linear_attention's eager calls: the op's implementation without
+    torch.library's dispatch (as attnc.torch.attention's)."""
+
+    @staticmethod
+    def forward(ctx, call, q, k, v, decay, initial_state, *tensor_values):
+        out, final = _run_forward(call.att, call.layout, q, k, v, decay,
+                                  initial_state, call.inputs(tensor_values))
+        ctx.call = call
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(q, k, v, decay, initial_state, *tensor_values)
+        return out, final
+
+    @staticmethod
+    def backward(ctx, dout, dfinal):
+        q, k, v, decay, initial_state, *values = ctx.saved_tensors
+        call = ctx.call
+        if dout is None:  # a loss on the final state only
+            dout = torch.zeros_like(v)
+        dq, dk, dv, ddecay, dinit, grads = _run_backward(
+            call.att, call.layout, q, k, v, decay, initial_state, dout,
+            dfinal, call.inputs(values))
+        dvalues = []
+        for name, value, wants in zip(call.tensor_names, values,
+                                      ctx.needs_input_grad[6:]):
+            g = grads.get(name)
+            dvalues.append(None if g is None or not wants
+                           else g.reshape(value.shape).to(value.device))
+        return (None, dq, dk, dv, ddecay if decay is not None else None,
+                dinit, *dvalues)
+
+
+def _eager(name, q, k, v, decay, initial_state, inputs, layout):
+    call = _Call()
+    call.att = _object_for(q, v, name, layout)
+    call.layout, call.mask, call.varlen = layout, None, None
+    numbers, tensor_names, tensor_values = None, [], []
+    if inputs:
+        numbers = {}
+        for n, value in inputs.items():
+            if isinstance(value, torch.Tensor):
+                tensor_names.append(n)
+                tensor_values.append(value)
+            else:
+                _torch_args.check_input_value(
+                    "attnc.torch.linear_attention", n, value)
+                numbers[n] = value
+    call.numbers, call.tensor_names = numbers, tensor_names
+    if torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad
+            for t in [q, k, v, decay, initial_state] + tensor_values):
+        return _EagerLinear.apply(call, q, k, v, decay, initial_state,
+                                  *tensor_values)
+    return _run_forward(call.att, layout, q, k, v, decay, initial_state,
+                        call.inputs(tensor_values))
+
+
 def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      definition, decay: Optional[torch.Tensor] = None,
                      inputs: Optional[dict] = None,
@@ -166,6 +239,10 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     loss may depend on the final state too."""
     _check_layout("attnc.torch.linear_attention", layout)
     name = register(definition)
+    if not _is_compiling() and _plain(q, k, v):
+        out, final = _eager(name, q, k, v, decay, initial_state, inputs,
+                            layout)
+        return (out, final) if return_final_state else out
     names = list(inputs.keys()) if inputs else []
     values = [_as_tensor(inputs[n]) for n in names]
     out, final = _linear_fwd(q, k, v, decay, initial_state, name, layout,

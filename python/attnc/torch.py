@@ -1,13 +1,15 @@
 """PyTorch ops over attnc: attnc.torch.attention, a torch.library custom op
 with autograd (attnc's backward kernels, learnable custom inputs included),
-fake (meta) shapes for torch.compile, and CUDA-graph-safe calls."""
+fake (meta) shapes for torch.compile, and CUDA-graph-safe calls. Eager
+calls skip torch.library's dispatch: they run the same implementation
+through a torch.autograd.Function (docs/python.md, Overhead)."""
 
 import threading
 from typing import Optional
 
 import torch
 
-from . import _lib
+from . import _block_mask, _fastpack, _lib, _torch_args
 from ._attention import Attention
 from ._definition import Definition, example
 
@@ -54,14 +56,10 @@ def _definition(name: str) -> Definition:
 
 
 def _device_index(t: torch.Tensor) -> int:
-    if t.device.type != "cuda":
-        raise _lib.InvalidArgument(
-            f"attnc.torch: q is on {t.device}; attnc runs on CUDA tensors")
-    index = t.device.index if t.device.index is not None else 0
-    if index != 0:
-        raise _lib.NotSupportedYet(
-            f"attnc.torch: q is on cuda:{index}; attnc runs on device 0 only "
-            "so far (set CUDA_VISIBLE_DEVICES to pick the card)")
+    """The device of a call's tensors (q's; the packing checks the rest)."""
+    index = t.get_device()
+    if index not in _fastpack.RUNTIME_DEVICES:
+        _fastpack.call_device("attnc.torch", [("q", t)])
     return index
 
 
@@ -82,10 +80,14 @@ def attention_object(name: str, dtype, head_dim: int, head_dim_v: int,
 
 
 def _object_for(q, v, name, layout) -> Attention:
-    # int(): under dynamic shapes a head dim is a SymInt; kernels are per
-    # head dim, so it is specialised (guarded) here.
-    return attention_object(name, q.dtype, int(q.shape[-1]),
-                            int(v.shape[-1]), layout, _device_index(q))
+    # A plain dict hit on the hot path; int(): under dynamic shapes a head
+    # dim is a SymInt, and kernels are per head dim, so it is specialised
+    # (guarded) here.
+    d, dv = int(q.shape[-1]), int(v.shape[-1])
+    att = _attentions.get((name, q.dtype, d, dv, layout, q.get_device()))
+    if att is not None:
+        return att
+    return attention_object(name, q.dtype, d, dv, layout, _device_index(q))
 
 
 def _rows(q, layout):
@@ -95,10 +97,31 @@ def _rows(q, layout):
     return q.shape[0], q.shape[2], q.shape[1]
 
 
+def _heads(q, layout):
+    return q.shape[2] if layout == "bshd" else q.shape[1]
+
+
+def _finals_shape(att, q, layout):
+    """[F,B,H,Sq], or [F,H,Tq] for a packed batch."""
+    if layout == "thd":
+        return (len(att.final_names), q.shape[1], q.shape[0])
+    b, h, s = _rows(q, layout)
+    return (len(att.final_names), b, h, s)
+
+
 def _split(names: str):
     """The op's input names: one string, '\n'-separated (custom ops take no
     list of strings)."""
     return names.split("\n") if names else []
+
+
+def _scalar_or_tensor(att, name, value):
+    """A custom input's value as the call passes it: a scalar input's
+    tensor read on the host (a 0-d CPU tensor: no synchronisation)."""
+    d = att._decl.get(name)
+    if d is not None and d.shape == "scalar":
+        return value.item()
+    return value
 
 
 def _values(att: Attention, names: str, values):
@@ -107,24 +130,13 @@ def _values(att: Attention, names: str, values):
     not a new graph), tensors as they are."""
     if not names:
         return None
-    decl = att._decl
-    inputs = {}
-    for name, value in zip(_split(names), values):
-        d = decl.get(name)
-        if d is not None and d.shape == "scalar":
-            inputs[name] = value.item()
-        else:
-            inputs[name] = value
-    return inputs
+    return {name: _scalar_or_tensor(att, name, value)
+            for name, value in zip(_split(names), values)}
 
 
 def _stream(t: torch.Tensor) -> int:
-    """The raw handle of the current stream of t's device (no Stream
-    object: this is on every call's path)."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(t.device.index or 0)
-    return torch.cuda.current_stream(t.device).cuda_stream
+    """The raw handle of the current stream of t's device."""
+    return _fastpack.stream_of(t.get_device())
 
 
 def _grad_names(att: Attention):
@@ -136,27 +148,71 @@ def _grad_shape(att: Attention, name, heads):
     return (heads,) if shape == "per_head" else (1,)
 
 
-@torch.library.custom_op("attnc::attention_fwd", mutates_args=())
-def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   definition: str, layout: str, input_names: str,
-                   input_values: list[torch.Tensor]
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    att = _object_for(q, v, definition, layout)
+def _varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    if cu_seqlens_q is None:
+        return None
+    return (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+
+
+def _run_forward(att, layout, q, k, v, inputs, mask, varlen):
+    """(out, finals) of one call; inputs: name -> number or tensor (None
+    for none), mask a BlockMask or None, varlen (cu_seqlens_q,
+    cu_seqlens_k, max_seqlen_q, max_seqlen_k) or None."""
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
-    b, h, s = _rows(q, layout)
-    finals = q.new_empty((len(att.final_names), b, h, s), dtype=torch.float32)
-    att.forward(q, k, v, out, finals if att.final_names else None,
-                _values(att, input_names, input_values),
-                stream=_stream(q))
+    finals = q.new_empty(_finals_shape(att, q, layout), dtype=_F32)
+    f = finals if att.final_names else None
+    if varlen is None:
+        att.forward_torch(q, k, v, out, f, inputs, mask,
+                          _raw_stream(q.get_device()), _Tensor)
+    else:
+        att.forward_varlen(q, k, v, out, f, *varlen, inputs)
     return out, finals
 
 
-@_attention_fwd.register_fake
-def _(q, k, v, definition, layout, input_names, input_values):
+def _run_backward(att, layout, q, k, v, out, dout, finals, inputs, mask,
+                  varlen):
+    """(dq, dk, dv, {input name: gradient}) of one call."""
+    dq, dk, dv = (torch.empty_like(q), torch.empty_like(k),
+                  torch.empty_like(v))
+    heads = _heads(q, layout)
+    grads = {n: q.new_empty(_grad_shape(att, n, heads), dtype=torch.float32)
+             for n in _grad_names(att)}
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    f = finals if att.final_names else None
+    if varlen is None:
+        att.backward(q, k, v, out, dout, f, dq, dk, dv, inputs, grads,
+                     block_mask=mask)
+    else:
+        att.backward_varlen(q, k, v, out, dout, f, dq, dk, dv, *varlen,
+                            inputs, grads)
+    return dq, dk, dv, grads
+
+
+# -- the op (torch.compile, FakeTensor, any dispatch mode) --------------------
+
+@torch.library.custom_op("attnc::attention_fwd", mutates_args=())
+def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   definition: str, layout: str, input_names: str,
+                   input_values: list[torch.Tensor],
+                   cu_seqlens_q: Optional[torch.Tensor],
+                   cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int,
+                   max_seqlen_k: int, block_mask: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     att = _object_for(q, v, definition, layout)
-    b, h, s = _rows(q, layout)
+    mask = _block_mask.by_id("attnc.torch.attention", block_mask)
+    return _run_forward(att, layout, q, k, v,
+                        _values(att, input_names, input_values), mask,
+                        _varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                max_seqlen_k))
+
+
+@_attention_fwd.register_fake
+def _(q, k, v, definition, layout, input_names, input_values, cu_seqlens_q,
+      cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_mask):
+    att = _object_for(q, v, definition, layout)
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
-    finals = q.new_empty((len(att.final_names), b, h, s), dtype=torch.float32)
+    finals = q.new_empty(_finals_shape(att, q, layout), dtype=torch.float32)
     return out, finals
 
 
@@ -164,27 +220,26 @@ def _(q, k, v, definition, layout, input_names, input_values):
 def _attention_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    out: torch.Tensor, dout: torch.Tensor,
                    finals: torch.Tensor, definition: str, layout: str,
-                   input_names: str, input_values: list[torch.Tensor]
+                   input_names: str, input_values: list[torch.Tensor],
+                   cu_seqlens_q: Optional[torch.Tensor],
+                   cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int,
+                   max_seqlen_k: int, block_mask: int
                    ) -> list[torch.Tensor]:
     att = _object_for(q, v, definition, layout)
-    dq, dk, dv = (torch.empty_like(q), torch.empty_like(k),
-                  torch.empty_like(v))
-    heads = _rows(q, layout)[1]
-    grads = {n: q.new_empty(_grad_shape(att, n, heads), dtype=torch.float32)
-             for n in _grad_names(att)}
-    if dout.stride(-1) != 1:
-        dout = dout.contiguous()
-    att.backward(q, k, v, out, dout, finals if att.final_names else None,
-                 dq, dk, dv, _values(att, input_names, input_values), grads,
-                 stream=_stream(q))
+    mask = _block_mask.by_id("attnc.torch.attention", block_mask)
+    dq, dk, dv, grads = _run_backward(
+        att, layout, q, k, v, out, dout, finals,
+        _values(att, input_names, input_values), mask,
+        _varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
     return [dq, dk, dv] + list(grads.values())
 
 
 @_attention_bwd.register_fake
 def _(q, k, v, out, dout, finals, definition, layout, input_names,
-      input_values):
+      input_values, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+      block_mask):
     att = _object_for(q, v, definition, layout)
-    heads = _rows(q, layout)[1]
+    heads = _heads(q, layout)
     grads = [q.new_empty(_grad_shape(att, n, heads), dtype=torch.float32)
              for n in _grad_names(att)]
     return [torch.empty_like(q), torch.empty_like(k),
@@ -206,29 +261,159 @@ def _input_gradients(ctx, values, names, grads):
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, definition, layout, input_names, input_values = inputs
+    (q, k, v, definition, layout, input_names, input_values, cu_seqlens_q,
+     cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_mask) = inputs
     out, finals = output
     ctx.definition, ctx.layout = definition, layout
     ctx.input_names = input_names
+    ctx.lengths = (max_seqlen_q, max_seqlen_k)
+    ctx.block_mask = block_mask
     # Read here, where the inputs are the caller's: saved tensors may come
     # back detached (under torch.compile's AOT autograd).
     ctx.wants_grad = [t.requires_grad for t in input_values]
-    ctx.save_for_backward(q, k, v, out, finals, *input_values)
+    ctx.save_for_backward(q, k, v, out, finals, cu_seqlens_q, cu_seqlens_k,
+                          *input_values)
 
 
 def _backward(ctx, dout, dfinals):
     # The finals (LSE) are outputs without a gradient: attnc's backward
     # kernels take dO only, so a loss must not depend on them.
-    q, k, v, out, finals, *values = ctx.saved_tensors
+    q, k, v, out, finals, cu_q, cu_k, *values = ctx.saved_tensors
     result = _attention_bwd(q, k, v, out, dout, finals, ctx.definition,
-                            ctx.layout, ctx.input_names, values)
+                            ctx.layout, ctx.input_names, values, cu_q, cu_k,
+                            ctx.lengths[0], ctx.lengths[1], ctx.block_mask)
     dq, dk, dv = result[:3]
     att = _object_for(q, v, ctx.definition, ctx.layout)
     dvalues = _input_gradients(ctx, values, _grad_names(att), result[3:])
-    return dq, dk, dv, None, None, None, dvalues
+    return (dq, dk, dv, None, None, None, dvalues, None, None, None, None,
+            None)
 
 
 _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# -- eager calls: the same implementation without torch.library's dispatch --
+
+class _Call:
+    """What an eager call's forward and backward share besides tensors."""
+
+    __slots__ = ("att", "layout", "mask", "varlen", "numbers",
+                 "tensor_names")
+
+    def inputs(self, tensor_values):
+        """The custom inputs as _run_forward takes them."""
+        if not self.tensor_names:
+            return self.numbers
+        inputs = dict(self.numbers) if self.numbers else {}
+        att = self.att
+        for name, value in zip(self.tensor_names, tensor_values):
+            inputs[name] = _scalar_or_tensor(att, name, value)
+        return inputs
+
+
+class _EagerAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, call, q, k, v, *tensor_values):
+        out, finals = _run_forward(call.att, call.layout, q, k, v,
+                                   call.inputs(tensor_values), call.mask,
+                                   call.varlen)
+        ctx.call = call
+        ctx.save_for_backward(q, k, v, out, finals, *tensor_values)
+        ctx.mark_non_differentiable(finals)
+        return out, finals
+
+    @staticmethod
+    def backward(ctx, dout, dfinals):
+        q, k, v, out, finals, *values = ctx.saved_tensors
+        call = ctx.call
+        dq, dk, dv, grads = _run_backward(call.att, call.layout, q, k, v, out,
+                                          dout, finals, call.inputs(values),
+                                          call.mask, call.varlen)
+        dvalues = []
+        for name, value, wants in zip(call.tensor_names, values,
+                                      ctx.needs_input_grad[4:]):
+            g = grads.get(name)
+            dvalues.append(None if g is None or not wants
+                           else g.reshape(value.shape).to(value.device))
+        return (None, dq, dk, dv, *dvalues)
+
+
+_Tensor = torch.Tensor
+_F32 = torch.float32
+_raw_stream = _fastpack._raw_stream_function()
+_is_compiling = torch.compiler.is_compiling
+# Dispatch modes, FakeTensorMode's included (without the count, every call
+# takes the op).
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 1)
+_function_modes = getattr(torch._C, "_is_torch_function_mode_enabled", None)
+_grad_enabled = torch.is_grad_enabled
+
+
+def _plain(q, k, v) -> bool:
+    """Whether a call may skip torch.library: plain tensors (no FakeTensor
+    or other subclass) and no dispatch or function mode (FakeTensorMode,
+    a FLOP counter) that must see the op."""
+    return (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
+            and _dispatch_modes() == 0
+            and not (_function_modes is not None and _function_modes()))
+
+
+def _eager(name, q, k, v, inputs, layout, mask, varlen):
+    att = _attentions.get((name, q.dtype, q.shape[-1], v.shape[-1], layout,
+                           q.get_device()))
+    if att is None:
+        att = _object_for(q, v, name, layout)
+    numbers, tensor_names, tensor_values = None, (), ()
+    if inputs:
+        numbers, tensor_names, tensor_values = {}, [], []
+        for n, value in inputs.items():
+            if isinstance(value, _Tensor):
+                tensor_names.append(n)
+                tensor_values.append(value)
+            else:
+                _torch_args.check_input_value("attnc.torch.attention", n,
+                                              value)
+                numbers[n] = value
+    if _grad_enabled() and (q.requires_grad or k.requires_grad
+                            or v.requires_grad
+                            or any(t.requires_grad for t in tensor_values)):
+        _torch_args.check_mask_for_backward("attnc.torch.attention", mask,
+                                            True)
+        call = _Call()
+        call.att, call.layout, call.mask, call.varlen = (att, layout, mask,
+                                                         varlen)
+        call.numbers, call.tensor_names = numbers, tensor_names
+        return _EagerAttention.apply(call, q, k, v, *tensor_values)
+    if tensor_names:
+        for n, value in zip(tensor_names, tensor_values):
+            numbers[n] = _scalar_or_tensor(att, n, value)
+    return _run_forward(att, layout, q, k, v, numbers, mask, varlen)
+
+
+def create_block_mask(definition, q, k, v=None, inputs: Optional[dict] = None,
+                      layout: Optional[str] = None, for_backward: bool = True,
+                      lists: Optional[dict] = None):
+    """An attnc.BlockMask for attention(q, k, v, definition, block_mask=...)
+    calls of q's and k's shape, dtype and head dims (v: k when None): the
+    definition's mask classified on the GPU with inputs (on the current
+    stream), or, given lists (block_mask_from_lists' keyword arguments:
+    kv_num_blocks, kv_indices, ...), FlexAttention's lists. Made once,
+    passed to any number of calls (every layer of a model)."""
+    where = "attnc.torch.create_block_mask"
+    layout = _torch_args.check_call(where, layout, None, None, None, None,
+                                    None)
+    v = k if v is None else v
+    att = _object_for(q, v, register(definition), layout)
+    b, h, sq = _rows(q, layout)
+    sk = k.shape[2] if layout == "bhsd" else k.shape[1]
+    hk = _heads(k, layout)
+    if lists is not None:
+        return att.block_mask_from_lists(b, h, sq, sk,
+                                         for_backward=for_backward,
+                                         heads_kv=hk, **lists)
+    return att.make_block_mask(b, h, sq, sk, inputs=inputs,
+                               for_backward=for_backward, heads_kv=hk,
+                               stream=_stream(q))
 
 
 def _as_tensor(value):
@@ -252,24 +437,61 @@ def _check_layout(where: str, layout) -> None:
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, definition,
-              inputs: Optional[dict] = None, layout: str = "bhsd",
-              return_finals: bool = False):
+              inputs: Optional[dict] = None, layout: Optional[str] = None,
+              return_finals: bool = False, block_mask=None,
+              cu_seqlens_q: Optional[torch.Tensor] = None,
+              cu_seqlens_k: Optional[torch.Tensor] = None,
+              max_seqlen_q: Optional[int] = None,
+              max_seqlen_k: Optional[int] = None):
     """out = attention(q, k, v) for definition (an attnc.Definition or an
     example's name), differentiable in q, k, v and in tensor custom inputs
     that require grad where the definition declares requiresGrad.
 
-    layout "bhsd" (q [B,H,Sq,D], as scaled_dot_product_attention) or "bshd"
-    ([B,Sq,H,D]). inputs maps custom-input names to numbers or tensors; a
-    scalar input is best given as a 0-d CPU tensor (a new value then never
-    recompiles under torch.compile). With return_finals, (out, finals):
-    finals is [F,B,H,Sq] float32, the definition's final rowscales (the
-    softmax's LSE), without a gradient."""
-    _check_layout("attnc.torch.attention", layout)
-    name = register(definition)
+    layout "bhsd" (q [B,H,Sq,D], as scaled_dot_product_attention; the
+    default) or "bshd" ([B,Sq,H,D]); a packed variable-length batch is
+    "thd" (the default when cu_seqlens_q is given): q [Tq,H,D], k and v
+    [Tk,Hk,D], int32 cu_seqlens_q/cu_seqlens_k of B+1 offsets on the
+    device and the longest lengths max_seqlen_q/max_seqlen_k. block_mask:
+    an attnc.BlockMask of the definition's mask for this call's shape
+    (made with for_backward=True where gradients are asked for); the call
+    launches no classification. inputs maps custom-input names to numbers
+    or tensors; a scalar input is best given as a 0-d CPU tensor (a new
+    value then never recompiles under torch.compile). With return_finals,
+    (out, finals): finals is [F,B,H,Sq] ([F,H,Tq] packed) float32, the
+    definition's final rowscales (the softmax's LSE), without a
+    gradient."""
+    where = "attnc.torch.attention"
+    if (layout is None and block_mask is None and cu_seqlens_q is None
+            and cu_seqlens_k is None and max_seqlen_q is None
+            and max_seqlen_k is None):
+        layout = "bhsd"  # the common call, without the checks' call
+    else:
+        layout = _torch_args.check_call(where, layout, cu_seqlens_q,
+                                        cu_seqlens_k, max_seqlen_q,
+                                        max_seqlen_k, block_mask)
+    name = definition if type(definition) is str else register(definition)
+    varlen = (None if cu_seqlens_q is None else
+              (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
+    if (not _is_compiling() and type(q) is _Tensor and type(k) is _Tensor
+            and type(v) is _Tensor and _dispatch_modes() == 0
+            and not (_function_modes is not None and _function_modes())):
+        # What _plain checks, inline: this is every eager call's path.
+        out, finals = _eager(name, q, k, v, inputs, layout, block_mask,
+                             varlen)
+        return (out, finals) if return_finals else out
     names = list(inputs.keys()) if inputs else []
     values = [_as_tensor(inputs[n]) for n in names]
+    mask_id = 0
+    if block_mask is not None:
+        _torch_args.check_mask_for_backward(
+            where, block_mask,
+            torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
+                                         or v.requires_grad))
+        mask_id = block_mask.torch_id
     out, finals = _attention_fwd(q, k, v, name, layout, "\n".join(names),
-                                 values)
+                                 values, cu_seqlens_q, cu_seqlens_k,
+                                 max_seqlen_q or 0, max_seqlen_k or 0,
+                                 mask_id)
     return (out, finals) if return_finals else out
 
 

@@ -1,11 +1,16 @@
 """Host time per call: C++ Attention::forward (capi_call_overhead, run
 here in the same process tree), attnc.Attention.forward and
-attnc.torch.attention (eager), and a replay of a captured CUDA graph.
-Batches of 200 calls never fill the launch queue; median of 25 batches.
+attnc.torch.attention (eager: without and with autograd), the custom op
+torch.compile calls, and a replay of a captured CUDA graph. Batches of 200
+calls never fill the launch queue; median of 25 batches. With --profile,
+the eager op's cProfile (by own time) follows.
 
-Run: ATTNC_OVERHEAD_BIN=path/to/capi_call_overhead python bench_overhead.py"""
+Run: ATTNC_OVERHEAD_BIN=path/to/capi_call_overhead python bench_overhead.py
+[name] [--profile]"""
 
+import cProfile
 import os
+import pstats
 import subprocess
 import sys
 import time
@@ -40,7 +45,8 @@ def per_call_us(fn):
 
 
 def main():
-    name = sys.argv[1] if len(sys.argv) > 1 else "mha"
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    name = args[0] if args else "mha"
     inputs = {"softmax_bias": -1.0} if name == "sigmoid_attn" else {}
     binary = os.environ.get("ATTNC_OVERHEAD_BIN")
     cxx = None
@@ -61,6 +67,13 @@ def main():
     scalar = {n: torch.tensor(x) for n, x in inputs.items()}
     op = per_call_us(lambda: attnc.torch.attention(q, k, v, name,
                                                    inputs=scalar))
+    names = "\n".join(scalar)
+    values = list(scalar.values())
+    custom_op = per_call_us(lambda: torch.ops.attnc.attention_fwd(
+        q, k, v, name, "bhsd", names, values, None, None, 0, 0, 0))
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    op_grad = per_call_us(lambda: attnc.torch.attention(qg, kg, vg, name,
+                                                        inputs=scalar))
     noop = per_call_us(lambda: _noop(q, [q, k]))
     sdpa = per_call_us(lambda: torch.nn.functional.scaled_dot_product_attention(
         q, k, v, is_causal=True))
@@ -87,11 +100,24 @@ def main():
           + (f"  (+{raw - cxx:.2f} over C++)" if cxx else ""))
     print(f"  attnc.torch.attention (eager op)  {op:7.2f}"
           + (f"  (+{op - cxx:.2f} over C++)" if cxx else ""))
+    print(f"  attnc.torch.attention (requires grad: autograd.Function) "
+          f"{op_grad:7.2f}" + (f"  (+{op_grad - cxx:.2f} over C++)"
+                               if cxx else ""))
+    print(f"  torch.ops.attnc.attention_fwd (the custom op, compiled "
+          f"graphs' call) {custom_op:7.2f}")
     print(f"  an empty torch custom op          {noop:7.2f}"
           "  (torch.library's own share of the op's time)")
     print(f"  torch SDPA (eager, reference)     {sdpa:7.2f}")
     print(f"  CUDA graph replay of the op       {replay:7.2f}"
           f"  (a one-kernel graph: {replay_trivial:.2f})")
+    if "--profile" in sys.argv:
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(2000):
+            attnc.torch.attention(q, k, v, name, inputs=scalar)
+        prof.disable()
+        torch.cuda.synchronize()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(14)
 
 
 if __name__ == "__main__":

@@ -251,7 +251,7 @@ class Fake(unittest.TestCase):
                         requires_grad=True) for _ in range(3))
         torch.library.opcheck(
             torch.ops.attnc.attention_fwd.default,
-            (q, k, v, "mha", "bhsd", "", []),
+            (q, k, v, "mha", "bhsd", "", [], None, None, 0, 0, 0),
             test_utils=("test_schema", "test_faketensor",
                         "test_aot_dispatch_dynamic"))
 

@@ -1,0 +1,217 @@
+"""A call's C structs for torch tensors, packed once per call shape and then
+only patched: the data pointers and scalar values are what changes from
+one call to the next of a training step, so a call writes those few words
+into a buffer kept from the first call of its shape."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from . import _lib
+from ._tensors import INPUT_SIZE, NAMED_SIZE, TENSOR_SIZE, pack, view
+
+# The runtime binds device 0's primary context (runtime/lib/CudaDriver.cpp:
+# currentDevice); a kernel launched there cannot read another card's memory.
+RUNTIME_DEVICES = (0,)
+
+# attnc_input_kind (attnc_c.h).
+_F32, _I32, _TENSOR = 0, 1, 2
+
+# Buffers are per thread: a call releases the GIL inside the C function
+# while it reads its buffer, and another thread's call of the same shape
+# must not rewrite it meanwhile.
+_local = threading.local()
+
+
+def _cache():
+    cache = getattr(_local, "packs", None)
+    if cache is None:
+        cache = _local.packs = {}
+    return cache
+
+
+def call_device(where: str, named) -> int:
+    """The CUDA device index of a call's tensors (named: (argument,
+    object with get_device()) pairs, None entries skipped): InvalidArgument
+    for a CPU tensor or tensors on different devices, NotSupportedYet for a
+    device the runtime does not run on."""
+    first_name, first = None, None
+    for name, t in named:
+        if t is None:
+            continue
+        index = t.get_device()
+        if index < 0:
+            raise _lib.InvalidArgument(
+                f"{where}: argument '{name}': a tensor on {t.device}; attnc "
+                "runs on CUDA tensors")
+        if first is None:
+            first_name, first = name, index
+        elif index != first:
+            raise _lib.InvalidArgument(
+                f"{where}: argument '{name}' is on cuda:{index} and "
+                f"argument '{first_name}' on cuda:{first}; a call's tensors "
+                "must be on one device")
+    if first is not None and first not in RUNTIME_DEVICES:
+        raise _lib.NotSupportedYet(
+            f"{where}: the tensors are on cuda:{first}; the attnc runtime "
+            "runs on device 0 only so far (CUDA_VISIBLE_DEVICES picks the "
+            "card)")
+    return 0 if first is None else first
+
+
+def _raw_stream_function():
+    torch = sys.modules["torch"]
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda device: torch.cuda.current_stream(device).cuda_stream
+
+
+def stream_of(device: int) -> int:
+    """The raw handle of PyTorch's current stream on device (no Stream
+    object where torch has the raw call: this is on every call's path)."""
+    global stream_of
+    stream_of = _raw_stream_function()
+    return stream_of(device)
+
+
+class Packed:
+    """One call shape's buffer: where each changing word goes."""
+
+    __slots__ = ("buf", "base", "at_inputs", "at_grads", "words", "floats",
+                 "ints", "ptr_slots", "f32_slots", "i32_slots")
+
+
+def _meta(t):
+    return (t.dtype, t.get_device(), t.shape, t.stride())
+
+
+def _build(where, names, tensors, inputs, grads, stream):
+    """The first call of a shape: every tensor checked and viewed as the
+    generic path does (the same messages), then packed."""
+    call_device(where, list(zip(names, tensors))
+                + [(f"inputs[{i[0]!r}]", i[2]) for i in inputs
+                   if not isinstance(i[2], (int, float))]
+                + [(f"grads[{g[0]!r}]", g[2]) for g in grads])
+    views = [view(t, where, n, stream) for n, t in zip(names, tensors)]
+    entries = []
+    for name, kind, value, address in inputs:
+        if isinstance(value, (int, float)):
+            entries.append((address, kind, float(value) if kind == 0 else 0.0,
+                            int(value) if kind == 1 else 0, None))
+        else:
+            entries.append((address, kind, 0.0, 0,
+                            view(value, where, f"inputs[{name!r}]", stream)))
+    named = [(address, view(t, where, f"grads[{name!r}]", stream))
+             for name, address, t in grads]
+    buf, base, at_inputs, at_grads = pack(views, entries, named)
+    p = Packed()
+    p.buf, p.base, p.at_inputs, p.at_grads = buf, base, at_inputs, at_grads
+    mv = memoryview(buf).cast("B")  # ctypes' "<c" casts only via bytes
+    p.words, p.floats, p.ints = mv.cast("Q"), mv.cast("f"), mv.cast("i")
+    ptr, f32, i32 = [], [], []
+    for i in range(len(tensors)):
+        ptr.append(TENSOR_SIZE * i // 8)
+    inputs_at = TENSOR_SIZE * len(tensors)
+    for j, (_, kind, value, _) in enumerate(inputs):
+        at = inputs_at + INPUT_SIZE * j
+        if kind == 0:
+            f32.append((at + 12) // 4)
+        elif kind == 1:
+            i32.append((at + 16) // 4)
+        else:
+            ptr.append((at + 24) // 8)
+    grads_at = inputs_at + INPUT_SIZE * len(inputs)
+    for j in range(len(grads)):
+        ptr.append((grads_at + NAMED_SIZE * j + 8) // 8)
+    p.ptr_slots, p.f32_slots, p.i32_slots = ptr, f32, i32
+    return p
+
+
+def fast_inputs(obj, inputs, tensor_type):
+    """inputs (name -> number or tensor) of obj's call as pack_torch's
+    items (a number's kind, f32 or i32, as declared), or None where the
+    generic path must take the call (a name the definition does not declare, a
+    number for a tensor input, an object other than a torch tensor: its
+    checks give the message)."""
+    if not inputs:
+        return ()
+    items = []
+    for name, value in inputs.items():
+        address = obj._name_at.get(name)
+        if address is None:
+            return None
+        decl = obj._decl[name]
+        kind = type(value)
+        if kind is float or kind is int:
+            if decl.shape != "scalar":
+                return None
+            items.append((name, _I32 if decl.dtype == "int32" else _F32,
+                          value, address))
+        elif isinstance(value, tensor_type):
+            items.append((name, _TENSOR, value, address))
+        else:
+            return None
+    return items
+
+
+def fast_grads(obj, grads, tensor_type):
+    """grads (name -> torch tensor) as pack_torch's items, or None."""
+    if not grads:
+        return ()
+    items = []
+    for name, value in grads.items():
+        address = obj._name_at.get(name)
+        if address is None or not isinstance(value, tensor_type):
+            return None
+        items.append((name, address, value))
+    return items
+
+
+def pack_torch(where, names, tensors, inputs=(), grads=(), stream=0):
+    """The packed call for torch tensors: names/tensors the call's tensor
+    arguments in order; inputs (name, kind, number or tensor, name
+    address), kind 0 f32, 1 i32, 2 tensor; grads (name, name address,
+    tensor). Tensor i's attnc_tensor is at .base + 32 * i, the inputs at
+    .at_inputs, the grads at .at_grads. Valid until this thread's next call
+    of the same shape."""
+    key = [(t.dtype, t.get_device(), t.shape, t.stride()) for t in tensors]
+    if inputs:
+        for name, kind, value, address in inputs:
+            key.append((address, kind, None if kind != 2 else _meta(value)))
+    if grads:
+        for name, address, t in grads:
+            key.append((address, _meta(t)))
+    key = tuple(key)
+    cache = _cache()
+    p = cache.get(key)
+    if p is None:
+        p = _build(where, names, tensors, inputs, grads, stream)
+        if len(cache) > 256:  # shapes of a long-running process
+            cache.clear()
+        cache[key] = p
+        return p
+    words = p.words
+    slots = p.ptr_slots
+    i = 0
+    for t in tensors:
+        words[slots[i]] = t.data_ptr()
+        i += 1
+    if not inputs and not grads:
+        return p
+    fi = ii = 0
+    for name, kind, value, address in inputs:
+        if kind == 2:
+            words[slots[i]] = value.data_ptr()
+            i += 1
+        elif kind == 0:
+            p.floats[p.f32_slots[fi]] = float(value)
+            fi += 1
+        else:
+            p.ints[p.i32_slots[ii]] = int(value)
+            ii += 1
+    for name, address, t in grads:
+        words[slots[i]] = t.data_ptr()
+        i += 1
+    return p
