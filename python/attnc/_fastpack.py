@@ -11,8 +11,11 @@ import threading
 from . import _lib
 from ._tensors import INPUT_SIZE, NAMED_SIZE, TENSOR_SIZE, pack, view
 
-# The runtime binds device 0's primary context (runtime/lib/CudaDriver.cpp:
-# currentDevice); a kernel launched there cannot read another card's memory.
+# The runtime runs a call in the calling thread's current context (device
+# 0's primary one where none is current; runtime/lib/CudaDriver.cpp:
+# currentDevice) and an object keeps to the context of its first call. This
+# layer does not switch torch's current device per call yet, so it keeps
+# to device 0, whose kernels cannot read another card's memory.
 RUNTIME_DEVICES = (0,)
 
 # attnc_input_kind (attnc_c.h).
