@@ -4,6 +4,8 @@
 #ifndef ATTNC_VARLEN_CUH
 #define ATTNC_VARLEN_CUH
 
+#include "attnc/block_range.cuh"
+
 namespace attnc {
 
 /// The sequence a CTA works on: batch entry b of a dense call, or sequence
@@ -60,28 +62,6 @@ __device__ __forceinline__ bool tile_keeps_any(const typename Variant::Inputs &i
   return __syncthreads_or(any);
 }
 
-/// Whether a masked variant may keep an element of queries [q_lo, q_lo +
-/// kRows) x keys [k_lo, k_lo + kCols) of the sequence. Where the compiler's
-/// mask analysis bounds the mask from the block's box alone (analysed, no
-/// input bounded by its per-block minimum and maximum: causal, windows,
-/// prefix-LM and chunked masks with scalar inputs), the block's class
-/// (mask_block_class, as attnc_block_classify) answers in a few
-/// instructions, the same on every thread; otherwise the CTA evaluates the
-/// mask on the block's elements (tile_keeps_any).
-template <class Variant, int kRows, int kCols>
-__device__ __forceinline__ bool tile_may_keep(const typename Variant::Inputs &in, int b,
-                                              int h, int q_lo, int k_lo, const SeqSpan &s) {
-  if constexpr (Variant::kMaskAnalysed && Variant::kMaskBounds == 0) {
-    const int q_hi = min(q_lo + kRows, s.seq_q) - 1;
-    const int k_hi = min(k_lo + kCols, s.seq_kv) - 1;
-    const float none[1] = {0.0f}; // no bounded input
-    return Variant::mask_block_class(in, b, h, q_lo + s.shift, q_hi + s.shift, k_lo,
-                                     k_hi, none, none) != 0;
-  } else {
-    return tile_keeps_any<Variant, kRows, kCols>(in, b, h, q_lo, k_lo, s);
-  }
-}
-
 /// Whether every element of queries [q_lo, q_lo + kRows) x keys [k_lo,
 /// k_lo + kCols) of the sequence is kept, as the analysis proves it from
 /// the block's box (class 2 of mask_block_class; rows past the sequence's
@@ -107,15 +87,43 @@ __device__ __forceinline__ bool tile_full(const typename Variant::Inputs &in, in
   return false;
 }
 
+/// Whether the mask may keep an element of queries [q_lo, q_hi] x keys
+/// [k_lo, k_hi] of the sequence (rows shifted by the bottom-right rule), for
+/// a mask the compiler's analysis bounds from the box alone (analysed, no
+/// input bounded by its per-block minimum and maximum: causal, windows,
+/// prefix-LM and chunked masks with scalar inputs): the box's class
+/// (mask_block_class, as attnc_block_classify) in a few instructions, the
+/// same on every thread, for a box of any size.
+template <class Variant>
+__device__ __forceinline__ bool box_may_keep(const typename Variant::Inputs &in, int b,
+                                             int h, int q_lo, int q_hi, int k_lo, int k_hi,
+                                             const SeqSpan &s) {
+  const float none[1] = {0.0f}; // no bounded input
+  return Variant::mask_block_class(in, b, h, q_lo + s.shift, q_hi + s.shift, k_lo, k_hi,
+                                   none, none) != 0;
+}
+
+/// The ballot of pred(lane) over the calling warp (all lanes converged).
+struct WarpVote {
+  int lane;
+  template <class Pred> __device__ __forceinline__ unsigned operator()(const Pred &pred) const {
+    return __ballot_sync(0xffffffffu, pred(lane));
+  }
+};
+
 /// A packed call has no block lists (they would cost a classification per
 /// call over every sequence): a masked variant visits the key blocks from
-/// the first to the last one that may keep an element of query block \p m
-/// (tile_may_keep). This skips what a causal, sliding-window or prefix mask
-/// leaves empty at either end; for a mask the analysis bounds from the box
-/// alone the skipped blocks cost no mask evaluation, for others one per
-/// element. Of the visited blocks, those tile_full proves full run without
-/// the per-element mask; the others evaluate it per element.
-/// Returns [first, last + 1) in x, y.
+/// the first to the last one that may keep an element of query block \p m.
+/// This skips what a causal, sliding-window, chunked or prefix mask leaves
+/// empty at either end. Where the analysis bounds the mask from the box
+/// alone, each warp finds the two ends by votes over boxes of 32 blocks,
+/// then of single blocks (block_range.cuh): a few box classes a thread, not
+/// one per block of the sequence, and no CTA-wide barrier. Otherwise the
+/// CTA scans the blocks from either end, evaluating the mask on each
+/// block's elements (tile_keeps_any). Of the visited blocks, those
+/// tile_full proves full run without the per-element mask; the others
+/// evaluate it per element. Every thread of the CTA calls it, converged;
+/// returns [first, last + 1) in x, y.
 ///
 /// Not done yet: masks with bounded inputs classified from their bounds
 /// here (their blocks are evaluated per element).
@@ -123,31 +131,53 @@ template <class Variant, int kBlockM, int kBlockN>
 __device__ __forceinline__ int2 key_block_range(const typename Variant::Inputs &in, int b,
                                                 int h, int m, const SeqSpan &s) {
   const int blocks = (s.seq_kv + kBlockN - 1) / kBlockN;
-  int lo = 0, hi = blocks;
-  while (lo < hi &&
-         !tile_may_keep<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM, lo * kBlockN, s))
-    ++lo;
-  while (hi > lo && !tile_may_keep<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM,
-                                                               (hi - 1) * kBlockN, s))
-    --hi;
-  return make_int2(lo, hi);
+  if constexpr (Variant::kMaskAnalysed && Variant::kMaskBounds == 0) {
+    const int q_lo = m * kBlockM, q_hi = min(q_lo + kBlockM, s.seq_q) - 1;
+    auto may_keep = [&](int lo, int hi) {
+      return box_may_keep<Variant>(in, b, h, q_lo, q_hi, lo * kBlockN,
+                                   min(hi * kBlockN, s.seq_kv) - 1, s);
+    };
+    const WarpVote vote{int(threadIdx.x % 32)};
+    const int first = first_block_kept(0, blocks, may_keep, vote);
+    return make_int2(first, last_block_kept(first, blocks, may_keep, vote));
+  } else {
+    int lo = 0, hi = blocks;
+    while (lo < hi &&
+           !tile_keeps_any<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM, lo * kBlockN, s))
+      ++lo;
+    while (hi > lo && !tile_keeps_any<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM,
+                                                                 (hi - 1) * kBlockN, s))
+      --hi;
+    return make_int2(lo, hi);
+  }
 }
 
 /// The query blocks of kBlockM rows that key block \p n (of kBlockN keys)
 /// visits in a packed call: key_block_range with the roles swapped (the
-/// backward's dK/dV kernel), the same plug-in point.
+/// backward's dK/dV kernel).
 template <class Variant, int kBlockM, int kBlockN>
 __device__ __forceinline__ int2 query_block_range(const typename Variant::Inputs &in, int b,
                                                   int h, int n, const SeqSpan &s) {
   const int blocks = (s.seq_q + kBlockM - 1) / kBlockM;
-  int lo = 0, hi = blocks;
-  while (lo < hi &&
-         !tile_may_keep<Variant, kBlockM, kBlockN>(in, b, h, lo * kBlockM, n * kBlockN, s))
-    ++lo;
-  while (hi > lo && !tile_may_keep<Variant, kBlockM, kBlockN>(in, b, h, (hi - 1) * kBlockM,
-                                                               n * kBlockN, s))
-    --hi;
-  return make_int2(lo, hi);
+  if constexpr (Variant::kMaskAnalysed && Variant::kMaskBounds == 0) {
+    const int k_lo = n * kBlockN, k_hi = min(k_lo + kBlockN, s.seq_kv) - 1;
+    auto may_keep = [&](int lo, int hi) {
+      return box_may_keep<Variant>(in, b, h, lo * kBlockM, min(hi * kBlockM, s.seq_q) - 1,
+                                   k_lo, k_hi, s);
+    };
+    const WarpVote vote{int(threadIdx.x % 32)};
+    const int first = first_block_kept(0, blocks, may_keep, vote);
+    return make_int2(first, last_block_kept(first, blocks, may_keep, vote));
+  } else {
+    int lo = 0, hi = blocks;
+    while (lo < hi &&
+           !tile_keeps_any<Variant, kBlockM, kBlockN>(in, b, h, lo * kBlockM, n * kBlockN, s))
+      ++lo;
+    while (hi > lo && !tile_keeps_any<Variant, kBlockM, kBlockN>(in, b, h, (hi - 1) * kBlockM,
+                                                                 n * kBlockN, s))
+      --hi;
+    return make_int2(lo, hi);
+  }
 }
 
 } // namespace attnc

@@ -4,6 +4,7 @@
 // bounds decide (causal, windows, documents); reasons of the masks left to
 // element evaluation.
 #include "CodegenTestDefs.h"
+#include "MaskTestEval.h"
 
 #include "Examples.h"
 
@@ -29,52 +30,11 @@ using analysis::BlockClass;
 using analysis::MaskAnalysis;
 using analysis::MaskGrouping;
 using dsl::SymbolScalar;
+using test::Compiled;
+using test::InputValues;
+using test::maskAt;
 
 namespace {
-
-/// Values of the custom inputs at one (batch, head): per-row and per-key
-/// inputs as arrays, scalars and per-head inputs as one value.
-struct InputValues {
-  std::map<std::string, std::vector<double>> Arrays;
-  std::map<std::string, double> Values;
-};
-
-/// The mask at one point, node by node with ir::evalUnary/evalBinary (the
-/// semantics the reference interpreter and constant folding share).
-bool maskAt(const ir::Graph &G, const ir::Node *Mask, const InputValues &In,
-            int64_t B, int64_t H, int64_t Q, int64_t K, int64_t HeadDim) {
-  llvm::DenseMap<const ir::Node *, double> V;
-  for (const ir::Node *N : ir::topologicalOrder({Mask})) {
-    double X = 0;
-    if (auto *C = llvm::dyn_cast<ir::ConstNode>(N)) {
-      X = C->getValue();
-    } else if (auto *P = llvm::dyn_cast<ir::ParamNode>(N)) {
-      llvm::StringRef Name = P->getName();
-      if (P->getParamKind() == ir::ParamKind::HeadDim)
-        X = double(HeadDim);
-      else if (P->getParamKind() == ir::ParamKind::Index)
-        X = Name == "b" ? B : Name == "h" ? H : Name == "q_idx" ? Q : K;
-      else {
-        const ir::InputDecl *D = G.decls().findInput(Name);
-        REQUIRE(D);
-        if (D->Shape == ir::InputShape::PerRow)
-          X = In.Arrays.at(Name.str()).at(Q);
-        else if (D->Shape == ir::InputShape::PerKey)
-          X = In.Arrays.at(Name.str()).at(K);
-        else
-          X = In.Values.at(Name.str());
-      }
-    } else if (N->getKind() == ir::NodeKind::Select) {
-      X = ir::evalSelect(V[N->operand(0)], V[N->operand(1)], V[N->operand(2)]);
-    } else if (N->operands().size() == 1) {
-      X = ir::evalUnary(N->getKind(), V[N->operand(0)]);
-    } else {
-      X = ir::evalBinary(N->getKind(), V[N->operand(0)], V[N->operand(1)]);
-    }
-    V[N] = X;
-  }
-  return V[Mask] != 0.0;
-}
 
 struct Tiling {
   int64_t Sq, Skv, BlockM, BlockN;
@@ -156,14 +116,6 @@ std::vector<double> documentIds(std::mt19937_64 &Rng, int64_t S, bool Sorted) {
     std::shuffle(Ids.begin(), Ids.end(), Rng);
   return Ids;
 }
-
-struct Compiled {
-  CompiledDefinition Def;
-  MaskAnalysis A;
-  explicit Compiled(const dsl::DefinitionBase &D)
-      : Def(compile(D)), A(analysis::analyzeMask(*Def.Graph)) {}
-  const ir::Graph &graph() const { return *Def.Graph; }
-};
 
 dsl::AttentionDef slidingWindowOrPrefix() {
   dsl::AttentionDef D = examples::mhaPrefixLm();

@@ -9,8 +9,11 @@
 // batch of 32 sequences of lengths uniform in [64, 8192] (H32 D128 f16)
 // and of dense attention of the same average length. Exits 77 (ctest:
 // skipped) where there is no GPU. --quick: the f16 d64 cases only;
-// ATTNC_GPU_TEST_FILTER=NAME: one definition's cases.
+// ATTNC_GPU_TEST_FILTER=NAME: one definition's cases. A last argument
+// --compile-only compiles the cases' kernels for sm_90a into the kernel
+// cache, with no GPU.
 #include "BackwardCheck.h"
+#include "BackwardRunner.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
 
@@ -25,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -352,7 +356,52 @@ std::vector<Case> cases(bool Quick) {
       Out.push_back({Def, DType::F16, 64, 4, 4, Lq, Lkv, Skel, *Skel == 0});
       Out.push_back({Def, DType::F16, 128, 2, 1, Self, Self, Skel, *Skel == 0});
     }
+  // A sequence of more than 32 blocks: the packed range search's votes over
+  // boxes of 32 blocks (block_range.cuh) find both ends of each range
+  // (4200 tokens: 33 query and key blocks of 128 in the forward and the
+  // dK/dV kernel, 66 key blocks of 64 in the dQ kernel). The fp64 yardstick
+  // of so long a sequence takes a minute or more: the forward of each mask,
+  // and the backward of the window only.
+  const std::vector<int> Long = {4200, 1, 300};
+  for (const char *Def : {"mha", "mha_sliding_window", "mha_prefix_lm", "mha_chunked"})
+    Out.push_back({Def, DType::F16, 64, 1, 1, Long, Long, "",
+                   std::string(Def) == "mha_sliding_window"});
   return Out;
+}
+
+/// --compile-only: the kernels of the cases compiled for sm_90a into the
+/// kernel cache ($ATTNC_CACHE_DIR), without a GPU, so that a device run
+/// reads them instead of compiling: the forward, and for a backward case
+/// the packed backward (bwd_sm80's two-kernel mode, packedBackwardChoice).
+int compileOnly(bool Quick, const char *Filter) {
+  for (const Case &C : cases(Quick)) {
+    if (Filter && C.Def != Filter)
+      continue;
+    runtime::Signature Sig;
+    Sig.Dtype = C.Dt;
+    Sig.HeadDim = Sig.HeadDimV = C.D;
+    Sig.TensorLayout = Layout::THD;
+    Sig.Skeleton = C.Skeleton;
+    Sig.Backend = "generated";
+    Sig.Arch = GpuArch::Sm90a;
+    runtime::Attention Att(makeDefinition(C.Def), Sig);
+    std::string Bwd = "-";
+    if (C.Backward) {
+      runtime::KernelChoice Choice = Att.backwardChoice();
+      if (std::optional<runtime::KernelChoice> Two = runtime::packedBackwardChoice(Choice))
+        Choice = *Two;
+      runtime::BackwardRunner Runner(
+          Att.definition(),
+          runtime::kernelTarget(Att.definition(), Sig, GpuArch::Sm90a,
+                                runtime::Direction::Backward),
+          Choice);
+      Bwd = Choice.str();
+    }
+    std::printf("compiled %s %s d%d: %s | %s\n", C.Def.c_str(), dtypeName(C.Dt).data(),
+                C.D, Att.forwardChoice().str().c_str(), Bwd.c_str());
+    std::fflush(stdout);
+  }
+  return 0;
 }
 
 /// --bench: varlen against dense attention of the same mean length.
@@ -430,6 +479,10 @@ int bench() {
 } // namespace
 
 int main(int Argc, char **Argv) {
+  const bool Quick = Argc > 1 && std::string(Argv[1]) == "--quick";
+  const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
+  if (Argc > 1 && std::string(Argv[Argc - 1]) == "--compile-only")
+    return compileOnly(Quick, Filter);
   auto &Drv = runtime::CudaDriver::get();
   if (!Drv.available()) {
     std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
@@ -441,8 +494,6 @@ int main(int Argc, char **Argv) {
     return bench();
   int Passed = 0, Failed = 0;
   uint64_t Seed = 1;
-  bool Quick = Argc > 1 && std::string(Argv[1]) == "--quick";
-  const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
   for (const Case &C : cases(Quick)) {
     if (Filter && C.Def != Filter)
       continue;

@@ -15,8 +15,9 @@
 //
 // varlen: packed batches of 32 sequences of lengths uniform in [64, MAXLEN]
 // under causal, window256 and chunked256 masks (within each sequence)
-// against dense attention of the same total tokens, forward TFLOPS of the
-// kept pairs (benchVarlen).
+// against dense attention of the same total tokens, forward and backward
+// TFLOPS of the kept pairs (benchVarlen); first the lengths, which
+// peers_masks.py --varlen takes for FlexAttention.
 //
 // --compile-only needs no GPU: it compiles the forward and backward kernels
 // the timed run uses on sm_90a into the kernel cache ($ATTNC_CACHE_DIR),
@@ -43,6 +44,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -247,10 +249,20 @@ std::vector<int> varlenLengths(int MaxLen) {
   return L;
 }
 
+/// The lengths, for peers_masks.py --varlen (the same batch on Flex).
+void printVarlenLengths(int MaxLen) {
+  std::string Line;
+  for (int X : varlenLengths(MaxLen))
+    Line += (Line.empty() ? "" : ",") + std::to_string(X);
+  std::printf("varlen lengths [64, %d]: %s\n", MaxLen, Line.c_str());
+  std::fflush(stdout);
+}
+
 /// Varlen rows: a packed batch (varlenLengths) against dense attention of
 /// the same total tokens (32 sequences of the mean length), the same mask,
-/// forward TFLOPS of the kept pairs and their ratio (the target:
-/// varlen >= 0.95x dense).
+/// forward and backward TFLOPS of the kept pairs (the backward's FLOPs 2.5
+/// times the forward's) and their ratios (the target: varlen >=
+/// 0.95x dense).
 void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
   // The buffers come before any Attention: make the device's context
   // current first (an Attention would, when made).
@@ -266,13 +278,14 @@ void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
   std::mt19937_64 Rng(13);
   runtime::NormalPool Normals(T, Rng, 13);
   std::vector<uint16_t> Host;
-  std::vector<std::unique_ptr<DeviceBuffer>> Bufs; // q, k, v
-  for (int I = 0; I < 3; ++I) {
+  std::vector<std::unique_ptr<DeviceBuffer>> Bufs; // q, k, v, dO
+  for (int I = 0; I < 4; ++I) {
     Normals.fill(Host, Elems);
     Bufs.push_back(std::make_unique<DeviceBuffer>(Elems * 2));
     Bufs.back()->upload(Host.data(), Elems * 2);
   }
   DeviceBuffer Out(Elems * 2), Finals(size_t(std::max(Tok, B * Mean)) * H * 4);
+  DeviceBuffer GQ(Elems * 2), GK(Elems * 2), GV(Elems * 2);
   DeviceBuffer CuBuf(Cu.size() * 4);
   CuBuf.upload(Cu.data(), Cu.size() * 4);
   runtime::InputMap Inputs;
@@ -282,8 +295,8 @@ void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
   for (int X : L)
     Pairs += keptPairs(Mask, X);
   const double DensePairs = double(B) * keptPairs(Mask, Mean);
-  double Tf[2];
-  std::string Choice[2];
+  double Tf[2], TfB[2];
+  std::string Choice[2], BwdChoice[2];
   for (bool Varlen : {true, false}) {
     runtime::Signature Sig;
     Sig.Dtype = T;
@@ -312,19 +325,40 @@ void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
                     V(Out.get()), &FV, Inputs);
     };
     const double Ms = runtime::medianEventMs(Fwd, 3, 15);
-    Tf[Varlen ? 0 : 1] = 4.0 * H * D * (Varlen ? Pairs : DensePairs) / (Ms * 1e-3) / 1e12;
+    // The backward of the last forward's output and finals (the forward's
+    // own, as in training).
+    runtime::TensorView O = V(Out.get());
+    auto Bwd = [&](int) {
+      if (Varlen)
+        Att.backwardVarlen(V(Bufs[0]->get()), V(Bufs[1]->get()),
+                           V(Bufs[2]->get()), &O, V(Bufs[3]->get()), &FV,
+                           V(GQ.get()), V(GK.get()), V(GV.get()), VB, Inputs);
+      else
+        Att.backward(V(Bufs[0]->get()), V(Bufs[1]->get()), V(Bufs[2]->get()),
+                     &O, V(Bufs[3]->get()), &FV, V(GQ.get()), V(GK.get()),
+                     V(GV.get()), Inputs);
+    };
+    const double MsB = runtime::medianEventMs(Bwd, 3, 15);
+    const double Flops = 4.0 * H * D * (Varlen ? Pairs : DensePairs);
+    Tf[Varlen ? 0 : 1] = Flops / (Ms * 1e-3) / 1e12;
+    TfB[Varlen ? 0 : 1] = 2.5 * Flops / (MsB * 1e-3) / 1e12;
     Choice[Varlen ? 0 : 1] = Att.forwardChoice().str();
+    BwdChoice[Varlen ? 0 : 1] = Att.backwardChoice().str();
   }
   std::printf("attnc varlen %-10s %s H%d D%d: 32 seqs in [64, %d], %lld tokens: "
               "varlen fwd %.1f TFLOPS [%s]  dense B32 S%lld fwd %.1f TFLOPS "
-              "[%s]  varlen/dense %.3f\n",
+              "[%s]  varlen/dense %.3f  |  bwd: varlen %.1f TFLOPS  dense "
+              "%.1f TFLOPS [%s]  varlen/dense %.3f\n",
               Mask.c_str(), std::string(dtypeName(T)).c_str(), H, D, MaxLen,
               (long long)Tok, Tf[0], Choice[0].c_str(), (long long)Mean, Tf[1],
-              Choice[1].c_str(), Tf[0] / Tf[1]);
+              Choice[1].c_str(), Tf[0] / Tf[1], TfB[0], TfB[1],
+              BwdChoice[1].c_str(), TfB[0] / TfB[1]);
   std::fflush(stdout);
 }
 
-/// The forward kernels benchVarlen's calls use on sm_90a, in the cache.
+/// The forward and backward kernels benchVarlen's calls use on sm_90a, in
+/// the cache (a packed backward runs bwd_sm80's two-kernel mode:
+/// packedBackwardChoice).
 void compileVarlen(const std::string &Mask, DType T, int D) {
   for (Layout Lay : {Layout::THD, Layout::BSHD}) {
     runtime::Signature Sig;
@@ -333,8 +367,19 @@ void compileVarlen(const std::string &Mask, DType T, int D) {
     Sig.Arch = GpuArch::Sm90a;
     Sig.TensorLayout = Lay;
     runtime::Attention Att(varlenMha(Mask), Sig);
-    std::printf("compiled varlen %s: %s\n", Mask.c_str(),
-                Att.forwardChoice().str().c_str());
+    runtime::KernelChoice Bwd = Att.backwardChoice();
+    if (Lay == Layout::THD)
+      if (std::optional<runtime::KernelChoice> Two =
+              runtime::packedBackwardChoice(Bwd))
+        Bwd = *Two;
+    runtime::BackwardRunner Runner(
+        Att.definition(),
+        runtime::kernelTarget(Att.definition(), Sig, GpuArch::Sm90a,
+                              runtime::Direction::Backward),
+        Bwd);
+    std::printf("compiled varlen %s %s: %s | %s\n", Mask.c_str(),
+                Lay == Layout::THD ? "packed" : "dense",
+                Att.forwardChoice().str().c_str(), Bwd.str().c_str());
   }
 }
 
@@ -373,14 +418,19 @@ int main(int Argc, char **Argv) {
     for (const char *Mask : {"document", "prefix_lm", "window256", "chunked256"})
       if (Cmd.Name == "all" || Cmd.Name == Mask)
         compileOne(Mask, Cmd.Dtype, Cmd.Ints[1]);
-    if (Cmd.Name == "varlen")
+    if (Cmd.Name == "varlen") {
+      for (size_t I = 2; I < Cmd.Ints.size(); ++I)
+        printVarlenLengths(Cmd.Ints[I]);
       for (const char *Mask : VarlenMasks)
         compileVarlen(Mask, Cmd.Dtype, Cmd.Ints[1]);
+    }
     return 0;
   }
   int H = Cmd.Ints[0], D = Cmd.Ints[1];
   int Rc = 0;
   if (Cmd.Name == "varlen") {
+    for (size_t I = 2; I < Cmd.Ints.size(); ++I)
+      printVarlenLengths(Cmd.Ints[I]);
     for (const char *Mask : VarlenMasks)
       for (size_t I = 2; I < Cmd.Ints.size(); ++I) {
         try {

@@ -13,10 +13,25 @@ with CUDA events, warm-up, median of 30, inputs rotated over three sets.
 --masks times only the named masks (document, prefix_lm, window256,
 chunked256), in that order.
 
+    python3 tools/bench/peers_masks.py f16 H D --varlen L1,L2,... [--wait-file F]
+
+--varlen: the packed batch of attnc_bench_masks varlen (it prints the
+lengths) as one sequence of all tokens under a document mask, each length
+one document, combined with causal, a causal window of 256 keys, or causal
+chunks of 256 tokens counted from each document's start (attnc's varlen
+rows). The tokens are padded to a multiple of 128 with one more document
+(not counted in the TFLOPS). Forward, and the backward alone
+(torch.autograd.grad of one forward, retain_graph), one input set. With
+--wait-file, the block masks are made and every call compiled and warmed
+up first; then the script writes F + ".ready" and waits for F to exist
+before timing (so that another program's timing runs alone).
+
 B = 16384 / S. The document boundaries are the fixed fractions of
 DOC_FRACTIONS (attnc_bench_masks uses the same), the prefix is S / 4.
 """
+import os
 import sys
+import time
 
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -52,11 +67,88 @@ def masks(S):
     }
 
 
+def kept_pairs(name, n):
+    """Kept (q, k) pairs of one sequence of n tokens (attnc's keptPairs)."""
+    if name == "window256":
+        return sum(min(q + 1, WINDOW) for q in range(n))
+    if name == "chunked256":
+        return sum(q % CHUNK + 1 for q in range(n))
+    return n * (n + 1) // 2
+
+
+def varlen(dt, H, D, lengths, wait_file):
+    flex = torch.compile(flex_attention)
+    total = sum(lengths)
+    padded = (total + 127) // 128 * 128
+    sizes = lengths + ([padded - total] if padded > total else [])
+    doc = torch.repeat_interleave(
+        torch.arange(len(sizes), device="cuda", dtype=torch.int32),
+        torch.tensor(sizes, device="cuda"))
+    starts = torch.tensor([0] + sizes[:-1], device="cuda").cumsum(0).to(torch.int32)
+    pos = torch.arange(padded, device="cuda", dtype=torch.int32) - starts[doc]
+    fns = {
+        "causal": lambda b, h, q, kv: (doc[q] == doc[kv]) & (q >= kv),
+        "window256": lambda b, h, q, kv: (doc[q] == doc[kv]) & (q >= kv) & (q - kv < WINDOW),
+        "chunked256": lambda b, h, q, kv: (doc[q] == doc[kv]) & (q >= kv)
+        & ((pos[q] // CHUNK) == (pos[kv] // CHUNK)),
+    }
+    q, k, v = (torch.randn(1, H, padded, D, device="cuda", dtype=dt, requires_grad=True)
+               for _ in range(3))
+    dout = torch.randn(1, H, padded, D, device="cuda", dtype=dt)
+    runs = []
+    for name, fn in fns.items():
+        flops = 4.0 * H * D * sum(kept_pairs(name, n) for n in lengths)
+        try:  # the block mask, compiles and warm-up before any timing
+            bm = create_block_mask(fn, None, None, padded, padded, _compile=True)
+
+            def fwd(i, bm=bm):
+                with torch.no_grad():
+                    flex(q, k, v, block_mask=bm)
+
+            out = flex(q, k, v, block_mask=bm)
+
+            def bwd(i, out=out):
+                torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+
+            for _ in range(2):
+                fwd(0)
+                bwd(0)
+            torch.cuda.synchronize()
+        except Exception as err:
+            print(f"flex varlen {name}: unavailable ({(str(err).splitlines() or [''])[0][:200]})",
+                  flush=True)
+            continue
+        runs.append((name, fwd, bwd, flops))
+    if wait_file:
+        open(wait_file + ".ready", "w").close()
+        while not os.path.exists(wait_file):
+            time.sleep(0.2)
+    for name, fwd, bwd, flops in runs:
+        tf = median_ms(fwd, 1)
+        tb = median_ms(bwd, 1)
+        print(f"peer  flex varlen {name:10s} {'f16' if dt == torch.float16 else 'bf16'} "
+              f"H{H} D{D}: {len(lengths)} seqs, {total} tokens (padded {padded}): "
+              f"fwd {tf:.3f} ms {flops / (tf * 1e-3) / 1e12:.1f} TFLOPS  "
+              f"bwd {tb:.3f} ms {2.5 * flops / (tb * 1e-3) / 1e12:.1f} TFLOPS", flush=True)
+
+
 def main():
     for limit in ("recompile_limit", "cache_size_limit"):
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 256)
     args = sys.argv[1:]
+    if "--varlen" in args:
+        wait_file = None
+        if "--wait-file" in args:
+            at = args.index("--wait-file")
+            wait_file = args[at + 1]
+            del args[at:at + 2]
+        at = args.index("--varlen")
+        lengths = [int(x) for x in args[at + 1].split(",")]
+        del args[at:at + 2]
+        dt = {"f16": torch.float16, "bf16": torch.bfloat16}[args[0]]
+        varlen(dt, int(args[1]), int(args[2]), lengths, wait_file)
+        return
     only = None
     if "--masks" in args:
         at = args.index("--masks")
