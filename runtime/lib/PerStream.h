@@ -3,6 +3,8 @@
 #ifndef ATTN_RUNTIME_PERSTREAM_H
 #define ATTN_RUNTIME_PERSTREAM_H
 
+#include "attn/runtime/CudaDriver.h"
+
 #include "llvm/ADT/DenseMap.h"
 
 #include <cuda.h>
@@ -27,24 +29,55 @@ namespace attn::runtime {
 /// Attention's call lock).
 template <typename T> class PerStream {
 public:
-  /// \p Make builds the entry of a stream seen for the first time.
-  explicit PerStream(std::function<std::unique_ptr<T>()> Make)
-      : Make(std::move(Make)) {}
+  /// Whether a stream is being captured into a CUDA graph.
+  using CapturePredicate = std::function<bool(CUstream)>;
+
+  /// \p Make builds the entry of a stream seen for the first time;
+  /// \p Capturing says whether a stream is being captured (the driver's
+  /// cuStreamIsCapturing by default).
+  explicit PerStream(std::function<std::unique_ptr<T>()> Make,
+                     CapturePredicate Capturing = streamIsCapturing)
+      : Make(std::move(Make)), Capturing(std::move(Capturing)) {}
 
   /// The entry of \p Stream (the null stream is a stream like the others).
+  /// A stream being captured that has none takes the entry used last
+  /// instead of a new one: nothing may be allocated during a capture, and
+  /// the documented way to capture (a warm-up call, then the capture on the
+  /// capturing library's own stream, as torch.cuda.graph does) sizes that
+  /// entry in the warm-up. The capture stream keeps that entry afterwards.
   T &get(CUstream Stream) {
+    if (auto It = Entries.find(Stream); It != Entries.end())
+      return *(Last = It->second.get());
+    if (auto It = Shared.find(Stream); It != Shared.end())
+      return *(Last = It->second);
+    if (Last && Capturing(Stream)) {
+      Shared[Stream] = Last;
+      return *Last;
+    }
     std::unique_ptr<T> &E = Entries[Stream];
-    if (!E)
-      E = Make();
-    return *E;
+    E = Make();
+    return *(Last = E.get());
   }
 
-  /// How many streams have an entry.
+  /// How many entries there are (streams that share one count once).
   size_t size() const { return Entries.size(); }
 
 private:
+  static bool streamIsCapturing(CUstream Stream) {
+    CudaDriver &D = CudaDriver::get();
+    if (!D.available()) // nothing can be captured (host-only tests)
+      return false;
+    CUstreamCaptureStatus Status = CU_STREAM_CAPTURE_STATUS_NONE;
+    D.check(D.cuStreamIsCapturing(Stream, &Status), "cuStreamIsCapturing");
+    return Status != CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+
   std::function<std::unique_ptr<T>()> Make;
+  CapturePredicate Capturing;
   llvm::DenseMap<CUstream, std::unique_ptr<T>> Entries;
+  /// Capture streams that took another stream's entry.
+  llvm::DenseMap<CUstream, T *> Shared;
+  T *Last = nullptr;
 };
 
 /// A PerStream of objects constructed from \p Args (copied into the maker).

@@ -130,6 +130,24 @@ TEST_CASE("per-stream state: one entry a stream, kept between calls",
   CHECK(&Arenas.get(nullptr) == &Null);
   CHECK(Made == 3);
 
+  // A stream being captured allocates nothing: with no entry of its own it
+  // takes the one used last (the warm-up's), and keeps it.
+  CUstream Capture = reinterpret_cast<CUstream>(uintptr_t(0x3000));
+  PerStream<DeviceArena> Captured(
+      [&] { return std::make_unique<DeviceArena>("scratch"); },
+      [&](CUstream S) { return S == Capture; });
+  DeviceArena &WarmUp = Captured.get(S2);
+  CHECK(&Captured.get(Capture) == &WarmUp);
+  CHECK(&Captured.get(Capture) == &WarmUp); // still, once the capture ends
+  CHECK(Captured.size() == 1);
+  // A capture before any call has nothing to borrow: it gets its own.
+  PerStream<DeviceArena> Cold(
+      [&] { return std::make_unique<DeviceArena>("scratch"); },
+      [&](CUstream S) { return S == Capture; });
+  DeviceArena &Own = Cold.get(Capture);
+  CHECK(&Cold.get(S1) != &Own);
+  CHECK(Cold.size() == 2);
+
   // perStream copies its arguments into the maker.
   PerStream<DeviceArena> Named = perStream<DeviceArena>(std::string("named"));
   CHECK(&Named.get(S1) != &Named.get(S2));
