@@ -226,11 +226,13 @@ using InputGradMap = std::map<std::string, TensorView>;
 ///
 /// Concurrency: one object may be called from several host threads and on
 /// several streams at once. Calls are serialised on the host while they
-/// enqueue work (a lock; none of them waits for the GPU), and the scratch
-/// the object keeps between calls (block lists, backward and decode
-/// workspaces) is kept per stream, so calls on different streams may run on
-/// the GPU at the same time. A BlockMask passed to calls on several streams
-/// is only read by them; refreshing it is ordered by its own stream only.
+/// enqueue work (a lock; only a first call's compile and Tune's timing wait
+/// for anything), and the scratch the object keeps between calls (block
+/// lists, backward and decode workspaces) is kept per stream, so calls on
+/// different streams may run on the GPU at the same time; a stream being
+/// captured borrows the last call's (docs/runtime.md, concurrent use). A
+/// BlockMask passed to calls on several streams is only read by them;
+/// refreshing it is ordered by its own stream only.
 class Attention {
 public:
   /// Compiles the definition and makes the named backend (or the first
