@@ -92,6 +92,13 @@ private:
   size_t Bytes;
 };
 
+/// \p Bits (fp16/bf16 values) in a new device allocation.
+inline std::unique_ptr<DeviceBuffer> upload(const std::vector<uint16_t> &Bits) {
+  auto Buf = std::make_unique<DeviceBuffer>(Bits.size() * 2);
+  Buf->upload(Bits.data(), Bits.size() * 2);
+  return Buf;
+}
+
 /// A tensor custom input on the device, as its declaration's element type
 /// says (int32 ids as int32, everything else as float32), kept alive in
 /// \p Keep; the view to pass.

@@ -105,11 +105,6 @@ inline std::vector<int64_t> viewShape(Layout L, int B, int H, int S, int D) {
                            : std::vector<int64_t>{B, H, S, D};
 }
 
-inline std::unique_ptr<DeviceBuffer> upload(const std::vector<uint16_t> &Bits) {
-  auto Buf = std::make_unique<DeviceBuffer>(Bits.size() * 2);
-  Buf->upload(Bits.data(), Bits.size() * 2);
-  return Buf;
-}
 inline std::unique_ptr<DeviceBuffer> upload(const std::vector<float> &F) {
   auto Buf = std::make_unique<DeviceBuffer>(std::max<size_t>(4, F.size() * 4));
   if (!F.empty())

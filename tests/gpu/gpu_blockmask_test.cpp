@@ -141,15 +141,10 @@ Problem makeProblem(const Case &C, const ir::Graph &G, uint64_t Seed) {
   P.K = randomBits(Rng, P.Dt, C.B, C.Hkv, C.S, P.D, P.In.K);
   P.V = randomBits(Rng, P.Dt, C.B, C.Hkv, C.S, P.D, P.In.V);
   P.DO = randomBits(Rng, P.Dt, C.B, C.H, C.S, P.D, P.DORef);
-  auto Up = [](const std::vector<uint16_t> &B) {
-    auto D = std::make_unique<DeviceBuffer>(B.size() * 2);
-    D->upload(B.data(), B.size() * 2);
-    return D;
-  };
-  P.DQ = Up(P.Q);
-  P.DK = Up(P.K);
-  P.DV = Up(P.V);
-  P.DDO = Up(P.DO);
+  P.DQ = upload(P.Q);
+  P.DK = upload(P.K);
+  P.DV = upload(P.V);
+  P.DDO = upload(P.DO);
   P.O = std::make_unique<DeviceBuffer>(P.Q.size() * 2);
   P.F = std::make_unique<DeviceBuffer>(size_t(C.B) * C.H * C.S * 4);
   P.GQ = std::make_unique<DeviceBuffer>(P.Q.size() * 2);

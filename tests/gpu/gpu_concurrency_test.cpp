@@ -75,15 +75,10 @@ Work makeWork(int B, int H, int Hkv, int Sq, int Skv, bool Backward,
   W.K = randomBits(Rng, B, Hkv, Skv, &W.Ref.K);
   W.V = randomBits(Rng, B, Hkv, Skv, &W.Ref.V);
   W.DO = randomBits(Rng, B, H, Sq, nullptr);
-  auto Up = [](const std::vector<uint16_t> &Bits) {
-    auto Buf = std::make_unique<DeviceBuffer>(Bits.size() * 2);
-    Buf->upload(Bits.data(), Bits.size() * 2);
-    return Buf;
-  };
-  W.DQ = Up(W.Q);
-  W.DK = Up(W.K);
-  W.DV = Up(W.V);
-  W.DDO = Up(W.DO);
+  W.DQ = upload(W.Q);
+  W.DK = upload(W.K);
+  W.DV = upload(W.V);
+  W.DDO = upload(W.DO);
   W.O = std::make_unique<DeviceBuffer>(W.Q.size() * 2);
   W.F = std::make_unique<DeviceBuffer>(size_t(B) * H * Sq * 4);
   W.GQ = std::make_unique<DeviceBuffer>(W.Q.size() * 2);
