@@ -197,7 +197,7 @@ void LinearProblem::setPacked(const std::vector<int64_t> &Lengths) {
   for (auto &[Name, Value] : PackedInputs)
     if (auto *View = std::get_if<TensorView>(&Value);
         View && View->Shape.size() == 3)
-      *View = TensorView::contiguous(View->Data, ElemType::F32,
+      *View = TensorView::contiguous(View->Data, DType::F32,
                                      {1, Shape.Heads, Tokens});
 }
 
@@ -208,7 +208,7 @@ TensorView LinearProblem::packedView(const DeviceAlloc &Buf, int64_t Heads,
 }
 
 TensorView LinearProblem::packedRows(const DeviceAlloc &Buf) const {
-  return TensorView::contiguous(Buf.get(), ElemType::F32,
+  return TensorView::contiguous(Buf.get(), DType::F32,
                                 {1, Shape.Heads, Shape.Batch * Shape.Seq});
 }
 
@@ -219,7 +219,7 @@ void LinearProblem::forwardPacked(LinearAttention &Lin, int Set,
              Vv = packedView(*V[Set], Shape.Heads, Sig.HeadDimV),
              Ov = packedView(*Out, Shape.Heads, Sig.HeadDimV),
              DecayV = packedRows(*Decay),
-             Cu = TensorView::contiguous(CuSeqlens->get(), ElemType::I32,
+             Cu = TensorView::contiguous(CuSeqlens->get(), DType::I32,
                                          {PackedSeqs + 1});
   Lin.forwardVarlen({Qv, Kv, Vv, Ov, ReadsDecay ? &DecayV : nullptr, Cu},
                     PackedInputs, Stream);
@@ -235,7 +235,7 @@ void LinearProblem::backwardPacked(LinearAttention &Lin, int Set,
              DKv = packedView(*DK, Shape.HeadsQK, Sig.HeadDim),
              DVv = packedView(*DV, Shape.Heads, Sig.HeadDimV),
              DecayV = packedRows(*Decay), DDecayV = packedRows(*DDecay),
-             Cu = TensorView::contiguous(CuSeqlens->get(), ElemType::I32,
+             Cu = TensorView::contiguous(CuSeqlens->get(), DType::I32,
                                          {PackedSeqs + 1});
   Lin.backwardVarlen({Qv, Kv, Vv, ReadsDecay ? &DecayV : nullptr, DOv, Cu,
                       nullptr, nullptr, DQv, DKv, DVv,

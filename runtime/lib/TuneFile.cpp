@@ -66,6 +66,16 @@ const TuneEntry *TuneFileData::find(const TuneKey &K) const {
   for (const TuneEntry &E : Entries)
     if (E.Key == K)
       return &E;
+  if (!K.Nvrtc.empty())
+    return nullptr;
+  // No toolchain in the key: the caller runs kernels it cannot compile, so
+  // an entry made with any NVRTC applies (its kernel comes from a bundle).
+  for (const TuneEntry &E : Entries) {
+    TuneKey Same = K;
+    Same.Nvrtc = E.Key.Nvrtc;
+    if (E.Key == Same)
+      return &E;
+  }
   return nullptr;
 }
 

@@ -3,6 +3,7 @@
 #include "attn/runtime/Tuner.h"
 #include "attn/codegen/Arch.h"
 
+#include "NvrtcLibrary.h"
 #include "TuneRunner.h"
 
 #include "attn/Error.h"
@@ -402,7 +403,10 @@ TuneKey tuneKeyFor(const CompiledDefinition &Def, const std::string &Skeleton,
   TuneKey K;
   K.Device = Device;
   K.Arch = archName(Arch).str();
-  static const std::string Nvrtc = nvrtcVersion();
+  // Without NVRTC (a deployed program running bundled kernels) the key names
+  // no toolchain, and TuneFileData::find takes an entry of any toolchain.
+  static const std::string Nvrtc =
+      nvrtcAvailable() ? nvrtcVersion() : std::string();
   K.Nvrtc = Nvrtc;
   K.Skeleton = Skeleton;
   K.Variant = cachedVariantKey(Def);

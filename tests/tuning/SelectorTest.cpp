@@ -7,6 +7,7 @@
 #include "attn/Pipeline.h"
 #include "attn/codegen/Arch.h"
 #include "attn/runtime/Attention.h"
+#include "attn/runtime/Compiler.h"
 #include "attn/runtime/LinearAttention.h"
 #include "attn/runtime/Selector.h"
 #include "attn/runtime/CudaDriver.h"
@@ -364,4 +365,32 @@ TEST_CASE("fallbackChoice: the portable skeleton after fwd_sm90",
   CHECK(F.configText() ==
         codegen::FwdConfig::defaultFor(128, 128, GpuArch::Sm90a).str());
   CHECK_THROWS_AS(fallbackChoice(T, skeletonNamed("fwd_sm80")), InternalError);
+}
+
+// Hidden: ctest runs it in a process where NVRTC cannot be loaded
+// (ATTNC_NVRTC_LIBRARY names no file; tests/tuning/CMakeLists.txt), as a
+// deployed program that runs bundled kernels is.
+TEST_CASE("without NVRTC, a tune file's entry of any toolchain is used",
+          "[.no-nvrtc][tuning][select]") {
+  REQUIRE_THROWS_AS(nvrtcVersion(), CompilerUnavailable);
+  CompiledDefinition Mha = compile(examples::mha());
+  TempFile F;
+  Signature Sig;
+  Sig.TuneFile = F.Path;
+  CallShape Shape = callShape(4, 32, 4096, 4096);
+  TuneEntry E = entryFor(Mha, Sig, Shape, "m128n64w4s3");
+  // The key made here names no toolchain; the file's names the one that
+  // compiled and timed the configuration.
+  CHECK(E.Key.Nvrtc.empty());
+  E.Key.Nvrtc = "13.0";
+  TuneEntry OtherDevice = entryFor(Mha, Sig, callShape(4, 32, 1024, 1024),
+                                   "m64n64w4s2", "Other");
+  OtherDevice.Key.Nvrtc = "13.0";
+  mergeIntoTuneFile(F.Path, {E, OtherDevice});
+  CHECK(select(Mha, Sig, Shape) == "m128n64w4s3");
+  // Every other field still has to match.
+  CHECK(select(Mha, Sig, callShape(4, 32, 1024, 1024)) ==
+        codegen::FwdConfig::defaultFor(128, 128, Arch).str());
+  CHECK(select(Mha, Sig, callShape(4, 32, 1024, 1024), "Other") ==
+        "m64n64w4s2");
 }

@@ -2,9 +2,18 @@
 // 2, a tune file that is not one is refused before anything else.
 #include "AttncMain.h"
 #include "ExampleRegistry.h"
+#include "Examples.h"
+#include "TempDir.h"
 
+#include "attn/Pipeline.h"
+#include "attn/codegen/Codegen.h"
+#include "attn/runtime/Attention.h"
+#include "attn/runtime/Bundle.h"
 #include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/TuneFile.h"
+#include "attn/runtime/Tuner.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -179,4 +188,62 @@ TEST_CASE("attnc bench of a linear definition: bad arguments, no GPU needed",
     CHECK(G.Exit == 1);
     CHECK_THAT(G.Err, Contains("attnc: no CUDA driver: "));
   }
+}
+
+TEST_CASE("attnc bundle --tune adds the tune file's configurations",
+          "[tuning][cli][bundle]") {
+  attn::testing::TempDir Dir("attnc-bundle-tune");
+  const std::string Tune = Dir.Path + "/tune.json";
+  const std::string Out = Dir.Path + "/mha.attncb";
+  CompiledDefinition Mha = compile(examples::mha());
+  runtime::Signature Sig;
+  Sig.HeadDim = Sig.HeadDimV = 64;
+  // Two entries of mha at d64 on sm_80 (one of another device and
+  // toolchain: a bundle serves every machine it is deployed on), one at
+  // d128 (another signature) and one of another definition.
+  auto Entry = [&](const CompiledDefinition &Def, const runtime::Signature &S,
+                   int64_t Seq, const std::string &Config) {
+    runtime::TuneEntry E;
+    E.Key = runtime::makeTuneKey(Def, S, GpuArch::Sm80,
+                                 {1, 8, 8, Seq, Seq}, "Test GPU");
+    E.Definition = Def.Graph->name();
+    E.Best = {Config, 1.0, 10.0};
+    return E;
+  };
+  runtime::TuneEntry Other = Entry(Mha, Sig, 4096, "m128n32w4s2");
+  Other.Key.Device = "Another GPU";
+  Other.Key.Nvrtc = "0.1";
+  runtime::Signature D128;
+  runtime::mergeIntoTuneFile(
+      Tune, {Entry(Mha, Sig, 512, "m64n32w4s2"), Other,
+             Entry(Mha, D128, 512, "m64n64w4s3"),
+             Entry(compile(examples::reluAttn()), Sig, 512, "m64n64w4s3")});
+
+  Run R = attnc({"bundle", "mha", "--arch", "sm_80", "--head-dim", "64",
+                 "--tune", Tune.c_str(), "-o", Out.c_str()});
+  INFO(R.Err);
+  REQUIRE(R.Exit == 0);
+  runtime::KernelBundle B = runtime::KernelBundle::read(Out);
+  std::vector<std::string> Keys;
+  for (const runtime::BundleEntry *E : B.entries())
+    Keys.push_back(E->Key);
+  auto Has = [&](llvm::StringRef Text) {
+    return llvm::any_of(Keys, [&](const std::string &K) {
+      return llvm::StringRef(K).contains(Text);
+    });
+  };
+  const std::string Default = codegen::FwdConfig::defaultFor(64, 64,
+                                                             GpuArch::Sm80)
+                                  .str();
+  CHECK(Has("mha.fwd_sm80.f16.d64x64.sm_80." + Default));
+  CHECK(Has("mha.fwd_sm80.f16.d64x64.sm_80.m64n32w4s2"));
+  CHECK(Has("mha.fwd_sm80.f16.d64x64.sm_80.m128n32w4s2"));
+  CHECK_FALSE(Has("m64n64w4s3"));
+
+  Run Missing = attnc({"bundle", "mha", "--arch", "sm_80", "--tune",
+                       (Dir.Path + "/absent.json").c_str(), "-o",
+                       Out.c_str()});
+  CHECK(Missing.Exit == 2);
+  CHECK_THAT(Missing.Err, Contains("absent.json': no such file (attnc tune "
+                                   "writes one)"));
 }

@@ -7,10 +7,15 @@
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/Bundle.h"
 #include "attn/runtime/LinearAttention.h"
+#include "attn/runtime/TuneFile.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
 
 #include <fmt/format.h>
+
+#include <set>
 
 namespace attn {
 
@@ -23,7 +28,8 @@ public:
   BundleCommand()
       : Command("bundle",
                 "bundle NAME... --arch A,.. [--dtype ..] [--head-dim ..] "
-                "[--directions ..] -o FILE | bundle --show FILE",
+                "[--directions ..] [--tune F.json] -o FILE | bundle --show "
+                "FILE",
                 "Compile the kernels of signatures ahead of time into one "
                 "bundle file") {}
   int run(const dsl::Registry &Registry, llvm::raw_ostream &OS) override;
@@ -31,6 +37,11 @@ public:
 private:
   int show(llvm::raw_ostream &OS);
   runtime::PrecompileSet directions() const;
+  std::vector<runtime::PrecompiledKernel>
+  tunedKernels(const dsl::DefinitionBase &Def, const std::string &Variant,
+               DType Dt, int D, int DV, Layout L,
+               const std::vector<GpuArch> &ArchList,
+               const runtime::PrecompileSet &What) const;
 
   CallList<std::string> Names{cl::Positional, cl::desc("<definition>..."),
                               cl::ZeroOrMore, cl::sub(Sub)};
@@ -56,6 +67,12 @@ private:
   CallOpt<std::string> Output{"o", cl::desc("The bundle file to write"),
                               cl::value_desc("file"), cl::init(""),
                               cl::sub(Sub)};
+  CallOpt<std::string> Tune{
+      "tune",
+      cl::desc("Also bundle the configurations a tune file (attnc tune) "
+               "holds for these signatures, so that a program without NVRTC "
+               "runs its tuned kernels"),
+      cl::value_desc("file"), cl::init(""), cl::sub(Sub)};
   CallOpt<std::string> Show{"show", cl::desc("List the kernels of a bundle"),
                             cl::value_desc("file"), cl::init(""),
                             cl::sub(Sub)};
@@ -78,6 +95,54 @@ runtime::PrecompileSet BundleCommand::directions() const {
                        "': expected forward, backward or decode");
   }
   return S;
+}
+
+/// The kernels of every configuration the tune file holds for one signature
+/// (its definition's current variant, dtype and head dims, on one of the
+/// bundle's archs): the forward's (linear attention: the directions asked
+/// for, which share the configuration). Entries of any device and toolchain
+/// are taken: the deployed machine applies those that are its own.
+std::vector<runtime::PrecompiledKernel> BundleCommand::tunedKernels(
+    const dsl::DefinitionBase &Def, const std::string &Variant, DType Dt,
+    int D, int DV, Layout L, const std::vector<GpuArch> &ArchList,
+    const runtime::PrecompileSet &What) const {
+  bool Linear = Def.kind() == ir::DefinitionKind::Linear;
+  if (!Linear && !What.Forward)
+    return {};
+  std::shared_ptr<const runtime::TuneFileData> Data =
+      runtime::cachedTuneFile(Tune);
+  std::set<std::pair<GpuArch, std::string>> Seen;
+  std::vector<runtime::PrecompiledKernel> Out;
+  for (const runtime::TuneEntry &E : Data->Entries) {
+    const runtime::TuneKey &K = E.Key;
+    std::optional<GpuArch> A = archFromName(K.Arch);
+    if (K.Variant != Variant || K.Dtype != Dt || K.HeadDim != D ||
+        K.HeadDimV != DV || !A ||
+        llvm::find(ArchList, *A) == ArchList.end() ||
+        !Seen.insert({*A, E.Best.Config}).second)
+      continue;
+    std::vector<runtime::PrecompiledKernel> Kernels;
+    if (Linear) {
+      runtime::LinearSignature S;
+      S.Dtype = Dt;
+      S.HeadDim = D;
+      S.HeadDimV = DV;
+      S.TensorLayout = L;
+      S.Config = E.Best.Config;
+      Kernels = runtime::precompileLinear(Def, S, What, {*A});
+    } else {
+      runtime::Signature S;
+      S.Dtype = Dt;
+      S.HeadDim = D;
+      S.HeadDimV = DV;
+      S.TensorLayout = L;
+      S.Config = E.Best.Config;
+      runtime::PrecompileSet Fwd;
+      Kernels = runtime::precompileAttention(Def, S, Fwd, {*A});
+    }
+    Out.insert(Out.end(), Kernels.begin(), Kernels.end());
+  }
+  return Out;
 }
 
 int BundleCommand::show(llvm::raw_ostream &OS) {
@@ -131,10 +196,17 @@ int BundleCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   }
   runtime::PrecompileSet What = directions();
 
+  if (!Tune.empty() && !llvm::sys::fs::exists(Tune.getValue()))
+    throw UsageError("--tune '" + Tune.getValue() +
+                     "': no such file (attnc tune writes one)");
+
   runtime::KernelBundle Bundle;
   for (const std::string &Name : Names) {
     const dsl::DefinitionBase &Def = Registry.get(Name);
     bool Linear = Def.kind() == ir::DefinitionKind::Linear;
+    // The tune file's entries name the variant by its analysed IR's hash.
+    std::string Variant =
+        Tune.empty() ? std::string() : runtime::variantKey(compile(Def));
     for (DType Dt : DtypeList)
       for (int D : Dims)
         for (Layout L : LayoutList) {
@@ -164,11 +236,35 @@ int BundleCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
             // Which of the cross product failed, then why.
             throw UserError("bundle: " + Label + ": " + E.what());
           }
+          size_t Tuned = 0;
+          if (!Tune.empty()) {
+            std::vector<runtime::PrecompiledKernel> FromTune;
+            try {
+              FromTune =
+                  tunedKernels(Def, Variant, Dt, D, DV, L, ArchList, What);
+            } catch (const Error &E) {
+              throw UserError("bundle: " + Label + ": a configuration of " +
+                              Tune.getValue() + ": " + E.what());
+            }
+            // The default's kernels (and the short-query decode kernel) may
+            // be among them: count and add only the new ones.
+            std::set<std::string> Have;
+            for (const runtime::PrecompiledKernel &K : Kernels)
+              Have.insert(K.Source.Key);
+            for (runtime::PrecompiledKernel &K : FromTune)
+              if (Have.insert(K.Source.Key).second) {
+                Kernels.push_back(std::move(K));
+                ++Tuned;
+              }
+          }
           size_t Compiled = 0;
           for (const runtime::PrecompiledKernel &K : Kernels)
             Compiled += K.From == "compiled";
-          OS << fmt::format("{}: {} kernels ({} compiled now)\n", Label,
+          OS << fmt::format("{}: {} kernels ({} compiled now", Label,
                             Kernels.size(), Compiled);
+          if (!Tune.empty())
+            OS << fmt::format("; {} of tuned configurations", Tuned);
+          OS << ")\n";
           Bundle.add(Kernels);
         }
   }

@@ -43,7 +43,7 @@ ShapeBucket shapeBucket(int64_t Batch, int64_t Heads, int64_t SeqQ,
 struct TuneKey {
   std::string Device;   ///< "NVIDIA H200"
   std::string Arch;     ///< "sm_90a"
-  std::string Nvrtc;    ///< "13.0"
+  std::string Nvrtc;    ///< "13.0"; empty where NVRTC cannot be loaded
   std::string Skeleton; ///< a skeleton table name (Skeleton.h)
   std::string Variant;  ///< variantKey() of the analysed IR
   DType Dtype = DType::F16;
@@ -83,7 +83,9 @@ struct TuneEntry {
 
 struct TuneFileData {
   std::vector<TuneEntry> Entries;
-  /// The entry for \p K, or nullptr.
+  /// The entry for \p K, or nullptr. A key with an empty Nvrtc (a process
+  /// without NVRTC, which runs bundled kernels) matches an entry of any
+  /// toolchain that agrees on every other field: exact matches first.
   const TuneEntry *find(const TuneKey &K) const;
   /// Adds \p E, replacing an entry with the same key.
   void upsert(const TuneEntry &E);
