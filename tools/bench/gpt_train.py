@@ -32,6 +32,8 @@ Phases, each printed as it ends:
              step time, and its last-50 mean's distance from SDPA's (the
              spread of two other correct kernels)
   eager      attnc and SDPA step times without torch.compile
+  alone      one attention call's forward + backward at the model's shape:
+             attnc, SDPA's flash and cuDNN backends, Flex (compiled)
 Then the loss every 25 steps of each run, and PASS or FAIL.
 
     PYTHONPATH=python python3 tools/bench/gpt_train.py [--steps 300]
@@ -185,7 +187,7 @@ def _causal(q):
     return torch.ones(n, n, device=q.device).tril().bool()
 
 
-# -- data -----------------------------------------------------------------------
+# -- data ---------------------------------------------------------------------
 
 def batches(steps, batch, seq, seed=1):
     """steps batches of (inputs, targets) [batch, seq] int64 on the GPU:
@@ -210,7 +212,7 @@ def initial_state(layers, seq, seed=0):
     return Gpt(None, layers=layers, seq=seq).state_dict()
 
 
-# -- training -------------------------------------------------------------------
+# -- training -----------------------------------------------------------------
 
 def make(attend, state, layers, seq):
     model = Gpt(attend, layers=layers, seq=seq).cuda()
@@ -226,16 +228,18 @@ def lr_at(step, warmup=20):
 
 def train(attend, state, data, layers, seq, compile_model, extras=None,
           warmup_steps=10):
-    """Losses (floats) and step times (ms, from step warmup_steps on) of
-    training on data; extras[i] is step i's extra argument."""
+    """(losses (floats), step times (ms, from step warmup_steps on, CUDA
+    events), the host's median time to enqueue a step (ms)) of training
+    on data; extras[i] is step i's extra argument."""
     model, opt = make(attend, state, layers, seq)
     fn = torch.compile(model, fullgraph=True) if compile_model else model
-    losses, events = [], []
+    losses, events, host = [], [], []
     for i, (x, y) in enumerate(data):
         for group in opt.param_groups:
             group["lr"] = lr_at(i)
         start, end = (torch.cuda.Event(enable_timing=True)
                       for _ in range(2))
+        t0 = time.perf_counter()
         start.record()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = fn(x, y, None if extras is None else extras[i])
@@ -243,11 +247,12 @@ def train(attend, state, data, layers, seq, compile_model, extras=None,
         opt.step()
         opt.zero_grad(set_to_none=True)
         end.record()
+        host.append((time.perf_counter() - t0) * 1e3)
         losses.append(loss.detach())
         events.append((start, end))
     torch.cuda.synchronize()
     times = [s.elapsed_time(e) for s, e in events[warmup_steps:]]
-    return [x.item() for x in losses], times
+    return [x.item() for x in losses], times, median(host[warmup_steps:])
 
 
 @torch.no_grad()
@@ -256,6 +261,50 @@ def first_loss(attend, state, data, layers, seq, extra=None):
     x, y = data[0]
     with torch.autocast("cuda", dtype=torch.bfloat16):
         return model(x, y, extra).item()
+
+
+def attention_alone(batch, seq, heads=8, head_dim=64, reps=30):
+    """Forward + backward of one attention call at the model's shape
+    ([B,H,S,64] bf16, causal), ms (CUDA events, 5 warm-up calls, median of
+    reps), per implementation; a peer that cannot run says why."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    g = torch.Generator(device="cuda").manual_seed(7)
+    sets = [[torch.randn(batch, heads, seq, head_dim, device="cuda",
+                         dtype=torch.bfloat16, generator=g)
+             .requires_grad_() for _ in range(3)] for _ in range(3)]
+    dout = torch.randn(batch, heads, seq, head_dim, device="cuda",
+                       dtype=torch.bfloat16, generator=g)
+    flex = flex_causal(seq)
+    compiled_flex = torch.compile(flex, fullgraph=True)
+
+    def cudnn(q, k, v, extra):
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            return sdpa_causal(q, k, v, extra)
+
+    def flash(q, k, v, extra):
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            return sdpa_causal(q, k, v, extra)
+
+    result = {}
+    for name, fn in (("attnc", attnc_causal), ("sdpa flash", flash),
+                     ("sdpa cudnn", cudnn), ("flex", compiled_flex)):
+        try:
+            times = []
+            for i in range(5 + reps):
+                q, k, v = sets[i % 3]
+                start, end = (torch.cuda.Event(enable_timing=True)
+                              for _ in range(2))
+                start.record()
+                out = fn(q, k, v, None)
+                torch.autograd.grad(out, (q, k, v), dout)
+                end.record()
+                times.append((start, end))
+            torch.cuda.synchronize()
+            result[name] = median([s.elapsed_time(e) for s, e in times[5:]])
+        except Exception as e:  # a peer that cannot run says why
+            result[name] = f"unavailable ({type(e).__name__}: " \
+                f"{(str(e).splitlines() or [''])[0][:120]})"
+    return result
 
 
 def graphs_compiled():
@@ -274,7 +323,7 @@ def softcap_recompiles(state, data, layers, seq, caps):
     saved = torch._dynamo.config.error_on_recompile
     torch._dynamo.config.error_on_recompile = True
     try:
-        losses, _ = train(attnc_softcap, state, data[:len(caps)], layers,
+        losses, _, _ = train(attnc_softcap, state, data[:len(caps)], layers,
                           seq, True, extras, warmup_steps=0)
     finally:
         torch._dynamo.config.error_on_recompile = saved
@@ -296,7 +345,7 @@ def tail_mean(losses, n=50):
     return statistics.fmean(losses[-n:])
 
 
-# -- the command ------------------------------------------------------------------
+# -- the command --------------------------------------------------------------
 
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
@@ -320,7 +369,8 @@ def main():
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--skip", default="", help="flex,eager,recompile")
+    ap.add_argument("--skip", default="",
+                    help="flex,eager,recompile,alone")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     for limit in ("recompile_limit", "cache_size_limit"):
@@ -343,15 +393,17 @@ def main():
             torch._dynamo.reset()
             torch._dynamo.utils.counters.clear()
             t0 = time.time()
-            losses, times = train(make_attend(), state, data, args.layers,
-                                  args.seq, True)
-            return losses, times, graphs_compiled(), time.time() - t0
+            losses, times, host = train(make_attend(), state, data,
+                                        args.layers, args.seq, True)
+            return losses, times, host, graphs_compiled(), time.time() - t0
         result = phase(f"train {name}", run, failures)
         if result is not None:
             runs[name] = result
-            losses, times, graphs, wall = result
+            losses, times, host, graphs, wall = result
             print(f"{name}: compiled step {median(times):.2f} ms (median of "
-                  f"{len(times)}), graphs {graphs}, wall {wall:.1f} s "
+                  f"{len(times)}; the host enqueues a step in "
+                  f"{host:.2f} ms), graphs {graphs}, wall "
+                  f"{wall:.1f} s "
                   f"(compile included); loss {losses[0]:.4f} -> "
                   f"{tail_mean(losses):.4f}", flush=True)
 
@@ -380,8 +432,9 @@ def main():
         train_compiled("flex", lambda: flex_causal(args.seq))
         if "flex" in runs and "sdpa" in runs:
             tf, ts = tail_mean(runs["flex"][0]), tail_mean(runs["sdpa"][0])
-            print(f"flex: last 50 steps' mean {tf:.4f}, {abs(tf - ts) / ts:.2%}"
-                  f" from sdpa's (the spread of two other correct kernels)")
+            print(f"flex: last 50 steps' mean {tf:.4f}, "
+                  f"{abs(tf - ts) / ts:.2%} from sdpa's (the spread of two "
+                  "other correct kernels)")
 
     if "eager" not in skip:
         n = min(40, args.steps)
@@ -391,7 +444,18 @@ def main():
                 failures)
             if result is not None:
                 print(f"{name}: eager step {median(result[1]):.2f} ms "
-                      f"(median of {len(result[1])})", flush=True)
+                      f"(median of {len(result[1])}; host "
+                      f"{result[2]:.2f} ms)", flush=True)
+
+    if "alone" not in skip:
+        result = phase("attention alone", lambda: attention_alone(
+            args.batch, args.seq), failures)
+        if result is not None:
+            print(f"one attention call, forward + backward, B{args.batch} H8 "
+                  f"S{args.seq} D64 bf16 causal (ms, median of 30): "
+                  + ", ".join(f"{n} {t:.3f}" if isinstance(t, float)
+                              else f"{n} {t}" for n, t in result.items()),
+                  flush=True)
 
     if runs:
         print_curves(runs, args.steps)

@@ -35,8 +35,8 @@ class GptTraining(unittest.TestCase):
         state = gpt.initial_state(layers, seq)
         data = gpt.batches(steps, 8, seq)
         ref = gpt.first_loss(gpt.fp64_causal, state, data, layers, seq)
-        a, _ = gpt.train(gpt.attnc_causal, state, data, layers, seq, False)
-        s, _ = gpt.train(gpt.sdpa_causal, state, data, layers, seq, False)
+        a, _, _ = gpt.train(gpt.attnc_causal, state, data, layers, seq, False)
+        s, _, _ = gpt.train(gpt.sdpa_causal, state, data, layers, seq, False)
         print(f"\nfp64 first loss {ref:.5f}\nstep   attnc    sdpa")
         for i in range(0, steps, 5):
             print(f"{i:4d} {a[i]:7.4f} {s[i]:7.4f}")
