@@ -321,8 +321,10 @@ class Attention:
 
     dtype: "float16"/"bfloat16" (or the torch dtypes); layout: "bshd"
     ([B,S,H,D]), "bhsd" ([B,H,S,D]) or "thd" (the varlen calls); arch: None
-    for device 0's, or "sm_80", "sm_86", "sm_89", "sm_90a" (compiles with no
-    GPU). The kernel is compiled (or read from the cache) here."""
+    for the current device's, or "sm_80", "sm_86", "sm_89", "sm_90a"
+    (compiles with no GPU). The kernel is compiled (or read from the cache)
+    here. Calls run in the context of the first one's current device: on
+    cuda:N make and call the object with N current."""
 
     def __init__(self, definition, dtype="float16", head_dim=128,
                  head_dim_v=None, layout="bshd", arch=None, skeleton=None,
