@@ -128,12 +128,14 @@ class SecondDevice(unittest.TestCase):
                                   head_dim=D, layout="bhsd")
         q, k, v = qkv("cuda:1", torch.float16, seed=7)
         out = torch.empty_like(q)
+        lse = torch.empty(1, B, H, S, device="cuda:1")  # mha's finals
         with self.assertRaises(attnc.InvalidArgument) as caught:
-            att.forward(q, k, v, out)
+            att.forward(q, k, v, out, lse)
         self.assertIn("the tensors are on cuda:1 and the current device is "
                       "cuda:0", str(caught.exception))
         with torch.cuda.device(1):
-            att.forward(q, k, v, out)
+            att.forward(q, k, v, out, lse)
+            torch.cuda.synchronize()
         self._dtype = torch.float16
         ref = reference("mha", q.double(), k.double(), v.double(), {})
         check_close(self, "raw cuda:1 out", out, ref,
