@@ -121,12 +121,14 @@ def current_stream() -> int:
     default stream)."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
-        # The raw handle without a Stream object (a few microseconds less);
-        # attnc runs on device 0 (runtime/lib/CudaDriver.cpp).
+        # The raw handle without a Stream object (a few microseconds less),
+        # of the current device: the runtime launches in its context
+        # (runtime/lib/CudaDriver.cpp).
+        device = torch.cuda.current_device()
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         if raw is not None:
-            return raw(0)
-        return torch.cuda.current_stream(0).cuda_stream
+            return raw(device)
+        return torch.cuda.current_stream(device).cuda_stream
     return 0
 
 
@@ -214,20 +216,29 @@ def grad_entries(obj, where, grads, stream, keep):
             for name, value in grads.items()]
 
 
-def fast_call(tensors, stream):
+def fast_call(tensors, stream, where="attnc"):
     """(torch module, stream) when every tensor of a call is a CUDA torch
     tensor (None entries aside), so _fastpack can pack it; None: the
     generic path takes it. stream None: the current stream of the tensors'
-    device."""
+    device. InvalidArgument when the tensors are not on the current device
+    (the runtime launches in its context; q's device is checked here, the
+    others against q's when the call shape is packed)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     tensor_type = torch.Tensor
+    first = None
     for t in tensors:
-        if t is not None and not (isinstance(t, tensor_type) and t.is_cuda):
+        if t is None:
+            continue
+        if not (isinstance(t, tensor_type) and t.is_cuda):
             return None
+        if first is None:
+            first = t
+    index = first.get_device()
+    _fastpack.check_current(where, index, _fastpack.current_device())
     if stream is None:
-        return torch, _fastpack.stream_of(tensors[0].get_device())
+        return torch, _fastpack.stream_of(index)
     return torch, _stream(stream)
 
 
@@ -237,7 +248,7 @@ def pack_call(obj, where, stream, names, objs, inputs, grads):
     (None for an absent one), of the inputs, of the grads, the number of
     inputs and of grads, the stream). Torch tensors take _fastpack's
     patched buffers; anything else is viewed and checked here."""
-    fast = fast_call(objs, stream)
+    fast = fast_call(objs, stream, where)
     if fast is not None:
         items = fast_inputs(obj, inputs, fast[0].Tensor)
         named = fast_grads(obj, grads, fast[0].Tensor)
@@ -310,8 +321,10 @@ class Attention:
 
     dtype: "float16"/"bfloat16" (or the torch dtypes); layout: "bshd"
     ([B,S,H,D]), "bhsd" ([B,H,S,D]) or "thd" (the varlen calls); arch: None
-    for device 0's, or "sm_80", "sm_86", "sm_89", "sm_90a" (compiles with no
-    GPU). The kernel is compiled (or read from the cache) here."""
+    for the current device's, or "sm_80", "sm_86", "sm_89", "sm_90a"
+    (compiles with no GPU). The kernel is compiled (or read from the cache)
+    here. Calls run in the context of the first one's current device: on
+    cuda:N make and call the object with N current."""
 
     def __init__(self, definition, dtype="float16", head_dim=128,
                  head_dim_v=None, layout="bshd", arch=None, skeleton=None,
@@ -373,7 +386,7 @@ class Attention:
         classification runs."""
         where = "attnc.Attention.forward"
         mask = _block_mask.mask_handle(where, block_mask)
-        fast = fast_call((q, k, v, out, finals), stream)
+        fast = fast_call((q, k, v, out, finals), stream, where)
         if fast is not None:
             items = fast_inputs(self, inputs, fast[0].Tensor)
             if items is not None:
@@ -522,7 +535,7 @@ class Attention:
         where = "attnc.Attention.forward_varlen"
         self._check_cu_seqlens(where, cu_seqlens_q, cu_seqlens_kv)
         tensors = (q, k, v, out, finals, cu_seqlens_q, cu_seqlens_kv)
-        fast = fast_call(tensors, stream)
+        fast = fast_call(tensors, stream, where)
         items = None
         if fast is not None:
             items = fast_inputs(self, inputs, fast[0].Tensor)

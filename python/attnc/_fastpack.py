@@ -13,10 +13,10 @@ from ._tensors import INPUT_SIZE, NAMED_SIZE, TENSOR_SIZE, pack, view
 
 # The runtime runs a call in the calling thread's current context (device
 # 0's primary one where none is current; runtime/lib/CudaDriver.cpp:
-# currentDevice) and an object keeps to the context of its first call. This
-# layer does not switch torch's current device per call yet, so it keeps
-# to device 0, whose kernels cannot read another card's memory.
-RUNTIME_DEVICES = (0,)
+# currentDevice), and an object keeps to the context of its first call. So
+# a call's tensors must be on the current device: attnc.torch makes their
+# device current for the call (one object per device), the raw objects
+# refuse a call whose tensors are elsewhere (check_current).
 
 # attnc_input_kind (attnc_c.h).
 _F32, _I32, _TENSOR = 0, 1, 2
@@ -36,9 +36,8 @@ def _cache():
 
 def call_device(where: str, named) -> int:
     """The CUDA device index of a call's tensors (named: (argument,
-    object with get_device()) pairs, None entries skipped): InvalidArgument
-    for a CPU tensor or tensors on different devices, NotSupportedYet for a
-    device the runtime does not run on."""
+    object with get_device()) pairs, None entries skipped; 0 when none):
+    InvalidArgument for a CPU tensor or tensors on different devices."""
     first_name, first = None, None
     for name, t in named:
         if t is None:
@@ -55,12 +54,20 @@ def call_device(where: str, named) -> int:
                 f"{where}: argument '{name}' is on cuda:{index} and "
                 f"argument '{first_name}' on cuda:{first}; a call's tensors "
                 "must be on one device")
-    if first is not None and first not in RUNTIME_DEVICES:
-        raise _lib.NotSupportedYet(
-            f"{where}: the tensors are on cuda:{first}; the attnc runtime "
-            "runs on device 0 only so far (CUDA_VISIBLE_DEVICES picks the "
-            "card)")
     return 0 if first is None else first
+
+
+def check_current(where: str, index: int, current: int) -> None:
+    """A raw object's call on tensors of device index while device current
+    is current: the runtime would launch in current's context, where the
+    tensors' memory is not the device's own (InvalidArgument)."""
+    if index >= 0 and index != current:
+        raise _lib.InvalidArgument(
+            f"{where}: the tensors are on cuda:{index} and the current "
+            f"device is cuda:{current}; attnc runs a call in the current "
+            f"device's context: make cuda:{index} current for the call "
+            f"(with torch.cuda.device({index}): ...), and use one object "
+            "per device (attnc.torch does both)")
 
 
 def _raw_stream_function():
@@ -69,6 +76,16 @@ def _raw_stream_function():
     if raw is not None:
         return raw
     return lambda device: torch.cuda.current_stream(device).cuda_stream
+
+
+def current_device() -> int:
+    """PyTorch's current CUDA device (the raw call where torch has it: this
+    is on every raw call's path)."""
+    global current_device
+    torch = sys.modules["torch"]
+    raw = getattr(torch._C, "_cuda_getDevice", None)
+    current_device = raw if raw is not None else torch.cuda.current_device
+    return current_device()
 
 
 def stream_of(device: int) -> int:

@@ -56,20 +56,35 @@ def _definition(name: str) -> Definition:
 
 
 def _device_index(t: torch.Tensor) -> int:
-    """The device of a call's tensors (q's; the packing checks the rest)."""
+    """The device of a call's tensors (q's; the packing checks the rest):
+    InvalidArgument for a CPU tensor."""
     index = t.get_device()
-    if index not in _fastpack.RUNTIME_DEVICES:
+    if index < 0:
         _fastpack.call_device("attnc.torch", [("q", t)])
     return index
 
 
+# torch's current device, by the raw call where torch has it (on every
+# call's path: torch.cuda.current_device adds a lazy-initialisation check).
+_current_device = getattr(torch._C, "_cuda_getDevice",
+                          torch.cuda.current_device)
+
+
+def _on_device(index: int):
+    """A context manager making cuda:index current (its primary context on
+    this thread, where the runtime then launches) for a call's duration."""
+    return torch.cuda.device(index)
+
+
 def attention_object(name: str, dtype, head_dim: int, head_dim_v: int,
                      layout: str, device: int) -> Attention:
-    """The cached Attention for a call's signature (made on first use)."""
+    """The cached Attention for a call's signature (made on first use), one
+    per device: an object runs in the context of its first call, and
+    without an arch builds for the device current when it is made."""
     key = (name, dtype, head_dim, head_dim_v, layout, device)
     att = _attentions.get(key)
     if att is None:
-        with _lock:
+        with _lock, _on_device(device):
             att = _attentions.get(key)
             if att is None:
                 att = Attention(_definition(name), dtype=dtype,
@@ -157,7 +172,12 @@ def _varlen(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
 def _run_forward(att, layout, q, k, v, inputs, mask, varlen):
     """(out, finals) of one call; inputs: name -> number or tensor (None
     for none), mask a BlockMask or None, varlen (cu_seqlens_q,
-    cu_seqlens_k, max_seqlen_q, max_seqlen_k) or None."""
+    cu_seqlens_k, max_seqlen_q, max_seqlen_k) or None. Runs with q's
+    device current (att is that device's object)."""
+    index = q.get_device()
+    if index != _current_device() and index >= 0:
+        with _on_device(index):
+            return _run_forward(att, layout, q, k, v, inputs, mask, varlen)
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
     finals = q.new_empty(_finals_shape(att, q, layout), dtype=_F32)
     f = finals if att.final_names else None
@@ -171,7 +191,13 @@ def _run_forward(att, layout, q, k, v, inputs, mask, varlen):
 
 def _run_backward(att, layout, q, k, v, out, dout, finals, inputs, mask,
                   varlen):
-    """(dq, dk, dv, {input name: gradient}) of one call."""
+    """(dq, dk, dv, {input name: gradient}) of one call, with q's device
+    current."""
+    index = q.get_device()
+    if index != _current_device() and index >= 0:
+        with _on_device(index):
+            return _run_backward(att, layout, q, k, v, out, dout, finals,
+                                 inputs, mask, varlen)
     dq, dk, dv = (torch.empty_like(q), torch.empty_like(k),
                   torch.empty_like(v))
     heads = _heads(q, layout)
@@ -404,6 +430,11 @@ def create_block_mask(definition, q, k, v=None, inputs: Optional[dict] = None,
                                     None)
     v = k if v is None else v
     att = _object_for(q, v, register(definition), layout)
+    index = q.get_device()
+    if index != _current_device():
+        with _on_device(index):  # the mask's memory: on q's device
+            return create_block_mask(definition, q, k, v, inputs, layout,
+                                     for_backward, lists)
     b, h, sq = _rows(q, layout)
     sk = k.shape[2] if layout == "bhsd" else k.shape[1]
     hk = _heads(k, layout)

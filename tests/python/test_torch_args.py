@@ -5,6 +5,8 @@ patched packing of repeated calls (against a fresh packing)."""
 
 import ctypes
 import gc
+import sys
+import types
 import unittest
 
 import attnc
@@ -176,12 +178,78 @@ class Devices(unittest.TestCase):
                       "cuda:0; a call's tensors must be on one device",
                       str(caught.exception))
 
-    def test_a_device_the_runtime_does_not_run_on(self):
-        with self.assertRaises(attnc.NotSupportedYet) as caught:
-            _fastpack.call_device(WHERE, [("q", FakeTensor((2,), 1)),
-                                          ("k", FakeTensor((2,), 1))])
-        self.assertIn("the tensors are on cuda:1; the attnc runtime runs on"
-                      " device 0 only", str(caught.exception))
+    def test_any_cuda_device(self):
+        # The runtime runs a call in the current device's context, and
+        # attnc.torch makes the tensors' device current: any cuda:N is one.
+        self.assertEqual(_fastpack.call_device(WHERE, [("q", FakeTensor(
+            (2,), 3)), ("k", FakeTensor((2,), 3))]), 3)
+
+    def test_the_current_device_must_be_the_tensors(self):
+        _fastpack.check_current(WHERE, 1, 1)
+        _fastpack.check_current(WHERE, -1, 0)  # a CPU tensor: named elsewhere
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            _fastpack.check_current(WHERE, 1, 0)
+        self.assertIn(f"{WHERE}: the tensors are on cuda:1 and the current "
+                      "device is cuda:0; attnc runs a call in the current "
+                      "device's context: make cuda:1 current for the call "
+                      "(with torch.cuda.device(1): ...)",
+                      str(caught.exception))
+
+
+class TorchTensor(FakeTensor):
+    """A FakeTensor that the raw objects take for a CUDA torch tensor (the
+    fake torch module's Tensor)."""
+
+    is_cuda = True
+
+
+class RawObjectsOnDevices(unittest.TestCase):
+    """attnc.Attention's calls on torch tensors, with a stand-in torch
+    module whose current device the test sets: refused before anything is
+    packed or launched when the tensors are not on the current device."""
+
+    def setUp(self):
+        self.current = 0
+        fake_c = types.SimpleNamespace(
+            _cuda_getDevice=lambda: self.current,
+            _cuda_getCurrentRawStream=lambda device: 0)
+        self.saved = (sys.modules.get("torch"), _fastpack.current_device,
+                      _fastpack.stream_of)
+        sys.modules["torch"] = types.SimpleNamespace(Tensor=TorchTensor,
+                                                     _C=fake_c)
+        self.att = attnc.Attention(attnc.example("mha"), head_dim=64,
+                                   layout="bhsd", arch="sm_80")
+
+    def tearDown(self):
+        torch, _fastpack.current_device, _fastpack.stream_of = self.saved
+        if torch is None:
+            del sys.modules["torch"]
+        else:
+            sys.modules["torch"] = torch
+
+    def tensors(self, devices):
+        return [TorchTensor((1, 2, 8, 64), d, data=(1 << 20) + 4096 * i)
+                for i, d in enumerate(devices)]
+
+    def test_tensors_off_the_current_device(self):
+        q, k, v, out = self.tensors([1, 1, 1, 1])
+        for call in (lambda: self.att.forward(q, k, v, out),
+                     lambda: self.att.backward(q, k, v, out, out, None, q, k,
+                                               v)):
+            with self.assertRaises(attnc.InvalidArgument) as caught:
+                call()
+            message = str(caught.exception)
+            self.assertIn("the tensors are on cuda:1 and the current device "
+                          "is cuda:0", message)
+            self.assertTrue(message.startswith("attnc.Attention."), message)
+
+    def test_tensors_on_two_devices(self):
+        self.current = 1
+        q, k, v, out = self.tensors([1, 0, 1, 1])
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            self.att.forward(q, k, v, out)
+        self.assertIn("attnc.Attention.forward: argument 'k' is on cuda:0 "
+                      "and argument 'q' on cuda:1", str(caught.exception))
 
 
 def _raw(p, size):
