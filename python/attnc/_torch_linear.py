@@ -228,8 +228,14 @@ class _EagerLinear(torch.autograd.Function):
                 dinit, *dvalues)
 
 
+class _LinearCall(_Call):
+    """_Call (whose slots are attention's) with a packed batch's offsets."""
+
+    __slots__ = ("cu_seqlens",)
+
+
 def _eager(name, q, k, v, decay, initial_state, inputs, layout, cu_seqlens):
-    call = _Call()
+    call = _LinearCall()
     call.att = _object_for(q, v, name, layout)
     call.layout, call.mask, call.varlen = layout, None, None
     call.cu_seqlens = cu_seqlens
@@ -254,14 +260,24 @@ def _eager(name, q, k, v, decay, initial_state, inputs, layout, cu_seqlens):
                         call.inputs(tensor_values), cu_seqlens)
 
 
+def _device_number(t):
+    """get_device()'s number (-1 for the CPU) from t.device, which
+    torch.compile traces as a constant."""
+    return t.device.index if t.device.type == "cuda" else -1
+
+
+_OFFSET_DTYPES = {torch.int32: "torch.int32", torch.int64: "torch.int64"}
+
+
 def _packed_offsets(q, k, v, cu_seqlens, initial_state):
     """cu_seqlens as int32 after the checks a packed call needs before it
     allocates (attnc._linear_args); int64 offsets (flash-linear-attention's)
     are converted on the device."""
     _linear_args.packed_sequences(
         tuple(q.shape), tuple(k.shape), tuple(v.shape),
-        tuple(cu_seqlens.shape), str(cu_seqlens.dtype),
-        cu_seqlens.get_device(), q.get_device(),
+        tuple(cu_seqlens.shape),
+        _OFFSET_DTYPES.get(cu_seqlens.dtype, str(cu_seqlens.dtype)),
+        _device_number(cu_seqlens), _device_number(q),
         None if initial_state is None else tuple(initial_state.shape))
     if cu_seqlens.dtype != torch.int32:
         cu_seqlens = cu_seqlens.to(torch.int32)
