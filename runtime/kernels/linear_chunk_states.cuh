@@ -15,9 +15,9 @@ namespace attnc {
 
 /// blockIdx: x the value slice, y batch·value head, z in [0, P) the forward
 /// pass over state rows [z·kRows, (z+1)·kRows), z in [P, 2P) the reverse
-/// pass over rows of part z − P (P = D / kRows). kVarlen: y is r·H + value
-/// head of a packed batch, r the rank of its sequence, longest first
-/// (linear_chunk_seq.cuh), its chunks never crossing the sequence's end.
+/// pass over rows of part z − P (P = D / kRows). kVarlen: y is sequence·value
+/// head of a packed batch (linear_chunk_seq.cuh), its chunks never crossing
+/// the sequence's end.
 template <class Variant, class T, int kRows, int kVs, int kC, int kWarps,
           bool kVarlen = false>
 struct LinearStates {
@@ -54,11 +54,8 @@ private:
   template <bool kReverse>
   __device__ static void walk(const LinearArgs &a, const typename Variant::Inputs &in,
                               unsigned char *smem, int part) {
-    const int slice = blockIdx.x, h = blockIdx.y % a.heads;
-    int b = blockIdx.y / a.heads;
-    if constexpr (kVarlen)
-      b = lin::seq_longest_first(a, b, reinterpret_cast<int *>(smem));
-    const int bh = b * a.heads + h;
+    const int slice = blockIdx.x, bh = blockIdx.y;
+    const int b = bh / a.heads, h = bh % a.heads;
     const int hq = h / (a.heads / a.heads_q), hk = h / (a.heads / a.heads_k);
     const int warp = threadIdx.x / 32;
     const int srow0 = warp * kStateRows, d0 = part * kRows;
