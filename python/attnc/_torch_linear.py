@@ -273,10 +273,12 @@ def _packed_offsets(q, k, v, cu_seqlens, initial_state):
     """cu_seqlens as int32 after the checks a packed call needs before it
     allocates (attnc._linear_args); int64 offsets (flash-linear-attention's)
     are converted on the device."""
+    dtype = _OFFSET_DTYPES.get(cu_seqlens.dtype)
+    if dtype is None:  # only to name it in the error
+        dtype = str(cu_seqlens.dtype)
     _linear_args.packed_sequences(
         tuple(q.shape), tuple(k.shape), tuple(v.shape),
-        tuple(cu_seqlens.shape),
-        _OFFSET_DTYPES.get(cu_seqlens.dtype, str(cu_seqlens.dtype)),
+        tuple(cu_seqlens.shape), dtype,
         _device_number(cu_seqlens), _device_number(q),
         None if initial_state is None else tuple(initial_state.shape))
     if cu_seqlens.dtype != torch.int32:
