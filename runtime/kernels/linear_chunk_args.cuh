@@ -59,8 +59,8 @@ struct LinearArgs {
   /// A packed batch's [seqs + 1] int32 token offsets (the varlen forward
   /// and backward; batch is then 1 and seq the packed tokens), else null.
   const int *cu_seqlens;
-  /// The packed batch's sequences (the packed backward; see
-  /// linear_chunk_seq.cuh for its chunk slots).
+  /// The packed batch's sequences (the packed forward, which takes them
+  /// longest first, and backward; see linear_chunk_seq.cuh).
   int seqs;
 };
 

@@ -11,6 +11,7 @@
 #define ATTNC_LINEAR_CHUNK_SCAN_CUH
 
 #include "attnc/linear_chunk_common.cuh"
+#include "attnc/linear_chunk_seq.cuh"
 
 namespace attnc {
 
@@ -36,9 +37,10 @@ template <int kD, int kVs, int kC, int kWarps> struct LinLayout {
   using STile = SwizzledTile<kD, kVs>;
 };
 
-/// With kVarlen a packed batch (a.cu_seqlens): CTA (slice, b·H + h) takes
-/// sequence b, tokens [cu[b], cu[b+1]) of batch row 0, its chunks never
-/// crossing into the next sequence; the Variant's mods then take the packed
+/// With kVarlen a packed batch (a.cu_seqlens): CTA (slice, r·H + h) takes
+/// sequence b, the r-th longest (lin::seq_longest_first), tokens
+/// [cu[b], cu[b+1]) of batch row 0, its chunks never crossing into the next
+/// sequence; the Variant's mods then take the packed
 /// token as a sixth argument (custom inputs and the decay are read there)
 /// and see batch 0 and t counted from the sequence's start.
 template <class Variant, class T, int kD, int kVs, int kC, int kWarps, bool kStaged,
@@ -64,8 +66,11 @@ struct LinearScan {
                              unsigned char *smem) {
     if (threadIdx.x == 0 && lin::dynamic_smem_bytes() < u32(kSmemBytes))
       __trap();
-    const int slice = blockIdx.x, bh = blockIdx.y;
-    const int b = bh / a.heads, h = bh % a.heads;
+    const int slice = blockIdx.x, h = blockIdx.y % a.heads;
+    int b = blockIdx.y / a.heads;
+    if constexpr (kVarlen)
+      b = lin::seq_longest_first(a, b, reinterpret_cast<int *>(smem));
+    const int bh = b * a.heads + h;
     const int hq = h / (a.heads / a.heads_q), hk = h / (a.heads / a.heads_k);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;

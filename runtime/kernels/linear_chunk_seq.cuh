@@ -47,6 +47,38 @@ __device__ __forceinline__ Seq seq_of(const LinearArgs &a, int b, int h, int chu
   return s;
 }
 
+/// Packed batches with at most this many sequences are walked longest first
+/// (seq_longest_first); ranking more costs each CTA O(seqs^2 / threads).
+constexpr int kLongestFirstMaxSeqs = 128;
+
+/// The sequence of rank \p r when a packed batch's sequences are ordered by
+/// length, longest first (ties by index), so that the CTAs of the longest
+/// ones, dispatched in blockIdx order, start in the first wave instead of
+/// making the tail of the last one (a CTA's time is its sequence's chunks).
+/// Above kLongestFirstMaxSeqs sequences, r itself. Every thread of the CTA
+/// must call it before \p sh (seqs + 1 ints of shared memory) is used for
+/// anything else; the lengths stay on the device.
+__device__ __forceinline__ int seq_longest_first(const LinearArgs &a, int r, int *sh) {
+  const int n = a.seqs;
+  if (n > kLongestFirstMaxSeqs)
+    return r;
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    sh[i] = a.cu_seqlens[i + 1] - a.cu_seqlens[i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int li = sh[i];
+    int rank = 0;
+    for (int j = 0; j < n; ++j)
+      rank += sh[j] > li || (sh[j] == li && j < i);
+    if (rank == r)
+      sh[n] = i;
+  }
+  __syncthreads();
+  const int b = sh[n];
+  __syncthreads(); // every thread has read sh before the caller reuses it
+  return b;
+}
+
 /// The sequence of a packed batch's chunk slot: the last b with
 /// cu[b] / chunk + b <= slot (slots past its chunks belong to no sequence:
 /// the caller compares slot − that start with Seq::chunks).

@@ -252,6 +252,7 @@ void LinearAttention::forwardVarlen(const LinearVarlenTensors &T,
   A.final_state =
       T.FinalState ? static_cast<float *>(T.FinalState->Data) : nullptr;
   A.cu_seqlens = static_cast<const int *>(T.CuSeqlens.Data);
+  A.seqs = int(R.Seqs); // the kernel ranks the sequences by length
   std::vector<uint64_t> Slots = linearInputSlots(*Def.Graph, Inputs, C.H);
   void *Params[] = {&A, Slots.data()};
   launchLinear(K.Var, unsigned(A.slices), unsigned(R.Seqs * C.H), 1,

@@ -151,11 +151,15 @@ inline bool printChecks(const std::string &Case, int Width,
 /// of linearVarlenCases (--sanitize: fewer, shorter sequences) with seeds
 /// \p Seed + 1, + 2, ..., printing a line per case (an exception is that
 /// case's ERROR) and the totals. Returns the exit status: 1 when a case
-/// failed.
+/// failed. A last argument other than --sanitize runs only the cases whose
+/// name contains it ("mamba2 f16"; each keeps its seed), so that one process
+/// a case can run them in parallel.
 template <typename RunCaseFn>
 int runLinearVarlenCases(int Argc, char **Argv, uint64_t Seed,
                          RunCaseFn &&RunCase) {
   bool Sanitize = Argc > 1 && std::string(Argv[1]) == "--sanitize";
+  const std::string Only =
+      Argc > 1 + int(Sanitize) ? std::string(Argv[1 + int(Sanitize)]) : "";
   if (!announceDevice())
     return 77;
   const std::vector<int64_t> Lengths =
@@ -163,8 +167,11 @@ int runLinearVarlenCases(int Argc, char **Argv, uint64_t Seed,
                : std::vector<int64_t>{0, 1, 63, 64, 100, 333, 0, 31};
   int Passed = 0, Failed = 0;
   for (const LinearVarlenCase &C : linearVarlenCases(Sanitize)) {
+    ++Seed;
+    if (C.name().find(Only) == std::string::npos)
+      continue;
     try {
-      std::vector<Check> R = RunCase(C, Lengths, ++Seed);
+      std::vector<Check> R = RunCase(C, Lengths, Seed);
       (printChecks(C.name(), 36, R) ? Passed : Failed)++;
     } catch (const std::exception &E) {
       std::printf("%-36s ERROR %s\n", C.name().c_str(), E.what());

@@ -7,8 +7,12 @@ autotuning are paid there), median of 30; every batch rotates over enough
 state sets to make at least 256 MiB so the L2 cannot flatter. Bandwidth
 counts the fp32 state read once and written once.
 
-    python3 tools/bench/peers_linear_decode.py f16|bf16 H D DV N B [B ...]
+    python3 tools/bench/peers_linear_decode.py [--lock FILE] f16|bf16 H D DV N B [B ...]
+
+--lock FILE: the step is compiled first, then the timing holds an exclusive
+flock on FILE (as peers_linear_varlen.py's --lock).
 """
+import fcntl
 import sys
 
 import torch
@@ -21,11 +25,24 @@ def median_ms(fn, n=30):
 
 
 def main():
-    dts, H, D, DV, N = sys.argv[1], *map(int, sys.argv[2:6])
+    args, held = sys.argv[1:], None
+    if args[:1] == ["--lock"]:
+        held, args = open(args[1], "a"), args[2:]
+    dts, H, D, DV, N = args[0], *map(int, args[1:5])
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dts]
     from fla.ops.simple_gla import fused_recurrent_simple_gla
     dev = "cuda"
-    for B in map(int, sys.argv[6:]):
+    if held:  # Triton's compile and autotuning before the lock
+        x = torch.randn(1, N, H, D, device=dev, dtype=dt)
+        with torch.no_grad():
+            fused_recurrent_simple_gla(
+                x, x, torch.randn(1, N, H, DV, device=dev, dtype=dt),
+                g=torch.zeros(1, N, H, device=dev), scale=D ** -0.5,
+                initial_state=torch.zeros(1, H, D, DV, device=dev),
+                output_final_state=True)
+        torch.cuda.synchronize()
+        fcntl.flock(held, fcntl.LOCK_EX)
+    for B in map(int, args[5:]):
         state_bytes = B * H * D * DV * 4
         sets = max(1, min(64, -(-(256 << 20) // state_bytes)))
         h0 = [torch.randn(B, H, D, DV, device=dev, dtype=torch.float32) for _ in range(sets)]
