@@ -86,6 +86,19 @@ __device__ __forceinline__ void load_slabs_async(u32 smem, const unsigned short 
         smem + s * kRows * 128, base + s * 64, stride, row0, limit);
 }
 
+/// dQ's workspace as 16-byte stores at L2 and reductions (sm_90's
+/// red.global.add.v4.f32): \p p 16-byte aligned.
+__device__ __forceinline__ void st_cg_f4(float *p, const float (&x)[4]) {
+  asm volatile("st.global.cg.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "f"(x[0]), "f"(x[1]),
+               "f"(x[2]), "f"(x[3])
+               : "memory");
+}
+__device__ __forceinline__ void red_add_f4(float *p, const float (&x)[4]) {
+  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"l"(p),
+               "f"(x[0]), "f"(x[1]), "f"(x[2]), "f"(x[3])
+               : "memory");
+}
+
 /// The columns of dK, dV and dQ that warpgroup kW owns in bwd_sm90's
 /// column-split mode (each its first column and count, 64 or 128 so that
 /// every operand starts at a 64-column slab and is a wgmma N): halves, but
@@ -107,8 +120,17 @@ template <int kD, int kDV, int kW> struct SplitCols {
 template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,
           bool kFusedDq = false, bool kAtomicDq = false, bool kWs = false,
           bool kTwoPass = false, bool kSplit = false, bool kPingPong = false,
-          bool kDqWriter = false>
+          bool kDqWriter = false, int kLeanLevel = 0>
 struct BwdDkDvSm90 {
+  /// The lean step (kLeanLevel 1 to 3): dV's and dK's products issued
+  /// before the dSᵀ tile is stored, tiles inside the sequences without
+  /// per-element bounds. Level 2 adds the turn warp (kTurnWarp): a warp of
+  /// the producer warpgroup waits for the dQ turns and publishes them, so
+  /// that no compute thread spins on a semaphore or fences at gpu scope.
+  static constexpr bool kLean = kLeanLevel >= 1;
+  static constexpr bool kTurnWarp = kLeanLevel >= 2 && !kAtomicDq;
+  /// Level 3: the dQ adds 16 bytes a lane (add_dq).
+  static constexpr bool kVecAdds = kLeanLevel >= 3;
   /// A dQ writer warp adds the steps' dQ to the sum from shared slots:
   /// ping-pong, or the lockstep step with the writer alone (kDqWriter).
   static constexpr bool kWriter = kPingPong || kDqWriter;
@@ -136,6 +158,9 @@ struct BwdDkDvSm90 {
                 "ping-pong and the dQ writer: warp-specialised fused-dQ modes of two "
                 "warpgroups of keys, 64-row steps, element work in one pass "
                 "(bwdSm90Unsupported)");
+  static_assert(!kLean || (kWs && kFusedDq && !kTwoPass && !kSplit && !kWriter),
+                "the lean step is a warp-specialised fused-dQ mode of the lockstep "
+                "step (bwdSm90Unsupported)");
   static_assert(kStages >= 2 && kStages <= 4, "a ring of 2 to 4 stages");
   static_assert(kNumGrads <= kMaxInputGrads, "too many input gradients");
   static_assert(kFusedDq || !(kAtomicDq || kWs),
@@ -167,6 +192,9 @@ struct BwdDkDvSm90 {
   /// (2 + w), warpgroup 0's dQ partial stored (4), a warpgroup's dSᵀ rows
   /// stored (5 + w).
   static constexpr int kBarToken = 2, kBarPartial = 4, kBarDs = 5;
+  /// The turn warp's named barriers with the compute threads: the step's
+  /// turn taken (2), the step's dQ adds issued (3); kThreads + 32 threads.
+  static constexpr int kBarTurn = 2, kBarAdded = 3;
   /// Fused dQ's [kBlockM][kD] product: each warpgroup kDqN of its columns
   /// (the N of its wgmma) over kBlockM / 64 chains of 64 rows.
   static constexpr int kDqN = kD / kWarpgroups, kDqChains = kBlockM / 64;
@@ -295,6 +323,8 @@ struct BwdDkDvSm90 {
           produce(a, *maps, s_ring, bar_full, bar_empty, n_block, b, hk, group_size);
         else if (kWriter && threadIdx.x < kThreads + 64)
           PingPong::write_dq(a, s_dq, bar_full + kDqBarOffset, n_block, b, hk, group_size);
+        else if (kTurnWarp && threadIdx.x < kThreads + 64)
+          take_turns(a, n_block, b, hk, group_size);
         return;
       }
       if constexpr (kWarpgroups == 2)
@@ -483,6 +513,37 @@ struct BwdDkDvSm90 {
     cp_async_wait<0>();
   }
 
+  /// The turn warp (kTurnWarp): walks the consumers' steps; per step lane
+  /// 0 waits until query block m's semaphore reaches this key block's rank
+  /// (an acquire), the warp lets the compute threads add (kBarTurn), waits
+  /// until they have issued their adds (kBarAdded: the compute threads'
+  /// arrivals release them at CTA scope) and lane 0 publishes rank + 1
+  /// (a gpu-scope release, cumulative over those adds). Its waits and its
+  /// fence stall only this warp.
+  __device__ static void take_turns(const BwdArgs &a, int n_block, int b, int hk,
+                                    int group_size) {
+    const int lane = threadIdx.x % 32;
+    for (int hi = 0; hi < group_size; ++hi) {
+      const int bh = b * a.heads + hk * group_size + hi;
+      const Walk w = walk(a, bh, n_block);
+      for (int j = 0; j < w.blocks.count; ++j) {
+        bool full;
+        const int m = w.visit(a, j, full);
+        const int rank =
+            Variant::kHasMask ? w.ranks[j] : Sem::unmasked_rank(a, n_block, m);
+        int *sem = a.dq_sem + (long long)bh * a.kv_m_blocks + m;
+        if (lane == 0 && rank > 0)
+          while (ld_acquire_gpu(sem) != rank) {
+          }
+        __syncwarp();
+        named_bar_arrive(kBarTurn, kThreads + 32);
+        named_bar_sync(kBarAdded, kThreads + 32);
+        if (lane == 0)
+          st_release_gpu(sem, rank + 1);
+      }
+    }
+  }
+
   template <int A> __device__ static __forceinline__ void zero(float (&x)[A][4]) {
 #pragma unroll
     for (int i = 0; i < A; ++i)
@@ -539,7 +600,7 @@ struct BwdDkDvSm90 {
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const u32 s_q = s_stage, s_do = s_stage + kQBytes;
     int seen = 0;
-    if constexpr (kFusedDq && !kAtomicDq && !kWriter)
+    if constexpr (kFusedDq && !kAtomicDq && !kWriter && !kTurnWarp)
       seen = Sem::peek(a, bh, m, rank);
     float acc_s[QT][4], acc_dp[QT][4];
     zero(acc_s); // overwritten by the first k step; defined for the compiler
@@ -579,7 +640,14 @@ struct BwdDkDvSm90 {
       Elems::template elements_pipelined<kFull>(a, in, rows, m, b, h, key0, acc_s, acc_dp,
                                                 pf, df, s_stage + kQBytes, acc_dv, gacc);
     } else {
-      Elems::template elements<kFull>(a, in, rows, m, b, h, key0, acc_s, acc_dp, gacc);
+      // Lean: a tile wholly inside seq_q x seq_kv (every tile of a long
+      // sequence) needs no bounds per element, and without a mask no
+      // selects: only the element loop is duplicated, no wgmma.
+      if (kLean && (m + 1) * kBlockM <= a.seq_q && key0 + kBlockN <= a.seq_kv)
+        Elems::template elements<kFull, kLean>(a, in, rows, m, b, h, key0, acc_s, acc_dp,
+                                               gacc);
+      else
+        Elems::template elements<kFull>(a, in, rows, m, b, h, key0, acc_s, acc_dp, gacc);
       Elems::pack(acc_s, pf);
       Elems::pack(acc_dp, df);
     }
@@ -602,7 +670,10 @@ struct BwdDkDvSm90 {
       fence_regs(acc_dv);
       fence_regs(acc_dk);
     } else {
-      if constexpr (kSplit) {
+      if constexpr (kSplit || kLean) {
+        // Lean: dV's and dK's products run while the dSᵀ tile is stored
+        // and the warpgroups meet; dQ's is queued behind them with no wait
+        // between (one wait for all three, as before).
         // Column-split: dV and dK issued before the dSᵀ tile is written
         // and waited for before dQ's product is, so that Pᵀ and dSᵀ are
         // no longer held when dQ's accumulators are (at 256/256 all three
@@ -639,7 +710,7 @@ struct BwdDkDvSm90 {
       // release of its turn.
       fence_proxy_async_shared();
       sync_compute();
-      if constexpr (!kAtomicDq)
+      if constexpr (!kAtomicDq && !kTurnWarp)
         Sem::publish(a, turn);
       if constexpr (kSplit) {
         wgmma_wait<0>();
@@ -655,11 +726,12 @@ struct BwdDkDvSm90 {
       // k16 step is 16 key rows (2048 bytes) further in both.
       const u64 k_desc_t = wgmma_desc_sw128(s_k + (C::q0(wg) / 64) * kKSlab, kKSlab, 1024);
       wgmma_fence();
-      if constexpr (!kTwoPass && !kSplit) // else issued after P (elements_pipelined)
+      // (Else issued after P, elements_pipelined, or before the dSᵀ tile.)
+      if constexpr (!kTwoPass && !kSplit && !kLean)
 #pragma unroll
         for (int kk = 0; kk < kBlockM / 16; ++kk)
           Wgmma<C::kVN>::template rs<T>(acc_dv, pf[kk], o_desc_t + kk * (2048 >> 4), 1);
-      if constexpr (!kSplit)
+      if constexpr (!kSplit && !kLean)
 #pragma unroll
         for (int kk = 0; kk < kBlockM / 16; ++kk)
           Wgmma<C::kKN>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
@@ -701,6 +773,14 @@ struct BwdDkDvSm90 {
         if (lane == 0)
           mbar_arrive(dq_bars + 8 * slot);
         sync_compute();
+      } else if constexpr (kTurnWarp) {
+        // The turn warp has taken the turn (and every warpgroup is done
+        // reading the dSᵀ tile); it publishes the next rank once every
+        // compute warp's adds are issued (the arrival orders them before
+        // its release).
+        named_bar_sync(kBarTurn, kThreads + 32);
+        add_dq<kW>(a, acc_dq, bh, m, rank);
+        named_bar_arrive(kBarAdded, kThreads + 32);
       } else {
         if constexpr (!kAtomicDq)
           Sem::wait_turn(a, bh, m, rank, seen);
@@ -724,6 +804,44 @@ struct BwdDkDvSm90 {
     constexpr int kQN = Cols<kW>::kQN;
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    if constexpr (kVecAdds) {
+      // Lanes tq and tq ^ 1 trade a pair: the even one then holds row g's
+      // four columns 8t + 2·(tq & 2) .. + 3, the odd one row g + 8's, so
+      // that each adds 16 bytes (half the instructions, which the LSU's
+      // queue counts). Every element is still added once per rank, in rank
+      // order: the same sums.
+      const bool odd = tq & 1;
+      float *wv = a.dq_accum +
+                  ((long long)bh * Sem::accum_rows(a) + (long long)m * kBlockM) * kD +
+                  (warp * 16 + g + (odd ? 8 : 0)) * kD + Cols<kW>::q0(wg) + 2 * (tq & 2);
+      float v[kDqChains][kQN / 8][4];
+#pragma unroll
+      for (int c = 0; c < kDqChains; ++c)
+#pragma unroll
+        for (int t = 0; t < kQN / 8; ++t) {
+          const float *x = acc[c][t];
+          const float r0 = __shfl_xor_sync(0xffffffffu, odd ? x[0] : x[2], 1);
+          const float r1 = __shfl_xor_sync(0xffffffffu, odd ? x[1] : x[3], 1);
+          v[c][t][0] = odd ? r0 : x[0];
+          v[c][t][1] = odd ? r1 : x[1];
+          v[c][t][2] = odd ? x[2] : r0;
+          v[c][t][3] = odd ? x[3] : r1;
+        }
+      if (rank == 0) {
+#pragma unroll
+        for (int c = 0; c < kDqChains; ++c)
+#pragma unroll
+          for (int t = 0; t < kQN / 8; ++t)
+            st_cg_f4(wv + c * 64 * kD + t * 8, v[c][t]);
+      } else {
+#pragma unroll
+        for (int c = 0; c < kDqChains; ++c)
+#pragma unroll
+          for (int t = 0; t < kQN / 8; ++t)
+            red_add_f4(wv + c * 64 * kD + t * 8, v[c][t]);
+      }
+      return;
+    }
     float *ws = a.dq_accum +
                 ((long long)bh * Sem::accum_rows(a) + (long long)m * kBlockM) * kD +
                 (warp * 16 + g) * kD + Cols<kW>::q0(wg) + 2 * tq;

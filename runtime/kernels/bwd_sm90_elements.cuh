@@ -24,8 +24,9 @@ struct BwdSm90Elements {
 
   /// The element (t, e) of Sᵀ/dPᵀ a thread holds: key row 16·warp + g
   /// (+8 for e ≥ 2) of its warpgroup's 64, query column 8t + 2tq (+1 for
-  /// odd e); whether it is in bounds and kept by the mask.
-  template <bool kFull>
+  /// odd e); whether it is in bounds and kept by the mask. \p kInside:
+  /// the whole tile is known to be in bounds (no comparison).
+  template <bool kFull, bool kInside = false>
   __device__ static __forceinline__ bool element_at(const BwdArgs &a,
                                                     const typename Variant::Inputs &in,
                                                     int m, int b, int h, int key0, int t,
@@ -35,14 +36,16 @@ struct BwdSm90Elements {
     key = key0 + (kSameKeys ? 0 : wg * 64) + warp * 16 + g + 8 * (e >> 1);
     qr = t * 8 + 2 * tq + (e & 1);
     qi = m * kBlockM + qr;
-    bool valid = qi < a.seq_q && key < a.seq_kv;
+    bool valid = kInside || (qi < a.seq_q && key < a.seq_kv);
     if constexpr (!kFull)
       valid = valid && Variant::mask(in, b, h, qi, key);
     return valid;
   }
 
-  /// P and dS of every element (bwd_element), in place of Sᵀ and dPᵀ.
-  template <bool kFull>
+  /// P and dS of every element (bwd_element), in place of Sᵀ and dPᵀ;
+  /// \p kInside as element_at's (with kFull, every element is valid and
+  /// bwd_element's selects fold away).
+  template <bool kFull, bool kInside = false>
   __device__ static __forceinline__ void elements(const BwdArgs &a,
                                                   const typename Variant::Inputs &in,
                                                   const float *rows, int m, int b, int h,
@@ -53,7 +56,8 @@ struct BwdSm90Elements {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int key, qr, qi;
-        const bool valid = element_at<kFull>(a, in, m, b, h, key0, t, e, key, qr, qi);
+        const bool valid =
+            element_at<kFull, kInside>(a, in, m, b, h, key0, t, e, key, qr, qi);
         const float doo = kDoosum ? rows[kBlockM * kF + qr] : 0.f;
         float p;
         const float ds = bwd_element<Variant, true>(in, acc_s[t][e], acc_dp[t][e],

@@ -132,6 +132,55 @@ inline void addSm90Cases(std::vector<Case> &Out) {
                  Dqw});
   Out.push_back({"mha_full", DType::BF16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BHSD,
                  "bwd90ws.kv64x128s2.dqw.atomic"});
+  // The lean step (dV/dK issued before the dSᵀ tile, tiles wholly inside
+  // the sequences without per-element bounds): lengths that are multiples
+  // of the tiles (every tile inside) and not (the last ones at the edge),
+  // fewer queries than keys and the reverse, masks, input gradients.
+  const char *Lean = "bwd90ws.kv64x128s2.lean.fused";
+  Out.push_back({"mha_full", DType::F16, 128, 128, 2, 2, 1, 700, 700, Layout::BHSD, Lean});
+  Out.push_back({"mha_full", DType::BF16, 128, 128, 1, 2, 2, 1024, 1024, Layout::BSHD, Lean});
+  Out.push_back({"mha_full", DType::F16, 128, 128, 1, 2, 1, 256, 1000, Layout::BSHD, Lean});
+  Out.push_back({"mha", DType::BF16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD, Lean});
+  Out.push_back({"mha_window", DType::F16, 128, 128, 1, 4, 2, 333, 333, Layout::BSHD, Lean});
+  Out.push_back({"mha_document", DType::BF16, 128, 128, 2, 2, 2, 257, 257, Layout::BHSD, Lean});
+  Out.push_back({"alibi_learnable", DType::F16, 128, 128, 2, 2, 1, 512, 512, Layout::BSHD,
+                 Lean});
+  Out.push_back({"softcap_learnable", DType::BF16, 128, 128, 1, 2, 1, 333, 333,
+                 Layout::BHSD, Lean});
+  Out.push_back({"relu_attn", DType::F16, 128, 128, 1, 2, 2, 257, 130, Layout::BHSD, Lean});
+  Out.push_back({"mha_emptyblock", DType::F16, 128, 128, 1, 2, 2, 333, 333, Layout::BSHD,
+                 Lean});
+  Out.push_back({"mha_full", DType::BF16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BHSD,
+                 "bwd90ws.kv64x128s2.lean.atomic"});
+  // With the turn warp (it alone waits for and publishes the dQ turns):
+  // rotated walks with grouped heads, ranks from masks, heads one after
+  // another in a CTA, input gradients, query blocks no key visits.
+  const char *Lean2 = "bwd90ws.kv64x128s2.lean2.fused";
+  Out.push_back({"mha_full", DType::BF16, 128, 128, 2, 2, 1, 700, 700, Layout::BSHD, Lean2});
+  Out.push_back({"mha_full", DType::F16, 128, 128, 1, 4, 2, 1024, 1024, Layout::BHSD, Lean2});
+  Out.push_back({"mha", DType::F16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BHSD, Lean2});
+  Out.push_back({"mha_window", DType::BF16, 128, 128, 1, 4, 2, 333, 333, Layout::BHSD, Lean2});
+  Out.push_back({"mha_document", DType::F16, 128, 128, 2, 2, 2, 257, 257, Layout::BSHD, Lean2});
+  Out.push_back({"alibi_learnable", DType::BF16, 128, 128, 2, 2, 1, 257, 257, Layout::BHSD,
+                 Lean2});
+  Out.push_back({"mha_emptyblock", DType::BF16, 128, 128, 1, 2, 2, 333, 333, Layout::BHSD,
+                 Lean2});
+  // And with 16-byte dQ adds (lanes trading pairs; rank 0's stores too).
+  const char *Lean3 = "bwd90ws.kv64x128s2.lean3.fused";
+  Out.push_back({"mha_full", DType::F16, 128, 128, 2, 2, 1, 700, 700, Layout::BHSD, Lean3});
+  Out.push_back({"mha_full", DType::BF16, 128, 128, 1, 4, 2, 1024, 1024, Layout::BSHD, Lean3});
+  Out.push_back({"mha", DType::BF16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD, Lean3});
+  Out.push_back({"mha_window", DType::F16, 128, 128, 1, 4, 2, 333, 333, Layout::BSHD, Lean3});
+  Out.push_back({"mha_document", DType::BF16, 128, 128, 2, 2, 2, 257, 257, Layout::BHSD, Lean3});
+  Out.push_back({"alibi_learnable", DType::F16, 128, 128, 2, 2, 1, 257, 257, Layout::BSHD,
+                 Lean3});
+  Out.push_back({"softcap_learnable", DType::F16, 128, 128, 1, 2, 1, 333, 333, Layout::BSHD,
+                 Lean3});
+  Out.push_back({"relu_attn", DType::BF16, 128, 128, 1, 2, 2, 257, 130, Layout::BSHD, Lean3});
+  Out.push_back({"mha_emptyblock", DType::F16, 128, 128, 1, 2, 2, 333, 333, Layout::BSHD,
+                 Lean3});
+  Out.push_back({"mha_full", DType::F16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BHSD,
+                 "bwd90ws.kv64x128s2.lean3.atomic"});
 }
 
 /// bwd_sm90's column split (sm_90a only), the default at 256/256 and

@@ -110,7 +110,7 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   CHECK(C.dkdvThreads() == 128);
   CHECK(C.str() == "bwd90.kv128x64s3.q64x32w4");
   CHECK(!C.FusedDq);
-  CHECK(BwdSm90Config::defaultFor(128, 128).str() == "bwd90ws.kv64x128s2.fused");
+  CHECK(BwdSm90Config::defaultFor(128, 128).str() == "bwd90ws.kv64x128s2.lean2.fused");
   CHECK(BwdSm90Config::defaultFor(64, 64).str() == "bwd90.kv64x128s2.q128x64w8");
   // The fused dQ mode: the Q tiles are the dK/dV kernel's, warps its own.
   BwdSm90Config F = BwdSm90Config::parse("bwd90.kv128x64s3.fused");
@@ -133,7 +133,8 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
     CHECK_THROWS_WITH(BwdSm90Config::parse(Bad),
                       Contains("expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>, "
                                "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
-                               "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw].fused or .atomic"));
+                               "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw|.lean|.lean2|.lean3]"
+                               ".fused or .atomic"));
   // The opt-in modes: atomic dQ adds, warp specialisation (a producer
   // warpgroup beside the two of keys, 256 bytes of mbarriers).
   BwdSm90Config A = BwdSm90Config::parse("bwd90.kv64x128s2.atomic");
@@ -182,7 +183,7 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   }
   for (const char *Bad : {"bwd90ws.kv64x64s2.fused.split", "bwd90ws.kv64x64s2.split",
                           "bwd90.kv64x64s2.split.q128x64w8"})
-    CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains("[.split|.pp|.dqw].fused or .atomic"));
+    CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains("[.split|.pp|.dqw|.lean|.lean2|.lean3].fused or .atomic"));
   // Ping-pong: the warpgroups take turns at the tensor cores, and two fp32
   // dQ slots of 64 rows (4·D + 32 bytes each) come before the mbarriers.
   for (std::string Text : {"bwd90ws.kv64x128s2.pp.fused", "bwd90ws.kv64x128s3.pp.atomic"}) {
@@ -212,10 +213,31 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
     CHECK(Q.dkdvSharedBytes(128, 128, 1, true) ==
           NoQ.dkdvSharedBytes(128, 128, 1, true) + 2 * 64 * (4 * 128 + 32));
   }
+  // The lean step (1), with the turn warp (2), with 16-byte dQ adds (3): the lockstep step's
+  // tiles and shared memory.
+  for (std::string Text : {"bwd90ws.kv64x128s2.lean.fused", "bwd90ws.kv64x128s2.lean2.fused",
+                           "bwd90ws.kv64x128s2.lean.atomic", "bwd90ws.kv64x128s2.lean3.fused"}) {
+    BwdSm90Config L = BwdSm90Config::parse(Text);
+    CHECK(L.Lean == (has(Text, ".lean2.") ? 2 : has(Text, ".lean3.") ? 3 : 1));
+    CHECK(L.WarpSpecialized);
+    CHECK(!L.PingPong);
+    CHECK(!L.DqWriter);
+    CHECK(L.AtomicDq == has(Text, ".atomic"));
+    CHECK(L.str() == Text);
+    BwdSm90Config NoL = L;
+    NoL.Lean = 0;
+    CHECK(!(L == NoL));
+    CHECK(L.dkdvSharedBytes(128, 128, 1, true) == NoL.dkdvSharedBytes(128, 128, 1, true));
+  }
+  for (const char *Bad : {"bwd90ws.kv64x128s2.lean", "bwd90ws.kv64x128s2.fused.lean",
+                          "bwd90ws.kv64x128s2.lean4.fused", "bwd90ws.kv64x128s2.pp.lean.fused",
+                          "bwd90.kv64x128s2.lean.q128x64w8"})
+    CHECK_THROWS_WITH(BwdSm90Config::parse(Bad),
+                      Contains("[.split|.pp|.dqw|.lean|.lean2|.lean3].fused or .atomic"));
   for (const char *Bad : {"bwd90ws.kv64x128s2.fused.pp", "bwd90ws.kv64x128s2.pp",
                           "bwd90ws.kv64x128s2.pp.dqw.fused", "bwd90ws.kv64x128s2.dqw",
                           "bwd90ws.kv64x128s2.pp.split.fused", "bwd90.kv64x128s2.pp.q128x64w8"})
-    CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains("[.split|.pp|.dqw].fused or .atomic"));
+    CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains("[.split|.pp|.dqw|.lean|.lean2|.lean3].fused or .atomic"));
   // Shared memory: 1024 bytes of slack, K and V, then per stage Q, dO and
   // the rows' floats rounded to 1024 bytes.
   CHECK(C.dkdvSharedBytes(64, 64, 1, true) ==
@@ -314,6 +336,20 @@ TEST_CASE("bwd_sm90: what the skeleton supports", "[bwd90]") {
     CHECK_THAT(Why(spec(DType::F16, 128, 128), BwdSm90Config::parse(Bad)),
                Contains("ping-pong and the dQ writer are bwd90ws. modes with a key block "
                         "of 128 and a query step of 64"));
+  // The lean step: a warp-specialised fused-dQ mode of the lockstep step,
+  // at any of its tilings.
+  for (const char *Ok : {"bwd90ws.kv64x128s2.lean.fused", "bwd90ws.kv64x128s3.lean2.fused",
+                         "bwd90ws.kv64x128s2.lean.atomic"})
+    CHECK(Why(spec(DType::F16, 128, 128), BwdSm90Config::parse(Ok)).empty());
+  CHECK(Why(spec(DType::BF16, 64, 64), BwdSm90Config::parse("bwd90ws.kv64x64s2.lean2.fused"))
+            .empty());
+  for (const char *Bad : {"bwd90.kv64x128s2.lean.fused", "bwd90ws2.kv64x128s2.lean.fused"})
+    CHECK_THAT(Why(spec(DType::F16, 128, 128), BwdSm90Config::parse(Bad)),
+               Contains("the lean step is a bwd90ws. mode"));
+  BwdSm90Config LeanSplit = BwdSm90Config::parse("bwd90ws.kv64x64s2.split.fused");
+  LeanSplit.Lean = 1;
+  CHECK_THAT(Why(spec(DType::F16, 256, 256), LeanSplit),
+             Contains("the lean step is a bwd90ws. mode"));
   BwdSm90Config TwoPass = BwdSm90Config::fused(64, 128, 2);
   TwoPass.TwoPass = true;
   CHECK_THAT(Why(spec(DType::F16, 128, 128), TwoPass),
@@ -334,7 +370,7 @@ TEST_CASE("bwd_sm90: the selector picks it on sm_90a where it runs the head "
     return chooseWithoutShape(T, KernelPolicy());
   };
   CHECK(Choice(128, 128, GpuArch::Sm90a).str() ==
-        "bwd_sm90 bwd90ws.kv64x128s2.fused (default)");
+        "bwd_sm90 bwd90ws.kv64x128s2.lean2.fused (default)");
   CHECK(Choice(64, 64, GpuArch::Sm90a).Skel->name() == "bwd_sm90");
   CHECK(Choice(128, 128, GpuArch::Sm80).Skel->name() == "bwd_sm80");
   CHECK(Choice(64, 64, GpuArch::Sm86).Skel->name() == "bwd_sm80");
@@ -485,6 +521,61 @@ TEST_CASE("bwd_sm90: the ping-pong and dQ-writer modes compile to CUBINs without
     // all 128 columns.
     CHECK(has(Ptx, "bar.arrive") == Cfg.PingPong);
     CHECK(has(Ptx, "wgmma.mma_async.sync.aligned.m64n128k16"));
+    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+    INFO(Bin.Log);
+    CHECK(!has(Bin.Log, "serialized"));
+    runtime::KernelResources R = runtime::readCubinResources(
+        llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
+    CHECK(R.Registers <= 168);
+  }
+}
+
+TEST_CASE("bwd_sm90: the lean step compiles to CUBINs without wgmma serialisation",
+          "[nvrtc][bwd90][mha]") {
+  struct {
+    const dsl::DefinitionBase &Def;
+    const char *Config;
+    DType T;
+    bool IsMha;
+  } Cases[] = {{examples::mha(), "bwd90ws.kv64x128s2.lean.fused", DType::F16, true},
+               {examples::mha(), "bwd90ws.kv64x128s2.lean2.fused", DType::BF16, true},
+               {examples::alibiLearnable(), "bwd90ws.kv64x128s2.lean2.fused", DType::F16, false},
+               {examples::mhaDocument(), "bwd90ws.kv64x128s2.lean.fused", DType::BF16, false},
+               {examples::softcapLearnable(), "bwd90ws.kv64x128s2.lean2.fused", DType::BF16,
+                false},
+               {examples::mha(), "bwd90ws.kv64x128s2.lean3.fused", DType::F16, true},
+               {examples::alibiLearnable(), "bwd90ws.kv64x128s2.lean3.fused", DType::BF16, false}};
+  // The lockstep step commits two wgmma groups (Sᵀ with dPᵀ; dV, dK and
+  // dQ), the lean step three (dV and dK before the dSᵀ tile is stored);
+  // mha's walk has a step for full blocks and one for masked blocks.
+  CompiledDefinition Mha = compile(examples::mha());
+  auto Commits = [](const std::string &Ptx) {
+    size_t N = 0;
+    for (size_t P = Ptx.find("wgmma.commit_group"); P != std::string::npos;
+         P = Ptx.find("wgmma.commit_group", P + 1))
+      ++N;
+    return N;
+  };
+  const size_t LockstepCommits = Commits(compileToPtx(codegen::generateBackwardSm90(
+      Mha, spec(DType::F16, 128, 128), BwdSm90Config::parse("bwd90ws.kv64x128s2.fused"))));
+  CHECK(LockstepCommits == 4);
+  for (const auto &C : Cases) {
+    CompiledDefinition Def = compile(C.Def);
+    BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
+    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, spec(C.T, 128, 128), Cfg);
+    INFO("kernel " << Src.Key);
+    CHECK(has(Src.Source, ("/*kLeanLevel=*/" + std::to_string(Cfg.Lean)).c_str()));
+    std::string Ptx = compileToPtx(Src);
+    if (C.IsMha)
+      CHECK(Commits(Ptx) == 6);
+    // The turn warp: the compute threads arrive once their adds are
+    // issued, and they no longer read the semaphores (only that warp does).
+    CHECK(has(Ptx, "bar.arrive") == (Cfg.Lean >= 2));
+    CHECK(has(Ptx, "ld.acquire.gpu"));
+    // Level 3: 16-byte adds (and rank 0's stores) only.
+    CHECK(has(Ptx, "red.relaxed.gpu.global.add.v2.f32") == (Cfg.Lean < 3));
+    CHECK(has(Ptx, "red.relaxed.gpu.global.add.v4.f32") == (Cfg.Lean == 3));
+    CHECK(has(Ptx, "st.global.cg.v4.f32") == (Cfg.Lean == 3));
     runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
     INFO(Bin.Log);
     CHECK(!has(Bin.Log, "serialized"));

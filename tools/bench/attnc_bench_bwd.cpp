@@ -12,10 +12,14 @@
 // makes out and the final rowscales once per input set; only the backward
 // is timed. DV (v's and out's head dim) defaults to D. FLOPs: the five
 // products' 2·B·H·S²·(3·D + 2·DV) (2.5 x the forward's 4·B·H·S²·D when
-// DV = D), halved for causal.
+// DV = D), halved for causal. With ATTNC_BENCH_COMPILE_ONLY=ARCH (e.g.
+// sm_90a) it only compiles the forward and backward kernels into the kernel
+// cache, without a GPU, so that a timed run finds them there.
 #include "BenchJson.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
+#include "attn/codegen/Arch.h"
+#include "attn/runtime/Bundle.h"
 #include "attn/runtime/DtypeBits.h"
 #include "attn/runtime/EventTiming.h"
 
@@ -36,8 +40,10 @@ using namespace attn::gputest;
 
 int main(int Argc, char **Argv) {
   BenchCommand Cmd;
-  if (int Rc = parseBenchCommand(
-          Argc, Argv, 4, "attnc_bench_bwd NAME f16|bf16 B H S D [DV] [CONFIG]", Cmd))
+  const char *CompileOnly = std::getenv("ATTNC_BENCH_COMPILE_ONLY");
+  if (int Rc = parseBenchCommand(Argc, Argv, 4,
+                                 "attnc_bench_bwd NAME f16|bf16 B H S D [DV] [CONFIG]", Cmd,
+                                 /*NeedsGpu=*/!CompileOnly))
     return Rc;
   try {
     const std::string &Name = Cmd.Name;
@@ -52,6 +58,14 @@ int main(int Argc, char **Argv) {
     Sig.HeadDimV = DV;
     if (Argc > ConfigArg)
       Sig.BackwardConfig = Argv[ConfigArg];
+    if (CompileOnly) {
+      runtime::PrecompileSet What;
+      What.Backward = true;
+      for (const runtime::PrecompiledKernel &K : runtime::precompileAttention(
+               Def, Sig, What, {parseArch(CompileOnly, "ATTNC_BENCH_COMPILE_ONLY")}))
+        std::printf("%s %s\n", K.From.c_str(), K.Source.Key.c_str());
+      return 0;
+    }
     runtime::Attention Fwd(Def, Sig);
     const CompiledDefinition &CD = Fwd.definition();
     const ir::Graph &G = *CD.Graph;

@@ -33,6 +33,9 @@ std::string BwdSm90Config::str() const {
                        SplitCols  ? "split."
                        : PingPong ? "pp."
                        : DqWriter ? "dqw."
+                       : Lean == 1 ? "lean."
+                       : Lean == 2 ? "lean2."
+                       : Lean == 3 ? "lean3."
                                   : "",
                        AtomicDq ? "atomic" : "fused");
   return fmt::format("bwd90.kv{}x{}s{}.q{}x{}w{}", KvBlockM, KvBlockN, Stages,
@@ -52,10 +55,21 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
   bool Split = T.contains(".split.");
   bool Pp = !Split && T.contains(".pp.");
   bool Dqw = !Split && !Pp && T.contains(".dqw.");
+  int Lean = Split || Pp || Dqw   ? 0
+             : T.contains(".lean.")  ? 1
+             : T.contains(".lean2.") ? 2
+             : T.contains(".lean3.") ? 3
+                                     : 0;
   if (T.endswith(".fused") || Atomic) {
     std::string Form = std::string(TwoPass ? "bwd90ws2" : Ws ? "bwd90ws" : "bwd90") +
                        ".kv%dx%ds%d." +
-                       (Split ? "split." : Pp ? "pp." : Dqw ? "dqw." : "") +
+                       (Split  ? "split."
+                        : Pp   ? "pp."
+                        : Dqw  ? "dqw."
+                        : Lean == 1 ? "lean."
+                        : Lean == 2 ? "lean2."
+                        : Lean == 3 ? "lean3."
+                                    : "") +
                        (Atomic ? "atomic" : "fused");
     Ok = std::sscanf(Text.c_str(), Form.c_str(), &M, &N, &S) == 3;
     if (Ok) {
@@ -66,6 +80,7 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
       C.SplitCols = Split;
       C.PingPong = Pp;
       C.DqWriter = Dqw;
+      C.Lean = Lean;
     }
   } else {
     Ok = std::sscanf(Text.c_str(), "bwd90.kv%dx%ds%d.q%dx%dw%d", &C.KvBlockM,
@@ -76,8 +91,9 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
     throw UserError("backward config '" + Text +
                     "': expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>, "
                     "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
-                    "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw].fused or .atomic, e.g. "
-                    "bwd90.kv64x128s2.q128x64w8 or bwd90.kv64x128s2.fused");
+                    "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw|.lean|.lean2|.lean3]"
+                    ".fused "
+                    "or .atomic, e.g. bwd90.kv64x128s2.q128x64w8 or bwd90.kv64x128s2.fused");
   return C;
 }
 
@@ -104,10 +120,12 @@ BwdSm90Config BwdSm90Config::defaultFor(int D, int DV) {
   // (d128); at d64 each would get 32, which the fused mode does not do.
   // Warp-specialised there (docs/performance.md: faster than without in
   // both dQ modes); the element work in one pass, which needs no more
-  // registers than without.
+  // registers than without; the lean step with the turn warp (5-7% faster
+  // than without on an H200, docs/performance-log.md).
   if (D == 128 && DV == 128) {
     BwdSm90Config C = fused(64, 128, 2);
     C.WarpSpecialized = true;
+    C.Lean = 2;
     return C;
   }
   // Head dim 192 or 256 (with 128 or 256): dK and dV rows of 64 keys are
@@ -165,6 +183,12 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
   if (!archHasWgmma(Spec.Arch))
     return "bwd_sm90 needs arch sm_90a (wgmma), not '" +
            archName(Spec.Arch).str() + "'";
+  // The lean step changes the lockstep step of bwd90ws. only.
+  if (C.Lean != 0 && (C.Lean > 3 || !C.FusedDq || !C.WarpSpecialized || C.TwoPass ||
+                      C.SplitCols || C.PingPong || C.DqWriter))
+    return fmt::format("backward config {}: the lean step is a bwd90ws. mode of the "
+                       "lockstep step (not .split, .pp or .dqw)",
+                       C.str());
   if (C.SplitCols)
     return splitColsUnsupported(Spec, C, NumFinals, Doosum);
   if (Spec.HeadDim != 64 && Spec.HeadDim != 128)
@@ -286,6 +310,11 @@ KernelSource generateBackwardSm90(const CompiledDefinition &Def,
                                               "/*kPingPong=*/true"
                           : Config.DqWriter ? ", /*kTwoPass=*/false, /*kSplit=*/false, "
                                               "/*kPingPong=*/false, /*kDqWriter=*/true"
+                          : Config.Lean != 0
+                              ? fmt::format(", /*kTwoPass=*/false, /*kSplit=*/false, "
+                                            "/*kPingPong=*/false, /*kDqWriter=*/false, "
+                                            "/*kLeanLevel=*/{}",
+                                            Config.Lean)
                           : Config.TwoPass  ? ", /*kTwoPass=*/true"
                                             : "")
             : "";

@@ -227,12 +227,24 @@ struct BwdSm90Config {
   /// producer warpgroup's writer warp (each warpgroup's dQ columns through
   /// shared memory).
   bool DqWriter = false;
+  /// Warp-specialised with fused dQ, the lockstep step (written .lean.
+  /// before .fused or .atomic, 1): dV's and dK's products are issued before
+  /// the dSᵀ tile is stored (they run while the warpgroups meet) and dQ's
+  /// is queued behind them with no wait between; tiles wholly inside the
+  /// sequences skip the per-element bounds and (without a mask) selects.
+  /// 2 (written .lean2.): also a turn warp in the producer warpgroup waits
+  /// for the dQ turns and publishes them (with .fused), so that no compute
+  /// thread spins or fences at gpu scope (the default at d128). 3 (written
+  /// .lean3.): also the dQ adds 16 bytes a lane (lanes trade pairs), half
+  /// the instructions; measured slower than 2. 0: none of these.
+  int Lean = 0;
   /// The fused dQ mode with these dK/dV tiles.
   static BwdSm90Config fused(int KvBlockM, int KvBlockN, int Stages);
   /// "bwd90.kv64x128s2.q128x64w8", "bwd90.kv64x128s2.fused",
   /// "bwd90.kv64x128s2.atomic", "bwd90ws.kv64x128s2.fused",
   /// "bwd90ws.kv64x64s2.split.fused", "bwd90ws.kv64x128s2.pp.fused",
-  /// "bwd90ws.kv64x128s2.dqw.fused"
+  /// "bwd90ws.kv64x128s2.dqw.fused", "bwd90ws.kv64x128s2.lean.fused",
+  /// "bwd90ws.kv64x128s2.lean2.fused"
   std::string str() const;
   /// Parses what str() writes; UserError on anything else.
   static BwdSm90Config parse(const std::string &Text);
