@@ -2,11 +2,9 @@
 // warp-specialised fused-dQ dK/dV kernel of bwd_sm90.cuh with one CTA per
 // (key block of one sequence, kv head), its step reused as it is.
 //
-// Grid (key-block slots, kv heads): total_kv / kBlockN + sequences slots,
-// sequence b's from cu_seqlens_kv[b] / kBlockN + b (found by a warp vote),
-// its highest key block first, so that no CTA is launched for the blocks a
-// shorter sequence does not have (a slot past the sequence's blocks, one at
-// most, exits; the host zeroes the input-gradient partials). K and V of the sequence's block are loaded by cp.async (keys
+// Grid (ceil(max_seqlen_kv / kBlockN), sequences · kv heads); a CTA whose
+// key block lies past its sequence's end only zeroes its input-gradient
+// partials. K and V of the sequence's block are loaded by cp.async (keys
 // past its end zero-filled); Q and dO by TMA over the packed rows (maps of
 // one batch of all tokens, as fwd_sm90's), a query block starting at its
 // sequence's first token: rows of the next sequence are loaded, but their
@@ -94,32 +92,6 @@ template <class V> struct BoxBounded<V, true> {
   static constexpr bool value = V::kMaskAnalysed && V::kMaskBounds == 0;
 };
 
-/// The first key-block slot of sequence \p b: the grid's x walks the
-/// sequences' key blocks, sequence b's from x = cu_seqlens_kv[b] / kBlockN
-/// + b (at least one slot a block, so no two sequences share one).
-template <int kBlockN>
-__device__ __forceinline__ int varlen_kv_slot0(const BwdArgs &a, int b) {
-  return a.cu_seqlens_kv[b] / kBlockN + b;
-}
-
-/// The sequence whose key-block slots hold \p x: the last b whose first
-/// slot is at most x, by votes over 32 sequences at a time (the slots
-/// increase with b); the same on every lane of the calling warp, which
-/// must be converged.
-template <int kBlockN> __device__ __forceinline__ int varlen_kv_seq(const BwdArgs &a, int x) {
-  const int lane = threadIdx.x % 32;
-  int below = 0;
-  for (int b0 = 0; b0 < a.batch; b0 += 32) {
-    const int b = b0 + lane;
-    const unsigned v =
-        __ballot_sync(0xffffffffu, b < a.batch && varlen_kv_slot0<kBlockN>(a, b) <= x);
-    below += __popc(v);
-    if (v != 0xffffffffu)
-      break;
-  }
-  return below - 1; // slot0(0) = 0 <= x
-}
-
 /// The first dQ slot of sequence \p b (see the banner).
 template <int kBlockM>
 __device__ __forceinline__ long long varlen_dq_slot0(const BwdArgs &a, int b) {
@@ -146,9 +118,7 @@ struct BwdDkDvSm90Varlen {
                 "the metadata fits beside the mbarriers");
   static_assert(!Base::kWriter, "packed calls use the lockstep step");
 
-  /// Grid (key-block slots, kv heads): total_kv / kBlockN + sequences
-  /// slots, sequence b's from varlen_kv_slot0(b), its highest key block
-  /// first.
+  /// Grid (kv blocks, sequences · kv heads).
   __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &in,
                              unsigned char *smem, const Sm90BwdMaps &maps) {
     const u32 base = (smem_addr(smem) + 1023u) & ~1023u;
@@ -158,20 +128,22 @@ struct BwdDkDvSm90Varlen {
     const u32 bar_full = s_dq + Base::kDqBytes, bar_empty = bar_full + 8 * kStages;
     const u32 meta = bar_full + kMetaOffset;
     unsigned char *ring = aligned + Base::kKBytes + Base::kVBytes;
-    // The sequence's highest key block first: a CTA waits for dQ turns of
-    // CTAs of its sequence and head dispatched before it
-    // (bwd_sm80_fused_dq.cuh). A slot past the sequence's blocks (one at
-    // most) has nothing to do; the host zeroes the input-gradient partials
-    // of every key block no CTA writes.
-    const int x = (int)blockIdx.x;
-    const int b = varlen_kv_seq<kBlockN>(a, x), hk = (int)blockIdx.y;
-    const int n_block = varlen_kv_slot0<kBlockN>(a, b + 1) - 1 - x;
+    // The highest key block first: a CTA waits for dQ turns of CTAs of its
+    // row dispatched before it (bwd_sm80_fused_dq.cuh).
+    const int n_block = a.kv_n_blocks - 1 - (int)blockIdx.x;
+    const int b = blockIdx.y / a.heads_kv, hk = blockIdx.y % a.heads_kv;
     const int group_size = a.heads / a.heads_kv;
     const int key0 = n_block * kBlockN;
     const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch, a.heads,
                                 a.seq_q, a.seq_kv, b, hk * group_size);
-    if (key0 >= sp.seq_kv)
+    if (key0 >= sp.seq_kv) {
+      if constexpr (kNumGrads > 0)
+        for (int i = threadIdx.x; i < kNumGrads * group_size; i += blockDim.x)
+          a.grad_partial[((long long)(i / group_size) * a.kv_n_blocks + n_block) *
+                             ((long long)a.batch * a.heads) +
+                         (long long)b * a.heads + hk * group_size + i % group_size] = 0.f;
       return;
+    }
     load_slabs_async<kBlockN, kD, Base::kCtaThreads>(
         s_k,
         static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +

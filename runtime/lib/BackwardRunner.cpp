@@ -298,20 +298,9 @@ void BackwardRunner::run(const BackwardTensors &T,
             "launch attnc_bwd_dq_init");
   }
   void *Params[] = {&A, Slots.data(), &Maps};
-  // The packed form's grid: one CTA per key-block slot (TotalKv / KvBlockN
-  // + B: sequence b's blocks from cu_seqlens_kv[b] / KvBlockN + b) and kv
-  // head, none for the blocks shorter sequences lack; their input-gradient
-  // partials are zeroes.
-  if (K.Varlen && !GradInputs.empty())
-    D.check(D.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(A.grad_partial), 0,
-                               GradInputs.size() * A.kv_n_blocks * size_t(C.B * C.H),
-                               Stream),
-            "cuMemsetD32Async (grad_partial)");
-  const unsigned GridX =
-      K.Varlen ? unsigned(C.TotalKv / K.KvBlockN + C.B) : unsigned(A.kv_n_blocks);
-  const unsigned GridY = unsigned(K.Varlen ? C.Hkv : C.B * C.Hkv);
-  D.check(D.cuLaunchKernel(DkDv, GridX, GridY, 1, K.KvThreads, 1, 1, K.KvShared, Stream,
-                           Params, nullptr),
+  D.check(D.cuLaunchKernel(DkDv, A.kv_n_blocks, unsigned(C.B * C.Hkv), 1,
+                           K.KvThreads, 1, 1, K.KvShared, Stream, Params,
+                           nullptr),
           "launch attnc_bwd_dkdv");
   if (Fused) {
     // dq from the sums; rows that no key block visits become zeros.
