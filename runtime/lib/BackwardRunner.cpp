@@ -76,8 +76,11 @@ std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice) {
     if (S->Varlen)
       return std::nullopt;
     // The packed kernel is the warp-specialised fused-dQ step's
-    // (bwd_sm90_varlen.cuh); its dQ order needs no block lists.
-    if (S->WarpSpecialized && S->FusedDq && !S->PingPong && !S->DqWriter) {
+    // (bwd_sm90_varlen.cuh); its dQ order needs no block lists. The column
+    // split's packed form compiles but has not run on a GPU yet: it is
+    // used where named, not chosen.
+    if (S->WarpSpecialized && S->FusedDq && !S->PingPong && !S->DqWriter &&
+        !S->SplitCols) {
       codegen::BwdSm90Config P = *S;
       P.Varlen = true;
       KernelChoice Packed = Choice;
