@@ -61,7 +61,8 @@ BackwardPlan planOf(const KernelChoice &C, const KernelTarget &T) {
          B->dqSharedBytes(T.HeadDim, T.HeadDimV),
          B->FusedDq,
          B->AtomicDq,
-         B->WarpSpecialized};
+         B->WarpSpecialized,
+         B->Varlen};
     return P;
   }
   throw InternalError("BackwardRunner: skeleton " + C.Skel->name().str() +
@@ -71,6 +72,24 @@ BackwardPlan planOf(const KernelChoice &C, const KernelTarget &T) {
 } // namespace
 
 std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice) {
+  if (const auto *S = std::get_if<codegen::BwdSm90Config>(&Choice.Config)) {
+    if (S->Varlen)
+      return std::nullopt;
+    // The packed kernel is the warp-specialised fused-dQ step's
+    // (bwd_sm90_varlen.cuh); its dQ order needs no block lists. The column
+    // split's packed form compiles but has not run on a GPU yet: it is
+    // used where named, not chosen.
+    if (S->WarpSpecialized && S->FusedDq && !S->PingPong && !S->DqWriter &&
+        !S->SplitCols) {
+      codegen::BwdSm90Config P = *S;
+      P.Varlen = true;
+      // The lean step (the dense default at d128) has no packed form yet.
+      P.Lean = 0;
+      KernelChoice Packed = Choice;
+      Packed.Config = P;
+      return Packed;
+    }
+  }
   const auto *B = std::get_if<codegen::BwdConfig>(&Choice.Config);
   if (B && !B->FusedDq)
     return std::nullopt;
@@ -113,9 +132,11 @@ void BackwardRunner::ensureLoaded() {
     Dq = Module.function("attnc_bwd_dq");
   }
   Grads = Module.function("attnc_bwd_input_grads");
-  Classify = Module.function("attnc_bwd_block_classify");
-  Rows = Module.function("attnc_bwd_block_rows");
-  Cols = Module.function("attnc_bwd_block_cols");
+  if (!Plan.Varlen) { // a packed form has no block lists
+    Classify = Module.function("attnc_bwd_block_classify");
+    Rows = Module.function("attnc_bwd_block_rows");
+    Cols = Module.function("attnc_bwd_block_cols");
+  }
   Module.allowSharedBytes(DkDv, Plan.KvShared,
                           "backward config " + Plan.Name + " (dK/dV kernel)");
   if (!Plan.FusedDq)
@@ -137,6 +158,9 @@ void BackwardRunner::run(const BackwardTensors &T,
       Unfused->run(T, Shape, Inputs, GradOut, Stream, Blocks);
       return;
     }
+  } else if (K.Varlen) {
+    throw UserError("backward config " + K.Name +
+                    ": a .varlen configuration runs packed variable-length calls only");
   }
   // A packed call classifies nothing: its kernels mask per element over a
   // range of blocks of each sequence (varlen.cuh). A call given a block
@@ -189,7 +213,10 @@ void BackwardRunner::run(const BackwardTensors &T,
   }
   A.q_m_blocks = ceilDiv(C.Sq, K.QBlockM);
   A.q_n_blocks = ceilDiv(C.Skv, K.QBlockN);
-  A.kv_m_blocks = ceilDiv(C.Sq, K.KvBlockM);
+  // The packed form's dQ slots a head: sequence b's query blocks from
+  // cu_seqlens_q[b] / KvBlockM + b (bwd_sm90_varlen.cuh), so no two
+  // sequences share one.
+  A.kv_m_blocks = K.Varlen ? int(C.TotalQ / K.KvBlockM + C.B) : ceilDiv(C.Sq, K.KvBlockM);
   A.kv_n_blocks = ceilDiv(C.Skv, K.KvBlockN);
   // The workspace's regions, each 256-byte aligned; an absent one is empty
   // and its pointer null.
@@ -201,12 +228,11 @@ void BackwardRunner::run(const BackwardTensors &T,
       W.add(GradInputs.size() * A.kv_n_blocks * size_t(C.B * C.H) * 4);
   // Fused dQ: fp32 partial sums per head over whole query blocks, one
   // semaphore per (batch·head, query block) and the column entries' ranks.
+  // (The packed form: per head, its slots.)
   const bool Fused = K.FusedDq;
-  const size_t SemCount = size_t(C.B * C.H) * A.kv_m_blocks;
-  const unsigned AccumAt =
-      W.add(Fused ? size_t(C.B * C.H) * A.kv_m_blocks * K.KvBlockM *
-                        size_t(Spec.HeadDim) * 4
-                  : 0);
+  const size_t SemCount = size_t(K.Varlen ? C.H : C.B * C.H) * A.kv_m_blocks;
+  const size_t AccumFloats = SemCount * K.KvBlockM * size_t(Spec.HeadDim);
+  const unsigned AccumAt = W.add(Fused ? AccumFloats * 4 : 0);
   const unsigned SemAt = W.add(Fused ? SemCount * 4 : 0);
 
   ensureLoaded();
@@ -265,9 +291,7 @@ void BackwardRunner::run(const BackwardTensors &T,
   if (K.AtomicDq) {
     // Every contribution is an atomic add: the sums start at zero, and
     // the semaphores are not used.
-    D.check(D.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(A.dq_accum), 0,
-                               size_t(C.B * C.H) * A.kv_m_blocks * K.KvBlockM *
-                                   size_t(Spec.HeadDim),
+    D.check(D.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(A.dq_accum), 0, AccumFloats,
                                Stream),
             "cuMemsetD32Async (dq_accum)");
   } else if (Fused) {

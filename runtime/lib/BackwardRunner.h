@@ -36,6 +36,9 @@ struct BackwardPlan {
   /// argument the TMA maps of q and dout).
   bool AtomicDq = false;
   bool WarpSpecialized = false;
+  /// bwd_sm90's packed form (.varlen): packed calls only; dQ's sums and
+  /// semaphores per (head, packed query block); no block-list kernels.
+  bool Varlen = false;
 };
 
 /// The backward's block lists in the kernels' format (BwdArgs): the dQ
@@ -50,9 +53,12 @@ struct BwdLists {
 /// L = Σ out ∘ dout, from q, k, v, dout, the forward's final rowscales and,
 /// for a backward that reads doosum, its output. Deterministic: the same
 /// inputs give the same bits on every run (docs/runtime.md, "Backward").
-/// The configuration a packed variable-length backward runs when \p Choice
-/// cannot (bwd_sm80's two-kernel mode with the same dK/dV tiles), or none
-/// when \p Choice is already that mode.
+/// The configuration a packed variable-length backward runs for the dense
+/// choice \p Choice: a warp-specialised fused-dQ bwd_sm90 configuration
+/// (not ping-pong, the dQ writer or the column split) in its packed form (.varlen, the same
+/// tiles); any other choice, bwd_sm80's two-kernel mode with the same dK/dV
+/// tiles (bwd_sm80's) or its defaults. None when \p Choice is already a
+/// packed form or that mode.
 std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice);
 
 class BackwardRunner {
@@ -76,10 +82,10 @@ public:
   /// Workspaces (doosum, block lists, input-gradient partials; in the fused
   /// dQ mode dQ's fp32 partial sums and semaphores) belong to the runner
   /// and are reused: do not run one runner concurrently. A packed
-  /// variable-length call (Shape.Fwd.Packed) runs the two-kernel mode: in
-  /// the fused dQ mode, a second runner of the two-kernel configuration
-  /// with the same dK/dV tiles, made on the first such call (the fused
-  /// mode's per-query-block order assumes the dense grid).
+  /// variable-length call (Shape.Fwd.Packed) runs packedBackwardChoice's
+  /// configuration, a second runner made on the first such call (on sm_90a
+  /// bwd_sm90's packed form, else bwd_sm80's two-kernel mode); a dense call
+  /// on a runner of a packed form is a UserError.
   /// With \p Blocks (a BlockMask made for this runner's tiles: UserError
   /// otherwise), no classification is launched: the kernels read its lists.
   void run(const BackwardTensors &T, const BackwardCallShape &Shape,

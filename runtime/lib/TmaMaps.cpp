@@ -97,11 +97,13 @@ std::string makeSm90Maps(const CallShape &C, const ForwardTensors &T,
 
 std::string makeSm90BwdMaps(const BackwardCallShape &S, const BackwardTensors &T,
                             int BlockM, attnc::Sm90BwdMaps &Out) {
-  // Packed calls never come here (the backward runs them in bwd_sm80's
-  // two-kernel mode).
+  // A packed call (bwd_sm90's packed form): one batch of all tokens, as
+  // the forward's maps (a tile starts at its sequence's first token).
   const CallShape &C = S.Fwd;
-  TmaLayout LQ = tmaLayout(T.Q.Shape.back(), C.Sq, C.H, C.B, C.Q, BlockM);
-  TmaLayout LO = tmaLayout(T.DOut.Shape.back(), C.Sq, C.H, C.B, S.DOut, BlockM);
+  const int64_t Sq = C.Packed ? C.TotalQ : C.Sq;
+  const int64_t B = C.Packed ? 1 : C.B;
+  TmaLayout LQ = tmaLayout(T.Q.Shape.back(), Sq, C.H, B, C.Q, BlockM);
+  TmaLayout LO = tmaLayout(T.DOut.Shape.back(), Sq, C.H, B, S.DOut, BlockM);
   Out = attnc::Sm90BwdMaps{};
   if (std::string Why = encode("q", T.Q, LQ, Out.q); !Why.empty())
     return Why;

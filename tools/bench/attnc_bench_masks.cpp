@@ -14,7 +14,7 @@
 //   attnc_bench_masks varlen f16|bf16 H D MAXLEN [--compile-only]
 //
 // varlen: packed batches of 32 sequences of lengths uniform in [64, MAXLEN]
-// under causal, window256 and chunked256 masks (within each sequence)
+// with no mask and under causal, window256 and chunked256 masks (within each sequence)
 // against dense attention of the same total tokens, forward and backward
 // TFLOPS of the kept pairs (benchVarlen); first the lengths, which
 // peers_masks.py --varlen takes for FlexAttention.
@@ -220,10 +220,12 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
                          Tflops(3.5 * FlopsFwd, TFB)});
 }
 
-/// Kept (q, k) pairs of a sequence of \p L tokens under \p Mask ("causal",
-/// "window256", "chunked256"): for query q, q + 1 keys, at most Window, or
-/// the keys of its chunk up to itself.
+/// Kept (q, k) pairs of a sequence of \p L tokens under \p Mask ("none",
+/// "causal", "window256", "chunked256"): for query q, every key, q + 1
+/// keys, at most Window, or the keys of its chunk up to itself.
 double keptPairs(const std::string &Mask, int64_t L) {
+  if (Mask == "none")
+    return double(L) * double(L);
   double N = 0;
   for (int64_t Q = 0; Q < L; ++Q)
     N += Mask == "window256"    ? double(std::min<int64_t>(Q + 1, Window))
@@ -232,9 +234,16 @@ double keptPairs(const std::string &Mask, int64_t L) {
   return N;
 }
 
-/// The varlen masks: causal (a document mask as a packed batch: each
-/// document one sequence), window256 and chunked256 within each sequence.
+/// The varlen masks: none (softmax within each sequence), causal (a
+/// document mask as a packed batch: each document one sequence), window256
+/// and chunked256 within each sequence.
 dsl::AttentionDef varlenMha(const std::string &Mask) {
+  if (Mask == "none") {
+    dsl::AttentionDef D = examples::mha();
+    D.name = "bench_none";
+    D.mask_mod = {};
+    return D;
+  }
   return Mask == "causal" ? examples::mha() : maskedMha(Mask);
 }
 
@@ -343,22 +352,25 @@ void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
     Tf[Varlen ? 0 : 1] = Flops / (Ms * 1e-3) / 1e12;
     TfB[Varlen ? 0 : 1] = 2.5 * Flops / (MsB * 1e-3) / 1e12;
     Choice[Varlen ? 0 : 1] = Att.forwardChoice().str();
-    BwdChoice[Varlen ? 0 : 1] = Att.backwardChoice().str();
+    runtime::KernelChoice Ran = Att.backwardChoice();
+    if (Varlen) // what a packed call runs (packedBackwardChoice)
+      if (std::optional<runtime::KernelChoice> P = runtime::packedBackwardChoice(Ran))
+        Ran = *P;
+    BwdChoice[Varlen ? 0 : 1] = Ran.str();
   }
   std::printf("attnc varlen %-10s %s H%d D%d: 32 seqs in [64, %d], %lld tokens: "
               "varlen fwd %.1f TFLOPS [%s]  dense B32 S%lld fwd %.1f TFLOPS "
-              "[%s]  varlen/dense %.3f  |  bwd: varlen %.1f TFLOPS  dense "
+              "[%s]  varlen/dense %.3f  |  bwd: varlen %.1f TFLOPS [%s]  dense "
               "%.1f TFLOPS [%s]  varlen/dense %.3f\n",
               Mask.c_str(), std::string(dtypeName(T)).c_str(), H, D, MaxLen,
               (long long)Tok, Tf[0], Choice[0].c_str(), (long long)Mean, Tf[1],
-              Choice[1].c_str(), Tf[0] / Tf[1], TfB[0], TfB[1],
+              Choice[1].c_str(), Tf[0] / Tf[1], TfB[0], BwdChoice[0].c_str(), TfB[1],
               BwdChoice[1].c_str(), TfB[0] / TfB[1]);
   std::fflush(stdout);
 }
 
 /// The forward and backward kernels benchVarlen's calls use on sm_90a, in
-/// the cache (a packed backward runs bwd_sm80's two-kernel mode:
-/// packedBackwardChoice).
+/// the cache (a packed backward runs packedBackwardChoice's configuration).
 void compileVarlen(const std::string &Mask, DType T, int D) {
   for (Layout Lay : {Layout::THD, Layout::BSHD}) {
     runtime::Signature Sig;
@@ -413,7 +425,7 @@ int main(int Argc, char **Argv) {
           "[--compile-only]",
           Cmd, /*NeedsGpu=*/!CompileOnly))
     return Rc;
-  const char *VarlenMasks[] = {"causal", "window256", "chunked256"};
+  const char *VarlenMasks[] = {"none", "causal", "window256", "chunked256"};
   if (CompileOnly) {
     for (const char *Mask : {"document", "prefix_lm", "window256", "chunked256"})
       if (Cmd.Name == "all" || Cmd.Name == Mask)

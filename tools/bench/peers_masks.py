@@ -17,7 +17,8 @@ chunked256), in that order.
 
 --varlen: the packed batch of attnc_bench_masks varlen (it prints the
 lengths) as one sequence of all tokens under a document mask, each length
-one document, combined with causal, a causal window of 256 keys, or causal
+one document, alone (no mask within a document), combined with causal, a
+causal window of 256 keys, or causal
 chunks of 256 tokens counted from each document's start (attnc's varlen
 rows). The tokens are padded to a multiple of 128 with one more document
 (not counted in the TFLOPS). Forward, and the backward alone
@@ -69,6 +70,8 @@ def masks(S):
 
 def kept_pairs(name, n):
     """Kept (q, k) pairs of one sequence of n tokens (attnc's keptPairs)."""
+    if name == "none":
+        return n * n
     if name == "window256":
         return sum(min(q + 1, WINDOW) for q in range(n))
     if name == "chunked256":
@@ -87,6 +90,7 @@ def varlen(dt, H, D, lengths, wait_file):
     starts = torch.tensor([0] + sizes[:-1], device="cuda").cumsum(0).to(torch.int32)
     pos = torch.arange(padded, device="cuda", dtype=torch.int32) - starts[doc]
     fns = {
+        "none": lambda b, h, q, kv: doc[q] == doc[kv],
         "causal": lambda b, h, q, kv: (doc[q] == doc[kv]) & (q >= kv),
         "window256": lambda b, h, q, kv: (doc[q] == doc[kv]) & (q >= kv) & (q - kv < WINDOW),
         "chunked256": lambda b, h, q, kv: (doc[q] == doc[kv]) & (q >= kv)

@@ -27,7 +27,7 @@ BwdSm90Config BwdSm90Config::fused(int KvBlockM, int KvBlockN, int Stages) {
 
 std::string BwdSm90Config::str() const {
   if (FusedDq)
-    return fmt::format("{}.kv{}x{}s{}.{}{}",
+    return fmt::format("{}.kv{}x{}s{}.{}{}{}",
                        WarpSpecialized ? (TwoPass ? "bwd90ws2" : "bwd90ws") : "bwd90",
                        KvBlockM, KvBlockN, Stages,
                        SplitCols  ? "split."
@@ -37,7 +37,7 @@ std::string BwdSm90Config::str() const {
                        : Lean == 2 ? "lean2."
                        : Lean == 3 ? "lean3."
                                   : "",
-                       AtomicDq ? "atomic" : "fused");
+                       AtomicDq ? "atomic" : "fused", Varlen ? ".varlen" : "");
   return fmt::format("bwd90.kv{}x{}s{}.q{}x{}w{}", KvBlockM, KvBlockN, Stages,
                      QBlockM, QBlockN, QWarps);
 }
@@ -47,6 +47,9 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
   int M, N, S;
   bool Ok = true;
   llvm::StringRef T(Text);
+  // The packed form: the fused form it is made from, then .varlen.
+  const bool Varlen = T.consume_back(".varlen");
+  const std::string Base = T.str();
   // sscanf counts the fields before a mismatch, so the two-kernel form
   // would also give 3 here: the suffix decides.
   bool TwoPass = T.startswith("bwd90ws2.");
@@ -71,7 +74,7 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
                         : Lean == 3 ? "lean3."
                                     : "") +
                        (Atomic ? "atomic" : "fused");
-    Ok = std::sscanf(Text.c_str(), Form.c_str(), &M, &N, &S) == 3;
+    Ok = std::sscanf(Base.c_str(), Form.c_str(), &M, &N, &S) == 3;
     if (Ok) {
       C = fused(M, N, S);
       C.AtomicDq = Atomic;
@@ -81,9 +84,10 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
       C.PingPong = Pp;
       C.DqWriter = Dqw;
       C.Lean = Lean;
+      C.Varlen = Varlen;
     }
   } else {
-    Ok = std::sscanf(Text.c_str(), "bwd90.kv%dx%ds%d.q%dx%dw%d", &C.KvBlockM,
+    Ok = !Varlen && std::sscanf(Base.c_str(), "bwd90.kv%dx%ds%d.q%dx%dw%d", &C.KvBlockM,
                      &C.KvBlockN, &C.Stages, &C.QBlockM, &C.QBlockN,
                      &C.QWarps) == 6;
   }
@@ -92,8 +96,8 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
                     "': expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>, "
                     "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
                     "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw|.lean|.lean2|.lean3]"
-                    ".fused "
-                    "or .atomic, e.g. bwd90.kv64x128s2.q128x64w8 or bwd90.kv64x128s2.fused");
+                    ".fused or .atomic (then .varlen for packed calls), e.g. "
+                    "bwd90.kv64x128s2.q128x64w8 or bwd90.kv64x128s2.fused");
   return C;
 }
 
@@ -189,6 +193,17 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
     return fmt::format("backward config {}: the lean step is a bwd90ws. mode of the "
                        "lockstep step (not .split, .pp or .dqw)",
                        C.str());
+  // The packed step is its own (bwd_sm90_varlen.cuh); the lean step's
+  // bounds-free tiles are not part of it.
+  if (C.Varlen && C.Lean != 0)
+    return fmt::format("backward config {}: .varlen is not a form of the lean "
+                       "step yet; use bwd90ws.kv64x128s2.fused.varlen",
+                       C.str());
+  if (C.Varlen && (!C.FusedDq || !C.WarpSpecialized || C.PingPong || C.DqWriter))
+    return fmt::format("backward config {}: .varlen is a form of the warp-specialised "
+                       "fused-dQ configurations (bwd90ws[2].…fused or .atomic, or "
+                       ".split.), not of the ping-pong or dQ-writer steps",
+                       C.str());
   if (C.SplitCols)
     return splitColsUnsupported(Spec, C, NumFinals, Doosum);
   if (Spec.HeadDim != 64 && Spec.HeadDim != 128)
@@ -262,6 +277,35 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
   return sharedUnsupported(Spec, C, NumFinals, Doosum);
 }
 
+/// The packed variable-length form (bwd_sm90_varlen.cu.in): the dK/dV
+/// kernel over cu_seqlens, the packed semaphores' reset and dq's convert,
+/// no block-list kernels (a packed call has none).
+static KernelSource generateVarlen(const CompiledDefinition &Def, const KernelSpec &Spec,
+                                   const BwdSm90Config &Config, KernelSource Src) {
+  const ir::Graph &G = *Def.Graph;
+  int NumFinals = int(G.decls().FinalRowscales.size());
+  bool Doosum = Def.Info.BackwardUsesDoosum;
+  Src.Entries = {"attnc_bwd_preprocess", "attnc_bwd_dkdv", "attnc_bwd_dq_init",
+                 "attnc_bwd_input_grads", "attnc_bwd_dq_convert"};
+  std::map<std::string, std::string> Values =
+      variantTemplateValues(Def, Spec, Src.Key);
+  auto Set = [&](const char *Key, int V) { Values[Key] = std::to_string(V); };
+  Set("kv_block_m", Config.KvBlockM);
+  Set("kv_block_n", Config.KvBlockN);
+  Set("kv_threads", Config.dkdvThreads());
+  Set("stages", Config.Stages);
+  Set("kv_smem",
+      Config.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum));
+  Set("num_input_grads", int(gradInputs(G).size()));
+  Values["atomic_dq"] = Config.AtomicDq ? "true" : "false";
+  Values["dkdv_mode_args"] =
+      fmt::format(", /*kAtomicDq=*/{}, /*kTwoPass=*/{}, /*kSplit=*/{}", Config.AtomicDq,
+                  Config.TwoPass, Config.SplitCols);
+  Src.Source =
+      render("bwd_sm90_varlen.cu.in", templateText("bwd_sm90_varlen.cu.in"), Values);
+  return Src;
+}
+
 KernelSource generateBackwardSm90(const CompiledDefinition &Def,
                                   const KernelSpec &Spec,
                                   const BwdSm90Config &Config) {
@@ -278,6 +322,8 @@ KernelSource generateBackwardSm90(const CompiledDefinition &Def,
                         std::string(dtypeName(Spec.Dtype)), Spec.HeadDim, Spec.HeadDimV,
                         archName(Spec.Arch).str(), Config.str());
   Src.Arch = Spec.Arch;
+  if (Config.Varlen)
+    return generateVarlen(Def, Spec, Config, std::move(Src));
   Src.Entries = {"attnc_bwd_preprocess",     "attnc_bwd_dkdv",
                  "attnc_bwd_dq",             "attnc_bwd_input_grads",
                  "attnc_bwd_block_classify", "attnc_bwd_block_rows",

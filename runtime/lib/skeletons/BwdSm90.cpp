@@ -16,7 +16,8 @@ public:
   llvm::StringRef configForm() const override {
     return "bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>, "
            "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
-           "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw|.lean|.lean2|.lean3].fused or .atomic";
+           "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw|.lean|.lean2|.lean3].fused or .atomic "
+           "(then .varlen: packed calls)";
   }
   SkeletonConfig defaultFor(const KernelTarget &T) const override {
     return codegen::BwdSm90Config::defaultFor(T.HeadDim, T.HeadDimV);

@@ -238,13 +238,20 @@ struct BwdSm90Config {
   /// .lean3.): also the dQ adds 16 bytes a lane (lanes trade pairs), half
   /// the instructions; measured slower than 2. 0: none of these.
   int Lean = 0;
+  /// Packed variable-length calls (written .varlen after .fused or
+  /// .atomic): the warp-specialised fused-dQ kernel over cu_seqlens, one
+  /// CTA per (key block of one sequence, kv head), dQ's sums per (head,
+  /// packed query block) (bwd_sm90_varlen.cuh). Not for the ping-pong or
+  /// dQ-writer steps. The runner picks it for packed calls
+  /// (packedBackwardChoice); a dense call refuses it.
+  bool Varlen = false;
   /// The fused dQ mode with these dK/dV tiles.
   static BwdSm90Config fused(int KvBlockM, int KvBlockN, int Stages);
   /// "bwd90.kv64x128s2.q128x64w8", "bwd90.kv64x128s2.fused",
   /// "bwd90.kv64x128s2.atomic", "bwd90ws.kv64x128s2.fused",
   /// "bwd90ws.kv64x64s2.split.fused", "bwd90ws.kv64x128s2.pp.fused",
   /// "bwd90ws.kv64x128s2.dqw.fused", "bwd90ws.kv64x128s2.lean.fused",
-  /// "bwd90ws.kv64x128s2.lean2.fused"
+  /// "bwd90ws.kv64x128s2.lean2.fused", "bwd90ws.kv64x128s2.fused.varlen"
   std::string str() const;
   /// Parses what str() writes; UserError on anything else.
   static BwdSm90Config parse(const std::string &Text);

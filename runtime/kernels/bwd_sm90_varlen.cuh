@@ -1,0 +1,440 @@
+// bwd_sm90 on packed variable-length batches (cu_seqlens): the
+// warp-specialised fused-dQ dK/dV kernel of bwd_sm90.cuh with one CTA per
+// (key block of one sequence, kv head), its step reused as it is.
+//
+// Grid (ceil(max_seqlen_kv / kBlockN), sequences · kv heads); a CTA whose
+// key block lies past its sequence's end only zeroes its input-gradient
+// partials. K and V of the sequence's block are loaded by cp.async (keys
+// past its end zero-filled); Q and dO by TMA over the packed rows (maps of
+// one batch of all tokens, as fwd_sm90's), a query block starting at its
+// sequence's first token: rows of the next sequence are loaded, but their
+// elements are invalid (P = dS = 0, the step's bounds), so they add
+// nothing to dK, dV or dQ. The step reads the sequence's lengths from a
+// per-CTA copy of the arguments and calls the Variant through
+// ShiftedVariant, which adds the bottom-right shift (Skv − Sq) to q_idx.
+//
+// The walk. The producer warp decides it and passes each step's query
+// block, fullness and dQ turn to the consumers in the stage's metadata
+// (written before the stage's arrival, read after its wait), then one
+// end-of-head stage per query head with no tiles:
+//  * unmasked: every query block of the sequence, from first_block
+//    (rotated as in bwd_sm80_fused_dq.cuh where the host sets dq_rotate),
+//    the rank the order of the walks' visits (unmasked_rank);
+//  * masked with a mask the analysis bounds from the block's box: the
+//    blocks of query_block_range (block_range.cuh's votes) that
+//    box_may_keep keeps, full where tile_full proves it, and the rank the
+//    number of the sequence's key blocks above this one that keep the
+//    query block (a vote of box classes): the same set and order as
+//    bwd_sm80's lists, so a CTA only waits for CTAs dispatched before it;
+//  * masked otherwise: every query block, masked per element, ranked as
+//    the unrotated unmasked walk.
+//
+// dQ's fp32 sums and semaphores are per (head, packed query block): query
+// block m of sequence b is slot cu_seqlens_q[b] / kBlockM + b + m of
+// a.kv_m_blocks slots a head (no two sequences share one; the host sizes
+// them). The per-CTA copy of the arguments points dq_sem and dq_accum at
+// the sequence's first slot, so that the step's (head, block) addressing
+// lands there. attnc_bwd_dq_convert's packed form writes the rows of each
+// sequence only, zeros where no key block visited (the semaphore is 0).
+#ifndef ATTNC_BWD_SM90_VARLEN_CUH
+#define ATTNC_BWD_SM90_VARLEN_CUH
+
+#include "attnc/bwd_sm90.cuh"
+#include "attnc/varlen.cuh"
+
+namespace attnc {
+
+/// The generated Variant with the query index shifted by the sequence's
+/// bottom-right offset (SeqSpan::shift), which travels in the Inputs.
+template <class V> struct ShiftedVariant {
+  struct Inputs {
+    typename V::Inputs in;
+    int shift;
+  };
+  static constexpr int kNumFinals = V::kNumFinals;
+  static constexpr bool kHasMask = V::kHasMask;
+  static constexpr bool kBackwardUsesDoosum = V::kBackwardUsesDoosum;
+  static constexpr int kNumInputGrads = V::kNumInputGrads;
+  __device__ static __forceinline__ float score_mod(const Inputs &in, float s, int b, int h,
+                                                    int q, int k) {
+    return V::score_mod(in.in, s, b, h, q + in.shift, k);
+  }
+  __device__ static __forceinline__ float score_mod_grad(const Inputs &in, float s, int b,
+                                                         int h, int q, int k) {
+    return V::score_mod_grad(in.in, s, b, h, q + in.shift, k);
+  }
+  __device__ static __forceinline__ void input_grads(const Inputs &in, float s, int b, int h,
+                                                     int q, int k, float *d) {
+    V::input_grads(in.in, s, b, h, q + in.shift, k, d);
+  }
+  __device__ static __forceinline__ bool mask(const Inputs &in, int b, int h, int q, int k) {
+    return V::mask(in.in, b, h, q + in.shift, k);
+  }
+  __device__ static __forceinline__ float forward(const Inputs &in, float s,
+                                                  const float *finals, int b, int h, int q,
+                                                  int k) {
+    return V::forward(in.in, s, finals, b, h, q + in.shift, k);
+  }
+  __device__ static __forceinline__ float backward(const Inputs &in, float dp, float p,
+                                                   const float *finals, float doosum, int b,
+                                                   int h, int q, int k) {
+    return V::backward(in.in, dp, p, finals, doosum, b, h, q + in.shift, k);
+  }
+};
+
+/// Whether a masked Variant's mask is bounded from the block's box alone
+/// (block_range.cuh's votes and tile_full apply); false without a mask,
+/// whose Variant has no classifier.
+template <class V, bool = V::kHasMask> struct BoxBounded {
+  static constexpr bool value = false;
+};
+template <class V> struct BoxBounded<V, true> {
+  static constexpr bool value = V::kMaskAnalysed && V::kMaskBounds == 0;
+};
+
+/// The first dQ slot of sequence \p b (see the banner).
+template <int kBlockM>
+__device__ __forceinline__ long long varlen_dq_slot0(const BwdArgs &a, int b) {
+  return a.cu_seqlens_q[b] / kBlockM + b;
+}
+
+template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,
+          bool kAtomicDq = false, bool kTwoPass = false, bool kSplit = false>
+struct BwdDkDvSm90Varlen {
+  using SV = ShiftedVariant<Variant>;
+  using Base = BwdDkDvSm90<SV, T, kD, kDV, kBlockM, kBlockN, kStages, /*kFusedDq=*/true,
+                           kAtomicDq, /*kWs=*/true, kTwoPass, kSplit>;
+  static constexpr int kThreads = Base::kThreads, kWarps = Base::kWarps;
+  static constexpr int kStageBytes = Base::kStageBytes, kSmemBytes = Base::kSmemBytes;
+  static constexpr int kQBytes = Base::kQBytes, kOBytes = Base::kOBytes;
+  static constexpr int kF = Base::kF, kRowFloats = Base::kRowFloats;
+  static constexpr int kNumGrads = Base::kNumGrads;
+  static constexpr bool kRanges = BoxBounded<Variant>::value;
+  /// A stage's metadata (16 bytes a stage, after the mbarriers in their
+  /// 256 bytes): the query block | full << 30 | end of head << 31, then
+  /// the dQ rank.
+  static constexpr int kMetaOffset = 128;
+  static_assert(kMetaOffset + 16 * kStages <= 256 && Base::kBarBytes == 256,
+                "the metadata fits beside the mbarriers");
+  static_assert(!Base::kWriter, "packed calls use the lockstep step");
+
+  /// Grid (kv blocks, sequences · kv heads).
+  __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &in,
+                             unsigned char *smem, const Sm90BwdMaps &maps) {
+    const u32 base = (smem_addr(smem) + 1023u) & ~1023u;
+    unsigned char *aligned = smem + (base - smem_addr(smem));
+    const u32 s_k = base, s_v = base + Base::kKBytes, s_ring = s_v + Base::kVBytes;
+    const u32 s_ds = s_ring + kStages * kStageBytes, s_dq = s_ds + Base::kDsBytes;
+    const u32 bar_full = s_dq + Base::kDqBytes, bar_empty = bar_full + 8 * kStages;
+    const u32 meta = bar_full + kMetaOffset;
+    unsigned char *ring = aligned + Base::kKBytes + Base::kVBytes;
+    // The highest key block first: a CTA waits for dQ turns of CTAs of its
+    // row dispatched before it (bwd_sm80_fused_dq.cuh).
+    const int n_block = a.kv_n_blocks - 1 - (int)blockIdx.x;
+    const int b = blockIdx.y / a.heads_kv, hk = blockIdx.y % a.heads_kv;
+    const int group_size = a.heads / a.heads_kv;
+    const int key0 = n_block * kBlockN;
+    const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch, a.heads,
+                                a.seq_q, a.seq_kv, b, hk * group_size);
+    if (key0 >= sp.seq_kv) {
+      if constexpr (kNumGrads > 0)
+        for (int i = threadIdx.x; i < kNumGrads * group_size; i += blockDim.x)
+          a.grad_partial[((long long)(i / group_size) * a.kv_n_blocks + n_block) *
+                             ((long long)a.batch * a.heads) +
+                         (long long)b * a.heads + hk * group_size + i % group_size] = 0.f;
+      return;
+    }
+    load_slabs_async<kBlockN, kD, Base::kCtaThreads>(
+        s_k,
+        static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
+            (long long)sp.kv0 * a.k_ss,
+        a.k_ss, key0, sp.seq_kv);
+    load_slabs_async<kBlockN, kDV, Base::kCtaThreads>(
+        s_v,
+        static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh +
+            (long long)sp.kv0 * a.v_ss,
+        a.v_ss, key0, sp.seq_kv);
+    cp_async_commit();
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kStages; ++s) {
+        mbar_init(bar_full + 8 * s, 1 + 32); // as bwd_sm90.cuh's ring
+        mbar_init(bar_empty + 8 * s, kWarps);
+      }
+      mbar_init_fence();
+    }
+    cp_async_wait<0>();
+    fence_proxy_async_shared();
+    __syncthreads();
+    if (threadIdx.x >= kThreads) {
+      if constexpr (Base::kWarpgroups == 2)
+        setmaxnreg_dec<Base::kProducerRegs>();
+      if (threadIdx.x < kThreads + 32)
+        produce(a, in, maps, s_ring, bar_full, bar_empty, meta, n_block, b, hk, group_size);
+      return;
+    }
+    if constexpr (Base::kWarpgroups == 2)
+      setmaxnreg_inc<Base::kConsumerRegs>();
+    if (kSplit && threadIdx.x >= 128)
+      consume<1>(a, in, sp, s_k, s_v, s_ring, s_ds, s_dq, bar_full, bar_empty, meta, ring,
+                 n_block, b, hk, group_size, key0);
+    else
+      consume<0>(a, in, sp, s_k, s_v, s_ring, s_ds, s_dq, bar_full, bar_empty, meta, ring,
+                 n_block, b, hk, group_size, key0);
+  }
+
+  /// Whether the mask may keep an element of query block \p m x key block
+  /// \p n of the sequence (kRanges only).
+  __device__ static __forceinline__ bool keeps(const typename Variant::Inputs &in, int b,
+                                               int h, int m, int n, const SeqSpan &sp) {
+    return box_may_keep<Variant>(in, b, h, m * kBlockM, min((m + 1) * kBlockM, sp.seq_q) - 1,
+                                 n * kBlockN, min((n + 1) * kBlockN, sp.seq_kv) - 1, sp);
+  }
+
+  /// The producer warp: per head, the walk's steps (Q's and dO's tiles by
+  /// TMA from lane 0, the rows by cp.async from every lane, the metadata
+  /// from lane 0 before its arrival), then the end-of-head stage.
+  __device__ static void produce(const BwdArgs &a, const typename Variant::Inputs &in,
+                                 const Sm90BwdMaps &maps, u32 s_ring, u32 bar_full,
+                                 u32 bar_empty, u32 meta, int n_block, int b, int hk,
+                                 int group_size) {
+    const int lane = threadIdx.x % 32;
+    if (lane == 0) {
+      tma_prefetch_desc(&maps.q);
+      tma_prefetch_desc(&maps.dout);
+    }
+    int it = 0;
+    for (int hi = 0; hi < group_size; ++hi) {
+      const int h = hk * group_size + hi;
+      const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
+                                  a.heads, a.seq_q, a.seq_kv, b, h);
+      const int mb = (sp.seq_q + kBlockM - 1) / kBlockM;
+      const int nb = (sp.seq_kv + kBlockN - 1) / kBlockN;
+      int first = 0, count = mb, rot = 0;
+      if constexpr (Variant::kHasMask && kRanges) {
+        const int2 range = query_block_range<Variant, kBlockM, kBlockN>(in, b, h, n_block, sp);
+        first = range.x;
+        count = range.y - range.x;
+      }
+      if constexpr (!Variant::kHasMask)
+        rot = a.dq_rotate && mb > 0 ? (int)((long long)n_block * mb / nb) : 0;
+      for (int j = 0; j <= count; ++j) {
+        int m = 0, rank = 0;
+        bool full = true;
+        const bool end = j == count;
+        if (!end) {
+          if constexpr (Variant::kHasMask && kRanges) {
+            m = first + j;
+            if (!keeps(in, b, h, m, n_block, sp))
+              continue; // a hole inside the range: no key block n' ranks it here
+            full = tile_full<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM, n_block * kBlockN,
+                                                        sp);
+            // The key blocks above this one that keep m, 32 a vote.
+            for (int n0 = n_block + 1; n0 < nb; n0 += 32) {
+              const int n = n0 + lane;
+              rank += __popc(__ballot_sync(0xffffffffu, n < nb && keeps(in, b, h, m, n, sp)));
+            }
+          } else if constexpr (Variant::kHasMask) {
+            m = j;
+            full = false;
+            rank = nb - 1 - n_block;
+          } else {
+            m = rot + j;
+            m -= m >= mb ? mb : 0;
+            if (a.dq_rotate) {
+              const int f = (int)(((long long)(m + 1) * nb - 1) / mb);
+              rank = f >= n_block ? f - n_block : f - n_block + nb;
+            } else {
+              rank = nb - 1 - n_block;
+            }
+          }
+        }
+        const int stage = it % kStages;
+        if (it >= kStages)
+          mbar_wait(bar_empty + 8 * stage, ((it / kStages) + 1) & 1);
+        ++it;
+        const u32 s = s_ring + stage * kStageBytes, bar = bar_full + 8 * stage;
+        if (lane == 0) {
+          st_shared_32(meta + 16 * stage,
+                       (u32)m | (full ? 1u << 30 : 0u) | (end ? 1u << 31 : 0u));
+          st_shared_32(meta + 16 * stage + 4, (u32)rank);
+        }
+        if (end) {
+          if (lane == 0)
+            mbar_arrive(bar);
+          cp_async_mbar_arrive(bar);
+          continue;
+        }
+        const int row0 = m * kBlockM;
+        if (lane == 0) {
+          const int row = sp.q0 + row0; // the packed maps' one batch
+          mbar_arrive_expect_tx(bar, kQBytes + kOBytes);
+#pragma unroll
+          for (int c = 0; c < kD / 64; ++c)
+            tma_load_4d(s + c * Base::kQSlab, &maps.q, c * 64,
+                        tma_coord(1, maps.q_pos, row, h, 0), tma_coord(2, maps.q_pos, row, h, 0),
+                        tma_coord(3, maps.q_pos, row, h, 0), bar);
+#pragma unroll
+          for (int c = 0; c < kDV / 64; ++c)
+            tma_load_4d(s + kQBytes + c * Base::kQSlab, &maps.dout, c * 64,
+                        tma_coord(1, maps.do_pos, row, h, 0),
+                        tma_coord(2, maps.do_pos, row, h, 0),
+                        tma_coord(3, maps.do_pos, row, h, 0), bar);
+        }
+        load_rows(a, sp, s + kQBytes + kOBytes, row0, lane);
+        cp_async_mbar_arrive(bar);
+      }
+    }
+    cp_async_wait<0>();
+  }
+
+  /// cp.async of the sequence's query rows' finals and doosum ([..][heads]
+  /// [total_q]); rows past its end are zero-filled.
+  __device__ static __forceinline__ void load_rows(const BwdArgs &a, const SeqSpan &sp,
+                                                   u32 dst, int row0, int tid) {
+#pragma unroll
+    for (int i = tid; i < kBlockM * kRowFloats; i += 32) {
+      const int r = i % kBlockM, f = i / kBlockM;
+      const bool ok = row0 + r < sp.seq_q;
+      const long long qi = ok ? row0 + r : 0; // an address in bounds either way
+      if (f < kF)
+        cp_async_4(dst + (r * kF + f) * 4, a.finals + f * sp.plane + sp.rows + qi, ok);
+      else
+        cp_async_4(dst + (kBlockM * kF + r) * 4, a.doosum + sp.rows + qi, ok);
+    }
+  }
+
+  /// The compute threads (warpgroup kW's columns): each head's steps until
+  /// its end-of-head stage, then dK and dV stored.
+  template <int kW>
+  __device__ static __forceinline__ void
+  consume(const BwdArgs &a, const typename Variant::Inputs &in, const SeqSpan &sp0, u32 s_k,
+          u32 s_v, u32 s_ring, u32 s_ds, u32 s_dq, u32 bar_full, u32 bar_empty, u32 meta,
+          unsigned char *ring, int n_block, int b, int hk, int group_size, int key0) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    using C = typename Base::template Cols<kW>;
+    float acc_dk[C::kKN / 8][4], acc_dv[C::kVN / 8][4];
+    Base::zero(acc_dk);
+    Base::zero(acc_dv);
+    float gacc[kNumGrads > 0 ? kNumGrads : 1];
+#pragma unroll
+    for (int j = 0; j < (kNumGrads > 0 ? kNumGrads : 1); ++j)
+      gacc[j] = 0.f;
+    // The step's view of the call: this sequence's lengths, dQ's slots
+    // from its first.
+    BwdArgs la = a;
+    la.seq_q = sp0.seq_q;
+    la.seq_kv = sp0.seq_kv;
+    const long long slot0 = varlen_dq_slot0<kBlockM>(a, b);
+    la.dq_sem = a.dq_sem + slot0;
+    la.dq_accum = a.dq_accum + slot0 * kBlockM * kD;
+    const typename SV::Inputs sin{in, sp0.shift};
+    const u32 dq_bars = bar_full + Base::kDqBarOffset;
+
+    int it = 0; // the ring's step count over all heads
+    for (int hi = 0; hi < group_size; ++hi) {
+      const int h = hk * group_size + hi;
+      DqTurn turn{0, 0, 0, false}; // published at the next barrier
+      for (;;) {
+        const int stage = it % kStages;
+        mbar_wait(bar_full + 8 * stage, (it / kStages) & 1);
+        const u32x4 md = ld_shared_128(meta + 16 * stage);
+        const u32 empty = bar_empty + 8 * stage;
+        if (md.x >> 31) {
+          Base::release(empty);
+          ++it;
+          break;
+        }
+        const int m = (int)(md.x & 0x3fffffffu), rank = (int)md.y;
+        const u32 slot = s_ring + stage * kStageBytes;
+        const float *rows = reinterpret_cast<const float *>(ring + stage * kStageBytes +
+                                                            kQBytes + kOBytes);
+        // (head, block) addressing of dQ's slots: la's pointers start at
+        // the sequence's first, a head is a.kv_m_blocks slots.
+        if ((md.x >> 30) & 1u)
+          Base::template step<true, kW>(la, sin, s_k, s_v, slot, s_ds, s_dq, dq_bars, it,
+                                        empty, rows, m, b, h, h, key0, rank, turn, acc_dk,
+                                        acc_dv, gacc);
+        else
+          Base::template step<false, kW>(la, sin, s_k, s_v, slot, s_ds, s_dq, dq_bars, it,
+                                         empty, rows, m, b, h, h, key0, rank, turn, acc_dk,
+                                         acc_dv, gacc);
+        ++it;
+      }
+      // The last step's dSᵀ reads and dQ adds are done before the release
+      // and the reuse of the dSᵀ tile below.
+      Base::sync_compute();
+      if constexpr (!kAtomicDq)
+        BwdFusedDq<T, kD, kBlockM, kBlockN, kWarps>::publish(la, turn);
+      if constexpr (kNumGrads > 0) {
+        const int bh = b * a.heads + h;
+        float *red = reinterpret_cast<float *>(ring + kStages * kStageBytes);
+#pragma unroll
+        for (int j = 0; j < kNumGrads; ++j) {
+          const float x = kSplit && warp >= 4 ? 0.f : warp_sum(gacc[j]);
+          gacc[j] = 0.f;
+          if (lane == 0)
+            red[j * kWarps + warp] = x;
+        }
+        Base::sync_compute();
+        if (threadIdx.x < kNumGrads) {
+          float sum = 0.f;
+          for (int w = 0; w < kWarps; ++w)
+            sum += red[threadIdx.x * kWarps + w];
+          a.grad_partial[((long long)threadIdx.x * a.kv_n_blocks + n_block) *
+                             ((long long)a.batch * a.heads) +
+                         bh] = sum;
+        }
+        Base::sync_compute();
+      }
+    }
+    // dK and dV from the sequence's first key (made here, not held over
+    // the walk).
+    BwdArgs ls = a;
+    ls.seq_kv = sp0.seq_kv;
+    ls.dk = static_cast<unsigned short *>(a.dk) + (long long)sp0.kv0 * a.dk_ss;
+    ls.dv = static_cast<unsigned short *>(a.dv) + (long long)sp0.kv0 * a.dv_ss;
+    Base::template store<kW>(ls, b, hk, key0, acc_dk, acc_dv);
+  }
+};
+
+/// Zeroes the packed call's semaphores (heads · kv_m_blocks slots) before
+/// the dK/dV kernel; grid (ceil(heads · kv_m_blocks / 256)) x 256.
+__device__ inline void bwd_dq_init_varlen(const BwdArgs &a) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < (long long)a.heads * a.kv_m_blocks)
+    a.dq_sem[i] = 0;
+}
+
+/// After the packed dK/dV kernel: each sequence's dq rows from their slots'
+/// sums, zeros where no key block added (semaphore 0; the atomic mode's
+/// sums start at zero). Grid (ceil(max_seqlen_q / rows a CTA), sequences ·
+/// heads) x 256, as bwd_dq_convert.
+template <class T, int kD, int kBlockM, bool kAtomic>
+__device__ void bwd_dq_convert_varlen(const BwdArgs &a) {
+  static_assert(kD % 4 == 0 && kD / 4 <= 256, "whole rows per CTA");
+  constexpr int kThreadsPerRow = kD / 4, kRows = 256 / kThreadsPerRow;
+  const int row = blockIdx.x * kRows + threadIdx.x / kThreadsPerRow;
+  const int col = (threadIdx.x % kThreadsPerRow) * 4;
+  const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
+  const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch, a.heads,
+                              a.seq_q, a.seq_kv, b, h);
+  if (threadIdx.x >= kRows * kThreadsPerRow || row >= sp.seq_q)
+    return;
+  const long long slot =
+      (long long)h * a.kv_m_blocks + varlen_dq_slot0<kBlockM>(a, b) + row / kBlockM;
+  float x[4] = {0.f, 0.f, 0.f, 0.f};
+  if (kAtomic || a.dq_sem[slot] != 0) {
+    const float *src = a.dq_accum + (slot * kBlockM + row % kBlockM) * kD + col;
+    asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3])
+                 : "l"(src));
+  }
+  u32 *dst = reinterpret_cast<u32 *>(static_cast<unsigned short *>(a.dq) + b * a.dq_sb +
+                                     h * a.dq_sh + ((long long)sp.q0 + row) * a.dq_ss + col);
+  dst[0] = pack2<T>(x[0], x[1]);
+  dst[1] = pack2<T>(x[2], x[3]);
+}
+
+} // namespace attnc
+
+#endif

@@ -1,0 +1,191 @@
+// bwd_sm90's packed variable-length form (.varlen, bwd_sm90_varlen.cuh)
+// without a GPU: its configuration strings and refusals, the choice a
+// packed backward makes (packedBackwardChoice: bwd_sm90 on sm_90a, bwd_sm80's
+// two-kernel mode elsewhere), the dense form's source left as it was, and
+// NVRTC compiles of every definition of the varlen GPU test's matrix for
+// sm_90a in f16 and bf16, with the warp-specialised kernel's markers.
+#include "BackwardRunner.h"
+#include "NvrtcPtx.h"
+#include "TestDefinitions.h"
+
+#include "attn/Error.h"
+#include "attn/Pipeline.h"
+#include "attn/codegen/Codegen.h"
+#include "attn/runtime/Compiler.h"
+#include "attn/runtime/ResourceModel.h"
+#include "attn/runtime/Selector.h"
+#include "attn/runtime/Skeleton.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+using namespace attn;
+using namespace attn::nvrtctest;
+using codegen::BwdSm90Config;
+using codegen::KernelSpec;
+using Catch::Matchers::Contains;
+
+namespace {
+
+KernelSpec spec(DType T, int D, int DV, GpuArch Arch = GpuArch::Sm90a) {
+  KernelSpec S;
+  S.Dtype = T;
+  S.HeadDim = D;
+  S.HeadDimV = DV;
+  S.Arch = Arch;
+  return S;
+}
+
+/// The packed form of the dense default at \p D / \p DV, compiled to PTX in
+/// both dtypes, with the markers of the warp-specialised packed kernel.
+void compilePacked(const std::string &Name, int D, int DV) {
+  CompiledDefinition Def = compile(gputest::makeDefinition(Name));
+  for (DType T : {DType::F16, DType::BF16}) {
+    BwdSm90Config Cfg = BwdSm90Config::defaultFor(D, DV);
+    Cfg.Varlen = true;
+    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, spec(T, D, DV), Cfg);
+    INFO("kernel " << Src.Key);
+    CHECK(has(Src.Source, "attnc::BwdDkDvSm90Varlen<"));
+    CHECK(has(Src.Key, ".varlen"));
+    std::string Ptx = compileToPtx(Src);
+    for (const char *Entry : {".entry attnc_bwd_dkdv", ".entry attnc_bwd_dq_init",
+                              ".entry attnc_bwd_dq_convert", ".entry attnc_bwd_preprocess",
+                              ".entry attnc_bwd_input_grads"})
+      CHECK(has(Ptx, Entry));
+    CHECK(!has(Ptx, ".entry attnc_bwd_block_classify"));
+    CHECK(has(Ptx, "wgmma.mma_async.sync.aligned.m64n128k16"));
+    CHECK(has(Ptx, T == DType::F16 ? ".f32.f16.f16" : ".f32.bf16.bf16"));
+    CHECK(has(Ptx, "cp.async.bulk.tensor.4d"));
+    CHECK(has(Ptx, "setmaxnreg.inc"));
+    // The producer's end-of-head stage and the dQ turns.
+    CHECK(has(Ptx, "mbarrier.arrive.shared::cta.b64"));
+    CHECK(has(Ptx, "ld.acquire.gpu.global.b32"));
+  }
+}
+
+} // namespace
+
+TEST_CASE("bwd_sm90 varlen: configuration strings and refusals", "[bwd90][varlen]") {
+  BwdSm90Config C = BwdSm90Config::parse("bwd90ws.kv64x128s2.fused.varlen");
+  CHECK(C.Varlen);
+  CHECK(C.WarpSpecialized);
+  CHECK(C.FusedDq);
+  CHECK(C.str() == "bwd90ws.kv64x128s2.fused.varlen");
+  CHECK(!(C == BwdSm90Config::defaultFor(128, 128)));
+  // The same tiles and shared memory as the dense form.
+  CHECK(C.dkdvSharedBytes(128, 128, 1, false) ==
+        BwdSm90Config::defaultFor(128, 128).dkdvSharedBytes(128, 128, 1, false));
+  for (std::string Text : {"bwd90ws.kv64x64s2.split.fused.varlen",
+                           "bwd90ws2.kv64x128s3.atomic.varlen"})
+    CHECK(BwdSm90Config::parse(Text).str() == Text);
+  for (const char *Bad : {"bwd90.kv64x128s2.q128x64w8.varlen", "bwd90ws.kv64x128s2.varlen.fused",
+                          "bwd90ws.kv64x128s2.fused.varlen.varlen"})
+    CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains("(then .varlen for packed calls)"));
+  // Parsed, but refused: the packed kernel is the lockstep warp-specialised
+  // step's.
+  KernelSpec S = spec(DType::F16, 128, 128);
+  for (const char *Refused : {"bwd90.kv64x128s2.fused.varlen", "bwd90ws.kv64x128s2.pp.fused.varlen",
+                              "bwd90ws.kv64x128s2.dqw.fused.varlen"})
+    CHECK_THAT(codegen::bwdSm90Unsupported(S, BwdSm90Config::parse(Refused), 1, false),
+               Contains(".varlen is a form of the warp-specialised fused-dQ configurations"));
+  CHECK(codegen::bwdSm90Unsupported(S, C, 1, false).empty());
+}
+
+TEST_CASE("bwd_sm90 varlen: a packed backward runs bwd_sm90 on sm_90a, bwd_sm80 "
+          "elsewhere",
+          "[bwd90][varlen][skeleton]") {
+  using namespace attn::runtime;
+  CompiledDefinition Def = compile(gputest::makeDefinition("mha"));
+  auto Packed = [&](int D, GpuArch A, const char *Named = "") {
+    KernelTarget T = KernelTarget::of(Def, Direction::Backward, DType::F16, D, D, A);
+    KernelChoice Dense = chooseWithoutShape(T, KernelPolicy::parse(T, "", Named));
+    std::optional<KernelChoice> P = packedBackwardChoice(Dense);
+    if (!P) // already a packed form
+      return std::string();
+    // A packed form is its own packed choice.
+    CHECK(!packedBackwardChoice(*P));
+    return P->Skel->name().str() + " " + P->configText();
+  };
+  CHECK(Packed(128, GpuArch::Sm90a) == "bwd_sm90 bwd90ws.kv64x128s2.fused.varlen");
+  // The column split's packed form is not chosen (not run on a GPU yet);
+  // named, it is its own packed choice.
+  CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x64s2.split.fused") ==
+        "bwd_sm80 kv64x128w8.q128x64w8.s2");
+  CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x64s2.split.fused.varlen").empty());
+  CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws2.kv64x128s2.atomic") ==
+        "bwd_sm90 bwd90ws2.kv64x128s2.atomic.varlen");
+  // bwd_sm80 elsewhere, and for bwd_sm90 configurations the packed kernel
+  // does not take (d64's two-kernel default, ping-pong).
+  CHECK(Packed(128, GpuArch::Sm80) == "bwd_sm80 kv64x128w8.q128x64w8.s2");
+  CHECK(Packed(64, GpuArch::Sm90a) == "bwd_sm80 kv64x128w8.q128x64w8.s2");
+  CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x128s2.pp.fused") ==
+        "bwd_sm80 kv64x128w8.q128x64w8.s2");
+}
+
+TEST_CASE("bwd_sm90 varlen: the dense form's source has no packed code",
+          "[bwd90][varlen]") {
+  // The packed form is a template of its own: the dense kernels' text (and
+  // so their cache keys and CUBINs) do not change with it.
+  CompiledDefinition Def = compile(gputest::makeDefinition("mha"));
+  BwdSm90Config Dense = BwdSm90Config::defaultFor(128, 128);
+  BwdSm90Config P = Dense;
+  P.Varlen = true;
+  codegen::KernelSource A = codegen::generateBackwardSm90(Def, spec(DType::F16, 128, 128), Dense);
+  codegen::KernelSource B = codegen::generateBackwardSm90(Def, spec(DType::F16, 128, 128), P);
+  CHECK(!has(A.Source, "varlen"));
+  CHECK(!has(A.Source, "Varlen"));
+  CHECK(has(A.Source, "attnc::BwdDkDvSm90<"));
+  CHECK(A.Key + ".varlen" == B.Key);
+  CHECK(std::find(A.Entries.begin(), A.Entries.end(), "attnc_bwd_block_classify") !=
+        A.Entries.end());
+  CHECK(std::find(B.Entries.begin(), B.Entries.end(), "attnc_bwd_block_classify") ==
+        B.Entries.end());
+}
+
+TEST_CASE("bwd_sm90 varlen: mha's packed form compiles to a CUBIN without wgmma "
+          "serialisation or spills",
+          "[nvrtc][bwd90][varlen]") {
+  CompiledDefinition Def = compile(gputest::makeDefinition("mha"));
+  BwdSm90Config Cfg = BwdSm90Config::defaultFor(128, 128);
+  Cfg.Varlen = true;
+  codegen::KernelSource Src = codegen::generateBackwardSm90(Def, spec(DType::F16, 128, 128), Cfg);
+  runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+  INFO("kernel " << Src.Key << "\n" << Bin.Log);
+  CHECK(std::memcmp(Bin.Cubin.data(), "\x7f" "ELF", 4) == 0);
+  CHECK(!has(Bin.Log, "serialized"));
+  runtime::KernelResources R = runtime::readCubinResources(
+      llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
+  CHECK(R.Registers <= 168); // 384 threads a CTA before setmaxnreg
+  CHECK(R.StackFrameBytes == 0); // no spills
+}
+
+// The definitions of gpu_varlen_test's matrix, one case each for ctest -j.
+TEST_CASE("bwd_sm90 varlen: mha compiles", "[nvrtc][bwd90][varlen][mha]") {
+  compilePacked("mha", 128, 128);
+}
+TEST_CASE("bwd_sm90 varlen: mha_full compiles", "[nvrtc][bwd90][varlen][mha_full]") {
+  compilePacked("mha_full", 128, 128);
+}
+TEST_CASE("bwd_sm90 varlen: alibi_learnable compiles",
+          "[nvrtc][bwd90][varlen][alibi_learnable]") {
+  compilePacked("alibi_learnable", 128, 128);
+}
+TEST_CASE("bwd_sm90 varlen: mha_window compiles", "[nvrtc][bwd90][varlen][mha_window]") {
+  compilePacked("mha_window", 128, 128);
+}
+TEST_CASE("bwd_sm90 varlen: mha_prefix_lm compiles", "[nvrtc][bwd90][varlen][mha_prefix_lm]") {
+  compilePacked("mha_prefix_lm", 128, 128);
+}
+TEST_CASE("bwd_sm90 varlen: mha_sliding_window compiles",
+          "[nvrtc][bwd90][varlen][mha_sliding_window]") {
+  compilePacked("mha_sliding_window", 128, 128);
+}
+TEST_CASE("bwd_sm90 varlen: mha_chunked compiles", "[nvrtc][bwd90][varlen][mha_chunked]") {
+  compilePacked("mha_chunked", 128, 128);
+}
+TEST_CASE("bwd_sm90 varlen: the column split compiles", "[nvrtc][bwd90][varlen][split]") {
+  compilePacked("mha", 192, 128);
+}
