@@ -119,7 +119,7 @@ struct FwdSm80 {
     // query blocks past its end have nothing to do.
     const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
                                 a.heads, a.seq_q, a.seq_kv, b, h);
-    if (blockIdx.x * kBlockM >= sp.seq_q)
+    if (int(blockIdx.x) * kBlockM >= sp.seq_q)
       return;
     const ContiguousFwdKV<kThreads> kv{
         static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
@@ -141,15 +141,13 @@ struct FwdSm80 {
     const int b = bh / a.heads, h = bh % a.heads;
     const int hk = h / (a.heads / a.heads_kv);
     const PagedSeq s = paged_seq(p, b, h);
-    if (!s.ok || (!s.bad && blockIdx.x * kBlockM >= s.sp.seq_q))
+    if (!s.ok || (!s.bad && int(blockIdx.x) * kBlockM >= s.sp.seq_q))
       return;
     if (s.bad || paged_pages_bad(p, s)) {
       paged_nan_rows<kBlockM, kDV>(a, s.sp, h, Variant::kNumFinals);
       return;
     }
-    const PagedFwdKV<kThreads> kv{static_cast<const unsigned short *>(a.k) + hk * a.k_sh,
-                                  static_cast<const unsigned short *>(a.v) + hk * a.v_sh,
-                                  a.k_sb, a.k_ss, a.v_sb, a.v_ss, s.pages, p.page_shift};
+    const PagedFwdKV<kThreads> kv{p, s.pages, hk};
     body(a, in, smem, s.sp, kv, b, h);
   }
 

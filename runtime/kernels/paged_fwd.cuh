@@ -87,19 +87,25 @@ __device__ __forceinline__ void st_shared_zero_128(u32 addr) {
 /// 16-byte copy looks its page up (paged_token_offset; an L1 hit after the
 /// first: every CTA of the sequence reads the same indices); they were
 /// checked before the first load. Rows at or past the sequence's end are
-/// zero-filled and not read.
+/// zero-filled and not read. The skeleton runs at the register limit, so
+/// the caches' pointers and strides are read from the kernel's parameters
+/// at each load rather than kept in registers, and the copies of a block
+/// are unrolled by two only: kept and fully unrolled (16 page lookups in
+/// flight), ptxas spilled about 250 bytes at d128 (sm_80 and sm_90a);
+/// this way about 50, most of it the paged sequence's setup (the
+/// contiguous kernel spills none).
 template <int kThreads> struct PagedFwdKV {
-  const unsigned short *k, *v; // the caches at the CTA's KV head
-  long long k_ps, k_ss, v_ps, v_ss;
-  const int *pages;
-  int shift;
+  const PagedFwdArgs &p;
+  const int *pages; // the sequence's page indices
+  int hk;           // the CTA's KV head
 
   template <class Tile, int kRows, int kCols>
-  __device__ __forceinline__ void load_one(u32 smem, const unsigned short *base,
+  __device__ __forceinline__ void load_one(u32 smem, const void *cache, long long hs,
                                            long long ps, long long ss, int row0,
                                            int limit) const {
     constexpr int kChunks = kCols / 8;
     constexpr int kTotal = kRows * kChunks;
+    const unsigned short *base = static_cast<const unsigned short *>(cache) + hk * hs;
 #pragma unroll
     for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
       const int i = threadIdx.x + it * kThreads;
@@ -109,14 +115,41 @@ template <int kThreads> struct PagedFwdKV {
       const int t = row0 + r;
       const bool ok = t < limit;
       cp_async_16(smem + Tile::offset(r, c),
-                  ok ? base + paged_token_offset(pages, shift, t, ps, ss) + c * 8 : base,
+                  ok ? base + paged_token_offset(pages, p.page_shift, t, ps, ss) + c * 8
+                     : base,
                   ok);
     }
   }
   template <class KTile, class VTile, int kRows, int kD, int kDV>
   __device__ __forceinline__ void load(u32 sk, u32 sv, int row0, int limit) const {
-    load_one<KTile, kRows, kD>(sk, k, k_ps, k_ss, row0, limit);
-    load_one<VTile, kRows, kDV>(sv, v, v_ps, v_ss, row0, limit);
+    const FwdArgs &f = p.f;
+    if constexpr (kD == kDV) {
+      // The same rows and chunks for K and V: one page lookup for both.
+      // Unrolled by two (see above).
+      constexpr int kChunks = kD / 8;
+      constexpr int kTotal = kRows * kChunks;
+      const unsigned short *kb = static_cast<const unsigned short *>(f.k) + hk * f.k_sh;
+      const unsigned short *vb = static_cast<const unsigned short *>(f.v) + hk * f.v_sh;
+      const int mask = (1 << p.page_shift) - 1;
+#pragma unroll 2
+      for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
+        const int i = threadIdx.x + it * kThreads;
+        if (kTotal % kThreads != 0 && i >= kTotal)
+          break;
+        const int r = i / kChunks, c = i % kChunks;
+        const int t = row0 + r;
+        const bool ok = t < limit;
+        const int page = ok ? pages[t >> p.page_shift] : 0;
+        const long long slot = t & mask;
+        cp_async_16(sk + KTile::offset(r, c),
+                    ok ? kb + page * f.k_sb + slot * f.k_ss + c * 8 : kb, ok);
+        cp_async_16(sv + VTile::offset(r, c),
+                    ok ? vb + page * f.v_sb + slot * f.v_ss + c * 8 : vb, ok);
+      }
+    } else {
+      load_one<KTile, kRows, kD>(sk, f.k, f.k_sh, f.k_sb, f.k_ss, row0, limit);
+      load_one<VTile, kRows, kDV>(sv, f.v, f.v_sh, f.v_sb, f.v_ss, row0, limit);
+    }
   }
 };
 

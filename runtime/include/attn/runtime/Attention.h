@@ -341,8 +341,9 @@ public:
   /// own). finals [F, H, Tq]. Every definition's score_mod, mask and
   /// online function as in the forward; custom inputs scalar and per-head
   /// only (NotSupportedYet). \p MaxSeqlenQ bounds a sequence's queries,
-  /// KV.MaxSeqlenKv its keys. Plans each call; runs fwd_sm80's paged kernel
-  /// on every arch.
+  /// KV.MaxSeqlenKv its keys. Plans each call; runs fwd_sm90's paged kernel
+  /// on sm_90a for pages of 8 tokens and more (unless the signature names
+  /// fwd_sm80), else fwd_sm80's.
   void prefillPaged(const TensorView &Q, const TensorView &CuSeqlensQ,
                     int64_t MaxSeqlenQ, const PagedKV &KV,
                     const TensorView &Out, const TensorView *Finals,
