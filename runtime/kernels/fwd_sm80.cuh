@@ -121,13 +121,14 @@ struct FwdSm80 {
                                 a.heads, a.seq_q, a.seq_kv, b, h);
     if (int(blockIdx.x) * kBlockM >= sp.seq_q)
       return;
-    const ContiguousFwdKV<kThreads> kv{
-        static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
-            (long long)sp.kv0 * a.k_ss,
-        static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh +
-            (long long)sp.kv0 * a.v_ss,
-        a.k_ss, a.v_ss};
-    body(a, in, smem, sp, kv, b, h);
+    body(a, in, smem, sp, b, h, [&] {
+      return ContiguousFwdKV<kThreads>{
+          a,
+          static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
+              (long long)sp.kv0 * a.k_ss,
+          static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh +
+              (long long)sp.kv0 * a.v_ss};
+    });
   }
 
   /// Paged prefill (paged_fwd.cuh): sequence b's queries over its pages.
@@ -147,23 +148,25 @@ struct FwdSm80 {
       paged_nan_rows<kBlockM, kDV>(a, s.sp, h, Variant::kNumFinals);
       return;
     }
-    const PagedFwdKV<kThreads> kv{p, s.pages, hk};
-    body(a, in, smem, s.sp, kv, b, h);
+    body(a, in, smem, s.sp, b, h, [&] { return PagedFwdKV<kThreads>{p, s.pages, hk}; });
   }
 
   /// The forward of one query block of sequence \p sp (batch entry or
-  /// sequence b, head h), its keys and values read through \p kv.
-  template <class KV>
+  /// sequence b, head h), its keys and values read through the source
+  /// \p make_kv() makes (made after q's pointer, the order the contiguous
+  /// kernel had before paged sources existed: its code is unchanged).
+  template <class MakeKV>
   __device__ static __forceinline__ void body(const FwdArgs &a,
                                               const typename Variant::Inputs &in,
-                                              unsigned char *smem, const SeqSpan &sp,
-                                              const KV &kv, int b, int h) {
+                                              unsigned char *smem, const SeqSpan &sp, int b,
+                                              int h, const MakeKV &make_kv) {
     const int m_block = blockIdx.x;
     const int bh = blockIdx.y;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
     const unsigned short *q = static_cast<const unsigned short *>(a.q) +
                               b * a.q_sb + h * a.q_sh + (long long)sp.q0 * a.q_ss;
+    const auto kv = make_kv();
 
     // Which key blocks to visit: from the block classification when the
     // variant masks, else all of them (the last one partial if ragged).

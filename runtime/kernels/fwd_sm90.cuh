@@ -272,18 +272,18 @@ struct FwdSm90 {
                         tma_coord(2, maps.v_pos, slot, hk, page),
                         tma_coord(3, maps.v_pos, slot, hk, page), bar);
         }
-        continue;
+      } else {
+#pragma unroll
+        for (int s = 0; s < kD / 64; ++s)
+          tma_load_4d(s_k + s * kKVSlab, &maps.k, s * 64,
+                      tma_coord(1, maps.k_pos, row, hk, b), tma_coord(2, maps.k_pos, row, hk, b),
+                      tma_coord(3, maps.k_pos, row, hk, b), bar);
+#pragma unroll
+        for (int s = 0; s < kDV / 64; ++s)
+          tma_load_4d(s_k + kKBytes + s * kKVSlab, &maps.v, s * 64,
+                      tma_coord(1, maps.v_pos, row, hk, b), tma_coord(2, maps.v_pos, row, hk, b),
+                      tma_coord(3, maps.v_pos, row, hk, b), bar);
       }
-#pragma unroll
-      for (int s = 0; s < kD / 64; ++s)
-        tma_load_4d(s_k + s * kKVSlab, &maps.k, s * 64, tma_coord(1, maps.k_pos, row, hk, b),
-                    tma_coord(2, maps.k_pos, row, hk, b), tma_coord(3, maps.k_pos, row, hk, b),
-                    bar);
-#pragma unroll
-      for (int s = 0; s < kDV / 64; ++s)
-        tma_load_4d(s_k + kKBytes + s * kKVSlab, &maps.v, s * 64,
-                    tma_coord(1, maps.v_pos, row, hk, b), tma_coord(2, maps.v_pos, row, hk, b),
-                    tma_coord(3, maps.v_pos, row, hk, b), bar);
     }
   }
 

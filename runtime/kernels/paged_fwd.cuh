@@ -153,14 +153,16 @@ template <int kThreads> struct PagedFwdKV {
   }
 };
 
-/// fwd_sm80's K/V source of a dense or packed call: rows at fixed strides.
+/// fwd_sm80's K/V source of a dense or packed call: rows at fixed strides,
+/// read from the kernel's parameters at each load (as the kernel did
+/// before paged sources existed: its code is unchanged).
 template <int kThreads> struct ContiguousFwdKV {
+  const FwdArgs &a;
   const unsigned short *k, *v;
-  long long k_ss, v_ss;
   template <class KTile, class VTile, int kRows, int kD, int kDV>
   __device__ __forceinline__ void load(u32 sk, u32 sv, int row0, int limit) const {
-    load_tile_async<KTile, kRows, kD, kThreads>(sk, k, k_ss, row0, limit);
-    load_tile_async<VTile, kRows, kDV, kThreads>(sv, v, v_ss, row0, limit);
+    load_tile_async<KTile, kRows, kD, kThreads>(sk, k, a.k_ss, row0, limit);
+    load_tile_async<VTile, kRows, kDV, kThreads>(sv, v, a.v_ss, row0, limit);
   }
 };
 
