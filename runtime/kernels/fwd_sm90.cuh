@@ -257,8 +257,9 @@ struct FwdSm90 {
         // checked; the consumers zero those rows).
         for (int j = 0; j < kBlockN; j += kv.rows) {
           const int t = row + j;
-          const int page = t < sp.seq_kv ? kv.pages[t >> kv.shift] : 0;
-          const int slot = t & ((1 << kv.shift) - 1);
+          const PagedSlot at = t < sp.seq_kv ? paged_slot(kv.pages, kv.shift, t)
+                                             : PagedSlot{0, t & ((1 << kv.shift) - 1)};
+          const int page = at.page, slot = at.slot;
 #pragma unroll
           for (int s = 0; s < kD / 64; ++s)
             tma_load_4d(s_k + s * kKVSlab + j * 128, &maps.k, s * 64,

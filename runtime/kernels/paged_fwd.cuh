@@ -130,7 +130,6 @@ template <int kThreads> struct PagedFwdKV {
       constexpr int kTotal = kRows * kChunks;
       const unsigned short *kb = static_cast<const unsigned short *>(f.k) + hk * f.k_sh;
       const unsigned short *vb = static_cast<const unsigned short *>(f.v) + hk * f.v_sh;
-      const int mask = (1 << p.page_shift) - 1;
 #pragma unroll 2
       for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
         const int i = threadIdx.x + it * kThreads;
@@ -139,12 +138,11 @@ template <int kThreads> struct PagedFwdKV {
         const int r = i / kChunks, c = i % kChunks;
         const int t = row0 + r;
         const bool ok = t < limit;
-        const int page = ok ? pages[t >> p.page_shift] : 0;
-        const long long slot = t & mask;
+        const PagedSlot at = ok ? paged_slot(pages, p.page_shift, t) : PagedSlot{0, 0};
         cp_async_16(sk + KTile::offset(r, c),
-                    ok ? kb + page * f.k_sb + slot * f.k_ss + c * 8 : kb, ok);
+                    ok ? kb + at.page * f.k_sb + (long long)at.slot * f.k_ss + c * 8 : kb, ok);
         cp_async_16(sv + VTile::offset(r, c),
-                    ok ? vb + page * f.v_sb + slot * f.v_ss + c * 8 : vb, ok);
+                    ok ? vb + at.page * f.v_sb + (long long)at.slot * f.v_ss + c * 8 : vb, ok);
       }
     } else {
       load_one<KTile, kRows, kD>(sk, f.k, f.k_sh, f.k_sb, f.k_ss, row0, limit);

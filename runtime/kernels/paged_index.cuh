@@ -46,12 +46,21 @@ template <class Args> ATTNC_PAGED_FN PagedLen paged_len(const Args &p, int b) {
   return r;
 }
 
-/// The element offset of token t of a sequence whose page indices start at
-/// \p pages, from its KV head's start in the cache: page pages[t >> shift],
-/// slot t & (page size − 1), page and slot strides \p ps and \p ss.
+/// Where token t of a sequence whose page indices start at \p pages lives:
+/// page pages[t >> shift], slot t & (page size − 1).
+struct PagedSlot {
+  int page, slot;
+};
+ATTNC_PAGED_FN PagedSlot paged_slot(const int *pages, int shift, int t) {
+  return PagedSlot{pages[t >> shift], t & ((1 << shift) - 1)};
+}
+
+/// The element offset of token t from its KV head's start in the cache,
+/// page and slot strides \p ps and \p ss.
 ATTNC_PAGED_FN long long paged_token_offset(const int *pages, int shift, int t, long long ps,
                                             long long ss) {
-  return pages[t >> shift] * ps + (t & ((1 << shift) - 1)) * ss;
+  const PagedSlot s = paged_slot(pages, shift, t);
+  return s.page * ps + (long long)s.slot * ss;
 }
 
 } // namespace attnc
