@@ -33,6 +33,24 @@ struct FwdArgs {
   int total_q;
 };
 
+/// Paged prefill arguments. In f: q and o are packed [total_q, heads, dim]
+/// (batch strides 0) with cu_seqlens_q; k and v are the page caches, k_sb
+/// and v_sb their page strides, k_ss and v_ss their slot strides, k_sh and
+/// v_sh their head strides (NHD and HND are both strides); seq_q and seq_kv
+/// are the plan's bounds on a sequence's queries and keys; cu_seqlens_kv is
+/// null. The page description is paged decode's (PagedDecodeArgs): pages
+/// with table_stride and seq_lens (block table), or with indptr and
+/// last_page_len (CSR, num_indices entries).
+struct PagedFwdArgs {
+  FwdArgs f;
+  const int *pages;
+  const int *seq_lens;
+  const int *indptr;
+  const int *last_page_len;
+  long long table_stride;
+  int page_shift, num_pages, num_indices;
+};
+
 /// Arguments of the block-classification kernels. classes is
 /// [groups][m_blocks][n_blocks] bytes: 0 empty, 1 partial, 2 full.
 /// An analysed mask (Variant::kMaskAnalysed) is classified in two phases of

@@ -9,6 +9,7 @@
 
 #include "attnc/attention_args.cuh"
 #include "attnc/block_mask.cuh"
+#include "attnc/paged_fwd.cuh"
 #include "attnc/sm80_primitives.cuh"
 #include "attnc/varlen.cuh"
 
@@ -111,25 +112,61 @@ struct FwdSm80 {
 
   __device__ static void run(const FwdArgs &a, const typename Variant::Inputs &in,
                              unsigned char *smem) {
-    const int m_block = blockIdx.x;
     const int bh = blockIdx.y;
     const int b = bh / a.heads, h = bh % a.heads;
     const int hk = h / (a.heads / a.heads_kv);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int g = lane / 4, tq = lane % 4;
     // This CTA's sequence: in a packed call, its lengths and first tokens;
     // query blocks past its end have nothing to do.
     const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
                                 a.heads, a.seq_q, a.seq_kv, b, h);
-    if (m_block * kBlockM >= sp.seq_q)
+    if (int(blockIdx.x) * kBlockM >= sp.seq_q)
       return;
+    body(a, in, smem, sp, b, h, [&] {
+      return ContiguousFwdKV<kThreads>{
+          a,
+          static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
+              (long long)sp.kv0 * a.k_ss,
+          static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh +
+              (long long)sp.kv0 * a.v_ss};
+    });
+  }
 
+  /// Paged prefill (paged_fwd.cuh): sequence b's queries over its pages.
+  /// A malformed sequence (a length outside the plan's bounds, a bad CSR
+  /// range or last page length, a page index outside the caches) gets NaN
+  /// rows and loads nothing.
+  __device__ static void run_paged(const PagedFwdArgs &p, const typename Variant::Inputs &in,
+                                   unsigned char *smem) {
+    const FwdArgs &a = p.f;
+    const int bh = blockIdx.y;
+    const int b = bh / a.heads, h = bh % a.heads;
+    const int hk = h / (a.heads / a.heads_kv);
+    const PagedSeq s = paged_seq(p, b, h);
+    if (!s.ok || (!s.bad && int(blockIdx.x) * kBlockM >= s.sp.seq_q))
+      return;
+    if (s.bad || paged_pages_bad(p, s)) {
+      paged_nan_rows<kBlockM, kDV>(a, s.sp, h, Variant::kNumFinals);
+      return;
+    }
+    body(a, in, smem, s.sp, b, h, [&] { return PagedFwdKV<kThreads>{p, s.pages, hk}; });
+  }
+
+  /// The forward of one query block of sequence \p sp (batch entry or
+  /// sequence b, head h), its keys and values read through the source
+  /// \p make_kv() makes (made after q's pointer, the order the contiguous
+  /// kernel had before paged sources existed: its code is unchanged).
+  template <class MakeKV>
+  __device__ static __forceinline__ void body(const FwdArgs &a,
+                                              const typename Variant::Inputs &in,
+                                              unsigned char *smem, const SeqSpan &sp, int b,
+                                              int h, const MakeKV &make_kv) {
+    const int m_block = blockIdx.x;
+    const int bh = blockIdx.y;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, tq = lane % 4;
     const unsigned short *q = static_cast<const unsigned short *>(a.q) +
                               b * a.q_sb + h * a.q_sh + (long long)sp.q0 * a.q_ss;
-    const unsigned short *k = static_cast<const unsigned short *>(a.k) +
-                              b * a.k_sb + hk * a.k_sh + (long long)sp.kv0 * a.k_ss;
-    const unsigned short *v = static_cast<const unsigned short *>(a.v) +
-                              b * a.v_sb + hk * a.v_sh + (long long)sp.kv0 * a.v_ss;
+    const auto kv = make_kv();
 
     // Which key blocks to visit: from the block classification when the
     // variant masks, else all of them (the last one partial if ragged).
@@ -175,9 +212,8 @@ struct FwdSm80 {
       bool full;
       const int n = decode(e, full);
       const u32 s = s_kv + (j % kStages) * kStageBytes;
-      load_tile_async<KTile, kBlockN, kD, kThreads>(s, k, a.k_ss, n * kBlockN, sp.seq_kv);
-      load_tile_async<VTile, kBlockN, kDV, kThreads>(s + KTile::kBytes, v, a.v_ss,
-                                     n * kBlockN, sp.seq_kv);
+      kv.template load<KTile, VTile, kBlockN, kD, kDV>(s, s + KTile::kBytes, n * kBlockN,
+                                                       sp.seq_kv);
     };
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {

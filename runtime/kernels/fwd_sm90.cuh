@@ -14,6 +14,7 @@
 
 #include "attnc/attention_args.cuh"
 #include "attnc/fwd_sm80.cuh"
+#include "attnc/paged_fwd.cuh"
 #include "attnc/sm90_primitives.cuh"
 #include "attnc/sm90_wgmma.cuh"
 #include "attnc/varlen.cuh"
@@ -87,6 +88,21 @@ struct FwdSm90 {
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
 
+  /// Where a CTA's K/V tiles come from: a dense or packed call's rows
+  /// (one TMA box of kBlockN rows a slab), or a paged sequence's pages
+  /// (paged prefill: one box of `rows` rows per page the block touches,
+  /// rows = min(page size, kBlockN), at the page's slot; the block's rows
+  /// past the sequence's end are zeroed by the consumers, since a page's
+  /// free slots may hold anything).
+  struct RowsKV {
+    static constexpr bool kPaged = false;
+  };
+  struct PagesKV {
+    static constexpr bool kPaged = true;
+    const int *pages;
+    int shift, rows;
+  };
+
   __device__ static void run(const FwdArgs &a, const typename Variant::Inputs &in,
                              const Sm90Maps &maps, unsigned char *smem) {
     // Query blocks in reverse: under a causal mask the last ones have the
@@ -100,6 +116,37 @@ struct FwdSm90 {
                                 a.heads, a.seq_q, a.seq_kv, bh / a.heads, bh % a.heads);
     if (m_block * kBlockM >= sp.seq_q)
       return;
+    body(a, in, maps, smem, sp, m_block, RowsKV{});
+  }
+
+  /// Paged prefill (paged_fwd.cuh): sequence b's queries over its pages,
+  /// the maps' k and v describing the caches as [pages][slots][heads]
+  /// (makeSm90PagedMaps). A malformed sequence gets NaN rows.
+  __device__ static void run_paged(const PagedFwdArgs &p, const typename Variant::Inputs &in,
+                                   const Sm90Maps &maps, unsigned char *smem) {
+    static_assert((kBlockN & (kBlockN - 1)) == 0,
+                  "a block of a power-of-two keys lies in one page or covers whole pages");
+    const FwdArgs &a = p.f;
+    const int m_block = gridDim.x - 1 - blockIdx.x;
+    const int bh = blockIdx.y;
+    const int h = bh % a.heads;
+    const PagedSeq s = paged_seq(p, bh / a.heads, h);
+    if (!s.ok || (!s.bad && m_block * kBlockM >= s.sp.seq_q))
+      return;
+    if (s.bad || paged_pages_bad(p, s)) {
+      paged_nan_rows<kBlockM, kDV>(a, s.sp, h, Variant::kNumFinals);
+      return;
+    }
+    const int rows = min(1 << p.page_shift, kBlockN);
+    body(a, in, maps, smem, s.sp, m_block, PagesKV{s.pages, p.page_shift, rows});
+  }
+
+  template <class KV>
+  __device__ static __forceinline__ void body(const FwdArgs &a,
+                                              const typename Variant::Inputs &in,
+                                              const Sm90Maps &maps, unsigned char *smem,
+                                              const SeqSpan &sp, int m_block, const KV &kv) {
+    const int bh = blockIdx.y;
     const u32 base = (smem_addr(smem) + 1023u) & ~1023u;
     const u32 bar_q = base + kBarOffset;
     const u32 bar_full = bar_q + 8;                 // [kStages]
@@ -136,11 +183,11 @@ struct FwdSm90 {
       if constexpr (kConsumers == 2)
         setmaxnreg_dec<kProducerRegs>();
       if (threadIdx.x == 0 && vis.count > 0)
-        produce(a, maps, sp, vis, m_block, base, bar_q, bar_full, bar_empty);
+        produce(a, maps, sp, vis, m_block, base, bar_q, bar_full, bar_empty, kv);
     } else {
       if constexpr (kConsumers == 2)
         setmaxnreg_inc<kConsumerRegs>();
-      consume(a, in, sp, vis, m_block, base, bar_q, bar_full, bar_empty, wg - 1);
+      consume(a, in, sp, vis, m_block, base, bar_q, bar_full, bar_empty, wg - 1, kv);
     }
   }
 
@@ -172,9 +219,10 @@ struct FwdSm90 {
   }
 
   /// The producer: one thread issues every TMA load of the CTA.
+  template <class KV>
   __device__ static void produce(const FwdArgs &a, const Sm90Maps &maps, const SeqSpan &sp,
                                  const Visits &vis, int m_block, u32 base, u32 bar_q,
-                                 u32 bar_full, u32 bar_empty) {
+                                 u32 bar_full, u32 bar_empty, const KV &kv) {
     const int bh = blockIdx.y;
     const int h = bh % a.heads;
     // A packed call's maps have one batch of all tokens: a tile starts at
@@ -202,23 +250,50 @@ struct FwdSm90 {
       const u32 bar = bar_full + 8 * stage;
       const u32 s_k = base + kQBytes + stage * kStageBytes;
       mbar_arrive_expect_tx(bar, kStageBytes);
+      if constexpr (KV::kPaged) {
+        // One box a page: token t at slot t & (page size - 1) of page
+        // pages[t >> shift] (the map's "batch" is the page). Boxes past the
+        // sequence's end read page 0 (every sequence's indices were
+        // checked; the consumers zero those rows).
+        for (int j = 0; j < kBlockN; j += kv.rows) {
+          const int t = row + j;
+          const PagedSlot at = t < sp.seq_kv ? paged_slot(kv.pages, kv.shift, t)
+                                             : PagedSlot{0, t & ((1 << kv.shift) - 1)};
+          const int page = at.page, slot = at.slot;
 #pragma unroll
-      for (int s = 0; s < kD / 64; ++s)
-        tma_load_4d(s_k + s * kKVSlab, &maps.k, s * 64, tma_coord(1, maps.k_pos, row, hk, b),
-                    tma_coord(2, maps.k_pos, row, hk, b), tma_coord(3, maps.k_pos, row, hk, b),
-                    bar);
+          for (int s = 0; s < kD / 64; ++s)
+            tma_load_4d(s_k + s * kKVSlab + j * 128, &maps.k, s * 64,
+                        tma_coord(1, maps.k_pos, slot, hk, page),
+                        tma_coord(2, maps.k_pos, slot, hk, page),
+                        tma_coord(3, maps.k_pos, slot, hk, page), bar);
 #pragma unroll
-      for (int s = 0; s < kDV / 64; ++s)
-        tma_load_4d(s_k + kKBytes + s * kKVSlab, &maps.v, s * 64,
-                    tma_coord(1, maps.v_pos, row, hk, b), tma_coord(2, maps.v_pos, row, hk, b),
-                    tma_coord(3, maps.v_pos, row, hk, b), bar);
+          for (int s = 0; s < kDV / 64; ++s)
+            tma_load_4d(s_k + kKBytes + s * kKVSlab + j * 128, &maps.v, s * 64,
+                        tma_coord(1, maps.v_pos, slot, hk, page),
+                        tma_coord(2, maps.v_pos, slot, hk, page),
+                        tma_coord(3, maps.v_pos, slot, hk, page), bar);
+        }
+      } else {
+#pragma unroll
+        for (int s = 0; s < kD / 64; ++s)
+          tma_load_4d(s_k + s * kKVSlab, &maps.k, s * 64,
+                      tma_coord(1, maps.k_pos, row, hk, b), tma_coord(2, maps.k_pos, row, hk, b),
+                      tma_coord(3, maps.k_pos, row, hk, b), bar);
+#pragma unroll
+        for (int s = 0; s < kDV / 64; ++s)
+          tma_load_4d(s_k + kKBytes + s * kKVSlab, &maps.v, s * 64,
+                      tma_coord(1, maps.v_pos, row, hk, b), tma_coord(2, maps.v_pos, row, hk, b),
+                      tma_coord(3, maps.v_pos, row, hk, b), bar);
+      }
     }
   }
 
   /// One consumer warpgroup (\p wgc of kConsumers): 64 query rows.
+  template <class KV>
   __device__ static void consume(const FwdArgs &a, const typename Variant::Inputs &in,
                                  const SeqSpan &sp, const Visits &vis, int m_block, u32 base,
-                                 u32 bar_q, u32 bar_full, u32 bar_empty, int wgc) {
+                                 u32 bar_q, u32 bar_full, u32 bar_empty, int wgc,
+                                 const KV &) {
     const int count = vis.count;
     const int bh = blockIdx.y;
     const int b = bh / a.heads, h = bh % a.heads;
@@ -332,6 +407,8 @@ struct FwdSm90 {
       // branch so that ptxas need not serialise them.
       int e = entry_of(vis, 0);
       mbar_wait(bar_full, 0);
+      if constexpr (KV::kPaged)
+        zero_tail(vis, sp, e, base, 0, wgc);
       turn_begin();
       wgmma_fence();
       issue_s(0);
@@ -346,6 +423,8 @@ struct FwdSm90 {
         const int prev = (j - 1) % kStages;
         e = entry_of(vis, j);
         mbar_wait(bar_full + 8 * stage, (j / kStages) & 1);
+        if constexpr (KV::kPaged)
+          zero_tail(vis, sp, e, base, stage, wgc);
         turn_begin();
         wgmma_fence();
         issue_s(stage);
@@ -366,6 +445,35 @@ struct FwdSm90 {
       release((count - 1) % kStages);
     }
     epilogue(a, in, sp, acc_o, st, seen, b, h, row0, tq, base, wgc);
+  }
+
+  /// Paged calls: the K and V rows of \p stage at or past the sequence's
+  /// end (a page's free slots, or page 0 read for boxes past the end) may
+  /// hold anything, NaN included, which a masked P of 0 would not cancel
+  /// in P·V. Each consumer warpgroup zeroes them (the same zeros, so the
+  /// two may overlap) before its GEMMs of the block read them; only the
+  /// block holding the sequence's end has such rows.
+  __device__ static __forceinline__ void zero_tail(const Visits &vis, const SeqSpan &sp, int e,
+                                                   u32 base, int stage, int wgc) {
+    bool full;
+    const int col0 = block_of(vis, sp, e, full) * kBlockN;
+    const int from = sp.seq_kv - col0;
+    if (from >= kBlockN)
+      return;
+    const u32 s_k = base + kQBytes + stage * kStageBytes;
+    // Whole 128-byte rows of each 64-column slab: the swizzle permutes
+    // chunks within a row only.
+    for (int i = threadIdx.x % 128; i < (kBlockN - from) * 8; i += 128) {
+      const u32 off = (from + i / 8) * 128 + (i % 8) * 16;
+#pragma unroll
+      for (int s = 0; s < kD / 64; ++s)
+        st_shared_zero_128(s_k + s * kKVSlab + off);
+#pragma unroll
+      for (int s = 0; s < kDV / 64; ++s)
+        st_shared_zero_128(s_k + kKBytes + s * kKVSlab + off);
+    }
+    fence_proxy_async_shared(); // the wgmma reads through the async proxy
+    named_bar_sync(3 + wgc, 128);
   }
 
   /// score_mod, mask and online_fwd over one block of S; o_scale per row

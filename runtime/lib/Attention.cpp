@@ -6,6 +6,7 @@
 #include "AttentionState.h"
 #include "BackwardRunner.h"
 #include "PagedDecode.h"
+#include "PagedPrefill.h"
 
 #include "attn/analysis/MaskBounds.h"
 #include "attn/codegen/Codegen.h"
@@ -404,6 +405,58 @@ void Attention::runDecode(const DecodePlan &P, const TensorView &Q,
   pagedRunner().checkPlan(P); // a plan of another object launches nothing
   enterDevice();
   pagedRunner().run(P, C, Q, Out, Finals, Workspace, Inputs, Stream);
+  Last = "generated";
+}
+
+PagedPrefillRunner &Attention::prefillRunner() {
+  if (!Sig.Backend.empty() && Sig.Backend != "generated")
+    throw InvalidArgument("signature: paged prefill runs on the generated "
+                          "backend; the signature names '" +
+                          Sig.Backend + "'");
+  // fwd_sm90's paged kernel on sm_90a unless the signature names fwd_sm80.
+  if (!Prefill)
+    Prefill = std::make_unique<PagedPrefillRunner>(
+        Def, Fwd.target(),
+        codegen::FwdConfig::defaultFor(Sig.HeadDim, Sig.HeadDimV, Arch),
+        Sig.Skeleton != "fwd_sm80");
+  return *Prefill;
+}
+
+void Attention::prefillPaged(const TensorView &Q, const TensorView &CuSeqlensQ,
+                             int64_t MaxSeqlenQ, const PagedKV &KV,
+                             const TensorView &Out, const TensorView *Finals,
+                             const InputMap &Inputs, CUstream Stream) {
+  auto Lock = lockCalls();
+  PrefillBounds B = prefillCallBounds(Sig, Q, CuSeqlensQ, MaxSeqlenQ, KV);
+  makePrefillPlan(B, 1, 1); // the bounds' messages before any compile
+  PrefillCall C = validatePrefillCall(*Def.Graph, Sig, B, Q, CuSeqlensQ, KV,
+                                      Out, Finals, Inputs);
+  prefillRunner().source(B.PageSize); // compiled before the device is needed
+  enterDevice();
+  // Planning is arithmetic once the kernel is loaded: every call plans.
+  PrefillPlan P = prefillRunner().plan(B);
+  prefillRunner().run(P, C, Q, Out, Finals, Inputs, Stream);
+  Last = "generated";
+}
+
+PrefillPlan Attention::planPrefill(const PrefillBounds &B) {
+  auto Lock = lockCalls();
+  makePrefillPlan(B, 1, 1); // a bad bound is refused before any compile
+  prefillRunner().source(B.PageSize);
+  enterDevice();
+  return prefillRunner().plan(B);
+}
+
+void Attention::runPrefill(const PrefillPlan &P, const TensorView &Q,
+                           const TensorView &CuSeqlensQ, const PagedKV &KV,
+                           const TensorView &Out, const TensorView *Finals,
+                           const InputMap &Inputs, CUstream Stream) {
+  auto Lock = lockCalls();
+  PrefillCall C = validatePrefillCall(*Def.Graph, Sig, P.Bounds, Q, CuSeqlensQ,
+                                      KV, Out, Finals, Inputs);
+  prefillRunner().checkPlan(P); // a plan of another object launches nothing
+  enterDevice();
+  prefillRunner().run(P, C, Q, Out, Finals, Inputs, Stream);
   Last = "generated";
 }
 

@@ -32,6 +32,16 @@ struct PagedCall {
   int64_t NumIndices = 0; ///< CSR: the entries of indices
 };
 
+/// Checks the caches of \p KV (rank, dtype, strides, a power-of-two page
+/// size, V like K) into \p C; returns their KV heads.
+int64_t checkCaches(const Signature &Sig, const PagedKV &KV, PagedCall &C);
+
+/// Checks \p KV's page description (one form given, index tensors of
+/// \p Batch sequences, a table wide enough for \p MaxSeqlenKv keys; with
+/// host copies, every length and page index) into \p C.
+void checkPageForm(const PagedKV &KV, int64_t Batch, int64_t PageSize,
+                   int64_t MaxSeqlenKv, PagedCall &C);
+
 /// The bounds a paged call's tensors describe: q's batch, heads and
 /// queries, the caches' KV heads and page size, KV.MaxSeqlenKv. Checks q
 /// and the caches (InvalidArgument naming them).

@@ -157,6 +157,96 @@ bool given(const TensorView &T) { return T.Data != nullptr; }
 
 } // namespace
 
+int64_t checkCaches(const Signature &Sig, const PagedKV &KV, PagedCall &C) {
+  int64_t Hkv = 0, HkvV = 0;
+  C.K = checkCache("k_cache", KV.KCache, Sig, KV.Layout, Sig.HeadDim, Hkv);
+  C.V = checkCache("v_cache", KV.VCache, Sig, KV.Layout, Sig.HeadDimV, HkvV);
+  C.KData = KV.KCache.Data;
+  C.VData = KV.VCache.Data;
+  if (C.V.NumPages != C.K.NumPages || C.V.PageSize != C.K.PageSize ||
+      HkvV != Hkv)
+    invalid(fmt::format("v_cache: expected {} pages of {} tokens and {} KV "
+                        "heads (as k_cache), got {}, {} and {}",
+                        C.K.NumPages, C.K.PageSize, Hkv, C.V.NumPages,
+                        C.V.PageSize, HkvV));
+  return Hkv;
+}
+
+void checkPageForm(const PagedKV &KV, int64_t Batch, int64_t PageSize,
+                   int64_t MaxSeqlenKv, PagedCall &C) {
+  bool Table = given(KV.BlockTable) || given(KV.SeqLens);
+  bool Csr = given(KV.Indptr) || given(KV.Indices) || given(KV.LastPageLen);
+  if (Table == Csr)
+    invalid("paged kv: give either block_table and seq_lens, or indptr, "
+            "indices and last_page_len");
+  C.Csr = Csr;
+  int64_t MaxPages = 0;
+  if (Table) {
+    if (KV.BlockTable.Shape.size() != 2)
+      invalid(fmt::format("block_table: expected rank 2 [batch, max_pages], "
+                          "got rank {}",
+                          KV.BlockTable.Shape.size()));
+    MaxPages = KV.BlockTable.Shape[1];
+    int64_t Need = (MaxSeqlenKv + PageSize - 1) / PageSize;
+    if (MaxPages < std::max<int64_t>(1, Need))
+      invalid(fmt::format("block_table: expected at least {} columns (the "
+                          "bound of {} keys in pages of {}), got {}",
+                          std::max<int64_t>(1, Need), MaxSeqlenKv,
+                          PageSize, MaxPages));
+    checkIndex("block_table", KV.BlockTable, {Batch, MaxPages});
+    checkIndex("seq_lens", KV.SeqLens, {Batch});
+    C.Pages = static_cast<const int32_t *>(KV.BlockTable.Data);
+    C.SeqLens = static_cast<const int32_t *>(KV.SeqLens.Data);
+    C.TableStride = KV.BlockTable.Strides[0];
+  } else {
+    if (KV.Indices.Shape.size() != 1)
+      invalid(fmt::format("indices: expected rank 1 [pages used], got rank {}",
+                          KV.Indices.Shape.size()));
+    checkIndex("indptr", KV.Indptr, {Batch + 1});
+    checkIndex("indices", KV.Indices, {KV.Indices.Shape[0]});
+    checkIndex("last_page_len", KV.LastPageLen, {Batch});
+    C.Pages = static_cast<const int32_t *>(KV.Indices.Data);
+    C.Indptr = static_cast<const int32_t *>(KV.Indptr.Data);
+    C.LastPageLen = static_cast<const int32_t *>(KV.LastPageLen.Data);
+    C.NumIndices = KV.Indices.Shape[0];
+    if (C.NumIndices > INT32_MAX)
+      invalid(fmt::format("indices: at most 2^31 - 1 entries, got {}",
+                          C.NumIndices));
+  }
+  if (KV.Host) {
+    const PagedKVHost &H = *KV.Host;
+    if (Table ? (!H.BlockTable || !H.SeqLens)
+              : (!H.Indptr || !H.Indices || !H.LastPageLen))
+      invalid("paged kv host copies: expected the host copies of the same "
+              "form's tensors");
+    int64_t Nnz = Table ? 0 : KV.Indices.Shape[0];
+    for (int64_t b = 0; b < Batch; ++b) {
+      if (!Table && (H.Indptr[b] < 0 || H.Indptr[b + 1] > Nnz))
+        invalid(fmt::format("indptr: sequence {} uses indices [{}, {}), "
+                            "outside the {} of indices",
+                            b, H.Indptr[b], H.Indptr[b + 1], Nnz));
+      int64_t Len = pagedSeqLen(H, PageSize, b);
+      if (Len < 0)
+        invalid(fmt::format("{}: sequence {} has a negative length or a last "
+                            "page length outside [1, {}]",
+                            Table ? "seq_lens" : "indptr, last_page_len", b,
+                            PageSize));
+      if (Len > MaxSeqlenKv)
+        invalid(fmt::format("{}: sequence {} has {} keys, above the bound {}",
+                            Table ? "seq_lens" : "indptr, last_page_len", b,
+                            Len, MaxSeqlenKv));
+      for (int64_t t = 0; t < Len; t += PageSize)
+        if (pagedOffset(H, MaxPages, C.K, b, t, 0) < 0)
+          invalid(fmt::format(
+              "{}: sequence {}'s page {} is {}, outside [0, {})",
+              Table ? "block_table" : "indices", b, t / PageSize,
+              Table ? H.BlockTable[b * MaxPages + t / PageSize]
+                    : H.Indices[H.Indptr[b] + t / PageSize],
+              C.K.NumPages));
+    }
+  }
+}
+
 DecodeBounds pagedCallBounds(const Signature &Sig, const TensorView &Q,
                              const PagedKV &KV) {
   if (Sig.TensorLayout == Layout::THD)
@@ -197,93 +287,13 @@ PagedCall validatePagedCall(const ir::Graph &G, const Signature &Sig,
                         "got {}",
                         B.MaxSeqlenKv, KV.MaxSeqlenKv));
   PagedCall C;
-  int64_t Hkv = 0, HkvV = 0;
-  C.K = checkCache("k_cache", KV.KCache, Sig, KV.Layout, Sig.HeadDim, Hkv);
-  C.V = checkCache("v_cache", KV.VCache, Sig, KV.Layout, Sig.HeadDimV, HkvV);
-  C.KData = KV.KCache.Data;
-  C.VData = KV.VCache.Data;
-  if (C.V.NumPages != C.K.NumPages || C.V.PageSize != C.K.PageSize ||
-      HkvV != Hkv)
-    invalid(fmt::format("v_cache: expected {} pages of {} tokens and {} KV "
-                        "heads (as k_cache), got {}, {} and {}",
-                        C.K.NumPages, C.K.PageSize, Hkv, C.V.NumPages,
-                        C.V.PageSize, HkvV));
+  checkCaches(Sig, KV, C);
   SeqTensor q = checkSeqTensor("q", Q, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
   SeqTensor o =
       checkSeqTensor("out", Out, Sig.Dtype, Sig.TensorLayout, Sig.HeadDimV);
   checkLike("out", o, "q", q.B, q.S, q.H);
 
-  bool Table = given(KV.BlockTable) || given(KV.SeqLens);
-  bool Csr = given(KV.Indptr) || given(KV.Indices) || given(KV.LastPageLen);
-  if (Table == Csr)
-    invalid("paged kv: give either block_table and seq_lens, or indptr, "
-            "indices and last_page_len");
-  C.Csr = Csr;
-  int64_t MaxPages = 0;
-  if (Table) {
-    if (KV.BlockTable.Shape.size() != 2)
-      invalid(fmt::format("block_table: expected rank 2 [batch, max_pages], "
-                          "got rank {}",
-                          KV.BlockTable.Shape.size()));
-    MaxPages = KV.BlockTable.Shape[1];
-    int64_t Need = (B.MaxSeqlenKv + B.PageSize - 1) / B.PageSize;
-    if (MaxPages < std::max<int64_t>(1, Need))
-      invalid(fmt::format("block_table: expected at least {} columns (the "
-                          "bound of {} keys in pages of {}), got {}",
-                          std::max<int64_t>(1, Need), B.MaxSeqlenKv,
-                          B.PageSize, MaxPages));
-    checkIndex("block_table", KV.BlockTable, {B.Batch, MaxPages});
-    checkIndex("seq_lens", KV.SeqLens, {B.Batch});
-    C.Pages = static_cast<const int32_t *>(KV.BlockTable.Data);
-    C.SeqLens = static_cast<const int32_t *>(KV.SeqLens.Data);
-    C.TableStride = KV.BlockTable.Strides[0];
-  } else {
-    if (KV.Indices.Shape.size() != 1)
-      invalid(fmt::format("indices: expected rank 1 [pages used], got rank {}",
-                          KV.Indices.Shape.size()));
-    checkIndex("indptr", KV.Indptr, {B.Batch + 1});
-    checkIndex("indices", KV.Indices, {KV.Indices.Shape[0]});
-    checkIndex("last_page_len", KV.LastPageLen, {B.Batch});
-    C.Pages = static_cast<const int32_t *>(KV.Indices.Data);
-    C.Indptr = static_cast<const int32_t *>(KV.Indptr.Data);
-    C.LastPageLen = static_cast<const int32_t *>(KV.LastPageLen.Data);
-    C.NumIndices = KV.Indices.Shape[0];
-    if (C.NumIndices > INT32_MAX)
-      invalid(fmt::format("indices: at most 2^31 - 1 entries, got {}",
-                          C.NumIndices));
-  }
-  if (KV.Host) {
-    const PagedKVHost &H = *KV.Host;
-    if (Table ? (!H.BlockTable || !H.SeqLens)
-              : (!H.Indptr || !H.Indices || !H.LastPageLen))
-      invalid("paged kv host copies: expected the host copies of the same "
-              "form's tensors");
-    int64_t Nnz = Table ? 0 : KV.Indices.Shape[0];
-    for (int64_t b = 0; b < B.Batch; ++b) {
-      if (!Table && (H.Indptr[b] < 0 || H.Indptr[b + 1] > Nnz))
-        invalid(fmt::format("indptr: sequence {} uses indices [{}, {}), "
-                            "outside the {} of indices",
-                            b, H.Indptr[b], H.Indptr[b + 1], Nnz));
-      int64_t Len = pagedSeqLen(H, B.PageSize, b);
-      if (Len < 0)
-        invalid(fmt::format("{}: sequence {} has a negative length or a last "
-                            "page length outside [1, {}]",
-                            Table ? "seq_lens" : "indptr, last_page_len", b,
-                            B.PageSize));
-      if (Len > B.MaxSeqlenKv)
-        invalid(fmt::format("{}: sequence {} has {} keys, above the bound {}",
-                            Table ? "seq_lens" : "indptr, last_page_len", b,
-                            Len, B.MaxSeqlenKv));
-      for (int64_t t = 0; t < Len; t += B.PageSize)
-        if (pagedOffset(H, MaxPages, C.K, b, t, 0) < 0)
-          invalid(fmt::format(
-              "{}: sequence {}'s page {} is {}, outside [0, {})",
-              Table ? "block_table" : "indices", b, t / B.PageSize,
-              Table ? H.BlockTable[b * MaxPages + t / B.PageSize]
-                    : H.Indices[H.Indptr[b] + t / B.PageSize],
-              C.K.NumPages));
-    }
-  }
+  checkPageForm(KV, B.Batch, B.PageSize, B.MaxSeqlenKv, C);
 
   CallShape &S = C.Shape;
   S.B = B.Batch;

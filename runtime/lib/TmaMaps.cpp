@@ -95,6 +95,34 @@ std::string makeSm90Maps(const CallShape &C, const ForwardTensors &T,
   return "";
 }
 
+std::string makeSm90PagedMaps(const CallShape &C, const TensorView &Q,
+                              const PageGeometry &K, const void *KData,
+                              int64_t HeadDim, const PageGeometry &V,
+                              const void *VData, int64_t HeadDimV, int BlockM,
+                              int BlockN, attnc::Sm90Maps &Out) {
+  TmaLayout LQ = tmaLayout(HeadDim, C.TotalQ, C.H, 1, C.Q, BlockM);
+  auto Cache = [&](const PageGeometry &G, int64_t Dim) {
+    const int64_t Strides[3] = {G.PageStride, G.HeadStride, G.SlotStride};
+    return tmaLayout(Dim, G.PageSize, C.Hkv, G.NumPages, Strides,
+                     int(std::min<int64_t>(G.PageSize, BlockN)));
+  };
+  TmaLayout LK = Cache(K, HeadDim), LV = Cache(V, HeadDimV);
+  TensorView KV, VV;
+  KV.Data = const_cast<void *>(KData);
+  VV.Data = const_cast<void *>(VData);
+  Out = attnc::Sm90Maps{};
+  if (std::string Why = encode("q", Q, LQ, Out.q); !Why.empty())
+    return Why;
+  if (std::string Why = encode("k_cache", KV, LK, Out.k); !Why.empty())
+    return Why;
+  if (std::string Why = encode("v_cache", VV, LV, Out.v); !Why.empty())
+    return Why;
+  Out.q_pos = LQ.Pos;
+  Out.k_pos = LK.Pos;
+  Out.v_pos = LV.Pos;
+  return "";
+}
+
 std::string makeSm90BwdMaps(const BackwardCallShape &S, const BackwardTensors &T,
                             int BlockM, attnc::Sm90BwdMaps &Out) {
   // A packed call (bwd_sm90's packed form): one batch of all tokens, as

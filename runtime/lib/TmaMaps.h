@@ -4,6 +4,7 @@
 #define ATTN_RUNTIME_TMAMAPS_H
 
 #include "attn/runtime/Backend.h"
+#include "attn/runtime/Paged.h"
 
 #include "../kernels/sm90_args.cuh"
 
@@ -18,6 +19,18 @@ namespace attn::runtime {
 /// unusual stride); the caller then runs another kernel. Needs the driver.
 std::string makeSm90Maps(const CallShape &C, const ForwardTensors &T,
                          int BlockM, int BlockN, attnc::Sm90Maps &Out);
+
+/// Fills \p Out with the maps of paged prefill's fwd_sm90 kernel: q packed
+/// [TotalQ, H, D] as a packed call's (boxes of \p BlockM rows), and the
+/// caches \p KData and \p VData of geometries \p K and \p V as 4-D tensors
+/// [pages][slots][heads][dim] (boxes of min(page size, \p BlockN) slots of
+/// one page and head). As makeSm90Maps, empty or why the driver refused
+/// one.
+std::string makeSm90PagedMaps(const CallShape &C, const TensorView &Q,
+                              const PageGeometry &K, const void *KData,
+                              int64_t HeadDim, const PageGeometry &V,
+                              const void *VData, int64_t HeadDimV, int BlockM,
+                              int BlockN, attnc::Sm90Maps &Out);
 
 /// Fills \p Out with the tensor maps of q and dout for the warp-specialised
 /// bwd_sm90 (boxes of 64 columns x \p BlockM rows); as makeSm90Maps, empty

@@ -149,4 +149,29 @@ KernelSource generateForward(const CompiledDefinition &Def,
   return Src;
 }
 
+KernelSource generatePagedPrefill(const CompiledDefinition &Def,
+                                  const KernelSpec &Spec) {
+  if (Def.Graph->decls().Kind != ir::DefinitionKind::Transformer)
+    throw NotSupportedYet("paged prefill for linear attention ('" +
+                          Def.Graph->name() + "')");
+  Spec.validate();
+  KernelSource Src;
+  Src.Key = fmt::format("{}.fwd_paged_sm80.{}.d{}x{}.{}.{}", Def.Graph->name(),
+                        std::string(dtypeName(Spec.Dtype)), Spec.HeadDim,
+                        Spec.HeadDimV, archName(Spec.Arch).str(),
+                        Spec.Config.str());
+  Src.Arch = Spec.Arch;
+  Src.Entries = {"attnc_fwd_paged"};
+  std::map<std::string, std::string> Values =
+      variantTemplateValues(Def, Spec, Src.Key);
+  Values["threads"] = std::to_string(Spec.Config.Warps * 32);
+  Values["block_m"] = std::to_string(Spec.Config.BlockM);
+  Values["block_n"] = std::to_string(Spec.Config.BlockN);
+  Values["warps"] = std::to_string(Spec.Config.Warps);
+  Values["stages"] = std::to_string(Spec.Config.Stages);
+  Src.Source = render("fwd_paged_sm80.cu.in",
+                      templateText("fwd_paged_sm80.cu.in"), Values);
+  return Src;
+}
+
 } // namespace attn::codegen

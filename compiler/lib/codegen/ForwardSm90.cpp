@@ -119,4 +119,31 @@ KernelSource generateForwardSm90(const CompiledDefinition &Def,
   return Src;
 }
 
+KernelSource generatePagedPrefillSm90(const CompiledDefinition &Def,
+                                      const KernelSpec &Spec,
+                                      const Sm90Config &C) {
+  if (Def.Graph->decls().Kind != ir::DefinitionKind::Transformer)
+    throw NotSupportedYet("paged prefill for linear attention ('" +
+                          Def.Graph->name() + "')");
+  if (std::string Why = sm90Unsupported(Spec, C); !Why.empty())
+    throw UserError(Why);
+  KernelSource Src;
+  Src.Key = fmt::format("{}.fwd_paged_sm90.{}.d{}x{}.{}.{}", Def.Graph->name(),
+                        std::string(dtypeName(Spec.Dtype)), Spec.HeadDim,
+                        Spec.HeadDimV, archName(Spec.Arch).str(), C.str());
+  Src.Arch = Spec.Arch;
+  Src.Entries = {"attnc_fwd_paged"};
+  std::map<std::string, std::string> Values =
+      variantTemplateValues(Def, Spec, Src.Key);
+  Values["threads"] = std::to_string(C.threads());
+  Values["block_m"] = std::to_string(C.BlockM);
+  Values["block_n"] = std::to_string(C.BlockN);
+  Values["stages"] = std::to_string(C.Stages);
+  Values["smem_bytes"] =
+      std::to_string(C.sharedBytes(Spec.HeadDim, Spec.HeadDimV));
+  Src.Source = render("fwd_paged_sm90.cu.in",
+                      templateText("fwd_paged_sm90.cu.in"), Values);
+  return Src;
+}
+
 } // namespace attn::codegen

@@ -85,6 +85,14 @@ struct KernelSpec {
 KernelSource generateForward(const CompiledDefinition &Def,
                              const KernelSpec &Spec);
 
+/// The paged prefill kernel for \p Def (fwd_sm80 over a paged KV cache,
+/// runtime/kernels/paged_fwd.cuh): the same banner, Inputs and Variant as
+/// generateForward, one entry attnc_fwd_paged taking attnc::PagedFwdArgs.
+/// Key NAME.fwd_paged_sm80.DTYPE.dDxDV.ARCH.CONFIG. Runs on every arch
+/// (sm_90a included).
+KernelSource generatePagedPrefill(const CompiledDefinition &Def,
+                                  const KernelSpec &Spec);
+
 /// The reference forward (skeleton ref_fwd): one CTA per (query row,
 /// batch·head) holding the row's scores in shared memory, following the
 /// direct definition in fp32 without tensor cores. Obviously correct and
@@ -351,6 +359,16 @@ std::string sm90Unsupported(const KernelSpec &Spec, const Sm90Config &Config);
 KernelSource generateForwardSm90(const CompiledDefinition &Def,
                                  const KernelSpec &Spec,
                                  const Sm90Config &Config);
+
+/// The Hopper paged prefill kernel for \p Def: fwd_sm90 with its K/V
+/// loads one TMA box per page (runtime/kernels/paged_fwd.cuh), one entry
+/// attnc_fwd_paged taking attnc::PagedFwdArgs and attnc::Sm90Maps (q
+/// packed, k and v the caches as [pages][slots][heads]). Key
+/// NAME.fwd_paged_sm90.DTYPE.dDxDV.sm_90a.CONFIG. UserError with
+/// sm90Unsupported's reason.
+KernelSource generatePagedPrefillSm90(const CompiledDefinition &Def,
+                                      const KernelSpec &Spec,
+                                      const Sm90Config &Config);
 
 /// NAME.fwd_sm90.DTYPE.dDxDV.sm_90a.CONFIG, the sm90 kernel's readable key.
 std::string forwardKeySm90(const CompiledDefinition &Def,

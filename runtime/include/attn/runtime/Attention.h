@@ -178,10 +178,13 @@ struct VarlenBatch {
 class AttentionBackend;
 class BackwardRunner;
 class PagedDecodeRunner;
+class PagedPrefillRunner;
 struct PagedKV;
 struct PartialResult;
 struct DecodeBounds;
 struct DecodePlan;
+struct PrefillBounds;
+struct PrefillPlan;
 struct BackendProblem;
 struct CallShape;
 struct ForwardTensors;
@@ -326,6 +329,42 @@ public:
                  const TensorView &Out, const TensorView *Finals,
                  void *Workspace, size_t WorkspaceBytes,
                  const InputMap &Inputs = {}, CUstream Stream = nullptr);
+
+  /// Paged prefill (attn/runtime/Paged.h): a packed batch of new query
+  /// tokens over each sequence's paged keys. q [Tq, H, D] and out [Tq, H,
+  /// DV] (whatever the signature's layout), sequence b's queries the tokens
+  /// [cu_seqlens_q[b], cu_seqlens_q[b + 1]) (int32 [B + 1], device data);
+  /// its keys are its KV-cache tokens (appended first with appendPaged),
+  /// their count read on the device. Query i of a sequence of Sq queries
+  /// and L keys is q_idx L - Sq + i (aligned to the end of the keys, so a
+  /// causal mask lets it see the cached prefix and the new keys up to its
+  /// own). finals [F, H, Tq]. Every definition's score_mod, mask and
+  /// online function as in the forward; custom inputs scalar and per-head
+  /// only (NotSupportedYet). \p MaxSeqlenQ bounds a sequence's queries,
+  /// KV.MaxSeqlenKv its keys. Plans each call; runs fwd_sm90's paged kernel
+  /// on sm_90a for pages of 8 tokens and more (unless the signature names
+  /// fwd_sm80), else fwd_sm80's.
+  void prefillPaged(const TensorView &Q, const TensorView &CuSeqlensQ,
+                    int64_t MaxSeqlenQ, const PagedKV &KV,
+                    const TensorView &Out, const TensorView *Finals,
+                    const InputMap &Inputs = {}, CUstream Stream = nullptr);
+
+  /// Plans paged prefill calls within \p B on the current device: compiles
+  /// and loads the kernel, fixes the grid. InvalidArgument naming a bad
+  /// bound.
+  PrefillPlan planPrefill(const PrefillBounds &B);
+
+  /// One paged prefill call of plan \p P, arguments as prefillPaged's
+  /// (cu_seqlens_q of the plan's batch + 1 entries, q's heads and the
+  /// caches' heads and page size the plan's, KV.MaxSeqlenKv at most its
+  /// bound). Validates on the host (shapes only), then launches one kernel:
+  /// no decision, allocation or synchronisation, so a stream capture of it
+  /// replays with new lengths, page tables, q and cache contents (same
+  /// addresses) within the plan's bounds (docs/runtime.md, CUDA graphs).
+  void runPrefill(const PrefillPlan &P, const TensorView &Q,
+                  const TensorView &CuSeqlensQ, const PagedKV &KV,
+                  const TensorView &Out, const TensorView *Finals,
+                  const InputMap &Inputs = {}, CUstream Stream = nullptr);
 
   /// Writes new tokens K [T, Hkv, D] and V [T, Hkv, DV] into KV's caches:
   /// token i goes to slot SlotMapping[i] (int32 or int64 [T]), page slot /
@@ -478,6 +517,9 @@ private:
   /// The paged decode kernels, made on the first paged call or plan.
   std::unique_ptr<PagedDecodeRunner> Paged;
   PagedDecodeRunner &pagedRunner();
+  /// The paged prefill kernel, made on the first prefill call or plan.
+  std::unique_ptr<PagedPrefillRunner> Prefill;
+  PagedPrefillRunner &prefillRunner();
   std::string Last;
   /// maskAnalysis() and maskKey(), computed once: a call with a block mask
   /// checks the key, and refreshBlockMask classifies, at every call.

@@ -104,6 +104,32 @@ DecodePlan makeDecodePlan(const DecodeBounds &B, int HeadDimV, int BlockM,
                           int BlockN, int MultiProcessors,
                           analysis::MergeKind Merge);
 
+/// What a paged prefill plan is made for (Attention::planPrefill): the
+/// sequences, heads and page size of every run (fixed), and bounds on any
+/// sequence's new query tokens and on its keys (cached and new).
+struct PrefillBounds {
+  int64_t Batch = 1;
+  int64_t Heads = 1;
+  int64_t HeadsKv = 1;
+  int64_t MaxSeqlenQ = 1;
+  int64_t MaxSeqlenKv = 0;
+  int64_t PageSize = 16;
+};
+
+/// A paged prefill plan: the grid (query blocks of the bound on queries x
+/// batch x heads). Paged prefill needs no workspace.
+struct PrefillPlan {
+  PrefillBounds Bounds;
+  int BlockM = 128, BlockN = 64;
+  int QueryBlocks = 1;
+  /// The kernel's key (which Attention planned it).
+  std::string KernelKey;
+};
+
+/// The plan for \p B with query blocks of \p BlockM rows and key blocks
+/// of \p BlockN keys. InvalidArgument naming the bound that is wrong.
+PrefillPlan makePrefillPlan(const PrefillBounds &B, int BlockM, int BlockN);
+
 /// One partial result for Attention::mergeResults: o (like a forward's
 /// out) and its finals ([F, B, H, Sq] float32; null for a definition
 /// without finals), computed over a set of keys disjoint from the other

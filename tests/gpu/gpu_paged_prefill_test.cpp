@@ -1,0 +1,530 @@
+// Paged prefill on a GPU against the double-precision reference: a cached
+// prefix in pages (junk elsewhere), the new tokens appended by appendPaged,
+// then prefillPaged of the packed new queries over each sequence's pages
+// (q_idx aligned to the end of its keys). Ragged prefixes with 0, 17 to
+// 1000+ queries a sequence, GQA 1, 4 and 8, pages of 1, 16 and 256, NHD and
+// HND, block tables and CSR, causal, sliding-window and chunked masks and
+// unmasked sigmoid/ReLU/ALiBi/softcap, fwd_sm90's paged kernel (pages of 16
+// and 256 on sm_90a) and fwd_sm80's (pages of 1, and named); a plan captured
+// in a CUDA graph and replayed with new lengths, tables, caches and q; the
+// device checks (a bad page index or length: that sequence's rows NaN).
+// Exits 77 without a GPU.
+#include "PagedSupport.h"
+
+#include "attn/Error.h"
+#include "attn/codegen/Arch.h"
+#include "attn/reference/Attention.h"
+#include "attn/runtime/Errors.h"
+#include "attn/runtime/Paged.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdio>
+#include <future>
+#include <numeric>
+
+using namespace attn;
+using namespace attn::gputest;
+using runtime::PageLayout;
+using runtime::TensorView;
+
+namespace {
+
+struct Case {
+  std::string Def;
+  DType Dt;
+  int H, Hkv, PageSize;
+  PageLayout Layout;
+  bool Csr;
+  std::vector<int> Prefix, NewQ;
+  /// The signature names fwd_sm80: its paged kernel on sm_90a too (which
+  /// takes it for pages under 8 tokens only).
+  bool Sm80 = false;
+};
+
+/// A batch on the device: caches holding each sequence's prefix (junk
+/// elsewhere) and then its new tokens appended by appendPaged; the packed
+/// queries; the index tensors.
+struct Batch {
+  PagedHost P;
+  std::vector<int> Prefix, NewQ;
+  std::vector<int32_t> Cu;
+  std::vector<uint16_t> QBits;
+  int Tq = 0, MaxQ = 1;
+};
+
+Batch makePrefillBatch(std::mt19937_64 &Rng, DType Dt, int H, int Hkv, int PageSize,
+                       PageLayout L, const std::vector<int> &Prefix,
+                       const std::vector<int> &NewQ) {
+  Batch X;
+  X.Prefix = Prefix;
+  X.NewQ = NewQ;
+  std::vector<int> Lens(Prefix.size());
+  for (size_t b = 0; b < Prefix.size(); ++b)
+    Lens[b] = Prefix[b] + NewQ[b];
+  X.P = makeBatch(Rng, Dt, Hkv, PageSize, L, Lens);
+  X.Cu.push_back(0);
+  for (int n : NewQ) {
+    X.Cu.push_back(X.Cu.back() + n);
+    X.MaxQ = std::max(X.MaxQ, n);
+  }
+  X.Tq = std::max(1, X.Cu.back()); // one unused row where no sequence has a query
+  std::normal_distribution<double> N(0.0, 1.0);
+  X.QBits.resize(size_t(X.Tq) * H * X.P.D);
+  for (uint16_t &Bits : X.QBits)
+    Bits = toBits(Dt, N(Rng));
+  return X;
+}
+
+/// The caches of \p X on the device: junk, each prefix scattered into its
+/// pages, then the new tokens appended (int32 slots, a padding slot of -1
+/// whose token must not land).
+void fillCaches(runtime::Attention &A, const Batch &X, DType Dt, const runtime::PagedKV &KV,
+                DeviceBuffer &KC, DeviceBuffer &VC, std::mt19937_64 &Rng) {
+  const PagedHost &P = X.P;
+  const int D = P.D, Hkv = P.Hkv, PS = P.PageSize;
+  size_t Elems = KC.size() / 2;
+  std::vector<uint16_t> KH(Elems), VH(Elems);
+  std::normal_distribution<double> N(0.0, 1.0);
+  for (size_t I = 0; I < Elems; ++I) {
+    KH[I] = toBits(Dt, 4 * N(Rng));
+    VH[I] = toBits(Dt, 4 * N(Rng));
+  }
+  for (int b = 0; b < P.B; ++b)
+    for (int t = 0; t < X.Prefix[b]; ++t)
+      for (int h = 0; h < Hkv; ++h)
+        for (int d = 0; d < D; ++d) {
+          size_t At = P.at(P.pageOf(b, t / PS), t % PS, h) + d;
+          KH[At] = P.K[b][(size_t(t) * Hkv + h) * D + d];
+          VH[At] = P.V[b][(size_t(t) * Hkv + h) * D + d];
+        }
+  KC.upload(KH.data(), KC.size());
+  VC.upload(VH.data(), VC.size());
+  std::vector<uint16_t> NK, NV;
+  std::vector<int32_t> Slots;
+  for (int b = 0; b < P.B; ++b)
+    for (int t = X.Prefix[b]; t < P.Lens[b]; ++t) {
+      auto From = [&](const std::vector<uint16_t> &S) {
+        return S.begin() + size_t(t) * Hkv * D;
+      };
+      NK.insert(NK.end(), From(P.K[b]), From(P.K[b]) + size_t(Hkv) * D);
+      NV.insert(NV.end(), From(P.V[b]), From(P.V[b]) + size_t(Hkv) * D);
+      Slots.push_back(P.pageOf(b, t / PS) * PS + t % PS);
+    }
+  NK.insert(NK.end(), size_t(Hkv) * D, toBits(Dt, 99.0));
+  NV.insert(NV.end(), size_t(Hkv) * D, toBits(Dt, 99.0));
+  Slots.push_back(-1);
+  const int64_t T = int64_t(Slots.size());
+  DeviceBuffer DNK(NK.size() * 2), DNV(NV.size() * 2), DS(Slots.size() * 4);
+  DNK.upload(NK.data(), DNK.size());
+  DNV.upload(NV.data(), DNV.size());
+  DS.upload(Slots.data(), DS.size());
+  A.appendPaged(TensorView::contiguous(DNK.get(), Dt, {T, Hkv, D}),
+                TensorView::contiguous(DNV.get(), Dt, {T, Hkv, D}), KV,
+                TensorView::contiguous(DS.get(), DType::I32, {T}));
+  auto &Drv = runtime::CudaDriver::get();
+  Drv.check(Drv.cuCtxSynchronize(), "appendPaged");
+}
+
+struct SeqErr {
+  double Err = 0, Plain = 0, Final = 0;
+  bool NanOk = true;
+};
+
+/// The rows of \p X against the fp64 reference, one reference call per
+/// sequence (its keys all of its tokens, QIndexOffset its keys − its
+/// queries), the sequences in parallel. o [Tq][H][D], finals [F][H][Tq];
+/// \p NanSeqs: sequences whose rows must be NaN.
+bool check(const char *What, const runtime::Attention &A, DType Dt, const Batch &X, int H,
+           const reference::InputValues &RefInputs, const std::vector<uint16_t> &OBits,
+           const std::vector<float> &FVals, const std::vector<int> &NanSeqs = {}) {
+  const PagedHost &P = X.P;
+  const int D = P.D;
+  const ir::Graph &G = *A.definition().Graph;
+  const size_t NF = G.decls().FinalRowscales.size();
+  auto O = [&](int row, int h, int d) {
+    return fromBits(Dt, OBits[(size_t(row) * H + h) * D + d]);
+  };
+  auto F = [&](size_t f, int h, int row) { return FVals[(f * H + h) * X.Tq + row]; };
+  auto One = [&](int b) {
+    SeqErr E;
+    const int Sq = X.NewQ[b], Row0 = X.Cu[b];
+    if (Sq == 0)
+      return E;
+    if (std::count(NanSeqs.begin(), NanSeqs.end(), b)) {
+      for (int s = 0; s < Sq; ++s)
+        for (int h = 0; h < H; ++h) {
+          E.NanOk = E.NanOk && std::isnan(O(Row0 + s, h, 0)) &&
+                    std::isnan(O(Row0 + s, h, D - 1));
+          for (size_t f = 0; f < NF; ++f)
+            E.NanOk = E.NanOk && std::isnan(F(f, h, Row0 + s));
+        }
+      return E;
+    }
+    std::vector<uint16_t> Qb(X.QBits.begin() + size_t(Row0) * H * D,
+                             X.QBits.begin() + size_t(Row0 + Sq) * H * D);
+    reference::AttentionInputs In;
+    In.Q = refOf(Dt, Qb, H, Sq, D);
+    In.K = refOf(Dt, P.K[b], P.Hkv, P.Lens[b], D);
+    In.V = refOf(Dt, P.V[b], P.Hkv, P.Lens[b], D);
+    In.Inputs = RefInputs;
+    In.QIndexOffset = P.Lens[b] - Sq;
+    In.BatchIndexOffset = b;
+    reference::AttentionOutputs Ref = reference::attentionOnline(A.definition(), In, 0);
+    In.RoundProbs = [&](double V) { return roundTo(Dt, V); };
+    reference::AttentionOutputs Plain = reference::attentionOnline(A.definition(), In, 0);
+    for (int s = 0; s < Sq; ++s)
+      for (int h = 0; h < H; ++h) {
+        for (int d = 0; d < D; ++d) {
+          double Want = Ref.O.at({0, h, s, d}), Got = O(Row0 + s, h, d);
+          E.Err = std::max(E.Err, std::isnan(Got) ? INFINITY : std::fabs(Got - Want));
+          E.Plain =
+              std::max(E.Plain, std::fabs(roundTo(Dt, Plain.O.at({0, h, s, d})) - Want));
+        }
+        for (size_t f = 0; f < NF; ++f) {
+          double Got = F(f, h, Row0 + s);
+          double Want = Ref.Finals.at(G.decls().FinalRowscales[f].Name).at({0, h, s});
+          double Rel = (std::isinf(Want) && Got == Want)
+                           ? 0.0
+                           : std::fabs(Got - Want) / (1.0 + std::fabs(Want));
+          E.Final = std::max(E.Final, std::isnan(Got) ? INFINITY : Rel);
+        }
+      }
+    return E;
+  };
+  std::vector<std::future<SeqErr>> Parts;
+  for (int b = 0; b < P.B; ++b)
+    Parts.push_back(std::async(std::launch::async, One, b));
+  SeqErr All;
+  for (auto &Part : Parts) {
+    SeqErr E = Part.get();
+    All.Err = std::max(All.Err, E.Err);
+    All.Plain = std::max(All.Plain, E.Plain);
+    All.Final = std::max(All.Final, E.Final);
+    All.NanOk = All.NanOk && E.NanOk;
+  }
+  double Tol = 2 * All.Plain + (Dt == DType::F16 ? 1e-3 : 8e-3);
+  bool Pass = All.Err <= Tol && All.Final <= 2e-4 && All.NanOk;
+  std::printf("%-4s %s: err %.2e tol %.2e finals %.1e%s\n", Pass ? "ok" : "FAIL", What,
+              All.Err, Tol, All.Final, All.NanOk ? "" : " (a poisoned row is not NaN)");
+  return Pass;
+}
+
+runtime::Signature signature(DType Dt, bool Sm80 = false) {
+  runtime::Signature Sig;
+  if (Sm80)
+    Sig.Skeleton = "fwd_sm80";
+  Sig.Dtype = Dt;
+  Sig.HeadDim = Sig.HeadDimV = 128;
+  Sig.Backend = "generated";
+  return Sig;
+}
+
+/// One prefillPaged call of a case.
+bool runCase(const Case &C, uint64_t Seed) {
+  runtime::Attention A(pagedDefinition(C.Def), signature(C.Dt, C.Sm80));
+  std::mt19937_64 Rng(Seed);
+  Batch X = makePrefillBatch(Rng, C.Dt, C.H, C.Hkv, C.PageSize, C.Layout, C.Prefix, C.NewQ);
+  const PagedHost &P = X.P;
+  const int D = P.D, B = P.B;
+  DeviceBuffer KC(size_t(P.NumPages) * C.PageSize * C.Hkv * D * 2), VC(KC.size());
+  DeviceIndex Idx(P);
+  const int64_t MaxLen = *std::max_element(P.Lens.begin(), P.Lens.end());
+  runtime::PagedKV KV = Idx.view(P, C.Csr, KC.get(), VC.get(), C.Dt, MaxLen);
+  fillCaches(A, X, C.Dt, KV, KC, VC, Rng);
+
+  const ir::Graph &G = *A.definition().Graph;
+  const size_t NF = G.decls().FinalRowscales.size();
+  DeviceBuffer DQ(X.QBits.size() * 2), DO(X.QBits.size() * 2),
+      DF(std::max<size_t>(1, NF) * C.H * X.Tq * 4), DCu(X.Cu.size() * 4);
+  DQ.upload(X.QBits.data(), DQ.size());
+  DCu.upload(X.Cu.data(), DCu.size());
+  TensorView Finals = TensorView::contiguous(DF.get(), DType::F32, {int64_t(NF), C.H, X.Tq});
+  runtime::InputMap Inputs;
+  reference::InputValues RefInputs;
+  std::vector<std::unique_ptr<DeviceBuffer>> Bufs;
+  makeInputs(G, C.H, Inputs, RefInputs, Bufs);
+  DO.poison();
+  DF.poison();
+  A.prefillPaged(TensorView::contiguous(DQ.get(), C.Dt, {X.Tq, C.H, D}),
+                 TensorView::contiguous(DCu.get(), DType::I32, {B + 1}), X.MaxQ, KV,
+                 TensorView::contiguous(DO.get(), C.Dt, {X.Tq, C.H, D}),
+                 NF ? &Finals : nullptr, Inputs);
+  auto &Drv = runtime::CudaDriver::get();
+  Drv.check(Drv.cuCtxSynchronize(), "kernel execution");
+  std::vector<uint16_t> OBits(X.QBits.size());
+  std::vector<float> FVals(NF * C.H * X.Tq);
+  DO.download(OBits.data(), DO.size());
+  if (NF)
+    DF.download(FVals.data(), FVals.size() * 4);
+  std::string What =
+      fmt::format("{}{} {} H{}/{} page{} {} {} prefix {} new {}", C.Def,
+                  C.Sm80 ? " (fwd_sm80)" : "",
+                  std::string(dtypeName(C.Dt)), C.H, C.Hkv, C.PageSize,
+                  runtime::pageLayoutName(C.Layout), C.Csr ? "csr" : "table",
+                  fmt::join(C.Prefix, ","), fmt::join(C.NewQ, ","));
+  return check(What.c_str(), A, C.Dt, X, C.H, RefInputs, OBits, FVals);
+}
+
+/// A plan captured once in a CUDA graph and replayed three times with new
+/// prefixes, query counts, tables, caches and q at the same addresses.
+bool graphReplay(const std::string &Def, bool Csr, uint64_t Seed) {
+  const DType Dt = DType::F16;
+  const int H = 8, Hkv = 2, PageSize = 16, B = 3, MaxQ = 300, MaxLen = 2048, D = 128;
+  const int MaxTq = B * MaxQ;
+  runtime::Attention A(pagedDefinition(Def), signature(Dt));
+  runtime::PrefillPlan Plan =
+      A.planPrefill(runtime::PrefillBounds{B, H, Hkv, MaxQ, MaxLen, PageSize});
+  std::mt19937_64 Rng(Seed);
+  const int NumPages = B * MaxLen / PageSize + 3, MaxPages = MaxLen / PageSize;
+  size_t CacheElems = size_t(NumPages) * PageSize * Hkv * D;
+  DeviceBuffer KC(CacheElems * 2), VC(CacheElems * 2), DQ(size_t(MaxTq) * H * D * 2),
+      DO(size_t(MaxTq) * H * D * 2), DF(size_t(MaxTq) * H * 4), DCu((B + 1) * 4);
+  DeviceBuffer Table(size_t(B) * MaxPages * 4), Lens(B * 4), Indptr((B + 1) * 4),
+      Indices(size_t(B) * MaxPages * 4), Last(B * 4);
+  runtime::PagedKV KV;
+  std::vector<int64_t> CacheShape{NumPages, PageSize, Hkv, D};
+  KV.KCache = TensorView::contiguous(KC.get(), Dt, CacheShape);
+  KV.VCache = TensorView::contiguous(VC.get(), Dt, CacheShape);
+  KV.MaxSeqlenKv = MaxLen;
+  if (Csr) {
+    KV.Indptr = TensorView::contiguous(Indptr.get(), DType::I32, {B + 1});
+    KV.Indices = TensorView::contiguous(Indices.get(), DType::I32, {int64_t(B) * MaxPages});
+    KV.LastPageLen = TensorView::contiguous(Last.get(), DType::I32, {B});
+  } else {
+    KV.BlockTable = TensorView::contiguous(Table.get(), DType::I32, {B, MaxPages});
+    KV.SeqLens = TensorView::contiguous(Lens.get(), DType::I32, {B});
+  }
+  TensorView Q = TensorView::contiguous(DQ.get(), Dt, {MaxTq, H, D});
+  TensorView O = TensorView::contiguous(DO.get(), Dt, {MaxTq, H, D});
+  TensorView Cu = TensorView::contiguous(DCu.get(), DType::I32, {B + 1});
+  const ir::Graph &G = *A.definition().Graph;
+  const size_t NF = G.decls().FinalRowscales.size();
+  TensorView F = TensorView::contiguous(DF.get(), DType::F32, {int64_t(NF), H, MaxTq});
+  runtime::InputMap Inputs;
+  reference::InputValues RefInputs;
+  std::vector<std::unique_ptr<DeviceBuffer>> Bufs;
+  makeInputs(G, H, Inputs, RefInputs, Bufs);
+
+  auto &Drv = runtime::CudaDriver::get();
+  CUstream S = nullptr;
+  Drv.check(Drv.cuStreamCreate(&S, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  CUgraph Graph = nullptr;
+  CUgraphExec Exec = nullptr;
+  Drv.check(Drv.cuStreamBeginCapture(S, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+            "cuStreamBeginCapture");
+  A.runPrefill(Plan, Q, Cu, KV, O, NF ? &F : nullptr, Inputs, S);
+  Drv.check(Drv.cuStreamEndCapture(S, &Graph), "cuStreamEndCapture");
+  Drv.check(Drv.cuGraphInstantiate(&Exec, Graph, 0), "cuGraphInstantiate");
+
+  bool Pass = true;
+  const std::vector<std::pair<std::vector<int>, std::vector<int>>> Rounds = {
+      {{0, 1748, 500}, {300, 300, 17}},
+      {{1000, 0, 31}, {0, 129, 300}},
+      {{2047, 0, 7}, {1, 1, 64}}};
+  for (size_t R = 0; R < Rounds.size(); ++R) {
+    Batch X = makePrefillBatch(Rng, Dt, H, Hkv, PageSize, PageLayout::NHD,
+                               Rounds[R].first, Rounds[R].second);
+    // The bound's pages and table width, whatever this round uses.
+    X.P.NumPages = NumPages;
+    std::vector<int32_t> Tab(size_t(B) * MaxPages, 1 << 30);
+    for (int b = 0; b < B; ++b)
+      for (int64_t p = 0; p < X.P.pages(b); ++p)
+        Tab[size_t(b) * MaxPages + p] = X.P.pageOf(b, p);
+    X.P.Table = Tab;
+    X.P.MaxPages = MaxPages;
+    fillCaches(A, X, Dt, KV, KC, VC, Rng);
+    Table.upload(X.P.Table.data(), X.P.Table.size() * 4);
+    Lens.upload(X.P.SeqLens.data(), B * 4);
+    Indptr.upload(X.P.Indptr.data(), (B + 1) * 4);
+    if (!X.P.Indices.empty())
+      Indices.upload(X.P.Indices.data(), X.P.Indices.size() * 4);
+    Last.upload(X.P.LastPageLen.data(), B * 4);
+    DCu.upload(X.Cu.data(), X.Cu.size() * 4);
+    DQ.upload(X.QBits.data(), X.QBits.size() * 2);
+    DO.poison();
+    DF.poison();
+    Drv.check(Drv.cuGraphLaunch(Exec, S), "cuGraphLaunch");
+    Drv.check(Drv.cuStreamSynchronize(S), "graph replay");
+    // The replay's outputs as X's packed rows (q and o are MaxTq rows; X
+    // uses the first Tq).
+    std::vector<uint16_t> OBits(size_t(X.Tq) * H * D);
+    std::vector<float> FAll(NF * H * MaxTq), FVals(NF * H * X.Tq);
+    DO.download(OBits.data(), OBits.size() * 2);
+    if (NF)
+      DF.download(FAll.data(), FAll.size() * 4);
+    for (size_t f = 0; f < NF; ++f)
+      for (int h = 0; h < H; ++h)
+        for (int r = 0; r < X.Tq; ++r)
+          FVals[(f * H + h) * X.Tq + r] = FAll[(f * H + h) * MaxTq + r];
+    std::string What = fmt::format("graph replay {} {} round {} prefix {} new {}", Def,
+                                   Csr ? "csr" : "table", R, fmt::join(Rounds[R].first, ","),
+                                   fmt::join(Rounds[R].second, ","));
+    Pass = check(What.c_str(), A, Dt, X, H, RefInputs, OBits, FVals) && Pass;
+  }
+  Drv.cuGraphExecDestroy(Exec);
+  Drv.cuGraphDestroy(Graph);
+  Drv.cuStreamDestroy(S);
+  return Pass;
+}
+
+/// The device checks: a page index out of range (sequence 1); in CSR, a
+/// last page length of 0 (sequence 2); a length above the bound (sequence
+/// 0): those sequences' rows NaN, the others exact.
+bool deviceChecks(uint64_t Seed, bool Sm80) {
+  const DType Dt = DType::F16;
+  const int H = 8, Hkv = 2, PageSize = 16, D = 128;
+  runtime::Attention A(makeDefinition("mha"), signature(Dt, Sm80));
+  std::mt19937_64 Rng(Seed);
+  Batch X = makePrefillBatch(Rng, Dt, H, Hkv, PageSize, PageLayout::NHD,
+                             {900, 1500, 40, 0}, {100, 200, 30, 50});
+  const int B = X.P.B;
+  DeviceBuffer KC(size_t(X.P.NumPages) * PageSize * Hkv * D * 2), VC(KC.size());
+  {
+    DeviceIndex Idx(X.P);
+    fillCaches(A, X, Dt, Idx.view(X.P, false, KC.get(), VC.get(), Dt, 1700), KC, VC, Rng);
+  }
+  DeviceBuffer DQ(X.QBits.size() * 2), DO(X.QBits.size() * 2), DF(size_t(H) * X.Tq * 4),
+      DCu(X.Cu.size() * 4);
+  DQ.upload(X.QBits.data(), DQ.size());
+  DCu.upload(X.Cu.data(), DCu.size());
+  TensorView F = TensorView::contiguous(DF.get(), DType::F32, {1, H, X.Tq});
+  auto Run = [&](const PagedHost &Bad, bool Csr, int64_t MaxLen, const char *Check,
+                 std::vector<int> NanSeqs) {
+    std::string What = fmt::format("{}{}", Check, Sm80 ? " (fwd_sm80)" : "");
+    DeviceIndex Idx(Bad);
+    runtime::PagedKV KV = Idx.view(Bad, Csr, KC.get(), VC.get(), Dt, MaxLen);
+    DO.poison(0);
+    DF.poison(0);
+    A.prefillPaged(TensorView::contiguous(DQ.get(), Dt, {X.Tq, H, D}),
+                   TensorView::contiguous(DCu.get(), DType::I32, {B + 1}), X.MaxQ, KV,
+                   TensorView::contiguous(DO.get(), Dt, {X.Tq, H, D}), &F);
+    auto &Drv = runtime::CudaDriver::get();
+    Drv.check(Drv.cuCtxSynchronize(), "kernel execution");
+    std::vector<uint16_t> OBits(X.QBits.size());
+    std::vector<float> FVals(size_t(H) * X.Tq);
+    DO.download(OBits.data(), DO.size());
+    DF.download(FVals.data(), FVals.size() * 4);
+    return check(What.c_str(), A, Dt, X, H, {}, OBits, FVals, NanSeqs);
+  };
+  bool Pass = true;
+  PagedHost Bad = X.P;
+  Bad.Table[size_t(1) * Bad.MaxPages + 90] = Bad.NumPages + 5;
+  Pass = Run(Bad, false, 1700, "device check: page index out of range", {1}) && Pass;
+  Bad = X.P;
+  Bad.LastPageLen[2] = 0;
+  Pass = Run(Bad, true, 1700, "device check: csr last page length 0", {2}) && Pass;
+  // The bound (max_seqlen_kv 1600) below sequence 1's 1700 keys.
+  Pass = Run(X.P, false, 1600, "device check: a length above the bound", {1}) && Pass;
+  return Pass;
+}
+
+std::vector<Case> cases() {
+  const DType F = DType::F16, BF = DType::BF16;
+  const PageLayout NHD = PageLayout::NHD, HND = PageLayout::HND;
+  return {
+      // Causal softmax: ragged prefixes with 0, 17 to 1000+ new tokens.
+      {"mha", F, 8, 2, 16, NHD, false, {0, 1000, 37, 300}, {17, 64, 1100, 130}},
+      {"mha", F, 8, 8, 1, NHD, true, {513, 0, 64}, {200, 17, 33}},
+      {"mha", BF, 8, 1, 256, HND, false, {1, 700, 0}, {300, 255, 257}},
+      {"mha", F, 16, 2, 16, HND, true, {0, 0, 2000}, {1030, 40, 100}},
+      // Unmasked variants (sum and log-sum-exp finals, per-head inputs).
+      {"sigmoid_full", F, 8, 2, 16, NHD, true, {1000, 3}, {64, 200}},
+      {"relu_full", BF, 8, 2, 1, HND, false, {600, 0}, {33, 129}},
+      {"alibi_full", F, 8, 2, 16, NHD, false, {300, 77}, {120, 18}},
+      {"softcap_learnable", BF, 8, 2, 256, NHD, true, {1200, 0}, {90, 300}},
+      // Masks with q_idx aligned to the end of the keys.
+      {"mha_sliding_window", F, 8, 2, 16, NHD, false, {2000, 0, 300}, {400, 600, 17}},
+      {"mha_sliding_window", F, 8, 1, 1, HND, true, {700, 255}, {100, 300}},
+      {"mha_chunked", F, 8, 2, 16, NHD, false, {1500, 33, 0}, {200, 700, 64}},
+      {"mha_chunked", F, 8, 4, 1, HND, true, {900, 0}, {130, 257}},
+      // fwd_sm80's paged kernel where sm_90a would take fwd_sm90's (it
+      // takes it for pages of 1 above).
+      {"mha", F, 8, 2, 16, NHD, false, {0, 1000, 37, 300}, {17, 64, 1100, 130}, true},
+  };
+}
+
+/// ATTNC_PREFILL_COMPILE_ONLY=sm_90a (or sm_80): compile every kernel the
+/// cases use (and the append) into the kernel cache and exit; no GPU is
+/// needed (the calls stop at the missing driver, after compiling).
+int compileOnly(const char *ArchName) {
+  std::optional<GpuArch> Arch = archFromName(ArchName);
+  if (!Arch) {
+    std::fprintf(stderr, "ATTNC_PREFILL_COMPILE_ONLY: unknown arch %s\n", ArchName);
+    return 2;
+  }
+  // ATTNC_PREFILL_SHARD=i/n: every n-th case from the i-th (parallel
+  // compiles).
+  int Shard = 0, Shards = 1;
+  if (const char *S = std::getenv("ATTNC_PREFILL_SHARD"))
+    std::sscanf(S, "%d/%d", &Shard, &Shards);
+  int N = 0, I = -1;
+  for (const Case &C : cases()) {
+    if (++I % Shards != Shard)
+      continue;
+    runtime::Signature Sig = signature(C.Dt, C.Sm80);
+    Sig.Arch = *Arch;
+    runtime::Attention A(pagedDefinition(C.Def), Sig);
+    ++N;
+    void *P = reinterpret_cast<void *>(uintptr_t(1) << 20);
+    runtime::PagedKV KV;
+    KV.KCache = TensorView::contiguous(P, C.Dt, {4, C.PageSize, C.Hkv, 128});
+    KV.VCache = KV.KCache;
+    KV.BlockTable = TensorView::contiguous(P, DType::I32, {1, 1});
+    KV.SeqLens = TensorView::contiguous(P, DType::I32, {1});
+    KV.MaxSeqlenKv = 1;
+    size_t NF = A.definition().Graph->decls().FinalRowscales.size();
+    TensorView Q = TensorView::contiguous(P, C.Dt, {4, C.H, 128});
+    TensorView F = TensorView::contiguous(P, DType::F32, {int64_t(NF), C.H, 4});
+    runtime::InputMap Inputs;
+    for (const ir::InputDecl &D : A.definition().Graph->decls().Inputs)
+      if (D.Shape == ir::InputShape::Scalar)
+        Inputs[D.Name] = D.Elem == ir::InputType::I32 ? runtime::InputValue(int32_t(0))
+                                                      : runtime::InputValue(0.f);
+      else
+        Inputs[D.Name] = TensorView::contiguous(P, DType::F32, {C.H});
+    try {
+      A.prefillPaged(Q, TensorView::contiguous(P, DType::I32, {2}), 4, KV, Q,
+                     NF ? &F : nullptr, Inputs);
+    } catch (const DriverError &) {
+    }
+    try {
+      TensorView T = TensorView::contiguous(P, C.Dt, {1, C.Hkv, 128});
+      A.appendPaged(T, T, KV, TensorView::contiguous(P, DType::I32, {1}));
+    } catch (const DriverError &) {
+    }
+  }
+  std::printf("compiled the kernels of %d paged prefill cases\n", N);
+  return 0;
+}
+
+} // namespace
+
+int main() {
+  auto &Drv = runtime::CudaDriver::get();
+  if (const char *Only = std::getenv("ATTNC_PREFILL_COMPILE_ONLY"))
+    return compileOnly(Only);
+  if (!Drv.available()) {
+    std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
+    return 77;
+  }
+  bool AllPass = true;
+  uint64_t Seed = 1;
+  auto Guard = [&](const char *What, auto &&Fn) {
+    try {
+      AllPass = Fn() && AllPass;
+    } catch (const std::exception &E) {
+      std::printf("FAIL %s: %s\n", What, E.what());
+      AllPass = false;
+    }
+  };
+  for (const Case &C : cases())
+    Guard(C.Def.c_str(), [&] { return runCase(C, Seed++); });
+  Guard("graph replay", [&] { return graphReplay("mha", false, 101); });
+  Guard("graph replay csr", [&] { return graphReplay("sigmoid_full", true, 102); });
+  Guard("device checks", [&] { return deviceChecks(103, false); });
+  Guard("device checks fwd_sm80", [&] { return deviceChecks(104, true); });
+  std::printf("%s\n", AllPass ? "all paged prefill cases pass" : "some paged prefill cases FAIL");
+  return AllPass ? 0 : 1;
+}
