@@ -39,13 +39,22 @@ KernelSpec spec(DType T, int D, int DV, GpuArch Arch = GpuArch::Sm90a) {
   return S;
 }
 
+/// What packedBackwardChoice makes of the dense default at \p D / \p DV:
+/// its .varlen form on the plain lockstep step (the lean step, the d128
+/// default, has no packed form).
+BwdSm90Config packedDefault(int D, int DV) {
+  BwdSm90Config Cfg = BwdSm90Config::defaultFor(D, DV);
+  Cfg.Lean = 0;
+  Cfg.Varlen = true;
+  return Cfg;
+}
+
 /// The packed form of the dense default at \p D / \p DV, compiled to PTX in
 /// both dtypes, with the markers of the warp-specialised packed kernel.
 void compilePacked(const std::string &Name, int D, int DV) {
   CompiledDefinition Def = compile(gputest::makeDefinition(Name));
   for (DType T : {DType::F16, DType::BF16}) {
-    BwdSm90Config Cfg = BwdSm90Config::defaultFor(D, DV);
-    Cfg.Varlen = true;
+    BwdSm90Config Cfg = packedDefault(D, DV);
     codegen::KernelSource Src = codegen::generateBackwardSm90(Def, spec(T, D, DV), Cfg);
     INFO("kernel " << Src.Key);
     CHECK(has(Src.Source, "attnc::BwdDkDvSm90Varlen<"));
@@ -92,6 +101,11 @@ TEST_CASE("bwd_sm90 varlen: configuration strings and refusals", "[bwd90][varlen
     CHECK_THAT(codegen::bwdSm90Unsupported(S, BwdSm90Config::parse(Refused), 1, false),
                Contains(".varlen is a form of the warp-specialised fused-dQ configurations"));
   CHECK(codegen::bwdSm90Unsupported(S, C, 1, false).empty());
+  CHECK_THAT(codegen::bwdSm90Unsupported(
+                 S, BwdSm90Config::parse("bwd90ws.kv64x128s2.lean2.fused.varlen"), 1,
+                 false),
+             Contains(".varlen is not a form of the lean step yet; use "
+                      "bwd90ws.kv64x128s2.fused.varlen"));
 }
 
 TEST_CASE("bwd_sm90 varlen: a packed backward runs bwd_sm90 on sm_90a, bwd_sm80 "
@@ -131,14 +145,19 @@ TEST_CASE("bwd_sm90 varlen: the dense form's source has no packed code",
   // so their cache keys and CUBINs) do not change with it.
   CompiledDefinition Def = compile(gputest::makeDefinition("mha"));
   BwdSm90Config Dense = BwdSm90Config::defaultFor(128, 128);
-  BwdSm90Config P = Dense;
-  P.Varlen = true;
+  BwdSm90Config P = packedDefault(128, 128);
+  BwdSm90Config Plain = P;
+  Plain.Varlen = false;
   codegen::KernelSource A = codegen::generateBackwardSm90(Def, spec(DType::F16, 128, 128), Dense);
   codegen::KernelSource B = codegen::generateBackwardSm90(Def, spec(DType::F16, 128, 128), P);
-  CHECK(!has(A.Source, "varlen"));
-  CHECK(!has(A.Source, "Varlen"));
-  CHECK(has(A.Source, "attnc::BwdDkDvSm90<"));
-  CHECK(A.Key + ".varlen" == B.Key);
+  codegen::KernelSource APlain =
+      codegen::generateBackwardSm90(Def, spec(DType::F16, 128, 128), Plain);
+  for (const codegen::KernelSource *D : {&A, &APlain}) {
+    CHECK(!has(D->Source, "varlen"));
+    CHECK(!has(D->Source, "Varlen"));
+    CHECK(has(D->Source, "attnc::BwdDkDvSm90<"));
+  }
+  CHECK(APlain.Key + ".varlen" == B.Key);
   CHECK(std::find(A.Entries.begin(), A.Entries.end(), "attnc_bwd_block_classify") !=
         A.Entries.end());
   CHECK(std::find(B.Entries.begin(), B.Entries.end(), "attnc_bwd_block_classify") ==
@@ -149,8 +168,7 @@ TEST_CASE("bwd_sm90 varlen: mha's packed form compiles to a CUBIN without wgmma 
           "serialisation or spills",
           "[nvrtc][bwd90][varlen]") {
   CompiledDefinition Def = compile(gputest::makeDefinition("mha"));
-  BwdSm90Config Cfg = BwdSm90Config::defaultFor(128, 128);
-  Cfg.Varlen = true;
+  BwdSm90Config Cfg = packedDefault(128, 128);
   codegen::KernelSource Src = codegen::generateBackwardSm90(Def, spec(DType::F16, 128, 128), Cfg);
   runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
   INFO("kernel " << Src.Key << "\n" << Bin.Log);
