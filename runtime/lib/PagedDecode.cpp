@@ -101,17 +101,7 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
     d.part_o = static_cast<float *>(Workspace);
     d.part_st = d.part_o + Rows * size_t(Target.HeadDimV);
   }
-  A.pages = C.Pages;
-  A.seq_lens = C.SeqLens;
-  A.indptr = C.Indptr;
-  A.last_page_len = C.LastPageLen;
-  A.table_stride = C.TableStride;
-  int Shift = 0;
-  while ((int64_t(1) << Shift) < P.Bounds.PageSize)
-    ++Shift;
-  A.page_shift = Shift;
-  A.num_pages = int(C.K.NumPages);
-  A.num_indices = int(C.NumIndices);
+  setPageArgs(A, C, P.Bounds.PageSize);
   std::vector<uint64_t> Slots = inputSlots(*Def.Graph, S, Inputs);
   void *Params[] = {&A, Slots.data()};
   D.check(D.cuLaunchKernel(Decode, unsigned(P.Splits),
@@ -247,10 +237,7 @@ void launchPagedAppend(GpuArch Arch, const AppendCall &C, const TensorView &K,
   A.tokens = int(C.Tokens);
   A.d_chunks = int(K.Shape[2] / 8);
   A.dv_chunks = int(V.Shape[2] / 8);
-  int Shift = 0;
-  while ((int64_t(1) << Shift) < C.KC.PageSize)
-    ++Shift;
-  A.page_shift = Shift;
+  A.page_shift = pageShift(C.KC.PageSize);
   unsigned Threads = unsigned(std::max(A.d_chunks, A.dv_chunks));
   CudaDriver &D = CudaDriver::get();
   void *Params[] = {&A};

@@ -42,6 +42,30 @@ int64_t checkCaches(const Signature &Sig, const PagedKV &KV, PagedCall &C);
 void checkPageForm(const PagedKV &KV, int64_t Batch, int64_t PageSize,
                    int64_t MaxSeqlenKv, PagedCall &C);
 
+/// Checks a paged call's finals and custom inputs against \p G for the call
+/// shape \p S (scalar and per-head inputs only: NotSupportedYet naming the
+/// input and \p What, "paged decode" or "paged prefill").
+void checkPagedInputs(const ir::Graph &G, const CallShape &S,
+                      const TensorView *Finals, const InputMap &Inputs,
+                      llvm::StringRef What);
+
+/// log2 of a power-of-two page size (the kernels' page_shift).
+int pageShift(int64_t PageSize);
+
+/// Writes \p C's page description into a paged kernel's arguments
+/// (PagedDecodeArgs, PagedFwdArgs: the same fields).
+template <typename PagedArgs>
+void setPageArgs(PagedArgs &A, const PagedCall &C, int64_t PageSize) {
+  A.pages = C.Pages;
+  A.seq_lens = C.SeqLens;
+  A.indptr = C.Indptr;
+  A.last_page_len = C.LastPageLen;
+  A.table_stride = C.TableStride;
+  A.page_shift = pageShift(PageSize);
+  A.num_pages = int(C.K.NumPages);
+  A.num_indices = int(C.NumIndices);
+}
+
 /// The bounds a paged call's tensors describe: q's batch, heads and
 /// queries, the caches' KV heads and page size, KV.MaxSeqlenKv. Checks q
 /// and the caches (InvalidArgument naming them).

@@ -136,14 +136,7 @@ PrefillCall validatePrefillCall(const ir::Graph &G, const Signature &Sig,
   S.CuQ = static_cast<const int *>(CuSeqlensQ.Data);
   storeStrides(S.Q, q);
   storeStrides(S.O, o);
-  checkFinals(G, S, Finals);
-  for (const ir::InputDecl &D : G.decls().Inputs)
-    if (D.Shape != ir::InputShape::Scalar && D.Shape != ir::InputShape::PerHead)
-      throw NotSupportedYet(fmt::format(
-          "input '{}': {} inputs in paged prefill (scalar and per_head inputs "
-          "are supported)",
-          D.Name, ir::inputShapeName(D.Shape).str()));
-  checkInputs(G, S.B, S.H, S.Sq, std::max<int64_t>(1, S.Skv), Inputs);
+  checkPagedInputs(G, S, Finals, Inputs, "paged prefill");
   return R;
 }
 
@@ -246,17 +239,7 @@ void PagedPrefillRunner::run(const PrefillPlan &P, const PrefillCall &R,
   f.seq_kv = int(P.Bounds.MaxSeqlenKv);
   f.cu_seqlens_q = S.CuQ;
   f.total_q = int(S.TotalQ);
-  A.pages = C.Pages;
-  A.seq_lens = C.SeqLens;
-  A.indptr = C.Indptr;
-  A.last_page_len = C.LastPageLen;
-  A.table_stride = C.TableStride;
-  int Shift = 0;
-  while ((int64_t(1) << Shift) < P.Bounds.PageSize)
-    ++Shift;
-  A.page_shift = Shift;
-  A.num_pages = int(C.K.NumPages);
-  A.num_indices = int(C.NumIndices);
+  setPageArgs(A, C, P.Bounds.PageSize);
   std::vector<uint64_t> Slots = inputSlots(*Def.Graph, S, Inputs);
   attnc::Sm90Maps Maps{};
   if (K.Sm90)

@@ -303,15 +303,28 @@ PagedCall validatePagedCall(const ir::Graph &G, const Signature &Sig,
   S.Skv = B.MaxSeqlenKv;
   storeStrides(S.Q, q);
   storeStrides(S.O, o);
+  checkPagedInputs(G, S, Finals, Inputs, "paged decode");
+  return C;
+}
+
+void checkPagedInputs(const ir::Graph &G, const CallShape &S,
+                      const TensorView *Finals, const InputMap &Inputs,
+                      llvm::StringRef What) {
   checkFinals(G, S, Finals);
   for (const ir::InputDecl &D : G.decls().Inputs)
     if (D.Shape != ir::InputShape::Scalar && D.Shape != ir::InputShape::PerHead)
       throw NotSupportedYet(fmt::format(
-          "input '{}': {} inputs in paged decode (scalar and per_head inputs "
-          "are supported)",
-          D.Name, ir::inputShapeName(D.Shape).str()));
+          "input '{}': {} inputs in {} (scalar and per_head inputs are "
+          "supported)",
+          D.Name, ir::inputShapeName(D.Shape).str(), What.str()));
   checkInputs(G, S.B, S.H, S.Sq, std::max<int64_t>(1, S.Skv), Inputs);
-  return C;
+}
+
+int pageShift(int64_t PageSize) {
+  int Shift = 0;
+  while ((int64_t(1) << Shift) < PageSize)
+    ++Shift;
+  return Shift;
 }
 
 AppendCall validateAppend(const Signature &Sig, const TensorView &K,

@@ -1,7 +1,7 @@
 // Paged decode without a CUDA driver: the host model of the page index
 // math against the contiguous layout, the plan's arithmetic, and every
 // argument check of decodePaged, runDecode, planDecode and appendPaged.
-#include "TempDir.h"
+#include "PagedTestSupport.h"
 
 #include "Examples.h"
 
@@ -20,37 +20,7 @@
 using namespace attn;
 using namespace attn::runtime;
 using Catch::Matchers::Contains;
-
-namespace {
-
-const std::string &cacheDir() {
-  static const attn::testing::TempDir Dir("attnc-paged-cache");
-  static const bool Set = setenv("ATTNC_CACHE_DIR", Dir.Path.c_str(), 1) == 0;
-  REQUIRE(Set);
-  return Dir.Path;
-}
-
-template <class E, class F> std::string messageOf(F &&Fn) {
-  try {
-    Fn();
-  } catch (const E &Err) {
-    return Err.what();
-  }
-  FAIL_CHECK("nothing (or another error) was thrown");
-  return "";
-}
-
-void *fake(uintptr_t A) { return reinterpret_cast<void *>(A); }
-
-Signature sm80() {
-  Signature S;
-  S.Dtype = DType::F16;
-  S.HeadDim = S.HeadDimV = 64;
-  S.Arch = GpuArch::Sm80;
-  return S;
-}
-
-} // namespace
+using namespace attn::pagedtest;
 
 TEST_CASE("paged: the host model of the index math reads the contiguous "
           "layout",

@@ -2,7 +2,7 @@
 // (paged_index.cuh, run on the host) against the host model of Paged.h on
 // well-formed and malformed page descriptions, the plan's arithmetic, and
 // every argument check of prefillPaged, planPrefill and runPrefill.
-#include "TempDir.h"
+#include "PagedTestSupport.h"
 
 #include "Examples.h"
 
@@ -23,35 +23,9 @@
 using namespace attn;
 using namespace attn::runtime;
 using Catch::Matchers::Contains;
+using namespace attn::pagedtest;
 
 namespace {
-
-const std::string &cacheDir() {
-  static const attn::testing::TempDir Dir("attnc-prefill-cache");
-  static const bool Set = setenv("ATTNC_CACHE_DIR", Dir.Path.c_str(), 1) == 0;
-  REQUIRE(Set);
-  return Dir.Path;
-}
-
-template <class E, class F> std::string messageOf(F &&Fn) {
-  try {
-    Fn();
-  } catch (const E &Err) {
-    return Err.what();
-  }
-  FAIL_CHECK("nothing (or another error) was thrown");
-  return "";
-}
-
-void *fake(uintptr_t A) { return reinterpret_cast<void *>(A); }
-
-Signature sm80() {
-  Signature S;
-  S.Dtype = DType::F16;
-  S.HeadDim = S.HeadDimV = 64;
-  S.Arch = GpuArch::Sm80;
-  return S;
-}
 
 /// A well-formed paged prefill call: 2 sequences, 40 query tokens of 8
 /// heads, caches of 10 pages of 16 tokens and 2 KV heads, a table of 4
