@@ -452,13 +452,16 @@ int compileOnly(const char *ArchName) {
 
 /// ATTNC_PREFILL_TIME_REFERENCE=1: the host reference of every batch the
 /// test checks (the cases, the graph replays' rounds, the device checks'
-/// batch), timed, without a GPU.
+/// batch), timed, without a GPU; and the check tested on each: the
+/// reference's own rows in the kernel's layout pass, a changed element of
+/// the last row (or a changed final) fails.
 int timeReference() {
   using Clock = std::chrono::steady_clock;
   auto Since = [](Clock::time_point T) {
     return std::chrono::duration<double>(Clock::now() - T).count();
   };
   const auto Start = Clock::now();
+  bool SelfCheck = true;
   auto Time = [&](const std::string &What, const std::string &Def, DType Dt, int H, int Hkv,
                   const std::vector<int> &Prefix, const std::vector<int> &NewQ, uint64_t Seed) {
     runtime::Signature Sig = signature(Dt);
@@ -469,6 +472,34 @@ int timeReference() {
     const auto T0 = Clock::now();
     BatchReference Ref = referenceOf(A, Dt, X, H, referenceInputs(*A.definition().Graph, H));
     std::printf("reference %-40s %6.2f s\n", What.c_str(), Since(T0));
+    // The check itself: the reference's rows in the kernel's layout pass;
+    // one element of the last row changed, or a final, fails.
+    const int D = X.P.D, B = X.P.B;
+    const size_t NF = A.definition().Graph->decls().FinalRowscales.size();
+    std::vector<uint16_t> OBits(X.QBits.size());
+    std::vector<float> FVals(NF * H * X.Tq);
+    for (int b = 0; b < B; ++b)
+      for (int s = 0; s < X.NewQ[b]; ++s)
+        for (int h = 0; h < H; ++h) {
+          for (int d = 0; d < D; ++d)
+            OBits[(size_t(X.Cu[b] + s) * H + h) * D + d] =
+                toBits(Dt, Ref.O[b][(size_t(s) * H + h) * D + d]);
+          for (size_t f = 0; f < NF; ++f)
+            FVals[(f * H + h) * X.Tq + X.Cu[b] + s] =
+                float(Ref.Finals[b][(f * H + h) * X.NewQ[b] + s]);
+        }
+    SelfCheck = check("  its own rows", A, Dt, X, H, Ref, OBits, FVals) && SelfCheck;
+    std::vector<uint16_t> Bad = OBits;
+    const size_t Last = size_t(X.Cu[B]) * H * D - 1;
+    Bad[Last] = toBits(Dt, -2 * fromBits(Dt, Bad[Last]) - 1); // off by 3|o| + 1
+    SelfCheck = !check("  a changed element (must FAIL)", A, Dt, X, H, Ref, Bad, FVals) &&
+                SelfCheck;
+    if (NF) {
+      std::vector<float> BadF = FVals;
+      BadF[size_t(X.Cu[B]) - 1] += 0.01f;
+      SelfCheck = !check("  a changed final (must FAIL)", A, Dt, X, H, Ref, OBits, BadF) &&
+                  SelfCheck;
+    }
   };
   for (const Case &C : cases())
     Time(fmt::format("{} H{}/{} new {}", C.Def, C.H, C.Hkv, fmt::join(C.NewQ, ",")), C.Def,
@@ -481,7 +512,9 @@ int timeReference() {
     Time("device checks", "mha", DType::F16, 8, 2, {900, 1500, 40, 0}, {100, 200, 30, 50}, 3);
   std::printf("reference total %.2f s on %u threads\n", Since(Start),
               llvm::hardware_concurrency().compute_thread_count());
-  return 0;
+  std::printf("%s\n", SelfCheck ? "the check passes the reference's rows and fails changed ones"
+                                 : "the check FAILS its self-test");
+  return SelfCheck ? 0 : 1;
 }
 
 } // namespace
