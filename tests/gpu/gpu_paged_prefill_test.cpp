@@ -446,6 +446,13 @@ int compileOnly(const char *ArchName) {
     } catch (const DriverError &) {
     }
   }
+  // The append (appendPaged stops at the missing driver before it
+  // compiles; precompile's decode set has it).
+  runtime::Signature Sig = signature(DType::F16);
+  Sig.Arch = *Arch;
+  runtime::PrecompileSet Set;
+  Set.Decode = true;
+  runtime::Attention(makeDefinition("mha"), Sig).precompile(Set);
   std::printf("compiled the kernels of %d paged prefill cases\n", N);
   return 0;
 }
