@@ -145,6 +145,9 @@ int main(int Argc, char **Argv) {
                   CompileOnly);
       return 0;
     }
+    // The device's context current before the first allocation (the
+    // Attention objects that would make it current come later).
+    std::printf("device: %s\n", runtime::currentDevice().Name.c_str());
     const bool Masked = bool(Def.mask_mod);
     const double Pairs = Masked ? double(New) * Prefix + double(New) * (New + 1) / 2
                                 : double(New) * KV;
