@@ -1,7 +1,7 @@
 // Shared pieces of the paged GPU tests: a batch of sequences in pages on
 // the host (keys, values, block table and CSR), its index tensors on the
 // device, custom inputs, and the check of results against the fp64
-// reference, one reference call per sequence.
+// reference (chunks of each sequence's query rows on a thread pool).
 #ifndef ATTN_TESTS_GPU_PAGED_SUPPORT_H
 #define ATTN_TESTS_GPU_PAGED_SUPPORT_H
 
@@ -12,9 +12,11 @@
 #include "attn/runtime/Paged.h"
 
 #include <fmt/format.h>
+#include <llvm/Support/ThreadPool.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <future>
 #include <numeric>
 
 namespace attn::gputest {
@@ -150,34 +152,45 @@ inline reference::Tensor refOf(DType T, const std::vector<uint16_t> &Bits, int H
   return R;
 }
 
-/// The definition's custom inputs: scalars mid-range, per-head values
-/// spread over the range (what the kernel and the reference both see).
-inline void makeInputs(const ir::Graph &G, int H, runtime::InputMap &Inputs,
-                reference::InputValues &Ref,
-                std::vector<std::unique_ptr<DeviceBuffer>> &Bufs) {
+/// The definition's custom input values: scalars mid-range (rounded to
+/// their element type), per-head values spread over the range as floats.
+inline reference::InputValues referenceInputs(const ir::Graph &G, int H) {
+  reference::InputValues Ref;
   for (const ir::InputDecl &Decl : G.decls().Inputs) {
     if (Decl.Shape == ir::InputShape::Scalar) {
       double X = Decl.SampleLo + 0.5 * (Decl.SampleHi - Decl.SampleLo);
-      bool Int = Decl.Elem == ir::InputType::I32;
-      if (Int)
-        Inputs[Decl.Name] = int32_t(std::lround(X));
-      else
-        Inputs[Decl.Name] = float(X);
-      Ref[Decl.Name] =
-          reference::Tensor({}, Int ? double(std::lround(X)) : double(float(X)));
+      Ref[Decl.Name] = reference::Tensor(
+          {}, Decl.Elem == ir::InputType::I32 ? double(std::lround(X)) : double(float(X)));
       continue;
     }
     reference::Tensor T({H});
-    std::vector<float> F(H);
-    for (int h = 0; h < H; ++h) {
-      F[h] = float(Decl.SampleLo + (Decl.SampleHi - Decl.SampleLo) * (h + 0.5) / H);
-      T.at({h}) = F[h];
+    for (int h = 0; h < H; ++h)
+      T.at({h}) = float(Decl.SampleLo + (Decl.SampleHi - Decl.SampleLo) * (h + 0.5) / H);
+    Ref[Decl.Name] = T;
+  }
+  return Ref;
+}
+
+/// The definition's custom inputs (referenceInputs' values) for a call,
+/// the per-head ones in device buffers.
+inline void makeInputs(const ir::Graph &G, int H, runtime::InputMap &Inputs,
+                reference::InputValues &Ref,
+                std::vector<std::unique_ptr<DeviceBuffer>> &Bufs) {
+  Ref = referenceInputs(G, H);
+  for (const ir::InputDecl &Decl : G.decls().Inputs) {
+    const reference::Tensor &T = Ref.at(Decl.Name);
+    if (Decl.Shape == ir::InputShape::Scalar) {
+      if (Decl.Elem == ir::InputType::I32)
+        Inputs[Decl.Name] = int32_t(T.Data[0]);
+      else
+        Inputs[Decl.Name] = float(T.Data[0]);
+      continue;
     }
+    std::vector<float> F(T.Data.begin(), T.Data.end());
     Bufs.push_back(std::make_unique<DeviceBuffer>(F.size() * 4));
     Bufs.back()->upload(F.data(), F.size() * 4);
     Inputs[Decl.Name] = runtime::TensorView::contiguous(
         Bufs.back()->get(), DType::F32, {H});
-    Ref[Decl.Name] = T;
   }
 }
 
@@ -220,64 +233,137 @@ struct DeviceIndex {
   }
 };
 
-/// Result rows checked against the reference: o [B][Sq][H][D] bits and
-/// finals [F][B][H][Sq]. \p NanSeqs: sequences whose rows must be NaN.
-inline bool check(const char *What, const runtime::Attention &A, DType Dt,
-           const PagedHost &P, int H, int Sq, const std::vector<uint16_t> &QBits,
-           const reference::InputValues &RefInputs,
-           const std::vector<uint16_t> &OBits, const std::vector<float> &FVals,
-           const std::vector<int> &NanSeqs = {}) {
+/// Where a batch's query rows are: sequence b's Sq[b] queries are rows
+/// Row0[b] .. Row0[b] + Sq[b] − 1 of q and o ([rows][H][D]), q_idx
+/// aligned to the end of its keys (a dense decode batch: Row0[b] = b · Sq).
+struct BatchRows {
+  std::vector<int> Sq, Row0;
+  static BatchRows dense(int B, int Sq) {
+    BatchRows R;
+    for (int b = 0; b < B; ++b) {
+      R.Sq.push_back(Sq);
+      R.Row0.push_back(b * Sq);
+    }
+    return R;
+  }
+};
+
+/// The fp64 reference of every query row of a batch: per sequence, o
+/// exact and "plain" (P rounded to the element type before P·v, the
+/// FlashAttention tolerance rule's low-precision implementation), each
+/// [Sq][H][D], and the finals [F][H][Sq]. A sequence without keys: o 0,
+/// finals −inf.
+struct BatchReference {
+  std::vector<std::vector<double>> O, Plain, Finals;
+};
+
+/// Computes \p P's reference for the rows \p R of q \p QBits: each
+/// sequence split into chunks of query rows (QIndexOffset each chunk's
+/// first row), the chunks run on a thread pool; exact and plain run per
+/// chunk on the same gathered k and v.
+inline BatchReference batchReference(const runtime::Attention &A, DType Dt,
+                                     const PagedHost &P, int H, const BatchRows &R,
+                                     const std::vector<uint16_t> &QBits,
+                                     const reference::InputValues &RefInputs) {
   const int D = P.D;
   const ir::Graph &G = *A.definition().Graph;
-  size_t NF = G.decls().FinalRowscales.size();
+  const auto &FinalDecls = G.decls().FinalRowscales;
+  const size_t NF = FinalDecls.size();
+  BatchReference Out;
+  Out.O.resize(P.B);
+  Out.Plain.resize(P.B);
+  Out.Finals.resize(P.B);
+  std::vector<reference::AttentionInputs> Base(P.B);
+  for (int b = 0; b < P.B; ++b) {
+    const size_t Rows = size_t(R.Sq[b]);
+    Out.O[b].assign(Rows * H * D, 0.0);
+    Out.Plain[b].assign(Rows * H * D, 0.0);
+    Out.Finals[b].assign(NF * H * Rows, -INFINITY);
+    if (Rows == 0 || P.Lens[b] == 0)
+      continue;
+    Base[b].K = refOf(Dt, P.K[b], P.Hkv, P.Lens[b], D);
+    Base[b].V = refOf(Dt, P.V[b], P.Hkv, P.Lens[b], D);
+    Base[b].Inputs = RefInputs;
+    Base[b].BatchIndexOffset = b;
+  }
+  // About 2^19 (row, head, key) triples a task: enough tasks to balance
+  // the longest sequences over the pool, each long enough to amortise
+  // its copy of k and v.
+  llvm::ThreadPool Pool(llvm::hardware_concurrency());
+  std::vector<std::shared_future<void>> Tasks;
+  for (int b = 0; b < P.B; ++b) {
+    if (R.Sq[b] == 0 || P.Lens[b] == 0)
+      continue;
+    const int Chunk = int(std::clamp<int64_t>((int64_t(1) << 19) / (int64_t(H) * P.Lens[b]),
+                                              1, R.Sq[b]));
+    for (int S0 = 0; S0 < R.Sq[b]; S0 += Chunk)
+      Tasks.push_back(Pool.async([&, b, S0, Chunk] {
+        const int N = std::min(Chunk, R.Sq[b] - S0);
+        reference::AttentionInputs In = Base[b];
+        auto Q0 = QBits.begin() + size_t(R.Row0[b] + S0) * H * D;
+        In.Q = refOf(Dt, std::vector<uint16_t>(Q0, Q0 + size_t(N) * H * D), H, N, D);
+        In.QIndexOffset = P.Lens[b] - R.Sq[b] + S0;
+        reference::AttentionOutputs Ref = reference::attentionOnline(A.definition(), In, 0);
+        In.RoundProbs = [&](double X) { return roundTo(Dt, X); };
+        reference::AttentionOutputs Plain = reference::attentionOnline(A.definition(), In, 0);
+        for (int s = 0; s < N; ++s)
+          for (int h = 0; h < H; ++h) {
+            size_t At = (size_t(S0 + s) * H + h) * D;
+            for (int d = 0; d < D; ++d) {
+              Out.O[b][At + d] = Ref.O.at({0, h, s, d});
+              Out.Plain[b][At + d] = Plain.O.at({0, h, s, d});
+            }
+            for (size_t f = 0; f < NF; ++f)
+              Out.Finals[b][(f * H + h) * R.Sq[b] + S0 + s] =
+                  Ref.Finals.at(FinalDecls[f].Name).at({0, h, s});
+          }
+      }));
+  }
+  Pool.wait();
+  for (auto &T : Tasks)
+    T.get(); // rethrows a task's exception
+  return Out;
+}
+
+/// The final rowscale f of (sequence b, head h, query s) as a kernel wrote it.
+using FinalAt = std::function<double(size_t f, int b, int h, int s)>;
+
+/// Result rows checked against \p Ref: o \p OBits [rows][H][D] as \p R
+/// places them, finals through \p F. Every row of every sequence not in
+/// \p NanSeqs against the reference (the tolerance 2 · the plain error +
+/// 1e-3 in f16, 8e-3 in bf16; finals relative 2e-4); every element of
+/// the rows of \p NanSeqs NaN (and their finals, with \p NanFinals).
+inline bool checkRows(const char *What, const runtime::Attention &A, DType Dt,
+                      const BatchReference &Ref, int H, int D, const BatchRows &R,
+                      const std::vector<uint16_t> &OBits, const FinalAt &F,
+                      const std::vector<int> &NanSeqs = {}, bool NanFinals = true) {
+  const size_t NF = A.definition().Graph->decls().FinalRowscales.size();
   double Err = 0, PlainErr = 0, FinalErr = 0;
   bool NanOk = true;
-  for (int b = 0; b < P.B; ++b) {
+  for (size_t b = 0; b < R.Sq.size(); ++b) {
+    const int Sq = R.Sq[b];
     auto O = [&](int s, int h, int d) {
-      return fromBits(Dt, OBits[((size_t(b) * Sq + s) * H + h) * D + d]);
+      return fromBits(Dt, OBits[(size_t(R.Row0[b] + s) * H + h) * D + d]);
     };
-    auto F = [&](size_t f, int h, int s) {
-      return FVals[((f * P.B + b) * H + h) * Sq + s];
-    };
-    if (std::count(NanSeqs.begin(), NanSeqs.end(), b)) {
-      for (int s = 0; s < Sq; ++s)
-        for (int h = 0; h < H; ++h)
-          NanOk = NanOk && std::isnan(O(s, h, 0)) && std::isnan(O(s, h, D - 1));
-      continue;
-    }
-    if (P.Lens[b] == 0) { // no key: o 0, finals -inf
-      for (int s = 0; s < Sq; ++s)
-        for (int h = 0; h < H; ++h) {
-          for (int d = 0; d < D; ++d)
-            Err = std::max(Err, std::isnan(O(s, h, d)) ? INFINITY : std::fabs(O(s, h, d)));
-          for (size_t f = 0; f < NF; ++f)
-            FinalErr = std::max(FinalErr, F(f, h, s) == -INFINITY ? 0.0 : INFINITY);
-        }
-      continue;
-    }
-    std::vector<uint16_t> Qb(QBits.begin() + size_t(b) * Sq * H * D,
-                             QBits.begin() + size_t(b + 1) * Sq * H * D);
-    reference::AttentionInputs In;
-    In.Q = refOf(Dt, Qb, H, Sq, D);
-    In.K = refOf(Dt, P.K[b], P.Hkv, P.Lens[b], D);
-    In.V = refOf(Dt, P.V[b], P.Hkv, P.Lens[b], D);
-    In.Inputs = RefInputs;
-    In.QIndexOffset = P.Lens[b] - Sq;
-    In.BatchIndexOffset = b;
-    reference::AttentionOutputs Ref = reference::attentionOnline(A.definition(), In, 0);
-    In.RoundProbs = [&](double X) { return roundTo(Dt, X); };
-    reference::AttentionOutputs Plain = reference::attentionOnline(A.definition(), In, 0);
+    const bool Nan = std::count(NanSeqs.begin(), NanSeqs.end(), int(b)) != 0;
     for (int s = 0; s < Sq; ++s)
       for (int h = 0; h < H; ++h) {
         for (int d = 0; d < D; ++d) {
-          double Want = Ref.O.at({0, h, s, d});
-          Err = std::max(Err, std::isnan(O(s, h, d)) ? INFINITY : std::fabs(O(s, h, d) - Want));
-          PlainErr = std::max(PlainErr,
-                              std::fabs(roundTo(Dt, Plain.O.at({0, h, s, d})) - Want));
+          double Got = O(s, h, d), Want = Ref.O[b][(size_t(s) * H + h) * D + d];
+          if (Nan) {
+            NanOk = NanOk && std::isnan(Got);
+            continue;
+          }
+          Err = std::max(Err, std::isnan(Got) ? INFINITY : std::fabs(Got - Want));
+          PlainErr = std::max(
+              PlainErr, std::fabs(roundTo(Dt, Ref.Plain[b][(size_t(s) * H + h) * D + d]) - Want));
         }
         for (size_t f = 0; f < NF; ++f) {
-          double Got = F(f, h, s);
-          double Want = Ref.Finals.at(G.decls().FinalRowscales[f].Name).at({0, h, s});
+          double Got = F(f, int(b), h, s), Want = Ref.Finals[b][(f * H + h) * Sq + s];
+          if (Nan) {
+            NanOk = NanOk && (!NanFinals || std::isnan(Got));
+            continue;
+          }
           double E = (std::isinf(Want) && Got == Want)
                          ? 0.0
                          : std::fabs(Got - Want) / (1.0 + std::fabs(Want));
@@ -287,9 +373,29 @@ inline bool check(const char *What, const runtime::Attention &A, DType Dt,
   }
   double Tol = 2 * PlainErr + (Dt == DType::F16 ? 1e-3 : 8e-3);
   bool Pass = Err <= Tol && FinalErr <= 2e-4 && NanOk;
-  std::printf("%-4s %s: err %.2e tol %.2e finals %.1e%s\n", Pass ? "ok" : "FAIL",
-              What, Err, Tol, FinalErr, NanOk ? "" : " (a poisoned row is not NaN)");
+  std::printf("%-4s %s: err %.2e tol %.2e finals %.1e%s\n", Pass ? "ok" : "FAIL", What, Err,
+              Tol, FinalErr, NanOk ? "" : " (a poisoned row is not NaN)");
   return Pass;
+}
+
+/// A dense decode batch's rows checked against the reference: o
+/// [B][Sq][H][D] bits and finals [F][B][H][Sq]. \p NanSeqs: sequences
+/// whose o rows must be NaN.
+inline bool check(const char *What, const runtime::Attention &A, DType Dt,
+           const PagedHost &P, int H, int Sq, const std::vector<uint16_t> &QBits,
+           const reference::InputValues &RefInputs,
+           const std::vector<uint16_t> &OBits, const std::vector<float> &FVals,
+           const std::vector<int> &NanSeqs = {}) {
+  BatchRows R = BatchRows::dense(P.B, Sq);
+  // The poisoned sequences' rows are not compared: no reference for them.
+  PagedHost Q = P;
+  for (int b : NanSeqs)
+    Q.Lens[b] = 0;
+  BatchReference Ref = batchReference(A, Dt, Q, H, R, QBits, RefInputs);
+  FinalAt F = [&](size_t f, int b, int h, int s) {
+    return double(FVals[((f * P.B + b) * H + h) * Sq + s]);
+  };
+  return checkRows(What, A, Dt, Ref, H, P.D, R, OBits, F, NanSeqs, /*NanFinals=*/false);
 }
 
 /// The element type of q, k, v of \p T.

@@ -407,6 +407,11 @@ int compileOnly(const char *ArchName) {
     Sig.Arch = *Arch;
     runtime::Attention A(pagedDefinition(C.Def), Sig);
     ++N;
+    // The paged decode kernel, the append and the merge (the calls below
+    // stop at the missing driver before they compile).
+    runtime::PrecompileSet Set;
+    Set.Decode = true;
+    A.precompile(Set);
     using runtime::TensorView;
     auto ET = elemOf(C.Dt);
     void *P = reinterpret_cast<void *>(uintptr_t(1) << 20);

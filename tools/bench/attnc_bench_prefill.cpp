@@ -11,11 +11,14 @@
 // contiguous call is forwardVarlen of a THD signature (fwd_sm90 on sm_90a,
 // and fwd_sm80 named); the paged one is runPrefill of a plan over NHD
 // caches of PAGE-token pages (default 16 and 256) on the same K/V memory,
-// each sequence's pages in a shuffled order. TFLOPS counts 4·D·HQ over the
+// each sequence's pages in a shuffled order, for the default signature
+// (against the default contiguous kernel) and fwd_sm80 named (against
+// contiguous fwd_sm80). TFLOPS counts 4·D·HQ over the
 // (query, key) pairs a causal mask keeps (B · (NEW·PREFIX + NEW·(NEW+1)/2));
 // for an unmasked definition, over all pairs. With
-// ATTNC_BENCH_COMPILE_ONLY=ARCH it only compiles the three kernels for
-// ARCH into the kernel cache (no GPU needed) and exits.
+// ATTNC_BENCH_COMPILE_ONLY=ARCH it only compiles the kernels for ARCH (the
+// two contiguous ones, the paged ones for pages of 16 and 1) into the
+// kernel cache (no GPU needed) and exits.
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
 #include "attn/runtime/EventTiming.h"
@@ -110,31 +113,41 @@ int main(int Argc, char **Argv) {
         runtime::Attention A(Def, Sig);
         N += int(A.precompile(runtime::PrecompileSet{}).size());
       }
-      runtime::Signature Sig;
-      Sig.Dtype = Dt;
-      Sig.HeadDim = Sig.HeadDimV = D;
-      Sig.Backend = "generated";
-      Sig.Arch = Arch;
-      runtime::Attention A(Def, Sig);
-      void *P = reinterpret_cast<void *>(uintptr_t(1) << 20);
-      runtime::PagedKV KV;
-      KV.KCache = TensorView::contiguous(P, Dt, {4, 16, HKV, D});
-      KV.VCache = KV.KCache;
-      KV.BlockTable = TensorView::contiguous(P, DType::I32, {1, 1});
-      KV.SeqLens = TensorView::contiguous(P, DType::I32, {1});
-      KV.MaxSeqlenKv = 16;
-      const int64_t NF = int64_t(A.finalNames().size());
-      TensorView Q = TensorView::contiguous(P, Dt, {4, HQ, D});
-      TensorView F = TensorView::contiguous(P, DType::F32, {NF, HQ, 4});
-      try {
-        A.prefillPaged(Q, TensorView::contiguous(P, DType::I32, {2}), 4, KV, Q,
-                       NF ? &F : nullptr, scalarInputs(A));
-      } catch (const DriverError &) {
+      // The paged kernels: fwd_sm90's (pages of 16) and fwd_sm80's (pages
+      // of 1) for the default signature, fwd_sm80's for the named one.
+      for (const char *Skel : {"", "fwd_sm80"}) {
+        runtime::Signature Sig;
+        Sig.Dtype = Dt;
+        Sig.HeadDim = Sig.HeadDimV = D;
+        Sig.Backend = "generated";
+        Sig.Skeleton = Skel;
+        Sig.Arch = Arch;
+        runtime::Attention A(Def, Sig);
+        for (int PS : {16, 1}) {
+          void *P = reinterpret_cast<void *>(uintptr_t(1) << 20);
+          runtime::PagedKV KV;
+          KV.KCache = TensorView::contiguous(P, Dt, {4, PS, HKV, D});
+          KV.VCache = KV.KCache;
+          KV.BlockTable = TensorView::contiguous(P, DType::I32, {1, 1});
+          KV.SeqLens = TensorView::contiguous(P, DType::I32, {1});
+          KV.MaxSeqlenKv = PS;
+          const int64_t NF = int64_t(A.finalNames().size());
+          TensorView Q = TensorView::contiguous(P, Dt, {4, HQ, D});
+          TensorView F = TensorView::contiguous(P, DType::F32, {NF, HQ, 4});
+          try {
+            A.prefillPaged(Q, TensorView::contiguous(P, DType::I32, {2}), 4, KV, Q,
+                           NF ? &F : nullptr, scalarInputs(A));
+          } catch (const DriverError &) {
+          }
+        }
       }
-      std::printf("compiled %d contiguous kernels and the paged one for %s\n", N,
+      std::printf("compiled %d contiguous kernels and the paged ones for %s\n", N,
                   CompileOnly);
       return 0;
     }
+    // The device's context current before the first allocation (the
+    // Attention objects that would make it current come later).
+    std::printf("device: %s\n", runtime::currentDevice().Name.c_str());
     const bool Masked = bool(Def.mask_mod);
     const double Pairs = Masked ? double(New) * Prefix + double(New) * (New + 1) / 2
                                 : double(New) * KV;
@@ -187,8 +200,10 @@ int main(int Argc, char **Argv) {
 
     // The contiguous packed prefill: the signature's default skeleton, then
     // fwd_sm80 named (the paged kernel's own skeleton, contiguous).
-    double BaseMs = 0;
-    for (const char *Skel : {"", "fwd_sm80"}) {
+    double BaseMs[2] = {0, 0};
+    const char *Skels[2] = {"", "fwd_sm80"};
+    for (int Si = 0; Si < 2; ++Si) {
+      const char *Skel = Skels[Si];
       runtime::Signature Sig;
       Sig.Dtype = Dt;
       Sig.HeadDim = Sig.HeadDimV = D;
@@ -210,9 +225,9 @@ int main(int Argc, char **Argv) {
                         NF ? &FV : nullptr, VB, Inputs);
       };
       double Ms = runtime::medianEventMs(Run, 3, 20);
-      Line(fmt::format("contiguous {}", A.forwardChoice().str()), Ms, BaseMs);
-      if (BaseMs == 0) {
-        BaseMs = Ms;
+      Line(fmt::format("contiguous {}", A.forwardChoice().str()), Ms, 0);
+      BaseMs[Si] = Ms;
+      if (Si == 0) {
         Ref.resize(size_t(Tq) * HQ * D);
         O.download(Ref.data(), O.size());
       } else {
@@ -221,48 +236,55 @@ int main(int Argc, char **Argv) {
     }
 
     // Paged: the same K/V memory as NHD caches, each sequence's logical
-    // page p at a shuffled physical page.
-    runtime::Signature Sig;
-    Sig.Dtype = Dt;
-    Sig.HeadDim = Sig.HeadDimV = D;
-    Sig.Backend = "generated";
-    runtime::Attention A(Def, Sig);
-    runtime::InputMap Inputs = scalarInputs(A);
-    const int64_t NF = int64_t(A.finalNames().size());
-    TensorView FV = TensorView::contiguous(F.get(), DType::F32, {NF, HQ, Tq});
-    for (int PS : PageSizes) {
-      if (KV % PS != 0) {
-        std::printf("paged%d: skipped (PREFIX + NEW is not a multiple)\n", PS);
-        continue;
+    // page p at a shuffled physical page; the default signature's kernel
+    // against the default contiguous one, fwd_sm80's (named) against
+    // contiguous fwd_sm80.
+    for (int Si = 0; Si < 2; ++Si) {
+      runtime::Signature Sig;
+      Sig.Dtype = Dt;
+      Sig.HeadDim = Sig.HeadDimV = D;
+      Sig.Backend = "generated";
+      Sig.Skeleton = Skels[Si];
+      runtime::Attention A(Def, Sig);
+      runtime::InputMap Inputs = scalarInputs(A);
+      const int64_t NF = int64_t(A.finalNames().size());
+      TensorView FV = TensorView::contiguous(F.get(), DType::F32, {NF, HQ, Tq});
+      for (int PS : PageSizes) {
+        if (KV % PS != 0) {
+          std::printf("paged%d: skipped (PREFIX + NEW is not a multiple)\n", PS);
+          continue;
+        }
+        const int Pages = KV / PS;
+        std::vector<int32_t> Perm(size_t(B) * Pages);
+        std::iota(Perm.begin(), Perm.end(), 0);
+        std::shuffle(Perm.begin(), Perm.end(), std::mt19937_64(PS));
+        std::vector<int32_t> Lens(B, KV);
+        DeviceBuffer Table(Perm.size() * 4), DLens(Lens.size() * 4);
+        Table.upload(Perm.data(), Table.size());
+        DLens.upload(Lens.data(), DLens.size());
+        runtime::PagedKV KVs;
+        std::vector<int64_t> Shape{int64_t(B) * Pages, PS, HKV, D};
+        KVs.KCache = TensorView::contiguous(K.get(), Dt, Shape);
+        KVs.VCache = TensorView::contiguous(V.get(), Dt, Shape);
+        KVs.BlockTable = TensorView::contiguous(Table.get(), DType::I32, {B, Pages});
+        KVs.SeqLens = TensorView::contiguous(DLens.get(), DType::I32, {B});
+        KVs.MaxSeqlenKv = KV;
+        runtime::PrefillPlan Plan =
+            A.planPrefill(runtime::PrefillBounds{B, HQ, HKV, New, KV, PS});
+        double Ms = runtime::medianEventMs(
+            [&](int) { A.runPrefill(Plan, QV, CuQV, KVs, OV, NF ? &FV : nullptr, Inputs); },
+            3, 20);
+        Line(fmt::format("paged{} {}{}", PS,
+                         Plan.KernelKey.substr(Plan.KernelKey.find('.') + 1),
+                         Si ? " (fwd_sm80 named)" : ""),
+             Ms, BaseMs[Si]);
+        std::vector<int32_t> InOrder(Perm.size());
+        std::iota(InOrder.begin(), InOrder.end(), 0);
+        Table.upload(InOrder.data(), Table.size());
+        A.runPrefill(Plan, QV, CuQV, KVs, OV, NF ? &FV : nullptr, Inputs);
+        Drv.check(Drv.cuCtxSynchronize(), "paged prefill");
+        std::printf("  max |o - first contiguous o| %.3g (pages in order)\n", maxDiff());
       }
-      const int Pages = KV / PS;
-      std::vector<int32_t> Perm(size_t(B) * Pages);
-      std::iota(Perm.begin(), Perm.end(), 0);
-      std::shuffle(Perm.begin(), Perm.end(), std::mt19937_64(PS));
-      std::vector<int32_t> Lens(B, KV);
-      DeviceBuffer Table(Perm.size() * 4), DLens(Lens.size() * 4);
-      Table.upload(Perm.data(), Table.size());
-      DLens.upload(Lens.data(), DLens.size());
-      runtime::PagedKV KVs;
-      std::vector<int64_t> Shape{int64_t(B) * Pages, PS, HKV, D};
-      KVs.KCache = TensorView::contiguous(K.get(), Dt, Shape);
-      KVs.VCache = TensorView::contiguous(V.get(), Dt, Shape);
-      KVs.BlockTable = TensorView::contiguous(Table.get(), DType::I32, {B, Pages});
-      KVs.SeqLens = TensorView::contiguous(DLens.get(), DType::I32, {B});
-      KVs.MaxSeqlenKv = KV;
-      runtime::PrefillPlan Plan =
-          A.planPrefill(runtime::PrefillBounds{B, HQ, HKV, New, KV, PS});
-      double Ms = runtime::medianEventMs(
-          [&](int) { A.runPrefill(Plan, QV, CuQV, KVs, OV, NF ? &FV : nullptr, Inputs); },
-          3, 20);
-      Line(fmt::format("paged{} {}", PS, Plan.KernelKey.substr(Plan.KernelKey.find('.') + 1)),
-           Ms, BaseMs);
-      std::vector<int32_t> InOrder(Perm.size());
-      std::iota(InOrder.begin(), InOrder.end(), 0);
-      Table.upload(InOrder.data(), Table.size());
-      A.runPrefill(Plan, QV, CuQV, KVs, OV, NF ? &FV : nullptr, Inputs);
-      Drv.check(Drv.cuCtxSynchronize(), "paged prefill");
-      std::printf("  max |o - first contiguous o| %.3g (pages in order)\n", maxDiff());
     }
   } catch (const Error &E) {
     std::fprintf(stderr, "attnc_bench_prefill: %s\n", E.what());

@@ -41,11 +41,15 @@ public:
         Hk(H / (Dm.H / Dm.Hkv)) {
     // Raw scores with d(raw)/d(raw) = 1, so that score_mod's evaluation
     // carries d(score)/d(raw) along.
+    // Rows of q and k are contiguous: index them once per row (Tensor::at's
+    // checked offset per element was most of the reference's time).
     Values Raw(Dm.Skv);
+    const double *Qr = Dm.D ? In.Q.Data.data() + In.Q.offset({B, H, I, 0}) : nullptr;
     for (int64_t J = 0; J < Dm.Skv; ++J) {
       double S = 0;
+      const double *Kr = Dm.D ? In.K.Data.data() + In.K.offset({B, Hk, J, 0}) : nullptr;
       for (int64_t X = 0; X < Dm.D; ++X)
-        S += In.Q.at({B, H, I, X}) * In.K.at({B, Hk, J, X});
+        S += Qr[X] * Kr[X];
       Raw[J] = {S, 1.0};
     }
     RawScores = std::move(Raw);
@@ -173,8 +177,11 @@ analysis::MergeState onlineState(Row &R, int64_t K0, int64_t K1,
       double P = E.at(Fwd.result("scores"), J - R.C0).V;
       if (R.In.RoundProbs)
         P = R.In.RoundProbs(P);
+      if (R.Dm.DV == 0)
+        continue;
+      const double *Vr = R.In.V.Data.data() + R.In.V.offset({R.B, R.Hk, J, 0});
       for (int64_t X = 0; X < R.Dm.DV; ++X)
-        Acc[X] += P * R.In.V.at({R.B, R.Hk, J, X});
+        Acc[X] += P * Vr[X];
     }
     std::map<std::string, double> Next;
     for (const ir::RowscaleDecl &D : G.decls().OnlineRowscales)
