@@ -99,7 +99,8 @@ def _worker(rank, world, port, errors):
                                ("dv", vl.grad, ws[2].grad)):
                 whole_g = ad.unshard(g, causal_layout=layout)
                 err = (whole_g - r).abs().max().item()
-                if not err < 1e-10:
+                # The finals and the accumulators are float32, as attnc's.
+                if not err < 1e-5:
                     errors.put(f"rank {rank} {layout} {what}: {err}")
     except Exception as e:  # reported by the parent
         errors.put(f"rank {rank}: {type(e).__name__}: {e}")
