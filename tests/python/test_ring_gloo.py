@@ -132,5 +132,43 @@ class GlooRing(unittest.TestCase):
         self.run_ring(3)
 
 
+@unittest.skipIf(torch is None, "needs PyTorch")
+class Arguments(unittest.TestCase):
+    """ring_attention's and shard's checks, in one gloo process."""
+
+    @classmethod
+    def setUpClass(cls):
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0,
+                                world_size=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        dist.destroy_process_group()
+
+    def test_tensors(self):
+        import attnc
+        from attnc import distributed as ad
+
+        q = torch.zeros(1, 2, 64, 64)
+        with self.assertRaises(attnc.InvalidArgument) as e:
+            ad.ring_attention(q, q, q, "mha")
+        self.assertIn("argument 'q': expected a 4-D CUDA tensor",
+                      str(e.exception))
+
+    def test_layouts(self):
+        import attnc
+        from attnc import distributed as ad
+
+        x = torch.arange(12.0).reshape(1, 1, 12, 1)
+        with self.assertRaises(attnc.InvalidArgument) as e:
+            ad.shard(x, causal_layout="striped")
+        self.assertIn("'striped' is not one of", str(e.exception))
+        with self.assertRaises(attnc.InvalidArgument) as e:
+            ad.shard(torch.zeros(1, 1, 7, 1))
+        self.assertIn("7 tokens does not cut into 2 equal chunks",
+                      str(e.exception))
+        self.assertTrue(torch.equal(ad.unshard(ad.shard(x)), x))
+
+
 if __name__ == "__main__":
     sys.exit(unittest.main())
