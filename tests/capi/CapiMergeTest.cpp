@@ -56,8 +56,8 @@ TEST_CASE("merge kind: the derived rule per variant", "[capi]") {
   REQUIRE(attnc_attention_merge_kind(attention("sigmoid_attn"), &Kind,
                                      nullptr) == ATTNC_OK);
   CHECK(Kind == ATTNC_MERGE_SUM);
-  REQUIRE(attnc_attention_merge_kind(attention("retention"), &Kind,
-                                     &Reason) == ATTNC_OK);
+  REQUIRE(attnc_attention_merge_kind(attention("retention"), &Kind, &Reason) ==
+          ATTNC_OK);
   CHECK(Kind == ATTNC_MERGE_NONE);
   REQUIRE(Reason);
   CHECK_THAT(std::string(Reason), Contains("o_scale"));
@@ -91,8 +91,7 @@ TEST_CASE("merge results: arguments are checked by name", "[capi]") {
     INFO(N);
     CHECK(M.run(A, N) == ATTNC_INVALID_ARGUMENT);
     CHECK_THAT(lastError(), Contains("argument 'num_parts': " +
-                                     std::to_string(N) +
-                                     "; expected 2 to 8"));
+                                     std::to_string(N) + "; expected 2 to 8"));
   }
   // A malformed part is named by its index.
   M.Outs[1].shape = nullptr;
