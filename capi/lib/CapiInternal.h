@@ -6,11 +6,13 @@
 #include "attnc/attnc_c.h"
 
 #include "attn/Pipeline.h"
+#include "attn/analysis/Merge.h"
 #include "attn/dsl/Definition.h"
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/LinearAttention.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,8 @@ struct attnc_definition {
 struct attnc_attention {
   std::unique_ptr<attn::runtime::Attention> Att;
   std::vector<std::string> Finals;
+  /// The definition's result merge, analysed on the first merge query.
+  std::optional<attn::analysis::ResultMergeInfo> Merge;
 };
 
 /// A block mask handle.

@@ -7,7 +7,7 @@ import ctypes
 import sys
 from typing import NamedTuple
 
-from . import _block_mask, _fastpack, _lib
+from . import _block_mask, _fastpack, _lib, _merge
 from ._fastpack import fast_grads, fast_inputs
 from ._tensors import (BF16, F16, I32, INPUT_SIZE, NAMED_SIZE, TENSOR_SIZE,
                        CTensor, pack, view)
@@ -460,6 +460,17 @@ class Attention:
             return
         _lib.check(_backward(self._handle, *a, at_inputs, n_in, at_grads,
                              n_grads, s))
+
+    def merge_kind(self):
+        """(kind, reason): how this variant's results merge ("sum",
+        "log-sum-exp", or "none" and why not; attnc._merge)."""
+        return _merge.merge_kind(self)
+
+    def merge_results(self, outs, finals, out, out_finals=None, stream=None):
+        """out (and out_finals) = the merge of 2 to 8 partial results of
+        disjoint key sets (outs[i] with finals[i]) by the derived rule; a
+        UserError saying why for a variant whose results do not merge."""
+        _merge.merge_results(self, outs, finals, out, out_finals, stream)
 
     # -- block masks ---------------------------------------------------------
 

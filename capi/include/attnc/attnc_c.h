@@ -243,6 +243,36 @@ ATTNC_C_API attnc_status attnc_attention_backward_varlen(
     const attnc_named_tensor *grads, size_t num_grads, void *stream);
 
 /* ---------------------------------------------------------------------
+ * Merging partial results (attn::runtime::Attention::mergeResults): the
+ * results of the same queries over disjoint key sets (shards of a sequence
+ * on several GPUs, a cached prefix and new tokens) combined into the
+ * result over the union, by the rule derived from the definition's online
+ * function.
+ * ------------------------------------------------------------------- */
+
+typedef enum attnc_merge_kind {
+  ATTNC_MERGE_NONE = 0,       /* the results do not merge (reason says why) */
+  ATTNC_MERGE_SUM = 1,        /* out and the finals add (sigmoid, ReLU) */
+  ATTNC_MERGE_LOG_SUM_EXP = 2 /* weights e^(lse_i - lse) (softmax) */
+} attnc_merge_kind;
+
+/* How att's results merge (an attnc_merge_kind) and, for ATTNC_MERGE_NONE,
+ * why not (reason may be NULL; the string lives as long as att). */
+ATTNC_C_API attnc_status attnc_attention_merge_kind(attnc_attention *att,
+                                                    int32_t *kind,
+                                                    const char **reason);
+
+/* out (and finals) = the merge of num_parts (2 to 8) partial results:
+ * part_outs[i] like a forward's out, part_finals[i] its finals ([F,B,H,Sq]
+ * float32; part_finals may be NULL only for a variant with no finals). A
+ * part whose finals are -inf (no key) adds nothing. A UserError saying why
+ * for a variant whose results do not merge. */
+ATTNC_C_API attnc_status attnc_attention_merge_results(
+    attnc_attention *att, const attnc_tensor *part_outs,
+    const attnc_tensor *part_finals, size_t num_parts, const attnc_tensor *out,
+    const attnc_tensor *finals, void *stream);
+
+/* ---------------------------------------------------------------------
  * Block masks (attn::runtime::BlockMask): the block classification of an
  * attention's mask_mod, made once and passed to any number of forward and
  * backward calls of its shape (e.g. by every layer of a model); a call

@@ -1,0 +1,250 @@
+"""Context parallelism without torch: which tokens each rank holds (the
+sharding layouts), which key shard a rank sees at each ring step, which
+(query rows, key columns) blocks of a step are computed and how, and what
+a definition must be for its attention to be sharded (attnc.distributed
+runs it; tests/python/test_ring_plan.py checks it against a host model)."""
+
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+from . import _lib
+
+LAYOUTS = ("zigzag", "contiguous")
+# attnc_attention_merge_results takes at most 8 parts: one per ring step.
+MAX_WORLD = 8
+
+
+def num_chunks(layout: str, world: int) -> int:
+    """The chunks a sequence is cut into: two per rank for "zigzag" (rank r
+    holds chunks r and 2W-1-r, so that causal work is balanced), one for
+    "contiguous"."""
+    return 2 * world if layout == "zigzag" else world
+
+
+def rank_chunks(layout: str, world: int, rank: int) -> list[int]:
+    """The global chunk ids rank holds, in the order of its local tokens."""
+    if layout == "zigzag":
+        return [rank, 2 * world - 1 - rank]
+    return [rank]
+
+
+def check_layout(where: str, layout, world: int, seq_len: int) -> int:
+    """The chunk length of a sequence of seq_len tokens under layout over
+    world ranks; InvalidArgument naming what is wrong."""
+    if layout not in LAYOUTS:
+        raise _lib.InvalidArgument(
+            f"{where}: argument 'causal_layout': {layout!r} is not one of "
+            f"{', '.join(repr(n) for n in LAYOUTS)}")
+    if world < 1:
+        raise _lib.InvalidArgument(
+            f"{where}: a process group of {world} ranks")
+    if world > MAX_WORLD:
+        raise _lib.NotSupportedYet(
+            f"{where}: a ring of {world} ranks (the merge takes at most "
+            f"{MAX_WORLD} partial results, one per rank)")
+    n = num_chunks(layout, world)
+    if seq_len <= 0 or seq_len % n:
+        raise _lib.InvalidArgument(
+            f"{where}: a sequence of {seq_len} tokens does not cut into "
+            f"{n} equal chunks ({layout!r} over {world} ranks)")
+    return seq_len // n
+
+
+def shard_ranges(layout: str, world: int, rank: int,
+                 seq_len: int) -> list[tuple[int, int]]:
+    """The global token ranges [start, stop) rank holds, in local order."""
+    c = check_layout("attnc.distributed.shard", layout, world, seq_len)
+    return [(i * c, (i + 1) * c) for i in rank_chunks(layout, world, rank)]
+
+
+def source(rank: int, step: int, world: int) -> int:
+    """The rank whose key shard rank holds at ring step step (shards move
+    from rank i to rank i+1 each step)."""
+    return (rank - step) % world
+
+
+class Block(NamedTuple):
+    """One attention call of a ring step: query rows [q0, q1) of the
+    rank's shard against keys [k0, k1) of the source's shard, with the
+    definition's mask ("causal": the diagonal step, local indices keep the
+    global order) or without it ("full": every pair is visible)."""
+
+    kind: str
+    q0: int
+    q1: int
+    k0: int
+    k1: int
+
+
+def _pair(causal: bool, qc: int, kc: int) -> str:
+    if not causal or kc < qc:
+        return "full"
+    return "diagonal" if kc == qc else "empty"
+
+
+def step_blocks(layout: str, world: int, rank: int, src: int, causal: bool,
+                chunk: int) -> list[Block]:
+    """The blocks rank computes with src's key shard (chunk tokens a
+    chunk). Without a mask: one full block. With a causal mask each chunk
+    pair is full, diagonal or empty; a step with a diagonal pair is the
+    rank's own shard, run whole with the mask (local indices order the
+    tokens as the global ones do); the full pairs of another step form one
+    rectangle (both layouts), run without the mask; no full pair: nothing."""
+    qs = rank_chunks(layout, world, rank)
+    ks = rank_chunks(layout, world, src)
+    kinds = {(a, b): _pair(causal, qc, kc)
+             for a, qc in enumerate(qs) for b, kc in enumerate(ks)}
+    n_q, n_k = len(qs) * chunk, len(ks) * chunk
+    if "diagonal" in kinds.values():
+        # The masked call sees local indices: pair (a, b) is then full for
+        # a > b, diagonal for a == b, empty for a < b. It must agree.
+        for (a, b), kind in kinds.items():
+            local = "full" if a > b else "diagonal" if a == b else "empty"
+            if src != rank or kind != local:
+                raise _lib.InternalError(
+                    f"attnc.distributed: layout {layout!r}, rank {rank}, "
+                    f"source {src}: chunk pair {a},{b} is {kind}, the "
+                    f"masked call would make it {local}")
+        return [Block("causal", 0, n_q, 0, n_k)]
+    full = [ab for ab, kind in kinds.items() if kind == "full"]
+    if not full:
+        return []
+    rows = sorted({a for a, _ in full})
+    cols = sorted({b for _, b in full})
+    if (len(full) != len(rows) * len(cols)
+            or rows != list(range(rows[0], rows[-1] + 1))
+            or cols != list(range(cols[0], cols[-1] + 1))):
+        raise _lib.InternalError(
+            f"attnc.distributed: layout {layout!r}, rank {rank}, source "
+            f"{src}: the visible chunk pairs {full} are not one rectangle")
+    return [Block("full", rows[0] * chunk, (rows[-1] + 1) * chunk,
+                  cols[0] * chunk, (cols[-1] + 1) * chunk)]
+
+
+# -- what a definition must be ------------------------------------------------
+
+QUERY_INPUTS = ("per_row", "per_query_token")
+KEY_INPUTS = ("per_key", "per_key_token")
+SHARED_INPUTS = ("scalar", "per_head")
+
+
+class RingSupport(NamedTuple):
+    """How a definition is sharded: its mask ("none" or "causal"), and its
+    custom inputs by how they travel: with the queries (sliced with the
+    rank's rows), with the keys (sent around the ring with K and V), or
+    shared (scalars, per-head values)."""
+
+    mask: str
+    query_inputs: tuple
+    key_inputs: tuple
+    shared_inputs: tuple
+    grad_inputs: tuple
+
+
+def _reads(nodes, roots, wanted) -> bool:
+    """Whether a node reachable from roots satisfies wanted."""
+    seen, todo = set(), list(roots)
+    while todo:
+        i = todo.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        if wanted(nodes[i]):
+            return True
+        todo.extend(nodes[i].get("args", ()))
+    return False
+
+
+def _is_index(node, space: str) -> bool:
+    return (node.get("op") == "param" and node.get("param") == "index"
+            and node.get("space") == space)
+
+
+def _is_causal(nodes, root: int) -> bool:
+    """Whether the mask is q_idx >= kv_idx (or kv_idx <= q_idx)."""
+    node = nodes[root]
+    args = node.get("args", ())
+    if len(args) != 2:
+        return False
+    a, b = nodes[args[0]], nodes[args[1]]
+    if node.get("op") == "ge":
+        return _is_index(a, "row") and _is_index(b, "col")
+    if node.get("op") == "le":
+        return _is_index(a, "col") and _is_index(b, "row")
+    return False
+
+
+def ring_support(definition, where: str = "attnc.distributed") -> RingSupport:
+    """What ring attention needs to know of definition, or NotSupportedYet
+    saying what it cannot shard yet: linear attention, a mask other than
+    causal (sliding window, prefix-LM, documents: they read absolute
+    positions, which differ per shard until the skeletons take position
+    offsets), a score_mod or online function that reads q_idx or kv_idx
+    (positions may be given as per_query_token / per_key_token inputs,
+    which are sharded with the sequence), full [B,H,Sq,Skv] inputs."""
+    graph = json.loads(definition.ir_json())
+    name = graph.get("name", "?")
+    if graph.get("kind") != "attention":
+        raise _lib.NotSupportedYet(
+            f"{where}: '{name}' is linear attention; passing its state "
+            "across ranks is not built yet")
+    nodes = graph["nodes"]
+    functions = {f["name"]: [r["node"] for r in f["results"]]
+                 for f in graph["functions"]}
+    mask = "none"
+    if graph.get("has_mask"):
+        roots = functions.get("mask_mod", [])
+        if len(roots) != 1 or not _is_causal(nodes, roots[0]):
+            raise _lib.NotSupportedYet(
+                f"{where}: '{name}': its mask is not q_idx >= kv_idx; a "
+                "mask that reads positions otherwise (sliding window, "
+                "prefix-LM, chunks) or inputs (documents) is not sharded "
+                "yet (the skeletons take no position offsets)")
+        mask = "causal"
+    for fn, roots in functions.items():
+        if fn == "mask_mod":
+            continue
+        if _reads(nodes, roots, lambda n: n.get("op") == "param"
+                  and n.get("param") == "index"):
+            raise _lib.NotSupportedYet(
+                f"{where}: '{name}': {fn} reads q_idx or kv_idx, which are "
+                "local to each shard (the skeletons take no position "
+                "offsets yet); give positions as per_query_token and "
+                "per_key_token inputs instead, they are sharded with the "
+                "sequence")
+    query, key, shared, grads = [], [], [], []
+    for decl in graph.get("inputs", ()):
+        shape = decl["shape"]
+        if shape in QUERY_INPUTS:
+            query.append(decl["name"])
+        elif shape in KEY_INPUTS:
+            key.append(decl["name"])
+        elif shape in SHARED_INPUTS:
+            shared.append(decl["name"])
+        else:
+            raise _lib.NotSupportedYet(
+                f"{where}: '{name}': the {shape} input '{decl['name']}' "
+                "spans queries and keys; it is not sharded yet")
+        if decl.get("requires_grad"):
+            grads.append(decl["name"])
+    return RingSupport(mask, tuple(query), tuple(key), tuple(shared),
+                       tuple(grads))
+
+
+TWIN_SUFFIX = "__ring_nomask"
+
+
+def maskless_twin(definition):
+    """definition without its mask_mod, registered as NAME__ring_nomask
+    (the same IR otherwise, loaded from its IR JSON): the ring's fully
+    visible off-diagonal blocks run it."""
+    from ._tools import from_ir_json
+
+    graph = json.loads(definition.ir_json())
+    graph["functions"] = [f for f in graph["functions"]
+                          if f["name"] != "mask_mod"]
+    graph["has_mask"] = False
+    graph["name"] = graph["name"] + TWIN_SUFFIX
+    return from_ir_json(json.dumps(graph))

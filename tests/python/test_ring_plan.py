@@ -1,0 +1,319 @@
+"""Ring attention's plan without torch or a GPU (attnc._ring_plan): the
+zigzag and contiguous shards, which chunk pairs a ring step computes, the
+key shards' and the dK/dV accumulators' trips around the ring, checked by
+a host model in float64 (numpy) against attention over the whole
+sequence, forward (parts merged by the log-sum-exp and sum rules) and
+backward (per key shard, with the merged out and finals); and which
+definitions are refused, with what."""
+
+import json
+import unittest
+
+import numpy as np
+
+import attnc
+from attnc import _ring_plan as plan
+from attnc import dsl
+from attnc.dsl import InputShape
+
+
+def alibi_positions():
+    """Causal softmax with an ALiBi bias of positions given as per-token
+    inputs (sharded with the sequence)."""
+    d = dsl.AttentionDef("alibi_positions_plan")
+    d.inputs.declare("slopes", InputShape.PerHead, 0.0, 0.5)
+    d.inputs.declare("q_pos", InputShape.PerQueryToken, 0.0, 64.0)
+    d.inputs.declare("k_pos", InputShape.PerKeyToken, 0.0, 64.0)
+    d.score_mod = lambda s, i, b, h, qi, ki: (
+        s * i.head_dim().rsqrt() + i["slopes"] * (i["k_pos"] - i["q_pos"]))
+    d.mask_mod = dsl.masks.causal()
+    d.online_func = dsl.online_softmax(False)
+    return d.build()
+
+
+class Layouts(unittest.TestCase):
+    def test_zigzag_ranges(self):
+        # 16 tokens over 2 ranks: chunks of 4, rank 0 holds 0 and 3.
+        self.assertEqual(plan.shard_ranges("zigzag", 2, 0, 16),
+                         [(0, 4), (12, 16)])
+        self.assertEqual(plan.shard_ranges("zigzag", 2, 1, 16),
+                         [(4, 8), (8, 12)])
+        self.assertEqual(plan.shard_ranges("contiguous", 4, 3, 16),
+                         [(12, 16)])
+
+    def test_every_token_once(self):
+        for layout in plan.LAYOUTS:
+            for world in (1, 2, 3, 4, 8):
+                n = plan.num_chunks(layout, world) * 3
+                held = sorted(t for r in range(world)
+                              for a, b in plan.shard_ranges(layout, world, r,
+                                                            n)
+                              for t in range(a, b))
+                self.assertEqual(held, list(range(n)), (layout, world))
+
+    def test_bad_layouts(self):
+        with self.assertRaises(attnc.InvalidArgument) as e:
+            plan.check_layout("w", "striped", 2, 16)
+        self.assertIn("'striped' is not one of 'zigzag', 'contiguous'",
+                      str(e.exception))
+        with self.assertRaises(attnc.InvalidArgument) as e:
+            plan.check_layout("w", "zigzag", 2, 18)
+        self.assertIn("18 tokens does not cut into 4 equal chunks",
+                      str(e.exception))
+        with self.assertRaises(attnc.NotSupportedYet) as e:
+            plan.check_layout("w", "zigzag", 9, 18 * 4)
+        self.assertIn("9 ranks", str(e.exception))
+
+    def test_zigzag_schedule(self):
+        # Two ranks, chunk 4: rank 0 (chunks 0, 3) sees rank 1's (1, 2)
+        # from its second chunk only; rank 1 sees rank 0's chunk 0 only.
+        B = plan.Block
+        self.assertEqual(plan.step_blocks("zigzag", 2, 0, 0, True, 4),
+                         [B("causal", 0, 8, 0, 8)])
+        self.assertEqual(plan.step_blocks("zigzag", 2, 0, 1, True, 4),
+                         [B("full", 4, 8, 0, 8)])
+        self.assertEqual(plan.step_blocks("zigzag", 2, 1, 0, True, 4),
+                         [B("full", 0, 8, 0, 4)])
+        self.assertEqual(plan.step_blocks("zigzag", 2, 1, 0, False, 4),
+                         [B("full", 0, 8, 0, 8)])
+        # Contiguous and causal: later shards are skipped.
+        self.assertEqual(plan.step_blocks("contiguous", 4, 1, 2, True, 4),
+                         [])
+
+    def test_zigzag_balances_causal_work(self):
+        for world in (2, 4, 8):
+            work = []
+            for r in range(world):
+                w = 0
+                for t in range(world):
+                    for b in plan.step_blocks("zigzag", world, r,
+                                              plan.source(r, t, world),
+                                              True, 1):
+                        area = (b.q1 - b.q0) * (b.k1 - b.k0)
+                        w += area if b.kind == "full" else area / 2
+                work.append(w)
+            self.assertEqual(len(set(work)), 1, work)
+
+
+# -- the host model -----------------------------------------------------------
+
+SCALE = 0.25
+
+
+def scores(q, k, mq, mk, causal, alibi, pq, pk):
+    """Scaled scores; the mask reads the call's indices mq, mk (local ones
+    for a masked ring block), the ALiBi bias the position inputs pq, pk."""
+    s = q @ k.T * SCALE
+    if alibi is not None:
+        s = s + alibi * (pk[None, :] - pq[:, None])
+    if causal:
+        s = np.where(mq[:, None] >= mk[None, :], s, -np.inf)
+    return s
+
+
+def forward(kind, q, k, v, s):
+    """(o, finals [1, rows] or [0, rows]) of one block in float64."""
+    if kind == "softmax":
+        m = s.max(axis=1, keepdims=True)
+        with np.errstate(invalid="ignore"):
+            p = np.where(np.isfinite(s), np.exp(s - m), 0.0)
+        r = p.sum(axis=1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            o = np.where(r > 0, (p @ v) / r, 0.0)
+            lse = np.where(r[:, 0] > 0, np.log(r[:, 0]) + m[:, 0], -np.inf)
+        return o, lse[None, :]
+    p = np.where(np.isfinite(s), 1 / (1 + np.exp(-(s + BIAS))), 0.0)
+    return p @ v, np.zeros((0, q.shape[0]))
+
+
+BIAS = -1.0
+
+
+def merge(kind, parts):
+    """The merge kernel's rule (analysis::mergeResults): log-sum-exp
+    weights, or a sum; a part whose first final is -inf is skipped."""
+    o = np.zeros_like(parts[0][0])
+    fin = np.full_like(parts[0][1], -np.inf)
+    for po, pf in parts:
+        seen = pf[0] > -np.inf if len(pf) else np.ones(len(po), bool)
+        if kind == "softmax":
+            lse = np.logaddexp(fin[0], np.where(seen, pf[0], -np.inf))
+            with np.errstate(invalid="ignore"):
+                wa = np.where(fin[0] > -np.inf, np.exp(fin[0] - lse), 0.0)
+                wb = np.where(seen, np.exp(pf[0] - lse), 0.0)
+            o = wa[:, None] * o + wb[:, None] * np.where(seen[:, None], po,
+                                                          0.0)
+            fin = lse[None, :]
+        else:
+            o = o + np.where(seen[:, None], po, 0.0)
+    return o, fin
+
+
+def backward(kind, q, k, v, o, do, fin, s):
+    """dq, dk, dv of one block from the merged (global) o and finals: the
+    rows' quantities are the whole sequence's, so a block's gradients are
+    its share of the whole's."""
+    dp = do @ v.T
+    if kind == "softmax":
+        with np.errstate(invalid="ignore"):
+            p = np.where(np.isfinite(s), np.exp(s - fin[0][:, None]), 0.0)
+        ds = p * (dp - (do * o).sum(axis=1, keepdims=True))
+    else:
+        p = np.where(np.isfinite(s), 1 / (1 + np.exp(-(s + BIAS))), 0.0)
+        ds = dp * p * (1 - p)
+    return ds @ k * SCALE, ds.T @ q * SCALE, p.T @ do
+
+
+def ring(kind, layout, world, q, k, v, do, causal, alibi=None,
+         blocks=plan.step_blocks):
+    """Ring attention in float64, rank by rank and step by step as
+    attnc.distributed runs it (blocks: the plan): the global out, dq, dk,
+    dv."""
+    n, d_v = len(q), v.shape[1]
+    chunk = plan.check_layout("test", layout, world, n)
+    idx = [np.concatenate([np.arange(a, b) for a, b in
+                           plan.shard_ranges(layout, world, r, n)])
+           for r in range(world)]
+
+    def block_scores(r, src, b):
+        qi, ki = idx[r][b.q0:b.q1], idx[src][b.k0:b.k1]
+        # A masked call sees its own (local) indices; the per-token
+        # position inputs travel with their shards.
+        return qi, ki, scores(q[qi], k[ki], np.arange(b.q0, b.q1),
+                              np.arange(b.k0, b.k1), b.kind == "causal",
+                              alibi, qi.astype(float), ki.astype(float))
+
+    outs, fins = [], []
+    for r in range(world):
+        rows = len(idx[r])
+        parts = []
+        for t in range(world):
+            src = plan.source(r, t, world)
+            for b in blocks(layout, world, r, src, causal, chunk):
+                qi, ki, s = block_scores(r, src, b)
+                po, pf = forward(kind, q[qi], k[ki], v[ki], s)
+                full_o = np.zeros((rows, d_v))
+                full_f = np.full((len(pf), rows), -np.inf)
+                full_o[b.q0:b.q1], full_f[:, b.q0:b.q1] = po, pf
+                parts.append((full_o, full_f))
+        o, f = merge(kind, parts) if len(parts) > 1 else parts[0]
+        outs.append(o)
+        fins.append(f)
+    dq = [np.zeros((len(i), q.shape[1])) for i in idx]
+    # acc[r]: the (dk, dv) accumulator rank r holds, of its current source.
+    acc = [(np.zeros((len(idx[r]), k.shape[1])), np.zeros((len(idx[r]), d_v)))
+           for r in range(world)]
+    for t in range(world):
+        for r in range(world):
+            src = plan.source(r, t, world)
+            for b in blocks(layout, world, r, src, causal, chunk):
+                qi, ki, s = block_scores(r, src, b)
+                gq, gk, gv = backward(
+                    kind, q[qi], k[ki], v[ki], outs[r][b.q0:b.q1],
+                    do[qi], fins[r][:, b.q0:b.q1], s)
+                dq[r][b.q0:b.q1] += gq
+                acc[r][0][b.k0:b.k1] += gk
+                acc[r][1][b.k0:b.k1] += gv
+        # Every accumulator moves one rank on, with its key shard; after
+        # the last step's move each is back with its owner.
+        acc = [acc[(r - 1) % world] for r in range(world)]
+    out, gq, gk, gv = (np.zeros_like(x) for x in (v, q, k, v))
+    for r in range(world):
+        out[idx[r]], gq[idx[r]] = outs[r], dq[r]
+        gk[idx[r]], gv[idx[r]] = acc[r]
+    return out, gq, gk, gv
+
+
+class HostModel(unittest.TestCase):
+    def run_both(self, kind, layout, world, causal, alibi=None, **kw):
+        rng = np.random.default_rng(world * 10 + causal)
+        n = plan.num_chunks(layout, world) * 5
+        q, k = (rng.standard_normal((n, 8)) for _ in range(2))
+        v, do = (rng.standard_normal((n, 6)) for _ in range(2))
+        pos = np.arange(n)
+        s = scores(q, k, pos, pos, causal, alibi, pos, pos)
+        want_o, want_f = forward(kind, q, k, v, s)
+        want = (want_o,) + backward(kind, q, k, v, want_o, do, want_f, s)
+        return ring(kind, layout, world, q, k, v, do, causal, alibi,
+                    **kw), want
+
+    def check(self, kind, layout, world, causal, alibi=None):
+        got, want = self.run_both(kind, layout, world, causal, alibi)
+        for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-11,
+                                       err_msg=f"{kind} {layout} W{world} "
+                                       f"causal={causal} {name}")
+
+    def test_softmax(self):
+        for layout in plan.LAYOUTS:
+            for world in (1, 2, 3, 4):
+                for causal in (False, True):
+                    self.check("softmax", layout, world, causal)
+
+    def test_sigmoid_sums(self):
+        for layout in plan.LAYOUTS:
+            for world in (2, 4):
+                for causal in (False, True):
+                    self.check("sigmoid", layout, world, causal)
+
+    def test_alibi_of_position_inputs(self):
+        for world in (2, 4):
+            self.check("softmax", "zigzag", world, True, alibi=0.3)
+
+    def test_the_mask_on_local_indices_is_wrong_off_the_diagonal(self):
+        # Why off-diagonal blocks run the maskless twin: the same blocks run
+        # with the causal mask on their local indices differ from the whole
+        # (the model is not blind to a wrong plan).
+        def masked_everywhere(layout, world, rank, src, causal, chunk):
+            return [b._replace(kind="causal") for b in plan.step_blocks(
+                layout, world, rank, src, causal, chunk)]
+
+        got, want = self.run_both("softmax", "zigzag", 2, True,
+                                  blocks=masked_everywhere)
+        self.assertGreater(np.abs(got[0] - want[0]).max(), 1e-3)
+
+
+class Definitions(unittest.TestCase):
+    def test_supported(self):
+        s = plan.ring_support(attnc.example("mha"))
+        self.assertEqual(s.mask, "causal")
+        self.assertEqual(plan.ring_support(attnc.example("relu_attn")).mask,
+                         "none")
+        s = plan.ring_support(attnc.example("sigmoid_attn"))
+        self.assertEqual((s.mask, s.shared_inputs),
+                         ("causal", ("softmax_bias",)))
+        s = plan.ring_support(alibi_positions())
+        self.assertEqual((s.mask, s.query_inputs, s.key_inputs,
+                          s.shared_inputs),
+                         ("causal", ("q_pos",), ("k_pos",), ("slopes",)))
+
+    def test_refused(self):
+        for name, says in (
+                ("mha_sliding_window", "its mask is not q_idx >= kv_idx"),
+                ("mha_document", "its mask is not q_idx >= kv_idx"),
+                ("mha_prefix_lm", "its mask is not q_idx >= kv_idx"),
+                ("alibi_learnable", "score_mod reads q_idx or kv_idx"),
+                ("simple_gla", "is linear attention")):
+            with self.assertRaises(attnc.NotSupportedYet, msg=name) as e:
+                plan.ring_support(attnc.example(name))
+            self.assertIn(says, str(e.exception))
+
+    def test_maskless_twin(self):
+        mha = attnc.example("mha")
+        twin = plan.maskless_twin(mha)
+        self.assertEqual(twin.name, "mha__ring_nomask")
+        graph = json.loads(twin.ir_json())
+        self.assertFalse(graph["has_mask"])
+        self.assertNotIn("mask_mod", [f["name"] for f in graph["functions"]])
+        self.assertEqual(plan.ring_support(twin).mask, "none")
+        # The rest is the definition's own: the same online function and
+        # score_mod, so the same kernel but for the mask.
+        source = json.loads(mha.ir_json())
+        self.assertEqual(graph["rowscales"], source["rowscales"])
+        self.assertEqual(graph["finals"], source["finals"])
+        self.assertIn("func mask_mod", mha.ir(after="dce"))
+        self.assertNotIn("func mask_mod", twin.ir())
+
+
+if __name__ == "__main__":
+    unittest.main()
