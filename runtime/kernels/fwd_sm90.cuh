@@ -107,16 +107,26 @@ struct FwdSm90 {
                              const Sm90Maps &maps, unsigned char *smem) {
     // Query blocks in reverse: under a causal mask the last ones have the
     // most key blocks, and starting the longest CTAs first shortens the
-    // tail of the grid (one CTA per SM).
-    const int m_block = gridDim.x - 1 - blockIdx.x;
-    const int bh = blockIdx.y;
-    // This CTA's sequence (varlen.cuh); in a packed call, query blocks past
-    // its end have nothing to do.
+    // tail of the grid (one CTA per SM). A dense call's grid is (query
+    // blocks, batch·heads); a packed call's (packed_block_bound's query
+    // blocks, heads) has a CTA per query block a sequence has
+    // (packed_cta_block), not per block of the longest sequence.
+    int m_block = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, index = -1;
+    if (a.cu_seqlens_q) {
+      const PackedBlock pb = packed_cta_block(a.cu_seqlens_q, a.batch, kBlockM);
+      if (pb.seq < 0)
+        return;
+      bh = pb.seq * a.heads + blockIdx.y;
+      index = pb.index;
+    }
+    // This CTA's sequence (varlen.cuh).
     const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
                                 a.heads, a.seq_q, a.seq_kv, bh / a.heads, bh % a.heads);
+    if (index >= 0)
+      m_block = (sp.seq_q + kBlockM - 1) / kBlockM - 1 - index;
     if (m_block * kBlockM >= sp.seq_q)
       return;
-    body(a, in, maps, smem, sp, m_block, RowsKV{});
+    body(a, in, maps, smem, sp, m_block, bh, RowsKV{});
   }
 
   /// Paged prefill (paged_fwd.cuh): sequence b's queries over its pages,
@@ -138,20 +148,21 @@ struct FwdSm90 {
       return;
     }
     const int rows = min(1 << p.page_shift, kBlockN);
-    body(a, in, maps, smem, s.sp, m_block, PagesKV{s.pages, p.page_shift, rows});
+    body(a, in, maps, smem, s.sp, m_block, bh, PagesKV{s.pages, p.page_shift, rows});
   }
 
   template <class KV>
   __device__ static __forceinline__ void body(const FwdArgs &a,
                                               const typename Variant::Inputs &in,
                                               const Sm90Maps &maps, unsigned char *smem,
-                                              const SeqSpan &sp, int m_block, const KV &kv) {
-    const int bh = blockIdx.y;
+                                              const SeqSpan &sp, int m_block, int bh,
+                                              const KV &kv) {
     const u32 base = (smem_addr(smem) + 1023u) & ~1023u;
     const u32 bar_q = base + kBarOffset;
     const u32 bar_full = bar_q + 8;                 // [kStages]
     const u32 bar_empty = bar_full + 8 * kStages;   // [kStages]
     const int wg = threadIdx.x / 128;
+    const bool q_early = sp.packed && !KV::kPaged;
     if (threadIdx.x == 0) {
       mbar_init(bar_q, 1);
       for (int s = 0; s < kStages; ++s) {
@@ -159,6 +170,11 @@ struct FwdSm90 {
         mbar_init(bar_empty + 8 * s, 4 * kConsumers); // one arrival per consumer warp
       }
       mbar_init_fence();
+      // A packed call's Q is on its way while the warps look for the key
+      // blocks' range (key_block_range's votes): the range's cost hides
+      // under the load instead of coming before it.
+      if (q_early)
+        load_q(a, maps, sp, m_block, bh, base, bar_q);
     }
     __syncthreads();
 
@@ -183,11 +199,13 @@ struct FwdSm90 {
       if constexpr (kConsumers == 2)
         setmaxnreg_dec<kProducerRegs>();
       if (threadIdx.x == 0 && vis.count > 0)
-        produce(a, maps, sp, vis, m_block, base, bar_q, bar_full, bar_empty, kv);
+        produce(a, maps, sp, vis, m_block, bh, q_early, base, bar_q, bar_full, bar_empty, kv);
+      else if (threadIdx.x == 0 && q_early)
+        mbar_wait(bar_q, 0); // no consumer waits for it: it lands before the CTA exits
     } else {
       if constexpr (kConsumers == 2)
         setmaxnreg_inc<kConsumerRegs>();
-      consume(a, in, sp, vis, m_block, base, bar_q, bar_full, bar_empty, wg - 1, kv);
+      consume(a, in, sp, vis, m_block, bh, base, bar_q, bar_full, bar_empty, wg - 1, kv);
     }
   }
 
@@ -218,22 +236,15 @@ struct FwdSm90 {
     return e;
   }
 
-  /// The producer: one thread issues every TMA load of the CTA.
-  template <class KV>
-  __device__ static void produce(const FwdArgs &a, const Sm90Maps &maps, const SeqSpan &sp,
-                                 const Visits &vis, int m_block, u32 base, u32 bar_q,
-                                 u32 bar_full, u32 bar_empty, const KV &kv) {
-    const int bh = blockIdx.y;
+  /// Q's tile, by TMA on bar_q (one thread). A packed call's maps have one
+  /// batch of all tokens: a tile starts at the sequence's first token and
+  /// may run into the next sequence (those keys are masked, those rows
+  /// never stored).
+  __device__ static __forceinline__ void load_q(const FwdArgs &a, const Sm90Maps &maps,
+                                                const SeqSpan &sp, int m_block, int bh, u32 base,
+                                                u32 bar_q) {
     const int h = bh % a.heads;
-    // A packed call's maps have one batch of all tokens: a tile starts at
-    // the sequence's first token and may run into the next sequence (those
-    // keys are masked, those rows never stored).
     const int b = sp.packed ? 0 : bh / a.heads;
-    const int count = vis.count;
-    const int hk = h / (a.heads / a.heads_kv);
-    tma_prefetch_desc(&maps.q);
-    tma_prefetch_desc(&maps.k);
-    tma_prefetch_desc(&maps.v);
     const int qrow = sp.q0 + m_block * kBlockM;
     mbar_arrive_expect_tx(bar_q, kQBytes);
 #pragma unroll
@@ -241,6 +252,24 @@ struct FwdSm90 {
       tma_load_4d(base + s * kQSlab, &maps.q, s * 64, tma_coord(1, maps.q_pos, qrow, h, b),
                   tma_coord(2, maps.q_pos, qrow, h, b), tma_coord(3, maps.q_pos, qrow, h, b),
                   bar_q);
+  }
+
+  /// The producer: one thread issues every TMA load of the CTA (Q's unless
+  /// \p q_loaded: body issued it).
+  template <class KV>
+  __device__ static void produce(const FwdArgs &a, const Sm90Maps &maps, const SeqSpan &sp,
+                                 const Visits &vis, int m_block, int bh, bool q_loaded,
+                                 u32 base, u32 bar_q, u32 bar_full, u32 bar_empty,
+                                 const KV &kv) {
+    const int h = bh % a.heads;
+    const int b = sp.packed ? 0 : bh / a.heads; // the packed maps' one batch
+    const int count = vis.count;
+    const int hk = h / (a.heads / a.heads_kv);
+    tma_prefetch_desc(&maps.q);
+    tma_prefetch_desc(&maps.k);
+    tma_prefetch_desc(&maps.v);
+    if (!q_loaded)
+      load_q(a, maps, sp, m_block, bh, base, bar_q);
     for (int j = 0; j < count; ++j) {
       const int stage = j % kStages;
       if (j >= kStages)
@@ -291,11 +320,10 @@ struct FwdSm90 {
   /// One consumer warpgroup (\p wgc of kConsumers): 64 query rows.
   template <class KV>
   __device__ static void consume(const FwdArgs &a, const typename Variant::Inputs &in,
-                                 const SeqSpan &sp, const Visits &vis, int m_block, u32 base,
-                                 u32 bar_q, u32 bar_full, u32 bar_empty, int wgc,
+                                 const SeqSpan &sp, const Visits &vis, int m_block, int bh,
+                                 u32 base, u32 bar_q, u32 bar_full, u32 bar_empty, int wgc,
                                  const KV &) {
     const int count = vis.count;
-    const int bh = blockIdx.y;
     const int b = bh / a.heads, h = bh % a.heads;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
