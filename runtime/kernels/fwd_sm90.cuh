@@ -162,7 +162,6 @@ struct FwdSm90 {
     const u32 bar_full = bar_q + 8;                 // [kStages]
     const u32 bar_empty = bar_full + 8 * kStages;   // [kStages]
     const int wg = threadIdx.x / 128;
-    const bool q_early = sp.packed && !KV::kPaged;
     if (threadIdx.x == 0) {
       mbar_init(bar_q, 1);
       for (int s = 0; s < kStages; ++s) {
@@ -170,11 +169,6 @@ struct FwdSm90 {
         mbar_init(bar_empty + 8 * s, 4 * kConsumers); // one arrival per consumer warp
       }
       mbar_init_fence();
-      // A packed call's Q is on its way while the warps look for the key
-      // blocks' range (key_block_range's votes): the range's cost hides
-      // under the load instead of coming before it.
-      if (q_early)
-        load_q(a, maps, sp, m_block, bh, base, bar_q);
     }
     __syncthreads();
 
@@ -199,9 +193,7 @@ struct FwdSm90 {
       if constexpr (kConsumers == 2)
         setmaxnreg_dec<kProducerRegs>();
       if (threadIdx.x == 0 && vis.count > 0)
-        produce(a, maps, sp, vis, m_block, bh, q_early, base, bar_q, bar_full, bar_empty, kv);
-      else if (threadIdx.x == 0 && q_early)
-        mbar_wait(bar_q, 0); // no consumer waits for it: it lands before the CTA exits
+        produce(a, maps, sp, vis, m_block, bh, base, bar_q, bar_full, bar_empty, kv);
     } else {
       if constexpr (kConsumers == 2)
         setmaxnreg_inc<kConsumerRegs>();
@@ -236,15 +228,21 @@ struct FwdSm90 {
     return e;
   }
 
-  /// Q's tile, by TMA on bar_q (one thread). A packed call's maps have one
-  /// batch of all tokens: a tile starts at the sequence's first token and
-  /// may run into the next sequence (those keys are masked, those rows
-  /// never stored).
-  __device__ static __forceinline__ void load_q(const FwdArgs &a, const Sm90Maps &maps,
-                                                const SeqSpan &sp, int m_block, int bh, u32 base,
-                                                u32 bar_q) {
+  /// The producer: one thread issues every TMA load of the CTA.
+  template <class KV>
+  __device__ static void produce(const FwdArgs &a, const Sm90Maps &maps, const SeqSpan &sp,
+                                 const Visits &vis, int m_block, int bh, u32 base, u32 bar_q,
+                                 u32 bar_full, u32 bar_empty, const KV &kv) {
     const int h = bh % a.heads;
+    // A packed call's maps have one batch of all tokens: a tile starts at
+    // the sequence's first token and may run into the next sequence (those
+    // keys are masked, those rows never stored).
     const int b = sp.packed ? 0 : bh / a.heads;
+    const int count = vis.count;
+    const int hk = h / (a.heads / a.heads_kv);
+    tma_prefetch_desc(&maps.q);
+    tma_prefetch_desc(&maps.k);
+    tma_prefetch_desc(&maps.v);
     const int qrow = sp.q0 + m_block * kBlockM;
     mbar_arrive_expect_tx(bar_q, kQBytes);
 #pragma unroll
@@ -252,24 +250,6 @@ struct FwdSm90 {
       tma_load_4d(base + s * kQSlab, &maps.q, s * 64, tma_coord(1, maps.q_pos, qrow, h, b),
                   tma_coord(2, maps.q_pos, qrow, h, b), tma_coord(3, maps.q_pos, qrow, h, b),
                   bar_q);
-  }
-
-  /// The producer: one thread issues every TMA load of the CTA (Q's unless
-  /// \p q_loaded: body issued it).
-  template <class KV>
-  __device__ static void produce(const FwdArgs &a, const Sm90Maps &maps, const SeqSpan &sp,
-                                 const Visits &vis, int m_block, int bh, bool q_loaded,
-                                 u32 base, u32 bar_q, u32 bar_full, u32 bar_empty,
-                                 const KV &kv) {
-    const int h = bh % a.heads;
-    const int b = sp.packed ? 0 : bh / a.heads; // the packed maps' one batch
-    const int count = vis.count;
-    const int hk = h / (a.heads / a.heads_kv);
-    tma_prefetch_desc(&maps.q);
-    tma_prefetch_desc(&maps.k);
-    tma_prefetch_desc(&maps.v);
-    if (!q_loaded)
-      load_q(a, maps, sp, m_block, bh, base, bar_q);
     for (int j = 0; j < count; ++j) {
       const int stage = j % kStages;
       if (j >= kStages)

@@ -13,7 +13,7 @@
 // d128, so that both packed backwards run: bwd_sm80 and bwd_sm90);
 // ATTNC_GPU_TEST_FILTER=NAME: one definition's cases, ATTNC_GPU_TEST_CASE=N
 // the N-th of them only; the column split of bwd_sm90's packed form is
-// named in a d256 and a d192 case. A last argument
+// named in two d256 cases. A last argument
 // --compile-only compiles the cases' kernels for sm_90a into the kernel
 // cache, with no GPU.
 #include "BackwardCheck.h"
@@ -401,11 +401,12 @@ std::vector<Case> cases(bool Quick) {
     }
   // bwd_sm90's packed column split (two warpgroups split dK's, dV's and
   // dQ's columns over 64 keys; the dense default at head dims 192 and 256),
-  // named: causal bottom-right over the ragged lengths at d256 with grouped
-  // heads, and the 256-key window at d192.
+  // named: causal bottom-right over the ragged lengths with grouped heads,
+  // and the 256-key window (d256: the split takes value dims of 128 or 256,
+  // and the cases have one head dim).
   Out.push_back({"mha", DType::F16, 256, 4, 2, Lq, Lkv, "", true,
                  "bwd90ws.kv64x64s2.split.fused.varlen"});
-  Out.push_back({"mha_sliding_window", DType::F16, 192, 2, 1, Self, Self, "", true,
+  Out.push_back({"mha_sliding_window", DType::F16, 256, 2, 1, Self, Self, "", true,
                  "bwd90ws.kv64x64s2.split.fused.varlen"});
   // More than 32 sequences (empty ones and single tokens among them): the
   // packed grids' sequence search (block_range.cuh's packed_block_of) votes
