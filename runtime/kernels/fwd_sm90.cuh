@@ -82,6 +82,7 @@ struct FwdSm90 {
   static constexpr int kVBytes = kKVSlab * (kDV / 64);
   static constexpr int kStageBytes = kKBytes + kVBytes;
   static constexpr int kBarOffset = kQBytes + kStages * kStageBytes;
+  static_assert(8 + 16 * kStages <= 128, "a packed call's key range fits beside the mbarriers");
   /// 1024 bytes of slack to align the dynamic shared memory by hand, the
   /// tiles, and 256 bytes of barriers (Sm90Config::sharedBytes says the same).
   static constexpr int kSmemBytes = 1024 + kBarOffset + 256;
@@ -170,16 +171,37 @@ struct FwdSm90 {
       }
       mbar_init_fence();
     }
+    // A packed call has no block lists: a masked variant visits the range
+    // of key blocks that keep an element (varlen.cuh). Where the analysis
+    // bounds the mask from the box, warp 0 alone finds it by its votes,
+    // before the barrier that hands it to the others through shared memory
+    // (beside the mbarriers): the other warps would repeat its box classes
+    // (a chunk's costs integer divisions), which compete for the SM's issue
+    // slots at a CTA's start. Other masks: all threads vote, after it.
+    int *s_range = reinterpret_cast<int *>(smem + (base - smem_addr(smem)) + kBarOffset + 128);
+    if constexpr (Variant::kHasMask) {
+      if constexpr (Variant::kMaskAnalysed && Variant::kMaskBounds == 0) {
+        if (sp.packed && threadIdx.x < 32) {
+          const int2 range = key_block_range<Variant, kBlockM, kBlockN>(
+              in, bh / a.heads, bh % a.heads, m_block, sp);
+          if (threadIdx.x == 0) {
+            s_range[0] = range.x;
+            s_range[1] = range.y;
+          }
+        }
+      }
+    }
     __syncthreads();
 
-    // A packed call has no block lists: a masked variant visits the range
-    // of key blocks that keep an element (varlen.cuh), all threads voting
-    // before the warpgroups part.
     Visits vis{(sp.seq_kv + kBlockN - 1) / kBlockN, 0, nullptr};
     if constexpr (Variant::kHasMask) {
       if (sp.packed) {
-        const int2 range = key_block_range<Variant, kBlockM, kBlockN>(
-            in, bh / a.heads, bh % a.heads, m_block, sp);
+        int2 range;
+        if constexpr (Variant::kMaskAnalysed && Variant::kMaskBounds == 0)
+          range = make_int2(s_range[0], s_range[1]);
+        else
+          range = key_block_range<Variant, kBlockM, kBlockN>(in, bh / a.heads, bh % a.heads,
+                                                             m_block, sp);
         vis.first = range.x;
         vis.count = range.y - range.x;
       } else {
