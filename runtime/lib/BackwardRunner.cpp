@@ -79,10 +79,9 @@ std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice) {
       return std::nullopt;
     // The packed kernel is the warp-specialised fused-dQ step's
     // (bwd_sm90_varlen.cuh); its dQ order needs no block lists. The column
-    // split's packed form compiles but has not run on a GPU yet: it is
-    // used where named, not chosen.
-    if (S->WarpSpecialized && S->FusedDq && !S->PingPong && !S->DqWriter &&
-        !S->SplitCols) {
+    // split's packed form too (the dense default at head dims 192 and 256,
+    // which bwd_sm80 does not run; its packed form passed on an H200).
+    if (S->WarpSpecialized && S->FusedDq && !S->PingPong && !S->DqWriter) {
       codegen::BwdSm90Config P = *S;
       P.Varlen = true;
       // The lean step (the dense default at d128) has no packed form yet.
