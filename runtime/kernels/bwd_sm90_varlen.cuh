@@ -5,10 +5,11 @@
 // Grid (packed_block_bound(total_kv, sequences, kBlockN, max_seqlen_kv),
 // kv heads): one CTA per key block a sequence has (packed_cta_block), its
 // highest key block first, none for the blocks of the longest sequence that
-// a shorter one lacks (the last CTAs of a row, at most one a sequence, find
-// no block and exit); the highest block's CTA zeroes the input-gradient
-// partials of the blocks its sequence lacks. K and V of the sequence's block are loaded by cp.async (keys
-// past its end zero-filled); Q and dO by TMA over the packed rows (maps of
+// a shorter one lacks (the bound's spare CTAs, fewer than the sequences, are
+// the last of a row: they find no block and exit); the highest block's CTA
+// zeroes the input-gradient partials of the blocks its sequence lacks. K
+// and V of the sequence's block are loaded by cp.async (keys past its end
+// zero-filled); Q and dO by TMA over the packed rows (maps of
 // one batch of all tokens, as fwd_sm90's), a query block starting at its
 // sequence's first token: rows of the next sequence are loaded, but their
 // elements are invalid (P = dS = 0, the step's bounds), so they add
@@ -132,8 +133,8 @@ struct BwdDkDvSm90Varlen {
     const u32 meta = bar_full + kMetaOffset;
     unsigned char *ring = aligned + Base::kKBytes + Base::kVBytes;
     // One CTA per key block a sequence has, not per block of the longest
-    // sequence (packed_cta_block: the grid's last CTAs, at most one a
-    // sequence, find none), each sequence's highest key block first: a CTA
+    // sequence (packed_cta_block: the grid's last CTAs, fewer than the
+    // sequences, find none), each sequence's highest key block first: a CTA
     // waits for dQ turns of CTAs of its sequence and head dispatched before
     // it (bwd_sm80_fused_dq.cuh), which have the lower x of its row.
     const PackedBlock pb = packed_cta_block(a.cu_seqlens_kv, a.batch, kBlockN);
