@@ -1,8 +1,10 @@
 // The first and last block of a packed sequence that a mask may keep, found
 // by warp votes over boxes of many blocks and then of single blocks, in a
-// few steps where a scan would take one per block. Plain C++ apart from the
-// vote, which the caller passes, so that the host tests run the same code
-// (tests/codegen/VarlenRangeTest.cpp).
+// few steps where a scan would take one per block; and which block of which
+// sequence a packed call's CTA takes (packed_block_of). Plain C++ apart from
+// the warp's vote and prefix sum, which the caller passes, so that the host
+// tests run the same code (tests/codegen/VarlenRangeTest.cpp,
+// PackedBlocksTest.cpp).
 #ifndef ATTNC_BLOCK_RANGE_CUH
 #define ATTNC_BLOCK_RANGE_CUH
 
@@ -23,6 +25,15 @@ ATTNC_RANGE_FN int range_lowest_lane(unsigned v) {
   return __ffs(v) - 1;
 #else
   return __builtin_ctz(v);
+#endif
+}
+
+/// The set bits of a vote.
+ATTNC_RANGE_FN int range_popcount(unsigned v) {
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+  return __popc(v);
+#else
+  return __builtin_popcount(v);
 #endif
 }
 
@@ -101,6 +112,61 @@ ATTNC_RANGE_FN int last_block_kept(int from, int to, const MayKeep &may_keep,
     }
   }
   return from;
+}
+
+/// The work of a packed call's CTA: block \p index (from 0) of sequence
+/// \p seq, or seq = -1 for a CTA past the last sequence's blocks.
+struct PackedBlock {
+  int seq, index;
+};
+
+/// A grid of CTAs over the blocks that packed sequences really have, not
+/// the longest sequence's block count per sequence: CTA x takes block
+/// x - start(b) of the sequence b whose blocks [start(b), start(b) +
+/// ceil(len(b) / block)) hold x, where start(b) is the sum of the block
+/// counts of the sequences before b (empty sequences have none). cu is
+/// cu_seqlens (batch + 1 entries). The warp finds b by a prefix sum over 32
+/// sequences' block counts at a time and a vote: warp.sums(f) is the
+/// inclusive prefix sum of f(lane) over the lanes, whose at(l) reads lane
+/// l's sum (every lane calls it, converged, with the same l or its own
+/// lane); warp.vote(pred) the ballot of pred(lane). The result is the same
+/// on every lane. The grid's size is packed_block_bound's, so that only
+/// its last CTAs (at most batch) find no block.
+template <class Warp>
+ATTNC_RANGE_FN PackedBlock packed_block_of(const int *cu, int batch, int block, long long x,
+                                           const Warp &warp) {
+  constexpr int L = kRangeLanes;
+  long long base = 0; // the blocks of sequences [0, b0)
+  for (int b0 = 0; b0 < batch; b0 += L) {
+    const auto ends = warp.sums([&](int lane) {
+      const int b = b0 + lane;
+      return b < batch ? (cu[b + 1] - cu[b] + block - 1) / block : 0;
+    });
+    // The sequences of this group whose blocks end at or before x: a
+    // prefix of the group, since their ends increase.
+    const unsigned done = warp.vote([&](int lane) {
+      const long long end = base + ends.at(lane); // every lane reads, converged
+      return b0 + lane < batch && end <= x;
+    });
+    const int n = range_popcount(done);
+    const int live = batch - b0 < L ? batch - b0 : L;
+    if (n < live) {
+      const long long start = base + (n > 0 ? ends.at(n - 1) : 0);
+      return {b0 + n, int(x - start)};
+    }
+    base += ends.at(L - 1);
+  }
+  return {-1, 0};
+}
+
+/// An upper bound on the blocks of \p batch packed sequences of \p total
+/// tokens in all, none longer than \p max_len: the grid of
+/// packed_block_of. Each sequence rounds up by less than one block.
+ATTNC_RANGE_FN long long packed_block_bound(long long total, long long batch, int block,
+                                            long long max_len) {
+  const long long by_total = (total + batch * (block - 1)) / block;
+  const long long by_max = batch * ((max_len + block - 1) / block);
+  return by_total < by_max ? by_total : by_max;
 }
 
 } // namespace attnc

@@ -2,10 +2,14 @@
 // warp-specialised fused-dQ dK/dV kernel of bwd_sm90.cuh with one CTA per
 // (key block of one sequence, kv head), its step reused as it is.
 //
-// Grid (ceil(max_seqlen_kv / kBlockN), sequences · kv heads); a CTA whose
-// key block lies past its sequence's end only zeroes its input-gradient
-// partials. K and V of the sequence's block are loaded by cp.async (keys
-// past its end zero-filled); Q and dO by TMA over the packed rows (maps of
+// Grid (packed_block_bound(total_kv, sequences, kBlockN, max_seqlen_kv),
+// kv heads): one CTA per key block a sequence has (packed_cta_block), its
+// highest key block first, none for the blocks of the longest sequence that
+// a shorter one lacks (the bound's spare CTAs, fewer than the sequences, are
+// the last of a row: they find no block and exit); the highest block's CTA
+// zeroes the input-gradient partials of the blocks its sequence lacks. K
+// and V of the sequence's block are loaded by cp.async (keys past its end
+// zero-filled); Q and dO by TMA over the packed rows (maps of
 // one batch of all tokens, as fwd_sm90's), a query block starting at its
 // sequence's first token: rows of the next sequence are loaded, but their
 // elements are invalid (P = dS = 0, the step's bounds), so they add
@@ -118,7 +122,7 @@ struct BwdDkDvSm90Varlen {
                 "the metadata fits beside the mbarriers");
   static_assert(!Base::kWriter, "packed calls use the lockstep step");
 
-  /// Grid (kv blocks, sequences · kv heads).
+  /// Grid (packed_block_bound of the key blocks, kv heads).
   __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &in,
                              unsigned char *smem, const Sm90BwdMaps &maps) {
     const u32 base = (smem_addr(smem) + 1023u) & ~1023u;
@@ -128,22 +132,32 @@ struct BwdDkDvSm90Varlen {
     const u32 bar_full = s_dq + Base::kDqBytes, bar_empty = bar_full + 8 * kStages;
     const u32 meta = bar_full + kMetaOffset;
     unsigned char *ring = aligned + Base::kKBytes + Base::kVBytes;
-    // The highest key block first: a CTA waits for dQ turns of CTAs of its
-    // row dispatched before it (bwd_sm80_fused_dq.cuh).
-    const int n_block = a.kv_n_blocks - 1 - (int)blockIdx.x;
-    const int b = blockIdx.y / a.heads_kv, hk = blockIdx.y % a.heads_kv;
+    // One CTA per key block a sequence has, not per block of the longest
+    // sequence (packed_cta_block: the grid's last CTAs, fewer than the
+    // sequences, find none), each sequence's highest key block first: a CTA
+    // waits for dQ turns of CTAs of its sequence and head dispatched before
+    // it (bwd_sm80_fused_dq.cuh), which have the lower x of its row.
+    const PackedBlock pb = packed_cta_block(a.cu_seqlens_kv, a.batch, kBlockN);
+    if (pb.seq < 0)
+      return;
+    const int b = pb.seq, hk = (int)blockIdx.y;
     const int group_size = a.heads / a.heads_kv;
-    const int key0 = n_block * kBlockN;
     const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch, a.heads,
                                 a.seq_q, a.seq_kv, b, hk * group_size);
-    if (key0 >= sp.seq_kv) {
-      if constexpr (kNumGrads > 0)
-        for (int i = threadIdx.x; i < kNumGrads * group_size; i += blockDim.x)
-          a.grad_partial[((long long)(i / group_size) * a.kv_n_blocks + n_block) *
-                             ((long long)a.batch * a.heads) +
-                         (long long)b * a.heads + hk * group_size + i % group_size] = 0.f;
-      return;
-    }
+    const int nb = (sp.seq_kv + kBlockN - 1) / kBlockN;
+    const int n_block = nb - 1 - pb.index;
+    const int key0 = n_block * kBlockN;
+    // The input-gradient partials of the key blocks the sequence lacks
+    // (no CTA has them): zeros, from its highest block's CTA.
+    if constexpr (kNumGrads > 0)
+      if (pb.index == 0)
+        for (int i = threadIdx.x; i < kNumGrads * group_size * (a.kv_n_blocks - nb);
+             i += blockDim.x) {
+          const int g = i % kNumGrads, hi = i / kNumGrads % group_size;
+          const int n = nb + i / (kNumGrads * group_size);
+          a.grad_partial[((long long)g * a.kv_n_blocks + n) * ((long long)a.batch * a.heads) +
+                         (long long)b * a.heads + hk * group_size + hi] = 0.f;
+        }
     load_slabs_async<kBlockN, kD, Base::kCtaThreads>(
         s_k,
         static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
@@ -397,6 +411,42 @@ struct BwdDkDvSm90Varlen {
   }
 };
 
+/// doosum = rowsum(dO ∘ O) of every packed token, one warp a token and
+/// head, [heads][total_q]: bwd_doosum's rows without their sequences (a
+/// token's row is its place in the packed tensors), so that no CTA is
+/// launched for the rows a shorter sequence lacks. Grid (ceil(total_q /
+/// warps), heads).
+template <class T, int kDV> __device__ void bwd_doosum_packed(const BwdArgs &a) {
+  static_assert(kDV % 8 == 0 && kDV / 8 <= 32, "one 16-byte chunk per lane");
+  const int warps = blockDim.x / 32;
+  const int lane = threadIdx.x % 32;
+  const long long t = (long long)blockIdx.x * warps + threadIdx.x / 32;
+  const int h = blockIdx.y;
+  if (t >= a.total_q)
+    return;
+  float sum = 0.f;
+  if (lane < kDV / 8) {
+    const unsigned short *o =
+        static_cast<const unsigned short *>(a.o) + h * a.o_sh + t * a.o_ss + lane * 8;
+    const unsigned short *d =
+        static_cast<const unsigned short *>(a.dout) + h * a.do_sh + t * a.do_ss + lane * 8;
+    u32 x[4], y[4];
+    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                 : "l"(o));
+    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(y[0]), "=r"(y[1]), "=r"(y[2]), "=r"(y[3])
+                 : "l"(d));
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      sum += unpack_half<T>(x[i], false) * unpack_half<T>(y[i], false) +
+             unpack_half<T>(x[i], true) * unpack_half<T>(y[i], true);
+  }
+  sum = warp_sum(sum);
+  if (lane == 0)
+    a.doosum[(long long)h * a.total_q + t] = sum;
+}
+
 /// Zeroes the packed call's semaphores (heads · kv_m_blocks slots) before
 /// the dK/dV kernel; grid (ceil(heads · kv_m_blocks / 256)) x 256.
 __device__ inline void bwd_dq_init_varlen(const BwdArgs &a) {
@@ -407,15 +457,18 @@ __device__ inline void bwd_dq_init_varlen(const BwdArgs &a) {
 
 /// After the packed dK/dV kernel: each sequence's dq rows from their slots'
 /// sums, zeros where no key block added (semaphore 0; the atomic mode's
-/// sums start at zero). Grid (ceil(max_seqlen_q / rows a CTA), sequences ·
-/// heads) x 256, as bwd_dq_convert.
+/// sums start at zero). Grid (packed_block_bound of blocks of rows a CTA,
+/// heads) x 256: a CTA per block of rows a sequence has (packed_cta_block).
 template <class T, int kD, int kBlockM, bool kAtomic>
 __device__ void bwd_dq_convert_varlen(const BwdArgs &a) {
   static_assert(kD % 4 == 0 && kD / 4 <= 256, "whole rows per CTA");
   constexpr int kThreadsPerRow = kD / 4, kRows = 256 / kThreadsPerRow;
-  const int row = blockIdx.x * kRows + threadIdx.x / kThreadsPerRow;
+  const PackedBlock pb = packed_cta_block(a.cu_seqlens_q, a.batch, kRows);
+  if (pb.seq < 0)
+    return;
+  const int row = pb.index * kRows + threadIdx.x / kThreadsPerRow;
   const int col = (threadIdx.x % kThreadsPerRow) * 4;
-  const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
+  const int b = pb.seq, h = blockIdx.y;
   const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch, a.heads,
                               a.seq_q, a.seq_kv, b, h);
   if (threadIdx.x >= kRows * kThreadsPerRow || row >= sp.seq_q)

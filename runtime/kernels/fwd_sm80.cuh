@@ -112,16 +112,25 @@ struct FwdSm80 {
 
   __device__ static void run(const FwdArgs &a, const typename Variant::Inputs &in,
                              unsigned char *smem) {
-    const int bh = blockIdx.y;
-    const int b = bh / a.heads, h = bh % a.heads;
+    // This CTA's query block and sequence: a dense call's grid is (query
+    // blocks, batch·heads); a packed call's (packed_block_bound's query
+    // blocks, heads) has a CTA per query block a sequence has
+    // (packed_cta_block), whose lengths and first tokens seq_span gives.
+    int b = blockIdx.y / a.heads, h = blockIdx.y % a.heads, m_block = blockIdx.x;
+    if (a.cu_seqlens_q) {
+      const PackedBlock pb = packed_cta_block(a.cu_seqlens_q, a.batch, kBlockM);
+      if (pb.seq < 0)
+        return;
+      b = pb.seq;
+      h = blockIdx.y;
+      m_block = pb.index;
+    }
     const int hk = h / (a.heads / a.heads_kv);
-    // This CTA's sequence: in a packed call, its lengths and first tokens;
-    // query blocks past its end have nothing to do.
     const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
                                 a.heads, a.seq_q, a.seq_kv, b, h);
-    if (int(blockIdx.x) * kBlockM >= sp.seq_q)
+    if (m_block * kBlockM >= sp.seq_q)
       return;
-    body(a, in, smem, sp, b, h, [&] {
+    body(a, in, smem, sp, m_block, b, h, [&] {
       return ContiguousFwdKV<kThreads>{
           a,
           static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
@@ -148,20 +157,21 @@ struct FwdSm80 {
       paged_nan_rows<kBlockM, kDV>(a, s.sp, h, Variant::kNumFinals);
       return;
     }
-    body(a, in, smem, s.sp, b, h, [&] { return PagedFwdKV<kThreads>{p, s.pages, hk}; });
+    body(a, in, smem, s.sp, int(blockIdx.x), b, h,
+         [&] { return PagedFwdKV<kThreads>{p, s.pages, hk}; });
   }
 
-  /// The forward of one query block of sequence \p sp (batch entry or
-  /// sequence b, head h), its keys and values read through the source
+  /// The forward of query block \p m_block of sequence \p sp (batch entry
+  /// or sequence b, head h), its keys and values read through the source
   /// \p make_kv() makes (made after q's pointer, the order the contiguous
   /// kernel had before paged sources existed: its code is unchanged).
   template <class MakeKV>
   __device__ static __forceinline__ void body(const FwdArgs &a,
                                               const typename Variant::Inputs &in,
-                                              unsigned char *smem, const SeqSpan &sp, int b,
-                                              int h, const MakeKV &make_kv) {
-    const int m_block = blockIdx.x;
-    const int bh = blockIdx.y;
+                                              unsigned char *smem, const SeqSpan &sp,
+                                              int m_block, int b, int h,
+                                              const MakeKV &make_kv) {
+    const int bh = b * a.heads + h;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
     const unsigned short *q = static_cast<const unsigned short *>(a.q) +

@@ -82,6 +82,7 @@ struct FwdSm90 {
   static constexpr int kVBytes = kKVSlab * (kDV / 64);
   static constexpr int kStageBytes = kKBytes + kVBytes;
   static constexpr int kBarOffset = kQBytes + kStages * kStageBytes;
+  static_assert(8 + 16 * kStages <= 128, "a packed call's key range fits beside the mbarriers");
   /// 1024 bytes of slack to align the dynamic shared memory by hand, the
   /// tiles, and 256 bytes of barriers (Sm90Config::sharedBytes says the same).
   static constexpr int kSmemBytes = 1024 + kBarOffset + 256;
@@ -107,16 +108,26 @@ struct FwdSm90 {
                              const Sm90Maps &maps, unsigned char *smem) {
     // Query blocks in reverse: under a causal mask the last ones have the
     // most key blocks, and starting the longest CTAs first shortens the
-    // tail of the grid (one CTA per SM).
-    const int m_block = gridDim.x - 1 - blockIdx.x;
-    const int bh = blockIdx.y;
-    // This CTA's sequence (varlen.cuh); in a packed call, query blocks past
-    // its end have nothing to do.
+    // tail of the grid (one CTA per SM). A dense call's grid is (query
+    // blocks, batch·heads); a packed call's (packed_block_bound's query
+    // blocks, heads) has a CTA per query block a sequence has
+    // (packed_cta_block), not per block of the longest sequence.
+    int m_block = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, index = -1;
+    if (a.cu_seqlens_q) {
+      const PackedBlock pb = packed_cta_block(a.cu_seqlens_q, a.batch, kBlockM);
+      if (pb.seq < 0)
+        return;
+      bh = pb.seq * a.heads + blockIdx.y;
+      index = pb.index;
+    }
+    // This CTA's sequence (varlen.cuh).
     const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
                                 a.heads, a.seq_q, a.seq_kv, bh / a.heads, bh % a.heads);
+    if (index >= 0)
+      m_block = (sp.seq_q + kBlockM - 1) / kBlockM - 1 - index;
     if (m_block * kBlockM >= sp.seq_q)
       return;
-    body(a, in, maps, smem, sp, m_block, RowsKV{});
+    body(a, in, maps, smem, sp, m_block, bh, RowsKV{});
   }
 
   /// Paged prefill (paged_fwd.cuh): sequence b's queries over its pages,
@@ -138,15 +149,15 @@ struct FwdSm90 {
       return;
     }
     const int rows = min(1 << p.page_shift, kBlockN);
-    body(a, in, maps, smem, s.sp, m_block, PagesKV{s.pages, p.page_shift, rows});
+    body(a, in, maps, smem, s.sp, m_block, bh, PagesKV{s.pages, p.page_shift, rows});
   }
 
   template <class KV>
   __device__ static __forceinline__ void body(const FwdArgs &a,
                                               const typename Variant::Inputs &in,
                                               const Sm90Maps &maps, unsigned char *smem,
-                                              const SeqSpan &sp, int m_block, const KV &kv) {
-    const int bh = blockIdx.y;
+                                              const SeqSpan &sp, int m_block, int bh,
+                                              const KV &kv) {
     const u32 base = (smem_addr(smem) + 1023u) & ~1023u;
     const u32 bar_q = base + kBarOffset;
     const u32 bar_full = bar_q + 8;                 // [kStages]
@@ -160,16 +171,37 @@ struct FwdSm90 {
       }
       mbar_init_fence();
     }
+    // A packed call has no block lists: a masked variant visits the range
+    // of key blocks that keep an element (varlen.cuh). Where the analysis
+    // bounds the mask from the box, warp 0 alone finds it by its votes,
+    // before the barrier that hands it to the others through shared memory
+    // (beside the mbarriers): the other warps would repeat its box classes
+    // (a chunk's costs integer divisions), which compete for the SM's issue
+    // slots at a CTA's start. Other masks: all threads vote, after it.
+    int *s_range = reinterpret_cast<int *>(smem + (base - smem_addr(smem)) + kBarOffset + 128);
+    if constexpr (Variant::kHasMask) {
+      if constexpr (Variant::kMaskAnalysed && Variant::kMaskBounds == 0) {
+        if (sp.packed && threadIdx.x < 32) {
+          const int2 range = key_block_range<Variant, kBlockM, kBlockN>(
+              in, bh / a.heads, bh % a.heads, m_block, sp);
+          if (threadIdx.x == 0) {
+            s_range[0] = range.x;
+            s_range[1] = range.y;
+          }
+        }
+      }
+    }
     __syncthreads();
 
-    // A packed call has no block lists: a masked variant visits the range
-    // of key blocks that keep an element (varlen.cuh), all threads voting
-    // before the warpgroups part.
     Visits vis{(sp.seq_kv + kBlockN - 1) / kBlockN, 0, nullptr};
     if constexpr (Variant::kHasMask) {
       if (sp.packed) {
-        const int2 range = key_block_range<Variant, kBlockM, kBlockN>(
-            in, bh / a.heads, bh % a.heads, m_block, sp);
+        int2 range;
+        if constexpr (Variant::kMaskAnalysed && Variant::kMaskBounds == 0)
+          range = make_int2(s_range[0], s_range[1]);
+        else
+          range = key_block_range<Variant, kBlockM, kBlockN>(in, bh / a.heads, bh % a.heads,
+                                                             m_block, sp);
         vis.first = range.x;
         vis.count = range.y - range.x;
       } else {
@@ -183,11 +215,11 @@ struct FwdSm90 {
       if constexpr (kConsumers == 2)
         setmaxnreg_dec<kProducerRegs>();
       if (threadIdx.x == 0 && vis.count > 0)
-        produce(a, maps, sp, vis, m_block, base, bar_q, bar_full, bar_empty, kv);
+        produce(a, maps, sp, vis, m_block, bh, base, bar_q, bar_full, bar_empty, kv);
     } else {
       if constexpr (kConsumers == 2)
         setmaxnreg_inc<kConsumerRegs>();
-      consume(a, in, sp, vis, m_block, base, bar_q, bar_full, bar_empty, wg - 1, kv);
+      consume(a, in, sp, vis, m_block, bh, base, bar_q, bar_full, bar_empty, wg - 1, kv);
     }
   }
 
@@ -221,9 +253,8 @@ struct FwdSm90 {
   /// The producer: one thread issues every TMA load of the CTA.
   template <class KV>
   __device__ static void produce(const FwdArgs &a, const Sm90Maps &maps, const SeqSpan &sp,
-                                 const Visits &vis, int m_block, u32 base, u32 bar_q,
+                                 const Visits &vis, int m_block, int bh, u32 base, u32 bar_q,
                                  u32 bar_full, u32 bar_empty, const KV &kv) {
-    const int bh = blockIdx.y;
     const int h = bh % a.heads;
     // A packed call's maps have one batch of all tokens: a tile starts at
     // the sequence's first token and may run into the next sequence (those
@@ -291,11 +322,10 @@ struct FwdSm90 {
   /// One consumer warpgroup (\p wgc of kConsumers): 64 query rows.
   template <class KV>
   __device__ static void consume(const FwdArgs &a, const typename Variant::Inputs &in,
-                                 const SeqSpan &sp, const Visits &vis, int m_block, u32 base,
-                                 u32 bar_q, u32 bar_full, u32 bar_empty, int wgc,
+                                 const SeqSpan &sp, const Visits &vis, int m_block, int bh,
+                                 u32 base, u32 bar_q, u32 bar_full, u32 bar_empty, int wgc,
                                  const KV &) {
     const int count = vis.count;
-    const int bh = blockIdx.y;
     const int b = bh / a.heads, h = bh % a.heads;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;

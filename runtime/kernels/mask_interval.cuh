@@ -112,9 +112,21 @@ __device__ __forceinline__ long long mb_floor_div_ll(long long a, long long b) {
   const long long q = a / b;
   return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
+/// x // c for an int x and c > 0, in 32-bit arithmetic (the quotient
+/// truncates toward zero; a negative remainder steps it down).
+__device__ __forceinline__ int mb_floor_div_pos(int x, int c) {
+  const int q = x / c;
+  return x - q * c < 0 ? q - 1 : q;
+}
 __device__ __forceinline__ IvI mb_floordiv(IvI a, IvI b) {
   if (a.top || b.top || (b.lo <= 0 && b.hi >= 0))
     return {0, 0, true};
+  // One positive divisor (a chunk length, say): x // c is nondecreasing in
+  // x, so the ends' quotients are the interval, in two 32-bit divisions
+  // instead of four 64-bit ones (ends not top are ints). The packed
+  // kernels evaluate mask_block_class per block and per vote.
+  if (b.lo == b.hi && b.lo > 0)
+    return mb_i(mb_floor_div_pos(int(a.lo), int(b.lo)), mb_floor_div_pos(int(a.hi), int(b.lo)));
   const long long c0 = mb_floor_div_ll(a.lo, b.lo),
                   c1 = mb_floor_div_ll(a.lo, b.hi),
                   c2 = mb_floor_div_ll(a.hi, b.lo),

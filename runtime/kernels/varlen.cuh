@@ -111,6 +111,37 @@ struct WarpVote {
   }
 };
 
+/// The calling warp's prefix sums and votes over its lanes, for
+/// packed_block_of (block_range.cuh); all lanes converged.
+struct WarpLanes {
+  int lane;
+  struct Sums {
+    int mine; ///< this lane's inclusive sum
+    __device__ __forceinline__ int at(int l) const { return __shfl_sync(0xffffffffu, mine, l); }
+  };
+  template <class F> __device__ __forceinline__ Sums sums(const F &f) const {
+    int v = f(lane);
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int t = __shfl_up_sync(0xffffffffu, v, d);
+      v += lane >= d ? t : 0;
+    }
+    return {v};
+  }
+  template <class Pred> __device__ __forceinline__ unsigned vote(const Pred &pred) const {
+    return __ballot_sync(0xffffffffu, pred(lane));
+  }
+};
+
+/// The sequence and block of this CTA in a packed call's grid of blocks
+/// of \p block tokens (packed_block_of over blockIdx.x: only the blocks
+/// the sequences have, see packed_block_bound). Every warp finds it alone,
+/// so no barrier is needed; each calls it converged.
+__device__ __forceinline__ PackedBlock packed_cta_block(const int *cu, int batch, int block) {
+  return packed_block_of(cu, batch, block, (long long)blockIdx.x,
+                         WarpLanes{int(threadIdx.x % 32)});
+}
+
 /// A packed call has no block lists (they would cost a classification per
 /// call over every sequence): a masked variant visits the key blocks from
 /// the first to the last one that may keep an element of query block \p m.

@@ -16,6 +16,8 @@
 // The kernel-argument structs, shared with the device code so that the
 // layouts agree by construction.
 #include "../kernels/attention_args.cuh"
+// The packed grids' size (packed_block_bound), shared with the kernels.
+#include "../kernels/block_range.cuh"
 
 #include <fmt/format.h>
 
@@ -77,10 +79,9 @@ std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice) {
       return std::nullopt;
     // The packed kernel is the warp-specialised fused-dQ step's
     // (bwd_sm90_varlen.cuh); its dQ order needs no block lists. The column
-    // split's packed form compiles but has not run on a GPU yet: it is
-    // used where named, not chosen.
-    if (S->WarpSpecialized && S->FusedDq && !S->PingPong && !S->DqWriter &&
-        !S->SplitCols) {
+    // split's packed form too (the dense default at head dims 192 and 256,
+    // which bwd_sm80 does not run; its packed form passed on an H200).
+    if (S->WarpSpecialized && S->FusedDq && !S->PingPong && !S->DqWriter) {
       codegen::BwdSm90Config P = *S;
       P.Varlen = true;
       // The lean step (the dense default at d128) has no packed form yet.
@@ -284,8 +285,10 @@ void BackwardRunner::run(const BackwardTensors &T,
 
   if (Doosum) {
     void *Params[] = {&A};
-    D.check(D.cuLaunchKernel(Pre, ceilDiv(C.Sq, 8), unsigned(C.B * C.H), 1, 256,
-                             1, 1, 0, Stream, Params, nullptr),
+    // The packed form's rows are the packed tokens (bwd_doosum_packed).
+    D.check(D.cuLaunchKernel(Pre, K.Varlen ? ceilDiv(C.TotalQ, 8) : ceilDiv(C.Sq, 8),
+                             unsigned(K.Varlen ? C.H : C.B * C.H), 1, 256, 1, 1, 0, Stream,
+                             Params, nullptr),
             "launch attnc_bwd_preprocess");
   }
   if (K.AtomicDq) {
@@ -303,15 +306,23 @@ void BackwardRunner::run(const BackwardTensors &T,
             "launch attnc_bwd_dq_init");
   }
   void *Params[] = {&A, Slots.data(), &Maps};
-  D.check(D.cuLaunchKernel(DkDv, A.kv_n_blocks, unsigned(C.B * C.Hkv), 1,
-                           K.KvThreads, 1, 1, K.KvShared, Stream, Params,
-                           nullptr),
+  // The packed form: a CTA per key block a sequence has, a row per kv head
+  // (block_range.cuh's packed_block_of); elsewhere per block of the
+  // longest sequence and (sequence, kv head).
+  const unsigned DkDvX =
+      K.Varlen ? unsigned(attnc::packed_block_bound(C.TotalKv, C.B, K.KvBlockN, C.Skv))
+               : unsigned(A.kv_n_blocks);
+  D.check(D.cuLaunchKernel(DkDv, DkDvX, unsigned(K.Varlen ? C.Hkv : C.B * C.Hkv), 1,
+                           K.KvThreads, 1, 1, K.KvShared, Stream, Params, nullptr),
           "launch attnc_bwd_dkdv");
   if (Fused) {
     // dq from the sums; rows that no key block visits become zeros.
     void *ConvertParams[] = {&A};
     const int Rows = 256 / (Spec.HeadDim / 4);
-    D.check(D.cuLaunchKernel(DqConvert, ceilDiv(C.Sq, Rows), unsigned(C.B * C.H),
+    const unsigned ConvertX =
+        K.Varlen ? unsigned(attnc::packed_block_bound(C.TotalQ, C.B, Rows, C.Sq))
+                 : unsigned(ceilDiv(C.Sq, Rows));
+    D.check(D.cuLaunchKernel(DqConvert, ConvertX, unsigned(K.Varlen ? C.H : C.B * C.H),
                              1, 256, 1, 1, 0, Stream, ConvertParams, nullptr),
             "launch attnc_bwd_dq_convert");
   } else {

@@ -14,6 +14,8 @@
 #include "TmaMaps.h"
 
 #include "../kernels/decode_args.cuh"
+// The packed grid's size (packed_block_bound), shared with the kernels.
+#include "../kernels/block_range.cuh"
 
 #include "attn/Error.h"
 #include "attn/analysis/Merge.h"
@@ -243,8 +245,15 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
   }
   void *Params[] = {&A, L.InputSlots.data(),
                     const_cast<attnc::Sm90Maps *>(Maps)};
-  D.check(D.cuLaunchKernel(K.Fwd, A.m_blocks, unsigned(A.batch * A.heads), 1,
-                           unsigned(K.Launch.Threads), 1, 1,
+  // A packed call: a CTA per query block a sequence has, a row per head
+  // (block_range.cuh's packed_block_of); a dense one: per query block and
+  // batch·head.
+  const CallShape &C = P.Shape;
+  const unsigned GridX =
+      C.Packed ? unsigned(attnc::packed_block_bound(C.TotalQ, C.B, K.Launch.BlockM, C.Sq))
+               : unsigned(A.m_blocks);
+  const unsigned GridY = unsigned(C.Packed ? A.heads : A.batch * A.heads);
+  D.check(D.cuLaunchKernel(K.Fwd, GridX, GridY, 1, unsigned(K.Launch.Threads), 1, 1,
                            unsigned(K.Launch.SharedBytes), Ctx.Stream,
                            Params, nullptr),
           "launch attnc_fwd");

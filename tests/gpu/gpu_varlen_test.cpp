@@ -11,7 +11,9 @@
 // and of dense attention of the same average length. Exits 77 (ctest:
 // skipped) where there is no GPU. --quick: the f16 cases only (d64 and
 // d128, so that both packed backwards run: bwd_sm80 and bwd_sm90);
-// ATTNC_GPU_TEST_FILTER=NAME: one definition's cases. A last argument
+// ATTNC_GPU_TEST_FILTER=NAME: one definition's cases, ATTNC_GPU_TEST_CASE=N
+// the N-th of them only; the column split of bwd_sm90's packed form is
+// named in two d256 cases. A last argument
 // --compile-only compiles the cases' kernels for sm_90a into the kernel
 // cache, with no GPU.
 #include "BackwardCheck.h"
@@ -49,6 +51,8 @@ struct Case {
   std::vector<int> Lq, Lkv;
   std::string Skeleton;
   bool Backward;
+  /// A named backward configuration (Signature::BackwardConfig), else "".
+  std::string BwdConfig = "";
 };
 
 std::vector<int> cumulative(const std::vector<int> &L) {
@@ -115,6 +119,7 @@ bool runCase(const Case &C, uint64_t Seed) {
   Sig.HeadDim = Sig.HeadDimV = C.D;
   Sig.TensorLayout = Layout::THD;
   Sig.Skeleton = C.Skeleton;
+  Sig.BackwardConfig = C.BwdConfig;
   Sig.Backend = "generated";
   runtime::Attention Att(Def, Sig);
   const CompiledDefinition &CD = Att.definition();
@@ -394,6 +399,24 @@ std::vector<Case> cases(bool Quick) {
       Out.push_back({Def, DType::F16, 64, 4, 4, Lq, Lkv, Skel, *Skel == 0});
       Out.push_back({Def, DType::F16, 128, 2, 1, Self, Self, Skel, *Skel == 0});
     }
+  // bwd_sm90's packed column split (two warpgroups split dK's, dV's and
+  // dQ's columns over 64 keys; the dense default at head dims 192 and 256),
+  // named: causal bottom-right over the ragged lengths with grouped heads,
+  // and the 256-key window (d256: the split takes value dims of 128 or 256,
+  // and the cases have one head dim).
+  Out.push_back({"mha", DType::F16, 256, 4, 2, Lq, Lkv, "", true,
+                 "bwd90ws.kv64x64s2.split.fused.varlen"});
+  Out.push_back({"mha_sliding_window", DType::F16, 256, 2, 1, Self, Self, "", true,
+                 "bwd90ws.kv64x64s2.split.fused.varlen"});
+  // More than 32 sequences (empty ones and single tokens among them): the
+  // packed grids' sequence search (block_range.cuh's packed_block_of) votes
+  // over two groups of 32 in the forward, the dK/dV kernel and the dQ
+  // convert.
+  std::vector<int> Many(40);
+  for (int I = 0; I < 40; ++I)
+    Many[I] = I % 9 == 4 ? 0 : I % 7 == 3 ? 1 : (I * 37) % 190;
+  for (const char *Def : {"mha", "mha_chunked"})
+    Out.push_back({Def, DType::F16, 128, 2, 1, Many, Many, "", true});
   // A sequence of more than 32 blocks: the packed range search's votes over
   // boxes of 32 blocks (block_range.cuh) find both ends of each range
   // (4200 tokens: 33 query and key blocks of 128 in the forward and the
@@ -426,6 +449,7 @@ int compileOnly(bool Quick, const char *Filter) {
     Sig.HeadDim = Sig.HeadDimV = C.D;
     Sig.TensorLayout = Layout::THD;
     Sig.Skeleton = C.Skeleton;
+    Sig.BackwardConfig = C.BwdConfig;
     Sig.Backend = "generated";
     Sig.Arch = GpuArch::Sm90a;
     runtime::Attention Att(makeDefinition(C.Def), Sig);
@@ -536,11 +560,19 @@ int main(int Argc, char **Argv) {
   std::printf("device: %s\n", Dev.Name.c_str());
   if (Argc > 1 && std::string(Argv[1]) == "--bench")
     return bench();
-  int Passed = 0, Failed = 0;
+  // ATTNC_GPU_TEST_CASE=N: the N-th (from 0) of the filtered cases only
+  // (one small case under compute-sanitizer).
+  const char *Only = std::getenv("ATTNC_GPU_TEST_CASE");
+  int Passed = 0, Failed = 0, Index = -1;
   uint64_t Seed = 1;
   for (const Case &C : cases(Quick)) {
     if (Filter && C.Def != Filter)
       continue;
+    ++Index;
+    if (Only && Index != std::atoi(Only)) {
+      ++Seed;
+      continue;
+    }
     try {
       (runCase(C, Seed++) ? Passed : Failed)++;
     } catch (const std::exception &E) {

@@ -124,10 +124,12 @@ TEST_CASE("bwd_sm90 varlen: a packed backward runs bwd_sm90 on sm_90a, bwd_sm80 
     return P->Skel->name().str() + " " + P->configText();
   };
   CHECK(Packed(128, GpuArch::Sm90a) == "bwd_sm90 bwd90ws.kv64x128s2.fused.varlen");
-  // The column split's packed form is not chosen (not run on a GPU yet);
+  // The column split's packed form: chosen where the dense choice is the
+  // split (the default at 256/256, which bwd_sm80 does not run, or named);
   // named, it is its own packed choice.
   CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x64s2.split.fused") ==
-        "bwd_sm80 kv64x128w8.q128x64w8.s2");
+        "bwd_sm90 bwd90ws.kv64x64s2.split.fused.varlen");
+  CHECK(Packed(256, GpuArch::Sm90a) == "bwd_sm90 bwd90ws.kv64x64s2.split.fused.varlen");
   CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x64s2.split.fused.varlen").empty());
   CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws2.kv64x128s2.atomic") ==
         "bwd_sm90 bwd90ws2.kv64x128s2.atomic.varlen");

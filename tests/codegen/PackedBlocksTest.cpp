@@ -1,0 +1,117 @@
+// The grid of a packed call's CTAs (block_range.cuh's packed_block_of and
+// packed_block_bound): run on the host with a 32-lane prefix sum and vote,
+// every CTA of the grid maps to the block that a brute-force list of
+// (sequence, block) work items has at its place, on ragged sequences
+// (empty ones, length 1, more than 32 sequences, block sizes that do and do
+// not divide the lengths), and the grid holds every block with at most one
+// spare CTA a sequence.
+#include "block_range.cuh"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <random>
+#include <utility>
+#include <vector>
+
+namespace {
+
+/// The 32 lanes' prefix sums and ballot, as a warp computes them.
+struct HostWarp {
+  struct Sums {
+    int Sum[attnc::kRangeLanes];
+    int at(int Lane) const { return Sum[Lane]; }
+  };
+  template <class F> Sums sums(const F &Value) const {
+    Sums S;
+    int Run = 0;
+    for (int Lane = 0; Lane < attnc::kRangeLanes; ++Lane)
+      S.Sum[Lane] = Run += Value(Lane);
+    return S;
+  }
+  template <class Pred> unsigned vote(const Pred &P) const {
+    unsigned V = 0;
+    for (int Lane = 0; Lane < attnc::kRangeLanes; ++Lane)
+      if (P(Lane))
+        V |= 1u << Lane;
+    return V;
+  }
+};
+
+/// cu_seqlens of the lengths.
+std::vector<int> cumulative(const std::vector<int> &Lens) {
+  std::vector<int> Cu{0};
+  for (int L : Lens)
+    Cu.push_back(Cu.back() + L);
+  return Cu;
+}
+
+/// Every CTA of the grid against the work list built by hand: sequence
+/// by sequence, its blocks 0, 1, ... in order.
+void checkGrid(const std::vector<int> &Lens, int Block) {
+  const std::vector<int> Cu = cumulative(Lens);
+  const int Batch = int(Lens.size());
+  std::vector<std::pair<int, int>> Work;
+  for (int B = 0; B < Batch; ++B)
+    for (int J = 0; J < (Lens[B] + Block - 1) / Block; ++J)
+      Work.push_back({B, J});
+  const int MaxLen = Lens.empty() ? 0 : *std::max_element(Lens.begin(), Lens.end());
+  const long long Grid = attnc::packed_block_bound(Cu.back(), Batch, Block, MaxLen);
+  INFO("sequences " << Batch << ", block " << Block << ", grid " << Grid << ", work "
+                    << Work.size());
+  REQUIRE(Grid >= (long long)Work.size());
+  CHECK(Grid - (long long)Work.size() <= Batch);
+  for (long long X = 0; X < Grid; ++X) {
+    const attnc::PackedBlock P = attnc::packed_block_of(Cu.data(), Batch, Block, X, HostWarp{});
+    INFO("CTA " << X);
+    if (X < (long long)Work.size()) {
+      CHECK(P.seq == Work[X].first);
+      CHECK(P.index == Work[X].second);
+    } else {
+      CHECK(P.seq == -1);
+    }
+  }
+}
+
+} // namespace
+
+TEST_CASE("packed grid: ragged sequences map to their blocks in order", "[varlen][grid]") {
+  checkGrid({0, 1, 5, 9, 0, 3}, 4);
+  checkGrid({0, 1, 5, 9, 0, 3}, 128);
+  checkGrid({128, 256, 129, 1, 127}, 128);
+  checkGrid({0, 0, 0}, 64);
+  checkGrid({7}, 1);
+}
+
+TEST_CASE("packed grid: more than 32 sequences, empty ones at group ends",
+          "[varlen][grid]") {
+  std::vector<int> Lens(97, 0);
+  for (int B = 0; B < 97; ++B)
+    Lens[B] = B % 32 == 31 || B % 32 == 0 ? 0 : (B * 37) % 300;
+  checkGrid(Lens, 64);
+  checkGrid(Lens, 128);
+  checkGrid(Lens, 8);
+}
+
+TEST_CASE("packed grid: random U[64, 8192] batches", "[varlen][grid]") {
+  std::mt19937 Rng(17);
+  for (int Trial = 0; Trial < 6; ++Trial) {
+    const int Batch = 1 + int(Rng() % 70);
+    std::vector<int> Lens(Batch);
+    for (int &L : Lens)
+      L = Rng() % 5 == 0 ? int(Rng() % 3) : 64 + int(Rng() % 8129);
+    checkGrid(Lens, 128);
+    checkGrid(Lens, 64);
+  }
+}
+
+TEST_CASE("packed grid: the bound takes the smaller of its two counts", "[varlen][grid]") {
+  // Two sequences of 100 tokens in blocks of 64: 4 blocks; by the tokens
+  // (200 + 2 * 63) / 64 = 5, by the longest one 2 * 2 = 4.
+  CHECK(attnc::packed_block_bound(200, 2, 64, 100) == 4);
+  // One token of four sequences: by the tokens (1 + 4 * 127) / 128 = 3,
+  // by the longest one 4.
+  CHECK(attnc::packed_block_bound(1, 4, 128, 1) == 3);
+  // 8192 and 64 tokens: 65 blocks; by the tokens 66, by the longest 128.
+  CHECK(attnc::packed_block_bound(8192 + 64, 2, 128, 8192) == 66);
+}
