@@ -169,8 +169,7 @@ def forward(name, q, k, v, inputs, want_finals, resolve):
             return None
     device = p.device
     if device != _current_device():
-        with torch.cuda.device(device):
-            return _launch(p, q, k, v, inputs, device)
+        return _fastpack.run_on(device, _launch, p, q, k, v, inputs, device)
     return _launch(p, q, k, v, inputs, device)
 
 

@@ -182,8 +182,8 @@ def _run_forward(att, layout, q, k, v, inputs, mask, varlen):
     device current (att is that device's object)."""
     index = q.get_device()
     if index != _current_device() and index >= 0:
-        with _on_device(index):
-            return _run_forward(att, layout, q, k, v, inputs, mask, varlen)
+        return _fastpack.run_on(index, _run_forward, att, layout, q, k, v,
+                                inputs, mask, varlen)
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
     finals = q.new_empty(_finals_shape(att, q, layout), dtype=_F32)
     f = finals if att.final_names else None
@@ -201,9 +201,8 @@ def _run_backward(att, layout, q, k, v, out, dout, finals, inputs, mask,
     current."""
     index = q.get_device()
     if index != _current_device() and index >= 0:
-        with _on_device(index):
-            return _run_backward(att, layout, q, k, v, out, dout, finals,
-                                 inputs, mask, varlen)
+        return _fastpack.run_on(index, _run_backward, att, layout, q, k, v,
+                                out, dout, finals, inputs, mask, varlen)
     dq, dk, dv = (torch.empty_like(q), torch.empty_like(k),
                   torch.empty_like(v))
     heads = _heads(q, layout)

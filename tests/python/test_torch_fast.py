@@ -12,7 +12,7 @@ import types
 import unittest
 
 import attnc
-from attnc import _lib, _tensors
+from attnc import _fastpack, _lib, _tensors
 
 F16, F32 = "<f2", "<f4"
 
@@ -98,13 +98,16 @@ class StandInTorch:
 
     def __enter__(self):
         self.saved = sys.modules.get("torch")
+        self.saved_current = _fastpack.current_device
         sys.modules["torch"] = self.module
+        _fastpack.current_device = self.module._C._cuda_getDevice
         sys.modules.pop("attnc._torch_fast", None)
         self.fast = importlib.import_module("attnc._torch_fast")
         return self
 
     def __exit__(self, *exc):
         sys.modules.pop("attnc._torch_fast", None)
+        _fastpack.current_device = self.saved_current
         if self.saved is None:
             del sys.modules["torch"]
         else:
@@ -235,6 +238,18 @@ class FastForward(unittest.TestCase):
         self.assertEqual(self.torch.switched, [1, 1])
         self.assertEqual(self.calls[-1][0][9], 0x5001)  # cuda:1's stream
         self.assertEqual(self.torch.current, 0)
+
+    def test_run_on_restores_the_device(self):
+        def fail():
+            self.assertEqual(self.torch.current, 2)
+            raise attnc.InvalidArgument("in the call")
+
+        with self.assertRaises(attnc.InvalidArgument):
+            _fastpack.run_on(2, fail)
+        self.assertEqual(self.torch.current, 0)
+        self.assertEqual(_fastpack.run_on(0, lambda x: x + 1, 1), 2)
+        self.assertEqual(_fastpack.run_on(-1, lambda: "cpu"), "cpu")
+        self.assertEqual(self.torch.switched, [2])  # only where it differs
 
     def test_a_replaced_definition_drops_its_plans(self):
         q, k, v = self.qkv()
