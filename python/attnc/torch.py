@@ -564,3 +564,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, definition,
 
 
 from ._torch_linear import linear_attention  # noqa: E402,F401  (needs the helpers above)
+from ._torch_paged import (  # noqa: E402,F401  (needs the helpers above)
+    paged_append, paged_decode, paged_kv, paged_prefill, plan_paged_decode,
+    plan_paged_prefill)
