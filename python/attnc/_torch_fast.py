@@ -45,7 +45,7 @@ class _Plan:
 
     __slots__ = ("att", "packed", "words", "floats", "ints", "call",
                  "call_at", "device", "out_shape", "finals_shape",
-                 "finals_passed", "inputs")
+                 "finals_passed", "returns_finals", "inputs")
 
 
 def _table():
@@ -109,7 +109,9 @@ def _build(key, name, q, k, v, inputs, want_finals, resolve):
         return None
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
     finals_shape = (len(att.final_names), q.shape[0], q.shape[1], q.shape[2])
-    finals_passed = bool(att.final_names) and want_finals
+    # The runtime requires the finals of a definition that has them
+    # (mha's LSE), whether or not the caller returns them.
+    finals_passed = bool(att.final_names)
     tensors = [q, k, v, out]
     if finals_passed:
         tensors.append(q.new_empty(finals_shape, dtype=_F32))
@@ -127,7 +129,9 @@ def _build(key, name, q, k, v, inputs, want_finals, resolve):
     p.call, p.call_at = call, ctypes.addressof(call)
     p.device = q.get_device()
     p.out_shape = tuple(out.shape)
-    p.finals_shape = finals_shape if want_finals else None
+    p.finals_shape = (finals_shape if want_finals or finals_passed
+                      else None)
+    p.returns_finals = want_finals
     p.finals_passed = finals_passed
     # Per input in the call's order: (0 f32 | 1 i32 | 2 tensor, the word
     # or float index its value goes to).
@@ -197,7 +201,7 @@ def _launch(p, q, k, v, inputs, device):
     status = _call(p.call_at)
     if status:
         _lib.check(status)
-    return out, finals
+    return out, finals if p.returns_finals else None
 
 
 # Word offsets above assume attnc_tensor's data pointer first and 32 bytes

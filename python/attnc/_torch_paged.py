@@ -117,9 +117,10 @@ def paged_decode(q, kv, definition, inputs: Optional[dict] = None,
     b, h, sq = _decode_rows(q, layout)
     if out is None:
         out = q.new_empty(q.shape[:-1] + (kv.v_cache.shape[-1],))
+    # The runtime requires the finals of a definition that has them.
     finals = (q.new_empty((len(att.final_names), b, h, sq),
                           dtype=torch.float32)
-              if att.final_names and return_finals else None)
+              if att.final_names else None)
     values = _inputs(att, inputs)
     index = q.get_device()
     if plan is None:
@@ -157,7 +158,7 @@ def paged_prefill(q, cu_seqlens_q, max_seqlen_q: int, kv, definition,
         out = q.new_empty(q.shape[:-1] + (kv.v_cache.shape[-1],))
     finals = (q.new_empty((len(att.final_names), q.shape[1], q.shape[0]),
                           dtype=torch.float32)
-              if att.final_names and return_finals else None)
+              if att.final_names else None)
     values = _inputs(att, inputs)
     index = q.get_device()
     if plan is None:

@@ -205,6 +205,25 @@ class FastForward(unittest.TestCase):
             self.assertEqual(_words(shape_at, n), _words(fshape_at, n))
             self.assertEqual(_words(strides_at, n), _words(fstrides_at, n))
 
+    def test_finals_are_passed_where_the_definition_has_them(self):
+        # The runtime requires mha's LSE even when the caller does not
+        # return it; sigmoid_attn has none.
+        q, k, v = self.qkv()
+        out, finals = self.fast.forward("mha", q, k, v, None, False,
+                                        self.resolve)
+        self.assertIsNone(finals)
+        words, tensors = self.calls[-1]
+        self.assertNotEqual(words[5], 0)
+        self.assertNotIn(tensors["finals"], (None, 0, q.data_ptr(),
+                                             out.data_ptr()))
+        first = tensors["finals"]
+        self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.assertNotEqual(self.calls[-1][1]["finals"], first)  # fresh
+        self.assertEqual(self.calls[-1][0][5], words[5])
+        self.fast.forward("sigmoid_attn", q, k, v, {"softmax_bias": 0.0},
+                          False, self.resolve)
+        self.assertIsNone(self.calls[-1][1]["finals"])
+
     def test_a_new_shape_is_checked_anew(self):
         q, k, v = self.qkv()
         self.fast.forward("mha", q, k, v, None, False, self.resolve)
