@@ -14,8 +14,8 @@
 # cached ones are passed), and scikit-build-core's own path changing with
 # each isolated build environment (it is installed in the environment and
 # the build not isolated). The script prints the build steps the wheel
-# ran, so a recompile would show in the log. The configure points the folder's Python at
-# the environment's interpreter; setup.sh's next configure sets it back.
+# ran, so a recompile would show in the log. The folder's own Python is
+# passed too, so its tests keep running with it.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
@@ -30,6 +30,11 @@ fi
 # cache and recompile everything. Give it the build folder's own.
 cached() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
 export CC="$(cached CMAKE_C_COMPILER)" CXX="$(cached CMAKE_CXX_COMPILER)"
+# The folder's Python stays the one its tests run with (the environment's
+# has no matplotlib for test_bench_plot, no PyTorch).
+python_exe="$(cached Python3_EXECUTABLE)"
+[ -n "$python_exe" ] && [ "${python_exe#$build/python-venv}" = "$python_exe" ] \
+  || python_exe="$(command -v python3)"
 
 start=$(date +%s)
 python3 -m venv "$venv"
@@ -39,6 +44,7 @@ python3 -m venv "$venv"
 # each isolated build), which recompiled everything on a second run.
 "$venv/bin/pip" install -q "scikit-build-core>=0.10"
 "$venv/bin/pip" install -v --no-build-isolation "$root" -Cbuild-dir="$build" \
+  -Ccmake.define.Python3_EXECUTABLE="$python_exe" \
   > "$build/pip-install.log" 2>&1 || { tail -50 "$build/pip-install.log"; exit 1; }
 steps=$(grep -c '^ *\[[0-9]*/[0-9]*\] ' "$build/pip-install.log" || true)
 echo "python_package_check.sh: pip install . took $(( $(date +%s) - start )) s," \
