@@ -41,10 +41,10 @@ runtime::PagedKV pagedArg(const ArgContext &C, const attnc_paged_kv *KV) {
   P.KCache = tensorArg(C, "kv.k_cache", &KV->k_cache);
   P.VCache = tensorArg(C, "kv.v_cache", &KV->v_cache);
   if (KV->layout != ATTNC_PAGE_NHD && KV->layout != ATTNC_PAGE_HND)
-    throw InvalidArgument(fmt::format(
-        "{}: argument 'kv.layout': {} is not ATTNC_PAGE_NHD (0) or "
-        "ATTNC_PAGE_HND (1)",
-        C.Function, KV->layout));
+    throw InvalidArgument(
+        fmt::format("{}: argument 'kv.layout': {} is not ATTNC_PAGE_NHD (0) or "
+                    "ATTNC_PAGE_HND (1)",
+                    C.Function, KV->layout));
   P.Layout = KV->layout == ATTNC_PAGE_NHD ? runtime::PageLayout::NHD
                                           : runtime::PageLayout::HND;
   bool Table = KV->block_table.data || KV->seq_lens.data;
@@ -97,12 +97,10 @@ const Plan &planArg(const ArgContext &C, const Plan *P) {
 
 } // namespace
 
-attnc_status attnc_attention_append_paged(attnc_attention *att,
-                                          const attnc_tensor *k,
-                                          const attnc_tensor *v,
-                                          const attnc_paged_kv *kv,
-                                          const attnc_tensor *slot_mapping,
-                                          void *stream) {
+attnc_status
+attnc_attention_append_paged(attnc_attention *att, const attnc_tensor *k,
+                             const attnc_tensor *v, const attnc_paged_kv *kv,
+                             const attnc_tensor *slot_mapping, void *stream) {
   return guarded([&] {
     ArgContext C{"attnc_attention_append_paged"};
     runtime::Attention &A = attentionArg(C, att);
@@ -124,13 +122,10 @@ attnc_status attnc_attention_append_paged(attnc_attention *att,
   });
 }
 
-attnc_status attnc_attention_decode_paged(attnc_attention *att,
-                                          const attnc_tensor *q,
-                                          const attnc_paged_kv *kv,
-                                          const attnc_tensor *out,
-                                          const attnc_tensor *finals,
-                                          const attnc_input *inputs,
-                                          size_t num_inputs, void *stream) {
+attnc_status attnc_attention_decode_paged(
+    attnc_attention *att, const attnc_tensor *q, const attnc_paged_kv *kv,
+    const attnc_tensor *out, const attnc_tensor *finals,
+    const attnc_input *inputs, size_t num_inputs, void *stream) {
   return guarded([&] {
     ArgContext C{"attnc_attention_decode_paged"};
     runtime::Attention &A = attentionArg(C, att);
@@ -172,8 +167,8 @@ attnc_status attnc_attention_plan_decode(attnc_attention *att,
 void attnc_decode_plan_release(attnc_decode_plan *plan) { delete plan; }
 
 attnc_status attnc_attention_run_decode(
-    attnc_attention *att, const attnc_decode_plan *plan,
-    const attnc_tensor *q, const attnc_paged_kv *kv, const attnc_tensor *out,
+    attnc_attention *att, const attnc_decode_plan *plan, const attnc_tensor *q,
+    const attnc_paged_kv *kv, const attnc_tensor *out,
     const attnc_tensor *finals, void *workspace, size_t workspace_bytes,
     const attnc_input *inputs, size_t num_inputs, void *stream) {
   return guarded([&] {
@@ -235,11 +230,10 @@ attnc_status attnc_attention_plan_prefill(attnc_attention *att,
 void attnc_prefill_plan_release(attnc_prefill_plan *plan) { delete plan; }
 
 attnc_status attnc_attention_run_prefill(
-    attnc_attention *att, const attnc_prefill_plan *plan,
-    const attnc_tensor *q, const attnc_tensor *cu_seqlens_q,
-    const attnc_paged_kv *kv, const attnc_tensor *out,
-    const attnc_tensor *finals, const attnc_input *inputs, size_t num_inputs,
-    void *stream) {
+    attnc_attention *att, const attnc_prefill_plan *plan, const attnc_tensor *q,
+    const attnc_tensor *cu_seqlens_q, const attnc_paged_kv *kv,
+    const attnc_tensor *out, const attnc_tensor *finals,
+    const attnc_input *inputs, size_t num_inputs, void *stream) {
   return guarded([&] {
     ArgContext C{"attnc_attention_run_prefill"};
     runtime::Attention &A = attentionArg(C, att);
