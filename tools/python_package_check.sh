@@ -3,16 +3,19 @@
 # environment, `pip install .` with scikit-build-core reusing the build
 # folder that tools/setup.sh configured and built (same generator and build
 # type, so nothing is recompiled; a fresh build of attnc_c would cost a
-# second full compile), then the CPU Python tests run against the installed
-# package, from outside the source tree's python/ and without ATTNC_LIBRARY.
-# Run it after tools/setup.sh; needs python3-venv and access to PyPI for
-# scikit-build-core. BUILD_DIR as for setup.sh.
+# second full compile), then the package's CPU tests run against the
+# installed package, from outside the source tree's python/ and without
+# ATTNC_LIBRARY, with no PyTorch in the environment (the torch tests use a
+# stand-in or skip). .ci/run runs it after the test suite. Needs venv and
+# access to PyPI for scikit-build-core. BUILD_DIR as for setup.sh.
 #
-# Not in CI yet: a run reusing a folder whose cache named the same compilers
-# still found its CMake cache dropped (the test option and the compiler
-# launcher lost, everything recompiled); until that is understood this costs
-# CI a second full build. After a run, reconfigure the folder as setup.sh
-# does (and with -DATTNC_BUILD_TESTS=ON).
+# Two things made a reuse drop the folder's CMake cache and recompile
+# everything: the compilers scikit-build-core sets from sysconfig (the
+# cached ones are passed), and scikit-build-core's own path changing with
+# each isolated build environment (it is installed in the environment and
+# the build not isolated). The script prints the build steps the wheel
+# ran, so a recompile would show in the log. The folder's own Python is
+# passed too, so its tests keep running with it.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
@@ -27,9 +30,25 @@ fi
 # cache and recompile everything. Give it the build folder's own.
 cached() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
 export CC="$(cached CMAKE_C_COMPILER)" CXX="$(cached CMAKE_CXX_COMPILER)"
+# The folder's Python stays the one its tests run with (the environment's
+# has no matplotlib for test_bench_plot, no PyTorch).
+python_exe="$(cached Python3_EXECUTABLE)"
+[ -n "$python_exe" ] && [ "${python_exe#$build/python-venv}" = "$python_exe" ] \
+  || python_exe="$(command -v python3)"
 
+start=$(date +%s)
 python3 -m venv "$venv"
-"$venv/bin/pip" install -q "$root" -Cbuild-dir="$build"
+# scikit-build-core in the environment itself, and no isolated build
+# environment: scikit-build-core clears the build folder's CMake cache when
+# it runs from another path than last time (a new temporary environment
+# each isolated build), which recompiled everything on a second run.
+"$venv/bin/pip" install -q "scikit-build-core>=0.10"
+"$venv/bin/pip" install -v --no-build-isolation "$root" -Cbuild-dir="$build" \
+  -Ccmake.define.Python3_EXECUTABLE="$python_exe" \
+  > "$build/pip-install.log" 2>&1 || { tail -50 "$build/pip-install.log"; exit 1; }
+steps=$(grep -c '^ *\[[0-9]*/[0-9]*\] ' "$build/pip-install.log" || true)
+echo "python_package_check.sh: pip install . took $(( $(date +%s) - start )) s," \
+  "$steps build steps (ninja: $(grep -o 'no work to do' "$build/pip-install.log" | head -1))"
 
 unset PYTHONPATH ATTNC_LIBRARY
 cd "$root/tests/python"
@@ -43,4 +62,6 @@ assert pathlib.Path(attnc._lib.library_path).parent == package, (
 print("attnc installed in", package)
 PY
 "$venv/bin/python" -m unittest test_definitions test_attention test_linear \
-  test_torch_import test_torch_args
+  test_linear_args test_torch_import test_torch_args test_torch_fast \
+  test_paged test_block_mask test_dsl_errors test_dsl_symbols \
+  test_dsl_library test_dsl_twins

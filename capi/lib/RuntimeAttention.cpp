@@ -221,3 +221,16 @@ attnc_status attnc_attention_backward_varlen(
                              static_cast<CUstream>(stream));
   });
 }
+
+// ---- the packed forward call (attnc_forward_call) ------------------------
+
+attnc_status attnc_attention_forward_call(const attnc_forward_call *call) {
+  if (!call) {
+    setLastError("attnc_attention_forward_call: argument 'call' is NULL");
+    return ATTNC_INVALID_ARGUMENT;
+  }
+  return forwardCall("attnc_attention_forward_call", call->att, call->q,
+                     call->k, call->v, call->out, call->finals, call->inputs,
+                     call->num_inputs, call->mask != nullptr, call->mask,
+                     call->stream);
+}

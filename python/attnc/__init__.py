@@ -43,3 +43,7 @@ __all__ += ["Attention", "BlockMask", "InputInfo", "classify_launches",
 from ._linear import LinearAttention  # noqa: E402
 
 __all__ += ["LinearAttention"]
+# Paged KV caches: append, decode and prefill (Attention's paged calls).
+from ._paged import DecodePlan, PagedKV, PrefillPlan  # noqa: E402
+
+__all__ += ["DecodePlan", "PagedKV", "PrefillPlan"]

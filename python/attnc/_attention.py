@@ -8,6 +8,7 @@ import sys
 from typing import NamedTuple
 
 from . import _block_mask, _fastpack, _lib, _merge
+from ._paged import PagedCalls
 from ._fastpack import fast_grads, fast_inputs
 from ._tensors import (BF16, F16, I32, INPUT_SIZE, NAMED_SIZE, TENSOR_SIZE,
                        CTensor, pack, view)
@@ -316,7 +317,7 @@ def read_declared_inputs(obj, input_count, input_info):
                     for i, t in zip(obj.inputs, obj._name_text)}
 
 
-class Attention:
+class Attention(PagedCalls):
     """A definition compiled for a signature (C++ attn::runtime::Attention).
 
     dtype: "float16"/"bfloat16" (or the torch dtypes); layout: "bshd"

@@ -70,6 +70,17 @@ def check_current(where: str, index: int, current: int) -> None:
             "per device (attnc.torch does both)")
 
 
+def run_on(index: int, fn, *args):
+    """fn(*args) with cuda:index current for its duration (as it is for
+    index < 0 or the current device): attnc.torch's calls run on their
+    tensors' device, whatever the caller's current one, and leave that as
+    it was."""
+    if index < 0 or index == current_device():
+        return fn(*args)
+    with sys.modules["torch"].cuda.device(index):
+        return fn(*args)
+
+
 def _raw_stream_function():
     torch = sys.modules["torch"]
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)

@@ -9,11 +9,12 @@ from typing import Optional
 
 import torch
 
-from . import _linear_args, _torch_args
+from . import _fastpack, _linear_args, _torch_args
 from ._linear import LinearAttention
-from .torch import (_Call, _as_tensor, _definition,
+from .torch import (_Call, _as_tensor, _current_device, _definition,
                     _device_index, _grad_names, _input_gradients,
-                    _is_compiling, _on_replace, _plain, _values, register)
+                    _is_compiling, _on_device, _on_replace, _plain, _values,
+                    register)
 
 # LinearAttention objects by (name, dtype, head_dim, head_dim_v, layout,
 # device); attnc.torch.register drops a replaced definition's objects.
@@ -37,7 +38,9 @@ def _object_for(q, v, name, layout) -> LinearAttention:
     att = _linears.get(key)
     if att is None:
         _device_index(q)
-        with _lock:
+        # Made with its device current: without an arch an object builds
+        # for the device current when it is made.
+        with _lock, _on_device(key[5]):
             att = _linears.get(key)
             if att is None:
                 att = LinearAttention(_definition(name), dtype=q.dtype,
@@ -74,6 +77,10 @@ def _state_shape(q, v, layout, cu_seqlens=None):
 
 def _run_forward(att, layout, q, k, v, decay, initial_state, inputs,
                  cu_seqlens=None):
+    index = q.get_device()
+    if index != _current_device() and index >= 0:  # as attention's calls
+        return _fastpack.run_on(index, _run_forward, att, layout, q, k, v,
+                                decay, initial_state, inputs, cu_seqlens)
     out = torch.empty_like(v)
     final = q.new_empty(_state_shape(q, v, layout, cu_seqlens),
                         dtype=torch.float32)
@@ -90,7 +97,13 @@ def _run_forward(att, layout, q, k, v, decay, initial_state, inputs,
 def _run_backward(att, layout, q, k, v, decay, initial_state, dout, dfinal,
                   inputs, cu_seqlens=None):
     """dq, dk, dv, ddecay (None without a decay), dinit (None without an
-    initial state) and the input gradients by name."""
+    initial state) and the input gradients by name, with q's device
+    current."""
+    index = q.get_device()
+    if index != _current_device() and index >= 0:
+        return _fastpack.run_on(index, _run_backward, att, layout, q, k, v,
+                                decay, initial_state, dout, dfinal, inputs,
+                                cu_seqlens)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     ddecay = torch.empty_like(decay) if att.uses_decay else None
     dinit = (q.new_empty(_state_shape(q, v, layout, cu_seqlens),

@@ -9,7 +9,7 @@ from typing import Optional
 
 import torch
 
-from . import _block_mask, _fastpack, _lib, _torch_args
+from . import _block_mask, _fastpack, _lib, _torch_args, _torch_fast
 from ._attention import Attention
 from ._definition import Definition, example
 
@@ -44,6 +44,7 @@ def register(definition) -> str:
                 del _attentions[key]
             for forget in _on_replace:
                 forget(name)
+            _torch_fast.forget(name)
     return name
 
 
@@ -103,6 +104,11 @@ def _object_for(q, v, name, layout) -> Attention:
     if att is not None:
         return att
     return attention_object(name, q.dtype, d, dv, layout, _device_index(q))
+
+
+def _resolve(q, v, name) -> Attention:
+    """The dense bhsd call's object (_torch_fast's resolver)."""
+    return _object_for(q, v, name, "bhsd")
 
 
 def _rows(q, layout):
@@ -176,8 +182,8 @@ def _run_forward(att, layout, q, k, v, inputs, mask, varlen):
     device current (att is that device's object)."""
     index = q.get_device()
     if index != _current_device() and index >= 0:
-        with _on_device(index):
-            return _run_forward(att, layout, q, k, v, inputs, mask, varlen)
+        return _fastpack.run_on(index, _run_forward, att, layout, q, k, v,
+                                inputs, mask, varlen)
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
     finals = q.new_empty(_finals_shape(att, q, layout), dtype=_F32)
     f = finals if att.final_names else None
@@ -195,9 +201,8 @@ def _run_backward(att, layout, q, k, v, out, dout, finals, inputs, mask,
     current."""
     index = q.get_device()
     if index != _current_device() and index >= 0:
-        with _on_device(index):
-            return _run_backward(att, layout, q, k, v, out, dout, finals,
-                                 inputs, mask, varlen)
+        return _fastpack.run_on(index, _run_backward, att, layout, q, k, v,
+                                out, dout, finals, inputs, mask, varlen)
     dq, dk, dv = (torch.empty_like(q), torch.empty_like(k),
                   torch.empty_like(v))
     heads = _heads(q, layout)
@@ -323,8 +328,8 @@ _attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 class _Call:
     """What an eager call's forward and backward share besides tensors."""
 
-    __slots__ = ("att", "layout", "mask", "varlen", "numbers",
-                 "tensor_names")
+    __slots__ = ("att", "name", "layout", "mask", "varlen", "numbers",
+                 "tensor_names", "raw")
 
     def inputs(self, tensor_values):
         """The custom inputs as _run_forward takes them."""
@@ -340,9 +345,16 @@ class _Call:
 class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, call, q, k, v, *tensor_values):
-        out, finals = _run_forward(call.att, call.layout, q, k, v,
-                                   call.inputs(tensor_values), call.mask,
-                                   call.varlen)
+        fast = None
+        if call.mask is None and call.varlen is None and call.layout == "bhsd":
+            fast = _torch_fast.forward(call.name, q, k, v, call.raw, True,
+                                       _resolve)
+        if fast is not None:
+            out, finals = fast
+        else:
+            out, finals = _run_forward(call.att, call.layout, q, k, v,
+                                       call.inputs(tensor_values), call.mask,
+                                       call.varlen)
         ctx.call = call
         ctx.save_for_backward(q, k, v, out, finals, *tensor_values)
         ctx.mark_non_differentiable(finals)
@@ -384,6 +396,17 @@ def _plain(q, k, v) -> bool:
             and not (_function_modes is not None and _function_modes()))
 
 
+def _wants_grad(q, k, v, inputs) -> bool:
+    """Whether q, k, v or a tensor input requires grad."""
+    if q.requires_grad or k.requires_grad or v.requires_grad:
+        return True
+    if inputs:
+        for value in inputs.values():
+            if isinstance(value, _Tensor) and value.requires_grad:
+                return True
+    return False
+
+
 def _eager(name, q, k, v, inputs, layout, mask, varlen):
     att = _attentions.get((name, q.dtype, q.shape[-1], v.shape[-1], layout,
                            q.get_device()))
@@ -408,6 +431,7 @@ def _eager(name, q, k, v, inputs, layout, mask, varlen):
         call = _Call()
         call.att, call.layout, call.mask, call.varlen = (att, layout, mask,
                                                          varlen)
+        call.name, call.raw = name, inputs
         call.numbers, call.tensor_names = numbers, tensor_names
         return _EagerAttention.apply(call, q, k, v, *tensor_values)
     if tensor_names:
@@ -492,10 +516,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, definition,
     definition's final rowscales (the softmax's LSE), without a
     gradient."""
     where = "attnc.torch.attention"
-    if (layout is None and block_mask is None and cu_seqlens_q is None
-            and cu_seqlens_k is None and max_seqlen_q is None
-            and max_seqlen_k is None):
+    if ((layout is None or layout == "bhsd") and block_mask is None
+            and cu_seqlens_q is None and cu_seqlens_k is None
+            and max_seqlen_q is None and max_seqlen_k is None):
         layout = "bhsd"  # the common call, without the checks' call
+        if (not _is_compiling() and type(q) is _Tensor
+                and type(k) is _Tensor and type(v) is _Tensor
+                and _dispatch_modes() == 0
+                and not (_function_modes is not None and _function_modes())
+                and not (_grad_enabled() and _wants_grad(q, k, v, inputs))):
+            # An eager call that no gradient needs: one packed C call for a
+            # call shape seen before (attnc/_torch_fast.py).
+            name = (definition if type(definition) is str
+                    else register(definition))
+            fast = _torch_fast.forward(name, q, k, v, inputs, return_finals,
+                                      _resolve)
+            if fast is not None:
+                return fast if return_finals else fast[0]
     else:
         layout = _torch_args.check_call(where, layout, cu_seqlens_q,
                                         cu_seqlens_k, max_seqlen_q,
@@ -527,3 +564,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, definition,
 
 
 from ._torch_linear import linear_attention  # noqa: E402,F401  (needs the helpers above)
+from ._torch_paged import (  # noqa: E402,F401  (needs the helpers above)
+    paged_append, paged_decode, paged_kv, paged_prefill, plan_paged_decode,
+    plan_paged_prefill)

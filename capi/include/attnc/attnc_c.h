@@ -455,6 +455,124 @@ ATTNC_C_API attnc_status attnc_linear_attention_backward_varlen(
     size_t num_inputs, const attnc_named_tensor *grads, size_t num_grads,
     void *stream);
 
+/* ---- Calls packed once (for callers whose every FFI argument costs) ----
+ *
+ * attnc_attention_forward(_masked)'s arguments in one struct: a caller
+ * packs it once per call shape and then writes only the data pointers and
+ * the stream before each call, which then crosses the FFI with one
+ * pointer (the Python package's eager path). Every argument is checked as
+ * attnc_attention_forward checks it. */
+typedef struct attnc_forward_call {
+  attnc_attention *att;
+  const attnc_tensor *q, *k, *v, *out;
+  const attnc_tensor *finals; /* NULL: none */
+  const attnc_input *inputs;
+  size_t num_inputs;
+  const attnc_block_mask *mask; /* NULL: the call classifies (unmasked) */
+  void *stream;
+} attnc_forward_call;
+
+ATTNC_C_API attnc_status
+attnc_attention_forward_call(const attnc_forward_call *call);
+
+/* ---- Paged KV caches (attn/runtime/Paged.h) ----
+ *
+ * A KV cache in pages: k_cache and v_cache [num_pages, page_size, Hkv, D]
+ * (NHD) or [num_pages, Hkv, page_size, D] (HND), any strides with the head
+ * dim contiguous, the page size a power of two; sequence b's pages given
+ * by a block table (block_table int32 [B, max_pages], seq_lens int32 [B])
+ * or in CSR form (indptr int32 [B+1], indices int32 [nnz], last_page_len
+ * int32 [B], 1 to page_size). Give the tensors of one form and leave the
+ * other's data NULL. The index tensors are device data, never read on the
+ * host: a malformed sequence's rows come out NaN. max_seqlen_kv bounds
+ * every sequence's keys. */
+typedef enum attnc_page_layout {
+  ATTNC_PAGE_NHD = 0,
+  ATTNC_PAGE_HND = 1
+} attnc_page_layout;
+
+typedef struct attnc_paged_kv {
+  attnc_tensor k_cache, v_cache;
+  int32_t layout; /* attnc_page_layout */
+  attnc_tensor block_table, seq_lens;
+  attnc_tensor indptr, indices, last_page_len;
+  int64_t max_seqlen_kv;
+} attnc_paged_kv;
+
+/* Writes new tokens k [T,Hkv,D] and v [T,Hkv,DV] into kv's caches: token i
+ * to slot slot_mapping[i] (int32 or int64 [T]; page slot / page_size,
+ * position slot % page_size; a negative slot is skipped). Only kv's caches
+ * and layout are used. */
+ATTNC_C_API attnc_status attnc_attention_append_paged(
+    attnc_attention *att, const attnc_tensor *k, const attnc_tensor *v,
+    const attnc_paged_kv *kv, const attnc_tensor *slot_mapping, void *stream);
+
+/* Decode over kv: q and out [B,Sq,H,D] (bshd) or [B,H,Sq,D] (bhsd), 1 to
+ * 16 queries a sequence aligned to the end of its keys, finals
+ * [F,B,H,Sq] or NULL. Plans the call itself (a workspace of its own). */
+ATTNC_C_API attnc_status attnc_attention_decode_paged(
+    attnc_attention *att, const attnc_tensor *q, const attnc_paged_kv *kv,
+    const attnc_tensor *out, const attnc_tensor *finals,
+    const attnc_input *inputs, size_t num_inputs, void *stream);
+
+/* What a decode plan is made for: fixed batch, heads and queries a
+ * sequence, a bound on any sequence's keys, the page size, a cap on the
+ * split over the keys (0: the heuristic's). */
+typedef struct attnc_decode_bounds {
+  int64_t batch, heads, heads_kv, queries_per_seq, max_seqlen_kv, page_size;
+  int32_t max_splits;
+} attnc_decode_bounds;
+
+typedef struct attnc_decode_plan attnc_decode_plan;
+
+/* A plan for decode calls within bounds on the current device (compiles and
+ * loads the kernels, decides the split); *workspace_bytes is the device
+ * memory (16-byte aligned) each attnc_attention_run_decode needs. */
+ATTNC_C_API attnc_status attnc_attention_plan_decode(
+    attnc_attention *att, const attnc_decode_bounds *bounds,
+    attnc_decode_plan **out, size_t *workspace_bytes);
+ATTNC_C_API void attnc_decode_plan_release(attnc_decode_plan *plan);
+
+/* One decode call of plan (arguments as attnc_attention_decode_paged's):
+ * checks shapes on the host, then launches with no decision, allocation or
+ * synchronisation (capturable in a CUDA graph). */
+ATTNC_C_API attnc_status attnc_attention_run_decode(
+    attnc_attention *att, const attnc_decode_plan *plan,
+    const attnc_tensor *q, const attnc_paged_kv *kv, const attnc_tensor *out,
+    const attnc_tensor *finals, void *workspace, size_t workspace_bytes,
+    const attnc_input *inputs, size_t num_inputs, void *stream);
+
+/* Paged prefill: new query tokens q [Tq,H,D] (packed, cu_seqlens_q int32
+ * [B+1] on the device, max_seqlen_q their longest run) over each
+ * sequence's paged keys (appended first), out [Tq,H,DV], finals [F,H,Tq]
+ * or NULL. Plans the call itself. */
+ATTNC_C_API attnc_status attnc_attention_prefill_paged(
+    attnc_attention *att, const attnc_tensor *q,
+    const attnc_tensor *cu_seqlens_q, int64_t max_seqlen_q,
+    const attnc_paged_kv *kv, const attnc_tensor *out,
+    const attnc_tensor *finals, const attnc_input *inputs, size_t num_inputs,
+    void *stream);
+
+typedef struct attnc_prefill_bounds {
+  int64_t batch, heads, heads_kv, max_seqlen_q, max_seqlen_kv, page_size;
+} attnc_prefill_bounds;
+
+typedef struct attnc_prefill_plan attnc_prefill_plan;
+
+ATTNC_C_API attnc_status attnc_attention_plan_prefill(
+    attnc_attention *att, const attnc_prefill_bounds *bounds,
+    attnc_prefill_plan **out);
+ATTNC_C_API void attnc_prefill_plan_release(attnc_prefill_plan *plan);
+
+/* One paged prefill call of plan (no decision, allocation or
+ * synchronisation: capturable). */
+ATTNC_C_API attnc_status attnc_attention_run_prefill(
+    attnc_attention *att, const attnc_prefill_plan *plan,
+    const attnc_tensor *q, const attnc_tensor *cu_seqlens_q,
+    const attnc_paged_kv *kv, const attnc_tensor *out,
+    const attnc_tensor *finals, const attnc_input *inputs, size_t num_inputs,
+    void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,14 +1,19 @@
 """Host time per call: C++ Attention::forward (capi_call_overhead, run
-here in the same process tree), attnc.Attention.forward and
-attnc.torch.attention (eager: without and with autograd), the custom op
-torch.compile calls, and a replay of a captured CUDA graph. Batches of 200
-calls never fill the launch queue; median of 25 batches. With --profile,
-the eager op's cProfile (by own time) follows.
+here in the same process tree), the C interface's packed call from ctypes
+alone (attnc_attention_forward_call on a struct packed once: the floor of
+any ctypes path), attnc.Attention.forward and attnc.torch.attention
+(eager: without and with autograd), the custom op torch.compile calls,
+SDPA, and a replay of a captured CUDA graph. Batches of 200 calls never
+fill the launch queue; median of 25 batches of the wall clock, and of CUDA
+events around the same batches (the device's time per call: at this tiny
+shape the launch rate, not the kernel). With --profile, the eager op's
+cProfile (by own time) follows.
 
 Run: ATTNC_OVERHEAD_BIN=path/to/capi_call_overhead python bench_overhead.py
 [name] [--profile]"""
 
 import cProfile
+import ctypes
 import os
 import pstats
 import subprocess
@@ -29,19 +34,52 @@ def _noop(q: torch.Tensor, values: list[torch.Tensor]) -> torch.Tensor:
     return q.new_empty(q.shape)
 
 
-def per_call_us(fn):
-    times = []
+EVENTS = {}
+
+
+def per_call_us(fn, label=None):
+    """The median host time per call; the CUDA events' median per call of
+    the same batches goes to EVENTS[label]."""
+    times, device = [], []
     for r in range(ROUNDS + 3):
         torch.cuda.synchronize()
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
         t0 = time.perf_counter()
         for _ in range(CALLS):
             fn()
         t1 = time.perf_counter()
+        end.record()
         if r >= 3:
             times.append((t1 - t0) / CALLS * 1e6)
+            end.synchronize()
+            device.append(start.elapsed_time(end) * 1e3 / CALLS)
     torch.cuda.synchronize()
     times.sort()
+    device.sort()
+    if label:
+        EVENTS[label] = device[len(device) // 2]
     return times[len(times) // 2]
+
+
+def packed_c_call(att, q, k, v, out):
+    """A thunk calling attnc_attention_forward_call on a struct packed
+    once (q, k, v, out fixed): ctypes' own cost plus the C++ call."""
+    from attnc import _fastpack, _torch_fast
+
+    p = _fastpack._build("bench", ("q", "k", "v", "out"), [q, k, v, out], (),
+                         (), 0)
+    base = p.base
+    call = _torch_fast._CallWords(att._handle, base, base + 32, base + 64,
+                                  base + 96, 0, 0, 0, 0,
+                                  torch.cuda.current_stream().cuda_stream)
+    fn, at = _torch_fast._call, ctypes.addressof(call)
+    keep = (p, call)
+
+    def run():
+        keep  # noqa: B018  (the structs live as long as the thunk)
+        fn(at)
+    return run
 
 
 def main():
@@ -61,12 +99,15 @@ def main():
     finals = torch.empty(1, B, H, S, device="cuda")
     att = attnc.Attention(attnc.example(name), head_dim=D, layout="bhsd")
     stream = torch.cuda.current_stream().cuda_stream
+    packed = per_call_us(packed_c_call(att, q, k, v, out), "packed")
     raw_stream = per_call_us(
         lambda: att.forward(q, k, v, out, finals, inputs, stream=stream))
     raw = per_call_us(lambda: att.forward(q, k, v, out, finals, inputs))
     scalar = {n: torch.tensor(x) for n, x in inputs.items()}
     op = per_call_us(lambda: attnc.torch.attention(q, k, v, name,
-                                                   inputs=scalar))
+                                                   inputs=scalar), "op")
+    op_finals = per_call_us(lambda: attnc.torch.attention(
+        q, k, v, name, inputs=scalar, return_finals=True))
     names = "\n".join(scalar)
     values = list(scalar.values())
     custom_op = per_call_us(lambda: torch.ops.attnc.attention_fwd(
@@ -76,7 +117,7 @@ def main():
                                                         inputs=scalar))
     noop = per_call_us(lambda: _noop(q, [q, k]))
     sdpa = per_call_us(lambda: torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, is_causal=True))
+        q, k, v, is_causal=True), "sdpa")
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -85,7 +126,7 @@ def main():
     torch.cuda.current_stream().wait_stream(s)
     with torch.cuda.graph(g):
         attnc.torch.attention(q, k, v, name, inputs=scalar)
-    replay = per_call_us(g.replay)
+    replay = per_call_us(g.replay, "replay")
     empty = torch.cuda.CUDAGraph()
     with torch.cuda.graph(empty):
         torch.empty(1, device="cuda").zero_()
@@ -94,12 +135,16 @@ def main():
           f"b{B} h{H} s{S} d{D} f16, host us per call (median):")
     if cxx is not None:
         print(f"  C++ Attention::forward            {cxx:7.2f}")
+    print(f"  C interface packed call (ctypes)  {packed:7.2f}"
+          + (f"  (+{packed - cxx:.2f} over C++)" if cxx else ""))
     print(f"  attnc.Attention.forward (stream=) {raw_stream:7.2f}"
           + (f"  (+{raw_stream - cxx:.2f} over C++)" if cxx else ""))
     print(f"  attnc.Attention.forward           {raw:7.2f}"
           + (f"  (+{raw - cxx:.2f} over C++)" if cxx else ""))
     print(f"  attnc.torch.attention (eager op)  {op:7.2f}"
           + (f"  (+{op - cxx:.2f} over C++)" if cxx else ""))
+    print(f"  attnc.torch.attention (return_finals) {op_finals:7.2f}"
+          + (f"  (+{op_finals - cxx:.2f} over C++)" if cxx else ""))
     print(f"  attnc.torch.attention (requires grad: autograd.Function) "
           f"{op_grad:7.2f}" + (f"  (+{op_grad - cxx:.2f} over C++)"
                                if cxx else ""))
@@ -110,6 +155,8 @@ def main():
     print(f"  torch SDPA (eager, reference)     {sdpa:7.2f}")
     print(f"  CUDA graph replay of the op       {replay:7.2f}"
           f"  (a one-kernel graph: {replay_trivial:.2f})")
+    print("  CUDA events, us per call of the same batches: "
+          + ", ".join(f"{k} {v:.2f}" for k, v in EVENTS.items()))
     if "--profile" in sys.argv:
         prof = cProfile.Profile()
         prof.enable()

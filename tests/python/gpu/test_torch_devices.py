@@ -40,6 +40,16 @@ class AnyDevice(unittest.TestCase):
         self.assertIn("argument 'k': a tensor on cpu", str(caught.exception))
 
 
+    def test_linear_cpu_tensor_is_named(self):
+        q, k, v = (torch.randn(1, 64, 2, 64, device="cuda",
+                               dtype=torch.float16) for _ in range(3))
+        decay = torch.zeros(1, 2, 64)
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            attnc.torch.linear_attention(q, k, v, "simple_gla", decay=decay)
+        self.assertIn("argument 'decay': a tensor on cpu",
+                      str(caught.exception))
+
+
 @needs_two
 class SecondDevice(unittest.TestCase):
     def setUp(self):
@@ -113,6 +123,39 @@ class SecondDevice(unittest.TestCase):
             self.assertTrue(torch.equal(a, b))
         self.assertEqual(grads[3].device, torch.device("cuda:1"))
         self.assertEqual(torch.cuda.current_device(), 0)
+
+    def test_linear_attention_on_cuda1(self):
+        # simple_gla forward and backward on cuda:1 with cuda:0 current give
+        # the bits of the same call on cuda:0 (one object per device).
+        results = []
+        for dev in ("cuda:0", "cuda:1"):
+            g = torch.Generator(device="cpu").manual_seed(11)
+            q, k, v = (torch.randn(2, 128, 4, 64, generator=g)
+                       .to(device=dev, dtype=torch.bfloat16)
+                       .requires_grad_() for _ in range(3))
+            decay = (-torch.rand(2, 4, 128, generator=g) * 0.1).to(dev)
+            out, final = attnc.torch.linear_attention(
+                q, k, v, "simple_gla", decay=decay, return_final_state=True)
+            self.assertEqual(out.device, torch.device(dev))
+            grads = torch.autograd.grad(out.float().square().sum(),
+                                        [q, k, v])
+            self.assertEqual(torch.cuda.current_device(), 0)
+            results.append([t.detach().cpu() for t in (out, final, *grads)])
+        for label, a, b in zip(("out", "final", "dq", "dk", "dv"),
+                               *results):
+            self.assertTrue(torch.equal(a, b), label)
+        devices = {key[5] for key in attnc.torch._torch_linear._linears
+                   if key[0] == "simple_gla"}
+        self.assertTrue({0, 1} <= devices, devices)
+
+    def test_linear_tensors_on_two_devices_are_refused(self):
+        q, k, v = (torch.randn(1, 64, 2, 64, device="cuda:1",
+                               dtype=torch.float16) for _ in range(3))
+        decay = torch.zeros(1, 2, 64, device="cuda:0")
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            attnc.torch.linear_attention(q, k, v, "simple_gla", decay=decay)
+        self.assertIn("argument 'decay' is on cuda:0 and argument 'q' on "
+                      "cuda:1", str(caught.exception))
 
     def test_tensors_on_two_devices_are_refused(self):
         q, _, v = qkv("cuda:0", torch.float16)

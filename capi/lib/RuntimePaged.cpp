@@ -1,0 +1,250 @@
+// The C interface's paged KV entry points (attn/runtime/Paged.h): the cache
+// description checked and turned into a PagedKV, decode and prefill (each
+// planned per call or through a plan handle) and the append of new tokens.
+#include "RuntimeArgs.h"
+
+#include "attn/Error.h"
+#include "attn/runtime/Paged.h"
+
+using namespace attn;
+using namespace attn::capi;
+
+struct attnc_decode_plan {
+  runtime::DecodePlan Plan;
+};
+
+struct attnc_prefill_plan {
+  runtime::PrefillPlan Plan;
+};
+
+namespace {
+
+runtime::Attention &attentionArg(const ArgContext &C, attnc_attention *A) {
+  return handleArg(C, A);
+}
+
+/// An index tensor of one of the two forms: nothing where its data is NULL
+/// (the form not used), else checked as any tensor.
+runtime::TensorView indexArg(const ArgContext &C, const char *Argument,
+                             const attnc_tensor &T) {
+  if (!T.data)
+    return {};
+  return tensorArg(C, Argument, &T);
+}
+
+/// \p KV as a PagedKV: the caches checked as tensors, the layout a known
+/// one, exactly one of the two index forms given in full. The runtime
+/// checks shapes and dtypes against the call.
+runtime::PagedKV pagedArg(const ArgContext &C, const attnc_paged_kv *KV) {
+  requireNonNull(KV, C.Function, "kv");
+  runtime::PagedKV P;
+  P.KCache = tensorArg(C, "kv.k_cache", &KV->k_cache);
+  P.VCache = tensorArg(C, "kv.v_cache", &KV->v_cache);
+  if (KV->layout != ATTNC_PAGE_NHD && KV->layout != ATTNC_PAGE_HND)
+    throw InvalidArgument(
+        fmt::format("{}: argument 'kv.layout': {} is not ATTNC_PAGE_NHD (0) or "
+                    "ATTNC_PAGE_HND (1)",
+                    C.Function, KV->layout));
+  P.Layout = KV->layout == ATTNC_PAGE_NHD ? runtime::PageLayout::NHD
+                                          : runtime::PageLayout::HND;
+  bool Table = KV->block_table.data || KV->seq_lens.data;
+  bool Csr = KV->indptr.data || KV->indices.data || KV->last_page_len.data;
+  if (Table && Csr)
+    throw InvalidArgument(fmt::format(
+        "{}: argument 'kv': both a block table (block_table, seq_lens) and "
+        "CSR pages (indptr, indices, last_page_len) are given; give one form",
+        C.Function));
+  if (!Table && !Csr)
+    throw InvalidArgument(fmt::format(
+        "{}: argument 'kv': no pages; give a block table (block_table, "
+        "seq_lens) or CSR pages (indptr, indices, last_page_len)",
+        C.Function));
+  auto Need = [&](const attnc_tensor &T, const char *Name) {
+    if (!T.data)
+      throw InvalidArgument(fmt::format(
+          "{}: argument 'kv.{}': NULL data, and the other tensors of its "
+          "form are given",
+          C.Function, Name));
+  };
+  if (Table) {
+    Need(KV->block_table, "block_table");
+    Need(KV->seq_lens, "seq_lens");
+  } else {
+    Need(KV->indptr, "indptr");
+    Need(KV->indices, "indices");
+    Need(KV->last_page_len, "last_page_len");
+  }
+  P.BlockTable = indexArg(C, "kv.block_table", KV->block_table);
+  P.SeqLens = indexArg(C, "kv.seq_lens", KV->seq_lens);
+  P.Indptr = indexArg(C, "kv.indptr", KV->indptr);
+  P.Indices = indexArg(C, "kv.indices", KV->indices);
+  P.LastPageLen = indexArg(C, "kv.last_page_len", KV->last_page_len);
+  if (KV->max_seqlen_kv < 0)
+    throw InvalidArgument(
+        fmt::format("{}: argument 'kv.max_seqlen_kv': {} is negative",
+                    C.Function, KV->max_seqlen_kv));
+  P.MaxSeqlenKv = KV->max_seqlen_kv;
+  return P;
+}
+
+template <typename Plan>
+const Plan &planArg(const ArgContext &C, const Plan *P) {
+  if (!P)
+    throw InvalidArgument(
+        fmt::format("{}: argument 'plan' is NULL", C.Function));
+  return *P;
+}
+
+} // namespace
+
+attnc_status
+attnc_attention_append_paged(attnc_attention *att, const attnc_tensor *k,
+                             const attnc_tensor *v, const attnc_paged_kv *kv,
+                             const attnc_tensor *slot_mapping, void *stream) {
+  return guarded([&] {
+    ArgContext C{"attnc_attention_append_paged"};
+    runtime::Attention &A = attentionArg(C, att);
+    runtime::TensorView K = tensorArg(C, "k", k), V = tensorArg(C, "v", v);
+    runtime::PagedKV KV;
+    // Only the caches and the layout are used: an append needs no pages.
+    requireNonNull(kv, C.Function, "kv");
+    KV.KCache = tensorArg(C, "kv.k_cache", &kv->k_cache);
+    KV.VCache = tensorArg(C, "kv.v_cache", &kv->v_cache);
+    if (kv->layout != ATTNC_PAGE_NHD && kv->layout != ATTNC_PAGE_HND)
+      throw InvalidArgument(fmt::format(
+          "{}: argument 'kv.layout': {} is not ATTNC_PAGE_NHD (0) or "
+          "ATTNC_PAGE_HND (1)",
+          C.Function, kv->layout));
+    KV.Layout = kv->layout == ATTNC_PAGE_NHD ? runtime::PageLayout::NHD
+                                             : runtime::PageLayout::HND;
+    runtime::TensorView Slots = tensorArg(C, "slot_mapping", slot_mapping);
+    A.appendPaged(K, V, KV, Slots, static_cast<CUstream>(stream));
+  });
+}
+
+attnc_status attnc_attention_decode_paged(
+    attnc_attention *att, const attnc_tensor *q, const attnc_paged_kv *kv,
+    const attnc_tensor *out, const attnc_tensor *finals,
+    const attnc_input *inputs, size_t num_inputs, void *stream) {
+  return guarded([&] {
+    ArgContext C{"attnc_attention_decode_paged"};
+    runtime::Attention &A = attentionArg(C, att);
+    runtime::TensorView Q = tensorArg(C, "q", q);
+    runtime::PagedKV KV = pagedArg(C, kv);
+    runtime::TensorView O = tensorArg(C, "out", out);
+    auto F = optionalTensorArg(C, "finals", finals);
+    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
+    A.decodePaged(Q, KV, O, ptr(F), In, static_cast<CUstream>(stream));
+  });
+}
+
+attnc_status attnc_attention_plan_decode(attnc_attention *att,
+                                         const attnc_decode_bounds *bounds,
+                                         attnc_decode_plan **out,
+                                         size_t *workspace_bytes) {
+  return guarded([&] {
+    ArgContext C{"attnc_attention_plan_decode"};
+    requireNonNull(out, C.Function, "out");
+    *out = nullptr;
+    runtime::Attention &A = attentionArg(C, att);
+    requireNonNull(bounds, C.Function, "bounds");
+    requireNonNull(workspace_bytes, C.Function, "workspace_bytes");
+    runtime::DecodeBounds B;
+    B.Batch = bounds->batch;
+    B.Heads = bounds->heads;
+    B.HeadsKv = bounds->heads_kv;
+    B.QueriesPerSeq = bounds->queries_per_seq;
+    B.MaxSeqlenKv = bounds->max_seqlen_kv;
+    B.PageSize = bounds->page_size;
+    B.MaxSplits = bounds->max_splits;
+    auto Made = std::make_unique<attnc_decode_plan>();
+    Made->Plan = A.planDecode(B);
+    *workspace_bytes = Made->Plan.WorkspaceBytes;
+    *out = Made.release();
+  });
+}
+
+void attnc_decode_plan_release(attnc_decode_plan *plan) { delete plan; }
+
+attnc_status attnc_attention_run_decode(
+    attnc_attention *att, const attnc_decode_plan *plan, const attnc_tensor *q,
+    const attnc_paged_kv *kv, const attnc_tensor *out,
+    const attnc_tensor *finals, void *workspace, size_t workspace_bytes,
+    const attnc_input *inputs, size_t num_inputs, void *stream) {
+  return guarded([&] {
+    ArgContext C{"attnc_attention_run_decode"};
+    runtime::Attention &A = attentionArg(C, att);
+    const attnc_decode_plan &P = planArg(C, plan);
+    runtime::TensorView Q = tensorArg(C, "q", q);
+    runtime::PagedKV KV = pagedArg(C, kv);
+    runtime::TensorView O = tensorArg(C, "out", out);
+    auto F = optionalTensorArg(C, "finals", finals);
+    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
+    A.runDecode(P.Plan, Q, KV, O, ptr(F), workspace, workspace_bytes, In,
+                static_cast<CUstream>(stream));
+  });
+}
+
+attnc_status attnc_attention_prefill_paged(
+    attnc_attention *att, const attnc_tensor *q,
+    const attnc_tensor *cu_seqlens_q, int64_t max_seqlen_q,
+    const attnc_paged_kv *kv, const attnc_tensor *out,
+    const attnc_tensor *finals, const attnc_input *inputs, size_t num_inputs,
+    void *stream) {
+  return guarded([&] {
+    ArgContext C{"attnc_attention_prefill_paged"};
+    runtime::Attention &A = attentionArg(C, att);
+    runtime::TensorView Q = tensorArg(C, "q", q);
+    runtime::TensorView Cu = tensorArg(C, "cu_seqlens_q", cu_seqlens_q);
+    runtime::PagedKV KV = pagedArg(C, kv);
+    runtime::TensorView O = tensorArg(C, "out", out);
+    auto F = optionalTensorArg(C, "finals", finals);
+    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
+    A.prefillPaged(Q, Cu, max_seqlen_q, KV, O, ptr(F), In,
+                   static_cast<CUstream>(stream));
+  });
+}
+
+attnc_status attnc_attention_plan_prefill(attnc_attention *att,
+                                          const attnc_prefill_bounds *bounds,
+                                          attnc_prefill_plan **out) {
+  return guarded([&] {
+    ArgContext C{"attnc_attention_plan_prefill"};
+    requireNonNull(out, C.Function, "out");
+    *out = nullptr;
+    runtime::Attention &A = attentionArg(C, att);
+    requireNonNull(bounds, C.Function, "bounds");
+    runtime::PrefillBounds B;
+    B.Batch = bounds->batch;
+    B.Heads = bounds->heads;
+    B.HeadsKv = bounds->heads_kv;
+    B.MaxSeqlenQ = bounds->max_seqlen_q;
+    B.MaxSeqlenKv = bounds->max_seqlen_kv;
+    B.PageSize = bounds->page_size;
+    auto Made = std::make_unique<attnc_prefill_plan>();
+    Made->Plan = A.planPrefill(B);
+    *out = Made.release();
+  });
+}
+
+void attnc_prefill_plan_release(attnc_prefill_plan *plan) { delete plan; }
+
+attnc_status attnc_attention_run_prefill(
+    attnc_attention *att, const attnc_prefill_plan *plan, const attnc_tensor *q,
+    const attnc_tensor *cu_seqlens_q, const attnc_paged_kv *kv,
+    const attnc_tensor *out, const attnc_tensor *finals,
+    const attnc_input *inputs, size_t num_inputs, void *stream) {
+  return guarded([&] {
+    ArgContext C{"attnc_attention_run_prefill"};
+    runtime::Attention &A = attentionArg(C, att);
+    const attnc_prefill_plan &P = planArg(C, plan);
+    runtime::TensorView Q = tensorArg(C, "q", q);
+    runtime::TensorView Cu = tensorArg(C, "cu_seqlens_q", cu_seqlens_q);
+    runtime::PagedKV KV = pagedArg(C, kv);
+    runtime::TensorView O = tensorArg(C, "out", out);
+    auto F = optionalTensorArg(C, "finals", finals);
+    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
+    A.runPrefill(P.Plan, Q, Cu, KV, O, ptr(F), In,
+                 static_cast<CUstream>(stream));
+  });
+}

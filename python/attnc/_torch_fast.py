@@ -1,0 +1,209 @@
+"""attnc.torch.attention's eager forward in one FFI call: per call shape
+(definition, the three tensors' dtype, device, shape and strides, whether
+the finals are wanted, the custom inputs' names and kinds) a plan holds the
+resolved attention object and an attnc_forward_call packed once, so a
+repeat call allocates its outputs, writes their data pointers, q's, k's and
+v's, the scalar values and the stream, and calls
+attnc_attention_forward_call with one pointer. The first call of a shape
+takes every check of the generic path (the same messages); the C++ runtime
+checks every call (docs/python.md, Overhead)."""
+
+import ctypes
+import threading
+
+import torch
+
+from . import _fastpack, _lib
+from ._tensors import INPUT_SIZE, TENSOR_SIZE
+
+_call = _lib.declare("attnc_attention_forward_call", [ctypes.c_void_p])
+
+# attnc_forward_call's words (attnc_c.h): att, q, k, v, out, finals,
+# inputs, num_inputs, mask, stream.
+_CALL_WORDS = 10
+_CallWords = ctypes.c_uint64 * _CALL_WORDS
+_STREAM_WORD = 9
+
+# Plans are per thread: a call writes its plan's buffers and reads them in
+# C without the GIL, so another thread must not rewrite them meanwhile.
+# _tables lists every thread's table, so a replaced definition (forget)
+# drops its plans everywhere.
+_local = threading.local()
+_tables = []
+_tables_lock = threading.Lock()
+_MAX_PLANS = 256
+
+_Tensor = torch.Tensor
+_F32 = torch.float32
+_current_device = getattr(torch._C, "_cuda_getDevice",
+                          torch.cuda.current_device)
+_raw_stream = _fastpack._raw_stream_function()
+
+
+class _Plan:
+    """One call shape's packed call; see the module's docstring."""
+
+    __slots__ = ("att", "packed", "words", "floats", "ints", "call",
+                 "call_at", "device", "out_shape", "finals_shape",
+                 "finals_passed", "returns_finals", "inputs")
+
+
+def _table():
+    table = getattr(_local, "plans", None)
+    if table is None:
+        table = _local.plans = {}
+        with _tables_lock:
+            _tables.append(table)
+    return table
+
+
+def forget(name=None) -> None:
+    """Drops every thread's plans (of definition name: a replaced one)."""
+    with _tables_lock:
+        for table in _tables:
+            for key in [k for k in table if name is None or k[0] == name]:
+                del table[key]
+
+
+def _input_key(inputs):
+    """The custom inputs' part of a plan's key: names in the call's order,
+    a number's type, a tensor's dtype, device, shape and strides."""
+    key = []
+    for name, value in inputs.items():
+        if isinstance(value, _Tensor):
+            key.append((name, value.dtype, value.get_device(), value.shape,
+                        value.stride()))
+        else:
+            key.append((name, type(value)))
+    return tuple(key)
+
+
+def _build(key, name, q, k, v, inputs, want_finals, resolve):
+    """The plan of a new call shape, every argument checked as the generic
+    path checks it; None where the generic path must take the call (its
+    checks give the message: a CPU tensor, an undeclared input, a number
+    for a tensor input, a non-number)."""
+    if q.get_device() < 0:
+        return None
+    att = resolve(q, v, name)
+    values = {}
+    if inputs:
+        for n, value in inputs.items():
+            decl = att._decl.get(n)
+            if decl is None:
+                return None
+            kind = type(value)
+            tensor = isinstance(value, _Tensor)
+            if decl.shape == "scalar":
+                if tensor:
+                    if value.numel() != 1:
+                        return None
+                    value = value.item()
+                elif kind is not float and kind is not int:
+                    return None
+            elif not tensor:
+                return None
+            values[n] = value
+    items = _fastpack.fast_inputs(att, values, _Tensor)
+    if items is None:
+        return None
+    out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
+    finals_shape = (len(att.final_names), q.shape[0], q.shape[1], q.shape[2])
+    # The runtime requires the finals of a definition that has them
+    # (mha's LSE), whether or not the caller returns them.
+    finals_passed = bool(att.final_names)
+    tensors = [q, k, v, out]
+    if finals_passed:
+        tensors.append(q.new_empty(finals_shape, dtype=_F32))
+    packed = _fastpack._build(
+        "attnc.Attention.forward", ("q", "k", "v", "out", "finals"), tensors,
+        items, (), 0)
+    p = _Plan()
+    p.att, p.packed = att, packed
+    p.words, p.floats, p.ints = packed.words, packed.floats, packed.ints
+    base = packed.base
+    call = _CallWords(att._handle, base, base + TENSOR_SIZE,
+                      base + 2 * TENSOR_SIZE, base + 3 * TENSOR_SIZE,
+                      base + 4 * TENSOR_SIZE if finals_passed else 0,
+                      packed.at_inputs or 0, len(items), 0, 0)
+    p.call, p.call_at = call, ctypes.addressof(call)
+    p.device = q.get_device()
+    p.out_shape = tuple(out.shape)
+    p.finals_shape = (finals_shape if want_finals or finals_passed
+                      else None)
+    p.returns_finals = want_finals
+    p.finals_passed = finals_passed
+    # Per input in the call's order: (0 f32 | 1 i32 | 2 tensor, the word
+    # or float index its value goes to).
+    plan_inputs = []
+    slots = packed.ptr_slots[len(tensors):]
+    fi = ii = ti = 0
+    for _, kind, _, _ in items:
+        if kind == 0:
+            plan_inputs.append((0, packed.f32_slots[fi]))
+            fi += 1
+        elif kind == 1:
+            plan_inputs.append((1, packed.i32_slots[ii]))
+            ii += 1
+        else:
+            plan_inputs.append((2, slots[ti]))
+            ti += 1
+    p.inputs = tuple(plan_inputs)
+    table = _table()
+    if len(table) >= _MAX_PLANS:  # shapes of a long-running process
+        table.clear()
+    table[key] = p
+    return p
+
+
+def forward(name, q, k, v, inputs, want_finals, resolve):
+    """(out, finals or None) of an eager dense call without a block mask
+    (bhsd), or None where the generic path must take it. q, k, v are plain
+    torch tensors; inputs maps names to numbers or tensors (or is empty);
+    resolve(q, v, name) gives the call's Attention (attnc.torch's cache)."""
+    key = (name, q.dtype, k.dtype, v.dtype, q.get_device(), k.get_device(),
+           v.get_device(), q.shape, q.stride(), k.shape, k.stride(),
+           v.shape, v.stride(), want_finals,
+           _input_key(inputs) if inputs else None)
+    table = getattr(_local, "plans", None)
+    p = None if table is None else table.get(key)
+    if p is None:
+        p = _build(key, name, q, k, v, inputs, want_finals, resolve)
+        if p is None:
+            return None
+    device = p.device
+    if device != _current_device():
+        return _fastpack.run_on(device, _launch, p, q, k, v, inputs, device)
+    return _launch(p, q, k, v, inputs, device)
+
+
+def _launch(p, q, k, v, inputs, device):
+    out = q.new_empty(p.out_shape)
+    w = p.words
+    w[0] = q.data_ptr()
+    w[4] = k.data_ptr()
+    w[8] = v.data_ptr()
+    w[12] = out.data_ptr()
+    finals = None
+    if p.finals_shape is not None:
+        finals = q.new_empty(p.finals_shape, dtype=_F32)
+        if p.finals_passed:
+            w[16] = finals.data_ptr()
+    if inputs:
+        for (kind, at), value in zip(p.inputs, inputs.values()):
+            if kind == 0:
+                p.floats[at] = float(value)
+            elif kind == 1:
+                p.ints[at] = int(value)
+            else:
+                w[at] = value.data_ptr()
+    p.call[_STREAM_WORD] = _raw_stream(device)
+    status = _call(p.call_at)
+    if status:
+        _lib.check(status)
+    return out, finals if p.returns_finals else None
+
+
+# Word offsets above assume attnc_tensor's data pointer first and 32 bytes
+# a tensor (checked against ctypes' layout in attnc._attention).
+assert TENSOR_SIZE == 32 and INPUT_SIZE == 56

@@ -1,0 +1,82 @@
+"""The one-call eager forward's own Python cost, without PyTorch or a GPU:
+attnc/_torch_fast.forward on the stand-in tensors of test_torch_fast.py
+with the C call stubbed, (a) as they are (their methods are Python, so
+slower than torch's C ones) and (b) with methods that cost next to nothing
+and no allocation, which leaves attnc's own work: the key, the lookup, the
+words written; plus the Python-level calls per op (cProfile).
+
+Run: PYTHONPATH=python ATTNC_LIBRARY=build/capi/libattnc_c.so \\
+  python tests/python/bench_fast_cpu.py"""
+
+import cProfile
+import os
+import pstats
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import attnc  # noqa: E402
+from test_torch_fast import StandInTorch, Tensor  # noqa: E402
+
+
+class Quick(Tensor):
+    """Tensor methods as cheap as Python allows, new_empty allocating
+    nothing: what is left of a call is attnc's."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        strides = Tensor.stride(self)
+        self.stride = lambda: strides
+        self.data_ptr = int(self._data).__int__
+        self.get_device = int(self._device).__int__
+
+    def new_empty(self, shape, dtype=None):
+        return self
+
+
+def median_us(fn, calls=20000, rounds=9):
+    fn()
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - t0) / calls * 1e6)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    with StandInTorch() as stand_in:
+        fast = stand_in.fast
+        fast._call = lambda address: 0
+        objects = {}
+
+        def resolve(q, v, name):
+            if name not in objects:
+                objects[name] = attnc.Attention(
+                    attnc.example(name), head_dim=64, layout="bhsd",
+                    arch="sm_80")
+            return objects[name]
+
+        cases = (("mha", None), ("sigmoid_attn", {"softmax_bias": -1.0}))
+        for kind in (Tensor, Quick):
+            stand_in.module.Tensor = fast._Tensor = kind
+            q, k, v = (kind((1, 1, 128, 64)) for _ in range(3))
+            for name, inputs in cases:
+                def call():
+                    fast.forward(name, q, k, v, inputs, False, resolve)
+                us = median_us(call)
+                prof = cProfile.Profile()
+                prof.enable()
+                call()
+                prof.disable()
+                print(f"{kind.__name__:6} {name:12} {us:6.2f} us a call, "
+                      f"{pstats.Stats(prof).total_calls} Python-level "
+                      "calls")
+        print(f"an empty Python call: {median_us(lambda: None):.2f} us")
+
+
+if __name__ == "__main__":
+    main()

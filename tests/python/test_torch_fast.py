@@ -1,0 +1,308 @@
+"""attnc.torch's one-call eager forward (attnc/_torch_fast.py) on the CPU,
+with a stand-in torch module: a repeat call of a shape reuses its plan and
+writes exactly what a fresh packing of it would hold; a new shape is
+checked anew (the generic path's messages); what the plan cannot take goes
+back to the generic path; the C function checks its argument."""
+
+import contextlib
+import ctypes
+import importlib
+import sys
+import types
+import unittest
+
+import attnc
+from attnc import _fastpack, _lib, _tensors
+
+F16, F32 = "<f2", "<f4"
+
+
+class Device:
+    def __init__(self, index):
+        self.index = index
+
+    def __str__(self):
+        return "cpu" if self.index < 0 else f"cuda:{self.index}"
+
+
+class Tensor:
+    """What the fast path reads of a torch tensor."""
+
+    next_data = 1 << 20
+
+    def __init__(self, shape, device=0, dtype=F16, value=None):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self._device = device
+        self.device = Device(device)
+        self.is_cuda = device >= 0
+        self.requires_grad = False
+        self._value = value
+        self._data = Tensor.next_data
+        Tensor.next_data += 1 << 16
+
+    def get_device(self):
+        return self._device
+
+    def stride(self):
+        s, strides = 1, []
+        for n in reversed(self.shape):
+            strides.append(s)
+            s *= n
+        return tuple(reversed(strides))
+
+    def data_ptr(self):
+        return self._data
+
+    def numel(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def item(self):
+        return self._value
+
+    def __float__(self):
+        return float(self._value)
+
+    def new_empty(self, shape, dtype=None):
+        return Tensor(shape, self._device, dtype or self.dtype)
+
+
+class StandInTorch:
+    """Installs a stand-in torch module and imports attnc._torch_fast
+    against it; the current device and stream are the test's."""
+
+    def __init__(self):
+        self.current, self.stream = 0, 0x5000
+        self.switched = []
+        fake_c = types.SimpleNamespace(
+            _cuda_getDevice=lambda: self.current,
+            _cuda_getCurrentRawStream=lambda device: self.stream + device)
+
+        @contextlib.contextmanager
+        def device(index):
+            saved, self.current = self.current, index
+            self.switched.append(index)
+            try:
+                yield
+            finally:
+                self.current = saved
+
+        cuda = types.SimpleNamespace(current_device=lambda: self.current,
+                                     device=device)
+        self.module = types.SimpleNamespace(
+            Tensor=Tensor, float16=F16, bfloat16="bf16", float32=F32,
+            int32="<i4", _C=fake_c, cuda=cuda)
+
+    def __enter__(self):
+        self.saved = sys.modules.get("torch")
+        self.saved_current = _fastpack.current_device
+        sys.modules["torch"] = self.module
+        _fastpack.current_device = self.module._C._cuda_getDevice
+        sys.modules.pop("attnc._torch_fast", None)
+        self.fast = importlib.import_module("attnc._torch_fast")
+        return self
+
+    def __exit__(self, *exc):
+        sys.modules.pop("attnc._torch_fast", None)
+        _fastpack.current_device = self.saved_current
+        if self.saved is None:
+            del sys.modules["torch"]
+        else:
+            sys.modules["torch"] = self.saved
+
+
+def _words(address, count):
+    return list(memoryview(ctypes.string_at(address, 8 * count)).cast("Q"))
+
+
+class FastForward(unittest.TestCase):
+    def setUp(self):
+        self.torch = StandInTorch().__enter__()
+        self.fast = self.torch.fast
+        self.calls = []
+        self.fast._call = self.record
+        self.objects = {}
+        self.resolved = []
+
+    def tearDown(self):
+        self.torch.__exit__()
+
+    def record(self, address):
+        """The C call, stubbed: what it would read."""
+        words = _words(address, 10)
+        tensors = {}
+        for i, name in enumerate(("q", "k", "v", "out", "finals")):
+            at = words[1 + i]
+            tensors[name] = None if at == 0 else _words(at, 1)[0]
+        self.calls.append((words, tensors))
+        return 0
+
+    def resolve(self, q, v, name):
+        self.resolved.append(name)
+        att = self.objects.get(name)
+        if att is None:
+            att = self.objects[name] = attnc.Attention(
+                attnc.example(name), head_dim=q.shape[-1], layout="bhsd",
+                arch="sm_80")
+        return att
+
+    def qkv(self, device=0, s=8):
+        return [Tensor((1, 2, s, 64), device) for _ in range(3)]
+
+    def test_a_repeat_call_reuses_its_plan(self):
+        q, k, v = self.qkv()
+        out, finals = self.fast.forward("sigmoid_attn", q, k, v,
+                                        {"softmax_bias": -1.0}, False,
+                                        self.resolve)
+        self.assertIsNone(finals)
+        self.assertEqual(out.shape, (1, 2, 8, 64))
+        q2, k2, v2 = self.qkv()
+        bias = Tensor((), -1, F32, value=-2.5)  # a 0-d CPU tensor: .item()
+        out2, _ = self.fast.forward("sigmoid_attn", q2, k2, v2,
+                                    {"softmax_bias": -1.5}, False,
+                                    self.resolve)
+        self.assertEqual(self.resolved, ["sigmoid_attn"])  # one plan
+        (w1, t1), (w2, t2) = self.calls
+        self.assertEqual(w1[0], self.objects["sigmoid_attn"]._handle)
+        self.assertEqual(w1[:9], w2[:9])  # the same packed structs
+        self.assertEqual(t2, {"q": q2.data_ptr(), "k": k2.data_ptr(),
+                              "v": v2.data_ptr(), "out": out2.data_ptr(),
+                              "finals": None})
+        self.assertEqual(w2[7], 1)          # num_inputs
+        self.assertEqual(w2[8], 0)          # no block mask
+        self.assertEqual(w2[9], 0x5000)     # the current stream of cuda:0
+        f32 = memoryview(ctypes.string_at(w2[6], 56)).cast("f")
+        self.assertEqual(f32[3], -1.5)      # attnc_input.f32 at byte 12
+        # A tensor's value for the scalar is a new key (another plan), its
+        # value read on the host.
+        self.fast.forward("sigmoid_attn", q2, k2, v2,
+                          {"softmax_bias": bias}, False, self.resolve)
+        f32 = memoryview(ctypes.string_at(self.calls[-1][0][6], 56)).cast("f")
+        self.assertEqual(f32[3], -2.5)
+
+    def test_the_plan_holds_a_fresh_packing(self):
+        q, k, v = self.qkv()
+        self.fast.forward("mha", q, k, v, None, True, self.resolve)
+        q2, k2, v2 = self.qkv()
+        out, finals = self.fast.forward("mha", q2, k2, v2, {}, True,
+                                        self.resolve)
+        self.assertEqual(finals.shape, (1, 1, 2, 8))
+        self.assertEqual(finals.dtype, F32)
+        words, tensors = self.calls[-1]
+        self.assertEqual(tensors["finals"], finals.data_ptr())
+        fresh = _tensors.pack([_tensors.view(t, "w", "t")
+                               for t in (q2, k2, v2, out, finals)])
+        for i in range(5):  # each attnc_tensor's data, dtype and ndim
+            mine = _words(words[1 + i], 2)
+            theirs = _words(fresh[1] + 32 * i, 2)
+            self.assertEqual(mine, theirs)
+            shape_at, strides_at = _words(words[1 + i] + 16, 2)
+            fshape_at, fstrides_at = _words(fresh[1] + 32 * i + 16, 2)
+            n = len((q2, k2, v2, out, finals)[i].shape)
+            self.assertEqual(_words(shape_at, n), _words(fshape_at, n))
+            self.assertEqual(_words(strides_at, n), _words(fstrides_at, n))
+
+    def test_finals_are_passed_where_the_definition_has_them(self):
+        # The runtime requires mha's LSE even when the caller does not
+        # return it; sigmoid_attn has none.
+        q, k, v = self.qkv()
+        out, finals = self.fast.forward("mha", q, k, v, None, False,
+                                        self.resolve)
+        self.assertIsNone(finals)
+        words, tensors = self.calls[-1]
+        self.assertNotEqual(words[5], 0)
+        self.assertNotIn(tensors["finals"], (None, 0, q.data_ptr(),
+                                             out.data_ptr()))
+        first = tensors["finals"]
+        self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.assertNotEqual(self.calls[-1][1]["finals"], first)  # fresh
+        self.assertEqual(self.calls[-1][0][5], words[5])
+        self.fast.forward("sigmoid_attn", q, k, v, {"softmax_bias": 0.0},
+                          False, self.resolve)
+        self.assertIsNone(self.calls[-1][1]["finals"])
+
+    def test_a_new_shape_is_checked_anew(self):
+        q, k, v = self.qkv()
+        self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        k1 = Tensor((1, 2, 8, 64), 1)
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            self.fast.forward("mha", q, k1, v, None, False, self.resolve)
+        self.assertIn("argument 'k' is on cuda:1 and argument 'q' on cuda:0",
+                      str(caught.exception))
+        self.assertEqual(len(self.calls), 1)  # nothing launched
+
+    def test_the_generic_path_takes_the_rest(self):
+        q, k, v = self.qkv()
+        cpu = Tensor((1, 2, 8, 64), -1)
+        self.assertIsNone(self.fast.forward("mha", cpu, k, v, None, False,
+                                            self.resolve))
+        for inputs in ({"bias": 1.0}, {"softmax_bias": True},
+                       {"softmax_bias": "x"},
+                       {"softmax_bias": Tensor((2,), 0, F32)}):
+            self.assertIsNone(self.fast.forward(
+                "sigmoid_attn", q, k, v, inputs, False, self.resolve),
+                inputs)
+        self.assertIsNone(self.fast.forward(  # a number for a per-head input
+            "alibi_learnable", q, k, v, {"slopes": 0.5, "head_bias": 0.0},
+            False, self.resolve))
+        self.assertEqual(self.calls, [])
+
+    def test_another_device_is_made_current(self):
+        q, k, v = self.qkv(device=1)
+        self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.assertEqual(self.torch.switched, [1, 1])
+        self.assertEqual(self.calls[-1][0][9], 0x5001)  # cuda:1's stream
+        self.assertEqual(self.torch.current, 0)
+
+    def test_run_on_restores_the_device(self):
+        def fail():
+            self.assertEqual(self.torch.current, 2)
+            raise attnc.InvalidArgument("in the call")
+
+        with self.assertRaises(attnc.InvalidArgument):
+            _fastpack.run_on(2, fail)
+        self.assertEqual(self.torch.current, 0)
+        self.assertEqual(_fastpack.run_on(0, lambda x: x + 1, 1), 2)
+        self.assertEqual(_fastpack.run_on(-1, lambda: "cpu"), "cpu")
+        self.assertEqual(self.torch.switched, [2])  # only where it differs
+
+    def test_a_replaced_definition_drops_its_plans(self):
+        q, k, v = self.qkv()
+        self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.fast.forward("sigmoid_attn", q, k, v, {"softmax_bias": 0.0},
+                          False, self.resolve)
+        self.fast.forget("mha")
+        self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.fast.forward("sigmoid_attn", q, k, v, {"softmax_bias": 0.0},
+                          False, self.resolve)
+        self.assertEqual(self.resolved, ["mha", "sigmoid_attn", "mha"])
+
+    def test_a_runtime_error_is_raised(self):
+        """The real C function: the runtime's check of the packed call."""
+        self.fast._call = self.torch.fast._lib.declare(
+            "attnc_attention_forward_call", [ctypes.c_void_p])
+        q, v = Tensor((1, 2, 8, 64)), Tensor((1, 2, 8, 64))
+        k = Tensor((1, 2, 8, 32))
+        with self.assertRaises(attnc.UserError) as caught:
+            self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.assertIn("k: head_dim (last dimension) must be 64, got 32",
+                      str(caught.exception))
+
+
+class CallArgument(unittest.TestCase):
+    def test_a_null_call_is_refused(self):
+        call = _lib.declare("attnc_attention_forward_call",
+                            [ctypes.c_void_p])
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            _lib.check(call(None))
+        self.assertEqual(str(caught.exception),
+                         "attnc_attention_forward_call: argument 'call' is "
+                         "NULL")
+
+
+if __name__ == "__main__":
+    unittest.main()
