@@ -126,7 +126,7 @@ template <int kD, int kDV, int kW> struct SplitCols {
 template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,
           bool kFusedDq = false, bool kAtomicDq = false, bool kWs = false,
           bool kTwoPass = false, bool kSplit = false, bool kPingPong = false,
-          bool kDqWriter = false, int kLeanLevel = 0>
+          bool kDqWriter = false, int kLeanLevel = 0, bool kBulkDq = false>
 struct BwdDkDvSm90 {
   /// The lean step (kLeanLevel 1 to 3): dV's and dK's products issued
   /// before the dSᵀ tile is stored, tiles inside the sequences without
@@ -140,6 +140,12 @@ struct BwdDkDvSm90 {
   /// A dQ writer warp adds the steps' dQ to the sum from shared slots:
   /// ping-pong, or the lockstep step with the writer alone (kDqWriter).
   static constexpr bool kWriter = kPingPong || kDqWriter;
+  /// The turn warp's bulk dQ (kBulkDq, with kTurnWarp): the compute
+  /// threads store the step's dQ into a slot (as for the dQ writer) and the
+  /// turn warp, once the turn is the CTA's, adds it to the sum with bulk
+  /// reductions (write_dq_bulk); the compute threads no longer meet it
+  /// before adding.
+  static constexpr bool kDqSlots = kWriter || kBulkDq;
   /// The consumer warpgroups: one per 64 keys, or two over the same 64
   /// keys in the column-split mode.
   static constexpr int kWarpgroups = kSplit ? 2 : kBlockN / 64;
@@ -167,6 +173,9 @@ struct BwdDkDvSm90 {
   static_assert(!kLean || (kWs && kFusedDq && !kTwoPass && !kSplit && !kWriter),
                 "the lean step is a warp-specialised fused-dQ mode of the lockstep "
                 "step (bwdSm90Unsupported)");
+  static_assert(!kBulkDq || (kTurnWarp && kBlockM == 64),
+                "the bulk dQ reduction is a form of the turn warp's step with 64-row "
+                "steps (bwdSm90Unsupported)");
   static_assert(kStages >= 2 && kStages <= 4, "a ring of 2 to 4 stages");
   static_assert(kNumGrads <= kMaxInputGrads, "too many input gradients");
   static_assert(kFusedDq || !(kAtomicDq || kWs),
@@ -188,7 +197,7 @@ struct BwdDkDvSm90 {
   /// by 32 bytes so that a warp's 8-byte stores of its fragment rows hit
   /// distinct banks; the dQ writer copies them row by row.
   static constexpr int kDqRowBytes = kD * 4 + 32;
-  static constexpr int kDqSlotBytes = kWriter ? kBlockM * kDqRowBytes : 0;
+  static constexpr int kDqSlotBytes = kDqSlots ? kBlockM * kDqRowBytes : 0;
   static constexpr int kDqBytes = 2 * kDqSlotBytes;
   /// Warp-specialised: the ring's full and empty mbarriers (8 bytes each,
   /// at most 4 stages), then the dQ slots' full and empty ones.
@@ -200,6 +209,8 @@ struct BwdDkDvSm90 {
   static constexpr int kBarToken = 2, kBarPartial = 4, kBarDs = 5;
   /// The turn warp's named barriers with the compute threads: the step's
   /// turn taken (2), the step's dQ adds issued (3); kThreads + 32 threads.
+  /// With kBulkDq only 2: the step's slot is full, so that every
+  /// warpgroup is done reading the step's dSᵀ tile.
   static constexpr int kBarTurn = 2, kBarAdded = 3;
   /// Fused dQ's [kBlockM][kD] product: each warpgroup kDqN of its columns
   /// (the N of its wgmma) over kBlockM / 64 chains of 64 rows.
@@ -307,11 +318,11 @@ struct BwdDkDvSm90 {
           mbar_init(bar_full + 8 * s, 1 + 32);
           mbar_init(bar_empty + 8 * s, kWarps);
         }
-        if constexpr (kWriter)
+        if constexpr (kDqSlots)
           for (int s = 0; s < 2; ++s) {
             // Full: ping-pong's warpgroup 1's warps, after adding their
-            // partial, or every compute warp; empty: the dQ writer, once
-            // its copies have completed.
+            // partial, or every compute warp; empty: the dQ writer (or the
+            // turn warp), once its copies have read the slot.
             mbar_init(bar_full + kDqBarOffset + 8 * s, kPingPong ? 4 : kWarps);
             mbar_init(bar_full + kDqBarOffset + 16 + 8 * s, 1);
           }
@@ -329,6 +340,8 @@ struct BwdDkDvSm90 {
           produce(a, *maps, s_ring, bar_full, bar_empty, n_block, b, hk, group_size);
         else if (kWriter && threadIdx.x < kThreads + 64)
           PingPong::write_dq(a, s_dq, bar_full + kDqBarOffset, n_block, b, hk, group_size);
+        else if (kBulkDq && threadIdx.x < kThreads + 64)
+          write_dq_bulk(a, s_dq, bar_full + kDqBarOffset, n_block, b, hk, group_size);
         else if (kTurnWarp && threadIdx.x < kThreads + 64)
           take_turns(a, n_block, b, hk, group_size);
         return;
@@ -419,7 +432,7 @@ struct BwdDkDvSm90 {
             reinterpret_cast<const float *>(ring + slot + kQBytes + kOBytes);
         // Fused dQ: this key block's place among those visiting m.
         int rank = 0;
-        if constexpr (kFusedDq && !kAtomicDq && !kWriter)
+        if constexpr (kFusedDq && !kAtomicDq && !kWriter && !kBulkDq)
           rank = Variant::kHasMask ? w.ranks[j] : Sem::unmasked_rank(a, n_block, m);
         const u32 empty = bar_empty + 8 * stage;
         const u32 dq_bars = bar_full + kDqBarOffset;
@@ -469,6 +482,10 @@ struct BwdDkDvSm90 {
     }
     if constexpr (!kWs)
       cp_async_wait<0>();
+    // Bulk dQ: the turn warp's release of the last step's dSᵀ tile (the
+    // steps' others are taken before the next step's dSᵀ stores).
+    if (kBulkDq && it > 0)
+      named_bar_sync(kBarTurn, kThreads + 32);
     // Ping-pong: warpgroup 1's last token (every step passes it on).
     if (kPingPong && threadIdx.x < 128)
       named_bar_sync(kBarToken + 0, kThreads);
@@ -491,6 +508,15 @@ struct BwdDkDvSm90 {
   /// fence stall only this warp.
   __device__ static void take_turns(const BwdArgs &a, int n_block, int b, int hk,
                                     int group_size);
+
+  /// The turn warp with kBulkDq: per step, once the compute warps have
+  /// filled the slot (it % 2) it lets them overwrite the dSᵀ tile
+  /// (kBarTurn), lane 0 waits for the turn (an acquire), every lane adds
+  /// two of the slot's rows to query block m's rows of the sum with bulk
+  /// reductions (rank 0: bulk stores), the slot is emptied once they have
+  /// read it, and rank + 1 is published once they have completed.
+  __device__ static void write_dq_bulk(const BwdArgs &a, u32 s_dq, u32 dq_bars, int n_block,
+                                       int b, int hk, int group_size);
 
   template <int A> __device__ static __forceinline__ void zero(float (&x)[A][4]) {
 #pragma unroll
@@ -553,10 +579,10 @@ struct BwdDkDvSm90 {
 #define ATTNC_BWD_SM90_TEMPLATE                                                              \
   template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,  \
             bool kFusedDq, bool kAtomicDq, bool kWs, bool kTwoPass, bool kSplit,             \
-            bool kPingPong, bool kDqWriter, int kLeanLevel>
+            bool kPingPong, bool kDqWriter, int kLeanLevel, bool kBulkDq>
 #define ATTNC_BWD_SM90                                                                       \
   BwdDkDvSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages, kFusedDq, kAtomicDq, kWs,      \
-              kTwoPass, kSplit, kPingPong, kDqWriter, kLeanLevel>
+              kTwoPass, kSplit, kPingPong, kDqWriter, kLeanLevel, kBulkDq>
 #include "attnc/bwd_sm90_producer.cuh"
 #include "attnc/bwd_sm90_step.cuh"
 #undef ATTNC_BWD_SM90

@@ -1,7 +1,8 @@
 // bwd_sm90's warps beside the compute warpgroups (BwdDkDvSm90, bwd_sm90.cuh
 // says what they do): the producer warp that streams Q, dO and the rows
 // into the mbarrier ring, the turn warp that takes and publishes the dQ
-// turns, and the rows' cp.async. Included by bwd_sm90.cuh after the struct.
+// turns (with the bulk dQ also adding the step's dQ to the sum), and the
+// rows' cp.async. Included by bwd_sm90.cuh after the struct.
 #ifndef ATTNC_BWD_SM90_PRODUCER_CUH
 #define ATTNC_BWD_SM90_PRODUCER_CUH
 
@@ -66,6 +67,56 @@ __device__ void ATTNC_BWD_SM90::take_turns(const BwdArgs &a, int n_block, int b,
       __syncwarp();
       named_bar_arrive(kBarTurn, kThreads + 32);
       named_bar_sync(kBarAdded, kThreads + 32);
+      if (lane == 0)
+        st_release_gpu(sem, rank + 1);
+    }
+  }
+}
+
+ATTNC_BWD_SM90_TEMPLATE
+__device__ void ATTNC_BWD_SM90::write_dq_bulk(const BwdArgs &a, u32 s_dq, u32 dq_bars,
+                                              int n_block, int b, int hk, int group_size) {
+  const int lane = threadIdx.x % 32;
+  int it = 0;
+  for (int hi = 0; hi < group_size; ++hi) {
+    const int bh = b * a.heads + hk * group_size + hi;
+    const Walk w = walk(a, bh, n_block);
+    for (int j = 0; j < w.blocks.count; ++j, ++it) {
+      bool full;
+      const int m = w.visit(a, j, full);
+      const int rank = Variant::kHasMask ? w.ranks[j] : Sem::unmasked_rank(a, n_block, m);
+      int *sem = a.dq_sem + (long long)bh * a.kv_m_blocks + m;
+      const int slot = it & 1;
+      mbar_wait(dq_bars + 8 * slot, (it / 2) & 1);
+      // Every compute warp has waited for its dQ product: the next step's
+      // dSᵀ may be stored.
+      named_bar_arrive(kBarTurn, kThreads + 32);
+      if (lane == 0 && rank > 0)
+        while (ld_acquire_gpu(sem) != rank) {
+        }
+      __syncwarp();
+      fence_proxy_async_global(); // the earlier ranks' sums, to the bulk reductions
+      // Rows lane and lane + 32 (a reduction of a row each: the slot's rows
+      // are padded, the sum's are not).
+      float *dst =
+          a.dq_accum + ((long long)bh * Sem::accum_rows(a) + (long long)m * kBlockM + lane) * kD;
+      const u32 src = s_dq + slot * kDqSlotBytes + lane * kDqRowBytes;
+#pragma unroll
+      for (int r = 0; r < kBlockM; r += 32) {
+        if (rank == 0)
+          bulk_store_s2g(dst + r * kD, src + r * kDqRowBytes, kD * 4);
+        else
+          bulk_reduce_add_f32_s2g(dst + r * kD, src + r * kDqRowBytes, kD * 4);
+      }
+      bulk_commit();
+      // The slot is free once read; the turn passes once the sums are written.
+      bulk_wait_read_all();
+      __syncwarp();
+      if (lane == 0)
+        mbar_arrive(dq_bars + 16 + 8 * slot);
+      bulk_wait_all();
+      fence_proxy_async_global(); // the reductions' writes before the release
+      __syncwarp();
       if (lane == 0)
         st_release_gpu(sem, rank + 1);
     }

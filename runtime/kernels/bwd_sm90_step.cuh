@@ -105,6 +105,10 @@ ATTNC_BWD_SM90::step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s
         Wgmma<C::kKN>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
       wgmma_commit();
     }
+    // Bulk dQ: every warpgroup is done with the previous step's dSᵀ tile
+    // (its slot is full).
+    if (kBulkDq && it > 0)
+      named_bar_sync(kBarTurn, kThreads + 32);
     // dSᵀ to shared memory as this thread holds it: fragment word
     // (kk, r) is keys row 16·warp + g (+8 for odd r), queries 16kk + 2tq
     // (+8 for r ≥ 2) and the next one, of this warpgroup's 64 keys.
@@ -169,10 +173,11 @@ ATTNC_BWD_SM90::step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s
     for (int c = 0; c < kDqChains; ++c)
       fence_regs(acc_dq[c]);
     release(empty); // Q, dO and the rows are read
-    if constexpr (kDqWriter) {
+    if constexpr (kDqWriter || kBulkDq) {
       // This warpgroup's columns of the step's dQ into slot it % 2 (once
       // the writer has emptied it), for the writer's bulk adds in turn;
-      // then every warpgroup is done reading the dSᵀ tile.
+      // then every warpgroup is done reading the dSᵀ tile (bulk dQ: the
+      // turn warp says so at the next step's dSᵀ stores).
       const int slot = it & 1;
       if (it >= 2)
         mbar_wait(dq_bars + 16 + 8 * slot, ((it / 2) + 1) & 1);
@@ -188,7 +193,8 @@ ATTNC_BWD_SM90::step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s
       __syncwarp();
       if (lane == 0)
         mbar_arrive(dq_bars + 8 * slot);
-      sync_compute();
+      if constexpr (kDqWriter)
+        sync_compute();
     } else if constexpr (kTurnWarp) {
       // The turn warp has taken the turn (and every warpgroup is done
       // reading the dSᵀ tile); it publishes the next rank once every
