@@ -144,7 +144,8 @@ struct BwdDkDvSm90 {
   /// threads store the step's dQ into a slot (as for the dQ writer) and the
   /// turn warp, once the turn is the CTA's, adds it to the sum with bulk
   /// reductions (write_dq_bulk); the compute threads no longer meet it
-  /// before adding.
+  /// before adding. With kAtomicDq the same warp adds every slot at once,
+  /// no turns.
   static constexpr bool kDqSlots = kWriter || kBulkDq;
   /// The consumer warpgroups: one per 64 keys, or two over the same 64
   /// keys in the column-split mode.
@@ -173,7 +174,7 @@ struct BwdDkDvSm90 {
   static_assert(!kLean || (kWs && kFusedDq && !kTwoPass && !kSplit && !kWriter),
                 "the lean step is a warp-specialised fused-dQ mode of the lockstep "
                 "step (bwdSm90Unsupported)");
-  static_assert(!kBulkDq || (kTurnWarp && kBlockM == 64),
+  static_assert(!kBulkDq || (kLeanLevel == 2 && kBlockM == 64),
                 "the bulk dQ reduction is a form of the turn warp's step with 64-row "
                 "steps (bwdSm90Unsupported)");
   static_assert(kStages >= 2 && kStages <= 4, "a ring of 2 to 4 stages");

@@ -84,18 +84,23 @@ __device__ void ATTNC_BWD_SM90::write_dq_bulk(const BwdArgs &a, u32 s_dq, u32 dq
     for (int j = 0; j < w.blocks.count; ++j, ++it) {
       bool full;
       const int m = w.visit(a, j, full);
-      const int rank = Variant::kHasMask ? w.ranks[j] : Sem::unmasked_rank(a, n_block, m);
-      int *sem = a.dq_sem + (long long)bh * a.kv_m_blocks + m;
+      // Atomic: every slot is added to the zeroed sum, no turns.
+      const int rank = kAtomicDq           ? 1
+                       : Variant::kHasMask ? w.ranks[j]
+                                           : Sem::unmasked_rank(a, n_block, m);
+      int *sem = kAtomicDq ? nullptr : a.dq_sem + (long long)bh * a.kv_m_blocks + m;
       const int slot = it & 1;
       mbar_wait(dq_bars + 8 * slot, (it / 2) & 1);
       // Every compute warp has waited for its dQ product: the next step's
       // dSᵀ may be stored.
       named_bar_arrive(kBarTurn, kThreads + 32);
-      if (lane == 0 && rank > 0)
-        while (ld_acquire_gpu(sem) != rank) {
-        }
-      __syncwarp();
-      fence_proxy_async_global(); // the earlier ranks' sums, to the bulk reductions
+      if constexpr (!kAtomicDq) {
+        if (lane == 0 && rank > 0)
+          while (ld_acquire_gpu(sem) != rank) {
+          }
+        __syncwarp();
+        fence_proxy_async_global(); // the earlier ranks' sums, to the bulk reductions
+      }
       // Rows lane and lane + 32 (a reduction of a row each: the slot's rows
       // are padded, the sum's are not).
       float *dst =
@@ -114,11 +119,13 @@ __device__ void ATTNC_BWD_SM90::write_dq_bulk(const BwdArgs &a, u32 s_dq, u32 dq
       __syncwarp();
       if (lane == 0)
         mbar_arrive(dq_bars + 16 + 8 * slot);
-      bulk_wait_all();
-      fence_proxy_async_global(); // the reductions' writes before the release
-      __syncwarp();
-      if (lane == 0)
-        st_release_gpu(sem, rank + 1);
+      if constexpr (!kAtomicDq) {
+        bulk_wait_all();
+        fence_proxy_async_global(); // the reductions' writes before the release
+        __syncwarp();
+        if (lane == 0)
+          st_release_gpu(sem, rank + 1);
+      }
     }
   }
 }

@@ -185,6 +185,8 @@ inline void addSm90Cases(std::vector<Case> &Out) {
   Out.push_back({"relu_attn", DType::BF16, 128, 128, 1, 2, 2, 257, 130, Layout::BSHD, Bulk});
   Out.push_back({"mha_emptyblock", DType::BF16, 128, 128, 1, 2, 2, 333, 333, Layout::BHSD,
                  Bulk});
+  Out.push_back({"mha_full", DType::F16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BHSD,
+                 "bwd90ws.kv64x128s2.lean2.bulk.atomic"});
   // And with 16-byte dQ adds (lanes trading pairs; rank 0's stores too).
   const char *Lean3 = "bwd90ws.kv64x128s2.lean3.fused";
   Out.push_back({"mha_full", DType::F16, 128, 128, 2, 2, 1, 700, 700, Layout::BHSD, Lean3});

@@ -101,7 +101,7 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
                     "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
                     "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw|.lean|.lean2|.lean3]"
                     ".fused or .atomic (then .varlen for packed calls), or "
-                    "bwd90ws.kv<M>x<N>s<stages>.lean2.bulk.fused, e.g. "
+                    "bwd90ws.kv<M>x<N>s<stages>.lean2.bulk.fused or .atomic, e.g. "
                     "bwd90.kv64x128s2.q128x64w8 or bwd90.kv64x128s2.fused");
   return C;
 }
@@ -199,11 +199,10 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
                        "lockstep step (not .split, .pp or .dqw)",
                        C.str());
   // The bulk dQ reduction is issued by the turn warp (.lean2.) in the turns'
-  // order, from slots of one 64-row chain.
-  if (C.BulkDq && (C.Lean != 2 || C.AtomicDq || C.KvBlockM != 64))
+  // order (.atomic: at once), from slots of one 64-row chain.
+  if (C.BulkDq && (C.Lean != 2 || C.KvBlockM != 64))
     return fmt::format("backward config {}: the bulk dQ reduction is a form of "
-                       ".lean2.fused with a query step of 64 (the turn warp issues it "
-                       "in the turns' order)",
+                       ".lean2. with a query step of 64 (the turn warp issues it)",
                        C.str());
   // The packed step is its own (bwd_sm90_varlen.cuh); the lean step's
   // bounds-free tiles are not part of it.

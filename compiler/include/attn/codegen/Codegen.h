@@ -246,12 +246,12 @@ struct BwdSm90Config {
   /// .lean3.): also the dQ adds 16 bytes a lane (lanes trade pairs), half
   /// the instructions; measured slower than 2. 0: none of these.
   int Lean = 0;
-  /// With Lean 2 and .fused, a query step of 64 (written .lean2.bulk.fused):
+  /// With Lean 2, a query step of 64 (written .lean2.bulk.fused or .atomic):
   /// the compute threads store the step's dQ into one of two fp32 slots in
   /// shared memory instead of adding it, and the turn warp adds the slot to
   /// dQ's sum with bulk reductions (cp.reduce.async.bulk) in the turns'
   /// order, so the sums keep their order and no compute thread waits for a
-  /// turn.
+  /// turn (.atomic: into the zeroed sum at once, no turns).
   bool BulkDq = false;
   /// Packed variable-length calls (written .varlen after .fused or
   /// .atomic): the warp-specialised fused-dQ kernel over cu_seqlens, one
