@@ -60,6 +60,12 @@
 // layout TMA's CU_TENSOR_MAP_SWIZZLE_128B writes), each slab 1024-byte
 // aligned: the layout wgmma's sw128 descriptors read, K-major for Sᵀ's
 // operands and MN-major (transposed B) for dV's and dK's.
+//
+// The struct is split over files: this one holds its layout, the kernel's
+// entry (run) and the compute threads' walk (consume); the producer and
+// turn warps are defined in bwd_sm90_producer.cuh, the lockstep step, the
+// dQ adds and the dK/dV stores in bwd_sm90_step.cuh (both included at the
+// end), ping-pong's step and the dQ writer in bwd_sm90_pingpong.cuh.
 #ifndef ATTNC_BWD_SM90_CUH
 #define ATTNC_BWD_SM90_CUH
 
@@ -120,7 +126,7 @@ template <int kD, int kDV, int kW> struct SplitCols {
 template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,
           bool kFusedDq = false, bool kAtomicDq = false, bool kWs = false,
           bool kTwoPass = false, bool kSplit = false, bool kPingPong = false,
-          bool kDqWriter = false, int kLeanLevel = 0>
+          bool kDqWriter = false, int kLeanLevel = 0, bool kBulkDq = false>
 struct BwdDkDvSm90 {
   /// The lean step (kLeanLevel 1 to 3): dV's and dK's products issued
   /// before the dSᵀ tile is stored, tiles inside the sequences without
@@ -134,6 +140,13 @@ struct BwdDkDvSm90 {
   /// A dQ writer warp adds the steps' dQ to the sum from shared slots:
   /// ping-pong, or the lockstep step with the writer alone (kDqWriter).
   static constexpr bool kWriter = kPingPong || kDqWriter;
+  /// The turn warp's bulk dQ (kBulkDq, with kTurnWarp): the compute
+  /// threads store the step's dQ into a slot (as for the dQ writer) and the
+  /// turn warp, once the turn is the CTA's, adds it to the sum with bulk
+  /// reductions (write_dq_bulk); the compute threads no longer meet it
+  /// before adding. With kAtomicDq the same warp adds every slot at once,
+  /// no turns.
+  static constexpr bool kDqSlots = kWriter || kBulkDq;
   /// The consumer warpgroups: one per 64 keys, or two over the same 64
   /// keys in the column-split mode.
   static constexpr int kWarpgroups = kSplit ? 2 : kBlockN / 64;
@@ -161,6 +174,9 @@ struct BwdDkDvSm90 {
   static_assert(!kLean || (kWs && kFusedDq && !kTwoPass && !kSplit && !kWriter),
                 "the lean step is a warp-specialised fused-dQ mode of the lockstep "
                 "step (bwdSm90Unsupported)");
+  static_assert(!kBulkDq || (kLeanLevel == 2 && kBlockM == 64),
+                "the bulk dQ reduction is a form of the turn warp's step with 64-row "
+                "steps (bwdSm90Unsupported)");
   static_assert(kStages >= 2 && kStages <= 4, "a ring of 2 to 4 stages");
   static_assert(kNumGrads <= kMaxInputGrads, "too many input gradients");
   static_assert(kFusedDq || !(kAtomicDq || kWs),
@@ -182,7 +198,7 @@ struct BwdDkDvSm90 {
   /// by 32 bytes so that a warp's 8-byte stores of its fragment rows hit
   /// distinct banks; the dQ writer copies them row by row.
   static constexpr int kDqRowBytes = kD * 4 + 32;
-  static constexpr int kDqSlotBytes = kWriter ? kBlockM * kDqRowBytes : 0;
+  static constexpr int kDqSlotBytes = kDqSlots ? kBlockM * kDqRowBytes : 0;
   static constexpr int kDqBytes = 2 * kDqSlotBytes;
   /// Warp-specialised: the ring's full and empty mbarriers (8 bytes each,
   /// at most 4 stages), then the dQ slots' full and empty ones.
@@ -194,6 +210,8 @@ struct BwdDkDvSm90 {
   static constexpr int kBarToken = 2, kBarPartial = 4, kBarDs = 5;
   /// The turn warp's named barriers with the compute threads: the step's
   /// turn taken (2), the step's dQ adds issued (3); kThreads + 32 threads.
+  /// With kBulkDq only 2: the step's slot is full, so that every
+  /// warpgroup is done reading the step's dSᵀ tile.
   static constexpr int kBarTurn = 2, kBarAdded = 3;
   /// Fused dQ's [kBlockM][kD] product: each warpgroup kDqN of its columns
   /// (the N of its wgmma) over kBlockM / 64 chains of 64 rows.
@@ -301,11 +319,11 @@ struct BwdDkDvSm90 {
           mbar_init(bar_full + 8 * s, 1 + 32);
           mbar_init(bar_empty + 8 * s, kWarps);
         }
-        if constexpr (kWriter)
+        if constexpr (kDqSlots)
           for (int s = 0; s < 2; ++s) {
             // Full: ping-pong's warpgroup 1's warps, after adding their
-            // partial, or every compute warp; empty: the dQ writer, once
-            // its copies have completed.
+            // partial, or every compute warp; empty: the dQ writer (or the
+            // turn warp), once its copies have read the slot.
             mbar_init(bar_full + kDqBarOffset + 8 * s, kPingPong ? 4 : kWarps);
             mbar_init(bar_full + kDqBarOffset + 16 + 8 * s, 1);
           }
@@ -323,6 +341,8 @@ struct BwdDkDvSm90 {
           produce(a, *maps, s_ring, bar_full, bar_empty, n_block, b, hk, group_size);
         else if (kWriter && threadIdx.x < kThreads + 64)
           PingPong::write_dq(a, s_dq, bar_full + kDqBarOffset, n_block, b, hk, group_size);
+        else if (kBulkDq && threadIdx.x < kThreads + 64)
+          write_dq_bulk(a, s_dq, bar_full + kDqBarOffset, n_block, b, hk, group_size);
         else if (kTurnWarp && threadIdx.x < kThreads + 64)
           take_turns(a, n_block, b, hk, group_size);
         return;
@@ -413,7 +433,7 @@ struct BwdDkDvSm90 {
             reinterpret_cast<const float *>(ring + slot + kQBytes + kOBytes);
         // Fused dQ: this key block's place among those visiting m.
         int rank = 0;
-        if constexpr (kFusedDq && !kAtomicDq && !kWriter)
+        if constexpr (kFusedDq && !kAtomicDq && !kWriter && !kBulkDq)
           rank = Variant::kHasMask ? w.ranks[j] : Sem::unmasked_rank(a, n_block, m);
         const u32 empty = bar_empty + 8 * stage;
         const u32 dq_bars = bar_full + kDqBarOffset;
@@ -463,6 +483,10 @@ struct BwdDkDvSm90 {
     }
     if constexpr (!kWs)
       cp_async_wait<0>();
+    // Bulk dQ: the turn warp's release of the last step's dSᵀ tile (the
+    // steps' others are taken before the next step's dSᵀ stores).
+    if (kBulkDq && it > 0)
+      named_bar_sync(kBarTurn, kThreads + 32);
     // Ping-pong: warpgroup 1's last token (every step passes it on).
     if (kPingPong && threadIdx.x < 128)
       named_bar_sync(kBarToken + 0, kThreads);
@@ -474,44 +498,7 @@ struct BwdDkDvSm90 {
   /// barrier, after the compute warps have released the stage.
   __device__ static void produce(const BwdArgs &a, const Sm90BwdMaps &maps, u32 s_ring,
                                  u32 bar_full, u32 bar_empty, int n_block, int b, int hk,
-                                 int group_size) {
-    const int lane = threadIdx.x % 32;
-    if (lane == 0) {
-      tma_prefetch_desc(&maps.q);
-      tma_prefetch_desc(&maps.dout);
-    }
-    int it = 0;
-    for (int hi = 0; hi < group_size; ++hi) {
-      const int h = hk * group_size + hi;
-      const int bh = b * a.heads + h;
-      const Walk w = walk(a, bh, n_block);
-      for (int j = 0; j < w.blocks.count; ++j, ++it) {
-        const int stage = it % kStages;
-        if (it >= kStages)
-          mbar_wait(bar_empty + 8 * stage, ((it / kStages) + 1) & 1);
-        bool full;
-        const int row0 = w.visit(a, j, full) * kBlockM;
-        const u32 s = s_ring + stage * kStageBytes, bar = bar_full + 8 * stage;
-        if (lane == 0) {
-          mbar_arrive_expect_tx(bar, kQBytes + kOBytes);
-#pragma unroll
-          for (int c = 0; c < kD / 64; ++c)
-            tma_load_4d(s + c * kQSlab, &maps.q, c * 64, tma_coord(1, maps.q_pos, row0, h, b),
-                        tma_coord(2, maps.q_pos, row0, h, b),
-                        tma_coord(3, maps.q_pos, row0, h, b), bar);
-#pragma unroll
-          for (int c = 0; c < kDV / 64; ++c)
-            tma_load_4d(s + kQBytes + c * kQSlab, &maps.dout, c * 64,
-                        tma_coord(1, maps.do_pos, row0, h, b),
-                        tma_coord(2, maps.do_pos, row0, h, b),
-                        tma_coord(3, maps.do_pos, row0, h, b), bar);
-        }
-        load_rows<32>(a, s + kQBytes + kOBytes, bh, row0, lane);
-        cp_async_mbar_arrive(bar);
-      }
-    }
-    cp_async_wait<0>();
-  }
+                                 int group_size);
 
   /// The turn warp (kTurnWarp): walks the consumers' steps; per step lane
   /// 0 waits until query block m's semaphore reaches this key block's rank
@@ -521,28 +508,16 @@ struct BwdDkDvSm90 {
   /// (a gpu-scope release, cumulative over those adds). Its waits and its
   /// fence stall only this warp.
   __device__ static void take_turns(const BwdArgs &a, int n_block, int b, int hk,
-                                    int group_size) {
-    const int lane = threadIdx.x % 32;
-    for (int hi = 0; hi < group_size; ++hi) {
-      const int bh = b * a.heads + hk * group_size + hi;
-      const Walk w = walk(a, bh, n_block);
-      for (int j = 0; j < w.blocks.count; ++j) {
-        bool full;
-        const int m = w.visit(a, j, full);
-        const int rank =
-            Variant::kHasMask ? w.ranks[j] : Sem::unmasked_rank(a, n_block, m);
-        int *sem = a.dq_sem + (long long)bh * a.kv_m_blocks + m;
-        if (lane == 0 && rank > 0)
-          while (ld_acquire_gpu(sem) != rank) {
-          }
-        __syncwarp();
-        named_bar_arrive(kBarTurn, kThreads + 32);
-        named_bar_sync(kBarAdded, kThreads + 32);
-        if (lane == 0)
-          st_release_gpu(sem, rank + 1);
-      }
-    }
-  }
+                                    int group_size);
+
+  /// The turn warp with kBulkDq: per step, once the compute warps have
+  /// filled the slot (it % 2) it lets them overwrite the dSᵀ tile
+  /// (kBarTurn), lane 0 waits for the turn (an acquire), every lane adds
+  /// two of the slot's rows to query block m's rows of the sum with bulk
+  /// reductions (rank 0: bulk stores), the slot is emptied once they have
+  /// read it, and rank + 1 is published once they have completed.
+  __device__ static void write_dq_bulk(const BwdArgs &a, u32 s_dq, u32 dq_bars, int n_block,
+                                       int b, int hk, int group_size);
 
   template <int A> __device__ static __forceinline__ void zero(float (&x)[A][4]) {
 #pragma unroll
@@ -556,21 +531,7 @@ struct BwdDkDvSm90 {
   /// end are zero-filled (their elements are invalid anyway).
   template <int kN>
   __device__ static __forceinline__ void load_rows(const BwdArgs &a, u32 dst, int bh,
-                                                   int row0, int tid) {
-    const long long plane = (long long)a.batch * a.heads * a.seq_q;
-#pragma unroll
-    for (int i = tid; i < kBlockM * kRowFloats; i += kN) {
-      const int r = i % kBlockM, f = i / kBlockM;
-      const bool ok = row0 + r < a.seq_q;
-      const long long qi = ok ? row0 + r : 0; // an address in bounds either way
-      if (f < kF)
-        cp_async_4(dst + (r * kF + f) * 4,
-                   a.finals + f * plane + (long long)bh * a.seq_q + qi, ok);
-      else
-        cp_async_4(dst + (kBlockM * kF + r) * 4, a.doosum + (long long)bh * a.seq_q + qi,
-                   ok);
-    }
-  }
+                                                   int row0, int tid);
 
   /// Warp-specialised: this warp is done with a ring stage (one arrival
   /// per warp on its empty barrier).
@@ -594,205 +555,7 @@ struct BwdDkDvSm90 {
   step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s_k, u32 s_v, u32 s_stage,
        u32 s_ds, u32 s_dq, u32 dq_bars, int it, u32 empty, const float *rows, int m, int b,
        int h, int bh, int key0, int rank, DqTurn &turn, float (&acc_dk)[Cols<kW>::kKN / 8][4],
-       float (&acc_dv)[Cols<kW>::kVN / 8][4], float *gacc) {
-    using C = Cols<kW>;
-    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
-    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    const u32 s_q = s_stage, s_do = s_stage + kQBytes;
-    int seen = 0;
-    if constexpr (kFusedDq && !kAtomicDq && !kWriter && !kTurnWarp)
-      seen = Sem::peek(a, bh, m, rank);
-    float acc_s[QT][4], acc_dp[QT][4];
-    zero(acc_s); // overwritten by the first k step; defined for the compiler
-    zero(acc_dp);
-    {
-      // K-major operands: a k16 step moves the start address (16-byte
-      // units) within the swizzle atom, every 4 steps to the next slab.
-      const u64 k_desc = wgmma_desc_sw128(s_k + key_offset(wg) * 128, 16, 1024);
-      const u64 v_desc = wgmma_desc_sw128(s_v + key_offset(wg) * 128, 16, 1024);
-      const u64 q_desc = wgmma_desc_sw128(s_q, 16, 1024);
-      const u64 o_desc = wgmma_desc_sw128(s_do, 16, 1024);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk)
-        Wgmma<kBlockM>::template ss<T>(acc_s, k_desc + (kk / 4) * (kKSlab >> 4) + (kk % 4) * 2,
-                                       q_desc + (kk / 4) * (kQSlab >> 4) + (kk % 4) * 2,
-                                       kk > 0);
-      if constexpr (kTwoPass)
-        wgmma_commit(); // Sᵀ alone: P is computed while dPᵀ runs
-#pragma unroll
-      for (int kk = 0; kk < kDV / 16; ++kk)
-        Wgmma<kBlockM>::template ss<T>(acc_dp, v_desc + (kk / 4) * (kKSlab >> 4) + (kk % 4) * 2,
-                                       o_desc + (kk / 4) * (kQSlab >> 4) + (kk % 4) * 2,
-                                       kk > 0);
-      wgmma_commit();
-      if constexpr (kTwoPass) {
-        wgmma_wait<1>();
-        fence_regs(acc_s);
-      } else {
-        wgmma_wait<0>();
-        fence_regs(acc_s);
-        fence_regs(acc_dp);
-      }
-    }
-    u32 pf[kBlockM / 16][4], df[kBlockM / 16][4];
-    if constexpr (kTwoPass) {
-      Elems::template elements_pipelined<kFull>(a, in, rows, m, b, h, key0, acc_s, acc_dp,
-                                                pf, df, s_stage + kQBytes, acc_dv, gacc);
-    } else {
-      // Lean: a tile wholly inside seq_q x seq_kv (every tile of a long
-      // sequence) needs no bounds per element, and without a mask no
-      // selects: only the element loop is duplicated, no wgmma.
-      if (kLean && (m + 1) * kBlockM <= a.seq_q && key0 + kBlockN <= a.seq_kv)
-        Elems::template elements<kFull, kLean>(a, in, rows, m, b, h, key0, acc_s, acc_dp,
-                                               gacc);
-      else
-        Elems::template elements<kFull>(a, in, rows, m, b, h, key0, acc_s, acc_dp, gacc);
-      Elems::pack(acc_s, pf);
-      Elems::pack(acc_dp, df);
-    }
-    // dO and Q as MN-major B operands ([query][column], the query being
-    // the k of these products): 64-column slabs kQSlab bytes apart, a k16
-    // step 16 rows (2048 bytes) further; from this warpgroup's first
-    // column's slab.
-    const u64 o_desc_t = wgmma_desc_sw128(s_do + (C::kV0 / 64) * kQSlab, kQSlab, 1024);
-    const u64 q_desc_t = wgmma_desc_sw128(s_q + (C::kK0 / 64) * kQSlab, kQSlab, 1024);
-    if constexpr (!kFusedDq) {
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk)
-        Wgmma<C::kVN>::template rs<T>(acc_dv, pf[kk], o_desc_t + kk * (2048 >> 4), 1);
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk)
-        Wgmma<C::kKN>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(acc_dv);
-      fence_regs(acc_dk);
-    } else {
-      if constexpr (kSplit || kLean) {
-        // Lean: dV's and dK's products run while the dSᵀ tile is stored
-        // and the warpgroups meet; dQ's is queued behind them with no wait
-        // between (one wait for all three, as before).
-        // Column-split: dV and dK issued before the dSᵀ tile is written
-        // and waited for before dQ's product is, so that Pᵀ and dSᵀ are
-        // no longer held when dQ's accumulators are (at 256/256 all three
-        // products together would need 224 floats a thread beside the
-        // addresses: ptxas serialised the wgmma).
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBlockM / 16; ++kk)
-          Wgmma<C::kVN>::template rs<T>(acc_dv, pf[kk], o_desc_t + kk * (2048 >> 4), 1);
-#pragma unroll
-        for (int kk = 0; kk < kBlockM / 16; ++kk)
-          Wgmma<C::kKN>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
-        wgmma_commit();
-      }
-      // dSᵀ to shared memory as this thread holds it: fragment word
-      // (kk, r) is keys row 16·warp + g (+8 for odd r), queries 16kk + 2tq
-      // (+8 for r ≥ 2) and the next one, of this warpgroup's 64 keys.
-      // (Column-split: warpgroup 0's, which are the same as 1's.)
-      if (!kSplit || wg == 0)
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int key = key_offset(wg) + warp * 16 + g + 8 * (r & 1);
-          const int qr = kk * 16 + 8 * (r >> 1) + 2 * tq;
-          st_shared_32(s_ds + (qr / 64) * kDsSlab +
-                           SwizzledTile<kBlockN, 64>::offset(key, (qr % 64) / 8) +
-                           (qr % 8) * 2,
-                       df[kk][r]);
-        }
-      // Written through the generic proxy, read by wgmma (the async one);
-      // after the barrier every warpgroup's keys are in, and the previous
-      // step's adds (made before this step's first barrier) precede the
-      // release of its turn.
-      fence_proxy_async_shared();
-      sync_compute();
-      if constexpr (!kAtomicDq && !kTurnWarp)
-        Sem::publish(a, turn);
-      if constexpr (kSplit) {
-        wgmma_wait<0>();
-        fence_regs(acc_dv);
-        fence_regs(acc_dk);
-      }
-      float acc_dq[kDqChains][C::kQN / 8][4];
-#pragma unroll
-      for (int c = 0; c < kDqChains; ++c)
-        zero(acc_dq[c]); // overwritten by the first k step; defined for the compiler
-      // dS·K: A = dS, [key][query] (MN-major, M = this chain's 64 queries),
-      // B = K, [key][column] (MN-major, N = this warpgroup's columns); a
-      // k16 step is 16 key rows (2048 bytes) further in both.
-      const u64 k_desc_t = wgmma_desc_sw128(s_k + (C::q0(wg) / 64) * kKSlab, kKSlab, 1024);
-      wgmma_fence();
-      // (Else issued after P, elements_pipelined, or before the dSᵀ tile.)
-      if constexpr (!kTwoPass && !kSplit && !kLean)
-#pragma unroll
-        for (int kk = 0; kk < kBlockM / 16; ++kk)
-          Wgmma<C::kVN>::template rs<T>(acc_dv, pf[kk], o_desc_t + kk * (2048 >> 4), 1);
-      if constexpr (!kSplit && !kLean)
-#pragma unroll
-        for (int kk = 0; kk < kBlockM / 16; ++kk)
-          Wgmma<C::kKN>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
-#pragma unroll
-      for (int c = 0; c < kDqChains; ++c) {
-        const u64 ds_desc = wgmma_desc_sw128(s_ds + c * kDsSlab, kDsSlab, 1024);
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk)
-          Wgmma<C::kQN>::template ss_mn<T>(acc_dq[c], ds_desc + kk * (2048 >> 4),
-                                         k_desc_t + kk * (2048 >> 4), kk > 0);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      if constexpr (!kSplit) {
-        fence_regs(acc_dv);
-        fence_regs(acc_dk);
-      }
-#pragma unroll
-      for (int c = 0; c < kDqChains; ++c)
-        fence_regs(acc_dq[c]);
-      release(empty); // Q, dO and the rows are read
-      if constexpr (kDqWriter) {
-        // This warpgroup's columns of the step's dQ into slot it % 2 (once
-        // the writer has emptied it), for the writer's bulk adds in turn;
-        // then every warpgroup is done reading the dSᵀ tile.
-        const int slot = it & 1;
-        if (it >= 2)
-          mbar_wait(dq_bars + 16 + 8 * slot, ((it / 2) + 1) & 1);
-        const u32 row_addr = s_dq + slot * kDqSlotBytes + (warp * 16 + g) * kDqRowBytes +
-                             (C::q0(wg) + 2 * tq) * 4;
-#pragma unroll
-        for (int t = 0; t < C::kQN / 8; ++t)
-#pragma unroll
-          for (int half = 0; half < 2; ++half)
-            st_shared_f2(row_addr + 8 * half * kDqRowBytes + t * 32, acc_dq[0][t][2 * half],
-                         acc_dq[0][t][2 * half + 1]);
-        fence_proxy_async_shared();
-        __syncwarp();
-        if (lane == 0)
-          mbar_arrive(dq_bars + 8 * slot);
-        sync_compute();
-      } else if constexpr (kTurnWarp) {
-        // The turn warp has taken the turn (and every warpgroup is done
-        // reading the dSᵀ tile); it publishes the next rank once every
-        // compute warp's adds are issued (the arrival orders them before
-        // its release).
-        named_bar_sync(kBarTurn, kThreads + 32);
-        add_dq<kW>(a, acc_dq, bh, m, rank);
-        named_bar_arrive(kBarAdded, kThreads + 32);
-      } else {
-        if constexpr (!kAtomicDq)
-          Sem::wait_turn(a, bh, m, rank, seen);
-        // The turn is this CTA's; atomic: every warpgroup is done reading
-        // the dSᵀ tile, which the next step overwrites.
-        sync_compute();
-        add_dq<kW>(a, acc_dq, bh, m, kAtomicDq ? 1 : rank);
-        if constexpr (!kAtomicDq)
-          turn = DqTurn{bh, m, rank, true};
-      }
-    }
-  }
+       float (&acc_dv)[Cols<kW>::kVN / 8][4], float *gacc);
 
   /// Adds this thread's part of the step's dS·K to query block \p m's rows
   /// of the fp32 sum (rank 0 stores it, so that it needs no zeroing): chain
@@ -800,101 +563,30 @@ struct BwdDkDvSm90 {
   template <int kW>
   __device__ static __forceinline__ void
   add_dq(const BwdArgs &a, const float (&acc)[kDqChains][Cols<kW>::kQN / 8][4], int bh, int m,
-         int rank) {
-    constexpr int kQN = Cols<kW>::kQN;
-    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
-    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    if constexpr (kVecAdds) {
-      // Lanes tq and tq ^ 1 trade a pair: the even one then holds row g's
-      // four columns 8t + 2·(tq & 2) .. + 3, the odd one row g + 8's, so
-      // that each adds 16 bytes (half the instructions, which the LSU's
-      // queue counts). Every element is still added once per rank, in rank
-      // order: the same sums.
-      const bool odd = tq & 1;
-      float *wv = a.dq_accum +
-                  ((long long)bh * Sem::accum_rows(a) + (long long)m * kBlockM) * kD +
-                  (warp * 16 + g + (odd ? 8 : 0)) * kD + Cols<kW>::q0(wg) + 2 * (tq & 2);
-      float v[kDqChains][kQN / 8][4];
-#pragma unroll
-      for (int c = 0; c < kDqChains; ++c)
-#pragma unroll
-        for (int t = 0; t < kQN / 8; ++t) {
-          const float *x = acc[c][t];
-          const float r0 = __shfl_xor_sync(0xffffffffu, odd ? x[0] : x[2], 1);
-          const float r1 = __shfl_xor_sync(0xffffffffu, odd ? x[1] : x[3], 1);
-          v[c][t][0] = odd ? r0 : x[0];
-          v[c][t][1] = odd ? r1 : x[1];
-          v[c][t][2] = odd ? x[2] : r0;
-          v[c][t][3] = odd ? x[3] : r1;
-        }
-      if (rank == 0) {
-#pragma unroll
-        for (int c = 0; c < kDqChains; ++c)
-#pragma unroll
-          for (int t = 0; t < kQN / 8; ++t)
-            st_cg_f4(wv + c * 64 * kD + t * 8, v[c][t]);
-      } else {
-#pragma unroll
-        for (int c = 0; c < kDqChains; ++c)
-#pragma unroll
-          for (int t = 0; t < kQN / 8; ++t)
-            red_add_f4(wv + c * 64 * kD + t * 8, v[c][t]);
-      }
-      return;
-    }
-    float *ws = a.dq_accum +
-                ((long long)bh * Sem::accum_rows(a) + (long long)m * kBlockM) * kD +
-                (warp * 16 + g) * kD + Cols<kW>::q0(wg) + 2 * tq;
-    // One branch for the whole tile: an asm statement cannot be predicated.
-    if (rank == 0) {
-#pragma unroll
-      for (int c = 0; c < kDqChains; ++c)
-#pragma unroll
-        for (int t = 0; t < kQN / 8; ++t)
-#pragma unroll
-          for (int half = 0; half < 2; ++half)
-            st_cg_f2(ws + (c * 64 + 8 * half) * kD + t * 8, acc[c][t][2 * half],
-                     acc[c][t][2 * half + 1]);
-    } else {
-#pragma unroll
-      for (int c = 0; c < kDqChains; ++c)
-#pragma unroll
-        for (int t = 0; t < kQN / 8; ++t)
-#pragma unroll
-          for (int half = 0; half < 2; ++half)
-            red_add_f2(ws + (c * 64 + 8 * half) * kD + t * 8, acc[c][t][2 * half],
-                       acc[c][t][2 * half + 1]);
-    }
-  }
+         int rank);
 
   /// dK and dV of this thread's keys and columns, rows past seq_kv not
   /// stored.
   template <int kW>
   __device__ static __forceinline__ void store(const BwdArgs &a, int b, int hk, int key0,
                                                const float (&acc_dk)[Cols<kW>::kKN / 8][4],
-                                               const float (&acc_dv)[Cols<kW>::kVN / 8][4]) {
-    using C = Cols<kW>;
-    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
-    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    unsigned short *dk = static_cast<unsigned short *>(a.dk) + b * a.dk_sb + hk * a.dk_sh;
-    unsigned short *dv = static_cast<unsigned short *>(a.dv) + b * a.dv_sb + hk * a.dv_sh;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int key = key0 + key_offset(wg) + warp * 16 + g + 8 * half;
-      if (key >= a.seq_kv)
-        continue;
-#pragma unroll
-      for (int t = 0; t < C::kKN / 8; ++t)
-        *reinterpret_cast<u32 *>(dk + (long long)key * a.dk_ss + C::kK0 + t * 8 + 2 * tq) =
-            pack2<T>(acc_dk[t][2 * half], acc_dk[t][2 * half + 1]);
-#pragma unroll
-      for (int t = 0; t < C::kVN / 8; ++t)
-        *reinterpret_cast<u32 *>(dv + (long long)key * a.dv_ss + C::kV0 + t * 8 + 2 * tq) =
-            pack2<T>(acc_dv[t][2 * half], acc_dv[t][2 * half + 1]);
-    }
-  }
+                                               const float (&acc_dv)[Cols<kW>::kVN / 8][4]);
 };
 
 } // namespace attnc
+
+// The members defined out of the struct, in two parts: the producer and
+// turn warps, and the lockstep step.
+#define ATTNC_BWD_SM90_TEMPLATE                                                              \
+  template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,  \
+            bool kFusedDq, bool kAtomicDq, bool kWs, bool kTwoPass, bool kSplit,             \
+            bool kPingPong, bool kDqWriter, int kLeanLevel, bool kBulkDq>
+#define ATTNC_BWD_SM90                                                                       \
+  BwdDkDvSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages, kFusedDq, kAtomicDq, kWs,      \
+              kTwoPass, kSplit, kPingPong, kDqWriter, kLeanLevel, kBulkDq>
+#include "attnc/bwd_sm90_producer.cuh"
+#include "attnc/bwd_sm90_step.cuh"
+#undef ATTNC_BWD_SM90
+#undef ATTNC_BWD_SM90_TEMPLATE
 
 #endif

@@ -127,6 +127,11 @@ __device__ __forceinline__ void bulk_commit() {
 __device__ __forceinline__ void bulk_wait_all() {
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
+/// Waits until this thread's bulk groups have read their sources (the
+/// shared memory may be overwritten; the writes may still be under way).
+__device__ __forceinline__ void bulk_wait_read_all() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
 /// Two adjacent floats to or from shared memory (8-byte aligned).
 __device__ __forceinline__ void st_shared_f2(u32 addr, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1,%2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");

@@ -165,6 +165,28 @@ inline void addSm90Cases(std::vector<Case> &Out) {
                  Lean2});
   Out.push_back({"mha_emptyblock", DType::BF16, 128, 128, 1, 2, 2, 333, 333, Layout::BHSD,
                  Lean2});
+  // With the turn warp's bulk dQ (the compute threads' dQ through two
+  // shared slots, bulk reductions in the turns): rotated walks with grouped
+  // heads, heads one after another in a CTA, fewer queries than keys and
+  // the reverse, ranks from masks, input gradients, key blocks with no
+  // step and query blocks no key visits.
+  const char *Bulk = "bwd90ws.kv64x128s2.lean2.bulk.fused";
+  Out.push_back({"mha_full", DType::BF16, 128, 128, 2, 2, 1, 700, 700, Layout::BSHD, Bulk});
+  Out.push_back({"mha_full", DType::F16, 128, 128, 1, 4, 2, 1024, 1024, Layout::BHSD, Bulk});
+  Out.push_back({"mha_full", DType::F16, 128, 128, 1, 2, 1, 256, 1000, Layout::BSHD, Bulk});
+  Out.push_back({"mha", DType::F16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BHSD, Bulk});
+  Out.push_back({"mha_window", DType::BF16, 128, 128, 1, 4, 2, 333, 333, Layout::BHSD, Bulk});
+  Out.push_back({"mha_document", DType::F16, 128, 128, 2, 2, 2, 257, 257, Layout::BSHD, Bulk});
+  Out.push_back({"alibi_learnable", DType::BF16, 128, 128, 2, 2, 1, 257, 257, Layout::BHSD,
+                 Bulk});
+  Out.push_back({"sigmoid_attn", DType::F16, 128, 128, 1, 2, 1, 333, 333, Layout::BSHD, Bulk});
+  Out.push_back({"softcap_learnable", DType::F16, 128, 128, 1, 2, 1, 333, 333, Layout::BSHD,
+                 Bulk});
+  Out.push_back({"relu_attn", DType::BF16, 128, 128, 1, 2, 2, 257, 130, Layout::BSHD, Bulk});
+  Out.push_back({"mha_emptyblock", DType::BF16, 128, 128, 1, 2, 2, 333, 333, Layout::BHSD,
+                 Bulk});
+  Out.push_back({"mha_full", DType::F16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BHSD,
+                 "bwd90ws.kv64x128s2.lean2.bulk.atomic"});
   // And with 16-byte dQ adds (lanes trading pairs; rank 0's stores too).
   const char *Lean3 = "bwd90ws.kv64x128s2.lean3.fused";
   Out.push_back({"mha_full", DType::F16, 128, 128, 2, 2, 1, 700, 700, Layout::BHSD, Lean3});

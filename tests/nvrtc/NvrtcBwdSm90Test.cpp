@@ -229,6 +229,33 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
     CHECK(!(L == NoL));
     CHECK(L.dkdvSharedBytes(128, 128, 1, true) == NoL.dkdvSharedBytes(128, 128, 1, true));
   }
+  // The turn warp's bulk dQ: .lean2.'s tiles, the dQ writer's two slots.
+  {
+    const std::string Text = "bwd90ws.kv64x128s2.lean2.bulk.fused";
+    BwdSm90Config B = BwdSm90Config::parse(Text);
+    CHECK(B.BulkDq);
+    CHECK(B.Lean == 2);
+    CHECK(!B.DqWriter);
+    CHECK(!B.AtomicDq);
+    CHECK(B.str() == Text);
+    BwdSm90Config NoB = B;
+    NoB.BulkDq = false;
+    CHECK(!(B == NoB));
+    CHECK(NoB.str() == "bwd90ws.kv64x128s2.lean2.fused");
+    CHECK(B.dkdvSharedBytes(128, 128, 1, true) ==
+          NoB.dkdvSharedBytes(128, 128, 1, true) + 2 * 64 * (4 * 128 + 32));
+    CHECK(B.dkdvThreads() == 384);
+    CHECK(!BwdSm90Config::parse("bwd90ws.kv64x128s2.lean2.fused").BulkDq);
+    BwdSm90Config A = BwdSm90Config::parse("bwd90ws.kv64x128s2.lean2.bulk.atomic");
+    CHECK(A.BulkDq);
+    CHECK(A.AtomicDq);
+    CHECK(A.str() == "bwd90ws.kv64x128s2.lean2.bulk.atomic");
+  }
+  for (const char *Bad : {"bwd90ws.kv64x128s2.bulk.fused", "bwd90ws.kv64x128s2.lean.bulk.fused",
+                          "bwd90ws.kv64x128s2.lean3.bulk.fused",
+                          "bwd90ws.kv64x128s2.bulk.lean2.fused",
+                          "bwd90ws.kv64x128s2.lean2.fused.bulk"})
+    CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains(".lean2.bulk.fused"));
   for (const char *Bad : {"bwd90ws.kv64x128s2.lean", "bwd90ws.kv64x128s2.fused.lean",
                           "bwd90ws.kv64x128s2.lean4.fused", "bwd90ws.kv64x128s2.pp.lean.fused",
                           "bwd90.kv64x128s2.lean.q128x64w8"})
@@ -346,6 +373,22 @@ TEST_CASE("bwd_sm90: what the skeleton supports", "[bwd90]") {
   for (const char *Bad : {"bwd90.kv64x128s2.lean.fused", "bwd90ws2.kv64x128s2.lean.fused"})
     CHECK_THAT(Why(spec(DType::F16, 128, 128), BwdSm90Config::parse(Bad)),
                Contains("the lean step is a bwd90ws. mode"));
+  // The bulk dQ: the turn warp of .lean2.fused, 64-row steps.
+  // (Two stages and the slots fit in 227 KiB, three do not.)
+  for (const char *Ok : {"bwd90ws.kv64x128s2.lean2.bulk.fused", "bwd90ws.kv64x128s2.lean2.bulk.atomic"})
+    CHECK(Why(spec(DType::F16, 128, 128), BwdSm90Config::parse(Ok)).empty());
+  CHECK_THAT(Why(spec(DType::F16, 128, 128),
+                 BwdSm90Config::parse("bwd90ws.kv64x128s3.lean2.bulk.fused")),
+             Contains("bytes of shared memory"));
+  CHECK_THAT(Why(spec(DType::F16, 64, 64), BwdSm90Config::parse("bwd90ws.kv128x64s2.lean2.bulk.fused")),
+             Contains("the bulk dQ reduction is a form of .lean2. with a query step of 64"));
+  CHECK_THAT(Why(spec(DType::F16, 128, 128),
+                 BwdSm90Config::parse("bwd90ws.kv64x128s2.lean2.bulk.fused.varlen")),
+             Contains(".varlen is not a form of the lean step"));
+  BwdSm90Config BulkLean3 = BwdSm90Config::parse("bwd90ws.kv64x128s2.lean3.fused");
+  BulkLean3.BulkDq = true;
+  CHECK_THAT(Why(spec(DType::F16, 128, 128), BulkLean3),
+             Contains("the bulk dQ reduction is a form of .lean2."));
   BwdSm90Config LeanSplit = BwdSm90Config::parse("bwd90ws.kv64x64s2.split.fused");
   LeanSplit.Lean = 1;
   CHECK_THAT(Why(spec(DType::F16, 256, 256), LeanSplit),
@@ -576,6 +619,46 @@ TEST_CASE("bwd_sm90: the lean step compiles to CUBINs without wgmma serialisatio
     CHECK(has(Ptx, "red.relaxed.gpu.global.add.v2.f32") == (Cfg.Lean < 3));
     CHECK(has(Ptx, "red.relaxed.gpu.global.add.v4.f32") == (Cfg.Lean == 3));
     CHECK(has(Ptx, "st.global.cg.v4.f32") == (Cfg.Lean == 3));
+    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+    INFO(Bin.Log);
+    CHECK(!has(Bin.Log, "serialized"));
+    runtime::KernelResources R = runtime::readCubinResources(
+        llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
+    CHECK(R.Registers <= 168);
+  }
+}
+
+TEST_CASE("bwd_sm90: the turn warp's bulk dQ compiles to CUBINs without wgmma serialisation",
+          "[nvrtc][bwd90][mha]") {
+  struct {
+    const dsl::DefinitionBase &Def;
+    const char *Config;
+    DType T;
+  } Cases[] = {{examples::mha(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::F16},
+               {examples::mha(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::BF16},
+               {examples::alibiLearnable(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::F16},
+               {examples::mhaDocument(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::BF16},
+               {examples::softcapLearnable(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::BF16},
+               {examples::mha(), "bwd90ws.kv64x128s2.lean2.bulk.atomic", DType::F16}};
+  for (const auto &C : Cases) {
+    CompiledDefinition Def = compile(C.Def);
+    BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
+    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, spec(C.T, 128, 128), Cfg);
+    INFO("kernel " << Src.Key);
+    CHECK(has(Src.Source, "/*kLeanLevel=*/2, /*kBulkDq=*/true>"));
+    std::string Ptx = compileToPtx(Src);
+    // The compute threads store dQ into the slots and add nothing to the
+    // sum; the turn warp adds it (rank 0 stores) with bulk copies, frees
+    // the slot once they have read it and publishes once they are done
+    // (atomic: adds every slot, nothing stored, no turn published).
+    CHECK(!has(Ptx, "red.relaxed.gpu.global.add"));
+    CHECK(!has(Ptx, "st.global.cg.v2.f32"));
+    CHECK(has(Ptx, "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"));
+    CHECK(has(Ptx, "cp.async.bulk.global.shared::cta.bulk_group [") == !Cfg.AtomicDq);
+    CHECK(has(Ptx, "cp.async.bulk.wait_group.read 0"));
+    CHECK(has(Ptx, "cp.async.bulk.wait_group 0") == !Cfg.AtomicDq);
+    CHECK(has(Ptx, "st.shared.v2.f32"));
+    CHECK(has(Ptx, "st.release.gpu") == !Cfg.AtomicDq);
     runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
     INFO(Bin.Log);
     CHECK(!has(Bin.Log, "serialized"));

@@ -27,7 +27,7 @@ BwdSm90Config BwdSm90Config::fused(int KvBlockM, int KvBlockN, int Stages) {
 
 std::string BwdSm90Config::str() const {
   if (FusedDq)
-    return fmt::format("{}.kv{}x{}s{}.{}{}{}",
+    return fmt::format("{}.kv{}x{}s{}.{}{}{}{}",
                        WarpSpecialized ? (TwoPass ? "bwd90ws2" : "bwd90ws") : "bwd90",
                        KvBlockM, KvBlockN, Stages,
                        SplitCols  ? "split."
@@ -37,7 +37,8 @@ std::string BwdSm90Config::str() const {
                        : Lean == 2 ? "lean2."
                        : Lean == 3 ? "lean3."
                                   : "",
-                       AtomicDq ? "atomic" : "fused", Varlen ? ".varlen" : "");
+                       BulkDq ? "bulk." : "", AtomicDq ? "atomic" : "fused",
+                       Varlen ? ".varlen" : "");
   return fmt::format("bwd90.kv{}x{}s{}.q{}x{}w{}", KvBlockM, KvBlockN, Stages,
                      QBlockM, QBlockN, QWarps);
 }
@@ -63,6 +64,8 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
              : T.contains(".lean2.") ? 2
              : T.contains(".lean3.") ? 3
                                      : 0;
+  // dQ by the turn warp's bulk reductions: a form of the turn warp's step.
+  bool Bulk = Lean == 2 && T.contains(".lean2.bulk.");
   if (T.endswith(".fused") || Atomic) {
     std::string Form = std::string(TwoPass ? "bwd90ws2" : Ws ? "bwd90ws" : "bwd90") +
                        ".kv%dx%ds%d." +
@@ -73,7 +76,7 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
                         : Lean == 2 ? "lean2."
                         : Lean == 3 ? "lean3."
                                     : "") +
-                       (Atomic ? "atomic" : "fused");
+                       (Bulk ? "bulk." : "") + (Atomic ? "atomic" : "fused");
     Ok = std::sscanf(Base.c_str(), Form.c_str(), &M, &N, &S) == 3;
     if (Ok) {
       C = fused(M, N, S);
@@ -84,6 +87,7 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
       C.PingPong = Pp;
       C.DqWriter = Dqw;
       C.Lean = Lean;
+      C.BulkDq = Bulk;
       C.Varlen = Varlen;
     }
   } else {
@@ -96,7 +100,8 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
                     "': expected bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>, "
                     "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
                     "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw|.lean|.lean2|.lean3]"
-                    ".fused or .atomic (then .varlen for packed calls), e.g. "
+                    ".fused or .atomic (then .varlen for packed calls), or "
+                    "bwd90ws.kv<M>x<N>s<stages>.lean2.bulk.fused or .atomic, e.g. "
                     "bwd90.kv64x128s2.q128x64w8 or bwd90.kv64x128s2.fused");
   return C;
 }
@@ -107,7 +112,7 @@ int BwdSm90Config::dkdvSharedBytes(int D, int DV, int NumFinals,
   // swizzle's atom), so the rows' floats are rounded up to 1024 too.
   int RowBytes = (KvBlockM * (NumFinals + (Doosum ? 1 : 0)) * 4 + 1023) / 1024 * 1024;
   int DsBytes = FusedDq ? 2 * KvBlockN * KvBlockM : 0;
-  int DqBytes = PingPong || DqWriter ? 2 * KvBlockM * (4 * D + 32) : 0;
+  int DqBytes = PingPong || DqWriter || BulkDq ? 2 * KvBlockM * (4 * D + 32) : 0;
   return 1024 + 2 * KvBlockN * (D + DV) +
          Stages * (2 * KvBlockM * (D + DV) + RowBytes) + DsBytes + DqBytes +
          (WarpSpecialized ? 256 : 0);
@@ -192,6 +197,12 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
                       C.SplitCols || C.PingPong || C.DqWriter))
     return fmt::format("backward config {}: the lean step is a bwd90ws. mode of the "
                        "lockstep step (not .split, .pp or .dqw)",
+                       C.str());
+  // The bulk dQ reduction is issued by the turn warp (.lean2.) in the turns'
+  // order (.atomic: at once), from slots of one 64-row chain.
+  if (C.BulkDq && (C.Lean != 2 || C.KvBlockM != 64))
+    return fmt::format("backward config {}: the bulk dQ reduction is a form of "
+                       ".lean2. with a query step of 64 (the turn warp issues it)",
                        C.str());
   // The packed step is its own (bwd_sm90_varlen.cuh); the lean step's
   // bounds-free tiles are not part of it.
@@ -359,8 +370,9 @@ KernelSource generateBackwardSm90(const CompiledDefinition &Def,
                           : Config.Lean != 0
                               ? fmt::format(", /*kTwoPass=*/false, /*kSplit=*/false, "
                                             "/*kPingPong=*/false, /*kDqWriter=*/false, "
-                                            "/*kLeanLevel=*/{}",
-                                            Config.Lean)
+                                            "/*kLeanLevel=*/{}{}",
+                                            Config.Lean,
+                                            Config.BulkDq ? ", /*kBulkDq=*/true" : "")
                           : Config.TwoPass  ? ", /*kTwoPass=*/true"
                                             : "")
             : "";

@@ -246,6 +246,13 @@ struct BwdSm90Config {
   /// .lean3.): also the dQ adds 16 bytes a lane (lanes trade pairs), half
   /// the instructions; measured slower than 2. 0: none of these.
   int Lean = 0;
+  /// With Lean 2, a query step of 64 (written .lean2.bulk.fused or .atomic):
+  /// the compute threads store the step's dQ into one of two fp32 slots in
+  /// shared memory instead of adding it, and the turn warp adds the slot to
+  /// dQ's sum with bulk reductions (cp.reduce.async.bulk) in the turns'
+  /// order, so the sums keep their order and no compute thread waits for a
+  /// turn (.atomic: into the zeroed sum at once, no turns).
+  bool BulkDq = false;
   /// Packed variable-length calls (written .varlen after .fused or
   /// .atomic): the warp-specialised fused-dQ kernel over cu_seqlens, one
   /// CTA per (key block of one sequence, kv head), dQ's sums per (head,
@@ -259,7 +266,8 @@ struct BwdSm90Config {
   /// "bwd90.kv64x128s2.atomic", "bwd90ws.kv64x128s2.fused",
   /// "bwd90ws.kv64x64s2.split.fused", "bwd90ws.kv64x128s2.pp.fused",
   /// "bwd90ws.kv64x128s2.dqw.fused", "bwd90ws.kv64x128s2.lean.fused",
-  /// "bwd90ws.kv64x128s2.lean2.fused", "bwd90ws.kv64x128s2.fused.varlen"
+  /// "bwd90ws.kv64x128s2.lean2.fused", "bwd90ws.kv64x128s2.lean2.bulk.fused",
+  /// "bwd90ws.kv64x128s2.fused.varlen"
   std::string str() const;
   /// Parses what str() writes; UserError on anything else.
   static BwdSm90Config parse(const std::string &Text);
@@ -274,7 +282,7 @@ struct BwdSm90Config {
   /// Dynamic shared memory of the dK/dV kernel: 1024 bytes of alignment
   /// slack, K, V, then Stages x (Q, dO, the rows' \p NumFinals final
   /// rowscales and doosum when \p Doosum, rounded to 1024 bytes), then in
-  /// the fused mode the dSᵀ tile; with PingPong or DqWriter two fp32 dQ slots of
+  /// the fused mode the dSᵀ tile; with PingPong, DqWriter or BulkDq two fp32 dQ slots of
   /// KvBlockM rows of 4·D + 32 bytes; warp-specialised, 256 bytes of
   /// mbarriers after them.
   int dkdvSharedBytes(int D, int DV, int NumFinals, bool Doosum) const;
