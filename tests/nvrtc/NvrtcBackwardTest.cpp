@@ -1,6 +1,7 @@
 // The generated backward (bwd_sm80) of every transformer example compiles
 // with NVRTC; its configuration and spec checks (CPU only).
 #include "Examples.h"
+#include "NvrtcPtx.h"
 
 #include "attn/Error.h"
 #include "attn/Pipeline.h"
@@ -21,20 +22,12 @@
 
 using namespace attn;
 using namespace attn::dsl;
+using attn::nvrtctest::kernelSpec;
 using codegen::BwdConfig;
 using codegen::KernelSpec;
 using Catch::Matchers::Contains;
 
 namespace {
-
-KernelSpec spec(DType T, int D, int DV, GpuArch Arch) {
-  KernelSpec S;
-  S.Dtype = T;
-  S.HeadDim = D;
-  S.HeadDimV = DV;
-  S.Arch = Arch;
-  return S;
-}
 
 /// Generates and compiles the backward; a failure names the key and carries
 /// NVRTC's log. Returns the log (warnings).
@@ -67,10 +60,10 @@ void compileMatrix(const DefinitionBase &D) {
   CompiledDefinition Def = compile(D);
   for (auto [T, Arch] : {std::pair{DType::F16, GpuArch::Sm90a}, {DType::BF16, GpuArch::Sm80}})
     for (int HD : {64, 128})
-      compilesToCubin(Def, spec(T, HD, HD, Arch));
+      compilesToCubin(Def, kernelSpec(T, HD, HD, Arch));
   BwdConfig TwoKernels = BwdConfig::parse("kv64x128w8.q128x32w4.s2");
-  compilesToCubin(Def, spec(DType::F16, 128, 128, GpuArch::Sm90a), TwoKernels);
-  compilesToCubin(Def, spec(DType::BF16, 64, 64, GpuArch::Sm80), TwoKernels);
+  compilesToCubin(Def, kernelSpec(DType::F16, 128, 128, GpuArch::Sm90a), TwoKernels);
+  compilesToCubin(Def, kernelSpec(DType::BF16, 64, 64, GpuArch::Sm80), TwoKernels);
 }
 
 } // namespace
@@ -98,34 +91,34 @@ TEST_CASE("nvrtc bwd: retention's backward compiles",
 TEST_CASE("nvrtc bwd: the mask examples' backward compiles without warnings",
           "[nvrtc][bwd][masks]") {
   CHECK(compilesToCubin(compile(examples::mhaDocument()),
-                        spec(DType::F16, 128, 128, GpuArch::Sm80))
+                        kernelSpec(DType::F16, 128, 128, GpuArch::Sm80))
             .empty());
   CHECK(compilesToCubin(compile(examples::mhaPrefixLm()),
-                        spec(DType::BF16, 64, 64, GpuArch::Sm90a))
+                        kernelSpec(DType::BF16, 64, 64, GpuArch::Sm90a))
             .empty());
   CHECK(compilesToCubin(compile(examples::mhaSlidingWindow()),
-                        spec(DType::F16, 128, 128, GpuArch::Sm80),
+                        kernelSpec(DType::F16, 128, 128, GpuArch::Sm80),
                         BwdConfig::parse("kv64x128w8.q128x32w4.s2"))
             .empty());
   CHECK(compilesToCubin(compile(examples::mhaChunked()),
-                        spec(DType::BF16, 128, 128, GpuArch::Sm80))
+                        kernelSpec(DType::BF16, 128, 128, GpuArch::Sm80))
             .empty());
 }
 
 TEST_CASE("nvrtc bwd: head dims 64/128 and 128/256, and the 99 KiB archs",
           "[nvrtc][bwd][dims]") {
   CompiledDefinition Def = compile(examples::mha());
-  compilesToCubin(Def, spec(DType::F16, 64, 128, GpuArch::Sm90a));
-  compilesToCubin(Def, spec(DType::BF16, 128, 256, GpuArch::Sm80));
-  compilesToCubin(Def, spec(DType::F16, 128, 128, GpuArch::Sm86));
+  compilesToCubin(Def, kernelSpec(DType::F16, 64, 128, GpuArch::Sm90a));
+  compilesToCubin(Def, kernelSpec(DType::BF16, 128, 256, GpuArch::Sm80));
+  compilesToCubin(Def, kernelSpec(DType::F16, 128, 128, GpuArch::Sm86));
   // The two-kernel mode at 64/128, the fused dQ mode with 32-row steps
   // (Pᵀ and dSᵀ in registers, dSᵀ stored for dQ), and the 99 KiB archs'
   // tiles.
-  compilesToCubin(Def, spec(DType::F16, 64, 128, GpuArch::Sm90a),
+  compilesToCubin(Def, kernelSpec(DType::F16, 64, 128, GpuArch::Sm90a),
                   BwdConfig::parse("kv64x128w8.q128x32w4.s2"));
-  compilesToCubin(Def, spec(DType::BF16, 128, 256, GpuArch::Sm80),
+  compilesToCubin(Def, kernelSpec(DType::BF16, 128, 256, GpuArch::Sm80),
                   BwdConfig::parse("kv32x128w8.fused.s2"));
-  compilesToCubin(Def, spec(DType::F16, 128, 128, GpuArch::Sm86),
+  compilesToCubin(Def, kernelSpec(DType::F16, 128, 128, GpuArch::Sm86),
                   BwdConfig::parse("kv32x64w4.fused.s2"));
 }
 
@@ -138,7 +131,7 @@ TEST_CASE("nvrtc bwd: learnable inputs (input gradients) compile without "
     for (std::optional<BwdConfig> C :
          {std::optional<BwdConfig>{},
           std::optional{BwdConfig::parse("kv64x128w8.q128x32w4.s2")}}) {
-      std::string Log = compilesToCubin(Def, spec(DType::F16, 128, 128, GpuArch::Sm80), C);
+      std::string Log = compilesToCubin(Def, kernelSpec(DType::F16, 128, 128, GpuArch::Sm80), C);
       INFO(Log);
       CHECK(Log.empty());
     }
@@ -148,7 +141,7 @@ TEST_CASE("nvrtc bwd: learnable inputs (input gradients) compile without "
 TEST_CASE("nvrtc bwd: the source has the entries and the host's constants",
           "[nvrtc][bwd][source]") {
   CompiledDefinition Def = compile(examples::alibiLearnable());
-  KernelSpec S = spec(DType::BF16, 128, 128, GpuArch::Sm90a);
+  KernelSpec S = kernelSpec(DType::BF16, 128, 128, GpuArch::Sm90a);
   // The two-kernel mode: a dQ kernel with its own tiles.
   BwdConfig C = BwdConfig::parse("kv64x128w8.q128x32w4.s2");
   codegen::KernelSource Src = codegen::generateBackward(Def, S, C);
@@ -241,7 +234,7 @@ TEST_CASE("bwd spec: the defaults are valid for every supported head dim "
     for (auto [D, DV] : {std::pair{64, 64}, {128, 128}, {64, 128}, {128, 256}}) {
       INFO(archName(Arch).str() << " d" << D << "/" << DV);
       BwdConfig C = BwdConfig::defaultFor(D, DV, Arch);
-      CHECK_NOTHROW(codegen::validateBackward(spec(DType::F16, D, DV, Arch), C,
+      CHECK_NOTHROW(codegen::validateBackward(kernelSpec(DType::F16, D, DV, Arch), C,
                                               2, true));
     }
 }
@@ -257,60 +250,60 @@ TEST_CASE("bwd spec: unsupported head dims and configurations are refused",
     }
     return std::string("accepted");
   };
-  CHECK_THAT(Refused(spec(DType::F16, 256, 256, GpuArch::Sm90a), C),
+  CHECK_THAT(Refused(kernelSpec(DType::F16, 256, 256, GpuArch::Sm90a), C),
              Contains("head_dim 256 is not supported by bwd_sm80; expected 64 or 128"));
-  CHECK_THAT(Refused(spec(DType::F16, 128, 192, GpuArch::Sm90a), C),
+  CHECK_THAT(Refused(kernelSpec(DType::F16, 128, 192, GpuArch::Sm90a), C),
              Contains("head_dim_v 192"));
-  CHECK_THAT(Refused(spec(DType::F16, 64, 256, GpuArch::Sm90a),
+  CHECK_THAT(Refused(kernelSpec(DType::F16, 64, 256, GpuArch::Sm90a),
                      BwdConfig::defaultFor(64, 256, GpuArch::Sm90a)),
              Contains("head_dim_v 256 is supported by bwd_sm80 with head_dim 128"));
   BwdConfig Warps = C;
   Warps.QWarps = 2;
-  CHECK_THAT(Refused(spec(DType::F16, 128, 128, GpuArch::Sm90a), Warps),
+  CHECK_THAT(Refused(kernelSpec(DType::F16, 128, 128, GpuArch::Sm90a), Warps),
              Contains("q warps must be 4 or 8"));
   BwdConfig Keys = C;
   Keys.KvBlockN = 64; // 8 warps need 128 keys
-  CHECK_THAT(Refused(spec(DType::F16, 128, 128, GpuArch::Sm90a), Keys),
+  CHECK_THAT(Refused(kernelSpec(DType::F16, 128, 128, GpuArch::Sm90a), Keys),
              Contains("multiple of 16 x warps (128)"));
   BwdConfig Regs = C; // 128/256 with 64-row steps: 256 accumulator floats
-  CHECK_THAT(Refused(spec(DType::F16, 128, 256, GpuArch::Sm90a), Regs),
+  CHECK_THAT(Refused(kernelSpec(DType::F16, 128, 256, GpuArch::Sm90a), Regs),
              Contains("256 accumulator floats"));
   // The default 128/128 tiles need 161 KiB: more than sm_86 has.
-  CHECK_THAT(Refused(spec(DType::F16, 128, 128, GpuArch::Sm86), C),
+  CHECK_THAT(Refused(kernelSpec(DType::F16, 128, 128, GpuArch::Sm86), C),
              Contains("dK/dV kernel needs 164864 bytes of shared memory"));
   BwdConfig Stages = C;
   Stages.Stages = 5;
-  CHECK_THAT(Refused(spec(DType::F16, 64, 64, GpuArch::Sm90a), Stages),
+  CHECK_THAT(Refused(kernelSpec(DType::F16, 64, 64, GpuArch::Sm90a), Stages),
              Contains("stages must be 2, 3 or 4"));
 
   // The fused dQ mode.
-  CHECK(Refused(spec(DType::F16, 128, 128, GpuArch::Sm90a),
+  CHECK(Refused(kernelSpec(DType::F16, 128, 128, GpuArch::Sm90a),
                 BwdConfig::parse("kv64x128w8.fused.s2")) == "accepted");
-  CHECK(Refused(spec(DType::F16, 128, 128, GpuArch::Sm80),
+  CHECK(Refused(kernelSpec(DType::F16, 128, 128, GpuArch::Sm80),
                 BwdConfig::parse("kv64x128w8.fused.s2")) == "accepted");
   // 48 rows are three m16 tiles: they split (one row group), but the
   // transposed dS tile's rows are 32 or whole 64s.
-  CHECK_THAT(Refused(spec(DType::F16, 128, 128, GpuArch::Sm90a),
+  CHECK_THAT(Refused(kernelSpec(DType::F16, 128, 128, GpuArch::Sm90a),
                      BwdConfig::parse("kv48x128w8.fused.s2")),
              Contains("a query step of 32 or a multiple of 64"));
   // 16 rows x d64 over 8 warps: one n8 tile a warp, not a pair.
-  CHECK_THAT(Refused(spec(DType::F16, 64, 64, GpuArch::Sm90a),
+  CHECK_THAT(Refused(kernelSpec(DType::F16, 64, 64, GpuArch::Sm90a),
                      BwdConfig::parse("kv16x128w8.fused.s2")),
              Contains("16 x 64 dQ tile over 8 warps"));
   BwdConfig Mixed = BwdConfig::parse("kv64x128w8.fused.s2");
   Mixed.QBlockM = 128;
-  CHECK_THAT(Refused(spec(DType::F16, 128, 128, GpuArch::Sm90a), Mixed),
+  CHECK_THAT(Refused(kernelSpec(DType::F16, 128, 128, GpuArch::Sm90a), Mixed),
              Contains("the dQ tiles are the dK/dV kernel's"));
   // 161 KiB with the Pᵀ and dSᵀ tiles: more than the 99 KiB archs have.
-  CHECK_THAT(Refused(spec(DType::F16, 128, 128, GpuArch::Sm86),
+  CHECK_THAT(Refused(kernelSpec(DType::F16, 128, 128, GpuArch::Sm86),
                      BwdConfig::parse("kv64x128w8.fused.s2")),
              Contains("dK/dV kernel needs 164864 bytes"));
   // 64 rows x d128 over 4 warps: 64 dQ floats a thread in place of Sᵀ and
   // dPᵀ (the sum is added, never loaded back), 192 in all.
-  CHECK(Refused(spec(DType::F16, 128, 128, GpuArch::Sm90a),
+  CHECK(Refused(kernelSpec(DType::F16, 128, 128, GpuArch::Sm90a),
                 BwdConfig::parse("kv64x64w4.fused.s2")) == "accepted");
   // 128-row steps at d128: Sᵀ and dPᵀ of 128 rows beside dK and dV.
-  CHECK_THAT(Refused(spec(DType::F16, 128, 128, GpuArch::Sm90a),
+  CHECK_THAT(Refused(kernelSpec(DType::F16, 128, 128, GpuArch::Sm90a),
                      BwdConfig::parse("kv128x128w8.fused.s2")),
              Contains("256 accumulator floats"));
 }
@@ -319,7 +312,7 @@ TEST_CASE("bwd codegen: what it cannot generate", "[bwd][config]") {
   Registry R;
   examples::registerExamples(R);
   CHECK_THROWS_AS(codegen::generateBackward(compile(R.get("mamba2")),
-                                            spec(DType::F16, 64, 64, GpuArch::Sm80)),
+                                            kernelSpec(DType::F16, 64, 64, GpuArch::Sm80)),
                   NotSupportedYet);
   // A learnable per-row input: its gradient is not computed by bwd_sm80.
   AttentionDef D = examples::mha();
@@ -330,6 +323,6 @@ TEST_CASE("bwd codegen: what it cannot generate", "[bwd][config]") {
     return s * in.head_dim().rsqrt() + in["row_bias"];
   };
   CHECK_THROWS_WITH(
-      codegen::generateBackward(compile(D), spec(DType::F16, 64, 64, GpuArch::Sm80)),
+      codegen::generateBackward(compile(D), kernelSpec(DType::F16, 64, 64, GpuArch::Sm80)),
       Contains("the gradient of per_row input 'row_bias'"));
 }

@@ -29,15 +29,6 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-KernelSpec spec(DType T, int D, int DV, GpuArch Arch = GpuArch::Sm90a) {
-  KernelSpec S;
-  S.Dtype = T;
-  S.HeadDim = D;
-  S.HeadDimV = DV;
-  S.Arch = Arch;
-  return S;
-}
-
 /// f16 and bf16 x head dims 64/64, 128/128, 192/128 and 256/256 to PTX
 /// with the default configuration, each with wgmma in the dtype and the
 /// proxy fence its cp.async tiles need (192/128 and 256/256: the column
@@ -51,7 +42,7 @@ void compileExample(const dsl::DefinitionBase &D, DType CubinType, int CubinDim)
     for (auto [Dim, DimV] : {std::pair{64, 64}, {128, 128}, {192, 128}, {256, 256}}) {
       BwdSm90Config Cfg = BwdSm90Config::defaultFor(Dim, DimV);
       codegen::KernelSource Src =
-          codegen::generateBackwardSm90(Def, spec(T, Dim, DimV), Cfg);
+          codegen::generateBackwardSm90(Def, kernelSpec(T, Dim, DimV), Cfg);
       std::string Ptx = compileToPtx(Src);
       INFO("kernel " << Src.Key);
       CHECK(has(Ptx, ".entry attnc_bwd_dkdv"));
@@ -76,7 +67,7 @@ void compileExample(const dsl::DefinitionBase &D, DType CubinType, int CubinDim)
   for (DType T : {DType::F16, DType::BF16})
     for (const char *Mode : {"bwd90ws.kv64x128s2.pp.fused", "bwd90ws.kv64x128s2.dqw.fused"}) {
       codegen::KernelSource Src = codegen::generateBackwardSm90(
-          Def, spec(T, 128, 128), BwdSm90Config::parse(Mode));
+          Def, kernelSpec(T, 128, 128), BwdSm90Config::parse(Mode));
       std::string Ptx = compileToPtx(Src);
       INFO("kernel " << Src.Key);
       CHECK(has(Ptx, "wgmma.mma_async.sync.aligned.m64n128k16"));
@@ -86,7 +77,7 @@ void compileExample(const dsl::DefinitionBase &D, DType CubinType, int CubinDim)
     }
   CHECK(Compiled == 12);
   codegen::KernelSource Src = codegen::generateBackwardSm90(
-      Def, spec(CubinType, CubinDim, CubinDim),
+      Def, kernelSpec(CubinType, CubinDim, CubinDim),
       BwdSm90Config::defaultFor(CubinDim, CubinDim));
   runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
   INFO("kernel " << Src.Key << "\n" << Bin.Log);
@@ -285,10 +276,10 @@ TEST_CASE("bwd_sm90: what the skeleton supports", "[bwd90]") {
   };
   for (DType T : {DType::F16, DType::BF16})
     for (int D : {64, 128})
-      CHECK(Why(spec(T, D, D), C).empty());
-  CHECK_THAT(Why(spec(DType::F16, 128, 128, GpuArch::Sm80), C),
+      CHECK(Why(kernelSpec(T, D, D), C).empty());
+  CHECK_THAT(Why(kernelSpec(DType::F16, 128, 128, GpuArch::Sm80), C),
              Contains("needs arch sm_90a"));
-  CHECK_THAT(Why(spec(DType::F16, 192, 128), C),
+  CHECK_THAT(Why(kernelSpec(DType::F16, 192, 128), C),
              Contains("head_dim 192 is not supported by bwd_sm90 with backward config "
                       "bwd90.kv64x128s2.q128x64w8; expected 64 or 128, or 128, 192 or "
                       "256 (head_dim_v 128 or 256) in the column-split mode"));
@@ -298,108 +289,108 @@ TEST_CASE("bwd_sm90: what the skeleton supports", "[bwd90]") {
   for (DType T : {DType::F16, DType::BF16})
     for (auto [D, DV] : {std::pair{256, 256}, {192, 128}, {128, 128}, {128, 256},
                          {192, 256}, {256, 128}})
-      CHECK(Why(spec(T, D, DV), Split).empty());
+      CHECK(Why(kernelSpec(T, D, DV), Split).empty());
   for (auto [D, DV] : {std::pair{64, 64}, {192, 192}, {256, 64}, {96, 128}})
-    CHECK_THAT(Why(spec(DType::F16, D, DV), Split),
+    CHECK_THAT(Why(kernelSpec(DType::F16, D, DV), Split),
                Contains("not supported by bwd_sm90's column split; expected head_dim "
                         "128, 192 or 256 and head_dim_v 128 or 256"));
-  CHECK_THAT(Why(spec(DType::F16, 256, 256, GpuArch::Sm80), Split),
+  CHECK_THAT(Why(kernelSpec(DType::F16, 256, 256, GpuArch::Sm80), Split),
              Contains("needs arch sm_90a"));
   for (const char *Bad : {"bwd90ws.kv64x128s2.split.fused", "bwd90.kv64x64s2.split.fused",
                           "bwd90ws2.kv64x64s2.split.fused"})
-    CHECK_THAT(Why(spec(DType::F16, 256, 256), BwdSm90Config::parse(Bad)),
+    CHECK_THAT(Why(kernelSpec(DType::F16, 256, 256), BwdSm90Config::parse(Bad)),
                Contains("the column split is a bwd90ws. mode with a key block of 64"));
-  CHECK_THAT(Why(spec(DType::F16, 256, 256), BwdSm90Config::parse("bwd90ws.kv128x64s2.split.fused")),
+  CHECK_THAT(Why(kernelSpec(DType::F16, 256, 256), BwdSm90Config::parse("bwd90ws.kv128x64s2.split.fused")),
              Contains("the column split's query step must be 64"));
   // Two stages fit at 256/256 (203 KiB with one final rowscale), three do
   // not; four fit at 192/128.
-  CHECK_THAT(Why(spec(DType::F16, 256, 256), BwdSm90Config::parse("bwd90ws.kv64x64s3.split.fused")),
+  CHECK_THAT(Why(kernelSpec(DType::F16, 256, 256), BwdSm90Config::parse("bwd90ws.kv64x64s3.split.fused")),
              Contains("bytes of shared memory"));
-  CHECK(Why(spec(DType::F16, 192, 128), BwdSm90Config::parse("bwd90ws.kv64x64s4.split.fused"))
+  CHECK(Why(kernelSpec(DType::F16, 192, 128), BwdSm90Config::parse("bwd90ws.kv64x64s4.split.fused"))
             .empty());
-  CHECK_THAT(Why(spec(DType::F16, 128, 256), C),
+  CHECK_THAT(Why(kernelSpec(DType::F16, 128, 256), C),
              Contains("head_dim_v 256 is not supported by bwd_sm90"));
   BwdSm90Config Regs = C; // 128 query rows a step beside dK and dV of d128
   Regs.KvBlockM = 128;
-  CHECK_THAT(Why(spec(DType::F16, 128, 128), Regs),
+  CHECK_THAT(Why(kernelSpec(DType::F16, 128, 128), Regs),
              Contains("256 accumulator floats"));
-  CHECK(Why(spec(DType::F16, 64, 64), Regs).empty());
+  CHECK(Why(kernelSpec(DType::F16, 64, 64), Regs).empty());
   BwdSm90Config Keys = C;
   Keys.KvBlockN = 192;
-  CHECK_THAT(Why(spec(DType::F16, 64, 64), Keys), Contains("key block must be 64 or 128"));
+  CHECK_THAT(Why(kernelSpec(DType::F16, 64, 64), Keys), Contains("key block must be 64 or 128"));
   // Four stages fit at d128 with one final rowscale, not with 40.
   BwdSm90Config Shared = C;
   Shared.Stages = 4;
-  CHECK(Why(spec(DType::F16, 128, 128), Shared).empty());
-  CHECK_THAT(codegen::bwdSm90Unsupported(spec(DType::F16, 128, 128), Shared, 40, true),
+  CHECK(Why(kernelSpec(DType::F16, 128, 128), Shared).empty());
+  CHECK_THAT(codegen::bwdSm90Unsupported(kernelSpec(DType::F16, 128, 128), Shared, 40, true),
              Contains("bytes of shared memory"));
   // Fused dQ: each warpgroup's columns one or two 64-column slabs, and
   // the registers beside dK and dV.
-  CHECK(Why(spec(DType::F16, 128, 128), BwdSm90Config::fused(64, 128, 2)).empty());
-  CHECK(Why(spec(DType::BF16, 64, 64), BwdSm90Config::fused(64, 64, 3)).empty());
-  CHECK(Why(spec(DType::BF16, 64, 64), BwdSm90Config::fused(128, 64, 2)).empty());
-  CHECK_THAT(Why(spec(DType::F16, 64, 64), BwdSm90Config::fused(64, 128, 2)),
+  CHECK(Why(kernelSpec(DType::F16, 128, 128), BwdSm90Config::fused(64, 128, 2)).empty());
+  CHECK(Why(kernelSpec(DType::BF16, 64, 64), BwdSm90Config::fused(64, 64, 3)).empty());
+  CHECK(Why(kernelSpec(DType::BF16, 64, 64), BwdSm90Config::fused(128, 64, 2)).empty());
+  CHECK_THAT(Why(kernelSpec(DType::F16, 64, 64), BwdSm90Config::fused(64, 128, 2)),
              Contains("fused dQ splits head_dim 64 over 2 warpgroups into 32 columns"));
-  CHECK_THAT(Why(spec(DType::F16, 128, 128), BwdSm90Config::fused(64, 64, 2)),
+  CHECK_THAT(Why(kernelSpec(DType::F16, 128, 128), BwdSm90Config::fused(64, 64, 2)),
              Contains("with fused dQ would hold 224 accumulator floats"));
   // Atomic dQ and warp specialisation are fused-mode options.
   for (bool Atomic : {false, true}) {
     BwdSm90Config Opt = C;
     (Atomic ? Opt.AtomicDq : Opt.WarpSpecialized) = true;
-    CHECK_THAT(Why(spec(DType::F16, 64, 64), Opt),
+    CHECK_THAT(Why(kernelSpec(DType::F16, 64, 64), Opt),
                Contains("atomic dQ and warp specialisation need the fused dQ mode"));
   }
   // Ping-pong: warp-specialised, two warpgroups of 64 keys, 64-row steps;
   // 214 KiB of shared memory at d128 with one final rowscale.
-  CHECK(Why(spec(DType::BF16, 128, 128), BwdSm90Config::parse("bwd90ws.kv64x128s2.pp.fused"))
+  CHECK(Why(kernelSpec(DType::BF16, 128, 128), BwdSm90Config::parse("bwd90ws.kv64x128s2.pp.fused"))
             .empty());
-  CHECK(Why(spec(DType::F16, 128, 128), BwdSm90Config::parse("bwd90ws.kv64x128s2.dqw.atomic"))
+  CHECK(Why(kernelSpec(DType::F16, 128, 128), BwdSm90Config::parse("bwd90ws.kv64x128s2.dqw.atomic"))
             .empty());
-  CHECK_THAT(Why(spec(DType::F16, 128, 128), BwdSm90Config::parse("bwd90ws.kv64x128s3.pp.fused")),
+  CHECK_THAT(Why(kernelSpec(DType::F16, 128, 128), BwdSm90Config::parse("bwd90ws.kv64x128s3.pp.fused")),
              Contains("bytes of shared memory"));
   for (const char *Bad : {"bwd90.kv64x128s2.pp.fused", "bwd90ws2.kv64x128s2.pp.fused",
                           "bwd90ws.kv64x64s2.pp.fused", "bwd90ws.kv128x128s2.pp.fused",
                           "bwd90.kv64x128s2.dqw.fused", "bwd90ws.kv64x64s3.dqw.fused"})
-    CHECK_THAT(Why(spec(DType::F16, 128, 128), BwdSm90Config::parse(Bad)),
+    CHECK_THAT(Why(kernelSpec(DType::F16, 128, 128), BwdSm90Config::parse(Bad)),
                Contains("ping-pong and the dQ writer are bwd90ws. modes with a key block "
                         "of 128 and a query step of 64"));
   // The lean step: a warp-specialised fused-dQ mode of the lockstep step,
   // at any of its tilings.
   for (const char *Ok : {"bwd90ws.kv64x128s2.lean.fused", "bwd90ws.kv64x128s3.lean2.fused",
                          "bwd90ws.kv64x128s2.lean.atomic"})
-    CHECK(Why(spec(DType::F16, 128, 128), BwdSm90Config::parse(Ok)).empty());
-  CHECK(Why(spec(DType::BF16, 64, 64), BwdSm90Config::parse("bwd90ws.kv64x64s2.lean2.fused"))
+    CHECK(Why(kernelSpec(DType::F16, 128, 128), BwdSm90Config::parse(Ok)).empty());
+  CHECK(Why(kernelSpec(DType::BF16, 64, 64), BwdSm90Config::parse("bwd90ws.kv64x64s2.lean2.fused"))
             .empty());
   for (const char *Bad : {"bwd90.kv64x128s2.lean.fused", "bwd90ws2.kv64x128s2.lean.fused"})
-    CHECK_THAT(Why(spec(DType::F16, 128, 128), BwdSm90Config::parse(Bad)),
+    CHECK_THAT(Why(kernelSpec(DType::F16, 128, 128), BwdSm90Config::parse(Bad)),
                Contains("the lean step is a bwd90ws. mode"));
   // The bulk dQ: the turn warp of .lean2.fused, 64-row steps.
   // (Two stages and the slots fit in 227 KiB, three do not.)
   for (const char *Ok : {"bwd90ws.kv64x128s2.lean2.bulk.fused", "bwd90ws.kv64x128s2.lean2.bulk.atomic"})
-    CHECK(Why(spec(DType::F16, 128, 128), BwdSm90Config::parse(Ok)).empty());
-  CHECK_THAT(Why(spec(DType::F16, 128, 128),
+    CHECK(Why(kernelSpec(DType::F16, 128, 128), BwdSm90Config::parse(Ok)).empty());
+  CHECK_THAT(Why(kernelSpec(DType::F16, 128, 128),
                  BwdSm90Config::parse("bwd90ws.kv64x128s3.lean2.bulk.fused")),
              Contains("bytes of shared memory"));
-  CHECK_THAT(Why(spec(DType::F16, 64, 64), BwdSm90Config::parse("bwd90ws.kv128x64s2.lean2.bulk.fused")),
+  CHECK_THAT(Why(kernelSpec(DType::F16, 64, 64), BwdSm90Config::parse("bwd90ws.kv128x64s2.lean2.bulk.fused")),
              Contains("the bulk dQ reduction is a form of .lean2. with a query step of 64"));
-  CHECK_THAT(Why(spec(DType::F16, 128, 128),
+  CHECK_THAT(Why(kernelSpec(DType::F16, 128, 128),
                  BwdSm90Config::parse("bwd90ws.kv64x128s2.lean2.bulk.fused.varlen")),
              Contains(".varlen is not a form of the lean step"));
   BwdSm90Config BulkLean3 = BwdSm90Config::parse("bwd90ws.kv64x128s2.lean3.fused");
   BulkLean3.BulkDq = true;
-  CHECK_THAT(Why(spec(DType::F16, 128, 128), BulkLean3),
+  CHECK_THAT(Why(kernelSpec(DType::F16, 128, 128), BulkLean3),
              Contains("the bulk dQ reduction is a form of .lean2."));
   BwdSm90Config LeanSplit = BwdSm90Config::parse("bwd90ws.kv64x64s2.split.fused");
   LeanSplit.Lean = 1;
-  CHECK_THAT(Why(spec(DType::F16, 256, 256), LeanSplit),
+  CHECK_THAT(Why(kernelSpec(DType::F16, 256, 256), LeanSplit),
              Contains("the lean step is a bwd90ws. mode"));
   BwdSm90Config TwoPass = BwdSm90Config::fused(64, 128, 2);
   TwoPass.TwoPass = true;
-  CHECK_THAT(Why(spec(DType::F16, 128, 128), TwoPass),
+  CHECK_THAT(Why(kernelSpec(DType::F16, 128, 128), TwoPass),
              Contains("the two-pass form is a warp-specialised option"));
   // The generator says the same as a UserError.
   CompiledDefinition Def = compile(examples::mha());
-  CHECK_THROWS_AS(codegen::generateBackwardSm90(Def, spec(DType::F16, 128, 256), C),
+  CHECK_THROWS_AS(codegen::generateBackwardSm90(Def, kernelSpec(DType::F16, 128, 256), C),
                   UserError);
 }
 
@@ -470,7 +461,7 @@ TEST_CASE("bwd_sm90: both dQ modes compile for sm_90a in their tilings",
                {"bwd90.kv64x128s2.q128x64w8", DType::BF16, 128, false}};
   for (const auto &C : Cases) {
     codegen::KernelSource Src = codegen::generateBackwardSm90(
-        Def, spec(C.T, C.D, C.D), BwdSm90Config::parse(C.Config));
+        Def, kernelSpec(C.T, C.D, C.D), BwdSm90Config::parse(C.Config));
     INFO("kernel " << Src.Key);
     CHECK(has(Src.Key, C.Config));
     bool HasDq = std::find(Src.Entries.begin(), Src.Entries.end(), "attnc_bwd_dq") !=
@@ -486,7 +477,7 @@ TEST_CASE("bwd_sm90: both dQ modes compile for sm_90a in their tilings",
   }
   // The default d128 tiling to a CUBIN without wgmma serialisation.
   codegen::KernelSource Src = codegen::generateBackwardSm90(
-      Def, spec(DType::BF16, 128, 128), BwdSm90Config::fused(64, 128, 2));
+      Def, kernelSpec(DType::BF16, 128, 128), BwdSm90Config::fused(64, 128, 2));
   runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
   INFO("kernel " << Src.Key << "\n" << Bin.Log);
   CHECK(!has(Bin.Log, "serialized"));
@@ -509,7 +500,7 @@ TEST_CASE("bwd_sm90: the atomic and warp-specialised modes compile for sm_90a",
   for (const auto &C : Cases) {
     CompiledDefinition Def = compile(C.Def);
     BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
-    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, spec(C.T, C.D, C.D), Cfg);
+    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(C.T, C.D, C.D), Cfg);
     INFO("kernel " << Src.Key);
     CHECK(has(Src.Key, C.Config));
     std::string Ptx = compileToPtx(Src);
@@ -549,7 +540,7 @@ TEST_CASE("bwd_sm90: the ping-pong and dQ-writer modes compile to CUBINs without
   for (const auto &C : Cases) {
     CompiledDefinition Def = compile(C.Def);
     BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
-    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, spec(C.T, 128, 128), Cfg);
+    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(C.T, 128, 128), Cfg);
     INFO("kernel " << Src.Key);
     CHECK(has(Src.Source, "/*kPingPong=*/true") == Cfg.PingPong);
     CHECK(has(Src.Source, "/*kDqWriter=*/true") == Cfg.DqWriter);
@@ -600,12 +591,12 @@ TEST_CASE("bwd_sm90: the lean step compiles to CUBINs without wgmma serialisatio
     return N;
   };
   const size_t LockstepCommits = Commits(compileToPtx(codegen::generateBackwardSm90(
-      Mha, spec(DType::F16, 128, 128), BwdSm90Config::parse("bwd90ws.kv64x128s2.fused"))));
+      Mha, kernelSpec(DType::F16, 128, 128), BwdSm90Config::parse("bwd90ws.kv64x128s2.fused"))));
   CHECK(LockstepCommits == 4);
   for (const auto &C : Cases) {
     CompiledDefinition Def = compile(C.Def);
     BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
-    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, spec(C.T, 128, 128), Cfg);
+    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(C.T, 128, 128), Cfg);
     INFO("kernel " << Src.Key);
     CHECK(has(Src.Source, ("/*kLeanLevel=*/" + std::to_string(Cfg.Lean)).c_str()));
     std::string Ptx = compileToPtx(Src);
@@ -643,7 +634,7 @@ TEST_CASE("bwd_sm90: the turn warp's bulk dQ compiles to CUBINs without wgmma se
   for (const auto &C : Cases) {
     CompiledDefinition Def = compile(C.Def);
     BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
-    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, spec(C.T, 128, 128), Cfg);
+    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(C.T, 128, 128), Cfg);
     INFO("kernel " << Src.Key);
     CHECK(has(Src.Source, "/*kLeanLevel=*/2, /*kBulkDq=*/true>"));
     std::string Ptx = compileToPtx(Src);
@@ -682,7 +673,7 @@ TEST_CASE("bwd_sm90: the column split compiles to CUBINs without wgmma "
   for (const auto &C : Cases) {
     CompiledDefinition Def = compile(C.Def);
     codegen::KernelSource Src = codegen::generateBackwardSm90(
-        Def, spec(C.T, C.D, C.DV), BwdSm90Config::defaultFor(C.D, C.DV));
+        Def, kernelSpec(C.T, C.D, C.DV), BwdSm90Config::defaultFor(C.D, C.DV));
     CHECK(has(Src.Source, "/*kSplit=*/true"));
     runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
     INFO("kernel " << Src.Key << "\n" << Bin.Log);

@@ -30,15 +30,6 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-KernelSpec spec(DType T, int D, int DV, GpuArch Arch = GpuArch::Sm90a) {
-  KernelSpec S;
-  S.Dtype = T;
-  S.HeadDim = D;
-  S.HeadDimV = DV;
-  S.Arch = Arch;
-  return S;
-}
-
 /// What packedBackwardChoice makes of the dense default at \p D / \p DV:
 /// its .varlen form on the plain lockstep step (the lean step, the d128
 /// default, has no packed form).
@@ -55,7 +46,7 @@ void compilePacked(const std::string &Name, int D, int DV) {
   CompiledDefinition Def = compile(gputest::makeDefinition(Name));
   for (DType T : {DType::F16, DType::BF16}) {
     BwdSm90Config Cfg = packedDefault(D, DV);
-    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, spec(T, D, DV), Cfg);
+    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(T, D, DV), Cfg);
     INFO("kernel " << Src.Key);
     CHECK(has(Src.Source, "attnc::BwdDkDvSm90Varlen<"));
     CHECK(has(Src.Key, ".varlen"));
@@ -95,7 +86,7 @@ TEST_CASE("bwd_sm90 varlen: configuration strings and refusals", "[bwd90][varlen
     CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains("(then .varlen for packed calls)"));
   // Parsed, but refused: the packed kernel is the lockstep warp-specialised
   // step's.
-  KernelSpec S = spec(DType::F16, 128, 128);
+  KernelSpec S = kernelSpec(DType::F16, 128, 128);
   for (const char *Refused : {"bwd90.kv64x128s2.fused.varlen", "bwd90ws.kv64x128s2.pp.fused.varlen",
                               "bwd90ws.kv64x128s2.dqw.fused.varlen"})
     CHECK_THAT(codegen::bwdSm90Unsupported(S, BwdSm90Config::parse(Refused), 1, false),
@@ -150,10 +141,10 @@ TEST_CASE("bwd_sm90 varlen: the dense form's source has no packed code",
   BwdSm90Config P = packedDefault(128, 128);
   BwdSm90Config Plain = P;
   Plain.Varlen = false;
-  codegen::KernelSource A = codegen::generateBackwardSm90(Def, spec(DType::F16, 128, 128), Dense);
-  codegen::KernelSource B = codegen::generateBackwardSm90(Def, spec(DType::F16, 128, 128), P);
+  codegen::KernelSource A = codegen::generateBackwardSm90(Def, kernelSpec(DType::F16, 128, 128), Dense);
+  codegen::KernelSource B = codegen::generateBackwardSm90(Def, kernelSpec(DType::F16, 128, 128), P);
   codegen::KernelSource APlain =
-      codegen::generateBackwardSm90(Def, spec(DType::F16, 128, 128), Plain);
+      codegen::generateBackwardSm90(Def, kernelSpec(DType::F16, 128, 128), Plain);
   for (const codegen::KernelSource *D : {&A, &APlain}) {
     CHECK(!has(D->Source, "varlen"));
     CHECK(!has(D->Source, "Varlen"));
@@ -171,7 +162,7 @@ TEST_CASE("bwd_sm90 varlen: mha's packed form compiles to a CUBIN without wgmma 
           "[nvrtc][bwd90][varlen]") {
   CompiledDefinition Def = compile(gputest::makeDefinition("mha"));
   BwdSm90Config Cfg = packedDefault(128, 128);
-  codegen::KernelSource Src = codegen::generateBackwardSm90(Def, spec(DType::F16, 128, 128), Cfg);
+  codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(DType::F16, 128, 128), Cfg);
   runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
   INFO("kernel " << Src.Key << "\n" << Bin.Log);
   CHECK(std::memcmp(Bin.Cubin.data(), "\x7f" "ELF", 4) == 0);

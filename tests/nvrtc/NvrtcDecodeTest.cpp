@@ -25,15 +25,6 @@ using codegen::KernelSpec;
 
 namespace {
 
-KernelSpec spec(DType T, int D, int DV, GpuArch Arch) {
-  KernelSpec S;
-  S.Dtype = T;
-  S.HeadDim = D;
-  S.HeadDimV = DV;
-  S.Arch = Arch;
-  return S;
-}
-
 /// f16 on sm_80 and bf16 on sm_90a at d128 (default configuration) to
 /// CUBIN, with the entries the merge kind calls for; the PTX of one has the
 /// tensor-core instructions and, with a merge, the merge kernel.
@@ -42,7 +33,7 @@ void compileDecode(const std::string &Name) {
   MergeKind M = analysis::analyzeMerge(*Def.Graph).Kind;
   for (auto [T, Arch] : {std::pair{DType::F16, GpuArch::Sm80},
                          std::pair{DType::BF16, GpuArch::Sm90a}}) {
-    KernelSpec S = spec(T, 128, 128, Arch);
+    KernelSpec S = kernelSpec(T, 128, 128, Arch);
     codegen::KernelSource Src =
         codegen::generateDecode(Def, S, DecodeConfig::defaultFor(128, 128, Arch));
     INFO("kernel " << Src.Key);
@@ -91,11 +82,11 @@ TEST_CASE("decode: configuration strings", "[decode]") {
   // d256 does not fit three stages of 64 keys on sm_80 (163 KiB).
   CHECK(DecodeConfig::defaultFor(128, 128, GpuArch::Sm80).Stages == 3);
   CHECK(DecodeConfig::defaultFor(256, 256, GpuArch::Sm80).Stages == 2);
-  CHECK(codegen::decodeConfigError(spec(DType::F16, 96, 96, GpuArch::Sm80),
+  CHECK(codegen::decodeConfigError(kernelSpec(DType::F16, 96, 96, GpuArch::Sm80),
                                    DecodeConfig{}) ==
         "head_dim 96 is not supported by decode_sm80; expected 64, 128, 192 "
         "or 256");
-  CHECK(codegen::decodeConfigError(spec(DType::F16, 256, 256, GpuArch::Sm80),
+  CHECK(codegen::decodeConfigError(kernelSpec(DType::F16, 256, 256, GpuArch::Sm80),
                                    DecodeConfig{16, 128, 4, 4}) ==
         "config dec.m16n128w4s4 needs 532480 bytes of shared memory for "
         "d256/256; sm_80 has 166912");
@@ -207,7 +198,7 @@ TEST_CASE("decode: the paged kernels compile for each merge kind",
        {"mha", "sigmoid_attn", "retention", "alibi_learnable"}) {
     CompiledDefinition Def = compile(testsupport::registry().get(Name));
     MergeKind M = analysis::analyzeMerge(*Def.Graph).Kind;
-    KernelSpec S = spec(DType::F16, 128, 128, GpuArch::Sm80);
+    KernelSpec S = kernelSpec(DType::F16, 128, 128, GpuArch::Sm80);
     codegen::KernelSource Src = codegen::generatePagedDecode(
         Def, S, DecodeConfig::defaultFor(128, 128, GpuArch::Sm80));
     INFO("kernel " << Src.Key);

@@ -3,7 +3,10 @@
 #ifndef ATTNC_TESTS_NVRTC_NVRTCPTX_H
 #define ATTNC_TESTS_NVRTC_NVRTCPTX_H
 
+#include "attn/GpuArch.h"
+#include "attn/codegen/Codegen.h"
 #include "attn/codegen/KernelSource.h"
+#include "attn/dsl/Problem.h"
 #include "attn/runtime/Compiler.h"
 #include "attn/runtime/DeviceLibrary.h"
 
@@ -51,6 +54,18 @@ inline std::string compileToPtx(const codegen::KernelSource &Src) {
   nvrtcGetPTX(Prog, Ptx.data());
   nvrtcDestroyProgram(&Prog);
   return Ptx;
+}
+
+/// The kernel spec most NVRTC tests start from: a dtype, the head dims and
+/// an arch, everything else the default.
+inline codegen::KernelSpec kernelSpec(DType T, int D, int DV,
+                                      GpuArch Arch = GpuArch::Sm90a) {
+  codegen::KernelSpec S;
+  S.Dtype = T;
+  S.HeadDim = D;
+  S.HeadDimV = DV;
+  S.Arch = Arch;
+  return S;
 }
 
 inline bool has(const std::string &Text, const char *What) {
