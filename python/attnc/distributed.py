@@ -482,7 +482,9 @@ def linear_attention_cp(q, k, v, definition, decay=None, group=None,
     if final is None:  # the last rank's final state is nobody's input
         d, dv = q.shape[-1], v.shape[-1]
         final = transform.new_zeros((b, h, d, dv))
-    packed = torch.cat([final.reshape(b, h, -1), transform[..., None]], -1)
+    # float32 on every rank (attnc's states are), whatever a rank computed.
+    packed = torch.cat([final.reshape(b, h, -1).to(torch.float32),
+                        transform[..., None]], -1)
     parts = _gather(packed, group, world, grads)
     finals = [p[..., :-1].reshape(final.shape) for p in parts]
     transforms = [p[..., -1] for p in parts]
