@@ -230,7 +230,7 @@ def decay_log(support: LinearCpSupport, f: Backend, decay, inputs, batch,
     return values[support.decay_root]
 
 
-# -- the scan ------------------------------------------------------------------
+# -- the scan -----------------------------------------------------------------
 
 def initial_state(transforms, finals, rank, mul):
     """Rank rank's initial state from the ranks before it: with shard j

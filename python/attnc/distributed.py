@@ -485,6 +485,12 @@ def linear_attention_cp(q, k, v, definition, decay=None, group=None,
     # float32 on every rank (attnc's states are), whatever a rank computed.
     packed = torch.cat([final.reshape(b, h, -1).to(torch.float32),
                         transform[..., None]], -1)
+    if grads and not packed.requires_grad:
+        # Every rank's gather must be in its autograd graph (its backward
+        # is a collective), also where this rank's (A_r, S_r) depend on
+        # nothing that requires grad (the last rank of mamba2 with
+        # constant dt and A).
+        packed.requires_grad_()
     parts = _gather(packed, group, world, grads)
     finals = [p[..., :-1].reshape(final.shape) for p in parts]
     transforms = [p[..., -1] for p in parts]
