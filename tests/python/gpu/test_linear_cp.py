@@ -145,6 +145,8 @@ def worker():
                 failures.append(f"rank {rank} {name} {what}: error "
                                 f"{err:.3g}, single-GPU error "
                                 f"{plain_err:.3g}")
+        if rank == 0:  # progress, in case a later case does not finish
+            print(f"{name} b{b} h{h} s{n}: done", flush=True)
         if rank == world - 1:  # the state passed must matter
             with torch.no_grad():
                 alone = attnc.torch.linear_attention(
