@@ -188,8 +188,9 @@ def ring_support(definition, where: str = "attnc.distributed") -> RingSupport:
     name = graph.get("name", "?")
     if graph.get("kind") != "attention":
         raise _lib.NotSupportedYet(
-            f"{where}: '{name}' is linear attention; passing its state "
-            "across ranks is not built yet")
+            f"{where}: '{name}' is linear attention; its state passes "
+            "across ranks with attnc.distributed.linear_attention_cp, not "
+            "around a ring")
     nodes = graph["nodes"]
     functions = {f["name"]: [r["node"] for r in f["results"]]
                  for f in graph["functions"]}

@@ -293,7 +293,8 @@ class Definitions(unittest.TestCase):
                 ("mha_document", "its mask is not q_idx >= kv_idx"),
                 ("mha_prefix_lm", "its mask is not q_idx >= kv_idx"),
                 ("alibi_learnable", "score_mod reads q_idx or kv_idx"),
-                ("simple_gla", "is linear attention")):
+                ("simple_gla", "is linear attention; its state passes "
+                 "across ranks with attnc.distributed.linear_attention_cp")):
             with self.assertRaises(attnc.NotSupportedYet, msg=name) as e:
                 plan.ring_support(attnc.example(name))
             self.assertIn(says, str(e.exception))
