@@ -27,7 +27,7 @@ __device__ __forceinline__ float relu(float x) {
 
 /// The IR's floordiv and mod (docs/ir-semantics.md): floor division and the
 /// remainder with the divisor's sign; a zero divisor gives 0 and a. On
-/// int32 by a reciprocal (int_div.cuh): no integer division per element.
+/// int32 int_div.cuh's branch-free form.
 __device__ __forceinline__ int floordiv(int a, int b) { return floordiv_int(a, b); }
 __device__ __forceinline__ int floormod(int a, int b) { return floormod_int(a, b); }
 __device__ __forceinline__ float floordiv(float a, float b) {
