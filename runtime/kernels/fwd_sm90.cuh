@@ -524,20 +524,28 @@ struct FwdSm90 {
       act[0] = act[1] = 0;
     // Columns outside, rows inside: each key index is used for both rows
     // at once instead of being kept live from the first row to the second.
+    // The mask is evaluated on every element, at a key clamped into the
+    // sequence (any key of it may be read) and then dropped past its end,
+    // not behind a test of the key: evaluated conditionally, each element's
+    // mask is a branch region of its own, so that what elements share (a
+    // key's floordiv by the chunk for both rows, the divisor's reciprocal)
+    // is not shared and ptxas does not interleave one element's division
+    // with the next's.
 #pragma unroll
     for (int c = 0; c < 2 * NT; ++c) {
       const int ki = f.col(c);
+      const int kc = ki < seq_kv ? ki : seq_kv - 1; // seq_kv >= 1: a block is visited
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int qi = f.row(r);
         if constexpr (!Variant::kScoreScaleFolded)
           f.at(r, c) = Variant::score_mod(in, f.at(r, c), b, h, qi, ki);
         if constexpr (kInf) {
-          const bool keep = ki < seq_kv && Variant::mask(in, b, h, qi, ki);
+          const bool keep = (ki < seq_kv) & Variant::mask(in, b, h, qi, kc);
           f.at(r, c) = keep ? f.at(r, c) : -__int_as_float(0x7f800000);
           row_keeps[r] |= keep;
         } else if constexpr (!kFull) {
-          act[r] |= typename Frag::ActWord(ki < seq_kv && Variant::mask(in, b, h, qi, ki))
+          act[r] |= typename Frag::ActWord((ki < seq_kv) & Variant::mask(in, b, h, qi, kc))
                     << c;
         }
       }

@@ -2,6 +2,7 @@
 #ifndef ATTNC_VARIANT_SUPPORT_CUH
 #define ATTNC_VARIANT_SUPPORT_CUH
 
+#include "attnc/int_div.cuh"
 #include "attnc/mask_interval.cuh"
 #include "attnc/sm80_primitives.cuh"
 
@@ -25,21 +26,10 @@ __device__ __forceinline__ float relu(float x) {
 }
 
 /// The IR's floordiv and mod (docs/ir-semantics.md): floor division and the
-/// remainder with the divisor's sign; a zero divisor gives 0 and a. Integer
-/// division truncates, so a quotient with a remainder of the other sign is
-/// one too large.
-__device__ __forceinline__ int floordiv(int a, int b) {
-  if (b == 0)
-    return 0;
-  const int q = a / b;
-  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-__device__ __forceinline__ int floormod(int a, int b) {
-  if (b == 0)
-    return a;
-  const int r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
+/// remainder with the divisor's sign; a zero divisor gives 0 and a. On
+/// int32 int_div.cuh's branch-free form.
+__device__ __forceinline__ int floordiv(int a, int b) { return floordiv_int(a, b); }
+__device__ __forceinline__ int floormod(int a, int b) { return floormod_int(a, b); }
 __device__ __forceinline__ float floordiv(float a, float b) {
   return b == 0.0f ? 0.0f : floorf(a / b);
 }
