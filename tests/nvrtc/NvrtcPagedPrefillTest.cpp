@@ -35,8 +35,9 @@ KernelSpec spec(DType T, GpuArch Arch) {
   return S;
 }
 
-/// CUBIN and PTX checks of one paged prefill kernel; its PTX.
-std::string compileOne(const codegen::KernelSource &Src, bool Sm90) {
+/// CUBIN and PTX checks of one paged prefill kernel; its PTX, and its
+/// CUBIN's stack frame in \p Frame if given.
+std::string compileOne(const codegen::KernelSource &Src, bool Sm90, int *Frame = nullptr) {
   INFO("kernel " << Src.Key);
   REQUIRE(Src.Entries == std::vector<std::string>{"attnc_fwd_paged"});
   runtime::CompiledCubin C;
@@ -58,12 +59,10 @@ std::string compileOne(const codegen::KernelSource &Src, bool Sm90) {
     CHECK(has(Ptx, "mma.sync.aligned.m16n8k16.row.col.f32"));
     CHECK(has(Ptx, "cp.async.cg.shared.global"));
   }
-  if (Sm90) {
-    // No spills: the producer runs at 24 registers (setmaxnreg).
-    runtime::KernelResources R = runtime::readCubinResources(
-        llvm::StringRef(C.Cubin.data(), C.Cubin.size()), "attnc_fwd_paged");
-    CHECK(R.StackFrameBytes == 0);
-  }
+  if (Frame)
+    *Frame = runtime::readCubinResources(llvm::StringRef(C.Cubin.data(), C.Cubin.size()),
+                                         "attnc_fwd_paged")
+                 .StackFrameBytes;
   return Ptx;
 }
 
@@ -152,10 +151,14 @@ TEST_CASE("paged prefill: fwd_sm90's thread and warp loads compile (f16)",
   CompiledDefinition Def = compile(testsupport::registry().get("mha"));
   KernelSpec S = spec(DType::F16, GpuArch::Sm90a);
   codegen::Sm90Config C90 = codegen::Sm90Config::defaultFor(128, 128);
+  int FT = -1, FW = -1;
   std::string PT = compileOne(
-      codegen::generatePagedPrefillSm90(Def, S, C90, codegen::PagedLoad::Thread), true);
+      codegen::generatePagedPrefillSm90(Def, S, C90, codegen::PagedLoad::Thread), true, &FT);
   std::string PW = compileOne(
-      codegen::generatePagedPrefillSm90(Def, S, C90, codegen::PagedLoad::Warp), true);
+      codegen::generatePagedPrefillSm90(Def, S, C90, codegen::PagedLoad::Warp), true, &FW);
+  // No spills in either (the producer runs at 24 registers, setmaxnreg).
+  CHECK(FT == 0);
+  CHECK(FW == 0);
   auto Count = [](const std::string &Ptx, const std::string &What) {
     size_t N = 0;
     for (size_t At = Ptx.find(What); At != std::string::npos; At = Ptx.find(What, At + 1))
