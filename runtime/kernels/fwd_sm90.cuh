@@ -15,6 +15,7 @@
 #include "attnc/attention_args.cuh"
 #include "attnc/fwd_sm80.cuh"
 #include "attnc/paged_fwd.cuh"
+#include "attnc/paged_fwd_sm90.cuh"
 #include "attnc/sm90_primitives.cuh"
 #include "attnc/sm90_wgmma.cuh"
 #include "attnc/varlen.cuh"
@@ -96,7 +97,7 @@ struct FwdSm90 {
   /// past the sequence's end are zeroed by the consumers, since a page's
   /// free slots may hold anything).
   /// kWarp: the producer's first warp issues the boxes (PagedLoad::Warp,
-  /// produce_pages_warp), else its first thread.
+  /// paged_fwd_sm90.cuh's paged_produce_warp), else its first thread.
   struct RowsKV {
     static constexpr bool kPaged = false;
     static constexpr bool kWarp = false;
@@ -233,8 +234,8 @@ struct FwdSm90 {
         setmaxnreg_dec<kProducerRegs>();
       if constexpr (KV::kWarp) {
         if (threadIdx.x < 32 && vis.count > 0)
-          produce_pages_warp(a, maps, sp, vis, m_block, bh, base, bar_q, bar_full, bar_empty,
-                             kv);
+          paged_produce_warp<FwdSm90, kD, kDV, kBlockM, kBlockN, kStages>(
+              a, maps, sp, vis, m_block, bh, base, bar_q, bar_full, bar_empty, kv);
       } else {
         if (threadIdx.x == 0 && vis.count > 0)
           produce(a, maps, sp, vis, m_block, bh, base, bar_q, bar_full, bar_empty, kv);
@@ -336,73 +337,6 @@ struct FwdSm90 {
           tma_load_4d(s_k + kKBytes + s * kKVSlab, &maps.v, s * 64,
                       tma_coord(1, maps.v_pos, row, hk, b), tma_coord(2, maps.v_pos, row, hk, b),
                       tma_coord(3, maps.v_pos, row, hk, b), bar);
-      }
-    }
-  }
-
-  /// PagedLoad::Warp's producer, the producer warpgroup's first warp: lane
-  /// i < kBlockN / rows owns box i of every block (the page of keys
-  /// row + i·rows; paged_box). Its page index is read one block ahead, so
-  /// that the load is in flight while the warp waits for the stage to be
-  /// free, not after (the thread producer's loads, one per page, follow
-  /// the wait). Lane 0 loads Q and arms each stage's barrier before the
-  /// lanes issue their boxes (__syncwarp).
-  template <class KV>
-  __device__ static void produce_pages_warp(const FwdArgs &a, const Sm90Maps &maps,
-                                            const SeqSpan &sp, const Visits &vis, int m_block,
-                                            int bh, u32 base, u32 bar_q, u32 bar_full,
-                                            u32 bar_empty, const KV &kv) {
-    static_assert(KV::kPaged, "paged calls only");
-    const int lane = threadIdx.x % 32;
-    const int h = bh % a.heads;
-    const int count = vis.count;
-    const int hk = h / (a.heads / a.heads_kv);
-    if (lane == 0) {
-      tma_prefetch_desc(&maps.q);
-      tma_prefetch_desc(&maps.k);
-      tma_prefetch_desc(&maps.v);
-      // A paged call's q is packed: one batch of all tokens.
-      const int qrow = sp.q0 + m_block * kBlockM;
-      mbar_arrive_expect_tx(bar_q, kQBytes);
-#pragma unroll
-      for (int s = 0; s < kD / 64; ++s)
-        tma_load_4d(base + s * kQSlab, &maps.q, s * 64, tma_coord(1, maps.q_pos, qrow, h, 0),
-                    tma_coord(2, maps.q_pos, qrow, h, 0), tma_coord(3, maps.q_pos, qrow, h, 0),
-                    bar_q);
-    }
-    // Pages of 8 tokens and more (kernelFor): at most 16 boxes a block.
-    const bool mine = lane * kv.rows < kBlockN;
-    auto box = [&](int j) {
-      bool full;
-      const int row = sp.kv0 + block_of(vis, sp, entry_of(vis, j), full) * kBlockN;
-      return paged_box(kv.pages, kv.shift, sp.seq_kv, row + lane * kv.rows);
-    };
-    PagedSlot next = mine ? box(0) : PagedSlot{0, 0};
-    for (int j = 0; j < count; ++j) {
-      const int stage = j % kStages;
-      const PagedSlot at = next;
-      if (mine && j + 1 < count)
-        next = box(j + 1);
-      if (j >= kStages)
-        mbar_wait(bar_empty + 8 * stage, ((j / kStages) + 1) & 1);
-      const u32 bar = bar_full + 8 * stage;
-      const u32 s_k = base + kQBytes + stage * kStageBytes + lane * kv.rows * 128;
-      if (lane == 0)
-        mbar_arrive_expect_tx(bar, kStageBytes);
-      __syncwarp();
-      if (mine) {
-#pragma unroll
-        for (int s = 0; s < kD / 64; ++s)
-          tma_load_4d(s_k + s * kKVSlab, &maps.k, s * 64,
-                      tma_coord(1, maps.k_pos, at.slot, hk, at.page),
-                      tma_coord(2, maps.k_pos, at.slot, hk, at.page),
-                      tma_coord(3, maps.k_pos, at.slot, hk, at.page), bar);
-#pragma unroll
-        for (int s = 0; s < kDV / 64; ++s)
-          tma_load_4d(s_k + kKBytes + s * kKVSlab, &maps.v, s * 64,
-                      tma_coord(1, maps.v_pos, at.slot, hk, at.page),
-                      tma_coord(2, maps.v_pos, at.slot, hk, at.page),
-                      tma_coord(3, maps.v_pos, at.slot, hk, at.page), bar);
       }
     }
   }

@@ -137,8 +137,12 @@ PagedLoad parsePagedLoad(const std::string &Text) {
 }
 
 PagedLoad defaultPagedLoad(int64_t PageSize) {
-  (void)PageSize;
-  return PagedLoad::Warp;
+  // Measured on an H200 (docs/performance-log.md, 2026-11-27): pages of 16
+  // (8 boxes a block of 128 keys) 542 TFLOPS by the warp against 455 by
+  // the thread; pages of 64 and 256 (2 and 1 boxes) 604 and 600 against
+  // 610 and 613. Pages of 8 and 32 (not measured) go with their
+  // neighbours: several boxes a block.
+  return PageSize < 64 ? PagedLoad::Warp : PagedLoad::Thread;
 }
 
 KernelSource generatePagedPrefillSm90(const CompiledDefinition &Def,
