@@ -169,7 +169,6 @@ PagedPrefillRunner::PagedPrefillRunner(const CompiledDefinition &Def,
     Load = codegen::parsePagedLoad(Env);
 }
 
-
 PagedPrefillRunner::Kernel &PagedPrefillRunner::kernelFor(int64_t PageSize) {
   const std::optional<codegen::PagedLoad> L = prefillLoadFor(Use90, PageSize, Load);
   const bool Sm90 = L.has_value();
