@@ -15,6 +15,7 @@
 #include "attnc/attention_args.cuh"
 #include "attnc/fwd_sm80.cuh"
 #include "attnc/paged_fwd.cuh"
+#include "attnc/paged_fwd_sm90.cuh"
 #include "attnc/sm90_primitives.cuh"
 #include "attnc/sm90_wgmma.cuh"
 #include "attnc/varlen.cuh"
@@ -95,11 +96,15 @@ struct FwdSm90 {
   /// rows = min(page size, kBlockN), at the page's slot; the block's rows
   /// past the sequence's end are zeroed by the consumers, since a page's
   /// free slots may hold anything).
+  /// kWarp: the producer's first warp issues the boxes (PagedLoad::Warp,
+  /// paged_fwd_sm90.cuh's paged_produce_warp), else its first thread.
   struct RowsKV {
     static constexpr bool kPaged = false;
+    static constexpr bool kWarp = false;
   };
-  struct PagesKV {
+  template <bool W> struct PagesKV {
     static constexpr bool kPaged = true;
+    static constexpr bool kWarp = W;
     const int *pages;
     int shift, rows;
   };
@@ -135,6 +140,18 @@ struct FwdSm90 {
   /// (makeSm90PagedMaps). A malformed sequence gets NaN rows.
   __device__ static void run_paged(const PagedFwdArgs &p, const typename Variant::Inputs &in,
                                    const Sm90Maps &maps, unsigned char *smem) {
+    paged<false>(p, in, maps, smem);
+  }
+  /// run_paged with the K/V boxes issued by the producer's first warp.
+  __device__ static void run_paged_warp(const PagedFwdArgs &p,
+                                        const typename Variant::Inputs &in,
+                                        const Sm90Maps &maps, unsigned char *smem) {
+    paged<true>(p, in, maps, smem);
+  }
+  template <bool kWarpLoad>
+  __device__ static __forceinline__ void paged(const PagedFwdArgs &p,
+                                               const typename Variant::Inputs &in,
+                                               const Sm90Maps &maps, unsigned char *smem) {
     static_assert((kBlockN & (kBlockN - 1)) == 0,
                   "a block of a power-of-two keys lies in one page or covers whole pages");
     const FwdArgs &a = p.f;
@@ -149,7 +166,8 @@ struct FwdSm90 {
       return;
     }
     const int rows = min(1 << p.page_shift, kBlockN);
-    body(a, in, maps, smem, s.sp, m_block, bh, PagesKV{s.pages, p.page_shift, rows});
+    body(a, in, maps, smem, s.sp, m_block, bh,
+         PagesKV<kWarpLoad>{s.pages, p.page_shift, rows});
   }
 
   template <class KV>
@@ -214,8 +232,14 @@ struct FwdSm90 {
     if (wg == 0) {
       if constexpr (kConsumers == 2)
         setmaxnreg_dec<kProducerRegs>();
-      if (threadIdx.x == 0 && vis.count > 0)
-        produce(a, maps, sp, vis, m_block, bh, base, bar_q, bar_full, bar_empty, kv);
+      if constexpr (KV::kWarp) {
+        if (threadIdx.x < 32 && vis.count > 0)
+          paged_produce_warp<FwdSm90, kD, kDV, kBlockM, kBlockN, kStages>(
+              a, maps, sp, vis, m_block, bh, base, bar_q, bar_full, bar_empty, kv);
+      } else {
+        if (threadIdx.x == 0 && vis.count > 0)
+          produce(a, maps, sp, vis, m_block, bh, base, bar_q, bar_full, bar_empty, kv);
+      }
     } else {
       if constexpr (kConsumers == 2)
         setmaxnreg_inc<kConsumerRegs>();
@@ -287,9 +311,7 @@ struct FwdSm90 {
         // sequence's end read page 0 (every sequence's indices were
         // checked; the consumers zero those rows).
         for (int j = 0; j < kBlockN; j += kv.rows) {
-          const int t = row + j;
-          const PagedSlot at = t < sp.seq_kv ? paged_slot(kv.pages, kv.shift, t)
-                                             : PagedSlot{0, t & ((1 << kv.shift) - 1)};
+          const PagedSlot at = paged_box(kv.pages, kv.shift, sp.seq_kv, row + j);
           const int page = at.page, slot = at.slot;
 #pragma unroll
           for (int s = 0; s < kD / 64; ++s)

@@ -55,6 +55,14 @@ ATTNC_PAGED_FN PagedSlot paged_slot(const int *pages, int shift, int t) {
   return PagedSlot{pages[t >> shift], t & ((1 << shift) - 1)};
 }
 
+/// The page and slot of the TMA box (fwd_sm90's paged load) that starts at
+/// token t of a sequence of \p len keys: t's, or for t at or past the end,
+/// page 0 at t's slot (every sequence's indices were checked, so page 0
+/// exists; the consumers zero the rows past the end).
+ATTNC_PAGED_FN PagedSlot paged_box(const int *pages, int shift, int len, int t) {
+  return t < len ? paged_slot(pages, shift, t) : PagedSlot{0, t & ((1 << shift) - 1)};
+}
+
 /// The element offset of token t from its KV head's start in the cache,
 /// page and slot strides \p ps and \p ss.
 ATTNC_PAGED_FN long long paged_token_offset(const int *pages, int shift, int t, long long ps,

@@ -14,6 +14,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 namespace attn::runtime {
 
 namespace {
@@ -140,6 +142,16 @@ PrefillCall validatePrefillCall(const ir::Graph &G, const Signature &Sig,
   return R;
 }
 
+std::optional<codegen::PagedLoad>
+prefillLoadFor(bool Use90, int64_t PageSize,
+               std::optional<codegen::PagedLoad> Named) {
+  // fwd_sm90 loads a block as one TMA box a page: boxes of at least 8 rows
+  // (the 128-byte swizzle's period), so pages of 8 tokens and more.
+  if (!Use90 || PageSize < 8)
+    return std::nullopt;
+  return Named ? *Named : codegen::defaultPagedLoad(PageSize);
+}
+
 PagedPrefillRunner::PagedPrefillRunner(const CompiledDefinition &Def,
                                        const KernelTarget &T,
                                        const codegen::FwdConfig &C,
@@ -151,18 +163,21 @@ PagedPrefillRunner::PagedPrefillRunner(const CompiledDefinition &Def,
   // (the defaults' 64 and 128 do).
   Use90 = AllowSm90 && codegen::sm90Unsupported(Spec, Config90).empty() &&
           (Config90.BlockN & (Config90.BlockN - 1)) == 0;
+  // A measurement switch: every page size's fwd_sm90 kernel issues its
+  // boxes as named (docs/runtime.md).
+  if (const char *Env = std::getenv("ATTNC_PAGED_LOAD"); Env && *Env)
+    Load = codegen::parsePagedLoad(Env);
 }
 
 PagedPrefillRunner::Kernel &PagedPrefillRunner::kernelFor(int64_t PageSize) {
-  // fwd_sm90 loads a block as one TMA box a page: boxes of at least 8 rows
-  // (the 128-byte swizzle's period), so pages of 8 tokens and more.
-  const bool Sm90 = Use90 && PageSize >= 8;
-  std::unique_ptr<Kernel> &K = Sm90 ? K90 : K80;
+  const std::optional<codegen::PagedLoad> L = prefillLoadFor(Use90, PageSize, Load);
+  const bool Sm90 = L.has_value();
+  std::unique_ptr<Kernel> &K = Sm90 ? K90[int(*L)] : K80;
   if (!K) {
     K = std::make_unique<Kernel>();
     K->Sm90 = Sm90;
     if (Sm90) {
-      K->Source = codegen::generatePagedPrefillSm90(Def, Spec, Config90);
+      K->Source = codegen::generatePagedPrefillSm90(Def, Spec, Config90, *L);
       K->BlockM = Config90.BlockM;
       K->BlockN = Config90.BlockN;
       K->Threads = Config90.threads();
@@ -198,7 +213,7 @@ PrefillPlan PagedPrefillRunner::plan(const PrefillBounds &B) {
 
 const PagedPrefillRunner::Kernel *
 PagedPrefillRunner::kernelOf(const PrefillPlan &P) const {
-  for (const std::unique_ptr<Kernel> *K : {&K80, &K90})
+  for (const std::unique_ptr<Kernel> *K : {&K80, &K90[0], &K90[1]})
     if (*K && (*K)->Source.Key == P.KernelKey && (*K)->Module.loaded())
       return K->get();
   return nullptr;

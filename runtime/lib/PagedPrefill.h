@@ -10,6 +10,8 @@
 #include "attn/codegen/Codegen.h"
 #include "attn/runtime/Paged.h"
 
+#include <optional>
+
 namespace attn::runtime {
 
 /// A paged prefill call whose arguments passed validatePrefillCall.
@@ -40,11 +42,21 @@ PrefillCall validatePrefillCall(const ir::Graph &G, const Signature &Sig,
                                 const TensorView *Finals,
                                 const InputMap &Inputs);
 
+/// How paged prefill's kernel for pages of \p PageSize loads K/V: none
+/// where fwd_sm80's kernel runs them (fwd_sm90 does not serve the call,
+/// \p Use90 false, or pages of fewer than 8 tokens: fwd_sm90's TMA boxes
+/// need 8 rows, the 128-byte swizzle's period), else fwd_sm90's with
+/// \p Named's PagedLoad if given, defaultPagedLoad's if not.
+std::optional<codegen::PagedLoad>
+prefillLoadFor(bool Use90, int64_t PageSize,
+               std::optional<codegen::PagedLoad> Named);
+
 /// The paged prefill kernels of one definition and signature: fwd_sm80's
 /// attnc_fwd_paged (every arch, every page size) and, on sm_90a where
 /// fwd_sm90 runs the head dims and the signature does not name fwd_sm80,
-/// fwd_sm90's (pages of 8 tokens and more: one TMA box a page). Each is
-/// compiled on first need (source()) and loaded on the first plan.
+/// fwd_sm90's (pages of 8 tokens and more: one TMA box a page, issued as
+/// defaultPagedLoad says for the page size, or as ATTNC_PAGED_LOAD names).
+/// Each is compiled on first need (source()) and loaded on the first plan.
 class PagedPrefillRunner {
 public:
   PagedPrefillRunner(const CompiledDefinition &Def, const KernelTarget &T,
@@ -79,7 +91,10 @@ private:
   codegen::KernelSpec Spec;
   codegen::Sm90Config Config90;
   bool Use90 = false;
-  std::unique_ptr<Kernel> K80, K90;
+  /// ATTNC_PAGED_LOAD's PagedLoad; none: defaultPagedLoad's.
+  std::optional<codegen::PagedLoad> Load;
+  std::unique_ptr<Kernel> K80, K90[2]; // K90 by PagedLoad
+  static_assert(int(codegen::PagedLoad::Thread) == 0 && int(codegen::PagedLoad::Warp) == 1);
 };
 
 } // namespace attn::runtime

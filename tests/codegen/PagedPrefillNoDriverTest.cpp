@@ -2,6 +2,7 @@
 // (paged_index.cuh, run on the host) against the host model of Paged.h on
 // well-formed and malformed page descriptions, the plan's arithmetic, and
 // every argument check of prefillPaged, planPrefill and runPrefill.
+#include "PagedPrefill.h"
 #include "PagedTestSupport.h"
 
 #include "Examples.h"
@@ -134,9 +135,43 @@ TEST_CASE("paged prefill: the kernels' index math follows the host model",
                                                      G.SlotStride) ==
                                pagedOffset(H, MaxPages, G, b, t, 0);
           CHECK(Same);
+          // fwd_sm90's boxes: a box at any token of the sequence or up to
+          // two blocks of 128 past its end (page 0 at the token's slot).
+          bool SameBox = true;
+          for (int t = 0; t < L.len + 256; ++t) {
+            const attnc::PagedSlot At = attnc::paged_box(L.pages, Shift, L.len, t);
+            const int64_t Want = t < L.len ? pagedOffset(H, MaxPages, G, b, t, 0)
+                                           : (t % PS) * G.SlotStride;
+            SameBox = SameBox && At.page * G.PageStride + At.slot * G.SlotStride == Want;
+          }
+          CHECK(SameBox);
         }
       }
   CHECK(Malformed >= 30); // the malformed cases were met
+}
+
+TEST_CASE("paged prefill: which kernel and load a page size takes",
+          "[runtime][paged][prefill]") {
+  using codegen::PagedLoad;
+  for (int64_t PS : {1, 2, 4, 8, 16, 64, 128, 256, 1024}) {
+    INFO("page size " << PS);
+    // fwd_sm80's kernel where fwd_sm90 does not serve the signature, and
+    // for pages under 8 tokens (a TMA box's 8 rows).
+    CHECK_FALSE(prefillLoadFor(false, PS, std::nullopt).has_value());
+    CHECK_FALSE(prefillLoadFor(false, PS, PagedLoad::Warp).has_value());
+    if (PS < 8) {
+      CHECK_FALSE(prefillLoadFor(true, PS, std::nullopt).has_value());
+      CHECK_FALSE(prefillLoadFor(true, PS, PagedLoad::Thread).has_value());
+      continue;
+    }
+    // The warp's loads where a block of 128 keys spans several pages
+    // (measured faster at pages of 16), the thread's from pages of 64 on
+    // (measured faster at 64 and 256).
+    CHECK(prefillLoadFor(true, PS, std::nullopt) ==
+          (PS < 64 ? PagedLoad::Warp : PagedLoad::Thread));
+    CHECK(prefillLoadFor(true, PS, PagedLoad::Thread) == PagedLoad::Thread);
+    CHECK(prefillLoadFor(true, PS, PagedLoad::Warp) == PagedLoad::Warp);
+  }
 }
 
 TEST_CASE("paged prefill: the plan's grid and bounds", "[runtime][paged][prefill]") {

@@ -22,7 +22,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
+#include <optional>
+#include <string>
 
 using namespace attn;
 using namespace attn::gputest;
@@ -41,6 +44,38 @@ struct Case {
   /// The signature names fwd_sm80: its paged kernel on sm_90a too (which
   /// takes it for pages under 8 tokens only).
   bool Sm80 = false;
+  /// fwd_sm90's PagedLoad named for the case (ATTNC_PAGED_LOAD), where it
+  /// is not the one its page size takes by default; empty: the default.
+  const char *Load = "";
+};
+
+/// ATTNC_PAGED_LOAD set to \p Load (unless empty) while it lives, for the
+/// Attention to read when it makes its paged prefill runner; then as it
+/// was.
+class LoadEnv {
+public:
+  explicit LoadEnv(const char *Load) : Set(*Load != 0) {
+    if (!Set)
+      return;
+    if (const char *E = std::getenv(kName))
+      Old = E;
+    setenv(kName, Load, 1);
+  }
+  ~LoadEnv() {
+    if (!Set)
+      return;
+    if (Old)
+      setenv(kName, Old->c_str(), 1);
+    else
+      unsetenv(kName);
+  }
+  LoadEnv(const LoadEnv &) = delete;
+  LoadEnv &operator=(const LoadEnv &) = delete;
+
+private:
+  static constexpr const char *kName = "ATTNC_PAGED_LOAD";
+  bool Set;
+  std::optional<std::string> Old;
 };
 
 /// A batch on the device: caches holding each sequence's prefix (junk
@@ -165,6 +200,7 @@ runtime::Signature signature(DType Dt, bool Sm80 = false) {
 
 /// One prefillPaged call of a case.
 bool runCase(const Case &C, uint64_t Seed) {
+  LoadEnv Load(C.Load);
   runtime::Attention A(pagedDefinition(C.Def), signature(C.Dt, C.Sm80));
   std::mt19937_64 Rng(Seed);
   Batch X = makePrefillBatch(Rng, C.Dt, C.H, C.Hkv, C.PageSize, C.Layout, C.Prefix, C.NewQ);
@@ -201,8 +237,8 @@ bool runCase(const Case &C, uint64_t Seed) {
   if (NF)
     DF.download(FVals.data(), FVals.size() * 4);
   std::string What =
-      fmt::format("{}{} {} H{}/{} page{} {} {} prefix {} new {}", C.Def,
-                  C.Sm80 ? " (fwd_sm80)" : "",
+      fmt::format("{}{}{}{} {} H{}/{} page{} {} {} prefix {} new {}", C.Def,
+                  C.Sm80 ? " (fwd_sm80)" : "", *C.Load ? " load " : "", C.Load,
                   std::string(dtypeName(C.Dt)), C.H, C.Hkv, C.PageSize,
                   runtime::pageLayoutName(C.Layout), C.Csr ? "csr" : "table",
                   fmt::join(C.Prefix, ","), fmt::join(C.NewQ, ","));
@@ -393,6 +429,12 @@ std::vector<Case> cases() {
       // fwd_sm80's paged kernel where sm_90a would take fwd_sm90's (it
       // takes it for pages of 1 above).
       {"mha", F, 8, 2, 16, NHD, false, {0, 1000, 37, 300}, {17, 64, 1100, 130}, true},
+      // fwd_sm90's page loads where their page sizes do not take them: the
+      // thread's at pages of 16, the warp's at 256 (one box a block) under
+      // a window (key blocks from one past 0).
+      {"mha", F, 8, 2, 16, NHD, false, {0, 1000, 37, 300}, {17, 64, 1100, 130}, false,
+       "thread"},
+      {"mha_sliding_window", BF, 8, 2, 256, HND, true, {1500, 0}, {300, 200}, false, "warp"},
   };
 }
 
@@ -414,6 +456,7 @@ int compileOnly(const char *ArchName) {
   for (const Case &C : cases()) {
     if (++I % Shards != Shard)
       continue;
+    LoadEnv Load(C.Load);
     runtime::Signature Sig = signature(C.Dt, C.Sm80);
     Sig.Arch = *Arch;
     runtime::Attention A(pagedDefinition(C.Def), Sig);

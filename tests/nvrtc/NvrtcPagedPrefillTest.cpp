@@ -11,6 +11,7 @@
 #include "attn/codegen/Codegen.h"
 #include "attn/runtime/Compiler.h"
 #include "attn/runtime/Errors.h"
+#include "attn/runtime/ResourceModel.h"
 
 #include <catch2/catch.hpp>
 
@@ -34,8 +35,9 @@ KernelSpec spec(DType T, GpuArch Arch) {
   return S;
 }
 
-/// CUBIN and PTX checks of one paged prefill kernel.
-void compileOne(const codegen::KernelSource &Src, bool Sm90) {
+/// CUBIN and PTX checks of one paged prefill kernel; its PTX, and its
+/// CUBIN's stack frame in \p Frame if given.
+std::string compileOne(const codegen::KernelSource &Src, bool Sm90, int *Frame = nullptr) {
   INFO("kernel " << Src.Key);
   REQUIRE(Src.Entries == std::vector<std::string>{"attnc_fwd_paged"});
   runtime::CompiledCubin C;
@@ -43,7 +45,7 @@ void compileOne(const codegen::KernelSource &Src, bool Sm90) {
     C = runtime::compileToCubin(Src);
   } catch (const CompileError &E) {
     FAIL_CHECK(E.what());
-    return;
+    return "";
   }
   CHECK(C.Cubin.size() > 4);
   CHECK(std::memcmp(C.Cubin.data(), "\x7f" "ELF", 4) == 0);
@@ -57,10 +59,16 @@ void compileOne(const codegen::KernelSource &Src, bool Sm90) {
     CHECK(has(Ptx, "mma.sync.aligned.m16n8k16.row.col.f32"));
     CHECK(has(Ptx, "cp.async.cg.shared.global"));
   }
+  if (Frame)
+    *Frame = runtime::readCubinResources(llvm::StringRef(C.Cubin.data(), C.Cubin.size()),
+                                         "attnc_fwd_paged")
+                 .StackFrameBytes;
+  return Ptx;
 }
 
 /// fwd_sm80's paged kernel for sm_80 (f16) and fwd_sm90's for sm_90a
-/// (bf16) at d128, their default configurations.
+/// (bf16) at d128, their default configurations, fwd_sm90's with the
+/// PagedLoad pages of 16 take by default.
 void compilePrefill(const std::string &Name) {
   CompiledDefinition Def = compile(testsupport::registry().get(Name));
   KernelSpec S80 = spec(DType::F16, GpuArch::Sm80);
@@ -71,7 +79,8 @@ void compilePrefill(const std::string &Name) {
   compileOne(Src, false);
   KernelSpec S90 = spec(DType::BF16, GpuArch::Sm90a);
   codegen::Sm90Config C90 = codegen::Sm90Config::defaultFor(128, 128);
-  codegen::KernelSource Src90 = codegen::generatePagedPrefillSm90(Def, S90, C90);
+  codegen::KernelSource Src90 =
+      codegen::generatePagedPrefillSm90(Def, S90, C90, codegen::defaultPagedLoad(16));
   CHECK(Src90.Key.find(".fwd_paged_sm90.") != std::string::npos);
   CHECK(Src90.Key != codegen::generateForwardSm90(Def, S90, C90).Key);
   compileOne(Src90, true);
@@ -109,6 +118,54 @@ TEST_CASE("paged prefill: the generated source", "[prefill]") {
   CHECK(has(Src90.Source, "::run_paged(a, in, maps, smem)"));
   CHECK(!has(codegen::generateForwardSm90(Def, spec(DType::F16, GpuArch::Sm90a), C90).Source,
              "PagedFwdArgs"));
+}
+
+TEST_CASE("paged prefill: fwd_sm90's page loads by a thread or a warp", "[prefill]") {
+  using codegen::PagedLoad;
+  CHECK(codegen::parsePagedLoad("thread") == PagedLoad::Thread);
+  CHECK(codegen::parsePagedLoad("warp") == PagedLoad::Warp);
+  CHECK(std::string(codegen::pagedLoadName(PagedLoad::Warp)) == "warp");
+  CHECK_THROWS_WITH(codegen::parsePagedLoad("Warp"),
+                    Catch::Contains("paged load 'Warp': expected 'thread' or 'warp'"));
+  CHECK_THROWS_AS(codegen::parsePagedLoad(""), UserError);
+  CompiledDefinition Def = compile(testsupport::registry().get("mha"));
+  KernelSpec S = spec(DType::F16, GpuArch::Sm90a);
+  codegen::Sm90Config C90 = codegen::Sm90Config::defaultFor(128, 128);
+  codegen::KernelSource Thread =
+      codegen::generatePagedPrefillSm90(Def, S, C90, PagedLoad::Thread);
+  codegen::KernelSource Warp = codegen::generatePagedPrefillSm90(Def, S, C90, PagedLoad::Warp);
+  // The thread kernel is the one without a PagedLoad (its key and text).
+  CHECK(Thread.Key == codegen::generatePagedPrefillSm90(Def, S, C90).Key);
+  CHECK(Thread.Source == codegen::generatePagedPrefillSm90(Def, S, C90).Source);
+  CHECK(Warp.Key == Thread.Key + ".warp");
+  CHECK(has(Thread.Source, "::run_paged(a, in, maps, smem)"));
+  CHECK(has(Warp.Source, "::run_paged_warp(a, in, maps, smem)"));
+  CHECK(!has(Warp.Source, "::run_paged("));
+}
+
+TEST_CASE("paged prefill: fwd_sm90's thread and warp loads compile (f16)",
+          "[prefill][nvrtc]") {
+  // The warp's lanes issue the boxes after lane 0 arms the stage's
+  // barrier: one warp barrier more than the thread kernel has (the
+  // consumers' own are in both).
+  CompiledDefinition Def = compile(testsupport::registry().get("mha"));
+  KernelSpec S = spec(DType::F16, GpuArch::Sm90a);
+  codegen::Sm90Config C90 = codegen::Sm90Config::defaultFor(128, 128);
+  int FT = -1, FW = -1;
+  std::string PT = compileOne(
+      codegen::generatePagedPrefillSm90(Def, S, C90, codegen::PagedLoad::Thread), true, &FT);
+  std::string PW = compileOne(
+      codegen::generatePagedPrefillSm90(Def, S, C90, codegen::PagedLoad::Warp), true, &FW);
+  // No spills in either (the producer runs at 24 registers, setmaxnreg).
+  CHECK(FT == 0);
+  CHECK(FW == 0);
+  auto Count = [](const std::string &Ptx, const std::string &What) {
+    size_t N = 0;
+    for (size_t At = Ptx.find(What); At != std::string::npos; At = Ptx.find(What, At + 1))
+      ++N;
+    return N;
+  };
+  CHECK(Count(PW, "bar.warp.sync") == Count(PT, "bar.warp.sync") + 1);
 }
 
 TEST_CASE("paged prefill: fwd_sm80's kernel compiles for sm_90a", "[prefill][nvrtc]") {

@@ -12,13 +12,14 @@
 // and fwd_sm80 named); the paged one is runPrefill of a plan over NHD
 // caches of PAGE-token pages (default 16 and 256) on the same K/V memory,
 // each sequence's pages in a shuffled order, for the default signature
-// (against the default contiguous kernel) and fwd_sm80 named (against
-// contiguous fwd_sm80). TFLOPS counts 4·D·HQ over the
+// (against the default contiguous kernel; on sm_90a fwd_sm90's kernel
+// with each PagedLoad, ATTNC_PAGED_LOAD thread then warp, for pages of 8
+// and more) and fwd_sm80 named (against contiguous fwd_sm80). TFLOPS counts 4·D·HQ over the
 // (query, key) pairs a causal mask keeps (B · (NEW·PREFIX + NEW·(NEW+1)/2));
 // for an unmasked definition, over all pairs. With
 // ATTNC_BENCH_COMPILE_ONLY=ARCH it only compiles the kernels for ARCH (the
-// two contiguous ones, the paged ones for pages of 16 and 1) into the
-// kernel cache (no GPU needed) and exits.
+// two contiguous ones, the paged ones for pages of 16, both loads, and 1)
+// into the kernel cache (no GPU needed) and exits.
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
 #include "attn/runtime/EventTiming.h"
@@ -96,6 +97,17 @@ int main(int Argc, char **Argv) {
     const int64_t Tq = int64_t(B) * New, Tkv = int64_t(B) * KV;
 
     dsl::AttentionDef Def = makeDefinition(Name);
+    // The paged runs: the default signature with fwd_sm90's two PagedLoads
+    // (ATTNC_PAGED_LOAD; fwd_sm80's kernel where fwd_sm90 does not serve
+    // the call or the page size), fwd_sm80 named.
+    const std::pair<const char *, const char *> PagedRuns[] = {
+        {"", "thread"}, {"", "warp"}, {"fwd_sm80", ""}};
+    auto setLoad = [](const char *Load) {
+      if (*Load)
+        setenv("ATTNC_PAGED_LOAD", Load, 1);
+      else
+        unsetenv("ATTNC_PAGED_LOAD");
+    };
     std::optional<GpuArch> Arch;
     if (CompileOnly) {
       Arch = archFromName(CompileOnly);
@@ -113,9 +125,11 @@ int main(int Argc, char **Argv) {
         runtime::Attention A(Def, Sig);
         N += int(A.precompile(runtime::PrecompileSet{}).size());
       }
-      // The paged kernels: fwd_sm90's (pages of 16) and fwd_sm80's (pages
-      // of 1) for the default signature, fwd_sm80's for the named one.
-      for (const char *Skel : {"", "fwd_sm80"}) {
+      // The paged kernels: fwd_sm90's (pages of 16, each load) and
+      // fwd_sm80's (pages of 1) for the default signature, fwd_sm80's for
+      // the named one.
+      for (auto [Skel, Load] : PagedRuns) {
+        setLoad(Load);
         runtime::Signature Sig;
         Sig.Dtype = Dt;
         Sig.HeadDim = Sig.HeadDimV = D;
@@ -141,6 +155,7 @@ int main(int Argc, char **Argv) {
           }
         }
       }
+      setLoad("");
       std::printf("compiled %d contiguous kernels and the paged ones for %s\n", N,
                   CompileOnly);
       return 0;
@@ -239,17 +254,21 @@ int main(int Argc, char **Argv) {
     // page p at a shuffled physical page; the default signature's kernel
     // against the default contiguous one, fwd_sm80's (named) against
     // contiguous fwd_sm80.
-    for (int Si = 0; Si < 2; ++Si) {
+    for (auto [Skel, Load] : PagedRuns) {
+      const int Si = *Skel ? 1 : 0;
+      setLoad(Load);
       runtime::Signature Sig;
       Sig.Dtype = Dt;
       Sig.HeadDim = Sig.HeadDimV = D;
       Sig.Backend = "generated";
-      Sig.Skeleton = Skels[Si];
+      Sig.Skeleton = Skel;
       runtime::Attention A(Def, Sig);
       runtime::InputMap Inputs = scalarInputs(A);
       const int64_t NF = int64_t(A.finalNames().size());
       TensorView FV = TensorView::contiguous(F.get(), DType::F32, {NF, HQ, Tq});
       for (int PS : PageSizes) {
+        if (*Load && std::string(Load) == "warp" && PS < 8)
+          continue; // fwd_sm80's kernel, timed in the thread's run
         if (KV % PS != 0) {
           std::printf("paged%d: skipped (PREFIX + NEW is not a multiple)\n", PS);
           continue;

@@ -119,9 +119,35 @@ KernelSource generateForwardSm90(const CompiledDefinition &Def,
   return Src;
 }
 
+const char *pagedLoadName(PagedLoad L) {
+  switch (L) {
+  case PagedLoad::Thread:
+    return "thread";
+  case PagedLoad::Warp:
+    return "warp";
+  }
+  return "?";
+}
+
+PagedLoad parsePagedLoad(const std::string &Text) {
+  for (PagedLoad L : {PagedLoad::Thread, PagedLoad::Warp})
+    if (Text == pagedLoadName(L))
+      return L;
+  throw UserError("paged load '" + Text + "': expected 'thread' or 'warp'");
+}
+
+PagedLoad defaultPagedLoad(int64_t PageSize) {
+  // Measured on an H200 (docs/performance-log.md, 2026-11-27): pages of 16
+  // (8 boxes a block of 128 keys) 542 TFLOPS by the warp against 455 by
+  // the thread; pages of 64 and 256 (2 and 1 boxes) 604 and 600 against
+  // 610 and 613. Pages of 8 and 32 (not measured) go with their
+  // neighbours: several boxes a block.
+  return PageSize < 64 ? PagedLoad::Warp : PagedLoad::Thread;
+}
+
 KernelSource generatePagedPrefillSm90(const CompiledDefinition &Def,
                                       const KernelSpec &Spec,
-                                      const Sm90Config &C) {
+                                      const Sm90Config &C, PagedLoad Load) {
   if (Def.Graph->decls().Kind != ir::DefinitionKind::Transformer)
     throw NotSupportedYet("paged prefill for linear attention ('" +
                           Def.Graph->name() + "')");
@@ -131,6 +157,9 @@ KernelSource generatePagedPrefillSm90(const CompiledDefinition &Def,
   Src.Key = fmt::format("{}.fwd_paged_sm90.{}.d{}x{}.{}.{}", Def.Graph->name(),
                         std::string(dtypeName(Spec.Dtype)), Spec.HeadDim,
                         Spec.HeadDimV, archName(Spec.Arch).str(), C.str());
+  // The thread kernel keeps the key (and source) it had before the warp's.
+  if (Load == PagedLoad::Warp)
+    Src.Key += ".warp";
   Src.Arch = Spec.Arch;
   Src.Entries = {"attnc_fwd_paged"};
   std::map<std::string, std::string> Values =
@@ -141,6 +170,8 @@ KernelSource generatePagedPrefillSm90(const CompiledDefinition &Def,
   Values["stages"] = std::to_string(C.Stages);
   Values["smem_bytes"] =
       std::to_string(C.sharedBytes(Spec.HeadDim, Spec.HeadDimV));
+  Values["paged_run"] =
+      Load == PagedLoad::Warp ? "run_paged_warp" : "run_paged";
   Src.Source = render("fwd_paged_sm90.cu.in",
                       templateText("fwd_paged_sm90.cu.in"), Values);
   return Src;

@@ -8,6 +8,7 @@
 #include "attn/codegen/KernelSource.h"
 #include "attn/dsl/Problem.h"
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -368,15 +369,37 @@ KernelSource generateForwardSm90(const CompiledDefinition &Def,
                                  const KernelSpec &Spec,
                                  const Sm90Config &Config);
 
+/// How fwd_sm90's paged kernel issues a K/V block's TMA boxes (one box a
+/// page, kBlockN / page size of them for pages smaller than the block).
+enum class PagedLoad {
+  /// One producer thread reads each page index of the block, then issues
+  /// that page's boxes, page after page (a load's latency per page).
+  Thread,
+  /// The producer's first warp: lane i reads the index of the block's page
+  /// i one block ahead (in flight while the warp waits for a free stage)
+  /// and issues that page's boxes.
+  Warp,
+};
+
+/// "thread" or "warp".
+const char *pagedLoadName(PagedLoad L);
+/// The PagedLoad named \p Text (pagedLoadName's words); UserError on
+/// anything else.
+PagedLoad parsePagedLoad(const std::string &Text);
+/// The PagedLoad paged prefill uses for pages of \p PageSize tokens when
+/// none is named (docs/runtime.md has the measurements).
+PagedLoad defaultPagedLoad(int64_t PageSize);
+
 /// The Hopper paged prefill kernel for \p Def: fwd_sm90 with its K/V
-/// loads one TMA box per page (runtime/kernels/paged_fwd.cuh), one entry
-/// attnc_fwd_paged taking attnc::PagedFwdArgs and attnc::Sm90Maps (q
-/// packed, k and v the caches as [pages][slots][heads]). Key
-/// NAME.fwd_paged_sm90.DTYPE.dDxDV.sm_90a.CONFIG. UserError with
-/// sm90Unsupported's reason.
+/// loads one TMA box per page (runtime/kernels/paged_fwd.cuh) issued as
+/// \p Load says, one entry attnc_fwd_paged taking attnc::PagedFwdArgs and
+/// attnc::Sm90Maps (q packed, k and v the caches as [pages][slots][heads]).
+/// Key NAME.fwd_paged_sm90.DTYPE.dDxDV.sm_90a.CONFIG, with ".warp" after
+/// it for PagedLoad::Warp. UserError with sm90Unsupported's reason.
 KernelSource generatePagedPrefillSm90(const CompiledDefinition &Def,
                                       const KernelSpec &Spec,
-                                      const Sm90Config &Config);
+                                      const Sm90Config &Config,
+                                      PagedLoad Load = PagedLoad::Thread);
 
 /// NAME.fwd_sm90.DTYPE.dDxDV.sm_90a.CONFIG, the sm90 kernel's readable key.
 std::string forwardKeySm90(const CompiledDefinition &Def,
