@@ -10,14 +10,14 @@ none; the GPU test runs the real kernels)."""
 
 import datetime
 import os
-import socket
 import sys
 import unittest
+
+from gloo_support import OneRankGroup, run_ranks
 
 try:
     import torch
     import torch.distributed as dist
-    import torch.multiprocessing as mp
 except ImportError:
     torch = None
 
@@ -139,23 +139,11 @@ def _worker(rank, world, port, errors):
         dist.destroy_process_group()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @unittest.skipIf(torch is None, "needs PyTorch")
 class GlooLinear(unittest.TestCase):
     def run_ranks(self, world):
-        ctx = mp.get_context("spawn")
-        errors = ctx.Queue()
-        mp.start_processes(_worker, args=(world, _free_port(), errors),
-                           nprocs=world, start_method="spawn")
-        found = []
-        while not errors.empty():
-            found.append(errors.get())
-        self.assertEqual(found, [])
+        run_ranks(self, _worker, world)
 
     def test_two_ranks(self):
         self.run_ranks(2)
@@ -165,17 +153,8 @@ class GlooLinear(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, "needs PyTorch")
-class Arguments(unittest.TestCase):
+class Arguments(OneRankGroup, unittest.TestCase):
     """linear_attention_cp's refusals, in one gloo process."""
-
-    @classmethod
-    def setUpClass(cls):
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0,
-                                world_size=1)
-
-    @classmethod
-    def tearDownClass(cls):
-        dist.destroy_process_group()
 
     def test_refusals(self):
         import attnc

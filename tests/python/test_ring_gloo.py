@@ -7,14 +7,14 @@ and the autograd wiring, against attention over the whole sequence.
 Skips without PyTorch (CI has none; the GPU test runs the real kernels)."""
 
 import os
-import socket
 import sys
 import unittest
+
+from gloo_support import OneRankGroup, run_ranks
 
 try:
     import torch
     import torch.distributed as dist
-    import torch.multiprocessing as mp
 except ImportError:
     torch = None
 
@@ -107,23 +107,11 @@ def _worker(rank, world, port, errors):
         dist.destroy_process_group()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @unittest.skipIf(torch is None, "needs PyTorch")
 class GlooRing(unittest.TestCase):
     def run_ring(self, world):
-        ctx = mp.get_context("spawn")
-        errors = ctx.Queue()
-        mp.start_processes(_worker, args=(world, _free_port(), errors),
-                           nprocs=world, start_method="spawn")
-        found = []
-        while not errors.empty():
-            found.append(errors.get())
-        self.assertEqual(found, [])
+        run_ranks(self, _worker, world)
 
     def test_two_ranks(self):
         self.run_ring(2)
@@ -133,17 +121,8 @@ class GlooRing(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, "needs PyTorch")
-class Arguments(unittest.TestCase):
+class Arguments(OneRankGroup, unittest.TestCase):
     """ring_attention's and shard's checks, in one gloo process."""
-
-    @classmethod
-    def setUpClass(cls):
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0,
-                                world_size=1)
-
-    @classmethod
-    def tearDownClass(cls):
-        dist.destroy_process_group()
 
     def test_tensors(self):
         import attnc
