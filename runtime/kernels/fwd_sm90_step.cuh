@@ -1,0 +1,147 @@
+// fwd_sm90's consumer step (score_mod, mask and online_fwd over one block
+// of S) and its epilogue, defined out of the FwdSm90 struct so that each
+// file stays readable; included by fwd_sm90.cuh only, inside its
+// ATTNC_FWD_SM90_TEMPLATE / ATTNC_FWD_SM90 macros.
+#ifndef ATTNC_FWD_SM90_STEP_CUH
+#define ATTNC_FWD_SM90_STEP_CUH
+
+namespace attnc {
+
+ATTNC_FWD_SM90_TEMPLATE
+template <bool kFull>
+__device__ __forceinline__ void
+ATTNC_FWD_SM90::step(const typename Variant::Inputs &in, int seq_kv, float (&acc_s)[NT][4],
+    typename Variant::RowState (&st)[2], bool (&seen)[2], float (&o_scale)[2], int b,
+    int h, int row0, int col0, int tq) {
+  constexpr bool kInf = !kFull && Variant::kScoreScaleFolded;
+  using Frag = Sm90ScoreFrag<NT, kFull, kInf>;
+  typename Frag::ActWord act[2];
+  Frag f{acc_s, act, row0, col0, tq};
+  bool row_keeps[2] = {false, false}; // kInf: the row keeps a key of this block
+  if constexpr (!kFull)
+    act[0] = act[1] = 0;
+  // Columns outside, rows inside: each key index is used for both rows
+  // at once instead of being kept live from the first row to the second.
+  // The mask is evaluated on every element, at a key clamped into the
+  // sequence (any key of it may be read) and then dropped past its end,
+  // not behind a test of the key: evaluated conditionally, each element's
+  // mask is a branch region of its own, so that what elements share (a
+  // key's floordiv by the chunk for both rows, the divisor's reciprocal)
+  // is not shared and ptxas does not interleave one element's division
+  // with the next's.
+#pragma unroll
+  for (int c = 0; c < 2 * NT; ++c) {
+    const int ki = f.col(c);
+    const int kc = ki < seq_kv ? ki : seq_kv - 1; // seq_kv >= 1: a block is visited
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int qi = f.row(r);
+      if constexpr (!Variant::kScoreScaleFolded)
+        f.at(r, c) = Variant::score_mod(in, f.at(r, c), b, h, qi, ki);
+      if constexpr (kInf) {
+        const bool keep = (ki < seq_kv) & Variant::mask(in, b, h, qi, kc);
+        f.at(r, c) = keep ? f.at(r, c) : -__int_as_float(0x7f800000);
+        row_keeps[r] |= keep;
+      } else if constexpr (!kFull) {
+        act[r] |= typename Frag::ActWord((ki < seq_kv) & Variant::mask(in, b, h, qi, kc))
+                  << c;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    o_scale[r] = 1.f;
+    bool any = true;
+    if constexpr (kInf)
+      any = quad_any(row_keeps[r]);
+    else if constexpr (!kFull)
+      any = quad_any(act[r] != 0);
+    if constexpr (kInf) {
+      // Every lane runs the reductions; a row without a key here gets its
+      // state back, o_scale 1 and P 0.
+      const typename Variant::RowState old = st[r];
+      Variant::online_fwd_folded(in, st[r], f, r, b, h, o_scale[r]);
+      if (!any) {
+        st[r] = old;
+        o_scale[r] = 1.f;
+#pragma unroll
+        for (int c = 0; c < 2 * NT; ++c)
+          f.at(r, c) = 0.f;
+      }
+      seen[r] = seen[r] || any;
+    } else if (any) {
+      if constexpr (Variant::kScoreScaleFolded)
+        Variant::online_fwd_folded(in, st[r], f, r, b, h, o_scale[r]);
+      else
+        Variant::online_fwd(in, st[r], f, r, b, h, o_scale[r]);
+      seen[r] = true;
+    } else {
+#pragma unroll
+      for (int c = 0; c < 2 * NT; ++c)
+        f.at(r, c) = 0.f; // no key of this block reaches the row
+    }
+  }
+}
+
+ATTNC_FWD_SM90_TEMPLATE
+__device__ __forceinline__ void
+ATTNC_FWD_SM90::epilogue(const FwdArgs &a, const typename Variant::Inputs &in, const SeqSpan &sp,
+         float (&acc_o)[VT][4], typename Variant::RowState (&st)[2], bool (&seen)[2], int b,
+         int h, int row0, int tq, u32 base, int wgc) {
+  // One 64-column slab of O is a [64 rows][64] swizzled tile inside the
+  // matching Q slab, at this consumer's rows.
+  using OSlab = SwizzledTile<64, 64>;
+  constexpr bool kStageO = kDV <= kD;
+  const int lrow0 = (threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4;
+  auto slab_addr = [&](int col_chunk, int lrow) {
+    return base + (col_chunk / 8) * kQSlab + wgc * 64 * 128 +
+           OSlab::offset(lrow, col_chunk % 8);
+  };
+  Sm90OutFrag<VT> of{acc_o};
+  unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb + h * a.o_sh +
+                      (long long)sp.q0 * a.o_ss;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int qrow = row0 + 8 * r;
+    float finals[Variant::kNumFinals > 0 ? Variant::kNumFinals : 1];
+    if (seen[r]) {
+      Variant::epilogue(in, st[r], of, r, b, h, qrow + sp.shift, finals);
+    } else {
+#pragma unroll
+      for (int c = 0; c < 2 * VT; ++c)
+        of.at(r, c) = 0.f;
+#pragma unroll
+      for (int f = 0; f < Variant::kNumFinals; ++f)
+        finals[f] = -__int_as_float(0x7f800000);
+    }
+#pragma unroll
+    for (int t = 0; t < VT; ++t) {
+      const u32 packed = pack2<T>(of.at(r, 2 * t), of.at(r, 2 * t + 1));
+      if constexpr (kStageO)
+        st_shared_32(slab_addr(t, lrow0 + 8 * r) + 4 * tq, packed);
+      else if (qrow < sp.seq_q)
+        *reinterpret_cast<u32 *>(o + (long long)qrow * a.o_ss + t * 8 + 2 * tq) = packed;
+    }
+    if (tq == 0 && qrow < sp.seq_q)
+#pragma unroll
+      for (int f = 0; f < Variant::kNumFinals; ++f)
+        a.finals[f * sp.plane + sp.rows + qrow] = finals[f];
+  }
+  if constexpr (kStageO) {
+    named_bar_sync(3 + wgc, 128); // this consumer's warpgroup only
+    constexpr int kChunks = kDV / 8;
+    const int row_base = row0 - lrow0; // the consumer's first row
+#pragma unroll
+    for (int it = 0; it < 64 * kChunks / 128; ++it) {
+      const int i = threadIdx.x % 128 + it * 128;
+      const int r = i / kChunks, c = i % kChunks;
+      st_global_128_if(row_base + r < sp.seq_q,
+                       o + (long long)(row_base + r) * a.o_ss + c * 8,
+                       ld_shared_128(slab_addr(c, r)));
+    }
+  }
+}
+
+} // namespace attnc
+
+#endif
