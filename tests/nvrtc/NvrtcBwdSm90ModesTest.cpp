@@ -1,0 +1,183 @@
+// The Hopper backward's (bwd_sm90) modes without a GPU: ping-pong, the dQ
+// writer, the lean step, the turn warp's bulk dQ and the column split, each
+// compiled by NVRTC to CUBINs checked for wgmma serialisation, spills and
+// the instructions the mode is made of. (The configurations and the
+// examples' compiles are in NvrtcBwdSm90Test.cpp.)
+#include "Examples.h"
+#include "NvrtcPtx.h"
+
+#include "attn/Error.h"
+#include "attn/Pipeline.h"
+#include "attn/codegen/Codegen.h"
+#include "attn/runtime/Compiler.h"
+#include "attn/runtime/ResourceModel.h"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using namespace attn;
+using namespace attn::nvrtctest;
+using codegen::BwdSm90Config;
+using codegen::KernelSpec;
+
+TEST_CASE("bwd_sm90: the ping-pong and dQ-writer modes compile to CUBINs without wgmma "
+          "serialisation",
+          "[nvrtc][bwd90][mha]") {
+  struct {
+    const dsl::DefinitionBase &Def;
+    const char *Config;
+    DType T;
+  } Cases[] = {{examples::mha(), "bwd90ws.kv64x128s2.pp.fused", DType::F16},
+               {examples::mha(), "bwd90ws.kv64x128s2.pp.atomic", DType::BF16},
+               {examples::alibiLearnable(), "bwd90ws.kv64x128s2.pp.fused", DType::BF16},
+               {examples::mhaDocument(), "bwd90ws.kv64x128s2.pp.fused", DType::F16},
+               {examples::mha(), "bwd90ws.kv64x128s2.dqw.fused", DType::BF16},
+               {examples::softcapLearnable(), "bwd90ws.kv64x128s2.dqw.fused", DType::F16}};
+  for (const auto &C : Cases) {
+    CompiledDefinition Def = compile(C.Def);
+    BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
+    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(C.T, 128, 128), Cfg);
+    INFO("kernel " << Src.Key);
+    CHECK(has(Src.Source, "/*kPingPong=*/true") == Cfg.PingPong);
+    CHECK(has(Src.Source, "/*kDqWriter=*/true") == Cfg.DqWriter);
+    std::string Ptx = compileToPtx(Src);
+    // The dQ writer: bulk adds (and rank 0's bulk store, in turns, unless
+    // atomic); no per-thread dQ reductions in the consumers.
+    CHECK(has(Ptx, "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"));
+    CHECK(has(Ptx, "cp.async.bulk.global.shared::cta.bulk_group [") == !Cfg.AtomicDq);
+    CHECK(has(Ptx, "ld.acquire.gpu") == !Cfg.AtomicDq);
+    CHECK(!has(Ptx, "red.relaxed.gpu.global.add.v2.f32"));
+    // Ping-pong: the tensor-core token on named barriers, dQ's product over
+    // all 128 columns.
+    CHECK(has(Ptx, "bar.arrive") == Cfg.PingPong);
+    CHECK(has(Ptx, "wgmma.mma_async.sync.aligned.m64n128k16"));
+    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+    INFO(Bin.Log);
+    CHECK(!has(Bin.Log, "serialized"));
+    runtime::KernelResources R = runtime::readCubinResources(
+        llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
+    CHECK(R.Registers <= 168);
+  }
+}
+
+TEST_CASE("bwd_sm90: the lean step compiles to CUBINs without wgmma serialisation",
+          "[nvrtc][bwd90][mha]") {
+  struct {
+    const dsl::DefinitionBase &Def;
+    const char *Config;
+    DType T;
+    bool IsMha;
+  } Cases[] = {{examples::mha(), "bwd90ws.kv64x128s2.lean.fused", DType::F16, true},
+               {examples::mha(), "bwd90ws.kv64x128s2.lean2.fused", DType::BF16, true},
+               {examples::alibiLearnable(), "bwd90ws.kv64x128s2.lean2.fused", DType::F16, false},
+               {examples::mhaDocument(), "bwd90ws.kv64x128s2.lean.fused", DType::BF16, false},
+               {examples::softcapLearnable(), "bwd90ws.kv64x128s2.lean2.fused", DType::BF16,
+                false},
+               {examples::mha(), "bwd90ws.kv64x128s2.lean3.fused", DType::F16, true},
+               {examples::alibiLearnable(), "bwd90ws.kv64x128s2.lean3.fused", DType::BF16, false}};
+  // The lockstep step commits two wgmma groups (Sᵀ with dPᵀ; dV, dK and
+  // dQ), the lean step three (dV and dK before the dSᵀ tile is stored);
+  // mha's walk has a step for full blocks and one for masked blocks.
+  CompiledDefinition Mha = compile(examples::mha());
+  auto Commits = [](const std::string &Ptx) {
+    size_t N = 0;
+    for (size_t P = Ptx.find("wgmma.commit_group"); P != std::string::npos;
+         P = Ptx.find("wgmma.commit_group", P + 1))
+      ++N;
+    return N;
+  };
+  const size_t LockstepCommits = Commits(compileToPtx(codegen::generateBackwardSm90(
+      Mha, kernelSpec(DType::F16, 128, 128), BwdSm90Config::parse("bwd90ws.kv64x128s2.fused"))));
+  CHECK(LockstepCommits == 4);
+  for (const auto &C : Cases) {
+    CompiledDefinition Def = compile(C.Def);
+    BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
+    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(C.T, 128, 128), Cfg);
+    INFO("kernel " << Src.Key);
+    CHECK(has(Src.Source, ("/*kLeanLevel=*/" + std::to_string(Cfg.Lean)).c_str()));
+    std::string Ptx = compileToPtx(Src);
+    if (C.IsMha)
+      CHECK(Commits(Ptx) == 6);
+    // The turn warp: the compute threads arrive once their adds are
+    // issued, and they no longer read the semaphores (only that warp does).
+    CHECK(has(Ptx, "bar.arrive") == (Cfg.Lean >= 2));
+    CHECK(has(Ptx, "ld.acquire.gpu"));
+    // Level 3: 16-byte adds (and rank 0's stores) only.
+    CHECK(has(Ptx, "red.relaxed.gpu.global.add.v2.f32") == (Cfg.Lean < 3));
+    CHECK(has(Ptx, "red.relaxed.gpu.global.add.v4.f32") == (Cfg.Lean == 3));
+    CHECK(has(Ptx, "st.global.cg.v4.f32") == (Cfg.Lean == 3));
+    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+    INFO(Bin.Log);
+    CHECK(!has(Bin.Log, "serialized"));
+    runtime::KernelResources R = runtime::readCubinResources(
+        llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
+    CHECK(R.Registers <= 168);
+  }
+}
+
+TEST_CASE("bwd_sm90: the turn warp's bulk dQ compiles to CUBINs without wgmma serialisation",
+          "[nvrtc][bwd90][mha]") {
+  struct {
+    const dsl::DefinitionBase &Def;
+    const char *Config;
+    DType T;
+  } Cases[] = {{examples::mha(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::F16},
+               {examples::mha(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::BF16},
+               {examples::alibiLearnable(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::F16},
+               {examples::mhaDocument(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::BF16},
+               {examples::softcapLearnable(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::BF16},
+               {examples::mha(), "bwd90ws.kv64x128s2.lean2.bulk.atomic", DType::F16}};
+  for (const auto &C : Cases) {
+    CompiledDefinition Def = compile(C.Def);
+    BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
+    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(C.T, 128, 128), Cfg);
+    INFO("kernel " << Src.Key);
+    CHECK(has(Src.Source, "/*kLeanLevel=*/2, /*kBulkDq=*/true>"));
+    std::string Ptx = compileToPtx(Src);
+    // The compute threads store dQ into the slots and add nothing to the
+    // sum; the turn warp adds it (rank 0 stores) with bulk copies, frees
+    // the slot once they have read it and publishes once they are done
+    // (atomic: adds every slot, nothing stored, no turn published).
+    CHECK(!has(Ptx, "red.relaxed.gpu.global.add"));
+    CHECK(!has(Ptx, "st.global.cg.v2.f32"));
+    CHECK(has(Ptx, "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"));
+    CHECK(has(Ptx, "cp.async.bulk.global.shared::cta.bulk_group [") == !Cfg.AtomicDq);
+    CHECK(has(Ptx, "cp.async.bulk.wait_group.read 0"));
+    CHECK(has(Ptx, "cp.async.bulk.wait_group 0") == !Cfg.AtomicDq);
+    CHECK(has(Ptx, "st.shared.v2.f32"));
+    CHECK(has(Ptx, "st.release.gpu") == !Cfg.AtomicDq);
+    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+    INFO(Bin.Log);
+    CHECK(!has(Bin.Log, "serialized"));
+    runtime::KernelResources R = runtime::readCubinResources(
+        llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
+    CHECK(R.Registers <= 168);
+  }
+}
+
+TEST_CASE("bwd_sm90: the column split compiles to CUBINs without wgmma "
+          "serialisation",
+          "[nvrtc][bwd90][mha]") {
+  // dV's and dK's products are waited for before dQ's is issued: with all
+  // three in flight, alibi_learnable's at 256/256 had its wgmma serialised.
+  struct {
+    const dsl::DefinitionBase &Def;
+    DType T;
+    int D, DV;
+  } Cases[] = {{examples::alibiLearnable(), DType::F16, 256, 256},
+               {examples::mha(), DType::BF16, 192, 128}};
+  for (const auto &C : Cases) {
+    CompiledDefinition Def = compile(C.Def);
+    codegen::KernelSource Src = codegen::generateBackwardSm90(
+        Def, kernelSpec(C.T, C.D, C.DV), BwdSm90Config::defaultFor(C.D, C.DV));
+    CHECK(has(Src.Source, "/*kSplit=*/true"));
+    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+    INFO("kernel " << Src.Key << "\n" << Bin.Log);
+    CHECK(!has(Bin.Log, "serialized"));
+    // Launched at 384 threads a CTA (168 registers before setmaxnreg).
+    runtime::KernelResources R = runtime::readCubinResources(
+        llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
+    CHECK(R.Registers <= 168);
+  }
+}
