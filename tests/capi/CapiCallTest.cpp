@@ -5,27 +5,11 @@
 
 #include <catch2/catch.hpp>
 
-#include <map>
 
 using namespace capitest;
 using Catch::Matchers::Contains;
 
 namespace {
-
-/// An sm_80 attention of \p Name (head dim 64), made once per test run.
-attnc_attention *attention(const char *Name) {
-  static std::map<std::string, AttPtr> Made;
-  AttPtr &A = Made[Name];
-  if (!A) {
-    DefPtr D = example(Name);
-    REQUIRE(D);
-    attnc_signature S = sm80Signature();
-    attnc_attention *Raw = nullptr;
-    REQUIRE(attnc_attention_create(D.get(), &S, &Raw) == ATTNC_OK);
-    A.reset(Raw);
-  }
-  return A.get();
-}
 
 /// q, k, v, out and finals of a small BSHD mha call.
 struct Call {
@@ -44,7 +28,7 @@ TEST_CASE("forward: NULL handle and tensors are named", "[capi]") {
   CHECK(C.forward(nullptr) == ATTNC_INVALID_ARGUMENT);
   CHECK_THAT(lastError(),
              Contains("attnc_attention_forward: argument 'att' is NULL"));
-  attnc_attention *A = attention("mha");
+  attnc_attention *A = sm80Attention("mha");
   for (const char *Which : {"q", "k", "v", "out"}) {
     INFO(Which);
     std::string W = Which;
@@ -59,7 +43,7 @@ TEST_CASE("forward: NULL handle and tensors are named", "[capi]") {
 }
 
 TEST_CASE("forward: malformed tensors are named", "[capi]") {
-  attnc_attention *A = attention("mha");
+  attnc_attention *A = sm80Attention("mha");
   Call C;
   C.K.T.ndim = ATTNC_MAX_NDIM + 1;
   CHECK(C.forward(A) == ATTNC_INVALID_ARGUMENT);
@@ -84,7 +68,7 @@ TEST_CASE("forward: malformed tensors are named", "[capi]") {
 }
 
 TEST_CASE("forward: the runtime's checks see the C views", "[capi]") {
-  attnc_attention *A = attention("mha");
+  attnc_attention *A = sm80Attention("mha");
   Call C;
   // Shapes, dtypes and strides reach the runtime's validation unchanged.
   C.K.Shape[3] = 32;
@@ -108,7 +92,7 @@ TEST_CASE("forward: the runtime's checks see the C views", "[capi]") {
 }
 
 TEST_CASE("forward: custom inputs are checked", "[capi]") {
-  attnc_attention *A = attention("sigmoid_attn");
+  attnc_attention *A = sm80Attention("sigmoid_attn");
   Call C;
   CHECK(C.forward(A, nullptr, 1) == ATTNC_INVALID_ARGUMENT);
   CHECK_THAT(lastError(), Contains("attnc_attention_forward: argument "
@@ -153,7 +137,7 @@ TEST_CASE("forward: a valid call without a driver is a driver error",
           "[capi]") {
   if (hasDriver())
     return; // the fake pointers would be launched on
-  attnc_attention *A = attention("sigmoid_attn");
+  attnc_attention *A = sm80Attention("sigmoid_attn");
   Call C;
   attnc_input In{};
   In.name = "softmax_bias";
@@ -164,7 +148,7 @@ TEST_CASE("forward: a valid call without a driver is a driver error",
 }
 
 TEST_CASE("backward: tensors, inputs and gradients are checked", "[capi]") {
-  attnc_attention *A = attention("alibi_learnable");
+  attnc_attention *A = sm80Attention("alibi_learnable");
   Call C;
   FakeTensor DO{{2, 128, 4, 64}}, DQ{{2, 128, 4, 64}}, DK{{2, 128, 4, 64}},
       DV{{2, 128, 4, 64}}, Slopes{{4}, ATTNC_DTYPE_F32},
@@ -259,7 +243,7 @@ TEST_CASE("varlen: the batch is checked", "[capi]") {
                                         nullptr) == ATTNC_INVALID_ARGUMENT);
   CHECK_THAT(lastError(), Contains("argument 'dout': is NULL"));
   // The bshd object refuses varlen calls (the runtime's check).
-  attnc_attention *Bshd = attention("mha");
+  attnc_attention *Bshd = sm80Attention("mha");
   CHECK(attnc_attention_forward_varlen(Bshd, &Q, &K, &V, &O, &F, &B, nullptr,
                                        0, nullptr) != ATTNC_OK);
 }

@@ -5,26 +5,11 @@
 
 #include <catch2/catch.hpp>
 
-#include <map>
 
 using namespace capitest;
 using Catch::Matchers::Contains;
 
 namespace {
-
-attnc_attention *attention(const char *Name) {
-  static std::map<std::string, AttPtr> Made;
-  AttPtr &A = Made[Name];
-  if (!A) {
-    DefPtr D = example(Name);
-    REQUIRE(D);
-    attnc_signature S = sm80Signature();
-    attnc_attention *Raw = nullptr;
-    REQUIRE(attnc_attention_create(D.get(), &S, &Raw) == ATTNC_OK);
-    A.reset(Raw);
-  }
-  return A.get();
-}
 
 /// Two partial results of a small BSHD call and the merged one.
 struct Merge {
@@ -50,13 +35,13 @@ struct Merge {
 TEST_CASE("merge kind: the derived rule per variant", "[capi]") {
   int32_t Kind = -1;
   const char *Reason = nullptr;
-  REQUIRE(attnc_attention_merge_kind(attention("mha"), &Kind, &Reason) ==
+  REQUIRE(attnc_attention_merge_kind(sm80Attention("mha"), &Kind, &Reason) ==
           ATTNC_OK);
   CHECK(Kind == ATTNC_MERGE_LOG_SUM_EXP);
-  REQUIRE(attnc_attention_merge_kind(attention("sigmoid_attn"), &Kind,
+  REQUIRE(attnc_attention_merge_kind(sm80Attention("sigmoid_attn"), &Kind,
                                      nullptr) == ATTNC_OK);
   CHECK(Kind == ATTNC_MERGE_SUM);
-  REQUIRE(attnc_attention_merge_kind(attention("retention"), &Kind, &Reason) ==
+  REQUIRE(attnc_attention_merge_kind(sm80Attention("retention"), &Kind, &Reason) ==
           ATTNC_OK);
   CHECK(Kind == ATTNC_MERGE_NONE);
   REQUIRE(Reason);
@@ -65,7 +50,7 @@ TEST_CASE("merge kind: the derived rule per variant", "[capi]") {
         ATTNC_INVALID_ARGUMENT);
   CHECK_THAT(lastError(), Contains("attnc_attention_merge_kind: argument "
                                    "'att' is NULL"));
-  CHECK(attnc_attention_merge_kind(attention("mha"), nullptr, nullptr) ==
+  CHECK(attnc_attention_merge_kind(sm80Attention("mha"), nullptr, nullptr) ==
         ATTNC_USER_ERROR);
   CHECK_THAT(lastError(), Contains("'kind'"));
 }
@@ -73,13 +58,13 @@ TEST_CASE("merge kind: the derived rule per variant", "[capi]") {
 TEST_CASE("merge results: a variant without a merge is refused with why",
           "[capi]") {
   Merge M;
-  CHECK(M.run(attention("retention")) == ATTNC_USER_ERROR);
+  CHECK(M.run(sm80Attention("retention")) == ATTNC_USER_ERROR);
   CHECK_THAT(lastError(), Contains("its results cannot be merged"));
   CHECK_THAT(lastError(), Contains("o_scale"));
 }
 
 TEST_CASE("merge results: arguments are checked by name", "[capi]") {
-  attnc_attention *A = attention("mha");
+  attnc_attention *A = sm80Attention("mha");
   Merge M;
   CHECK(M.run(nullptr) == ATTNC_INVALID_ARGUMENT);
   CHECK_THAT(lastError(), Contains("attnc_attention_merge_results: argument "
@@ -108,7 +93,7 @@ TEST_CASE("merge results: arguments are checked by name", "[capi]") {
 }
 
 TEST_CASE("merge results: the runtime's checks see the C views", "[capi]") {
-  attnc_attention *A = attention("mha");
+  attnc_attention *A = sm80Attention("mha");
   Merge M;
   // A part of other rows than out's.
   M.O1.Shape[1] = 64;

@@ -5,8 +5,10 @@
 
 #include "attnc/attnc_c.h"
 
+#include <catch2/catch.hpp>
 #include <dlfcn.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +40,22 @@ inline attnc_signature sm80Signature(int HeadDim = 64) {
   S.layout = ATTNC_LAYOUT_BSHD;
   S.arch = ATTNC_ARCH_SM80;
   return S;
+}
+
+/// An sm_80 attention of the example \p Name (head dim 64), made once per
+/// test program and kept to its end.
+inline attnc_attention *sm80Attention(const char *Name) {
+  static std::map<std::string, AttPtr> Made;
+  AttPtr &A = Made[Name];
+  if (!A) {
+    DefPtr D = example(Name);
+    REQUIRE(D);
+    attnc_signature S = sm80Signature();
+    attnc_attention *Raw = nullptr;
+    REQUIRE(attnc_attention_create(D.get(), &S, &Raw) == ATTNC_OK);
+    A.reset(Raw);
+  }
+  return A.get();
 }
 
 /// A tensor over host-owned shape storage with a fake, aligned device
