@@ -1,7 +1,11 @@
 """What the GPU tests of the Python package share: skipping cleanly, fp64
-references of the examples, and the project's tolerance rule."""
+references of the examples, the project's tolerance rule, and running a
+two-rank test file under torchrun."""
 
 import math
+import os
+import subprocess
+import sys
 import unittest
 
 try:
@@ -11,6 +15,20 @@ except ImportError:  # the tests skip
 
 HAVE_GPU = torch is not None and torch.cuda.is_available()
 needs_gpu = unittest.skipUnless(HAVE_GPU, "needs PyTorch and a CUDA device")
+TWO_GPUS = HAVE_GPU and torch.cuda.device_count() >= 2
+needs_two_gpus = unittest.skipUnless(TWO_GPUS,
+                                     "needs PyTorch and two CUDA devices")
+
+
+def torchrun_two_ranks(test, path):
+    """Runs the test file `path` as two ranks under torchrun (its workers
+    check and print); fails `test` with the tail of their stderr."""
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run",
+         "--nproc_per_node=2", os.path.abspath(path)],
+        capture_output=True, text=True, timeout=600)
+    sys.stdout.write(run.stdout[-6000:])
+    test.assertEqual(run.returncode, 0, run.stderr[-6000:])
 
 if HAVE_GPU:
     import attnc

@@ -12,7 +12,6 @@ torchrun --nproc_per_node=2 tests/python/gpu/test_linear_cp.py
 than two GPUs or without PyTorch)."""
 
 import os
-import subprocess
 import sys
 import unittest
 
@@ -21,19 +20,13 @@ try:
 except ImportError:  # the test skips
     torch = None
 
-TWO_GPUS = (torch is not None and torch.cuda.is_available()
-            and torch.cuda.device_count() >= 2)
+from gpu_support import needs_two_gpus, torchrun_two_ranks  # noqa: E402
 
 
 class TwoRanks(unittest.TestCase):
-    @unittest.skipUnless(TWO_GPUS, "needs PyTorch and two CUDA devices")
+    @needs_two_gpus
     def test_torchrun_two_ranks(self):
-        run = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run",
-             "--nproc_per_node=2", os.path.abspath(__file__)],
-            capture_output=True, text=True, timeout=600)
-        sys.stdout.write(run.stdout[-6000:])
-        self.assertEqual(run.returncode, 0, run.stderr[-6000:])
+        torchrun_two_ranks(self, __file__)
 
 
 # -- the worker (one per rank, under torchrun) --------------------------------
