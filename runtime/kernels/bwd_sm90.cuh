@@ -281,9 +281,13 @@ struct BwdDkDvSm90 {
   }
 
   /// A barrier of the warpgroups that compute (all threads but the
-  /// producer's when warp-specialised: named barrier 1).
+  /// producer's when warp-specialised: named barrier 1). The column split's
+  /// warpgroups reach it from consume<0> and consume<1>, different code,
+  /// so theirs is the unaligned form.
   __device__ static __forceinline__ void sync_compute() {
-    if constexpr (kWs)
+    if constexpr (kSplit)
+      named_bar_sync_unaligned(1, kThreads);
+    else if constexpr (kWs)
       named_bar_sync(1, kThreads);
     else
       __syncthreads();

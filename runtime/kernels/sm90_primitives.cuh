@@ -164,6 +164,13 @@ template <int A, int B> __device__ __forceinline__ void fence_regs(u32 (&r)[A][B
 __device__ __forceinline__ void named_bar_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
+/// The same barrier for warps that reach it from different code (bar.sync
+/// is barrier.sync.aligned, which requires every thread of a warp, and
+/// every warp, to execute the same instruction; synccheck reports
+/// "Divergent thread(s) in block" otherwise).
+__device__ __forceinline__ void named_bar_sync_unaligned(int id, int count) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
 __device__ __forceinline__ void named_bar_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
