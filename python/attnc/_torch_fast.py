@@ -6,7 +6,15 @@ repeat call allocates its outputs, writes their data pointers, q's, k's and
 v's, the scalar values and the stream, and calls
 attnc_attention_forward_call with one pointer. The first call of a shape
 takes every check of the generic path (the same messages); the C++ runtime
-checks every call (docs/python.md, Overhead)."""
+checks every call (docs/python.md, Overhead).
+
+A definition with finals (mha's LSE) needs them written even when the
+caller returns none (the runtime requires them); such a call writes them
+into a scratch buffer of its plan, one per stream, instead of allocating
+them: successive calls on one stream write it in stream order and nothing
+reads it. Under CUDA-graph capture a call allocates them afresh (the
+graph's pool keeps them as long as the graph), since a replay must never
+write into a scratch buffer that a dropped plan gave back."""
 
 import ctypes
 import threading
@@ -38,6 +46,10 @@ _F32 = torch.float32
 _current_device = getattr(torch._C, "_cuda_getDevice",
                           torch.cuda.current_device)
 _raw_stream = _fastpack._raw_stream_function()
+# Whether the current stream is capturing a CUDA graph (a raw call where
+# torch has it: this is on the scratch finals' path).
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing",
+                     lambda: torch.cuda.is_current_stream_capturing())
 
 
 class _Plan:
@@ -45,7 +57,7 @@ class _Plan:
 
     __slots__ = ("att", "packed", "words", "floats", "ints", "call",
                  "call_at", "device", "out_shape", "finals_shape",
-                 "finals_passed", "returns_finals", "inputs")
+                 "finals_passed", "returns_finals", "inputs", "scratch")
 
 
 def _table():
@@ -133,6 +145,8 @@ def _build(key, name, q, k, v, inputs, want_finals, resolve):
                       else None)
     p.returns_finals = want_finals
     p.finals_passed = finals_passed
+    # Unreturned finals by raw stream handle (see the module's docstring).
+    p.scratch = {}
     # Per input in the call's order: (0 f32 | 1 i32 | 2 tensor, the word
     # or float index its value goes to).
     plan_inputs = []
@@ -184,11 +198,19 @@ def _launch(p, q, k, v, inputs, device):
     w[4] = k.data_ptr()
     w[8] = v.data_ptr()
     w[12] = out.data_ptr()
+    stream = _raw_stream(device)
     finals = None
-    if p.finals_shape is not None:
+    if p.returns_finals:
         finals = q.new_empty(p.finals_shape, dtype=_F32)
         if p.finals_passed:
             w[16] = finals.data_ptr()
+    elif p.finals_passed:
+        scratch = p.scratch.get(stream)
+        if scratch is None or _capturing():
+            scratch = q.new_empty(p.finals_shape, dtype=_F32)
+            if not _capturing():
+                p.scratch[stream] = scratch
+        w[16] = scratch.data_ptr()
     if inputs:
         for (kind, at), value in zip(p.inputs, inputs.values()):
             if kind == 0:
@@ -197,11 +219,11 @@ def _launch(p, q, k, v, inputs, device):
                 p.ints[at] = int(value)
             else:
                 w[at] = value.data_ptr()
-    p.call[_STREAM_WORD] = _raw_stream(device)
+    p.call[_STREAM_WORD] = stream
     status = _call(p.call_at)
     if status:
         _lib.check(status)
-    return out, finals if p.returns_finals else None
+    return out, finals
 
 
 # Word offsets above assume attnc_tensor's data pointer first and 32 bytes

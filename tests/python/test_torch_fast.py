@@ -76,10 +76,12 @@ class StandInTorch:
 
     def __init__(self):
         self.current, self.stream = 0, 0x5000
+        self.capturing = False
         self.switched = []
         fake_c = types.SimpleNamespace(
             _cuda_getDevice=lambda: self.current,
-            _cuda_getCurrentRawStream=lambda device: self.stream + device)
+            _cuda_getCurrentRawStream=lambda device: self.stream + device,
+            _cuda_isCurrentStreamCapturing=lambda: self.capturing)
 
         @contextlib.contextmanager
         def device(index):
@@ -216,13 +218,51 @@ class FastForward(unittest.TestCase):
         self.assertNotEqual(words[5], 0)
         self.assertNotIn(tensors["finals"], (None, 0, q.data_ptr(),
                                              out.data_ptr()))
-        first = tensors["finals"]
-        self.fast.forward("mha", q, k, v, None, False, self.resolve)
-        self.assertNotEqual(self.calls[-1][1]["finals"], first)  # fresh
-        self.assertEqual(self.calls[-1][0][5], words[5])
         self.fast.forward("sigmoid_attn", q, k, v, {"softmax_bias": 0.0},
                           False, self.resolve)
         self.assertIsNone(self.calls[-1][1]["finals"])
+        # Returned finals are the call's own, never the scratch buffer.
+        _, returned = self.fast.forward("mha", q, k, v, None, True,
+                                        self.resolve)
+        self.assertEqual(self.calls[-1][1]["finals"], returned.data_ptr())
+        self.assertNotEqual(returned.data_ptr(), tensors["finals"])
+
+    def test_unreturned_finals_reuse_a_scratch_buffer_per_stream(self):
+        q, k, v = self.qkv()
+        self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        first = self.calls[-1][1]["finals"]
+        q2, k2, v2 = self.qkv()
+        self.fast.forward("mha", q2, k2, v2, None, False, self.resolve)
+        self.assertEqual(self.calls[-1][1]["finals"], first)  # no new one
+        self.torch.stream = 0x6000  # another stream: its own buffer
+        self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        second = self.calls[-1][1]["finals"]
+        self.assertNotIn(second, (first, 0))
+        self.assertEqual(self.calls[-1][0][9], 0x6000)
+        self.torch.stream = 0x5000
+        self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.assertEqual(self.calls[-1][1]["finals"], first)
+
+    def test_a_captured_call_allocates_its_finals(self):
+        # A graph's kernels must not write into a plan's scratch buffer
+        # (a dropped plan gives it back while the graph lives): each
+        # captured call has finals of its own, and keeps none in the plan.
+        q, k, v = self.qkv()
+        self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        scratch = self.calls[-1][1]["finals"]
+        self.torch.capturing = True
+        seen = set()
+        for _ in range(2):
+            self.fast.forward("mha", q, k, v, None, False, self.resolve)
+            seen.add(self.calls[-1][1]["finals"])
+        self.assertEqual(len(seen), 2)
+        self.assertNotIn(scratch, seen)
+        self.torch.stream = 0x7000  # a capture's first call on its stream
+        self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        captured = self.calls[-1][1]["finals"]
+        self.torch.capturing = False
+        self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.assertNotEqual(self.calls[-1][1]["finals"], captured)
 
     def test_a_new_shape_is_checked_anew(self):
         q, k, v = self.qkv()
