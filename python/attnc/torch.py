@@ -329,7 +329,7 @@ class _Call:
     """What an eager call's forward and backward share besides tensors."""
 
     __slots__ = ("att", "name", "layout", "mask", "varlen", "numbers",
-                 "tensor_names", "raw")
+                 "tensor_names", "raw", "return_finals")
 
     def inputs(self, tensor_values):
         """The custom inputs as _run_forward takes them."""
@@ -342,7 +342,27 @@ class _Call:
         return inputs
 
 
+def _dense_call(att, name, return_finals):
+    """The _Call of a dense bhsd call without custom inputs or a block mask:
+    nothing in it changes from one call to the next, so att keeps one per
+    return_finals (the autograd path's per-call Python then is the
+    Function's own)."""
+    cache = att.__dict__.setdefault("_torch_dense_calls", {})
+    call = cache.get((name, return_finals))
+    if call is None:
+        call = _Call()
+        call.att, call.name, call.layout = att, name, "bhsd"
+        call.mask = call.varlen = call.numbers = call.raw = None
+        call.tensor_names, call.return_finals = (), return_finals
+        cache[(name, return_finals)] = call
+    return call
+
+
 class _EagerAttention(torch.autograd.Function):
+    """An eager call under autograd. The finals (LSE) are saved for the
+    backward, not an output unless the call returns them: an output costs
+    autograd's bookkeeping on every call."""
+
     @staticmethod
     def forward(ctx, call, q, k, v, *tensor_values):
         fast = None
@@ -357,11 +377,13 @@ class _EagerAttention(torch.autograd.Function):
                                        call.varlen)
         ctx.call = call
         ctx.save_for_backward(q, k, v, out, finals, *tensor_values)
-        ctx.mark_non_differentiable(finals)
-        return out, finals
+        if call.return_finals:
+            ctx.mark_non_differentiable(finals)
+            return out, finals
+        return out
 
     @staticmethod
-    def backward(ctx, dout, dfinals):
+    def backward(ctx, dout, dfinals=None):
         q, k, v, out, finals, *values = ctx.saved_tensors
         call = ctx.call
         dq, dk, dv, grads = _run_backward(call.att, call.layout, q, k, v, out,
@@ -407,7 +429,9 @@ def _wants_grad(q, k, v, inputs) -> bool:
     return False
 
 
-def _eager(name, q, k, v, inputs, layout, mask, varlen):
+def _eager(name, q, k, v, inputs, layout, mask, varlen, return_finals):
+    """(out, finals) of an eager call (finals None where autograd runs it
+    and return_finals is off)."""
     att = _attentions.get((name, q.dtype, q.shape[-1], v.shape[-1], layout,
                            q.get_device()))
     if att is None:
@@ -433,7 +457,9 @@ def _eager(name, q, k, v, inputs, layout, mask, varlen):
                                                          varlen)
         call.name, call.raw = name, inputs
         call.numbers, call.tensor_names = numbers, tensor_names
-        return _EagerAttention.apply(call, q, k, v, *tensor_values)
+        call.return_finals = return_finals
+        result = _EagerAttention.apply(call, q, k, v, *tensor_values)
+        return result if return_finals else (result, None)
     if tensor_names:
         for n, value in zip(tensor_names, tensor_values):
             numbers[n] = _scalar_or_tensor(att, n, value)
@@ -533,6 +559,19 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, definition,
                                       _resolve)
             if fast is not None:
                 return fast if return_finals else fast[0]
+        elif (not inputs and not _is_compiling() and type(q) is _Tensor
+                and type(k) is _Tensor and type(v) is _Tensor
+                and _dispatch_modes() == 0
+                and not (_function_modes is not None and _function_modes())):
+            # An eager call under autograd without custom inputs: the
+            # Function straight away, its forward the packed call.
+            name = (definition if type(definition) is str
+                    else register(definition))
+            att = _attentions.get((name, q.dtype, q.shape[-1], v.shape[-1],
+                                   "bhsd", q.get_device()))
+            if att is not None:
+                return _EagerAttention.apply(
+                    _dense_call(att, name, return_finals), q, k, v)
     else:
         layout = _torch_args.check_call(where, layout, cu_seqlens_q,
                                         cu_seqlens_k, max_seqlen_q,
@@ -545,7 +584,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, definition,
             and not (_function_modes is not None and _function_modes())):
         # What _plain checks, inline: this is every eager call's path.
         out, finals = _eager(name, q, k, v, inputs, layout, block_mask,
-                             varlen)
+                             varlen, return_finals)
         return (out, finals) if return_finals else out
     names = list(inputs.keys()) if inputs else []
     values = [_as_tensor(inputs[n]) for n in names]

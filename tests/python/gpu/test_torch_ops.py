@@ -90,6 +90,45 @@ class ForwardBackward(unittest.TestCase):
         self.assertEqual(len(got), 5)  # dq, dk, dv, dslopes, dhead_bias
         self.assertEqual(got[3].shape, (H,))
 
+    def test_repeat_calls_under_autograd(self):
+        # A repeat call of a shape under autograd without custom inputs
+        # takes the Function straight away (attnc.torch._dense_call), its
+        # forward the packed call; its outputs and gradients are the op's.
+        self._dtype = torch.float16
+        torch.manual_seed(3)
+        q, k, v = (rand(B, H, S, D, dtype=torch.float16, requires_grad=True)
+                   for _ in range(3))
+        dout = torch.randn(B, H, S, D, device="cuda", dtype=torch.float16)
+        op_out, op_finals = torch.ops.attnc.attention_fwd(
+            q, k, v, "mha", "bhsd", "", [], None, None, 0, 0, 0)
+        op_grads = torch.autograd.grad(op_out, [q, k, v], dout)
+        q64, k64, v64 = (t.detach().double().requires_grad_()
+                         for t in (q, k, v))
+        ref = reference("mha", q64, k64, v64, {})
+        ref_grads = torch.autograd.grad(ref, [q64, k64, v64], dout.double())
+        qp, kp, vp = (t.detach().requires_grad_() for t in (q, k, v))
+        plain = reference("mha", qp, kp, vp, {})
+        plain_grads = torch.autograd.grad(plain, [qp, kp, vp], dout)
+        for trial in range(3):
+            if trial == 2:
+                out, finals = attnc.torch.attention(q, k, v, "mha",
+                                                    return_finals=True)
+                self.assertFalse(finals.requires_grad)
+                self.assertTrue(torch.equal(finals, op_finals))
+            else:
+                out = attnc.torch.attention(q, k, v, "mha")
+            self.assertIsNotNone(out.grad_fn)
+            self.assertTrue(torch.equal(out, op_out), f"call {trial}")
+            grads = torch.autograd.grad(out, [q, k, v], dout)
+            for label, g, r, pl, og in zip(("dq", "dk", "dv"), grads,
+                                           ref_grads, plain_grads, op_grads):
+                check_close(self, f"call {trial} {label}", g, r, pl)
+                check_close(self, f"call {trial} {label} (op)", og, r, pl)
+        att = attnc.torch._attentions[("mha", torch.float16, D, D, "bhsd",
+                                       q.get_device())]
+        self.assertEqual(sorted(att._torch_dense_calls),
+                         [("mha", False), ("mha", True)])
+
     def test_bshd_layout(self):
         self._dtype = torch.float16
         torch.manual_seed(1)
