@@ -194,5 +194,172 @@ class Paged(unittest.TestCase):
                       str(caught.exception))
 
 
+@needs_gpu
+class Ops(unittest.TestCase):
+    """attnc::paged_append, paged_decode, paged_run_decode, paged_prefill
+    and paged_run_prefill as torch.library ops."""
+
+    def setUp(self):
+        self._dtype = torch.float16
+        self.check = Paged.check_sequences.__get__(self)
+
+    def new_tokens(self, cache):
+        """One new token a sequence: (k, v [B,HKV,D], int32 slots [B])."""
+        b = len(cache.lengths)
+        slots = torch.cat([cache.slots(i, n, 1)
+                           for i, n in enumerate(cache.lengths)])
+        k = torch.randn(b, HKV, D, generator=cache.g).to("cuda", cache.dtype)
+        v = torch.randn(b, HKV, D, generator=cache.g).to("cuda", cache.dtype)
+        return k, v, slots.to(torch.int32).cuda()
+
+    def test_compiled_decode_step_has_no_graph_break(self):
+        from torch._dynamo.testing import CompileCounterWithBackend
+        from torch._dynamo.utils import counters
+        torch._dynamo.reset()
+        counters.clear()
+        cache = Cache([30, 100, 7], 256, torch.float16, 6)
+        kv0 = cache.kv(bound=256)
+        table, lens = kv0.tensors["block_table"], kv0.tensors["seq_lens"]
+        q = torch.randn(3, H, 1, D, device="cuda", dtype=torch.float16)
+        plan = attnc.torch.plan_paged_decode("mha", q, kv0)
+
+        def step(q, k_new, v_new, slots, k_cache, v_cache, table, lens):
+            kv = attnc.torch.paged_kv(k_cache, v_cache, block_table=table,
+                                      seq_lens=lens, max_seqlen_k=256)
+            attnc.torch.paged_append(k_new, v_new, kv, slots, "mha")
+            return attnc.torch.paged_decode(q, kv, "mha", plan=plan,
+                                            return_finals=True)
+
+        counter = CompileCounterWithBackend("inductor")
+        compiled = torch.compile(step, backend=counter, fullgraph=True)
+        for trial in range(3):
+            k_new, v_new, slots = self.new_tokens(cache)
+            cache.lengths = [n + 1 for n in cache.lengths]
+            lens.copy_(torch.tensor(cache.lengths, dtype=torch.int32))
+            q = torch.randn(3, H, 1, D, generator=cache.g).to(
+                "cuda", torch.float16)
+            out, finals = compiled(q, k_new, v_new, slots, cache.k, cache.v,
+                                   table, lens)
+            self.assertEqual(tuple(finals.shape), (1, 3, H, 1))
+            self.check(f"compiled step {trial}", cache,
+                       [q[i].transpose(0, 1) for i in range(3)],
+                       [out[i].transpose(0, 1) for i in range(3)])
+            eager, eager_finals = attnc.torch.paged_decode(
+                q, cache.kv(bound=256), "mha", plan=plan,
+                return_finals=True)
+            self.assertTrue(torch.equal(out, eager), f"step {trial}")
+            self.assertTrue(torch.equal(finals, eager_finals))
+        breaks = sum(counters["graph_break"].values())
+        print(f"\npaged decode step, torch.compile(fullgraph=True): "
+              f"{counter.frame_count} graph(s) over 3 steps, {breaks} graph "
+              "breaks")
+        self.assertEqual(counter.frame_count, 1)
+        self.assertEqual(breaks, 0)
+
+    def test_compiled_decode_in_a_cuda_graph(self):
+        # The op path captured: a compiled decode step (its PagedKV made
+        # inside) captured once, replayed as the sequences grow within the
+        # plan's bound; appends run eagerly between replays.
+        torch._dynamo.reset()
+        cache = Cache([30, 100, 7], 256, torch.float16, 7)
+        cache.append([1, 1, 1])
+        kv0 = cache.kv(bound=256)
+        table, lens = kv0.tensors["block_table"], kv0.tensors["seq_lens"]
+        q = torch.randn(3, H, 1, D, device="cuda", dtype=torch.float16)
+        plan = attnc.torch.plan_paged_decode("mha", q, kv0)
+
+        def step(q, k_cache, v_cache, table, lens):
+            kv = attnc.torch.paged_kv(k_cache, v_cache, block_table=table,
+                                      seq_lens=lens, max_seqlen_k=256)
+            return attnc.torch.paged_decode(q, kv, "mha", plan=plan)
+
+        compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                compiled(q, cache.k, cache.v, table, lens)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = compiled(q, cache.k, cache.v, table, lens)
+        for step_ in range(3):
+            cache.append([1, 5, 1])
+            lens.copy_(torch.tensor(cache.lengths, dtype=torch.int32))
+            q.copy_(torch.randn(3, H, 1, D, generator=cache.g).to(
+                torch.float16))
+            graph.replay()
+            torch.cuda.synchronize()
+            self.check(f"compiled graph step {step_}", cache,
+                       [q[i].transpose(0, 1) for i in range(3)],
+                       [out[i].transpose(0, 1) for i in range(3)])
+
+    def test_fake_tensor_shapes(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        cache = Cache([37, 200, 5], 320, torch.bfloat16, 8)
+        real_kv = cache.kv()
+        q = torch.randn(3, H, 2, D, device="cuda", dtype=torch.bfloat16)
+        plan = attnc.torch.plan_paged_decode("mha", q, real_kv)
+        qp = torch.randn(40, H, D, device="cuda", dtype=torch.bfloat16)
+        cu = torch.tensor([0, 20, 21, 40], dtype=torch.int32, device="cuda")
+        pplan = attnc.torch.plan_paged_prefill("mha", qp, cu, 20, real_kv)
+        kinds = []
+        # Non-fake inputs allowed: a plan's workspace is a real tensor
+        # (under torch.compile it is a graph input, made fake there).
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            fake = mode.from_tensor
+            kv = attnc.torch.paged_kv(
+                fake(cache.k), fake(cache.v),
+                block_table=fake(real_kv.tensors["block_table"]),
+                seq_lens=fake(real_kv.tensors["seq_lens"]))
+            fq = fake(q)
+            k_new = torch.empty(3, HKV, D, device="cuda",
+                                dtype=torch.bfloat16)
+            attnc.torch.paged_append(
+                k_new, k_new, kv,
+                torch.zeros(3, dtype=torch.int32, device="cuda"))
+            for p in (None, plan):
+                out, finals = attnc.torch.paged_decode(
+                    fq, kv, "mha", plan=p, return_finals=True)
+                kinds.append(type(out).__name__)
+                self.assertEqual(tuple(out.shape), (3, H, 2, D))
+                self.assertEqual(out.dtype, torch.bfloat16)
+                self.assertEqual(tuple(finals.shape), (1, 3, H, 2))
+                self.assertEqual(finals.dtype, torch.float32)
+            for p in (None, pplan):
+                out, finals = attnc.torch.paged_prefill(
+                    fake(qp), fake(cu), 20, kv, "mha", plan=p,
+                    return_finals=True)
+                kinds.append(type(finals).__name__)
+                self.assertEqual(tuple(out.shape), (40, H, D))
+                self.assertEqual(tuple(finals.shape), (1, H, 40))
+        self.assertEqual(kinds, ["FakeTensor"] * 4)
+
+    def test_opcheck(self):
+        cache = Cache([37, 200, 5], 320, torch.float16, 9)
+        kv = cache.kv()
+        t = kv.tensors
+        kv_args = (cache.k, cache.v, t["block_table"], t["seq_lens"], None,
+                   None, None, kv.max_seqlen_kv, "NHD")
+        q = torch.randn(3, H, 1, D, device="cuda", dtype=torch.float16)
+        plan = attnc.torch.plan_paged_decode("mha", q, kv)
+        tests = ("test_schema", "test_faketensor")
+        torch.library.opcheck(
+            torch.ops.attnc.paged_decode.default,
+            (q, torch.empty_like(q)) + kv_args + ("mha", "bhsd", "", []),
+            test_utils=tests)
+        torch.library.opcheck(
+            torch.ops.attnc.paged_run_decode.default,
+            (q, torch.empty_like(q), plan.workspace) + kv_args
+            + (plan.torch_id, "", []), test_utils=tests)
+        k_new = torch.randn(3, HKV, D, device="cuda", dtype=torch.float16)
+        slots = torch.cat([cache.slots(i, n, 1) for i, n in
+                           enumerate(cache.lengths)]).to(torch.int32).cuda()
+        torch.library.opcheck(
+            torch.ops.attnc.paged_append.default,
+            (k_new, k_new.clone(), slots) + kv_args + ("mha",),
+            test_utils=tests)
+
+
 if __name__ == "__main__":
     unittest.main()
