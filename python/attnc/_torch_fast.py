@@ -25,6 +25,11 @@ from . import _fastpack, _lib
 from ._tensors import INPUT_SIZE, TENSOR_SIZE
 
 _call = _lib.declare("attnc_attention_forward_call", [ctypes.c_void_p])
+_backward = _lib.declare("attnc_attention_backward",
+                         [ctypes.c_void_p] * 10
+                         + [ctypes.c_void_p, ctypes.c_size_t,
+                            ctypes.c_void_p, ctypes.c_size_t,
+                            ctypes.c_void_p])
 
 # attnc_forward_call's words (attnc_c.h): att, q, k, v, out, finals,
 # inputs, num_inputs, mask, stream.
@@ -43,6 +48,7 @@ _MAX_PLANS = 256
 
 _Tensor = torch.Tensor
 _F32 = torch.float32
+_empty_like = getattr(torch, "empty_like", None)
 _current_device = getattr(torch._C, "_cuda_getDevice",
                           torch.cuda.current_device)
 _raw_stream = _fastpack._raw_stream_function()
@@ -224,6 +230,93 @@ def _launch(p, q, k, v, inputs, device):
     if status:
         _lib.check(status)
     return out, finals
+
+
+# -- under autograd: the forward's plan, and the backward packed per plan ----
+
+def forward_with_plan(name, q, k, v, resolve):
+    """(out, finals, plan) of an eager dense call without custom inputs
+    that returns its finals (the autograd path's forward), or None where
+    the generic path must take it; the plan then packs its backward."""
+    key = (name, q.dtype, k.dtype, v.dtype, q.get_device(), k.get_device(),
+           v.get_device(), q.shape, q.stride(), k.shape, k.stride(),
+           v.shape, v.stride(), True, None)  # forward's key
+    table = getattr(_local, "plans", None)
+    p = None if table is None else table.get(key)
+    if p is None:
+        p = _build(key, name, q, k, v, None, True, resolve)
+        if p is None:
+            return None
+    device = p.device
+    if device != _current_device():
+        out, finals = _fastpack.run_on(device, _launch, p, q, k, v, None,
+                                       device)
+    else:
+        out, finals = _launch(p, q, k, v, None, device)
+    return out, finals, p
+
+
+class _Backward:
+    """One (forward plan, dout layout)'s packed attnc_attention_backward:
+    its arguments but the stream, and where each tensor's pointer goes."""
+
+    __slots__ = ("packed", "words", "args", "finals_passed")
+
+
+# Backward packs are per thread (autograd runs a device's backward on that
+# device's own thread), keyed by the forward's plan: q, k, v, out and the
+# finals are the forward's, dq, dk and dv are like q, k and v, so only
+# dout's dtype and strides are new.
+_bwd_local = threading.local()
+
+
+def backward(p, q, k, v, out, dout, finals):
+    """(dq, dk, dv) of a call that forward_with_plan ran with plan p (its
+    saved q, k, v, out and finals); dout like out, its last dimension
+    contiguous. Runs on p's device."""
+    if p.device != _current_device():
+        return _fastpack.run_on(p.device, backward, p, q, k, v, out, dout,
+                                finals)
+    # empty_like keeps q's, k's and v's strides (the forward's key).
+    dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
+    table = getattr(_bwd_local, "packs", None)
+    if table is None:
+        table = _bwd_local.packs = {}
+    key = (p, dout.dtype, dout.stride())
+    b = table.get(key)
+    tensors = ((q, k, v, out, dout, finals, dq, dk, dv) if p.finals_passed
+               else (q, k, v, out, dout, dq, dk, dv))
+    if b is None:
+        b = _pack_backward(p, tensors)
+        if len(table) >= _MAX_PLANS:
+            table.clear()
+        table[key] = b
+    w = b.words
+    at = 0
+    for t in tensors:
+        w[at] = t.data_ptr()
+        at += 4
+    status = _backward(*b.args, _raw_stream(p.device))
+    if status:
+        _lib.check(status)
+    return dq, dk, dv
+
+
+def _pack_backward(p, tensors):
+    names = (("q", "k", "v", "out", "dout", "finals", "dq", "dk", "dv")
+             if p.finals_passed else
+             ("q", "k", "v", "out", "dout", "dq", "dk", "dv"))
+    packed = _fastpack._build("attnc.Attention.backward", names, tensors, (),
+                              (), 0)
+    b = _Backward()
+    b.packed, b.words = packed, packed.words
+    base = packed.base
+    addresses = [base + TENSOR_SIZE * i for i in range(len(tensors))]
+    if not p.finals_passed:
+        addresses.insert(5, None)
+    b.args = (p.att._handle, *addresses, None, 0, None, 0)
+    b.finals_passed = p.finals_passed
+    return b
 
 
 # Word offsets above assume attnc_tensor's data pointer first and 32 bytes

@@ -366,9 +366,17 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, call, q, k, v, *tensor_values):
         fast = None
+        ctx.plan = None
         if call.mask is None and call.varlen is None and call.layout == "bhsd":
-            fast = _torch_fast.forward(call.name, q, k, v, call.raw, True,
-                                       _resolve)
+            if call.raw:
+                fast = _torch_fast.forward(call.name, q, k, v, call.raw, True,
+                                           _resolve)
+            else:  # the backward too is packed once, per forward plan
+                fast = _torch_fast.forward_with_plan(call.name, q, k, v,
+                                                     _resolve)
+                if fast is not None:
+                    ctx.plan = fast[2]
+                    fast = fast[:2]
         if fast is not None:
             out, finals = fast
         else:
@@ -385,6 +393,12 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dfinals=None):
         q, k, v, out, finals, *values = ctx.saved_tensors
+        if ctx.plan is not None:
+            if dout.stride(-1) != 1:
+                dout = dout.contiguous()
+            dq, dk, dv = _torch_fast.backward(ctx.plan, q, k, v, out, dout,
+                                              finals)
+            return (None, dq, dk, dv)
         call = ctx.call
         dq, dk, dv, grads = _run_backward(call.att, call.layout, q, k, v, out,
                                           dout, finals, call.inputs(values),

@@ -96,7 +96,8 @@ class StandInTorch:
                                      device=device)
         self.module = types.SimpleNamespace(
             Tensor=Tensor, float16=F16, bfloat16="bf16", float32=F32,
-            int32="<i4", _C=fake_c, cuda=cuda)
+            int32="<i4", _C=fake_c, cuda=cuda,
+            empty_like=lambda t: Tensor(t.shape, t._device, t.dtype))
 
     def __enter__(self):
         self.saved = sys.modules.get("torch")
@@ -331,6 +332,69 @@ class FastForward(unittest.TestCase):
             self.fast.forward("mha", q, k, v, None, False, self.resolve)
         self.assertIn("k: head_dim (last dimension) must be 64, got 32",
                       str(caught.exception))
+
+
+class PackedBackward(unittest.TestCase):
+    """The autograd path's backward, packed once per forward plan."""
+
+    setUp = FastForward.setUp
+    tearDown = FastForward.tearDown
+    record = FastForward.record
+    resolve = FastForward.resolve
+    qkv = FastForward.qkv
+
+    def record_backward(self, *args):
+        self.backward_calls.append(args)
+        return 0
+
+    def run_pair(self, q, k, v, dout_strides=None):
+        out, finals, plan = self.fast.forward_with_plan("mha", q, k, v,
+                                                        self.resolve)
+        dout = Tensor(out.shape, q.get_device())
+        if dout_strides is not None:
+            dout.stride = lambda: dout_strides
+        grads = self.fast.backward(plan, q, k, v, out, dout, finals)
+        return out, finals, dout, grads, plan
+
+    def test_the_backward_holds_a_fresh_packing(self):
+        self.backward_calls = []
+        self.fast._backward = self.record_backward
+        first = self.run_pair(*self.qkv())
+        q, k, v = self.qkv()
+        out, finals, dout, (dq, dk, dv), plan = self.run_pair(q, k, v)
+        self.assertIs(plan, first[4])
+        self.assertEqual(len(self.backward_calls), 2)
+        args1, args2 = self.backward_calls
+        self.assertEqual(args1[:10], args2[:10])  # one pack, patched
+        self.assertEqual(args2[0], self.objects["mha"]._handle)
+        self.assertEqual(args2[10:], (None, 0, None, 0, 0x5000))
+        tensors = (q, k, v, out, dout, finals, dq, dk, dv)
+        fresh = _tensors.pack([_tensors.view(t, "w", "t") for t in tensors])
+        for i, t in enumerate(tensors):
+            self.assertEqual(_words(args2[1 + i], 1)[0], t.data_ptr())
+            self.assertEqual(_words(args2[1 + i], 2),
+                             _words(fresh[1] + 32 * i, 2))
+            shape_at, strides_at = _words(args2[1 + i] + 16, 2)
+            fshape_at, fstrides_at = _words(fresh[1] + 32 * i + 16, 2)
+            n = len(t.shape)
+            self.assertEqual(_words(shape_at, n), _words(fshape_at, n))
+            self.assertEqual(_words(strides_at, n), _words(fstrides_at, n))
+        self.assertEqual(dq.shape, q.shape)
+        # dout of other strides: a pack of its own.
+        *_, plan3 = self.run_pair(q, k, v, dout_strides=(0, 0, 64, 1))
+        self.assertIs(plan3, plan)
+        args3 = self.backward_calls[-1]
+        self.assertNotEqual(args3[5], args2[5])
+        strides_at = _words(args3[5] + 24, 1)[0]
+        self.assertEqual(_words(strides_at, 4), [0, 0, 64, 1])
+
+    def test_another_device_is_made_current(self):
+        self.backward_calls = []
+        self.fast._backward = self.record_backward
+        self.run_pair(*self.qkv(device=1))
+        self.assertEqual(self.torch.switched, [1, 1])
+        self.assertEqual(self.backward_calls[-1][-1], 0x5001)
+        self.assertEqual(self.torch.current, 0)
 
 
 class CallArgument(unittest.TestCase):

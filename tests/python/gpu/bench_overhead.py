@@ -2,8 +2,9 @@
 here in the same process tree), the C interface's packed call from ctypes
 alone (attnc_attention_forward_call on a struct packed once: the floor of
 any ctypes path), attnc.Attention.forward and attnc.torch.attention
-(eager: without and with autograd), the custom op torch.compile calls,
-SDPA, and a replay of a captured CUDA graph. Batches of 200 calls never
+(eager: without and with autograd, and a forward and backward under
+autograd beside SDPA's), the custom op torch.compile calls, SDPA, and a
+replay of a captured CUDA graph. Batches of 200 calls never
 fill the launch queue; median of 25 batches of the wall clock, and of CUDA
 events around the same batches (the device's time per call: at this tiny
 shape the launch rate, not the kernel). With --profile, the eager op's
@@ -115,9 +116,16 @@ def main():
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
     op_grad = per_call_us(lambda: attnc.torch.attention(qg, kg, vg, name,
                                                         inputs=scalar))
+    dout = torch.randn_like(q)
+    fwd_bwd = per_call_us(lambda: torch.autograd.grad(
+        attnc.torch.attention(qg, kg, vg, name, inputs=scalar), (qg, kg, vg),
+        dout), "fwd+bwd")
     noop = per_call_us(lambda: _noop(q, [q, k]))
     sdpa = per_call_us(lambda: torch.nn.functional.scaled_dot_product_attention(
         q, k, v, is_causal=True), "sdpa")
+    sdpa_fwd_bwd = per_call_us(lambda: torch.autograd.grad(
+        torch.nn.functional.scaled_dot_product_attention(
+            qg, kg, vg, is_causal=True), (qg, kg, vg), dout), "sdpa fwd+bwd")
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -148,6 +156,8 @@ def main():
     print(f"  attnc.torch.attention (requires grad: autograd.Function) "
           f"{op_grad:7.2f}" + (f"  (+{op_grad - cxx:.2f} over C++)"
                                if cxx else ""))
+    print(f"  forward + backward under autograd   {fwd_bwd:7.2f}"
+          f"  (SDPA's {sdpa_fwd_bwd:.2f})")
     print(f"  torch.ops.attnc.attention_fwd (the custom op, compiled "
           f"graphs' call) {custom_op:7.2f}")
     print(f"  an empty torch custom op          {noop:7.2f}"
