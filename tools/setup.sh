@@ -50,6 +50,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
 fi
 
+# --- Python modules the Python tests use (numpy: the host models of the ring
+# and linear context-parallel plans; matplotlib: the bench plots), for the
+# python3 that CMake finds first on PATH -----------------------------------------
+if ! python3 -c 'import numpy, matplotlib' 2>/dev/null; then
+  echo "setup.sh: installing numpy and matplotlib for $(command -v python3)"
+  python3 -m pip install -q numpy matplotlib
+fi
+
 # --- configure and build ------------------------------------------------------
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCUDAToolkit_ROOT="$cuda"
