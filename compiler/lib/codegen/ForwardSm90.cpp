@@ -125,15 +125,17 @@ const char *pagedLoadName(PagedLoad L) {
     return "thread";
   case PagedLoad::Warp:
     return "warp";
+  case PagedLoad::Gather:
+    return "gather";
   }
   return "?";
 }
 
 PagedLoad parsePagedLoad(const std::string &Text) {
-  for (PagedLoad L : {PagedLoad::Thread, PagedLoad::Warp})
+  for (PagedLoad L : {PagedLoad::Thread, PagedLoad::Warp, PagedLoad::Gather})
     if (Text == pagedLoadName(L))
       return L;
-  throw UserError("paged load '" + Text + "': expected 'thread' or 'warp'");
+  throw UserError("paged load '" + Text + "': expected 'thread', 'warp' or 'gather'");
 }
 
 PagedLoad defaultPagedLoad(int64_t PageSize) {
@@ -141,7 +143,10 @@ PagedLoad defaultPagedLoad(int64_t PageSize) {
   // (8 boxes a block of 128 keys) 542 TFLOPS by the warp against 455 by
   // the thread; pages of 64 and 256 (2 and 1 boxes) 604 and 600 against
   // 610 and 613. Pages of 8 and 32 (not measured) go with their
-  // neighbours: several boxes a block.
+  // neighbours: several boxes a block. Pages under 8 tokens fit no box
+  // (8 rows, the swizzle's period): the gather.
+  if (PageSize < 8)
+    return PagedLoad::Gather;
   return PageSize < 64 ? PagedLoad::Warp : PagedLoad::Thread;
 }
 
@@ -157,9 +162,9 @@ KernelSource generatePagedPrefillSm90(const CompiledDefinition &Def,
   Src.Key = fmt::format("{}.fwd_paged_sm90.{}.d{}x{}.{}.{}", Def.Graph->name(),
                         std::string(dtypeName(Spec.Dtype)), Spec.HeadDim,
                         Spec.HeadDimV, archName(Spec.Arch).str(), C.str());
-  // The thread kernel keeps the key (and source) it had before the warp's.
-  if (Load == PagedLoad::Warp)
-    Src.Key += ".warp";
+  // The thread kernel keeps the key (and source) it had before the others.
+  if (Load != PagedLoad::Thread)
+    Src.Key += std::string(".") + pagedLoadName(Load);
   Src.Arch = Spec.Arch;
   Src.Entries = {"attnc_fwd_paged"};
   std::map<std::string, std::string> Values =
@@ -170,8 +175,9 @@ KernelSource generatePagedPrefillSm90(const CompiledDefinition &Def,
   Values["stages"] = std::to_string(C.Stages);
   Values["smem_bytes"] =
       std::to_string(C.sharedBytes(Spec.HeadDim, Spec.HeadDimV));
-  Values["paged_run"] =
-      Load == PagedLoad::Warp ? "run_paged_warp" : "run_paged";
+  Values["paged_run"] = Load == PagedLoad::Thread
+                            ? std::string("run_paged")
+                            : std::string("run_paged_") + pagedLoadName(Load);
   Src.Source = render("fwd_paged_sm90.cu.in",
                       templateText("fwd_paged_sm90.cu.in"), Values);
   return Src;
