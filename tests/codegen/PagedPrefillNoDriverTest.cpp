@@ -167,11 +167,11 @@ TEST_CASE("paged prefill: which kernel and load a page size takes",
       CHECK(prefillLoadFor(true, PS, PagedLoad::Warp) == PagedLoad::Gather);
       continue;
     }
-    // The warp's loads where a block of 128 keys spans several pages
-    // (measured faster at pages of 16), the thread's from pages of 64 on
-    // (measured faster at 64 and 256).
+    // The gather where a block of 128 keys spans four pages or more
+    // (measured faster than the boxes at pages of 16), the thread's boxes
+    // from pages of 64 on (measured faster at 64 and 256).
     CHECK(prefillLoadFor(true, PS, std::nullopt) ==
-          (PS < 64 ? PagedLoad::Warp : PagedLoad::Thread));
+          (PS < 64 ? PagedLoad::Gather : PagedLoad::Thread));
     CHECK(prefillLoadFor(true, PS, PagedLoad::Thread) == PagedLoad::Thread);
     CHECK(prefillLoadFor(true, PS, PagedLoad::Warp) == PagedLoad::Warp);
     CHECK(prefillLoadFor(true, PS, PagedLoad::Gather) == PagedLoad::Gather);

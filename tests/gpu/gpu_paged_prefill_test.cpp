@@ -2,10 +2,11 @@
 // prefix in pages (junk elsewhere), the new tokens appended by appendPaged,
 // then prefillPaged of the packed new queries over each sequence's pages
 // (q_idx aligned to the end of its keys). Ragged prefixes with 0, 17 to
-// 1000+ queries a sequence, GQA 1, 4 and 8, pages of 1, 16 and 256, NHD and
-// HND, block tables and CSR, causal, sliding-window and chunked masks and
-// unmasked sigmoid/ReLU/ALiBi/softcap, fwd_sm90's paged kernel (pages of 16
-// and 256 on sm_90a) and fwd_sm80's (pages of 1, and named); a plan captured
+// 1000+ queries a sequence, GQA 1, 2, 4 and 8, pages of 1, 2, 4, 16, 64 and
+// 256, NHD and HND, block tables and CSR, causal, sliding-window and chunked
+// masks and unmasked sigmoid/ReLU/ALiBi/softcap, fwd_sm90's paged kernel on
+// sm_90a with each of its loads (the gather for pages under 8) and
+// fwd_sm80's (named; every page size off sm_90a); a plan captured
 // in a CUDA graph and replayed with new lengths, tables, caches and q; the
 // device checks (a bad page index or length: that sequence's rows NaN).
 // Exits 77 without a GPU.
@@ -437,14 +438,14 @@ std::vector<Case> cases() {
       {"mha", F, 8, 2, 16, NHD, false, {0, 1000, 37, 300}, {17, 64, 1100, 130}, true},
       {"mha", F, 8, 8, 1, NHD, true, {513, 0, 64}, {200, 17, 33}, true},
       // fwd_sm90's page loads where their page sizes do not take them: the
-      // thread's at pages of 16, the warp's at 256 (one box a block) under
-      // a window (key blocks from one past 0), the gather at 16, 64 and
-      // 256.
+      // thread's and the warp's boxes at pages of 16, the warp's at 256 (one
+      // box a block) under a window (key blocks from one past 0), the
+      // gather at 64 and 256.
       {"mha", F, 8, 2, 16, NHD, false, {0, 1000, 37, 300}, {17, 64, 1100, 130}, false,
        "thread"},
       {"mha_sliding_window", BF, 8, 2, 256, HND, true, {1500, 0}, {300, 200}, false, "warp"},
       {"mha", F, 8, 2, 16, NHD, false, {0, 1000, 37, 300}, {17, 64, 1100, 130}, false,
-       "gather"},
+       "warp"},
       {"alibi_full", BF, 8, 1, 64, HND, true, {300, 77}, {120, 18}, false, "gather"},
       {"mha_chunked", F, 16, 2, 256, NHD, false, {1500, 33, 0}, {200, 700, 64}, false,
        "gather"},
@@ -616,11 +617,11 @@ int main() {
   Guard("graph replay", [&] { return graphReplay("mha", false, 16, 101); });
   Guard("graph replay csr", [&] { return graphReplay("sigmoid_full", true, 16, 102); });
   // Pages of 1: fwd_sm90's gather (fwd_sm80's kernel off sm_90a)
-  // captured and replayed.
+  // captured and replayed (and on sm_90a at pages of 16 above).
   Guard("graph replay pages of 1", [&] { return graphReplay("mha", true, 1, 105); });
   Guard("device checks", [&] { return deviceChecks(103, false); });
   Guard("device checks fwd_sm80", [&] { return deviceChecks(104, true); });
-  Guard("device checks gather", [&] { return deviceChecks(106, false, "gather"); });
+  Guard("device checks warp", [&] { return deviceChecks(106, false, "warp"); });
   std::printf("%s\n", AllPass ? "all paged prefill cases pass" : "some paged prefill cases FAIL");
   return AllPass ? 0 : 1;
 }

@@ -1,7 +1,7 @@
 // The paged prefill kernels (fwd_sm80 and fwd_sm90 over pages,
 // paged_fwd.cuh) without a GPU: keys and entries, NVRTC compiles of every
 // transformer example of the paged matrix for sm_80 (f16, fwd_sm80's) and
-// sm_90a (bf16, fwd_sm90's with the loads of pages of 16 and of 1;
+// sm_90a (bf16, fwd_sm90's with each load a page size takes by default;
 // fwd_sm80's once), and the contiguous forwards' sources left as they were.
 #include "ExampleRegistry.h"
 #include "NvrtcPtx.h"
@@ -15,6 +15,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -67,8 +68,8 @@ std::string compileOne(const codegen::KernelSource &Src, bool Sm90, int *Frame =
 }
 
 /// fwd_sm80's paged kernel for sm_80 (f16) and fwd_sm90's for sm_90a
-/// (bf16) at d128, their default configurations, fwd_sm90's with the
-/// PagedLoads pages of 16 and of 1 take by default.
+/// (bf16) at d128, their default configurations, fwd_sm90's with each
+/// PagedLoad a page size takes by default (the gather, the thread's boxes).
 void compilePrefill(const std::string &Name) {
   CompiledDefinition Def = compile(testsupport::registry().get(Name));
   KernelSpec S80 = spec(DType::F16, GpuArch::Sm80);
@@ -79,11 +80,12 @@ void compilePrefill(const std::string &Name) {
   compileOne(Src, false);
   KernelSpec S90 = spec(DType::BF16, GpuArch::Sm90a);
   codegen::Sm90Config C90 = codegen::Sm90Config::defaultFor(128, 128);
-  for (int64_t PS : {16, 1}) {
-    if (PS == 1 && codegen::defaultPagedLoad(1) == codegen::defaultPagedLoad(16))
-      continue;
-    codegen::KernelSource Src90 =
-        codegen::generatePagedPrefillSm90(Def, S90, C90, codegen::defaultPagedLoad(PS));
+  std::vector<codegen::PagedLoad> Loads;
+  for (int64_t PS : {1, 16, 64, 256})
+    if (std::find(Loads.begin(), Loads.end(), codegen::defaultPagedLoad(PS)) == Loads.end())
+      Loads.push_back(codegen::defaultPagedLoad(PS));
+  for (codegen::PagedLoad L : Loads) {
+    codegen::KernelSource Src90 = codegen::generatePagedPrefillSm90(Def, S90, C90, L);
     CHECK(Src90.Key.find(".fwd_paged_sm90.") != std::string::npos);
     CHECK(Src90.Key != codegen::generateForwardSm90(Def, S90, C90).Key);
     compileOne(Src90, true);
@@ -153,9 +155,12 @@ TEST_CASE("paged prefill: fwd_sm90's page loads by a thread, a warp or a gather"
       codegen::generatePagedPrefillSm90(Def, S, C90, PagedLoad::Gather);
   CHECK(Gather.Key == Thread.Key + ".gather");
   CHECK(has(Gather.Source, "::run_paged_gather(a, in, maps, smem)"));
-  // Pages under 8 tokens fit no TMA box: the gather by default.
-  for (int64_t PS : {1, 2, 4})
+  // Pages under 8 tokens fit no TMA box: the gather by default (and up to
+  // 32, as measured).
+  for (int64_t PS : {1, 2, 4, 8, 16, 32})
     CHECK(codegen::defaultPagedLoad(PS) == PagedLoad::Gather);
+  for (int64_t PS : {64, 256, 4096})
+    CHECK(codegen::defaultPagedLoad(PS) == PagedLoad::Thread);
 }
 
 TEST_CASE("paged prefill: fwd_sm90's thread and warp loads compile (f16)",

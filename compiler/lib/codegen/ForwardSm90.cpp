@@ -139,15 +139,15 @@ PagedLoad parsePagedLoad(const std::string &Text) {
 }
 
 PagedLoad defaultPagedLoad(int64_t PageSize) {
-  // Measured on an H200 (docs/performance-log.md, 2026-11-27): pages of 16
-  // (8 boxes a block of 128 keys) 542 TFLOPS by the warp against 455 by
-  // the thread; pages of 64 and 256 (2 and 1 boxes) 604 and 600 against
-  // 610 and 613. Pages of 8 and 32 (not measured) go with their
-  // neighbours: several boxes a block. Pages under 8 tokens fit no box
-  // (8 rows, the swizzle's period): the gather.
-  if (PageSize < 8)
-    return PagedLoad::Gather;
-  return PageSize < 64 ? PagedLoad::Warp : PagedLoad::Thread;
+  // Measured on an H200 (2026-11-27, B8, prefix 4096 + 1024 new tokens,
+  // H32/8, D128, causal; contiguous fwd_sm90 622 TFLOPS): the gather 543,
+  // 567, 564 and 566 at pages of 1, 16, 64 and 256 (its cost does not
+  // depend on the page size); at 16 the warp's boxes 542, the thread's
+  // 454; at 64 and 256 the thread's 615 and 617, the warp's 604 and 603.
+  // So the gather under 64 (pages of 8 and 32, not measured, go with 16:
+  // four boxes a block and more), the thread's boxes from 64 on. Pages
+  // under 8 tokens fit no box (8 rows, the swizzle's period) anyway.
+  return PageSize < 64 ? PagedLoad::Gather : PagedLoad::Thread;
 }
 
 KernelSource generatePagedPrefillSm90(const CompiledDefinition &Def,
