@@ -96,15 +96,22 @@ struct FwdSm90 {
   /// rows = min(page size, kBlockN), at the page's slot; the block's rows
   /// past the sequence's end are zeroed by the consumers, since a page's
   /// free slots may hold anything).
-  /// kWarp: the producer's first warp issues the boxes (PagedLoad::Warp,
-  /// paged_fwd_sm90.cuh's paged_produce_warp), else its first thread.
+  /// kLoad: codegen's PagedLoad: 0 the producer's first thread issues the
+  /// boxes, 1 its first warp (paged_fwd_sm90.cuh's paged_produce_warp), 2
+  /// no boxes: its 128 threads gather the rows by cp.async
+  /// (paged_produce_gather; any page size), each arriving on a stage's
+  /// full barrier (kFullArrivals) when its copies land.
   struct RowsKV {
     static constexpr bool kPaged = false;
     static constexpr bool kWarp = false;
+    static constexpr bool kGather = false;
+    static constexpr int kFullArrivals = 1;
   };
-  template <bool W> struct PagesKV {
+  template <int kLoad> struct PagesKV {
     static constexpr bool kPaged = true;
-    static constexpr bool kWarp = W;
+    static constexpr bool kWarp = kLoad == 1;
+    static constexpr bool kGather = kLoad == 2;
+    static constexpr int kFullArrivals = kGather ? 128 : 1;
     const int *pages;
     int shift, rows;
   };
@@ -140,15 +147,21 @@ struct FwdSm90 {
   /// (makeSm90PagedMaps). A malformed sequence gets NaN rows.
   __device__ static void run_paged(const PagedFwdArgs &p, const typename Variant::Inputs &in,
                                    const Sm90Maps &maps, unsigned char *smem) {
-    paged<false>(p, in, maps, smem);
+    paged<0>(p, in, maps, smem);
   }
   /// run_paged with the K/V boxes issued by the producer's first warp.
   __device__ static void run_paged_warp(const PagedFwdArgs &p,
                                         const typename Variant::Inputs &in,
                                         const Sm90Maps &maps, unsigned char *smem) {
-    paged<true>(p, in, maps, smem);
+    paged<1>(p, in, maps, smem);
   }
-  template <bool kWarpLoad>
+  /// run_paged with the K/V rows gathered by cp.async (any page size).
+  __device__ static void run_paged_gather(const PagedFwdArgs &p,
+                                          const typename Variant::Inputs &in,
+                                          const Sm90Maps &maps, unsigned char *smem) {
+    paged<2>(p, in, maps, smem);
+  }
+  template <int kLoad>
   __device__ static __forceinline__ void paged(const PagedFwdArgs &p,
                                                const typename Variant::Inputs &in,
                                                const Sm90Maps &maps, unsigned char *smem) {
@@ -167,7 +180,7 @@ struct FwdSm90 {
     }
     const int rows = min(1 << p.page_shift, kBlockN);
     body(a, in, maps, smem, s.sp, m_block, bh,
-         PagesKV<kWarpLoad>{s.pages, p.page_shift, rows});
+         PagesKV<kLoad>{s.pages, p.page_shift, rows});
   }
 
   template <class KV>
@@ -184,7 +197,7 @@ struct FwdSm90 {
     if (threadIdx.x == 0) {
       mbar_init(bar_q, 1);
       for (int s = 0; s < kStages; ++s) {
-        mbar_init(bar_full + 8 * s, 1);
+        mbar_init(bar_full + 8 * s, KV::kFullArrivals);
         mbar_init(bar_empty + 8 * s, 4 * kConsumers); // one arrival per consumer warp
       }
       mbar_init_fence();
@@ -232,7 +245,11 @@ struct FwdSm90 {
     if (wg == 0) {
       if constexpr (kConsumers == 2)
         setmaxnreg_dec<kProducerRegs>();
-      if constexpr (KV::kWarp) {
+      if constexpr (KV::kGather) {
+        if (vis.count > 0)
+          paged_produce_gather<FwdSm90, kD, kDV, kBlockM, kBlockN, kStages>(
+              a, maps, sp, vis, m_block, bh, base, bar_q, bar_full, bar_empty, kv);
+      } else if constexpr (KV::kWarp) {
         if (threadIdx.x < 32 && vis.count > 0)
           paged_produce_warp<FwdSm90, kD, kDV, kBlockM, kBlockN, kStages>(
               a, maps, sp, vis, m_block, bh, base, bar_q, bar_full, bar_empty, kv);
@@ -346,7 +363,7 @@ struct FwdSm90 {
   __device__ static void consume(const FwdArgs &a, const typename Variant::Inputs &in,
                                  const SeqSpan &sp, const Visits &vis, int m_block, int bh,
                                  u32 base, u32 bar_q, u32 bar_full, u32 bar_empty, int wgc,
-                                 const KV &) {
+                                 const KV &kv) {
     const int count = vis.count;
     const int b = bh / a.heads, h = bh % a.heads;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
@@ -459,8 +476,7 @@ struct FwdSm90 {
       // branch so that ptxas need not serialise them.
       int e = entry_of(vis, 0);
       mbar_wait(bar_full, 0);
-      if constexpr (KV::kPaged)
-        zero_tail(vis, sp, e, base, 0, wgc);
+      landed(vis, sp, e, base, 0, wgc, kv);
       turn_begin();
       wgmma_fence();
       issue_s(0);
@@ -475,8 +491,7 @@ struct FwdSm90 {
         const int prev = (j - 1) % kStages;
         e = entry_of(vis, j);
         mbar_wait(bar_full + 8 * stage, (j / kStages) & 1);
-        if constexpr (KV::kPaged)
-          zero_tail(vis, sp, e, base, stage, wgc);
+        landed(vis, sp, e, base, stage, wgc, kv);
         turn_begin();
         wgmma_fence();
         issue_s(stage);
@@ -497,6 +512,19 @@ struct FwdSm90 {
       release((count - 1) % kStages);
     }
     epilogue(a, in, sp, acc_o, st, seen, b, h, row0, tq, base, wgc);
+  }
+
+  /// After the wait for \p stage's K and V: a gathered stage was written
+  /// by cp.async (the generic proxy), which the wgmma (the async proxy)
+  /// read only after a proxy fence; its rows past the end are zeros. A
+  /// paged stage of TMA boxes has its tail zeroed (zero_tail).
+  template <class KV>
+  __device__ static __forceinline__ void landed(const Visits &vis, const SeqSpan &sp, int e,
+                                                u32 base, int stage, int wgc, const KV &) {
+    if constexpr (KV::kGather)
+      fence_proxy_async_shared();
+    else if constexpr (KV::kPaged)
+      zero_tail(vis, sp, e, base, stage, wgc);
   }
 
   /// Paged calls: the K and V rows of \p stage at or past the sequence's

@@ -51,8 +51,21 @@ __device__ __forceinline__ PagedSeq paged_seq(const PagedFwdArgs &p, int b, int 
 __device__ __forceinline__ bool paged_pages_bad(const PagedFwdArgs &p, const PagedSeq &s) {
   const int n = (s.sp.seq_kv + (1 << p.page_shift) - 1) >> p.page_shift;
   bool bad = false;
-  for (int i = threadIdx.x; i < n; i += blockDim.x)
-    bad = bad || unsigned(__ldg(s.pages + i)) >= unsigned(p.num_pages);
+  // Four loads in flight a thread, each predicated rather than behind a
+  // branch (a loop of `bad = bad || load` waited for each load before the
+  // next: 14 round trips a thread at the CTA's start for pages of 1 and
+  // 5120 keys, one at pages of 16).
+  for (int i0 = threadIdx.x; i0 < n; i0 += 4 * blockDim.x) {
+    int v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = i0 + u * blockDim.x;
+      v[u] = i < n ? __ldg(s.pages + i) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      bad |= unsigned(v[u]) >= unsigned(p.num_pages);
+  }
   return __syncthreads_or(bad);
 }
 

@@ -1,7 +1,11 @@
-// fwd_sm90's paged producer of PagedLoad::Warp (FwdSm90::run_paged_warp):
-// the producer warpgroup's first warp issues a key block's TMA boxes, one
-// lane a page. A template over the skeleton (its tiles, stages and visit
-// order), instantiated from FwdSm90::body.
+// fwd_sm90's paged producers beside the thread's (FwdSm90::produce): of
+// PagedLoad::Warp (FwdSm90::run_paged_warp), the producer warpgroup's first
+// warp issues a key block's TMA boxes, one lane a page; of PagedLoad::Gather
+// (FwdSm90::run_paged_gather), the whole producer warpgroup copies the
+// block's rows with cp.async, one page lookup a row, so that any page size
+// runs (pages of 1 included, which no TMA box fits). Templates over the
+// skeleton (its tiles, stages and visit order), instantiated from
+// FwdSm90::body.
 #ifndef ATTNC_PAGED_FWD_SM90_CUH
 #define ATTNC_PAGED_FWD_SM90_CUH
 
@@ -77,6 +81,105 @@ __device__ void paged_produce_warp(const FwdArgs &a, const Sm90Maps &maps, const
                     tma_coord(3, maps.v_pos, at.slot, hk, at.page), bar);
     }
   }
+}
+
+/// The gather: the producer warpgroup's 128 threads copy a key block's K
+/// and V rows with 16-byte cp.async straight into the stage's swizzled
+/// slabs (the layout TMA's 128-byte swizzle writes: chunk c of row r at
+/// chunk c ^ (r % 8) of the row's 128 bytes), each row from its own page,
+/// so that the consumers run unchanged on any page size. Warp w owns rows
+/// [w·kBlockN/4, (w+1)·kBlockN/4) of every block; one copy of the warp
+/// covers 4 rows of one 64-column slab (8 lanes a row), so consecutive
+/// lanes read 128 contiguous bytes of one row. Lane l reads the page index
+/// of the warp's row l one block ahead (in flight while the warp waits
+/// for the stage to be free) and the others take it by a shuffle: one
+/// index load a row, not one per copy. Rows at or past the sequence's end
+/// are zero-filled and not read (so the consumers have no tail to zero).
+/// Each thread arrives on the stage's barrier once its copies land
+/// (cp.async.mbarrier.arrive.noinc; the barrier expects 128 arrivals,
+/// KV::kFullArrivals); the consumers fence the async proxy before their
+/// wgmma read what the generic proxy wrote. Thread 0 loads Q by TMA.
+template <class Fwd, int kD, int kDV, int kBlockM, int kBlockN, int kStages, class KV>
+__device__ void paged_produce_gather(const FwdArgs &a, const Sm90Maps &maps, const SeqSpan &sp,
+                                     const typename Fwd::Visits &vis, int m_block, int bh,
+                                     u32 base, u32 bar_q, u32 bar_full, u32 bar_empty,
+                                     const KV &kv) {
+  static_assert(KV::kPaged && KV::kGather, "the gather's calls only");
+  static_assert(kBlockN == 64 || kBlockN == 128,
+                "a warp's rows are at most 32: one page index a lane");
+  static_assert(KV::kFullArrivals == 128, "every producer thread arrives");
+  constexpr int kWarpRows = kBlockN / 4;
+  constexpr int kPasses = kWarpRows / 4;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int h = bh % a.heads;
+  const int count = vis.count;
+  const int hk = h / (a.heads / a.heads_kv);
+  if (threadIdx.x == 0) {
+    tma_prefetch_desc(&maps.q);
+    // A paged call's q is packed: one batch of all tokens.
+    const int qrow = sp.q0 + m_block * kBlockM;
+    mbar_arrive_expect_tx(bar_q, Fwd::kQBytes);
+#pragma unroll
+    for (int s = 0; s < kD / 64; ++s)
+      tma_load_4d(base + s * Fwd::kQSlab, &maps.q, s * 64,
+                  tma_coord(1, maps.q_pos, qrow, h, 0), tma_coord(2, maps.q_pos, qrow, h, 0),
+                  tma_coord(3, maps.q_pos, qrow, h, 0), bar_q);
+  }
+  // The producer runs at 24 registers (setmaxnreg): a lane computes the
+  // element offsets of its own row (page, slot and KV head) once a block,
+  // and each copy takes its row's by a shuffle; the caches' pointers and
+  // strides are read from the kernel's parameters. (Shuffling the page and
+  // computing the offsets in every pass kept 64-bit invariants live and
+  // spilled.)
+  const int sub = lane / 8; // the lane's row of a copy's four
+  const int row_w = warp * kWarpRows;
+  // The lane's chunk in row row_w + sub + 4k of a stage: row_w is a
+  // multiple of 8, so the row's swizzle phase is sub on even passes k and
+  // sub + 4 (bit 6 of the byte offset flipped) on odd ones.
+  const u32 dst = (row_w + sub) * 128 + (((lane % 8) ^ sub) << 4);
+  // A paged call visits a range of key blocks (sp.packed: no block list).
+  auto block_row = [&](int j) { return (vis.first + j) * kBlockN; };
+  // The page of the warp's row lane (lanes past a warp's 16 rows repeat);
+  // page 0 past the end (every index was checked, so page 0 exists; those
+  // rows are not read).
+  auto page_of = [&](int j) {
+    const int t = block_row(j) + row_w + lane % kWarpRows;
+    return t < sp.seq_kv ? __ldg(kv.pages + (t >> kv.shift)) : 0;
+  };
+  int next = page_of(0);
+  for (int j = 0; j < count; ++j) {
+    const int stage = j % kStages;
+    const int slot = (block_row(j) + row_w + lane % kWarpRows) & ((1 << kv.shift) - 1);
+    const long long ko = next * a.k_sb + slot * a.k_ss + hk * a.k_sh;
+    const long long vo = next * a.v_sb + slot * a.v_ss + hk * a.v_sh;
+    const int row0 = block_row(j) + row_w + sub;
+    if (j + 1 < count)
+      next = page_of(j + 1);
+    if (j >= kStages)
+      mbar_wait(bar_empty + 8 * stage, ((j / kStages) + 1) & 1);
+    const u32 s_k = base + Fwd::kQBytes + stage * Fwd::kStageBytes;
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {
+      // Row row0 + 4k is the warp's row 4k + sub, whose offsets its lane
+      // holds; this lane adds its chunk.
+      const int src = 4 * k + sub;
+      const bool ok = row0 + 4 * k < sp.seq_kv;
+      const u32 d = s_k + 512 * k + ((k & 1) ? dst ^ 64u : dst);
+      const unsigned short *ks = static_cast<const unsigned short *>(a.k) +
+                                 __shfl_sync(0xffffffffu, ko, src) + (lane % 8) * 8;
+      const unsigned short *vs = static_cast<const unsigned short *>(a.v) +
+                                 __shfl_sync(0xffffffffu, vo, src) + (lane % 8) * 8;
+#pragma unroll
+      for (int s = 0; s < kD / 64; ++s)
+        cp_async_16(d + s * Fwd::kKVSlab, ks + s * 64, ok);
+#pragma unroll
+      for (int s = 0; s < kDV / 64; ++s)
+        cp_async_16(d + Fwd::kKBytes + s * Fwd::kKVSlab, vs + s * 64, ok);
+    }
+    cp_async_mbar_arrive(bar_full + 8 * stage);
+  }
+  // The copies land before the thread exits.
+  cp_async_wait<0>();
 }
 
 } // namespace attnc

@@ -145,10 +145,13 @@ PrefillCall validatePrefillCall(const ir::Graph &G, const Signature &Sig,
 std::optional<codegen::PagedLoad>
 prefillLoadFor(bool Use90, int64_t PageSize,
                std::optional<codegen::PagedLoad> Named) {
-  // fwd_sm90 loads a block as one TMA box a page: boxes of at least 8 rows
-  // (the 128-byte swizzle's period), so pages of 8 tokens and more.
-  if (!Use90 || PageSize < 8)
+  // fwd_sm90's TMA loads are one box a page: boxes of at least 8 rows (the
+  // 128-byte swizzle's period), so pages of 8 tokens and more; smaller
+  // pages take its gather whatever is named.
+  if (!Use90)
     return std::nullopt;
+  if (PageSize < 8)
+    return codegen::PagedLoad::Gather;
   return Named ? *Named : codegen::defaultPagedLoad(PageSize);
 }
 
@@ -213,7 +216,7 @@ PrefillPlan PagedPrefillRunner::plan(const PrefillBounds &B) {
 
 const PagedPrefillRunner::Kernel *
 PagedPrefillRunner::kernelOf(const PrefillPlan &P) const {
-  for (const std::unique_ptr<Kernel> *K : {&K80, &K90[0], &K90[1]})
+  for (const std::unique_ptr<Kernel> *K : {&K80, &K90[0], &K90[1], &K90[2]})
     if (*K && (*K)->Source.Key == P.KernelKey && (*K)->Module.loaded())
       return K->get();
   return nullptr;

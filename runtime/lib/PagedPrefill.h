@@ -44,8 +44,8 @@ PrefillCall validatePrefillCall(const ir::Graph &G, const Signature &Sig,
 
 /// How paged prefill's kernel for pages of \p PageSize loads K/V: none
 /// where fwd_sm80's kernel runs them (fwd_sm90 does not serve the call,
-/// \p Use90 false, or pages of fewer than 8 tokens: fwd_sm90's TMA boxes
-/// need 8 rows, the 128-byte swizzle's period), else fwd_sm90's with
+/// \p Use90 false), else fwd_sm90's: its gather for pages of fewer than
+/// 8 tokens (its TMA boxes need 8 rows, the 128-byte swizzle's period),
 /// \p Named's PagedLoad if given, defaultPagedLoad's if not.
 std::optional<codegen::PagedLoad>
 prefillLoadFor(bool Use90, int64_t PageSize,
@@ -54,8 +54,9 @@ prefillLoadFor(bool Use90, int64_t PageSize,
 /// The paged prefill kernels of one definition and signature: fwd_sm80's
 /// attnc_fwd_paged (every arch, every page size) and, on sm_90a where
 /// fwd_sm90 runs the head dims and the signature does not name fwd_sm80,
-/// fwd_sm90's (pages of 8 tokens and more: one TMA box a page, issued as
-/// defaultPagedLoad says for the page size, or as ATTNC_PAGED_LOAD names).
+/// fwd_sm90's (every page size: loaded as defaultPagedLoad says for the
+/// page size, or as ATTNC_PAGED_LOAD names; pages under 8 tokens always
+/// by its gather).
 /// Each is compiled on first need (source()) and loaded on the first plan.
 class PagedPrefillRunner {
 public:
@@ -93,8 +94,9 @@ private:
   bool Use90 = false;
   /// ATTNC_PAGED_LOAD's PagedLoad; none: defaultPagedLoad's.
   std::optional<codegen::PagedLoad> Load;
-  std::unique_ptr<Kernel> K80, K90[2]; // K90 by PagedLoad
-  static_assert(int(codegen::PagedLoad::Thread) == 0 && int(codegen::PagedLoad::Warp) == 1);
+  std::unique_ptr<Kernel> K80, K90[3]; // K90 by PagedLoad
+  static_assert(int(codegen::PagedLoad::Thread) == 0 && int(codegen::PagedLoad::Warp) == 1 &&
+                int(codegen::PagedLoad::Gather) == 2);
 };
 
 } // namespace attn::runtime

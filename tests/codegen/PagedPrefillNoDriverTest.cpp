@@ -155,22 +155,26 @@ TEST_CASE("paged prefill: which kernel and load a page size takes",
   using codegen::PagedLoad;
   for (int64_t PS : {1, 2, 4, 8, 16, 64, 128, 256, 1024}) {
     INFO("page size " << PS);
-    // fwd_sm80's kernel where fwd_sm90 does not serve the signature, and
-    // for pages under 8 tokens (a TMA box's 8 rows).
+    // fwd_sm80's kernel where fwd_sm90 does not serve the signature.
     CHECK_FALSE(prefillLoadFor(false, PS, std::nullopt).has_value());
     CHECK_FALSE(prefillLoadFor(false, PS, PagedLoad::Warp).has_value());
+    CHECK_FALSE(prefillLoadFor(false, PS, PagedLoad::Gather).has_value());
+    // fwd_sm90's gather for pages under 8 tokens (no TMA box fits), even
+    // where a box load is named.
     if (PS < 8) {
-      CHECK_FALSE(prefillLoadFor(true, PS, std::nullopt).has_value());
-      CHECK_FALSE(prefillLoadFor(true, PS, PagedLoad::Thread).has_value());
+      CHECK(prefillLoadFor(true, PS, std::nullopt) == PagedLoad::Gather);
+      CHECK(prefillLoadFor(true, PS, PagedLoad::Thread) == PagedLoad::Gather);
+      CHECK(prefillLoadFor(true, PS, PagedLoad::Warp) == PagedLoad::Gather);
       continue;
     }
-    // The warp's loads where a block of 128 keys spans several pages
-    // (measured faster at pages of 16), the thread's from pages of 64 on
-    // (measured faster at 64 and 256).
+    // The gather where a block of 128 keys spans four pages or more
+    // (measured faster than the boxes at pages of 16), the thread's boxes
+    // from pages of 64 on (measured faster at 64 and 256).
     CHECK(prefillLoadFor(true, PS, std::nullopt) ==
-          (PS < 64 ? PagedLoad::Warp : PagedLoad::Thread));
+          (PS < 64 ? PagedLoad::Gather : PagedLoad::Thread));
     CHECK(prefillLoadFor(true, PS, PagedLoad::Thread) == PagedLoad::Thread);
     CHECK(prefillLoadFor(true, PS, PagedLoad::Warp) == PagedLoad::Warp);
+    CHECK(prefillLoadFor(true, PS, PagedLoad::Gather) == PagedLoad::Gather);
   }
 }
 

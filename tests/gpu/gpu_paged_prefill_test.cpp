@@ -2,10 +2,11 @@
 // prefix in pages (junk elsewhere), the new tokens appended by appendPaged,
 // then prefillPaged of the packed new queries over each sequence's pages
 // (q_idx aligned to the end of its keys). Ragged prefixes with 0, 17 to
-// 1000+ queries a sequence, GQA 1, 4 and 8, pages of 1, 16 and 256, NHD and
-// HND, block tables and CSR, causal, sliding-window and chunked masks and
-// unmasked sigmoid/ReLU/ALiBi/softcap, fwd_sm90's paged kernel (pages of 16
-// and 256 on sm_90a) and fwd_sm80's (pages of 1, and named); a plan captured
+// 1000+ queries a sequence, GQA 1, 2, 4 and 8, pages of 1, 2, 4, 16, 64 and
+// 256, NHD and HND, block tables and CSR, causal, sliding-window and chunked
+// masks and unmasked sigmoid/ReLU/ALiBi/softcap, fwd_sm90's paged kernel on
+// sm_90a with each of its loads (the gather for pages under 8) and
+// fwd_sm80's (named; every page size off sm_90a); a plan captured
 // in a CUDA graph and replayed with new lengths, tables, caches and q; the
 // device checks (a bad page index or length: that sequence's rows NaN).
 // Exits 77 without a GPU.
@@ -41,8 +42,7 @@ struct Case {
   PageLayout Layout;
   bool Csr;
   std::vector<int> Prefix, NewQ;
-  /// The signature names fwd_sm80: its paged kernel on sm_90a too (which
-  /// takes it for pages under 8 tokens only).
+  /// The signature names fwd_sm80: its paged kernel on sm_90a too.
   bool Sm80 = false;
   /// fwd_sm90's PagedLoad named for the case (ATTNC_PAGED_LOAD), where it
   /// is not the one its page size takes by default; empty: the default.
@@ -357,7 +357,8 @@ bool graphReplay(const std::string &Def, bool Csr, int PageSize, uint64_t Seed) 
 /// The device checks: a page index out of range (sequence 1); in CSR, a
 /// last page length of 0 (sequence 2); a length above the bound (sequence
 /// 0): those sequences' rows NaN, the others exact.
-bool deviceChecks(uint64_t Seed, bool Sm80) {
+bool deviceChecks(uint64_t Seed, bool Sm80, const char *LoadName = "") {
+  LoadEnv Load(LoadName);
   const DType Dt = DType::F16;
   const int H = 8, Hkv = 2, PageSize = 16, D = 128;
   runtime::Attention A(makeDefinition("mha"), signature(Dt, Sm80));
@@ -379,7 +380,8 @@ bool deviceChecks(uint64_t Seed, bool Sm80) {
   const BatchReference Ref = referenceOf(A, Dt, X, H, {});
   auto Run = [&](const PagedHost &Bad, bool Csr, int64_t MaxLen, const char *Check,
                  std::vector<int> NanSeqs) {
-    std::string What = fmt::format("{}{}", Check, Sm80 ? " (fwd_sm80)" : "");
+    std::string What = fmt::format("{}{}{}{}", Check, Sm80 ? " (fwd_sm80)" : "",
+                                   *LoadName ? " load " : "", LoadName);
     DeviceIndex Idx(Bad);
     runtime::PagedKV KV = Idx.view(Bad, Csr, KC.get(), VC.get(), Dt, MaxLen);
     DO.poison(0);
@@ -426,15 +428,27 @@ std::vector<Case> cases() {
       {"mha_sliding_window", F, 8, 1, 1, HND, true, {700, 255}, {100, 300}},
       {"mha_chunked", F, 8, 2, 16, NHD, false, {1500, 33, 0}, {200, 700, 64}},
       {"mha_chunked", F, 8, 4, 1, HND, true, {900, 0}, {130, 257}},
-      // fwd_sm80's paged kernel where sm_90a would take fwd_sm90's (it
-      // takes it for pages of 1 above).
+      // Pages of 64 (the thread's boxes, two a block of 128 keys) and
+      // pages under 8 tokens (fwd_sm90's gather, as for pages of 1 above).
+      {"mha", F, 8, 2, 64, NHD, false, {0, 1000, 37, 300}, {17, 64, 1100, 130}},
+      {"sigmoid_full", BF, 8, 4, 64, HND, true, {700, 64}, {100, 65}},
+      {"mha", BF, 8, 2, 2, HND, true, {511, 0, 90}, {130, 257, 7}},
+      {"mha_sliding_window", F, 8, 4, 4, NHD, false, {1300, 3}, {200, 61}},
+      // fwd_sm80's paged kernel where sm_90a takes fwd_sm90's.
       {"mha", F, 8, 2, 16, NHD, false, {0, 1000, 37, 300}, {17, 64, 1100, 130}, true},
+      {"mha", F, 8, 8, 1, NHD, true, {513, 0, 64}, {200, 17, 33}, true},
       // fwd_sm90's page loads where their page sizes do not take them: the
-      // thread's at pages of 16, the warp's at 256 (one box a block) under
-      // a window (key blocks from one past 0).
+      // thread's and the warp's boxes at pages of 16, the warp's at 256 (one
+      // box a block) under a window (key blocks from one past 0), the
+      // gather at 64 and 256.
       {"mha", F, 8, 2, 16, NHD, false, {0, 1000, 37, 300}, {17, 64, 1100, 130}, false,
        "thread"},
       {"mha_sliding_window", BF, 8, 2, 256, HND, true, {1500, 0}, {300, 200}, false, "warp"},
+      {"mha", F, 8, 2, 16, NHD, false, {0, 1000, 37, 300}, {17, 64, 1100, 130}, false,
+       "warp"},
+      {"alibi_full", BF, 8, 1, 64, HND, true, {300, 77}, {120, 18}, false, "gather"},
+      {"mha_chunked", F, 16, 2, 256, NHD, false, {1500, 33, 0}, {200, 700, 64}, false,
+       "gather"},
   };
 }
 
@@ -581,22 +595,33 @@ int main() {
   }
   bool AllPass = true;
   uint64_t Seed = 1;
-  auto Guard = [&](const char *What, auto &&Fn) {
+  // ATTNC_PREFILL_ONLY=TEXT: only the cases and checks whose name holds
+  // TEXT (a short run under compute-sanitizer).
+  const char *Only = std::getenv("ATTNC_PREFILL_ONLY");
+  auto Guard = [&](const std::string &What, auto &&Fn) {
+    if (Only && What.find(Only) == std::string::npos)
+      return;
     try {
       AllPass = Fn() && AllPass;
     } catch (const std::exception &E) {
-      std::printf("FAIL %s: %s\n", What, E.what());
+      std::printf("FAIL %s: %s\n", What.c_str(), E.what());
       AllPass = false;
     }
   };
-  for (const Case &C : cases())
-    Guard(C.Def.c_str(), [&] { return runCase(C, Seed++); });
+  for (const Case &C : cases()) {
+    const uint64_t CaseSeed = Seed++;
+    Guard(fmt::format("{} page{}{}{}{}", C.Def, C.PageSize, C.Sm80 ? " fwd_sm80" : "",
+                      *C.Load ? " load " : "", C.Load),
+          [&] { return runCase(C, CaseSeed); });
+  }
   Guard("graph replay", [&] { return graphReplay("mha", false, 16, 101); });
   Guard("graph replay csr", [&] { return graphReplay("sigmoid_full", true, 16, 102); });
-  // Pages of 1: fwd_sm80's paged kernel captured and replayed.
+  // Pages of 1: fwd_sm90's gather (fwd_sm80's kernel off sm_90a)
+  // captured and replayed (and on sm_90a at pages of 16 above).
   Guard("graph replay pages of 1", [&] { return graphReplay("mha", true, 1, 105); });
   Guard("device checks", [&] { return deviceChecks(103, false); });
   Guard("device checks fwd_sm80", [&] { return deviceChecks(104, true); });
+  Guard("device checks warp", [&] { return deviceChecks(106, false, "warp"); });
   std::printf("%s\n", AllPass ? "all paged prefill cases pass" : "some paged prefill cases FAIL");
   return AllPass ? 0 : 1;
 }

@@ -1,8 +1,8 @@
 // The paged prefill kernels (fwd_sm80 and fwd_sm90 over pages,
 // paged_fwd.cuh) without a GPU: keys and entries, NVRTC compiles of every
 // transformer example of the paged matrix for sm_80 (f16, fwd_sm80's) and
-// sm_90a (bf16, fwd_sm90's; fwd_sm80's once), and the contiguous
-// forwards' sources left as they were.
+// sm_90a (bf16, fwd_sm90's with each load a page size takes by default;
+// fwd_sm80's once), and the contiguous forwards' sources left as they were.
 #include "ExampleRegistry.h"
 #include "NvrtcPtx.h"
 
@@ -15,6 +15,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -54,7 +55,7 @@ std::string compileOne(const codegen::KernelSource &Src, bool Sm90, int *Frame =
   CHECK(!has(Ptx, ".entry attnc_fwd("));
   if (Sm90) {
     CHECK(has(Ptx, "wgmma.mma_async"));
-    CHECK(has(Ptx, "cp.async.bulk.tensor.4d"));
+    CHECK(has(Ptx, "cp.async.bulk.tensor.4d")); // Q, and K/V's boxes
   } else {
     CHECK(has(Ptx, "mma.sync.aligned.m16n8k16.row.col.f32"));
     CHECK(has(Ptx, "cp.async.cg.shared.global"));
@@ -67,8 +68,8 @@ std::string compileOne(const codegen::KernelSource &Src, bool Sm90, int *Frame =
 }
 
 /// fwd_sm80's paged kernel for sm_80 (f16) and fwd_sm90's for sm_90a
-/// (bf16) at d128, their default configurations, fwd_sm90's with the
-/// PagedLoad pages of 16 take by default.
+/// (bf16) at d128, their default configurations, fwd_sm90's with each
+/// PagedLoad a page size takes by default (the gather, the thread's boxes).
 void compilePrefill(const std::string &Name) {
   CompiledDefinition Def = compile(testsupport::registry().get(Name));
   KernelSpec S80 = spec(DType::F16, GpuArch::Sm80);
@@ -79,11 +80,16 @@ void compilePrefill(const std::string &Name) {
   compileOne(Src, false);
   KernelSpec S90 = spec(DType::BF16, GpuArch::Sm90a);
   codegen::Sm90Config C90 = codegen::Sm90Config::defaultFor(128, 128);
-  codegen::KernelSource Src90 =
-      codegen::generatePagedPrefillSm90(Def, S90, C90, codegen::defaultPagedLoad(16));
-  CHECK(Src90.Key.find(".fwd_paged_sm90.") != std::string::npos);
-  CHECK(Src90.Key != codegen::generateForwardSm90(Def, S90, C90).Key);
-  compileOne(Src90, true);
+  std::vector<codegen::PagedLoad> Loads;
+  for (int64_t PS : {1, 16, 64, 256})
+    if (std::find(Loads.begin(), Loads.end(), codegen::defaultPagedLoad(PS)) == Loads.end())
+      Loads.push_back(codegen::defaultPagedLoad(PS));
+  for (codegen::PagedLoad L : Loads) {
+    codegen::KernelSource Src90 = codegen::generatePagedPrefillSm90(Def, S90, C90, L);
+    CHECK(Src90.Key.find(".fwd_paged_sm90.") != std::string::npos);
+    CHECK(Src90.Key != codegen::generateForwardSm90(Def, S90, C90).Key);
+    compileOne(Src90, true);
+  }
 }
 
 } // namespace
@@ -120,13 +126,17 @@ TEST_CASE("paged prefill: the generated source", "[prefill]") {
              "PagedFwdArgs"));
 }
 
-TEST_CASE("paged prefill: fwd_sm90's page loads by a thread or a warp", "[prefill]") {
+TEST_CASE("paged prefill: fwd_sm90's page loads by a thread, a warp or a gather",
+          "[prefill]") {
   using codegen::PagedLoad;
   CHECK(codegen::parsePagedLoad("thread") == PagedLoad::Thread);
   CHECK(codegen::parsePagedLoad("warp") == PagedLoad::Warp);
+  CHECK(codegen::parsePagedLoad("gather") == PagedLoad::Gather);
   CHECK(std::string(codegen::pagedLoadName(PagedLoad::Warp)) == "warp");
-  CHECK_THROWS_WITH(codegen::parsePagedLoad("Warp"),
-                    Catch::Contains("paged load 'Warp': expected 'thread' or 'warp'"));
+  CHECK(std::string(codegen::pagedLoadName(PagedLoad::Gather)) == "gather");
+  CHECK_THROWS_WITH(
+      codegen::parsePagedLoad("Warp"),
+      Catch::Contains("paged load 'Warp': expected 'thread', 'warp' or 'gather'"));
   CHECK_THROWS_AS(codegen::parsePagedLoad(""), UserError);
   CompiledDefinition Def = compile(testsupport::registry().get("mha"));
   KernelSpec S = spec(DType::F16, GpuArch::Sm90a);
@@ -141,6 +151,16 @@ TEST_CASE("paged prefill: fwd_sm90's page loads by a thread or a warp", "[prefil
   CHECK(has(Thread.Source, "::run_paged(a, in, maps, smem)"));
   CHECK(has(Warp.Source, "::run_paged_warp(a, in, maps, smem)"));
   CHECK(!has(Warp.Source, "::run_paged("));
+  codegen::KernelSource Gather =
+      codegen::generatePagedPrefillSm90(Def, S, C90, PagedLoad::Gather);
+  CHECK(Gather.Key == Thread.Key + ".gather");
+  CHECK(has(Gather.Source, "::run_paged_gather(a, in, maps, smem)"));
+  // Pages under 8 tokens fit no TMA box: the gather by default (and up to
+  // 32, as measured).
+  for (int64_t PS : {1, 2, 4, 8, 16, 32})
+    CHECK(codegen::defaultPagedLoad(PS) == PagedLoad::Gather);
+  for (int64_t PS : {64, 256, 4096})
+    CHECK(codegen::defaultPagedLoad(PS) == PagedLoad::Thread);
 }
 
 TEST_CASE("paged prefill: fwd_sm90's thread and warp loads compile (f16)",
@@ -168,8 +188,25 @@ TEST_CASE("paged prefill: fwd_sm90's thread and warp loads compile (f16)",
   CHECK(Count(PW, "bar.warp.sync") == Count(PT, "bar.warp.sync") + 1);
 }
 
+TEST_CASE("paged prefill: fwd_sm90's gather compiles (f16)", "[prefill][nvrtc]") {
+  // K/V by cp.async, each thread arriving on the stage's barrier when its
+  // copies land, the consumers fencing the async proxy; Q alone by TMA;
+  // no spill at the producer's 24 registers.
+  CompiledDefinition Def = compile(testsupport::registry().get("mha"));
+  KernelSpec S = spec(DType::F16, GpuArch::Sm90a);
+  codegen::Sm90Config C90 = codegen::Sm90Config::defaultFor(128, 128);
+  int FG = -1;
+  std::string PG = compileOne(
+      codegen::generatePagedPrefillSm90(Def, S, C90, codegen::PagedLoad::Gather), true, &FG);
+  CHECK(FG == 0);
+  CHECK(has(PG, "cp.async.mbarrier.arrive.noinc.shared"));
+  CHECK(has(PG, "cp.async.cg.shared.global"));
+  CHECK(has(PG, "fence.proxy.async.shared::cta"));
+  CHECK(has(PG, "shfl.sync.idx"));
+}
+
 TEST_CASE("paged prefill: fwd_sm80's kernel compiles for sm_90a", "[prefill][nvrtc]") {
-  // The kernel sm_90a runs for pages of fewer than 8 tokens.
+  // The kernel sm_90a runs where the signature names fwd_sm80.
   CompiledDefinition Def = compile(testsupport::registry().get("mha"));
   compileOne(codegen::generatePagedPrefill(Def, spec(DType::F16, GpuArch::Sm90a)), false);
 }

@@ -13,12 +13,13 @@
 // caches of PAGE-token pages (default 16 and 256) on the same K/V memory,
 // each sequence's pages in a shuffled order, for the default signature
 // (against the default contiguous kernel; on sm_90a fwd_sm90's kernel
-// with each PagedLoad, ATTNC_PAGED_LOAD thread then warp, for pages of 8
-// and more) and fwd_sm80 named (against contiguous fwd_sm80). TFLOPS counts 4·D·HQ over the
+// with each PagedLoad, ATTNC_PAGED_LOAD thread, warp then gather; pages
+// under 8 tokens take the gather whatever is named, so they run once) and
+// fwd_sm80 named (against contiguous fwd_sm80). TFLOPS counts 4·D·HQ over the
 // (query, key) pairs a causal mask keeps (B · (NEW·PREFIX + NEW·(NEW+1)/2));
 // for an unmasked definition, over all pairs. With
 // ATTNC_BENCH_COMPILE_ONLY=ARCH it only compiles the kernels for ARCH (the
-// two contiguous ones, the paged ones for pages of 16, both loads, and 1)
+// two contiguous ones, the paged ones for pages of 16, every load, and 1)
 // into the kernel cache (no GPU needed) and exits.
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
@@ -97,11 +98,11 @@ int main(int Argc, char **Argv) {
     const int64_t Tq = int64_t(B) * New, Tkv = int64_t(B) * KV;
 
     dsl::AttentionDef Def = makeDefinition(Name);
-    // The paged runs: the default signature with fwd_sm90's two PagedLoads
-    // (ATTNC_PAGED_LOAD; fwd_sm80's kernel where fwd_sm90 does not serve
-    // the call or the page size), fwd_sm80 named.
+    // The paged runs: the default signature with fwd_sm90's three
+    // PagedLoads (ATTNC_PAGED_LOAD; fwd_sm80's kernel where fwd_sm90 does
+    // not serve the call), fwd_sm80 named.
     const std::pair<const char *, const char *> PagedRuns[] = {
-        {"", "thread"}, {"", "warp"}, {"fwd_sm80", ""}};
+        {"", "thread"}, {"", "warp"}, {"", "gather"}, {"fwd_sm80", ""}};
     auto setLoad = [](const char *Load) {
       if (*Load)
         setenv("ATTNC_PAGED_LOAD", Load, 1);
@@ -125,9 +126,9 @@ int main(int Argc, char **Argv) {
         runtime::Attention A(Def, Sig);
         N += int(A.precompile(runtime::PrecompileSet{}).size());
       }
-      // The paged kernels: fwd_sm90's (pages of 16, each load) and
-      // fwd_sm80's (pages of 1) for the default signature, fwd_sm80's for
-      // the named one.
+      // The paged kernels: fwd_sm90's (pages of 16, each load; pages of 1,
+      // the gather) for the default signature, fwd_sm80's for the named
+      // one.
       for (auto [Skel, Load] : PagedRuns) {
         setLoad(Load);
         runtime::Signature Sig;
@@ -267,8 +268,8 @@ int main(int Argc, char **Argv) {
       const int64_t NF = int64_t(A.finalNames().size());
       TensorView FV = TensorView::contiguous(F.get(), DType::F32, {NF, HQ, Tq});
       for (int PS : PageSizes) {
-        if (*Load && std::string(Load) == "warp" && PS < 8)
-          continue; // fwd_sm80's kernel, timed in the thread's run
+        if (*Load && std::string(Load) != "gather" && PS < 8)
+          continue; // the gather's kernel, timed in its own run
         if (KV % PS != 0) {
           std::printf("paged%d: skipped (PREFIX + NEW is not a multiple)\n", PS);
           continue;

@@ -125,24 +125,29 @@ const char *pagedLoadName(PagedLoad L) {
     return "thread";
   case PagedLoad::Warp:
     return "warp";
+  case PagedLoad::Gather:
+    return "gather";
   }
   return "?";
 }
 
 PagedLoad parsePagedLoad(const std::string &Text) {
-  for (PagedLoad L : {PagedLoad::Thread, PagedLoad::Warp})
+  for (PagedLoad L : {PagedLoad::Thread, PagedLoad::Warp, PagedLoad::Gather})
     if (Text == pagedLoadName(L))
       return L;
-  throw UserError("paged load '" + Text + "': expected 'thread' or 'warp'");
+  throw UserError("paged load '" + Text + "': expected 'thread', 'warp' or 'gather'");
 }
 
 PagedLoad defaultPagedLoad(int64_t PageSize) {
-  // Measured on an H200 (docs/performance-log.md, 2026-11-27): pages of 16
-  // (8 boxes a block of 128 keys) 542 TFLOPS by the warp against 455 by
-  // the thread; pages of 64 and 256 (2 and 1 boxes) 604 and 600 against
-  // 610 and 613. Pages of 8 and 32 (not measured) go with their
-  // neighbours: several boxes a block.
-  return PageSize < 64 ? PagedLoad::Warp : PagedLoad::Thread;
+  // Measured on an H200 (2026-11-27, B8, prefix 4096 + 1024 new tokens,
+  // H32/8, D128, causal; contiguous fwd_sm90 622 TFLOPS): the gather 543,
+  // 567, 564 and 566 at pages of 1, 16, 64 and 256 (its cost does not
+  // depend on the page size); at 16 the warp's boxes 542, the thread's
+  // 454; at 64 and 256 the thread's 615 and 617, the warp's 604 and 603.
+  // So the gather under 64 (pages of 8 and 32, not measured, go with 16:
+  // four boxes a block and more), the thread's boxes from 64 on. Pages
+  // under 8 tokens fit no box (8 rows, the swizzle's period) anyway.
+  return PageSize < 64 ? PagedLoad::Gather : PagedLoad::Thread;
 }
 
 KernelSource generatePagedPrefillSm90(const CompiledDefinition &Def,
@@ -157,9 +162,9 @@ KernelSource generatePagedPrefillSm90(const CompiledDefinition &Def,
   Src.Key = fmt::format("{}.fwd_paged_sm90.{}.d{}x{}.{}.{}", Def.Graph->name(),
                         std::string(dtypeName(Spec.Dtype)), Spec.HeadDim,
                         Spec.HeadDimV, archName(Spec.Arch).str(), C.str());
-  // The thread kernel keeps the key (and source) it had before the warp's.
-  if (Load == PagedLoad::Warp)
-    Src.Key += ".warp";
+  // The thread kernel keeps the key (and source) it had before the others.
+  if (Load != PagedLoad::Thread)
+    Src.Key += std::string(".") + pagedLoadName(Load);
   Src.Arch = Spec.Arch;
   Src.Entries = {"attnc_fwd_paged"};
   std::map<std::string, std::string> Values =
@@ -170,8 +175,9 @@ KernelSource generatePagedPrefillSm90(const CompiledDefinition &Def,
   Values["stages"] = std::to_string(C.Stages);
   Values["smem_bytes"] =
       std::to_string(C.sharedBytes(Spec.HeadDim, Spec.HeadDimV));
-  Values["paged_run"] =
-      Load == PagedLoad::Warp ? "run_paged_warp" : "run_paged";
+  Values["paged_run"] = Load == PagedLoad::Thread
+                            ? std::string("run_paged")
+                            : std::string("run_paged_") + pagedLoadName(Load);
   Src.Source = render("fwd_paged_sm90.cu.in",
                       templateText("fwd_paged_sm90.cu.in"), Values);
   return Src;

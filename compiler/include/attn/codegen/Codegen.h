@@ -369,8 +369,10 @@ KernelSource generateForwardSm90(const CompiledDefinition &Def,
                                  const KernelSpec &Spec,
                                  const Sm90Config &Config);
 
-/// How fwd_sm90's paged kernel issues a K/V block's TMA boxes (one box a
-/// page, kBlockN / page size of them for pages smaller than the block).
+/// How fwd_sm90's paged kernel loads a K/V block: as TMA boxes (one box a
+/// page, kBlockN / page size of them for pages smaller than the block;
+/// pages of 8 tokens and more), issued by a thread or a warp, or gathered
+/// row by row (any page size).
 enum class PagedLoad {
   /// One producer thread reads each page index of the block, then issues
   /// that page's boxes, page after page (a load's latency per page).
@@ -379,9 +381,14 @@ enum class PagedLoad {
   /// i one block ahead (in flight while the warp waits for a free stage)
   /// and issues that page's boxes.
   Warp,
+  /// The producer warpgroup's 128 threads copy the block's rows with
+  /// cp.async into the swizzled layout the boxes would have written, one
+  /// page lookup a row (a lane's index shared by shuffles), no TMA for
+  /// K/V: the only load of pages under 8 tokens.
+  Gather,
 };
 
-/// "thread" or "warp".
+/// "thread", "warp" or "gather".
 const char *pagedLoadName(PagedLoad L);
 /// The PagedLoad named \p Text (pagedLoadName's words); UserError on
 /// anything else.
@@ -394,8 +401,9 @@ PagedLoad defaultPagedLoad(int64_t PageSize);
 /// loads one TMA box per page (runtime/kernels/paged_fwd.cuh) issued as
 /// \p Load says, one entry attnc_fwd_paged taking attnc::PagedFwdArgs and
 /// attnc::Sm90Maps (q packed, k and v the caches as [pages][slots][heads]).
-/// Key NAME.fwd_paged_sm90.DTYPE.dDxDV.sm_90a.CONFIG, with ".warp" after
-/// it for PagedLoad::Warp. UserError with sm90Unsupported's reason.
+/// Key NAME.fwd_paged_sm90.DTYPE.dDxDV.sm_90a.CONFIG, with ".warp" or
+/// ".gather" after it for PagedLoad::Warp and Gather. UserError with
+/// sm90Unsupported's reason.
 KernelSource generatePagedPrefillSm90(const CompiledDefinition &Def,
                                       const KernelSpec &Spec,
                                       const Sm90Config &Config,
