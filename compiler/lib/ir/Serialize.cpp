@@ -403,7 +403,8 @@ const Node *readNode(const json &E, const Pointer &W, Graph &G,
           return true;
       return false;
     };
-    if (PK == ParamKind::Rowscale && !Declared(G.decls().OnlineRowscales))
+    if ((PK == ParamKind::Rowscale || PK == ParamKind::OtherRowscale) &&
+        !Declared(G.decls().OnlineRowscales))
       bad(W / "name", "rowscale '" + Name + "' is not declared in /rowscales");
     if (PK == ParamKind::FinalRowscale && !Declared(G.decls().FinalRowscales))
       bad(W / "name", "final rowscale '" + Name + "' is not declared in /finals");
