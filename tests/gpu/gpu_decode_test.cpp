@@ -250,9 +250,12 @@ std::vector<Case> cases() {
       {"mha_kvlen", BF, 5, 8, 1, 4, 700, true},
       // no merge: one pass over the keys.
       {"retention_full", F, 1, 8, 2, 2, 2000, false},
-      // the definition's combine: split by it, unsplit, causal.
-      {"retention_combine_full", F, 1, 8, 2, 1, 4000, true},
-      {"retention_combine_full", BF, 2, 8, 1, 4, 3001, true},
+      // the definition's combine: split by it, unsplit, causal. Without
+      // its mask, retention's decay gamma^(q_idx - kv_idx) grows with the
+      // key (q_idx is 0): at head 0 it passes fp32's range beyond 2775 keys
+      // (e^88), so these stay at 2000 keys or fewer.
+      {"retention_combine_full", F, 1, 8, 2, 1, 2000, true},
+      {"retention_combine_full", BF, 2, 8, 1, 4, 1800, true},
       {"retention_combine_full", F, 1, 16, 2, 16, 1500, true},
       {"retention_combine_full", F, 4, 4, 4, 1, 150, false},
       {"retention_combine", F, 1, 8, 2, 4, 1000, true},

@@ -181,7 +181,7 @@ TEST_CASE("decode: sigmoid_attn compiles", "[decode][nvrtc]") {
 TEST_CASE("decode: relu_attn compiles", "[decode][nvrtc]") {
   compileDecode("relu_attn");
 }
-TEST_CASE("decode: retention_combine compiles, with its merge kernel",
+TEST_CASE("decode: retention_combine compiles with its merge kernel",
           "[decode][nvrtc]") {
   compileDecode("retention_combine");
 }

@@ -8,6 +8,7 @@
 #include "attn/Pipeline.h"
 #include "attn/analysis/Merge.h"
 #include "attn/ir/Printer.h"
+#include "attn/ir/Walk.h"
 
 #include <catch2/catch.hpp>
 
