@@ -8,6 +8,7 @@ void registerExamples(dsl::Registry &R) {
   R.add(sigmoidAttn());
   R.add(reluAttn());
   R.add(retention());
+  R.add(retentionCombine());
   R.add(alibiLearnable());
   R.add(softcapLearnable());
   R.add(mhaDocumentIds());

@@ -13,6 +13,8 @@ dsl::AttentionDef mha();              ///< softmax attention, causal
 dsl::AttentionDef sigmoidAttn();      ///< sigmoid attention with a bias scalar
 dsl::AttentionDef reluAttn();         ///< ReLU attention
 dsl::AttentionDef retention();        ///< RetNet, parallel form
+/// retention with its own combine (OnlineFunc::combine): decode splits it.
+dsl::AttentionDef retentionCombine();
 dsl::LinearAttentionDef mamba2();     ///< Mamba2 SSD
 dsl::LinearAttentionDef simpleGla();  ///< gated retention (simple GLA)
 dsl::LinearAttentionDef retentionLinear(); ///< RetNet, recurrent form

@@ -1,13 +1,15 @@
 // retention: RetNet's parallel form. Scores decay as gamma_h^(i-j) with
 // gamma_h = 1 - 2^(-5-h), causal; each row is normalised by
 // max(sum_j |s_ij|, 1), carried online as a running abssum.
+// retention_combine: the same, with its own combine, so that decode can
+// split a row's keys (the merge analysis derives none for this o_scale).
 #include "Examples.h"
 
 namespace attn::examples {
 using namespace dsl;
 
 namespace {
-class OnlineRetention final : public OnlineFunc {
+class OnlineRetention : public OnlineFunc {
 public:
   OnlineRetention()
       : OnlineFunc({{"r_raw", Var(0.0)}, {"r", Var(0.0)}},
@@ -52,6 +54,17 @@ public:
     return (dp - through_norm) / fr["r"];
   }
 };
+/// o of a part is (sum over its keys of s·v) / r with r = max(r_raw, 1):
+/// the union's o rescales each part's o by r_part / r of the summed r_raw.
+class OnlineRetentionCombine final : public OnlineRetention {
+public:
+  std::optional<CombineResult> combine(const Rowscales &a,
+                                       const Rowscales &b) const override {
+    SymbolScalar r_raw = a["r_raw"] + b["r_raw"];
+    SymbolScalar r = r_raw.max(1.0);
+    return CombineResult{{{"r_raw", r_raw}, {"r", r}}, a["r"] / r, b["r"] / r};
+  }
+};
 } // namespace
 
 AttentionDef retention() {
@@ -66,6 +79,15 @@ AttentionDef retention() {
   def.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q_idx,
                     SymbolScalar kv_idx) { return q_idx >= kv_idx; };
   def.online_func = std::make_shared<OnlineRetention>();
+  return def;
+}
+
+AttentionDef retentionCombine() {
+  AttentionDef def = retention();
+  def.name = "retention_combine";
+  def.description = "RetNet retention, parallel form, with a combine: decode "
+                    "splits its keys";
+  def.online_func = std::make_shared<OnlineRetentionCombine>();
   return def;
 }
 

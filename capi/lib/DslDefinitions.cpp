@@ -28,13 +28,17 @@ struct Callback {
 attnc_trace_result invoke(const Callback &C, const char *Function,
                           std::initializer_list<SymbolScalar> Args,
                           const dsl::CustomInputs *In,
-                          const dsl::Rowscales *Rs) {
+                          const dsl::Rowscales *Rs,
+                          const dsl::Rowscales *RsB = nullptr) {
   std::vector<attnc_symbol> A;
   for (const SymbolScalar &S : Args)
     A.push_back(toC(S));
-  attnc_trace_call Call{Function, A.data(), A.size(),
+  attnc_trace_call Call{Function,
+                        A.data(),
+                        A.size(),
                         reinterpret_cast<const attnc_inputs *>(In),
-                        reinterpret_cast<const attnc_rowscales *>(Rs)};
+                        reinterpret_cast<const attnc_rowscales *>(Rs),
+                        reinterpret_cast<const attnc_rowscales *>(RsB)};
   attnc_trace_result R;
   R.Function = Function;
   if (C.Fn(C.User, &Call, &R) != 0) {
@@ -97,6 +101,25 @@ public:
     return invoke(C, "backward", {dp, scores, doosum, b, h, q_idx, kv_idx},
                   &inputs(), &fr)
         .Value;
+  }
+
+  std::optional<dsl::CombineResult>
+  combine(const dsl::Rowscales &a, const dsl::Rowscales &b) const override {
+    attnc_trace_result R = invoke(C, "combine", {}, &inputs(), &a, &b);
+    bool Given = !R.Rowscales.entries().empty() || R.OScale ||
+                 R.OScaleNumber || R.OScaleB || R.OScaleBNumber;
+    if (!Given)
+      return std::nullopt;
+    dsl::CombineResult Out{R.Rowscales, 1.0, 1.0};
+    if (R.OScale)
+      Out.o_scale_a = *R.OScale;
+    else if (R.OScaleNumber)
+      Out.o_scale_a = *R.OScaleNumber;
+    if (R.OScaleB)
+      Out.o_scale_b = *R.OScaleB;
+    else if (R.OScaleBNumber)
+      Out.o_scale_b = *R.OScaleBNumber;
+    return Out;
   }
 
 private:
@@ -344,6 +367,27 @@ attnc_status attnc_trace_result_set_o_scale_number(attnc_trace_result *result,
   });
 }
 
+attnc_status attnc_trace_result_set_o_scale_b(attnc_trace_result *result,
+                                              const attnc_symbol *value) {
+  return guarded([&] {
+    requireNonNull(result, "attnc_trace_result_set_o_scale_b", "result");
+    result->OScaleB =
+        fromC(value, "attnc_trace_result_set_o_scale_b", "value");
+    result->OScaleBNumber.reset();
+  });
+}
+
+attnc_status
+attnc_trace_result_set_o_scale_b_number(attnc_trace_result *result,
+                                        double value) {
+  return guarded([&] {
+    requireNonNull(result, "attnc_trace_result_set_o_scale_b_number",
+                   "result");
+    result->OScaleBNumber = value;
+    result->OScaleB.reset();
+  });
+}
+
 attnc_status attnc_trace_result_set_rowscale(attnc_trace_result *result,
                                              const char *name,
                                              const attnc_symbol *value) {
@@ -353,8 +397,10 @@ attnc_status attnc_trace_result_set_rowscale(attnc_trace_result *result,
     // The tracer's message for a name given twice (Rowscales::repeated()).
     if (result->Rowscales.contains(name))
       throw UserError(result->Function + ": " +
-                      (result->Function == "online_fwd" ? "rowscale"
-                                                        : "final rowscale") +
+                      (result->Function == "online_fwd" ||
+                               result->Function == "combine"
+                           ? "rowscale"
+                           : "final rowscale") +
                       " '" + name + "' is returned twice");
     result->Rowscales.set(
         name, fromC(value, "attnc_trace_result_set_rowscale", "value"));

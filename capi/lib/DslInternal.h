@@ -23,6 +23,9 @@ struct attnc_trace_result {
   std::optional<attn::dsl::SymbolScalar> Value;
   std::optional<attn::dsl::SymbolScalar> OScale;
   std::optional<double> OScaleNumber;
+  /// combine's o_scale_b (o_scale_a is OScale/OScaleNumber).
+  std::optional<attn::dsl::SymbolScalar> OScaleB;
+  std::optional<double> OScaleBNumber;
   attn::dsl::Rowscales Rowscales;
   std::string Failure;
   bool Verbatim = false;

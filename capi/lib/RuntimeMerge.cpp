@@ -39,6 +39,9 @@ attnc_status attnc_attention_merge_kind(attnc_attention *att, int32_t *kind,
     case analysis::MergeKind::LogSumExp:
       *kind = ATTNC_MERGE_LOG_SUM_EXP;
       break;
+    case analysis::MergeKind::Combine:
+      *kind = ATTNC_MERGE_COMBINE;
+      break;
     }
     if (reason)
       *reason = M.Reason.c_str();

@@ -30,6 +30,7 @@ class TraceCall(ctypes.Structure):
         ("num_args", c_size_t),
         ("inputs", c_void_p),
         ("rowscales", c_void_p),
+        ("rowscales_b", c_void_p),
     ]
 
 
@@ -80,6 +81,10 @@ result_set = _d("attnc_trace_result_set", [c_void_p, _SYM])
 result_set_o_scale = _d("attnc_trace_result_set_o_scale", [c_void_p, _SYM])
 result_set_o_scale_number = _d(
     "attnc_trace_result_set_o_scale_number", [c_void_p, c_double]
+)
+result_set_o_scale_b = _d("attnc_trace_result_set_o_scale_b", [c_void_p, _SYM])
+result_set_o_scale_b_number = _d(
+    "attnc_trace_result_set_o_scale_b_number", [c_void_p, c_double]
 )
 result_set_rowscale = _d(
     "attnc_trace_result_set_rowscale", [c_void_p, c_char_p, _SYM]

@@ -144,12 +144,39 @@ class _Binding:
 
     def _online(self, function, args, inputs, rowscales, result) -> None:
         f: OnlineFunc = self.target
-        online = function in ("online_fwd", "online_fwd_epilogue")
-        rs = Rowscales(rowscales, [n for n, _ in (f._online if online else f._final)])
+        online = function in ("online_fwd", "online_fwd_epilogue", "combine")
+        names = [n for n, _ in (f._online if online else f._final)]
+        rs = Rowscales(rowscales[0], names)
         try:
-            self._online_call(f, function, args, rs, result)
+            if function == "combine":
+                rs_b = Rowscales(rowscales[1], names)
+                try:
+                    self._combine_call(f, rs, rs_b, result)
+                finally:
+                    rs_b._close()
+            else:
+                self._online_call(f, function, args, rs, result)
         finally:
             rs._close()
+
+    @staticmethod
+    def _combine_call(f, a, b, result) -> None:
+        got = f.combine(a, b)
+        if got is None:
+            return  # no combine: the C side sees nothing set
+        got = _unpack(
+            "combine", got, "(rowscales, o_scale_a, o_scale_b) or None", (3,)
+        )
+        _set_rowscales("combine", result, got[0], "rowscale")
+        for what, value, sym, num in (
+            ("o_scale_a", got[1], C.result_set_o_scale, C.result_set_o_scale_number),
+            ("o_scale_b", got[2], C.result_set_o_scale_b,
+             C.result_set_o_scale_b_number),
+        ):
+            if _is_number(value):
+                C.call(num, result, float(value))
+            else:
+                C.call(sym, result, _symbol_result("combine", what, value)._c)
 
     @staticmethod
     def _online_call(f, function, args, rs, result) -> None:
@@ -211,7 +238,8 @@ def _trampoline(user, call_ptr, result):
         if online is not None:
             online._bound = inputs
         try:
-            binding.run(function, args, inputs, call.rowscales, result)
+            binding.run(function, args, inputs, (call.rowscales, call.rowscales_b),
+                        result)
         finally:
             inputs._close()
             if online is not None:
@@ -298,7 +326,10 @@ class OnlineFunc:
     online_fwd_epilogue(o, online_rowscales, b, h, q_idx) returns (o,
     {name: final rowscale}); forward(scores, final_rowscales, b, h, q_idx,
     kv_idx) returns P; backward(dp, scores, final_rowscales, doosum, b, h,
-    q_idx, kv_idx) returns dscores or None."""
+    q_idx, kv_idx) returns dscores or None; combine(a, b), given two partial
+    states' online rowscales, returns (merged rowscales, o_scale_a,
+    o_scale_b) with o = o_scale_a·o_a + o_scale_b·o_b, or None (the
+    default: no combine; see the C++ OnlineFunc::combine)."""
 
     def __init__(self, online_rowscales=(), final_rowscales=()):
         self._online = _decls("online rowscale", online_rowscales)
@@ -325,6 +356,9 @@ class OnlineFunc:
         raise NotImplementedError(f"{type(self).__name__}.forward")
 
     def backward(self, dp, scores, final_rowscales, doosum, b, h, q_idx, kv_idx):
+        return None
+
+    def combine(self, a, b):
         return None
 
 

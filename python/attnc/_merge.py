@@ -14,12 +14,13 @@ _merge_kind = _lib.declare("attnc_attention_merge_kind", [_vp, _vp, _vp])
 _merge_results = _lib.declare("attnc_attention_merge_results",
                               [_vp, _vp, _vp, _sz, _vp, _vp, _vp])
 
-KINDS = {0: "none", 1: "sum", 2: "log-sum-exp"}
+KINDS = {0: "none", 1: "sum", 2: "log-sum-exp", 3: "combine"}
 MAX_PARTS = 8
 
 
 def merge_kind(att) -> tuple[str, str]:
-    """(kind, reason) of att's result merge: "sum", "log-sum-exp", or
+    """(kind, reason) of att's result merge: "sum", "log-sum-exp",
+    "combine" (the definition's own; merge_results does not run it yet), or
     "none" with the analysis' reason why the results do not merge."""
     kind = ctypes.c_int32()
     reason = ctypes.c_char_p()

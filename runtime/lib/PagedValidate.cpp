@@ -375,6 +375,11 @@ MergeCall validateMerge(const ir::Graph &G, const Signature &Sig,
   if (M.Kind == analysis::MergeKind::None)
     throw UserError("'" + G.name() + "': its results cannot be merged: " +
                     M.Reason);
+  if (M.Kind == analysis::MergeKind::Combine)
+    throw NotSupportedYet("'" + G.name() + "': merging results by the "
+                          "definition's combine (the public merge kernel "
+                          "runs the derived sum and log-sum-exp merges; "
+                          "decode's split-KV runs the combine)");
   if (Sig.TensorLayout == Layout::THD)
     invalid("out: merging packed (thd) results is not supported; the "
             "signature's layout is thd");

@@ -46,6 +46,9 @@ TEST_CASE("merge kind: the derived rule per variant", "[capi]") {
   CHECK(Kind == ATTNC_MERGE_NONE);
   REQUIRE(Reason);
   CHECK_THAT(std::string(Reason), Contains("o_scale"));
+  REQUIRE(attnc_attention_merge_kind(sm80Attention("retention_combine"), &Kind,
+                                     nullptr) == ATTNC_OK);
+  CHECK(Kind == ATTNC_MERGE_COMBINE);
   CHECK(attnc_attention_merge_kind(nullptr, &Kind, nullptr) ==
         ATTNC_INVALID_ARGUMENT);
   CHECK_THAT(lastError(), Contains("attnc_attention_merge_kind: argument "

@@ -355,6 +355,13 @@ TEST_CASE("paged: mergeResults refuses what does not merge and names each "
   CHECK_THAT(messageOf<UserError>([&] { R.mergeResults({{O, &F}, {O, &F}}, O, &F); }),
              Contains("'retention': its results cannot be merged: its partial "
                       "states have no merge: o_scale"));
+  // A definition's combine splits decode; the public merge does not run it.
+  Attention RC(examples::retentionCombine(), sm80());
+  CHECK_THAT(
+      messageOf<NotSupportedYet>(
+          [&] { RC.mergeResults({{O, &F}, {O, &F}}, O, &F); }),
+      Contains("'retention_combine': merging results by the definition's "
+               "combine"));
   Attention A(examples::mha(), sm80());
   auto Msg = [&](const std::vector<PartialResult> &Parts) {
     return messageOf<InvalidArgument>([&] { A.mergeResults(Parts, O, &F); });

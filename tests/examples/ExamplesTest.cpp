@@ -12,9 +12,9 @@ using namespace attn;
 using attn::testsupport::exampleNames;
 using attn::testsupport::registry;
 
-TEST_CASE("the fourteen examples are registered with a description",
+TEST_CASE("the fifteen examples are registered with a description",
           "[examples]") {
-  REQUIRE(exampleNames().size() == 14);
+  REQUIRE(exampleNames().size() == 15);
   for (const dsl::DefinitionBase *D : registry().all()) {
     INFO(D->name);
     CHECK_FALSE(D->description.empty());

@@ -81,6 +81,7 @@ struct RowBinding {
     case ir::ParamKind::Output:
     case ir::ParamKind::Rowscale:
     case ir::ParamKind::Element:
+    case ir::ParamKind::OtherRowscale:
     case ir::ParamKind::Decay:
       break;
     }

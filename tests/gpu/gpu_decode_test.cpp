@@ -3,7 +3,8 @@
 // call's q_idx counts from 0, so a causal mask leaves a decode query a key
 // or two), mha and the prefix-LM with theirs, ragged key lengths (0, 1 and
 // more per batch entry) through a per-row length mask, retention (no
-// merge: never split), q lengths 1, 4 and 16, GQA ratios 1, 4 and 8, split
+// merge: never split), retention_combine (split by the definition's own
+// combine), q lengths 1, 4 and 16, GQA ratios 1, 4 and 8, split
 // and unsplit calls, f16 and bf16. Each case runs on the named skeleton and
 // through the short-query rule (the same bits), exits 77 without a GPU.
 #include "GpuSupport.h"
@@ -38,6 +39,8 @@ dsl::AttentionDef decodeDefinition(const std::string &Name) {
     return Unmasked("alibi_learnable", Name);
   if (Name == "retention_full")
     return Unmasked("retention", Name);
+  if (Name == "retention_combine_full")
+    return Unmasked("retention_combine", Name);
   if (Name == "mha_kvlen") {
     dsl::AttentionDef D = makeDefinition("mha_full");
     D.name = Name;
@@ -247,6 +250,15 @@ std::vector<Case> cases() {
       {"mha_kvlen", BF, 5, 8, 1, 4, 700, true},
       // no merge: one pass over the keys.
       {"retention_full", F, 1, 8, 2, 2, 2000, false},
+      // the definition's combine: split by it, unsplit, causal. Without
+      // its mask, retention's decay gamma^(q_idx - kv_idx) grows with the
+      // key (q_idx is 0): at head 0 it passes fp32's range beyond 2775 keys
+      // (e^88), so these stay at 2000 keys or fewer.
+      {"retention_combine_full", F, 1, 8, 2, 1, 2000, true},
+      {"retention_combine_full", BF, 2, 8, 1, 4, 1800, true},
+      {"retention_combine_full", F, 1, 16, 2, 16, 1500, true},
+      {"retention_combine_full", F, 4, 4, 4, 1, 150, false},
+      {"retention_combine", F, 1, 8, 2, 4, 1000, true},
   };
 }
 
@@ -283,7 +295,19 @@ int main() {
     std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
     return 77;
   }
-  const std::vector<Case> Cases = cases();
+  std::vector<Case> Cases = cases();
+  // ATTNC_DECODE_ONLY=<definition>: only its cases (a sanitizer's run).
+  if (const char *Only = std::getenv("ATTNC_DECODE_ONLY")) {
+    std::vector<Case> Kept;
+    for (const Case &C : Cases)
+      if (C.Def == Only)
+        Kept.push_back(C);
+    Cases = Kept;
+    if (Cases.empty()) {
+      std::printf("ATTNC_DECODE_ONLY=%s: no such case\n", Only);
+      return 2;
+    }
+  }
   bool AllPass = true;
   uint64_t Seed = 1;
   for (const Case &C : Cases) {

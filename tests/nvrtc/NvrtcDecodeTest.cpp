@@ -108,6 +108,17 @@ TEST_CASE("decode: the merge struct follows the merge kind", "[decode]") {
   std::string None = MergeOf("retention");
   CHECK(has(None, "static constexpr int kKind = 0; // none"));
   CHECK(has(None, "st.rs_0_r_raw = src[0];"));
+  // The definition's combine: every merged value computed from a's old
+  // rowscales before a is overwritten.
+  std::string Own = MergeOf("retention_combine");
+  CHECK(has(Own, "static constexpr int kKind = 3; // combine"));
+  size_t Fb = Own.find("fb = "), Store = Own.find("a.rs_1_r = merged1;");
+  CHECK(Own.find("a.rs_0_r_raw + b.rs_0_r_raw") != std::string::npos);
+  CHECK(Own.find("fa = ") < Fb);
+  CHECK(Fb != std::string::npos);
+  CHECK(Store != std::string::npos);
+  CHECK(Fb < Store);
+  CHECK(has(Own, "a.rs_0_r_raw = merged0;"));
 }
 
 TEST_CASE("decode: the short-query rule and the split", "[decode]") {
@@ -170,6 +181,10 @@ TEST_CASE("decode: sigmoid_attn compiles", "[decode][nvrtc]") {
 TEST_CASE("decode: relu_attn compiles", "[decode][nvrtc]") {
   compileDecode("relu_attn");
 }
+TEST_CASE("decode: retention_combine compiles with its merge kernel",
+          "[decode][nvrtc]") {
+  compileDecode("retention_combine");
+}
 TEST_CASE("decode: retention compiles", "[decode][nvrtc]") {
   compileDecode("retention");
 }
@@ -195,7 +210,8 @@ TEST_CASE("decode: mha_document compiles", "[decode][nvrtc]") {
 TEST_CASE("decode: the paged kernels compile for each merge kind",
           "[decode][nvrtc][paged]") {
   for (const char *Name :
-       {"mha", "sigmoid_attn", "retention", "alibi_learnable"}) {
+       {"mha", "sigmoid_attn", "retention", "alibi_learnable",
+        "retention_combine"}) {
     CompiledDefinition Def = compile(testsupport::registry().get(Name));
     MergeKind M = analysis::analyzeMerge(*Def.Graph).Kind;
     KernelSpec S = kernelSpec(DType::F16, 128, 128, GpuArch::Sm80);

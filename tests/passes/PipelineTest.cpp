@@ -22,10 +22,11 @@ using namespace attn;
 using attn::testsupport::exampleNames;
 using attn::testsupport::registry;
 
-TEST_CASE("there are fourteen registered examples", "[pipeline]") {
+TEST_CASE("there are fifteen registered examples", "[pipeline]") {
   CHECK(exampleNames() ==
         std::vector<std::string>{"mha", "sigmoid_attn", "relu_attn",
-                                 "retention", "alibi_learnable",
+                                 "retention", "retention_combine",
+                                 "alibi_learnable",
                                  "softcap_learnable", "mha_document_ids",
                                  "mha_prefix_lm",
                                  "mha_sliding_window", "mha_document",

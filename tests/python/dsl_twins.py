@@ -71,6 +71,15 @@ class OnlineRetention(OnlineFunc):
         return (dp - through_norm) / fr["r"]
 
 
+class OnlineRetentionCombine(OnlineRetention):
+    """retention.cpp's retention_combine: the same, with its combine."""
+
+    def combine(self, a, b):
+        r_raw = a["r_raw"] + b["r_raw"]
+        r = r_raw.max(1.0)
+        return {"r_raw": r_raw, "r": r}, a["r"] / r, b["r"] / r
+
+
 causal = masks.causal()
 scaled = score_mods.scaled()
 
@@ -231,6 +240,20 @@ def mamba2():
     return d
 
 
+def retention_combine():
+    d = dsl.AttentionDef("retention_combine")
+
+    def score_mod(score, inputs, b, h, q_idx, kv_idx):
+        log_gamma = (1.0 - (-5 - h).exp2()).log()
+        decay = ((q_idx - kv_idx) * log_gamma).exp()
+        return score * inputs.head_dim().rsqrt() * decay
+
+    d.score_mod = score_mod
+    d.mask_mod = causal
+    d.online_func = OnlineRetentionCombine()
+    return d
+
+
 def retention_linear():
     d = dsl.LinearAttentionDef("retention_linear")
     d.q_mod = lambda q, inputs: q * inputs.head_dim().rsqrt()
@@ -243,6 +266,7 @@ TWINS = {
     "sigmoid_attn": sigmoid_attn,
     "relu_attn": relu_attn,
     "retention": retention,
+    "retention_combine": retention_combine,
     "alibi_learnable": alibi_learnable,
     "softcap_learnable": softcap_learnable,
     "mha_document_ids": mha_document_ids,

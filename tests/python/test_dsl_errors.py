@@ -328,3 +328,49 @@ class Checker(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Combine(unittest.TestCase):
+    """OnlineFunc.combine: the C++ tracer's checks reach Python, and a
+    wrong shape of result is a Python TypeError naming combine."""
+
+    def softmax_with(self, combine):
+        class WithCombine(OnlineSoftmax):
+            pass
+
+        WithCombine.combine = combine
+        return attention(online=WithCombine())
+
+    def test_a_missing_rowscale_is_the_cpp_message(self):
+        d = self.softmax_with(lambda self, a, b: ({"m": a["m"]}, 1.0, 1.0))
+        with self.assertRaises(attnc.UserError) as e:
+            d.build()
+        self.assertEqual(str(e.exception),
+                         "combine: rowscale 'r' is never produced; return it "
+                         "in the rowscales")
+
+    def test_an_input_cannot_be_read(self):
+        def combine(self, a, b):
+            return {"m": a["m"] + self.inputs["x"], "r": b["r"]}, 1.0, 1.0
+
+        d = self.softmax_with(combine)
+        d.inputs.declare("x", InputShape.Scalar)
+        with self.assertRaises(attnc.UserError) as e:
+            d.build()
+        self.assertIn("combine: custom input 'x' cannot be read here",
+                      str(e.exception))
+
+    def test_a_result_of_the_wrong_shape(self):
+        d = self.softmax_with(lambda self, a, b: {"m": a["m"], "r": b["r"]})
+        with self.assertRaises(TypeError) as e:
+            d.build()
+        self.assertIn("combine: must return (rowscales, o_scale_a, o_scale_b)"
+                      " or None", str(e.exception))
+
+    def test_numbers_and_symbols_as_scales(self):
+        d = self.softmax_with(
+            lambda self, a, b: ({"m": a["m"].max(b["m"]), "r": a["r"]}, 1.0,
+                                b["r"]))
+        ir = d.build().ir()
+        self.assertIn("return o_scale_a = ", ir)
+        self.assertIn("rowscale_b r", ir)

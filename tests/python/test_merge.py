@@ -49,6 +49,8 @@ class MergeKind(unittest.TestCase):
         kind, reason = attention("retention").merge_kind()
         self.assertEqual(kind, "none")
         self.assertIn("o_scale", reason)
+        self.assertEqual(attention("retention_combine").merge_kind()[0],
+                         "combine")
 
 
 class MergeResults(unittest.TestCase):
@@ -58,6 +60,14 @@ class MergeResults(unittest.TestCase):
             attention("retention").merge_results(outs, finals, out, out_f)
         self.assertIn("its results cannot be merged", str(e.exception))
         self.assertIn("o_scale", str(e.exception))
+
+    def test_a_combine_is_not_run_by_the_public_merge_yet(self):
+        outs, finals, out, out_f = parts()
+        with self.assertRaises(attnc.NotSupportedYet) as e:
+            attention("retention_combine").merge_results(outs, finals, out,
+                                                         out_f)
+        self.assertIn("merging results by the definition's combine",
+                      str(e.exception))
 
     def test_part_counts(self):
         att = attention("mha")

@@ -112,8 +112,13 @@ TEST_CASE("check passes every example with the expected rows", "[checker]") {
     bool Derived = C.Graph->decls().BackwardDerived;
     bool Learnable = Name == "alibi_learnable" || Name == "softcap_learnable";
     bool Masked = C.Graph->decls().HasMask;
+    bool Combine = C.Graph->getFunction("combine") != nullptr;
+    CHECK(Combine == (Name == "retention_combine"));
     CHECK(Derived == (Learnable || Name == "mha_document_ids"));
-    CHECK(R.Rows.size() == 16 + (!Derived || Learnable) + 3 * Masked);
+    CHECK(R.Rows.size() ==
+          16 + (!Derived || Learnable) + 3 * Masked + 3 * Combine);
+    CHECK(countRows(R, "combine: random splits of the keys merged vs "
+                       "unsplit, ") == 3 * Combine);
     CHECK(countRows(R, "mask exercised, ") == 3 * Masked);
     CHECK(countRows(R, "head dims 64, 128, 192, 256: ") == 1);
     CHECK(countRows(R, "score_mod derivatives vs finite differences") == 1);
@@ -270,4 +275,35 @@ TEST_CASE("check catches a score_mod that divides by zero at head dim 128",
   CHECK_FALSE(R.passed());
   CHECK(someRowFails(R, "head dims 64, 128, 192, 256: "));
   CHECK_FALSE(someRowFails(R, "online (block "));
+}
+
+TEST_CASE("check verifies a definition's combine and catches a wrong one",
+          "[checker][wrong][combine]") {
+  using testdefs::UserCombine;
+  auto Check = [](std::shared_ptr<const dsl::OnlineFunc> F) {
+    return reference::check(compile(testdefs::softmaxDef("combine_case", F)));
+  };
+  // retention's normaliser: no derived merge, the combine is what decode
+  // splits by. Adding the parts' o without rescaling them is wrong.
+  reference::CheckReport Wrong =
+      Check(std::make_shared<testdefs::OnlineAbsNorm>(UserCombine::NoRescale));
+  INFO(reportText(Wrong));
+  CHECK_FALSE(Wrong.passed());
+  CHECK(someRowFails(Wrong, "combine: random splits of the keys merged"));
+  CHECK_FALSE(someRowFails(Wrong, "online (block "));
+  CHECK(reportText(Wrong).find("FAIL (the definition's combine does not give "
+                               "the unsplit result") != std::string::npos);
+  reference::CheckReport Good =
+      Check(std::make_shared<testdefs::OnlineAbsNorm>(UserCombine::Exact));
+  INFO(reportText(Good));
+  CHECK(Good.passed());
+  CHECK(countRows(Good, "combine: random splits") == 3);
+  // A softmax whose merge is derived: its own combine is checked all the
+  // same, so a wrong one fails although decode would not use it.
+  reference::CheckReport Softmax = Check(
+      std::make_shared<testdefs::OnlineSoftmaxCombine>(UserCombine::NoRescale));
+  CHECK(someRowFails(Softmax, "combine: random splits"));
+  CHECK(Check(std::make_shared<testdefs::OnlineSoftmaxCombine>(
+                  UserCombine::Exact))
+            .passed());
 }

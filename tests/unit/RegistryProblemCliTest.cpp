@@ -101,6 +101,7 @@ TEST_CASE("Registry: find, get and all see the registered definitions") {
   // Registration order is kept.
   CHECK(Names == std::vector<std::string>{
                      "mha", "sigmoid_attn", "relu_attn", "retention",
+                     "retention_combine",
                      "alibi_learnable", "softcap_learnable", "mha_document_ids",
                      "mha_prefix_lm",
                      "mha_sliding_window", "mha_document", "mha_chunked",
@@ -122,7 +123,7 @@ TEST_CASE("Registry: a second definition with the same name is rejected") {
   CHECK_THROWS_WITH(R.add(examples::mha()),
                     Catch::Contains("definition 'mha' is registered twice"));
   // The failed add left the registry as it was.
-  CHECK(R.all().size() == 14);
+  CHECK(R.all().size() == 15);
 }
 
 TEST_CASE("Registry: an unknown name's message lists the known names") {

@@ -135,15 +135,20 @@ ATTNC_C_API attnc_status attnc_rowscales_get(const attnc_rowscales *rowscales,
  *   online_fwd_epilogue  o, b, h, q_idx                (online rowscales)
  *   forward              scores, b, h, q_idx, kv_idx   (final rowscales)
  *   backward             dp, scores, doosum, b, h, q_idx, kv_idx (final)
+ *   combine              none (rowscales: state a's; rowscales_b: state b's)
  *   q_mod, k_mod, v_mod  x, b, h, t
  *   decay_mod            decay, b, h, t
- * rowscales is NULL where the function has none. */
+ * rowscales is NULL where the function has none, rowscales_b but in
+ * combine. A callback that sets nothing for combine gives none (the
+ * definition has no combine); one that gives a combine sets its merged
+ * rowscales and both o_scales. */
 typedef struct attnc_trace_call {
   const char *function;
   const attnc_symbol *args;
   size_t num_args;
   const attnc_inputs *inputs;
   const attnc_rowscales *rowscales;
+  const attnc_rowscales *rowscales_b;
 } attnc_trace_call;
 
 /* What a traced function returns, filled by its callback. */
@@ -152,14 +157,22 @@ typedef struct attnc_trace_result attnc_trace_result;
  * backward may leave it unset: no hand-written backward. */
 ATTNC_C_API attnc_status attnc_trace_result_set(attnc_trace_result *result,
                                                 const attnc_symbol *value);
-/* online_fwd's o_scale (1 when unset). */
+/* online_fwd's o_scale, or combine's o_scale_a (1 when unset). */
 ATTNC_C_API attnc_status
 attnc_trace_result_set_o_scale(attnc_trace_result *result,
                                const attnc_symbol *value);
 ATTNC_C_API attnc_status
 attnc_trace_result_set_o_scale_number(attnc_trace_result *result,
                                       double value);
-/* A returned rowscale (online_fwd) or final rowscale (the epilogue). */
+/* combine's o_scale_b (1 when unset). */
+ATTNC_C_API attnc_status
+attnc_trace_result_set_o_scale_b(attnc_trace_result *result,
+                                 const attnc_symbol *value);
+ATTNC_C_API attnc_status
+attnc_trace_result_set_o_scale_b_number(attnc_trace_result *result,
+                                        double value);
+/* A returned rowscale (online_fwd, combine) or final rowscale (the
+ * epilogue). */
 ATTNC_C_API attnc_status
 attnc_trace_result_set_rowscale(attnc_trace_result *result, const char *name,
                                 const attnc_symbol *value);

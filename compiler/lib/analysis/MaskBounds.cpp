@@ -195,6 +195,7 @@ MaskAnalysis analyzeMask(const ir::Graph &G) {
     case ParamKind::GradProbs:
     case ParamKind::Doosum:
     case ParamKind::Element:
+    case ParamKind::OtherRowscale:
     case ParamKind::Decay:
       throw InternalError("mask analysis: the mask reads parameter '" +
                           P->getName().str() + "'");

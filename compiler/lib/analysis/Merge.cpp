@@ -5,6 +5,9 @@
 #include "attn/Error.h"
 #include "attn/ir/Printer.h"
 #include "attn/ir/Walk.h"
+// The fp64 meaning of a combine is the IR's, evaluated as the reference
+// evaluates every other function (one compiler library).
+#include "attn/reference/Evaluator.h"
 
 #include "llvm/Support/Casting.h"
 
@@ -169,6 +172,8 @@ llvm::StringRef mergeKindName(MergeKind K) {
     return "sum";
   case MergeKind::LogSumExp:
     return "log-sum-exp";
+  case MergeKind::Combine:
+    return "combine";
   }
   return "?";
 }
@@ -176,10 +181,27 @@ llvm::StringRef mergeKindName(MergeKind K) {
 std::string MergeInfo::str() const {
   if (Kind == MergeKind::None)
     return "none (" + Reason + ")";
+  if (Kind == MergeKind::Combine)
+    return "combine (the definition's own; derived: none, " + Reason + ")";
+  if (CombineUnused)
+    return mergeKindName(Kind).str() +
+           " (derived; the definition's combine is checked, not used)";
   return mergeKindName(Kind).str();
 }
 
-MergeInfo analyzeMerge(const ir::Graph &G) {
+MergeInfo userCombine(const ir::Graph &G) {
+  MergeInfo Info;
+  if (!G.getFunction("combine") ||
+      G.decls().Kind != ir::DefinitionKind::Transformer) {
+    Info.Reason = "the definition has no combine";
+    return Info;
+  }
+  Info.Kind = MergeKind::Combine;
+  Info.CombineGraph = &G;
+  return Info;
+}
+
+static MergeInfo deriveMerge(const ir::Graph &G) {
   MergeInfo Info;
   const ir::Function *F = G.getFunction("online_fwd");
   if (G.decls().Kind != ir::DefinitionKind::Transformer || !F) {
@@ -209,6 +231,70 @@ MergeInfo analyzeMerge(const ir::Graph &G) {
   return Info;
 }
 
+MergeInfo analyzeMerge(const ir::Graph &G) {
+  MergeInfo Derived = deriveMerge(G);
+  MergeInfo User = userCombine(G);
+  if (User.Kind == MergeKind::None)
+    return Derived;
+  if (Derived.Kind != MergeKind::None) {
+    Derived.CombineUnused = true;
+    return Derived;
+  }
+  User.Reason = Derived.Reason;
+  return User;
+}
+
+namespace {
+
+/// A becomes the merge of A and B (both seen) by the definition's combine,
+/// evaluated in double precision.
+void combineStates(const ir::Graph &G, const ir::Function &F, MergeState &A,
+                   const MergeState &B) {
+  const auto &Decls = G.decls().OnlineRowscales;
+  auto Slot = [&](llvm::StringRef Name) {
+    for (size_t I = 0; I < Decls.size(); ++I)
+      if (Decls[I].Name == Name)
+        return I;
+    throw InternalError("combine reads an undeclared rowscale '" +
+                        Name.str() + "'");
+  };
+  reference::Evaluator E(
+      [&](const ir::ParamNode &P) -> reference::Values {
+        switch (P.getParamKind()) {
+        case ParamKind::Rowscale:
+          return {reference::Dual{A.Rowscales[Slot(P.getName())], 0.0}};
+        case ParamKind::OtherRowscale:
+          return {reference::Dual{B.Rowscales[Slot(P.getName())], 0.0}};
+        case ParamKind::HeadDim: // RowReduce refuses it in combine
+        case ParamKind::Score:
+        case ParamKind::Scores:
+        case ParamKind::Output:
+        case ParamKind::FinalRowscale:
+        case ParamKind::Probs:
+        case ParamKind::GradProbs:
+        case ParamKind::Doosum:
+        case ParamKind::Index:
+        case ParamKind::Input:
+        case ParamKind::Element:
+        case ParamKind::Decay:
+          break;
+        }
+        throw InternalError("combine reads '" + P.getName().str() +
+                            "', which the merge does not bind");
+      },
+      {});
+  std::vector<double> Merged(Decls.size());
+  for (size_t I = 0; I < Decls.size(); ++I)
+    Merged[I] = E.at(F.result(Decls[I].Name), 0).V;
+  double FA = E.at(F.result("o_scale_a"), 0).V;
+  double FB = E.at(F.result("o_scale_b"), 0).V;
+  A.Rowscales = std::move(Merged);
+  for (size_t I = 0; I < A.O.size(); ++I)
+    A.O[I] = FA * A.O[I] + FB * B.O[I];
+}
+
+} // namespace
+
 void mergeStates(const MergeInfo &M, MergeState &A, const MergeState &B) {
   if (M.Kind == MergeKind::None)
     throw InternalError("mergeStates: the definition has no merge");
@@ -218,6 +304,14 @@ void mergeStates(const MergeInfo &M, MergeState &A, const MergeState &B) {
     return;
   if (!A.Seen) {
     A = B;
+    return;
+  }
+  if (M.Kind == MergeKind::Combine) {
+    const ir::Function *F =
+        M.CombineGraph ? M.CombineGraph->getFunction("combine") : nullptr;
+    if (!F)
+      throw InternalError("mergeStates: a combine merge without its function");
+    combineStates(*M.CombineGraph, *F, A, B);
     return;
   }
   double FA = 1.0, FB = 1.0;
@@ -293,6 +387,33 @@ std::string lseResultReason(const ir::Graph &G, const ir::Function &E,
   return "";
 }
 
+/// Why the epilogue \p E does not return the state itself (o as it is,
+/// each online rowscale as some final as it is); fills \p FinalOf.
+std::string combineResultReason(const ir::Graph &G, const ir::Function &E,
+                                std::vector<int> &FinalOf) {
+  const Node *O = E.result("o");
+  if (paramName(O, ParamKind::Output).empty())
+    return "the epilogue's o " + quoted(O) +
+           " is not o as it is, so a result is not a state the combine "
+           "can merge";
+  const auto &Finals = G.decls().FinalRowscales;
+  for (const ir::RowscaleDecl &D : G.decls().OnlineRowscales) {
+    int Found = -1;
+    for (size_t I = 0; I < Finals.size() && Found < 0; ++I)
+      if (paramName(E.result(Finals[I].Name), ParamKind::Rowscale) == D.Name)
+        Found = int(I);
+    if (Found < 0)
+      return "no final is the online rowscale '" + D.Name +
+             "' as it is, so a result is not a state the combine can merge";
+    FinalOf.push_back(Found);
+  }
+  if (Finals.size() != FinalOf.size())
+    return fmt::format("{} finals for {} online rowscales: a final beyond "
+                       "the state would need the epilogue again",
+                       Finals.size(), FinalOf.size());
+  return "";
+}
+
 } // namespace
 
 ResultMergeInfo analyzeResultMerge(const ir::Graph &G) {
@@ -303,13 +424,26 @@ ResultMergeInfo analyzeResultMerge(const ir::Graph &G) {
     Info.Reason = "its partial states have no merge: " + M.Reason;
     return Info;
   }
-  Info.Reason = M.Kind == MergeKind::Sum
-                    ? sumResultReason(G, *E)
-                    : lseResultReason(G, *E, M, Info.LseFinal);
-  if (Info.Reason.empty())
+  switch (M.Kind) {
+  case MergeKind::None:
+    break;
+  case MergeKind::Sum:
+    Info.Reason = sumResultReason(G, *E);
+    break;
+  case MergeKind::LogSumExp:
+    Info.Reason = lseResultReason(G, *E, M, Info.LseFinal);
+    break;
+  case MergeKind::Combine:
+    Info.Reason = combineResultReason(G, *E, Info.FinalOfRowscale);
+    break;
+  }
+  if (Info.Reason.empty()) {
     Info.Kind = M.Kind;
-  else
+    Info.State = M;
+  } else {
     Info.LseFinal = -1;
+    Info.FinalOfRowscale.clear();
+  }
   return Info;
 }
 
@@ -325,6 +459,21 @@ void mergeResults(const ResultMergeInfo &M, ResultState &A,
     return;
   if (Empty(A)) {
     A = B;
+    return;
+  }
+  if (M.Kind == MergeKind::Combine) {
+    // The result is the state: finals are the rowscales, o is o.
+    auto State = [&](const ResultState &R) {
+      MergeState S{{}, R.O, true};
+      for (int F : M.FinalOfRowscale)
+        S.Rowscales.push_back(R.Finals.at(F));
+      return S;
+    };
+    MergeState SA = State(A);
+    mergeStates(M.State, SA, State(B));
+    A.O = SA.O;
+    for (size_t I = 0; I < M.FinalOfRowscale.size(); ++I)
+      A.Finals[M.FinalOfRowscale[I]] = SA.Rowscales[I];
     return;
   }
   if (M.Kind == MergeKind::Sum) {

@@ -47,6 +47,8 @@ const FunctionRule Rules[] = {
                   ParamKind::FinalRowscale, ParamKind::Doosum,
                   ParamKind::Index, ParamKind::Input, ParamKind::HeadDim},
      TileIndices},
+    // Two states of one row, nothing else (Merge.h).
+    {"combine", {ParamKind::Rowscale, ParamKind::OtherRowscale}, {}},
     // Added by the autodiff pass: derivatives of score_mod.
     {"score_mod_grad", {ParamKind::Score, ParamKind::Index, ParamKind::Input,
                         ParamKind::HeadDim}, TileIndices},
@@ -172,6 +174,16 @@ void checkEpilogue(const ir::Function &F, const ir::Graph &G) {
   }
 }
 
+void checkCombine(const ir::Function &F, const ir::Graph &G) {
+  const char *Hint = "combine merges per-row states; build it from the "
+                     "two states' rowscales";
+  for (const ir::RowscaleDecl &D : G.decls().OnlineRowscales)
+    requirePerRow(F, {D.Name, F.result(D.Name)},
+                  "merged rowscale '" + D.Name + "'", Hint);
+  for (const char *S : {"o_scale_a", "o_scale_b"})
+    requirePerRow(F, {S, F.result(S)}, S, Hint);
+}
+
 void checkBackward(const ir::Function &F) {
   const Node *D = F.result("dscores");
   if (D->getSpace() != Space::Tile && D->getSpace() != Space::Col)
@@ -200,6 +212,8 @@ RowReduceInfo analyzeRowReduce(const ir::Graph &G) {
       checkEpilogue(F, G);
     else if (F.Name == "backward")
       checkBackward(F);
+    else if (F.Name == "combine")
+      checkCombine(F, G);
     else if (G.decls().Kind == ir::DefinitionKind::Linear)
       checkLinearMod(F);
 

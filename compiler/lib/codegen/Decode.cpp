@@ -7,6 +7,7 @@
 #include "attn/codegen/InputLayout.h"
 #include "attn/codegen/Template.h"
 #include "attn/codegen/Templates.h"
+#include "attn/codegen/VariantEmitter.h"
 #include "attn/codegen/VariantSource.h"
 
 #include <fmt/format.h>
@@ -92,6 +93,40 @@ std::string decodeConfigError(const KernelSpec &Spec, const DecodeConfig &C) {
   return "";
 }
 
+/// The body of Merge::merge from the definition's combine: a's rowscales
+/// read as `a.<field>`, b's as `b.<field>`; every merged value is computed
+/// before a is overwritten, since the combine reads a's old ones.
+static void emitCombine(CodeWriter &W, const ir::Graph &G) {
+  const ir::Function *F = G.getFunction("combine");
+  if (!F)
+    throw InternalError("codegen: a combine merge without its function");
+  ExprEmitter E(W, [&](const ir::ParamNode &P) -> std::string {
+    if (P.getParamKind() == ir::ParamKind::Rowscale)
+      return "a." + rowscaleField(G, P.getName());
+    if (P.getParamKind() == ir::ParamKind::OtherRowscale)
+      return "b." + rowscaleField(G, P.getName());
+    throw InternalError("codegen: combine reads '" + P.getName().str() + "'");
+  });
+  const auto &Decls = G.decls().OnlineRowscales;
+  std::vector<const ir::Node *> Roots;
+  for (const ir::RowscaleDecl &D : Decls)
+    Roots.push_back(F->result(D.Name));
+  Roots.push_back(F->result("o_scale_a"));
+  Roots.push_back(F->result("o_scale_b"));
+  E.emitScalarBody(Roots);
+  auto Value = [&](const ir::Node *N) {
+    std::string V = E.operand(N, false);
+    return N->getType() == ir::Type::F32 ? V : "(float)" + V;
+  };
+  for (size_t I = 0; I < Decls.size(); ++I)
+    W.line(fmt::format("const float merged{} = {};", I, Value(Roots[I])));
+  W.line("fa = " + Value(Roots[Decls.size()]) + ";");
+  W.line("fb = " + Value(Roots[Decls.size() + 1]) + ";");
+  for (size_t I = 0; I < Decls.size(); ++I)
+    W.line(fmt::format("a.{} = merged{};", rowscaleField(G, Decls[I].Name),
+                       I));
+}
+
 std::string decodeMergeStruct(const ir::Graph &G,
                               const analysis::MergeInfo &M) {
   const auto &Decls = G.decls().OnlineRowscales;
@@ -159,6 +194,9 @@ std::string decodeMergeStruct(const ir::Graph &G,
       }
       break;
     }
+    case analysis::MergeKind::Combine:
+      emitCombine(W, G);
+      break;
     }
   }
   return W.str();

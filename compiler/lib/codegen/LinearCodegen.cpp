@@ -301,6 +301,7 @@ std::string spell(const ir::Graph &G, const ir::ParamNode &P,
   case ParamKind::Scores:
   case ParamKind::Output:
   case ParamKind::Rowscale:
+  case ParamKind::OtherRowscale:
   case ParamKind::FinalRowscale:
   case ParamKind::Probs:
   case ParamKind::GradProbs:

@@ -133,6 +133,7 @@ std::string leaf(const Node *N, const ir::Graph &G,
   case ParamKind::GradProbs:
   case ParamKind::Doosum:
   case ParamKind::Element:
+  case ParamKind::OtherRowscale:
   case ParamKind::Decay:
     break;
   }

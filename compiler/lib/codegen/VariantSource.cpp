@@ -59,6 +59,7 @@ std::string spellCommon(const ir::ParamNode &P, const std::string &K,
   case ParamKind::GradProbs:
   case ParamKind::Doosum:
   case ParamKind::Element:
+  case ParamKind::OtherRowscale:
   case ParamKind::Decay:
     break;
   }
@@ -251,6 +252,7 @@ std::string variantMembers(const CompiledDefinition &Def,
     case ParamKind::Input:
     case ParamKind::HeadDim:
     case ParamKind::Element:
+    case ParamKind::OtherRowscale:
     case ParamKind::Decay:
       break;
     }

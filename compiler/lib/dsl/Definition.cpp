@@ -82,6 +82,10 @@ SymbolScalar CustomInputs::operator[](std::string_view NameText) const {
   if (!Found)
     throw UserError(BoundFunction + ": custom input '" + Name.str() +
                     "' is not declared; declared inputs: " + joinNames(Known));
+  if (BoundAllowed.empty())
+    throw UserError(BoundFunction + ": custom input '" + Name.str() +
+                    "' cannot be read here; " + BoundFunction +
+                    " sees only its arguments");
   if (std::find(BoundAllowed.begin(), BoundAllowed.end(), Found->Shape) ==
       BoundAllowed.end()) {
     std::vector<std::string> Allowed;
@@ -177,6 +181,11 @@ std::optional<SymbolScalar>
 OnlineFunc::backward(SymbolScalar, SymbolScalar, const Rowscales &,
                      SymbolScalar, SymbolScalar, SymbolScalar, SymbolScalar,
                      SymbolScalar) const {
+  return std::nullopt;
+}
+
+std::optional<CombineResult> OnlineFunc::combine(const Rowscales &,
+                                                const Rowscales &) const {
   return std::nullopt;
 }
 

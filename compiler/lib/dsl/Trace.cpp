@@ -139,7 +139,8 @@ private:
 };
 
 /// The names the functions' results use; rowscales may not take them.
-const char *const ReservedNames[] = {"scores", "o_scale", "o", "p", "dscores"};
+const char *const ReservedNames[] = {"scores",    "o_scale",   "o",      "p",
+                                     "dscores",   "o_scale_a", "o_scale_b"};
 
 void checkRowscaleDecls(const OnlineFunc::Decls &Ds, const char *What) {
   for (size_t I = 0; I < Ds.size(); ++I) {
@@ -154,6 +155,29 @@ void checkRowscaleDecls(const OnlineFunc::Decls &Ds, const char *What) {
         throw UserError(std::string(What) + " '" + Ds[I].first +
                         "' is declared twice");
   }
+}
+
+/// The optional combine: state a's rowscales are the online rowscale
+/// parameters, state b's their OtherRowscale twins. It reads no inputs.
+void traceCombine(Graph &G, Tracer &T, const CustomInputs &In,
+                  const OnlineFunc &OF) {
+  FunctionScope S(G, In, "combine", {}, &OF);
+  Rowscales A = T.placeholders(OF.onlineRowscales(), ParamKind::Rowscale,
+                               "combine", "rowscale of state a");
+  Rowscales B = T.placeholders(OF.onlineRowscales(), ParamKind::OtherRowscale,
+                               "combine", "rowscale of state b");
+  std::optional<CombineResult> R = OF.combine(A, B);
+  if (!R)
+    return;
+  ir::Function &F = G.addFunction("combine");
+  T.recordRowscales(F, R->rowscales, OF.onlineRowscales(), "rowscale");
+  // A plain number needs a symbol of this trace to become a constant.
+  SymbolScalar Like = A.entries().empty()
+                          ? T.param(ParamKind::HeadDim, "D", Type::I32,
+                                    Space::Const)
+                          : A.entries().front().second;
+  T.record(F, "o_scale_a", R->o_scale_a.toSymbol(Like));
+  T.record(F, "o_scale_b", R->o_scale_b.toSymbol(Like));
 }
 
 void traceAttention(Graph &G, const AttentionDef &Def) {
@@ -239,6 +263,8 @@ void traceAttention(Graph &G, const AttentionDef &Def) {
       D.HasBackward = true;
     }
   }
+  // Last, so that a definition without one numbers its nodes as before.
+  traceCombine(G, T, In, OF);
 }
 
 void traceLinear(Graph &G, const LinearAttentionDef &Def) {

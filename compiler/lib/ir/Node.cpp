@@ -167,7 +167,7 @@ static constexpr ParamKind AllParamKinds[] = {
     ParamKind::Rowscale, ParamKind::FinalRowscale, ParamKind::Probs,
     ParamKind::GradProbs, ParamKind::Doosum,     ParamKind::Index,
     ParamKind::Input,  ParamKind::HeadDim,       ParamKind::Element,
-    ParamKind::Decay};
+    ParamKind::Decay,  ParamKind::OtherRowscale};
 
 llvm::StringRef paramKindName(ParamKind K) {
   switch (K) {
@@ -197,6 +197,8 @@ llvm::StringRef paramKindName(ParamKind K) {
     return "element";
   case ParamKind::Decay:
     return "decay";
+  case ParamKind::OtherRowscale:
+    return "rowscale_b";
   }
   return "?";
 }

@@ -252,10 +252,15 @@ std::vector<FunctionSchema> functionSchemas(const Declarations &D) {
   std::vector<FunctionSchema> Fs;
   switch (D.Kind) {
   case DefinitionKind::Transformer: {
-    std::vector<std::string> Online{"scores"}, Epilogue{"o"}, InputGrads;
-    for (const RowscaleDecl &R : D.OnlineRowscales)
+    std::vector<std::string> Online{"scores"}, Epilogue{"o"}, InputGrads,
+        Combine;
+    for (const RowscaleDecl &R : D.OnlineRowscales) {
       Online.push_back(R.Name);
+      Combine.push_back(R.Name);
+    }
     Online.push_back("o_scale");
+    Combine.push_back("o_scale_a");
+    Combine.push_back("o_scale_b");
     for (const RowscaleDecl &R : D.FinalRowscales)
       Epilogue.push_back(R.Name);
     for (const InputDecl &I : D.Inputs)
@@ -271,6 +276,8 @@ std::vector<FunctionSchema> functionSchemas(const Declarations &D) {
           {"online_fwd_epilogue", Epilogue},
           {"forward", {"p"}},
           {"backward", {"dscores"}, If(D.HasBackward), false, "has_backward"},
+          // Written by the definition or not (OnlineFunc::combine).
+          {"combine", Combine, Presence::Optional},
           // Added by the autodiff pass, so absent from a traced graph.
           {"score_mod_grad", {"dscore"}, Presence::Optional},
           {"score_mod_input_grad", InputGrads, Presence::Optional}};
@@ -403,7 +410,8 @@ const Node *readNode(const json &E, const Pointer &W, Graph &G,
           return true;
       return false;
     };
-    if (PK == ParamKind::Rowscale && !Declared(G.decls().OnlineRowscales))
+    if ((PK == ParamKind::Rowscale || PK == ParamKind::OtherRowscale) &&
+        !Declared(G.decls().OnlineRowscales))
       bad(W / "name", "rowscale '" + Name + "' is not declared in /rowscales");
     if (PK == ParamKind::FinalRowscale && !Declared(G.decls().FinalRowscales))
       bad(W / "name", "final rowscale '" + Name + "' is not declared in /finals");

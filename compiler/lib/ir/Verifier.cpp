@@ -100,7 +100,7 @@ void verifyNode(const Graph &G, const Node *N) {
 const std::set<std::string> &knownFunctions(DefinitionKind K) {
   static const std::set<std::string> Transformer = {
       "score_mod", "mask_mod", "online_fwd", "online_fwd_epilogue", "forward",
-      "backward", "score_mod_grad", "score_mod_input_grad"};
+      "backward", "score_mod_grad", "score_mod_input_grad", "combine"};
   static const std::set<std::string> Linear = {"q_mod", "k_mod", "v_mod",
                                                "decay_mod"};
   return K == DefinitionKind::Transformer ? Transformer : Linear;
@@ -124,6 +124,14 @@ std::vector<std::string> expectedResults(const Graph &G, const Function &F) {
     return WithRowscales("scores", D.OnlineRowscales, "o_scale");
   if (F.Name == "online_fwd_epilogue")
     return WithRowscales("o", D.FinalRowscales, nullptr);
+  if (F.Name == "combine") {
+    std::vector<std::string> Names;
+    for (const RowscaleDecl &R : D.OnlineRowscales)
+      Names.push_back(R.Name);
+    Names.push_back("o_scale_a");
+    Names.push_back("o_scale_b");
+    return Names;
+  }
   if (F.Name == "score_mod_input_grad") { // autodiff: one per grad input
     std::vector<std::string> Names;
     for (const InputDecl &I : D.Inputs)

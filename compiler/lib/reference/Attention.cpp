@@ -121,6 +121,7 @@ public:
     case ir::ParamKind::HeadDim:
       return {Dual{double(Dm.D), 0.0}};
     case ir::ParamKind::Element:
+    case ir::ParamKind::OtherRowscale:
     case ir::ParamKind::Decay:
       break;
     }

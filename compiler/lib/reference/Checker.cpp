@@ -3,6 +3,7 @@
 #include "attn/reference/Checker.h"
 
 #include "attn/Error.h"
+#include "attn/analysis/Merge.h"
 #include "attn/reference/Attention.h"
 #include "attn/reference/InputBinding.h"
 #include "attn/reference/Linear.h"
@@ -10,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -151,6 +153,7 @@ double scoreModDerivativeError(const ir::Graph &G, std::mt19937_64 &Rng) {
             case ir::ParamKind::GradProbs:
             case ir::ParamKind::Doosum:
             case ir::ParamKind::Element:
+            case ir::ParamKind::OtherRowscale:
             case ir::ParamKind::Decay:
               break;
             }
@@ -288,6 +291,40 @@ CheckRow maskRow(const CompiledDefinition &Def, const AttentionInputs &In,
   return {Name, 0.0, 0.0};
 }
 
+/// The definition's combine: the row's keys cut at random into 2, 3 and 5
+/// parts (some may be empty) and into one key a part, each part's state
+/// merged in order by the combine, against the unsplit online result.
+CheckRow combineRow(const CompiledDefinition &Def, const AttentionInputs &In,
+                    const AttentionCase &C, const CheckOptions &Opts,
+                    std::mt19937_64 &Rng) {
+  analysis::MergeInfo M = analysis::userCombine(*Def.Graph);
+  AttentionOutputs Whole = attentionOnline(Def, In, 0);
+  std::uniform_int_distribution<int64_t> Cut(0, C.Skv);
+  std::vector<std::vector<int64_t>> Splits;
+  for (int Parts : {2, 3, 5}) {
+    std::vector<int64_t> B{0, C.Skv};
+    for (int I = 1; I < Parts; ++I)
+      B.push_back(Cut(Rng));
+    std::sort(B.begin(), B.end());
+    Splits.push_back(B);
+  }
+  std::vector<int64_t> EachKey;
+  for (int64_t J = 0; J <= C.Skv; ++J)
+    EachKey.push_back(J);
+  Splits.push_back(EachKey);
+  double E = 0;
+  for (const std::vector<int64_t> &B : Splits)
+    E = std::max(E, outputsError(attentionSplitMerged(Def, In, B, M), Whole));
+  return {"combine: random splits of the keys merged vs unsplit, " +
+              shapeName(C),
+          E, Opts.AlgorithmTolerance, false,
+          E <= Opts.AlgorithmTolerance
+              ? ""
+              : "the definition's combine does not give the unsplit "
+                "result: o = o_scale_a*o_a + o_scale_b*o_b and the merged "
+                "rowscales must equal the state of the union of the keys"};
+}
+
 void checkAttention(const CompiledDefinition &Def, const CheckOptions &Opts,
                     CheckReport &Report) {
   const ir::Graph &G = *Def.Graph;
@@ -313,6 +350,8 @@ void checkAttention(const CompiledDefinition &Def, const CheckOptions &Opts,
       Report.Rows.push_back(
           {"fully masked rows: o = 0, finals = -inf, " + shapeName(C),
            maskedRowsError(attentionOnline(Def, In, 4), In), 0.0});
+    if (G.getFunction("combine"))
+      Report.Rows.push_back(combineRow(Def, In, C, Opts, Rng));
   }
   Report.Rows.push_back({"head dims 64, 128, 192, 256: online (block 2) vs "
                          "direct, b1 h1/1 s2x3 dv4",

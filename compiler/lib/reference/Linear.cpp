@@ -68,6 +68,7 @@ Modded applyMods(const CompiledDefinition &Def, const LinearInputs &In,
         case ir::ParamKind::Scores:
         case ir::ParamKind::Output:
         case ir::ParamKind::Rowscale:
+        case ir::ParamKind::OtherRowscale:
         case ir::ParamKind::FinalRowscale:
         case ir::ParamKind::Probs:
         case ir::ParamKind::GradProbs:

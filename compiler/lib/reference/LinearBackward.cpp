@@ -75,6 +75,7 @@ std::vector<Dual> evalAt(const ir::Graph &G, const ir::Node *R,
     case ir::ParamKind::Scores:
     case ir::ParamKind::Output:
     case ir::ParamKind::Rowscale:
+    case ir::ParamKind::OtherRowscale:
     case ir::ParamKind::FinalRowscale:
     case ir::ParamKind::Probs:
     case ir::ParamKind::GradProbs:

@@ -146,6 +146,7 @@ bool allowedInBackward(const ir::ParamNode &P) {
   case ParamKind::Output:
   case ParamKind::Rowscale:
   case ParamKind::Element:
+  case ParamKind::OtherRowscale:
   case ParamKind::Decay:
     return false;
   }

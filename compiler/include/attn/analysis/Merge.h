@@ -18,6 +18,7 @@ enum class MergeKind : uint8_t {
   None,      ///< no merge is proven: the keys of a row stay in one pass
   Sum,       ///< o and every rowscale add up (o_scale ≡ 1)
   LogSumExp, ///< the max/exp form: rescale both to the larger running max
+  Combine,   ///< the definition's own combine (OnlineFunc::combine)
 };
 llvm::StringRef mergeKindName(MergeKind K);
 
@@ -29,8 +30,13 @@ struct MergeInfo {
   /// LogSumExp: the index, in the declared online rowscales, of the running
   /// max m; every other rowscale is a sum scaled like o by exp(m - m_new).
   int MaxRowscale = -1;
+  /// Combine: the graph whose function "combine" merges (it outlives this).
+  const ir::Graph *CombineGraph = nullptr;
+  /// A derived merge that a combine of the definition's also exists for:
+  /// the derived one is used; `attnc check` verifies the combine too.
+  bool CombineUnused = false;
 
-  /// "log-sum-exp", "sum", or "none (why)".
+  /// "log-sum-exp", "sum", "combine (...)" or "none (why)".
   std::string str() const;
 };
 
@@ -48,9 +54,18 @@ struct MergeInfo {
 ///    r·o_scale + get_reduce("sum")(z) with z = P or exp(w - m') (x, y, w
 ///    free of rowscales): m = max(m1, m2), a_i = exp(m_i - m) (0 where m_i
 ///    is -inf), o = a1·o1 + a2·o2, r = a1·r1 + a2·r2.
-/// Anything else is None with the first reason found. Linear definitions
-/// have no online states: None.
+/// Anything else is None with the first reason found, unless the
+/// definition supplies a combine (OnlineFunc::combine, the IR function
+/// "combine"): then Combine, with o = o_scale_a·o1 + o_scale_b·o2 and the
+/// rowscales it returns. A derived merge wins over the definition's
+/// combine (it is exact by construction; CombineUnused is set and `attnc
+/// check` verifies the combine all the same). Linear definitions have no
+/// online states: None.
 MergeInfo analyzeMerge(const ir::Graph &G);
+
+/// The definition's own combine as a merge (Kind Combine), whether or not
+/// a merge is derived; Kind None where the definition has none.
+MergeInfo userCombine(const ir::Graph &G);
 
 /// One partial state of a query row in double precision: the rowscales in
 /// declaration order, o, and whether any key of the part was unmasked
@@ -75,11 +90,18 @@ void mergeStates(const MergeInfo &M, MergeState &A, const MergeState &B);
 ///    with r one of the summed rowscales, the definition has one final,
 ///    log(r) + m with m the running max: lse = log(e^lse1 + e^lse2), o =
 ///    e^(lse1 - lse) o1 + e^(lse2 - lse) o2.
+///  * Combine (the state merge is the definition's combine): the epilogue
+///    returns o as it is and each online rowscale as a final as it is (the
+///    result is the state): the combine merges them.
 /// A part whose finals are -inf (no unmasked key) is the identity.
 struct ResultMergeInfo {
   MergeKind Kind = MergeKind::None;
   std::string Reason; ///< why results cannot be merged (Kind == None)
   int LseFinal = -1;  ///< LogSumExp: the final holding the log-sum-exp
+  /// Combine: the state merge, and for each online rowscale the index of
+  /// the final that holds it.
+  MergeInfo State;
+  std::vector<int> FinalOfRowscale;
 };
 ResultMergeInfo analyzeResultMerge(const ir::Graph &G);
 

@@ -118,6 +118,14 @@ struct EpilogueResult {
   Rowscales final_rowscales;
 };
 
+/// What combine returns: the merged online rowscales and the two factors of
+/// the merged accumulator, o = o_scale_a·o_a + o_scale_b·o_b.
+struct CombineResult {
+  Rowscales rowscales;
+  SymbolOrNumber o_scale_a = 1.0;
+  SymbolOrNumber o_scale_b = 1.0;
+};
+
 /// The row-online algorithm on scores (the seeds' OnlineFunc). Subclasses
 /// declare their rowscales in the constructor and implement the functions;
 /// `backward` may be left out.
@@ -150,6 +158,17 @@ public:
            const Rowscales &final_rowscales, SymbolScalar doosum,
            SymbolScalar b, SymbolScalar h, SymbolScalar q_idx,
            SymbolScalar kv_idx) const;
+
+  /// Merges two partial states of one query row, each the result of
+  /// online_fwd over a disjoint set of keys (state a's keys, then b's):
+  /// returns the merged rowscales and the factors of o = o_scale_a·o_a +
+  /// o_scale_b·o_b. Per-row values of the two states' rowscales only (no
+  /// scores, inputs or indices); each state has met at least one unmasked
+  /// key (an empty part is skipped). Used to split a row's keys (decode's
+  /// split-KV) where attnc cannot derive the merge itself; `attnc check`
+  /// verifies it in fp64. Return std::nullopt (the default) for none.
+  virtual std::optional<CombineResult> combine(const Rowscales &a,
+                                               const Rowscales &b) const;
 
   const Decls &onlineRowscales() const { return Online; }
   const Decls &finalRowscales() const { return Final; }

@@ -135,6 +135,7 @@ enum class ParamKind : uint8_t {
   HeadDim,       ///< the problem's head dimension D (compile-time)
   Element,       ///< an element of q, k or v (linear-attention mods)
   Decay,         ///< the per-token decay input (decay_mod)
+  OtherRowscale, ///< an online rowscale of the second state (combine)
 };
 
 /// Transformer-style (scores, online function) or linear (chunked state).

@@ -57,7 +57,10 @@ struct CheckOptions {
 /// custom input that requires a gradient; and, for a written backward, the
 /// derived one against it (skipped, with the reason, when it cannot be
 /// derived). A definition whose backward cannot be derived and is not
-/// written fails its backward row with the autodiff pass's message.
+/// written fails its backward row with the autodiff pass's message. A
+/// definition with its own combine (OnlineFunc::combine) gets, per shape,
+/// random splits of the keys (and one key a part) merged by it against the
+/// unsplit online result.
 /// For linear attention: the chunked algorithm with several chunk sizes
 /// against the token recurrence, with and without an initial state (o and
 /// the final state).
