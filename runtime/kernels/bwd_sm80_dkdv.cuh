@@ -26,6 +26,18 @@
 
 namespace attnc {
 
+/// P of one element from its raw score: score_mod then forward, or, where
+/// score_mod is score · c and forward exp(scores − y) (kForwardFolded),
+/// forward_folded with c inside exp2's FMA (one multiply fewer).
+template <class Variant>
+__device__ __forceinline__ float recompute_p(const typename Variant::Inputs &in, float raw,
+                                             const float *fin, int b, int h, int q, int k) {
+  if constexpr (Variant::kForwardFolded)
+    return Variant::forward_folded(in, raw, fin, b, h, q, k);
+  else
+    return Variant::forward(in, Variant::score_mod(in, raw, b, h, q, k), fin, b, h, q, k);
+}
+
 /// The gradient of one score element: sets \p p to P, adds dS·∂mod/∂input
 /// to \p gacc (when kInputGrads) and returns dS w.r.t. the raw score.
 /// \p valid is false for an element outside either sequence or masked: its
@@ -41,8 +53,7 @@ __device__ __forceinline__ float bwd_element(const typename Variant::Inputs &in,
   // reads the row's finals from shared memory compiles to a branch per
   // element (the compiler does not speculate the load), 32 or more a step.
   // The arguments are in bounds either way (rows past the end are zero).
-  const float s = Variant::score_mod(in, raw, b, h, q, k);
-  const float p_any = Variant::forward(in, s, fin, b, h, q, k);
+  const float p_any = recompute_p<Variant>(in, raw, fin, b, h, q, k);
   p = valid ? p_any : 0.f;
   const float ds_any = Variant::backward(in, dp, p, fin, doosum, b, h, q, k);
   const float ds = valid ? ds_any : 0.f;

@@ -104,8 +104,7 @@ struct BwdSm90Elements {
         const bool valid = element_at<kFull>(a, in, m, b, h, key0, t, e, key, qr, qi);
         valid_bits |= valid ? 1u << (t * 4 + e) : 0u;
         raw[t][e] = acc_s[t][e];
-        const float s = Variant::score_mod(in, raw[t][e], b, h, qi, key);
-        const float p_any = Variant::forward(in, s, rows + qr * kF, b, h, qi, key);
+        const float p_any = recompute_p<Variant>(in, raw[t][e], rows + qr * kF, b, h, qi, key);
         acc_s[t][e] = valid ? p_any : 0.f;
       }
     pack(acc_s, pf);

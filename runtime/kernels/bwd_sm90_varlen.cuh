@@ -59,6 +59,7 @@ template <class V> struct ShiftedVariant {
   static constexpr bool kHasMask = V::kHasMask;
   static constexpr bool kBackwardUsesDoosum = V::kBackwardUsesDoosum;
   static constexpr int kNumInputGrads = V::kNumInputGrads;
+  static constexpr bool kForwardFolded = V::kForwardFolded;
   __device__ static __forceinline__ float score_mod(const Inputs &in, float s, int b, int h,
                                                     int q, int k) {
     return V::score_mod(in.in, s, b, h, q + in.shift, k);
@@ -78,6 +79,14 @@ template <class V> struct ShiftedVariant {
                                                   const float *finals, int b, int h, int q,
                                                   int k) {
     return V::forward(in.in, s, finals, b, h, q + in.shift, k);
+  }
+  __device__ static __forceinline__ float forward_folded(const Inputs &in, float s,
+                                                         const float *finals, int b, int h,
+                                                         int q, int k) {
+    if constexpr (V::kForwardFolded)
+      return V::forward_folded(in.in, s, finals, b, h, q + in.shift, k);
+    else
+      return 0.f; // not called (recompute_p)
   }
   __device__ static __forceinline__ float backward(const Inputs &in, float dp, float p,
                                                    const float *finals, float doosum, int b,

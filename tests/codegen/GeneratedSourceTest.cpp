@@ -296,6 +296,46 @@ TEST_CASE("generateForward: score_mod's factor folds into the exp2 FMA only "
   CHECK_FALSE(Folded(examples::retention()));
 }
 
+TEST_CASE("generated forward_folded: the backward's P from the raw score, "
+          "score_mod's factor in exp2's FMA, only where the IR proves it",
+          "[codegen][source]") {
+  auto Folded = [](const dsl::AttentionDef &D) {
+    KernelSource S = generate(D);
+    bool Yes = has(S, "static constexpr bool kForwardFolded = true;");
+    CHECK(Yes != has(S, "static constexpr bool kForwardFolded = false;"));
+    CHECK(Yes == has(S, "float forward_folded("));
+    return Yes;
+  };
+  // mha: p = exp(scores − lse) with score_mod score · rsqrt(D).
+  KernelSource S = generate(examples::mha());
+  CHECK(Folded(examples::mha()));
+  CHECK(has(S, "return v4 * attnc::kLog2e;\n    }();"));
+  CHECK(has(S, "attnc::exp2_fast(fmaf(score, scale_log2e, -finals[0] * attnc::kLog2e))"));
+  // forward itself still reads scaled scores (the reference, fwd paths).
+  CHECK(has(S, "attnc::exp_diff(scores, finals[0])"));
+  // A mask does not change P's recomputation.
+  CHECK(Folded(examples::mhaSlidingWindow()));
+  auto WithScoreMod = [](const char *Name, dsl::ScoreMod Mod) {
+    dsl::AttentionDef D = examples::mha();
+    D.name = Name;
+    D.score_mod = std::move(Mod);
+    return D;
+  };
+  using dsl::SymbolScalar;
+  // c must be a positive constant: not per key, not score · c + d.
+  CHECK_FALSE(Folded(WithScoreMod(
+      "by_key", [](SymbolScalar s, const dsl::CustomInputs &, SymbolScalar,
+                   SymbolScalar, SymbolScalar, SymbolScalar kv) { return s * kv; })));
+  CHECK_FALSE(Folded(WithScoreMod(
+      "shifted", [](SymbolScalar s, const dsl::CustomInputs &, SymbolScalar,
+                    SymbolScalar, SymbolScalar,
+                    SymbolScalar) { return s * 0.5 + 1.0; })));
+  // score_mods that are not score · c, forwards that are not exp(s − y).
+  CHECK_FALSE(Folded(examples::alibiLearnable()));
+  CHECK_FALSE(Folded(examples::sigmoidAttn()));
+  CHECK_FALSE(Folded(examples::reluAttn()));
+}
+
 TEST_CASE("generatedName: user names become prefixed, indexed identifiers",
           "[codegen][source][names]") {
   CHECK(generatedName("in", 0, "float") == "in_0_float");

@@ -258,6 +258,30 @@ void compare(DType Dt, const std::vector<uint16_t> &Got, Layout L,
     std::printf("    worst %s\n", Worst.c_str());
 }
 
+/// With ATTNC_GPU_TEST_VERBOSE set: the raw score q·k (fp64, of the rounded
+/// inputs) nearest to 0 and its place, where a score_mod with a kink at 0
+/// (relu's max(·, 0)) has a derivative that a kernel's fp32 score can see
+/// on the other side than the reference.
+void printSmallestScore(const Work &W) {
+  const Case &C = W.C;
+  double Best = std::numeric_limits<double>::infinity();
+  int At[4] = {0, 0, 0, 0};
+  for (int b = 0; b < C.B; ++b)
+    for (int h = 0; h < C.H; ++h)
+      for (int q = 0; q < C.Sq; ++q)
+        for (int k = 0; k < C.Skv; ++k) {
+          double S = 0;
+          for (int d = 0; d < C.D; ++d)
+            S += W.In.Q.at({b, h, q, d}) * W.In.K.at({b, h / (C.H / C.Hkv), k, d});
+          if (std::fabs(S) < Best) {
+            Best = std::fabs(S);
+            At[0] = b, At[1] = h, At[2] = q, At[3] = k;
+          }
+        }
+  std::printf("    smallest |q.k| %.3g at b%d h%d q%d k%d\n", Best, At[0], At[1], At[2],
+              At[3]);
+}
+
 Verdict runOnDevice(Work &W) {
   const Case &C = W.C;
   auto T0 = std::chrono::steady_clock::now();
@@ -526,6 +550,8 @@ int main(int Argc, char **Argv) {
                         W.Check.PlainDoosum.Inputs.at(N).Data[I]);
       std::printf("%-62s reference ok [%.1fs %.1fs]\n", Name.c_str(), W.CompileS,
                   W.ReferenceS);
+      if (std::getenv("ATTNC_GPU_TEST_VERBOSE"))
+        printSmallestScore(W);
       ++Passed;
       continue;
     }
@@ -542,6 +568,8 @@ int main(int Argc, char **Argv) {
                   R.Deterministic ? "" : " NOT-BITWISE",
                   W.CompileS, W.ReferenceS, R.DeviceS, R.Pass ? "pass" : "FAIL",
                   W.Runner->choice().str().c_str());
+      if (std::getenv("ATTNC_GPU_TEST_VERBOSE"))
+        printSmallestScore(W);
       (R.Pass ? Passed : Failed)++;
     } catch (const std::exception &E) {
       std::printf("%-62s ERROR %s\n", Name.c_str(), E.what());

@@ -270,13 +270,11 @@ std::optional<double> evalConst(const Node *N, int HeadDim) {
   return std::nullopt;
 }
 
-} // namespace
-
-const Node *foldableScoreScale(const ir::Graph &G, int HeadDim) {
-  // score_mod(score) = score · c, c a compile-time constant.
+/// score_mod's factor c when score_mod is score · c with c a compile-time
+/// constant, positive and normal at \p HeadDim; else null.
+const Node *scoreModFactor(const ir::Graph &G, int HeadDim) {
   const ir::Function *SM = G.getFunction("score_mod");
-  const ir::Function *OF = G.getFunction("online_fwd");
-  if (!SM || !OF)
+  if (!SM)
     return nullptr;
   const Node *R = SM->result("score");
   if (!R || R->getKind() != NodeKind::Mul)
@@ -295,11 +293,15 @@ const Node *foldableScoreScale(const ir::Graph &G, int HeadDim) {
   std::optional<double> V = evalConst(C, HeadDim);
   if (!V || !(*V >= 1e-30 && *V <= 1e30))
     return nullptr;
-  // online_fwd reads the scores only through reduce.max(scores) and
-  // exp(scores − y) with y per row (emitted as one FMA into exp2).
-  std::vector<const Node *> Roots;
-  for (const ir::Result &Res : OF->Results)
-    Roots.push_back(Res.Value);
+  return C;
+}
+
+/// Whether the function with results \p Roots reads the Scores parameter
+/// only through exp(scores − y) with y not per element (one FMA into exp2,
+/// where c can join log2 e) and, with \p AllowMax, reduce.max(scores); and
+/// returns neither the scores nor scores − y. False when it does not read
+/// them at all (nothing to fold).
+bool scoresOnlyInExpDiff(llvm::ArrayRef<const Node *> Roots, bool AllowMax) {
   const Node *Scores = nullptr;
   std::vector<const Node *> Order = ir::topologicalOrder(Roots);
   for (const Node *N : Order)
@@ -307,10 +309,11 @@ const Node *foldableScoreScale(const ir::Graph &G, int HeadDim) {
         P && P->getParamKind() == ParamKind::Scores)
       Scores = N;
   if (!Scores)
-    return nullptr;
+    return false;
   for (const Node *Root : Roots)
-    if (Root == Scores)
-      return nullptr;
+    if (Root == Scores ||
+        (Root->getKind() == NodeKind::Sub && Root->operand(0) == Scores))
+      return false;
   llvm::DenseSet<const Node *> ExpArgs; // the Subs each Exp spells
   for (const Node *N : Order)
     if (N->getKind() == NodeKind::Exp)
@@ -320,22 +323,44 @@ const Node *foldableScoreScale(const ir::Graph &G, int HeadDim) {
       const Node *Op = N->operand(I);
       if (Op == Scores) {
         auto *Red = llvm::dyn_cast<ir::ReduceNode>(N);
-        bool MaxOf = Red && Red->getOp() == ir::ReduceOp::Max;
+        bool MaxOf = AllowMax && Red && Red->getOp() == ir::ReduceOp::Max;
         bool SubOf = N->getKind() == NodeKind::Sub && I == 0 &&
                      !isElement(N->operand(1)) && ExpArgs.count(N);
         if (!MaxOf && !SubOf)
-          return nullptr;
+          return false;
       }
       // a scores − y read by anything but exp would see the raw score
       if (Op->getKind() == NodeKind::Sub && Op->operand(0) == Scores &&
           N->getKind() != NodeKind::Exp)
-        return nullptr;
+        return false;
     }
   }
-  for (const Node *Root : Roots)
-    if (Root->getKind() == NodeKind::Sub && Root->operand(0) == Scores)
-      return nullptr;
-  return C;
+  return true;
+}
+
+} // namespace
+
+const Node *foldableScoreScale(const ir::Graph &G, int HeadDim) {
+  const Node *C = scoreModFactor(G, HeadDim);
+  const ir::Function *OF = G.getFunction("online_fwd");
+  if (!C || !OF)
+    return nullptr;
+  // online_fwd reads the scores only through reduce.max(scores) and
+  // exp(scores − y) with y per row (emitted as one FMA into exp2).
+  std::vector<const Node *> Roots;
+  for (const ir::Result &Res : OF->Results)
+    Roots.push_back(Res.Value);
+  return scoresOnlyInExpDiff(Roots, /*AllowMax=*/true) ? C : nullptr;
+}
+
+const Node *foldableForwardScale(const ir::Graph &G, int HeadDim) {
+  const Node *C = scoreModFactor(G, HeadDim);
+  const ir::Function *F = G.getFunction("forward");
+  if (!C || !F || !F->result("p"))
+    return nullptr;
+  // p reads the scores only as exp(scores − y), y from the finals, the
+  // row or the head: exp(c·x − y) = exp2(x·(c·log2 e) − y·log2 e).
+  return scoresOnlyInExpDiff({F->result("p")}, /*AllowMax=*/false) ? C : nullptr;
 }
 
 /// online_fwd for one row of a fragment: reductions as loops over the row's

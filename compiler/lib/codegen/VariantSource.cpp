@@ -11,6 +11,7 @@
 #include "attn/ir/Walk.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Casting.h"
 
 #include <fmt/format.h>
 
@@ -119,6 +120,9 @@ std::string variantMembers(const CompiledDefinition &Def,
   const ir::Node *Scale = foldableScoreScale(G, Spec.HeadDim);
   W.line(fmt::format("static constexpr bool kScoreScaleFolded = {};",
                      Scale ? "true" : "false"));
+  const ir::Node *FwdScale = foldableForwardScale(G, Spec.HeadDim);
+  W.line(fmt::format("static constexpr bool kForwardFolded = {};",
+                     FwdScale ? "true" : "false"));
   W.line(fmt::format("static constexpr bool kHasBackward = {};",
                      G.decls().HasBackward ? "true" : "false"));
   W.line(fmt::format("static constexpr bool kBackwardUsesDoosum = {};",
@@ -262,6 +266,34 @@ std::string variantMembers(const CompiledDefinition &Def,
                      "forward(const Inputs &in, float scores, const float "
                      "*finals, " + TileIdx + ")",
                      "forward", "p", FinalsSpell, "float");
+  if (FwdScale) {
+    // The backward's P from the raw score: score_mod's factor joins log2 e
+    // in exp2's FMA, so the element loop has no multiply by c.
+    auto B = W.block("__device__ static __forceinline__ float forward_folded("
+                     "const Inputs &in, float score, const float *finals, " +
+                     TileIdx + ")");
+    {
+      // In its own scope: c's nodes may be the body's too (one graph).
+      auto S = W.block("const float scale_log2e = [&]", "();");
+      ExprEmitter E(W, FinalsSpell);
+      E.emitScalarBody({FwdScale});
+      W.line("return " + E.operand(FwdScale, false) + " * attnc::kLog2e;");
+    }
+    const ir::Node *P = G.getFunction("forward")->result("p");
+    const ir::Node *Scores = nullptr;
+    for (const ir::Node *N : ir::topologicalOrder({P}))
+      if (auto *Par = llvm::dyn_cast<ir::ParamNode>(N);
+          Par && Par->getParamKind() == ParamKind::Scores)
+        Scores = N;
+    ExprEmitter EF(W, [&](const ir::ParamNode &Par) -> std::string {
+      return Par.getParamKind() == ParamKind::Scores ? std::string("score")
+                                                     : FinalsSpell(Par);
+    });
+    EF.spellRowDivisionsAsReciprocals();
+    EF.foldScoreScale(Scores, "scale_log2e");
+    EF.emitScalarBody({P});
+    W.line("return " + EF.operand(P, false) + ";");
+  }
   if (G.getFunction("backward"))
     emitScalarFunction(W, G,
                        "backward(const Inputs &in, float dp, float p, const "

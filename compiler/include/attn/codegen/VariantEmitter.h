@@ -79,6 +79,11 @@ void emitOnlineFwd(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell,
 /// \p HeadDim; online_fwd reads the scores only as reduce.max(scores) and
 /// exp(scores − y) with y per row, and returns no raw score.
 const ir::Node *foldableScoreScale(const ir::Graph &G, int HeadDim);
+/// score_mod's factor c when the backward's P may be recomputed from the raw
+/// score with c folded into exp2's FMA (`forward_folded`): score_mod is
+/// score · c as for foldableScoreScale, and `forward` reads the scores only
+/// as exp(scores − y) with y not per element.
+const ir::Node *foldableForwardScale(const ir::Graph &G, int HeadDim);
 /// The body of `epilogue(in, st, of, r, b, h, q_idx, finals)` for one row r.
 void emitEpilogue(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell);
 /// The body of `input_grads(in, score, b, h, q_idx, kv_idx, d)`: d[i] =
