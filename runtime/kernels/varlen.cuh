@@ -58,19 +58,22 @@ __device__ __forceinline__ SeqSpan seq_span(const int *cu_q, const int *cu_kv,
 /// seq_span; the sequence's heads share it (no head moves an input's
 /// token axis).
 template <class Inputs, bool = Inputs::kSequenceInputs> struct SequenceInputs {
-  __device__ static __forceinline__ const Inputs &of(const Inputs &in, const SeqSpan &) {
+  __device__ static __forceinline__ const Inputs &of(const Inputs &in, SeqSpan) {
     return in;
   }
 };
 template <class Inputs> struct SequenceInputs<Inputs, true> {
-  __device__ static __forceinline__ Inputs of(const Inputs &in, const SeqSpan &s) {
+  __device__ static __forceinline__ Inputs of(const Inputs &in, SeqSpan s) {
     return s.packed ? in.of_sequence(s.q0, s.kv0, s.seq_q, s.seq_kv, s.shift) : in;
   }
 };
 /// SequenceInputs<Inputs>::of: a reference or a rebased copy (bind it to a
-/// `const auto &`, which keeps a copy alive).
+/// `const auto &`, which keeps a copy alive). The span comes by value: taken
+/// by reference it would escape into the helper, and nvcc then lays out the
+/// kernels of variants without such inputs differently (their CUBINs must
+/// stay byte-identical).
 template <class Inputs>
-__device__ __forceinline__ decltype(auto) sequence_inputs(const Inputs &in, const SeqSpan &s) {
+__device__ __forceinline__ decltype(auto) sequence_inputs(const Inputs &in, SeqSpan s) {
   return SequenceInputs<Inputs>::of(in, s);
 }
 
