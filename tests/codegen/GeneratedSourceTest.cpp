@@ -125,7 +125,7 @@ TEST_CASE("generateForward: the Inputs struct", "[codegen][source][inputs]") {
                  "  float in_0_softmax_bias;\n  float in_0_softmax_bias_pad_;\n"));
   // No per-row, per-key or per-token input: nothing to rebase per sequence.
   CHECK(has(Sig, "static constexpr bool kSequenceInputs = false;\n};"));
-  CHECK_FALSE(has(Sig, "of_sequence"));
+  CHECK_FALSE(has(Sig, "Inputs of_sequence("));
   CHECK(has(Sig, "in.in_0_softmax_bias"));
   CHECK_FALSE(has(Sig, "load_in_0_softmax_bias"));
   CHECK(has(generate(examples::mha()), "struct Inputs {\n  long long unused_;\n"));
@@ -338,7 +338,7 @@ TEST_CASE("generateForward: int32 per-token inputs load int, with no head "
   CHECK(has(D, "__device__ __forceinline__ int load_in_0_doc_q(int b, int h, "
                "int q, int k) const {"));
   CHECK(has(D, "return __ldg(in_0_doc_q + (b * in_0_doc_q_sb + "
-               "attnc::clamp_index(q, in_0_doc_q_rows)));"));
+               "attnc::clamp_index(q - (int)in_0_doc_q_row_shift, in_0_doc_q_rows)));"));
   CHECK(has(D, "return __ldg(in_1_doc_k + (b * in_1_doc_k_sb + "
                "attnc::clamp_index(k, in_1_doc_k_rows)));"));
   // The ids meet as ints (what the loads return) in the mask.
