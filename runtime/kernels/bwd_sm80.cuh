@@ -59,7 +59,7 @@ struct BwdDqSm80 {
   static constexpr int kStageBytes = KTile::kBytes + VTile::kBytes;
   static constexpr int kSmemBytes = QTile::kBytes + OTile::kBytes + kStages * kStageBytes;
 
-  __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &in,
+  __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &call_in,
                              unsigned char *smem) {
     const int m_block = blockIdx.x;
     const int bh = blockIdx.y;
@@ -74,6 +74,7 @@ struct BwdDqSm80 {
     // blocks (no lists), masked per element unless proven full.
     const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
                                 a.heads, a.seq_q, a.seq_kv, b, h);
+    const auto &in = sequence_inputs(call_in, sp);
     if (row_base >= sp.seq_q)
       return;
 

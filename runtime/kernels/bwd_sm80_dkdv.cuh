@@ -115,7 +115,7 @@ struct BwdDkDvSm80 {
   static_assert(kNumGrads * kWarps * 4 <= kStageBytes,
                 "the input-gradient reduction reuses a ring slot");
 
-  __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &in,
+  __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &call_in,
                              unsigned char *smem) {
     // Fused dQ: the highest key block first, so that a CTA only waits for
     // CTAs dispatched before it (bwd_sm80_fused_dq.cuh).
@@ -129,6 +129,7 @@ struct BwdDkDvSm80 {
     // input-gradient partials are zeros.
     const SeqSpan sp0 = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
                                  a.heads, a.seq_q, a.seq_kv, b, hk * group_size);
+    const auto &in = sequence_inputs(call_in, sp0);
     if (key0 >= sp0.seq_kv) {
       if constexpr (kNumGrads > 0)
         for (int i = threadIdx.x; i < kNumGrads * group_size; i += kThreads)

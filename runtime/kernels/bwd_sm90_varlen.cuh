@@ -132,7 +132,7 @@ struct BwdDkDvSm90Varlen {
   static_assert(!Base::kWriter, "packed calls use the lockstep step");
 
   /// Grid (packed_block_bound of the key blocks, kv heads).
-  __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &in,
+  __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &call_in,
                              unsigned char *smem, const Sm90BwdMaps &maps) {
     const u32 base = (smem_addr(smem) + 1023u) & ~1023u;
     unsigned char *aligned = smem + (base - smem_addr(smem));
@@ -153,6 +153,7 @@ struct BwdDkDvSm90Varlen {
     const int group_size = a.heads / a.heads_kv;
     const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch, a.heads,
                                 a.seq_q, a.seq_kv, b, hk * group_size);
+    const auto &in = sequence_inputs(call_in, sp);
     const int nb = (sp.seq_kv + kBlockN - 1) / kBlockN;
     const int n_block = nb - 1 - pb.index;
     const int key0 = n_block * kBlockN;

@@ -130,7 +130,7 @@ struct FwdSm80 {
                                 a.heads, a.seq_q, a.seq_kv, b, h);
     if (m_block * kBlockM >= sp.seq_q)
       return;
-    body(a, in, smem, sp, m_block, b, h, [&] {
+    body(a, sequence_inputs(in, sp), smem, sp, m_block, b, h, [&] {
       return ContiguousFwdKV<kThreads>{
           a,
           static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +

@@ -139,7 +139,7 @@ struct FwdSm90 {
       m_block = (sp.seq_q + kBlockM - 1) / kBlockM - 1 - index;
     if (m_block * kBlockM >= sp.seq_q)
       return;
-    body(a, in, maps, smem, sp, m_block, bh, RowsKV{});
+    body(a, sequence_inputs(in, sp), maps, smem, sp, m_block, bh, RowsKV{});
   }
 
   /// Paged prefill (paged_fwd.cuh): sequence b's queries over its pages,

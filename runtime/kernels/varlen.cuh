@@ -48,6 +48,35 @@ __device__ __forceinline__ SeqSpan seq_span(const int *cu_q, const int *cu_kv,
   return s;
 }
 
+/// The custom inputs sequence \p s of a call reads. A variant with no
+/// per-row, per-key or per-token input (Inputs::kSequenceInputs false) gets
+/// the call's own, by reference: no copy, no registers, today's code. One
+/// with such inputs gets, in a packed call, a copy rebased to the sequence
+/// (Inputs::of_sequence: pointers at its first token, bounds its lengths,
+/// query-side inputs read at q_idx − shift, the row's token); in a dense
+/// call the call's own. Every packed entry point calls it right after
+/// seq_span; the sequence's heads share it (no head moves an input's
+/// token axis).
+template <class Inputs, bool = Inputs::kSequenceInputs> struct SequenceInputs {
+  __device__ static __forceinline__ const Inputs &of(const Inputs &in, SeqSpan) {
+    return in;
+  }
+};
+template <class Inputs> struct SequenceInputs<Inputs, true> {
+  __device__ static __forceinline__ Inputs of(const Inputs &in, SeqSpan s) {
+    return s.packed ? in.of_sequence(s.q0, s.kv0, s.seq_q, s.seq_kv, s.shift) : in;
+  }
+};
+/// SequenceInputs<Inputs>::of: a reference or a rebased copy (bind it to a
+/// `const auto &`, which keeps a copy alive). The span comes by value: taken
+/// by reference it would escape into the helper, and nvcc then lays out the
+/// kernels of variants without such inputs differently (their CUBINs must
+/// stay byte-identical).
+template <class Inputs>
+__device__ __forceinline__ decltype(auto) sequence_inputs(const Inputs &in, SeqSpan s) {
+  return SequenceInputs<Inputs>::of(in, s);
+}
+
 /// Whether the mask keeps any element of queries [q_lo, q_lo + kRows) ×
 /// keys [k_lo, k_lo + kCols) inside the sequence; every thread of the CTA
 /// calls it (a CTA-wide vote).

@@ -31,6 +31,17 @@ std::vector<uint64_t> inputSlots(const ir::Graph &G, const CallShape &C,
     }
     const TensorView &V = std::get<TensorView>(Val);
     Slot[0] = bitsOf(V.Data);
+    if (C.Packed && S.Shape != ir::InputShape::PerHead) {
+      // A packed call's [H, tokens] and [tokens] inputs (validated: no full
+      // input): no batch stride (b is the sequence; the kernels rebase the
+      // pointers per sequence, Inputs::of_sequence), the token count as the
+      // bound, the row shift 0 until then.
+      const bool HeadAxis = V.Shape.size() == 2; // per_row, per_key
+      Slot[1] = 0;
+      Slot[2] = HeadAxis ? uint64_t(V.Strides[0]) : 0;
+      Slot[4] = uint64_t(V.Shape.back());
+      continue;
+    }
     switch (S.Shape) {
     case ir::InputShape::Scalar:
     case ir::InputShape::PerHead:

@@ -101,19 +101,6 @@ void applyVarlenBatch(CallShape &C, const VarlenBatch &VB) {
   C.CuKv = static_cast<const int *>(VB.CuSeqlensKv.Data);
 }
 
-/// Custom inputs of a packed call: scalars and per-head values only (a
-/// per-row, per-key or full tensor would need a packed layout of its own).
-void checkPackedInputs(const ir::Graph &G, const CallShape &C,
-                       const InputMap &Inputs) {
-  for (const ir::InputDecl &D : G.decls().Inputs)
-    if (D.Shape != ir::InputShape::Scalar && D.Shape != ir::InputShape::PerHead)
-      throw NotSupportedYet(fmt::format(
-          "input '{}': {} inputs in packed variable-length calls (scalar and "
-          "per_head inputs are supported)",
-          D.Name, ir::inputShapeName(D.Shape).str()));
-  checkInputs(G, C.B, C.H, C.Sq, C.Skv, Inputs);
-}
-
 } // namespace
 
 void checkFinals(const ir::Graph &G, const CallShape &C,
@@ -162,7 +149,7 @@ CallShape validateVarlenCall(const ir::Graph &G, const Signature &Sig,
   storeStrides(C.O, o);
   applyVarlenBatch(C, VB);
   checkFinals(G, C, Finals);
-  checkPackedInputs(G, C, Inputs);
+  checkPackedInputs(G, C.H, C.TotalQ, C.TotalKv, Inputs);
   return C;
 }
 
@@ -297,7 +284,7 @@ BackwardCallShape validateVarlenBackwardCall(const CompiledDefinition &Def,
   storeStrides(R.DV, dv);
   applyVarlenBatch(C, VB);
   checkFinals(G, C, T.Finals);
-  checkPackedInputs(G, C, Inputs);
+  checkPackedInputs(G, C.H, C.TotalQ, C.TotalKv, Inputs);
   checkGrads(G, C, Grads);
   return R;
 }

@@ -3,6 +3,7 @@
 // tensors and custom inputs.
 #include "ValidateCommon.h"
 
+#include "attn/Error.h"
 #include "attn/runtime/Errors.h"
 
 #include <fmt/format.h>
@@ -62,8 +63,31 @@ void storeStrides(int64_t (&Dst)[3], const SeqTensor &S) {
 
 namespace {
 
-void checkInput(const ir::InputDecl &D, const InputValue &Val, int64_t B, int64_t H,
-                int64_t Sq, int64_t Skv) {
+std::vector<int64_t> denseInputShape(ir::InputShape S, int64_t B, int64_t H, int64_t Sq,
+                                     int64_t Skv) {
+  switch (S) {
+  case ir::InputShape::Scalar:
+    return {};
+  case ir::InputShape::PerHead:
+    return {H};
+  case ir::InputShape::PerRow:
+    return {B, H, Sq};
+  case ir::InputShape::PerKey:
+    return {B, H, Skv};
+  case ir::InputShape::Full:
+    return {B, H, Sq, Skv};
+  case ir::InputShape::PerQueryToken:
+    return {B, Sq};
+  case ir::InputShape::PerKeyToken:
+    return {B, Skv};
+  }
+  return {};
+}
+
+/// Checks input \p D's value against shape \p Want; \p Layout, where not
+/// empty, names the axes in the shape error ("[heads, q tokens]").
+void checkInput(const ir::InputDecl &D, const InputValue &Val,
+                const std::vector<int64_t> &Want, const std::string &Layout) {
   bool Int = D.Elem == ir::InputType::I32;
   if (D.Shape == ir::InputShape::Scalar) {
     if (std::holds_alternative<TensorView>(Val))
@@ -78,54 +102,76 @@ void checkInput(const ir::InputDecl &D, const InputValue &Val, int64_t B, int64_
     invalid("input '" + D.Name + "': expected " +
             (Int ? "an int32" : "a float32") + " tensor, got a number");
   const TensorView &T = std::get<TensorView>(Val);
-  std::vector<int64_t> Want;
-  switch (D.Shape) {
-  case ir::InputShape::Scalar:
-    break;
-  case ir::InputShape::PerHead:
-    Want = {H};
-    break;
-  case ir::InputShape::PerRow:
-    Want = {B, H, Sq};
-    break;
-  case ir::InputShape::PerKey:
-    Want = {B, H, Skv};
-    break;
-  case ir::InputShape::Full:
-    Want = {B, H, Sq, Skv};
-    break;
-  case ir::InputShape::PerQueryToken:
-    Want = {B, Sq};
-    break;
-  case ir::InputShape::PerKeyToken:
-    Want = {B, Skv};
-    break;
-  }
   const std::string Name = "input '" + D.Name + "'";
   checkNotNull(Name, T);
   checkElemType(Name, T, Int ? DType::I32 : DType::F32);
-  checkShape(Name + " (" + ir::inputShapeName(D.Shape).str() + ")", T, Want);
+  checkShape(Name + " (" + ir::inputShapeName(D.Shape).str() +
+                 (Layout.empty() ? "" : " " + Layout) + ")",
+             T, Want);
   if (T.Strides.size() != T.Shape.size() || T.Strides.back() != 1)
     invalid(Name + ": the last stride must be 1");
   checkNonNegativeStrides(Name, T);
   checkAligned(Name, T, 4);
 }
 
-} // namespace
-
-void checkInputs(const ir::Graph &G, int64_t B, int64_t H, int64_t Sq, int64_t Skv,
-                 const InputMap &Inputs) {
+/// Every declared input supplied and of its shape (\p Want), no other.
+template <class WantFn>
+void checkEachInput(const ir::Graph &G, const InputMap &Inputs, const WantFn &Want) {
   for (const ir::InputDecl &D : G.decls().Inputs) {
     auto It = Inputs.find(D.Name);
     if (It == Inputs.end())
       invalid("input '" + D.Name + "': declared by '" + G.name() +
               "' but not supplied");
-    checkInput(D, It->second, B, H, Sq, Skv);
+    const auto [Shape, Layout] = Want(D.Shape);
+    checkInput(D, It->second, Shape, Layout);
   }
   for (const auto &[Name, Value] : Inputs)
     if (!G.decls().findInput(Name))
       invalid("input '" + Name + "': '" + G.name() +
               "' declares no such input");
+}
+
+} // namespace
+
+void checkInputs(const ir::Graph &G, int64_t B, int64_t H, int64_t Sq, int64_t Skv,
+                 const InputMap &Inputs) {
+  checkEachInput(G, Inputs, [&](ir::InputShape S) {
+    return std::pair{denseInputShape(S, B, H, Sq, Skv), std::string()};
+  });
+}
+
+void checkPackedInputs(const ir::Graph &G, int64_t H, int64_t TotalQ, int64_t TotalKv,
+                       const InputMap &Inputs) {
+  for (const ir::InputDecl &D : G.decls().Inputs)
+    if (D.Shape == ir::InputShape::Full)
+      throw NotSupportedYet(fmt::format(
+          "input '{}': full inputs in packed variable-length calls (scalar, "
+          "per_head, per_row, per_key, per_query_token and per_key_token "
+          "inputs are supported)",
+          D.Name));
+  checkEachInput(G, Inputs, [&](ir::InputShape S) {
+    switch (S) {
+    case ir::InputShape::Scalar:
+      return std::pair{std::vector<int64_t>{}, std::string()};
+    case ir::InputShape::PerHead:
+      return std::pair{std::vector<int64_t>{H}, std::string()};
+    case ir::InputShape::PerRow:
+      return std::pair{std::vector<int64_t>{H, TotalQ},
+                       std::string("[heads, q tokens] in a packed call")};
+    case ir::InputShape::PerKey:
+      return std::pair{std::vector<int64_t>{H, TotalKv},
+                       std::string("[heads, kv tokens] in a packed call")};
+    case ir::InputShape::PerQueryToken:
+      return std::pair{std::vector<int64_t>{TotalQ},
+                       std::string("[q tokens] in a packed call")};
+    case ir::InputShape::PerKeyToken:
+      return std::pair{std::vector<int64_t>{TotalKv},
+                       std::string("[kv tokens] in a packed call")};
+    case ir::InputShape::Full:
+      break;
+    }
+    throw InternalError("checkPackedInputs: a full input passed the refusal");
+  });
 }
 
 std::string shapeText(const std::vector<int64_t> &S) {

@@ -122,10 +122,14 @@ TEST_CASE("generateForward: mha's exp(s - m) becomes exp_diff",
 TEST_CASE("generateForward: the Inputs struct", "[codegen][source][inputs]") {
   KernelSource Sig = generate(examples::sigmoidAttn());
   CHECK(has(Sig, "struct Inputs {\n  // input 'softmax_bias' (scalar)\n"
-                 "  float in_0_softmax_bias;\n  float in_0_softmax_bias_pad_;\n};"));
+                 "  float in_0_softmax_bias;\n  float in_0_softmax_bias_pad_;\n"));
+  // No per-row, per-key or per-token input: nothing to rebase per sequence.
+  CHECK(has(Sig, "static constexpr bool kSequenceInputs = false;\n};"));
+  CHECK_FALSE(has(Sig, "Inputs of_sequence("));
   CHECK(has(Sig, "in.in_0_softmax_bias"));
   CHECK_FALSE(has(Sig, "load_in_0_softmax_bias"));
-  CHECK(has(generate(examples::mha()), "struct Inputs {\n  long long unused_;\n};"));
+  CHECK(has(generate(examples::mha()), "struct Inputs {\n  long long unused_;\n"));
+  CHECK(has(generate(examples::mha()), "static constexpr bool kSequenceInputs = false;\n};"));
 
   KernelSource T = generate(test::tensorInputs());
   CHECK(has(T, "float in_0_temp;"));
@@ -141,8 +145,22 @@ TEST_CASE("generateForward: the Inputs struct", "[codegen][source][inputs]") {
   }
   // Indices are clamped into range; a full input also walks the key axis.
   CHECK(has(T, "return __ldg(in_1_slopes + (h));"));
-  CHECK(has(T, "attnc::clamp_index(q, in_2_row_bias_rows)"));
+  // A query-side input is read at q_idx less the row shift (its fifth
+  // slot; a packed call's bottom-right shift), a key-side one at kv_idx.
+  CHECK(has(T, "in_2_row_bias_rows, in_2_row_bias_row_shift;"));
+  CHECK(has(T, "in_3_key_bias_rows, in_3_key_bias_cols;"));
+  CHECK(has(T, "attnc::clamp_index(q - (int)in_2_row_bias_row_shift, in_2_row_bias_rows)"));
   CHECK(has(T, "attnc::clamp_index(k, in_3_key_bias_rows)"));
+  // of_sequence: pointers at the sequence's first token, bounds its
+  // lengths, the shift for the query side; a full input is not rebased
+  // (packed calls refuse it).
+  CHECK(has(T, "static constexpr bool kSequenceInputs = true;"));
+  CHECK(has(T, "of_sequence(int q0, int kv0, int seq_q, int seq_kv, int shift) const {"));
+  CHECK(has(T, "r.in_2_row_bias += q0;\n    r.in_2_row_bias_rows = seq_q;\n"
+               "    r.in_2_row_bias_row_shift = shift;"));
+  CHECK(has(T, "r.in_3_key_bias += kv0;\n    r.in_3_key_bias_rows = seq_kv;"));
+  CHECK_FALSE(has(T, "r.in_4_bias"));
+  CHECK_FALSE(has(T, "r.in_1_slopes"));
   CHECK(has(T, "attnc::clamp_index(q, in_4_bias_rows) * in_4_bias_ss + "
                "attnc::clamp_index(k, in_4_bias_cols)"));
 }
@@ -360,7 +378,7 @@ TEST_CASE("generateForward: int32 per-token inputs load int, with no head "
   CHECK(has(D, "__device__ __forceinline__ int load_in_0_doc_q(int b, int h, "
                "int q, int k) const {"));
   CHECK(has(D, "return __ldg(in_0_doc_q + (b * in_0_doc_q_sb + "
-               "attnc::clamp_index(q, in_0_doc_q_rows)));"));
+               "attnc::clamp_index(q - (int)in_0_doc_q_row_shift, in_0_doc_q_rows)));"));
   CHECK(has(D, "return __ldg(in_1_doc_k + (b * in_1_doc_k_sb + "
                "attnc::clamp_index(k, in_1_doc_k_rows)));"));
   // The ids meet as ints (what the loads return) in the mask.

@@ -7,6 +7,8 @@
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/Validate.h"
 
+#include "ForwardLaunch.h"
+
 #include <catch2/catch.hpp>
 #include <dlpack/dlpack.h>
 
@@ -181,13 +183,14 @@ TEST_CASE("varlen validation: custom inputs", "[runtime][varlen]") {
   static const CompiledDefinition Tensors = compile(test::tensorInputs());
   VarlenCall C;
   C.F = TensorView::contiguous(fake(0x50000), DType::F32, {1, 4, 40});
-  // Per-row, per-key and full inputs have no packed layout yet: refused
-  // by name before anything else about them is looked at.
+  // Full inputs have no packed layout yet: refused by name before anything
+  // else about the inputs is looked at.
   CHECK_THROWS_MATCHES(
       C.run(*Tensors.Graph), NotSupportedYet,
       Catch::Matchers::Message(
-          "not supported yet: input 'row_bias': per_row inputs in packed "
-          "variable-length calls (scalar and per_head inputs are supported)"));
+          "not supported yet: input 'bias': full inputs in packed "
+          "variable-length calls (scalar, per_head, per_row, per_key, "
+          "per_query_token and per_key_token inputs are supported)"));
   // Scalar and per-head ones are checked as in a dense call.
   static const CompiledDefinition Alibi = compile(examples::alibiLearnable());
   C.In = {{"slopes", TensorView::contiguous(fake(0x70000), DType::F32, {4})},
@@ -240,3 +243,112 @@ TEST_CASE("varlen: the deprecated ElemType names DType's values",
   CHECK(std::string(attn::runtime::elemTypeName(attn::DType::I64)) == "i64");
 }
 #pragma GCC diagnostic pop
+
+TEST_CASE("varlen validation: per-row and per-key inputs are [heads, tokens]",
+          "[runtime][varlen][inputs]") {
+  static const CompiledDefinition Doc = compile(examples::mhaDocument());
+  VarlenCall C;
+  auto F32 = [](uintptr_t P, std::vector<int64_t> Shape) {
+    return TensorView::contiguous(fake(P), DType::F32, std::move(Shape));
+  };
+  C.In = {{"q_doc", F32(0x70000, {4, 40})}, {"k_doc", F32(0x71000, {4, 56})}};
+  CallShape S = C.run(*Doc.Graph);
+  CHECK(S.Packed);
+  // Slots: no batch stride (b is the sequence), the head stride, the token
+  // count as the bound, the row shift 0 (the kernels set it per sequence).
+  std::vector<uint64_t> Slots = inputSlots(*Doc.Graph, S, C.In);
+  REQUIRE(Slots.size() == 12);
+  CHECK(Slots[0] == 0x70000);
+  CHECK(Slots[1] == 0);
+  CHECK(Slots[2] == 40);
+  CHECK(Slots[4] == 40);
+  CHECK(Slots[5] == 0);
+  CHECK(Slots[6] == 0x71000);
+  CHECK(Slots[7] == 0);
+  CHECK(Slots[8] == 56);
+  CHECK(Slots[10] == 56);
+  CHECK(Slots[11] == 0);
+  // A head stride other than the token count (a view of a wider buffer).
+  TensorView Wide = F32(0x72000, {4, 56});
+  Wide.Strides = {64, 1};
+  C.In["k_doc"] = Wide;
+  CHECK(inputSlots(*Doc.Graph, C.run(*Doc.Graph), C.In)[8] == 64);
+
+  auto Refused = [&](const char *Name, TensorView T) {
+    VarlenCall Bad = C;
+    Bad.In[Name] = std::move(T);
+    try {
+      Bad.run(*Doc.Graph);
+    } catch (const InvalidArgument &E) {
+      return std::string(E.what());
+    }
+    FAIL_CHECK("validateVarlenCall accepted the input");
+    return std::string();
+  };
+  // The dense shape, the other side's tokens, a dtype, a stride, null.
+  CHECK(Refused("q_doc", F32(0x70000, {1, 4, 40})) ==
+        "input 'q_doc' (per_row [heads, q tokens] in a packed call): expected "
+        "shape [4, 40], got [1, 4, 40]");
+  CHECK(Refused("k_doc", F32(0x71000, {4, 40})) ==
+        "input 'k_doc' (per_key [heads, kv tokens] in a packed call): expected "
+        "shape [4, 56], got [4, 40]");
+  CHECK_THAT(Refused("q_doc", TensorView::contiguous(fake(0x70000), DType::I32, {4, 40})),
+             Contains("input 'q_doc': expected dtype"));
+  TensorView Strided = F32(0x70000, {4, 40});
+  Strided.Strides = {80, 2};
+  CHECK(Refused("q_doc", Strided) == "input 'q_doc': the last stride must be 1");
+  CHECK(Refused("q_doc", F32(0, {4, 40})) == "input 'q_doc': null data pointer");
+  VarlenCall Missing = C;
+  Missing.In.erase("k_doc");
+  CHECK_THROWS_WITH(Missing.run(*Doc.Graph),
+                    "input 'k_doc': declared by 'mha_document' but not supplied");
+}
+
+TEST_CASE("varlen validation: per-token inputs are [tokens], int32 ids",
+          "[runtime][varlen][inputs]") {
+  static const CompiledDefinition Ids = compile(examples::mhaDocumentIds());
+  VarlenCall C;
+  auto I32 = [](uintptr_t P, std::vector<int64_t> Shape) {
+    return TensorView::contiguous(fake(P), DType::I32, std::move(Shape));
+  };
+  C.In = {{"doc_q", I32(0x70000, {40})}, {"doc_k", I32(0x71000, {56})}};
+  CallShape S = C.run(*Ids.Graph);
+  std::vector<uint64_t> Slots = inputSlots(*Ids.Graph, S, C.In);
+  REQUIRE(Slots.size() == 12);
+  CHECK(Slots[0] == 0x70000);
+  CHECK(Slots[1] == 0);
+  CHECK(Slots[2] == 0);
+  CHECK(Slots[4] == 40);
+  CHECK(Slots[5] == 0);
+  CHECK(Slots[6] == 0x71000);
+  CHECK(Slots[10] == 56);
+
+  auto Message = [&](const char *Name, TensorView T) {
+    VarlenCall Bad = C;
+    Bad.In[Name] = std::move(T);
+    try {
+      Bad.run(*Ids.Graph);
+    } catch (const InvalidArgument &E) {
+      return std::string(E.what());
+    }
+    FAIL_CHECK("validateVarlenCall accepted the input");
+    return std::string();
+  };
+  CHECK(Message("doc_q", I32(0x70000, {1, 40})) ==
+        "input 'doc_q' (per_query_token [q tokens] in a packed call): expected "
+        "shape [40], got [1, 40]");
+  CHECK(Message("doc_k", I32(0x71000, {40})) ==
+        "input 'doc_k' (per_key_token [kv tokens] in a packed call): expected "
+        "shape [56], got [40]");
+  CHECK_THAT(Message("doc_k", TensorView::contiguous(fake(0x71000), DType::F32, {56})),
+             Contains("input 'doc_k': expected dtype"));
+  CHECK(Message("doc_q", I32(0x70002, {40})) ==
+        "input 'doc_q': data pointer must be 4-byte aligned");
+  // The backward checks them the same way.
+  VarlenCall Bwd = C;
+  Bwd.In["doc_k"] = I32(0x71000, {1, 56});
+  BackwardTensors T{Bwd.Q, Bwd.K, Bwd.V, &Bwd.O, Bwd.O, &Bwd.F, Bwd.Q, Bwd.K, Bwd.V};
+  CHECK_THROWS_WITH(validateVarlenBackwardCall(Ids, Bwd.Sig, T, Bwd.VB, Bwd.In, {}),
+                    Contains("input 'doc_k' (per_key_token [kv tokens] in a packed "
+                             "call): expected shape [56], got [1, 56]"));
+}

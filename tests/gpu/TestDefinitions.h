@@ -19,7 +19,10 @@ namespace attn::gputest {
 /// 100-key sliding window), mha_emptyrows (rows 0-4 see no key),
 /// mha_emptyblock (rows 0-99 see no key: whole query blocks), mha_full
 /// (mha without its mask), sigmoid_full and relu_full (sigmoid_attn and
-/// relu_attn without theirs). UserError (from the registry) for other names.
+/// relu_attn without theirs), mha_row_scale (causal softmax whose scores
+/// are scaled per row, a per_row input, and biased per key token, a
+/// per_key_token one: score inputs of the token shapes). UserError (from the
+/// registry) for other names.
 inline dsl::AttentionDef makeDefinition(const std::string &Name) {
   dsl::Registry R;
   examples::registerExamples(R);
@@ -55,6 +58,18 @@ inline dsl::AttentionDef makeDefinition(const std::string &Name) {
                                                  : examples::reluAttn();
     D.name = Name;
     D.mask_mod = {};
+    return D;
+  }
+  if (Name == "mha_row_scale") {
+    dsl::AttentionDef D = examples::mha();
+    D.name = Name;
+    D.inputs.declare("row_scale", dsl::InputShape::PerRow, 0.5, 1.5)
+        .declare("key_bias", dsl::InputShape::PerKeyToken, -1.0, 1.0);
+    D.score_mod = [](dsl::SymbolScalar s, const dsl::CustomInputs &in,
+                     dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar,
+                     dsl::SymbolScalar) {
+      return s * in.head_dim().rsqrt() * in["row_scale"] + in["key_bias"];
+    };
     return D;
   }
   return static_cast<const dsl::AttentionDef &>(R.get(Name));

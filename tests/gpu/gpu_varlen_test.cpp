@@ -2,7 +2,9 @@
 // ragged cu_seqlens with empty sequences and sequences of one token, causal
 // and unmasked softmax, sliding windows, a prefix-LM and chunks (masks whose
 // empty and full key blocks are found from the block's box), ALiBi (a score_mod of q_idx
-// with per-head inputs and their gradients), grouped k/v heads, f16 and bf16, forward on the
+// with per-head inputs and their gradients), per-row, per-key and per-token
+// inputs read by token (mha_document, mha_document_ids, mha_row_scale),
+// grouped k/v heads, f16 and bf16, forward on the
 // default skeleton and on fwd_sm80, and the backward (bitwise the same over
 // three runs), against the fp64 reference with the FlashAttention tolerance
 // rule of the dense tests.
@@ -112,6 +114,74 @@ void pack(Tensor &P, int64_t T0, const Tensor &D) {
         P.at({T0 + I, H, X}) = D.at({0, H, I, X});
 }
 
+/// Whether input \p D is indexed by a query token (per_row,
+/// per_query_token) or a key token (per_key, per_key_token) of the sequence.
+bool querySide(const ir::InputDecl &D) {
+  return D.Shape == ir::InputShape::PerRow || D.Shape == ir::InputShape::PerQueryToken;
+}
+bool tokenIndexed(const ir::InputDecl &D) {
+  return querySide(D) || D.Shape == ir::InputShape::PerKey ||
+         D.Shape == ir::InputShape::PerKeyToken;
+}
+
+/// The packed value of token-indexed input \p D: [H, tokens] (per_row,
+/// per_key) or [tokens]. Document ids (int32, or an empty sample range as
+/// mha_document's) are documentId over each sequence's key positions,
+/// another order per head, a query holding the id of the key position the
+/// bottom-right rule aligns it with (row + Lkv − Lq; -1 before the first):
+/// ids that differ along the sequence, so that a query reading the token
+/// at its shifted q_idx would break the mask. Other inputs: values of their
+/// sample range that vary by token and head.
+Tensor packedInput(const ir::InputDecl &D, const std::vector<int> &Lq,
+                   const std::vector<int> &Lkv, int H) {
+  const bool Q = querySide(D);
+  const std::vector<int> &L = Q ? Lq : Lkv;
+  const bool PerHead = D.Shape == ir::InputShape::PerRow || D.Shape == ir::InputShape::PerKey;
+  const bool Ids = D.Elem == ir::InputType::I32 || D.SampleLo == D.SampleHi;
+  const int64_t Tokens = std::accumulate(L.begin(), L.end(), int64_t(0));
+  Tensor T(PerHead ? std::vector<int64_t>{H, Tokens} : std::vector<int64_t>{Tokens});
+  int64_t T0 = 0;
+  for (size_t B = 0; B < L.size(); ++B) {
+    const int Shift = Q ? Lkv[B] - Lq[B] : 0;
+    for (int Hi = 0; Hi < (PerHead ? H : 1); ++Hi)
+      for (int I = 0; I < L[B]; ++I) {
+        const int64_t Pos = I + Shift, Tok = T0 + I;
+        double X = Ids ? (Pos < 0 ? -1.0 : documentId(int64_t(B) + Hi, Pos))
+                       : D.SampleLo + (D.SampleHi - D.SampleLo) *
+                                          double((Tok * 7 + Hi * 3) % 11) / 10.0;
+        X = double(float(X)); // as the device holds it
+        (PerHead ? T.at({Hi, Tok}) : T.at({Tok})) = X;
+      }
+    T0 += L[B];
+  }
+  return T;
+}
+
+/// The custom inputs of sequence \p B as a dense call of one batch:
+/// token-indexed inputs sliced to its tokens ([1, H, S] or [1, S]), others
+/// as they are.
+reference::InputValues sequenceInputs(const ir::Graph &G, const reference::InputValues &All,
+                                      int64_t Q0, int64_t Sq, int64_t K0, int64_t Skv) {
+  reference::InputValues Out = All;
+  for (const ir::InputDecl &D : G.decls().Inputs) {
+    if (!tokenIndexed(D))
+      continue;
+    const Tensor &P = All.at(D.Name);
+    const int64_t T0 = querySide(D) ? Q0 : K0, S = querySide(D) ? Sq : Skv;
+    Tensor T = P.Shape.size() == 2 ? Tensor({1, P.dim(0), S}) : Tensor({1, S});
+    for (int64_t I = 0; I < S; ++I) {
+      if (P.Shape.size() == 1) {
+        T.at({0, I}) = P.at({T0 + I});
+        continue;
+      }
+      for (int64_t Hi = 0; Hi < P.dim(0); ++Hi)
+        T.at({0, Hi, I}) = P.at({Hi, T0 + I});
+    }
+    Out[D.Name] = T;
+  }
+  return Out;
+}
+
 bool runCase(const Case &C, uint64_t Seed) {
   dsl::AttentionDef Def = makeDefinition(C.Def);
   runtime::Signature Sig;
@@ -153,6 +223,17 @@ bool runCase(const Case &C, uint64_t Seed) {
       }
       Inputs[D.Name] = X;
       In.Inputs[D.Name] = Tensor({}, double(X));
+      continue;
+    }
+    if (tokenIndexed(D)) {
+      Tensor T = packedInput(D, C.Lq, C.Lkv, C.H);
+      const bool Int = D.Elem == ir::InputType::I32;
+      std::vector<float> F(T.Data.begin(), T.Data.end());
+      std::vector<int32_t> I(T.Data.begin(), T.Data.end());
+      InputBufs.push_back(Int ? upload(I.data(), I.size() * 4) : upload(F.data(), F.size() * 4));
+      Inputs[D.Name] = runtime::TensorView::contiguous(
+          InputBufs.back()->get(), Int ? DType::I32 : DType::F32, T.Shape);
+      In.Inputs[D.Name] = T;
       continue;
     }
     std::vector<float> X(C.H);
@@ -283,7 +364,7 @@ bool runCase(const Case &C, uint64_t Seed) {
     S.Q = unpack(In.Q, CuQ[B], C.Lq[B]);
     S.K = unpack(In.K, CuKv[B], C.Lkv[B]);
     S.V = unpack(In.V, CuKv[B], C.Lkv[B]);
-    S.Inputs = In.Inputs;
+    S.Inputs = sequenceInputs(G, In.Inputs, CuQ[B], C.Lq[B], CuKv[B], C.Lkv[B]);
     S.QIndexOffset = C.Lkv[B] - C.Lq[B];
     S.BatchIndexOffset = B;
     reference::AttentionOutputs F = reference::attentionOnline(CD, S, 0);
@@ -399,6 +480,20 @@ std::vector<Case> cases(bool Quick) {
       Out.push_back({Def, DType::F16, 64, 4, 4, Lq, Lkv, Skel, *Skel == 0});
       Out.push_back({Def, DType::F16, 128, 2, 1, Self, Self, Skel, *Skel == 0});
     }
+  // Per-row, per-key and per-token inputs (document ids as float [H,
+  // tokens] and int32 [tokens] masks, a per-row score scale and a per-key
+  // token bias): each sequence reads its tokens' values, a query its own
+  // token's whatever its bottom-right q_idx (ragged lengths with shifts of
+  // both signs, empty sequences and single tokens), forward on fwd_sm90 and
+  // fwd_sm80, backward on bwd_sm80's packed form (d64) and bwd_sm90's
+  // (d128, grouped heads).
+  for (const char *Def : {"mha_document", "mha_document_ids", "mha_row_scale"}) {
+    for (const char *Skel : {"", "fwd_sm80"}) {
+      Out.push_back({Def, DType::F16, 64, 4, 4, Lq, Lkv, Skel, *Skel == 0});
+      Out.push_back({Def, DType::F16, 128, 4, 2, Lq, Lkv, Skel, *Skel == 0});
+    }
+    Out.push_back({Def, DType::F16, 128, 2, 1, Self, Self, "", true});
+  }
   // bwd_sm90's packed column split (two warpgroups split dK's, dV's and
   // dQ's columns over 64 keys; the dense default at head dims 192 and 256),
   // named: causal bottom-right over the ragged lengths with grouped heads,

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 using namespace attn;
 using namespace attn::nvrtctest;
@@ -199,4 +200,51 @@ TEST_CASE("bwd_sm90 varlen: mha_chunked compiles", "[nvrtc][bwd90][varlen][mha_c
 }
 TEST_CASE("bwd_sm90 varlen: the column split compiles", "[nvrtc][bwd90][varlen][split]") {
   compilePacked("mha", 192, 128);
+}
+
+// Per-row, per-key and per-token inputs in packed calls (of_sequence): the
+// packed bwd_sm90 above, and every other kernel such a call runs.
+TEST_CASE("bwd_sm90 varlen: mha_document compiles", "[nvrtc][bwd90][varlen][mha_document]") {
+  compilePacked("mha_document", 128, 128);
+}
+TEST_CASE("bwd_sm90 varlen: mha_document_ids compiles",
+          "[nvrtc][bwd90][varlen][mha_document_ids]") {
+  compilePacked("mha_document_ids", 128, 128);
+}
+TEST_CASE("bwd_sm90 varlen: mha_row_scale compiles", "[nvrtc][bwd90][varlen][mha_row_scale]") {
+  compilePacked("mha_row_scale", 128, 128);
+}
+
+TEST_CASE("packed token inputs: the forward skeletons and bwd_sm80's packed mode "
+          "compile for sm_80 and sm_90a, rebasing the inputs per sequence",
+          "[nvrtc][varlen][inputs]") {
+  for (const char *Name : {"mha_document", "mha_document_ids", "mha_row_scale"}) {
+    INFO("definition " << Name);
+    CompiledDefinition Def = compile(gputest::makeDefinition(Name));
+    for (GpuArch A : {GpuArch::Sm80, GpuArch::Sm90a}) {
+      std::vector<codegen::KernelSource> Srcs;
+      Srcs.push_back(codegen::generateForward(Def, kernelSpec(DType::F16, 64, 64, A)));
+      if (A == GpuArch::Sm90a)
+        Srcs.push_back(codegen::generateForwardSm90(Def, kernelSpec(DType::F16, 128, 128, A),
+                                                    codegen::Sm90Config::defaultFor(128, 128)));
+      // packedBackwardChoice's bwd_sm80 mode (d64 on sm_90a, every d on sm_80).
+      Srcs.push_back(codegen::generateBackward(
+          Def, kernelSpec(DType::F16, 64, 64, A),
+          codegen::BwdConfig::parse("kv64x128w8.q128x64w8.s2")));
+      for (const codegen::KernelSource &Src : Srcs) {
+        INFO("kernel " << Src.Key);
+        CHECK(has(Src.Source, "static constexpr bool kSequenceInputs = true;"));
+        CHECK(has(Src.Source, "of_sequence(int q0, int kv0, int seq_q, int seq_kv, int shift)"));
+        runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+        CHECK(std::memcmp(Bin.Cubin.data(), "\x7f" "ELF", 4) == 0);
+      }
+    }
+  }
+  // A variant without such inputs has no of_sequence (its kernels are as
+  // before: SequenceInputs passes the call's inputs by reference).
+  CompiledDefinition Mha = compile(gputest::makeDefinition("alibi_learnable"));
+  codegen::KernelSource Src =
+      codegen::generateForward(Mha, kernelSpec(DType::F16, 64, 64, GpuArch::Sm80));
+  CHECK(has(Src.Source, "static constexpr bool kSequenceInputs = false;"));
+  CHECK(!has(Src.Source, "Inputs of_sequence("));
 }

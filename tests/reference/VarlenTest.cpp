@@ -205,3 +205,192 @@ TEST_CASE("varlen reference: bad batches are refused", "[reference][varlen]") {
                       "the same B + 1 >= 2 entries, got 7 and 6");
   }
 }
+
+namespace {
+
+/// The document id of key position \p J of a sequence, at head \p Hi (runs
+/// of 2 + Hi keys; the per-token form, Hi = -1, runs of 3).
+double documentOf(int64_t J, int64_t Hi) {
+  return J < 0 ? -1.0 : double(J / (Hi < 0 ? 3 : 2 + Hi));
+}
+
+/// Packed inputs of mha_document (per_row q_doc [H, Tq], per_key k_doc
+/// [H, Tkv]) or mha_document_ids (per_query_token doc_q [Tq],
+/// per_key_token doc_k [Tkv]): documents as runs over each sequence's keys,
+/// a query taking the id of the key position the bottom-right rule aligns
+/// it with (q_idx = row + Skv - Sq), as a packed batch of documents has.
+reference::VarlenInputs documentVarlen(bool PerToken, std::mt19937_64 &Rng) {
+  reference::VarlenInputs In;
+  In.Q = Tensor::normal({CuQ.back(), H, D}, Rng);
+  In.K = Tensor::normal({CuKv.back(), Hkv, D}, Rng);
+  In.V = Tensor::normal({CuKv.back(), Hkv, D}, Rng);
+  In.CuSeqlensQ = CuQ;
+  In.CuSeqlensKv = CuKv;
+  Tensor Qd = PerToken ? Tensor({CuQ.back()}) : Tensor({H, CuQ.back()});
+  Tensor Kd = PerToken ? Tensor({CuKv.back()}) : Tensor({H, CuKv.back()});
+  for (size_t B = 0; B + 1 < CuQ.size(); ++B) {
+    int64_t Sq = CuQ[B + 1] - CuQ[B], Skv = CuKv[B + 1] - CuKv[B];
+    for (int64_t Hi = PerToken ? -1 : 0; Hi < (PerToken ? 0 : H); ++Hi) {
+      for (int64_t I = 0; I < Sq; ++I) {
+        double Id = documentOf(I + Skv - Sq, Hi);
+        (PerToken ? Qd.at({CuQ[B] + I}) : Qd.at({Hi, CuQ[B] + I})) = Id;
+      }
+      for (int64_t J = 0; J < Skv; ++J) {
+        double Id = documentOf(J, Hi);
+        (PerToken ? Kd.at({CuKv[B] + J}) : Kd.at({Hi, CuKv[B] + J})) = Id;
+      }
+    }
+  }
+  In.Inputs[PerToken ? "doc_q" : "q_doc"] = Qd;
+  In.Inputs[PerToken ? "doc_k" : "k_doc"] = Kd;
+  return In;
+}
+
+/// Tokens [T0, T0 + S) of packed [T, heads, X] as dense [1, heads, S, X].
+Tensor denseTokens(const Tensor &P, int64_t T0, int64_t S) {
+  Tensor Out({1, P.dim(1), S, P.dim(2)});
+  for (int64_t I = 0; I < S; ++I)
+    for (int64_t Hi = 0; Hi < P.dim(1); ++Hi)
+      for (int64_t X = 0; X < P.dim(2); ++X)
+        Out.at({0, Hi, I, X}) = P.at({T0 + I, Hi, X});
+  return Out;
+}
+
+/// A packed call of \p Def (documentVarlen's inputs) equals, sequence by
+/// sequence, a dense call of that sequence whose per-row, per-key and
+/// per-token inputs are its tokens' values ([1, H, S] and [1, S]), with
+/// q_idx shifted bottom-right: o, lse, dq, dk and dv.
+void checkDocumentVarlen(const dsl::AttentionDef &Def, bool PerToken) {
+  INFO("definition " << Def.name);
+  CompiledDefinition C = compile(Def);
+  std::mt19937_64 Rng(23);
+  reference::VarlenInputs V = documentVarlen(PerToken, Rng);
+  Tensor DO = Tensor::normal({CuQ.back(), H, D}, Rng);
+  reference::AttentionOutputs Out = reference::attentionVarlen(C, V, 4);
+  reference::AttentionGrads G = reference::attentionVarlenBackward(C, V, DO);
+  const std::string QName = PerToken ? "doc_q" : "q_doc";
+  const std::string KName = PerToken ? "doc_k" : "k_doc";
+  int64_t Kept = 0, Masked = 0;
+  for (size_t B = 0; B + 1 < CuQ.size(); ++B) {
+    INFO("sequence " << B);
+    int64_t Q0 = CuQ[B], Sq = CuQ[B + 1] - Q0;
+    int64_t K0 = CuKv[B], Skv = CuKv[B + 1] - K0;
+    if (Sq == 0 || Skv == 0)
+      continue; // checkAgainstSquares covers sequences without keys
+    reference::AttentionInputs Dense;
+    Dense.Q = denseTokens(V.Q, Q0, Sq);
+    Dense.K = denseTokens(V.K, K0, Skv);
+    Dense.V = denseTokens(V.V, K0, Skv);
+    Dense.QIndexOffset = Skv - Sq;
+    Dense.BatchIndexOffset = int64_t(B);
+    Tensor Qd = PerToken ? Tensor({1, Sq}) : Tensor({1, H, Sq});
+    Tensor Kd = PerToken ? Tensor({1, Skv}) : Tensor({1, H, Skv});
+    for (int64_t Hi = 0; Hi < (PerToken ? 1 : H); ++Hi) {
+      for (int64_t I = 0; I < Sq; ++I)
+        (PerToken ? Qd.at({0, I}) : Qd.at({0, Hi, I})) =
+            PerToken ? V.Inputs.at(QName).at({Q0 + I})
+                     : V.Inputs.at(QName).at({Hi, Q0 + I});
+      for (int64_t J = 0; J < Skv; ++J)
+        (PerToken ? Kd.at({0, J}) : Kd.at({0, Hi, J})) =
+            PerToken ? V.Inputs.at(KName).at({K0 + J})
+                     : V.Inputs.at(KName).at({Hi, K0 + J});
+    }
+    Dense.Inputs[QName] = Qd;
+    Dense.Inputs[KName] = Kd;
+    Tensor DenseDO = denseTokens(DO, Q0, Sq);
+    reference::AttentionOutputs SO = reference::attentionOnline(C, Dense, 4);
+    reference::AttentionGrads SG = reference::attentionBackward(C, Dense, DenseDO);
+    reference::MaskStats Stats = reference::attentionMaskStats(C, Dense);
+    Kept += Stats.Elements - Stats.MaskedElements;
+    Masked += Stats.MaskedElements;
+    for (int64_t I = 0; I < Sq; ++I)
+      for (int64_t Hi = 0; Hi < H; ++Hi) {
+        INFO("query " << I << " head " << Hi);
+        double Lse = Out.Finals.at("lse").at({Hi, Q0 + I});
+        double Want = SO.Finals.at("lse").at({0, Hi, I});
+        if (std::isinf(Want))
+          CHECK(Lse == Want);
+        else
+          CHECK(Lse == Approx(Want).margin(1e-12));
+        for (int64_t X = 0; X < D; ++X) {
+          CHECK(Out.O.at({Q0 + I, Hi, X}) ==
+                Approx(SO.O.at({0, Hi, I, X})).margin(1e-12));
+          CHECK(G.DQ.at({Q0 + I, Hi, X}) ==
+                Approx(SG.DQ.at({0, Hi, I, X})).margin(1e-12));
+        }
+      }
+    for (int64_t J = 0; J < Skv; ++J)
+      for (int64_t Hi = 0; Hi < Hkv; ++Hi)
+        for (int64_t X = 0; X < D; ++X) {
+          CHECK(G.DK.at({K0 + J, Hi, X}) ==
+                Approx(SG.DK.at({0, Hi, J, X})).margin(1e-12));
+          CHECK(G.DV.at({K0 + J, Hi, X}) ==
+                Approx(SG.DV.at({0, Hi, J, X})).margin(1e-12));
+        }
+  }
+  // The documents both keep and mask keys: the check is not vacuous.
+  CHECK(Kept > 0);
+  CHECK(Masked > 0);
+}
+
+} // namespace
+
+TEST_CASE("varlen reference: per-row and per-key inputs are read by token "
+          "([H, total] slices per sequence, mha_document)",
+          "[reference][varlen][inputs]") {
+  checkDocumentVarlen(examples::mhaDocument(), /*PerToken=*/false);
+}
+
+TEST_CASE("varlen reference: int32 per-token inputs are read by token "
+          "([total] slices per sequence, mha_document_ids)",
+          "[reference][varlen][inputs]") {
+  checkDocumentVarlen(examples::mhaDocumentIds(), /*PerToken=*/true);
+}
+
+TEST_CASE("varlen reference: a query row reads its token's input, not the "
+          "one at its shifted q_idx",
+          "[reference][varlen][inputs]") {
+  // One sequence of 2 queries over 5 keys (shift 3): query 0's document is
+  // its token's (id 7, kept with every key of id 7), whatever id the token
+  // at q_idx = 3 holds.
+  CompiledDefinition C = compile(examples::mhaDocumentIds());
+  std::mt19937_64 Rng(3);
+  reference::VarlenInputs V;
+  V.Q = Tensor::normal({4, 1, D}, Rng);
+  V.K = Tensor::normal({5, 1, D}, Rng);
+  V.V = Tensor::normal({5, 1, D}, Rng);
+  V.CuSeqlensQ = {0, 2};
+  V.CuSeqlensKv = {0, 5};
+  Tensor Dq({4}), Dk({5});
+  Dq.Data = {7, 7, 1, 1}; // tokens 2 and 3 lie past the sequence
+  Dk.Data = {7, 7, 1, 1, 1};
+  V.Inputs["doc_q"] = Dq;
+  V.Inputs["doc_k"] = Dk;
+  reference::AttentionOutputs Out = reference::attentionVarlen(C, V, 0);
+  // Query 0 (q_idx 3) keeps keys 0 and 1 (id 7, kv_idx <= 3); had it read
+  // token 3's id (1) it would keep keys 2 and 3 instead.
+  reference::AttentionInputs Dense;
+  Dense.Q = denseTokens(V.Q, 0, 1);
+  Dense.K = denseTokens(V.K, 0, 2);
+  Dense.V = denseTokens(V.V, 0, 2);
+  Dense.QIndexOffset = 1; // causal keeps both keys
+  reference::AttentionOutputs Two = reference::attentionOnline(
+      compile(examples::mha()), Dense, 0);
+  for (int64_t X = 0; X < D; ++X)
+    CHECK(Out.O.at({0, 0, X}) == Approx(Two.O.at({0, 0, 0, X})).margin(1e-12));
+}
+
+TEST_CASE("varlen reference: packed input shapes are checked",
+          "[reference][varlen][inputs]") {
+  CompiledDefinition C = compile(examples::mhaDocument());
+  std::mt19937_64 Rng(2);
+  reference::VarlenInputs V = documentVarlen(/*PerToken=*/false, Rng);
+  V.Inputs["k_doc"] = Tensor({1, H, CuKv.back()});
+  CHECK_THROWS_WITH(reference::attentionVarlen(C, V, 0),
+                    "custom input 'k_doc' (per_key) must have shape [4, 19] "
+                    "in a packed call, got [1, 4, 19]");
+  V.Inputs.erase("k_doc");
+  CHECK_THROWS_WITH(reference::attentionVarlen(C, V, 0),
+                    "custom input 'k_doc' is declared but no value was "
+                    "supplied");
+}

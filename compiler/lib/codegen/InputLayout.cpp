@@ -93,6 +93,63 @@ std::vector<GradInput> gradInputs(const ir::Graph &G) {
   return Out;
 }
 
+/// Whether loads of an input of class \p S index it by the query (whose
+/// q_idx a packed call shifts).
+static bool queryShifted(ir::InputShape S) {
+  return S == ir::InputShape::PerRow || S == ir::InputShape::PerQueryToken;
+}
+
+/// Whether an input of class \p S is indexed by a token of the sequence.
+static bool sequenceIndexed(ir::InputShape S) {
+  switch (S) {
+  case ir::InputShape::Scalar:
+  case ir::InputShape::PerHead:
+  case ir::InputShape::Full: // refused in packed calls
+    return false;
+  case ir::InputShape::PerRow:
+  case ir::InputShape::PerKey:
+  case ir::InputShape::PerQueryToken:
+  case ir::InputShape::PerKeyToken:
+    return true;
+  }
+  return false;
+}
+
+bool hasSequenceInputs(const ir::Graph &G) {
+  for (const ir::InputDecl &D : G.decls().Inputs)
+    if (sequenceIndexed(D.Shape))
+      return true;
+  return false;
+}
+
+/// Inputs::of_sequence: a copy whose per-row, per-key and per-token pointers
+/// start at a packed call's sequence (their token axis is contiguous: the
+/// host passes [H, tokens] and [tokens] tensors with batch stride 0) and
+/// whose clamp bounds are its lengths; query-side inputs take the sequence's
+/// bottom-right shift, so that a load at q_idx = row + shift reads the row's
+/// token.
+static void emitOfSequence(CodeWriter &W, const ir::Graph &G) {
+  auto F = W.block("__device__ __forceinline__ Inputs of_sequence(int q0, int kv0, "
+                   "int seq_q, int seq_kv, int shift) const");
+  W.line("Inputs r = *this;");
+  W.line("(void)q0; (void)kv0; (void)seq_q; (void)seq_kv; (void)shift;");
+  unsigned I = 0;
+  for (const ir::InputDecl &D : G.decls().Inputs) {
+    const std::string N = generatedName("in", I++, D.Name);
+    if (!sequenceIndexed(D.Shape))
+      continue;
+    if (queryShifted(D.Shape)) {
+      W.line("r." + N + " += q0;");
+      W.line("r." + N + "_rows = seq_q;");
+      W.line("r." + N + "_row_shift = shift;");
+      continue;
+    }
+    W.line("r." + N + " += kv0;");
+    W.line("r." + N + "_rows = seq_kv;");
+  }
+  W.line("return r;");
+}
+
 std::string inputsStruct(const ir::Graph &G) {
   CodeWriter W;
   {
@@ -115,9 +172,18 @@ std::string inputsStruct(const ir::Graph &G) {
         continue;
       }
       W.line("const " + T + " *" + N + ";");
+      // The fifth slot: a full input's key count; for a query-side input the
+      // bottom-right shift of a packed call's sequence (of_sequence; 0 in a
+      // dense call), since loads get the variant's q_idx, not the token.
       W.line("long long " + N + "_sb, " + N + "_sh, " + N + "_ss, " + N +
-             "_rows, " + N + "_cols;");
+             "_rows, " + N + (queryShifted(D.Shape) ? "_row_shift;" : "_cols;"));
     }
+    W.line("/// Whether a packed call rebases inputs per sequence (of_sequence):");
+    W.line("/// per-row, per-key and per-token inputs.");
+    W.line(std::string("static constexpr bool kSequenceInputs = ") +
+           (hasSequenceInputs(G) ? "true;" : "false;"));
+    if (hasSequenceInputs(G))
+      emitOfSequence(W, G);
     I = 0;
     for (const ir::InputDecl &D : G.decls().Inputs) {
       const std::string N = generatedName("in", I++, D.Name);
@@ -129,8 +195,8 @@ std::string inputsStruct(const ir::Graph &G) {
         Index = "h";
         break;
       case ir::InputShape::PerRow:
-        Index = "b * " + N + "_sb + h * " + N + "_sh + attnc::clamp_index(q, " +
-                N + "_rows)";
+        Index = "b * " + N + "_sb + h * " + N + "_sh + attnc::clamp_index(q - (int)" +
+                N + "_row_shift, " + N + "_rows)";
         break;
       case ir::InputShape::PerKey:
         Index = "b * " + N + "_sb + h * " + N + "_sh + attnc::clamp_index(k, " +
@@ -142,7 +208,8 @@ std::string inputsStruct(const ir::Graph &G) {
                 "_cols)";
         break;
       case ir::InputShape::PerQueryToken: // one value per token, every head
-        Index = "b * " + N + "_sb + attnc::clamp_index(q, " + N + "_rows)";
+        Index = "b * " + N + "_sb + attnc::clamp_index(q - (int)" + N +
+                "_row_shift, " + N + "_rows)";
         break;
       case ir::InputShape::PerKeyToken:
         Index = "b * " + N + "_sb + attnc::clamp_index(k, " + N + "_rows)";

@@ -41,13 +41,53 @@ void pack(Tensor &P, int64_t T0, const Tensor &D) {
         P.at({T0 + I, Hi, J}) += D.at({0, Hi, I, J});
 }
 
-/// Sequence \p B of \p In as a dense call of one batch.
-AttentionInputs denseOf(const VarlenInputs &In, size_t B, const Span &S) {
+/// Tokens [T0, T0 + S) of a packed input: [H, T] as a dense [1, H, S], [T]
+/// as [1, S].
+Tensor sliceTokens(const Tensor &P, int64_t T0, int64_t S) {
+  if (P.Shape.size() == 1) {
+    Tensor D({1, S});
+    for (int64_t I = 0; I < S; ++I)
+      D.at({0, I}) = P.at({T0 + I});
+    return D;
+  }
+  Tensor D({1, P.dim(0), S});
+  for (int64_t Hi = 0; Hi < P.dim(0); ++Hi)
+    for (int64_t I = 0; I < S; ++I)
+      D.at({0, Hi, I}) = P.at({Hi, T0 + I});
+  return D;
+}
+
+/// Sequence \p B of \p In as a dense call of one batch. Per-row and
+/// per-query-token inputs take the sequence's query tokens, per-key and
+/// per-key-token ones its key tokens: a row reads its token's value, whatever
+/// q_idx the bottom-right rule gives it (as the dense reference indexes
+/// them by the row, not by q_idx).
+AttentionInputs denseOf(const ir::Graph &G, const VarlenInputs &In, size_t B,
+                        const Span &S) {
   AttentionInputs D;
   D.Q = unpack(In.Q, S.Q0, S.Sq);
   D.K = unpack(In.K, S.K0, S.Skv);
   D.V = unpack(In.V, S.K0, S.Skv);
   D.Inputs = In.Inputs;
+  for (const ir::InputDecl &Decl : G.decls().Inputs) {
+    auto It = D.Inputs.find(Decl.Name);
+    if (It == D.Inputs.end())
+      continue; // validateVarlenInputs reported it
+    switch (Decl.Shape) {
+    case ir::InputShape::Scalar:
+    case ir::InputShape::PerHead:
+    case ir::InputShape::Full: // refused by validateVarlenInputs
+      break;
+    case ir::InputShape::PerRow:
+    case ir::InputShape::PerQueryToken:
+      It->second = sliceTokens(It->second, S.Q0, S.Sq);
+      break;
+    case ir::InputShape::PerKey:
+    case ir::InputShape::PerKeyToken:
+      It->second = sliceTokens(It->second, S.K0, S.Skv);
+      break;
+    }
+  }
   D.RoundProbs = In.RoundProbs;
   D.QIndexOffset = S.Skv - S.Sq;
   D.BatchIndexOffset = int64_t(B);
@@ -91,11 +131,39 @@ void validateVarlenInputs(const ir::Graph &G, const VarlenInputs &In) {
                                   "tokens",
                                   Name, Cu->back(), Tokens));
   }
-  for (const ir::InputDecl &D : G.decls().Inputs)
-    if (D.Shape != ir::InputShape::Scalar && D.Shape != ir::InputShape::PerHead)
+  const int64_t Tq = In.Q.dim(0), Tkv = In.K.dim(0);
+  for (const ir::InputDecl &D : G.decls().Inputs) {
+    std::vector<int64_t> Want;
+    switch (D.Shape) {
+    case ir::InputShape::Scalar:
+    case ir::InputShape::PerHead:
+      continue; // the dense reference checks them
+    case ir::InputShape::Full:
       throw NotSupportedYet(fmt::format(
-          "input '{}': {} inputs in packed variable-length calls", D.Name,
-          ir::inputShapeName(D.Shape).str()));
+          "input '{}': full inputs in packed variable-length calls", D.Name));
+    case ir::InputShape::PerRow:
+      Want = {H, Tq};
+      break;
+    case ir::InputShape::PerKey:
+      Want = {H, Tkv};
+      break;
+    case ir::InputShape::PerQueryToken:
+      Want = {Tq};
+      break;
+    case ir::InputShape::PerKeyToken:
+      Want = {Tkv};
+      break;
+    }
+    auto It = In.Inputs.find(D.Name);
+    if (It == In.Inputs.end())
+      throw UserError("custom input '" + D.Name +
+                      "' is declared but no value was supplied");
+    if (It->second.Shape != Want)
+      throw UserError(fmt::format(
+          "custom input '{}' ({}) must have shape {} in a packed call, got {}",
+          D.Name, ir::inputShapeName(D.Shape).str(), Tensor(Want).shapeString(),
+          It->second.shapeString()));
+  }
 }
 
 AttentionOutputs attentionVarlen(const CompiledDefinition &Def,
@@ -113,7 +181,7 @@ AttentionOutputs attentionVarlen(const CompiledDefinition &Def,
     // No keys: every row is fully masked (o = 0, finals = -inf, as set).
     if (S.Sq == 0 || S.Skv == 0)
       continue;
-    AttentionOutputs D = attentionOnline(Def, denseOf(In, B, S), BlockN);
+    AttentionOutputs D = attentionOnline(Def, denseOf(G, In, B, S), BlockN);
     pack(Out.O, S.Q0, D.O);
     for (auto &[Name, F] : D.Finals)
       for (int64_t Hi = 0; Hi < H; ++Hi)
@@ -139,11 +207,31 @@ AttentionGrads attentionVarlenBackward(const CompiledDefinition &Def,
     if (S.Sq == 0 || S.Skv == 0)
       continue; // no score reads this sequence's q or k: zero gradients
     AttentionGrads D =
-        attentionBackward(Def, denseOf(In, B, S), unpack(DO, S.Q0, S.Sq));
+        attentionBackward(Def, denseOf(G, In, B, S), unpack(DO, S.Q0, S.Sq));
     pack(Grads.DQ, S.Q0, D.DQ);
     pack(Grads.DK, S.K0, D.DK);
     pack(Grads.DV, S.K0, D.DV);
     for (auto &[Name, T] : D.DInputs) {
+      const ir::InputDecl *Decl = G.decls().findInput(Name);
+      if (Decl && (Decl->Shape == ir::InputShape::PerRow ||
+                   Decl->Shape == ir::InputShape::PerKey ||
+                   Decl->Shape == ir::InputShape::PerQueryToken ||
+                   Decl->Shape == ir::InputShape::PerKeyToken)) {
+        // The sequence's slice ([1, H, S] or [1, S]) into its tokens.
+        const bool QuerySide = Decl->Shape == ir::InputShape::PerRow ||
+                               Decl->Shape == ir::InputShape::PerQueryToken;
+        const int64_t T0 = QuerySide ? S.Q0 : S.K0;
+        Tensor &P = Grads.DInputs.try_emplace(Name, Tensor(In.Inputs.at(Name).Shape))
+                        .first->second;
+        if (P.Shape.size() == 1)
+          for (int64_t I = 0; I < T.dim(1); ++I)
+            P.at({T0 + I}) += T.at({0, I});
+        else
+          for (int64_t Hi = 0; Hi < T.dim(1); ++Hi)
+            for (int64_t I = 0; I < T.dim(2); ++I)
+              P.at({Hi, T0 + I}) += T.at({0, Hi, I});
+        continue;
+      }
       auto [It, New] = Grads.DInputs.try_emplace(Name, T);
       if (!New)
         for (int64_t I = 0; I < T.numel(); ++I)

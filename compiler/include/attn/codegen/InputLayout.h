@@ -72,9 +72,20 @@ struct GradInput {
 /// The custom inputs that require a gradient, in declaration order.
 std::vector<GradInput> gradInputs(const ir::Graph &G);
 
+/// Whether \p G has a per-row, per-key or per-token input: one a packed
+/// call's kernels rebase per sequence (Inputs::of_sequence).
+bool hasSequenceInputs(const ir::Graph &G);
+
 /// The `struct Inputs { ... };` text, fields named by inputField() (each
 /// with a comment giving the user's name), with a `load_<field>(b, h, q, k)`
-/// accessor per tensor input that clamps indices into range.
+/// accessor per tensor input that clamps indices into range,
+/// `kSequenceInputs` (hasSequenceInputs) and, where it is true,
+/// `of_sequence(q0, kv0, seq_q, seq_kv, shift)`: a copy whose per-row,
+/// per-key and per-token inputs start at a packed call's sequence, clamped
+/// to its lengths, query-side ones read at q_idx − shift (the row's token:
+/// a packed call's q_idx is row + Skv − Sq). Their fifth slot,
+/// `<field>_row_shift`, holds that shift (0 in a dense call); a full
+/// input's is its key count (`_cols`), unused otherwise.
 std::string inputsStruct(const ir::Graph &G);
 
 } // namespace attn::codegen

@@ -13,7 +13,10 @@ namespace attn::reference {
 
 /// q [Tq,H,D], k [Tkv,Hkv,D], v [Tkv,Hkv,DV] packed; sequence b is tokens
 /// [CuSeqlensQ[b], CuSeqlensQ[b+1]) of q and [CuSeqlensKv[b],
-/// CuSeqlensKv[b+1]) of k and v. Custom inputs: scalar and per-head only.
+/// CuSeqlensKv[b+1]) of k and v. Custom inputs by token: per_row [H,Tq],
+/// per_key [H,Tkv], per_query_token [Tq], per_key_token [Tkv] (a query row
+/// reads its token's value, whatever q_idx it has); scalar and per-head as
+/// in a dense call; no full input.
 struct VarlenInputs {
   Tensor Q, K, V;
   std::vector<int64_t> CuSeqlensQ, CuSeqlensKv;
@@ -23,8 +26,9 @@ struct VarlenInputs {
 
 /// UserError unless the tensors are packed [T, H, dim] with matching dims,
 /// the cu_seqlens have the same B + 1 >= 2 entries, start at 0, never
-/// decrease and end at most at the token counts; NotSupportedYet for a
-/// custom input that is not scalar or per-head.
+/// decrease and end at most at the token counts, and a per-row, per-key or
+/// per-token input of its packed shape (VarlenInputs); NotSupportedYet for a
+/// full input.
 void validateVarlenInputs(const ir::Graph &G, const VarlenInputs &In);
 
 /// o [Tq,H,DV] and each final rowscale [H,Tq]: the online algorithm

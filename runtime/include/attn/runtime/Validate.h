@@ -52,6 +52,14 @@ SeqTensor checkSeqTensor(const char *Name, const TensorView &T, DType Dtype,
 void checkInputs(const ir::Graph &G, int64_t B, int64_t H, int64_t Sq, int64_t Skv,
                  const InputMap &Inputs);
 
+/// checkInputs for a packed variable-length call of H heads over TotalQ
+/// query and TotalKv key tokens: a per_row input is [H, TotalQ], per_key
+/// [H, TotalKv], per_query_token [TotalQ], per_key_token [TotalKv] (the
+/// value of each token, by its place in the packed q or k); the rest as in
+/// checkInputs. NotSupportedYet for a full input.
+void checkPackedInputs(const ir::Graph &G, int64_t H, int64_t TotalQ, int64_t TotalKv,
+                       const InputMap &Inputs);
+
 /// Checks q, k, v, out, finals and the custom inputs against the signature
 /// and the definition; throws InvalidArgument naming the argument and the
 /// expected value ("q: expected rank 4 [batch, seq, heads, head_dim], got
