@@ -536,6 +536,9 @@ TEST_CASE("bwd_sm90: relu_attn compiles for sm_90a", "[nvrtc][bwd90][relu_attn]"
 TEST_CASE("bwd_sm90: retention compiles for sm_90a", "[nvrtc][bwd90][retention]") {
   compileExample(examples::retention(), DType::BF16, 128);
 }
+TEST_CASE("bwd_sm90: retention_combine compiles for sm_90a", "[nvrtc][bwd90][retention]") {
+  compileExample(examples::retentionCombine(), DType::F16, 64);
+}
 TEST_CASE("bwd_sm90: alibi_learnable compiles for sm_90a",
           "[nvrtc][bwd90][alibi_learnable]") {
   compileExample(examples::alibiLearnable(), DType::F16, 128);
@@ -564,7 +567,7 @@ TEST_CASE("bwd_sm90: every registered transformer example has a case above",
       Transformers.insert(D->name);
   CHECK(Transformers ==
         std::set<std::string>{"mha", "sigmoid_attn", "relu_attn", "retention",
-                              "alibi_learnable", "softcap_learnable",
+                              "retention_combine", "alibi_learnable", "softcap_learnable",
                               "mha_document_ids", "mha_prefix_lm",
                               "mha_sliding_window", "mha_document",
                               "mha_chunked"});

@@ -113,7 +113,8 @@ AttentionDef everyInputShape() {
 } // namespace
 
 TEST_CASE("nvrtc: the transformer examples are mha, sigmoid_attn, relu_attn, "
-          "retention, the two learnable ones, mha_document_ids and the three masks",
+          "retention (and its combine twin), the two learnable ones, "
+          "mha_document_ids and the three masks",
           "[nvrtc]") {
   // The per-example cases below must cover every registered transformer
   // example; a new one fails here until it gets its own case.
@@ -125,6 +126,7 @@ TEST_CASE("nvrtc: the transformer examples are mha, sigmoid_attn, relu_attn, "
       Transformers.insert(D->name);
   CHECK(Transformers ==
         std::set<std::string>{"mha", "sigmoid_attn", "relu_attn", "retention",
+                              "retention_combine",
                               "alibi_learnable", "softcap_learnable",
                               "mha_document_ids", "mha_prefix_lm",
                               "mha_sliding_window", "mha_document",
@@ -149,6 +151,11 @@ TEST_CASE("nvrtc: relu_attn compiles for every dtype, head dims and arch",
 TEST_CASE("nvrtc: retention compiles for every dtype, head dims and arch",
           "[nvrtc][retention]") {
   compileMatrix(examples::retention());
+}
+
+TEST_CASE("nvrtc: retention_combine compiles for every dtype, head dims and arch",
+          "[nvrtc][retention]") {
+  compileMatrix(examples::retentionCombine());
 }
 
 TEST_CASE("nvrtc: alibi_learnable compiles for every dtype, head dims and "
