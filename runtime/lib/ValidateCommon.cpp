@@ -4,6 +4,7 @@
 #include "ValidateCommon.h"
 
 #include "attn/Error.h"
+#include "attn/reference/InputBinding.h"
 #include "attn/runtime/Errors.h"
 
 #include <fmt/format.h>
@@ -63,27 +64,6 @@ void storeStrides(int64_t (&Dst)[3], const SeqTensor &S) {
 
 namespace {
 
-std::vector<int64_t> denseInputShape(ir::InputShape S, int64_t B, int64_t H, int64_t Sq,
-                                     int64_t Skv) {
-  switch (S) {
-  case ir::InputShape::Scalar:
-    return {};
-  case ir::InputShape::PerHead:
-    return {H};
-  case ir::InputShape::PerRow:
-    return {B, H, Sq};
-  case ir::InputShape::PerKey:
-    return {B, H, Skv};
-  case ir::InputShape::Full:
-    return {B, H, Sq, Skv};
-  case ir::InputShape::PerQueryToken:
-    return {B, Sq};
-  case ir::InputShape::PerKeyToken:
-    return {B, Skv};
-  }
-  return {};
-}
-
 /// Checks input \p D's value against shape \p Want; \p Layout, where not
 /// empty, names the axes in the shape error ("[heads, q tokens]").
 void checkInput(const ir::InputDecl &D, const InputValue &Val,
@@ -136,7 +116,7 @@ void checkEachInput(const ir::Graph &G, const InputMap &Inputs, const WantFn &Wa
 void checkInputs(const ir::Graph &G, int64_t B, int64_t H, int64_t Sq, int64_t Skv,
                  const InputMap &Inputs) {
   checkEachInput(G, Inputs, [&](ir::InputShape S) {
-    return std::pair{denseInputShape(S, B, H, Sq, Skv), std::string()};
+    return std::pair{reference::expectedInputShape(S, B, H, Sq, Skv), std::string()};
   });
 }
 

@@ -70,8 +70,17 @@ size_t offsetOf(Layout L, int H, int S, int D, int b, int h, int s, int d) {
                            : ((size_t(b) * H + h) * S + s) * D + d;
 }
 
+/// A random normal tensor; \p OnGrid rounds it to a grid of eighths in
+/// [-4, 4] (exact in f16 and bf16), for q and k of a score_mod with a kink
+/// at 0 (relu): every raw score q·k is then a whole number of 1/64ths
+/// below 2^18 and exact in fp32 in any summation order, so the kernel's
+/// score has the fp64 reference's sign. With normal draws a score within
+/// fp32's rounding of 0 (one in about five d256 cases) takes the other side
+/// of the kink in the kernel: its dS differs by a whole dP·c and its dq and
+/// dk rows by about 2, a disagreement about a subgradient, not an error of
+/// the kernel.
 HostTensor randomTensor(std::mt19937_64 &Rng, DType T, Layout L, int B, int H, int S,
-                        int D) {
+                        int D, bool OnGrid = false) {
   HostTensor Out{std::vector<uint16_t>(size_t(B) * H * S * D),
                  reference::Tensor({B, H, S, D})};
   std::normal_distribution<double> N(0.0, 1.0);
@@ -79,31 +88,9 @@ HostTensor randomTensor(std::mt19937_64 &Rng, DType T, Layout L, int B, int H, i
     for (int h = 0; h < H; ++h)
       for (int s = 0; s < S; ++s)
         for (int d = 0; d < D; ++d) {
-          uint16_t Bits = toBits(T, N(Rng));
-          Out.Bits[offsetOf(L, H, S, D, b, h, s, d)] = Bits;
-          Out.Ref.at({b, h, s, d}) = fromBits(T, Bits);
-        }
-  return Out;
-}
-
-/// A random tensor on a grid of eighths in [-4, 4] (exact in f16 and bf16),
-/// for q and k of a score_mod with a kink at 0 (relu): every raw score
-/// q·k is then a whole number of 1/64ths below 2^18 and exact in fp32 in
-/// any summation order, so the kernel's score has the fp64 reference's
-/// sign. With normal draws a score within fp32's rounding of 0 (one in
-/// about five d256 cases) takes the other side of the kink in the kernel:
-/// its dS differs by a whole dP·c and its dq and dk rows by about 2, a
-/// disagreement about a subgradient, not an error of the kernel.
-HostTensor gridTensor(std::mt19937_64 &Rng, DType T, Layout L, int B, int H, int S,
-                      int D) {
-  HostTensor Out{std::vector<uint16_t>(size_t(B) * H * S * D),
-                 reference::Tensor({B, H, S, D})};
-  std::normal_distribution<double> N(0.0, 1.0);
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < H; ++h)
-      for (int s = 0; s < S; ++s)
-        for (int d = 0; d < D; ++d) {
-          const double X = std::clamp(std::round(N(Rng) * 8.0), -32.0, 32.0) / 8.0;
+          double X = N(Rng);
+          if (OnGrid)
+            X = std::clamp(std::round(X * 8.0), -32.0, 32.0) / 8.0;
           uint16_t Bits = toBits(T, X);
           Out.Bits[offsetOf(L, H, S, D, b, h, s, d)] = Bits;
           Out.Ref.at({b, h, s, d}) = fromBits(T, Bits);
@@ -157,9 +144,9 @@ void prepare(Work &W, GpuArch Arch, uint64_t Seed) {
     W.Api = std::make_unique<runtime::Attention>(W.Def, W.Sig);
   W.CompileS = secondsSince(T0);
   std::mt19937_64 Rng(Seed);
-  const auto QK = kinkAtZero(C.Def) ? gridTensor : randomTensor;
-  W.Q = QK(Rng, C.Dt, C.L, C.B, C.H, C.Sq, C.D);
-  W.K = QK(Rng, C.Dt, C.L, C.B, C.Hkv, C.Skv, C.D);
+  const bool OnGrid = kinkAtZero(C.Def);
+  W.Q = randomTensor(Rng, C.Dt, C.L, C.B, C.H, C.Sq, C.D, OnGrid);
+  W.K = randomTensor(Rng, C.Dt, C.L, C.B, C.Hkv, C.Skv, C.D, OnGrid);
   W.V = randomTensor(Rng, C.Dt, C.L, C.B, C.Hkv, C.Skv, C.DV);
   W.DO = randomTensor(Rng, C.Dt, C.L, C.B, C.H, C.Sq, C.DV);
   W.In.Q = W.Q.Ref;
