@@ -1,8 +1,10 @@
 """Host time per call: C++ Attention::forward (capi_call_overhead, run
 here in the same process tree), the C interface's packed call from ctypes
 alone (attnc_attention_forward_call on a struct packed once: the floor of
-any ctypes path), attnc.Attention.forward and attnc.torch.attention
-(eager: without and with autograd, and a forward and backward under
+any ctypes path) and from the extension attnc._fastcall (its floor: five
+pointers and the stream written, the same C call), attnc.Attention.forward and attnc.torch.attention
+(eager: through the extension and through ctypes where the extension is
+there, without and with autograd, and a forward and backward under
 autograd beside SDPA's), the custom op torch.compile calls, SDPA, and a
 replay of a captured CUDA graph. Batches of 200 calls never
 fill the launch queue; median of 25 batches of the wall clock, and of CUDA
@@ -83,6 +85,32 @@ def packed_c_call(att, q, k, v, out):
     return run
 
 
+def extension_call(att, q, k, v, out):
+    """A thunk calling attnc._fastcall.forward_call on a struct packed once
+    (its words rewritten with the same values each call), or None without
+    the extension."""
+    from attnc import _fastpack, _lib, _torch_fast
+
+    ext = _lib.forward_call
+    if ext is None:
+        return None
+    p = _fastpack._build("bench", ("q", "k", "v", "out"), [q, k, v, out], (),
+                         (), 0)
+    base = p.base
+    call = _torch_fast._CallWords(att._handle, base, base + 32, base + 64,
+                                  base + 96, 0, 0, 0, 0, 0)
+    at = ctypes.addressof(call)
+    args = (at, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), 0,
+            torch.cuda.current_stream().cuda_stream)
+    keep = (p, call)
+
+    def run():
+        keep  # noqa: B018  (the structs live as long as the thunk)
+        if ext(*args):
+            raise RuntimeError("attnc._fastcall: a refused call")
+    return run
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     name = args[0] if args else "mha"
@@ -101,12 +129,21 @@ def main():
     att = attnc.Attention(attnc.example(name), head_dim=D, layout="bhsd")
     stream = torch.cuda.current_stream().cuda_stream
     packed = per_call_us(packed_c_call(att, q, k, v, out), "packed")
+    ext_thunk = extension_call(att, q, k, v, out)
+    ext_call = ext_thunk and per_call_us(ext_thunk, "ext call")
     raw_stream = per_call_us(
         lambda: att.forward(q, k, v, out, finals, inputs, stream=stream))
     raw = per_call_us(lambda: att.forward(q, k, v, out, finals, inputs))
     scalar = {n: torch.tensor(x) for n, x in inputs.items()}
     op = per_call_us(lambda: attnc.torch.attention(q, k, v, name,
                                                    inputs=scalar), "op")
+    from attnc import _lib, _torch_fast
+    op_ctypes = None
+    if _torch_fast._forward_call is not None:
+        _torch_fast._forward_call = None  # the same path through ctypes
+        op_ctypes = per_call_us(lambda: attnc.torch.attention(
+            q, k, v, name, inputs=scalar), "op ctypes")
+        _torch_fast._forward_call = _lib.forward_call
     op_finals = per_call_us(lambda: attnc.torch.attention(
         q, k, v, name, inputs=scalar, return_finals=True))
     names = "\n".join(scalar)
@@ -145,12 +182,22 @@ def main():
         print(f"  C++ Attention::forward            {cxx:7.2f}")
     print(f"  C interface packed call (ctypes)  {packed:7.2f}"
           + (f"  (+{packed - cxx:.2f} over C++)" if cxx else ""))
+    if ext_call is not None:
+        print(f"  C interface packed call (attnc._fastcall) {ext_call:7.2f}"
+              + (f"  (+{ext_call - cxx:.2f} over C++)" if cxx else ""))
+    else:
+        print(f"  no attnc._fastcall: {_lib.fastcall_missing}")
     print(f"  attnc.Attention.forward (stream=) {raw_stream:7.2f}"
           + (f"  (+{raw_stream - cxx:.2f} over C++)" if cxx else ""))
     print(f"  attnc.Attention.forward           {raw:7.2f}"
           + (f"  (+{raw - cxx:.2f} over C++)" if cxx else ""))
-    print(f"  attnc.torch.attention (eager op)  {op:7.2f}"
+    way = "attnc._fastcall" if op_ctypes is not None else "ctypes"
+    print(f"  attnc.torch.attention (eager op, {way}) {op:7.2f}"
           + (f"  (+{op - cxx:.2f} over C++)" if cxx else ""))
+    if op_ctypes is not None:
+        print(f"  attnc.torch.attention (eager op, ctypes call) "
+              f"{op_ctypes:7.2f}"
+              + (f"  (+{op_ctypes - cxx:.2f} over C++)" if cxx else ""))
     print(f"  attnc.torch.attention (return_finals) {op_finals:7.2f}"
           + (f"  (+{op_finals - cxx:.2f} over C++)" if cxx else ""))
     print(f"  attnc.torch.attention (requires grad: autograd.Function) "
