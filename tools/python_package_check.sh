@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python package as `pip install .` lays it out, cheaply: a virtual
-# environment, `pip install .` with scikit-build-core reusing the build
-# folder that tools/setup.sh configured and built (same generator and build
+# environment, `pip install .` (libattnc_c and the extension
+# attnc._fastcall) with scikit-build-core reusing the build folder that tools/setup.sh configured and built (same generator and build
 # type, so nothing is recompiled; a fresh build of attnc_c would cost a
 # second full compile), then the package's CPU tests run against the
 # installed package, from outside the source tree's python/ and without
@@ -50,9 +50,15 @@ steps=$(grep -c '^ *\[[0-9]*/[0-9]*\] ' "$build/pip-install.log" || true)
 echo "python_package_check.sh: pip install . took $(( $(date +%s) - start )) s," \
   "$steps build steps (ninja: $(grep -o 'no work to do' "$build/pip-install.log" | head -1))"
 
-unset PYTHONPATH ATTNC_LIBRARY
+unset PYTHONPATH ATTNC_LIBRARY ATTNC_FASTCALL
+# Where the build folder made the extension, the installed package must
+# hold it and load it (and its tests must not skip).
+if [ -f "$build/capi/_fastcall.abi3.so" ]; then
+  export ATTNC_EXPECT_FASTCALL=1
+fi
 cd "$root/tests/python"
 "$venv/bin/python" - <<'PY'
+import os
 import pathlib
 import attnc
 package = pathlib.Path(attnc.__file__).parent
@@ -60,6 +66,10 @@ assert "site-packages" in package.parts, package
 assert pathlib.Path(attnc._lib.library_path).parent == package, (
     attnc._lib.library_path)
 print("attnc installed in", package)
+if os.environ.get("ATTNC_EXPECT_FASTCALL") == "1":
+    assert attnc._lib.forward_call is not None, attnc._lib.fastcall_missing
+    assert attnc._lib.fastcall_path.parent == package, attnc._lib.fastcall_path
+    print("attnc._fastcall installed:", attnc._lib.fastcall_path.name)
 PY
 "$venv/bin/python" -m unittest test_definitions test_attention test_linear \
   test_linear_args test_torch_import test_torch_args test_torch_fast \

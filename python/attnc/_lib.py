@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 from pathlib import Path
 
@@ -106,3 +107,44 @@ def check(status: int) -> None:
         return
     message = lib.attnc_last_error().decode("utf-8", "replace")
     raise _STATUS_ERRORS.get(status, InternalError)(message)
+
+
+# The extension attnc._fastcall (capi/python/fastcall.c): attnc.torch's
+# packed forward call without ctypes. It is built next to libattnc_c (the
+# build folder's capi/, or the installed package), links it by its soname
+# and so calls the copy loaded above; a library of another name
+# ($ATTNC_LIBRARY naming a stand-in) has no extension beside it.
+# ATTNC_FASTCALL=0 keeps the ctypes call.
+FASTCALL_NAME = "_fastcall.abi3.so"
+fastcall_path = None
+fastcall_missing = None  # why forward_call is None
+
+
+def _load_fastcall():
+    global fastcall_path, fastcall_missing
+    if os.environ.get("ATTNC_FASTCALL", "1") == "0":
+        fastcall_missing = "ATTNC_FASTCALL=0"
+        return None
+    path = library_path.parent / FASTCALL_NAME
+    if library_path.name != "libattnc_c.so" or not path.is_file():
+        fastcall_missing = f"no {FASTCALL_NAME} next to {library_path}"
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location("attnc._fastcall",
+                                                      path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ImportError as error:  # a CPython older than 3.10, another ABI
+        fastcall_missing = f"{path}: {error}"
+        return None
+    if module.ABI_VERSION != ABI_VERSION:
+        fastcall_missing = (f"{path} links a library of C ABI version "
+                            f"{module.ABI_VERSION}")
+        return None
+    fastcall_path = path
+    return module.forward_call
+
+
+# forward_call(call, q, k, v, out, finals, stream) -> status, or None where
+# the extension is not there (fastcall_missing says why).
+forward_call = _load_fastcall()

@@ -25,6 +25,10 @@ from . import _fastpack, _lib
 from ._tensors import INPUT_SIZE, TENSOR_SIZE
 
 _call = _lib.declare("attnc_attention_forward_call", [ctypes.c_void_p])
+# The same call without ctypes where the extension attnc._fastcall is
+# there (docs/python.md, Overhead): it writes the data pointers and the
+# stream itself. None: _call, the words written here.
+_forward_call = _lib.forward_call
 _backward = _lib.declare("attnc_attention_backward",
                          [ctypes.c_void_p] * 10
                          + [ctypes.c_void_p, ctypes.c_size_t,
@@ -199,24 +203,20 @@ def forward(name, q, k, v, inputs, want_finals, resolve):
 
 def _launch(p, q, k, v, inputs, device):
     out = q.new_empty(p.out_shape)
-    w = p.words
-    w[0] = q.data_ptr()
-    w[4] = k.data_ptr()
-    w[8] = v.data_ptr()
-    w[12] = out.data_ptr()
     stream = _raw_stream(device)
     finals = None
+    finals_at = 0
     if p.returns_finals:
         finals = q.new_empty(p.finals_shape, dtype=_F32)
         if p.finals_passed:
-            w[16] = finals.data_ptr()
+            finals_at = finals.data_ptr()
     elif p.finals_passed:
         scratch = p.scratch.get(stream)
         if scratch is None or _capturing():
             scratch = q.new_empty(p.finals_shape, dtype=_F32)
             if not _capturing():
                 p.scratch[stream] = scratch
-        w[16] = scratch.data_ptr()
+        finals_at = scratch.data_ptr()
     if inputs:
         for (kind, at), value in zip(p.inputs, inputs.values()):
             if kind == 0:
@@ -224,9 +224,22 @@ def _launch(p, q, k, v, inputs, device):
             elif kind == 1:
                 p.ints[at] = int(value)
             else:
-                w[at] = value.data_ptr()
-    p.call[_STREAM_WORD] = stream
-    status = _call(p.call_at)
+                p.words[at] = value.data_ptr()
+    if _forward_call is not None:
+        # attnc._fastcall writes the five data pointers and the stream.
+        status = _forward_call(p.call_at, q.data_ptr(), k.data_ptr(),
+                               v.data_ptr(), out.data_ptr(), finals_at,
+                               stream)
+    else:
+        w = p.words
+        w[0] = q.data_ptr()
+        w[4] = k.data_ptr()
+        w[8] = v.data_ptr()
+        w[12] = out.data_ptr()
+        if finals_at:
+            w[16] = finals_at
+        p.call[_STREAM_WORD] = stream
+        status = _call(p.call_at)
     if status:
         _lib.check(status)
     return out, finals

@@ -1,14 +1,18 @@
 """The one-call eager forward's own Python cost, without PyTorch or a GPU:
 attnc/_torch_fast.forward on the stand-in tensors of test_torch_fast.py
-with the C call stubbed, (a) as they are (their methods are Python, so
+with the C call stubbed (the ctypes call and the extension
+attnc._fastcall's, each in its own rows), (a) as they are (their methods are Python, so
 slower than torch's C ones) and (b) with methods that cost next to nothing
 and no allocation, which leaves attnc's own work: the key, the lookup, the
-words written; plus the Python-level calls per op (cProfile).
+words written; plus the Python-level calls per op (cProfile). Last, the
+two ways into the real C function on a call it refuses at once (a NULL
+call: no GPU needed): ctypes' own cost against the extension's.
 
 Run: PYTHONPATH=python ATTNC_LIBRARY=build/capi/libattnc_c.so \\
   python tests/python/bench_fast_cpu.py"""
 
 import cProfile
+import ctypes
 import os
 import pstats
 import sys
@@ -50,7 +54,6 @@ def median_us(fn, calls=20000, rounds=9):
 def main():
     with StandInTorch() as stand_in:
         fast = stand_in.fast
-        fast._call = lambda address: 0
         objects = {}
 
         def resolve(q, v, name):
@@ -61,21 +64,36 @@ def main():
             return objects[name]
 
         cases = (("mha", None), ("sigmoid_attn", {"softmax_bias": -1.0}))
+        ways = (("ctypes", None),
+                ("ext", lambda call, q, k, v, out, finals, stream: 0))
         for kind in (Tensor, Quick):
             stand_in.module.Tensor = fast._Tensor = kind
             q, k, v = (kind((1, 1, 128, 64)) for _ in range(3))
-            for name, inputs in cases:
-                def call():
-                    fast.forward(name, q, k, v, inputs, False, resolve)
-                us = median_us(call)
-                prof = cProfile.Profile()
-                prof.enable()
-                call()
-                prof.disable()
-                print(f"{kind.__name__:6} {name:12} {us:6.2f} us a call, "
-                      f"{pstats.Stats(prof).total_calls} Python-level "
-                      "calls")
+            for way, stub in ways:
+                fast._call = lambda address: 0
+                fast._forward_call = stub
+                for name, inputs in cases:
+                    def call():
+                        fast.forward(name, q, k, v, inputs, False, resolve)
+                    us = median_us(call)
+                    prof = cProfile.Profile()
+                    prof.enable()
+                    call()
+                    prof.disable()
+                    print(f"{kind.__name__:6} {way:6} {name:12} {us:6.2f} "
+                          f"us a call, {pstats.Stats(prof).total_calls} "
+                          "Python-level calls")
         print(f"an empty Python call: {median_us(lambda: None):.2f} us")
+        c_call = attnc._lib.declare("attnc_attention_forward_call",
+                                    [ctypes.c_void_p])
+        print("a refused C call (NULL): ctypes "
+              f"{median_us(lambda: c_call(None)):.2f} us")
+        ext = attnc._lib.forward_call
+        if ext is None:
+            print(f"  no extension ({attnc._lib.fastcall_missing})")
+        else:
+            print("  attnc._fastcall "
+                  f"{median_us(lambda: ext(0, 0, 0, 0, 0, 0, 0)):.2f} us")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@ back to the generic path; the C function checks its argument."""
 import contextlib
 import ctypes
 import importlib
+import os
+import subprocess
 import sys
+import tempfile
 import types
 import unittest
 
@@ -127,6 +130,7 @@ class FastForward(unittest.TestCase):
         self.fast = self.torch.fast
         self.calls = []
         self.fast._call = self.record
+        self.fast._forward_call = None  # the ctypes call, recorded
         self.objects = {}
         self.resolved = []
 
@@ -406,6 +410,129 @@ class CallArgument(unittest.TestCase):
         self.assertEqual(str(caught.exception),
                          "attnc_attention_forward_call: argument 'call' is "
                          "NULL")
+
+
+# The build sets ATTNC_EXPECT_FASTCALL=1 where it built attnc._fastcall
+# (tests/python/CMakeLists.txt): the extension's tests then fail rather
+# than skip when it does not load (unless ATTNC_FASTCALL=0 switches it off).
+_EXPECTED = (os.environ.get("ATTNC_EXPECT_FASTCALL") == "1"
+             and os.environ.get("ATTNC_FASTCALL", "1") != "0")
+
+
+class ExtensionCall(unittest.TestCase):
+    """attnc._fastcall (capi/python/fastcall.c) with the real libattnc_c:
+    the words it writes and the statuses of the runtime's checks, which
+    need no GPU."""
+
+    def setUp(self):
+        if _lib.forward_call is None:
+            if _EXPECTED:
+                self.fail("attnc._fastcall was built but did not load: "
+                          + str(_lib.fastcall_missing))
+            self.skipTest(str(_lib.fastcall_missing))
+        FastForward.setUp(self)
+        self.fast._forward_call = _lib.forward_call
+        self.fast._call = self.unexpected
+
+    tearDown = FastForward.tearDown
+    record = FastForward.record
+    resolve = FastForward.resolve
+    qkv = FastForward.qkv
+
+    def unexpected(self, address):
+        raise AssertionError("the ctypes call ran beside the extension")
+
+    def test_the_import_is_the_one_next_to_the_library(self):
+        self.assertEqual(_lib.fastcall_path.parent, _lib.library_path.parent)
+        self.assertIsInstance(_lib.forward_call(0, 0, 0, 0, 0, 0, 0), int)
+
+    def test_a_runtime_error_is_raised(self):
+        q, v = Tensor((1, 2, 8, 64)), Tensor((1, 2, 8, 64))
+        k = Tensor((1, 2, 8, 32))
+        with self.assertRaises(attnc.UserError) as caught:
+            self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.assertIn("k: head_dim (last dimension) must be 64, got 32",
+                      str(caught.exception))
+
+    def test_the_extension_writes_the_pointers_and_the_stream(self):
+        # A call the runtime refuses after the words are written (k's head
+        # dim), so that they can be read back; then a fresh packing of the
+        # same tensors must agree with them.
+        for name, want_finals in (("mha", False), ("mha", True),
+                                  ("sigmoid_attn", False)):
+            inputs = {"softmax_bias": 0.5} if name == "sigmoid_attn" else None
+            q, v = Tensor((1, 2, 8, 64)), Tensor((1, 2, 8, 64))
+            k = Tensor((1, 2, 8, 32))
+            for stream in (0x5000, 0x6000):
+                self.torch.stream = stream
+                with self.assertRaises(attnc.UserError):
+                    self.fast.forward(name, q, k, v, inputs, want_finals,
+                                      self.resolve)
+                plan = next(p for key, p in self.fast._local.plans.items()
+                            if key[0] == name and key[9] == k.shape
+                            and key[13] == want_finals)
+                words = _words(plan.call_at, 10)
+                self.assertEqual(words[9], stream)
+                self.assertEqual(words[0], self.objects[name]._handle)
+                data = [None if at == 0 else _words(at, 1)[0]
+                        for at in words[1:6]]
+                self.assertEqual(data[:3], [q.data_ptr(), k.data_ptr(),
+                                            v.data_ptr()])
+                self.assertNotIn(data[3], (None, 0, *data[:3]))  # out
+                if name == "mha":  # finals: the scratch buffer or its own
+                    self.assertNotIn(data[4], (None, 0, data[3]))
+                    if not want_finals:
+                        self.assertEqual(plan.scratch[stream].data_ptr(),
+                                         data[4])
+                else:
+                    self.assertIsNone(data[4])
+                q, v = Tensor((1, 2, 8, 64)), Tensor((1, 2, 8, 64))
+                k = Tensor((1, 2, 8, 32))
+
+    def test_bad_arguments_raise(self):
+        call = _lib.forward_call
+        with self.assertRaises(TypeError) as caught:
+            call(0, 0, 0, 0, 0, 0)
+        self.assertIn("takes 7 arguments", str(caught.exception))
+        with self.assertRaises(TypeError):
+            call(0, 0, "q", 0, 0, 0, 0)
+        with self.assertRaises(TypeError):
+            call(0, 0, 0, 0, 0, 0, stream=0)
+        self.assertEqual(call(0, 0, 0, 0, 0, 0, 0), 2)  # a NULL call
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            _lib.check(2)
+        self.assertEqual(str(caught.exception),
+                         "attnc_attention_forward_call: argument 'call' is "
+                         "NULL")
+
+
+class ExtensionFallback(unittest.TestCase):
+    """Where the extension is not to be used, ctypes makes the call."""
+
+    def loaded(self, **env):
+        script = ("import attnc._lib as l\n"
+                  "print(l.forward_call is None, l.fastcall_missing)")
+        result = subprocess.run(
+            [sys.executable, "-c", script], check=True, text=True,
+            capture_output=True, env={**os.environ, **env})
+        return result.stdout.strip()
+
+    def test_switched_off(self):
+        self.assertEqual(self.loaded(ATTNC_FASTCALL="0"),
+                         "True ATTNC_FASTCALL=0")
+
+    def test_a_library_of_another_name_has_none(self):
+        # A stand-in named otherwise: the extension beside it would link
+        # libattnc_c.so, not the stand-in.
+        if _lib.forward_call is None:
+            self.skipTest(str(_lib.fastcall_missing))
+        with tempfile.TemporaryDirectory() as folder:
+            other = os.path.join(folder, "libstand_in.so")
+            os.symlink(_lib.library_path, other)
+            os.symlink(_lib.fastcall_path,
+                       os.path.join(folder, _lib.FASTCALL_NAME))
+            self.assertEqual(self.loaded(ATTNC_LIBRARY=other),
+                             f"True no {_lib.FASTCALL_NAME} next to {other}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """Host time per call: C++ Attention::forward (capi_call_overhead, run
 here in the same process tree), the C interface's packed call from ctypes
 alone (attnc_attention_forward_call on a struct packed once: the floor of
-any ctypes path), attnc.Attention.forward and attnc.torch.attention
-(eager: without and with autograd, and a forward and backward under
+any ctypes path) and from the extension attnc._fastcall (its floor: five
+pointers and the stream written, the same C call), attnc.Attention.forward and attnc.torch.attention
+(eager: through the extension and through ctypes where the extension is
+there, without and with autograd, and a forward and backward under
 autograd beside SDPA's), the custom op torch.compile calls, SDPA, and a
 replay of a captured CUDA graph. Batches of 200 calls never
 fill the launch queue; median of 25 batches of the wall clock, and of CUDA
@@ -63,23 +65,60 @@ def per_call_us(fn, label=None):
     return times[len(times) // 2]
 
 
-def packed_c_call(att, q, k, v, out):
-    """A thunk calling attnc_attention_forward_call on a struct packed
-    once (q, k, v, out fixed): ctypes' own cost plus the C++ call."""
+def _packed(att, q, k, v, out, finals):
+    """An attnc_forward_call packed once for q, k, v, out and, where the
+    definition has finals (mha's LSE, which the runtime requires), finals:
+    (what keeps its buffers alive, the call's address)."""
     from attnc import _fastpack, _torch_fast
 
-    p = _fastpack._build("bench", ("q", "k", "v", "out"), [q, k, v, out], (),
-                         (), 0)
+    tensors = [q, k, v, out] + ([finals] if att.final_names else [])
+    p = _fastpack._build("bench", ("q", "k", "v", "out", "finals"), tensors,
+                         (), (), 0)
     base = p.base
-    call = _torch_fast._CallWords(att._handle, base, base + 32, base + 64,
-                                  base + 96, 0, 0, 0, 0,
-                                  torch.cuda.current_stream().cuda_stream)
-    fn, at = _torch_fast._call, ctypes.addressof(call)
-    keep = (p, call)
+    call = _torch_fast._CallWords(
+        att._handle, base, base + 32, base + 64, base + 96,
+        base + 128 if att.final_names else 0, 0, 0, 0,
+        torch.cuda.current_stream().cuda_stream)
+    return (p, call), ctypes.addressof(call)
+
+
+def packed_c_call(att, q, k, v, out, finals):
+    """A thunk calling attnc_attention_forward_call on a struct packed
+    once (q, k, v, out, finals fixed): ctypes' own cost plus the C++ call.
+    A refused call raises (before, this row passed no finals for mha and
+    timed the runtime's refusal)."""
+    from attnc import _lib, _torch_fast
+
+    keep, at = _packed(att, q, k, v, out, finals)
+    fn = _torch_fast._call
+    _lib.check(fn(at))
 
     def run():
         keep  # noqa: B018  (the structs live as long as the thunk)
-        fn(at)
+        if fn(at):
+            _lib.check(fn(at))
+    return run
+
+
+def extension_call(att, q, k, v, out, finals):
+    """A thunk calling attnc._fastcall.forward_call on a struct packed once
+    (its words rewritten with the same values each call), or None without
+    the extension. A refused call raises."""
+    from attnc import _lib
+
+    ext = _lib.forward_call
+    if ext is None:
+        return None
+    keep, at = _packed(att, q, k, v, out, finals)
+    args = (at, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+            finals.data_ptr() if att.final_names else 0,
+            torch.cuda.current_stream().cuda_stream)
+    _lib.check(ext(*args))
+
+    def run():
+        keep  # noqa: B018  (the structs live as long as the thunk)
+        if ext(*args):
+            _lib.check(ext(*args))
     return run
 
 
@@ -88,11 +127,18 @@ def main():
     name = args[0] if args else "mha"
     inputs = {"softmax_bias": -1.0} if name == "sigmoid_attn" else {}
     binary = os.environ.get("ATTNC_OVERHEAD_BIN")
-    cxx = None
+    cxx = c_call = None
     if binary:
-        line = subprocess.run([binary, name], check=True, text=True,
-                              capture_output=True).stdout.strip()
-        cxx = float(line.split()[-1])
+        # "cxx_forward_us NAME T" then "c_forward_call_us NAME T" (the C
+        # interface's packed call from C).
+        run = subprocess.run([binary, name], text=True,
+                             capture_output=True)
+        if run.returncode:
+            print(f"{binary}: exit {run.returncode}: {run.stderr.strip()}")
+        times = {line.split()[0]: float(line.split()[-1])
+                 for line in run.stdout.split("\n") if line.strip()}
+        cxx = times["cxx_forward_us"]
+        c_call = times.get("c_forward_call_us")
     torch.manual_seed(0)
     q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16)
                for _ in range(3))
@@ -100,13 +146,22 @@ def main():
     finals = torch.empty(1, B, H, S, device="cuda")
     att = attnc.Attention(attnc.example(name), head_dim=D, layout="bhsd")
     stream = torch.cuda.current_stream().cuda_stream
-    packed = per_call_us(packed_c_call(att, q, k, v, out), "packed")
+    packed = per_call_us(packed_c_call(att, q, k, v, out, finals), "packed")
+    ext_thunk = extension_call(att, q, k, v, out, finals)
+    ext_call = ext_thunk and per_call_us(ext_thunk, "ext call")
     raw_stream = per_call_us(
         lambda: att.forward(q, k, v, out, finals, inputs, stream=stream))
     raw = per_call_us(lambda: att.forward(q, k, v, out, finals, inputs))
     scalar = {n: torch.tensor(x) for n, x in inputs.items()}
     op = per_call_us(lambda: attnc.torch.attention(q, k, v, name,
                                                    inputs=scalar), "op")
+    from attnc import _lib, _torch_fast
+    op_ctypes = None
+    if _torch_fast._forward_call is not None:
+        _torch_fast._forward_call = None  # the same path through ctypes
+        op_ctypes = per_call_us(lambda: attnc.torch.attention(
+            q, k, v, name, inputs=scalar), "op ctypes")
+        _torch_fast._forward_call = _lib.forward_call
     op_finals = per_call_us(lambda: attnc.torch.attention(
         q, k, v, name, inputs=scalar, return_finals=True))
     names = "\n".join(scalar)
@@ -143,14 +198,27 @@ def main():
           f"b{B} h{H} s{S} d{D} f16, host us per call (median):")
     if cxx is not None:
         print(f"  C++ Attention::forward            {cxx:7.2f}")
+    if c_call is not None:
+        print(f"  C interface packed call (from C)  {c_call:7.2f}"
+              f"  (+{c_call - cxx:.2f} over C++)")
     print(f"  C interface packed call (ctypes)  {packed:7.2f}"
           + (f"  (+{packed - cxx:.2f} over C++)" if cxx else ""))
+    if ext_call is not None:
+        print(f"  C interface packed call (attnc._fastcall) {ext_call:7.2f}"
+              + (f"  (+{ext_call - cxx:.2f} over C++)" if cxx else ""))
+    else:
+        print(f"  no attnc._fastcall: {_lib.fastcall_missing}")
     print(f"  attnc.Attention.forward (stream=) {raw_stream:7.2f}"
           + (f"  (+{raw_stream - cxx:.2f} over C++)" if cxx else ""))
     print(f"  attnc.Attention.forward           {raw:7.2f}"
           + (f"  (+{raw - cxx:.2f} over C++)" if cxx else ""))
-    print(f"  attnc.torch.attention (eager op)  {op:7.2f}"
+    way = "attnc._fastcall" if op_ctypes is not None else "ctypes"
+    print(f"  attnc.torch.attention (eager op, {way}) {op:7.2f}"
           + (f"  (+{op - cxx:.2f} over C++)" if cxx else ""))
+    if op_ctypes is not None:
+        print(f"  attnc.torch.attention (eager op, ctypes call) "
+              f"{op_ctypes:7.2f}"
+              + (f"  (+{op_ctypes - cxx:.2f} over C++)" if cxx else ""))
     print(f"  attnc.torch.attention (return_finals) {op_finals:7.2f}"
           + (f"  (+{op_finals - cxx:.2f} over C++)" if cxx else ""))
     print(f"  attnc.torch.attention (requires grad: autograd.Function) "
