@@ -23,6 +23,18 @@ const std::vector<int64_t> CuQ = {0, 3, 3, 4, 9, 13, 15};
 const std::vector<int64_t> CuKv = {0, 7, 11, 12, 17, 19, 19};
 constexpr int64_t H = 4, Hkv = 2, D = 8;
 
+/// The packed call's dK and dV of keys [K0, K0 + Skv) equal the dense
+/// call's (batch 0) of that sequence.
+template <class Grads>
+void checkKeyGrads(const Grads &G, const Grads &SG, int64_t K0, int64_t Skv) {
+  for (int64_t J = 0; J < Skv; ++J)
+    for (int64_t Hi = 0; Hi < Hkv; ++Hi)
+      for (int64_t X = 0; X < D; ++X) {
+        CHECK(G.DK.at({K0 + J, Hi, X}) == Approx(SG.DK.at({0, Hi, J, X})).margin(1e-12));
+        CHECK(G.DV.at({K0 + J, Hi, X}) == Approx(SG.DV.at({0, Hi, J, X})).margin(1e-12));
+      }
+}
+
 reference::VarlenInputs randomVarlen(const CompiledDefinition &C,
                                      std::mt19937_64 &Rng) {
   reference::VarlenInputs In;
@@ -119,14 +131,7 @@ void checkAgainstSquares(const dsl::AttentionDef &Def) {
                 Approx(SG.DQ.at({0, Hi, R, X})).margin(1e-12));
         }
       }
-    for (int64_t J = 0; J < Skv; ++J)
-      for (int64_t Hi = 0; Hi < Hkv; ++Hi)
-        for (int64_t X = 0; X < D; ++X) {
-          CHECK(G.DK.at({K0 + J, Hi, X}) ==
-                Approx(SG.DK.at({0, Hi, J, X})).margin(1e-12));
-          CHECK(G.DV.at({K0 + J, Hi, X}) ==
-                Approx(SG.DV.at({0, Hi, J, X})).margin(1e-12));
-        }
+    checkKeyGrads(G, SG, K0, Skv);
     for (auto &[Name, T] : SG.DInputs) {
       auto [It, New] = InputGrads.try_emplace(Name, T);
       if (!New)
@@ -319,14 +324,7 @@ void checkDocumentVarlen(const dsl::AttentionDef &Def, bool PerToken) {
                 Approx(SG.DQ.at({0, Hi, I, X})).margin(1e-12));
         }
       }
-    for (int64_t J = 0; J < Skv; ++J)
-      for (int64_t Hi = 0; Hi < Hkv; ++Hi)
-        for (int64_t X = 0; X < D; ++X) {
-          CHECK(G.DK.at({K0 + J, Hi, X}) ==
-                Approx(SG.DK.at({0, Hi, J, X})).margin(1e-12));
-          CHECK(G.DV.at({K0 + J, Hi, X}) ==
-                Approx(SG.DV.at({0, Hi, J, X})).margin(1e-12));
-        }
+    checkKeyGrads(G, SG, K0, Skv);
   }
   // The documents both keep and mask keys: the check is not vacuous.
   CHECK(Kept > 0);
