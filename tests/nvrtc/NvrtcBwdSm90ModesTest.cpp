@@ -21,23 +21,45 @@ using namespace attn::nvrtctest;
 using codegen::BwdSm90Config;
 using codegen::KernelSpec;
 
+namespace {
+
+/// A bwd_sm90 configuration of an example at head dims 128/128.
+struct ModeCase {
+  const dsl::DefinitionBase &Def;
+  const char *Config;
+  DType T;
+};
+
+codegen::KernelSource modeSource(const ModeCase &C) {
+  return codegen::generateBackwardSm90(compile(C.Def), kernelSpec(C.T, 128, 128),
+                                       BwdSm90Config::parse(C.Config));
+}
+
+/// The kernel's CUBIN: no wgmma serialised by ptxas, and the dK/dV kernel
+/// within 168 registers (launched at 384 threads a CTA, before setmaxnreg).
+void checkCubin(const codegen::KernelSource &Src) {
+  runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+  INFO(Bin.Log);
+  CHECK(!has(Bin.Log, "serialized"));
+  runtime::KernelResources R = runtime::readCubinResources(
+      llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
+  CHECK(R.Registers <= 168);
+}
+
+} // namespace
+
 TEST_CASE("bwd_sm90: the ping-pong and dQ-writer modes compile to CUBINs without wgmma "
           "serialisation",
           "[nvrtc][bwd90][mha]") {
-  struct {
-    const dsl::DefinitionBase &Def;
-    const char *Config;
-    DType T;
-  } Cases[] = {{examples::mha(), "bwd90ws.kv64x128s2.pp.fused", DType::F16},
+  const ModeCase Cases[] = {{examples::mha(), "bwd90ws.kv64x128s2.pp.fused", DType::F16},
                {examples::mha(), "bwd90ws.kv64x128s2.pp.atomic", DType::BF16},
                {examples::alibiLearnable(), "bwd90ws.kv64x128s2.pp.fused", DType::BF16},
                {examples::mhaDocument(), "bwd90ws.kv64x128s2.pp.fused", DType::F16},
                {examples::mha(), "bwd90ws.kv64x128s2.dqw.fused", DType::BF16},
                {examples::softcapLearnable(), "bwd90ws.kv64x128s2.dqw.fused", DType::F16}};
   for (const auto &C : Cases) {
-    CompiledDefinition Def = compile(C.Def);
     BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
-    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(C.T, 128, 128), Cfg);
+    codegen::KernelSource Src = modeSource(C);
     INFO("kernel " << Src.Key);
     CHECK(has(Src.Source, "/*kPingPong=*/true") == Cfg.PingPong);
     CHECK(has(Src.Source, "/*kDqWriter=*/true") == Cfg.DqWriter);
@@ -52,21 +74,13 @@ TEST_CASE("bwd_sm90: the ping-pong and dQ-writer modes compile to CUBINs without
     // all 128 columns.
     CHECK(has(Ptx, "bar.arrive") == Cfg.PingPong);
     CHECK(has(Ptx, "wgmma.mma_async.sync.aligned.m64n128k16"));
-    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
-    INFO(Bin.Log);
-    CHECK(!has(Bin.Log, "serialized"));
-    runtime::KernelResources R = runtime::readCubinResources(
-        llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
-    CHECK(R.Registers <= 168);
+    checkCubin(Src);
   }
 }
 
 TEST_CASE("bwd_sm90: the lean step compiles to CUBINs without wgmma serialisation",
           "[nvrtc][bwd90][mha]") {
-  struct {
-    const dsl::DefinitionBase &Def;
-    const char *Config;
-    DType T;
+  struct : ModeCase {
     bool IsMha;
   } Cases[] = {{examples::mha(), "bwd90ws.kv64x128s2.lean.fused", DType::F16, true},
                {examples::mha(), "bwd90ws.kv64x128s2.lean2.fused", DType::BF16, true},
@@ -91,9 +105,8 @@ TEST_CASE("bwd_sm90: the lean step compiles to CUBINs without wgmma serialisatio
       Mha, kernelSpec(DType::F16, 128, 128), BwdSm90Config::parse("bwd90ws.kv64x128s2.fused"))));
   CHECK(LockstepCommits == 4);
   for (const auto &C : Cases) {
-    CompiledDefinition Def = compile(C.Def);
     BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
-    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(C.T, 128, 128), Cfg);
+    codegen::KernelSource Src = modeSource(C);
     INFO("kernel " << Src.Key);
     CHECK(has(Src.Source, ("/*kLeanLevel=*/" + std::to_string(Cfg.Lean)).c_str()));
     std::string Ptx = compileToPtx(Src);
@@ -107,31 +120,21 @@ TEST_CASE("bwd_sm90: the lean step compiles to CUBINs without wgmma serialisatio
     CHECK(has(Ptx, "red.relaxed.gpu.global.add.v2.f32") == (Cfg.Lean < 3));
     CHECK(has(Ptx, "red.relaxed.gpu.global.add.v4.f32") == (Cfg.Lean == 3));
     CHECK(has(Ptx, "st.global.cg.v4.f32") == (Cfg.Lean == 3));
-    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
-    INFO(Bin.Log);
-    CHECK(!has(Bin.Log, "serialized"));
-    runtime::KernelResources R = runtime::readCubinResources(
-        llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
-    CHECK(R.Registers <= 168);
+    checkCubin(Src);
   }
 }
 
 TEST_CASE("bwd_sm90: the turn warp's bulk dQ compiles to CUBINs without wgmma serialisation",
           "[nvrtc][bwd90][mha]") {
-  struct {
-    const dsl::DefinitionBase &Def;
-    const char *Config;
-    DType T;
-  } Cases[] = {{examples::mha(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::F16},
+  const ModeCase Cases[] = {{examples::mha(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::F16},
                {examples::mha(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::BF16},
                {examples::alibiLearnable(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::F16},
                {examples::mhaDocument(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::BF16},
                {examples::softcapLearnable(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::BF16},
                {examples::mha(), "bwd90ws.kv64x128s2.lean2.bulk.atomic", DType::F16}};
   for (const auto &C : Cases) {
-    CompiledDefinition Def = compile(C.Def);
     BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
-    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(C.T, 128, 128), Cfg);
+    codegen::KernelSource Src = modeSource(C);
     INFO("kernel " << Src.Key);
     CHECK(has(Src.Source, "/*kLeanLevel=*/2, /*kBulkDq=*/true>"));
     std::string Ptx = compileToPtx(Src);
@@ -147,12 +150,7 @@ TEST_CASE("bwd_sm90: the turn warp's bulk dQ compiles to CUBINs without wgmma se
     CHECK(has(Ptx, "cp.async.bulk.wait_group 0") == !Cfg.AtomicDq);
     CHECK(has(Ptx, "st.shared.v2.f32"));
     CHECK(has(Ptx, "st.release.gpu") == !Cfg.AtomicDq);
-    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
-    INFO(Bin.Log);
-    CHECK(!has(Bin.Log, "serialized"));
-    runtime::KernelResources R = runtime::readCubinResources(
-        llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
-    CHECK(R.Registers <= 168);
+    checkCubin(Src);
   }
 }
 
@@ -172,12 +170,7 @@ TEST_CASE("bwd_sm90: the column split compiles to CUBINs without wgmma "
     codegen::KernelSource Src = codegen::generateBackwardSm90(
         Def, kernelSpec(C.T, C.D, C.DV), BwdSm90Config::defaultFor(C.D, C.DV));
     CHECK(has(Src.Source, "/*kSplit=*/true"));
-    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
-    INFO("kernel " << Src.Key << "\n" << Bin.Log);
-    CHECK(!has(Bin.Log, "serialized"));
-    // Launched at 384 threads a CTA (168 registers before setmaxnreg).
-    runtime::KernelResources R = runtime::readCubinResources(
-        llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
-    CHECK(R.Registers <= 168);
+    INFO("kernel " << Src.Key);
+    checkCubin(Src);
   }
 }
