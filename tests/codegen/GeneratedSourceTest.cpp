@@ -29,6 +29,25 @@ bool has(const KernelSource &S, llvm::StringRef Text) {
   return llvm::StringRef(S.Source).contains(Text);
 }
 
+/// mha with another score_mod (the folding tests' variants).
+AttentionDef withScoreMod(const char *Name, ScoreMod Mod) {
+  AttentionDef D = examples::mha();
+  D.name = Name;
+  D.score_mod = std::move(Mod);
+  return D;
+}
+/// A factor that varies along the row: score · kv_idx.
+AttentionDef mhaScoredByKey() {
+  return withScoreMod("by_key", [](SymbolScalar s, const CustomInputs &, SymbolScalar,
+                                   SymbolScalar, SymbolScalar, SymbolScalar kv) { return s * kv; });
+}
+/// Not score · c: score · 0.5 + 1.
+AttentionDef mhaScoreShifted() {
+  return withScoreMod("shifted", [](SymbolScalar s, const CustomInputs &, SymbolScalar,
+                                    SymbolScalar, SymbolScalar,
+                                    SymbolScalar) { return s * 0.5 + 1.0; });
+}
+
 } // namespace
 
 TEST_CASE("generateForward: the key, arch and entry points",
@@ -284,29 +303,17 @@ TEST_CASE("generateForward: score_mod's factor folds into the exp2 FMA only "
   // first and reads scaled scores.
   CHECK(has(S, "attnc::exp_diff(f.at(r, c), "));
 
-  auto WithScoreMod = [](const char *Name, dsl::ScoreMod Mod) {
-    dsl::AttentionDef D = examples::mha();
-    D.name = Name;
-    D.score_mod = std::move(Mod);
-    return D;
-  };
-  using dsl::SymbolScalar;
-  CHECK(Folded(WithScoreMod("half", [](SymbolScalar s, const dsl::CustomInputs &,
+  CHECK(Folded(withScoreMod("half", [](SymbolScalar s, const dsl::CustomInputs &,
                                         SymbolScalar, SymbolScalar, SymbolScalar,
                                         SymbolScalar) { return 0.5 * s; })));
   // max(c·x) is c·max(x) only for c > 0.
-  CHECK_FALSE(Folded(WithScoreMod(
+  CHECK_FALSE(Folded(withScoreMod(
       "negative", [](SymbolScalar s, const dsl::CustomInputs &, SymbolScalar,
                      SymbolScalar, SymbolScalar,
                      SymbolScalar) { return s * -0.5; })));
   // A factor that varies along the row or is not score · c.
-  CHECK_FALSE(Folded(WithScoreMod(
-      "by_key", [](SymbolScalar s, const dsl::CustomInputs &, SymbolScalar,
-                   SymbolScalar, SymbolScalar, SymbolScalar kv) { return s * kv; })));
-  CHECK_FALSE(Folded(WithScoreMod(
-      "shifted", [](SymbolScalar s, const dsl::CustomInputs &, SymbolScalar,
-                    SymbolScalar, SymbolScalar,
-                    SymbolScalar) { return s * 0.5 + 1.0; })));
+  CHECK_FALSE(Folded(mhaScoredByKey()));
+  CHECK_FALSE(Folded(mhaScoreShifted()));
   CHECK_FALSE(Folded(test::tensorInputs()));
   // Online functions that read the scores other than through max and exp.
   CHECK_FALSE(Folded(examples::sigmoidAttn()));
@@ -333,21 +340,9 @@ TEST_CASE("generated forward_folded: the backward's P from the raw score, "
   CHECK(has(S, "attnc::exp_diff(scores, finals[0])"));
   // A mask does not change P's recomputation.
   CHECK(Folded(examples::mhaSlidingWindow()));
-  auto WithScoreMod = [](const char *Name, dsl::ScoreMod Mod) {
-    dsl::AttentionDef D = examples::mha();
-    D.name = Name;
-    D.score_mod = std::move(Mod);
-    return D;
-  };
-  using dsl::SymbolScalar;
   // c must be a positive constant: not per key, not score · c + d.
-  CHECK_FALSE(Folded(WithScoreMod(
-      "by_key", [](SymbolScalar s, const dsl::CustomInputs &, SymbolScalar,
-                   SymbolScalar, SymbolScalar, SymbolScalar kv) { return s * kv; })));
-  CHECK_FALSE(Folded(WithScoreMod(
-      "shifted", [](SymbolScalar s, const dsl::CustomInputs &, SymbolScalar,
-                    SymbolScalar, SymbolScalar,
-                    SymbolScalar) { return s * 0.5 + 1.0; })));
+  CHECK_FALSE(Folded(mhaScoredByKey()));
+  CHECK_FALSE(Folded(mhaScoreShifted()));
   // score_mods that are not score · c, forwards that are not exp(s − y).
   CHECK_FALSE(Folded(examples::alibiLearnable()));
   CHECK_FALSE(Folded(examples::sigmoidAttn()));
