@@ -291,6 +291,19 @@ struct FwdSm90 {
     return e;
   }
 
+  /// The CTA's Q block by TMA on \p bar_q (one thread); batch \p b is 0 in
+  /// packed and paged calls, whose q is one batch of all tokens.
+  __device__ static __forceinline__ void load_q(const Sm90Maps &maps, const SeqSpan &sp,
+                                                int m_block, int h, int b, u32 base, u32 bar_q) {
+    const int qrow = sp.q0 + m_block * kBlockM;
+    mbar_arrive_expect_tx(bar_q, kQBytes);
+#pragma unroll
+    for (int s = 0; s < kD / 64; ++s)
+      tma_load_4d(base + s * kQSlab, &maps.q, s * 64, tma_coord(1, maps.q_pos, qrow, h, b),
+                  tma_coord(2, maps.q_pos, qrow, h, b), tma_coord(3, maps.q_pos, qrow, h, b),
+                  bar_q);
+  }
+
   /// The producer: one thread issues every TMA load of the CTA.
   template <class KV>
   __device__ static void produce(const FwdArgs &a, const Sm90Maps &maps, const SeqSpan &sp,
@@ -306,13 +319,7 @@ struct FwdSm90 {
     tma_prefetch_desc(&maps.q);
     tma_prefetch_desc(&maps.k);
     tma_prefetch_desc(&maps.v);
-    const int qrow = sp.q0 + m_block * kBlockM;
-    mbar_arrive_expect_tx(bar_q, kQBytes);
-#pragma unroll
-    for (int s = 0; s < kD / 64; ++s)
-      tma_load_4d(base + s * kQSlab, &maps.q, s * 64, tma_coord(1, maps.q_pos, qrow, h, b),
-                  tma_coord(2, maps.q_pos, qrow, h, b), tma_coord(3, maps.q_pos, qrow, h, b),
-                  bar_q);
+    load_q(maps, sp, m_block, h, b, base, bar_q);
     for (int j = 0; j < count; ++j) {
       const int stage = j % kStages;
       if (j >= kStages)

@@ -39,13 +39,7 @@ __device__ void paged_produce_warp(const FwdArgs &a, const Sm90Maps &maps, const
     tma_prefetch_desc(&maps.k);
     tma_prefetch_desc(&maps.v);
     // A paged call's q is packed: one batch of all tokens.
-    const int qrow = sp.q0 + m_block * kBlockM;
-    mbar_arrive_expect_tx(bar_q, Fwd::kQBytes);
-#pragma unroll
-    for (int s = 0; s < kD / 64; ++s)
-      tma_load_4d(base + s * Fwd::kQSlab, &maps.q, s * 64,
-                  tma_coord(1, maps.q_pos, qrow, h, 0), tma_coord(2, maps.q_pos, qrow, h, 0),
-                  tma_coord(3, maps.q_pos, qrow, h, 0), bar_q);
+    Fwd::load_q(maps, sp, m_block, h, 0, base, bar_q);
   }
   const bool mine = lane * kv.rows < kBlockN;
   auto box = [&](int j) {
@@ -117,13 +111,7 @@ __device__ void paged_produce_gather(const FwdArgs &a, const Sm90Maps &maps, con
   if (threadIdx.x == 0) {
     tma_prefetch_desc(&maps.q);
     // A paged call's q is packed: one batch of all tokens.
-    const int qrow = sp.q0 + m_block * kBlockM;
-    mbar_arrive_expect_tx(bar_q, Fwd::kQBytes);
-#pragma unroll
-    for (int s = 0; s < kD / 64; ++s)
-      tma_load_4d(base + s * Fwd::kQSlab, &maps.q, s * 64,
-                  tma_coord(1, maps.q_pos, qrow, h, 0), tma_coord(2, maps.q_pos, qrow, h, 0),
-                  tma_coord(3, maps.q_pos, qrow, h, 0), bar_q);
+    Fwd::load_q(maps, sp, m_block, h, 0, base, bar_q);
   }
   // The producer runs at 24 registers (setmaxnreg): a lane computes the
   // element offsets of its own row (page, slot and KV head) once a block,
