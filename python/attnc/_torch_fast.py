@@ -16,7 +16,9 @@ into a scratch buffer of its plan, one per stream, instead of allocating
 them: successive calls on one stream write it in stream order and nothing
 reads it. Under CUDA-graph capture a call allocates them afresh (the
 graph's pool keeps them as long as the graph), since a replay must never
-write into a scratch buffer that a dropped plan gave back."""
+write into a scratch buffer that a dropped plan gave back; whether the
+stream is capturing is asked of CUDA only on a stream other than the
+legacy default one (raw handle 0), which never captures."""
 
 import ctypes
 import threading
@@ -231,9 +233,13 @@ def _launch(p, q, k, v, inputs, device):
             finals_at = finals.data_ptr()
     elif p.finals_passed:
         scratch = p.scratch.get(stream)
-        if scratch is None or _capturing():
+        # The legacy default stream (raw handle 0, eager code's usual one)
+        # is never capturing: CUDA refuses to capture it, and so does
+        # torch.cuda.graph. Only another stream's call asks (a CUDA call).
+        if scratch is None or (stream and _capturing()):
+            capturing = bool(stream) and _capturing()
             scratch = q.new_empty(p.finals_shape, dtype=_F32)
-            if not _capturing():
+            if not capturing:
                 p.scratch[stream] = scratch
         finals_at = scratch.data_ptr()
     if inputs:

@@ -83,11 +83,13 @@ class StandInTorch:
     def __init__(self):
         self.current, self.stream = 0, 0x5000
         self.capturing = False
+        self.capture_checks = 0
         self.switched = []
         fake_c = types.SimpleNamespace(
             _cuda_getDevice=lambda: self.current,
-            _cuda_getCurrentRawStream=lambda device: self.stream + device,
-            _cuda_isCurrentStreamCapturing=lambda: self.capturing)
+            _cuda_getCurrentRawStream=lambda device: (
+                self.stream and self.stream + device),
+            _cuda_isCurrentStreamCapturing=self.is_capturing)
 
         @contextlib.contextmanager
         def device(index):
@@ -106,6 +108,10 @@ class StandInTorch:
             empty_like=lambda t: Tensor(t.shape, t._device, t.dtype),
             empty_strided=self.empty_strided)
         self.allocated = []
+
+    def is_capturing(self):
+        self.capture_checks += 1
+        return self.capturing
 
     def empty_strided(self, shape, strides, dtype=None, device=None):
         """torch.empty_strided as the fast path calls it (every argument
@@ -260,6 +266,21 @@ class FastForward(unittest.TestCase):
         self.torch.stream = 0x5000
         self.fast.forward("mha", q, k, v, None, False, self.resolve)
         self.assertEqual(self.calls[-1][1]["finals"], first)
+
+    def test_the_default_stream_is_never_asked_about_capture(self):
+        # Raw handle 0 (the legacy default stream) cannot capture; another
+        # stream's call with a scratch buffer asks on every call.
+        q, k, v = self.qkv()
+        self.torch.stream = 0
+        for _ in range(3):
+            self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.assertEqual(self.torch.capture_checks, 0)
+        self.assertEqual(self.calls[-1][0][9], 0)
+        self.assertEqual(len(set(c[1]["finals"] for c in self.calls)), 1)
+        self.torch.stream = 0x5000
+        for _ in range(3):
+            self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.assertEqual(self.torch.capture_checks, 3)  # one a call
 
     def test_a_captured_call_allocates_its_finals(self):
         # A graph's kernels must not write into a plan's scratch buffer
