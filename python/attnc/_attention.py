@@ -396,9 +396,11 @@ class Attention(PagedCalls):
                 if finals is not None:
                     tensors.append(finals)
                 p = _fastpack.pack_torch(where, _FORWARD_NAMES, tensors,
-                                         items, (), s)
-                self._launch_forward(p.base, finals is not None,
-                                     p.at_inputs, len(items), mask, s)
+                                         items, (), s, False)
+                status = _fastpack.forward_call(p, self._handle, len(items),
+                                                mask, s, q, k, v, out, finals)
+                if status:
+                    _lib.check(status)
                 return
         s = _stream(stream)
         tensors = [view(q, where, "q", s), view(k, where, "k", s),
@@ -424,14 +426,17 @@ class Attention(PagedCalls):
         if finals is None:
             p = _fastpack.pack_torch("attnc.Attention.forward",
                                      _FORWARD_NAMES, (q, k, v, out), items,
-                                     (), stream)
+                                     (), stream, False)
         else:
             p = _fastpack.pack_torch("attnc.Attention.forward",
                                      _FORWARD_NAMES, (q, k, v, out, finals),
-                                     items, (), stream)
-        self._launch_forward(p.base, finals is not None, p.at_inputs,
-                             len(items), None if block_mask is None
-                             else block_mask._handle, stream)
+                                     items, (), stream, False)
+        status = _fastpack.forward_call(
+            p, self._handle, len(items),
+            None if block_mask is None else block_mask._handle, stream,
+            q, k, v, out, finals)
+        if status:
+            _lib.check(status)
 
     def _launch_forward(self, base, has_finals, at_inputs, n_inputs, mask,
                         s):

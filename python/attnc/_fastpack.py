@@ -5,6 +5,7 @@ into a buffer kept from the first call of its shape."""
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import threading
 
@@ -111,7 +112,54 @@ class Packed:
     """One call shape's buffer: where each changing word goes."""
 
     __slots__ = ("buf", "base", "at_inputs", "at_grads", "words", "floats",
-                 "ints", "ptr_slots", "f32_slots", "i32_slots")
+                 "ints", "ptr_slots", "f32_slots", "i32_slots", "calls")
+
+
+# attnc_forward_call (attnc_c.h) as ten words: att, q, k, v, out, finals,
+# inputs, num_inputs, mask, stream.
+CallWords = ctypes.c_uint64 * 10
+MASK_WORD, STREAM_WORD = 8, 9
+c_forward_call = _lib.declare("attnc_attention_forward_call",
+                              [ctypes.c_void_p])
+
+
+def forward_call(p, handle, n_inputs, mask, stream, q, k, v, out,
+                 finals) -> int:
+    """attnc_attention_forward_call (its status) of packed forward p (q, k,
+    v, out and finals, where not None, at p.base; n_inputs inputs) for the
+    attention handle, with mask (a block mask handle or None) and stream,
+    writing the five tensors' data pointers: one pointer argument (the
+    extension attnc._fastcall where it is there, else ctypes), where
+    attnc_attention_forward's nine cost microseconds to convert. The call's
+    words are kept in p per handle (a shape's packing serves every object
+    called with it)."""
+    calls = p.calls
+    if calls is None:
+        calls = p.calls = {}
+    found = calls.get(handle)
+    if found is None:
+        base = p.base
+        call = CallWords(handle, base, base + TENSOR_SIZE,
+                         base + 2 * TENSOR_SIZE, base + 3 * TENSOR_SIZE,
+                         0 if finals is None else base + 4 * TENSOR_SIZE,
+                         p.at_inputs or 0, n_inputs, 0, 0)
+        found = calls[handle] = (call, ctypes.addressof(call))
+    call, at = found
+    call[MASK_WORD] = mask or 0
+    ext = _lib.forward_call
+    if ext is not None:
+        return ext(at, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                   out.data_ptr(), 0 if finals is None else finals.data_ptr(),
+                   stream)
+    words = p.words
+    words[0] = q.data_ptr()
+    words[4] = k.data_ptr()
+    words[8] = v.data_ptr()
+    words[12] = out.data_ptr()
+    if finals is not None:
+        words[16] = finals.data_ptr()
+    call[STREAM_WORD] = stream
+    return c_forward_call(at)
 
 
 def _meta(t):
@@ -139,6 +187,7 @@ def _build(where, names, tensors, inputs, grads, stream):
     buf, base, at_inputs, at_grads = pack(views, entries, named)
     p = Packed()
     p.buf, p.base, p.at_inputs, p.at_grads = buf, base, at_inputs, at_grads
+    p.calls = None
     mv = memoryview(buf).cast("B")  # ctypes' "<c" casts only via bytes
     p.words, p.floats, p.ints = mv.cast("Q"), mv.cast("f"), mv.cast("i")
     ptr, f32, i32 = [], [], []
@@ -200,13 +249,15 @@ def fast_grads(obj, grads, tensor_type):
     return items
 
 
-def pack_torch(where, names, tensors, inputs=(), grads=(), stream=0):
+def pack_torch(where, names, tensors, inputs=(), grads=(), stream=0,
+               pointers=True):
     """The packed call for torch tensors: names/tensors the call's tensor
     arguments in order; inputs (name, kind, number or tensor, name
     address), kind 0 f32, 1 i32, 2 tensor; grads (name, name address,
     tensor). Tensor i's attnc_tensor is at .base + 32 * i, the inputs at
     .at_inputs, the grads at .at_grads. Valid until this thread's next call
-    of the same shape."""
+    of the same shape. pointers=False leaves the tensors' data pointers of
+    a repeat call to the caller (forward_call writes them)."""
     key = [(t.dtype, t.get_device(), t.shape, t.stride()) for t in tensors]
     if inputs:
         for name, kind, value, address in inputs:
@@ -223,14 +274,18 @@ def pack_torch(where, names, tensors, inputs=(), grads=(), stream=0):
             cache.clear()
         cache[key] = p
         return p
+    if not inputs and not grads:
+        if pointers:
+            words, slots = p.words, p.ptr_slots
+            for i, t in enumerate(tensors):
+                words[slots[i]] = t.data_ptr()
+        return p
     words = p.words
     slots = p.ptr_slots
     i = 0
     for t in tensors:
         words[slots[i]] = t.data_ptr()
         i += 1
-    if not inputs and not grads:
-        return p
     fi = ii = 0
     for name, kind, value, address in inputs:
         if kind == 2:

@@ -2,9 +2,11 @@
 (definition, the three tensors' dtype, device, shape and strides, whether
 the finals are wanted, the custom inputs' names and kinds) a plan holds the
 resolved attention object and an attnc_forward_call packed once, so a
-repeat call allocates its outputs, writes their data pointers, q's, k's and
-v's, the scalar values and the stream, and calls
-attnc_attention_forward_call with one pointer. The first call of a shape
+repeat call allocates its outputs (torch.empty_strided with the plan's
+shape, strides, dtype and device: one dispatcher call, where
+q.new_empty takes two), writes their data pointers, q's, k's and v's, the
+scalar values and the stream, and calls attnc_attention_forward_call with
+one pointer. The first call of a shape
 takes every check of the generic path (the same messages); the C++ runtime
 checks every call (docs/python.md, Overhead).
 
@@ -14,7 +16,9 @@ into a scratch buffer of its plan, one per stream, instead of allocating
 them: successive calls on one stream write it in stream order and nothing
 reads it. Under CUDA-graph capture a call allocates them afresh (the
 graph's pool keeps them as long as the graph), since a replay must never
-write into a scratch buffer that a dropped plan gave back."""
+write into a scratch buffer that a dropped plan gave back; whether the
+stream is capturing is asked of CUDA only on a stream other than the
+legacy default one (raw handle 0), which never captures."""
 
 import ctypes
 import threading
@@ -24,7 +28,7 @@ import torch
 from . import _fastpack, _lib
 from ._tensors import INPUT_SIZE, TENSOR_SIZE
 
-_call = _lib.declare("attnc_attention_forward_call", [ctypes.c_void_p])
+_call = _fastpack.c_forward_call
 # The same call without ctypes where the extension attnc._fastcall is
 # there (docs/python.md, Overhead): it writes the data pointers and the
 # stream itself. None: _call, the words written here.
@@ -37,9 +41,8 @@ _backward = _lib.declare("attnc_attention_backward",
 
 # attnc_forward_call's words (attnc_c.h): att, q, k, v, out, finals,
 # inputs, num_inputs, mask, stream.
-_CALL_WORDS = 10
-_CallWords = ctypes.c_uint64 * _CALL_WORDS
-_STREAM_WORD = 9
+_CallWords = _fastpack.CallWords
+_STREAM_WORD = _fastpack.STREAM_WORD
 
 # Plans are per thread: a call writes its plan's buffers and reads them in
 # C without the GIL, so another thread must not rewrite them meanwhile.
@@ -52,6 +55,7 @@ _MAX_PLANS = 256
 
 _Tensor = torch.Tensor
 _F32 = torch.float32
+_empty_strided = torch.empty_strided
 _empty_like = getattr(torch, "empty_like", None)
 _current_device = getattr(torch._C, "_cuda_getDevice",
                           torch.cuda.current_device)
@@ -66,8 +70,18 @@ class _Plan:
     """One call shape's packed call; see the module's docstring."""
 
     __slots__ = ("att", "packed", "words", "floats", "ints", "call",
-                 "call_at", "device", "out_shape", "finals_shape",
+                 "call_at", "device", "dtype", "torch_device", "out_shape",
+                 "out_strides", "finals_shape", "finals_strides",
                  "finals_passed", "returns_finals", "inputs", "scratch")
+
+
+def _contiguous(shape):
+    """The strides of a contiguous tensor of shape, as torch makes them."""
+    strides, n = [], 1
+    for size in reversed(shape):
+        strides.append(n)
+        n *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def _table():
@@ -150,9 +164,14 @@ def _build(key, name, q, k, v, inputs, want_finals, resolve):
                       packed.at_inputs or 0, len(items), 0, 0)
     p.call, p.call_at = call, ctypes.addressof(call)
     p.device = q.get_device()
+    p.dtype, p.torch_device = q.dtype, q.device
     p.out_shape = tuple(out.shape)
+    # A repeat call's outputs are laid out as the packed ones.
+    p.out_strides = tuple(out.stride())
     p.finals_shape = (finals_shape if want_finals or finals_passed
                       else None)
+    p.finals_strides = (tuple(tensors[4].stride()) if finals_passed
+                        else _contiguous(finals_shape))
     p.returns_finals = want_finals
     p.finals_passed = finals_passed
     # Unreturned finals by raw stream handle (see the module's docstring).
@@ -185,7 +204,8 @@ def forward(name, q, k, v, inputs, want_finals, resolve):
     (bhsd), or None where the generic path must take it. q, k, v are plain
     torch tensors; inputs maps names to numbers or tensors (or is empty);
     resolve(q, v, name) gives the call's Attention (attnc.torch's cache)."""
-    key = (name, q.dtype, k.dtype, v.dtype, q.get_device(), k.get_device(),
+    device = q.get_device()
+    key = (name, q.dtype, k.dtype, v.dtype, device, k.get_device(),
            v.get_device(), q.shape, q.stride(), k.shape, k.stride(),
            v.shape, v.stride(), want_finals,
            _input_key(inputs) if inputs else None)
@@ -195,26 +215,31 @@ def forward(name, q, k, v, inputs, want_finals, resolve):
         p = _build(key, name, q, k, v, inputs, want_finals, resolve)
         if p is None:
             return None
-    device = p.device
-    if device != _current_device():
+    if device != _current_device():  # the plan's: the key holds q's device
         return _fastpack.run_on(device, _launch, p, q, k, v, inputs, device)
     return _launch(p, q, k, v, inputs, device)
 
 
 def _launch(p, q, k, v, inputs, device):
-    out = q.new_empty(p.out_shape)
+    out = _empty_strided(p.out_shape, p.out_strides, dtype=p.dtype,
+                         device=p.torch_device)
     stream = _raw_stream(device)
     finals = None
     finals_at = 0
     if p.returns_finals:
-        finals = q.new_empty(p.finals_shape, dtype=_F32)
+        finals = _empty_strided(p.finals_shape, p.finals_strides, dtype=_F32,
+                                device=p.torch_device)
         if p.finals_passed:
             finals_at = finals.data_ptr()
     elif p.finals_passed:
         scratch = p.scratch.get(stream)
-        if scratch is None or _capturing():
+        # The legacy default stream (raw handle 0, eager code's usual one)
+        # is never capturing: CUDA refuses to capture it, and so does
+        # torch.cuda.graph. Only another stream's call asks (a CUDA call).
+        if scratch is None or (stream and _capturing()):
+            capturing = bool(stream) and _capturing()
             scratch = q.new_empty(p.finals_shape, dtype=_F32)
-            if not _capturing():
+            if not capturing:
                 p.scratch[stream] = scratch
         finals_at = scratch.data_ptr()
     if inputs:

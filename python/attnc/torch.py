@@ -432,14 +432,11 @@ def _plain(q, k, v) -> bool:
             and not (_function_modes is not None and _function_modes()))
 
 
-def _wants_grad(q, k, v, inputs) -> bool:
-    """Whether q, k, v or a tensor input requires grad."""
-    if q.requires_grad or k.requires_grad or v.requires_grad:
-        return True
-    if inputs:
-        for value in inputs.values():
-            if isinstance(value, _Tensor) and value.requires_grad:
-                return True
+def _input_wants_grad(inputs) -> bool:
+    """Whether a tensor custom input requires grad."""
+    for value in inputs.values():
+        if isinstance(value, _Tensor) and value.requires_grad:
+            return True
     return False
 
 
@@ -564,7 +561,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, definition,
                 and type(k) is _Tensor and type(v) is _Tensor
                 and _dispatch_modes() == 0
                 and not (_function_modes is not None and _function_modes())
-                and not (_grad_enabled() and _wants_grad(q, k, v, inputs))):
+                and not (_grad_enabled()
+                         and (q.requires_grad or k.requires_grad
+                              or v.requires_grad
+                              or (inputs and _input_wants_grad(inputs))))):
             # An eager call that no gradient needs: one packed C call for a
             # call shape seen before (attnc/_torch_fast.py).
             name = (definition if type(definition) is str

@@ -69,6 +69,13 @@ def main():
         for kind in (Tensor, Quick):
             stand_in.module.Tensor = fast._Tensor = kind
             q, k, v = (kind((1, 1, 128, 64)) for _ in range(3))
+            # The outputs' allocation (torch.empty_strided): the stand-in's
+            # own Tensor (Python, unrecorded), or none for Quick.
+            fast._empty_strided = (
+                (lambda shape, strides, dtype=None, device=None:
+                 Tensor(shape, device.index, dtype, strides=strides))
+                if kind is Tensor else
+                (lambda shape, strides, dtype=None, device=None: q))
             for way, stub in ways:
                 fast._call = lambda address: 0
                 fast._forward_call = stub

@@ -33,8 +33,9 @@ class Tensor:
 
     next_data = 1 << 20
 
-    def __init__(self, shape, device=0, dtype=F16, value=None):
+    def __init__(self, shape, device=0, dtype=F16, value=None, strides=None):
         self.shape = tuple(shape)
+        self._strides = strides
         self.dtype = dtype
         self._device = device
         self.device = Device(device)
@@ -48,6 +49,8 @@ class Tensor:
         return self._device
 
     def stride(self):
+        if self._strides is not None:
+            return self._strides
         s, strides = 1, []
         for n in reversed(self.shape):
             strides.append(s)
@@ -80,11 +83,13 @@ class StandInTorch:
     def __init__(self):
         self.current, self.stream = 0, 0x5000
         self.capturing = False
+        self.capture_checks = 0
         self.switched = []
         fake_c = types.SimpleNamespace(
             _cuda_getDevice=lambda: self.current,
-            _cuda_getCurrentRawStream=lambda device: self.stream + device,
-            _cuda_isCurrentStreamCapturing=lambda: self.capturing)
+            _cuda_getCurrentRawStream=lambda device: (
+                self.stream and self.stream + device),
+            _cuda_isCurrentStreamCapturing=self.is_capturing)
 
         @contextlib.contextmanager
         def device(index):
@@ -100,7 +105,21 @@ class StandInTorch:
         self.module = types.SimpleNamespace(
             Tensor=Tensor, float16=F16, bfloat16="bf16", float32=F32,
             int32="<i4", _C=fake_c, cuda=cuda,
-            empty_like=lambda t: Tensor(t.shape, t._device, t.dtype))
+            empty_like=lambda t: Tensor(t.shape, t._device, t.dtype),
+            empty_strided=self.empty_strided)
+        self.allocated = []
+
+    def is_capturing(self):
+        self.capture_checks += 1
+        return self.capturing
+
+    def empty_strided(self, shape, strides, dtype=None, device=None):
+        """torch.empty_strided as the fast path calls it (every argument
+        given), recorded."""
+        t = Tensor(shape, device.index, dtype, strides=tuple(strides))
+        self.allocated.append((tuple(shape), tuple(strides), dtype,
+                               device.index))
+        return t
 
     def __enter__(self):
         self.saved = sys.modules.get("torch")
@@ -248,6 +267,21 @@ class FastForward(unittest.TestCase):
         self.fast.forward("mha", q, k, v, None, False, self.resolve)
         self.assertEqual(self.calls[-1][1]["finals"], first)
 
+    def test_the_default_stream_is_never_asked_about_capture(self):
+        # Raw handle 0 (the legacy default stream) cannot capture; another
+        # stream's call with a scratch buffer asks on every call.
+        q, k, v = self.qkv()
+        self.torch.stream = 0
+        for _ in range(3):
+            self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.assertEqual(self.torch.capture_checks, 0)
+        self.assertEqual(self.calls[-1][0][9], 0)
+        self.assertEqual(len(set(c[1]["finals"] for c in self.calls)), 1)
+        self.torch.stream = 0x5000
+        for _ in range(3):
+            self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.assertEqual(self.torch.capture_checks, 3)  # one a call
+
     def test_a_captured_call_allocates_its_finals(self):
         # A graph's kernels must not write into a plan's scratch buffer
         # (a dropped plan gives it back while the graph lives): each
@@ -278,6 +312,58 @@ class FastForward(unittest.TestCase):
         self.assertIn("argument 'k' is on cuda:1 and argument 'q' on cuda:0",
                       str(caught.exception))
         self.assertEqual(len(self.calls), 1)  # nothing launched
+
+    def test_a_changed_dtype_or_stride_after_a_cached_call_is_caught(self):
+        """The plan is per dtype and strides: a call that changes either
+        after a cached one is packed anew and refused by the runtime's
+        checks (the real C function), never run with the cached words."""
+        q, k, v = self.qkv()
+        self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.fast.forward("mha", q, k, v, None, False, self.resolve)
+        self.assertEqual(len(self.calls), 2)
+        self.fast._call = self.torch.fast._lib.declare(
+            "attnc_attention_forward_call", [ctypes.c_void_p])
+        bf16 = Tensor((1, 2, 8, 64), 0, "bf16")
+        with self.assertRaises(attnc.UserError) as caught:
+            self.fast.forward("mha", q, bf16, v, None, False, self.resolve)
+        self.assertIn("k: expected dtype f16, got bf16", str(caught.exception))
+        strided = Tensor((1, 2, 8, 64), strides=(2048, 1024, 128, 2))
+        with self.assertRaises(attnc.UserError) as caught:
+            self.fast.forward("mha", q, k, strided, None, False,
+                              self.resolve)
+        self.assertIn("v: the head_dim stride must be 1, got 2",
+                      str(caught.exception))
+        # Each was a plan of its own; the cached one is still there.
+        plans = self.fast._local.plans
+        self.assertEqual(len(plans), 3)
+        keys = [key for key in plans if key[2] == "bf16"]
+        self.assertEqual(len(keys), 1)
+        self.assertEqual(
+            len([key for key in plans if key[12] == (2048, 1024, 128, 2)]),
+            1)
+        self.assertEqual(len(self.calls), 2)  # nothing else was recorded
+
+    def test_a_repeat_call_allocates_outputs_as_packed(self):
+        """A repeat call's out and returned finals have the shape, strides,
+        dtype and device that its plan packed (torch.empty_strided)."""
+        q, k, v = self.qkv(device=1)
+        self.torch.current = 1
+        self.fast.forward("mha", q, k, v, None, True, self.resolve)
+        self.torch.allocated.clear()
+        out, finals = self.fast.forward("mha", q, k, v, None, True,
+                                        self.resolve)
+        self.assertEqual(self.torch.allocated, [
+            ((1, 2, 8, 64), (1024, 512, 64, 1), F16, 1),
+            ((1, 1, 2, 8), (16, 16, 8, 1), F32, 1)])
+        words, tensors = self.calls[-1]
+        self.assertEqual((tensors["out"], tensors["finals"]),
+                         (out.data_ptr(), finals.data_ptr()))
+        fresh = _tensors.pack([_tensors.view(t, "w", "t")
+                               for t in (q, k, v, out, finals)])
+        for i in (3, 4):  # the packed strides are the outputs' own
+            strides_at = _words(words[1 + i] + 24, 1)[0]
+            fstrides_at = _words(fresh[1] + 32 * i + 24, 1)[0]
+            self.assertEqual(_words(strides_at, 4), _words(fstrides_at, 4))
 
     def test_the_generic_path_takes_the_rest(self):
         q, k, v = self.qkv()
@@ -399,6 +485,62 @@ class PackedBackward(unittest.TestCase):
         self.assertEqual(self.torch.switched, [1, 1])
         self.assertEqual(self.backward_calls[-1][-1], 0x5001)
         self.assertEqual(self.torch.current, 0)
+
+
+class RawForward(unittest.TestCase):
+    """attnc.Attention.forward on torch tensors: per packed call shape and
+    object, one attnc_forward_call whose pointers, block mask and stream a
+    call writes (through attnc._fastcall where it is there, else ctypes),
+    with the real libattnc_c: a call its checks refuse (k's head dim) is
+    read back."""
+
+    def setUp(self):
+        self.torch = StandInTorch().__enter__()
+        self.att = attnc.Attention(attnc.example("mha"), head_dim=64,
+                                   layout="bhsd", arch="sm_80")
+        self.saved = _lib.forward_call
+
+    def tearDown(self):
+        _lib.forward_call = self.saved
+        self.torch.__exit__()
+
+    def refused(self, stream, finals=True):
+        q, v, out = (Tensor((1, 2, 8, 64)) for _ in range(3))
+        k = Tensor((1, 2, 8, 32))
+        f = Tensor((1, 1, 2, 8), dtype=F32) if finals else None
+        with self.assertRaises(attnc.UserError) as caught:
+            self.att.forward(q, k, v, out, f, stream=stream)
+        self.assertIn("k: head_dim (last dimension) must be 64, got 32",
+                      str(caught.exception))
+        tensors = (q, k, v, out, f)
+        p = _fastpack.pack_torch("t", ("q", "k", "v", "out", "finals"),
+                                 [t for t in tensors if t is not None])
+        call, at = p.calls[self.att._handle]
+        return tensors, _words(at, 10), p
+
+    def test_a_repeat_call_writes_its_pointers_and_stream(self):
+        ways = [None] if self.saved is None else [self.saved, None]
+        for way in ways:  # the extension, then ctypes
+            _lib.forward_call = way
+            for finals in (True, False):
+                self.refused(0x100, finals)
+                tensors, words, p = self.refused(0x200 + finals, finals)
+                self.assertEqual(words[0], self.att._handle)
+                self.assertEqual(words[1], p.base)
+                self.assertEqual(words[5], p.base + 128 if finals else 0)
+                self.assertEqual(words[7:], [0, 0, 0x200 + finals])
+                for i, t in enumerate(tensors):
+                    if t is not None:
+                        self.assertEqual(_words(words[1 + i], 1)[0],
+                                         t.data_ptr(), (way, i))
+
+    def test_a_changed_stride_after_a_cached_call_is_caught(self):
+        self.refused(0x100)
+        q, k, v, out = (Tensor((1, 2, 8, 64)) for _ in range(4))
+        f = Tensor((1, 1, 2, 8), dtype=F32, strides=(16, 16, 8, 2))
+        with self.assertRaises(attnc.UserError) as caught:
+            self.att.forward(q, k, v, out, f, stream=0x100)
+        self.assertIn("finals: must be contiguous", str(caught.exception))
 
 
 class CallArgument(unittest.TestCase):

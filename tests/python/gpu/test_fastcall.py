@@ -83,6 +83,73 @@ class ExtensionOnTheDevice(unittest.TestCase):
             self.assertTrue(torch.isfinite(out).all())
             self.assertTrue(torch.equal(out, plain), bias)
 
+    def check_mha(self, what, out, q, k, v):
+        self._dtype = torch.float16
+        self.assertTrue(torch.isfinite(out).all(), what)
+        check_close(self, what, out, reference("mha", q.double(), k.double(),
+                                               v.double(), {}),
+                    reference("mha", q, k, v, {}))
+
+    def test_a_changed_layout_or_dtype_after_a_cached_call(self):
+        """A call whose k or v differs in strides or dtype from a cached
+        plan's is packed anew: other strides give the right result, a
+        dtype or head-dim stride the runtime refuses raises its message;
+        the cached shape still runs after them."""
+        q, k, v = self.q, self.k, self.v
+        first = [poisoned(lambda: attnc.torch.attention(q, k, v, "mha"))
+                 for _ in range(2)][-1]
+        # The same values in bshd storage, seen as bhsd: other strides.
+        ks, vs = (t.transpose(1, 2).contiguous().transpose(1, 2)
+                  for t in (k, v))
+        self.assertNotEqual(ks.stride(), k.stride())
+        out = [poisoned(lambda: attnc.torch.attention(q, ks, vs, "mha"))
+               for _ in range(2)][-1]
+        torch.cuda.synchronize()
+        self.check_mha("other strides", out, q, k, v)
+        with self.assertRaises(attnc.UserError) as caught:
+            attnc.torch.attention(q, k.to(torch.bfloat16), v, "mha")
+        self.assertIn("k: expected dtype f16, got bf16",
+                      str(caught.exception))
+        wide = torch.randn(B, H, S, 2 * D, device="cuda",
+                           dtype=torch.float16)
+        with self.assertRaises(attnc.UserError) as caught:
+            attnc.torch.attention(q, k, wide[..., ::2], "mha")
+        self.assertIn("v: the head_dim stride must be 1, got 2",
+                      str(caught.exception))
+        again = poisoned(lambda: attnc.torch.attention(q, k, v, "mha"))
+        torch.cuda.synchronize()
+        self.assertTrue(torch.equal(again, first))
+
+    def test_raw_forward_through_both_calls(self):
+        """attnc.Attention.forward's one-pointer call (the extension, then
+        ctypes) against fp64, bit for bit between the two; a changed
+        finals stride after them raises."""
+        q, k, v = self.q, self.k, self.v
+        att = attnc.Attention(attnc.example("mha"), head_dim=D,
+                              layout="bhsd")
+        results = []
+        for way in (_lib.forward_call, None):
+            saved = _lib.forward_call
+            _lib.forward_call = way
+            try:
+                for _ in range(3):
+                    out = torch.full_like(q, float("nan"))
+                    finals = torch.full((1, B, H, S), float("nan"),
+                                        device="cuda")
+                    att.forward(q, k, v, out, finals)
+            finally:
+                _lib.forward_call = saved
+            torch.cuda.synchronize()
+            results.append((out, finals))
+        (out, finals), (plain_out, plain_finals) = results
+        self.check_mha("Attention.forward", out, q, k, v)
+        self.assertTrue(torch.equal(out, plain_out))
+        self.assertTrue(torch.equal(finals, plain_finals))
+        strided = torch.empty(1, B, H, 2 * S, device="cuda")[..., ::2]
+        with self.assertRaises(attnc.UserError) as caught:
+            att.forward(q, k, v, out, strided)
+        self.assertIn("finals", str(caught.exception))
+
     def test_a_refused_call_raises(self):
         with self.assertRaises(attnc.UserError) as caught:
             attnc.torch.attention(self.q, self.k[..., :32].contiguous(),
