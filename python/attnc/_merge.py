@@ -20,7 +20,7 @@ MAX_PARTS = 8
 
 def merge_kind(att) -> tuple[str, str]:
     """(kind, reason) of att's result merge: "sum", "log-sum-exp",
-    "combine" (the definition's own; merge_results does not run it yet), or
+    "combine" (the definition's own, which merge_results runs), or
     "none" with the analysis' reason why the results do not merge."""
     kind = ctypes.c_int32()
     reason = ctypes.c_char_p()

@@ -6,9 +6,12 @@
 namespace attnc {
 
 constexpr int kMaxMergeParts = 8;
+/// The most finals a merged result has.
+constexpr int kMaxMergeFinals = 8;
 
 /// o tensors: element strides (batch, head, query); finals contiguous
-/// [num_finals][batch][heads][seq_q].
+/// [num_finals][batch][heads][seq_q]. final_of: a combine merge's final of
+/// each online rowscale, in declaration order (the result is the state).
 struct MergeResultsArgs {
   const void *o[kMaxMergeParts];
   const float *finals[kMaxMergeParts];
@@ -17,6 +20,7 @@ struct MergeResultsArgs {
   float *out_finals;
   long long out_s[3];
   int parts, batch, heads, seq_q, num_finals, kind, lse_final;
+  int final_of[kMaxMergeFinals];
 };
 
 } // namespace attnc

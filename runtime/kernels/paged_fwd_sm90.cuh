@@ -77,54 +77,45 @@ __device__ void paged_produce_warp(const FwdArgs &a, const Sm90Maps &maps, const
   }
 }
 
-/// The gather: the producer warpgroup's 128 threads copy a key block's K
-/// and V rows with 16-byte cp.async straight into the stage's swizzled
-/// slabs (the layout TMA's 128-byte swizzle writes: chunk c of row r at
-/// chunk c ^ (r % 8) of the row's 128 bytes), each row from its own page,
-/// so that the consumers run unchanged on any page size. Warp w owns rows
+/// The gather's row copies (paged_produce_gather): warp w owns rows
 /// [w·kBlockN/4, (w+1)·kBlockN/4) of every block; one copy of the warp
 /// covers 4 rows of one 64-column slab (8 lanes a row), so consecutive
 /// lanes read 128 contiguous bytes of one row. Lane l reads the page index
 /// of the warp's row l one block ahead (in flight while the warp waits
-/// for the stage to be free) and the others take it by a shuffle: one
-/// index load a row, not one per copy. Rows at or past the sequence's end
-/// are zero-filled and not read (so the consumers have no tail to zero).
-/// Each thread arrives on the stage's barrier once its copies land
-/// (cp.async.mbarrier.arrive.noinc; the barrier expects 128 arrivals,
-/// KV::kFullArrivals); the consumers fence the async proxy before their
-/// wgmma read what the generic proxy wrote. Thread 0 loads Q by TMA.
-template <class Fwd, int kD, int kDV, int kBlockM, int kBlockN, int kStages, class KV>
-__device__ void paged_produce_gather(const FwdArgs &a, const Sm90Maps &maps, const SeqSpan &sp,
-                                     const typename Fwd::Visits &vis, int m_block, int bh,
-                                     u32 base, u32 bar_q, u32 bar_full, u32 bar_empty,
-                                     const KV &kv) {
-  static_assert(KV::kPaged && KV::kGather, "the gather's calls only");
-  static_assert(kBlockN == 64 || kBlockN == 128,
-                "a warp's rows are at most 32: one page index a lane");
-  static_assert(KV::kFullArrivals == 128, "every producer thread arrives");
+/// for the stage to be free) and makes the row's K (and V) address once a
+/// block; the others take it by a shuffle and add their chunk: one index
+/// load and one address a row, not one per copy. \p kSame: the caches'
+/// strides are equal (separate K and V tensors of one shape, or halves of
+/// one), so a row's V is its K address plus the caches' distance and only
+/// K's address is shuffled. Rows at or past the sequence's end are
+/// zero-filled and not read (so the consumers have no tail to zero).
+template <class Fwd, int kD, int kDV, int kBlockN, int kStages, bool kSame, class KV>
+__device__ __forceinline__ void paged_gather_rows(const FwdArgs &a, const SeqSpan &sp,
+                                                  const typename Fwd::Visits &vis, int hk,
+                                                  u32 base, u32 bar_full, u32 bar_empty,
+                                                  const KV &kv) {
   constexpr int kWarpRows = kBlockN / 4;
   constexpr int kPasses = kWarpRows / 4;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int h = bh % a.heads;
   const int count = vis.count;
-  const int hk = h / (a.heads / a.heads_kv);
-  if (threadIdx.x == 0) {
-    tma_prefetch_desc(&maps.q);
-    // A paged call's q is packed: one batch of all tokens.
-    Fwd::load_q(maps, sp, m_block, h, 0, base, bar_q);
-  }
   // The producer runs at 24 registers (setmaxnreg): a lane computes the
-  // element offsets of its own row (page, slot and KV head) once a block,
-  // and each copy takes its row's by a shuffle; the caches' pointers and
+  // addresses of its own row (page, slot and KV head) once a block, and
+  // each copy takes its row's by a shuffle; the caches' pointers and
   // strides are read from the kernel's parameters. (Shuffling the page and
   // computing the offsets in every pass kept 64-bit invariants live and
-  // spilled.)
+  // spilled.) Addresses are byte addresses, so that a copy adds only its
+  // chunk.
   const int sub = lane / 8; // the lane's row of a copy's four
   const int row_w = warp * kWarpRows;
   // The lane's chunk in row row_w + sub + 4k of a stage: row_w is a
   // multiple of 8, so the row's swizzle phase is sub on even passes k and
   // sub + 4 (bit 6 of the byte offset flipped) on odd ones.
   const u32 dst = (row_w + sub) * 128 + (((lane % 8) ^ sub) << 4);
+  const unsigned long long chunk = (lane % 8) * 16;
+  const unsigned long long k0 =
+      reinterpret_cast<unsigned long long>(a.k) + 2ull * (unsigned long long)(hk * a.k_sh);
+  const unsigned long long v0 =
+      reinterpret_cast<unsigned long long>(a.v) + 2ull * (unsigned long long)(hk * a.v_sh);
   // A paged call visits a range of key blocks (sp.packed: no block list).
   auto block_row = [&](int j) { return (vis.first + j) * kBlockN; };
   // The page of the warp's row lane (lanes past a warp's 16 rows repeat);
@@ -138,9 +129,13 @@ __device__ void paged_produce_gather(const FwdArgs &a, const Sm90Maps &maps, con
   for (int j = 0; j < count; ++j) {
     const int stage = j % kStages;
     const int slot = (block_row(j) + row_w + lane % kWarpRows) & ((1 << kv.shift) - 1);
-    const long long ko = next * a.k_sb + slot * a.k_ss + hk * a.k_sh;
-    const long long vo = next * a.v_sb + slot * a.v_ss + hk * a.v_sh;
-    const int row0 = block_row(j) + row_w + sub;
+    const unsigned long long kr =
+        k0 + 2ull * (unsigned long long)(next * a.k_sb + slot * a.k_ss);
+    const unsigned long long vr =
+        kSame ? 0ull : v0 + 2ull * (unsigned long long)(next * a.v_sb + slot * a.v_ss);
+    // The sequence's rows left from this lane's first row of the block: a
+    // copy's row 4k is in the sequence when 4k < left.
+    const int left = sp.seq_kv - (block_row(j) + row_w + sub);
     if (j + 1 < count)
       next = page_of(j + 1);
     if (j >= kStages)
@@ -148,24 +143,58 @@ __device__ void paged_produce_gather(const FwdArgs &a, const Sm90Maps &maps, con
     const u32 s_k = base + Fwd::kQBytes + stage * Fwd::kStageBytes;
 #pragma unroll
     for (int k = 0; k < kPasses; ++k) {
-      // Row row0 + 4k is the warp's row 4k + sub, whose offsets its lane
-      // holds; this lane adds its chunk.
+      // Row 4k + sub of the warp's, whose addresses its lane holds; this
+      // lane adds its chunk.
       const int src = 4 * k + sub;
-      const bool ok = row0 + 4 * k < sp.seq_kv;
+      const bool ok = 4 * k < left;
       const u32 d = s_k + 512 * k + ((k & 1) ? dst ^ 64u : dst);
-      const unsigned short *ks = static_cast<const unsigned short *>(a.k) +
-                                 __shfl_sync(0xffffffffu, ko, src) + (lane % 8) * 8;
-      const unsigned short *vs = static_cast<const unsigned short *>(a.v) +
-                                 __shfl_sync(0xffffffffu, vo, src) + (lane % 8) * 8;
+      const unsigned long long ks = __shfl_sync(0xffffffffu, kr, src) + chunk;
+      const unsigned long long vs =
+          kSame ? ks + (v0 - k0) : __shfl_sync(0xffffffffu, vr, src) + chunk;
 #pragma unroll
       for (int s = 0; s < kD / 64; ++s)
-        cp_async_16(d + s * Fwd::kKVSlab, ks + s * 64, ok);
+        cp_async_16(d + s * Fwd::kKVSlab, reinterpret_cast<const void *>(ks + s * 128), ok);
 #pragma unroll
       for (int s = 0; s < kDV / 64; ++s)
-        cp_async_16(d + Fwd::kKBytes + s * Fwd::kKVSlab, vs + s * 64, ok);
+        cp_async_16(d + Fwd::kKBytes + s * Fwd::kKVSlab,
+                    reinterpret_cast<const void *>(vs + s * 128), ok);
     }
     cp_async_mbar_arrive(bar_full + 8 * stage);
   }
+}
+
+/// The gather: the producer warpgroup's 128 threads copy a key block's K
+/// and V rows with 16-byte cp.async straight into the stage's swizzled
+/// slabs (the layout TMA's 128-byte swizzle writes: chunk c of row r at
+/// chunk c ^ (r % 8) of the row's 128 bytes), each row from its own page,
+/// so that the consumers run unchanged on any page size (paged_gather_rows
+/// says which thread copies what). Each thread arrives on the stage's
+/// barrier once its copies land (cp.async.mbarrier.arrive.noinc; the
+/// barrier expects 128 arrivals, KV::kFullArrivals); the consumers fence
+/// the async proxy before their wgmma read what the generic proxy wrote.
+/// Thread 0 loads Q by TMA.
+template <class Fwd, int kD, int kDV, int kBlockM, int kBlockN, int kStages, class KV>
+__device__ void paged_produce_gather(const FwdArgs &a, const Sm90Maps &maps, const SeqSpan &sp,
+                                     const typename Fwd::Visits &vis, int m_block, int bh,
+                                     u32 base, u32 bar_q, u32 bar_full, u32 bar_empty,
+                                     const KV &kv) {
+  static_assert(KV::kPaged && KV::kGather, "the gather's calls only");
+  static_assert(kBlockN == 64 || kBlockN == 128,
+                "a warp's rows are at most 32: one page index a lane");
+  static_assert(KV::kFullArrivals == 128, "every producer thread arrives");
+  const int h = bh % a.heads;
+  const int hk = h / (a.heads / a.heads_kv);
+  if (threadIdx.x == 0) {
+    tma_prefetch_desc(&maps.q);
+    // A paged call's q is packed: one batch of all tokens.
+    Fwd::load_q(maps, sp, m_block, h, 0, base, bar_q);
+  }
+  if (a.k_sb == a.v_sb && a.k_ss == a.v_ss && a.k_sh == a.v_sh)
+    paged_gather_rows<Fwd, kD, kDV, kBlockN, kStages, true>(a, sp, vis, hk, base, bar_full,
+                                                            bar_empty, kv);
+  else
+    paged_gather_rows<Fwd, kD, kDV, kBlockN, kStages, false>(a, sp, vis, hk, base, bar_full,
+                                                             bar_empty, kv);
   // The copies land before the thread exits.
   cp_async_wait<0>();
 }

@@ -10,6 +10,7 @@
 
 #include "attn/analysis/MaskBounds.h"
 #include "attn/codegen/Codegen.h"
+#include "attn/codegen/DecodeCodegen.h"
 #include "attn/runtime/KernelCache.h"
 
 #include "attn/runtime/Backend.h"
@@ -474,8 +475,16 @@ void Attention::mergeResults(const std::vector<PartialResult> &Parts,
                              CUstream Stream) {
   auto Lock = lockCalls();
   MergeCall C = validateMerge(*Def.Graph, Sig, Parts, Out, Finals);
+  const codegen::KernelSource *Src = C.Combine ? &combineMergeSource() : nullptr;
   enterDevice();
-  launchMergeResults(Arch, C, Stream);
+  launchMergeResults(Arch, C, Src, Stream);
+}
+
+const codegen::KernelSource &Attention::combineMergeSource() {
+  if (!CombineMerge)
+    CombineMerge = std::make_unique<codegen::KernelSource>(
+        codegen::generateMergeResults(Def, Fwd.target().kernelSpec()));
+  return *CombineMerge;
 }
 
 } // namespace attn::runtime

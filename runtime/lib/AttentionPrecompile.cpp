@@ -46,6 +46,9 @@ Attention::precompile(const PrecompileSet &What) {
     Compile(pagedRunner().source());
     Compile(pagedAppendSource(Arch));
     Compile(mergeResultsSource(Arch));
+    if (analysis::analyzeResultMerge(*Def.Graph).Kind ==
+        analysis::MergeKind::Combine)
+      Compile(combineMergeSource());
   }
   return Out;
 }

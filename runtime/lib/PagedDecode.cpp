@@ -139,24 +139,26 @@ void PagedDecodeRunner::runEager(const DecodeBounds &B, const PagedCall &C,
 
 namespace {
 
-/// A hand-written kernel module (the append, the public merge) of one
-/// arch, compiled and loaded once per process.
+/// A helper kernel module (the append, the public merge, a definition's
+/// combine merge) of one arch, compiled and loaded once per process.
 struct HelperModule {
   CacheResult Cached;
   KernelModule Module;
   std::map<std::string, CUfunction> Functions;
 };
 
-/// The module of \p Src, loaded once per key, arch and context (a module
-/// runs only in the context it was loaded in).
+/// The module of \p Src, loaded once per source, arch and context (a
+/// module runs only in the context it was loaded in; two definitions of
+/// one name have one key but their own combine code).
 HelperModule &helperModule(const codegen::KernelSource &Src) {
   static std::mutex M;
-  static std::map<std::tuple<std::string, GpuArch, CUcontext>,
+  static std::map<std::tuple<std::string, std::string, GpuArch, CUcontext>,
                   std::unique_ptr<HelperModule>>
       Modules;
   CUcontext Ctx = currentDevice().Context;
   std::lock_guard<std::mutex> Lock(M);
-  std::unique_ptr<HelperModule> &Mod = Modules[{Src.Key, Src.Arch, Ctx}];
+  std::unique_ptr<HelperModule> &Mod =
+      Modules[{Src.Key, Src.Source, Src.Arch, Ctx}];
   if (Mod)
     return *Mod;
   auto New = std::make_unique<HelperModule>();
@@ -248,16 +250,25 @@ void launchPagedAppend(GpuArch Arch, const AppendCall &C, const TensorView &K,
           "launch attnc_paged_append");
 }
 
-void launchMergeResults(GpuArch Arch, const MergeCall &C, CUstream Stream) {
-  HelperModule &M = helperModule(mergeResultsSource(Arch));
+void launchMergeResults(GpuArch Arch, const MergeCall &C,
+                        const codegen::KernelSource *CombineSrc,
+                        CUstream Stream) {
+  if (C.Combine && !CombineSrc)
+    throw InternalError("a combine merge without its kernel's source");
+  CUfunction F =
+      C.Combine
+          ? helperModule(*CombineSrc).Functions.at("attnc_merge_results_combine")
+          : helperModule(mergeResultsSource(Arch))
+                .Functions.at(C.Bf16 ? "attnc_merge_results_bf16"
+                                     : "attnc_merge_results_f16");
   attnc::MergeResultsArgs A = C.Args;
   void *Params[] = {&A};
   CudaDriver &D = CudaDriver::get();
-  D.check(D.cuLaunchKernel(M.Functions.at(C.Bf16 ? "attnc_merge_results_bf16"
-                                                 : "attnc_merge_results_f16"),
-                           unsigned(C.Rows), 1, 1, unsigned(C.HeadDimV / 2), 1,
-                           1, 0, Stream, Params, nullptr),
-          "launch attnc_merge_results");
+  D.check(D.cuLaunchKernel(F, unsigned(C.Rows), 1, 1,
+                           unsigned(C.HeadDimV / 2), 1, 1, 0, Stream, Params,
+                           nullptr),
+          C.Combine ? "launch attnc_merge_results_combine"
+                    : "launch attnc_merge_results");
 }
 
 } // namespace attn::runtime

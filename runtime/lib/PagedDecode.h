@@ -134,19 +134,28 @@ private:
       perStream<DeviceArena>(std::string("paged decode workspace"));
 };
 
-/// A validated public merge: the kernel's arguments, its rows, the dtype.
+/// A validated public merge: the kernel's arguments, its rows, the dtype,
+/// and whether the definition's combine merges (the kernel generated for
+/// the definition, codegen::generateMergeResults) or a derived rule (the
+/// runtime's attnc_merge_results).
 struct MergeCall {
   attnc::MergeResultsArgs Args{};
   int64_t Rows = 0;
   int HeadDimV = 0;
   bool Bf16 = false;
+  bool Combine = false;
 };
 /// Checks a public merge (InvalidArgument naming the argument; UserError
 /// where \p G's results do not merge).
 MergeCall validateMerge(const ir::Graph &G, const Signature &Sig,
                         const std::vector<PartialResult> &Parts,
                         const TensorView &Out, const TensorView *Finals);
-void launchMergeResults(GpuArch Arch, const MergeCall &C, CUstream Stream);
+/// Launches a validated merge: by the runtime's attnc_merge_results, or
+/// for a combine (C.Combine) by \p CombineSrc's attnc_merge_results_combine
+/// (generateMergeResults of the definition; compiled on first use).
+void launchMergeResults(GpuArch Arch, const MergeCall &C,
+                        const codegen::KernelSource *CombineSrc,
+                        CUstream Stream);
 
 /// The sources of the merge and append kernels for \p Arch (launch*
 /// compile them on first use; Attention::precompile ahead of time).

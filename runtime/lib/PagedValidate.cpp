@@ -375,11 +375,6 @@ MergeCall validateMerge(const ir::Graph &G, const Signature &Sig,
   if (M.Kind == analysis::MergeKind::None)
     throw UserError("'" + G.name() + "': its results cannot be merged: " +
                     M.Reason);
-  if (M.Kind == analysis::MergeKind::Combine)
-    throw NotSupportedYet("'" + G.name() + "': merging results by the "
-                          "definition's combine (the public merge kernel "
-                          "runs the derived sum and log-sum-exp merges; "
-                          "decode's split-KV runs the combine)");
   if (Sig.TensorLayout == Layout::THD)
     invalid("out: merging packed (thd) results is not supported; the "
             "signature's layout is thd");
@@ -426,12 +421,17 @@ MergeCall validateMerge(const ir::Graph &G, const Signature &Sig,
   A.heads = int(o.H);
   A.seq_q = int(o.S);
   A.num_finals = int(G.decls().FinalRowscales.size());
-  if (A.num_finals > 8)
+  if (A.num_finals > attnc::kMaxMergeFinals)
     throw NotSupportedYet(fmt::format("merging results with {} finals (at "
-                                      "most 8)",
-                                      A.num_finals));
-  A.kind = M.Kind == analysis::MergeKind::Sum ? 1 : 2;
+                                      "most {})",
+                                      A.num_finals, attnc::kMaxMergeFinals));
+  A.kind = int(M.Kind);
   A.lse_final = M.LseFinal;
+  // A combine's result is its state: the final of each online rowscale
+  // (as many as the finals, which the analysis checked).
+  for (size_t I = 0; I < M.FinalOfRowscale.size(); ++I)
+    A.final_of[I] = M.FinalOfRowscale[I];
+  C.Combine = M.Kind == analysis::MergeKind::Combine;
   C.Rows = o.B * o.H * o.S;
   C.HeadDimV = Sig.HeadDimV;
   C.Bf16 = Sig.Dtype == DType::BF16;

@@ -355,13 +355,19 @@ TEST_CASE("paged: mergeResults refuses what does not merge and names each "
   CHECK_THAT(messageOf<UserError>([&] { R.mergeResults({{O, &F}, {O, &F}}, O, &F); }),
              Contains("'retention': its results cannot be merged: its partial "
                       "states have no merge: o_scale"));
-  // A definition's combine splits decode; the public merge does not run it.
+  // A definition's combine: its kernel is generated (no driver needed)
+  // and the call reaches the driver; its two finals are checked as any.
   Attention RC(examples::retentionCombine(), sm80());
-  CHECK_THAT(
-      messageOf<NotSupportedYet>(
-          [&] { RC.mergeResults({{O, &F}, {O, &F}}, O, &F); }),
-      Contains("'retention_combine': merging results by the definition's "
-               "combine"));
+  TensorView F2 = TensorView::contiguous(fake(0x30000), DType::F32, {2, 2, 8, 1});
+  CHECK_THAT(messageOf<DriverError>(
+                 [&] { RC.mergeResults({{O, &F2}, {O, &F2}}, O, &F2); }),
+             Contains("no CUDA driver"));
+  CHECK(messageOf<InvalidArgument>(
+            [&] { RC.mergeResults({{O, &F2}, {O, &F}}, O, &F2); }) ==
+        "parts[1].finals: expected shape [2, 2, 8, 1], got [1, 2, 8, 1]");
+  CHECK_THAT(messageOf<InvalidArgument>(
+                 [&] { RC.mergeResults({{O, &F2}, {O, &F2}}, O, &F); }),
+             Contains("finals: expected shape [2, 2, 8, 1], got [1, 2, 8, 1]"));
   Attention A(examples::mha(), sm80());
   auto Msg = [&](const std::vector<PartialResult> &Parts) {
     return messageOf<InvalidArgument>([&] { A.mergeResults(Parts, O, &F); });

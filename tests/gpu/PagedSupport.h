@@ -23,8 +23,11 @@ namespace attn::gputest {
 
 using runtime::PageLayout;
 
-/// A test definition by name: TestDefinitions.h's, or ALiBi and retention
-/// without their causal masks (alibi_full, retention_full).
+/// A test definition by name: TestDefinitions.h's, ALiBi and retention
+/// without their causal masks (alibi_full, retention_full), or
+/// retention_combine without its mask and decay (retention_combine_plain:
+/// scores scaled by 1/sqrt(d) and nothing else, so that a call over a part
+/// of the keys, which sees its own indices, is the part of the whole).
 inline dsl::AttentionDef pagedDefinition(const std::string &Name) {
   auto Unmasked = [](const char *Base, const std::string &N) {
     dsl::AttentionDef D = makeDefinition(Base);
@@ -36,6 +39,15 @@ inline dsl::AttentionDef pagedDefinition(const std::string &Name) {
     return Unmasked("alibi_learnable", Name);
   if (Name == "retention_full")
     return Unmasked("retention", Name);
+  if (Name == "retention_combine_plain") {
+    dsl::AttentionDef D = Unmasked("retention_combine", Name);
+    D.score_mod = [](dsl::SymbolScalar Score, const dsl::CustomInputs &In,
+                     dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar,
+                     dsl::SymbolScalar) {
+      return Score * In.head_dim().rsqrt();
+    };
+    return D;
+  }
   return makeDefinition(Name);
 }
 

@@ -47,6 +47,9 @@ struct Case {
   /// fwd_sm90's PagedLoad named for the case (ATTNC_PAGED_LOAD), where it
   /// is not the one its page size takes by default; empty: the default.
   const char *Load = "";
+  /// The V cache's pages this many pages apart (every other page of a
+  /// buffer twice the size at 2): its strides differ from K's.
+  int VPageGap = 1;
 };
 
 /// ATTNC_PAGED_LOAD set to \p Load (unless empty) while it lives, for the
@@ -113,26 +116,29 @@ Batch makePrefillBatch(std::mt19937_64 &Rng, DType Dt, int H, int Hkv, int PageS
 }
 
 /// The caches of \p X on the device: junk, each prefix scattered into its
-/// pages, then the new tokens appended (int32 slots, a padding slot of -1
-/// whose token must not land).
+/// pages (KV's page strides: a cache's pages may lie apart), then the new
+/// tokens appended (int32 slots, a padding slot of -1 whose token must not
+/// land).
 void fillCaches(runtime::Attention &A, const Batch &X, DType Dt, const runtime::PagedKV &KV,
                 DeviceBuffer &KC, DeviceBuffer &VC, std::mt19937_64 &Rng) {
   const PagedHost &P = X.P;
   const int D = P.D, Hkv = P.Hkv, PS = P.PageSize;
-  size_t Elems = KC.size() / 2;
-  std::vector<uint16_t> KH(Elems), VH(Elems);
+  std::vector<uint16_t> KH(KC.size() / 2), VH(VC.size() / 2);
   std::normal_distribution<double> N(0.0, 1.0);
-  for (size_t I = 0; I < Elems; ++I) {
-    KH[I] = toBits(Dt, 4 * N(Rng));
-    VH[I] = toBits(Dt, 4 * N(Rng));
-  }
+  for (uint16_t &E : KH)
+    E = toBits(Dt, 4 * N(Rng));
+  for (uint16_t &E : VH)
+    E = toBits(Dt, 4 * N(Rng));
+  const int64_t PageElems = int64_t(PS) * Hkv * D;
+  const int64_t KGap = KV.KCache.Strides[0] - PageElems, VGap = KV.VCache.Strides[0] - PageElems;
   for (int b = 0; b < P.B; ++b)
     for (int t = 0; t < X.Prefix[b]; ++t)
       for (int h = 0; h < Hkv; ++h)
         for (int d = 0; d < D; ++d) {
-          size_t At = P.at(P.pageOf(b, t / PS), t % PS, h) + d;
-          KH[At] = P.K[b][(size_t(t) * Hkv + h) * D + d];
-          VH[At] = P.V[b][(size_t(t) * Hkv + h) * D + d];
+          const int64_t Page = P.pageOf(b, t / PS);
+          size_t At = P.at(Page, t % PS, h) + d;
+          KH[At + Page * KGap] = P.K[b][(size_t(t) * Hkv + h) * D + d];
+          VH[At + Page * VGap] = P.V[b][(size_t(t) * Hkv + h) * D + d];
         }
   KC.upload(KH.data(), KC.size());
   VC.upload(VH.data(), VC.size());
@@ -206,10 +212,12 @@ bool runCase(const Case &C, uint64_t Seed) {
   Batch X = makePrefillBatch(Rng, C.Dt, C.H, C.Hkv, C.PageSize, C.Layout, C.Prefix, C.NewQ);
   const PagedHost &P = X.P;
   const int D = P.D, B = P.B;
-  DeviceBuffer KC(size_t(P.NumPages) * C.PageSize * C.Hkv * D * 2), VC(KC.size());
+  DeviceBuffer KC(size_t(P.NumPages) * C.PageSize * C.Hkv * D * 2),
+      VC(KC.size() * C.VPageGap);
   DeviceIndex Idx(P);
   const int64_t MaxLen = *std::max_element(P.Lens.begin(), P.Lens.end());
   runtime::PagedKV KV = Idx.view(P, C.Csr, KC.get(), VC.get(), C.Dt, MaxLen);
+  KV.VCache.Strides[0] *= C.VPageGap;
   fillCaches(A, X, C.Dt, KV, KC, VC, Rng);
 
   const ir::Graph &G = *A.definition().Graph;
@@ -237,8 +245,9 @@ bool runCase(const Case &C, uint64_t Seed) {
   if (NF)
     DF.download(FVals.data(), FVals.size() * 4);
   std::string What =
-      fmt::format("{}{}{}{} {} H{}/{} page{} {} {} prefix {} new {}", C.Def,
+      fmt::format("{}{}{}{}{} {} H{}/{} page{} {} {} prefix {} new {}", C.Def,
                   C.Sm80 ? " (fwd_sm80)" : "", *C.Load ? " load " : "", C.Load,
+                  C.VPageGap > 1 ? " (v pages apart)" : "",
                   std::string(dtypeName(C.Dt)), C.H, C.Hkv, C.PageSize,
                   runtime::pageLayoutName(C.Layout), C.Csr ? "csr" : "table",
                   fmt::join(C.Prefix, ","), fmt::join(C.NewQ, ","));
@@ -449,6 +458,11 @@ std::vector<Case> cases() {
       {"alibi_full", BF, 8, 1, 64, HND, true, {300, 77}, {120, 18}, false, "gather"},
       {"mha_chunked", F, 16, 2, 256, NHD, false, {1500, 33, 0}, {200, 700, 64}, false,
        "gather"},
+      // A V cache whose strides are not K's (the gather's second path):
+      // pages of 1 and 16 (the gather), 64 (the thread's boxes).
+      {"mha", F, 8, 2, 1, NHD, false, {513, 0, 64}, {200, 17, 33}, false, "", 2},
+      {"sigmoid_full", BF, 8, 2, 16, HND, true, {1000, 3}, {64, 200}, false, "", 2},
+      {"mha", F, 8, 4, 64, NHD, true, {700, 64}, {100, 65}, false, "", 2},
   };
 }
 
@@ -610,8 +624,8 @@ int main() {
   };
   for (const Case &C : cases()) {
     const uint64_t CaseSeed = Seed++;
-    Guard(fmt::format("{} page{}{}{}{}", C.Def, C.PageSize, C.Sm80 ? " fwd_sm80" : "",
-                      *C.Load ? " load " : "", C.Load),
+    Guard(fmt::format("{} page{}{}{}{}{}", C.Def, C.PageSize, C.Sm80 ? " fwd_sm80" : "",
+                      *C.Load ? " load " : "", C.Load, C.VPageGap > 1 ? " v apart" : ""),
           [&] { return runCase(C, CaseSeed); });
   }
   Guard("graph replay", [&] { return graphReplay("mha", false, 16, 101); });

@@ -4,8 +4,10 @@
 // lengths with 0 and 1, GQA ratios 1, 4 and 8, 1 and 4 queries (q_idx
 // aligned to each sequence's end), sum, log-sum-exp and no merge; a plan
 // captured once in a CUDA graph and replayed with new lengths, page tables
-// and q; and the device checks (a bad page index or length gives NaN rows
-// to that sequence only). Exits 77 without a GPU.
+// and q; the device checks (a bad page index or length gives NaN rows
+// to that sequence only); and the public merge of random splits of the
+// keys (log-sum-exp, sum and a definition's combine). Exits 77 without a
+// GPU.
 #include "PagedSupport.h"
 
 #include "attn/Error.h"
@@ -289,10 +291,13 @@ bool deviceChecks(uint64_t Seed) {
   return Pass;
 }
 
-/// The public merge: each sequence's pages split in two (a cached prefix
-/// and the rest), decodePaged over each part, mergeResults of the two
-/// results against the fp64 result over all keys.
-bool mergeCase(const std::string &Def, DType Dt, uint64_t Seed) {
+/// The public merge: each sequence's pages split at random page
+/// boundaries into \p Parts parts (a cached prefix and new tokens, shards;
+/// a sequence's part may be empty, which merges as nothing),
+/// decodePaged over each part, mergeResults of the parts against the fp64
+/// result over all keys. Definitions whose score_mod and mask read no
+/// index: each part's call sees its own kv_idx and q_idx.
+bool mergeCase(const std::string &Def, DType Dt, int Parts, uint64_t Seed) {
   const int H = 8, Hkv = 2, Sq = 1, PageSize = 16, D = 128;
   runtime::Signature Sig;
   Sig.Dtype = Dt;
@@ -303,28 +308,42 @@ bool mergeCase(const std::string &Def, DType Dt, uint64_t Seed) {
   const int B = P.B;
   DeviceCaches Caches = uploadCaches(P, Dt, B, Hkv, PageSize, D);
   DeviceBuffer &KC = *Caches.K, &VC = *Caches.V;
-  // Part 0: the first half of each sequence's pages; part 1: the rest.
-  PagedHost Part[2] = {P, P};
+  // Part i: pages [Cut[b][i], Cut[b][i + 1]) of sequence b, cuts drawn at
+  // random and sorted.
+  std::vector<PagedHost> Part(Parts, P);
+  std::vector<int64_t> PartMax(Parts, 1);
+  std::vector<std::string> CutText;
   for (int b = 0; b < B; ++b) {
-    int64_t Cut = P.pages(b) / 2;
-    Part[0].SeqLens[b] = Part[0].Lens[b] = int(std::min<int64_t>(P.Lens[b], Cut * PageSize));
-    Part[1].SeqLens[b] = Part[1].Lens[b] = P.Lens[b] - Part[0].Lens[b];
-    for (int64_t p = 0; p < P.MaxPages; ++p)
-      Part[1].Table[size_t(b) * P.MaxPages + p] =
-          p + Cut < P.MaxPages ? P.Table[size_t(b) * P.MaxPages + p + Cut] : (1 << 30);
+    std::vector<int64_t> Cut{0};
+    std::uniform_int_distribution<int64_t> At(0, P.pages(b));
+    for (int i = 1; i < Parts; ++i)
+      Cut.push_back(At(Rng));
+    Cut.push_back(P.pages(b));
+    std::sort(Cut.begin(), Cut.end());
+    CutText.push_back(fmt::format("{}", fmt::join(Cut, ":")));
+    for (int i = 0; i < Parts; ++i) {
+      int Len = int(std::min<int64_t>(P.Lens[b], Cut[i + 1] * PageSize) -
+                    std::min<int64_t>(P.Lens[b], Cut[i] * PageSize));
+      Part[i].SeqLens[b] = Part[i].Lens[b] = Len;
+      PartMax[i] = std::max<int64_t>(PartMax[i], Len);
+      for (int64_t p = 0; p < P.MaxPages; ++p)
+        Part[i].Table[size_t(b) * P.MaxPages + p] =
+            p + Cut[i] < P.MaxPages ? P.Table[size_t(b) * P.MaxPages + p + Cut[i]]
+                                    : (1 << 30);
+    }
   }
   std::normal_distribution<double> N(0.0, 1.0);
   std::vector<uint16_t> QBits(size_t(B) * H * D);
   for (uint16_t &X : QBits)
     X = toBits(Dt, N(Rng));
-  DeviceBuffer DQ(QBits.size() * 2), DO(QBits.size() * 2), DF(size_t(B) * H * 4);
-  DeviceBuffer PO0(QBits.size() * 2), PO1(QBits.size() * 2), PF0(size_t(B) * H * 4),
-      PF1(size_t(B) * H * 4);
+  const ir::Graph &G = *A.definition().Graph;
+  size_t NF = G.decls().FinalRowscales.size();
+  const size_t FBytes = std::max<size_t>(1, NF) * B * H * 4;
+  DeviceBuffer DQ(QBits.size() * 2), DO(QBits.size() * 2), DF(FBytes);
+  std::vector<std::unique_ptr<DeviceBuffer>> PO, PF;
   DQ.upload(QBits.data(), DQ.size());
   DType ET = elemOf(Dt);
   using runtime::TensorView;
-  const ir::Graph &G = *A.definition().Graph;
-  size_t NF = G.decls().FinalRowscales.size();
   auto FView = [&](DeviceBuffer &Buf) {
     return TensorView::contiguous(Buf.get(), DType::F32,
                                   {int64_t(NF), B, H, Sq});
@@ -332,20 +351,29 @@ bool mergeCase(const std::string &Def, DType Dt, uint64_t Seed) {
   auto OView = [&](DeviceBuffer &Buf) {
     return TensorView::contiguous(Buf.get(), ET, {B, Sq, H, D});
   };
-  TensorView F = FView(DF), F0 = FView(PF0), F1 = FView(PF1);
+  TensorView F = FView(DF);
   runtime::InputMap Inputs;
   reference::InputValues RefInputs;
   std::vector<std::unique_ptr<DeviceBuffer>> Bufs;
   makeInputs(G, H, Inputs, RefInputs, Bufs);
-  DeviceIndex I0(Part[0]), I1(Part[1]);
-  A.decodePaged(OView(DQ), I0.view(Part[0], false, KC.get(), VC.get(), ET, 1000), OView(PO0),
-                NF ? &F0 : nullptr, Inputs);
-  A.decodePaged(OView(DQ), I1.view(Part[1], false, KC.get(), VC.get(), ET, 2000), OView(PO1),
-                NF ? &F1 : nullptr, Inputs);
+  std::vector<TensorView> PFViews;
+  PFViews.reserve(Parts);
+  std::vector<runtime::PartialResult> Results;
+  for (int i = 0; i < Parts; ++i) {
+    PO.push_back(std::make_unique<DeviceBuffer>(QBits.size() * 2));
+    PF.push_back(std::make_unique<DeviceBuffer>(FBytes));
+    PFViews.push_back(FView(*PF.back()));
+    DeviceIndex Idx(Part[i]);
+    A.decodePaged(OView(DQ), Idx.view(Part[i], false, KC.get(), VC.get(), ET, PartMax[i]),
+                  OView(*PO.back()), NF ? &PFViews.back() : nullptr, Inputs);
+    Results.push_back({OView(*PO.back()), NF ? &PFViews.back() : nullptr});
+    // The index tensors are freed when Idx goes: the part runs first.
+    auto &Drv = runtime::CudaDriver::get();
+    Drv.check(Drv.cuCtxSynchronize(), "decodePaged of a part");
+  }
   DO.poison();
   DF.poison();
-  A.mergeResults({{OView(PO0), NF ? &F0 : nullptr}, {OView(PO1), NF ? &F1 : nullptr}},
-                 OView(DO), NF ? &F : nullptr);
+  A.mergeResults(Results, OView(DO), NF ? &F : nullptr);
   auto &Drv = runtime::CudaDriver::get();
   Drv.check(Drv.cuCtxSynchronize(), "kernel execution");
   std::vector<uint16_t> OBits(QBits.size());
@@ -353,8 +381,9 @@ bool mergeCase(const std::string &Def, DType Dt, uint64_t Seed) {
   DO.download(OBits.data(), DO.size());
   if (NF)
     DF.download(FVals.data(), FVals.size() * 4);
-  std::string What = fmt::format("mergeResults {} {} (a prefix and the rest)", Def,
-                                 std::string(dtypeName(Dt)));
+  std::string What = fmt::format("mergeResults {} {} ({} parts, page cuts {})", Def,
+                                 std::string(dtypeName(Dt)), Parts,
+                                 fmt::join(CutText, " "));
   return check(What.c_str(), A, Dt, P, H, Sq, QBits, RefInputs, OBits, FVals);
 }
 
@@ -398,6 +427,12 @@ int compileOnly(const char *ArchName) {
                  false, {1}});
   All.push_back({"softcap_learnable", DType::F16, 8, 2, 1, 16, PageLayout::NHD,
                  false, false, {1}});
+  // The merge cases' own (precompile's decode set has the combine's merge).
+  All.push_back({"mha_full", DType::BF16, 8, 2, 1, 16, PageLayout::NHD, false,
+                 false, {1}});
+  for (DType Dt : {DType::F16, DType::BF16})
+    All.push_back({"retention_combine_plain", Dt, 8, 2, 1, 16, PageLayout::NHD,
+                   false, false, {1}});
   int N = 0;
   for (const Case &C : All) {
     runtime::Signature Sig;
@@ -488,9 +523,18 @@ int main() {
           [&] { return graphReplay("sigmoid_full", true, 102); });
     Guard("device checks", [&] { return deviceChecks(103); });
   }
-  Guard("merge mha", [&] { return mergeCase("mha_full", DType::F16, 104); });
-  Guard("merge sigmoid", [&] { return mergeCase("sigmoid_full", DType::BF16, 105); });
-  Guard("merge softcap", [&] { return mergeCase("softcap_learnable", DType::F16, 106); });
+  // The derived merges (log-sum-exp, sum) and a definition's combine, in
+  // 2 to 8 parts.
+  Guard("merge mha", [&] { return mergeCase("mha_full", DType::F16, 2, 104); });
+  Guard("merge mha", [&] { return mergeCase("mha_full", DType::BF16, 5, 107); });
+  Guard("merge sigmoid", [&] { return mergeCase("sigmoid_full", DType::BF16, 3, 105); });
+  Guard("merge softcap", [&] { return mergeCase("softcap_learnable", DType::F16, 2, 106); });
+  Guard("merge retention combine",
+        [&] { return mergeCase("retention_combine_plain", DType::F16, 2, 108); });
+  Guard("merge retention combine",
+        [&] { return mergeCase("retention_combine_plain", DType::BF16, 4, 109); });
+  Guard("merge retention combine",
+        [&] { return mergeCase("retention_combine_plain", DType::F16, 8, 110); });
   std::printf("%s\n", AllPass ? "all paged cases pass" : "some paged cases FAIL");
   return AllPass ? 0 : 1;
 }

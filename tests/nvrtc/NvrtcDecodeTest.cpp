@@ -1,18 +1,21 @@
 // The decode skeleton without a GPU: its configuration strings, the merge
 // struct generated from each merge kind, NVRTC compiles of every
-// transformer example for sm_80 and sm_90a (f16 and bf16), and the
-// selector's short-query rule and split heuristic.
+// transformer example for sm_80 and sm_90a (f16 and bf16), the
+// selector's short-query rule and split heuristic, and the public merge's
+// kernel for a definition's combine (the same merge struct).
 #include "ExampleRegistry.h"
 #include "NvrtcPtx.h"
 
 #include "attn/Error.h"
 #include "attn/Pipeline.h"
+#include "attn/codegen/Arch.h"
 #include "attn/codegen/DecodeCodegen.h"
 #include "attn/runtime/Compiler.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/Selector.h"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <cstring>
 #include <string>
@@ -236,4 +239,67 @@ TEST_CASE("decode: the paged kernels compile for each merge kind",
     CHECK(has(Ptx, ".entry attnc_decode_paged("));
     CHECK(has(Ptx, ".entry attnc_decode_merge(") == (M != MergeKind::None));
   }
+}
+
+TEST_CASE("merge results: a combine's kernel runs decode's Merge struct and "
+          "compiles",
+          "[decode][nvrtc][merge]") {
+  CompiledDefinition Def =
+      compile(testsupport::registry().get("retention_combine"));
+  const std::string Merge = codegen::decodeMergeStruct(
+      *Def.Graph, analysis::analyzeMerge(*Def.Graph));
+  for (auto [T, Arch] : {std::pair{DType::F16, GpuArch::Sm80},
+                         std::pair{DType::BF16, GpuArch::Sm80},
+                         std::pair{DType::F16, GpuArch::Sm90a},
+                         std::pair{DType::BF16, GpuArch::Sm90a}}) {
+    KernelSpec S = kernelSpec(T, 128, 128, Arch);
+    codegen::KernelSource Src = codegen::generateMergeResults(Def, S);
+    INFO("kernel " << Src.Key);
+    CHECK(Src.Key == fmt::format("retention_combine.merge_results.{}.d128x128.{}",
+                                 std::string(dtypeName(T)),
+                                 archName(Arch).str()));
+    REQUIRE(Src.Entries == std::vector<std::string>{"attnc_merge_results_combine"});
+    // The same generated merge as decode's split-KV (no second one), and
+    // the kernel that reads a result's finals as its state.
+    CHECK(Src.Source.find(Merge) != std::string::npos);
+    CHECK(has(Src.Source, "static constexpr int kKind = 3; // combine"));
+    CHECK(has(Src.Source, "__launch_bounds__(64)"));
+    CHECK(has(Src.Source, "attnc::merge_results_combine<attnc_gen::Variant, "
+                          "attnc_gen::Merge,"));
+    CHECK(has(Src.Source,
+              ("attnc::" + std::string(dtypeName(T)) + ">(a);").c_str()));
+    std::string Ptx;
+    try {
+      Ptx = compileToPtx(Src);
+      runtime::CompiledCubin C = runtime::compileToCubin(Src);
+      CHECK(std::memcmp(C.Cubin.data(), "\x7f" "ELF", 4) == 0);
+    } catch (const CompileError &E) {
+      FAIL_CHECK(E.what());
+      continue;
+    }
+    CHECK(has(Ptx, ".entry attnc_merge_results_combine("));
+  }
+  // Head dim v sets the threads (two columns each).
+  CHECK(has(codegen::generateMergeResults(
+                Def, kernelSpec(DType::F16, 64, 64, GpuArch::Sm80))
+                .Source,
+            "__launch_bounds__(32)"));
+}
+
+TEST_CASE("merge results: no combine kernel for a derived merge or none",
+          "[decode][merge]") {
+  auto Gen = [](const char *Name) {
+    CompiledDefinition Def = compile(testsupport::registry().get(Name));
+    codegen::generateMergeResults(
+        Def, kernelSpec(DType::F16, 128, 128, GpuArch::Sm80));
+  };
+  CHECK_THROWS_WITH(Gen("mha"),
+                    "'mha': its results merge by the derived log-sum-exp "
+                    "rule, which the runtime's attnc_merge_results runs; no "
+                    "kernel of the definition's is generated");
+  CHECK_THROWS_AS(Gen("sigmoid_attn"), UserError);
+  CHECK_THROWS_WITH(Gen("retention"),
+                    Catch::Matchers::StartsWith(
+                        "'retention': its results cannot be merged: its "
+                        "partial states have no merge: "));
 }

@@ -61,13 +61,22 @@ class MergeResults(unittest.TestCase):
         self.assertIn("its results cannot be merged", str(e.exception))
         self.assertIn("o_scale", str(e.exception))
 
-    def test_a_combine_is_not_run_by_the_public_merge_yet(self):
+    def test_a_combines_finals_are_its_two_rowscales(self):
+        # retention_combine's results merge by its combine: two finals.
         outs, finals, out, out_f = parts()
-        with self.assertRaises(attnc.NotSupportedYet) as e:
+        with self.assertRaises(attnc.InvalidArgument) as e:
             attention("retention_combine").merge_results(outs, finals, out,
                                                          out_f)
-        self.assertIn("merging results by the definition's combine",
+        self.assertIn("finals: expected shape [2, 2, 4, 128]",
                       str(e.exception))
+
+    @unittest.skipIf(has_driver(), "a driver would launch on fake pointers")
+    def test_a_combine_call_reaches_the_driver(self):
+        outs, _, out, _ = parts()
+        finals = [CudaArray((2, 2, 4, 128), "<f4") for _ in outs]
+        with self.assertRaises(attnc.DriverError):
+            attention("retention_combine").merge_results(
+                outs, finals, out, CudaArray((2, 2, 4, 128), "<f4"))
 
     def test_part_counts(self):
         att = attention("mha")

@@ -254,8 +254,8 @@ typedef enum attnc_merge_kind {
   ATTNC_MERGE_NONE = 0,       /* the results do not merge (reason says why) */
   ATTNC_MERGE_SUM = 1,        /* out and the finals add (sigmoid, ReLU) */
   ATTNC_MERGE_LOG_SUM_EXP = 2, /* weights e^(lse_i - lse) (softmax) */
-  ATTNC_MERGE_COMBINE = 3      /* the definition's own combine; merge_results
-                                  does not run it yet (NotSupportedYet) */
+  ATTNC_MERGE_COMBINE = 3      /* the definition's own combine (the finals
+                                  are the state); merge_results runs it */
 } attnc_merge_kind;
 
 /* How att's results merge (an attnc_merge_kind) and, for ATTNC_MERGE_NONE,

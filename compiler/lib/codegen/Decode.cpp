@@ -1,5 +1,7 @@
 // The decode kernels: their tile configuration, the generated merge of two
-// row states (from the merge analysis), rendered into decode_sm80.cu.in.
+// row states (from the merge analysis), rendered into decode_sm80.cu.in;
+// the public merge's kernel for a combine (merge_results.cu.in) runs the
+// same generated merge.
 #include "attn/codegen/DecodeCodegen.h"
 
 #include "attn/Error.h"
@@ -258,6 +260,37 @@ KernelSource generatePagedDecode(const CompiledDefinition &Def,
                                  const DecodeConfig &C) {
   return generateDecodeFrom(Def, Spec, C, "decode_paged_sm80.cu.in",
                             "decode_paged_sm80", "attnc_decode_paged");
+}
+
+KernelSource generateMergeResults(const CompiledDefinition &Def,
+                                  const KernelSpec &Spec) {
+  analysis::ResultMergeInfo M = analysis::analyzeResultMerge(*Def.Graph);
+  if (M.Kind == analysis::MergeKind::None)
+    throw UserError("'" + Def.Graph->name() +
+                    "': its results cannot be merged: " + M.Reason);
+  if (M.Kind != analysis::MergeKind::Combine)
+    throw UserError(fmt::format(
+        "'{}': its results merge by the derived {} rule, which the "
+        "runtime's attnc_merge_results runs; no kernel of the definition's "
+        "is generated",
+        Def.Graph->name(), analysis::mergeKindName(M.Kind).str()));
+  if (Spec.HeadDimV % 2 != 0 || Spec.HeadDimV < 2 || Spec.HeadDimV > 2048)
+    throw UserError(fmt::format("merge_results: head dim v {} must be even, "
+                                "2 to 2048 (two columns a thread)",
+                                Spec.HeadDimV));
+  KernelSource Src;
+  Src.Key = fmt::format("{}.merge_results.{}.d{}x{}.{}", Def.Graph->name(),
+                        std::string(dtypeName(Spec.Dtype)), Spec.HeadDim,
+                        Spec.HeadDimV, archName(Spec.Arch).str());
+  Src.Arch = Spec.Arch;
+  Src.Entries = {"attnc_merge_results_combine"};
+  std::map<std::string, std::string> Values =
+      variantTemplateValues(Def, Spec, Src.Key);
+  Values["merge_struct"] = decodeMergeStruct(*Def.Graph, M.State);
+  Values["threads"] = std::to_string(Spec.HeadDimV / 2);
+  Src.Source = render("merge_results.cu.in",
+                      templateText("merge_results.cu.in"), Values);
+  return Src;
 }
 
 } // namespace attn::codegen

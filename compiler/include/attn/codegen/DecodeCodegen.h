@@ -70,6 +70,17 @@ KernelSource generatePagedDecode(const CompiledDefinition &Def,
 /// warps' merge call).
 std::string decodeMergeStruct(const ir::Graph &G, const analysis::MergeInfo &M);
 
+/// The public merge's kernel for a definition whose results merge by its
+/// own combine (analysis::analyzeResultMerge gives Combine):
+/// attnc_merge_results_combine (attnc::MergeResultsArgs, one CTA of
+/// Spec.HeadDimV / 2 threads per query row) runs decodeMergeStruct's Merge
+/// over the parts' finals read as their states. The derived sum and
+/// log-sum-exp merges need no definition's code (the runtime's
+/// attnc_merge_results). UserError naming the reason where the results
+/// do not merge by a combine.
+KernelSource generateMergeResults(const CompiledDefinition &Def,
+                                  const KernelSpec &Spec);
+
 } // namespace attn::codegen
 
 #endif

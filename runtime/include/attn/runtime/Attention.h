@@ -379,9 +379,12 @@ public:
   /// queries (PartialResult: o as a forward's out, [B, Sq, H, DV] or [B, H,
   /// Sq, DV], and its finals) into \p Out and \p Finals, the result over
   /// the union of the keys, by the rule analysis::analyzeResultMerge
-  /// derives: a sum (sigmoid, ReLU: o and the finals add) or a log-sum-exp
-  /// (softmax: weights e^(lse_i - lse)). A part whose finals are -inf (no
-  /// key) adds nothing. UserError for a definition whose results do not
+  /// derives: a sum (sigmoid, ReLU: o and the finals add), a log-sum-exp
+  /// (softmax: weights e^(lse_i - lse)) or the definition's own combine
+  /// (retention_combine: a result is its state, the finals its rowscales;
+  /// the kernel, generated on the first such call, runs the same Merge
+  /// code as decode's split-KV). A part whose finals are -inf (no key)
+  /// adds nothing. UserError for a definition whose results do not
   /// merge (no merge of its states, or an epilogue of another form; the
   /// message says why); InvalidArgument naming a malformed argument.
   /// Mask and score_mod see each part's own indices: merge parts whose
@@ -520,6 +523,10 @@ private:
   /// The paged prefill kernel, made on the first prefill call or plan.
   std::unique_ptr<PagedPrefillRunner> Prefill;
   PagedPrefillRunner &prefillRunner();
+  /// The public merge's kernel for a definition's combine, generated on
+  /// first need (codegen::generateMergeResults).
+  std::unique_ptr<codegen::KernelSource> CombineMerge;
+  const codegen::KernelSource &combineMergeSource();
   std::string Last;
   /// maskAnalysis() and maskKey(), computed once: a call with a block mask
   /// checks the key, and refreshBlockMask classifies, at every call.
