@@ -157,9 +157,13 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   CHECK(BwdSm90Config::defaultFor(192, 256).str() == "bwd90ws.kv64x64s2.split.fused");
   CHECK(BwdSm90Config::defaultFor(192, 192).str() == BwdSm90Config{}.str());
   CHECK(BwdSm90Config::defaultFor(128, 256).str() == BwdSm90Config{}.str());
-  for (std::string Text : {"bwd90ws.kv64x64s2.split.fused", "bwd90ws.kv64x64s3.split.atomic"}) {
+  for (std::string Text : {"bwd90ws.kv64x64s2.split.fused", "bwd90ws.kv64x64s3.split.atomic",
+                           "bwd90ws.kv64x64s2.split.tw.fused"}) {
     BwdSm90Config S = BwdSm90Config::parse(Text);
     CHECK(S.SplitCols);
+    // .split.tw.: the lean step's turn warp, nothing else of the lean step.
+    CHECK(S.Lean == (has(Text, ".tw.") ? 2 : 0));
+    CHECK(!S.BulkDq);
     CHECK(S.WarpSpecialized);
     CHECK(S.FusedDq);
     CHECK(S.AtomicDq == has(Text, ".atomic"));
@@ -175,6 +179,16 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   for (const char *Bad : {"bwd90ws.kv64x64s2.fused.split", "bwd90ws.kv64x64s2.split",
                           "bwd90.kv64x64s2.split.q128x64w8"})
     CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains("[.split|.pp|.dqw|.lean|.lean2|.lean3].fused or .atomic"));
+  for (const char *Bad : {"bwd90ws.kv64x64s2.split.lean2.fused", "bwd90ws.kv64x64s2.tw.fused",
+                          "bwd90ws.kv64x64s2.lean2.tw.fused"})
+    CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains(".split.tw.fused"));
+  // The turn warp has no turns to take in the atomic mode.
+  {
+    BwdSm90Config S = BwdSm90Config::parse("bwd90ws.kv64x64s2.split.tw.fused");
+    S.AtomicDq = true;
+    CHECK_THAT(codegen::bwdSm90Unsupported(kernelSpec(DType::F16, 256, 256), S, 1, true),
+               Contains("the column split's turn warp"));
+  }
   // Ping-pong: the warpgroups take turns at the tensor cores, and two fp32
   // dQ slots of 64 rows (4·D + 32 bytes each) come before the mbarriers.
   for (std::string Text : {"bwd90ws.kv64x128s2.pp.fused", "bwd90ws.kv64x128s3.pp.atomic"}) {
