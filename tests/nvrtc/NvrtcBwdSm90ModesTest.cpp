@@ -219,20 +219,21 @@ TEST_CASE("bwd_sm90: the column split compiles to CUBINs without wgmma "
   for (const auto &C : Cases) {
     CompiledDefinition Def = compile(C.Def);
     codegen::KernelSource Src = codegen::generateBackwardSm90(
-        Def, kernelSpec(C.T, C.D, C.DV), BwdSm90Config::defaultFor(C.D, C.DV));
+        Def, kernelSpec(C.T, C.D, C.DV), BwdSm90Config::parse("bwd90ws.kv64x64s2.split.fused"));
     CHECK(has(Src.Source, "/*kSplit=*/true"));
     INFO("kernel " << Src.Key);
     checkCubin(Src);
   }
-  // With the turn warp (.split.tw.): the compute threads arrive once their
+  // With the turn warp (.split.tw., the default there): the compute threads arrive once their
   // adds are issued (the unaligned form: the warpgroups' code differs) and
   // no longer read or publish the semaphores; that warp does.
   for (const auto &C : Cases) {
     CompiledDefinition Def = compile(C.Def);
     codegen::KernelSource Src = codegen::generateBackwardSm90(
         Def, kernelSpec(C.T, C.D, C.DV),
-        BwdSm90Config::parse("bwd90ws.kv64x64s2.split.tw.fused"));
+        BwdSm90Config::defaultFor(C.D, C.DV));
     INFO("kernel " << Src.Key);
+    CHECK(Src.Key.find("split.tw.fused") != std::string::npos);
     CHECK(has(Src.Source, "/*kSplit=*/true, /*kPingPong=*/false, /*kDqWriter=*/false, "
                           "/*kLeanLevel=*/2"));
     std::string Ptx = compileToPtx(Src);

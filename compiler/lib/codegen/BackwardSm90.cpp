@@ -143,11 +143,14 @@ BwdSm90Config BwdSm90Config::defaultFor(int D, int DV) {
   }
   // Head dim 192 or 256 (with 128 or 256): dK and dV rows of 64 keys are
   // 80 to 128 floats a thread of one warpgroup on top of Sᵀ and dPᵀ, so two
-  // warpgroups split their columns (and dQ's) over the same 64 keys.
+  // warpgroups split their columns (and dQ's) over the same 64 keys; the
+  // turn warp takes the dQ turns (11-15% faster than without on an H100,
+  // none and causal, 192/128 and 256/256: as fast as unordered atomic adds).
   if (D > 128 && (DV == 128 || DV == 256)) {
     BwdSm90Config C = fused(64, 64, 2);
     C.WarpSpecialized = true;
     C.SplitCols = true;
+    C.Lean = 2;
     return C;
   }
   return BwdSm90Config{};
@@ -198,14 +201,15 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
            archName(Spec.Arch).str() + "'";
   // The column split takes the lean step's turn warp alone (.split.tw.),
   // which has turns to take only in the ordered dQ mode.
-  if (C.SplitCols && C.Lean != 0 && (C.Lean != 2 || C.AtomicDq))
+  const bool SplitTurnWarp = C.SplitCols && C.Lean == 2;
+  if (SplitTurnWarp && C.AtomicDq)
     return fmt::format("backward config {}: the column split's turn warp (.split.tw.) "
                        "takes the ordered dQ turns: .fused, not .atomic",
                        C.str());
   // The lean step changes the lockstep step of bwd90ws. only.
-  if (C.Lean != 0 && !C.SplitCols &&
-      (C.Lean > 3 || !C.FusedDq || !C.WarpSpecialized || C.TwoPass || C.PingPong ||
-       C.DqWriter))
+  if (C.Lean != 0 && !SplitTurnWarp &&
+      (C.Lean > 3 || !C.FusedDq || !C.WarpSpecialized || C.TwoPass || C.SplitCols ||
+       C.PingPong || C.DqWriter))
     return fmt::format("backward config {}: the lean step is a bwd90ws. mode of the "
                        "lockstep step (not .split, .pp or .dqw)",
                        C.str());
