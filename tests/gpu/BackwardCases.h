@@ -61,6 +61,9 @@ inline void addSm90Cases(std::vector<Case> &Out) {
                  Layout::BHSD, "bwd90.kv128x128s2.q64x64w4"});
   Out.push_back({"mha_emptyblock", DType::F16, 64, 64, 1, 2, 2, 333, 333, Layout::BSHD,
                  "bwd90.kv128x64s4.q128x64w8"});
+  // d64's earlier default (64-row steps, two stages, 64-key dQ steps).
+  Out.push_back({"mha", DType::F16, 64, 64, 1, 2, 1, 1000, 1000, Layout::BHSD,
+                 "bwd90.kv64x128s2.q128x64w8"});
   // The dQ kernel at d128 (the default there fuses dQ), and the fused mode
   // in its other tilings: ranks with masks, grouped heads, query blocks no
   // key visits, rotated walks without a mask, 128-row steps (two chains).

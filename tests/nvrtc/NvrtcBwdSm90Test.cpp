@@ -102,7 +102,7 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   CHECK(C.str() == "bwd90.kv128x64s3.q64x32w4");
   CHECK(!C.FusedDq);
   CHECK(BwdSm90Config::defaultFor(128, 128).str() == "bwd90ws.kv64x128s2.lean2.fused");
-  CHECK(BwdSm90Config::defaultFor(64, 64).str() == "bwd90.kv64x128s2.q128x64w8");
+  CHECK(BwdSm90Config::defaultFor(64, 64).str() == "bwd90.kv128x128s3.q128x128w8");
   // The fused dQ mode: the Q tiles are the dK/dV kernel's, warps its own.
   BwdSm90Config F = BwdSm90Config::parse("bwd90.kv128x64s3.fused");
   CHECK(F.FusedDq);
