@@ -35,7 +35,12 @@
 // same 64 keys and the same P and dS, and each owns part of dK's, dV's and
 // dQ's columns (SplitCols): the score GEMMs are done twice, the three
 // accumulating ones once. Warpgroup 0 alone writes dSᵀ and counts the
-// input gradients.
+// input gradients. With kLeanLevel 2 (.split.tw.) the turn warp of the
+// lean step waits for and publishes the dQ turns, so that a turn is
+// published as soon as the step's adds are issued, not at the next step's
+// barrier: with 64 x 64 tiles and a causal mask key block n + 1 reaches a
+// query block only one step before key block n, and the late publish puts
+// each CTA of a head behind the one before it.
 //
 // Ping-pong (kPingPong, warp-specialised with fused dQ, two warpgroups of
 // 64 keys): the warpgroups no longer meet at a CTA barrier every step.
@@ -133,7 +138,9 @@ struct BwdDkDvSm90 {
   /// per-element bounds. Level 2 adds the turn warp (kTurnWarp): a warp of
   /// the producer warpgroup waits for the dQ turns and publishes them, so
   /// that no compute thread spins on a semaphore or fences at gpu scope.
-  static constexpr bool kLean = kLeanLevel >= 1;
+  /// With the column split, level 2 means the turn warp alone (the split
+  /// already issues dV's and dK's products before the dSᵀ tile).
+  static constexpr bool kLean = kLeanLevel >= 1 && !kSplit;
   static constexpr bool kTurnWarp = kLeanLevel >= 2 && !kAtomicDq;
   /// Level 3: the dQ adds 16 bytes a lane (add_dq).
   static constexpr bool kVecAdds = kLeanLevel >= 3;
@@ -163,9 +170,10 @@ struct BwdDkDvSm90 {
   static_assert(kBlockM == 64 || kBlockM == 128, "the N of Sᵀ's wgmma: 64 or 128");
   static_assert(kSplit || ((kD == 64 || kD == 128) && (kDV == 64 || kDV == 128)),
                 "head dims are 64-column slabs and wgmma N of 64 or 128");
-  static_assert(!kSplit || (kBlockN == 64 && kWs && kFusedDq && !kTwoPass),
+  static_assert(!kSplit || (kBlockN == 64 && kWs && kFusedDq && !kTwoPass &&
+                             (kLeanLevel == 0 || (kLeanLevel == 2 && !kAtomicDq))),
                 "the column split is a warp-specialised fused-dQ mode of 64 keys, "
-                "element work in one pass");
+                "element work in one pass, with or without the turn warp");
   static_assert(!kWriter || (kBlockN == 128 && kBlockM == 64 && kWs && kFusedDq &&
                              !kTwoPass && !kSplit && kD == kDV && !(kPingPong && kDqWriter)),
                 "ping-pong and the dQ writer: warp-specialised fused-dQ modes of two "
@@ -216,9 +224,9 @@ struct BwdDkDvSm90 {
   /// Fused dQ's [kBlockM][kD] product: each warpgroup kDqN of its columns
   /// (the N of its wgmma) over kBlockM / 64 chains of 64 rows.
   static constexpr int kDqN = kD / kWarpgroups, kDqChains = kBlockM / 64;
-  static_assert(kSplit || !kFusedDq || kDqN == 64 || kDqN == 128,
+  static_assert(kSplit || kPingPong || !kFusedDq || kDqN == 64 || kDqN == 128,
                 "fused dQ: a warpgroup's columns must be one or two 64-column slabs "
-                "(bwdSm90Unsupported)");
+                "(bwdSm90Unsupported; ping-pong's warpgroups take all kD columns)");
   /// 1024 bytes of slack to align the dynamic shared memory by hand
   /// (BwdSm90Config::dkdvSharedBytes says the same).
   static constexpr int kSmemBytes =

@@ -29,6 +29,45 @@ template <class K> struct BwdSm90PingPong {
   static constexpr int kBarToken = K::kBarToken, kBarPartial = K::kBarPartial,
                        kBarDs = K::kBarDs;
   static constexpr bool kAtomicDq = K::kAtomic;
+  /// At head dim 64 a thread's dQ partial (32 floats) fits beside dK's,
+  /// dV's, Pᵀ and dSᵀ (96), so the dSᵀ rows are stored first and dQ's
+  /// product joins dV's and dK's group under the token: one wgmma wait a
+  /// step instead of two, and dQ's product no longer runs alone. At d128
+  /// its 64 floats do not fit beside them (240 registers).
+  static constexpr bool kDqInGroup = kD == 64;
+
+  /// This warpgroup's dSᵀ rows (its 64 keys) into the shared tile, for its
+  /// dQ product (dS_w·K_w), visible to the async proxy once the
+  /// warpgroup's threads meet.
+  __device__ static __forceinline__ void store_ds(u32 s_ds, const u32 (&df)[kBlockM / 16][4]) {
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int key = wg * 64 + warp * 16 + g + 8 * (r & 1);
+        const int qr = kk * 16 + 8 * (r >> 1) + 2 * tq;
+        st_shared_32(s_ds + SwizzledTile<kBlockN, 64>::offset(key, qr / 8) + (qr % 8) * 2,
+                     df[kk][r]);
+      }
+    fence_proxy_async_shared();
+    named_bar_sync(kBarDs + wg, 128);
+  }
+
+  /// dQ_w += dS_w·K_w, issued: A = dS_w, [key][query] (MN-major, M = the
+  /// 64 queries), B = K_w, [key][column] (MN-major, N = kD over kD / 64
+  /// slabs); a k16 step is 16 key rows (2048 bytes) further in both.
+  __device__ static __forceinline__ void issue_dq(u32 s_k, u32 s_ds,
+                                                  float (&acc_dq)[kD / 8][4]) {
+    const int wg = threadIdx.x / 128;
+    const u64 ds_desc = wgmma_desc_sw128(s_ds + wg * 64 * 128, kDsSlab, 1024);
+    const u64 k_desc_t = wgmma_desc_sw128(s_k + wg * 64 * 128, kKSlab, 1024);
+#pragma unroll
+    for (int kk = 0; kk < 64 / 16; ++kk)
+      Wgmma<kD>::template ss_mn<T>(acc_dq, ds_desc + kk * (2048 >> 4),
+                                   k_desc_t + kk * (2048 >> 4), kk > 0);
+  }
 
   /// Ping-pong's step m for this warpgroup's 64 keys: Sᵀ and dPᵀ, P and
   /// dS, dV += Pᵀ·dO and dK += dSᵀ·Q (each group issued holding the
@@ -36,6 +75,7 @@ template <class K> struct BwdSm90PingPong {
   /// rows to the shared tile, dQ_w = dS_w·K_w over all kD columns, and the
   /// partial into dQ slot it % 2: warpgroup 0 stores it (once the writer
   /// has emptied the slot), warpgroup 1 adds its own and marks it full.
+  /// (kDqInGroup: the dSᵀ rows first, dQ's product in dV's and dK's group.)
   template <bool kFull>
   __device__ static __forceinline__ void
   step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s_k, u32 s_v,
@@ -77,6 +117,11 @@ template <class K> struct BwdSm90PingPong {
     Elems::pack(acc_dp, df);
     const u64 o_desc_t = wgmma_desc_sw128(s_do, kQSlab, 1024);
     const u64 q_desc_t = wgmma_desc_sw128(s_q, kQSlab, 1024);
+    float acc_dq[kD / 8][4];
+    if constexpr (kDqInGroup) {
+      K::zero(acc_dq);
+      store_ds(s_ds, df);
+    }
     named_bar_sync(kBarToken + wg, kThreads);
     wgmma_fence();
 #pragma unroll
@@ -85,45 +130,29 @@ template <class K> struct BwdSm90PingPong {
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk)
       Wgmma<kD>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
+    if constexpr (kDqInGroup)
+      issue_dq(s_k, s_ds, acc_dq);
     wgmma_commit();
     named_bar_arrive(kBarToken + 1 - wg, kThreads);
     // This warpgroup's dSᵀ rows (as step() writes them) while dV's and
     // dK's products run; its own dQ product of the previous step, which
     // read them, has been waited for.
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int key = wg * 64 + warp * 16 + g + 8 * (r & 1);
-        const int qr = kk * 16 + 8 * (r >> 1) + 2 * tq;
-        st_shared_32(s_ds + SwizzledTile<kBlockN, 64>::offset(key, qr / 8) + (qr % 8) * 2,
-                     df[kk][r]);
-      }
-    fence_proxy_async_shared();
-    named_bar_sync(kBarDs + wg, 128);
+    if constexpr (!kDqInGroup)
+      store_ds(s_ds, df);
     // dV's and dK's products are waited for before dQ's is issued: Pᵀ and
     // dSᵀ are then no longer held beside dQ's 64 accumulators.
     wgmma_wait<0>();
     fence_regs(acc_dv);
     fence_regs(acc_dk);
     K::release(empty); // Q, dO and the rows are read
-    float acc_dq[kD / 8][4];
-    K::zero(acc_dq);
-    {
-      // dS_w·K_w: A = dS_w, [key][query] (MN-major, M = the 64 queries),
-      // B = K_w, [key][column] (MN-major, N = kD over kD / 64 slabs); a k16
-      // step is 16 key rows (2048 bytes) further in both.
-      const u64 ds_desc = wgmma_desc_sw128(s_ds + wg * 64 * 128, kDsSlab, 1024);
-      const u64 k_desc_t = wgmma_desc_sw128(s_k + wg * 64 * 128, kKSlab, 1024);
+    if constexpr (!kDqInGroup) {
+      K::zero(acc_dq);
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 64 / 16; ++kk)
-        Wgmma<kD>::template ss_mn<T>(acc_dq, ds_desc + kk * (2048 >> 4),
-                                     k_desc_t + kk * (2048 >> 4), kk > 0);
+      issue_dq(s_k, s_ds, acc_dq);
       wgmma_commit();
       wgmma_wait<0>();
-      fence_regs(acc_dq);
     }
+    fence_regs(acc_dq);
     // The partial: fragment rows 16·warp + g (+8), columns 8t + 2tq, the
     // same elements in both warpgroups.
     const int slot = it & 1;

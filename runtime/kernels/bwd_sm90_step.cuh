@@ -200,9 +200,17 @@ ATTNC_BWD_SM90::step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s
       // reading the dSᵀ tile); it publishes the next rank once every
       // compute warp's adds are issued (the arrival orders them before
       // its release).
-      named_bar_sync(kBarTurn, kThreads + 32);
+      // (Column-split: the warpgroups reach these from different code.)
+      if constexpr (kSplit)
+        named_bar_sync_unaligned(kBarTurn, kThreads + 32);
+      else
+        named_bar_sync(kBarTurn, kThreads + 32);
       add_dq<kW>(a, acc_dq, bh, m, rank);
-      named_bar_arrive(kBarAdded, kThreads + 32);
+      if constexpr (kSplit)
+        asm volatile("barrier.arrive %0, %1;\n" ::"r"(kBarAdded), "r"(kThreads + 32)
+                     : "memory");
+      else
+        named_bar_arrive(kBarAdded, kThreads + 32);
     } else {
       if constexpr (!kAtomicDq)
         Sem::wait_turn(a, bh, m, rank, seen);

@@ -61,6 +61,9 @@ inline void addSm90Cases(std::vector<Case> &Out) {
                  Layout::BHSD, "bwd90.kv128x128s2.q64x64w4"});
   Out.push_back({"mha_emptyblock", DType::F16, 64, 64, 1, 2, 2, 333, 333, Layout::BSHD,
                  "bwd90.kv128x64s4.q128x64w8"});
+  // d64's earlier default (64-row steps, two stages, 64-key dQ steps).
+  Out.push_back({"mha", DType::F16, 64, 64, 1, 2, 1, 1000, 1000, Layout::BHSD,
+                 "bwd90.kv64x128s2.q128x64w8"});
   // The dQ kernel at d128 (the default there fuses dQ), and the fused mode
   // in its other tilings: ranks with masks, grouped heads, query blocks no
   // key visits, rotated walks without a mask, 128-row steps (two chains).
@@ -115,6 +118,26 @@ inline void addSm90Cases(std::vector<Case> &Out) {
   Out.push_back({"relu_attn", DType::F16, 128, 128, 1, 2, 2, 257, 130, Layout::BHSD, Pp});
   Out.push_back({"mha_emptyblock", DType::F16, 128, 128, 1, 2, 2, 333, 333, Layout::BSHD, Pp});
   Out.push_back({"mha_full", DType::F16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD,
+                 "bwd90ws.kv64x128s2.pp.atomic"});
+  // Ping-pong at head dim 64 (each warpgroup all 64 of dQ's columns, dQ's
+  // product in the token's second group): the same kinds of cases, more
+  // stages.
+  const char *Pp64 = "bwd90ws.kv64x128s2.pp.fused";
+  Out.push_back({"mha_full", DType::F16, 64, 64, 2, 2, 1, 700, 700, Layout::BHSD, Pp64});
+  Out.push_back({"mha_full", DType::BF16, 64, 64, 1, 1, 1, 1300, 1300, Layout::BSHD,
+                 "bwd90ws.kv64x128s3.pp.fused"});
+  Out.push_back({"mha", DType::BF16, 64, 64, 1, 2, 1, 1000, 1000, Layout::BSHD, Pp64});
+  Out.push_back({"mha", DType::F16, 64, 64, 1, 4, 2, 1024, 1024, Layout::BHSD,
+                 "bwd90ws.kv64x128s4.pp.fused"});
+  Out.push_back({"mha_window", DType::F16, 64, 64, 1, 4, 2, 333, 333, Layout::BSHD, Pp64});
+  Out.push_back({"mha_document", DType::BF16, 64, 64, 2, 2, 2, 257, 257, Layout::BHSD, Pp64});
+  Out.push_back({"alibi_learnable", DType::BF16, 64, 64, 2, 2, 1, 257, 257, Layout::BHSD,
+                 Pp64});
+  Out.push_back({"softcap_learnable", DType::F16, 64, 64, 1, 2, 1, 333, 333, Layout::BSHD,
+                 Pp64});
+  Out.push_back({"relu_attn", DType::F16, 64, 64, 1, 2, 2, 257, 130, Layout::BHSD, Pp64});
+  Out.push_back({"mha_emptyblock", DType::F16, 64, 64, 1, 2, 2, 333, 333, Layout::BSHD, Pp64});
+  Out.push_back({"mha_full", DType::F16, 64, 64, 1, 2, 1, 1000, 1000, Layout::BSHD,
                  "bwd90ws.kv64x128s2.pp.atomic"});
   // The dQ writer with the lockstep step: the same kinds of cases.
   const char *Dqw = "bwd90ws.kv64x128s2.dqw.fused";
@@ -234,6 +257,22 @@ inline void addSplitCases(std::vector<Case> &Out) {
                  "bwd90ws.kv64x64s2.split.fused"});
   Out.push_back({"mha_window", DType::F16, 256, 128, 1, 2, 1, 333, 333, Layout::BHSD, ""});
   Out.push_back({"mha_full", DType::BF16, 192, 256, 1, 2, 2, 257, 257, Layout::BSHD, ""});
+  // The split with the lean step's turn warp (.split.tw.): masks, input
+  // gradients, a variant backward, in both head dims and dtypes; a long
+  // causal row (turns chained over many key blocks), rotated walks, query
+  // blocks no key visits.
+  const char *Tw = "bwd90ws.kv64x64s2.split.tw.fused";
+  for (const char *E : {"mha", "relu_attn", "mha_window", "alibi_learnable",
+                        "softcap_learnable", "mha_document"}) {
+    DType T = Wide ? DType::F16 : DType::BF16;
+    Out.push_back({E, T, Wide ? 256 : 192, Wide ? 256 : 128, 1, 4, 2, 333, 333,
+                   Wide ? Layout::BHSD : Layout::BSHD, Tw});
+    Wide = !Wide;
+  }
+  Out.push_back({"mha", DType::F16, 192, 128, 1, 2, 1, 1300, 1300, Layout::BSHD, Tw});
+  Out.push_back({"mha_full", DType::BF16, 256, 256, 2, 2, 1, 700, 700, Layout::BHSD, Tw});
+  Out.push_back({"mha_emptyblock", DType::F16, 192, 128, 1, 2, 2, 333, 333, Layout::BSHD,
+                 Tw});
 }
 
 /// Fused dQ cases with several key blocks a query block (semaphores, ranks),

@@ -19,6 +19,7 @@
 //   ATTNC_GPU_TEST_FILTER=mha          one definition's cases (exact name)
 //   ATTNC_GPU_TEST_CONFIG=.pp.         only the cases whose configuration
 //                                      contains this text
+//   ATTNC_GPU_TEST_HEAD_DIM=64         only the cases of this head_dim
 //   ATTNC_GPU_TEST_VERBOSE=1           where each gradient's largest error is
 #include "BackwardCases.h"
 #include "BackwardCheck.h"
@@ -490,6 +491,7 @@ int main(int Argc, char **Argv) {
   }
   const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
   const char *ConfigFilter = std::getenv("ATTNC_GPU_TEST_CONFIG");
+  const char *HeadDimFilter = std::getenv("ATTNC_GPU_TEST_HEAD_DIM");
   std::vector<Work> Ws;
   uint64_t Seed = 1;
   std::vector<Case> All;
@@ -506,6 +508,8 @@ int main(int Argc, char **Argv) {
     if (Filter && C.Def != Filter)
       continue;
     if (ConfigFilter && C.Config.find(ConfigFilter) == std::string::npos)
+      continue;
+    if (HeadDimFilter && std::to_string(C.D) != HeadDimFilter)
       continue;
     WorkOf[I] = int(Ws.size());
     Ws.emplace_back(C, Seeds.back());

@@ -1,7 +1,8 @@
-// The Hopper backward's (bwd_sm90) modes without a GPU: ping-pong, the dQ
-// writer, the lean step, the turn warp's bulk dQ and the column split, each
-// compiled by NVRTC to CUBINs checked for wgmma serialisation, spills and
-// the instructions the mode is made of. (The configurations and the
+// The Hopper backward's (bwd_sm90) modes without a GPU: ping-pong (also at
+// head dim 64), the dQ writer, the lean step, the turn warp's bulk dQ and
+// the column split (also with the turn warp), each compiled by NVRTC to
+// CUBINs checked for wgmma serialisation, spills and the instructions the
+// mode is made of. (The configurations and the
 // examples' compiles are in NvrtcBwdSm90Test.cpp.)
 #include "Examples.h"
 #include "NvrtcPtx.h"
@@ -76,6 +77,56 @@ TEST_CASE("bwd_sm90: the ping-pong and dQ-writer modes compile to CUBINs without
     CHECK(has(Ptx, "wgmma.mma_async.sync.aligned.m64n128k16"));
     checkCubin(Src);
   }
+}
+
+TEST_CASE("bwd_sm90: ping-pong at head dim 64 issues dQ's product with dV's and dK's",
+          "[nvrtc][bwd90][mha]") {
+  // Each warpgroup takes all 64 of dQ's columns (the fused check's 32 a
+  // warpgroup does not apply), and dQ's product is in the token's second
+  // group: two commits a step (mha has a step for full blocks and one for
+  // masked ones) against three at d128, where it runs alone.
+  auto Commits = [](const std::string &Ptx) {
+    size_t N = 0;
+    for (size_t P = Ptx.find("wgmma.commit_group"); P != std::string::npos;
+         P = Ptx.find("wgmma.commit_group", P + 1))
+      ++N;
+    return N;
+  };
+  CompiledDefinition Mha = compile(examples::mha());
+  CHECK(Commits(compileToPtx(codegen::generateBackwardSm90(
+            Mha, kernelSpec(DType::F16, 128, 128),
+            BwdSm90Config::parse("bwd90ws.kv64x128s2.pp.fused")))) == 6);
+  struct {
+    const dsl::DefinitionBase &Def;
+    const char *Config;
+    DType T;
+    bool IsMha;
+  } Cases[] = {{examples::mha(), "bwd90ws.kv64x128s2.pp.fused", DType::F16, true},
+               {examples::mha(), "bwd90ws.kv64x128s3.pp.fused", DType::BF16, true},
+               {examples::mha(), "bwd90ws.kv64x128s2.pp.atomic", DType::F16, true},
+               {examples::alibiLearnable(), "bwd90ws.kv64x128s2.pp.fused", DType::BF16, false},
+               {examples::softcapLearnable(), "bwd90ws.kv64x128s2.pp.fused", DType::F16, false},
+               {examples::mhaDocument(), "bwd90ws.kv64x128s2.pp.fused", DType::F16, false}};
+  for (const auto &C : Cases) {
+    BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
+    codegen::KernelSource Src =
+        codegen::generateBackwardSm90(compile(C.Def), kernelSpec(C.T, 64, 64), Cfg);
+    INFO("kernel " << Src.Key);
+    CHECK(has(Src.Source, "/*kPingPong=*/true"));
+    std::string Ptx = compileToPtx(Src);
+    if (C.IsMha)
+      CHECK(Commits(Ptx) == 4);
+    CHECK(has(Ptx, "wgmma.mma_async.sync.aligned.m64n64k16"));
+    CHECK(!has(Ptx, "wgmma.mma_async.sync.aligned.m64n128k16"));
+    CHECK(has(Ptx, "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"));
+    CHECK(has(Ptx, "ld.acquire.gpu") == !Cfg.AtomicDq);
+    checkCubin(Src);
+  }
+  // Split columns stay refused where a warpgroup's would be 32.
+  CHECK_THROWS_AS(codegen::generateBackwardSm90(Mha, kernelSpec(DType::F16, 64, 64),
+                                                BwdSm90Config::parse(
+                                                    "bwd90ws.kv64x128s2.lean2.fused")),
+                  UserError);
 }
 
 TEST_CASE("bwd_sm90: the lean step compiles to CUBINs without wgmma serialisation",
@@ -168,9 +219,27 @@ TEST_CASE("bwd_sm90: the column split compiles to CUBINs without wgmma "
   for (const auto &C : Cases) {
     CompiledDefinition Def = compile(C.Def);
     codegen::KernelSource Src = codegen::generateBackwardSm90(
-        Def, kernelSpec(C.T, C.D, C.DV), BwdSm90Config::defaultFor(C.D, C.DV));
+        Def, kernelSpec(C.T, C.D, C.DV), BwdSm90Config::parse("bwd90ws.kv64x64s2.split.fused"));
     CHECK(has(Src.Source, "/*kSplit=*/true"));
     INFO("kernel " << Src.Key);
+    checkCubin(Src);
+  }
+  // With the turn warp (.split.tw., the default there): the compute threads arrive once their
+  // adds are issued (the unaligned form: the warpgroups' code differs) and
+  // no longer read or publish the semaphores; that warp does.
+  for (const auto &C : Cases) {
+    CompiledDefinition Def = compile(C.Def);
+    codegen::KernelSource Src = codegen::generateBackwardSm90(
+        Def, kernelSpec(C.T, C.D, C.DV),
+        BwdSm90Config::defaultFor(C.D, C.DV));
+    INFO("kernel " << Src.Key);
+    CHECK(Src.Key.find("split.tw.fused") != std::string::npos);
+    CHECK(has(Src.Source, "/*kSplit=*/true, /*kPingPong=*/false, /*kDqWriter=*/false, "
+                          "/*kLeanLevel=*/2"));
+    std::string Ptx = compileToPtx(Src);
+    CHECK(has(Ptx, "barrier.arrive"));
+    CHECK(has(Ptx, "ld.acquire.gpu"));
+    CHECK(has(Ptx, "st.release.gpu"));
     checkCubin(Src);
   }
 }

@@ -102,7 +102,7 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   CHECK(C.str() == "bwd90.kv128x64s3.q64x32w4");
   CHECK(!C.FusedDq);
   CHECK(BwdSm90Config::defaultFor(128, 128).str() == "bwd90ws.kv64x128s2.lean2.fused");
-  CHECK(BwdSm90Config::defaultFor(64, 64).str() == "bwd90.kv64x128s2.q128x64w8");
+  CHECK(BwdSm90Config::defaultFor(64, 64).str() == "bwd90.kv128x128s3.q128x128w8");
   // The fused dQ mode: the Q tiles are the dK/dV kernel's, warps its own.
   BwdSm90Config F = BwdSm90Config::parse("bwd90.kv128x64s3.fused");
   CHECK(F.FusedDq);
@@ -151,15 +151,19 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
     CHECK(!W.SplitCols);
   }
   // The column split: two consumer warpgroups over 64 keys, the producer.
-  CHECK(BwdSm90Config::defaultFor(256, 256).str() == "bwd90ws.kv64x64s2.split.fused");
-  CHECK(BwdSm90Config::defaultFor(192, 128).str() == "bwd90ws.kv64x64s2.split.fused");
-  CHECK(BwdSm90Config::defaultFor(256, 128).str() == "bwd90ws.kv64x64s2.split.fused");
-  CHECK(BwdSm90Config::defaultFor(192, 256).str() == "bwd90ws.kv64x64s2.split.fused");
+  CHECK(BwdSm90Config::defaultFor(256, 256).str() == "bwd90ws.kv64x64s2.split.tw.fused");
+  CHECK(BwdSm90Config::defaultFor(192, 128).str() == "bwd90ws.kv64x64s2.split.tw.fused");
+  CHECK(BwdSm90Config::defaultFor(256, 128).str() == "bwd90ws.kv64x64s2.split.tw.fused");
+  CHECK(BwdSm90Config::defaultFor(192, 256).str() == "bwd90ws.kv64x64s2.split.tw.fused");
   CHECK(BwdSm90Config::defaultFor(192, 192).str() == BwdSm90Config{}.str());
   CHECK(BwdSm90Config::defaultFor(128, 256).str() == BwdSm90Config{}.str());
-  for (std::string Text : {"bwd90ws.kv64x64s2.split.fused", "bwd90ws.kv64x64s3.split.atomic"}) {
+  for (std::string Text : {"bwd90ws.kv64x64s2.split.fused", "bwd90ws.kv64x64s3.split.atomic",
+                           "bwd90ws.kv64x64s2.split.tw.fused"}) {
     BwdSm90Config S = BwdSm90Config::parse(Text);
     CHECK(S.SplitCols);
+    // .split.tw.: the lean step's turn warp, nothing else of the lean step.
+    CHECK(S.Lean == (has(Text, ".tw.") ? 2 : 0));
+    CHECK(!S.BulkDq);
     CHECK(S.WarpSpecialized);
     CHECK(S.FusedDq);
     CHECK(S.AtomicDq == has(Text, ".atomic"));
@@ -175,6 +179,16 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   for (const char *Bad : {"bwd90ws.kv64x64s2.fused.split", "bwd90ws.kv64x64s2.split",
                           "bwd90.kv64x64s2.split.q128x64w8"})
     CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains("[.split|.pp|.dqw|.lean|.lean2|.lean3].fused or .atomic"));
+  for (const char *Bad : {"bwd90ws.kv64x64s2.split.lean2.fused", "bwd90ws.kv64x64s2.tw.fused",
+                          "bwd90ws.kv64x64s2.lean2.tw.fused"})
+    CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains(".split.tw.fused"));
+  // The turn warp has no turns to take in the atomic mode.
+  {
+    BwdSm90Config S = BwdSm90Config::parse("bwd90ws.kv64x64s2.split.tw.fused");
+    S.AtomicDq = true;
+    CHECK_THAT(codegen::bwdSm90Unsupported(kernelSpec(DType::F16, 256, 256), S, 1, true),
+               Contains("the column split's turn warp"));
+  }
   // Ping-pong: the warpgroups take turns at the tensor cores, and two fp32
   // dQ slots of 64 rows (4·D + 32 bytes each) come before the mbarriers.
   for (std::string Text : {"bwd90ws.kv64x128s2.pp.fused", "bwd90ws.kv64x128s3.pp.atomic"}) {
@@ -412,9 +426,9 @@ TEST_CASE("bwd_sm90: the selector picks it on sm_90a where it runs the head "
   CHECK(Choice(64, 128, GpuArch::Sm90a).Skel->name() == "bwd_sm80");
   // 256/256 and 192/128: bwd_sm90's column split; bwd_sm80 runs neither.
   CHECK(Choice(256, 256, GpuArch::Sm90a).str() ==
-        "bwd_sm90 bwd90ws.kv64x64s2.split.fused (default)");
+        "bwd_sm90 bwd90ws.kv64x64s2.split.tw.fused (default)");
   CHECK(Choice(192, 128, GpuArch::Sm90a).str() ==
-        "bwd_sm90 bwd90ws.kv64x64s2.split.fused (default)");
+        "bwd_sm90 bwd90ws.kv64x64s2.split.tw.fused (default)");
   CHECK_THROWS_WITH(Choice(256, 256, GpuArch::Sm80),
                     Contains("bwd_sm90: bwd_sm90 needs arch sm_90a") &&
                         Contains("bwd_sm80: head_dim 256 is not supported by bwd_sm80"));

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <numeric>
 
@@ -30,7 +31,7 @@ std::string BwdSm90Config::str() const {
     return fmt::format("{}.kv{}x{}s{}.{}{}{}{}",
                        WarpSpecialized ? (TwoPass ? "bwd90ws2" : "bwd90ws") : "bwd90",
                        KvBlockM, KvBlockN, Stages,
-                       SplitCols  ? "split."
+                       SplitCols  ? (Lean == 2 ? "split.tw." : "split.")
                        : PingPong ? "pp."
                        : DqWriter ? "dqw."
                        : Lean == 1 ? "lean."
@@ -59,7 +60,9 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
   bool Split = T.contains(".split.");
   bool Pp = !Split && T.contains(".pp.");
   bool Dqw = !Split && !Pp && T.contains(".dqw.");
-  int Lean = Split || Pp || Dqw   ? 0
+  // The column split with the turn warp (.split.tw.) is its lean level 2.
+  int Lean = Split                   ? (T.contains(".split.tw.") ? 2 : 0)
+             : Pp || Dqw             ? 0
              : T.contains(".lean.")  ? 1
              : T.contains(".lean2.") ? 2
              : T.contains(".lean3.") ? 3
@@ -69,7 +72,7 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
   if (T.endswith(".fused") || Atomic) {
     std::string Form = std::string(TwoPass ? "bwd90ws2" : Ws ? "bwd90ws" : "bwd90") +
                        ".kv%dx%ds%d." +
-                       (Split  ? "split."
+                       (Split  ? (Lean == 2 ? "split.tw." : "split.")
                         : Pp   ? "pp."
                         : Dqw  ? "dqw."
                         : Lean == 1 ? "lean."
@@ -101,7 +104,8 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
                     "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
                     "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw|.lean|.lean2|.lean3]"
                     ".fused or .atomic (then .varlen for packed calls), or "
-                    "bwd90ws.kv<M>x<N>s<stages>.lean2.bulk.fused or .atomic, e.g. "
+                    "bwd90ws.kv<M>x<N>s<stages>.lean2.bulk.fused or .atomic, or "
+                    "bwd90ws.kv64x64s<stages>.split.tw.fused, e.g. "
                     "bwd90.kv64x128s2.q128x64w8 or bwd90.kv64x128s2.fused");
   return C;
 }
@@ -139,13 +143,22 @@ BwdSm90Config BwdSm90Config::defaultFor(int D, int DV) {
   }
   // Head dim 192 or 256 (with 128 or 256): dK and dV rows of 64 keys are
   // 80 to 128 floats a thread of one warpgroup on top of Sᵀ and dPᵀ, so two
-  // warpgroups split their columns (and dQ's) over the same 64 keys.
+  // warpgroups split their columns (and dQ's) over the same 64 keys; the
+  // turn warp takes the dQ turns (11-15% faster than without on an H100,
+  // none and causal, 192/128 and 256/256: as fast as unordered atomic adds).
   if (D > 128 && (DV == 128 || DV == 256)) {
     BwdSm90Config C = fused(64, 64, 2);
     C.WarpSpecialized = true;
     C.SplitCols = true;
+    C.Lean = 2;
     return C;
   }
+  // d64: the two-kernel mode with 128-row steps of 128 keys, three stages,
+  // and 128-key steps in the dQ kernel (H100: 6% faster than
+  // kv64x128s2.q128x64w8 without a mask, 15% causal; ping-pong, which
+  // d64 can fuse, and the other fused forms measured slower).
+  if (D == 64 && DV == 64)
+    return BwdSm90Config{128, 128, 3, 128, 128, 8};
   return BwdSm90Config{};
 }
 
@@ -192,9 +205,17 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
   if (!archHasWgmma(Spec.Arch))
     return "bwd_sm90 needs arch sm_90a (wgmma), not '" +
            archName(Spec.Arch).str() + "'";
+  // The column split takes the lean step's turn warp alone (.split.tw.),
+  // which has turns to take only in the ordered dQ mode.
+  const bool SplitTurnWarp = C.SplitCols && C.Lean == 2;
+  if (SplitTurnWarp && C.AtomicDq)
+    return fmt::format("backward config {}: the column split's turn warp (.split.tw.) "
+                       "takes the ordered dQ turns: .fused, not .atomic",
+                       C.str());
   // The lean step changes the lockstep step of bwd90ws. only.
-  if (C.Lean != 0 && (C.Lean > 3 || !C.FusedDq || !C.WarpSpecialized || C.TwoPass ||
-                      C.SplitCols || C.PingPong || C.DqWriter))
+  if (C.Lean != 0 && !SplitTurnWarp &&
+      (C.Lean > 3 || !C.FusedDq || !C.WarpSpecialized || C.TwoPass || C.SplitCols ||
+       C.PingPong || C.DqWriter))
     return fmt::format("backward config {}: the lean step is a bwd90ws. mode of the "
                        "lockstep step (not .split, .pp or .dqw)",
                        C.str());
@@ -263,13 +284,20 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
     // 64-column slabs of K (the N of its wgmma), over KvBlockM / 64 chains
     // of 64 rows; beside dK and dV a thread then holds Pᵀ and dSᵀ (packed,
     // KvBlockM / 2 registers) and its part of dQ.
-    int Cols = Spec.HeadDim / (C.KvBlockN / 64);
+    // Ping-pong's warpgroups each compute all of dQ's columns over their
+    // own keys (one or two slabs: d64 or d128).
+    int Cols = C.PingPong ? Spec.HeadDim : Spec.HeadDim / (C.KvBlockN / 64);
     if (Cols != 64 && Cols != 128)
       return fmt::format("backward config {}: fused dQ splits head_dim {} over {} "
                          "warpgroups into {} columns each; expected 64 or 128",
                          Name, Spec.HeadDim, C.KvBlockN / 64, Cols);
-    int FusedFloats = (Spec.HeadDim + Spec.HeadDimV) / 2 + C.KvBlockM / 2 +
-                      C.KvBlockM / 64 * Cols / 2;
+    // (Ping-pong holds dQ's D/2 after Pᵀ and dSᵀ at d128, beside them at
+    // d64, where its product joins dV's and dK's: bwd_sm90_pingpong.cuh.)
+    int FusedFloats =
+        (Spec.HeadDim + Spec.HeadDimV) / 2 +
+        (!C.PingPong             ? C.KvBlockM / 2 + C.KvBlockM / 64 * Cols / 2
+         : Spec.HeadDim == 64    ? C.KvBlockM / 2 + Cols / 2
+                                 : std::max(C.KvBlockM / 2, Cols / 2));
     if (FusedFloats > 192)
       return fmt::format("backward config {}: the dK/dV kernel with fused dQ would "
                          "hold {} accumulator floats a thread for d{}/{}; at most "
@@ -362,7 +390,12 @@ KernelSource generateBackwardSm90(const CompiledDefinition &Def,
   Values["dkdv_mode_args"] =
       Extra ? fmt::format(", /*kAtomicDq=*/{}, /*kWarpSpecialized=*/{}{}", Config.AtomicDq,
                           Config.WarpSpecialized,
-                          Config.SplitCols  ? ", /*kTwoPass=*/false, /*kSplit=*/true"
+                          Config.SplitCols
+                              ? (Config.Lean == 2
+                                     ? ", /*kTwoPass=*/false, /*kSplit=*/true, "
+                                       "/*kPingPong=*/false, /*kDqWriter=*/false, "
+                                       "/*kLeanLevel=*/2"
+                                     : ", /*kTwoPass=*/false, /*kSplit=*/true")
                           : Config.PingPong ? ", /*kTwoPass=*/false, /*kSplit=*/false, "
                                               "/*kPingPong=*/true"
                           : Config.DqWriter ? ", /*kTwoPass=*/false, /*kSplit=*/false, "

@@ -222,10 +222,13 @@ struct BwdSm90Config {
   /// before .fused or .atomic): two consumer warpgroups over the same keys,
   /// each computing Sᵀ and dPᵀ and owning part of dK's, dV's and dQ's
   /// columns, for head dims whose dK and dV rows are too many registers
-  /// for one warpgroup (256/256, 192/128; any of 128 or 256 each).
+  /// for one warpgroup (256/256, 192/128; any of 128 or 256 each). With
+  /// Lean 2 (written .split.tw. before .fused; the default there): the
+  /// lean step's turn warp waits for and publishes the dQ turns, nothing
+  /// else of the lean step.
   bool SplitCols = false;
   /// Warp-specialised with fused dQ, two warpgroups of 64 keys and 64-row
-  /// steps (written .pp. before .fused or .atomic): the warpgroups take
+  /// steps, d64 or d128 (written .pp. before .fused or .atomic): the warpgroups take
   /// turns at the tensor cores instead of meeting at a barrier every step,
   /// each computes dQ's partial over its own keys, and a warp of the
   /// producer warpgroup adds the step's sum to dQ's (bulk copies, in the
@@ -265,7 +268,8 @@ struct BwdSm90Config {
   static BwdSm90Config fused(int KvBlockM, int KvBlockN, int Stages);
   /// "bwd90.kv64x128s2.q128x64w8", "bwd90.kv64x128s2.fused",
   /// "bwd90.kv64x128s2.atomic", "bwd90ws.kv64x128s2.fused",
-  /// "bwd90ws.kv64x64s2.split.fused", "bwd90ws.kv64x128s2.pp.fused",
+  /// "bwd90ws.kv64x64s2.split.fused", "bwd90ws.kv64x64s2.split.tw.fused",
+  /// "bwd90ws.kv64x128s2.pp.fused",
   /// "bwd90ws.kv64x128s2.dqw.fused", "bwd90ws.kv64x128s2.lean.fused",
   /// "bwd90ws.kv64x128s2.lean2.fused", "bwd90ws.kv64x128s2.lean2.bulk.fused",
   /// "bwd90ws.kv64x128s2.fused.varlen"
