@@ -24,6 +24,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <climits>
 #include <map>
 #include <optional>
 
@@ -44,6 +46,8 @@ struct ForwardKernel {
   /// A decode skeleton's entries: the split kernel and, where the
   /// definition has a merge, the merge of the splits.
   CUfunction Decode = nullptr, DecodeMerge = nullptr;
+  /// fwd_sm90's persistent kernel: a grid of at most one CTA per SM.
+  bool Persistent = false;
 
   void load() {
     if (Module.loaded())
@@ -123,11 +127,17 @@ private:
     New->Choice = C;
     New->Arch = T.Arch;
     New->Launch = C.Skel->launchShape(C.Config, T);
+    if (const auto *S90 = std::get_if<codegen::Sm90Config>(&C.Config))
+      New->Persistent = S90->Persistent;
     New->Source = C.Skel->generate(Def, T, C.Config);
     New->Cached = KernelCache::global().getOrCompile(New->Source);
     K = std::move(New);
     return *K;
   }
+  /// The kernel that runs \p P on fwd_sm90 chosen as \p K: its persistent
+  /// form where persistentWanted says so, its plain form for a packed call
+  /// given a persistent one, else \p K.
+  ForwardKernel &sm90KernelFor(ForwardKernel &K, const BackendProblem &P);
   void launch(ForwardKernel &K, const BackendProblem &P,
               const ForwardTensors &T, const CallContext &Ctx,
               const attnc::Sm90Maps *Maps);
@@ -190,12 +200,42 @@ void GeneratedBackend::forward(const BackendProblem &P, const ForwardTensors &T,
   std::string Why =
       makeSm90Maps(P.Shape, T, K.Launch.BlockM, K.Launch.BlockN, Maps);
   if (Why.empty()) {
-    launch(K, P, T, Ctx, &Maps);
+    launch(sm90KernelFor(K, P), P, T, Ctx, &Maps);
     return;
   }
   // TMA cannot describe these strides: the next skeleton of the table can.
   launch(kernelFor(P.Target, fallbackChoice(P.Target, *K.Choice.Skel)), P, T,
          Ctx, nullptr);
+}
+
+ForwardKernel &GeneratedBackend::sm90KernelFor(ForwardKernel &K,
+                                               const BackendProblem &P) {
+  const auto *C = std::get_if<codegen::Sm90Config>(&K.Choice.Config);
+  if (!C)
+    return K;
+  KernelChoice Other = K.Choice;
+  codegen::Sm90Config &O = std::get<codegen::Sm90Config>(Other.Config);
+  if (C->Persistent) {
+    if (!P.Shape.Packed)
+      return K;
+    // The persistent kernel walks dense tiles only: the same blocks and
+    // stages without it.
+    O.Persistent = false;
+    return kernelFor(P.Target, Other);
+  }
+  if (K.Choice.Origin != ChoiceOrigin::Default || P.Shape.Packed)
+    return K;
+  const int64_t MBlocks = (P.Shape.Sq + K.Launch.BlockM - 1) / K.Launch.BlockM;
+  const int64_t NBlocks = (P.Shape.Skv + K.Launch.BlockN - 1) / K.Launch.BlockN;
+  if (!persistentWanted(MBlocks * P.Shape.B * P.Shape.H, NBlocks,
+                        currentDevice().MultiProcessors))
+    return K;
+  std::optional<codegen::Sm90Config> Persist =
+      C->persistentFor(P.Target.HeadDim, P.Target.HeadDimV);
+  if (!Persist)
+    return K;
+  O = *Persist;
+  return kernelFor(P.Target, Other);
 }
 
 void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
@@ -249,10 +289,21 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
   // (block_range.cuh's packed_block_of); a dense one: per query block and
   // batch·head.
   const CallShape &C = P.Shape;
-  const unsigned GridX =
+  unsigned GridX =
       C.Packed ? unsigned(attnc::packed_block_bound(C.TotalQ, C.B, K.Launch.BlockM, C.Sq))
                : unsigned(A.m_blocks);
-  const unsigned GridY = unsigned(C.Packed ? A.heads : A.batch * A.heads);
+  unsigned GridY = unsigned(C.Packed ? A.heads : A.batch * A.heads);
+  if (K.Persistent) {
+    // One CTA per SM (one fits an SM), each walking tiles of the grid's
+    // stride (fwd_sm90_persist.cuh).
+    if (C.Packed)
+      throw InternalError("fwd_sm90: the persistent kernel for a packed call");
+    const int64_t Tiles = int64_t(A.m_blocks) * A.batch * A.heads;
+    if (Tiles > INT32_MAX)
+      throw InternalError("fwd_sm90: the persistent kernel's tiles overflow int");
+    GridX = unsigned(std::min<int64_t>(Tiles, currentDevice().MultiProcessors));
+    GridY = 1;
+  }
   D.check(D.cuLaunchKernel(K.Fwd, GridX, GridY, 1, unsigned(K.Launch.Threads), 1, 1,
                            unsigned(K.Launch.SharedBytes), Ctx.Stream,
                            Params, nullptr),

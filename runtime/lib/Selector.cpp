@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -248,6 +249,23 @@ DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
   Splits = std::max<int64_t>(Splits, 1);
   const int64_t PerSplit = (Blocks + Splits - 1) / Splits;
   return {int((Blocks + PerSplit - 1) / PerSplit), int(PerSplit)};
+}
+
+bool persistentHeuristic(int64_t Tiles, int64_t KeyBlocks, int MultiProcessors) {
+  return MultiProcessors > 0 &&
+         Tiles >= int64_t(PersistentMinWaves) * MultiProcessors &&
+         KeyBlocks <= PersistentMaxKeyBlocks;
+}
+
+bool persistentWanted(int64_t Tiles, int64_t KeyBlocks, int MultiProcessors) {
+  if (const char *Env = std::getenv("ATTNC_FWD_PERSISTENT"); Env && *Env) {
+    const std::string V = Env;
+    if (V == "0" || V == "1")
+      return V == "1";
+    throw UserError("ATTNC_FWD_PERSISTENT='" + V +
+                    "': expected 0 (plain fwd_sm90 grid) or 1 (persistent)");
+  }
+  return persistentHeuristic(Tiles, KeyBlocks, MultiProcessors);
 }
 
 KernelChoice fallbackChoice(const KernelTarget &T, const Skeleton &Failed) {

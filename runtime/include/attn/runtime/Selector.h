@@ -156,6 +156,21 @@ inline constexpr int DecodeMaxSplits = 128;
 DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
                         int MultiProcessors, analysis::MergeKind Merge);
 
+/// Whether a dense forward call that fwd_sm90 runs with its default
+/// configuration takes the persistent kernel (Sm90Config::Persistent):
+/// \p Tiles CTAs of the plain grid (query blocks x batch x heads) of at
+/// most \p KeyBlocks key blocks each, on \p MultiProcessors SMs. When each
+/// CTA has little work and there are many of them: at least
+/// PersistentMinWaves tiles per SM and at most PersistentMaxKeyBlocks key
+/// blocks a tile.
+bool persistentHeuristic(int64_t Tiles, int64_t KeyBlocks, int MultiProcessors);
+inline constexpr int PersistentMinWaves = 4;
+inline constexpr int PersistentMaxKeyBlocks = 8;
+/// persistentHeuristic, unless the environment's ATTNC_FWD_PERSISTENT says
+/// "0" (never) or "1" (every dense call fwd_sm90 runs by default); a
+/// measurement switch (docs/runtime.md). UserError on another value.
+bool persistentWanted(int64_t Tiles, int64_t KeyBlocks, int MultiProcessors);
+
 /// Where \p Failed cannot launch a call after all (fwd_sm90, whose TMA
 /// descriptors cannot describe some strides): the next skeleton of the
 /// table that serves and supports \p T, with its default configuration.
