@@ -137,7 +137,15 @@ private:
   /// The kernel that runs \p P on fwd_sm90 chosen as \p K: its persistent
   /// form where persistentWanted says so, its plain form for a packed call
   /// given a persistent one, else \p K.
-  ForwardKernel &sm90KernelFor(ForwardKernel &K, const BackendProblem &P);
+  ForwardKernel &sm90KernelFor(ForwardKernel &K, const BackendProblem &P,
+                               const CallContext &Ctx);
+  /// meanVisitedBlocks of \p P (a dense call) with the call's scalar
+  /// inputs, kept per shape and scalar values (the scan stops past
+  /// PersistentMaxMeanVisits, all the choice needs).
+  std::optional<double> meanVisits(const BackendProblem &P,
+                                   const CallContext &Ctx, int BlockM,
+                                   int BlockN);
+  std::map<std::vector<double>, std::optional<double>> MeanVisits;
   void launch(ForwardKernel &K, const BackendProblem &P,
               const ForwardTensors &T, const CallContext &Ctx,
               const attnc::Sm90Maps *Maps);
@@ -200,7 +208,7 @@ void GeneratedBackend::forward(const BackendProblem &P, const ForwardTensors &T,
   std::string Why =
       makeSm90Maps(P.Shape, T, K.Launch.BlockM, K.Launch.BlockN, Maps);
   if (Why.empty()) {
-    launch(sm90KernelFor(K, P), P, T, Ctx, &Maps);
+    launch(sm90KernelFor(K, P, Ctx), P, T, Ctx, &Maps);
     return;
   }
   // TMA cannot describe these strides: the next skeleton of the table can.
@@ -209,7 +217,8 @@ void GeneratedBackend::forward(const BackendProblem &P, const ForwardTensors &T,
 }
 
 ForwardKernel &GeneratedBackend::sm90KernelFor(ForwardKernel &K,
-                                               const BackendProblem &P) {
+                                               const BackendProblem &P,
+                                               const CallContext &Ctx) {
   const auto *C = std::get_if<codegen::Sm90Config>(&K.Choice.Config);
   if (!C)
     return K;
@@ -227,8 +236,13 @@ ForwardKernel &GeneratedBackend::sm90KernelFor(ForwardKernel &K,
     return K;
   const int64_t MBlocks = (P.Shape.Sq + K.Launch.BlockM - 1) / K.Launch.BlockM;
   const int64_t NBlocks = (P.Shape.Skv + K.Launch.BlockN - 1) / K.Launch.BlockN;
-  if (!persistentWanted(MBlocks * P.Shape.B * P.Shape.H, NBlocks,
-                        currentDevice().MultiProcessors))
+  const int64_t Tiles = MBlocks * P.Shape.B * P.Shape.H;
+  const int SMs = currentDevice().MultiProcessors;
+  // The mean visits are looked for only where the tiles could choose it.
+  std::optional<double> Mean;
+  if (Tiles >= int64_t(PersistentMinWaves) * SMs)
+    Mean = meanVisits(P, Ctx, K.Launch.BlockM, K.Launch.BlockN);
+  if (!persistentWanted(Tiles, Mean, NBlocks, SMs))
     return K;
   std::optional<codegen::Sm90Config> Persist =
       C->persistentFor(P.Target.HeadDim, P.Target.HeadDimV);
@@ -236,6 +250,33 @@ ForwardKernel &GeneratedBackend::sm90KernelFor(ForwardKernel &K,
     return K;
   O = *Persist;
   return kernelFor(P.Target, Other);
+}
+
+std::optional<double> GeneratedBackend::meanVisits(const BackendProblem &P,
+                                                  const CallContext &Ctx,
+                                                  int BlockM, int BlockN) {
+  const CallShape &C = P.Shape;
+  std::map<std::string, double> Scalars;
+  for (const std::string &Name : Mask.ScalarInputs) {
+    auto It = Ctx.Inputs.find(Name);
+    if (It == Ctx.Inputs.end())
+      return std::nullopt;
+    if (const int32_t *I = std::get_if<int32_t>(&It->second))
+      Scalars[Name] = *I;
+    else if (const float *F = std::get_if<float>(&It->second))
+      Scalars[Name] = *F;
+    else
+      return std::nullopt;
+  }
+  std::vector<double> Key = {double(C.Sq), double(C.Skv), double(BlockM),
+                             double(BlockN), double(P.Target.HeadDim)};
+  for (const auto &[Name, X] : Scalars)
+    Key.push_back(X);
+  if (auto It = MeanVisits.find(Key); It != MeanVisits.end())
+    return It->second;
+  return MeanVisits[Key] =
+             meanVisitedBlocks(Mask, C.Sq, C.Skv, BlockM, BlockN,
+                               P.Target.HeadDim, Scalars, PersistentMaxMeanVisits);
 }
 
 void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,

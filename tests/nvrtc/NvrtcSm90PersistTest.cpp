@@ -1,12 +1,14 @@
 // fwd_sm90's persistent kernel without a GPU: its configuration string and
-// shared memory, the choice of it (the heuristic and the environment's
-// switch), the generated text (unchanged where the option is off), and
+// shared memory, the choice of it (the heuristic, the environment's switch
+// and the mean key blocks per query block from the mask analysis), the
+// generated text (unchanged where the option is off), and
 // NVRTC compiles of it for sm_90a, CUBINs with no wgmma serialisation.
 #include "Examples.h"
 #include "NvrtcPtx.h"
 
 #include "attn/Error.h"
 #include "attn/Pipeline.h"
+#include "attn/analysis/MaskBounds.h"
 #include "attn/codegen/Codegen.h"
 #include "attn/runtime/Compiler.h"
 #include "attn/runtime/Selector.h"
@@ -15,6 +17,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <string>
 
 using namespace attn;
@@ -62,21 +66,50 @@ TEST_CASE("sm90 persistent: configuration string and shared memory", "[sm90]") {
 
 TEST_CASE("sm90 persistent: when it is chosen", "[sm90]") {
   using runtime::persistentHeuristic;
-  // B16 H32 S1k, blocks of 128: 4096 tiles of at most 8 key blocks, 132 SMs.
-  CHECK(persistentHeuristic(4096, 8, 132));
-  CHECK_FALSE(persistentHeuristic(4096, 9, 132));
-  CHECK_FALSE(persistentHeuristic(4 * 132 - 1, 8, 132));
-  CHECK(persistentHeuristic(4 * 132, 1, 132));
-  CHECK_FALSE(persistentHeuristic(4096, 8, 0));
+  // B16 H32 S1k, blocks of 128: 4096 tiles on 132 SMs.
+  CHECK(persistentHeuristic(4096, 1.5, 8, 132));
+  CHECK(persistentHeuristic(4096, 3.0, 32, 132));
+  CHECK_FALSE(persistentHeuristic(4096, 4.5, 8, 132));
+  // The mean unknown (a mask reading tensors): by the key blocks a row.
+  CHECK(persistentHeuristic(4096, std::nullopt, 8, 132));
+  CHECK_FALSE(persistentHeuristic(1024, std::nullopt, 32, 132));
+  CHECK_FALSE(persistentHeuristic(4 * 132 - 1, 1.0, 8, 132));
+  CHECK(persistentHeuristic(4 * 132, 1.0, 8, 132));
+  CHECK_FALSE(persistentHeuristic(4096, 1.0, 8, 0));
   REQUIRE(unsetenv("ATTNC_FWD_PERSISTENT") == 0);
-  CHECK(runtime::persistentWanted(4096, 8, 132));
+  CHECK(runtime::persistentWanted(4096, 1.5, 8, 132));
   REQUIRE(setenv("ATTNC_FWD_PERSISTENT", "0", 1) == 0);
-  CHECK_FALSE(runtime::persistentWanted(4096, 8, 132));
+  CHECK_FALSE(runtime::persistentWanted(4096, 1.5, 8, 132));
   REQUIRE(setenv("ATTNC_FWD_PERSISTENT", "1", 1) == 0);
-  CHECK(runtime::persistentWanted(1, 1000, 132));
+  CHECK(runtime::persistentWanted(1, 100.0, 1000, 132));
   REQUIRE(setenv("ATTNC_FWD_PERSISTENT", "yes", 1) == 0);
-  CHECK_THROWS_AS(runtime::persistentWanted(1, 1, 132), UserError);
+  CHECK_THROWS_AS(runtime::persistentWanted(1, 1.0, 1, 132), UserError);
   REQUIRE(unsetenv("ATTNC_FWD_PERSISTENT") == 0);
+}
+
+TEST_CASE("sm90 persistent: the mean key blocks a query block visits", "[sm90]") {
+  auto Mean = [](dsl::AttentionDef (*Make)(), int64_t S,
+                 const std::map<std::string, double> &Scalars,
+                 double Stop = 1e9) {
+    const dsl::AttentionDef Example = Make();
+    CompiledDefinition Def = compile(Example);
+    return runtime::meanVisitedBlocks(analysis::analyzeMask(*Def.Graph), S, S, 128,
+                                      128, 128, Scalars, Stop);
+  };
+  // Causal at 1k: query block m visits m + 1 of 8.
+  CHECK(Mean(examples::mha, 1024, {}) == 4.5);
+  // Stopped past 3 from the heaviest block down: 8 + 7 + 6 + 5 > 24.
+  CHECK(Mean(examples::mha, 1024, {}, 3.0) == 26.0 / 8);
+  // A window of 256 keys: blocks m - 2 (partial), m - 1 (full), m.
+  CHECK(Mean(examples::mhaSlidingWindow, 1024, {}) == 21.0 / 8);
+  CHECK(Mean(examples::mhaSlidingWindow, 4096, {}) == 93.0 / 32);
+  // Chunks of 256: one block, then two, in turn.
+  CHECK(Mean(examples::mhaChunked, 1024, {{"chunk", 256}}) == 1.5);
+  // A prefix of 256 keys: blocks 0 and 1 for every row, then causal.
+  CHECK(Mean(examples::mhaPrefixLm, 1024, {{"prefix_len", 256}}) == 37.0 / 8);
+  // What the host cannot know: tensor inputs, a missing scalar.
+  CHECK_FALSE(Mean(examples::mhaDocument, 1024, {}));
+  CHECK_FALSE(Mean(examples::mhaChunked, 1024, {}));
 }
 
 TEST_CASE("sm90 persistent: generated text", "[sm90]") {
