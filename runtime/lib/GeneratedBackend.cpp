@@ -24,6 +24,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <climits>
 #include <map>
 #include <optional>
 
@@ -44,6 +46,8 @@ struct ForwardKernel {
   /// A decode skeleton's entries: the split kernel and, where the
   /// definition has a merge, the merge of the splits.
   CUfunction Decode = nullptr, DecodeMerge = nullptr;
+  /// fwd_sm90's persistent kernel: a grid of at most one CTA per SM.
+  bool Persistent = false;
 
   void load() {
     if (Module.loaded())
@@ -123,11 +127,25 @@ private:
     New->Choice = C;
     New->Arch = T.Arch;
     New->Launch = C.Skel->launchShape(C.Config, T);
+    if (const auto *S90 = std::get_if<codegen::Sm90Config>(&C.Config))
+      New->Persistent = S90->Persistent;
     New->Source = C.Skel->generate(Def, T, C.Config);
     New->Cached = KernelCache::global().getOrCompile(New->Source);
     K = std::move(New);
     return *K;
   }
+  /// The kernel that runs \p P on fwd_sm90 chosen as \p K: its persistent
+  /// form where persistentWanted says so, its plain form for a packed call
+  /// given a persistent one, else \p K.
+  ForwardKernel &sm90KernelFor(ForwardKernel &K, const BackendProblem &P,
+                               const CallContext &Ctx);
+  /// meanVisitedBlocks of \p P (a dense call) with the call's scalar
+  /// inputs, kept per shape and scalar values (the scan stops past
+  /// PersistentMaxMeanVisits, all the choice needs).
+  std::optional<double> meanVisits(const BackendProblem &P,
+                                   const CallContext &Ctx, int BlockM,
+                                   int BlockN);
+  std::map<std::vector<double>, std::optional<double>> MeanVisits;
   void launch(ForwardKernel &K, const BackendProblem &P,
               const ForwardTensors &T, const CallContext &Ctx,
               const attnc::Sm90Maps *Maps);
@@ -190,12 +208,75 @@ void GeneratedBackend::forward(const BackendProblem &P, const ForwardTensors &T,
   std::string Why =
       makeSm90Maps(P.Shape, T, K.Launch.BlockM, K.Launch.BlockN, Maps);
   if (Why.empty()) {
-    launch(K, P, T, Ctx, &Maps);
+    launch(sm90KernelFor(K, P, Ctx), P, T, Ctx, &Maps);
     return;
   }
   // TMA cannot describe these strides: the next skeleton of the table can.
   launch(kernelFor(P.Target, fallbackChoice(P.Target, *K.Choice.Skel)), P, T,
          Ctx, nullptr);
+}
+
+ForwardKernel &GeneratedBackend::sm90KernelFor(ForwardKernel &K,
+                                               const BackendProblem &P,
+                                               const CallContext &Ctx) {
+  const auto *C = std::get_if<codegen::Sm90Config>(&K.Choice.Config);
+  if (!C)
+    return K;
+  KernelChoice Other = K.Choice;
+  codegen::Sm90Config &O = std::get<codegen::Sm90Config>(Other.Config);
+  if (C->Persistent) {
+    if (!P.Shape.Packed)
+      return K;
+    // The persistent kernel walks dense tiles only: the same blocks and
+    // stages without it.
+    O.Persistent = false;
+    return kernelFor(P.Target, Other);
+  }
+  if (K.Choice.Origin != ChoiceOrigin::Default || P.Shape.Packed)
+    return K;
+  const int64_t MBlocks = (P.Shape.Sq + K.Launch.BlockM - 1) / K.Launch.BlockM;
+  const int64_t NBlocks = (P.Shape.Skv + K.Launch.BlockN - 1) / K.Launch.BlockN;
+  const int64_t Tiles = MBlocks * P.Shape.B * P.Shape.H;
+  const int SMs = currentDevice().MultiProcessors;
+  // The mean visits are looked for only where the tiles could choose it.
+  std::optional<double> Mean;
+  if (Tiles >= int64_t(PersistentMinWaves) * SMs)
+    Mean = meanVisits(P, Ctx, K.Launch.BlockM, K.Launch.BlockN);
+  if (!persistentWanted(Tiles, Mean, NBlocks, SMs))
+    return K;
+  std::optional<codegen::Sm90Config> Persist =
+      C->persistentFor(P.Target.HeadDim, P.Target.HeadDimV);
+  if (!Persist)
+    return K;
+  O = *Persist;
+  return kernelFor(P.Target, Other);
+}
+
+std::optional<double> GeneratedBackend::meanVisits(const BackendProblem &P,
+                                                  const CallContext &Ctx,
+                                                  int BlockM, int BlockN) {
+  const CallShape &C = P.Shape;
+  std::map<std::string, double> Scalars;
+  for (const std::string &Name : Mask.ScalarInputs) {
+    auto It = Ctx.Inputs.find(Name);
+    if (It == Ctx.Inputs.end())
+      return std::nullopt;
+    if (const int32_t *I = std::get_if<int32_t>(&It->second))
+      Scalars[Name] = *I;
+    else if (const float *F = std::get_if<float>(&It->second))
+      Scalars[Name] = *F;
+    else
+      return std::nullopt;
+  }
+  std::vector<double> Key = {double(C.Sq), double(C.Skv), double(BlockM),
+                             double(BlockN), double(P.Target.HeadDim)};
+  for (const auto &[Name, X] : Scalars)
+    Key.push_back(X);
+  if (auto It = MeanVisits.find(Key); It != MeanVisits.end())
+    return It->second;
+  return MeanVisits[Key] =
+             meanVisitedBlocks(Mask, C.Sq, C.Skv, BlockM, BlockN,
+                               P.Target.HeadDim, Scalars, PersistentMaxMeanVisits);
 }
 
 void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
@@ -249,10 +330,21 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
   // (block_range.cuh's packed_block_of); a dense one: per query block and
   // batch·head.
   const CallShape &C = P.Shape;
-  const unsigned GridX =
+  unsigned GridX =
       C.Packed ? unsigned(attnc::packed_block_bound(C.TotalQ, C.B, K.Launch.BlockM, C.Sq))
                : unsigned(A.m_blocks);
-  const unsigned GridY = unsigned(C.Packed ? A.heads : A.batch * A.heads);
+  unsigned GridY = unsigned(C.Packed ? A.heads : A.batch * A.heads);
+  if (K.Persistent) {
+    // One CTA per SM (one fits an SM), each walking tiles of the grid's
+    // stride (fwd_sm90_persist.cuh).
+    if (C.Packed)
+      throw InternalError("fwd_sm90: the persistent kernel for a packed call");
+    const int64_t Tiles = int64_t(A.m_blocks) * A.batch * A.heads;
+    if (Tiles > INT32_MAX)
+      throw InternalError("fwd_sm90: the persistent kernel's tiles overflow int");
+    GridX = unsigned(std::min<int64_t>(Tiles, currentDevice().MultiProcessors));
+    GridY = 1;
+  }
   D.check(D.cuLaunchKernel(K.Fwd, GridX, GridY, 1, unsigned(K.Launch.Threads), 1, 1,
                            unsigned(K.Launch.SharedBytes), Ctx.Stream,
                            Params, nullptr),

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -248,6 +249,62 @@ DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
   Splits = std::max<int64_t>(Splits, 1);
   const int64_t PerSplit = (Blocks + Splits - 1) / Splits;
   return {int((Blocks + PerSplit - 1) / PerSplit), int(PerSplit)};
+}
+
+bool persistentHeuristic(int64_t Tiles, std::optional<double> MeanVisits,
+                         int64_t KeyBlocks, int MultiProcessors) {
+  if (MultiProcessors <= 0 || Tiles < int64_t(PersistentMinWaves) * MultiProcessors)
+    return false;
+  if (MeanVisits)
+    return *MeanVisits <= PersistentMaxMeanVisits;
+  return KeyBlocks <= PersistentMaxKeyBlocks;
+}
+
+std::optional<double> meanVisitedBlocks(const analysis::MaskAnalysis &A, int64_t Sq,
+                                        int64_t Skv, int BlockM, int BlockN,
+                                        int HeadDim,
+                                        const std::map<std::string, double> &Scalars,
+                                        double StopAbove) {
+  const int64_t MBlocks = (Sq + BlockM - 1) / BlockM;
+  const int64_t NBlocks = (Skv + BlockN - 1) / BlockN;
+  if (!A.Mask)
+    return double(NBlocks);
+  if (!A.Analysed || A.ReadsTensorInput || A.Grouping != analysis::MaskGrouping::Shared)
+    return std::nullopt;
+  analysis::MaskBox Box;
+  Box.HeadDim = HeadDim;
+  for (const std::string &Name : A.ScalarInputs) {
+    auto It = Scalars.find(Name);
+    if (It == Scalars.end())
+      return std::nullopt;
+    Box.Exact[Name] = It->second;
+  }
+  const int64_t Shift = Skv - Sq;
+  const double Stop = StopAbove * double(MBlocks);
+  int64_t Visited = 0;
+  for (int64_t M = MBlocks - 1; M >= 0 && double(Visited) <= Stop; --M) {
+    Box.QLo = M * BlockM + Shift;
+    Box.QHi = std::min<int64_t>(M * BlockM + BlockM, Sq) - 1 + Shift;
+    for (int64_t N = 0; N < NBlocks; ++N) {
+      Box.KvLo = N * BlockN;
+      Box.KvHi = std::min<int64_t>(N * BlockN + BlockN, Skv) - 1;
+      if (analysis::classifyBox(A, Box) != analysis::BlockClass::Empty)
+        ++Visited;
+    }
+  }
+  return double(Visited) / double(std::max<int64_t>(1, MBlocks));
+}
+
+bool persistentWanted(int64_t Tiles, std::optional<double> MeanVisits,
+                      int64_t KeyBlocks, int MultiProcessors) {
+  if (const char *Env = std::getenv("ATTNC_FWD_PERSISTENT"); Env && *Env) {
+    const std::string V = Env;
+    if (V == "0" || V == "1")
+      return V == "1";
+    throw UserError("ATTNC_FWD_PERSISTENT='" + V +
+                    "': expected 0 (plain fwd_sm90 grid) or 1 (persistent)");
+  }
+  return persistentHeuristic(Tiles, MeanVisits, KeyBlocks, MultiProcessors);
 }
 
 KernelChoice fallbackChoice(const KernelTarget &T, const Skeleton &Failed) {

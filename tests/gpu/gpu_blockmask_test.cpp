@@ -4,7 +4,9 @@
 // results match the fp64 reference and, bit for bit, the calls that
 // classify; a mask made again for new document ids follows them; a mask
 // given as lists in FlexAttention's layout (other block sizes than the
-// kernels') gives the same results; mismatched masks are refused.
+// kernels') gives the same results; mismatched masks are refused. On
+// sm_90, fwd_sm90's persistent kernel gives the plain one's bits over many
+// tiles a CTA.
 #include "BackwardCheck.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
@@ -304,6 +306,68 @@ void runCase(const Case &C, uint64_t Seed) {
           [&] { run(Causal, P, &BM, &None); });
 }
 
+/// o and the finals of one forward of \p A over \p P (with \p BM if given).
+std::vector<std::vector<uint16_t>> forwardOnly(runtime::Attention &A, Problem &P,
+                                               const runtime::BlockMask *BM) {
+  const Case &C = P.C;
+  auto View = [&](DeviceBuffer &B, int H) {
+    return runtime::TensorView::contiguous(B.get(), DType::F16, {C.B, C.S, H, P.D});
+  };
+  runtime::TensorView Fin =
+      runtime::TensorView::contiguous(P.F->get(), DType::F32, {1, C.B, C.H, C.S});
+  P.O->poison();
+  P.F->poison();
+  A.forward(View(*P.DQ, C.H), View(*P.DK, C.Hkv), View(*P.DV, C.Hkv), View(*P.O, C.H),
+            &Fin, P.Inputs, nullptr, BM);
+  auto &Drv = runtime::CudaDriver::get();
+  Drv.check(Drv.cuCtxSynchronize(), "forward");
+  std::vector<std::vector<uint16_t>> Out;
+  for (DeviceBuffer *B : {P.O.get(), P.F.get()}) {
+    Out.emplace_back(B->size() / 2);
+    B->download(Out.back().data(), B->size());
+  }
+  return Out;
+}
+
+/// fwd_sm90's persistent kernel (sm90.m128n128s3p at d64) against the plain
+/// one of the same blocks, bit for bit (a tile's arithmetic is the same),
+/// over more tiles than the device has SMs, so that each CTA walks several
+/// tiles (the ring's and Q's mbarrier phases carried across them), with the
+/// call's own classification and with a block mask (the fp64 reference
+/// checks of the persistent kernel are gpu_forward_test's, run with
+/// ATTNC_FWD_PERSISTENT=1). Skipped where fwd_sm90 does not run.
+void runPersistent(const Case &C, uint64_t Seed) {
+  if (runtime::currentDevice().Major != 9) {
+    std::printf("persistent %s: skipped (not sm_90)\n", C.Def.c_str());
+    return;
+  }
+  dsl::AttentionDef Def = makeDefinition(C.Def);
+  runtime::Signature Sig;
+  Sig.Dtype = DType::F16;
+  Sig.HeadDim = Sig.HeadDimV = 64;
+  Sig.Backend = "generated";
+  Sig.Config = "sm90.m128n128s3";
+  runtime::Signature SigP = Sig;
+  SigP.Config = "sm90.m128n128s3p";
+  runtime::Attention Plain(Def, Sig), Persist(Def, SigP);
+  Problem P = makeProblem(C, *Plain.definition().Graph, Seed);
+  const int64_t Tiles = int64_t((C.S + 127) / 128) * C.B * C.H;
+  std::string Name = fmt::format("persistent {} b{} h{}/{} s{} ({} tiles, {} SMs)", C.Def,
+                                 C.B, C.H, C.Hkv, C.S, Tiles,
+                                 runtime::currentDevice().MultiProcessors);
+  auto Want = forwardOnly(Plain, P, nullptr);
+  auto Got = forwardOnly(Persist, P, nullptr);
+  runtime::MaskShape S;
+  S.Batch = C.B;
+  S.Heads = C.H;
+  S.HeadsKv = C.Hkv;
+  S.SeqQ = S.SeqKv = C.S;
+  runtime::BlockMask BM = Persist.makeBlockMask(S, P.Inputs, nullptr, false);
+  auto GotBM = forwardOnly(Persist, P, &BM);
+  report(Name, Got == Want && GotBM == Want && Tiles > runtime::currentDevice().MultiProcessors,
+         fmt::format("same bits: classified {}, block mask {}", Got == Want, GotBM == Want));
+}
+
 } // namespace
 
 int main() {
@@ -322,6 +386,17 @@ int main() {
       runCase(C, Seed++);
     } catch (const std::exception &E) {
       std::printf("%s ERROR %s\n", C.Def.c_str(), E.what());
+      ++Failed;
+    }
+  }
+  const Case Many[] = {{"mha_document_ids", 4, 32, 8, 600},
+                       {"mha_prefix_lm", 2, 64, 64, 1000},
+                       {"mha_window", 8, 16, 4, 512}};
+  for (const Case &C : Many) {
+    try {
+      runPersistent(C, Seed++);
+    } catch (const std::exception &E) {
+      std::printf("persistent %s ERROR %s\n", C.Def.c_str(), E.what());
       ++Failed;
     }
   }

@@ -32,8 +32,10 @@
 #include "BenchJson.h"
 #include "GpuSupport.h"
 #include "MaskClassify.h"
+#include "attn/codegen/Codegen.h"
 #include "attn/runtime/DtypeBits.h"
 #include "attn/runtime/EventTiming.h"
+#include "attn/runtime/Selector.h"
 
 #include "Examples.h"
 #include "attn/Error.h"
@@ -47,6 +49,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
 using namespace attn;
@@ -413,6 +416,19 @@ void compileOne(const std::string &Mask, DType T, int D) {
   std::printf("compiled %s: %s | %s\n", Mask.c_str(),
               Att.forwardChoice().str().c_str(),
               Att.backwardChoice().str().c_str());
+  // The persistent form the generated backend may take for the same blocks
+  // (persistentWanted, decided at launch from the shape and the device).
+  const auto *Fwd90 = std::get_if<codegen::Sm90Config>(&Att.forwardChoice().Config);
+  if (!Fwd90)
+    return;
+  std::optional<codegen::Sm90Config> P = Fwd90->persistentFor(D, D);
+  if (!P)
+    return;
+  runtime::Signature SigP = Sig;
+  SigP.NeedsBackward = false;
+  SigP.Config = P->str();
+  runtime::Attention AttP(maskedMha(Mask), SigP);
+  std::printf("compiled %s: %s\n", Mask.c_str(), AttP.forwardChoice().str().c_str());
 }
 
 int main(int Argc, char **Argv) {

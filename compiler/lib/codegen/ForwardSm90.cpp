@@ -11,21 +11,24 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 namespace attn::codegen {
 
 std::string Sm90Config::str() const {
-  return fmt::format("sm90.m{}n{}s{}", BlockM, BlockN, Stages);
+  return fmt::format("sm90.m{}n{}s{}{}", BlockM, BlockN, Stages,
+                     Persistent ? "p" : "");
 }
 
 Sm90Config Sm90Config::parse(const std::string &Text) {
   Sm90Config C;
+  C.Persistent = !Text.empty() && Text.back() == 'p';
   if (std::sscanf(Text.c_str(), "sm90.m%dn%ds%d", &C.BlockM, &C.BlockN,
                   &C.Stages) != 3 ||
       C.str() != Text)
     throw UserError("config '" + Text +
-                    "': expected sm90.m<block M>n<block N>s<stages>, e.g. "
-                    "sm90.m128n128s2");
+                    "': expected sm90.m<block M>n<block N>s<stages>[p], e.g. "
+                    "sm90.m128n128s2 (p: the persistent kernel)");
   return C;
 }
 
@@ -34,7 +37,20 @@ bool Sm90Config::names(const std::string &Text) {
 }
 
 int Sm90Config::sharedBytes(int D, int DV) const {
-  return 1024 + 2 * (BlockM * D + Stages * BlockN * (D + DV)) + 256;
+  // The persistent kernel stages O in a tile of Q's size of its own.
+  const int QTiles = Persistent ? 2 : 1;
+  return 1024 + 2 * (QTiles * BlockM * D + Stages * BlockN * (D + DV)) + 256;
+}
+
+std::optional<Sm90Config> Sm90Config::persistentFor(int D, int DV) const {
+  Sm90Config P = *this;
+  P.Persistent = true;
+  // Its O tile takes the place of a stage where the stages do not fit.
+  while (P.sharedBytes(D, DV) > archSharedLimit(GpuArch::Sm90a) && P.Stages > 2)
+    --P.Stages;
+  if (P.sharedBytes(D, DV) > archSharedLimit(GpuArch::Sm90a))
+    return std::nullopt;
+  return P;
 }
 
 Sm90Config Sm90Config::defaultFor(int D, int DV) {
@@ -115,6 +131,13 @@ KernelSource generateForwardSm90(const CompiledDefinition &Def,
   Values["stages"] = std::to_string(C.Stages);
   Values["smem_bytes"] =
       std::to_string(C.sharedBytes(Spec.HeadDim, Spec.HeadDimV));
+  // The persistent kernel's struct and entry; without it the text is what
+  // it was before the option existed (the same CUBINs).
+  Values["persist_include"] =
+      C.Persistent ? "\n#include \"attnc/fwd_sm90_persist.cuh\"" : "";
+  Values["persist_alias"] =
+      C.Persistent ? "\nusing FwdP = attnc::FwdSm90Persist<Fwd>;" : "";
+  Values["fwd_entry"] = C.Persistent ? "FwdP" : "Fwd";
   Src.Source = render("fwd_sm90.cu.in", templateText("fwd_sm90.cu.in"), Values);
   return Src;
 }

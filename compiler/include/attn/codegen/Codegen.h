@@ -9,6 +9,7 @@
 #include "attn/dsl/Problem.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -329,7 +330,13 @@ struct Sm90Config {
   int BlockM = 128; ///< 64 or 128: one or two consumer warpgroups
   int BlockN = 128; ///< keys per block: 64, 128 or 192
   int Stages = 3;   ///< depth of the K/V ring: 2 to 4 (defaultFor(128, 128))
-  /// "sm90.m128n128s2"
+  /// The persistent kernel (fwd_sm90_persist.cuh): one CTA per SM walking
+  /// the dense call's tiles, the next tile's loads under the current one's
+  /// end; O staged in a shared-memory tile of its own. Written "p" after
+  /// the stages. Dense calls only (a packed call runs the same blocks and
+  /// stages without it).
+  bool Persistent = false;
+  /// "sm90.m128n128s2", "sm90.m128n128s2p"
   std::string str() const;
   /// Parses what str() writes; UserError on anything else.
   static Sm90Config parse(const std::string &Text);
@@ -339,8 +346,13 @@ struct Sm90Config {
   /// Threads of a CTA: 128 per warpgroup, the producer included.
   int threads() const { return 128 * (BlockM / 64 + 1); }
   /// Dynamic shared memory for head dims \p D, \p DV: 1024 bytes of
-  /// alignment slack, Q, Stages x (K + V), 256 bytes of mbarriers.
+  /// alignment slack, Q (and O when persistent), Stages x (K + V), 256
+  /// bytes of mbarriers.
   int sharedBytes(int D, int DV) const;
+  /// This configuration's persistent form for head dims \p D, \p DV: the
+  /// same blocks (the same block lists), as many of its stages as fit
+  /// beside the O tile, at least 2; nullopt where none fit.
+  std::optional<Sm90Config> persistentFor(int D, int DV) const;
   /// The configuration used when none is given: 128 x 128 (two consumers)
   /// for head dims up to 128, 128 x 64 above (the O accumulator of DV 256
   /// alone is 128 registers a thread); 3 stages where shared memory allows,
@@ -353,7 +365,8 @@ struct Sm90Config {
   /// or empty. Shared memory is not checked here.
   std::string structuralError() const;
   bool operator==(const Sm90Config &O) const {
-    return BlockM == O.BlockM && BlockN == O.BlockN && Stages == O.Stages;
+    return BlockM == O.BlockM && BlockN == O.BlockN && Stages == O.Stages &&
+           Persistent == O.Persistent;
   }
 };
 

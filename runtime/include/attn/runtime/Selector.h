@@ -4,11 +4,13 @@
 #ifndef ATTN_RUNTIME_SELECTOR_H
 #define ATTN_RUNTIME_SELECTOR_H
 
+#include "attn/analysis/MaskBounds.h"
 #include "attn/analysis/Merge.h"
 #include "attn/runtime/Skeleton.h"
 #include "attn/runtime/TuneFile.h"
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -155,6 +157,46 @@ inline constexpr int DecodeMaxSplits = 128;
 /// blocks each, the blocks spread evenly.
 DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
                         int MultiProcessors, analysis::MergeKind Merge);
+
+/// Whether a dense forward call that fwd_sm90 runs with its default
+/// configuration takes the persistent kernel (Sm90Config::Persistent):
+/// \p Tiles CTAs of the plain grid (query blocks x batch x heads) on
+/// \p MultiProcessors SMs, visiting \p MeanVisits key blocks each on average
+/// (nullopt where the host cannot know: a mask reading tensor inputs), of
+/// \p KeyBlocks a row. When each CTA has little work and there are many: at
+/// least PersistentMinWaves tiles per SM, and a mean of at most
+/// PersistentMaxMeanVisits key blocks a tile, or, the mean unknown, at most
+/// PersistentMaxKeyBlocks key blocks a row. Measured on an H100
+/// (2026-11-27, B·S = 16k, H32, D128, f16, reused block masks): the
+/// persistent kernel is faster at means of 1.5 to 2.9 (chunked and sliding
+/// window masks at S = 1k and 4k, 5 to 17%) and the document mask at S = 1k
+/// (13%), slower at 4.5 and more (causal and prefix-LM at 1k, 35 to 38%)
+/// and the document mask at 4k (4%).
+bool persistentHeuristic(int64_t Tiles, std::optional<double> MeanVisits,
+                         int64_t KeyBlocks, int MultiProcessors);
+inline constexpr int PersistentMinWaves = 4;
+inline constexpr double PersistentMaxMeanVisits = 3.0;
+inline constexpr int PersistentMaxKeyBlocks = 8;
+/// The mean number of key blocks of \p BlockN that a query block of
+/// \p BlockM visits in a dense call of \p Sq x \p Skv (rows shifted
+/// bottom-right, as the kernels see them) under the mask \p A, from the
+/// analysis's box classes on the host (the kernels' classification finds
+/// as many or fewer), \p Scalars giving the mask's scalar inputs: the key
+/// blocks per row without a mask; nullopt where the host cannot know it (a
+/// mask not analysed, reading a tensor input, depending on the batch or
+/// head, or a scalar missing). The heaviest query blocks are counted first
+/// and the count stops once the mean is past \p StopAbove (a mean above it
+/// is then returned, not the exact one).
+std::optional<double> meanVisitedBlocks(const analysis::MaskAnalysis &A, int64_t Sq,
+                                        int64_t Skv, int BlockM, int BlockN,
+                                        int HeadDim,
+                                        const std::map<std::string, double> &Scalars,
+                                        double StopAbove);
+/// persistentHeuristic, unless the environment's ATTNC_FWD_PERSISTENT says
+/// "0" (never) or "1" (every dense call fwd_sm90 runs by default); a
+/// measurement switch (docs/runtime.md). UserError on another value.
+bool persistentWanted(int64_t Tiles, std::optional<double> MeanVisits,
+                      int64_t KeyBlocks, int MultiProcessors);
 
 /// Where \p Failed cannot launch a call after all (fwd_sm90, whose TMA
 /// descriptors cannot describe some strides): the next skeleton of the

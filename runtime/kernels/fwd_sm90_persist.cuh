@@ -1,0 +1,317 @@
+// fwd_sm90's persistent form (config suffix "p"): a grid of one CTA per SM
+// that walks the dense call's (query block, batch·head) tiles, for calls
+// whose CTAs each have little work (short sequences, masks that keep a
+// few key blocks a row), where a CTA's fixed costs (its start, the first
+// Q and K/V latency, the epilogue's stores) would otherwise dominate.
+// The producer runs ahead across tiles: it loads the next tile's Q as soon
+// as both consumers have issued their last S = Q·Kᵀ of the current one
+// (O is staged in a buffer of its own, not in Q's tile), and its K/V ring
+// and mbarrier phases carry on from tile to tile, so the next tile's loads
+// overlap the current tile's last P·V and epilogue. The per-block step,
+// the Q load and the epilogue are FwdSm90's. Dense calls only: the host
+// launches the non-persistent kernel for packed and paged calls.
+#ifndef ATTNC_FWD_SM90_PERSIST_CUH
+#define ATTNC_FWD_SM90_PERSIST_CUH
+
+namespace attnc {
+
+template <class Fwd> struct FwdSm90Persist;
+
+template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages>
+struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
+  using Fwd = FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>;
+  using Visits = typename Fwd::Visits;
+  static constexpr int kConsumers = Fwd::kConsumers;
+  static constexpr int NT = Fwd::NT;
+  static constexpr int VT = Fwd::VT;
+  static constexpr int kQSlab = Fwd::kQSlab, kKVSlab = Fwd::kKVSlab;
+  static constexpr int kQBytes = Fwd::kQBytes, kKBytes = Fwd::kKBytes;
+  static constexpr int kStageBytes = Fwd::kStageBytes;
+  // Shared memory: Q, O (the epilogue's staging, laid out as Q's slabs),
+  // then per stage K and V, then the mbarriers.
+  static constexpr int kOOffset = kQBytes;
+  static constexpr int kKVOffset = 2 * kQBytes;
+  static constexpr int kBarOffset = kKVOffset + kStages * kStageBytes;
+  /// Sm90Config::sharedBytes with Persistent says the same.
+  static constexpr int kSmemBytes = 1024 + kBarOffset + 256;
+
+  /// One tile: its query block and batch·head.
+  struct Tile {
+    int m_block, bh;
+  };
+  /// Tile \p t of the walk. Groups of G batch·heads, G the grid's size over
+  /// the query blocks (rounded up): within a group, the last query block of
+  /// every batch·head first, then the one before, so that the grid's CTAs
+  /// work at once on about one group, whose K and V stay in L2, and that the
+  /// stride of the grid hands each CTA query blocks of every position (a
+  /// causal-like mask's long and short rows alike).
+  __device__ static __forceinline__ Tile tile_of(int t, int m_blocks, int bhs) {
+    const int g = max(1, (int)((gridDim.x + m_blocks - 1) / m_blocks));
+    const int group = t / (g * m_blocks);
+    const int first = group * g;
+    const int in_group = min(g, bhs - first);
+    const int r = t - group * g * m_blocks;
+    return {m_blocks - 1 - r / in_group, first + r % in_group};
+  }
+  /// The key blocks tile \p tl visits (the dense path of FwdSm90::body).
+  __device__ static __forceinline__ Visits visits(const FwdArgs &a, const SeqSpan &sp,
+                                                  const Tile &tl) {
+    Visits vis{(sp.seq_kv + kBlockN - 1) / kBlockN, 0, nullptr};
+    if constexpr (Variant::kHasMask) {
+      const long long group = mask_group(a.mask_grouping, tl.bh, a.heads);
+      const long long row = group * a.m_blocks + tl.m_block;
+      vis.count = a.block_count[row];
+      vis.list = a.block_list + row * a.n_blocks;
+    }
+    return vis;
+  }
+  __device__ static __forceinline__ SeqSpan span_of(const FwdArgs &a, int bh) {
+    return seq_span(nullptr, nullptr, a.total_q, a.batch, a.heads, a.seq_q, a.seq_kv,
+                    bh / a.heads, bh % a.heads);
+  }
+
+  __device__ static void run(const FwdArgs &a, const typename Variant::Inputs &in,
+                             const Sm90Maps &maps, unsigned char *smem) {
+    const u32 base = (smem_addr(smem) + 1023u) & ~1023u;
+    const u32 bar_q = base + kBarOffset;
+    const u32 bar_full = bar_q + 8;               // [kStages]
+    const u32 bar_empty = bar_full + 8 * kStages; // [kStages]
+    const u32 bar_qfree = bar_empty + 8 * kStages;
+    if (threadIdx.x == 0) {
+      mbar_init(bar_q, 1);
+      for (int s = 0; s < kStages; ++s) {
+        mbar_init(bar_full + 8 * s, 1);
+        mbar_init(bar_empty + 8 * s, 4 * kConsumers); // one arrival per consumer warp
+      }
+      mbar_init(bar_qfree, 4 * kConsumers);
+      mbar_init_fence();
+    }
+    __syncthreads();
+    const int tiles = a.m_blocks * a.batch * a.heads;
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+      if constexpr (kConsumers == 2)
+        setmaxnreg_dec<Fwd::kProducerRegs>();
+      if (threadIdx.x == 0)
+        produce(a, maps, tiles, base, bar_q, bar_full, bar_empty, bar_qfree);
+    } else {
+      if constexpr (kConsumers == 2)
+        setmaxnreg_inc<Fwd::kConsumerRegs>();
+      consume(a, in, tiles, base, bar_q, bar_full, bar_empty, bar_qfree, wg - 1);
+    }
+  }
+
+  /// The producer: one thread issues every TMA load of every tile. \p n
+  /// counts the K/V blocks loaded so far (the ring's position and phase),
+  /// \p loaded the tiles whose Q was loaded (bar_q's and bar_qfree's phase).
+  __device__ static void produce(const FwdArgs &a, const Sm90Maps &maps, int tiles, u32 base,
+                                 u32 bar_q, u32 bar_full, u32 bar_empty, u32 bar_qfree) {
+    tma_prefetch_desc(&maps.q);
+    tma_prefetch_desc(&maps.k);
+    tma_prefetch_desc(&maps.v);
+    const int bhs = a.batch * a.heads;
+    int n = 0, loaded = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const Tile tl = tile_of(t, a.m_blocks, bhs);
+      const SeqSpan sp = span_of(a, tl.bh);
+      const Visits vis = visits(a, sp, tl);
+      if (vis.count <= 0)
+        continue;
+      const int h = tl.bh % a.heads, b = tl.bh / a.heads;
+      const int hk = h / (a.heads / a.heads_kv);
+      // Q's tile is free once both consumers' last S of the tile before
+      // has completed.
+      if (loaded > 0)
+        mbar_wait(bar_qfree, (loaded - 1) & 1);
+      Fwd::load_q(maps, sp, tl.m_block, h, b, base, bar_q);
+      ++loaded;
+      for (int j = 0; j < vis.count; ++j, ++n) {
+        const int stage = n % kStages;
+        if (n >= kStages)
+          mbar_wait(bar_empty + 8 * stage, ((n / kStages) + 1) & 1);
+        bool full;
+        const int row = sp.kv0 + Fwd::block_of(vis, sp, Fwd::entry_of(vis, j), full) * kBlockN;
+        const u32 bar = bar_full + 8 * stage;
+        const u32 s_k = base + kKVOffset + stage * kStageBytes;
+        mbar_arrive_expect_tx(bar, kStageBytes);
+#pragma unroll
+        for (int s = 0; s < kD / 64; ++s)
+          tma_load_4d(s_k + s * kKVSlab, &maps.k, s * 64, tma_coord(1, maps.k_pos, row, hk, b),
+                      tma_coord(2, maps.k_pos, row, hk, b),
+                      tma_coord(3, maps.k_pos, row, hk, b), bar);
+#pragma unroll
+        for (int s = 0; s < kDV / 64; ++s)
+          tma_load_4d(s_k + kKBytes + s * kKVSlab, &maps.v, s * 64,
+                      tma_coord(1, maps.v_pos, row, hk, b), tma_coord(2, maps.v_pos, row, hk, b),
+                      tma_coord(3, maps.v_pos, row, hk, b), bar);
+      }
+    }
+  }
+
+  /// One consumer warpgroup (\p wgc of kConsumers), 64 query rows of every
+  /// tile; the same walk, counters and turns as the producer's.
+  __device__ static void consume(const FwdArgs &a, const typename Variant::Inputs &in0,
+                                 int tiles, u32 base, u32 bar_q, u32 bar_full, u32 bar_empty,
+                                 u32 bar_qfree, int wgc) {
+    const int bhs = a.batch * a.heads;
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int g = lane / 4, tq = lane % 4;
+    // Descriptors as 64-bit values; one k16 step moves the start address
+    // (the low field, in 16-byte units) within the swizzle atom.
+    const u64 q_desc = wgmma_desc_sw128(base + wgc * 64 * 128, 16, 1024);
+    const u64 k_desc0 = wgmma_desc_sw128(base + kKVOffset, 16, 1024);
+    const u64 v_desc0 = wgmma_desc_sw128(base + kKVOffset + kKBytes, kKVSlab, 1024);
+    int n = 0, loaded = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const Tile tl = tile_of(t, a.m_blocks, bhs);
+      const SeqSpan sp = span_of(a, tl.bh);
+      const Visits vis = visits(a, sp, tl);
+      const auto &in = sequence_inputs(in0, sp);
+      const int count = vis.count;
+      const int b = tl.bh / a.heads, h = tl.bh % a.heads;
+      const int row0 = tl.m_block * kBlockM + wgc * 64 + warp * 16 + g;
+
+      float acc_o[VT][4];
+#pragma unroll
+      for (int i = 0; i < VT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          acc_o[i][e] = 0.f;
+      typename Variant::RowState st[2];
+      bool seen[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        Variant::init(st[r]);
+        seen[r] = false;
+      }
+
+      if (count > 0) {
+        float acc_s[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            acc_s[i][e] = 0.f; // overwritten by the first k step; defined for the compiler
+        u32 pf[kBlockN / 16][4];
+        float o_scale[2];
+
+        auto issue_s = [&](int stage) {
+          const u64 kd = k_desc0 + ((stage * kStageBytes) >> 4);
+#pragma unroll
+          for (int kk = 0; kk < kD / 16; ++kk) {
+            const u64 qoff = (kk / 4) * (kQSlab >> 4) + (kk % 4) * 2;
+            const u64 koff = (kk / 4) * (kKVSlab >> 4) + (kk % 4) * 2;
+            Wgmma<kBlockN>::template ss<T>(acc_s, q_desc + qoff, kd + koff, kk > 0);
+          }
+          wgmma_commit();
+        };
+        auto issue_pv = [&](int stage) {
+          const u64 vd = v_desc0 + ((stage * kStageBytes) >> 4);
+#pragma unroll
+          for (int kk = 0; kk < kBlockN / 16; ++kk)
+            Wgmma<kDV>::template rs<T>(acc_o, pf[kk], vd + kk * (2048 >> 4), 1);
+          wgmma_commit();
+        };
+        // Ping-pong as in FwdSm90::consume; each tile's turns end even.
+        auto turn_begin = [&]() {
+          if constexpr (kConsumers == 2)
+            named_bar_sync(1 + wgc, 256);
+        };
+        auto turn_end = [&](bool hand_over) {
+          if constexpr (kConsumers == 2)
+            if (hand_over)
+              named_bar_arrive(2 - wgc, 256);
+        };
+        auto softmax = [&](int e) {
+          fence_regs(acc_s);
+          bool full;
+          const int col0 = Fwd::block_of(vis, sp, e, full) * kBlockN;
+          if (full)
+            Fwd::template step<true>(in, sp.seq_kv, acc_s, st, seen, o_scale, b, h,
+                                     row0 + sp.shift, col0, tq);
+          else
+            Fwd::template step<false>(in, sp.seq_kv, acc_s, st, seen, o_scale, b, h,
+                                      row0 + sp.shift, col0, tq);
+        };
+        auto rescale_and_pack = [&]() {
+          if constexpr (!Variant::kOScaleIsOne) {
+#pragma unroll
+            for (int i = 0; i < VT; ++i) {
+              acc_o[i][0] *= o_scale[0];
+              acc_o[i][1] *= o_scale[0];
+              acc_o[i][2] *= o_scale[1];
+              acc_o[i][3] *= o_scale[1];
+            }
+          }
+#pragma unroll
+          for (int kk = 0; kk < kBlockN / 16; ++kk) {
+            pf[kk][0] = pack2<T>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
+            pf[kk][1] = pack2<T>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
+            pf[kk][2] = pack2<T>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
+            pf[kk][3] = pack2<T>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+          }
+        };
+        // One arrival per warp on \p bar: the warp's reads of what it
+        // guards (a stage's K and V, or Q) are complete.
+        auto arrive = [&](u32 bar) {
+          __syncwarp();
+          if (lane == 0)
+            mbar_arrive(bar);
+        };
+        auto release = [&](int stage) {
+          fence_regs(acc_o);
+          arrive(bar_empty + 8 * stage);
+        };
+
+        mbar_wait(bar_q, loaded & 1);
+        if constexpr (kConsumers == 2)
+          if (wgc == 1)
+            named_bar_arrive(1, 256);
+        int e = Fwd::entry_of(vis, 0);
+        mbar_wait(bar_full + 8 * (n % kStages), (n / kStages) & 1);
+        turn_begin();
+        wgmma_fence();
+        issue_s(n % kStages);
+        turn_end(true);
+        wgmma_wait<0>();
+        if (count == 1)
+          arrive(bar_qfree);
+        softmax(e);
+        rescale_and_pack();
+        for (int j = 1; j < count; ++j) {
+          const int stage = (n + j) % kStages;
+          const int prev = (n + j - 1) % kStages;
+          e = Fwd::entry_of(vis, j);
+          mbar_wait(bar_full + 8 * stage, ((n + j) / kStages) & 1);
+          turn_begin();
+          wgmma_fence();
+          issue_s(stage);
+          issue_pv(prev);
+          turn_end(true);
+          wgmma_wait<1>();
+          if (j == count - 1)
+            arrive(bar_qfree); // the tile's last S is complete: the next Q may land
+          softmax(e);
+          wgmma_wait<0>();
+          release(prev);
+          rescale_and_pack();
+        }
+        turn_begin();
+        wgmma_fence();
+        issue_pv((n + count - 1) % kStages);
+        turn_end(wgc == 0);
+        wgmma_wait<0>();
+        release((n + count - 1) % kStages);
+        n += count;
+        ++loaded;
+      }
+      // The warpgroup's reads of its O staging for the tile before are done.
+      named_bar_sync(3 + wgc, 128);
+      Fwd::epilogue(a, in, sp, acc_o, st, seen, b, h, row0, tq, base + kOOffset, wgc);
+    }
+  }
+};
+
+} // namespace attnc
+
+#endif

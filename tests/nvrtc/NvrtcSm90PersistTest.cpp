@@ -1,0 +1,161 @@
+// fwd_sm90's persistent kernel without a GPU: its configuration string and
+// shared memory, the choice of it (the heuristic, the environment's switch
+// and the mean key blocks per query block from the mask analysis), the
+// generated text (unchanged where the option is off), and
+// NVRTC compiles of it for sm_90a, CUBINs with no wgmma serialisation.
+#include "Examples.h"
+#include "NvrtcPtx.h"
+
+#include "attn/Error.h"
+#include "attn/Pipeline.h"
+#include "attn/analysis/MaskBounds.h"
+#include "attn/codegen/Codegen.h"
+#include "attn/runtime/Compiler.h"
+#include "attn/runtime/Selector.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+
+using namespace attn;
+using namespace attn::nvrtctest;
+using codegen::KernelSpec;
+using codegen::Sm90Config;
+
+namespace {
+
+KernelSpec sm90Spec(DType T, int D, int DV) {
+  KernelSpec S;
+  S.Dtype = T;
+  S.HeadDim = D;
+  S.HeadDimV = DV;
+  S.Arch = GpuArch::Sm90a;
+  return S;
+}
+
+} // namespace
+
+TEST_CASE("sm90 persistent: configuration string and shared memory", "[sm90]") {
+  Sm90Config P = Sm90Config::parse("sm90.m128n128s2p");
+  CHECK(P.Persistent);
+  CHECK(P.Stages == 2);
+  CHECK(P.str() == "sm90.m128n128s2p");
+  CHECK_FALSE(Sm90Config::parse("sm90.m128n128s2").Persistent);
+  for (const char *Bad : {"sm90.m128n128s2pp", "sm90.m128n128p", "sm90.m128n128s2q"})
+    CHECK_THROWS_AS(Sm90Config::parse(Bad), UserError);
+  CHECK_FALSE(P == Sm90Config{128, 128, 2});
+  // O's tile beside Q's.
+  CHECK(P.sharedBytes(128, 128) == 1024 + 2 * (2 * 128 * 128 + 2 * 128 * 256) + 256);
+  // The default's three stages of d128 do not fit beside O: two.
+  std::optional<Sm90Config> D128 = Sm90Config::defaultFor(128, 128).persistentFor(128, 128);
+  REQUIRE(D128);
+  CHECK(D128->str() == "sm90.m128n128s2p");
+  std::optional<Sm90Config> D64 = Sm90Config::defaultFor(64, 64).persistentFor(64, 64);
+  REQUIRE(D64);
+  CHECK(D64->str() == "sm90.m128n128s3p");
+  // 256/256: two stages of 64 keys and Q alone take 161 KiB; O does not fit.
+  CHECK_FALSE(Sm90Config::defaultFor(256, 256).persistentFor(256, 256));
+  CHECK(has(codegen::sm90Unsupported(sm90Spec(DType::F16, 256, 256),
+                                     Sm90Config{128, 64, 2, true}),
+            "shared memory"));
+}
+
+TEST_CASE("sm90 persistent: when it is chosen", "[sm90]") {
+  using runtime::persistentHeuristic;
+  // B16 H32 S1k, blocks of 128: 4096 tiles on 132 SMs.
+  CHECK(persistentHeuristic(4096, 1.5, 8, 132));
+  CHECK(persistentHeuristic(4096, 3.0, 32, 132));
+  CHECK_FALSE(persistentHeuristic(4096, 4.5, 8, 132));
+  // The mean unknown (a mask reading tensors): by the key blocks a row.
+  CHECK(persistentHeuristic(4096, std::nullopt, 8, 132));
+  CHECK_FALSE(persistentHeuristic(1024, std::nullopt, 32, 132));
+  CHECK_FALSE(persistentHeuristic(4 * 132 - 1, 1.0, 8, 132));
+  CHECK(persistentHeuristic(4 * 132, 1.0, 8, 132));
+  CHECK_FALSE(persistentHeuristic(4096, 1.0, 8, 0));
+  REQUIRE(unsetenv("ATTNC_FWD_PERSISTENT") == 0);
+  CHECK(runtime::persistentWanted(4096, 1.5, 8, 132));
+  REQUIRE(setenv("ATTNC_FWD_PERSISTENT", "0", 1) == 0);
+  CHECK_FALSE(runtime::persistentWanted(4096, 1.5, 8, 132));
+  REQUIRE(setenv("ATTNC_FWD_PERSISTENT", "1", 1) == 0);
+  CHECK(runtime::persistentWanted(1, 100.0, 1000, 132));
+  REQUIRE(setenv("ATTNC_FWD_PERSISTENT", "yes", 1) == 0);
+  CHECK_THROWS_AS(runtime::persistentWanted(1, 1.0, 1, 132), UserError);
+  REQUIRE(unsetenv("ATTNC_FWD_PERSISTENT") == 0);
+}
+
+TEST_CASE("sm90 persistent: the mean key blocks a query block visits", "[sm90]") {
+  auto Mean = [](dsl::AttentionDef (*Make)(), int64_t S,
+                 const std::map<std::string, double> &Scalars,
+                 double Stop = 1e9) {
+    const dsl::AttentionDef Example = Make();
+    CompiledDefinition Def = compile(Example);
+    return runtime::meanVisitedBlocks(analysis::analyzeMask(*Def.Graph), S, S, 128,
+                                      128, 128, Scalars, Stop);
+  };
+  // Causal at 1k: query block m visits m + 1 of 8.
+  CHECK(Mean(examples::mha, 1024, {}) == 4.5);
+  // Stopped past 3 from the heaviest block down: 8 + 7 + 6 + 5 > 24.
+  CHECK(Mean(examples::mha, 1024, {}, 3.0) == 26.0 / 8);
+  // A window of 256 keys: blocks m - 2 (partial), m - 1 (full), m.
+  CHECK(Mean(examples::mhaSlidingWindow, 1024, {}) == 21.0 / 8);
+  CHECK(Mean(examples::mhaSlidingWindow, 4096, {}) == 93.0 / 32);
+  // Chunks of 256: one block, then two, in turn.
+  CHECK(Mean(examples::mhaChunked, 1024, {{"chunk", 256}}) == 1.5);
+  // A prefix of 256 keys: blocks 0 and 1 for every row, then causal.
+  CHECK(Mean(examples::mhaPrefixLm, 1024, {{"prefix_len", 256}}) == 37.0 / 8);
+  // What the host cannot know: tensor inputs, a missing scalar.
+  CHECK_FALSE(Mean(examples::mhaDocument, 1024, {}));
+  CHECK_FALSE(Mean(examples::mhaChunked, 1024, {}));
+}
+
+TEST_CASE("sm90 persistent: generated text", "[sm90]") {
+  CompiledDefinition Mha = compile(examples::mha());
+  KernelSpec Spec = sm90Spec(DType::F16, 128, 128);
+  codegen::KernelSource Plain =
+      codegen::generateForwardSm90(Mha, Spec, Sm90Config{128, 128, 2});
+  codegen::KernelSource Persist =
+      codegen::generateForwardSm90(Mha, Spec, Sm90Config{128, 128, 2, true});
+  CHECK(Persist.Key == "mha.fwd_sm90.f16.d128x128.sm_90a.sm90.m128n128s2p");
+  CHECK(has(Persist.Source, "#include \"attnc/fwd_sm90_persist.cuh\"\n"));
+  CHECK(has(Persist.Source, "using FwdP = attnc::FwdSm90Persist<Fwd>;\n"
+                            "static_assert(FwdP::kSmemBytes == 197888,"));
+  CHECK(has(Persist.Source, "attnc_gen::FwdP::run(a, in, maps, smem);"));
+  // Off, the text is the one before the option (the same CUBINs).
+  CHECK(!has(Plain.Source, "persist"));
+  CHECK(!has(Plain.Source, "FwdP"));
+  CHECK(has(Plain.Source, "#include \"attnc/variant_support.cuh\"\n\nnamespace attnc_gen {"));
+  CHECK(has(Plain.Source, " 128, 128, 2>;\n"
+                          "static_assert(Fwd::kSmemBytes == 165120,"));
+  CHECK(has(Plain.Source, "attnc_gen::Fwd::run(a, in, maps, smem);"));
+}
+
+TEST_CASE("sm90 persistent: compiles for sm_90a", "[nvrtc][sm90][masks]") {
+  struct {
+    dsl::AttentionDef (*Make)();
+    DType T;
+    int D;
+  } Cases[] = {{examples::mha, DType::F16, 128},
+               {examples::mhaDocument, DType::F16, 128},
+               {examples::mhaChunked, DType::BF16, 128},
+               {examples::mhaSlidingWindow, DType::F16, 64}};
+  for (const auto &C : Cases) {
+    const dsl::AttentionDef Example = C.Make();
+    CompiledDefinition Def = compile(Example);
+    std::optional<Sm90Config> P = Sm90Config::defaultFor(C.D, C.D).persistentFor(C.D, C.D);
+    REQUIRE(P);
+    codegen::KernelSource Src =
+        codegen::generateForwardSm90(Def, sm90Spec(C.T, C.D, C.D), *P);
+    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+    INFO("kernel " << Src.Key << "\n" << Bin.Log);
+    CHECK(Bin.Cubin.size() > 4);
+    CHECK(std::memcmp(Bin.Cubin.data(),
+                      "\x7f"
+                      "ELF",
+                      4) == 0);
+    CHECK(!has(Bin.Log, "serialized"));
+  }
+}
