@@ -8,7 +8,7 @@ outside the timing (create_block_mask), as a model would share it across
 layers. Forward, and forward+backward (torch.autograd.grad over q, k, v),
 with CUDA events, warm-up, median of 30, inputs rotated over three sets.
 
-    python3 tools/bench/peers_masks.py f16 H D S [S ...] [--masks a,b]
+    python3 tools/bench/peers_masks.py f16 H D S [S ...] [--masks a,b] [--flex-dynamic]
 
 --masks times only the named masks (document, prefix_lm, window256,
 chunked256), in that order.
@@ -27,6 +27,9 @@ rows). The tokens are padded to a multiple of 128 with one more document
 up first; then the script writes F + ".ready" and waits for F to exist
 before timing (so that another program's timing runs alone).
 
+Flex is compiled with static shapes (peers_timing.compiled_flex);
+--flex-dynamic times torch.compile's default instead, for comparison.
+
 B = 16384 / S. The document boundaries are the fixed fractions of
 DOC_FRACTIONS (attnc_bench_masks uses the same), the prefix is S / 4.
 """
@@ -35,9 +38,9 @@ import sys
 import time
 
 import torch
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import create_block_mask
 
-from peers_timing import event_median_ms
+from peers_timing import compiled_flex, event_median_ms
 
 # Eight documents of unequal length, the same on both sides of the table.
 DOC_FRACTIONS = (0.0, 0.07, 0.21, 0.30, 0.46, 0.58, 0.71, 0.89, 1.0)
@@ -79,8 +82,8 @@ def kept_pairs(name, n):
     return n * (n + 1) // 2
 
 
-def varlen(dt, H, D, lengths, wait_file):
-    flex = torch.compile(flex_attention)
+def varlen(dt, H, D, lengths, wait_file, dynamic_default):
+    flex = compiled_flex(dynamic_default)
     total = sum(lengths)
     padded = (total + 127) // 128 * 128
     sizes = lengths + ([padded - total] if padded > total else [])
@@ -141,6 +144,9 @@ def main():
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 256)
     args = sys.argv[1:]
+    dynamic_default = "--flex-dynamic" in args
+    if dynamic_default:
+        args.remove("--flex-dynamic")
     if "--varlen" in args:
         wait_file = None
         if "--wait-file" in args:
@@ -151,7 +157,7 @@ def main():
         lengths = [int(x) for x in args[at + 1].split(",")]
         del args[at:at + 2]
         dt = {"f16": torch.float16, "bf16": torch.bfloat16}[args[0]]
-        varlen(dt, int(args[1]), int(args[2]), lengths, wait_file)
+        varlen(dt, int(args[1]), int(args[2]), lengths, wait_file, dynamic_default)
         return
     only = None
     if "--masks" in args:
@@ -160,7 +166,7 @@ def main():
         del args[at:at + 2]
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[args[0]]
     H, D = int(args[1]), int(args[2])
-    flex = torch.compile(flex_attention)
+    flex = compiled_flex(dynamic_default)
     for S in map(int, args[3:]):
         B = max(1, 16384 // S)
         sets = [tuple(torch.randn(B, H, S, D, device="cuda", dtype=dt,

@@ -1,6 +1,7 @@
 """CUDA-event timing shared by the peers_*.py scripts: warm-up calls, then
 the median of the timed ones; each call gets its iteration index (the
-scripts rotate their input sets by it)."""
+scripts rotate their input sets by it), and FlexAttention compiled the way
+every script times it."""
 
 import torch
 
@@ -19,3 +20,17 @@ def event_median_ms(call, warmup, reps):
         times.append(s.elapsed_time(e))
     times.sort()
     return times[len(times) // 2]
+
+
+def compiled_flex(dynamic_default=False):
+    """flex_attention under torch.compile with static shapes: one kernel per
+    shape, Flex at its fastest. torch.compile's default recompiles a second
+    shape with symbolic sizes, and those kernels are slower (on an H200 the
+    document mask at S = 4k took 0.83 ms against 0.53 ms static, the window
+    and chunked masks 1.5-1.7x longer), so a script timing several shapes
+    in one process would understate Flex. dynamic_default: that default,
+    for comparison."""
+    from torch.nn.attention.flex_attention import flex_attention
+    if dynamic_default:
+        return torch.compile(flex_attention)
+    return torch.compile(flex_attention, dynamic=False)
