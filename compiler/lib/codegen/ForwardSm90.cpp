@@ -167,6 +167,9 @@ PagedLoad defaultPagedLoad(int64_t PageSize) {
   // 567, 564 and 566 at pages of 1, 16, 64 and 256 (its cost does not
   // depend on the page size); at 16 the warp's boxes 542, the thread's
   // 454; at 64 and 256 the thread's 615 and 617, the warp's 604 and 603.
+  // The gather with each row's address shared by a shuffle (22:01, same
+  // shape, contiguous 627): 590 and 596 at pages of 1 and 16; at 64 not
+  // measured again.
   // So the gather under 64 (pages of 8 and 32, not measured, go with 16:
   // four boxes a block and more), the thread's boxes from 64 on. Pages
   // under 8 tokens fit no box (8 rows, the swizzle's period) anyway.
