@@ -365,6 +365,65 @@ struct FwdSm90 {
     }
   }
 
+  // The consumer's GEMM steps, shared by this kernel's consume and the
+  // persistent form's.
+
+  /// S = Q·Kᵀ for the keys in ring \p stage, committed as one wgmma group.
+  __device__ static __forceinline__ void issue_s(float (&acc_s)[NT][4], u64 q_desc, u64 k_desc0,
+                                                 int stage) {
+    const u64 kd = k_desc0 + ((stage * kStageBytes) >> 4);
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const u64 qoff = (kk / 4) * (kQSlab >> 4) + (kk % 4) * 2;
+      const u64 koff = (kk / 4) * (kKVSlab >> 4) + (kk % 4) * 2;
+      Wgmma<kBlockN>::template ss<T>(acc_s, q_desc + qoff, kd + koff, kk > 0);
+    }
+    wgmma_commit();
+  }
+  /// O += P·V for the values in ring \p stage, committed as one wgmma group.
+  __device__ static __forceinline__ void issue_pv(float (&acc_o)[VT][4], u32 (&pf)[kBlockN / 16][4],
+                                                  u64 v_desc0, int stage) {
+    const u64 vd = v_desc0 + ((stage * kStageBytes) >> 4);
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      Wgmma<kDV>::template rs<T>(acc_o, pf[kk], vd + kk * (2048 >> 4), 1);
+    wgmma_commit();
+  }
+  /// O *= o_scale, then P as the A operand of m64nDVk16 (two n8 tiles of S
+  /// per k16 step).
+  __device__ static __forceinline__ void rescale_and_pack(float (&acc_o)[VT][4],
+                                                          const float (&acc_s)[NT][4],
+                                                          u32 (&pf)[kBlockN / 16][4],
+                                                          const float (&o_scale)[2]) {
+    if constexpr (!Variant::kOScaleIsOne) {
+#pragma unroll
+      for (int t = 0; t < VT; ++t) {
+        acc_o[t][0] *= o_scale[0];
+        acc_o[t][1] *= o_scale[0];
+        acc_o[t][2] *= o_scale[1];
+        acc_o[t][3] *= o_scale[1];
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      pf[kk][0] = pack2<T>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
+      pf[kk][1] = pack2<T>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
+      pf[kk][2] = pack2<T>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
+      pf[kk][3] = pack2<T>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+    }
+  }
+  /// Ping-pong: a consumer issues its GEMMs only on its turn (named barrier
+  /// 1 + wgc), then hands the turn over; consumer 0 starts.
+  __device__ static __forceinline__ void turn_begin(int wgc) {
+    if constexpr (kConsumers == 2)
+      named_bar_sync(1 + wgc, 256);
+  }
+  __device__ static __forceinline__ void turn_end(int wgc, bool hand_over) {
+    if constexpr (kConsumers == 2)
+      if (hand_over)
+        named_bar_arrive(2 - wgc, 256);
+  }
+
   /// One consumer warpgroup (\p wgc of kConsumers): 64 query rows.
   template <class KV>
   __device__ static void consume(const FwdArgs &a, const typename Variant::Inputs &in,
@@ -406,34 +465,10 @@ struct FwdSm90 {
       u32 pf[kBlockN / 16][4];
       float o_scale[2];
 
-      auto issue_s = [&](int stage) {
-        const u64 kd = k_desc0 + ((stage * kStageBytes) >> 4);
-#pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) {
-          const u64 qoff = (kk / 4) * (kQSlab >> 4) + (kk % 4) * 2;
-          const u64 koff = (kk / 4) * (kKVSlab >> 4) + (kk % 4) * 2;
-          Wgmma<kBlockN>::template ss<T>(acc_s, q_desc + qoff, kd + koff, kk > 0);
-        }
-        wgmma_commit();
-      };
-      auto issue_pv = [&](int stage) {
-        const u64 vd = v_desc0 + ((stage * kStageBytes) >> 4);
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk)
-          Wgmma<kDV>::template rs<T>(acc_o, pf[kk], vd + kk * (2048 >> 4), 1);
-        wgmma_commit();
-      };
-      // Ping-pong: a consumer issues its GEMMs only on its turn (named
-      // barrier 1 + wgc), then hands the turn over; consumer 0 starts.
-      auto turn_begin = [&]() {
-        if constexpr (kConsumers == 2)
-          named_bar_sync(1 + wgc, 256);
-      };
-      auto turn_end = [&](bool hand_over) {
-        if constexpr (kConsumers == 2)
-          if (hand_over)
-            named_bar_arrive(2 - wgc, 256);
-      };
+      auto issue_s = [&](int stage) { FwdSm90::issue_s(acc_s, q_desc, k_desc0, stage); };
+      auto issue_pv = [&](int stage) { FwdSm90::issue_pv(acc_o, pf, v_desc0, stage); };
+      auto turn_begin = [&]() { FwdSm90::turn_begin(wgc); };
+      auto turn_end = [&](bool hand_over) { FwdSm90::turn_end(wgc, hand_over); };
       // The variant sees q_idx shifted by the bottom-right rule.
       auto softmax = [&](int j, int e) {
         fence_regs(acc_s);
@@ -447,26 +482,7 @@ struct FwdSm90 {
           step<false>(in, sp.seq_kv, acc_s, st, seen, o_scale, b, h, row0 + sp.shift, col0,
                       tq);
       };
-      // O *= o_scale, then P as the A operand of m64nDVk16 (two n8 tiles of
-      // S per k16 step).
-      auto rescale_and_pack = [&]() {
-        if constexpr (!Variant::kOScaleIsOne) {
-#pragma unroll
-          for (int t = 0; t < VT; ++t) {
-            acc_o[t][0] *= o_scale[0];
-            acc_o[t][1] *= o_scale[0];
-            acc_o[t][2] *= o_scale[1];
-            acc_o[t][3] *= o_scale[1];
-          }
-        }
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk) {
-          pf[kk][0] = pack2<T>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
-          pf[kk][1] = pack2<T>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
-          pf[kk][2] = pack2<T>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
-          pf[kk][3] = pack2<T>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
-        }
-      };
+      auto rescale_and_pack = [&]() { FwdSm90::rescale_and_pack(acc_o, acc_s, pf, o_scale); };
       // The K and V of the block in \p stage are consumed: one arrival per warp.
       auto release = [&](int stage) {
         fence_regs(acc_o);

@@ -195,33 +195,11 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
         u32 pf[kBlockN / 16][4];
         float o_scale[2];
 
-        auto issue_s = [&](int stage) {
-          const u64 kd = k_desc0 + ((stage * kStageBytes) >> 4);
-#pragma unroll
-          for (int kk = 0; kk < kD / 16; ++kk) {
-            const u64 qoff = (kk / 4) * (kQSlab >> 4) + (kk % 4) * 2;
-            const u64 koff = (kk / 4) * (kKVSlab >> 4) + (kk % 4) * 2;
-            Wgmma<kBlockN>::template ss<T>(acc_s, q_desc + qoff, kd + koff, kk > 0);
-          }
-          wgmma_commit();
-        };
-        auto issue_pv = [&](int stage) {
-          const u64 vd = v_desc0 + ((stage * kStageBytes) >> 4);
-#pragma unroll
-          for (int kk = 0; kk < kBlockN / 16; ++kk)
-            Wgmma<kDV>::template rs<T>(acc_o, pf[kk], vd + kk * (2048 >> 4), 1);
-          wgmma_commit();
-        };
+        auto issue_s = [&](int stage) { Fwd::issue_s(acc_s, q_desc, k_desc0, stage); };
+        auto issue_pv = [&](int stage) { Fwd::issue_pv(acc_o, pf, v_desc0, stage); };
         // Ping-pong as in FwdSm90::consume; each tile's turns end even.
-        auto turn_begin = [&]() {
-          if constexpr (kConsumers == 2)
-            named_bar_sync(1 + wgc, 256);
-        };
-        auto turn_end = [&](bool hand_over) {
-          if constexpr (kConsumers == 2)
-            if (hand_over)
-              named_bar_arrive(2 - wgc, 256);
-        };
+        auto turn_begin = [&]() { Fwd::turn_begin(wgc); };
+        auto turn_end = [&](bool hand_over) { Fwd::turn_end(wgc, hand_over); };
         auto softmax = [&](int e) {
           fence_regs(acc_s);
           bool full;
@@ -233,24 +211,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
             Fwd::template step<false>(in, sp.seq_kv, acc_s, st, seen, o_scale, b, h,
                                       row0 + sp.shift, col0, tq);
         };
-        auto rescale_and_pack = [&]() {
-          if constexpr (!Variant::kOScaleIsOne) {
-#pragma unroll
-            for (int i = 0; i < VT; ++i) {
-              acc_o[i][0] *= o_scale[0];
-              acc_o[i][1] *= o_scale[0];
-              acc_o[i][2] *= o_scale[1];
-              acc_o[i][3] *= o_scale[1];
-            }
-          }
-#pragma unroll
-          for (int kk = 0; kk < kBlockN / 16; ++kk) {
-            pf[kk][0] = pack2<T>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
-            pf[kk][1] = pack2<T>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
-            pf[kk][2] = pack2<T>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
-            pf[kk][3] = pack2<T>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
-          }
-        };
+        auto rescale_and_pack = [&]() { Fwd::rescale_and_pack(acc_o, acc_s, pf, o_scale); };
         // One arrival per warp on \p bar: the warp's reads of what it
         // guards (a stage's K and V, or Q) are complete.
         auto arrive = [&](u32 bar) {
