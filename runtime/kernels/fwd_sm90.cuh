@@ -365,53 +365,21 @@ struct FwdSm90 {
     }
   }
 
-  // The consumer's GEMM steps, shared by this kernel's consume and the
-  // persistent form's.
+  // The consumer's GEMM steps, shared with the persistent form
+  // (fwd_sm90_persist.cuh); defined in fwd_sm90_step.cuh.
 
   /// S = Q·Kᵀ for the keys in ring \p stage, committed as one wgmma group.
   __device__ static __forceinline__ void issue_s(float (&acc_s)[NT][4], u64 q_desc, u64 k_desc0,
-                                                 int stage) {
-    const u64 kd = k_desc0 + ((stage * kStageBytes) >> 4);
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const u64 qoff = (kk / 4) * (kQSlab >> 4) + (kk % 4) * 2;
-      const u64 koff = (kk / 4) * (kKVSlab >> 4) + (kk % 4) * 2;
-      Wgmma<kBlockN>::template ss<T>(acc_s, q_desc + qoff, kd + koff, kk > 0);
-    }
-    wgmma_commit();
-  }
+                                                 int stage);
   /// O += P·V for the values in ring \p stage, committed as one wgmma group.
   __device__ static __forceinline__ void issue_pv(float (&acc_o)[VT][4], u32 (&pf)[kBlockN / 16][4],
-                                                  u64 v_desc0, int stage) {
-    const u64 vd = v_desc0 + ((stage * kStageBytes) >> 4);
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk)
-      Wgmma<kDV>::template rs<T>(acc_o, pf[kk], vd + kk * (2048 >> 4), 1);
-    wgmma_commit();
-  }
+                                                  u64 v_desc0, int stage);
   /// O *= o_scale, then P as the A operand of m64nDVk16 (two n8 tiles of S
   /// per k16 step).
   __device__ static __forceinline__ void rescale_and_pack(float (&acc_o)[VT][4],
                                                           const float (&acc_s)[NT][4],
                                                           u32 (&pf)[kBlockN / 16][4],
-                                                          const float (&o_scale)[2]) {
-    if constexpr (!Variant::kOScaleIsOne) {
-#pragma unroll
-      for (int t = 0; t < VT; ++t) {
-        acc_o[t][0] *= o_scale[0];
-        acc_o[t][1] *= o_scale[0];
-        acc_o[t][2] *= o_scale[1];
-        acc_o[t][3] *= o_scale[1];
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      pf[kk][0] = pack2<T>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
-      pf[kk][1] = pack2<T>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
-      pf[kk][2] = pack2<T>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
-      pf[kk][3] = pack2<T>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
-    }
-  }
+                                                          const float (&o_scale)[2]);
   /// Ping-pong: a consumer issues its GEMMs only on its turn (named barrier
   /// 1 + wgc), then hands the turn over; consumer 0 starts.
   __device__ static __forceinline__ void turn_begin(int wgc) {
@@ -605,7 +573,8 @@ struct FwdSm90 {
 
 } // namespace attnc
 
-// The consumer's per-block step and its epilogue, defined out of the struct.
+// The consumer's GEMM steps, per-block step and epilogue, defined out of the
+// struct.
 #define ATTNC_FWD_SM90_TEMPLATE                                                              \
   template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages>
 #define ATTNC_FWD_SM90 FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>

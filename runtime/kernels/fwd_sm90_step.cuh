@@ -1,11 +1,57 @@
-// fwd_sm90's consumer step (score_mod, mask and online_fwd over one block
-// of S) and its epilogue, defined out of the FwdSm90 struct so that each
+// fwd_sm90's consumer GEMM steps, its step (score_mod, mask and online_fwd
+// over one block of S) and its epilogue, defined out of the FwdSm90 struct so that each
 // file stays readable; included by fwd_sm90.cuh only, inside its
 // ATTNC_FWD_SM90_TEMPLATE / ATTNC_FWD_SM90 macros.
 #ifndef ATTNC_FWD_SM90_STEP_CUH
 #define ATTNC_FWD_SM90_STEP_CUH
 
 namespace attnc {
+
+ATTNC_FWD_SM90_TEMPLATE
+__device__ __forceinline__ void ATTNC_FWD_SM90::issue_s(float (&acc_s)[NT][4], u64 q_desc,
+                                                        u64 k_desc0, int stage) {
+  const u64 kd = k_desc0 + ((stage * kStageBytes) >> 4);
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const u64 qoff = (kk / 4) * (kQSlab >> 4) + (kk % 4) * 2;
+    const u64 koff = (kk / 4) * (kKVSlab >> 4) + (kk % 4) * 2;
+    Wgmma<kBlockN>::template ss<T>(acc_s, q_desc + qoff, kd + koff, kk > 0);
+  }
+  wgmma_commit();
+}
+
+ATTNC_FWD_SM90_TEMPLATE
+__device__ __forceinline__ void ATTNC_FWD_SM90::issue_pv(float (&acc_o)[VT][4],
+                                                         u32 (&pf)[kBlockN / 16][4],
+                                                         u64 v_desc0, int stage) {
+  const u64 vd = v_desc0 + ((stage * kStageBytes) >> 4);
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk)
+    Wgmma<kDV>::template rs<T>(acc_o, pf[kk], vd + kk * (2048 >> 4), 1);
+  wgmma_commit();
+}
+
+ATTNC_FWD_SM90_TEMPLATE
+__device__ __forceinline__ void
+ATTNC_FWD_SM90::rescale_and_pack(float (&acc_o)[VT][4], const float (&acc_s)[NT][4],
+                                 u32 (&pf)[kBlockN / 16][4], const float (&o_scale)[2]) {
+  if constexpr (!Variant::kOScaleIsOne) {
+#pragma unroll
+    for (int t = 0; t < VT; ++t) {
+      acc_o[t][0] *= o_scale[0];
+      acc_o[t][1] *= o_scale[0];
+      acc_o[t][2] *= o_scale[1];
+      acc_o[t][3] *= o_scale[1];
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    pf[kk][0] = pack2<T>(acc_s[2 * kk][0], acc_s[2 * kk][1]);
+    pf[kk][1] = pack2<T>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
+    pf[kk][2] = pack2<T>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
+    pf[kk][3] = pack2<T>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
+  }
+}
 
 ATTNC_FWD_SM90_TEMPLATE
 template <bool kFull>
