@@ -26,19 +26,6 @@ using namespace attn::nvrtctest;
 using codegen::KernelSpec;
 using codegen::Sm90Config;
 
-namespace {
-
-KernelSpec sm90Spec(DType T, int D, int DV) {
-  KernelSpec S;
-  S.Dtype = T;
-  S.HeadDim = D;
-  S.HeadDimV = DV;
-  S.Arch = GpuArch::Sm90a;
-  return S;
-}
-
-} // namespace
-
 TEST_CASE("sm90 persistent: configuration string and shared memory", "[sm90]") {
   Sm90Config P = Sm90Config::parse("sm90.m128n128s2p");
   CHECK(P.Persistent);
@@ -59,7 +46,7 @@ TEST_CASE("sm90 persistent: configuration string and shared memory", "[sm90]") {
   CHECK(D64->str() == "sm90.m128n128s3p");
   // 256/256: two stages of 64 keys and Q alone take 161 KiB; O does not fit.
   CHECK_FALSE(Sm90Config::defaultFor(256, 256).persistentFor(256, 256));
-  CHECK(has(codegen::sm90Unsupported(sm90Spec(DType::F16, 256, 256),
+  CHECK(has(codegen::sm90Unsupported(kernelSpec(DType::F16, 256, 256),
                                      Sm90Config{128, 64, 2, true}),
             "shared memory"));
 }
@@ -114,7 +101,7 @@ TEST_CASE("sm90 persistent: the mean key blocks a query block visits", "[sm90]")
 
 TEST_CASE("sm90 persistent: generated text", "[sm90]") {
   CompiledDefinition Mha = compile(examples::mha());
-  KernelSpec Spec = sm90Spec(DType::F16, 128, 128);
+  KernelSpec Spec = kernelSpec(DType::F16, 128, 128);
   codegen::KernelSource Plain =
       codegen::generateForwardSm90(Mha, Spec, Sm90Config{128, 128, 2});
   codegen::KernelSource Persist =
@@ -148,7 +135,7 @@ TEST_CASE("sm90 persistent: compiles for sm_90a", "[nvrtc][sm90][masks]") {
     std::optional<Sm90Config> P = Sm90Config::defaultFor(C.D, C.D).persistentFor(C.D, C.D);
     REQUIRE(P);
     codegen::KernelSource Src =
-        codegen::generateForwardSm90(Def, sm90Spec(C.T, C.D, C.D), *P);
+        codegen::generateForwardSm90(Def, kernelSpec(C.T, C.D, C.D), *P);
     runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
     INFO("kernel " << Src.Key << "\n" << Bin.Log);
     CHECK(Bin.Cubin.size() > 4);

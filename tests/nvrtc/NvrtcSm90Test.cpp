@@ -32,14 +32,6 @@ using codegen::Sm90Config;
 
 namespace {
 
-KernelSpec sm90Spec(DType T, int D, int DV) {
-  KernelSpec S;
-  S.Dtype = T;
-  S.HeadDim = D;
-  S.HeadDimV = DV;
-  S.Arch = GpuArch::Sm90a;
-  return S;
-}
 
 /// f16 and bf16 x D = DV in {64, 128, 256} to PTX with the default
 /// configuration, each carrying the Hopper instructions; and one CUBIN
@@ -52,7 +44,7 @@ void compileExample(const dsl::DefinitionBase &D, DType CubinType,
   unsigned Compiled = 0;
   for (DType T : {DType::F16, DType::BF16})
     for (int Dim : {64, 128, 256}) {
-      KernelSpec Spec = sm90Spec(T, Dim, Dim);
+      KernelSpec Spec = kernelSpec(T, Dim, Dim);
       Sm90Config C = Sm90Config::defaultFor(Dim, Dim);
       codegen::KernelSource Src = codegen::generateForwardSm90(Def, Spec, C);
       std::string Ptx = compileToPtx(Src);
@@ -65,7 +57,7 @@ void compileExample(const dsl::DefinitionBase &D, DType CubinType,
       ++Compiled;
     }
   CHECK(Compiled == 6);
-  KernelSpec Spec = sm90Spec(CubinType, CubinDim, CubinDim);
+  KernelSpec Spec = kernelSpec(CubinType, CubinDim, CubinDim);
   codegen::KernelSource Src = codegen::generateForwardSm90(
       Def, Spec, Sm90Config::defaultFor(CubinDim, CubinDim));
   runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
@@ -114,23 +106,23 @@ TEST_CASE("sm90: configuration strings", "[sm90]") {
 }
 
 TEST_CASE("sm90: what the skeleton supports", "[sm90]") {
-  CHECK(codegen::sm90Unsupported(sm90Spec(DType::F16, 128, 128), {}).empty());
-  CHECK(codegen::sm90Unsupported(sm90Spec(DType::BF16, 192, 128),
+  CHECK(codegen::sm90Unsupported(kernelSpec(DType::F16, 128, 128), {}).empty());
+  CHECK(codegen::sm90Unsupported(kernelSpec(DType::BF16, 192, 128),
                                  Sm90Config::defaultFor(192, 128))
             .empty());
-  KernelSpec Sm80 = sm90Spec(DType::F16, 128, 128);
+  KernelSpec Sm80 = kernelSpec(DType::F16, 128, 128);
   Sm80.Arch = GpuArch::Sm80;
   CHECK(has(codegen::sm90Unsupported(Sm80, {}), "sm_90a"));
-  CHECK(has(codegen::sm90Unsupported(sm90Spec(DType::F16, 96, 96), {}),
+  CHECK(has(codegen::sm90Unsupported(kernelSpec(DType::F16, 96, 96), {}),
             "head_dim 96"));
   // 256/256 with 192-key blocks and 3 stages: far past 227 KiB.
-  CHECK(has(codegen::sm90Unsupported(sm90Spec(DType::F16, 256, 256),
+  CHECK(has(codegen::sm90Unsupported(kernelSpec(DType::F16, 256, 256),
                                      Sm90Config{128, 192, 3}),
             "shared memory"));
 
   CompiledDefinition Mha = compile(examples::mha());
   codegen::KernelSource Src =
-      codegen::generateForwardSm90(Mha, sm90Spec(DType::F16, 128, 128), {});
+      codegen::generateForwardSm90(Mha, kernelSpec(DType::F16, 128, 128), {});
   CHECK(Src.Key == "mha.fwd_sm90.f16.d128x128.sm_90a.sm90.m128n128s3");
   CHECK(Src.Arch == GpuArch::Sm90a);
   CHECK(Src.Entries == std::vector<std::string>{"attnc_fwd",
@@ -143,7 +135,7 @@ TEST_CASE("sm90: what the skeleton supports", "[sm90]") {
   CHECK_THROWS_AS(codegen::generateForwardSm90(Mha, Sm80, {}), UserError);
   CompiledDefinition Linear = compile(examples::retentionLinear());
   CHECK_THROWS_AS(
-      codegen::generateForwardSm90(Linear, sm90Spec(DType::F16, 128, 128), {}),
+      codegen::generateForwardSm90(Linear, kernelSpec(DType::F16, 128, 128), {}),
       NotSupportedYet);
 }
 
@@ -283,7 +275,7 @@ TEST_CASE("sm90: head dims D != DV and every configuration shape compile",
                {128, 64, "sm90.m64n64s3"}};
   for (const auto &C : Cases) {
     codegen::KernelSource Src = codegen::generateForwardSm90(
-        Def, sm90Spec(DType::F16, C.D, C.DV), Sm90Config::parse(C.Config));
+        Def, kernelSpec(DType::F16, C.D, C.DV), Sm90Config::parse(C.Config));
     runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
     INFO("kernel " << Src.Key << "\n" << Bin.Log);
     CHECK(std::memcmp(Bin.Cubin.data(),
