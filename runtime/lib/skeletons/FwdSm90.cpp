@@ -14,7 +14,7 @@ public:
                       /*Forward=*/true, /*Backward=*/false) {}
 
   llvm::StringRef configForm() const override {
-    return "sm90.m<block M>n<block N>s<stages>";
+    return "sm90.m<block M>n<block N>s<stages>[p] (p: persistent)";
   }
   SkeletonConfig defaultFor(const KernelTarget &T) const override {
     return codegen::Sm90Config::defaultFor(T.HeadDim, T.HeadDimV);
