@@ -71,6 +71,9 @@ TEST_CASE("sm90 persistent: when it is chosen", "[sm90]") {
   CHECK(runtime::persistentWanted(1, 100.0, 1000, 132));
   REQUIRE(setenv("ATTNC_FWD_PERSISTENT", "yes", 1) == 0);
   CHECK_THROWS_AS(runtime::persistentWanted(1, 1.0, 1, 132), UserError);
+  CHECK_THROWS_WITH(runtime::persistentWanted(1, 1.0, 1, 132),
+                    Catch::Contains("ATTNC_FWD_PERSISTENT='yes': expected 0 (plain fwd_sm90 "
+                                    "grid) or 1 (persistent)"));
   REQUIRE(unsetenv("ATTNC_FWD_PERSISTENT") == 0);
 }
 
