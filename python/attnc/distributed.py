@@ -11,11 +11,12 @@ recomputed) while dK/dV accumulators travel back to their owners. With a
 causal mask the sequence is sharded "zigzag" (rank r holds chunks r and
 2W-1-r of 2W, which balances the work): a ring step's chunk pairs are then
 the diagonal (the rank's own shard, run with the mask), fully visible (run
-with the definition's maskless twin) or empty (skipped). 
+with the definition's maskless twin) or empty (skipped).
 Linear attention (linear_attention_cp) passes its state instead: each rank
-holds a contiguous shard, computes its shard's final state and state
-transform, all-gathers them and scans them to its true initial state.
-See docs/distributed.md."""
+holds a contiguous shard and runs it from a zero state, all-gathers the
+shards' final states and state transforms, scans them to its true initial
+state and adds that state's contribution to its output (one pass each way,
+every rank at once). See docs/distributed.md."""
 
 from __future__ import annotations
 
@@ -388,49 +389,155 @@ def _support_of(name):
     return entry[1]
 
 
-def _shard_transform(support, decay, inputs, q_dim, v, layout):
-    """A = exp(Σ g_t over this shard) [B,H] float32 (autograd reaches the
-    decay and the custom inputs through torch's own ops): the factor the
-    shard applies to its initial state."""
+def _decays(support, decay, inputs, q_dim, v, layout):
+    """(G, A): the cumulative log decay G_t = Σ_{s<=t} g_s within this shard
+    [B,H,T] float32 (None without a decay_mod) and the shard's state
+    transform A = exp(G_T) [B,H] float32, from the decay_mod evaluated in
+    torch (summed in float64), so that autograd reaches the decay and the
+    custom inputs through torch's own ops."""
     b, h = v.shape[0], v.shape[2 if layout == "bshd" else 1]
     g = lplan.decay_log(
         support, lplan.backend_of(torch), decay, inputs or {}, b, h,
         int(q_dim), lambda n: torch.arange(n, device=v.device))
     if g is None:
-        return v.new_ones((b, h), dtype=torch.float32)
+        return None, v.new_ones((b, h), dtype=torch.float32)
     t = v.shape[1 if layout == "bshd" else 2]
     if not isinstance(g, torch.Tensor):
         g = torch.tensor(float(g), device=v.device)
-    g = g.to(torch.float64).expand(b, h, t)
-    return torch.exp(g.sum(-1)).to(torch.float32)
+    cum = torch.cumsum(g.to(torch.float64).expand(b, h, t), -1)
+    return cum.to(torch.float32), torch.exp(cum[..., -1]).to(torch.float32)
+
+
+def _scale(support, cum, q, v, inputs, layout):
+    """exp(G_t)·Π f [B,H,T] float32 where q_mod(x) = x·Π f, or None for
+    exp(G_t) = 1 and q_mod(x) = x (a number where it is one)."""
+    b, h = v.shape[0], v.shape[2 if layout == "bshd" else 1]
+    f = lplan.q_scale(support, lplan.backend_of(torch), inputs or {}, b, h,
+                      int(q.shape[-1]),
+                      lambda n: torch.arange(n, device=v.device))
+    decayed = None if cum is None else torch.exp(cum)
+    if f is None:
+        return decayed
+    if decayed is None:
+        return f
+    return decayed * f
+
+
+def _contribution(support, out, q, v, state, cum, inputs, layout):
+    """out + exp(G_t)·q_mod(q_t)·S_in, the passed state's contribution to
+    the shard's output (the rest of out is the shard's from a zero state):
+    one batched matrix product of q (its heads grouped: value heads of one q
+    head side by side in the product's columns) with S_in in q's dtype
+    (float32 accumulation), scaled per token and added to out in one
+    elementwise pass. Torch ops, so autograd gives the gradients: dS_in =
+    Σ_t (exp(G_t)·q_mod(q_t))ᵀ dO_t, dq += exp(G_t)·dO_t·S_inᵀ through
+    q_mod, and the decay's and the inputs' through G and the scale."""
+    bshd = layout == "bshd"
+    b, t, h, dv = ((v.shape[0], v.shape[1], v.shape[2], v.shape[3]) if bshd
+                   else (v.shape[0], v.shape[2], v.shape[1], v.shape[3]))
+    hq, d = q.shape[2 if bshd else 1], q.shape[-1]
+    qh = q.transpose(1, 2) if bshd else q  # [B,Hq,T,D]
+    if support.q_scale is not None:
+        scale = _scale(support, cum, q, v, inputs, layout)
+    else:  # q_mod evaluated on q itself, per value head, in float32
+        qf = qh.float()
+        if hq != h:
+            qf = qf[:, :, None].expand(b, hq, h // hq, t, d).reshape(
+                b, h, t, d)
+        qh = lplan.q_mod_values(
+            support, lplan.backend_of(torch), qf, inputs or {}, b, h, int(d),
+            lambda n: torch.arange(n, device=v.device)).to(q.dtype)
+        hq = h
+        scale = None if cum is None else torch.exp(cum)
+    g = h // hq
+    s = state.to(qh.dtype)
+    if g > 1:
+        s = s.view(b, hq, g, d, dv).permute(0, 1, 3, 2, 4).reshape(
+            b, hq, d, g * dv)
+    p = torch.matmul(qh, s).view(b, hq, t, g, dv)
+    o5 = (out.view(b, t, hq, g, dv).permute(0, 2, 1, 3, 4) if bshd
+          else out.view(b, hq, g, t, dv).permute(0, 1, 3, 2, 4))
+    if scale is None:
+        res = o5 + p
+    else:
+        if not isinstance(scale, torch.Tensor):
+            scale = torch.tensor(float(scale), device=v.device)
+        scale = scale.expand(b, h, t).reshape(b, hq, g, t).permute(
+            0, 1, 3, 2)[..., None]
+        if out.dtype == torch.bfloat16:  # one rounding of o, in one pass
+            res = torch.addcmul(o5, p, scale.to(out.dtype))
+        else:  # float16's range: the product in float32
+            res = (o5.float() + p.float() * scale).to(out.dtype)
+    res = (res.permute(0, 2, 1, 3, 4) if bshd
+           else res.permute(0, 1, 3, 2, 4))
+    return res.reshape(out.shape)
+
+
+def _state_in(parts, rank, shape):
+    """The scan of the gathered (S_r, A_r) up to rank: its initial state
+    (zeros for rank 0) and the transforms."""
+    finals = [p[..., :-1].reshape(shape) for p in parts]
+    transforms = [p[..., -1] for p in parts]
+    state = lplan.initial_state(transforms, finals, rank,
+                                lambda a, s: a[..., None, None] * s)
+    return (torch.zeros(shape, dtype=torch.float32, device=parts[0].device)
+            if state is None else state), transforms
+
+
+def _pack(final, transform):
+    b, h = transform.shape
+    return torch.cat([final.reshape(b, h, -1).to(torch.float32),
+                      transform[..., None]], -1).contiguous()
+
+
+class _StatePass(torch.autograd.Function):
+    """S_in of this rank from every rank's (S_r, A_r). Forward: one
+    all-gather of the packed pairs, then the scan S_in(j+1) = A_j·S_in(j) +
+    S_j. Backward: one all-gather of every rank's dS_in, then the reverse
+    scan dS_j = dS_in(j+1) + A_{j+1}·dS_{j+1}, which gives this rank the
+    gradient of its final state (the dfinal of its one backward pass) and
+    of its A (<dS_r, S_in(r)>). Every rank joins both collectives."""
+
+    @staticmethod
+    def forward(ctx, final, transform, group, world, rank):
+        parts = _gather(_pack(final, transform), group, world)
+        state, transforms = _state_in(parts, rank, final.shape)
+        ctx.group, ctx.world, ctx.rank = group, world, rank
+        ctx.save_for_backward(state, torch.stack(transforms))
+        return state
+
+    @staticmethod
+    def backward(ctx, dstate):
+        state, transforms = ctx.saved_tensors
+        grads = _gather(dstate.contiguous(), ctx.group, ctx.world)
+        dfinal = lplan.final_state_grad(list(transforms), grads, ctx.rank,
+                                        lambda a, s: a[..., None, None] * s)
+        if dfinal is None:  # the last rank's S is nobody's input
+            return (torch.zeros_like(state), transforms[0].new_zeros(
+                transforms[0].shape), None, None, None)
+        return dfinal, (dfinal * state).sum((-1, -2)), None, None, None
 
 
 class _Tie(torch.autograd.Function):
-    """out unchanged, made to depend on the gathered tensors: rank 0's
-    output does not read them, but its backward must still run the
-    gather's backward (a collective every rank joins), which brings back
-    the gradient of its final state from the later ranks."""
+    """out unchanged, made to depend on the passed state: rank 0's output
+    does not read it, but its backward must still run the state passing's
+    backward (a collective every rank joins), which brings back the
+    gradient of its final state from the later ranks."""
 
     @staticmethod
-    def forward(ctx, out, *parts):
-        ctx.shapes = [p.shape for p in parts]
-        ctx.dtype, ctx.device = parts[0].dtype, parts[0].device
+    def forward(ctx, out, state):
+        ctx.shape, ctx.dtype = state.shape, state.dtype
         return out.view_as(out)
 
     @staticmethod
-    def backward(ctx, dout, *unused):
-        return (dout, *(torch.zeros(s, dtype=ctx.dtype, device=ctx.device)
-                        for s in ctx.shapes))
+    def backward(ctx, dout):
+        return dout, torch.zeros(ctx.shape, dtype=ctx.dtype,
+                                 device=dout.device)
 
 
-def _gather(x, group, world, differentiable):
-    if differentiable:
-        from torch.distributed.nn import functional as dfn
-
-        return list(dfn.all_gather(
-            x, group=dist.group.WORLD if group is None else group))
+def _gather(x, group, world):
     parts = [torch.empty_like(x) for _ in range(world)]
-    dist.all_gather(parts, x.contiguous(), group=group)
+    dist.all_gather(parts, x, group=group)
     return parts
 
 
@@ -439,22 +546,26 @@ def linear_attention_cp(q, k, v, definition, decay=None, group=None,
                         return_final_state=False):
     """Linear attention of the whole sequence held in contiguous shards
     across group's ranks (rank r holds tokens [r·T/W, (r+1)·T/W): shard(x,
-    dim, causal_layout="contiguous")), differentiable in q, k, v, the decay,
-    a first rank's initial state and learnable custom inputs. Arguments as
-    attnc.torch.linear_attention's for this rank's shard (layout "bshd" by
-    default: q, k [B,T/W,Hq|Hk,D], v [B,T/W,H,DV], decay and per_row inputs
-    [B,H,T/W]; per_head and scalar inputs whole); initial_state
-    [B,H,D,DV] float32, the sequence's, read on rank 0 only. Returns this
-    rank's rows of the output (and, with return_final_state, the state
-    after this rank's shard: the last rank's is the sequence's).
+    dim, causal_layout="contiguous"); the shards may differ in length),
+    differentiable in q, k, v, the decay, a first rank's initial state and
+    learnable custom inputs. Arguments as attnc.torch.linear_attention's
+    for this rank's shard (layout "bshd" by default: q, k [B,T/W,Hq|Hk,D], v
+    [B,T/W,H,DV], decay and per_row inputs [B,H,T/W]; per_head and scalar
+    inputs whole); initial_state [B,H,D,DV] float32, the sequence's, read
+    on rank 0 only. Returns this rank's rows of the output (and, with
+    return_final_state, the state after this rank's shard: the last rank's
+    is the sequence's).
 
-    Each rank runs its shard from a zero state (rank 0 from initial_state)
-    for its final state S_r, computes its shard's state transform A_r =
-    exp(Σ g_t) from the decay_mod, all-gathers (A_r, S_r) with a
-    differentiable collective and scans them to its initial state, then
-    runs its shard again from it (rank 0's first run is its output; the
-    last rank needs no first run). Refused (NotSupportedYet): mods reading
-    the token index t, a decay that is not one number per token."""
+    One pass each way, every rank at once: each rank runs its shard from a
+    zero state (rank 0 from initial_state) for its output and final state
+    S_r, all-gathers (S_r, A_r = exp(Σ g_t)) and scans them to its initial
+    state S_in, and adds S_in's contribution exp(G_t)·q_mod(q_t)·S_in to
+    its output. The backward all-gathers the dS_in of every rank and scans
+    them back to each rank's final-state gradient, then runs the shard's
+    one backward with it. If any rank's call needs gradients, every rank's
+    must, and every rank must call backward. Refused (NotSupportedYet):
+    mods reading the token index t, a decay that is not one number per
+    token."""
     lay = layout if layout is not None else "bshd"
     if lay not in ("bshd", "bhsd"):
         raise _lib.InvalidArgument(
@@ -470,35 +581,24 @@ def linear_attention_cp(q, k, v, definition, decay=None, group=None,
     if world == 1:
         return run(q, k, v, name, decay, inputs, initial_state, lay,
                    return_final_state)
-    first_out, final = None, None
-    if rank == 0:
-        first_out, final = run(q, k, v, name, decay, inputs, initial_state,
-                               lay, True)
-    elif rank < world - 1:
-        _, final = run(q, k, v, name, decay, inputs, None, lay, True)
-    transform = _shard_transform(support, decay, inputs, q.shape[-1], v,
-                                 lay)
-    b, h = transform.shape
-    if final is None:  # the last rank's final state is nobody's input
-        d, dv = q.shape[-1], v.shape[-1]
-        final = transform.new_zeros((b, h, d, dv))
-    # float32 on every rank (attnc's states are), whatever a rank computed.
-    packed = torch.cat([final.reshape(b, h, -1).to(torch.float32),
-                        transform[..., None]], -1)
-    if grads and not packed.requires_grad:
-        # Every rank's gather must be in its autograd graph (its backward
-        # is a collective), also where this rank's (A_r, S_r) depend on
-        # nothing that requires grad (the last rank of mamba2 with
-        # constant dt and A).
-        packed.requires_grad_()
-    parts = _gather(packed, group, world, grads)
-    finals = [p[..., :-1].reshape(final.shape) for p in parts]
-    transforms = [p[..., -1] for p in parts]
+    out, final = run(q, k, v, name, decay, inputs,
+                     initial_state if rank == 0 else None, lay, True)
+    cum, transform = _decays(support, decay, inputs, q.shape[-1], v, lay)
+    if grads:
+        if not (final.requires_grad or transform.requires_grad):
+            # Every rank's state passing must be in its autograd graph (its
+            # backward is a collective), also where nothing of this rank's
+            # (A_r, S_r) requires grad.
+            final = final.detach().requires_grad_()
+        state = _StatePass.apply(final, transform, group, world, rank)
+    else:
+        state, _ = _state_in(_gather(_pack(final, transform), group, world),
+                             rank, final.shape)
     if rank == 0:
         if grads:
-            first_out = _Tie.apply(first_out, *parts)
-        return (first_out, final) if return_final_state else first_out
-    state = lplan.initial_state(transforms, finals, rank,
-                                lambda a, s: a[..., None, None] * s)
-    return run(q, k, v, name, decay, inputs, state.contiguous(), lay,
-               return_final_state)
+            out = _Tie.apply(out, state)
+        return (out, final) if return_final_state else out
+    out = _contribution(support, out, q, v, state, cum, inputs, lay)
+    if not return_final_state:
+        return out
+    return out, transform[..., None, None] * state + final
