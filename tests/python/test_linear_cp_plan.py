@@ -196,6 +196,17 @@ def mul(a, s):
     return a[..., None, None] * s
 
 
+def scan_without_transforms(transforms, finals, rank, mul):
+    """A wrong scan: the earlier finals summed, not decayed between."""
+    return sum(finals[:rank]) if rank else None
+
+
+def reverse_scan_without_transforms(transforms, dstates_in, rank, mul):
+    """A wrong reverse scan: the later ranks' dS_in summed."""
+    later = dstates_in[rank + 1:]
+    return sum(later) if later else None
+
+
 class OnePass(unittest.TestCase):
     """The one-pass scheme, forward and backward, in float64 on the host:
     every rank's output, the last rank's final state and every gradient
@@ -239,10 +250,8 @@ class OnePass(unittest.TestCase):
             scale = plan.q_scale(support, F, ex.shard_inputs(a, z), b, h, d,
                                  np.arange)
             scales.append(np.exp(cum) * (1.0 if scale is None else scale))
-        scan = plan.initial_state
-        if wrong == "scan without transforms":
-            def scan(transforms, finals, rank, mul):
-                return sum(finals[:rank]) if rank else None
+        scan = (scan_without_transforms if wrong == "scan without transforms"
+                else plan.initial_state)
         states = [scan(transforms, finals, r, mul) for r in range(world)]
         states = [zero if s is None else s for s in states]
         errors = []
@@ -272,11 +281,9 @@ class OnePass(unittest.TestCase):
             if r == last and r > 0:
                 ds = ds + mul(transforms[r], dfinal)
             dstates.append(ds)
-        back = plan.final_state_grad
-        if wrong == "reverse scan without transforms":
-            def back(transforms, dstates_in, rank, mul):
-                later = dstates_in[rank + 1:]
-                return sum(later) if later else None
+        back = (reverse_scan_without_transforms
+                if wrong == "reverse scan without transforms"
+                else plan.final_state_grad)
         got = {key: [] for key in whole}
         for r, (a, z) in enumerate(shards):
             dlocal = back(transforms, dstates, r, mul)
