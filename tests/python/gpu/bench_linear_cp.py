@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 import attnc.torch
+from attnc import _linear_cp as lcp
 from attnc import distributed as ad
 
 
@@ -54,21 +55,21 @@ def two_pass(q, k, v, name, decay, inputs):
         first, final = run(q, k, v, name, decay, inputs, None, "bshd", True)
     elif rank < world - 1:
         _, final = run(q, k, v, name, decay, inputs, None, "bshd", True)
-    _, transform = ad._decays(ad._support_of(name), decay, inputs,
+    _, transform = lcp._decays(lcp._support_of(name), decay, inputs,
                               q.shape[-1], v, "bshd")
     if final is None:
         b, h = transform.shape
         final = transform.new_zeros((b, h, q.shape[-1], v.shape[-1]))
-    packed = ad._pack(final, transform)
+    packed = lcp._pack(final, transform)
     if grads:
         if not packed.requires_grad:
             packed.requires_grad_()
         parts = list(dfn.all_gather(packed))
     else:
-        parts = ad._gather(packed, None, world)
+        parts = lcp._gather(packed, None, world)
     if rank == 0:
         return _TieAll.apply(first, *parts) if grads else first
-    state, _ = ad._state_in(parts, rank, final.shape)
+    state, _ = lcp._state_in(parts, rank, final.shape)
     return run(q, k, v, name, decay, inputs, state.contiguous(), "bshd")
 
 
