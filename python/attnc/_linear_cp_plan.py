@@ -1,13 +1,19 @@
 """Linear attention across ranks without torch: which definitions pass their
-state exactly, the decay_mod evaluated over a shard (numpy or torch), and
-the scan of per-rank state transforms that gives each rank its initial
-state (attnc.distributed.linear_attention_cp; docs/distributed.md).
+state exactly, the decay_mod and q_mod evaluated over a shard (numpy or
+torch), and the scans across ranks: of the state transforms forward (each
+rank's initial state) and of the initial states' gradients backward (each
+rank's final-state gradient) (attnc.distributed.linear_attention_cp;
+docs/distributed.md).
 
 Per batch and value head the recurrence is S_t = exp(g_t)·S_{t-1} +
-k_tᵀv_t with g_t = decay_mod(decay_t) one number per token, so a shard of
-tokens maps its initial state S_in to A·S_in + S, where S is the shard's
-final state from a zero initial state and A = exp(Σ g_t over the shard)
-one number per (batch, head): the transform is elementwise (a scalar)."""
+k_tᵀv_t, o_t = q_t·S_t (q, k, v after their mods) with g_t =
+decay_mod(decay_t) one number per token, so a shard of tokens maps its
+initial state S_in to A·S_in + S, where S is the shard's final state from a
+zero initial state and A = exp(Σ g_t over the shard) one number per (batch,
+head): the transform is elementwise (a scalar). The shard's output from
+S_in is its output from a zero state plus exp(G_t)·q_t·S_in, G_t = Σ_{s<=t}
+g_s within the shard: the one-pass scheme adds that term instead of running
+the shard again."""
 
 from __future__ import annotations
 
@@ -28,14 +34,19 @@ _SCALAR_SPACES = ("row", "head", "const")
 
 
 class LinearCpSupport(NamedTuple):
-    """How a linear definition is sharded: its custom inputs by role, and
-    the IR of its decay_mod (the state transforms are computed from it)."""
+    """How a linear definition is sharded: its custom inputs by role, the IR
+    of its decay_mod (the state transforms are computed from it) and of its
+    q_mod (the passed state's contribution to the output reads it)."""
 
     name: str
     token_inputs: tuple
     shared_inputs: tuple
     nodes: list
     decay_root: int  # -1: no decay_mod (g = 0, A = 1)
+    q_root: int  # -1: no q_mod (q as it is)
+    # q_mod(x) = x·Π f (f, or 1/f where the flag says so): [(node, inverse)]
+    # ([] for x itself); None when q_mod is not a scaling of x.
+    q_scale: object
 
 
 def _reachable(nodes, roots):
@@ -82,20 +93,13 @@ def linear_cp_support(definition,
             raise _lib.NotSupportedYet(
                 f"{where}: '{name}': its decay_mod is not one number per "
                 "token, so a shard's state transform is not elementwise")
-        for i in _reachable(nodes, [root]):
-            n = nodes[i]
-            op = n.get("op")
-            if op == "param":
-                if n.get("param") not in ("decay", "input", "headdim",
-                                          "index"):
-                    raise _lib.NotSupportedYet(
-                        f"{where}: '{name}': its decay_mod reads "
-                        f"'{n.get('name')}' ({n.get('param')}); the shard "
-                        "transform is not derived for it")
-            elif op != "const" and op not in _OPS:
-                raise _lib.NotSupportedYet(
-                    f"{where}: '{name}': its decay_mod uses '{op}', which "
-                    "the shard transform's evaluator does not know")
+        _check_evaluable(where, name, "decay_mod", nodes, root,
+                         ("decay", "input", "headdim", "index"))
+    roots = functions.get("q_mod", [])
+    q_root = roots[0] if roots else -1
+    if q_root >= 0:
+        _check_evaluable(where, name, "q_mod", nodes, q_root,
+                         ("element", "input", "headdim", "index"))
     token, shared = [], []
     for decl in graph.get("inputs", ()):
         shape = decl["shape"]
@@ -107,7 +111,52 @@ def linear_cp_support(definition,
             raise _lib.NotSupportedYet(
                 f"{where}: '{name}': the {shape} input '{decl['name']}' is "
                 "not sharded yet")
-    return LinearCpSupport(name, tuple(token), tuple(shared), nodes, root)
+    return LinearCpSupport(name, tuple(token), tuple(shared), nodes, root,
+                           q_root, _scale_of(nodes, q_root)
+                           if q_root >= 0 else [])
+
+
+def _check_evaluable(where, name, fn, nodes, root, params):
+    """NotSupportedYet unless the evaluator below can run fn's graph."""
+    for i in _reachable(nodes, [root]):
+        n = nodes[i]
+        op = n.get("op")
+        if op == "param":
+            if n.get("param") not in params:
+                raise _lib.NotSupportedYet(
+                    f"{where}: '{name}': its {fn} reads "
+                    f"'{n.get('name')}' ({n.get('param')}); the state "
+                    "passing is not derived for it")
+        elif op != "const" and op not in _OPS:
+            raise _lib.NotSupportedYet(
+                f"{where}: '{name}': its {fn} uses '{op}', which the "
+                "state passing's evaluator does not know")
+
+
+def _reads_element(nodes, root):
+    return any(nodes[i].get("op") == "param"
+               and nodes[i].get("param") == "element"
+               for i in _reachable(nodes, [root]))
+
+
+def _scale_of(nodes, root):
+    """q_mod(x) = x · Π factors, the factors not reading x: [(node,
+    inverse)], or None when q_mod is not of that form. The contribution
+    exp(G_t)·q_mod(q_t)·S_in is then (q_t·S_in)·(exp(G_t)·Π f): one matrix
+    product on q as it is, and the scale per token."""
+    n = nodes[root]
+    op = n.get("op")
+    if op == "param" and n.get("param") == "element":
+        return []
+    if op not in ("mul", "div"):
+        return None
+    a, b = n["args"]
+    if _reads_element(nodes, b):
+        if op == "div" or _reads_element(nodes, a):
+            return None
+        a, b = b, a
+    inner = _scale_of(nodes, a)
+    return None if inner is None else inner + [(b, op == "div")]
 
 
 # -- the decay_mod, evaluated elementwise ------------------------------------
@@ -126,13 +175,14 @@ class Backend(NamedTuple):
     minimum: object
     where: object
     logical_not: object
+    floor: object
 
 
 def backend_of(xp) -> Backend:
     """numpy or torch as a Backend (both spell these the same way)."""
     return Backend(xp.exp, xp.exp2, xp.log, xp.log2, xp.abs, xp.tanh,
                    xp.sqrt, xp.maximum, xp.minimum, xp.where,
-                   xp.logical_not)
+                   xp.logical_not, xp.floor)
 
 
 def _sigmoid(f, x):
@@ -168,7 +218,15 @@ _OPS = {
     "and": lambda f, a, b: a & b,
     "or": lambda f, a, b: a | b,
     "select": lambda f, c, a, b: f.where(c, a, b),
+    # The kernels' floordiv and floormod (variant_support.cuh): rounded
+    # towards -inf, for f32 through floor (differentiable, as torch's
+    # floor_divide is not), for i32 by // and % (floor too in Python, numpy
+    # and torch).
+    "floordiv": lambda f, a, b: f.floor(a / b),
+    "mod": lambda f, a, b: a - b * f.floor(a / b),
 }
+
+_INT_OPS = {"floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b}
 
 
 def _const(node):
@@ -183,9 +241,82 @@ def _scalar_math(op, args):
              "tanh": math.tanh, "sqrt": math.sqrt,
              "rsqrt": lambda a: 1.0 / math.sqrt(a),
              "to_float": float}
+    binary = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b,
+              "mul": lambda a, b: a * b, "div": lambda a, b: a / b,
+              "floordiv": lambda a, b: math.floor(a / b),
+              "mod": lambda a, b: a - b * math.floor(a / b)}
     if op in unary and len(args) == 1:
         return unary[op](args[0])
+    if op in binary and len(args) == 2 and not (
+            op == "div" and all(isinstance(a, int) for a in args)):
+        return binary[op](*args)
     return None
+
+
+class _Env(NamedTuple):
+    """What the evaluator reads: the shard's decay [B,H,T] and the q
+    element [B,H,T,D] (value heads), inputs by name, the sizes, the
+    backend's integer range, and `tail` trailing unit dims for values per
+    token (0 for [B,H,T], 1 to broadcast against [B,H,T,D])."""
+
+    decay: object
+    element: object
+    inputs: dict
+    batch: int
+    heads: int
+    head_dim: int
+    arange: object
+    tail: int
+
+
+def _evaluate(support: LinearCpSupport, f: Backend, root: int, env: _Env):
+    nodes, values = support.nodes, {}
+    unit = (1,) * env.tail
+    for i in sorted(_reachable(nodes, [root])):
+        n = nodes[i]
+        op = n["op"]
+        if op == "const":
+            values[i] = _const(n)
+            continue
+        if op == "param":
+            kind = n["param"]
+            if kind == "decay":
+                values[i] = _per_token(env.decay, env.tail)
+            elif kind == "element":
+                values[i] = env.element
+            elif kind == "headdim":
+                values[i] = env.head_dim
+            elif kind == "index":  # b or h (t was refused)
+                values[i] = (env.arange(env.heads).reshape(
+                    (1, env.heads, 1) + unit) if n["name"] == "h" else
+                    env.arange(env.batch).reshape((env.batch, 1, 1) + unit))
+            else:
+                value = env.inputs[n["name"]]
+                if hasattr(value, "reshape"):
+                    value = (value.reshape((1, env.heads, 1) + unit)
+                             if n.get("space") == "head" else
+                             _per_token(value, env.tail))
+                values[i] = value
+            continue
+        args = [values[a] for a in n["args"]]
+        if all(isinstance(a, (int, float)) for a in args):
+            folded = _scalar_math(op, args)
+            if folded is not None:
+                values[i] = folded
+                continue
+        if op in _INT_OPS and n.get("type") == "i32":
+            values[i] = _INT_OPS[op](*args)
+            continue
+        values[i] = _OPS[op](f, *args)
+    return values[root]
+
+
+def _per_token(value, tail):
+    return value if value is None or tail == 0 else value[..., None]
+
+
+def _token_env(decay, inputs, batch, heads, head_dim, arange):
+    return _Env(decay, None, inputs, batch, heads, head_dim, arange, 0)
 
 
 def decay_log(support: LinearCpSupport, f: Backend, decay, inputs, batch,
@@ -197,37 +328,34 @@ def decay_log(support: LinearCpSupport, f: Backend, decay, inputs, batch,
     None without a decay_mod (g = 0)."""
     if support.decay_root < 0:
         return None
-    nodes, values = support.nodes, {}
-    for i in sorted(_reachable(nodes, [support.decay_root])):
-        n = nodes[i]
-        op = n["op"]
-        if op == "const":
-            values[i] = _const(n)
-            continue
-        if op == "param":
-            kind = n["param"]
-            if kind == "decay":
-                values[i] = decay
-            elif kind == "headdim":
-                values[i] = head_dim
-            elif kind == "index":  # b or h (t was refused)
-                values[i] = (arange(heads).reshape(1, heads, 1)
-                             if n["name"] == "h" else
-                             arange(batch).reshape(batch, 1, 1))
-            else:
-                value = inputs[n["name"]]
-                if hasattr(value, "reshape") and n.get("space") == "head":
-                    value = value.reshape(1, heads, 1)
-                values[i] = value
-            continue
-        args = [values[a] for a in n["args"]]
-        if all(isinstance(a, (int, float)) for a in args):
-            folded = _scalar_math(op, args)
-            if folded is not None:
-                values[i] = folded
-                continue
-        values[i] = _OPS[op](f, *args)
-    return values[support.decay_root]
+    return _evaluate(support, f, support.decay_root,
+                     _token_env(decay, inputs, batch, heads, head_dim,
+                                arange))
+
+
+def q_scale(support: LinearCpSupport, f: Backend, inputs, batch, heads,
+            head_dim, arange):
+    """Π f of q_mod(x) = x·Π f per (batch, head, token), broadcastable to
+    [B,H,T] (a number where it is one), None for q_mod(x) = x; only where
+    support.q_scale is not None."""
+    env = _token_env(None, inputs, batch, heads, head_dim, arange)
+    scale = None
+    for node, inverse in support.q_scale:
+        value = _evaluate(support, f, node, env)
+        value = 1.0 / value if inverse else value
+        scale = value if scale is None else scale * value
+    return scale
+
+
+def q_mod_values(support: LinearCpSupport, f: Backend, q, inputs, batch,
+                 heads, head_dim, arange):
+    """q_mod(q) for q [B,H,T,D] of the value heads (H of them: grouped q
+    heads repeated), per_row inputs [B,H,T], per_head [H]."""
+    if support.q_root < 0:
+        return q
+    return _evaluate(support, f, support.q_root,
+                     _Env(None, q, inputs, batch, heads, head_dim, arange,
+                          1))
 
 
 # -- the scan -----------------------------------------------------------------
@@ -243,3 +371,17 @@ def initial_state(transforms, finals, rank, mul):
         state = finals[j] if state is None else mul(transforms[j],
                                                     state) + finals[j]
     return state
+
+
+def final_state_grad(transforms, dstates_in, rank, mul):
+    """The gradient of rank rank's final state S_rank from every rank's
+    initial-state gradient dstates_in[r] (the backward of initial_state):
+    S_rank reaches rank r > rank's initial state through the transforms
+    between them, so dS_j = dS_in(j+1) + A_{j+1}·dS_{j+1}, and the last
+    rank's S is nobody's input. None for the last rank. The gradient of
+    A_rank is then <dS_rank, S_in(rank)> summed over the state."""
+    grad = None
+    for j in range(len(dstates_in) - 2, rank - 1, -1):
+        grad = dstates_in[j + 1] if grad is None else (
+            dstates_in[j + 1] + mul(transforms[j + 1], grad))
+    return grad

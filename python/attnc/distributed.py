@@ -11,11 +11,12 @@ recomputed) while dK/dV accumulators travel back to their owners. With a
 causal mask the sequence is sharded "zigzag" (rank r holds chunks r and
 2W-1-r of 2W, which balances the work): a ring step's chunk pairs are then
 the diagonal (the rank's own shard, run with the mask), fully visible (run
-with the definition's maskless twin) or empty (skipped). 
+with the definition's maskless twin) or empty (skipped).
 Linear attention (linear_attention_cp) passes its state instead: each rank
-holds a contiguous shard, computes its shard's final state and state
-transform, all-gathers them and scans them to its true initial state.
-See docs/distributed.md."""
+holds a contiguous shard and runs it from a zero state, all-gathers the
+shards' final states and state transforms, scans them to its true initial
+state and adds that state's contribution to its output (one pass each way,
+every rank at once). See docs/distributed.md."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ import torch
 import torch.distributed as dist
 
 from . import _lib
-from . import _linear_cp_plan as lplan
 from . import _ring_plan as plan
 from . import torch as _attnc_torch
+from ._linear_cp import linear_attention_cp
 
 __all__ = ["linear_attention_cp", "ring_attention", "shard", "unshard"]
 
@@ -371,134 +372,3 @@ def ring_attention(q, k, v, definition, group=None, causal_layout="zigzag",
     else:
         out, finals = ring.forward(q, k, v, inputs)
     return (out, finals) if return_finals else out
-
-
-# -- linear attention: state passing -----------------------------------------
-
-_LWHERE = "attnc.distributed.linear_attention_cp"
-_linear_support = {}
-
-
-def _support_of(name):
-    definition = _attnc_torch._definition(name)
-    entry = _linear_support.get(name)
-    if entry is None or entry[0] is not definition:
-        entry = _linear_support[name] = (
-            definition, lplan.linear_cp_support(definition, _LWHERE))
-    return entry[1]
-
-
-def _shard_transform(support, decay, inputs, q_dim, v, layout):
-    """A = exp(Σ g_t over this shard) [B,H] float32 (autograd reaches the
-    decay and the custom inputs through torch's own ops): the factor the
-    shard applies to its initial state."""
-    b, h = v.shape[0], v.shape[2 if layout == "bshd" else 1]
-    g = lplan.decay_log(
-        support, lplan.backend_of(torch), decay, inputs or {}, b, h,
-        int(q_dim), lambda n: torch.arange(n, device=v.device))
-    if g is None:
-        return v.new_ones((b, h), dtype=torch.float32)
-    t = v.shape[1 if layout == "bshd" else 2]
-    if not isinstance(g, torch.Tensor):
-        g = torch.tensor(float(g), device=v.device)
-    g = g.to(torch.float64).expand(b, h, t)
-    return torch.exp(g.sum(-1)).to(torch.float32)
-
-
-class _Tie(torch.autograd.Function):
-    """out unchanged, made to depend on the gathered tensors: rank 0's
-    output does not read them, but its backward must still run the
-    gather's backward (a collective every rank joins), which brings back
-    the gradient of its final state from the later ranks."""
-
-    @staticmethod
-    def forward(ctx, out, *parts):
-        ctx.shapes = [p.shape for p in parts]
-        ctx.dtype, ctx.device = parts[0].dtype, parts[0].device
-        return out.view_as(out)
-
-    @staticmethod
-    def backward(ctx, dout, *unused):
-        return (dout, *(torch.zeros(s, dtype=ctx.dtype, device=ctx.device)
-                        for s in ctx.shapes))
-
-
-def _gather(x, group, world, differentiable):
-    if differentiable:
-        from torch.distributed.nn import functional as dfn
-
-        return list(dfn.all_gather(
-            x, group=dist.group.WORLD if group is None else group))
-    parts = [torch.empty_like(x) for _ in range(world)]
-    dist.all_gather(parts, x.contiguous(), group=group)
-    return parts
-
-
-def linear_attention_cp(q, k, v, definition, decay=None, group=None,
-                        inputs=None, initial_state=None, layout=None,
-                        return_final_state=False):
-    """Linear attention of the whole sequence held in contiguous shards
-    across group's ranks (rank r holds tokens [r·T/W, (r+1)·T/W): shard(x,
-    dim, causal_layout="contiguous")), differentiable in q, k, v, the decay,
-    a first rank's initial state and learnable custom inputs. Arguments as
-    attnc.torch.linear_attention's for this rank's shard (layout "bshd" by
-    default: q, k [B,T/W,Hq|Hk,D], v [B,T/W,H,DV], decay and per_row inputs
-    [B,H,T/W]; per_head and scalar inputs whole); initial_state
-    [B,H,D,DV] float32, the sequence's, read on rank 0 only. Returns this
-    rank's rows of the output (and, with return_final_state, the state
-    after this rank's shard: the last rank's is the sequence's).
-
-    Each rank runs its shard from a zero state (rank 0 from initial_state)
-    for its final state S_r, computes its shard's state transform A_r =
-    exp(Σ g_t) from the decay_mod, all-gathers (A_r, S_r) with a
-    differentiable collective and scans them to its initial state, then
-    runs its shard again from it (rank 0's first run is its output; the
-    last rank needs no first run). Refused (NotSupportedYet): mods reading
-    the token index t, a decay that is not one number per token."""
-    lay = layout if layout is not None else "bshd"
-    if lay not in ("bshd", "bhsd"):
-        raise _lib.InvalidArgument(
-            f"{_LWHERE}: layout '{lay}' is not one of 'bshd', 'bhsd'")
-    name = _attnc_torch.register(definition)
-    support = _support_of(name)
-    world, rank = _group_info(group)
-    run = _attnc_torch.linear_attention
-    grads = torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad
-        for t in [q, k, v, decay, initial_state] + list(
-            (inputs or {}).values()))
-    if world == 1:
-        return run(q, k, v, name, decay, inputs, initial_state, lay,
-                   return_final_state)
-    first_out, final = None, None
-    if rank == 0:
-        first_out, final = run(q, k, v, name, decay, inputs, initial_state,
-                               lay, True)
-    elif rank < world - 1:
-        _, final = run(q, k, v, name, decay, inputs, None, lay, True)
-    transform = _shard_transform(support, decay, inputs, q.shape[-1], v,
-                                 lay)
-    b, h = transform.shape
-    if final is None:  # the last rank's final state is nobody's input
-        d, dv = q.shape[-1], v.shape[-1]
-        final = transform.new_zeros((b, h, d, dv))
-    # float32 on every rank (attnc's states are), whatever a rank computed.
-    packed = torch.cat([final.reshape(b, h, -1).to(torch.float32),
-                        transform[..., None]], -1)
-    if grads and not packed.requires_grad:
-        # Every rank's gather must be in its autograd graph (its backward
-        # is a collective), also where this rank's (A_r, S_r) depend on
-        # nothing that requires grad (the last rank of mamba2 with
-        # constant dt and A).
-        packed.requires_grad_()
-    parts = _gather(packed, group, world, grads)
-    finals = [p[..., :-1].reshape(final.shape) for p in parts]
-    transforms = [p[..., -1] for p in parts]
-    if rank == 0:
-        if grads:
-            first_out = _Tie.apply(first_out, *parts)
-        return (first_out, final) if return_final_state else first_out
-    state = lplan.initial_state(transforms, finals, rank,
-                                lambda a, s: a[..., None, None] * s)
-    return run(q, k, v, name, decay, inputs, state.contiguous(), lay,
-               return_final_state)

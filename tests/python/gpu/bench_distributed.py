@@ -8,7 +8,8 @@ throughput / one-GPU throughput) and, with --trace DIR, how much of the
 P2P (NCCL) kernel time of one ring forward+backward ran under attention
 kernels, from a torch.profiler trace.
 
-Run: torchrun --nproc_per_node=2 tests/python/gpu/bench_distributed.py"""
+Run: torchrun --nproc_per_node=2 tests/python/gpu/bench_distributed.py
+[--seq 16384 65536]"""
 
 import argparse
 import json
@@ -92,20 +93,35 @@ def overlap(trace_file):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--seq", type=int, default=16384, help="tokens per GPU")
+    p.add_argument("--seq", type=int, nargs="+", default=[16384],
+                   help="tokens per GPU (one table each)")
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--dim", type=int, default=128)
-    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--iters", type=int, default=5,
+                   help="timed calls at 16k tokens per GPU (fewer above, "
+                   "at least 2)")
     p.add_argument("--trace", default=None)
     a = p.parse_args()
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     rank, world = dist.get_rank(), dist.get_world_size()
-    b, h, s, d = 1, a.heads, a.seq, a.dim
+    defs = {"causal": attnc.example("mha"), "none": unmasked()}
+    for s in a.seq:
+        # A call's work grows with s²: fewer calls (and one warm-up) for
+        # longer sequences.
+        iters = max(2, a.iters * 16384 // s) if s > 16384 else a.iters
+        weak_scaling(a, s, iters, 1 if s > 16384 else 2, world, rank, defs)
+        torch.cuda.empty_cache()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def weak_scaling(a, s, iters, warmup, world, rank, defs):
+    """One table: the rows of s tokens per GPU."""
+    b, h, d = 1, a.heads, a.dim
     n = s * world
     dt = torch.bfloat16
-    defs = {"causal": attnc.example("mha"), "none": unmasked()}
     torch.manual_seed(0)
     whole = [torch.randn(b, h, n, d, device="cuda", dtype=dt)
              for _ in range(4)]
@@ -121,7 +137,8 @@ def main():
     if rank == 0:
         print(f"weak scaling, {torch.cuda.get_device_name()} x{world}, "
               f"{s} tokens per GPU, B{b} H{h} D{d} bf16, "
-              f"{time.strftime('%Y-%m-%d')}")
+              f"{time.strftime('%Y-%m-%d %H:%M')}, {iters} calls after "
+              f"{warmup} warm-up")
         print(f"{'mask':6} {'pass':8} {'implementation':26} {'ms':>8} "
               f"{'TFLOP/s/GPU':>12} {'vs attnc 1 GPU':>15}", flush=True)
     for mask, definition in defs.items():
@@ -150,13 +167,13 @@ def main():
                     ("SDPA 1 GPU", sdpa, (q1, k1, v1, d1), s)):
                 fn = (fwd_bwd(call, *args) if backward
                       else (lambda c=call, x=args: no_grad(c, *x[:3])))
-                ms = timed(fn, a.iters)
+                ms = timed(fn, iters, warmup)
                 per_gpu = flops(b, h, tokens, d, causal, backward) / (
                     world if tokens == n else 1)
                 tf = per_gpu / ms / 1e9
                 base.setdefault((mask, what), tf)
                 report(mask, what, label, ms, tf)
-    if a.trace:
+    if a.trace and s == a.seq[0]:
         trace(defs["causal"], whole, world, rank, a.trace)
     # PyTorch's context_parallel last: in PyTorch 2.11 a failure inside its
     # context left its SDPA handler installed for later plain SDPA calls.
@@ -165,15 +182,13 @@ def main():
             what = "fwd+bwd" if backward else "fwd"
             try:
                 ms, tf = cp_sdpa(whole, mask == "causal", backward, world,
-                                 a.iters, b, h, n, d)
+                                 iters, warmup, b, h, n, d)
                 report(mask, what, f"context_parallel {world} GPUs", ms, tf)
             except Exception as e:  # reported, not fatal
                 if rank == 0:
                     print(f"context_parallel SDPA ({mask}, {what}) did not "
                           f"run: {type(e).__name__}: {str(e)[:300]}",
                           flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 def _cp_options():
@@ -189,7 +204,7 @@ def _cp_options():
 _mesh = None
 
 
-def cp_sdpa(whole, causal, backward, world, iters, b, h, n, d):
+def cp_sdpa(whole, causal, backward, world, iters, warmup, b, h, n, d):
     """PyTorch's context_parallel around SDPA over the same sequence."""
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -203,13 +218,14 @@ def cp_sdpa(whole, causal, backward, world, iters, b, h, n, d):
     balanced = options.enable_load_balance
     options.enable_load_balance = causal
     try:
-        return _cp_timed(mesh, bufs, causal, backward, iters, b, h, n, d,
-                         world)
+        return _cp_timed(mesh, bufs, causal, backward, iters, warmup, b, h,
+                         n, d, world)
     finally:
         options.enable_load_balance = balanced
 
 
-def _cp_timed(mesh, bufs, causal, backward, iters, b, h, n, d, world):
+def _cp_timed(mesh, bufs, causal, backward, iters, warmup, b, h, n, d,
+              world):
     from torch.distributed.tensor.experimental import context_parallel
 
     with context_parallel(mesh, buffers=bufs, buffer_seq_dims=[2] * 4,
@@ -222,7 +238,7 @@ def _cp_timed(mesh, bufs, causal, backward, iters, b, h, n, d, world):
             out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             if backward:
                 out.backward(dout)
-        ms = timed(run, iters)
+        ms = timed(run, iters, warmup)
     return ms, flops(b, h, n, d, causal, backward) / world / ms / 1e9
 
 

@@ -18,14 +18,18 @@ needs_gpu = unittest.skipUnless(HAVE_GPU, "needs PyTorch and a CUDA device")
 TWO_GPUS = HAVE_GPU and torch.cuda.device_count() >= 2
 needs_two_gpus = unittest.skipUnless(TWO_GPUS,
                                      "needs PyTorch and two CUDA devices")
+FOUR_GPUS = HAVE_GPU and torch.cuda.device_count() >= 4
+needs_four_gpus = unittest.skipUnless(FOUR_GPUS,
+                                      "needs PyTorch and four CUDA devices")
 
 
-def torchrun_two_ranks(test, path):
-    """Runs the test file `path` as two ranks under torchrun (its workers
-    check and print); fails `test` with the tail of their stderr."""
+def torchrun_two_ranks(test, path, ranks=2):
+    """Runs the test file `path` as `ranks` ranks (two by default) under
+    torchrun (its workers check and print); fails `test` with the tail of
+    their stderr."""
     run = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run",
-         "--nproc_per_node=2", os.path.abspath(path)],
+         f"--nproc_per_node={ranks}", os.path.abspath(path)],
         capture_output=True, text=True, timeout=600)
     sys.stdout.write(run.stdout[-6000:])
     test.assertEqual(run.returncode, 0, run.stderr[-6000:])

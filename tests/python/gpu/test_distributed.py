@@ -1,4 +1,4 @@
-"""Ring attention (attnc.distributed) on two GPUs: forward output and q/k/v
+"""Ring attention (attnc.distributed) on two or four GPUs: forward output and q/k/v
 gradients of mha without a mask, causal mha, sigmoid_attn and an ALiBi
 variant (positions as per-token inputs, sharded with the sequence) against
 the single-GPU attnc result of the whole sequence and an fp64 reference,
@@ -7,8 +7,8 @@ error + atol (1 + |fp64|)); and the refusals.
 
 Run (two GPUs): PYTHONPATH=python:tests/python/gpu ATTNC_LIBRARY=...
 torchrun --nproc_per_node=2 tests/python/gpu/test_distributed.py
-(python -m pytest on this file launches that itself; it skips with fewer
-than two GPUs or without PyTorch)."""
+(or --nproc_per_node=4; python -m pytest on this file launches both, each
+skipped with fewer GPUs or without PyTorch)."""
 
 import math
 import os
@@ -20,13 +20,18 @@ try:
 except ImportError:  # the test skips
     torch = None
 
-from gpu_support import needs_two_gpus, torchrun_two_ranks  # noqa: E402
+from gpu_support import (needs_four_gpus, needs_two_gpus,  # noqa: E402
+                         torchrun_two_ranks)
 
 
 class TwoRanks(unittest.TestCase):
     @needs_two_gpus
     def test_torchrun_two_ranks(self):
         torchrun_two_ranks(self, __file__)
+
+    @needs_four_gpus
+    def test_torchrun_four_ranks(self):
+        torchrun_two_ranks(self, __file__, ranks=4)
 
 
 # -- the worker (one per rank, under torchrun) --------------------------------
