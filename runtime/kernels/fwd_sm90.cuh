@@ -291,13 +291,6 @@ struct FwdSm90 {
     return e;
   }
 
-  /// Masks reading per-row or per-key inputs (kMaskBounds > 0): touches the
-  /// input lines that the step of entry \p e's block reads, between the
-  /// issue of its S and the wait for it (fwd_sm90_step.cuh).
-  __device__ static __forceinline__ void touch_mask(const typename Variant::Inputs &in,
-                                                    const Visits &vis, const SeqSpan &sp,
-                                                    int e, int b, int h, int row);
-
   /// The CTA's Q block by TMA on \p bar_q (one thread); batch \p b is 0 in
   /// packed and paged calls, whose q is one batch of all tokens.
   __device__ static __forceinline__ void load_q(const Sm90Maps &maps, const SeqSpan &sp,
@@ -479,7 +472,6 @@ struct FwdSm90 {
       wgmma_fence();
       issue_s(0);
       turn_end(true);
-      touch_mask(in, vis, sp, e, b, h, row0 + sp.shift);
       wgmma_wait<0>();
       softmax(0, e);
       rescale_and_pack();
@@ -496,7 +488,6 @@ struct FwdSm90 {
         issue_s(stage);
         issue_pv(prev);
         turn_end(true);
-        touch_mask(in, vis, sp, e, b, h, row0 + sp.shift);
         wgmma_wait<1>();
         softmax(j, e);
         wgmma_wait<0>();

@@ -1,5 +1,5 @@
 // fwd_sm90's consumer GEMM steps, its step (score_mod, mask and online_fwd
-// over one block of S), the mask inputs' touch before it, and its epilogue, defined out of the FwdSm90 struct so that each
+// over one block of S) and its epilogue, defined out of the FwdSm90 struct so that each
 // file stays readable; included by fwd_sm90.cuh only, inside its
 // ATTNC_FWD_SM90_TEMPLATE / ATTNC_FWD_SM90 macros.
 #ifndef ATTNC_FWD_SM90_STEP_CUH
@@ -50,30 +50,6 @@ ATTNC_FWD_SM90::rescale_and_pack(float (&acc_o)[VT][4], const float (&acc_s)[NT]
     pf[kk][1] = pack2<T>(acc_s[2 * kk][2], acc_s[2 * kk][3]);
     pf[kk][2] = pack2<T>(acc_s[2 * kk + 1][0], acc_s[2 * kk + 1][1]);
     pf[kk][3] = pack2<T>(acc_s[2 * kk + 1][2], acc_s[2 * kk + 1][3]);
-  }
-}
-
-ATTNC_FWD_SM90_TEMPLATE
-__device__ __forceinline__ void
-ATTNC_FWD_SM90::touch_mask(const typename Variant::Inputs &in, const Visits &vis,
-                           const SeqSpan &sp, int e, int b, int h, int row) {
-  // Masks reading per-row or per-key inputs (the analysed ones that bound
-  // them, e.g. document ids): each lane evaluates the mask at one element
-  // of the block, if partial, its key kBlockN / 32 from its neighbour's, so
-  // that the warp's loads cover the block's key inputs and its rows'. The
-  // loads' latency then runs under the S GEMM, and the step's own loads of
-  // the same lines, after the wait for S, hit L1 instead of waiting on the
-  // softmax's path.
-  if constexpr (Variant::kHasMask) {
-    if constexpr (Variant::kMaskBounds > 0) {
-      bool full;
-      const int col0 = block_of(vis, sp, e, full) * kBlockN;
-      if (full)
-        return;
-      const int k = min(col0 + (int)(threadIdx.x % 32) * (kBlockN / 32), sp.seq_kv - 1);
-      const bool keep = Variant::mask(in, b, h, row, k);
-      asm volatile("" ::"r"((int)keep)); // the loads complete here
-    }
   }
 }
 
