@@ -346,7 +346,6 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
         wgmma_fence();
         issue_s(n % kStages);
         turn_end(true);
-        Fwd::touch_mask(in, vis, sp, e, b, h, row0 + sp.shift);
         wgmma_wait<0>();
         if constexpr (!kTaken)
           if (count == 1)
@@ -363,7 +362,6 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
           issue_s(stage);
           issue_pv(prev);
           turn_end(true);
-          Fwd::touch_mask(in, vis, sp, e, b, h, row0 + sp.shift);
           wgmma_wait<1>();
           if constexpr (!kTaken)
             if (j == count - 1)
