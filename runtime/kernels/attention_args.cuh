@@ -31,6 +31,11 @@ struct FwdArgs {
   /// [kNumFinals][heads][total_q].
   const int *cu_seqlens_q, *cu_seqlens_kv;
   int total_q;
+  /// fwd_sm90's persistent kernel under a mask (fwd_sm90_persist.cuh): two
+  /// counters, 0 at every launch, from which its CTAs take their tiles
+  /// after the first (the kernel's last CTA puts them back to 0). Unread by
+  /// the other kernels and by an unmasked variant, which walk the grid.
+  int *tile_counter;
 };
 
 /// Paged prefill arguments. In f: q and o are packed [total_q, heads, dim]
@@ -57,8 +62,9 @@ struct PagedFwdArgs {
 /// attnc_block_classify: phase 0 writes bounds, per bounded input i, group
 /// and row (or key) block, its minimum and maximum ([i][groups]
 /// [bound_lines][2] fp32, NaN for a block holding a non-finite value);
-/// phase 1 classifies each block from them. An element-evaluated mask has
-/// one phase and no bounds.
+/// phase 1 classifies each block from them; phase 2 does what phase 1 and
+/// attnc_block_compact do, writing the lists and no classes. An
+/// element-evaluated mask has one phase and no bounds.
 struct MaskArgs {
   unsigned char *classes;
   int *block_count;

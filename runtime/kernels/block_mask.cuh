@@ -142,18 +142,71 @@ __device__ void classify_from_bounds(const MaskArgs &a,
   a.classes[(group * a.m_blocks + m) * a.n_blocks + n] = (unsigned char)c;
 }
 
+/// Analysed masks, phase 2: phase 1 and compact_blocks in one launch, for
+/// the forward's lists (no classes written). grid (ceil(m_blocks / 4), 1,
+/// groups) x 128: one warp per query block, whose lanes classify 32 key
+/// blocks at a time (as classify_from_bounds) and place the visited ones
+/// in order by a ballot. One launch instead of two, and no byte per block
+/// written and read back: at S = 16k the forward of a chunked or window
+/// mask takes about 0.3 ms, so each launch counts against the
+/// classification's 5%.
+template <class Variant, int kBlockM, int kBlockN>
+__device__ void classify_rows(const MaskArgs &a, const typename Variant::Inputs &in) {
+  const int lane = threadIdx.x % 32;
+  const int m = blockIdx.x * 4 + threadIdx.x / 32;
+  if (m >= a.m_blocks)
+    return; // the whole warp
+  const long long group = blockIdx.z;
+  int b, h;
+  mask_group_coords(a.mask_grouping, group, a.heads, b, h);
+  const long long row = group * a.m_blocks + m;
+  int *list = a.block_list + row * a.n_blocks;
+  const int q_lo = m * kBlockM, q_hi = min(q_lo + kBlockM, a.seq_q) - 1;
+  constexpr int kBounds = Variant::kMaskBounds > 0 ? Variant::kMaskBounds : 1;
+  int count = 0;
+  for (int n0 = 0; n0 < a.n_blocks; n0 += 32) {
+    const int n = n0 + lane;
+    int c = 0;
+    if (n < a.n_blocks) {
+      float lo[kBounds], hi[kBounds];
+#pragma unroll
+      for (int i = 0; i < Variant::kMaskBounds; ++i) {
+        const int line = Variant::mask_bound_by_key(i) ? n : m;
+        const float *bd = a.bounds + (((long long)i * gridDim.z + group) *
+                                          a.bound_lines + line) * 2;
+        lo[i] = bd[0];
+        hi[i] = bd[1];
+      }
+      const int k_lo = n * kBlockN, k_end = k_lo + kBlockN;
+      c = Variant::mask_block_class(in, b, h, q_lo, q_hi, k_lo,
+                                    min(k_end, a.seq_kv) - 1, lo, hi);
+      if (c == 2 && k_end > a.seq_kv)
+        c = 1; // keys past the end must be masked
+    }
+    const unsigned kept = __ballot_sync(0xffffffffu, c != 0);
+    if (c)
+      list[count + __popc(kept & ((1u << lane) - 1))] =
+          n | (c == 2 ? (1 << 30) : 0);
+    count += __popc(kept);
+  }
+  if (lane == 0)
+    a.block_count[row] = count;
+}
+
 /// Element-evaluated masks: grid (n_blocks, m_blocks, groups), any block
 /// size. Keys past seq_kv make a block partial, never full; rows past seq_q
 /// are ignored (never stored). Analysed masks go to the phase a.phase of
-/// their two (bound_blocks, then classify_from_bounds).
+/// theirs (bound_blocks, then classify_from_bounds or classify_rows).
 template <class Variant, int kBlockM, int kBlockN>
 __device__ void classify_blocks(const MaskArgs &a, const typename Variant::Inputs &in) {
   if constexpr (Variant::kHasMask) {
     if constexpr (Variant::kMaskAnalysed) {
       if (a.phase == 0)
         bound_blocks<Variant, kBlockM, kBlockN>(a, in);
-      else
+      else if (a.phase == 1)
         classify_from_bounds<Variant, kBlockM, kBlockN>(a, in);
+      else
+        classify_rows<Variant, kBlockM, kBlockN>(a, in);
       return;
     }
   }

@@ -10,6 +10,19 @@
 // overlap the current tile's last P·V and epilogue. The per-block step,
 // the Q load and the epilogue are FwdSm90's. Dense calls only: the host
 // launches the non-persistent kernel for packed and paged calls.
+// A masked variant takes its tiles in the walk's order from a counter
+// (FwdArgs::tile_counter, which it needs) instead of by the grid's
+// stride: tiles of a
+// mask differ in their key blocks, and a fixed stride can hand one CTA
+// only heavy tiles (chunks of 256 at S = 16k: every CTA of one parity
+// gets the chunks' second query blocks, two key blocks each, the others
+// one). The producer takes the next tile and passes it to the consumers
+// through shared memory with Q's barrier. The taken walk also keeps two
+// Q tiles (where the stride's walk has Q and O): tile k's Q goes to slot
+// k mod 2, and its O is staged in its own slot's rows once its last S is
+// done, as in the plain kernel, so that the producer loads the next
+// tile's Q as soon as the tile before the current one is stored, a tile
+// ahead of the stride's walk (which waits for the current tile's last S).
 #ifndef ATTNC_FWD_SM90_PERSIST_CUH
 #define ATTNC_FWD_SM90_PERSIST_CUH
 
@@ -34,6 +47,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
   static constexpr int kBarOffset = kKVOffset + kStages * kStageBytes;
   /// Sm90Config::sharedBytes with Persistent says the same.
   static constexpr int kSmemBytes = 1024 + kBarOffset + 256;
+  static_assert(32 + 16 * kStages <= 128, "the taken walk's tile slots fit beside the mbarriers");
 
   /// One tile: its query block and batch·head.
   struct Tile {
@@ -84,26 +98,75 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
         mbar_init(bar_empty + 8 * s, 4 * kConsumers); // one arrival per consumer warp
       }
       mbar_init(bar_qfree, 4 * kConsumers);
+      if constexpr (Variant::kHasMask) {
+        mbar_init(bar_qfree + 8, 1);                 // the taken walk's Q slot 1
+        mbar_init(bar_qfree + 16, 4 * kConsumers);
+      }
       mbar_init_fence();
     }
     __syncthreads();
     const int tiles = a.m_blocks * a.batch * a.heads;
+    walk<Variant::kHasMask>(a, in, maps, tiles, base);
+  }
+
+  /// The producer and the consumers of the walk: by the grid's stride, or
+  /// (\p kTaken) tiles taken from FwdArgs::tile_counter.
+  template <bool kTaken>
+  __device__ static __forceinline__ void walk(const FwdArgs &a,
+                                              const typename Variant::Inputs &in,
+                                              const Sm90Maps &maps, int tiles, u32 base) {
+    const u32 bar_q = base + kBarOffset;
+    const u32 bar_full = bar_q + 8;               // [kStages]
+    const u32 bar_empty = bar_full + 8 * kStages; // [kStages]
+    const u32 bar_qfree = bar_empty + 8 * kStages;
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
       if constexpr (kConsumers == 2)
         setmaxnreg_dec<Fwd::kProducerRegs>();
       if (threadIdx.x == 0)
-        produce(a, maps, tiles, base, bar_q, bar_full, bar_empty, bar_qfree);
+        produce<kTaken>(a, maps, tiles, base, bar_q, bar_full, bar_empty, bar_qfree);
     } else {
       if constexpr (kConsumers == 2)
         setmaxnreg_inc<Fwd::kConsumerRegs>();
-      consume(a, in, tiles, base, bar_q, bar_full, bar_empty, bar_qfree, wg - 1);
+      consume<kTaken>(a, in, tiles, base, bar_q, bar_full, bar_empty, bar_qfree, wg - 1);
     }
+  }
+
+  /// The taken walk's tile of hand-over \p k: two slots beside the
+  /// mbarriers, written before the arrival on its Q barrier that hands it
+  /// over and read after the wait for it (-1: the walk is over).
+  __device__ static __forceinline__ u32 tile_slot(u32 base, int k) {
+    return base + kBarOffset + 128 + 4 * (k & 1);
+  }
+  /// The taken walk's Q slot of hand-over \p k (its O staged there too),
+  /// the barrier its Q lands on and the one its consumers free it on
+  /// (slot 0: bar_q and bar_qfree; slot 1: the two after bar_qfree); each
+  /// completes once per two hand-overs, in phase (k / 2) & 1.
+  __device__ static __forceinline__ u32 q_slot(u32 base, int k) {
+    return base + (k & 1) * kQBytes;
+  }
+  __device__ static __forceinline__ u32 q_bar(u32 bar_q, u32 bar_qfree, int k) {
+    return k & 1 ? bar_qfree + 8 : bar_q;
+  }
+  __device__ static __forceinline__ u32 qfree_bar(u32 bar_qfree, int k) {
+    return k & 1 ? bar_qfree + 16 : bar_qfree;
+  }
+  __device__ static __forceinline__ void put_tile(u32 slot, int t) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(slot), "r"(t) : "memory");
+  }
+  __device__ static __forceinline__ int get_tile(u32 slot) {
+    int t;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(t) : "r"(slot) : "memory");
+    return t;
   }
 
   /// The producer: one thread issues every TMA load of every tile. \p n
   /// counts the K/V blocks loaded so far (the ring's position and phase),
   /// \p loaded the tiles whose Q was loaded (bar_q's and bar_qfree's phase).
+  /// Taken (\p kTaken): every tile, the last (-1) included, is handed over
+  /// on its slot's Q barrier, with its Q or (no key block to visit) by a
+  /// plain arrival, and \p loaded counts the hand-overs.
+  template <bool kTaken>
   __device__ static void produce(const FwdArgs &a, const Sm90Maps &maps, int tiles, u32 base,
                                  u32 bar_q, u32 bar_full, u32 bar_empty, u32 bar_qfree) {
     tma_prefetch_desc(&maps.q);
@@ -111,19 +174,42 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
     tma_prefetch_desc(&maps.v);
     const int bhs = a.batch * a.heads;
     int n = 0, loaded = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for (int t = blockIdx.x; kTaken || t < tiles; t += gridDim.x) {
+      if constexpr (kTaken) {
+        if (loaded > 0)
+          t = gridDim.x + atomicAdd(a.tile_counter, 1);
+        // The slots (tile and Q) are free once the consumers have stored
+        // the tile two hand-overs back, whose O they staged in its Q slot.
+        if (loaded >= 2)
+          mbar_wait(qfree_bar(bar_qfree, loaded), ((loaded - 2) >> 1) & 1);
+        put_tile(tile_slot(base, loaded), t < tiles ? t : -1);
+        if (t >= tiles) {
+          mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
+          break;
+        }
+      }
       const Tile tl = tile_of(t, a.m_blocks, bhs);
       const SeqSpan sp = span_of(a, tl.bh);
       const Visits vis = visits(a, sp, tl);
-      if (vis.count <= 0)
+      if (vis.count <= 0) {
+        if constexpr (kTaken) {
+          mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
+          ++loaded;
+        }
         continue;
+      }
       const int h = tl.bh % a.heads, b = tl.bh / a.heads;
       const int hk = h / (a.heads / a.heads_kv);
       // Q's tile is free once both consumers' last S of the tile before
       // has completed.
-      if (loaded > 0)
-        mbar_wait(bar_qfree, (loaded - 1) & 1);
-      Fwd::load_q(maps, sp, tl.m_block, h, b, base, bar_q);
+      if constexpr (kTaken) {
+        Fwd::load_q(maps, sp, tl.m_block, h, b, q_slot(base, loaded),
+                    q_bar(bar_q, bar_qfree, loaded));
+      } else {
+        if (loaded > 0)
+          mbar_wait(bar_qfree, (loaded - 1) & 1);
+        Fwd::load_q(maps, sp, tl.m_block, h, b, base, bar_q);
+      }
       ++loaded;
       for (int j = 0; j < vis.count; ++j, ++n) {
         const int stage = n % kStages;
@@ -146,10 +232,24 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
                       tma_coord(3, maps.v_pos, row, hk, b), bar);
       }
     }
+    if constexpr (kTaken) {
+      // The last CTA to finish taking puts the counters back to 0 for the
+      // next launch (on the same stream, so after this one): every other
+      // CTA counted itself done after its last take.
+      __threadfence();
+      if (atomicAdd(a.tile_counter + 1, 1) == (int)gridDim.x - 1) {
+        atomicExch(a.tile_counter, 0);
+        atomicExch(a.tile_counter + 1, 0);
+      }
+    }
   }
 
   /// One consumer warpgroup (\p wgc of kConsumers), 64 query rows of every
-  /// tile; the same walk, counters and turns as the producer's.
+  /// tile; the same walk, counters and turns as the producer's (taken: the
+  /// tile of each hand-over read from its slot once its Q barrier
+  /// completes, Q and the staged O in its Q slot, which the consumers free
+  /// after its epilogue).
+  template <bool kTaken>
   __device__ static void consume(const FwdArgs &a, const typename Variant::Inputs &in0,
                                  int tiles, u32 base, u32 bar_q, u32 bar_full, u32 bar_empty,
                                  u32 bar_qfree, int wgc) {
@@ -162,7 +262,16 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
     const u64 k_desc0 = wgmma_desc_sw128(base + kKVOffset, 16, 1024);
     const u64 v_desc0 = wgmma_desc_sw128(base + kKVOffset + kKBytes, kKVSlab, 1024);
     int n = 0, loaded = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for (int t = blockIdx.x; kTaken || t < tiles; t += gridDim.x) {
+      if constexpr (kTaken) {
+        mbar_wait(q_bar(bar_q, bar_qfree, loaded), (loaded >> 1) & 1);
+        t = get_tile(tile_slot(base, loaded));
+        if (t < 0)
+          break;
+      }
+      // Q's tile, and O's staging.
+      const u32 q_at = kTaken ? q_slot(base, loaded) : base;
+      const u32 o_at = kTaken ? q_at : base + kOOffset;
       const Tile tl = tile_of(t, a.m_blocks, bhs);
       const SeqSpan sp = span_of(a, tl.bh);
       const Visits vis = visits(a, sp, tl);
@@ -195,7 +304,9 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
         u32 pf[kBlockN / 16][4];
         float o_scale[2];
 
-        auto issue_s = [&](int stage) { Fwd::issue_s(acc_s, q_desc, k_desc0, stage); };
+        auto issue_s = [&](int stage) {
+          Fwd::issue_s(acc_s, q_desc + ((q_at - base) >> 4), k_desc0, stage);
+        };
         auto issue_pv = [&](int stage) { Fwd::issue_pv(acc_o, pf, v_desc0, stage); };
         // Ping-pong as in FwdSm90::consume; each tile's turns end even.
         auto turn_begin = [&]() { Fwd::turn_begin(wgc); };
@@ -224,7 +335,8 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
           arrive(bar_empty + 8 * stage);
         };
 
-        mbar_wait(bar_q, loaded & 1);
+        if constexpr (!kTaken)
+          mbar_wait(bar_q, loaded & 1);
         if constexpr (kConsumers == 2)
           if (wgc == 1)
             named_bar_arrive(1, 256);
@@ -235,8 +347,9 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
         issue_s(n % kStages);
         turn_end(true);
         wgmma_wait<0>();
-        if (count == 1)
-          arrive(bar_qfree);
+        if constexpr (!kTaken)
+          if (count == 1)
+            arrive(bar_qfree);
         softmax(e);
         rescale_and_pack();
         for (int j = 1; j < count; ++j) {
@@ -250,8 +363,9 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
           issue_pv(prev);
           turn_end(true);
           wgmma_wait<1>();
-          if (j == count - 1)
-            arrive(bar_qfree); // the tile's last S is complete: the next Q may land
+          if constexpr (!kTaken)
+            if (j == count - 1)
+              arrive(bar_qfree); // the tile's last S is complete: the next Q may land
           softmax(e);
           wgmma_wait<0>();
           release(prev);
@@ -264,11 +378,21 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
         wgmma_wait<0>();
         release((n + count - 1) % kStages);
         n += count;
-        ++loaded;
+        if constexpr (!kTaken)
+          ++loaded;
       }
       // The warpgroup's reads of its O staging for the tile before are done.
       named_bar_sync(3 + wgc, 128);
-      Fwd::epilogue(a, in, sp, acc_o, st, seen, b, h, row0, tq, base + kOOffset, wgc);
+      Fwd::epilogue(a, in, sp, acc_o, st, seen, b, h, row0, tq, o_at, wgc);
+      if constexpr (kTaken) {
+        // The slots of this hand-over are free once every consumer warp has
+        // read its staged O back; the next Q comes by the async proxy.
+        fence_proxy_async_shared();
+        __syncwarp();
+        if (lane == 0)
+          mbar_arrive(qfree_bar(bar_qfree, loaded));
+        ++loaded;
+      }
     }
   }
 };

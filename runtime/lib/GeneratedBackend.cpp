@@ -184,6 +184,18 @@ private:
   };
   /// Per stream: calls on different streams may run at once.
   PerStream<MaskState> MaskStates{[] { return std::make_unique<MaskState>(); }};
+  /// The persistent kernel's tile counters (FwdArgs::tile_counter), per
+  /// stream: the launches of one stream run one after another, and each
+  /// leaves them at 0 for the next. New memory is zeroed on the call's
+  /// stream first; a zeroing captured into a graph happens only when the
+  /// graph runs, so the next call outside a capture zeroes again.
+  struct TileCounters {
+    DeviceArena Mem{"persistent tile counters"};
+    bool Zeroed = false;
+  };
+  PerStream<TileCounters> Counters{[] { return std::make_unique<TileCounters>(); }};
+  /// FwdArgs::tile_counter for a persistent launch on \p Stream.
+  int *tileCounters(CUstream Stream);
   /// The decode splits' partial o and states (DecodeArgs::part_o, part_st),
   /// per stream.
   PerStream<DeviceArena> DecodeBufs =
@@ -345,10 +357,28 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
     GridX = unsigned(std::min<int64_t>(Tiles, currentDevice().MultiProcessors));
     GridY = 1;
   }
+  // A masked variant's persistent kernel takes its tiles from counters.
+  if (K.Persistent && Def.Graph->decls().HasMask)
+    A.tile_counter = tileCounters(Ctx.Stream);
   D.check(D.cuLaunchKernel(K.Fwd, GridX, GridY, 1, unsigned(K.Launch.Threads), 1, 1,
                            unsigned(K.Launch.SharedBytes), Ctx.Stream,
                            Params, nullptr),
           "launch attnc_fwd");
+}
+
+int *GeneratedBackend::tileCounters(CUstream Stream) {
+  CudaDriver &D = CudaDriver::get();
+  TileCounters &T = Counters.get(Stream);
+  if (T.Mem.ensure(8))
+    T.Zeroed = false;
+  if (!T.Zeroed) {
+    D.check(D.cuMemsetD32Async(T.Mem.base(), 0, 2, Stream),
+            "cuMemsetD32Async(tile counters)");
+    CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    D.check(D.cuStreamIsCapturing(Stream, &Capture), "cuStreamIsCapturing");
+    T.Zeroed = Capture == CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+  return reinterpret_cast<int *>(T.Mem.base());
 }
 
 GeneratedBackend::FwdLists
@@ -377,8 +407,10 @@ GeneratedBackend::classify(ForwardKernel &K, const attnc::FwdArgs &A,
   M.m_blocks = A.m_blocks;
   M.n_blocks = A.n_blocks;
   M.mask_grouping = int(Mask.Grouping);
-  launchClassify(D, K.Classify, Mask, M, Groups, Slots, Stream,
-                 "launch attnc_block_classify");
+  // An analysed mask's lists come from the classification's last phase.
+  if (launchClassify(D, K.Classify, Mask, M, Groups, Slots, Stream,
+                     "launch attnc_block_classify", /*Lists=*/true))
+    return {M.block_count, M.block_list};
   void *CompactParams[] = {&M};
   D.check(D.cuLaunchKernel(K.Compact, unsigned((Rows + 127) / 128), 1, 1, 128,
                            1, 1, 0, Stream, CompactParams, nullptr),

@@ -35,10 +35,10 @@ std::atomic<uint64_t> Launches{0};
 
 uint64_t classifyLaunches() { return Launches.load(); }
 
-void launchClassify(CudaDriver &D, CUfunction Classify,
+bool launchClassify(CudaDriver &D, CUfunction Classify,
                     const analysis::MaskAnalysis &A, attnc::MaskArgs M,
                     int64_t Groups, void *Slots, CUstream Stream,
-                    const char *What) {
+                    const char *What, bool Lists) {
   ++Launches;
   M.bound_lines = std::max(M.m_blocks, M.n_blocks);
   void *Params[] = {&M, Slots};
@@ -48,7 +48,7 @@ void launchClassify(CudaDriver &D, CUfunction Classify,
                              unsigned(M.m_blocks), unsigned(Groups), 256, 1, 1,
                              0, Stream, Params, nullptr),
             What);
-    return;
+    return false;
   }
   if (!A.Bounded.empty()) {
     M.phase = 0; // each warp bounds one input over one row or key block
@@ -57,12 +57,21 @@ void launchClassify(CudaDriver &D, CUfunction Classify,
                              1, 1, 0, Stream, Params, nullptr),
             What);
   }
+  if (Lists) {
+    M.phase = 2; // one warp per query block, 32 key blocks at a time
+    D.check(D.cuLaunchKernel(Classify, unsigned((M.m_blocks + 3) / 4), 1,
+                             unsigned(Groups), 128, 1, 1, 0, Stream, Params,
+                             nullptr),
+            What);
+    return true;
+  }
   M.phase = 1; // one thread per block
   int64_t Cells = int64_t(M.m_blocks) * M.n_blocks;
   D.check(D.cuLaunchKernel(Classify, unsigned((Cells + 255) / 256), 1,
                            unsigned(Groups), 256, 1, 1, 0, Stream, Params,
                            nullptr),
           What);
+  return false;
 }
 
 MaskReuseKey maskReuseKey(const ir::Graph &G, const analysis::MaskAnalysis &A,

@@ -27,11 +27,14 @@ size_t maskBoundsFloats(const analysis::MaskAnalysis &A, int64_t Groups,
 /// Launches attnc_block_classify (\p Classify) for \p M (classes, bounds,
 /// shape and grouping filled in; bound_lines and phase are set here): the
 /// two phases of an analysed mask, or the element evaluation. \p Slots are
-/// the call's input slots.
-void launchClassify(CudaDriver &D, CUfunction Classify,
+/// the call's input slots. Returns whether the lists are written too: with
+/// \p Lists (M's block_count and block_list filled in), an analysed mask's
+/// second phase is phase 2, which writes the lists and no classes, and the
+/// caller launches no attnc_block_compact.
+bool launchClassify(CudaDriver &D, CUfunction Classify,
                     const analysis::MaskAnalysis &A, attnc::MaskArgs M,
                     int64_t Groups, void *Slots, CUstream Stream,
-                    const char *What);
+                    const char *What, bool Lists = false);
 
 /// How many classifications launchClassify has launched in this process
 /// (a test's proof that a call given a BlockMask launches none).

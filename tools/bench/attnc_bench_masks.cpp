@@ -8,9 +8,17 @@
 // in peers_masks.py). The classification alone (refreshBlockMask of a
 // forward-only mask, ten back to back a sample) is printed as a fraction of
 // the forward with the block mask, and the classifications the timed calls
-// with one launched (0).
+// with one launched (0). The plain and the block-mask forwards are timed
+// in turn, sample by sample (interleaved), so that the GPU's clocks and
+// temperature are the same for both. The classification's GPU time is
+// taken behind a long memset, which the host's ten calls queue behind, so
+// that it holds the kernels and the gaps between them, not the host's time
+// per call (printed apart). The forward lists' visited key blocks per tile
+// are summarised (mean, the heaviest tile, the share of partial blocks).
 //
-//   attnc_bench_masks MASK|all f16|bf16 H D S [S ...] [--compile-only]
+//   attnc_bench_masks MASK|all f16|bf16 H D S [S ...] [--compile-only] [--fwd-only]
+//
+// --fwd-only times the forward alone (no backward kernels compiled or run).
 //   attnc_bench_masks varlen f16|bf16 H D MAXLEN [--compile-only]
 //
 // varlen: packed batches of 32 sequences of lengths uniform in [64, MAXLEN]
@@ -30,6 +38,7 @@
 // prefix S / 4, chunks of 256.
 #include "BackwardRunner.h"
 #include "BenchJson.h"
+#include "BlockMaskData.h"
 #include "GpuSupport.h"
 #include "MaskClassify.h"
 #include "attn/codegen/Codegen.h"
@@ -43,8 +52,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -95,18 +106,26 @@ dsl::AttentionDef maskedMha(const std::string &Name) {
   return D;
 }
 
-/// Whether the mask \p Name keeps (q, k) at sequence length \p S.
-bool kept(const std::string &Name, const std::vector<int> &Ids, int S, int Q,
-          int K) {
-  if (Name == "document")
-    return Q >= K && Ids[Q] == Ids[K];
-  if (Name == "prefix_lm")
-    return Q >= K || K < S / 4;
-  if (Name == "window256")
-    return Q >= K && Q - K < Window;
-  if (Name == "chunked256")
-    return Q >= K && Q / Chunk == K / Chunk; // non-negative: / is floor
-  return false;
+/// The pairs (q, k) the mask \p Name keeps at sequence length \p S, row by
+/// row: document, keys from the document's first token (the ids are sorted)
+/// up to q; prefix-LM, keys up to q or below S / 4; window, the last 256
+/// keys up to q; chunked, the keys of q's chunk up to q.
+double keptPairs(const std::string &Name, const std::vector<int> &Ids, int S) {
+  double N = 0;
+  int Start = 0; // the first token of the document of the row
+  for (int Q = 0; Q < S; ++Q) {
+    if (Q > 0 && Ids[Q] != Ids[Q - 1])
+      Start = Q;
+    if (Name == "document")
+      N += Q - Start + 1;
+    else if (Name == "prefix_lm")
+      N += std::max(Q + 1, S / 4);
+    else if (Name == "window256")
+      N += std::min(Q + 1, Window);
+    else if (Name == "chunked256")
+      N += Q % Chunk + 1;
+  }
+  return N;
 }
 
 std::vector<int> docIds(int S) {
@@ -118,7 +137,103 @@ std::vector<int> docIds(int S) {
   return Ids;
 }
 
-void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
+/// Medians of \p A's and \p B's times, one call each between two events,
+/// the two taken in turn (A, B, A, B, ...) after \p Warmup rounds.
+std::pair<double, double> interleavedMedians(const std::function<void(int)> &A,
+                                             const std::function<void(int)> &B,
+                                             int Warmup, int Repeats) {
+  runtime::CudaDriver &Drv = runtime::CudaDriver::get();
+  for (int I = 0; I < Warmup; ++I) {
+    A(I);
+    B(I);
+  }
+  Drv.check(Drv.cuCtxSynchronize(), "warm-up");
+  CUevent E[2];
+  for (CUevent &X : E)
+    Drv.check(Drv.cuEventCreate(&X, 0), "cuEventCreate");
+  std::vector<float> Ms[2];
+  for (int I = 0; I < Repeats; ++I)
+    for (int W = 0; W < 2; ++W) {
+      Drv.check(Drv.cuEventRecord(E[0], nullptr), "cuEventRecord");
+      (W == 0 ? A : B)(I);
+      Drv.check(Drv.cuEventRecord(E[1], nullptr), "cuEventRecord");
+      Drv.check(Drv.cuEventSynchronize(E[1]), "cuEventSynchronize");
+      float X = 0;
+      Drv.check(Drv.cuEventElapsedTime(&X, E[0], E[1]), "cuEventElapsedTime");
+      Ms[W].push_back(X);
+    }
+  for (CUevent X : E)
+    Drv.cuEventDestroy(X);
+  for (std::vector<float> &V : Ms)
+    std::sort(V.begin(), V.end());
+  return {Ms[0][Ms[0].size() / 2], Ms[1][Ms[1].size() / 2]};
+}
+
+/// The GPU time of \p Calls calls of \p Run (the median of \p Repeats
+/// samples): each sample's calls are queued behind a memset of \p Filler
+/// (about a millisecond of GPU work at 3 GiB), so that the events
+/// around them see the kernels back to back rather than the host's
+/// pace. \p HostMs gets the median host time of the calls.
+double queuedGpuMs(const std::function<void()> &Run, int Calls, int Repeats,
+                   DeviceBuffer &Filler, double &HostMs) {
+  runtime::CudaDriver &Drv = runtime::CudaDriver::get();
+  CUevent E[2];
+  for (CUevent &X : E)
+    Drv.check(Drv.cuEventCreate(&X, 0), "cuEventCreate");
+  std::vector<double> Gpu, Host;
+  for (int I = 0; I < Repeats + 2; ++I) {
+    Drv.check(Drv.cuMemsetD32Async(CUdeviceptr(Filler.get()), unsigned(I),
+                                   Filler.size() / 4, nullptr),
+              "cuMemsetD32Async");
+    Drv.check(Drv.cuEventRecord(E[0], nullptr), "cuEventRecord");
+    auto T0 = std::chrono::steady_clock::now();
+    for (int C = 0; C < Calls; ++C)
+      Run();
+    auto T1 = std::chrono::steady_clock::now();
+    Drv.check(Drv.cuEventRecord(E[1], nullptr), "cuEventRecord");
+    Drv.check(Drv.cuEventSynchronize(E[1]), "cuEventSynchronize");
+    float X = 0;
+    Drv.check(Drv.cuEventElapsedTime(&X, E[0], E[1]), "cuEventElapsedTime");
+    if (I < 2)
+      continue; // warm-up
+    Gpu.push_back(X);
+    Host.push_back(std::chrono::duration<double, std::milli>(T1 - T0).count());
+  }
+  for (CUevent X : E)
+    Drv.cuEventDestroy(X);
+  std::sort(Gpu.begin(), Gpu.end());
+  std::sort(Host.begin(), Host.end());
+  HostMs = Host[Host.size() / 2] / Calls;
+  return Gpu[Gpu.size() / 2] / Calls;
+}
+
+/// The forward lists of \p M: visited key blocks per tile (one query
+/// block of one group), as "mean M max X partial P%".
+std::string visitSummary(const runtime::BlockMask &M) {
+  const runtime::BlockMaskData &D = M.data();
+  const int64_t NBlocks = (D.Shape.SeqKv + D.FwdBlockN - 1) / D.FwdBlockN;
+  const int64_t Rows = D.Groups * ((D.Shape.SeqQ + D.FwdBlockM - 1) / D.FwdBlockM);
+  std::vector<int32_t> Count(static_cast<size_t>(Rows)),
+      List(static_cast<size_t>(Rows * NBlocks));
+  runtime::CudaDriver &Drv = runtime::CudaDriver::get();
+  Drv.check(Drv.cuCtxSynchronize(), "block mask");
+  Drv.check(Drv.cuMemcpyDtoH(Count.data(), CUdeviceptr(D.FwdCount), Count.size() * 4),
+            "cuMemcpyDtoH(counts)");
+  Drv.check(Drv.cuMemcpyDtoH(List.data(), CUdeviceptr(D.FwdList), List.size() * 4),
+            "cuMemcpyDtoH(lists)");
+  int64_t Sum = 0, Partial = 0;
+  int Max = 0;
+  for (int64_t R = 0; R < Rows; ++R) {
+    Sum += Count[R];
+    Max = std::max(Max, Count[R]);
+    for (int J = 0; J < Count[R]; ++J)
+      Partial += !((List[R * NBlocks + J] >> 30) & 1);
+  }
+  return fmt::format("visits mean {:.2f} max {} partial {:.0f}%", double(Sum) / Rows, Max,
+                     100.0 * Partial / std::max<int64_t>(1, Sum));
+}
+
+void benchOne(const std::string &Mask, DType T, int H, int D, int S, bool FwdOnly) {
   int B = std::max(1, 16384 / S);
   runtime::Signature Sig;
   Sig.Dtype = T;
@@ -164,7 +279,7 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
   Shape.Batch = B;
   Shape.Heads = Shape.HeadsKv = H;
   Shape.SeqQ = Shape.SeqKv = S;
-  runtime::BlockMask Reused = Att.makeBlockMask(Shape, Inputs, nullptr, true);
+  runtime::BlockMask Reused = Att.makeBlockMask(Shape, Inputs, nullptr, !FwdOnly);
   runtime::BlockMask FwdMask = Att.makeBlockMask(Shape, Inputs, nullptr, false);
   const runtime::BlockMask *Given = nullptr;
   auto Fwd = [&](int Set) {
@@ -180,43 +295,59 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
                  View(Bufs[4 * Set + 3]->get()), &FV, View(DQ.get()),
                  View(DK.get()), View(DV.get()), Inputs, {}, nullptr, Given);
   };
-  double KeptCount = 0;
-  for (int Q = 0; Q < S; ++Q)
-    for (int K = 0; K < S; ++K)
-      KeptCount += kept(Mask, Ids, S, Q, K);
+  const double KeptCount = keptPairs(Mask, Ids, S);
   double FlopsFwd = 4.0 * B * H * KeptCount * D;
-  double TF = runtime::medianEventMs([&](int I) { Fwd(I % 3); }, 5, 30);
-  double TFB = runtime::medianEventMs([&](int I) { FwdBwd(I % 3); }, 5, 30);
-  Given = &Reused;
-  const uint64_t Before = runtime::classifyLaunches();
-  double TR = runtime::medianEventMs([&](int I) { Fwd(I % 3); }, 5, 30);
-  double TRB = runtime::medianEventMs([&](int I) { FwdBwd(I % 3); }, 5, 30);
-  const uint64_t Launched = runtime::classifyLaunches() - Before;
-  // Ten classifications back to back a sample: the kernels' time, not one
-  // call's host overhead around an idle GPU.
-  double TC = runtime::medianEventMs(
-                  [&](int) {
-                    for (int R = 0; R < 10; ++R)
-                      Att.refreshBlockMask(FwdMask, Inputs);
-                  },
-                  5, 30) /
-              10;
+  // The plain and the block-mask forwards in turn; the block-mask one's
+  // classifications counted (none expected).
+  uint64_t Launched = 0;
+  auto [TF, TR] = interleavedMedians(
+      [&](int I) {
+        Given = nullptr;
+        Fwd(I % 3);
+      },
+      [&](int I) {
+        Given = &Reused;
+        const uint64_t Before = runtime::classifyLaunches();
+        Fwd(I % 3);
+        Launched += runtime::classifyLaunches() - Before;
+      },
+      5, 30);
+  double TFB = 0, TRB = 0;
+  if (!FwdOnly)
+    std::tie(TFB, TRB) = interleavedMedians(
+        [&](int I) {
+          Given = nullptr;
+          FwdBwd(I % 3);
+        },
+        [&](int I) {
+          Given = &Reused;
+          FwdBwd(I % 3);
+        },
+        5, 30);
+  // Ten classifications a sample, queued behind a memset: their GPU time.
+  double HostC = 0;
+  DeviceBuffer Filler(size_t(3) << 30);
+  double TC = queuedGpuMs([&] { Att.refreshBlockMask(FwdMask, Inputs); }, 10, 15,
+                          Filler, HostC);
   auto Tflops = [&](double Flops, double Ms) { return Flops / (Ms * 1e-3) / 1e12; };
   std::printf("attnc %-11s %s B%d H%d S%d D%d: fwd %.3f ms %.1f TFLOPS  "
               "fwd+bwd %.3f ms %.1f TFLOPS  reused mask: fwd %.3f ms %.1f "
-              "TFLOPS  fwd+bwd %.3f ms %.1f TFLOPS  classify %.3f ms = %.1f%% "
-              "of fwd  launched %llu  density %.4f  [%s | %s]\n",
+              "TFLOPS  fwd+bwd %.3f ms %.1f TFLOPS  classify %.4f ms GPU = %.1f%% "
+              "of fwd (host %.4f ms a call)  launched %llu  density %.4f  %s  [%s | %s]\n",
               Mask.c_str(), std::string(dtypeName(T)).c_str(), B, H, S, D, TF,
               Tflops(FlopsFwd, TF), TFB, Tflops(3.5 * FlopsFwd, TFB), TR,
               Tflops(FlopsFwd, TR), TRB, Tflops(3.5 * FlopsFwd, TRB), TC,
-              100.0 * TC / TR, (unsigned long long)Launched,
-              KeptCount / (double(S) * S), Att.forwardChoice().str().c_str(),
-              Att.backwardChoice().str().c_str());
+              100.0 * TC / TR, HostC, (unsigned long long)Launched,
+              KeptCount / (double(S) * S), visitSummary(Reused).c_str(),
+              Att.forwardChoice().str().c_str(),
+              FwdOnly ? "-" : Att.backwardChoice().str().c_str());
   std::fflush(stdout);
   // FLOPs of the kept elements (the mask's own), as the line above counts.
   bench::recordBenchRow({"masks_fwd", "attnc", Mask, std::string(dtypeName(T)),
                          Mask, Att.forwardChoice().str(), B, H, S, D, D, TF,
                          Tflops(FlopsFwd, TF)});
+  if (FwdOnly)
+    return;
   bench::recordBenchRow({"masks_fwdbwd", "attnc", Mask,
                          std::string(dtypeName(T)), Mask,
                          Att.backwardChoice().str(), B, H, S, D, D, TFB,
@@ -226,7 +357,7 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S) {
 /// Kept (q, k) pairs of a sequence of \p L tokens under \p Mask ("none",
 /// "causal", "window256", "chunked256"): for query q, every key, q + 1
 /// keys, at most Window, or the keys of its chunk up to itself.
-double keptPairs(const std::string &Mask, int64_t L) {
+double varlenPairs(const std::string &Mask, int64_t L) {
   if (Mask == "none")
     return double(L) * double(L);
   double N = 0;
@@ -305,8 +436,8 @@ void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
     Inputs["chunk"] = int32_t(Chunk);
   double Pairs = 0;
   for (int X : L)
-    Pairs += keptPairs(Mask, X);
-  const double DensePairs = double(B) * keptPairs(Mask, Mean);
+    Pairs += varlenPairs(Mask, X);
+  const double DensePairs = double(B) * varlenPairs(Mask, Mean);
   double Tf[2], TfB[2];
   std::string Choice[2], BwdChoice[2];
   for (bool Varlen : {true, false}) {
@@ -400,22 +531,27 @@ void compileVarlen(const std::string &Mask, DType T, int D) {
 
 } // namespace
 
-/// The kernels benchOne's calls use on sm_90a, compiled into the cache.
-void compileOne(const std::string &Mask, DType T, int D) {
+/// The kernels benchOne's calls use on sm_90a, compiled into the cache
+/// (\p FwdOnly: the forward's alone).
+void compileOne(const std::string &Mask, DType T, int D, bool FwdOnly) {
   runtime::Signature Sig;
   Sig.Dtype = T;
   Sig.HeadDim = Sig.HeadDimV = D;
   Sig.Arch = GpuArch::Sm90a;
-  Sig.NeedsBackward = true;
+  Sig.NeedsBackward = !FwdOnly;
   runtime::Attention Att(maskedMha(Mask), Sig);
-  runtime::BackwardRunner Bwd(
-      Att.definition(),
-      runtime::kernelTarget(Att.definition(), Sig, GpuArch::Sm90a,
-                            runtime::Direction::Backward),
-      Att.backwardChoice());
-  std::printf("compiled %s: %s | %s\n", Mask.c_str(),
-              Att.forwardChoice().str().c_str(),
-              Att.backwardChoice().str().c_str());
+  if (FwdOnly) {
+    std::printf("compiled %s: %s\n", Mask.c_str(), Att.forwardChoice().str().c_str());
+  } else {
+    runtime::BackwardRunner Bwd(
+        Att.definition(),
+        runtime::kernelTarget(Att.definition(), Sig, GpuArch::Sm90a,
+                              runtime::Direction::Backward),
+        Att.backwardChoice());
+    std::printf("compiled %s: %s | %s\n", Mask.c_str(),
+                Att.forwardChoice().str().c_str(),
+                Att.backwardChoice().str().c_str());
+  }
   // The persistent form the generated backend may take for the same blocks
   // (persistentWanted, decided at launch from the shape and the device).
   const auto *Fwd90 = std::get_if<codegen::Sm90Config>(&Att.forwardChoice().Config);
@@ -432,20 +568,30 @@ void compileOne(const std::string &Mask, DType T, int D) {
 }
 
 int main(int Argc, char **Argv) {
-  const bool CompileOnly =
-      Argc > 1 && std::string(Argv[Argc - 1]) == "--compile-only";
+  // The flags last, in any order.
+  bool CompileOnly = false, FwdOnly = false;
+  while (Argc > 1) {
+    const std::string Last = Argv[Argc - 1];
+    if (Last == "--compile-only")
+      CompileOnly = true;
+    else if (Last == "--fwd-only")
+      FwdOnly = true;
+    else
+      break;
+    --Argc;
+  }
   BenchCommand Cmd;
   if (int Rc = parseBenchCommand(
-          Argc - CompileOnly, Argv, 3,
+          Argc, Argv, 3,
           "attnc_bench_masks MASK|all|varlen f16|bf16 H D S [S ...] "
-          "[--compile-only]",
+          "[--compile-only] [--fwd-only]",
           Cmd, /*NeedsGpu=*/!CompileOnly))
     return Rc;
   const char *VarlenMasks[] = {"none", "causal", "window256", "chunked256"};
   if (CompileOnly) {
     for (const char *Mask : {"document", "prefix_lm", "window256", "chunked256"})
       if (Cmd.Name == "all" || Cmd.Name == Mask)
-        compileOne(Mask, Cmd.Dtype, Cmd.Ints[1]);
+        compileOne(Mask, Cmd.Dtype, Cmd.Ints[1], FwdOnly);
     if (Cmd.Name == "varlen") {
       for (size_t I = 2; I < Cmd.Ints.size(); ++I)
         printVarlenLengths(Cmd.Ints[I]);
@@ -476,7 +622,7 @@ int main(int Argc, char **Argv) {
       if (Cmd.Name != "all" && Cmd.Name != Mask)
         continue;
       try {
-        benchOne(Mask, Cmd.Dtype, H, D, Cmd.Ints[I]);
+        benchOne(Mask, Cmd.Dtype, H, D, Cmd.Ints[I], FwdOnly);
       } catch (const std::exception &E) {
         std::printf("attnc %-11s S%d: failed: %s\n", Mask, Cmd.Ints[I], E.what());
         Rc = 1;

@@ -9,9 +9,13 @@ layers. Forward, and forward+backward (torch.autograd.grad over q, k, v),
 with CUDA events, warm-up, median of 30, inputs rotated over three sets.
 
     python3 tools/bench/peers_masks.py f16 H D S [S ...] [--masks a,b] [--flex-dynamic]
+        [--fwd-only] [--wait-file F]
 
 --masks times only the named masks (document, prefix_lm, window256,
-chunked256), in that order.
+chunked256), in that order. --fwd-only times the forward alone. Every
+block mask is made and every call compiled and warmed up before the first
+timing; with --wait-file, the script then writes F + ".ready" and waits for
+F to exist (as --varlen does below).
 
     python3 tools/bench/peers_masks.py f16 H D --varlen L1,L2,... [--wait-file F]
 
@@ -164,15 +168,25 @@ def main():
         at = args.index("--masks")
         only = args[at + 1].split(",")
         del args[at:at + 2]
+    fwd_only = "--fwd-only" in args
+    if fwd_only:
+        args.remove("--fwd-only")
+    wait_file = None
+    if "--wait-file" in args:
+        at = args.index("--wait-file")
+        wait_file = args[at + 1]
+        del args[at:at + 2]
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[args[0]]
     H, D = int(args[1]), int(args[2])
     flex = compiled_flex(dynamic_default)
+    runs = []  # every call compiled and warmed up before any timing
     for S in map(int, args[3:]):
         B = max(1, 16384 // S)
         sets = [tuple(torch.randn(B, H, S, D, device="cuda", dtype=dt,
-                                  requires_grad=True) for _ in range(3))
+                                  requires_grad=not fwd_only) for _ in range(3))
                 for _ in range(3)]
-        douts = [torch.randn(B, H, S, D, device="cuda", dtype=dt) for _ in range(3)]
+        douts = None if fwd_only else [torch.randn(B, H, S, D, device="cuda", dtype=dt)
+                                       for _ in range(3)]
         for name, fn in masks(S).items():
             if only is not None and name not in only:
                 continue
@@ -185,24 +199,40 @@ def main():
                 kept += int(fn(0, 0, q, qi[None, :]).sum())
             flops_fwd = 4.0 * B * H * kept * D
 
-            def fwd(i):
+            def fwd(i, sets=sets, bm=bm):
                 with torch.no_grad():
                     flex(*sets[i], block_mask=bm)
 
-            def fwd_bwd(i):
+            def fwd_bwd(i, sets=sets, bm=bm, douts=douts):
                 out = flex(*sets[i], block_mask=bm)
                 torch.autograd.grad(out, sets[i], douts[i])
 
             try:
-                tf = median_ms(fwd, 3)
-                tfb = median_ms(fwd_bwd, 3)
+                for i in range(2):
+                    fwd(i)
+                    if not fwd_only:
+                        fwd_bwd(i)
+                torch.cuda.synchronize()
             except Exception as err:
                 print(f"flex {name} S{S}: unavailable ({(str(err).splitlines() or [''])[0][:200]})")
                 continue
-            print(f"peer  flex {name:11s} {args[0]} B{B} H{H} S{S} D{D}: "
-                  f"fwd {tf:.3f} ms {flops_fwd / (tf * 1e-3) / 1e12:.1f} TFLOPS  "
-                  f"fwd+bwd {tfb:.3f} ms {3.5 * flops_fwd / (tfb * 1e-3) / 1e12:.1f} TFLOPS  "
-                  f"density {kept / (S * S):.4f}", flush=True)
+            runs.append((name, S, B, fwd, fwd_bwd, flops_fwd, kept))
+    if wait_file:
+        open(wait_file + ".ready", "w").close()
+        while not os.path.exists(wait_file):
+            time.sleep(0.2)
+    for name, S, B, fwd, fwd_bwd, flops_fwd, kept in runs:
+        try:
+            tf = median_ms(fwd, 3)
+            tfb = None if fwd_only else median_ms(fwd_bwd, 3)
+        except Exception as err:
+            print(f"flex {name} S{S}: unavailable ({(str(err).splitlines() or [''])[0][:200]})")
+            continue
+        both = "" if tfb is None else (
+            f"fwd+bwd {tfb:.3f} ms {3.5 * flops_fwd / (tfb * 1e-3) / 1e12:.1f} TFLOPS  ")
+        print(f"peer  flex {name:11s} {args[0]} B{B} H{H} S{S} D{D}: "
+              f"fwd {tf:.3f} ms {flops_fwd / (tf * 1e-3) / 1e12:.1f} TFLOPS  {both}"
+              f"density {kept / (S * S):.4f}", flush=True)
 
 
 if __name__ == "__main__":
