@@ -25,6 +25,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <mutex>
 
 namespace attn::runtime {
@@ -223,6 +225,22 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
 static_assert(LinearDecodeMaxTokens == attnc::dec::kMaxTokens,
               "the validation's token limit is the kernel's");
 
+/// The packed forward's CTA rows beyond one a sequence: up to one more for
+/// each sequence, so that the longest ones (which the device picks, their
+/// lengths being device data) walk their chunks in two parts
+/// (lin::seq_job). None above the 128 sequences the kernel ranks
+/// (lin::kLongestFirstMaxSeqs) or past the grid's 65535 rows, and none with
+/// ATTNC_LINEAR_SPLIT=0, a measurement switch (docs/linear.md).
+static int varlenSplitRows(int64_t Seqs, int64_t Heads) {
+  constexpr int64_t MaxRanked = 128;
+  if (Seqs > MaxRanked || 2 * Seqs * Heads > 65535)
+    return 0;
+  if (const char *Env = std::getenv("ATTNC_LINEAR_SPLIT"); Env && *Env)
+    if (std::string_view(Env) == "0")
+      return 0;
+  return int(Seqs);
+}
+
 void LinearAttention::forwardVarlen(const LinearVarlenTensors &T,
                                     const InputMap &Inputs, CUstream Stream) {
   auto CallLock = Calls->lock();
@@ -253,9 +271,10 @@ void LinearAttention::forwardVarlen(const LinearVarlenTensors &T,
       T.FinalState ? static_cast<float *>(T.FinalState->Data) : nullptr;
   A.cu_seqlens = static_cast<const int *>(T.CuSeqlens.Data);
   A.seqs = int(R.Seqs); // the kernel ranks the sequences by length
+  A.seq_split = varlenSplitRows(R.Seqs, C.H);
   std::vector<uint64_t> Slots = linearInputSlots(*Def.Graph, Inputs, C.H);
   void *Params[] = {&A, Slots.data()};
-  launchLinear(K.Var, unsigned(A.slices), unsigned(R.Seqs * C.H), 1,
+  launchLinear(K.Var, unsigned(A.slices), unsigned((R.Seqs + A.seq_split) * C.H), 1,
                unsigned(Spec.Config.Warps * 32), K.Smem.Fwd, Stream, Params,
                "launch attnc_linear_fwd_varlen");
 }
