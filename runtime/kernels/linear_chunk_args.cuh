@@ -62,6 +62,10 @@ struct LinearArgs {
   /// The packed batch's sequences (the packed forward, which takes them
   /// longest first, and backward; see linear_chunk_seq.cuh).
   int seqs;
+  /// The packed forward's CTA rows beyond seqs (a grid of seqs +
+  /// seq_split rows of heads): at most this many of the longest sequences
+  /// are split over two rows (lin::seq_job); 0 splits none.
+  int seq_split;
 };
 
 /// The last step of a custom input's gradient: ws_cin[input] summed to the

@@ -172,15 +172,35 @@ __device__ __forceinline__ float token_decay(const LinearArgs &a,
   return Variant::decay_mod(in, d, b, h, t);
 }
 
-/// Warp 0 writes, for the kC rows of the chunk starting at token \p row0:
-/// g2[r] = G_r·log2(e) with G_r the inclusive cumulative sum of the rows'
-/// log-decays (rows at or past \p limit add 0), g2[kC] = G_last·log2(e),
-/// rs[r] = exp(G_r) and ws[r] = exp(G_last − G_r). \p decay(t) is the
-/// log-decay of token t. The scan's order is fixed: the same bits each run.
+/// Warp 0's lanes load the log-decays of the kC rows of the chunk starting
+/// at token \p row0, kC / 32 consecutive rows a lane (rows at or past
+/// \p limit give 0): chunk_decay's first half, apart so that a walk over
+/// chunks can issue the next chunk's loads (the decay input and whatever
+/// custom inputs decay_mod reads) before it computes the current one,
+/// instead of waiting for them at the top of each chunk. \p decay(t) is the
+/// log-decay of token t. Other warps leave \p d as it is.
 template <int kC, class DecayFn>
-__device__ __forceinline__ void chunk_decay(float *g2, float *rs, float *ws, int row0,
-                                            int limit, DecayFn &&decay) {
+__device__ __forceinline__ void chunk_decay_load(float (&d)[kC / 32], int row0, int limit,
+                                                 DecayFn &&decay) {
   static_assert(kC % 32 == 0, "each lane scans kC / 32 consecutive rows");
+  constexpr int E = kC / 32;
+  if (threadIdx.x >= 32)
+    return;
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const int t = row0 + threadIdx.x * E + e;
+    d[e] = t < limit ? decay(t) : 0.f;
+  }
+}
+
+/// Warp 0 writes, from the log-decays \p d of chunk_decay_load:
+/// g2[r] = G_r·log2(e) with G_r the inclusive cumulative sum of the rows'
+/// log-decays, g2[kC] = G_last·log2(e), rs[r] = exp(G_r) and
+/// ws[r] = exp(G_last − G_r). The scan's order is fixed: the same bits each
+/// run.
+template <int kC>
+__device__ __forceinline__ void chunk_decay_scan(float *g2, float *rs, float *ws,
+                                                 const float (&d)[kC / 32]) {
   constexpr int E = kC / 32;
   if (threadIdx.x >= 32)
     return;
@@ -189,8 +209,7 @@ __device__ __forceinline__ void chunk_decay(float *g2, float *rs, float *ws, int
   float run = 0.f;
 #pragma unroll
   for (int e = 0; e < E; ++e) {
-    const int t = row0 + lane * E + e;
-    run += t < limit ? decay(t) : 0.f;
+    run += d[e];
     v[e] = run;
   }
   float incl = run;
@@ -217,6 +236,15 @@ __device__ __forceinline__ void chunk_decay(float *g2, float *rs, float *ws, int
   }
   if (lane == 0)
     g2[kC] = last;
+}
+
+/// chunk_decay_load then chunk_decay_scan: the chunk's decays in one step.
+template <int kC, class DecayFn>
+__device__ __forceinline__ void chunk_decay(float *g2, float *rs, float *ws, int row0,
+                                            int limit, DecayFn &&decay) {
+  float d[kC / 32];
+  chunk_decay_load<kC>(d, row0, limit, decay);
+  chunk_decay_scan<kC>(g2, rs, ws, d);
 }
 
 // ---- one warp's share of a chunk -------------------------------------------

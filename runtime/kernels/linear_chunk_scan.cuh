@@ -38,11 +38,12 @@ template <int kD, int kVs, int kC, int kWarps> struct LinLayout {
 };
 
 /// With kVarlen a packed batch (a.cu_seqlens): CTA (slice, r·H + h) takes
-/// sequence b, the r-th longest (lin::seq_longest_first), tokens
-/// [cu[b], cu[b+1]) of batch row 0, its chunks never crossing into the next
-/// sequence; the Variant's mods then take the packed
-/// token as a sixth argument (custom inputs and the decay are read there)
-/// and see batch 0 and t counted from the sequence's start.
+/// row r's job (lin::seq_job): sequence b, tokens [cu[b], cu[b+1]) of batch
+/// row 0, whole or one of two segments of its chunks (the second walks the
+/// first's chunks for the state alone), its chunks never crossing into the
+/// next sequence; the Variant's mods then take the packed token as a sixth
+/// argument (custom inputs and the decay are read there) and see batch 0
+/// and t counted from the sequence's start.
 template <class Variant, class T, int kD, int kVs, int kC, int kWarps, bool kStaged,
           bool kVarlen = false>
 struct LinearScan {
@@ -68,8 +69,16 @@ struct LinearScan {
       __trap();
     const int slice = blockIdx.x, h = blockIdx.y % a.heads;
     int b = blockIdx.y / a.heads;
-    if constexpr (kVarlen)
-      b = lin::seq_longest_first(a, b, reinterpret_cast<int *>(smem));
+    // This CTA writes the outputs of chunks [n_out, n_end) after walking
+    // [0, n_out) for the state alone, and the final state when it owns it.
+    int part = 0;
+    if constexpr (kVarlen) {
+      const lin::SeqJob j = lin::seq_job(a, b, kC, reinterpret_cast<int *>(smem));
+      if (j.b < 0)
+        return; // a row no sequence needed
+      b = j.b;
+      part = j.part;
+    }
     const int bh = b * a.heads + h;
     const int hq = h / (a.heads / a.heads_q), hk = h / (a.heads / a.heads_k);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -86,6 +95,12 @@ struct LinearScan {
       chunks = (seq + kC - 1) / kC;
       mb = 0;
     }
+    int n_out = 0, n_end = chunks;
+    if (part == 1)
+      n_end = lin::split_chunk(chunks);
+    else if (part == 2)
+      n_out = lin::split_chunk(chunks);
+    const bool owns_final = part != 1;
 
     const unsigned short *qp = static_cast<const unsigned short *>(a.q) +
                                mb * a.q_sb + hq * a.q_sh + (long long)tok0 * a.q_ss;
@@ -128,14 +143,17 @@ struct LinearScan {
         return lin::token_decay<Variant>(a, in, b, h, t);
       }
     };
-    auto stage = [&](int t0) {
-      load_tile_async<DTile, kC, kD, kThreads>(stg, qp, a.q_ss, t0, seq);
+    // A state-only chunk (\p with_q false) needs k and v alone.
+    auto stage = [&](int t0, bool with_q) {
+      if (with_q)
+        load_tile_async<DTile, kC, kD, kThreads>(stg, qp, a.q_ss, t0, seq);
       load_tile_async<DTile, kC, kD, kThreads>(stg + kOffB, kp, a.k_ss, t0, seq);
       load_tile_async<VTile, kC, kVs, kThreads>(stg + kOffVal, vp, a.v_ss, t0, seq);
     };
-    auto load = [&](int t0) {
-      lin::mod_tile<T, DTile, kC, kD, kThreads, kStaged, Variant::kQIdentity>(
-          sQ, stg, qp, a.q_ss, t0, seq, qmod);
+    auto load = [&](int t0, bool with_q) {
+      if (with_q)
+        lin::mod_tile<T, DTile, kC, kD, kThreads, kStaged, Variant::kQIdentity>(
+            sQ, stg, qp, a.q_ss, t0, seq, qmod);
       lin::mod_tile<T, DTile, kC, kD, kThreads, kStaged, Variant::kKIdentity>(
           sK, stg + kOffB, kp, a.k_ss, t0, seq, kmod);
       lin::mod_tile<T, VTile, kC, kVs, kThreads, kStaged, Variant::kVIdentity>(
@@ -147,24 +165,51 @@ struct LinearScan {
       x = a.init_state ? a.init_state[state0 + (long long)r * DV + c] : 0.f;
     });
 
+    // The chunk's log-decays (warp 0) are loaded a chunk ahead: issued
+    // before this chunk's products, so that their latency (and that of the
+    // custom inputs decay_mod and v_mod read, e.g. mamba2's dt, then in L1)
+    // is no longer paid at the top of every chunk of the walk.
+    float dec[kC / 32];
+    lin::chunk_decay_load<kC>(dec, 0, seq, decay_of);
     if constexpr (kStaged) {
-      stage(0);
+      stage(0, n_out == 0);
       cp_async_commit();
     }
-    for (int n = 0; n < chunks; ++n) {
-      const int t0 = n * kC;
+    // Chunk n's decays and tiles (q only when \p with_q) in place.
+    auto arrive = [&](int n, bool with_q) {
       if constexpr (kStaged)
         cp_async_wait<0>();
       __syncthreads(); // staging landed; the previous chunk's reads are done
-      lin::chunk_decay<kC>(g2, rs, wsc, t0, seq, decay_of);
-      load(t0);
-      lin::store_state<T, STile, L::kMT, L::kNS>(sS, st, srow0);
-      __syncthreads();
+      lin::chunk_decay_scan<kC>(g2, rs, wsc, dec);
+      load(n * kC, with_q);
+    };
+    // Chunk n + 1's copies and decay loads issued (after the barrier that
+    // follows chunk n's loads from the staging tiles).
+    auto ahead = [&](int n) {
       if constexpr (kStaged) {
-        if (n + 1 < chunks)
-          stage(t0 + kC);
+        if (n + 1 < n_end)
+          stage((n + 1) * kC, n + 1 >= n_out);
         cp_async_commit();
       }
+      if (n + 1 < n_end)
+        lin::chunk_decay_load<kC>(dec, (n + 1) * kC, seq, decay_of);
+    };
+    // A split sequence's second part: the first part's chunks for the state
+    // alone, in a loop of its own so that the full walk's registers stay
+    // those of the unsplit kernel.
+    for (int n = 0; n < n_out; ++n) {
+      arrive(n, false);
+      __syncthreads();
+      ahead(n);
+      lin::state_update<T, kC, L::kMT, L::kNS, DTile, VTile>(st, sK, sV, wsc, srow0,
+                                                             exp2_fast(g2[kC]));
+    }
+    for (int n = n_out; n < n_end; ++n) {
+      const int t0 = n * kC;
+      arrive(n, true);
+      lin::store_state<T, STile, L::kMT, L::kNS>(sS, st, srow0);
+      __syncthreads();
+      ahead(n);
 
       float acc[kNW / 8][4];
       lin::chunk_out<T, kC, kD, kNW, true, true, DTile, DTile, VTile, STile>(
@@ -188,7 +233,7 @@ struct LinearScan {
     }
     if constexpr (kStaged)
       cp_async_wait<0>();
-    if (a.final_state)
+    if (a.final_state && owns_final)
       lin::for_state(st, srow0, [&](int r, int c, float &x) {
         a.final_state[state0 + (long long)r * DV + c] = x;
       });

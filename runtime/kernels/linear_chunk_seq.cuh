@@ -48,35 +48,82 @@ __device__ __forceinline__ Seq seq_of(const LinearArgs &a, int b, int h, int chu
 }
 
 /// Packed batches with at most this many sequences are walked longest first
-/// (seq_longest_first); ranking more costs each CTA O(seqs^2 / threads).
+/// (seq_job); ranking more costs each CTA O(seqs^2 / threads).
 constexpr int kLongestFirstMaxSeqs = 128;
 
-/// The sequence of rank \p r when a packed batch's sequences are ordered by
-/// length, longest first (ties by index), so that the CTAs of the longest
-/// ones, dispatched in blockIdx order, start in the first wave instead of
-/// making the tail of the last one (a CTA's time is its sequence's chunks).
-/// Above kLongestFirstMaxSeqs sequences, r itself. Every thread of the CTA
-/// must call it before \p sh (seqs + 1 ints of shared memory) is used for
-/// anything else; the lengths stay on the device.
-__device__ __forceinline__ int seq_longest_first(const LinearArgs &a, int r, int *sh) {
+/// What one CTA row of the packed forward walks: sequence \p b (−1: no
+/// work), all of it (part 0) or one of its two segments (parts 1 and 2,
+/// split_chunk).
+struct SeqJob {
+  int b, part;
+};
+
+/// A packed sequence of this many chunks or more is split over two CTA
+/// rows (seq_job) when it is also long against the mean: below it the
+/// state-only walk of part 2 gains too little.
+constexpr int kSplitMinChunks = 4;
+
+/// Where a split sequence of \p chunks chunks is cut: part 1 writes the
+/// outputs of chunks [0, x), part 2 walks them for the state only (k and v,
+/// no q, no products but the state update) and writes those of [x, chunks)
+/// and the final state. A state-only chunk moves half the bytes of a full
+/// one (k and v against q, k, v and o at D = 2·DV; less at D = DV), so x =
+/// 2·chunks / 3 gives both parts about the same time. 1 <= x < chunks.
+__device__ __forceinline__ int split_chunk(int chunks) { return (2 * chunks + 1) / 3; }
+
+/// The job of CTA row \p r (blockIdx.y / heads) of the packed forward, whose
+/// grid has a.seqs + a.seq_split rows. The sequences are ranked longest
+/// first (ties by index); those of at least
+/// kSplitMinChunks chunks and more than 5/4 of the mean length, the first m
+/// of that order, are split when a.seq_split rows allow: rows 2i and 2i + 1
+/// take the two parts of the i-th longest for i < m, row r >= 2m the
+/// (r − m)-th longest whole, and rows past the last sequence exit. The
+/// longest sequences' single CTAs were the packed call's critical path
+/// (mamba2 at H32 on an H100: 87% of the padded batch's throughput); split,
+/// each part walks about 2/3 of them. Which rows do what depends only on
+/// the lengths, so every run gives the same bits, and a split sequence's
+/// outputs and final state are the bits of the unsplit walk (part 2's
+/// state-only chunks update the state exactly as a full walk does). Above
+/// kLongestFirstMaxSeqs sequences, row r takes sequence r whole. Every
+/// thread of the CTA must call it before \p sh (2·seqs + 2 ints of shared
+/// memory) is used for anything else.
+__device__ __forceinline__ SeqJob seq_job(const LinearArgs &a, int r, int chunk, int *sh) {
   const int n = a.seqs;
   if (n > kLongestFirstMaxSeqs)
-    return r;
+    return {r < n ? r : -1, 0};
+  int *len = sh, *order = sh + n;
   for (int i = threadIdx.x; i < n; i += blockDim.x)
-    sh[i] = a.cu_seqlens[i + 1] - a.cu_seqlens[i];
+    len[i] = a.cu_seqlens[i + 1] - a.cu_seqlens[i];
   __syncthreads();
+  const long long total = a.cu_seqlens[n] - a.cu_seqlens[0];
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const int li = sh[i];
+    const int li = len[i];
     int rank = 0;
     for (int j = 0; j < n; ++j)
-      rank += sh[j] > li || (sh[j] == li && j < i);
-    if (rank == r)
-      sh[n] = i;
+      rank += len[j] > li || (len[j] == li && j < i);
+    order[rank] = i;
+  }
+  if (threadIdx.x == 0) {
+    // m: the split sequences, a prefix of the order (the rule is monotone
+    // in the length), at most a.seq_split of them.
+    int m = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = len[i];
+      m += (l + chunk - 1) / chunk >= kSplitMinChunks && 4LL * l * n > 5LL * total;
+    }
+    order[n] = m < a.seq_split ? m : a.seq_split;
   }
   __syncthreads();
-  const int b = sh[n];
+  const int m = order[n];
+  SeqJob j;
+  if (r < 2 * m) {
+    j = {order[r / 2], 1 + r % 2};
+  } else {
+    const int i = r - m;
+    j = {i < n ? order[i] : -1, 0};
+  }
   __syncthreads(); // every thread has read sh before the caller reuses it
-  return b;
+  return j;
 }
 
 /// The sequence of a packed batch's chunk slot: the last b with

@@ -117,6 +117,10 @@ private:
     // The forward never needs the state after the last chunk; the reverse
     // needs the gradient before the first only for dinit_state.
     const int updates = kReverse && a.dinit_state ? chunks : chunks - 1;
+    // The log-decays are loaded a chunk ahead (warp 0), as in the forward
+    // scan: their latency is then not paid at the top of every chunk.
+    float dec[kC / 32];
+    lin::chunk_decay_load<kC>(dec, (kReverse ? chunks - 1 : 0) * kC, seq, decay_of);
     stage((kReverse ? chunks - 1 : 0) * kC);
     cp_async_commit();
     for (int i = 0; i < chunks; ++i) {
@@ -124,7 +128,7 @@ private:
       const int t0 = n * kC;
       cp_async_wait<0>();
       __syncthreads(); // staging landed; the previous chunk's reads are done
-      lin::chunk_decay<kC>(g2, rs, wsc, t0, seq, decay_of);
+      lin::chunk_decay_scan<kC>(g2, rs, wsc, dec);
       lin::mod_tile<T, ATile, kC, kRows, kThreads, true, kAIdentity>(sA, stg, ap, a_ss, t0,
                                                                     seq, amod);
       lin::mod_tile<T, VTile, kC, kVs, kThreads, true, kValIdentity>(sVal, stg + kOffVal,
@@ -135,6 +139,8 @@ private:
       if (i + 1 < chunks)
         stage((kReverse ? n - 1 : n + 1) * kC);
       cp_async_commit();
+      if (i + 1 < chunks)
+        lin::chunk_decay_load<kC>(dec, (kReverse ? n - 1 : n + 1) * kC, seq, decay_of);
       if (i < updates)
         lin::state_update<T, kC, kMT, kNS, ATile, VTile>(st, sA, sVal, kReverse ? rs : wsc,
                                                          srow0, exp2_fast(g2[kC]));

@@ -140,6 +140,30 @@ TEST_CASE("the packed kernel reads inputs at the packed token",
   CHECK_THAT(Src.Source, Contains("in.load_in_1_dt(b, h, ti, 0)"));
 }
 
+TEST_CASE("the packed forward's registers are capped for the CTAs shared "
+          "memory lets an SM hold",
+          "[linear][varlen]") {
+  // mamba2 d128/64 at c32v64w4 takes 57744 bytes: three CTAs an SM of
+  // sm_90a (170 registers a thread), two of sm_80 (no cap below 255).
+  CompiledDefinition C = compile(examples::mamba2());
+  codegen::LinearKernelSpec Spec;
+  Spec.HeadDim = 128;
+  Spec.HeadDimV = 64;
+  Spec.Config = codegen::LinearConfig::parse("c32v64w4b8");
+  Spec.Arch = GpuArch::Sm90a;
+  CHECK(codegen::linearSharedBytes(Spec).FwdMinBlocks == 3);
+  CHECK_THAT(codegen::generateLinearForwardVarlen(C, Spec).Source,
+             Contains("__launch_bounds__(128, 3)"));
+  Spec.Arch = GpuArch::Sm80;
+  CHECK(codegen::linearSharedBytes(Spec).FwdMinBlocks == 2);
+  // 256 threads: two CTAs would leave 128 registers, under the floor of 160.
+  Spec.HeadDim = 256;
+  Spec.HeadDimV = 128;
+  Spec.Config = codegen::LinearConfig::parse("c64v128w8b8");
+  Spec.Arch = GpuArch::Sm90a;
+  CHECK(codegen::linearSharedBytes(Spec).FwdMinBlocks == 1);
+}
+
 namespace {
 
 using namespace attn::runtime;

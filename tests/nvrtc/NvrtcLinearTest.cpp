@@ -1,6 +1,7 @@
 // NVRTC compiles the generated linear-attention kernels: every linear example
-// x f16/bf16 x forward/backward/decode step, for sm_80 and sm_90a (one test case per
-// example so that ctest -j spreads them).
+// x f16/bf16 x forward/backward/decode step/packed forward/packed backward,
+// for sm_80 and sm_90a (one test case per example so that ctest -j spreads
+// them).
 #include "Examples.h"
 
 #include "attn/Pipeline.h"
@@ -25,7 +26,7 @@ void compileLinear(const dsl::LinearAttentionDef &D, int HD, int HDV) {
   unsigned Compiled = 0;
   for (DType T : {DType::F16, DType::BF16})
     for (GpuArch Arch : {GpuArch::Sm80, GpuArch::Sm90a})
-      for (int Dir : {0, 1, 2}) { // forward, backward, decode step
+      for (int Dir : {0, 1, 2, 3, 4}) { // forward, backward, decode step, packed
         LinearKernelSpec S;
         S.Dtype = T;
         S.HeadDim = HD;
@@ -35,7 +36,9 @@ void compileLinear(const dsl::LinearAttentionDef &D, int HD, int HDV) {
         codegen::KernelSource Src =
             Dir == 0   ? codegen::generateLinearForward(Def, S)
             : Dir == 1 ? codegen::generateLinearBackward(Def, S)
-                       : codegen::generateLinearDecode(Def, S);
+            : Dir == 2 ? codegen::generateLinearDecode(Def, S)
+            : Dir == 3 ? codegen::generateLinearForwardVarlen(Def, S)
+                       : codegen::generateLinearBackwardVarlen(Def, S);
         INFO("kernel " << Src.Key);
         try {
           runtime::CompiledCubin C = runtime::compileToCubin(Src);
@@ -46,7 +49,7 @@ void compileLinear(const dsl::LinearAttentionDef &D, int HD, int HDV) {
         }
         ++Compiled;
       }
-  CHECK(Compiled == 12);
+  CHECK(Compiled == 20);
 }
 
 } // namespace

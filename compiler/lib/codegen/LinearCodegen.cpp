@@ -178,6 +178,15 @@ LinearSmem linearSharedBytes(const LinearKernelSpec &Spec) {
   // and the cap (64 Ki / (2 x threads)) still holds a warp's tiles.
   S.GradsMinBlocks = C.BwdWarps <= 8 && 2 * S.Grads <= Limit ? 2 : 1;
   S.GroupedMinBlocks = C.BwdWarps <= 8 && 2 * S.GroupedGrads <= Limit ? 2 : 1;
+  // The packed forward's registers are capped for as many CTAs an SM as
+  // its shared memory holds (1 KiB reserved a CTA), where the cap still
+  // leaves 160 registers a thread: its job selection and state-only walk
+  // took mamba2's d128/64 kernel from 168 to 181 registers on sm_90a, two
+  // CTAs an SM instead of three (20 bytes spill at the cap).
+  int FwdBlocks = std::max(1, (Limit + 1024) / (S.Fwd + 1024));
+  while (FwdBlocks > 1 && 65536 / (FwdBlocks * C.Warps * 32) < 160)
+    --FwdBlocks;
+  S.FwdMinBlocks = FwdBlocks;
   return S;
 }
 
@@ -473,6 +482,8 @@ KernelSource linearForward(const CompiledDefinition &Def,
   LinearSmem S = linearSharedBytes(Spec);
   Values["staged"] = S.FwdStaged ? "true" : "false";
   Values["smem"] = std::to_string(S.Fwd);
+  if (Varlen)
+    Values["min_blocks"] = std::to_string(S.FwdMinBlocks);
   const char *File = Varlen ? "linear_fwd_varlen.cu.in" : "linear_fwd.cu.in";
   Src.Source = render(File, templateText(File), Values);
   return Src;

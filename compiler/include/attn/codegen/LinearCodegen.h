@@ -28,6 +28,8 @@ struct LinearSmem {
   int Fwd = 0, States = 0, Grads = 0, GroupedGrads = 0;
   bool FwdStaged = false, GradsTwoStates = false;
   int GroupedBuffers = 1, GradsMinBlocks = 1, GroupedMinBlocks = 1;
+  /// The packed forward's CTAs an SM its registers are capped for.
+  int FwdMinBlocks = 1;
 
   /// Each kernel's bytes with the name the errors give it.
   std::array<std::pair<const char *, int>, 4> byKernel() const {
