@@ -343,8 +343,20 @@ TEST_CASE("bwd_sm90: what the skeleton supports", "[bwd90]") {
   CHECK(Why(kernelSpec(DType::F16, 128, 128), BwdSm90Config::fused(64, 128, 2)).empty());
   CHECK(Why(kernelSpec(DType::BF16, 64, 64), BwdSm90Config::fused(64, 64, 3)).empty());
   CHECK(Why(kernelSpec(DType::BF16, 64, 64), BwdSm90Config::fused(128, 64, 2)).empty());
-  CHECK_THAT(Why(kernelSpec(DType::F16, 64, 64), BwdSm90Config::fused(64, 128, 2)),
-             Contains("fused dQ splits head_dim 64 over 2 warpgroups into 32 columns"));
+  // At d64 two warpgroups split dQ's rows, a 64-row chain each (128-row
+  // steps), in every fused form but ping-pong's (its own keys each).
+  for (const char *Ok : {"bwd90ws.kv128x128s2.lean2.fused", "bwd90ws.kv128x128s3.lean2.fused",
+                         "bwd90ws.kv128x128s2.lean3.fused", "bwd90ws.kv128x128s2.atomic",
+                         "bwd90.kv128x128s3.fused"})
+    CHECK(Why(kernelSpec(DType::BF16, 64, 64), BwdSm90Config::parse(Ok)).empty());
+  for (const char *Bad : {"bwd90.kv64x128s2.fused", "bwd90ws.kv64x128s2.lean2.fused",
+                          "bwd90ws.kv64x128s2.dqw.fused"})
+    CHECK_THAT(Why(kernelSpec(DType::F16, 64, 64), BwdSm90Config::parse(Bad)),
+               Contains("fused dQ at head_dim 64 with two warpgroups splits dQ's rows"));
+  // (The bulk dQ's 64-row steps are refused before.)
+  CHECK_THAT(Why(kernelSpec(DType::F16, 64, 64),
+                 BwdSm90Config::parse("bwd90ws.kv128x128s2.lean2.bulk.fused")),
+             Contains("the bulk dQ reduction is a form of .lean2. with a query step of 64"));
   CHECK_THAT(Why(kernelSpec(DType::F16, 128, 128), BwdSm90Config::fused(64, 64, 2)),
              Contains("with fused dQ would hold 224 accumulator floats"));
   // Atomic dQ and warp specialisation are fused-mode options.
