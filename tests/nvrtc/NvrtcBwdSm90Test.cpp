@@ -54,14 +54,11 @@ void compileExample(const dsl::DefinitionBase &D, DType CubinType, int CubinDim)
       CHECK(Cfg.SplitCols == (Dim > 128));
       CHECK(has(Ptx, "cp.async.bulk.tensor.4d") == Cfg.WarpSpecialized);
       CHECK(has(Ptx, "setmaxnreg.inc") == Cfg.WarpSpecialized);
-      // d128's and the split's defaults fuse dQ into the dK/dV kernel
-      // (both operands of dS·K MN-major); d64's has the dQ kernel.
-      if (Dim > 64) {
-        CHECK(has(Ptx, ".entry attnc_bwd_dq_convert"));
-        CHECK(has(Ptx, "p, 1, 1, 1, 1;"));
-      } else {
-        CHECK(has(Ptx, ".entry attnc_bwd_dq("));
-      }
+      // Every default fuses dQ into the dK/dV kernel (both operands of
+      // dS·K MN-major): no dQ kernel.
+      CHECK(has(Ptx, ".entry attnc_bwd_dq_convert"));
+      CHECK(has(Ptx, "p, 1, 1, 1, 1;"));
+      CHECK(!has(Ptx, ".entry attnc_bwd_dq("));
       ++Compiled;
     }
   for (DType T : {DType::F16, DType::BF16})
@@ -102,7 +99,7 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   CHECK(C.str() == "bwd90.kv128x64s3.q64x32w4");
   CHECK(!C.FusedDq);
   CHECK(BwdSm90Config::defaultFor(128, 128).str() == "bwd90ws.kv64x128s2.lean2.fused");
-  CHECK(BwdSm90Config::defaultFor(64, 64).str() == "bwd90.kv128x128s3.q128x128w8");
+  CHECK(BwdSm90Config::defaultFor(64, 64).str() == "bwd90ws.kv128x128s2.lean2.fused");
   // The fused dQ mode: the Q tiles are the dK/dV kernel's, warps its own.
   BwdSm90Config F = BwdSm90Config::parse("bwd90.kv128x64s3.fused");
   CHECK(F.FusedDq);

@@ -153,12 +153,19 @@ BwdSm90Config BwdSm90Config::defaultFor(int D, int DV) {
     C.Lean = 2;
     return C;
   }
-  // d64: the two-kernel mode with 128-row steps of 128 keys, three stages,
-  // and 128-key steps in the dQ kernel (H100: 6% faster than
-  // kv64x128s2.q128x64w8 without a mask, 15% causal; ping-pong, which
-  // d64 can fuse, and the other fused forms measured slower).
-  if (D == 64 && DV == 64)
-    return BwdSm90Config{128, 128, 3, 128, 128, 8};
+  // d64: the lean step with the turn warp too, two warpgroups of 64 keys
+  // splitting dQ's rows (128-row steps: a 64-row chain each, all 64
+  // columns), so that Sᵀ and dPᵀ are computed once (the two-kernel mode's
+  // dQ kernel computes them again, with mma.sync): H100, B4 H16 S4k, 39%
+  // faster than bwd90.kv128x128s3.q128x128w8 without a mask and 31%
+  // causal, in f16 and bf16; three stages, 16-byte adds and atomic dQ no
+  // faster (docs/performance-log.md).
+  if (D == 64 && DV == 64) {
+    BwdSm90Config C = fused(128, 128, 2);
+    C.WarpSpecialized = true;
+    C.Lean = 2;
+    return C;
+  }
   return BwdSm90Config{};
 }
 
