@@ -14,6 +14,7 @@
 //   dSᵀ to shared memory        [key][query] 16-bit slabs
 //   dQ_partial = dS·K           wgmma, both operands MN-major in shared
 //                               memory, the warpgroups splitting dQ's columns
+//                               (at d64 its rows: kDqRows)
 // and added to an fp32 sum in the semaphore-ordered turns of bwd_sm80's
 // fused mode (bwd_sm80_fused_dq.cuh: ranks, rotated walks, the convert
 // kernel). Either way every sum has a fixed order: the bits are the same
@@ -222,11 +223,23 @@ struct BwdDkDvSm90 {
   /// warpgroup is done reading the step's dSᵀ tile.
   static constexpr int kBarTurn = 2, kBarAdded = 3;
   /// Fused dQ's [kBlockM][kD] product: each warpgroup kDqN of its columns
-  /// (the N of its wgmma) over kBlockM / 64 chains of 64 rows.
-  static constexpr int kDqN = kD / kWarpgroups, kDqChains = kBlockM / 64;
+  /// (the N of its wgmma) over kBlockM / 64 chains of 64 rows. At head dim
+  /// 64 two warpgroups would get 32 columns each, so there (kDqRows, which
+  /// needs 128-row steps) they split dQ's rows instead: warpgroup w takes
+  /// chain w, all 64 columns, over the CTA's 128 keys.
+  static constexpr bool kDqRows =
+      kFusedDq && !kSplit && !kPingPong && kWarpgroups == 2 && kD == 64;
+  static constexpr int kDqN = kDqRows ? kD : kD / kWarpgroups;
+  static constexpr int kDqChains = kDqRows ? 1 : kBlockM / 64;
   static_assert(kSplit || kPingPong || !kFusedDq || kDqN == 64 || kDqN == 128,
                 "fused dQ: a warpgroup's columns must be one or two 64-column slabs "
                 "(bwdSm90Unsupported; ping-pong's warpgroups take all kD columns)");
+  static_assert(!kDqRows || (kBlockM == 128 && !kWriter && !kBulkDq),
+                "fused dQ at head dim 64 with two warpgroups: a 64-row chain each, "
+                "128-row steps (bwdSm90Unsupported)");
+  /// The first of chain c's rows within the step: 64·c, or with kDqRows
+  /// this warpgroup's chain.
+  __device__ static __forceinline__ int dq_chain(int c, int wg) { return kDqRows ? wg : c; }
   /// 1024 bytes of slack to align the dynamic shared memory by hand
   /// (BwdSm90Config::dkdvSharedBytes says the same).
   static constexpr int kSmemBytes =
@@ -251,7 +264,9 @@ struct BwdDkDvSm90 {
     static constexpr int kK0 = kSplit ? S::kK0 : 0, kKN = kSplit ? S::kKN : kD;
     static constexpr int kV0 = kSplit ? S::kV0 : 0, kVN = kSplit ? S::kVN : kDV;
     static constexpr int kQN = kSplit ? S::kQN : kDqN;
-    __device__ static __forceinline__ int q0(int wg) { return kSplit ? S::kQ0 : wg * kDqN; }
+    __device__ static __forceinline__ int q0(int wg) {
+      return kSplit ? S::kQ0 : kDqRows ? 0 : wg * kDqN;
+    }
   };
   /// The first of a warpgroup's 64 keys within the CTA's.
   __device__ static __forceinline__ int key_offset(int wg) { return kSplit ? 0 : wg * 64; }

@@ -157,7 +157,7 @@ ATTNC_BWD_SM90::step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s
         Wgmma<C::kKN>::template rs<T>(acc_dk, df[kk], q_desc_t + kk * (2048 >> 4), 1);
 #pragma unroll
     for (int c = 0; c < kDqChains; ++c) {
-      const u64 ds_desc = wgmma_desc_sw128(s_ds + c * kDsSlab, kDsSlab, 1024);
+      const u64 ds_desc = wgmma_desc_sw128(s_ds + dq_chain(c, wg) * kDsSlab, kDsSlab, 1024);
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk)
         Wgmma<C::kQN>::template ss_mn<T>(acc_dq[c], ds_desc + kk * (2048 >> 4),
@@ -240,7 +240,8 @@ ATTNC_BWD_SM90::add_dq(const BwdArgs &a, const float (&acc)[kDqChains][Cols<kW>:
     // order: the same sums.
     const bool odd = tq & 1;
     float *wv = a.dq_accum + ((long long)bh * Sem::accum_rows(a) + (long long)m * kBlockM) * kD +
-                (warp * 16 + g + (odd ? 8 : 0)) * kD + Cols<kW>::q0(wg) + 2 * (tq & 2);
+                (dq_chain(0, wg) * 64 + warp * 16 + g + (odd ? 8 : 0)) * kD + Cols<kW>::q0(wg) +
+                2 * (tq & 2);
     float v[kDqChains][kQN / 8][4];
 #pragma unroll
     for (int c = 0; c < kDqChains; ++c)
@@ -270,7 +271,7 @@ ATTNC_BWD_SM90::add_dq(const BwdArgs &a, const float (&acc)[kDqChains][Cols<kW>:
     return;
   }
   float *ws = a.dq_accum + ((long long)bh * Sem::accum_rows(a) + (long long)m * kBlockM) * kD +
-              (warp * 16 + g) * kD + Cols<kW>::q0(wg) + 2 * tq;
+              (dq_chain(0, wg) * 64 + warp * 16 + g) * kD + Cols<kW>::q0(wg) + 2 * tq;
   // One branch for the whole tile: an asm statement cannot be predicated.
   if (rank == 0) {
 #pragma unroll

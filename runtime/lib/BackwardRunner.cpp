@@ -81,7 +81,11 @@ std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice) {
     // (bwd_sm90_varlen.cuh); its dQ order needs no block lists. The column
     // split's packed form too (the dense default at head dims 192 and 256,
     // which bwd_sm80 does not run; its packed form passed on an H200).
-    if (S->WarpSpecialized && S->FusedDq && !S->PingPong && !S->DqWriter) {
+    // Not the d64 form whose warpgroups split dQ's rows (128 x 128 tiles,
+    // which no other head dim fuses): its packed form has not run on a GPU,
+    // so packed d64 calls keep bwd_sm80's packed kernels.
+    const bool DqRows = S->KvBlockM == 128 && S->KvBlockN == 128;
+    if (S->WarpSpecialized && S->FusedDq && !S->PingPong && !S->DqWriter && !DqRows) {
       codegen::BwdSm90Config P = *S;
       P.Varlen = true;
       // The lean step (the dense default at d128) has no packed form yet.

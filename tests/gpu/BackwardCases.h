@@ -226,6 +226,42 @@ inline void addSm90Cases(std::vector<Case> &Out) {
                  Lean3});
   Out.push_back({"mha_full", DType::F16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BHSD,
                  "bwd90ws.kv64x128s2.lean3.atomic"});
+  // Fused dQ at head dim 64: the two warpgroups split dQ's rows (128-row
+  // steps, a 64-row chain each). The lean step with the turn warp: rotated
+  // walks with grouped heads, whole tiles, fewer queries than keys and the
+  // reverse, ranks from masks, input gradients, query blocks no key
+  // visits; then three stages, 16-byte adds, atomic dQ, the lockstep step
+  // and the form without warp specialisation.
+  const char *Rows = "bwd90ws.kv128x128s2.lean2.fused";
+  Out.push_back({"mha_full", DType::F16, 64, 64, 2, 2, 1, 700, 700, Layout::BSHD, Rows});
+  Out.push_back({"mha_full", DType::BF16, 64, 64, 1, 4, 2, 1024, 1024, Layout::BHSD, Rows});
+  Out.push_back({"mha_full", DType::F16, 64, 64, 1, 2, 1, 256, 1000, Layout::BSHD, Rows});
+  Out.push_back({"mha", DType::BF16, 64, 64, 1, 2, 1, 1000, 1000, Layout::BHSD, Rows});
+  Out.push_back({"mha", DType::F16, 64, 64, 1, 2, 2, 1000, 300, Layout::BSHD, Rows});
+  Out.push_back({"mha_window", DType::F16, 64, 64, 1, 4, 2, 333, 333, Layout::BSHD, Rows});
+  Out.push_back({"mha_document", DType::BF16, 64, 64, 2, 2, 2, 257, 257, Layout::BHSD, Rows});
+  Out.push_back({"alibi_learnable", DType::F16, 64, 64, 2, 2, 1, 257, 257, Layout::BSHD,
+                 Rows});
+  Out.push_back({"softcap_learnable", DType::BF16, 64, 64, 1, 2, 1, 333, 333, Layout::BHSD,
+                 Rows});
+  Out.push_back({"sigmoid_attn", DType::F16, 64, 64, 1, 2, 1, 333, 333, Layout::BSHD, Rows});
+  Out.push_back({"relu_attn", DType::F16, 64, 64, 1, 2, 2, 257, 130, Layout::BHSD, Rows});
+  Out.push_back({"mha_emptyblock", DType::BF16, 64, 64, 1, 2, 2, 333, 333, Layout::BHSD,
+                 Rows});
+  Out.push_back({"mha_full", DType::BF16, 64, 64, 1, 4, 2, 1024, 1024, Layout::BSHD,
+                 "bwd90ws.kv128x128s3.lean2.fused"});
+  Out.push_back({"mha", DType::F16, 64, 64, 1, 2, 1, 1000, 1000, Layout::BSHD,
+                 "bwd90ws.kv128x128s3.lean2.fused"});
+  Out.push_back({"mha_full", DType::F16, 64, 64, 2, 2, 1, 700, 700, Layout::BHSD,
+                 "bwd90ws.kv128x128s2.lean3.fused"});
+  Out.push_back({"mha_window", DType::BF16, 64, 64, 1, 4, 2, 333, 333, Layout::BHSD,
+                 "bwd90ws.kv128x128s2.lean3.fused"});
+  Out.push_back({"mha_full", DType::F16, 64, 64, 1, 2, 1, 1000, 1000, Layout::BHSD,
+                 "bwd90ws.kv128x128s2.lean2.atomic"});
+  Out.push_back({"mha_document", DType::F16, 64, 64, 2, 2, 2, 257, 257, Layout::BSHD,
+                 "bwd90ws.kv128x128s2.fused"});
+  Out.push_back({"alibi_learnable", DType::BF16, 64, 64, 2, 2, 1, 257, 257, Layout::BHSD,
+                 "bwd90.kv128x128s3.fused"});
 }
 
 /// bwd_sm90's column split (sm_90a only), the default at 256/256 and

@@ -18,7 +18,8 @@
 //                                      arch A without a GPU
 //   ATTNC_GPU_TEST_FILTER=mha          one definition's cases (exact name)
 //   ATTNC_GPU_TEST_CONFIG=.pp.         only the cases whose configuration
-//                                      contains this text
+//                                      contains this text ("default": the
+//                                      default configuration's cases only)
 //   ATTNC_GPU_TEST_HEAD_DIM=64         only the cases of this head_dim
 //   ATTNC_GPU_TEST_VERBOSE=1           where each gradient's largest error is
 #include "BackwardCases.h"
@@ -507,7 +508,10 @@ int main(int Argc, char **Argv) {
     Seeds.push_back(C.TwinOf >= 0 ? Seeds[C.TwinOf] : Seed);
     if (Filter && C.Def != Filter)
       continue;
-    if (ConfigFilter && C.Config.find(ConfigFilter) == std::string::npos)
+    // "default" names the cases of the default configuration (no config).
+    if (ConfigFilter && (std::string(ConfigFilter) == "default"
+                             ? !C.Config.empty()
+                             : C.Config.find(ConfigFilter) == std::string::npos))
       continue;
     if (HeadDimFilter && std::to_string(C.D) != HeadDimFilter)
       continue;

@@ -243,3 +243,47 @@ TEST_CASE("bwd_sm90: the column split compiles to CUBINs without wgmma "
     checkCubin(Src);
   }
 }
+
+TEST_CASE("bwd_sm90: fused dQ at head dim 64 splits dQ's rows between the warpgroups",
+          "[nvrtc][bwd90][mha]") {
+  // 128-row steps of 128 keys: each warpgroup's dQ product is one 64-row
+  // chain over all 128 keys and all 64 columns (m64n64k16, eight k16 steps
+  // from its own slab of the dSᵀ tile), added to its chain's rows; Sᵀ and
+  // dPᵀ of 128 queries fit beside dK and dV.
+  struct : ModeCase {
+    bool IsMha;
+  } Cases[] = {{examples::mha(), "bwd90ws.kv128x128s2.lean2.fused", DType::F16, true},
+               {examples::mha(), "bwd90ws.kv128x128s3.lean2.fused", DType::BF16, true},
+               {examples::mha(), "bwd90ws.kv128x128s2.lean3.fused", DType::F16, true},
+               {examples::mha(), "bwd90ws.kv128x128s2.atomic", DType::BF16, true},
+               {examples::mha(), "bwd90.kv128x128s3.fused", DType::F16, true},
+               {examples::alibiLearnable(), "bwd90ws.kv128x128s2.lean2.fused", DType::BF16, false},
+               {examples::softcapLearnable(), "bwd90ws.kv128x128s2.lean2.fused", DType::F16,
+                false},
+               {examples::mhaDocument(), "bwd90ws.kv128x128s2.lean2.fused", DType::BF16, false}};
+  for (const auto &C : Cases) {
+    BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
+    codegen::KernelSource Src =
+        codegen::generateBackwardSm90(compile(C.Def), kernelSpec(C.T, 64, 64), Cfg);
+    INFO("kernel " << Src.Key);
+    std::string Ptx = compileToPtx(Src);
+    CHECK(has(Ptx, ".entry attnc_bwd_dq_convert"));
+    CHECK(!has(Ptx, ".entry attnc_bwd_dq("));
+    CHECK(has(Ptx, "wgmma.mma_async.sync.aligned.m64n128k16")); // Sᵀ, dPᵀ
+    CHECK(has(Ptx, "wgmma.mma_async.sync.aligned.m64n64k16"));  // dV, dK, dQ
+    CHECK(!has(Ptx, "m64n32k16"));
+    CHECK(has(Ptx, "ld.acquire.gpu") == !Cfg.AtomicDq);
+    CHECK(has(Ptx, "red.relaxed.gpu.global.add.v4.f32") == (Cfg.Lean == 3));
+    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+    INFO(Bin.Log);
+    CHECK(!has(Bin.Log, "serialized"));
+    runtime::KernelResources R = runtime::readCubinResources(
+        llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
+    // (Warp-specialised: launched at 384 threads, before setmaxnreg.)
+    CHECK(R.Registers <= (Cfg.WarpSpecialized ? 168 : 255));
+    // A few loop-invariant words spilled (ptxas: 24-32 bytes of frame at
+    // 168 registers), never the accumulators (which would be 256 or more).
+    if (C.IsMha)
+      CHECK(R.StackFrameBytes <= 32);
+  }
+}

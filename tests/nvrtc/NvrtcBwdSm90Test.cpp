@@ -54,14 +54,11 @@ void compileExample(const dsl::DefinitionBase &D, DType CubinType, int CubinDim)
       CHECK(Cfg.SplitCols == (Dim > 128));
       CHECK(has(Ptx, "cp.async.bulk.tensor.4d") == Cfg.WarpSpecialized);
       CHECK(has(Ptx, "setmaxnreg.inc") == Cfg.WarpSpecialized);
-      // d128's and the split's defaults fuse dQ into the dK/dV kernel
-      // (both operands of dS·K MN-major); d64's has the dQ kernel.
-      if (Dim > 64) {
-        CHECK(has(Ptx, ".entry attnc_bwd_dq_convert"));
-        CHECK(has(Ptx, "p, 1, 1, 1, 1;"));
-      } else {
-        CHECK(has(Ptx, ".entry attnc_bwd_dq("));
-      }
+      // Every default fuses dQ into the dK/dV kernel (both operands of
+      // dS·K MN-major): no dQ kernel.
+      CHECK(has(Ptx, ".entry attnc_bwd_dq_convert"));
+      CHECK(has(Ptx, "p, 1, 1, 1, 1;"));
+      CHECK(!has(Ptx, ".entry attnc_bwd_dq("));
       ++Compiled;
     }
   for (DType T : {DType::F16, DType::BF16})
@@ -102,7 +99,7 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   CHECK(C.str() == "bwd90.kv128x64s3.q64x32w4");
   CHECK(!C.FusedDq);
   CHECK(BwdSm90Config::defaultFor(128, 128).str() == "bwd90ws.kv64x128s2.lean2.fused");
-  CHECK(BwdSm90Config::defaultFor(64, 64).str() == "bwd90.kv128x128s3.q128x128w8");
+  CHECK(BwdSm90Config::defaultFor(64, 64).str() == "bwd90ws.kv128x128s2.lean2.fused");
   // The fused dQ mode: the Q tiles are the dK/dV kernel's, warps its own.
   BwdSm90Config F = BwdSm90Config::parse("bwd90.kv128x64s3.fused");
   CHECK(F.FusedDq);
@@ -343,8 +340,20 @@ TEST_CASE("bwd_sm90: what the skeleton supports", "[bwd90]") {
   CHECK(Why(kernelSpec(DType::F16, 128, 128), BwdSm90Config::fused(64, 128, 2)).empty());
   CHECK(Why(kernelSpec(DType::BF16, 64, 64), BwdSm90Config::fused(64, 64, 3)).empty());
   CHECK(Why(kernelSpec(DType::BF16, 64, 64), BwdSm90Config::fused(128, 64, 2)).empty());
-  CHECK_THAT(Why(kernelSpec(DType::F16, 64, 64), BwdSm90Config::fused(64, 128, 2)),
-             Contains("fused dQ splits head_dim 64 over 2 warpgroups into 32 columns"));
+  // At d64 two warpgroups split dQ's rows, a 64-row chain each (128-row
+  // steps), in every fused form but ping-pong's (its own keys each).
+  for (const char *Ok : {"bwd90ws.kv128x128s2.lean2.fused", "bwd90ws.kv128x128s3.lean2.fused",
+                         "bwd90ws.kv128x128s2.lean3.fused", "bwd90ws.kv128x128s2.atomic",
+                         "bwd90.kv128x128s3.fused"})
+    CHECK(Why(kernelSpec(DType::BF16, 64, 64), BwdSm90Config::parse(Ok)).empty());
+  for (const char *Bad : {"bwd90.kv64x128s2.fused", "bwd90ws.kv64x128s2.lean2.fused",
+                          "bwd90ws.kv64x128s2.dqw.fused"})
+    CHECK_THAT(Why(kernelSpec(DType::F16, 64, 64), BwdSm90Config::parse(Bad)),
+               Contains("fused dQ at head_dim 64 with two warpgroups splits dQ's rows"));
+  // (The bulk dQ's 64-row steps are refused before.)
+  CHECK_THAT(Why(kernelSpec(DType::F16, 64, 64),
+                 BwdSm90Config::parse("bwd90ws.kv128x128s2.lean2.bulk.fused")),
+             Contains("the bulk dQ reduction is a form of .lean2. with a query step of 64"));
   CHECK_THAT(Why(kernelSpec(DType::F16, 128, 128), BwdSm90Config::fused(64, 64, 2)),
              Contains("with fused dQ would hold 224 accumulator floats"));
   // Atomic dQ and warp specialisation are fused-mode options.

@@ -126,9 +126,14 @@ TEST_CASE("bwd_sm90 varlen: a packed backward runs bwd_sm90 on sm_90a, bwd_sm80 
   CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws2.kv64x128s2.atomic") ==
         "bwd_sm90 bwd90ws2.kv64x128s2.atomic.varlen");
   // bwd_sm80 elsewhere, and for bwd_sm90 configurations the packed kernel
-  // does not take (d64's two-kernel default, ping-pong).
+  // does not take (d64's default, whose warpgroups split dQ's rows and
+  // whose packed form has not run on a GPU, the two-kernel mode, ping-pong).
   CHECK(Packed(128, GpuArch::Sm80) == "bwd_sm80 kv64x128w8.q128x64w8.s2");
   CHECK(Packed(64, GpuArch::Sm90a) == "bwd_sm80 kv64x128w8.q128x64w8.s2");
+  CHECK(Packed(64, GpuArch::Sm90a, "bwd90ws.kv128x128s3.lean2.fused") ==
+        "bwd_sm80 kv64x128w8.q128x64w8.s2");
+  CHECK(Packed(64, GpuArch::Sm90a, "bwd90.kv128x128s3.q128x128w8") ==
+        "bwd_sm80 kv64x128w8.q128x64w8.s2");
   CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x128s2.pp.fused") ==
         "bwd_sm80 kv64x128w8.q128x64w8.s2");
 }

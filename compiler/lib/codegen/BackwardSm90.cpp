@@ -153,12 +153,19 @@ BwdSm90Config BwdSm90Config::defaultFor(int D, int DV) {
     C.Lean = 2;
     return C;
   }
-  // d64: the two-kernel mode with 128-row steps of 128 keys, three stages,
-  // and 128-key steps in the dQ kernel (H100: 6% faster than
-  // kv64x128s2.q128x64w8 without a mask, 15% causal; ping-pong, which
-  // d64 can fuse, and the other fused forms measured slower).
-  if (D == 64 && DV == 64)
-    return BwdSm90Config{128, 128, 3, 128, 128, 8};
+  // d64: the lean step with the turn warp too, two warpgroups of 64 keys
+  // splitting dQ's rows (128-row steps: a 64-row chain each, all 64
+  // columns), so that Sᵀ and dPᵀ are computed once (the two-kernel mode's
+  // dQ kernel computes them again, with mma.sync): H100, B4 H16 S4k, 39%
+  // faster than bwd90.kv128x128s3.q128x128w8 without a mask and 31%
+  // causal, in f16 and bf16; three stages, 16-byte adds and atomic dQ no
+  // faster (docs/performance-log.md).
+  if (D == 64 && DV == 64) {
+    BwdSm90Config C = fused(128, 128, 2);
+    C.WarpSpecialized = true;
+    C.Lean = 2;
+    return C;
+  }
   return BwdSm90Config{};
 }
 
@@ -286,16 +293,26 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
     // KvBlockM / 2 registers) and its part of dQ.
     // Ping-pong's warpgroups each compute all of dQ's columns over their
     // own keys (one or two slabs: d64 or d128).
-    int Cols = C.PingPong ? Spec.HeadDim : Spec.HeadDim / (C.KvBlockN / 64);
+    // At head dim 64 two warpgroups split dQ's rows instead (a 64-row
+    // chain each, all 64 columns), which needs 128-row steps.
+    const bool Rows = !C.PingPong && Spec.HeadDim == 64 && C.KvBlockN == 128;
+    if (Rows && C.KvBlockM != 128)
+      return fmt::format("backward config {}: fused dQ at head_dim 64 with two "
+                         "warpgroups splits dQ's rows, a 64-row chain each: the query "
+                         "step must be 128 (kv128x128), or ping-pong (.pp.)",
+                         Name);
+    int Cols = C.PingPong || Rows ? Spec.HeadDim : Spec.HeadDim / (C.KvBlockN / 64);
     if (Cols != 64 && Cols != 128)
       return fmt::format("backward config {}: fused dQ splits head_dim {} over {} "
                          "warpgroups into {} columns each; expected 64 or 128",
                          Name, Spec.HeadDim, C.KvBlockN / 64, Cols);
+    // Chains of 64 dQ rows a warpgroup holds: all of the step's, or one.
+    const int Chains = Rows ? 1 : C.KvBlockM / 64;
     // (Ping-pong holds dQ's D/2 after Pᵀ and dSᵀ at d128, beside them at
     // d64, where its product joins dV's and dK's: bwd_sm90_pingpong.cuh.)
     int FusedFloats =
         (Spec.HeadDim + Spec.HeadDimV) / 2 +
-        (!C.PingPong             ? C.KvBlockM / 2 + C.KvBlockM / 64 * Cols / 2
+        (!C.PingPong             ? C.KvBlockM / 2 + Chains * Cols / 2
          : Spec.HeadDim == 64    ? C.KvBlockM / 2 + Cols / 2
                                  : std::max(C.KvBlockM / 2, Cols / 2));
     if (FusedFloats > 192)
