@@ -9,6 +9,7 @@
 
 #include "decode_args.cuh"
 
+#include "attn/analysis/Merge.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/Paged.h"
@@ -93,19 +94,21 @@ TEST_CASE("packed decode: the query and key spans of each sequence",
 }
 
 TEST_CASE("packed decode: the plan of a packed batch", "[runtime][paged][packed]") {
-  DecodeBounds B{8, 32, 8, 16, 8192, 16};
+  DecodeBounds B{2, 32, 8, 16, 8192, 16};
   B.Packed = true;
   DecodePlan P = makeDecodePlan(B, 128, 16, 64, 132, analysis::MergeKind::LogSumExp);
   // The bound's rows: 4 query heads x 16 queries of a KV head in 4 blocks.
   CHECK(P.RowBlocks == 4);
   CHECK(P.Bounds.Packed);
+  // 64 CTAs before splitting: four splits fill a wave of 132 SMs.
+  CHECK(P.Splits == 4);
   // As the dense plan of the bound's queries: the same grid and workspace.
   DecodeBounds D = B;
   D.Packed = false;
   DecodePlan PD = makeDecodePlan(D, 128, 16, 64, 132, analysis::MergeKind::LogSumExp);
   CHECK(P.Splits == PD.Splits);
   CHECK(P.WorkspaceBytes == PD.WorkspaceBytes);
-  CHECK(P.WorkspaceBytes == size_t(P.Splits) * 8 * 32 * 16 * (128 + 8) * 4);
+  CHECK(P.WorkspaceBytes == size_t(P.Splits) * 2 * 32 * 16 * (128 + 8) * 4);
   B.QueriesPerSeq = 17;
   CHECK(messageOf<InvalidArgument>([&] {
           makeDecodePlan(B, 128, 16, 64, 132, analysis::MergeKind::LogSumExp);
