@@ -3,6 +3,13 @@
 #ifndef ATTNC_DECODE_ARGS_CUH
 #define ATTNC_DECODE_ARGS_CUH
 
+// The span helpers below are plain C++ so that the host tests run them.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define ATTNC_DECODE_FN __device__ __forceinline__
+#else
+#define ATTNC_DECODE_FN inline
+#endif
+
 namespace attnc {
 
 /// The state row of one query in the split workspace: the online rowscales
@@ -11,11 +18,20 @@ constexpr int kDecodeStateFloats = 8;
 
 /// Decode arguments. Strides are in elements; the head dimension is
 /// contiguous. A CTA takes rows [rb·kBlockM, (rb+1)·kBlockM) of its KV
-/// head's group (row = j·seq_q + i: query head hk·group + j, query i) and
-/// key blocks [split·blocks_per_split, ...) of kBlockN keys. With splits >
-/// 1 it writes its part to part_o ([splits][batch][heads][seq_q][dv] fp32)
-/// and part_st ([splits][batch][heads][seq_q][kDecodeStateFloats]) and
+/// head's group (row = j·n + i: query head hk·group + j, query i of the
+/// sequence's n) and key blocks [split·blocks_per_split, ...) of kBlockN
+/// keys. With splits > 1 it writes its part to part_o
+/// ([splits][batch][heads][seq_q][dv] fp32) and part_st
+/// ([splits][batch][heads][seq_q][kDecodeStateFloats]) and
 /// attnc_decode_merge writes o and finals; else it writes them itself.
+///
+/// A packed call (cu_q set): sequence b's queries are tokens [cu_q[b],
+/// cu_q[b+1]) of q and o (batch strides 0), n of them, 0 to seq_q (the
+/// bound on a sequence's queries; rows and row_blocks are the bound's),
+/// finals [F][heads][total_q]; with cu_kv set too (contiguous packed keys)
+/// its keys are tokens [cu_kv[b], cu_kv[b+1]) of k and v, at most seq_kv
+/// of them. A dense call: n = seq_q for every sequence, finals
+/// [F][batch][heads][seq_q].
 struct DecodeArgs {
   const void *q, *k, *v;
   void *o;
@@ -29,7 +45,61 @@ struct DecodeArgs {
   int splits, blocks_per_split;
   float *part_o;
   float *part_st;
+  const int *cu_q, *cu_kv;
+  int total_q, total_kv;
 };
+
+/// The queries of one sequence: tokens [q0, q0 + n) of a packed call (q0
+/// 0 in a dense one, whose batch stride places the sequence). bad: the
+/// range cu_q gives is malformed (a count below 0 or above the bound
+/// seq_q, a token outside [0, total_q)); q0 and n are then clamped to the
+/// bound and to q's tokens, and the rows they hold are written NaN.
+struct DecodeQSpan {
+  int q0, n;
+  bool bad;
+};
+
+ATTNC_DECODE_FN DecodeQSpan decode_q_span(const DecodeArgs &a, int b) {
+  if (!a.cu_q)
+    return {0, a.seq_q, false};
+  const int q0 = a.cu_q[b], end = a.cu_q[b + 1];
+  // In 64 bits: a garbage entry must not overflow into a valid-looking range.
+  const long long n = (long long)end - q0;
+  if (q0 >= 0 && n >= 0 && n <= a.seq_q && end <= a.total_q)
+    return {q0, int(n), false};
+  const int c0 = q0 < 0 ? 0 : (q0 > a.total_q ? a.total_q : q0);
+  long long c = n < a.seq_q ? n : a.seq_q;
+  c = c < a.total_q - c0 ? c : a.total_q - c0;
+  return {c0, c < 0 ? 0 : int(c), true};
+}
+
+/// The keys of one sequence: tokens [kv0, kv0 + len) of a packed call's k
+/// and v (cu_kv set), the first seq_kv rows of a dense one. bad: cu_kv's
+/// range is malformed (a length below 0 or above the bound seq_kv, a token
+/// outside [0, total_kv)); len is then 0 and the sequence's rows NaN.
+struct DecodeKvSpan {
+  int kv0, len;
+  bool bad;
+};
+
+ATTNC_DECODE_FN DecodeKvSpan decode_kv_span(const DecodeArgs &a, int b) {
+  if (!a.cu_kv)
+    return {0, a.seq_kv, false};
+  const int k0 = a.cu_kv[b], end = a.cu_kv[b + 1];
+  const long long n = (long long)end - k0;
+  if (k0 >= 0 && n >= 0 && n <= a.seq_kv && end <= a.total_kv)
+    return {k0, int(n), false};
+  return {0, 0, true};
+}
+
+/// Where final f of query row (b, h, query qi of the span) lives: [F][heads]
+/// [total_q] rows of a packed call, [F][batch][heads][seq_q] of a dense one.
+ATTNC_DECODE_FN long long decode_final_index(const DecodeArgs &a, int f,
+                                                        int b, int h, int q0, int qi) {
+  if (a.cu_q)
+    return ((long long)f * a.heads + h) * a.total_q + q0 + qi;
+  return (((long long)f * a.batch + b) * a.heads + h) * a.seq_q + qi;
+}
 
 /// Paged decode arguments. In d, k and v are the page caches, k_sb/v_sb
 /// their page strides, k_ss/v_ss their slot strides, k_sh/v_sh their head
@@ -50,6 +120,37 @@ struct PagedDecodeArgs {
   long long table_stride;
   int page_shift, num_pages, num_indices;
 };
+
+/// Sequence b's keys in pages: its length and first page (the table row
+/// or its indptr entry). bad: a length below 0 or above the bound seq_kv,
+/// an indptr range outside the indices or a last page length outside [1,
+/// page size]; the length is then 0.
+struct DecodePagedSeq {
+  const int *pages;
+  int len;
+  bool bad;
+};
+
+ATTNC_DECODE_FN DecodePagedSeq paged_decode_seq(const PagedDecodeArgs &p, int b) {
+  DecodePagedSeq s{p.pages, 0, false};
+  long long len = 0;
+  if (p.indptr) {
+    const int first_page = p.indptr[b];
+    const long long n = (long long)p.indptr[b + 1] - first_page;
+    const int last = n > 0 ? p.last_page_len[b] : 0;
+    s.bad = n < 0 || first_page < 0 || first_page + n > p.num_indices ||
+            (n > 0 && (last < 1 || last > (1 << p.page_shift)));
+    len = s.bad ? 0 : ((n > 0 ? n - 1 : 0) << p.page_shift) + last;
+    s.pages = p.pages + (s.bad ? 0 : first_page);
+  } else {
+    len = p.seq_lens[b];
+    s.pages = p.pages + b * p.table_stride;
+  }
+  // A length past the plan's bound would need keys no split visits.
+  s.bad = s.bad || len < 0 || len > p.d.seq_kv;
+  s.len = s.bad ? 0 : int(len);
+  return s;
+}
 
 /// The append of new tokens into pages (paged_append.cuh). Strides in
 /// elements: new tokens (token, head), caches (page, slot, head); the head

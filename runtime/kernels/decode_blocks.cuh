@@ -14,19 +14,20 @@ struct DecodeRowBox {
   int h_lo, h_hi, q_lo, q_hi;
 };
 
-/// The box of row block \p rb of KV head \p hk (row j·seq_q + i of the
-/// group is query head hk·group + j at q_idx i + qshift). Rows that span
-/// two heads or more take every q_idx of the sequence.
+/// The box of row block \p rb of KV head \p hk, whose group has \p rows
+/// rows of \p n queries each (row j·n + i is query head hk·group + j at
+/// q_idx i + qshift). Rows that span two heads or more take every q_idx of
+/// the sequence.
 template <int kBlockM>
-__device__ __forceinline__ DecodeRowBox decode_row_box(const DecodeArgs &a, int qshift,
-                                                       int rb, int hk) {
-  const int r_lo = rb * kBlockM, r_hi = min(r_lo + kBlockM, a.rows) - 1;
-  const int j_lo = r_lo / a.seq_q, j_hi = r_hi / a.seq_q;
+__device__ __forceinline__ DecodeRowBox decode_row_box(int rows, int n, int group,
+                                                       int qshift, int rb, int hk) {
+  const int r_lo = rb * kBlockM, r_hi = min(r_lo + kBlockM, rows) - 1;
+  const int j_lo = r_lo / n, j_hi = r_hi / n;
   DecodeRowBox box;
-  box.h_lo = hk * a.group + j_lo;
-  box.h_hi = hk * a.group + j_hi;
-  box.q_lo = qshift + (j_lo == j_hi ? r_lo % a.seq_q : 0);
-  box.q_hi = qshift + (j_lo == j_hi ? r_hi % a.seq_q : a.seq_q - 1);
+  box.h_lo = hk * group + j_lo;
+  box.h_hi = hk * group + j_hi;
+  box.q_lo = qshift + (j_lo == j_hi ? r_lo % n : 0);
+  box.q_hi = qshift + (j_lo == j_hi ? r_hi % n : n - 1);
   return box;
 }
 

@@ -9,9 +9,9 @@
 
 namespace attnc {
 
-/// K/V rows of one (batch entry, KV head) at fixed strides.
+/// K/V rows of one (batch entry or packed sequence, KV head) at fixed
+/// strides; bad: the packed sequence's key range is malformed (len 0).
 struct ContiguousKV {
-  static constexpr bool kChecked = false;
   const unsigned short *k, *v;
   long long k_ss, v_ss;
   int len;
@@ -33,7 +33,6 @@ struct ContiguousKV {
 /// never wait on the table. kRows rows of kD and kDV columns a block,
 /// kThreads threads, 16-byte copies.
 template <int kRows, int kD, int kDV, int kThreads> struct PagedKV {
-  static constexpr bool kChecked = true;
   static constexpr int kKIters = (kRows * (kD / 8) + kThreads - 1) / kThreads;
   static constexpr int kVIters = (kRows * (kDV / 8) + kThreads - 1) / kThreads;
   const unsigned short *k, *v;

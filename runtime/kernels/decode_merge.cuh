@@ -1,10 +1,13 @@
 // attnc_decode_merge's body: the partial states of decode's key splits
-// merged in split order by the definition's Merge rule, then the epilogue.
+// merged in split order by the definition's Merge rule, then the epilogue;
+// dense, packed (a sequence's rows past its queries have nothing to merge)
+// and paged.
 #ifndef ATTNC_DECODE_MERGE_CUH
 #define ATTNC_DECODE_MERGE_CUH
 
 #include "attnc/decode_args.cuh"
 #include "attnc/sm80_primitives.cuh"
+#include "attnc/varlen.cuh"
 
 namespace attnc {
 
@@ -16,17 +19,17 @@ struct DecodeOutPair {
   __device__ __forceinline__ float &at(int, int c) { return v[c]; }
 };
 
-/// attnc_decode_merge: one CTA per query row (b, h, i), kDV / 2 threads of
-/// two columns each: the splits' states merged in order by Merge's rule
-/// (a part that met no unmasked key is skipped), then the epilogue.
+/// The merge of query row (b, h, query qi of span qs): the splits' states
+/// merged in order by Merge's rule (a part that met no unmasked key is
+/// skipped), then the epilogue at q_idx qi + qshift (as online_fwd saw
+/// it). kDV / 2 threads of two columns each.
 template <class Variant, class Merge, class T, int kDV>
-__device__ void decode_merge(const DecodeArgs &a, const typename Variant::Inputs &in) {
+__device__ void decode_merge_row(const DecodeArgs &a, const typename Variant::Inputs &in,
+                                 int b, int h, int qi, const DecodeQSpan qs,
+                                 int qshift) {
   static_assert(Merge::kKind != 0, "a definition without a merge never splits");
-  const long long row = blockIdx.x;
+  const long long row = ((long long)b * a.heads + h) * a.seq_q + qi;
   const long long plane = (long long)a.batch * a.heads * a.seq_q;
-  const int qi = int(row % a.seq_q);
-  const int h = int((row / a.seq_q) % a.heads);
-  const int b = int(row / ((long long)a.seq_q * a.heads));
   const int c = 2 * threadIdx.x;
   typename Variant::RowState st;
   Variant::init(st);
@@ -51,7 +54,7 @@ __device__ void decode_merge(const DecodeArgs &a, const typename Variant::Inputs
   }
   float finals[Variant::kNumFinals > 0 ? Variant::kNumFinals : 1];
   if (seen) {
-    Variant::epilogue(in, st, of, 0, b, h, qi, finals);
+    Variant::epilogue(in, st, of, 0, b, h, qi + qshift, finals);
   } else {
     of.v[0] = of.v[1] = 0.f;
 #pragma unroll
@@ -59,12 +62,58 @@ __device__ void decode_merge(const DecodeArgs &a, const typename Variant::Inputs
       finals[f] = -__int_as_float(0x7f800000);
   }
   unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb + h * a.o_sh +
-                      qi * a.o_ss;
+                      (qs.q0 + qi) * a.o_ss;
   *reinterpret_cast<u32 *>(o + c) = pack2<T>(of.v[0], of.v[1]);
   if (threadIdx.x == 0)
 #pragma unroll
     for (int f = 0; f < Variant::kNumFinals; ++f)
-      a.finals[f * plane + row] = finals[f];
+      a.finals[decode_final_index(a, f, b, h, qs.q0, qi)] = finals[f];
+}
+
+/// The query row of CTA blockIdx.x: (b, h, qi) over the bound's seq_q rows
+/// of each (b, h); false for a row past its sequence's queries.
+__device__ __forceinline__ bool decode_merge_row_of(const DecodeArgs &a, int &b, int &h,
+                                                    int &qi, DecodeQSpan &qs) {
+  const long long row = blockIdx.x;
+  qi = int(row % a.seq_q);
+  h = int((row / a.seq_q) % a.heads);
+  b = int(row / ((long long)a.seq_q * a.heads));
+  qs = decode_q_span(a, b);
+  return qi < qs.n;
+}
+
+/// attnc_decode_merge of contiguous (dense or packed) decode: one CTA per
+/// query row of the bound.
+template <class Variant, class Merge, class T, int kDV>
+__device__ void decode_merge(const DecodeArgs &a, const typename Variant::Inputs &in) {
+  int b, h, qi;
+  DecodeQSpan qs;
+  if (!decode_merge_row_of(a, b, h, qi, qs))
+    return;
+  const DecodeKvSpan ks = decode_kv_span(a, b);
+  const int qshift = a.cu_q ? ks.len - qs.n : 0;
+  SeqSpan sp{};
+  sp.packed = a.cu_q != nullptr;
+  sp.q0 = qs.q0;
+  sp.kv0 = ks.kv0;
+  sp.seq_q = qs.n;
+  sp.seq_kv = ks.len;
+  sp.shift = qshift;
+  decode_merge_row<Variant, Merge, T, kDV>(a, sequence_inputs(in, sp), b, h, qi, qs,
+                                           qshift);
+}
+
+/// attnc_decode_merge of paged decode: the sequence's length from its
+/// pages, for the epilogue's q_idx.
+template <class Variant, class Merge, class T, int kDV>
+__device__ void decode_merge_paged(const PagedDecodeArgs &p,
+                                   const typename Variant::Inputs &in) {
+  int b, h, qi;
+  DecodeQSpan qs;
+  if (!decode_merge_row_of(p.d, b, h, qi, qs))
+    return;
+  decode_merge_row<Variant, Merge, T, kDV>(p.d, in, b, h, qi, qs,
+                                           paged_decode_seq(p, b).len - qs.n);
 }
 
 } // namespace attnc

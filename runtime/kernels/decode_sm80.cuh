@@ -84,26 +84,43 @@ struct DecodeSm80 {
   static constexpr bool kQInRegs = MT * KT * 4 <= 32;
   using QRegs = u32[kQInRegs ? MT : 1][kQInRegs ? KT : 1][4];
 
-  /// Contiguous K/V: [batch][heads_kv][seq_kv] rows by their strides.
+  /// Contiguous K/V: [batch][heads_kv][seq_kv] rows by their strides, or
+  /// a packed call's tokens (cu_kv; q_idx aligned to the end of the keys).
   __device__ static void run(const DecodeArgs &a,
                              const typename Variant::Inputs &in,
                              unsigned char *smem) {
     const int hk = blockIdx.y / a.row_blocks;
     const int b = blockIdx.z;
-    ContiguousKV src{static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh,
-                     static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh,
-                     a.k_ss, a.v_ss, a.seq_kv};
-    run_on(a, src, in, smem);
+    const DecodeQSpan qs = decode_q_span(a, b);
+    const DecodeKvSpan ks = decode_kv_span(a, b);
+    ContiguousKV src{static_cast<const unsigned short *>(a.k) + b * a.k_sb +
+                         ks.kv0 * a.k_ss + hk * a.k_sh,
+                     static_cast<const unsigned short *>(a.v) + b * a.v_sb +
+                         ks.kv0 * a.v_ss + hk * a.v_sh,
+                     a.k_ss, a.v_ss, ks.len};
+    src.qshift = a.cu_q ? ks.len - qs.n : 0;
+    src.bad = ks.bad;
+    SeqSpan sp{};
+    sp.packed = a.cu_q != nullptr;
+    sp.q0 = qs.q0;
+    sp.kv0 = ks.kv0;
+    sp.seq_q = qs.n;
+    sp.seq_kv = ks.len;
+    sp.shift = src.qshift;
+    run_on(a, qs, src, sequence_inputs(in, sp), smem);
   }
 
   /// Paged K/V (PagedDecodeArgs): each sequence's pages and length read on
-  /// the device; q_idx aligned to the end of the keys.
+  /// the device; q_idx aligned to the end of the keys. Inputs are scalar
+  /// and per-head (the host refuses others): nothing to rebase.
   __device__ static void run_paged(const PagedDecodeArgs &p,
                                    const typename Variant::Inputs &in,
                                    unsigned char *smem) {
     const DecodeArgs &a = p.d;
     const int hk = blockIdx.y / a.row_blocks;
     const int b = blockIdx.z;
+    const DecodeQSpan qs = decode_q_span(a, b);
+    const DecodePagedSeq seq = paged_decode_seq(p, b);
     PagedKV<kBlockN, kD, kDV, kThreads> src;
     src.k = static_cast<const unsigned short *>(a.k) + hk * a.k_sh;
     src.v = static_cast<const unsigned short *>(a.v) + hk * a.v_sh;
@@ -113,43 +130,36 @@ struct DecodeSm80 {
     src.v_ss = a.v_ss;
     src.shift = p.page_shift;
     src.num_pages = p.num_pages;
-    int len = 0;
-    bool bad = false;
-    if (p.indptr) {
-      const int first_page = p.indptr[b];
-      const int n = p.indptr[b + 1] - first_page;
-      const int last = n > 0 ? p.last_page_len[b] : 0;
-      bad = n < 0 || first_page < 0 || first_page + n > p.num_indices ||
-            (n > 0 && (last < 1 || last > (1 << p.page_shift)));
-      len = bad ? 0 : ((n > 0 ? n - 1 : 0) << p.page_shift) + last;
-      src.pages = p.pages + (bad ? 0 : first_page);
-    } else {
-      len = p.seq_lens[b];
-      src.pages = p.pages + b * p.table_stride;
-    }
-    // A length past the plan's bound would need keys no split visits.
-    bad = bad || len < 0 || len > a.seq_kv;
-    src.len = bad ? 0 : len;
-    src.qshift = src.len - a.seq_q;
-    src.bad = bad;
-    run_on(a, src, in, smem);
+    src.pages = seq.pages;
+    src.len = seq.len;
+    src.qshift = seq.len - qs.n;
+    src.bad = seq.bad;
+    run_on(a, qs, src, in, smem);
   }
 
+  /// The CTA's rows of sequence b (its span qs; rows j·n + i of the group
+  /// for n queries) over the keys src gives.
   template <class Src>
-  __device__ static void run_on(const DecodeArgs &a, Src &src,
+  __device__ static void run_on(const DecodeArgs &a, const DecodeQSpan qs, Src &src,
                                 const typename Variant::Inputs &in,
                                 unsigned char *smem) {
     const int split = blockIdx.x;
     const int rb = blockIdx.y % a.row_blocks;
     const int hk = blockIdx.y / a.row_blocks;
     const int b = blockIdx.z;
+    const int n_q = qs.n;
+    const int rows = a.group * n_q;
+    // Row blocks past a short sequence's rows have nothing to do (the grid
+    // is the bound's); their parts are never merged.
+    if (rb * kBlockM >= rows)
+      return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
     const u32 s_q = smem_addr(smem);
     const u32 s_kv = s_q + QTile::kBytes;
 
     // The Q rows: row r of the tile is query head hk·group + j, query i
-    // (row rb·kBlockM + r = j·seq_q + i of the group); rows past the group
+    // (row rb·kBlockM + r = j·n + i of the group); rows past the group
     // are zero.
     constexpr int kQChunks = kD / 8;
 #pragma unroll
@@ -159,12 +169,12 @@ struct DecodeSm80 {
         break;
       const int r = i / kQChunks, c = i % kQChunks;
       const int gr = rb * kBlockM + r;
-      const bool ok = gr < a.rows;
-      const int j = ok ? gr / a.seq_q : 0, qi = ok ? gr % a.seq_q : 0;
+      const bool ok = gr < rows;
+      const int j = ok ? gr / n_q : 0, qi = ok ? gr % n_q : 0;
       const unsigned short *src = static_cast<const unsigned short *>(a.q) +
                                   b * a.q_sb + (hk * a.group + j) * a.q_sh +
-                                  qi * a.q_ss + c * 8;
-      cp_async_16(s_q + QTile::offset(r, c), src, ok);
+                                  (qs.q0 + qi) * a.q_ss + c * 8;
+      cp_async_16(s_q + QTile::offset(r, c), ok ? src : a.q, ok);
     }
 
     const int seq_kv = src.len;
@@ -176,7 +186,8 @@ struct DecodeSm80 {
     // heads or more). Key blocks the mask leaves empty for all of them at
     // either end of the part are neither loaded nor visited: a sliding
     // window over a long cache visits its window, not the cache.
-    const DecodeRowBox box = decode_row_box<kBlockM>(a, src.qshift, rb, hk);
+    const DecodeRowBox box =
+        decode_row_box<kBlockM>(rows, n_q, a.group, src.qshift, rb, hk);
     auto block_class = [&](int n) {
       return decode_key_block_class<Variant, kBlockN>(in, b, box, n, seq_kv);
     };
@@ -205,9 +216,9 @@ struct DecodeSm80 {
 #pragma unroll
     for (int r = 0; r < 2 * MT; ++r) {
       const int gr = rb * kBlockM + (r >> 1) * 16 + g + (r & 1) * 8;
-      const int gc = gr < a.rows ? gr : a.rows - 1;
-      qidx[r] = gc % a.seq_q + src.qshift;
-      hrow[r] = hk * a.group + gc / a.seq_q;
+      const int gc = gr < rows ? gr : rows - 1;
+      qidx[r] = gc % n_q + src.qshift;
+      hrow[r] = hk * a.group + gc / n_q;
     }
 
     float acc_o[MT][VT][4];
@@ -246,10 +257,9 @@ struct DecodeSm80 {
       __syncthreads(); // the ring slot is refilled next iteration
     }
     cp_async_wait<0>();
-    // A bad length or page index anywhere in the CTA poisons its rows.
-    const bool poisoned = Src::kChecked ? __syncthreads_or(src.bad) : false;
-    if constexpr (!Src::kChecked)
-      __syncthreads();
+    // A bad length, query range or page index anywhere in the CTA poisons
+    // its rows.
+    const bool poisoned = __syncthreads_or(src.bad || qs.bad);
 
     if constexpr (kComputeWarps > 1)
       merge_warps(smem, acc_o, st, seen, warp, g, tq);
@@ -258,9 +268,9 @@ struct DecodeSm80 {
     if (poisoned)
       poison(acc_o, st, seen);
     if (a.splits == 1)
-      store_final(a, in, acc_o, st, seen, b, rb, hk, g, tq);
+      store_final(a, in, qs, src.qshift, acc_o, st, seen, b, rb, hk, g, tq);
     else
-      store_part(a, acc_o, st, seen, split, b, rb, hk, g, tq);
+      store_part(a, qs, acc_o, st, seen, split, b, rb, hk, g, tq);
   }
 
   /// Every row NaN: its o, its rowscales, seen (so that a merge reads it).
@@ -343,21 +353,24 @@ struct DecodeSm80 {
     }
   }
 
-  /// No split: the epilogue, o and the finals.
+  /// No split: the epilogue (q_idx aligned as online_fwd saw it), o and
+  /// the finals.
   __device__ static void store_final(const DecodeArgs &a,
                                      const typename Variant::Inputs &in,
+                                     const DecodeQSpan qs, int qshift,
                                      float (&acc_o)[MT][VT][4], State (&st)[2 * MT],
                                      u32 seen, int b, int rb, int hk, int g, int tq) {
     Sm80OutFrag<MT, VT> of{acc_o};
+    const int rows = a.group * qs.n;
 #pragma unroll
     for (int r = 0; r < 2 * MT; ++r) {
       const int gr = rb * kBlockM + tile_row(r, g);
-      if (gr >= a.rows)
+      if (gr >= rows)
         continue;
-      const int h = hk * a.group + gr / a.seq_q, qi = gr % a.seq_q;
+      const int h = hk * a.group + gr / qs.n, qi = gr % qs.n;
       float finals[Variant::kNumFinals > 0 ? Variant::kNumFinals : 1];
       if ((seen >> r) & 1) {
-        Variant::epilogue(in, st[r], of, r, b, h, qi, finals);
+        Variant::epilogue(in, st[r], of, r, b, h, qi + qshift, finals);
       } else {
 #pragma unroll
         for (int c = 0; c < 2 * VT; ++c)
@@ -367,30 +380,32 @@ struct DecodeSm80 {
           finals[f] = -__int_as_float(0x7f800000);
       }
       unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb +
-                          h * a.o_sh + qi * a.o_ss;
+                          h * a.o_sh + (qs.q0 + qi) * a.o_ss;
 #pragma unroll
       for (int t = 0; t < VT; ++t)
         *reinterpret_cast<u32 *>(o + t * 8 + 2 * tq) =
             pack2<T>(of.at(r, 2 * t), of.at(r, 2 * t + 1));
       if (tq == 0) {
-        const long long plane = (long long)a.batch * a.heads * a.seq_q;
 #pragma unroll
         for (int f = 0; f < Variant::kNumFinals; ++f)
-          a.finals[f * plane + ((long long)b * a.heads + h) * a.seq_q + qi] = finals[f];
+          a.finals[decode_final_index(a, f, b, h, qs.q0, qi)] = finals[f];
       }
     }
   }
 
-  /// A split: this part's o (fp32, before the epilogue) and state.
-  __device__ static void store_part(const DecodeArgs &a, float (&acc_o)[MT][VT][4],
+  /// A split: this part's o (fp32, before the epilogue) and state, in the
+  /// row of query qi of the bound's seq_q rows of (b, h).
+  __device__ static void store_part(const DecodeArgs &a, const DecodeQSpan qs,
+                                    float (&acc_o)[MT][VT][4],
                                     State (&st)[2 * MT], u32 seen, int split, int b,
                                     int rb, int hk, int g, int tq) {
+    const int rows = a.group * qs.n;
 #pragma unroll
     for (int r = 0; r < 2 * MT; ++r) {
       const int gr = rb * kBlockM + tile_row(r, g);
-      if (gr >= a.rows)
+      if (gr >= rows)
         continue;
-      const int h = hk * a.group + gr / a.seq_q, qi = gr % a.seq_q;
+      const int h = hk * a.group + gr / qs.n, qi = gr % qs.n;
       const long long row =
           (((long long)split * a.batch + b) * a.heads + h) * a.seq_q + qi;
       float *po = a.part_o + row * kDV;

@@ -144,8 +144,7 @@ Attention::State::State(CompiledDefinition D, const Signature &S,
     : Def(attentionOnly(std::move(D))),
       Fwd(Def, kernelTarget(Def, S, Arch, Direction::Forward),
           forwardPolicy(kernelTarget(Def, S, Arch, Direction::Forward), S)),
-      DecodeRule(decodeChoice(Fwd.target(), Fwd.policy(), /*Sq=*/1,
-                              /*Packed=*/false)),
+      DecodeRule(decodeChoice(Fwd.target(), Fwd.policy(), /*Sq=*/1)),
       BwdTarget(kernelTarget(Def, S, Arch, Direction::Backward)),
       BwdPolicy(KernelPolicy::parse(BwdTarget, "", S.BackwardConfig)) {}
 
@@ -323,7 +322,8 @@ void Attention::forwardVarlen(const TensorView &Q, const TensorView &K,
 }
 
 KernelChoice Attention::choiceFor(const CallShape &Shape) const {
-  if (DecodeRule && !Shape.Packed && Shape.Sq <= codegen::DecodeMaxQueries)
+  // Packed calls too: Sq is their max_seqlen_q.
+  if (DecodeRule && Shape.Sq <= codegen::DecodeMaxQueries)
     return *DecodeRule;
   return forwardChoiceFor({Shape.B, Shape.H, Shape.Hkv, Shape.Sq, Shape.Skv});
 }
@@ -334,16 +334,17 @@ void Attention::run(const CallShape &Shape, const ForwardTensors &T,
   // The kernel is chosen once, here, before any backend is asked: the
   // short-query rule first (decode), then the tune file or the default.
   KernelChoice Choice = choiceFor(Shape);
-  if (Choice.Skel->isDecode() && (Sig.Backend.empty() || Sig.Backend == "generated")) {
-    if (Shape.Packed)
-      throw NotSupportedYet(fmt::format(
-          "{} with a packed variable-length batch (THD)",
-          Choice.Skel->name().str()));
-    if (Shape.Sq > codegen::DecodeMaxQueries)
-      throw InvalidArgument(fmt::format(
-          "q: {} runs 1 to {} queries per sequence; q has {}",
-          Choice.Skel->name().str(), codegen::DecodeMaxQueries, Shape.Sq));
-  }
+  if (Choice.Skel->isDecode() && (Sig.Backend.empty() || Sig.Backend == "generated") &&
+      Shape.Sq > codegen::DecodeMaxQueries)
+    throw InvalidArgument(
+        Shape.Packed
+            ? fmt::format("max_seqlen_q: {} runs 0 to {} queries per sequence; "
+                          "max_seqlen_q is {}",
+                          Choice.Skel->name().str(), codegen::DecodeMaxQueries,
+                          Shape.Sq)
+            : fmt::format("q: {} runs 1 to {} queries per sequence; q has {}",
+                          Choice.Skel->name().str(), codegen::DecodeMaxQueries,
+                          Shape.Sq));
   BackendProblem P{Def, Sig, Fwd.target(), Shape, Choice};
   AttentionBackend &B = choose(P);
   enterDevice();
@@ -387,14 +388,9 @@ DecodePlan Attention::planDecode(const DecodeBounds &B) {
   return pagedRunner().plan(B);
 }
 
-void Attention::runDecode(const DecodePlan &P, const TensorView &Q,
-                          const PagedKV &KV, const TensorView &Out,
-                          const TensorView *Finals, void *Workspace,
-                          size_t WorkspaceBytes, const InputMap &Inputs,
-                          CUstream Stream) {
-  auto Lock = lockCalls();
-  PagedCall C =
-      validatePagedCall(*Def.Graph, Sig, P.Bounds, Q, KV, Out, Finals, Inputs);
+/// A plan's workspace as runDecode and runDecodeVarlen take it.
+static void checkDecodeWorkspace(const DecodePlan &P, const void *Workspace,
+                                 size_t WorkspaceBytes) {
   if (WorkspaceBytes < P.WorkspaceBytes)
     throw InvalidArgument(fmt::format("workspace: expected at least {} bytes "
                                       "(the plan's), got {}",
@@ -403,6 +399,48 @@ void Attention::runDecode(const DecodePlan &P, const TensorView &Q,
       (!Workspace || reinterpret_cast<uintptr_t>(Workspace) % 16 != 0))
     throw InvalidArgument("workspace: expected a non-null device pointer, "
                           "16-byte aligned");
+}
+
+void Attention::runDecode(const DecodePlan &P, const TensorView &Q,
+                          const PagedKV &KV, const TensorView &Out,
+                          const TensorView *Finals, void *Workspace,
+                          size_t WorkspaceBytes, const InputMap &Inputs,
+                          CUstream Stream) {
+  auto Lock = lockCalls();
+  PagedCall C =
+      validatePagedCall(*Def.Graph, Sig, P.Bounds, Q, KV, Out, Finals, Inputs);
+  checkDecodeWorkspace(P, Workspace, WorkspaceBytes);
+  pagedRunner().checkPlan(P); // a plan of another object launches nothing
+  enterDevice();
+  pagedRunner().run(P, C, Q, Out, Finals, Workspace, Inputs, Stream);
+  Last = "generated";
+}
+
+void Attention::decodePagedVarlen(const TensorView &Q,
+                                  const TensorView &CuSeqlensQ,
+                                  int64_t MaxSeqlenQ, const PagedKV &KV,
+                                  const TensorView &Out,
+                                  const TensorView *Finals,
+                                  const InputMap &Inputs, CUstream Stream) {
+  auto Lock = lockCalls();
+  DecodeBounds B = packedDecodeBounds(Sig, Q, CuSeqlensQ, MaxSeqlenQ, KV);
+  PagedCall C = validatePackedDecodeCall(*Def.Graph, Sig, B, Q, CuSeqlensQ,
+                                         KV, Out, Finals, Inputs);
+  enterDevice();
+  pagedRunner().runEager(B, C, Q, Out, Finals, Inputs, Stream);
+  Last = "generated";
+}
+
+void Attention::runDecodeVarlen(const DecodePlan &P, const TensorView &Q,
+                                const TensorView &CuSeqlensQ,
+                                const PagedKV &KV, const TensorView &Out,
+                                const TensorView *Finals, void *Workspace,
+                                size_t WorkspaceBytes, const InputMap &Inputs,
+                                CUstream Stream) {
+  auto Lock = lockCalls();
+  PagedCall C = validatePackedDecodeCall(*Def.Graph, Sig, P.Bounds, Q,
+                                         CuSeqlensQ, KV, Out, Finals, Inputs);
+  checkDecodeWorkspace(P, Workspace, WorkspaceBytes);
   pagedRunner().checkPlan(P); // a plan of another object launches nothing
   enterDevice();
   pagedRunner().run(P, C, Q, Out, Finals, Workspace, Inputs, Stream);

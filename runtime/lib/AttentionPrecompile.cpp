@@ -27,8 +27,9 @@ Attention::precompile(const PrecompileSet &What) {
 
   if (What.Forward) {
     Compile(backendAt(0).source());
-    // Calls of at most 16 queries run the short-query rule's kernel.
-    if (DecodeRule && Generated && !Packed)
+    // Calls of at most 16 queries (a packed call's max_seqlen_q) run the
+    // short-query rule's kernel.
+    if (DecodeRule && Generated)
       Compile(DecodeRule->Skel->generate(Def, Fwd.target(),
                                          DecodeRule->Config));
   }
@@ -40,15 +41,16 @@ Attention::precompile(const PrecompileSet &What) {
         Compile(Two->Skel->generate(Def, BwdTarget, Two->Config));
   }
   if (What.Decode) {
-    if (Packed)
-      throw InvalidArgument("precompile: paged decode takes a bshd or bhsd "
-                            "signature; this one is thd");
+    // Paged decode's kernels serve dense and packed (decodePagedVarlen)
+    // calls alike; mergeResults takes dense results only.
     Compile(pagedRunner().source());
     Compile(pagedAppendSource(Arch));
-    Compile(mergeResultsSource(Arch));
-    if (analysis::analyzeResultMerge(*Def.Graph).Kind ==
-        analysis::MergeKind::Combine)
-      Compile(combineMergeSource());
+    if (!Packed) {
+      Compile(mergeResultsSource(Arch));
+      if (analysis::analyzeResultMerge(*Def.Graph).Kind ==
+          analysis::MergeKind::Combine)
+        Compile(combineMergeSource());
+    }
   }
   return Out;
 }

@@ -448,6 +448,14 @@ void GeneratedBackend::launchDecode(ForwardKernel &K, const BackendProblem &P,
   CudaDriver &D = CudaDriver::get();
   attnc::DecodeArgs A{};
   fillCallArgs(A, C, T);
+  if (C.Packed) {
+    // Sq and Skv are the max lengths: the rows, row blocks and splits of
+    // the bound; each CTA reads its sequence's own from cu_seqlens.
+    A.cu_q = C.CuQ;
+    A.cu_kv = C.CuKv;
+    A.total_q = int(C.TotalQ);
+    A.total_kv = int(C.TotalKv);
+  }
   A.group = int(C.H / C.Hkv);
   A.rows = A.group * A.seq_q;
   A.row_blocks = (A.rows + K.Launch.BlockM - 1) / K.Launch.BlockM;

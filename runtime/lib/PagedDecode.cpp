@@ -93,6 +93,12 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
   d.seq_kv = int(P.Bounds.MaxSeqlenKv);
   d.group = int(S.H / S.Hkv);
   d.rows = d.group * d.seq_q;
+  if (S.Packed) {
+    // Sq is the plan's bound on a sequence's queries; each CTA reads its
+    // own count from cu_seqlens_q (q's batch strides are 0).
+    d.cu_q = S.CuQ;
+    d.total_q = int(S.TotalQ);
+  }
   d.row_blocks = P.RowBlocks;
   d.splits = P.Splits;
   d.blocks_per_split = P.BlocksPerSplit;
@@ -116,12 +122,11 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
     return;
   if (!Merge)
     throw InternalError("paged decode split without a merge kernel");
-  // The merge kernel reads the DecodeArgs the split kernel's arguments
-  // start with.
-  void *MergeParams[] = {&A.d, Slots.data()};
+  // The merge kernel takes the split kernel's arguments (each sequence's
+  // length from its pages, for the epilogue's q_idx).
   D.check(D.cuLaunchKernel(Merge, unsigned(S.B * S.H * S.Sq), 1, 1,
                            unsigned(Target.HeadDimV / 2), 1, 1, 0, Stream,
-                           MergeParams, nullptr),
+                           Params, nullptr),
           "launch attnc_decode_merge");
 }
 

@@ -82,6 +82,27 @@ PagedCall validatePagedCall(const ir::Graph &G, const Signature &Sig,
                             const PagedKV &KV, const TensorView &Out,
                             const TensorView *Finals, const InputMap &Inputs);
 
+/// cu_seqlens_q of a packed paged call: int32 [batch + 1], contiguous, at
+/// least two entries (InvalidArgument naming it).
+void checkCuSeqlensQ(const TensorView &T);
+
+/// The bounds a packed decode call's tensors describe (decodePagedVarlen):
+/// cu_seqlens_q's batch, q's heads, \p MaxSeqlenQ (1 to 16), the caches'
+/// KV heads and page size, KV.MaxSeqlenKv; Packed set.
+DecodeBounds packedDecodeBounds(const Signature &Sig, const TensorView &Q,
+                                const TensorView &CuSeqlensQ,
+                                int64_t MaxSeqlenQ, const PagedKV &KV);
+
+/// validatePagedCall for a packed call of a plan made with Packed: q and
+/// out [Tq, H, D], cu_seqlens_q [B + 1], finals [F, H, Tq]; with
+/// KV.Host->CuSeqlensQ, every query range on the host too.
+PagedCall validatePackedDecodeCall(const ir::Graph &G, const Signature &Sig,
+                                   const DecodeBounds &B, const TensorView &Q,
+                                   const TensorView &CuSeqlensQ,
+                                   const PagedKV &KV, const TensorView &Out,
+                                   const TensorView *Finals,
+                                   const InputMap &Inputs);
+
 /// The element strides (token, head) and token count of new K or V tokens
 /// [T, heads_kv, dim] checked for appendPaged, and the slot mapping [T]
 /// (int32 or int64).

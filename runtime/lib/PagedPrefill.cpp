@@ -22,7 +22,8 @@ namespace {
 
 bool isPowerOfTwo(int64_t X) { return X > 0 && (X & (X - 1)) == 0; }
 
-/// cu_seqlens_q: int32 [batch + 1], contiguous, at least two entries.
+} // namespace
+
 void checkCuSeqlensQ(const TensorView &T) {
   const char *Name = "cu_seqlens_q";
   checkNotNull(Name, T);
@@ -38,8 +39,6 @@ void checkCuSeqlensQ(const TensorView &T) {
                         "least 1, got {} entries",
                         Name, T.Shape[0]));
 }
-
-} // namespace
 
 PrefillPlan makePrefillPlan(const PrefillBounds &B, int BlockM, int BlockN) {
   if (B.Batch < 1 || B.Batch > 65535)

@@ -271,6 +271,9 @@ PagedCall validatePagedCall(const ir::Graph &G, const Signature &Sig,
                             const DecodeBounds &B, const TensorView &Q,
                             const PagedKV &KV, const TensorView &Out,
                             const TensorView *Finals, const InputMap &Inputs) {
+  if (B.Packed)
+    invalid("plan: made for packed calls (bounds with Packed set); run it "
+            "with runDecodeVarlen");
   DecodeBounds Got = pagedCallBounds(Sig, Q, KV);
   if (Got.Batch != B.Batch || Got.QueriesPerSeq != B.QueriesPerSeq ||
       Got.Heads != B.Heads)
@@ -301,6 +304,104 @@ PagedCall validatePagedCall(const ir::Graph &G, const Signature &Sig,
   S.Hkv = B.HeadsKv;
   S.Sq = B.QueriesPerSeq;
   S.Skv = B.MaxSeqlenKv;
+  storeStrides(S.Q, q);
+  storeStrides(S.O, o);
+  checkPagedInputs(G, S, Finals, Inputs, "paged decode");
+  return C;
+}
+
+void checkCuSeqlensQHost(const int32_t *Cu, int64_t Batch, int64_t MaxQueries,
+                         int64_t Tokens) {
+  if (Cu[0] != 0)
+    invalid(fmt::format("cu_seqlens_q: expected to start at 0, got {}", Cu[0]));
+  for (int64_t b = 0; b < Batch; ++b) {
+    int64_t N = int64_t(Cu[b + 1]) - Cu[b];
+    if (N < 0)
+      invalid(fmt::format("cu_seqlens_q: decreases from {} to {} at entry {} "
+                          "(sequence {} would have {} queries)",
+                          Cu[b], Cu[b + 1], b + 1, b, N));
+    if (N > MaxQueries)
+      invalid(fmt::format("cu_seqlens_q: sequence {} has {} queries, above "
+                          "the bound {}",
+                          b, N, MaxQueries));
+  }
+  if (Cu[Batch] > Tokens)
+    invalid(fmt::format("cu_seqlens_q: ends at {}, past q's {} tokens",
+                        Cu[Batch], Tokens));
+}
+
+DecodeBounds packedDecodeBounds(const Signature &Sig, const TensorView &Q,
+                                const TensorView &CuSeqlensQ,
+                                int64_t MaxSeqlenQ, const PagedKV &KV) {
+  SeqTensor q = checkSeqTensor("q", Q, Sig.Dtype, Layout::THD, Sig.HeadDim);
+  checkCuSeqlensQ(CuSeqlensQ);
+  int64_t Hkv = 0;
+  PageGeometry K = checkCache("k_cache", KV.KCache, Sig, KV.Layout,
+                              Sig.HeadDim, Hkv);
+  if (MaxSeqlenQ < 1 || MaxSeqlenQ > codegen::DecodeMaxQueries)
+    invalid(fmt::format("max_seqlen_q: expected 1 to {} (decode's queries "
+                        "per sequence), got {}",
+                        codegen::DecodeMaxQueries, MaxSeqlenQ));
+  DecodeBounds B;
+  B.Batch = CuSeqlensQ.Shape[0] - 1;
+  B.Heads = q.H;
+  B.HeadsKv = Hkv;
+  B.QueriesPerSeq = MaxSeqlenQ;
+  B.MaxSeqlenKv = KV.MaxSeqlenKv;
+  B.PageSize = K.PageSize;
+  B.Packed = true;
+  return B;
+}
+
+PagedCall validatePackedDecodeCall(const ir::Graph &G, const Signature &Sig,
+                                   const DecodeBounds &B, const TensorView &Q,
+                                   const TensorView &CuSeqlensQ,
+                                   const PagedKV &KV, const TensorView &Out,
+                                   const TensorView *Finals,
+                                   const InputMap &Inputs) {
+  if (!B.Packed)
+    invalid("plan: made for dense calls (runDecode); a packed call needs a "
+            "plan of bounds with Packed set");
+  SeqTensor q = checkSeqTensor("q", Q, Sig.Dtype, Layout::THD, Sig.HeadDim);
+  if (q.H != B.Heads)
+    invalid(fmt::format("q: expected {} heads (the plan's), got {}", B.Heads,
+                        q.H));
+  if (q.S > (int64_t(1) << 30))
+    invalid(fmt::format("q: at most 2^30 tokens, got {}", q.S));
+  checkCuSeqlensQ(CuSeqlensQ);
+  if (CuSeqlensQ.Shape[0] != B.Batch + 1)
+    invalid(fmt::format("cu_seqlens_q: expected shape [{}] (the plan's batch "
+                        "+ 1), got {}",
+                        B.Batch + 1, shapeText(CuSeqlensQ.Shape)));
+  PagedCall C;
+  int64_t Hkv = checkCaches(Sig, KV, C);
+  if (Hkv != B.HeadsKv || C.K.PageSize != B.PageSize)
+    invalid(fmt::format("k_cache: expected heads_kv {} and page size {} (the "
+                        "plan's), got {} and {}",
+                        B.HeadsKv, B.PageSize, Hkv, C.K.PageSize));
+  if (KV.MaxSeqlenKv < 0 || KV.MaxSeqlenKv > B.MaxSeqlenKv)
+    invalid(fmt::format("max_seqlen_kv: expected 0 to the plan's bound {}, "
+                        "got {}",
+                        B.MaxSeqlenKv, KV.MaxSeqlenKv));
+  SeqTensor o =
+      checkSeqTensor("out", Out, Sig.Dtype, Layout::THD, Sig.HeadDimV);
+  if (o.S != q.S || o.H != q.H)
+    invalid(fmt::format("out: expected tokens {} and heads {} (as q), got {} "
+                        "and {}",
+                        q.S, q.H, o.S, o.H));
+  checkPageForm(KV, B.Batch, B.PageSize, B.MaxSeqlenKv, C);
+  if (KV.Host && KV.Host->CuSeqlensQ)
+    checkCuSeqlensQHost(KV.Host->CuSeqlensQ, B.Batch, B.QueriesPerSeq, q.S);
+
+  CallShape &S = C.Shape;
+  S.B = B.Batch;
+  S.H = B.Heads;
+  S.Hkv = B.HeadsKv;
+  S.Sq = B.QueriesPerSeq;
+  S.Skv = B.MaxSeqlenKv;
+  S.Packed = true;
+  S.TotalQ = q.S;
+  S.CuQ = static_cast<const int *>(CuSeqlensQ.Data);
   storeStrides(S.Q, q);
   storeStrides(S.O, o);
   checkPagedInputs(G, S, Finals, Inputs, "paged decode");

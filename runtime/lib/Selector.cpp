@@ -221,9 +221,8 @@ KernelChoice KernelSelector::forShape(const TuneShape &S,
 }
 
 std::optional<KernelChoice> decodeChoice(const KernelTarget &T,
-                                         const KernelPolicy &P, int64_t Sq,
-                                         bool Packed) {
-  if (P.Named || P.Config || Packed || Sq > codegen::DecodeMaxQueries ||
+                                         const KernelPolicy &P, int64_t Sq) {
+  if (P.Named || P.Config || Sq > codegen::DecodeMaxQueries ||
       T.Kind != ir::DefinitionKind::Transformer || T.Dir != Direction::Forward)
     return std::nullopt;
   for (const Skeleton *S : skeletonTable())

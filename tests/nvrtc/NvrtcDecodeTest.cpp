@@ -130,18 +130,17 @@ TEST_CASE("decode: the short-query rule and the split", "[decode]") {
       Def, runtime::Direction::Forward, DType::F16, 128, 128, GpuArch::Sm90a);
   runtime::KernelPolicy None;
   for (int64_t Sq : {1, 4, 16}) {
-    std::optional<runtime::KernelChoice> C =
-        runtime::decodeChoice(T, None, Sq, /*Packed=*/false);
+    // A dense call's queries or a packed call's max_seqlen_q alike.
+    std::optional<runtime::KernelChoice> C = runtime::decodeChoice(T, None, Sq);
     REQUIRE(C);
     CHECK(C->str() == "decode_sm80 dec.m16n64w4s3 (default)");
   }
-  CHECK(!runtime::decodeChoice(T, None, 17, false));
-  CHECK(!runtime::decodeChoice(T, None, 1, /*Packed=*/true));
+  CHECK(!runtime::decodeChoice(T, None, 17));
   // A named skeleton or configuration is kept.
   CHECK(!runtime::decodeChoice(
-      T, runtime::KernelPolicy::parse(T, "fwd_sm80", ""), 1, false));
+      T, runtime::KernelPolicy::parse(T, "fwd_sm80", ""), 1));
   CHECK(!runtime::decodeChoice(
-      T, runtime::KernelPolicy::parse(T, "", "m64n64w4s2"), 1, false));
+      T, runtime::KernelPolicy::parse(T, "", "m64n64w4s2"), 1));
   // Named, it is the choice made without a shape; never by default.
   CHECK(runtime::chooseWithoutShape(
             T, runtime::KernelPolicy::parse(T, "decode_sm80", ""))

@@ -233,8 +233,13 @@ TEST_CASE("precompile for several archs, and the linear twin",
   Decode.Forward = false;
   Decode.Decode = true;
   Attention Packed(Def, Thd);
-  CHECK_THROWS_WITH(Packed.precompile(Decode),
-                    Contains("paged decode takes a bshd or bhsd signature"));
+  // A packed signature's decode set: paged decode's kernels (they serve
+  // decodePagedVarlen) and the append; no merge (mergeResults takes dense
+  // results).
+  std::vector<PrecompiledKernel> PK = Packed.precompile(Decode);
+  REQUIRE(PK.size() == 2);
+  CHECK_THAT(PK[0].Source.Key, Contains("decode_paged_sm80"));
+  CHECK_THAT(PK[1].Source.Key, Contains("paged_append"));
 
   dsl::LinearAttentionDef Gla = examples::simpleGla();
   LinearSignature L;

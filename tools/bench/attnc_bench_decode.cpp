@@ -15,7 +15,10 @@
 // sequence in a shuffled order), and an argument graph:B:KV times a 32-layer
 // decode step of that shape: the host's time to issue it eagerly (32
 // runDecode calls) and as one CUDA graph replay, and the device time of
-// each.
+// each. packed:B:KV:Q times packed (THD) decode against dense decode with
+// Q queries for every sequence: forwardVarlen against forward, and
+// runDecodeVarlen against runDecode (pages of 16); use an unmasked
+// definition (mha_full), since a dense forward's q_idx counts from 0.
 #include "BenchJson.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
@@ -180,6 +183,101 @@ void graphStep(runtime::Attention &Att, const BenchCommand &Cmd,
   Drv.cuStreamDestroy(S);
 }
 
+/// Packed (THD) decode against dense decode at equal counts: \p Q queries
+/// for each of \p B sequences of \p KV keys, over the same K/V memory
+/// ([B, KV, HKV, D] dense is [B·KV, HKV, D] packed): forward (the dense
+/// Attention \p Att) against forwardVarlen of a THD signature, and paged
+/// (pages of 16) runDecode against runDecodeVarlen. Two rounds, each call
+/// in turn, medians of CUDA events.
+void packedVsDense(runtime::Attention &Att, const BenchCommand &Cmd,
+                   const runtime::InputMap &Inputs, int HQ, int HKV, int D, int B,
+                   int KV, int Q, const std::vector<uint16_t> &Block) {
+  runtime::Signature Sig;
+  Sig.Dtype = Cmd.Dtype;
+  Sig.HeadDim = Sig.HeadDimV = D;
+  Sig.TensorLayout = Layout::THD;
+  Sig.Backend = "generated";
+  // Named: what the short-query rule picks for these calls anyway, and no
+  // forward skeleton's kernel to compile.
+  Sig.Skeleton = "decode_sm80";
+  runtime::Attention Packed(makeDefinition(Cmd.Name), Sig);
+  const DType ET = Cmd.Dtype;
+  const size_t KvBytes = size_t(B) * KV * HKV * D * 2;
+  const int64_t Tq = int64_t(B) * Q, Tkv = int64_t(B) * KV;
+  const size_t NF = Att.finalNames().size();
+  std::vector<std::unique_ptr<DeviceBuffer>> QB, K, V;
+  QB.push_back(std::make_unique<DeviceBuffer>(size_t(Tq) * HQ * D * 2));
+  K.push_back(std::make_unique<DeviceBuffer>(KvBytes));
+  V.push_back(std::make_unique<DeviceBuffer>(KvBytes));
+  fillRepeated(*QB[0], Block);
+  fillRepeated(*K[0], Block);
+  fillRepeated(*V[0], Block);
+  DeviceBuffer Out(size_t(Tq) * HQ * D * 2), Finals(std::max<size_t>(1, NF) * Tq * HQ * 4),
+      CuQ(size_t(B + 1) * 4), CuKv(size_t(B + 1) * 4);
+  std::vector<int32_t> Cq(B + 1), Ck(B + 1);
+  for (int b = 0; b <= B; ++b) {
+    Cq[b] = b * Q;
+    Ck[b] = b * KV;
+  }
+  CuQ.upload(Cq.data(), CuQ.size());
+  CuKv.upload(Ck.data(), CuKv.size());
+  using runtime::TensorView;
+  TensorView FDense = TensorView::contiguous(Finals.get(), DType::F32,
+                                             {int64_t(NF), B, HQ, Q});
+  TensorView FPacked = TensorView::contiguous(Finals.get(), DType::F32,
+                                              {int64_t(NF), HQ, Tq});
+  TensorView QP = TensorView::contiguous(QB[0]->get(), ET, {Tq, HQ, D});
+  TensorView OP = TensorView::contiguous(Out.get(), ET, {Tq, HQ, D});
+  TensorView CuQV = TensorView::contiguous(CuQ.get(), DType::I32, {B + 1});
+  runtime::VarlenBatch VB;
+  VB.CuSeqlensQ = CuQV;
+  VB.CuSeqlensKv = TensorView::contiguous(CuKv.get(), DType::I32, {B + 1});
+  VB.MaxSeqlenQ = Q;
+  VB.MaxSeqlenKv = KV;
+  Paged P(Att, Cmd.Dtype, B, HQ, HKV, D, KV, 16, 1, K, V);
+  runtime::DecodeBounds PB{B, HQ, HKV, Q, KV, 16};
+  runtime::DecodePlan DensePlan = Att.planDecode(PB);
+  PB.Packed = true;
+  runtime::DecodePlan PackedPlan = Att.planDecode(PB);
+  DeviceBuffer Work(std::max<size_t>({16, DensePlan.WorkspaceBytes, PackedPlan.WorkspaceBytes}));
+  const TensorView *FD = NF ? &FDense : nullptr, *FP = NF ? &FPacked : nullptr;
+  auto Dense = [&](int) {
+    Att.forward(TensorView::contiguous(QB[0]->get(), ET, {B, Q, HQ, D}),
+                TensorView::contiguous(K[0]->get(), ET, {B, KV, HKV, D}),
+                TensorView::contiguous(V[0]->get(), ET, {B, KV, HKV, D}),
+                TensorView::contiguous(Out.get(), ET, {B, Q, HQ, D}), FD, Inputs);
+  };
+  auto PackedFwd = [&](int) {
+    Packed.forwardVarlen(QP, TensorView::contiguous(K[0]->get(), ET, {Tkv, HKV, D}),
+                         TensorView::contiguous(V[0]->get(), ET, {Tkv, HKV, D}), OP, FP,
+                         VB, Inputs);
+  };
+  auto PagedDense = [&](int) {
+    Att.runDecode(DensePlan, TensorView::contiguous(QB[0]->get(), ET, {B, Q, HQ, D}),
+                  P.view(0), TensorView::contiguous(Out.get(), ET, {B, Q, HQ, D}), FD,
+                  Work.get(), Work.size(), Inputs);
+  };
+  auto PagedPacked = [&](int) {
+    Att.runDecodeVarlen(PackedPlan, QP, CuQV, P.view(0), OP, FP, Work.get(), Work.size(),
+                        Inputs);
+  };
+  auto Gbs = [&](double Ms) { return 2.0 * KvBytes / (Ms * 1e-3) / 1e9; };
+  for (int Round = 0; Round < 2; ++Round) {
+    double Dm = runtime::medianEventMs(Dense, 5, 30);
+    double Pm = runtime::medianEventMs(PackedFwd, 5, 30);
+    double PDm = runtime::medianEventMs(PagedDense, 5, 30);
+    double PPm = runtime::medianEventMs(PagedPacked, 5, 30);
+    std::printf("attnc %s %s hq%d hkv%d d%d B%d KV%d q%d round %d: contiguous dense "
+                "%.1f us (%.0f GB/s), packed %.1f us (%.0f GB/s, %.3fx dense); paged16 "
+                "dense %.1f us (%.0f GB/s), packed %.1f us (%.0f GB/s, %.3fx dense; "
+                "splits %d)\n",
+                Cmd.Name.c_str(), std::string(dtypeName(Cmd.Dtype)).c_str(), HQ, HKV, D, B,
+                KV, Q, Round, Dm * 1e3, Gbs(Dm), Pm * 1e3, Gbs(Pm), Dm / Pm, PDm * 1e3,
+                Gbs(PDm), PPm * 1e3, Gbs(PPm), PDm / PPm, PackedPlan.Splits);
+    std::fflush(stdout);
+  }
+}
+
 } // namespace
 
 int main(int Argc, char **Argv) {
@@ -217,6 +315,11 @@ int main(int Argc, char **Argv) {
     DType ET = Cmd.Dtype;
     for (int I = 6; I < Argc; ++I) { // after NAME DTYPE HQ HKV D
       int B = 0, KV = 0;
+      int NQ = 0;
+      if (std::sscanf(Argv[I], "packed:%d:%d:%d", &B, &KV, &NQ) == 3) {
+        packedVsDense(Att, Cmd, Inputs, HQ, HKV, D, B, KV, NQ, Block);
+        continue;
+      }
       if (std::sscanf(Argv[I], "graph:%d:%d", &B, &KV) == 2) {
         graphStep(Att, Cmd, Inputs, HQ, HKV, D, B, KV, Block);
         continue;

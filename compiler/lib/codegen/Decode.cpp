@@ -205,13 +205,15 @@ std::string decodeMergeStruct(const ir::Graph &G,
 }
 
 /// The decode kernels rendered from \p Template, \p Skeleton naming them
-/// in the key, \p Entry the split kernel's entry.
+/// in the key, \p Entry the split kernel's entry; the merge kernel takes
+/// the split kernel's arguments (PagedDecodeArgs where \p Paged: a
+/// sequence's length, for the epilogue's q_idx, comes from its pages).
 static KernelSource generateDecodeFrom(const CompiledDefinition &Def,
                                        const KernelSpec &Spec,
                                        const DecodeConfig &C,
                                        llvm::StringRef Template,
                                        llvm::StringRef Skeleton,
-                                       llvm::StringRef Entry) {
+                                       llvm::StringRef Entry, bool Paged) {
   if (Def.Graph->decls().Kind != ir::DefinitionKind::Transformer)
     throw NotSupportedYet("decode for linear attention ('" +
                           Def.Graph->name() + "')");
@@ -239,12 +241,14 @@ static KernelSource generateDecodeFrom(const CompiledDefinition &Def,
           ? "// No merge kernel: " + M.Reason + "; decode never splits.\n"
           : fmt::format(
                 "extern \"C\" __global__ void __launch_bounds__({0})\n"
-                "attnc_decode_merge(const attnc::DecodeArgs a, const "
+                "attnc_decode_merge(const attnc::{3} a, const "
                 "attnc_gen::Inputs in) {{\n"
-                "  attnc::decode_merge<attnc_gen::Variant, attnc_gen::Merge, "
+                "  attnc::{4}<attnc_gen::Variant, attnc_gen::Merge, "
                 "attnc::{1}, {2}>(a, in);\n"
                 "}}\n",
-                Spec.HeadDimV / 2, Values["dtype"], Spec.HeadDimV);
+                Spec.HeadDimV / 2, Values["dtype"], Spec.HeadDimV,
+                Paged ? "PagedDecodeArgs" : "DecodeArgs",
+                Paged ? "decode_merge_paged" : "decode_merge");
   Src.Source = render(Template, templateText(Template), Values);
   return Src;
 }
@@ -252,14 +256,15 @@ static KernelSource generateDecodeFrom(const CompiledDefinition &Def,
 KernelSource generateDecode(const CompiledDefinition &Def,
                             const KernelSpec &Spec, const DecodeConfig &C) {
   return generateDecodeFrom(Def, Spec, C, "decode_sm80.cu.in", "decode_sm80",
-                            "attnc_decode");
+                            "attnc_decode", /*Paged=*/false);
 }
 
 KernelSource generatePagedDecode(const CompiledDefinition &Def,
                                  const KernelSpec &Spec,
                                  const DecodeConfig &C) {
   return generateDecodeFrom(Def, Spec, C, "decode_paged_sm80.cu.in",
-                            "decode_paged_sm80", "attnc_decode_paged");
+                            "decode_paged_sm80", "attnc_decode_paged",
+                            /*Paged=*/true);
 }
 
 KernelSource generateMergeResults(const CompiledDefinition &Def,

@@ -60,8 +60,9 @@ KernelSource generateDecode(const CompiledDefinition &Def,
                             const KernelSpec &Spec, const DecodeConfig &C);
 
 /// The paged decode kernels of \p Def: attnc_decode_paged (the split
-/// kernel over K/V in pages, attnc::PagedDecodeArgs) and the same
-/// attnc_decode_merge as generateDecode's.
+/// kernel over K/V in pages, attnc::PagedDecodeArgs) and its
+/// attnc_decode_merge (the same merge as generateDecode's, taking the
+/// PagedDecodeArgs: the epilogue's q_idx needs each sequence's length).
 KernelSource generatePagedDecode(const CompiledDefinition &Def,
                                  const KernelSpec &Spec, const DecodeConfig &C);
 

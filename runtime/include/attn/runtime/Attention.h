@@ -107,10 +107,11 @@ struct Signature {
   std::optional<GpuArch> Arch;
   /// The forward's skeleton, by its table name ("fwd_sm90", "fwd_sm80",
   /// "decode_sm80"); empty: decode_sm80 for a dense call of at most 16
-  /// queries (the short-query rule, Selector.h's decodeChoice), else the
-  /// first of the table that supports the signature on the arch (fwd_sm90
-  /// on sm_90a where it runs the head dims, else fwd_sm80). Naming
-  /// decode_sm80 makes a call of more than 16 queries an InvalidArgument.
+  /// queries or a packed one whose max_seqlen_q is at most 16 (the
+  /// short-query rule, Selector.h's decodeChoice), else the first of the
+  /// table that supports the signature on the arch (fwd_sm90 on sm_90a
+  /// where it runs the head dims, else fwd_sm80). Naming decode_sm80 makes
+  /// a call of more than 16 queries an InvalidArgument.
   std::string Skeleton;
   /// The forward's configuration in its skeleton's form ("m128n64w4s2",
   /// "sm90.m128n128s3"; it implies the skeleton when Skeleton is empty).
@@ -330,6 +331,31 @@ public:
                  void *Workspace, size_t WorkspaceBytes,
                  const InputMap &Inputs = {}, CUstream Stream = nullptr);
 
+  /// Packed (THD) decode over a paged KV cache: q [Tq, H, D] and out [Tq,
+  /// H, DV] (whatever the signature's layout), sequence b's queries the
+  /// tokens [cu_seqlens_q[b], cu_seqlens_q[b + 1]) (int32 [B + 1], device
+  /// data), 0 to \p MaxSeqlenQ of them (at most 16); finals [F, H, Tq]
+  /// as a packed forward's. Query i of a sequence of n queries and L keys
+  /// is q_idx L - n + i. The same kernels as decodePaged (split over the
+  /// keys and merged likewise); KV as decodePaged's. With
+  /// KV.Host->CuSeqlensQ, the query ranges are checked on the host too.
+  void decodePagedVarlen(const TensorView &Q, const TensorView &CuSeqlensQ,
+                         int64_t MaxSeqlenQ, const PagedKV &KV,
+                         const TensorView &Out, const TensorView *Finals,
+                         const InputMap &Inputs = {}, CUstream Stream = nullptr);
+
+  /// One packed decode call of plan \p P (planDecode of bounds with
+  /// Packed set: QueriesPerSeq bounds each sequence's queries), arguments
+  /// as decodePagedVarlen's; as runDecode, no host decision, allocation or
+  /// synchronisation, so a captured graph replays with new counts in
+  /// cu_seqlens_q (within the plan's bound and q's tokens), lengths, page
+  /// tables and q.
+  void runDecodeVarlen(const DecodePlan &P, const TensorView &Q,
+                       const TensorView &CuSeqlensQ, const PagedKV &KV,
+                       const TensorView &Out, const TensorView *Finals,
+                       void *Workspace, size_t WorkspaceBytes,
+                       const InputMap &Inputs = {}, CUstream Stream = nullptr);
+
   /// Paged prefill (attn/runtime/Paged.h): a packed batch of new query
   /// tokens over each sequence's paged keys. q [Tq, H, D] and out [Tq, H,
   /// DV] (whatever the signature's layout), sequence b's queries the tokens
@@ -427,9 +453,9 @@ public:
   /// \p What's directions on this Attention's arch will load (through the
   /// kernel cache: found ones are not compiled again), and returns them,
   /// for a bundle (Bundle.h) or a warm cache. Kernels that only a shape's
-  /// tune-file entry selects are not included. InvalidArgument for Decode
-  /// with a THD signature (paged decode takes bshd or bhsd); a backward at
-  /// head dims no skeleton runs is the backward's UserError.
+  /// tune-file entry selects are not included. Decode with a THD
+  /// signature has paged decode's kernels (decodePagedVarlen) and no merge;
+  /// a backward at head dims no skeleton runs is the backward's UserError.
   std::vector<PrecompiledKernel> precompile(const PrecompileSet &What);
 
   const CompiledDefinition &definition() const;

@@ -33,6 +33,11 @@ struct PagedKVHost {
   const int32_t *Indptr = nullptr;     ///< [B + 1]
   const int32_t *Indices = nullptr;    ///< [indptr[B]]
   const int32_t *LastPageLen = nullptr; ///< [B]
+  /// A packed decode call's cu_seqlens_q [B + 1] (decodePagedVarlen,
+  /// runDecodeVarlen): where given, every sequence's query range is
+  /// checked too (from 0, never decreasing, each count within the bound,
+  /// ending within q's tokens).
+  const int32_t *CuSeqlensQ = nullptr;
 };
 
 /// The keys and values of B sequences in pages of a cache, in one of two
@@ -65,7 +70,9 @@ struct PagedKV {
 /// What a decode plan is made for: the batch, heads and queries per
 /// sequence of every run (fixed), the bound on any sequence's keys and the
 /// page size; MaxSplits caps the split over the keys (0: the heuristic's
-/// own cap, Selector.h's decodeSplit).
+/// own cap, Selector.h's decodeSplit). Packed: the plan runs packed
+/// (THD) batches (runDecodeVarlen), each sequence with its own count of
+/// queries, 0 to QueriesPerSeq, given by cu_seqlens_q on the device.
 struct DecodeBounds {
   int64_t Batch = 1;
   int64_t Heads = 1;
@@ -74,6 +81,7 @@ struct DecodeBounds {
   int64_t MaxSeqlenKv = 0;
   int64_t PageSize = 16;
   int MaxSplits = 0;
+  bool Packed = false;
 };
 
 /// A plan: the split and the workspace it needs. Made on the host once
@@ -94,6 +102,14 @@ struct DecodePlan {
 /// Floats of one split's state row in a decode workspace (the kernels'
 /// kDecodeStateFloats).
 inline constexpr int DecodeStateFloats = 8;
+
+/// The host check of a packed decode call's cu_seqlens_q (a host copy of
+/// \p Batch + 1 entries) against the bound \p MaxQueries on a sequence's
+/// queries and q's \p Tokens: InvalidArgument naming the first entry
+/// that is wrong (cu_seqlens_q[0] not 0, a decrease, a count above the
+/// bound, an end past q's tokens).
+void checkCuSeqlensQHost(const int32_t *Cu, int64_t Batch, int64_t MaxQueries,
+                         int64_t Tokens);
 
 /// The plan for \p B on a device of \p MultiProcessors SMs, with decode
 /// tiles \p BlockM x \p BlockN, o rows of \p HeadDimV and the definition's

@@ -127,15 +127,14 @@ private:
   KernelChoice Initial;
 };
 
-/// The short-query rule (docs/runtime.md, "Decode"): a dense forward call
-/// of \p Sq <= codegen::DecodeMaxQueries queries runs on the decode
-/// skeleton (its default configuration) where the policy names neither a
-/// skeleton nor a configuration and the skeleton supports \p T; else none,
-/// and the choice made without a shape stands. Packed (THD) calls keep the
-/// forward skeletons.
+/// The short-query rule (docs/runtime.md, "Decode"): a forward call of
+/// \p Sq <= codegen::DecodeMaxQueries queries per sequence (a dense call's
+/// Sq, a packed one's max_seqlen_q) runs on the decode skeleton (its
+/// default configuration) where the policy names neither a skeleton nor a
+/// configuration and the skeleton supports \p T; else none, and the
+/// choice made without a shape stands.
 std::optional<KernelChoice> decodeChoice(const KernelTarget &T,
-                                         const KernelPolicy &P, int64_t Sq,
-                                         bool Packed);
+                                         const KernelPolicy &P, int64_t Sq);
 
 /// How a decode call splits each row's keys over CTAs.
 struct DecodeSplit {
