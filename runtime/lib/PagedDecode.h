@@ -93,6 +93,23 @@ DecodeBounds packedDecodeBounds(const Signature &Sig, const TensorView &Q,
                                 const TensorView &CuSeqlensQ,
                                 int64_t MaxSeqlenQ, const PagedKV &KV);
 
+/// The plan's bounds that a packed paged call (decode or prefill) is
+/// checked against.
+struct PackedPagedBounds {
+  int64_t Batch = 0, Heads = 0, HeadsKv = 0, PageSize = 0, MaxSeqlenKv = 0;
+  int64_t MaxSeqlenQ = 0; ///< the call shape's query bound
+};
+
+/// The checks a packed paged call shares, decode or prefill: q and out
+/// [Tq, H, D] against the plan's heads, cu_seqlens_q of the plan's batch,
+/// the caches against its KV heads, page size and key bound, the page form,
+/// finals and custom inputs (\p What names the call); fills the call shape.
+PagedCall checkPackedPagedCall(const ir::Graph &G, const Signature &Sig,
+                               const PackedPagedBounds &B, const TensorView &Q,
+                               const TensorView &CuSeqlensQ, const PagedKV &KV,
+                               const TensorView &Out, const TensorView *Finals,
+                               const InputMap &Inputs, llvm::StringRef What);
+
 /// validatePagedCall for a packed call of a plan made with Packed: q and
 /// out [Tq, H, D], cu_seqlens_q [B + 1], finals [F, H, Tq]; with
 /// KV.Host->CuSeqlensQ, every query range on the host too.

@@ -97,47 +97,11 @@ PrefillCall validatePrefillCall(const ir::Graph &G, const Signature &Sig,
                                 const PagedKV &KV, const TensorView &Out,
                                 const TensorView *Finals,
                                 const InputMap &Inputs) {
-  SeqTensor q = checkSeqTensor("q", Q, Sig.Dtype, Layout::THD, Sig.HeadDim);
-  if (q.H != B.Heads)
-    invalid(fmt::format("q: expected {} heads (the plan's), got {}", B.Heads,
-                        q.H));
-  if (q.S > (int64_t(1) << 30))
-    invalid(fmt::format("q: at most 2^30 tokens, got {}", q.S));
-  checkCuSeqlensQ(CuSeqlensQ);
-  if (CuSeqlensQ.Shape[0] != B.Batch + 1)
-    invalid(fmt::format("cu_seqlens_q: expected shape [{}] (the plan's batch "
-                        "+ 1), got {}",
-                        B.Batch + 1, shapeText(CuSeqlensQ.Shape)));
+  PackedPagedBounds P{B.Batch,    B.Heads,       B.HeadsKv,
+                      B.PageSize, B.MaxSeqlenKv, B.MaxSeqlenQ};
   PrefillCall R;
-  PagedCall &C = R.Paged;
-  int64_t Hkv = checkCaches(Sig, KV, C);
-  if (Hkv != B.HeadsKv || C.K.PageSize != B.PageSize)
-    invalid(fmt::format("k_cache: expected heads_kv {} and page size {} (the "
-                        "plan's), got {} and {}",
-                        B.HeadsKv, B.PageSize, Hkv, C.K.PageSize));
-  if (KV.MaxSeqlenKv < 0 || KV.MaxSeqlenKv > B.MaxSeqlenKv)
-    invalid(fmt::format("max_seqlen_kv: expected 0 to the plan's bound {}, "
-                        "got {}",
-                        B.MaxSeqlenKv, KV.MaxSeqlenKv));
-  SeqTensor o = checkSeqTensor("out", Out, Sig.Dtype, Layout::THD, Sig.HeadDimV);
-  if (o.S != q.S || o.H != q.H)
-    invalid(fmt::format("out: expected tokens {} and heads {} (as q), got {} "
-                        "and {}",
-                        q.S, q.H, o.S, o.H));
-  checkPageForm(KV, B.Batch, B.PageSize, B.MaxSeqlenKv, C);
-
-  CallShape &S = C.Shape;
-  S.B = B.Batch;
-  S.H = B.Heads;
-  S.Hkv = B.HeadsKv;
-  S.Sq = B.MaxSeqlenQ;
-  S.Skv = B.MaxSeqlenKv;
-  S.Packed = true;
-  S.TotalQ = q.S;
-  S.CuQ = static_cast<const int *>(CuSeqlensQ.Data);
-  storeStrides(S.Q, q);
-  storeStrides(S.O, o);
-  checkPagedInputs(G, S, Finals, Inputs, "paged prefill");
+  R.Paged = checkPackedPagedCall(G, Sig, P, Q, CuSeqlensQ, KV, Out, Finals,
+                                 Inputs, "paged prefill");
   return R;
 }
 

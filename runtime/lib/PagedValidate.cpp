@@ -353,15 +353,11 @@ DecodeBounds packedDecodeBounds(const Signature &Sig, const TensorView &Q,
   return B;
 }
 
-PagedCall validatePackedDecodeCall(const ir::Graph &G, const Signature &Sig,
-                                   const DecodeBounds &B, const TensorView &Q,
-                                   const TensorView &CuSeqlensQ,
-                                   const PagedKV &KV, const TensorView &Out,
-                                   const TensorView *Finals,
-                                   const InputMap &Inputs) {
-  if (!B.Packed)
-    invalid("plan: made for dense calls (runDecode); a packed call needs a "
-            "plan of bounds with Packed set");
+PagedCall checkPackedPagedCall(const ir::Graph &G, const Signature &Sig,
+                               const PackedPagedBounds &B, const TensorView &Q,
+                               const TensorView &CuSeqlensQ, const PagedKV &KV,
+                               const TensorView &Out, const TensorView *Finals,
+                               const InputMap &Inputs, llvm::StringRef What) {
   SeqTensor q = checkSeqTensor("q", Q, Sig.Dtype, Layout::THD, Sig.HeadDim);
   if (q.H != B.Heads)
     invalid(fmt::format("q: expected {} heads (the plan's), got {}", B.Heads,
@@ -390,21 +386,38 @@ PagedCall validatePackedDecodeCall(const ir::Graph &G, const Signature &Sig,
                         "and {}",
                         q.S, q.H, o.S, o.H));
   checkPageForm(KV, B.Batch, B.PageSize, B.MaxSeqlenKv, C);
-  if (KV.Host && KV.Host->CuSeqlensQ)
-    checkCuSeqlensQHost(KV.Host->CuSeqlensQ, B.Batch, B.QueriesPerSeq, q.S);
 
   CallShape &S = C.Shape;
   S.B = B.Batch;
   S.H = B.Heads;
   S.Hkv = B.HeadsKv;
-  S.Sq = B.QueriesPerSeq;
+  S.Sq = B.MaxSeqlenQ;
   S.Skv = B.MaxSeqlenKv;
   S.Packed = true;
   S.TotalQ = q.S;
   S.CuQ = static_cast<const int *>(CuSeqlensQ.Data);
   storeStrides(S.Q, q);
   storeStrides(S.O, o);
-  checkPagedInputs(G, S, Finals, Inputs, "paged decode");
+  checkPagedInputs(G, S, Finals, Inputs, What);
+  return C;
+}
+
+PagedCall validatePackedDecodeCall(const ir::Graph &G, const Signature &Sig,
+                                   const DecodeBounds &B, const TensorView &Q,
+                                   const TensorView &CuSeqlensQ,
+                                   const PagedKV &KV, const TensorView &Out,
+                                   const TensorView *Finals,
+                                   const InputMap &Inputs) {
+  if (!B.Packed)
+    invalid("plan: made for dense calls (runDecode); a packed call needs a "
+            "plan of bounds with Packed set");
+  PackedPagedBounds P{B.Batch,    B.Heads,       B.HeadsKv,
+                      B.PageSize, B.MaxSeqlenKv, B.QueriesPerSeq};
+  PagedCall C = checkPackedPagedCall(G, Sig, P, Q, CuSeqlensQ, KV, Out, Finals,
+                                     Inputs, "paged decode");
+  if (KV.Host && KV.Host->CuSeqlensQ)
+    checkCuSeqlensQHost(KV.Host->CuSeqlensQ, B.Batch, B.QueriesPerSeq,
+                        C.Shape.TotalQ);
   return C;
 }
 
