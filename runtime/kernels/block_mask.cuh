@@ -108,6 +108,22 @@ __device__ void bound_blocks(const MaskArgs &a, const typename Variant::Inputs &
   }
 }
 
+/// Block (m, n)'s bound of each of the mask's bounded inputs, from the
+/// lines bound_blocks wrote (a key block's line for a per-key input, the
+/// query block's otherwise).
+template <class Variant>
+__device__ __forceinline__ void load_block_bounds(const MaskArgs &a, long long group,
+                                                  int m, int n, float *lo, float *hi) {
+#pragma unroll
+  for (int i = 0; i < Variant::kMaskBounds; ++i) {
+    const int line = Variant::mask_bound_by_key(i) ? n : m;
+    const float *bd = a.bounds + (((long long)i * gridDim.z + group) *
+                                      a.bound_lines + line) * 2;
+    lo[i] = bd[0];
+    hi[i] = bd[1];
+  }
+}
+
 /// Analysed masks, phase 1. grid (ceil(m_blocks·n_blocks / 256), 1, groups)
 /// x 256: one thread classifies one block from its box and the bounds of
 /// phase 0 (Variant::mask_block_class), with no element evaluation. The box
@@ -125,14 +141,7 @@ __device__ void classify_from_bounds(const MaskArgs &a,
   mask_group_coords(a.mask_grouping, group, a.heads, b, h);
   constexpr int kBounds = Variant::kMaskBounds > 0 ? Variant::kMaskBounds : 1;
   float lo[kBounds], hi[kBounds];
-#pragma unroll
-  for (int i = 0; i < Variant::kMaskBounds; ++i) {
-    const int line = Variant::mask_bound_by_key(i) ? n : m;
-    const float *bd = a.bounds + (((long long)i * gridDim.z + group) *
-                                      a.bound_lines + line) * 2;
-    lo[i] = bd[0];
-    hi[i] = bd[1];
-  }
+  load_block_bounds<Variant>(a, group, m, n, lo, hi);
   const int q_lo = m * kBlockM, q_hi = min(q_lo + kBlockM, a.seq_q) - 1;
   const int k_lo = n * kBlockN, k_end = k_lo + kBlockN;
   int c = Variant::mask_block_class(in, b, h, q_lo, q_hi, k_lo,
@@ -169,14 +178,7 @@ __device__ void classify_rows(const MaskArgs &a, const typename Variant::Inputs 
     int c = 0;
     if (n < a.n_blocks) {
       float lo[kBounds], hi[kBounds];
-#pragma unroll
-      for (int i = 0; i < Variant::kMaskBounds; ++i) {
-        const int line = Variant::mask_bound_by_key(i) ? n : m;
-        const float *bd = a.bounds + (((long long)i * gridDim.z + group) *
-                                          a.bound_lines + line) * 2;
-        lo[i] = bd[0];
-        hi[i] = bd[1];
-      }
+      load_block_bounds<Variant>(a, group, m, n, lo, hi);
       const int k_lo = n * kBlockN, k_end = k_lo + kBlockN;
       c = Variant::mask_block_class(in, b, h, q_lo, q_hi, k_lo,
                                     min(k_end, a.seq_kv) - 1, lo, hi);

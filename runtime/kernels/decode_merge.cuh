@@ -70,6 +70,22 @@ __device__ void decode_merge_row(const DecodeArgs &a, const typename Variant::In
       a.finals[decode_final_index(a, f, b, h, qs.q0, qi)] = finals[f];
 }
 
+/// The span a decode row's custom inputs are rebased by: in a packed call
+/// the queries sit at the end of their sequence's keys (q_idx shifted by
+/// the key count less the query count), in a dense one at 0.
+__device__ __forceinline__ SeqSpan decode_seq_span(const DecodeArgs &a,
+                                                   const DecodeQSpan &qs,
+                                                   const DecodeKvSpan &ks) {
+  SeqSpan sp{};
+  sp.packed = a.cu_q != nullptr;
+  sp.q0 = qs.q0;
+  sp.kv0 = ks.kv0;
+  sp.seq_q = qs.n;
+  sp.seq_kv = ks.len;
+  sp.shift = sp.packed ? ks.len - qs.n : 0;
+  return sp;
+}
+
 /// The query row of CTA blockIdx.x: (b, h, qi) over the bound's seq_q rows
 /// of each (b, h); false for a row past its sequence's queries.
 __device__ __forceinline__ bool decode_merge_row_of(const DecodeArgs &a, int &b, int &h,
@@ -90,17 +106,9 @@ __device__ void decode_merge(const DecodeArgs &a, const typename Variant::Inputs
   DecodeQSpan qs;
   if (!decode_merge_row_of(a, b, h, qi, qs))
     return;
-  const DecodeKvSpan ks = decode_kv_span(a, b);
-  const int qshift = a.cu_q ? ks.len - qs.n : 0;
-  SeqSpan sp{};
-  sp.packed = a.cu_q != nullptr;
-  sp.q0 = qs.q0;
-  sp.kv0 = ks.kv0;
-  sp.seq_q = qs.n;
-  sp.seq_kv = ks.len;
-  sp.shift = qshift;
+  const SeqSpan sp = decode_seq_span(a, qs, decode_kv_span(a, b));
   decode_merge_row<Variant, Merge, T, kDV>(a, sequence_inputs(in, sp), b, h, qi, qs,
-                                           qshift);
+                                           sp.shift);
 }
 
 /// attnc_decode_merge of paged decode: the sequence's length from its

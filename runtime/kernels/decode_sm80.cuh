@@ -98,15 +98,9 @@ struct DecodeSm80 {
                      static_cast<const unsigned short *>(a.v) + b * a.v_sb +
                          ks.kv0 * a.v_ss + hk * a.v_sh,
                      a.k_ss, a.v_ss, ks.len};
-    src.qshift = a.cu_q ? ks.len - qs.n : 0;
+    const SeqSpan sp = decode_seq_span(a, qs, ks);
+    src.qshift = sp.shift;
     src.bad = ks.bad;
-    SeqSpan sp{};
-    sp.packed = a.cu_q != nullptr;
-    sp.q0 = qs.q0;
-    sp.kv0 = ks.kv0;
-    sp.seq_q = qs.n;
-    sp.seq_kv = ks.len;
-    sp.shift = src.qshift;
     run_on(a, qs, src, sequence_inputs(in, sp), smem);
   }
 
