@@ -86,31 +86,6 @@
 
 namespace attnc {
 
-/// cp.async of rows [row0, row0 + kRows) of a tensor with kCols 16-bit
-/// columns into kCols / 64 swizzled [kRows][64] slabs, slab s at
-/// smem + s · kRows · 128. Rows at or past \p limit are zero-filled.
-template <int kRows, int kCols, int kThreads>
-__device__ __forceinline__ void load_slabs_async(u32 smem, const unsigned short *base,
-                                                 long long stride, int row0, int limit) {
-#pragma unroll
-  for (int s = 0; s < kCols / 64; ++s)
-    load_tile_async<SwizzledTile<kRows, 64>, kRows, 64, kThreads>(
-        smem + s * kRows * 128, base + s * 64, stride, row0, limit);
-}
-
-/// dQ's workspace as 16-byte stores at L2 and reductions (sm_90's
-/// red.global.add.v4.f32): \p p 16-byte aligned.
-__device__ __forceinline__ void st_cg_f4(float *p, const float (&x)[4]) {
-  asm volatile("st.global.cg.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"l"(p), "f"(x[0]), "f"(x[1]),
-               "f"(x[2]), "f"(x[3])
-               : "memory");
-}
-__device__ __forceinline__ void red_add_f4(float *p, const float (&x)[4]) {
-  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"l"(p),
-               "f"(x[0]), "f"(x[1]), "f"(x[2]), "f"(x[3])
-               : "memory");
-}
-
 /// The columns of dK, dV and dQ that warpgroup kW owns in bwd_sm90's
 /// column-split mode (each its first column and count, 64 or 128 so that
 /// every operand starts at a 64-column slab and is a wgmma N): halves, but
