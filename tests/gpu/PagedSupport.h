@@ -411,6 +411,47 @@ inline bool check(const char *What, const runtime::Attention &A, DType Dt,
 }
 
 /// The element type of q, k, v of \p T.
+/// The device buffers a captured paged call reads, at the addresses the
+/// graph holds.
+struct GraphBuffers {
+  DeviceBuffer &K, &V, &Table, &Lens, &Indptr, &Indices, &Last;
+};
+
+/// A new batch of key lengths \p Lens (pages shuffled) written into \p G
+/// for a graph replay: the plan's \p NumPages pages and a table
+/// \p MaxPages wide (1 << 30 past each sequence's pages, so that a read
+/// past them faults), caches of normal values times 3. Returns its host
+/// description.
+inline PagedHost refillGraphBatch(std::mt19937_64 &Rng, DType Dt, int Hkv,
+                                  int PageSize, int D, int64_t NumPages,
+                                  int64_t MaxPages, const std::vector<int> &Lens,
+                                  GraphBuffers G) {
+  const int B = int(Lens.size());
+  PagedHost P = makeBatch(Rng, Dt, Hkv, PageSize, PageLayout::NHD, Lens);
+  P.NumPages = NumPages;
+  std::vector<int32_t> Tab(size_t(B) * MaxPages, 1 << 30);
+  for (int b = 0; b < B; ++b)
+    for (int64_t p = 0; p < P.pages(b); ++p)
+      Tab[size_t(b) * MaxPages + p] = P.pageOf(b, p);
+  P.Table = Tab;
+  P.MaxPages = MaxPages;
+  const size_t CacheElems = size_t(NumPages) * PageSize * Hkv * D;
+  std::vector<uint16_t> KH(CacheElems), VH(CacheElems);
+  std::normal_distribution<double> N(0.0, 1.0);
+  for (size_t I = 0; I < CacheElems; ++I)
+    KH[I] = VH[I] = toBits(Dt, 3 * N(Rng));
+  scatterToPages(P, B, Hkv, PageSize, D, KH, VH);
+  G.K.upload(KH.data(), G.K.size());
+  G.V.upload(VH.data(), G.V.size());
+  G.Table.upload(P.Table.data(), P.Table.size() * 4);
+  G.Lens.upload(P.SeqLens.data(), B * 4);
+  G.Indptr.upload(P.Indptr.data(), (B + 1) * 4);
+  if (!P.Indices.empty())
+    G.Indices.upload(P.Indices.data(), P.Indices.size() * 4);
+  G.Last.upload(P.LastPageLen.data(), B * 4);
+  return P;
+}
+
 inline DType elemOf(DType T) {
   return T;
 }

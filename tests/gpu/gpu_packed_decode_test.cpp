@@ -317,27 +317,8 @@ bool graphReplay(const std::string &Def, bool Csr, uint64_t Seed) {
       {{0, 0, 1, 0}, {0, 30, 5, 2048}}};
   for (size_t R = 0; R < Rounds.size(); ++R) {
     const auto &[Counts, L] = Rounds[R];
-    PagedHost P = makeBatch(Rng, Dt, Hkv, PS, PageLayout::NHD, L);
-    P.NumPages = NumPages;
-    std::vector<int32_t> Tab(size_t(B) * MaxPages, 1 << 30);
-    for (int b = 0; b < B; ++b)
-      for (int64_t p = 0; p < P.pages(b); ++p)
-        Tab[size_t(b) * MaxPages + p] = P.pageOf(b, p);
-    P.Table = Tab;
-    P.MaxPages = MaxPages;
-    std::vector<uint16_t> KH(CacheElems), VH(CacheElems);
-    std::normal_distribution<double> N(0.0, 1.0);
-    for (size_t I = 0; I < CacheElems; ++I)
-      KH[I] = VH[I] = toBits(Dt, 3 * N(Rng));
-    scatterToPages(P, B, Hkv, PS, D, KH, VH);
-    KC.upload(KH.data(), KC.size());
-    VC.upload(VH.data(), VC.size());
-    Table.upload(P.Table.data(), P.Table.size() * 4);
-    Lens.upload(P.SeqLens.data(), B * 4);
-    Indptr.upload(P.Indptr.data(), (B + 1) * 4);
-    if (!P.Indices.empty())
-      Indices.upload(P.Indices.data(), P.Indices.size() * 4);
-    Last.upload(P.LastPageLen.data(), B * 4);
+    PagedHost P = refillGraphBatch(Rng, Dt, Hkv, PS, D, NumPages, MaxPages, L,
+                                   {KC, VC, Table, Lens, Indptr, Indices, Last});
     Queries X = makeQueries(Rng, Dt, H, Counts, 0);
     X.Tq = Tq;
     X.Bits.resize(size_t(Tq) * H * D, toBits(Dt, 0.5));

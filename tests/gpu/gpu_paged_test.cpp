@@ -189,28 +189,9 @@ bool graphReplay(const std::string &Def, bool Csr, uint64_t Seed) {
   const std::vector<std::vector<int>> Rounds = {
       {4096, 1, 0, 777}, {33, 4000, 2048, 16}, {0, 0, 4095, 1}};
   for (size_t R = 0; R < Rounds.size(); ++R) {
-    PagedHost P = makeBatch(Rng, Dt, Hkv, PageSize, PageLayout::NHD, Rounds[R]);
-    // The bound's pages and table width, whatever this round uses.
-    P.NumPages = NumPages;
-    std::vector<int32_t> Tab(size_t(B) * MaxPages, 1 << 30);
-    for (int b = 0; b < B; ++b)
-      for (int64_t p = 0; p < P.pages(b); ++p)
-        Tab[size_t(b) * MaxPages + p] = P.pageOf(b, p);
-    P.Table = Tab;
-    P.MaxPages = MaxPages;
-    std::vector<uint16_t> KH(CacheElems), VH(CacheElems);
+    PagedHost P = refillGraphBatch(Rng, Dt, Hkv, PageSize, D, NumPages, MaxPages,
+                                   Rounds[R], {KC, VC, Table, Lens, Indptr, Indices, Last});
     std::normal_distribution<double> N(0.0, 1.0);
-    for (size_t I = 0; I < CacheElems; ++I)
-      KH[I] = VH[I] = toBits(Dt, 3 * N(Rng));
-    scatterToPages(P, B, Hkv, PageSize, D, KH, VH);
-    KC.upload(KH.data(), KC.size());
-    VC.upload(VH.data(), VC.size());
-    Table.upload(P.Table.data(), P.Table.size() * 4);
-    Lens.upload(P.SeqLens.data(), B * 4);
-    Indptr.upload(P.Indptr.data(), (B + 1) * 4);
-    if (!P.Indices.empty())
-      Indices.upload(P.Indices.data(), P.Indices.size() * 4);
-    Last.upload(P.LastPageLen.data(), B * 4);
     std::vector<uint16_t> QBits(size_t(B) * H * D);
     for (uint16_t &X : QBits)
       X = toBits(Dt, N(Rng));
