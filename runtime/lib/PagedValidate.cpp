@@ -267,6 +267,21 @@ DecodeBounds pagedCallBounds(const Signature &Sig, const TensorView &Q,
   return B;
 }
 
+/// The caches' KV heads and page size, and the call's key bound, against
+/// the plan's (InvalidArgument naming k_cache or max_seqlen_kv).
+static void checkKvAgainstPlan(int64_t HeadsKv, int64_t PageSize,
+                               int64_t MaxSeqlenKv, int64_t PlanHeadsKv,
+                               int64_t PlanPageSize, int64_t PlanMaxSeqlenKv) {
+  if (HeadsKv != PlanHeadsKv || PageSize != PlanPageSize)
+    invalid(fmt::format("k_cache: expected heads_kv {} and page size {} (the "
+                        "plan's), got {} and {}",
+                        PlanHeadsKv, PlanPageSize, HeadsKv, PageSize));
+  if (MaxSeqlenKv < 0 || MaxSeqlenKv > PlanMaxSeqlenKv)
+    invalid(fmt::format("max_seqlen_kv: expected 0 to the plan's bound {}, "
+                        "got {}",
+                        PlanMaxSeqlenKv, MaxSeqlenKv));
+}
+
 PagedCall validatePagedCall(const ir::Graph &G, const Signature &Sig,
                             const DecodeBounds &B, const TensorView &Q,
                             const PagedKV &KV, const TensorView &Out,
@@ -281,14 +296,8 @@ PagedCall validatePagedCall(const ir::Graph &G, const Signature &Sig,
                         "plan's), got {}, {} and {}",
                         B.Batch, B.QueriesPerSeq, B.Heads, Got.Batch,
                         Got.QueriesPerSeq, Got.Heads));
-  if (Got.HeadsKv != B.HeadsKv || Got.PageSize != B.PageSize)
-    invalid(fmt::format("k_cache: expected heads_kv {} and page size {} (the "
-                        "plan's), got {} and {}",
-                        B.HeadsKv, B.PageSize, Got.HeadsKv, Got.PageSize));
-  if (KV.MaxSeqlenKv < 0 || KV.MaxSeqlenKv > B.MaxSeqlenKv)
-    invalid(fmt::format("max_seqlen_kv: expected 0 to the plan's bound {}, "
-                        "got {}",
-                        B.MaxSeqlenKv, KV.MaxSeqlenKv));
+  checkKvAgainstPlan(Got.HeadsKv, Got.PageSize, KV.MaxSeqlenKv, B.HeadsKv,
+                     B.PageSize, B.MaxSeqlenKv);
   PagedCall C;
   checkCaches(Sig, KV, C);
   SeqTensor q = checkSeqTensor("q", Q, Sig.Dtype, Sig.TensorLayout, Sig.HeadDim);
@@ -371,14 +380,8 @@ PagedCall checkPackedPagedCall(const ir::Graph &G, const Signature &Sig,
                         B.Batch + 1, shapeText(CuSeqlensQ.Shape)));
   PagedCall C;
   int64_t Hkv = checkCaches(Sig, KV, C);
-  if (Hkv != B.HeadsKv || C.K.PageSize != B.PageSize)
-    invalid(fmt::format("k_cache: expected heads_kv {} and page size {} (the "
-                        "plan's), got {} and {}",
-                        B.HeadsKv, B.PageSize, Hkv, C.K.PageSize));
-  if (KV.MaxSeqlenKv < 0 || KV.MaxSeqlenKv > B.MaxSeqlenKv)
-    invalid(fmt::format("max_seqlen_kv: expected 0 to the plan's bound {}, "
-                        "got {}",
-                        B.MaxSeqlenKv, KV.MaxSeqlenKv));
+  checkKvAgainstPlan(Hkv, C.K.PageSize, KV.MaxSeqlenKv, B.HeadsKv, B.PageSize,
+                     B.MaxSeqlenKv);
   SeqTensor o =
       checkSeqTensor("out", Out, Sig.Dtype, Layout::THD, Sig.HeadDimV);
   if (o.S != q.S || o.H != q.H)
