@@ -225,30 +225,6 @@ void LinearAttention::backward(const LinearBackwardTensors &T,
 static_assert(LinearDecodeMaxTokens == attnc::dec::kMaxTokens,
               "the validation's token limit is the kernel's");
 
-/// The packed forward's CTA rows beyond one a sequence: up to one more for
-/// each sequence, so that the longest ones (which the device picks, their
-/// lengths being device data) walk their chunks in two parts
-/// (lin::seq_job), only where the unsplit grid (\p Ctas) is under one
-/// wave of \p Slots CTAs. A split adds the second part's state-only walk
-/// (about a third of the sequence's work), which pays only where SMs would
-/// otherwise idle: at 2.6 waves (32 sequences of 64–8192 tokens, H32, an
-/// H100) it made the packed forward 7–22% slower (docs/linear.md). None
-/// above the 128 sequences the kernel ranks (lin::kLongestFirstMaxSeqs) or
-/// past the grid's 65535 rows. ATTNC_LINEAR_SPLIT=0 or 1, a measurement
-/// switch, turns it off or on whatever the waves.
-static int varlenSplitRows(int64_t Seqs, int64_t Heads, int64_t Ctas, int64_t Slots) {
-  constexpr int64_t MaxRanked = 128;
-  if (Seqs > MaxRanked || 2 * Seqs * Heads > 65535)
-    return 0;
-  if (const char *Env = std::getenv("ATTNC_LINEAR_SPLIT"); Env && *Env) {
-    if (std::string_view(Env) == "0")
-      return 0;
-    if (std::string_view(Env) == "1")
-      return int(Seqs);
-  }
-  return Ctas < Slots ? int(Seqs) : 0;
-}
-
 void LinearAttention::forwardVarlen(const LinearVarlenTensors &T,
                                     const InputMap &Inputs, CUstream Stream) {
   auto CallLock = Calls->lock();
@@ -281,7 +257,7 @@ void LinearAttention::forwardVarlen(const LinearVarlenTensors &T,
   A.seqs = int(R.Seqs); // the kernel ranks the sequences by length
   // One wave: the SMs times the CTAs an SM holds (those the packed
   // forward's registers are capped for, which its shared memory allows).
-  A.seq_split = varlenSplitRows(
+  A.seq_split = linearVarlenSplitRows(
       R.Seqs, C.H, R.Seqs * C.H * A.slices,
       int64_t(currentDevice().MultiProcessors) *
           codegen::linearSharedBytes(Spec).FwdMinBlocks);

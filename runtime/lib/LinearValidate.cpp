@@ -5,11 +5,16 @@
 
 #include "ValidateCommon.h"
 
+#include "attn/Error.h"
 #include "attn/codegen/LinearCodegen.h"
 #include "attn/runtime/Errors.h"
 #include "attn/runtime/Validate.h"
 
 #include <fmt/format.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
 
 namespace attn::runtime {
 
@@ -318,6 +323,35 @@ LinearVarlenShape validateLinearVarlen(const CompiledDefinition &Def,
   if (T.FinalState)
     checkF32("final_state", *T.FinalState, State);
   return R;
+}
+
+/// The packed forward's CTA rows beyond one a sequence: up to one more for
+/// each sequence, so that the longest ones (which the device picks, their
+/// lengths being device data) walk their chunks in two parts
+/// (lin::seq_job), only where the unsplit grid (\p Ctas) is under one
+/// wave of \p Slots CTAs. A split adds the second part's state-only walk
+/// (about a third of the sequence's work), which pays only where SMs would
+/// otherwise idle: at 2.6 waves (32 sequences of 64–8192 tokens, H32, an
+/// H100) it made the packed forward 7–22% slower (docs/linear.md). None
+/// above the 128 sequences the kernel ranks (lin::kLongestFirstMaxSeqs) or
+/// past the grid's 65535 rows. ATTNC_LINEAR_SPLIT=0 or 1, a measurement
+/// switch, turns it off or on whatever the waves.
+int linearVarlenSplitRows(int64_t Seqs, int64_t Heads, int64_t Ctas, int64_t Slots) {
+  std::optional<bool> Forced;
+  if (const char *Env = std::getenv("ATTNC_LINEAR_SPLIT"); Env && *Env) {
+    const std::string V = Env;
+    if (V != "0" && V != "1")
+      throw UserError("ATTNC_LINEAR_SPLIT='" + V +
+                      "': expected 0 (no sequence split) or 1 (split the "
+                      "longest sequences whatever the waves)");
+    Forced = V == "1";
+  }
+  constexpr int64_t MaxRanked = 128;
+  if (Seqs > MaxRanked || 2 * Seqs * Heads > 65535)
+    return 0;
+  if (Forced)
+    return *Forced ? int(Seqs) : 0;
+  return Ctas < Slots ? int(Seqs) : 0;
 }
 
 } // namespace attn::runtime

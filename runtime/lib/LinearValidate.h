@@ -79,6 +79,12 @@ validateLinearVarlenBackward(const CompiledDefinition &Def,
                              const InputMap &Inputs,
                              const LinearInputGrads &Grads);
 
+/// The packed linear forward's extra CTA rows (LinearArgs::seq_split): the
+/// sequence count where the unsplit grid of \p Ctas is under one wave of
+/// \p Slots, else 0; ATTNC_LINEAR_SPLIT=0|1 forces it (any other value is
+/// a UserError).
+int linearVarlenSplitRows(int64_t Seqs, int64_t Heads, int64_t Ctas, int64_t Slots);
+
 } // namespace attn::runtime
 
 #endif

@@ -8,6 +8,7 @@
 #include "attn/runtime/Validate.h"
 
 #include "ForwardLaunch.h"
+#include "LinearValidate.h"
 
 #include <catch2/catch.hpp>
 #include <dlpack/dlpack.h>
@@ -351,4 +352,27 @@ TEST_CASE("varlen validation: per-token inputs are [tokens], int32 ids",
   CHECK_THROWS_WITH(validateVarlenBackwardCall(Ids, Bwd.Sig, T, Bwd.VB, Bwd.In, {}),
                     Contains("input 'doc_k' (per_key_token [kv tokens] in a packed "
                              "call): expected shape [56], got [1, 56]"));
+}
+
+TEST_CASE("linear packed forward: the sequence split's rule and its switch",
+          "[runtime][varlen][linear]") {
+  using runtime::linearVarlenSplitRows;
+  REQUIRE(unsetenv("ATTNC_LINEAR_SPLIT") == 0);
+  // Under one wave (Ctas < Slots) every sequence may split; from one, none.
+  CHECK(linearVarlenSplitRows(32, 8, 256, 264) == 32);
+  CHECK(linearVarlenSplitRows(32, 32, 1024, 396) == 0);
+  // More sequences than the kernel ranks, or a grid past 65535 rows: none.
+  CHECK(linearVarlenSplitRows(129, 1, 129, 1000) == 0);
+  CHECK(linearVarlenSplitRows(64, 1024, 100, 1000) == 0);
+  REQUIRE(setenv("ATTNC_LINEAR_SPLIT", "1", 1) == 0);
+  CHECK(linearVarlenSplitRows(32, 32, 1024, 396) == 32);
+  CHECK(linearVarlenSplitRows(129, 1, 129, 1000) == 0);
+  REQUIRE(setenv("ATTNC_LINEAR_SPLIT", "0", 1) == 0);
+  CHECK(linearVarlenSplitRows(32, 8, 256, 264) == 0);
+  REQUIRE(setenv("ATTNC_LINEAR_SPLIT", "on", 1) == 0);
+  CHECK_THROWS_AS(linearVarlenSplitRows(32, 8, 256, 264), UserError);
+  CHECK_THROWS_WITH(linearVarlenSplitRows(200, 8, 256, 264),
+                    Catch::Contains("ATTNC_LINEAR_SPLIT='on': expected 0 (no "
+                                    "sequence split) or 1"));
+  REQUIRE(unsetenv("ATTNC_LINEAR_SPLIT") == 0);
 }
