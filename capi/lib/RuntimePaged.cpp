@@ -177,13 +177,12 @@ const runtime::DecodePlan &decodePlanArg(const ArgContext &C,
   const runtime::DecodePlan &Plan = planArg(C, P).Plan;
   if (Plan.Bounds.Packed == Packed)
     return Plan;
+  const char *Dense = "attnc_attention_plan_decode";
+  const char *Varlen = "attnc_attention_plan_decode_varlen";
   throw InvalidArgument(fmt::format(
       "{}: argument 'plan': made by {} for {} calls; expected a plan of {}",
-      C.Function,
-      Packed ? "attnc_attention_plan_decode" : "attnc_attention_plan_decode_varlen",
-      Packed ? "dense" : "packed",
-      Packed ? "attnc_attention_plan_decode_varlen"
-             : "attnc_attention_plan_decode"));
+      C.Function, Packed ? Dense : Varlen, Packed ? "dense" : "packed",
+      Packed ? Varlen : Dense));
 }
 
 } // namespace
