@@ -1,6 +1,7 @@
 // The C interface's paged KV entry points (attn/runtime/Paged.h): the cache
-// description checked and turned into a PagedKV, decode and prefill (each
-// planned per call or through a plan handle) and the append of new tokens.
+// description checked and turned into a PagedKV, decode (dense and packed)
+// and prefill, each planned per call or through a plan handle, and the
+// append of new tokens.
 #include "RuntimeArgs.h"
 
 #include "attn/Error.h"
@@ -138,30 +139,67 @@ attnc_status attnc_attention_decode_paged(
   });
 }
 
+namespace {
+
+/// The plan functions' body: \p Bounds checked and copied, \p Packed the
+/// kind of calls the plan runs.
+attnc_status planDecode(const char *Function, attnc_attention *Att,
+                        const attnc_decode_bounds *Bounds, bool Packed,
+                        attnc_decode_plan **Out, size_t *WorkspaceBytes) {
+  return guarded([&] {
+    ArgContext C{Function};
+    requireNonNull(Out, C.Function, "out");
+    *Out = nullptr;
+    runtime::Attention &A = attentionArg(C, Att);
+    requireNonNull(Bounds, C.Function, "bounds");
+    requireNonNull(WorkspaceBytes, C.Function, "workspace_bytes");
+    runtime::DecodeBounds B;
+    B.Batch = Bounds->batch;
+    B.Heads = Bounds->heads;
+    B.HeadsKv = Bounds->heads_kv;
+    B.QueriesPerSeq = Bounds->queries_per_seq;
+    B.MaxSeqlenKv = Bounds->max_seqlen_kv;
+    B.PageSize = Bounds->page_size;
+    B.MaxSplits = Bounds->max_splits;
+    B.Packed = Packed;
+    auto Made = std::make_unique<attnc_decode_plan>();
+    Made->Plan = A.planDecode(B);
+    *WorkspaceBytes = Made->Plan.WorkspaceBytes;
+    *Out = Made.release();
+  });
+}
+
+/// \p P's plan, made for the kind of call \p Packed says (the C names in
+/// the message: the runtime's would name its C++ calls).
+const runtime::DecodePlan &decodePlanArg(const ArgContext &C,
+                                         const attnc_decode_plan *P,
+                                         bool Packed) {
+  const runtime::DecodePlan &Plan = planArg(C, P).Plan;
+  if (Plan.Bounds.Packed == Packed)
+    return Plan;
+  const char *Dense = "attnc_attention_plan_decode";
+  const char *Varlen = "attnc_attention_plan_decode_varlen";
+  throw InvalidArgument(fmt::format(
+      "{}: argument 'plan': made by {} for {} calls; expected a plan of {}",
+      C.Function, Packed ? Dense : Varlen, Packed ? "dense" : "packed",
+      Packed ? Varlen : Dense));
+}
+
+} // namespace
+
 attnc_status attnc_attention_plan_decode(attnc_attention *att,
                                          const attnc_decode_bounds *bounds,
                                          attnc_decode_plan **out,
                                          size_t *workspace_bytes) {
-  return guarded([&] {
-    ArgContext C{"attnc_attention_plan_decode"};
-    requireNonNull(out, C.Function, "out");
-    *out = nullptr;
-    runtime::Attention &A = attentionArg(C, att);
-    requireNonNull(bounds, C.Function, "bounds");
-    requireNonNull(workspace_bytes, C.Function, "workspace_bytes");
-    runtime::DecodeBounds B;
-    B.Batch = bounds->batch;
-    B.Heads = bounds->heads;
-    B.HeadsKv = bounds->heads_kv;
-    B.QueriesPerSeq = bounds->queries_per_seq;
-    B.MaxSeqlenKv = bounds->max_seqlen_kv;
-    B.PageSize = bounds->page_size;
-    B.MaxSplits = bounds->max_splits;
-    auto Made = std::make_unique<attnc_decode_plan>();
-    Made->Plan = A.planDecode(B);
-    *workspace_bytes = Made->Plan.WorkspaceBytes;
-    *out = Made.release();
-  });
+  return planDecode("attnc_attention_plan_decode", att, bounds, false, out,
+                    workspace_bytes);
+}
+
+attnc_status attnc_attention_plan_decode_varlen(
+    attnc_attention *att, const attnc_decode_bounds *bounds,
+    attnc_decode_plan **out, size_t *workspace_bytes) {
+  return planDecode("attnc_attention_plan_decode_varlen", att, bounds, true,
+                    out, workspace_bytes);
 }
 
 void attnc_decode_plan_release(attnc_decode_plan *plan) { delete plan; }
@@ -174,14 +212,55 @@ attnc_status attnc_attention_run_decode(
   return guarded([&] {
     ArgContext C{"attnc_attention_run_decode"};
     runtime::Attention &A = attentionArg(C, att);
-    const attnc_decode_plan &P = planArg(C, plan);
+    const runtime::DecodePlan &P = decodePlanArg(C, plan, false);
     runtime::TensorView Q = tensorArg(C, "q", q);
     runtime::PagedKV KV = pagedArg(C, kv);
     runtime::TensorView O = tensorArg(C, "out", out);
     auto F = optionalTensorArg(C, "finals", finals);
     runtime::InputMap In = inputsArg(C, inputs, num_inputs);
-    A.runDecode(P.Plan, Q, KV, O, ptr(F), workspace, workspace_bytes, In,
+    A.runDecode(P, Q, KV, O, ptr(F), workspace, workspace_bytes, In,
                 static_cast<CUstream>(stream));
+  });
+}
+
+attnc_status attnc_attention_decode_paged_varlen(
+    attnc_attention *att, const attnc_tensor *q,
+    const attnc_tensor *cu_seqlens_q, int64_t max_seqlen_q,
+    const attnc_paged_kv *kv, const attnc_tensor *out,
+    const attnc_tensor *finals, const attnc_input *inputs, size_t num_inputs,
+    void *stream) {
+  return guarded([&] {
+    ArgContext C{"attnc_attention_decode_paged_varlen"};
+    runtime::Attention &A = attentionArg(C, att);
+    runtime::TensorView Q = tensorArg(C, "q", q);
+    runtime::TensorView Cu = tensorArg(C, "cu_seqlens_q", cu_seqlens_q);
+    runtime::PagedKV KV = pagedArg(C, kv);
+    runtime::TensorView O = tensorArg(C, "out", out);
+    auto F = optionalTensorArg(C, "finals", finals);
+    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
+    A.decodePagedVarlen(Q, Cu, max_seqlen_q, KV, O, ptr(F), In,
+                        static_cast<CUstream>(stream));
+  });
+}
+
+attnc_status attnc_attention_run_decode_varlen(
+    attnc_attention *att, const attnc_decode_plan *plan, const attnc_tensor *q,
+    const attnc_tensor *cu_seqlens_q, const attnc_paged_kv *kv,
+    const attnc_tensor *out, const attnc_tensor *finals, void *workspace,
+    size_t workspace_bytes, const attnc_input *inputs, size_t num_inputs,
+    void *stream) {
+  return guarded([&] {
+    ArgContext C{"attnc_attention_run_decode_varlen"};
+    runtime::Attention &A = attentionArg(C, att);
+    const runtime::DecodePlan &P = decodePlanArg(C, plan, true);
+    runtime::TensorView Q = tensorArg(C, "q", q);
+    runtime::TensorView Cu = tensorArg(C, "cu_seqlens_q", cu_seqlens_q);
+    runtime::PagedKV KV = pagedArg(C, kv);
+    runtime::TensorView O = tensorArg(C, "out", out);
+    auto F = optionalTensorArg(C, "finals", finals);
+    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
+    A.runDecodeVarlen(P, Q, Cu, KV, O, ptr(F), workspace, workspace_bytes, In,
+                      static_cast<CUstream>(stream));
   });
 }
 

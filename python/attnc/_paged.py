@@ -1,6 +1,7 @@
 """Paged KV caches from Python (attn/runtime/Paged.h through attnc_c.h):
 attnc.PagedKV describes a cache, and attnc.Attention's paged calls append
-new tokens, decode and prefill over it, planned per call or through a plan
+new tokens, decode (dense, or packed: each sequence its own count of
+queries) and prefill over it, planned per call or through a plan
 made once (DecodePlan, PrefillPlan) whose runs make no decision and
 allocate nothing (capturable in a CUDA graph)."""
 
@@ -51,6 +52,12 @@ _plan_decode = _lib.declare("attnc_attention_plan_decode", [_vp] * 4)
 _release_decode = _lib.declare("attnc_decode_plan_release", [_vp], None)
 _run_decode = _lib.declare("attnc_attention_run_decode",
                            [_vp] * 7 + [_sz, _vp, _sz, _vp])
+_decode_varlen = _lib.declare("attnc_attention_decode_paged_varlen",
+                              [_vp] * 3 + [_i64] + [_vp] * 4 + [_sz, _vp])
+_plan_decode_varlen = _lib.declare("attnc_attention_plan_decode_varlen",
+                                   [_vp] * 4)
+_run_decode_varlen = _lib.declare("attnc_attention_run_decode_varlen",
+                                  [_vp] * 8 + [_sz, _vp, _sz, _vp])
 _prefill = _lib.declare("attnc_attention_prefill_paged",
                         [_vp] * 3 + [_i64] + [_vp] * 4 + [_sz, _vp])
 _plan_prefill = _lib.declare("attnc_attention_plan_prefill", [_vp] * 3)
@@ -194,13 +201,16 @@ def _pack(att, where, stream, named, kv, inputs):
 class DecodePlan:
     """A plan for paged decode calls within its bounds, of one Attention
     (Attention.plan_decode): workspace_bytes is the device memory (16-byte
-    aligned) each run_decode needs."""
+    aligned) each run needs. packed: made for packed calls
+    (plan_decode(..., packed=True), run by run_decode_varlen) rather than
+    dense ones (run_decode)."""
 
-    def __init__(self, att, handle, workspace_bytes, bounds):
+    def __init__(self, att, handle, workspace_bytes, bounds, packed=False):
         self.attention = att
         self._handle = handle
         self.workspace_bytes = workspace_bytes
         self.bounds = bounds
+        self.packed = packed
 
     def __del__(self):
         handle, self._handle = getattr(self, "_handle", None), None
@@ -239,6 +249,19 @@ def _workspace_address(where, workspace):
                "an int (a device pointer)")
 
 
+def _decode_plan_arg(att, where, plan, packed):
+    """plan: a DecodePlan of att made for packed calls or dense ones."""
+    if not isinstance(plan, DecodePlan) or plan.attention is not att:
+        raise _bad(where, "plan", "not a DecodePlan of this object "
+                   "(make it with this object's plan_decode)")
+    if plan.packed != packed:
+        made, want = (("dense", "packed=True") if packed
+                      else ("packed", "packed=False"))
+        raise _bad(where, "plan", f"made for {made} calls; expected a plan "
+                   f"of plan_decode(..., {want})")
+    return plan
+
+
 class PagedCalls:
     """attnc.Attention's paged calls (a base of Attention)."""
 
@@ -269,10 +292,14 @@ class PagedCalls:
                            at_inputs, n_in, s))
 
     def plan_decode(self, batch, heads, heads_kv, queries_per_seq,
-                    max_seqlen_kv, page_size, max_splits=0):
+                    max_seqlen_kv, page_size, max_splits=0, packed=False):
         """A DecodePlan for calls within these bounds on the current device
-        (compiles and loads the kernels, decides the split)."""
+        (compiles and loads the kernels, decides the split). packed: for
+        packed calls (run_decode_varlen), queries_per_seq then bounding
+        each sequence's count of queries."""
         where = "attnc.Attention.plan_decode"
+        if not isinstance(packed, bool):
+            raise _bad(where, "packed", f"{packed!r}; expected a bool")
         b = _DecodeBounds(
             batch=_count(where, "batch", batch, 1),
             heads=_count(where, "heads", heads, 1),
@@ -283,10 +310,11 @@ class PagedCalls:
             page_size=_count(where, "page_size", page_size, 1),
             max_splits=_count(where, "max_splits", max_splits, 0))
         handle, size = ctypes.c_void_p(), ctypes.c_size_t()
-        _lib.check(_plan_decode(self._handle, ctypes.byref(b),
-                                ctypes.byref(handle), ctypes.byref(size)))
+        make = _plan_decode_varlen if packed else _plan_decode
+        _lib.check(make(self._handle, ctypes.byref(b), ctypes.byref(handle),
+                        ctypes.byref(size)))
         return DecodePlan(self, handle.value, size.value,
-                          {n: getattr(b, n) for n, _ in b._fields_})
+                          {n: getattr(b, n) for n, _ in b._fields_}, packed)
 
     def run_decode(self, plan, q, kv, out, finals=None, workspace=None,
                    inputs=None, stream=None):
@@ -295,9 +323,7 @@ class PagedCalls:
         more; None when it needs none): no decision, allocation or
         synchronisation."""
         where = "attnc.Attention.run_decode"
-        if not isinstance(plan, DecodePlan) or plan.attention is not self:
-            raise _bad(where, "plan", "not a DecodePlan of this object "
-                       "(make it with this object's plan_decode)")
+        _decode_plan_arg(self, where, plan, False)
         _paged_arg(where, kv)
         ws = _workspace_address(where, workspace)
         size = plan.workspace_bytes if ws is not None else 0
@@ -307,6 +333,45 @@ class PagedCalls:
         _lib.check(_run_decode(self._handle, plan._handle, a[0],
                                ctypes.byref(c), a[1], a[2], ws, size,
                                at_inputs, n_in, s))
+
+    def decode_paged_varlen(self, q, cu_seqlens_q, max_seqlen_q, kv, out,
+                            finals=None, inputs=None, stream=None):
+        """Packed (THD) decode over kv, each sequence its own count of
+        queries: q [Tq,H,D] and out [Tq,H,DV], sequence b's queries the
+        tokens cu_seqlens_q[b] to cu_seqlens_q[b+1] (int32 [B+1] on the
+        device), 0 to max_seqlen_q (1 to 16) of them, query i of n at
+        position L - n + i of its L keys; finals [F,H,Tq] float32 or None.
+        Plans the call itself."""
+        where = "attnc.Attention.decode_paged_varlen"
+        _paged_arg(where, kv)
+        _count(where, "max_seqlen_q", max_seqlen_q, 1)
+        keep, a, at_inputs, n_in, s, c = _pack(
+            self, where, stream, [("q", q), ("cu_seqlens_q", cu_seqlens_q),
+                                  ("out", out), ("finals", finals)], kv,
+            inputs)
+        _lib.check(_decode_varlen(self._handle, a[0], a[1], max_seqlen_q,
+                                  ctypes.byref(c), a[2], a[3], at_inputs,
+                                  n_in, s))
+
+    def run_decode_varlen(self, plan, q, cu_seqlens_q, kv, out, finals=None,
+                          workspace=None, inputs=None, stream=None):
+        """One packed decode call of plan (plan_decode(..., packed=True);
+        arguments as decode_paged_varlen's, each sequence's count at most
+        the plan's queries_per_seq), with workspace as run_decode's: no
+        decision, allocation or synchronisation (capturable; a replay may
+        change cu_seqlens_q's counts)."""
+        where = "attnc.Attention.run_decode_varlen"
+        _decode_plan_arg(self, where, plan, True)
+        _paged_arg(where, kv)
+        ws = _workspace_address(where, workspace)
+        size = plan.workspace_bytes if ws is not None else 0
+        keep, a, at_inputs, n_in, s, c = _pack(
+            self, where, stream, [("q", q), ("cu_seqlens_q", cu_seqlens_q),
+                                  ("out", out), ("finals", finals)], kv,
+            inputs)
+        _lib.check(_run_decode_varlen(self._handle, plan._handle, a[0], a[1],
+                                      ctypes.byref(c), a[2], a[3], ws, size,
+                                      at_inputs, n_in, s))
 
     def prefill_paged(self, q, cu_seqlens_q, max_seqlen_q, kv, out,
                       finals=None, inputs=None, stream=None):

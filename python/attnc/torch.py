@@ -620,3 +620,5 @@ from ._torch_linear import linear_attention  # noqa: E402,F401  (needs the helpe
 from ._torch_paged import (  # noqa: E402,F401  (needs the helpers above)
     paged_append, paged_decode, paged_kv, paged_prefill, plan_paged_decode,
     plan_paged_prefill)
+from ._torch_paged_varlen import (  # noqa: E402,F401
+    paged_decode_varlen, plan_paged_decode_varlen)

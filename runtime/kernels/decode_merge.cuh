@@ -19,6 +19,11 @@ struct DecodeOutPair {
   __device__ __forceinline__ float &at(int, int c) { return v[c]; }
 };
 
+/// Splits whose partial states decode_merge_row loads before merging any
+/// of them: the loads of a group are independent, so a row's merge waits
+/// for one memory round trip a group rather than one a split.
+constexpr int kDecodeMergeGroup = 8;
+
 /// The merge of query row (b, h, query qi of span qs): the splits' states
 /// merged in order by Merge's rule (a part that met no unmasked key is
 /// skipped), then the epilogue at q_idx qi + qshift (as online_fwd saw
@@ -28,6 +33,7 @@ __device__ void decode_merge_row(const DecodeArgs &a, const typename Variant::In
                                  int b, int h, int qi, const DecodeQSpan qs,
                                  int qshift) {
   static_assert(Merge::kKind != 0, "a definition without a merge never splits");
+  static_assert(kDecodeStateFloats == 8, "a state row is two float4s");
   const long long row = ((long long)b * a.heads + h) * a.seq_q + qi;
   const long long plane = (long long)a.batch * a.heads * a.seq_q;
   const int c = 2 * threadIdx.x;
@@ -35,22 +41,43 @@ __device__ void decode_merge_row(const DecodeArgs &a, const typename Variant::In
   Variant::init(st);
   bool seen = false;
   DecodeOutPair of{{0.f, 0.f}};
-  for (int s = 0; s < a.splits; ++s) {
-    const float *ps = a.part_st + (s * plane + row) * kDecodeStateFloats;
-    if (ps[kDecodeStateFloats - 1] == 0.f)
-      continue;
-    typename Variant::RowState part;
-    Merge::load(part, ps);
-    const float2 po =
-        *reinterpret_cast<const float2 *>(a.part_o + (s * plane + row) * kDV + c);
-    float fa = 0.f, fb = 1.f;
-    if (seen)
-      Merge::merge(st, part, fa, fb);
-    else
-      st = part;
-    seen = true;
-    of.v[0] = fa * of.v[0] + fb * po.x;
-    of.v[1] = fa * of.v[1] + fb * po.y;
+  for (int s0 = 0; s0 < a.splits; s0 += kDecodeMergeGroup) {
+    // The group's states and o columns, all loads issued before the first
+    // is used (a split past the last reads as one that met no key).
+    float4 raw[kDecodeMergeGroup][2];
+    float2 po[kDecodeMergeGroup];
+#pragma unroll
+    for (int j = 0; j < kDecodeMergeGroup; ++j) {
+      const long long at = (s0 + j) * plane + row;
+      if (s0 + j < a.splits) {
+        const float4 *ps =
+            reinterpret_cast<const float4 *>(a.part_st + at * kDecodeStateFloats);
+        raw[j][0] = ps[0];
+        raw[j][1] = ps[1];
+        po[j] = *reinterpret_cast<const float2 *>(a.part_o + at * kDV + c);
+      } else {
+        raw[j][0] = raw[j][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        po[j] = make_float2(0.f, 0.f);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kDecodeMergeGroup; ++j) {
+      if (raw[j][1].w == 0.f)
+        continue;
+      const float ps[kDecodeStateFloats] = {raw[j][0].x, raw[j][0].y, raw[j][0].z,
+                                            raw[j][0].w, raw[j][1].x, raw[j][1].y,
+                                            raw[j][1].z, raw[j][1].w};
+      typename Variant::RowState part;
+      Merge::load(part, ps);
+      float fa = 0.f, fb = 1.f;
+      if (seen)
+        Merge::merge(st, part, fa, fb);
+      else
+        st = part;
+      seen = true;
+      of.v[0] = fa * of.v[0] + fb * po[j].x;
+      of.v[1] = fa * of.v[1] + fb * po[j].y;
+    }
   }
   float finals[Variant::kNumFinals > 0 ? Variant::kNumFinals : 1];
   if (seen) {

@@ -11,6 +11,7 @@
 // sequences' ranges is written. ATTNC_PACKED_ONLY=small runs a few small
 // cases (a sanitizer's run), paged prefill's gather (pages of 1 and 16)
 // among them. Exits 77 without a GPU.
+#include "PackedDecodeSupport.h"
 #include "PagedPrefillBatch.h"
 
 #include "attn/Error.h"
@@ -30,115 +31,7 @@ using runtime::TensorView;
 
 namespace {
 
-constexpr int D = 128;
-
-/// The packed queries of a batch: sequence b's Counts[b] queries are rows
-/// Cu[b] .. Cu[b + 1] of q [Tq][H][D]; Pad rows after the last sequence
-/// belong to none (a kernel must not write them).
-struct Queries {
-  std::vector<int> Counts;
-  std::vector<int32_t> Cu;
-  int Tq = 1, MaxQ = 1;
-  std::vector<uint16_t> Bits;
-};
-
-Queries makeQueries(std::mt19937_64 &Rng, DType Dt, int H, const std::vector<int> &Counts,
-                    int Pad) {
-  Queries X;
-  X.Counts = Counts;
-  X.Cu.push_back(0);
-  for (int N : Counts) {
-    X.Cu.push_back(X.Cu.back() + N);
-    X.MaxQ = std::max(X.MaxQ, N);
-  }
-  X.Tq = std::max(1, X.Cu.back() + Pad);
-  std::normal_distribution<double> N(0.0, 1.0);
-  X.Bits.resize(size_t(X.Tq) * H * D);
-  for (uint16_t &B : X.Bits)
-    B = toBits(Dt, N(Rng));
-  return X;
-}
-
-BatchRows rowsOf(const Queries &X) {
-  BatchRows R;
-  R.Sq = X.Counts;
-  R.Row0.assign(X.Cu.begin(), X.Cu.end() - 1);
-  return R;
-}
-
-/// Rows [From, To) of o still hold the poison (0xffff: no kernel writes it).
-bool untouched(const char *What, const std::vector<uint16_t> &OBits, int H, int From,
-               int To) {
-  for (size_t I = size_t(From) * H * D; I < size_t(To) * H * D; ++I)
-    if (OBits[I] != 0xffff) {
-      std::printf("FAIL %s: row %zu outside every sequence was written\n", What,
-                  I / (size_t(H) * D));
-      return false;
-    }
-  return true;
-}
-
-/// \p R's rows of o [Tq][H][D] and finals [F][H][Tq] against the reference
-/// of \p P's keys (the sequences of \p NanSeqs: every row NaN, no
-/// reference), and the rows \p Untouched ([from, to) pairs) never written.
-bool checkPacked(const char *What, const runtime::Attention &A, DType Dt, const PagedHost &P,
-                 int H, const Queries &X, const BatchRows &R,
-                 const reference::InputValues &RefInputs, const std::vector<uint16_t> &OBits,
-                 const std::vector<float> &FVals, const std::vector<int> &NanSeqs,
-                 const std::vector<std::pair<int, int>> &Untouched) {
-  PagedHost Ref = P;
-  for (int b : NanSeqs)
-    Ref.Lens[b] = 0;
-  BatchReference Want = batchReference(A, Dt, Ref, H, R, X.Bits, RefInputs);
-  FinalAt F = [&](size_t f, int b, int h, int s) {
-    return double(FVals[(f * H + h) * X.Tq + R.Row0[b] + s]);
-  };
-  bool Pass = checkRows(What, A, Dt, Want, H, D, R, OBits, F, NanSeqs);
-  for (auto [From, To] : Untouched)
-    Pass = untouched(What, OBits, H, From, To) && Pass;
-  return Pass;
-}
-
-/// A call's outputs: o [Tq][H][D] and finals [F][H][Tq] on the device.
-struct Outputs {
-  size_t NF;
-  DeviceBuffer O, F;
-  TensorView OV, FV;
-  Outputs(const runtime::Attention &A, DType Dt, int Tq, int H)
-      : NF(A.definition().Graph->decls().FinalRowscales.size()),
-        O(size_t(Tq) * H * D * 2), F(std::max<size_t>(1, NF) * H * Tq * 4) {
-    OV = TensorView::contiguous(O.get(), Dt, {Tq, H, D});
-    FV = TensorView::contiguous(F.get(), DType::F32, {int64_t(NF), H, Tq});
-    O.poison();
-    F.poison();
-  }
-  const TensorView *finals() const { return NF ? &FV : nullptr; }
-  void download(std::vector<uint16_t> &OBits, std::vector<float> &FVals) {
-    auto &Drv = runtime::CudaDriver::get();
-    Drv.check(Drv.cuCtxSynchronize(), "kernel execution");
-    OBits.resize(O.size() / 2);
-    O.download(OBits.data(), O.size());
-    FVals.resize(F.size() / 4);
-    F.download(FVals.data(), F.size());
-  }
-};
-
-int maxOf(const std::vector<int> &V) {
-  return std::max(1, *std::max_element(V.begin(), V.end()));
-}
-
-/// Paged decode's signature: decode_sm80 named, so that making the
-/// Attention compiles no forward skeleton's kernel (paged decode runs the
-/// same kernels either way); \p Arch for a compile-only run.
-runtime::Signature pagedSignature(DType Dt, std::optional<GpuArch> Arch = std::nullopt) {
-  runtime::Signature Sig;
-  Sig.Dtype = Dt;
-  Sig.HeadDim = Sig.HeadDimV = D;
-  Sig.Backend = "generated";
-  Sig.Skeleton = "decode_sm80";
-  Sig.Arch = Arch;
-  return Sig;
-}
+constexpr int D = PackedHeadDim;
 
 struct ForwardCase {
   std::string Def;

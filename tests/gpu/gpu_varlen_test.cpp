@@ -15,7 +15,9 @@
 // d128, so that both packed backwards run: bwd_sm80 and bwd_sm90);
 // ATTNC_GPU_TEST_FILTER=NAME: one definition's cases, ATTNC_GPU_TEST_CASE=N
 // the N-th of them only; the column split of bwd_sm90's packed form is
-// named in two d256 cases. A last argument
+// named in two d256 cases; --decode: the packed decode cases only (at most
+// 16 queries a sequence, decode_sm80, per-row, per-key, per-token and
+// per-head inputs through a split over the keys). A last argument
 // --compile-only compiles the cases' kernels for sm_90a into the kernel
 // cache, with no GPU.
 #include "BackwardCheck.h"
@@ -55,6 +57,10 @@ struct Case {
   bool Backward;
   /// A named backward configuration (Signature::BackwardConfig), else "".
   std::string BwdConfig = "";
+  /// At most 16 queries a sequence: the forward runs on decode_sm80 (the
+  /// short-query rule's choice, or named), split over the keys (--decode
+  /// selects these cases).
+  bool Decode = false;
 };
 
 std::vector<int> cumulative(const std::vector<int> &L) {
@@ -305,7 +311,8 @@ bool runCase(const Case &C, uint64_t Seed) {
   std::string Name = fmt::format(
       "{} {} d{} h{}/{} b{} tokens {}x{} {}", C.Def, std::string(dtypeName(C.Dt)), C.D, C.H,
       C.Hkv, Bn, Tq, Tkv,
-      Att.forwardChoice().Skel->name().str());
+      C.Decode ? (C.Skeleton.empty() ? "decode (rule)" : "decode (named)")
+               : Att.forwardChoice().Skel->name().str());
   std::printf("%-62s fwd err %.2e tol %.2e finals %.1e  %s\n", Name.c_str(), O.Err,
               O.tol(C.Dt), FinalErr, Pass ? "pass" : "FAIL");
   if (!C.Backward)
@@ -494,6 +501,21 @@ std::vector<Case> cases(bool Quick) {
     }
     Out.push_back({Def, DType::F16, 128, 2, 1, Self, Self, "", true});
   }
+  // Packed decode (at most 16 queries a sequence: decode_sm80, by the
+  // short-query rule and named) with per-row, per-key and per-token inputs
+  // and ALiBi's per-head slopes over q_idx: each sequence reads its own
+  // tokens' values (a query row its token's, a key its packed key token's)
+  // while its keys are split over CTAs (3000 keys: 47 blocks of 64) and
+  // merged; counts 0, 1 and 16, more queries than keys, empty sequences.
+  const std::vector<int> DecQ = {1, 0, 16, 3, 7, 2};
+  const std::vector<int> DecKv = {2000, 5, 1100, 1, 3000, 0};
+  for (const char *Def :
+       {"mha_document", "mha_document_ids", "mha_row_scale", "alibi_learnable", "mha"})
+    for (const char *Skel : {"", "decode_sm80"}) {
+      Out.push_back({Def, DType::F16, 128, 4, 2, DecQ, DecKv, Skel, false, "", true});
+      if (!Quick)
+        Out.push_back({Def, DType::BF16, 64, 4, 4, DecQ, DecKv, Skel, false, "", true});
+    }
   // bwd_sm90's packed column split (two warpgroups split dK's, dV's and
   // dQ's columns over 64 keys; the dense default at head dims 192 and 256),
   // named: causal bottom-right over the ragged lengths with grouped heads,
@@ -535,9 +557,9 @@ std::vector<Case> cases(bool Quick) {
 /// reads them instead of compiling: the forward, and for a backward case
 /// the packed backward (packedBackwardChoice: bwd_sm90's packed form at head
 /// dim 128, bwd_sm80's two-kernel mode at 64).
-int compileOnly(bool Quick, const char *Filter) {
+int compileOnly(bool Quick, bool DecodeOnly, const char *Filter) {
   for (const Case &C : cases(Quick)) {
-    if (Filter && C.Def != Filter)
+    if ((Filter && C.Def != Filter) || (DecodeOnly && !C.Decode))
       continue;
     runtime::Signature Sig;
     Sig.Dtype = C.Dt;
@@ -548,6 +570,8 @@ int compileOnly(bool Quick, const char *Filter) {
     Sig.Backend = "generated";
     Sig.Arch = GpuArch::Sm90a;
     runtime::Attention Att(makeDefinition(C.Def), Sig);
+    if (C.Decode)
+      Att.precompile(runtime::PrecompileSet{}); // the short-query rule's kernel
     std::string Bwd = "-";
     if (C.Backward) {
       runtime::KernelChoice Choice = Att.backwardChoice();
@@ -642,10 +666,16 @@ int bench() {
 } // namespace
 
 int main(int Argc, char **Argv) {
-  const bool Quick = Argc > 1 && std::string(Argv[1]) == "--quick";
+  auto Flag = [&](const char *F) {
+    for (int I = 1; I < Argc; ++I)
+      if (std::string(Argv[I]) == F)
+        return true;
+    return false;
+  };
+  const bool Quick = Flag("--quick"), DecodeOnly = Flag("--decode");
   const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
   if (Argc > 1 && std::string(Argv[Argc - 1]) == "--compile-only")
-    return compileOnly(Quick, Filter);
+    return compileOnly(Quick, DecodeOnly, Filter);
   auto &Drv = runtime::CudaDriver::get();
   if (!Drv.available()) {
     std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
@@ -661,7 +691,7 @@ int main(int Argc, char **Argv) {
   int Passed = 0, Failed = 0, Index = -1;
   uint64_t Seed = 1;
   for (const Case &C : cases(Quick)) {
-    if (Filter && C.Def != Filter)
+    if ((Filter && C.Def != Filter) || (DecodeOnly && !C.Decode))
       continue;
     ++Index;
     if (Only && Index != std::atoi(Only)) {

@@ -1,7 +1,8 @@
 """Paged KV from Python without a GPU: attnc.PagedKV's checks, the paged
-calls' arguments converted and checked by the runtime (its messages raised
-with their kind), plans refused where they are not the object's, and the C
-interface's own checks of an attnc_paged_kv."""
+calls' arguments (dense and packed decode, prefill, append) converted and
+checked by the runtime (its messages raised with their kind), plans
+refused where they are not the object's or not of the call's kind, and
+the C interface's own checks of an attnc_paged_kv."""
 
 import ctypes
 import unittest
@@ -148,6 +149,106 @@ class PagedCalls(unittest.TestCase):
             "attnc.Attention.run_prefill: argument 'plan': not a "
             "PrefillPlan of this object (make it with this object's "
             "plan_prefill)")
+
+
+class PackedDecode(unittest.TestCase):
+    """decode_paged_varlen, plan_decode(packed=True) and run_decode_varlen:
+    each argument checked (here, or by the runtime with its message)
+    before anything compiles or launches; a plan's kind against the
+    call."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.att = attnc.Attention(attnc.example("mha"), head_dim=D,
+                                  layout="bhsd", arch="sm_90a")
+
+    def refused(self, call, message, kind=attnc.InvalidArgument):
+        with self.assertRaises(kind) as caught:
+            call()
+        self.assertEqual(str(caught.exception), message)
+
+    def args(self, **kw):
+        # 10 query tokens of B sequences, at most 4 a sequence.
+        args = dict(q=CudaArray((10, H, D)), cu_seqlens_q=CudaArray(
+            (B + 1,), I32), max_seqlen_q=4, kv=table_kv(),
+            out=CudaArray((10, H, D)), finals=CudaArray((1, H, 10), F32))
+        args.update(kw)
+        return args
+
+    def test_arguments(self):
+        att, where = self.att, "attnc.Attention.decode_paged_varlen"
+        call = lambda **kw: (lambda: att.decode_paged_varlen(
+            **self.args(**kw)))
+        self.refused(call(out=CudaArray((9, H, D))),
+                     "out: expected tokens 10 and heads 4 (as q), got 9 and 4")
+        self.refused(call(finals=CudaArray((1, H, 9), F32)),
+                     "finals: expected shape [1, 4, 10], got [1, 4, 9]")
+        self.refused(call(max_seqlen_q=0),
+                     f"{where}: argument 'max_seqlen_q': 0 is below 1")
+        self.refused(call(max_seqlen_q=17),
+                     "max_seqlen_q: expected 1 to 16 (decode's queries per "
+                     "sequence), got 17")
+        self.refused(call(cu_seqlens_q=CudaArray((B + 1,), F32)),
+                     "cu_seqlens_q: expected dtype i32, got f32")
+        self.refused(call(kv="kv"), f"{where}: argument 'kv': a str; "
+                     "expected an attnc.PagedKV")
+        self.refused(call(kv=table_kv(block_table=CudaArray((B + 1, 4),
+                                                            I32))),
+                     "block_table: expected shape [2, 4], got [3, 4]")
+
+    def test_plans(self):
+        att = self.att
+        self.refused(lambda: att.plan_decode(B, H, HKV, 17, 64, 16,
+                                             packed=True),
+                     "queries per sequence: expected 1 to 16, got 17")
+        self.refused(lambda: att.plan_decode(B, H, HKV, 4, 64, 16,
+                                             packed="yes"),
+                     "attnc.Attention.plan_decode: argument 'packed': 'yes'; "
+                     "expected a bool")
+        packed = _paged.DecodePlan(att, None, 0, {}, packed=True)
+        dense = _paged.DecodePlan(att, None, 0, {})
+        self.refused(lambda: att.run_decode(packed, CudaArray((B, H, 1, D)),
+                                            table_kv(),
+                                            CudaArray((B, H, 1, D))),
+                     "attnc.Attention.run_decode: argument 'plan': made for "
+                     "packed calls; expected a plan of plan_decode(..., "
+                     "packed=False)")
+        a = self.args()
+        del a["max_seqlen_q"]
+        self.refused(lambda: att.run_decode_varlen(dense, **a),
+                     "attnc.Attention.run_decode_varlen: argument 'plan': "
+                     "made for dense calls; expected a plan of "
+                     "plan_decode(..., packed=True)")
+        other = attnc.Attention(attnc.example("mha"), head_dim=D,
+                                layout="bhsd", arch="sm_90a")
+        foreign = _paged.DecodePlan(other, None, 0, {}, packed=True)
+        self.refused(lambda: att.run_decode_varlen(foreign, **a),
+                     "attnc.Attention.run_decode_varlen: argument 'plan': "
+                     "not a DecodePlan of this object (make it with this "
+                     "object's plan_decode)")
+
+    def test_c_interface(self):
+        # What the Python layer never passes: NULL plan and cu_seqlens_q.
+        att = self.att
+        shape = (ctypes.c_int64 * 3)(10, H, D)
+        t = _paged.CTensor(data=1 << 20, dtype=0, ndim=3,
+                           shape=ctypes.addressof(shape))
+        kv = _paged._CPagedKV()
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            _lib.check(_paged._run_decode_varlen(
+                att._handle, None, ctypes.byref(t), ctypes.byref(t),
+                ctypes.byref(kv), ctypes.byref(t), None, None, 0, None, 0,
+                None))
+        self.assertEqual(str(caught.exception),
+                         "attnc_attention_run_decode_varlen: argument 'plan' "
+                         "is NULL")
+        with self.assertRaises(attnc.InvalidArgument) as caught:
+            _lib.check(_paged._decode_varlen(
+                att._handle, ctypes.byref(t), None, 4, ctypes.byref(kv),
+                ctypes.byref(t), None, None, 0, None))
+        self.assertEqual(str(caught.exception),
+                         "attnc_attention_decode_paged_varlen: argument "
+                         "'cu_seqlens_q': is NULL")
 
 
 class CInterface(unittest.TestCase):

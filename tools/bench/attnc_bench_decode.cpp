@@ -19,12 +19,18 @@
 // Q queries for every sequence: forwardVarlen against forward, and
 // runDecodeVarlen against runDecode (pages of 16); use an unmasked
 // definition (mha_full), since a dense forward's q_idx counts from 0.
+// splits:B:KV:S1/S2/... times paged decode (pages of 16, one query) with
+// the plan's split forced to each S (0: decodeSplit's own), against the
+// contiguous forward: what the split heuristic picks against its
+// neighbours. ATTNC_BENCH_COMPILE_ONLY=sm_90a compiles the kernels the
+// arguments need into the kernel cache without a GPU.
 #include "BenchJson.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
 #include "attn/runtime/EventTiming.h"
 
 #include "attn/Error.h"
+#include "attn/codegen/Arch.h"
 #include "attn/runtime/Paged.h"
 
 #include <algorithm>
@@ -32,6 +38,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -278,16 +286,133 @@ void packedVsDense(runtime::Attention &Att, const BenchCommand &Cmd,
   }
 }
 
+/// \p P with its split forced to \p Splits CTAs over the keys (0: as
+/// planned): the key blocks shared out evenly, the workspace resized as
+/// makeDecodePlan sizes it.
+runtime::DecodePlan forcedSplit(runtime::DecodePlan P, int Splits, int HeadDimV) {
+  if (Splits <= 0)
+    return P;
+  const int64_t Blocks = (P.Bounds.MaxSeqlenKv + P.BlockN - 1) / P.BlockN;
+  P.BlocksPerSplit = int((Blocks + Splits - 1) / Splits);
+  P.Splits = int((Blocks + P.BlocksPerSplit - 1) / P.BlocksPerSplit);
+  const size_t Rows = size_t(P.Splits) * P.Bounds.Batch * P.Bounds.Heads * P.Bounds.QueriesPerSeq;
+  P.WorkspaceBytes =
+      P.Splits > 1 ? 4 * Rows * size_t(HeadDimV) + 4 * Rows * runtime::DecodeStateFloats : 0;
+  return P;
+}
+
+/// splits:B:KV:S1/S2/...: paged decode (pages of 16, one query a
+/// sequence) of the shape with the split forced to each S, and the
+/// contiguous forward (decodeSplit's split), each in turn for three
+/// rounds; K/V over sets of at least 256 MiB as the plain rows.
+void splitSweep(runtime::Attention &Att, const BenchCommand &Cmd,
+                const runtime::InputMap &Inputs, int HQ, int HKV, int D, int B, int KV,
+                const std::vector<int> &Forced, const std::vector<uint16_t> &Block) {
+  const DType ET = Cmd.Dtype;
+  const size_t KvBytes = size_t(B) * KV * HKV * D * 2;
+  const int Sets = int(std::max<size_t>(
+      1, std::min<size_t>(64, ((size_t(256) << 20) + 2 * KvBytes - 1) / (2 * KvBytes))));
+  std::vector<std::unique_ptr<DeviceBuffer>> Q, K, V;
+  for (int S = 0; S < Sets; ++S) {
+    Q.push_back(std::make_unique<DeviceBuffer>(size_t(B) * HQ * D * 2));
+    K.push_back(std::make_unique<DeviceBuffer>(KvBytes));
+    V.push_back(std::make_unique<DeviceBuffer>(KvBytes));
+    fillRepeated(*Q.back(), Block);
+    fillRepeated(*K.back(), Block);
+    fillRepeated(*V.back(), Block);
+  }
+  const size_t NF = Att.finalNames().size();
+  DeviceBuffer Out(size_t(B) * HQ * D * 2), Finals(std::max<size_t>(1, NF) * B * HQ * 4);
+  runtime::TensorView FV = runtime::TensorView::contiguous(Finals.get(), DType::F32,
+                                                           {int64_t(NF), B, HQ, 1});
+  const runtime::TensorView *F = NF ? &FV : nullptr;
+  Paged P(Att, ET, B, HQ, HKV, D, KV, 16, Sets, K, V);
+  std::vector<runtime::DecodePlan> Plans;
+  size_t Bytes = 16;
+  for (int S : Forced) {
+    Plans.push_back(forcedSplit(P.Plan, S, D));
+    Bytes = std::max(Bytes, Plans.back().WorkspaceBytes);
+  }
+  DeviceBuffer Work(Bytes);
+  auto Gbs = [&](double Ms) { return 2.0 * KvBytes / (Ms * 1e-3) / 1e9; };
+  using runtime::TensorView;
+  for (int Round = 0; Round < 3; ++Round) {
+    double Cm = runtime::medianEventMs(
+        [&](int It) {
+          int S = It % Sets;
+          Att.forward(TensorView::contiguous(Q[S]->get(), ET, {B, 1, HQ, D}),
+                      TensorView::contiguous(K[S]->get(), ET, {B, KV, HKV, D}),
+                      TensorView::contiguous(V[S]->get(), ET, {B, KV, HKV, D}),
+                      TensorView::contiguous(Out.get(), ET, {B, 1, HQ, D}), F, Inputs);
+        },
+        5, 30);
+    std::string Line = fmt::format("attnc {} {} hq{} hkv{} d{} B{} KV{} splits round {}: "
+                                   "contiguous {:.1f} us ({:.0f} GB/s, heuristic {})",
+                                   Cmd.Name, dtypeName(ET), HQ, HKV, D, B, KV, Round,
+                                   Cm * 1e3, Gbs(Cm), P.Plan.Splits);
+    for (const runtime::DecodePlan &Plan : Plans) {
+      double Ms = runtime::medianEventMs(
+          [&](int It) {
+            int S = It % Sets;
+            Att.runDecode(Plan, TensorView::contiguous(Q[S]->get(), ET, {B, 1, HQ, D}),
+                          P.view(S), TensorView::contiguous(Out.get(), ET, {B, 1, HQ, D}), F,
+                          Work.get(), Work.size(), Inputs);
+          },
+          5, 30);
+      Line += fmt::format("; paged16 s{}x{} {:.1f} us ({:.0f})", Plan.Splits,
+                          Plan.BlocksPerSplit, Ms * 1e3, Gbs(Ms));
+    }
+    std::printf("%s\n", Line.c_str());
+    std::fflush(stdout);
+  }
+}
+
+/// ATTNC_BENCH_COMPILE_ONLY=ARCH: the kernels of the command's shapes
+/// (the definition's forward, its short-query rule's decode kernel and
+/// paged decode; with a packed argument, the packed signature's decode
+/// kernel) compiled into the kernel cache for ARCH without a GPU.
+int compileOnly(const char *ArchName, const BenchCommand &Cmd, int D, bool Packed) {
+  std::optional<GpuArch> Arch = archFromName(ArchName);
+  if (!Arch) {
+    std::fprintf(stderr, "ATTNC_BENCH_COMPILE_ONLY: unknown arch %s\n", ArchName);
+    return 2;
+  }
+  runtime::Signature Sig;
+  Sig.Dtype = Cmd.Dtype;
+  Sig.HeadDim = Sig.HeadDimV = D;
+  Sig.Backend = "generated";
+  Sig.Arch = Arch;
+  runtime::PrecompileSet What;
+  What.Decode = true;
+  runtime::Attention Att(makeDefinition(Cmd.Name), Sig);
+  size_t N = Att.precompile(What).size();
+  if (Packed) {
+    Sig.TensorLayout = Layout::THD;
+    Sig.Skeleton = "decode_sm80";
+    runtime::Attention PackedAtt(makeDefinition(Cmd.Name), Sig);
+    N += PackedAtt.precompile(runtime::PrecompileSet{}).size();
+  }
+  std::printf("attnc_bench_decode: %zu kernels for %s\n", N, ArchName);
+  return 0;
+}
+
 } // namespace
 
 int main(int Argc, char **Argv) {
   BenchCommand Cmd;
+  const char *CompileArch = std::getenv("ATTNC_BENCH_COMPILE_ONLY");
   if (int Rc = parseBenchCommand(
           Argc, Argv, 3, "attnc_bench_decode NAME f16|bf16 HQ HKV D B:KV...",
-          Cmd))
+          Cmd, /*NeedsGpu=*/CompileArch == nullptr))
     return Rc;
   try {
     const int HQ = Cmd.Ints[0], HKV = Cmd.Ints[1], D = Cmd.Ints[2];
+    if (CompileArch) {
+      bool Packed = false;
+      for (int I = 6; I < Argc; ++I)
+        Packed = Packed || std::string(Argv[I]).rfind("packed:", 0) == 0;
+      return compileOnly(CompileArch, Cmd, D, Packed);
+    }
     runtime::Signature Sig;
     Sig.Dtype = Cmd.Dtype;
     Sig.HeadDim = Sig.HeadDimV = D;
@@ -318,6 +443,14 @@ int main(int Argc, char **Argv) {
       int NQ = 0;
       if (std::sscanf(Argv[I], "packed:%d:%d:%d", &B, &KV, &NQ) == 3) {
         packedVsDense(Att, Cmd, Inputs, HQ, HKV, D, B, KV, NQ, Block);
+        continue;
+      }
+      char List[256] = {0};
+      if (std::sscanf(Argv[I], "splits:%d:%d:%255s", &B, &KV, List) == 3) {
+        std::vector<int> Forced;
+        for (char *Tok = std::strtok(List, "/"); Tok; Tok = std::strtok(nullptr, "/"))
+          Forced.push_back(std::atoi(Tok));
+        splitSweep(Att, Cmd, Inputs, HQ, HKV, D, B, KV, Forced, Block);
         continue;
       }
       if (std::sscanf(Argv[I], "graph:%d:%d", &B, &KV) == 2) {

@@ -11,12 +11,17 @@ shuffled order). PyTorch 2.11's Flex refuses pages of 16 ("Q and KV block
 size must be divisible by BLOCK_M and BLOCK_N", measured on an H100), so
 docs/performance.md's paged peer uses 128; there is no peer for pages of 1.
 
+With --queries=N, N queries a sequence (unmasked, as attnc_bench_decode's
+packed rows with mha_full: every query sees every key); --no-flex leaves
+FlexAttention out (its compile per shape is the slow part of a command).
+
 With --window=W, the query attends to the last W keys only (a sliding
 window at the end of the cache, attnc's mha_sliding_window with W = 256):
 SDPA has no such mask without a dense one, so only FlexAttention runs,
 with its block mask made outside the timing, and the line gives ms.
 
-    python3 tools/bench/peers_decode.py [--paged=P] [--window=W] f16 HQ HKV D B:KV [B:KV ...]
+    python3 tools/bench/peers_decode.py [--paged=P] [--window=W] [--queries=N] [--no-flex]
+        f16 HQ HKV D B:KV [B:KV ...]
 
 GB/s counts the K/V bytes once per call (the copy: bytes read and written).
 """
@@ -81,8 +86,16 @@ def flex_window_ms(flex, qs, ks, vs, kv, window, n_sets):
 def main():
     paged = 0
     window = 0
+    queries = 1
+    use_flex = True
     for a in list(sys.argv):
-        if a.startswith("--paged="):
+        if a.startswith("--queries="):
+            queries = int(a.split("=")[1])
+            sys.argv.remove(a)
+        elif a == "--no-flex":
+            use_flex = False
+            sys.argv.remove(a)
+        elif a.startswith("--paged="):
             paged = int(a.split("=")[1])
             sys.argv.remove(a)
         elif a.startswith("--window="):
@@ -93,13 +106,14 @@ def main():
             setattr(torch._dynamo.config, limit, 256)
     dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[sys.argv[1]]
     hq, hkv, d = (int(x) for x in sys.argv[2:5])
-    flex = compiled_flex()
+    flex = compiled_flex() if use_flex else None
     start = time.time()
     for arg in sys.argv[5:]:
         b, kv = (int(x) for x in arg.split(":"))
         kv_bytes = b * kv * hkv * d * 2
         n_sets = max(1, min(256, -(-(256 << 20) // (2 * kv_bytes))))
-        qs = [torch.randn(b, hq, 1, d, device="cuda", dtype=dtype) for _ in range(n_sets)]
+        qs = [torch.randn(b, hq, queries, d, device="cuda", dtype=dtype)
+              for _ in range(n_sets)]
         ks = [torch.randn(b, hkv, kv, d, device="cuda", dtype=dtype) for _ in range(n_sets)]
         vs = [torch.randn(b, hkv, kv, d, device="cuda", dtype=dtype) for _ in range(n_sets)]
         gbs = lambda ms: 2 * kv_bytes / (ms * 1e-3) / 1e9
@@ -123,7 +137,7 @@ def main():
                 row[name] = None
         # Flex compiles per shape; past 150 s of the command it is skipped so
         # that the table's other columns come back.
-        if time.time() - start < 150:
+        if flex is not None and time.time() - start < 150:
             try:
                 ms = median_ms(lambda i: flex(qs[i], ks[i], vs[i], enable_gqa=True), n_sets)
                 row["flex"] = gbs(ms)
@@ -143,9 +157,10 @@ def main():
         row["copy"] = 2 * kv_bytes / (ms * 1e-3) / 1e9
         fmt = lambda x: "n/a" if x is None else "%.0f" % x
         sdpa = [v for k, v in row.items() if k in ("cudnn", "flash", "efficient") and v]
-        print("peers %s hq%d hkv%d d%d B%d KV%d: sdpa best %s (cudnn %s, flash %s, "
+        print("peers %s hq%d hkv%d d%d B%d KV%d%s: sdpa best %s (cudnn %s, flash %s, "
               "efficient %s) flex %s copy %s GB/s" % (
-                  sys.argv[1], hq, hkv, d, b, kv, fmt(max(sdpa) if sdpa else None),
+                  sys.argv[1], hq, hkv, d, b, kv,
+                  " q%d" % queries if queries != 1 else "", fmt(max(sdpa) if sdpa else None),
                   fmt(row["cudnn"]), fmt(row["flash"]), fmt(row["efficient"]),
                   fmt(row["flex"]), fmt(row["copy"])) +
               (" flex paged%d %s GB/s" % (paged, fmt(row["flex_paged"])) if paged else ""),

@@ -544,6 +544,43 @@ ATTNC_C_API attnc_status attnc_attention_run_decode(
     const attnc_tensor *finals, void *workspace, size_t workspace_bytes,
     const attnc_input *inputs, size_t num_inputs, void *stream);
 
+/* Packed (THD) decode over kv: each sequence its own count of queries
+ * (speculative decoding, mixed batches). q [Tq,H,D] and out [Tq,H,DV]
+ * whatever the signature's layout; sequence b's queries are the tokens
+ * [cu_seqlens_q[b], cu_seqlens_q[b+1]) (int32 [B+1] on the device), 0 to
+ * max_seqlen_q of them (1 to 16); query i of a sequence of n queries and L
+ * keys is at position L - n + i. finals [F,H,Tq] float32 or NULL. The
+ * decode kernels and split of attnc_attention_decode_paged; plans the call
+ * itself. (Contiguous packed K/V: attnc_attention_forward_varlen with
+ * max_seqlen_q at most 16 runs the same kernels.) */
+ATTNC_C_API attnc_status attnc_attention_decode_paged_varlen(
+    attnc_attention *att, const attnc_tensor *q,
+    const attnc_tensor *cu_seqlens_q, int64_t max_seqlen_q,
+    const attnc_paged_kv *kv, const attnc_tensor *out,
+    const attnc_tensor *finals, const attnc_input *inputs, size_t num_inputs,
+    void *stream);
+
+/* A plan for packed decode calls (attnc_attention_run_decode_varlen):
+ * bounds as attnc_attention_plan_decode's, queries_per_seq the bound on
+ * each sequence's count (1 to 16). A packed plan runs packed calls only,
+ * a plan of attnc_attention_plan_decode dense ones only. */
+ATTNC_C_API attnc_status attnc_attention_plan_decode_varlen(
+    attnc_attention *att, const attnc_decode_bounds *bounds,
+    attnc_decode_plan **out, size_t *workspace_bytes);
+
+/* One packed decode call of plan (arguments as
+ * attnc_attention_decode_paged_varlen's, its bound the plan's): checks
+ * shapes on the host, then launches with no decision, allocation or
+ * synchronisation; a captured graph replays with new counts in
+ * cu_seqlens_q (0 to the plan's queries_per_seq, ending within q's
+ * tokens), lengths, page tables and q. */
+ATTNC_C_API attnc_status attnc_attention_run_decode_varlen(
+    attnc_attention *att, const attnc_decode_plan *plan,
+    const attnc_tensor *q, const attnc_tensor *cu_seqlens_q,
+    const attnc_paged_kv *kv, const attnc_tensor *out,
+    const attnc_tensor *finals, void *workspace, size_t workspace_bytes,
+    const attnc_input *inputs, size_t num_inputs, void *stream);
+
 /* Paged prefill: new query tokens q [Tq,H,D] (packed, cu_seqlens_q int32
  * [B+1] on the device, max_seqlen_q their longest run) over each
  * sequence's paged keys (appended first), out [Tq,H,DV], finals [F,H,Tq]
