@@ -42,10 +42,67 @@ def _rows(t, a, b):
     return t[:, :, a:b].contiguous()
 
 
+def _view(t, a, b):
+    """Tokens [a, b) of a bhsd tensor, a view (the kernels take strides)."""
+    return t if a == 0 and b == t.shape[2] else t[:, :, a:b]
+
+
 def _tokens(t, a, b):
     if a == 0 and b == t.shape[-1]:
         return t
     return t[..., a:b].contiguous()
+
+
+class _Grad:
+    """A gradient of a rank's tensor (bhsd, tokens along dim 2) in its
+    dtype: the direct blocks' kernels write their tokens into it (no
+    copy); the other shares are summed in float32 over the span of their
+    tokens, and added to it once at the end (each kernel's result is
+    rounded once, the sum once, as with one float32 accumulator)."""
+
+    def __init__(self, like, direct, blocks, span, extra=()):
+        self.out = torch.empty_like(like)
+        self.span, self.direct = span, set(direct)
+        others = [span(b) for b in blocks if b not in self.direct]
+        others += list(extra)
+        self.lo = min((a for a, _ in others), default=0)
+        self.hi = max((b for _, b in others), default=0)
+        shape = like.shape[:2] + (self.hi - self.lo, like.shape[-1])
+        self.acc = torch.zeros(shape, dtype=torch.float32,
+                               device=like.device) if others else None
+
+    def target(self, b):
+        """Where block b's kernel writes its share."""
+        a, e = self.span(b)
+        if b in self.direct:
+            return self.out[:, :, a:e]
+        return self.out.new_empty(self.out.shape[:2] + (e - a,
+                                                        self.out.shape[-1]))
+
+    def add(self, b, got):
+        if b not in self.direct:
+            self.add_span(*self.span(b), got)
+
+    def add_span(self, a, e, got):
+        self.acc[:, :, a - self.lo:e - self.lo] += got
+
+    def result(self):
+        n = self.out.shape[2]
+        spans = [self.span(b) for b in self.direct]
+        cuts = sorted({0, n, self.lo, self.hi} | {a for a, _ in spans}
+                      | {e for _, e in spans})
+        for a, e in zip(cuts, cuts[1:]):
+            written = any(x <= a and e <= y for x, y in spans)
+            summed = self.acc is not None and self.lo <= a and e <= self.hi
+            if written and summed:
+                self.out[:, :, a:e] = (self.out[:, :, a:e].float()
+                                       + self.acc[:, :, a - self.lo:
+                                                  e - self.lo])
+            elif summed:
+                self.out[:, :, a:e] = self.acc[:, :, a - self.lo:e - self.lo]
+            elif not written:
+                self.out[:, :, a:e] = 0
+        return self.out
 
 
 class _Plan:
@@ -128,46 +185,86 @@ class PositionsRing:
     def _att(self, b):
         return self.att if b.kind == "masked" else self.full_att
 
-    def _block_forward(self, b, q, kv, base, inputs):
-        qb = _rows(q, b.q0, b.q1)
-        kb, vb = (_rows(t, b.k0 - base, b.k1 - base) for t in kv[:2])
+    def _block_forward(self, b, q, kv, base, inputs, out, finals):
+        """Runs block b; its out rows go to out's rows when out is given
+        (a view: the kernels take strided bhsd tensors) and its finals to
+        finals' columns. Returns the part (q0, q1, o, f) otherwise."""
+        qb = _view(q, b.q0, b.q1)
+        kb, vb = (_view(t, b.k0 - base, b.k1 - base) for t in kv[:2])
         bsz, heads = q.shape[0], q.shape[1]
-        o = q.new_empty((bsz, heads, b.q1 - b.q0, kv[1].shape[-1]))
-        f = q.new_empty((self.n_finals, bsz, heads, b.q1 - b.q0),
-                        dtype=torch.float32)
+        rows = b.q1 - b.q0
+        whole = out is not None and rows == q.shape[2]
+        if out is not None:
+            o = _view(out, b.q0, b.q1)
+        else:
+            o = q.new_empty((bsz, heads, rows, kv[1].shape[-1]))
+        f = finals if whole else torch.empty(
+            (self.n_finals, bsz, heads, rows), dtype=torch.float32,
+            device=q.device)
         self._att(b).forward(qb, kb, vb, o, f if self.n_finals else None,
                              self._inputs(inputs, b, kv[2:], base))
+        if out is not None:
+            if not whole:
+                finals[..., b.q0:b.q1] = f
+            return None
         return (b.q0, b.q1, o, f)
 
     def _block_backward(self, b, q, kv, base, out, dout, finals, inputs, dq,
                         dk, dv):
-        qb, ob, dob = (_rows(t, b.q0, b.q1) for t in (q, out, dout))
+        """Runs block b's backward; dq, dk, dv are where its gradients go
+        (_Grad, or a float32 accumulator over the travelling keys)."""
+        qb, ob, dob = (_view(t, b.q0, b.q1) for t in (q, out, dout))
         fb = _tokens(finals, b.q0, b.q1) if self.n_finals else None
-        kb, vb = (_rows(t, b.k0 - base, b.k1 - base) for t in kv[:2])
-        gq, gk, gv = (torch.empty_like(t) for t in (qb, kb, vb))
+        kb, vb = (_view(t, b.k0 - base, b.k1 - base) for t in kv[:2])
+        gq = dq.target(b) if isinstance(dq, _Grad) else torch.empty_like(qb)
+        gk, gv = (g.target(b) if isinstance(g, _Grad) else torch.empty_like(x)
+                  for g, x in ((dk, kb), (dv, vb)))
         self._att(b).backward(qb, kb, vb, ob, dob, fb, gq, gk, gv,
                               self._inputs(inputs, b, kv[2:], base))
-        dq[:, :, b.q0:b.q1] += gq
-        dk[:, :, b.k0 - base:b.k1 - base] += gk
-        dv[:, :, b.k0 - base:b.k1 - base] += gv
+        for g, got, lo, hi in ((dq, gq, b.q0, b.q1), (dk, gk, b.k0, b.k1),
+                               (dv, gv, b.k0, b.k1)):
+            if isinstance(g, _Grad):
+                g.add(b, got)
+            else:
+                g[:, :, lo - base:hi - base] += got
 
     # -- the merge --------------------------------------------------------------
 
-    def _merge(self, parts, q, dv_dim):
-        """out and finals of the rank's rows from the parts (q0, q1, o, f):
-        per run of rows covered by the same parts, a copy of one part or
-        the derived merge of several (at most 8 at once); rows no part
-        covers hold the merge's identity (out 0, finals -inf)."""
-        bsz, heads, n = q.shape[0], q.shape[1], q.shape[2]
-        out = q.new_zeros((bsz, heads, n, dv_dim))
-        finals = torch.full((self.n_finals, bsz, heads, n), -math.inf,
-                            dtype=torch.float32, device=q.device)
-        cuts = sorted({0, n} | {p[0] for p in parts} | {p[1] for p in parts})
+    @staticmethod
+    def _direct(blocks, span=lambda b: (b.q0, b.q1)):
+        """The blocks that write their rows (span: which tokens of which
+        tensor) into the result directly: the largest first, then each
+        that shares no token with one chosen (the others' shares are
+        merged or added into those tokens afterwards)."""
+        chosen = []
+        for b in sorted(blocks, key=lambda b: span(b)[0] - span(b)[1]):
+            lo, hi = span(b)
+            if all(hi <= span(c)[0] or span(c)[1] <= lo for c in chosen):
+                chosen.append(b)
+        return chosen
+
+    def _merge(self, parts, direct, out, finals):
+        """Merges the parts (q0, q1, o, f) into out and finals, whose rows
+        the direct blocks wrote: per run of rows covered by the same
+        blocks, one derived merge of all of them (at most 8 at once, so
+        each is rounded once), or a copy of a lone part; rows no block
+        covers get the merge's identity (out 0, finals -inf)."""
+        n = out.shape[2]
+        spans = [(b.q0, b.q1) for b in direct] + [p[:2] for p in parts]
+        cuts = sorted({0, n} | {a for a, _ in spans} | {b for _, b in spans})
+        has = self.n_finals > 0
         for a, b in zip(cuts, cuts[1:]):
-            here = [(o[:, :, a - q0:b - q0], f[..., a - q0:b - q0])
-                    for q0, q1, o, f in parts if q0 <= a and b <= q1]
+            here = [(out[:, :, a:b], finals[..., a:b]) for d in direct
+                    if d.q0 <= a and b <= d.q1]
+            mine = len(here)
+            here += [(o[:, :, a - q0:b - q0], f[..., a - q0:b - q0])
+                     for q0, q1, o, f in parts if q0 <= a and b <= q1]
             if not here:
+                out[:, :, a:b] = 0
+                finals[..., a:b] = -math.inf
                 continue
+            if len(here) == mine:
+                continue  # the direct block's rows as it wrote them
             while len(here) > 1:
                 merged = []
                 for i in range(0, len(here), plan.MAX_WORLD):
@@ -175,10 +272,9 @@ class PositionsRing:
                     if len(group) == 1:
                         merged.append(group[0])
                         continue
-                    o = q.new_empty((bsz, heads, b - a, dv_dim))
-                    f = torch.empty((self.n_finals, bsz, heads, b - a),
-                                    dtype=torch.float32, device=q.device)
-                    has = self.n_finals > 0
+                    o = group[0][0].new_empty(group[0][0].shape)
+                    f = torch.empty(group[0][1].shape, dtype=torch.float32,
+                                    device=o.device)
                     self.att.merge_results(
                         [g[0].contiguous() for g in group],
                         [g[1].contiguous() for g in group] if has else None,
@@ -187,7 +283,6 @@ class PositionsRing:
                 here = merged
             out[:, :, a:b] = here[0][0]
             finals[..., a:b] = here[0][1]
-        return out, finals
 
     # -- the ring ---------------------------------------------------------------
 
@@ -232,6 +327,12 @@ class PositionsRing:
         p = self._plan(q.shape[2], inputs)
         kv, base = self._travelling(k, v, inputs), 0
         like = kv
+        mine = [b for s in range(self.world) for b in p.blocks[self.rank][s]]
+        direct = set(self._direct(mine))
+        bsz, heads, n = q.shape[0], q.shape[1], q.shape[2]
+        out = q.new_empty((bsz, heads, n, v.shape[-1]))
+        finals = torch.empty((self.n_finals, bsz, heads, n),
+                             dtype=torch.float32, device=q.device)
         parts = []
         for t in range(self.world):
             src = plan.source(self.rank, t, self.world)
@@ -241,12 +342,17 @@ class PositionsRing:
                 raise _lib.InternalError(
                     f"{self.where}: step {t} has blocks but no keys")
             for b in blocks:
-                parts.append(self._block_forward(b, q, kv, base, inputs))
+                part = self._block_forward(
+                    b, q, kv, base, inputs, out if b in direct else None,
+                    finals)
+                if part is not None:
+                    parts.append(part)
             if pending is not None:
                 _wait(pending)
             if t < self.world - 1:
                 kv, base = got if got is not None else (None, 0)
-        return self._merge(parts, q, v.shape[-1])
+        self._merge(parts, [b for b in mine if b in direct], out, finals)
+        return out, finals
 
     def backward(self, q, k, v, out, finals, dout, inputs):
         world, rank = self.world, self.rank
@@ -254,9 +360,13 @@ class PositionsRing:
         dout = dout.contiguous()
         kv, base = self._travelling(k, v, inputs), 0
         like = kv
-        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        own = [torch.zeros(k.shape, dtype=torch.float32, device=q.device),
-               torch.zeros(v.shape, dtype=torch.float32, device=q.device)]
+        mine = [b for s in range(world) for b in p.blocks[rank][s]]
+        dq = _Grad(q, self._direct(mine), mine, lambda b: (b.q0, b.q1))
+        home = p.blocks[rank][rank]
+        keys = lambda b: (b.k0, b.k1)
+        extra = [p.travel[rank]] if p.travel[rank] is not None else []
+        own = [_Grad(t, self._direct(home, keys), home, keys, extra)
+               for t in (k, v)]
         acc_in, acc_flight = None, None
         for t in range(world):
             src = plan.source(rank, t, world)
@@ -303,6 +413,6 @@ class PositionsRing:
             _wait(acc_flight)
         if acc_in is not None:  # this rank's keys' shares, back home
             a, b = p.travel[rank]
-            own[0][:, :, a:b] += acc_in[0]
-            own[1][:, :, a:b] += acc_in[1]
-        return (dq.to(q.dtype), own[0].to(k.dtype), own[1].to(v.dtype))
+            own[0].add_span(a, b, acc_in[0])
+            own[1].add_span(a, b, acc_in[1])
+        return dq.result(), own[0].result(), own[1].result()
