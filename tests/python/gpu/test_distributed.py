@@ -1,6 +1,8 @@
 """Ring attention (attnc.distributed) on two or four GPUs: forward output and q/k/v
 gradients of mha without a mask, causal mha, sigmoid_attn and an ALiBi
-variant (positions as per-token inputs, sharded with the sequence) against
+variant (positions as per-token inputs, sharded with the sequence), and
+masks that read positions (a sliding window of 256, a document mask,
+prefix-LM; both layouts: the positioned twin with global offsets) against
 the single-GPU attnc result of the whole sequence and an fp64 reference,
 by the project's rule (tests/gpu: |ring - fp64| <= 2 x the single-GPU
 error + atol (1 + |fp64|)); and the refusals.
@@ -134,6 +136,9 @@ def worker():
         cases += [("mha_sliding_window", 1, 4, 4096, 128, layout),
                   ("mha_document", 2, 4, 4096, 128, layout),
                   ("mha_prefix_lm", 1, 4, 4096, 128, layout)]
+    only = os.environ.get("ATTNC_RING_CASES")  # names, comma-separated
+    if only:
+        cases = [c for c in cases if c[0] in only.split(",")]
     for name, b, h, n, d, layout in cases:
         definition = defs.get(name, name)
         torch.manual_seed(n + b * 7 + len(name))  # the same on every rank
