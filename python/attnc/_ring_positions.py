@@ -249,7 +249,7 @@ def classify_box(graph: dict, root: int, q_lo: int, q_hi: int, k_lo: int,
         "partial"
 
 
-# -- the plan of a ring step ---------------------------------------------------
+# -- the plan of a ring step --------------------------------------------------
 
 class Segment(NamedTuple):
     """A run of a shard's tokens that are consecutive in the sequence:

@@ -228,7 +228,7 @@ class PositionsRing:
             else:
                 g[:, :, lo - base:hi - base] += got
 
-    # -- the merge --------------------------------------------------------------
+    # -- the merge ------------------------------------------------------------
 
     @staticmethod
     def _direct(blocks, span=lambda b: (b.q0, b.q1)):
@@ -284,7 +284,7 @@ class PositionsRing:
             out[:, :, a:b] = here[0][0]
             finals[..., a:b] = here[0][1]
 
-    # -- the ring ---------------------------------------------------------------
+    # -- the ring -------------------------------------------------------------
 
     def _travelling(self, k, v, inputs):
         return [k, v] + [inputs[n].contiguous() for n in

@@ -128,8 +128,9 @@ def worker():
     failures, rows = [], []
     dtype = torch.bfloat16
     lay = "zigzag"
-    cases = [("mha_unmasked", 1, 4, 2048, 128, lay), ("mha", 1, 4, 2048, 128, lay),
-             ("mha", 2, 2, 1536, 128, lay), ("sigmoid_attn", 1, 4, 2048, 128, lay),
+    cases = [("mha_unmasked", 1, 4, 2048, 128, lay),
+             ("mha", 1, 4, 2048, 128, lay), ("mha", 2, 2, 1536, 128, lay),
+             ("sigmoid_attn", 1, 4, 2048, 128, lay),
              ("alibi_positions", 1, 4, 2048, 128, lay)]
     # Masks that read positions: the calls pass their global positions.
     for layout in ("contiguous", "zigzag"):
