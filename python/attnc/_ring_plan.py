@@ -131,7 +131,8 @@ SHARED_INPUTS = ("scalar", "per_head")
 
 
 class RingSupport(NamedTuple):
-    """How a definition is sharded: its mask ("none" or "causal"), and its
+    """How a definition is sharded: its mask ("none", "causal" or
+    "positions", see ring_support), and its
     custom inputs by how they travel: with the queries (sliced with the
     rank's rows), with the keys (sent around the ring with K and V), or
     shared (scalars, per-head values)."""
@@ -178,12 +179,13 @@ def _is_causal(nodes, root: int) -> bool:
 
 def ring_support(definition, where: str = "attnc.distributed") -> RingSupport:
     """What ring attention needs to know of definition, or NotSupportedYet
-    saying what it cannot shard yet: linear attention, a mask other than
-    causal (sliding window, prefix-LM, documents: they read absolute
-    positions, which differ per shard until the skeletons take position
-    offsets), a score_mod or online function that reads q_idx or kv_idx
-    (positions may be given as per_query_token / per_key_token inputs,
-    which are sharded with the sequence), full [B,H,Sq,Skv] inputs."""
+    saying what it cannot shard yet: linear attention, full [B,H,Sq,Skv]
+    inputs. Its mask is "none", "causal" (q_idx >= kv_idx, and no other
+    function reads q_idx or kv_idx: the chunk pairs are full, empty or the
+    rank's own diagonal) or "positions" (any other mask, or a function
+    that reads q_idx or kv_idx: sliding windows, prefix-LM, documents,
+    ALiBi by index; its calls run the positioned twin with the global
+    positions of their first query and key, _ring_positions)."""
     graph = json.loads(definition.ir_json())
     name = graph.get("name", "?")
     if graph.get("kind") != "attention":
@@ -197,24 +199,15 @@ def ring_support(definition, where: str = "attnc.distributed") -> RingSupport:
     mask = "none"
     if graph.get("has_mask"):
         roots = functions.get("mask_mod", [])
-        if len(roots) != 1 or not _is_causal(nodes, roots[0]):
-            raise _lib.NotSupportedYet(
-                f"{where}: '{name}': its mask is not q_idx >= kv_idx; a "
-                "mask that reads positions otherwise (sliding window, "
-                "prefix-LM, chunks) or inputs (documents) is not sharded "
-                "yet (the skeletons take no position offsets)")
-        mask = "causal"
+        causal = len(roots) == 1 and _is_causal(nodes, roots[0])
+        mask = "causal" if causal else "positions"
     for fn, roots in functions.items():
         if fn == "mask_mod":
             continue
         if _reads(nodes, roots, lambda n: n.get("op") == "param"
-                  and n.get("param") == "index"):
-            raise _lib.NotSupportedYet(
-                f"{where}: '{name}': {fn} reads q_idx or kv_idx, which are "
-                "local to each shard (the skeletons take no position "
-                "offsets yet); give positions as per_query_token and "
-                "per_key_token inputs instead, they are sharded with the "
-                "sequence")
+                  and n.get("param") == "index"
+                  and n.get("name") in ("q_idx", "kv_idx")):
+            mask = "positions"
     query, key, shared, grads = [], [], [], []
     for decl in graph.get("inputs", ()):
         shape = decl["shape"]

@@ -11,7 +11,9 @@ recomputed) while dK/dV accumulators travel back to their owners. With a
 causal mask the sequence is sharded "zigzag" (rank r holds chunks r and
 2W-1-r of 2W, which balances the work): a ring step's chunk pairs are then
 the diagonal (the rank's own shard, run with the mask), fully visible (run
-with the definition's maskless twin) or empty (skipped).
+with the definition's maskless twin) or empty (skipped). A mask or
+score_mod that reads positions otherwise runs per pair of shard segments
+with their global positions as kernel arguments (distributed_positions).
 Linear attention (linear_attention_cp) passes its state instead: each rank
 holds a contiguous shard and runs it from a zero state, all-gathers the
 shards' final states and state transforms, scans them to its true initial
@@ -346,11 +348,13 @@ def ring_attention(q, k, v, definition, group=None, causal_layout="zigzag",
 
     inputs: custom inputs; per-query ones (per_row, per_query_token) are
     this rank's shard like q, per-key ones (per_key, per_key_token) like
-    k (they travel with it), scalars and per-head ones whole. Refused:
-    variants whose results do not merge (UserError), linear attention,
-    masks other than causal and score_mods reading q_idx/kv_idx (positions
-    differ per shard: give them as per-token inputs), input gradients
-    (NotSupportedYet)."""
+    k (they travel with it), scalars and per-head ones whole. Masks and
+    score_mods that read q_idx/kv_idx otherwise than a causal mask (sliding
+    windows, prefix-LM, documents, ALiBi by index) see the whole sequence's
+    positions (attnc.distributed_positions): each call passes the global
+    position of its first query and key to the kernels. Refused: variants
+    whose results do not merge (UserError), linear attention, full
+    [B,H,Sq,Skv] inputs, input gradients (NotSupportedYet)."""
     _check(q, k, v, inputs)
     name = (definition if isinstance(definition, str)
             else _attnc_torch.register(definition))
@@ -362,8 +366,14 @@ def ring_attention(q, k, v, definition, group=None, causal_layout="zigzag",
         if causal_layout not in plan.LAYOUTS:
             plan.check_layout(_WHERE, causal_layout, world, 0)
         with _lock:
-            ring = _Ring(_attnc_torch._definition(name), name, q, v, group,
-                         causal_layout)
+            definition = _attnc_torch._definition(name)
+            support = plan.ring_support(definition, _WHERE)
+            if support.mask == "positions":
+                from .distributed_positions import PositionsRing
+                ring = PositionsRing(definition, name, q, v, group,
+                                     causal_layout, support, _WHERE)
+            else:
+                ring = _Ring(definition, name, q, v, group, causal_layout)
             _rings[key] = ring
     q, k, v = (t if t.is_contiguous() else t.contiguous() for t in (q, k, v))
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad

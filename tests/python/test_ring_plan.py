@@ -287,14 +287,23 @@ class Definitions(unittest.TestCase):
                           s.shared_inputs),
                          ("causal", ("q_pos",), ("k_pos",), ("slopes",)))
 
+    def test_positions(self):
+        # Masks and score_mods that read positions otherwise than causal:
+        # the positioned twin runs them (test_ring_positions.py).
+        for name in ("mha_sliding_window", "mha_document", "mha_prefix_lm",
+                     "alibi_learnable"):
+            self.assertEqual(plan.ring_support(attnc.example(name)).mask,
+                             "positions", name)
+        s = plan.ring_support(attnc.example("mha_document"))
+        self.assertEqual((s.query_inputs, s.key_inputs),
+                         (("q_doc",), ("k_doc",)))
+        self.assertEqual(plan.ring_support(attnc.example(
+            "alibi_learnable")).grad_inputs, ("slopes", "head_bias"))
+
     def test_refused(self):
         for name, says in (
-                ("mha_sliding_window", "its mask is not q_idx >= kv_idx"),
-                ("mha_document", "its mask is not q_idx >= kv_idx"),
-                ("mha_prefix_lm", "its mask is not q_idx >= kv_idx"),
-                ("alibi_learnable", "score_mod reads q_idx or kv_idx"),
                 ("simple_gla", "is linear attention; its state passes "
-                 "across ranks with attnc.distributed.linear_attention_cp")):
+                 "across ranks with attnc.distributed.linear_attention_cp"),):
             with self.assertRaises(attnc.NotSupportedYet, msg=name) as e:
                 plan.ring_support(attnc.example(name))
             self.assertIn(says, str(e.exception))

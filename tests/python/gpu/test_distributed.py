@@ -1,6 +1,8 @@
 """Ring attention (attnc.distributed) on two or four GPUs: forward output and q/k/v
 gradients of mha without a mask, causal mha, sigmoid_attn and an ALiBi
-variant (positions as per-token inputs, sharded with the sequence) against
+variant (positions as per-token inputs, sharded with the sequence), and
+masks that read positions (a sliding window of 256, a document mask,
+prefix-LM; both layouts: the positioned twin with global offsets) against
 the single-GPU attnc result of the whole sequence and an fp64 reference,
 by the project's rule (tests/gpu: |ring - fp64| <= 2 x the single-GPU
 error + atol (1 + |fp64|)); and the refusals.
@@ -93,6 +95,15 @@ def reference64(name, q, k, v, inputs):
         qp = inputs["q_pos"].double()[:, None, :, None]
         kp = inputs["k_pos"].double()[:, None, None, :]
         s = s + inputs["slopes"].double()[None, :, None, None] * (kp - qp)
+    if name == "mha_sliding_window":
+        pos = torch.arange(n, device=q.device)
+        keep = keep & (pos[:, None] - pos[None, :] < 256)
+    if name == "mha_document":
+        keep = keep & (inputs["q_doc"][..., :, None]
+                       == inputs["k_doc"][..., None, :])
+    if name == "mha_prefix_lm":
+        pos = torch.arange(n, device=q.device)
+        keep = keep | (pos[None, :] < inputs["prefix_len"])
     if name != "mha_unmasked":
         s = s.masked_fill(~keep, float("-inf"))
     return torch.softmax(s, dim=-1) @ v
@@ -116,11 +127,21 @@ def worker():
     defs = definitions()
     failures, rows = [], []
     dtype = torch.bfloat16
-    cases = [("mha_unmasked", 1, 4, 2048, 128), ("mha", 1, 4, 2048, 128),
-             ("mha", 2, 2, 1536, 128), ("sigmoid_attn", 1, 4, 2048, 128),
-             ("alibi_positions", 1, 4, 2048, 128)]
-    for name, b, h, n, d in cases:
-        definition = defs[name]
+    lay = "zigzag"
+    cases = [("mha_unmasked", 1, 4, 2048, 128, lay),
+             ("mha", 1, 4, 2048, 128, lay), ("mha", 2, 2, 1536, 128, lay),
+             ("sigmoid_attn", 1, 4, 2048, 128, lay),
+             ("alibi_positions", 1, 4, 2048, 128, lay)]
+    # Masks that read positions: the calls pass their global positions.
+    for layout in ("contiguous", "zigzag"):
+        cases += [("mha_sliding_window", 1, 4, 4096, 128, layout),
+                  ("mha_document", 2, 4, 4096, 128, layout),
+                  ("mha_prefix_lm", 1, 4, 4096, 128, layout)]
+    only = os.environ.get("ATTNC_RING_CASES")  # names, comma-separated
+    if only:
+        cases = [c for c in cases if c[0] in only.split(",")]
+    for name, b, h, n, d, layout in cases:
+        definition = defs.get(name, name)
         torch.manual_seed(n + b * 7 + len(name))  # the same on every rank
         q, k, v, dout = (torch.randn(b, h, n, d, device="cuda").to(dtype)
                          for _ in range(4))
@@ -136,17 +157,30 @@ def worker():
             local_inputs = {"slopes": slopes,
                             "q_pos": ad.shard(pos, dim=1),
                             "k_pos": ad.shard(pos, dim=1)}
+        if name == "mha_document":
+            # Documents of 1 to 1023 tokens, across the shards' ends.
+            gen = torch.Generator().manual_seed(n + b)
+            ids = torch.cumsum(torch.rand(b, 1, n, generator=gen) < 1 / 300,
+                               -1).float().expand(b, h, n).contiguous()
+            ids = ids.cuda()
+            whole_inputs = {"q_doc": ids, "k_doc": ids}
+            local_inputs = {"q_doc": ad.shard(ids, causal_layout=layout),
+                            "k_doc": ad.shard(ids, causal_layout=layout)}
+        if name == "mha_prefix_lm":
+            whole_inputs = local_inputs = {"prefix_len": n // 2 + 100}
         # Single GPU, the whole sequence.
         qw, kw, vw = (t.clone().requires_grad_() for t in (q, k, v))
         single = attnc.torch.attention(qw, kw, vw, definition,
                                        inputs=whole_inputs)
         single.backward(dout)
         # Two ranks, the ring.
-        ql, kl, vl = (ad.shard(t).requires_grad_() for t in (q, k, v))
-        out = ad.ring_attention(ql, kl, vl, definition, inputs=local_inputs)
-        out.backward(ad.shard(dout))
-        got = [ad.unshard(t) for t in (out.detach(), ql.grad, kl.grad,
-                                       vl.grad)]
+        ql, kl, vl = (ad.shard(t, causal_layout=layout).requires_grad_()
+                      for t in (q, k, v))
+        out = ad.ring_attention(ql, kl, vl, definition, inputs=local_inputs,
+                                causal_layout=layout)
+        out.backward(ad.shard(dout, causal_layout=layout))
+        got = [ad.unshard(t, causal_layout=layout)
+               for t in (out.detach(), ql.grad, kl.grad, vl.grad)]
         # fp64, the whole sequence.
         q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
         ref = reference64(name, q64, k64, v64, whole_inputs)
@@ -159,7 +193,7 @@ def worker():
             excess = ((g.double() - r).abs()
                       - atol(dtype) * (1 + r.abs())).max().item()
             ok = excess <= 2 * plain_err and r.abs().max().item() > 0
-            rows.append((name, f"b{b} h{h} s{n} d{d}", what, ring_err,
+            rows.append((name, f"b{b} h{h} s{n} {layout[:3]}", what, ring_err,
                          plain_err, ok))
             if not ok:
                 failures.append(f"{name} {what}: ring error {ring_err:.3g}, "
@@ -169,9 +203,8 @@ def worker():
     for name, error, says in (
             (defs["softmax_without_max"], attnc.UserError,
              "its results cannot be merged"),
-            ("retention", attnc.NotSupportedYet, "reads q_idx or kv_idx"),
-            ("mha_sliding_window", attnc.NotSupportedYet, "sliding window"),
-            ("alibi_learnable", attnc.NotSupportedYet, "reads q_idx or kv_idx"),
+            ("alibi_learnable", attnc.NotSupportedYet,
+             "gradients of custom inputs"),
             ("simple_gla", attnc.NotSupportedYet, "linear attention")):
         try:
             ad.ring_attention(ql, ql, ql, name)
@@ -184,10 +217,10 @@ def worker():
     if rank == 0:
         print(f"ring attention, {world} ranks ({torch.cuda.get_device_name()})"
               f", bf16: max |error| vs fp64")
-        print(f"{'variant':16} {'shape':20} {'':4} {'ring':>9} "
+        print(f"{'variant':18} {'shape':20} {'':4} {'ring':>9} "
               f"{'1 GPU':>9} {'ratio':>6}  ok")
         for name, shape, what, e, p, ok in rows:
-            print(f"{name:16} {shape:20} {what:4} {e:9.3g} {p:9.3g} "
+            print(f"{name:18} {shape:20} {what:4} {e:9.3g} {p:9.3g} "
                   f"{e / p if p else float('inf'):6.2f}  {'ok' if ok else 'FAIL'}")
         for f in failures:
             print("FAIL:", f)

@@ -1,0 +1,418 @@
+"""attnc.distributed's ring for definitions that read absolute positions
+(sliding windows, prefix-LM, document masks, score_mods of q_idx/kv_idx):
+each call of a ring step runs the definition's positioned twin with the
+global positions of its first query and key as two scalar inputs
+(_ring_positions), so the kernels' mask and block classification see the
+whole sequence's q_idx and kv_idx. The plan cuts each step into the pairs
+of shard segments (one per layout chunk) the mask does not empty, trimmed
+to the rows and keys that may be kept; a key shard travels only as far as
+the keys some other rank reads (a sliding window sends the shard's last
+window keys, and nothing the other way), and its dK/dV accumulators
+travel over the same keys. Used by attnc.distributed.ring_attention."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import torch
+
+from . import _lib
+from . import _ring_plan as plan
+from . import _ring_positions as pos
+from . import torch as _attnc_torch
+from .distributed import _exchange, _group_info, _wait
+
+_twins = {}
+
+
+def _twin(definition, make, suffix):
+    """make(definition) registered under its name, made once per
+    definition (suffix: what tells the twins of one definition apart)."""
+    key = (definition.name, suffix)
+    got = _twins.get(key)
+    if got is None or got[0] is not definition:
+        got = _twins[key] = (definition, make(definition))
+    return _attnc_torch.register(got[1])
+
+
+def _rows(t, a, b):
+    if a == 0 and b == t.shape[2]:
+        return t
+    return t[:, :, a:b].contiguous()
+
+
+def _view(t, a, b):
+    """Tokens [a, b) of a bhsd tensor, a view (the kernels take strides)."""
+    return t if a == 0 and b == t.shape[2] else t[:, :, a:b]
+
+
+def _tokens(t, a, b):
+    if a == 0 and b == t.shape[-1]:
+        return t
+    return t[..., a:b].contiguous()
+
+
+class _Grad:
+    """A gradient of a rank's tensor (bhsd, tokens along dim 2) in its
+    dtype: the direct blocks' kernels write their tokens into it (no
+    copy); the other shares are summed in float32 over the span of their
+    tokens, and added to it once at the end (each kernel's result is
+    rounded once, the sum once, as with one float32 accumulator)."""
+
+    def __init__(self, like, direct, blocks, span, extra=()):
+        self.out = torch.empty_like(like)
+        self.span, self.direct = span, set(direct)
+        others = [span(b) for b in blocks if b not in self.direct]
+        others += list(extra)
+        self.lo = min((a for a, _ in others), default=0)
+        self.hi = max((b for _, b in others), default=0)
+        shape = like.shape[:2] + (self.hi - self.lo, like.shape[-1])
+        self.acc = torch.zeros(shape, dtype=torch.float32,
+                               device=like.device) if others else None
+
+    def target(self, b):
+        """Where block b's kernel writes its share."""
+        a, e = self.span(b)
+        if b in self.direct:
+            return self.out[:, :, a:e]
+        return self.out.new_empty(self.out.shape[:2] + (e - a,
+                                                        self.out.shape[-1]))
+
+    def add(self, b, got):
+        if b not in self.direct:
+            self.add_span(*self.span(b), got)
+
+    def add_span(self, a, e, got):
+        self.acc[:, :, a - self.lo:e - self.lo] += got
+
+    def result(self):
+        n = self.out.shape[2]
+        spans = [self.span(b) for b in self.direct]
+        cuts = sorted({0, n, self.lo, self.hi} | {a for a, _ in spans}
+                      | {e for _, e in spans})
+        for a, e in zip(cuts, cuts[1:]):
+            written = any(x <= a and e <= y for x, y in spans)
+            summed = self.acc is not None and self.lo <= a and e <= self.hi
+            if written and summed:
+                self.out[:, :, a:e] = (self.out[:, :, a:e].float()
+                                       + self.acc[:, :, a - self.lo:
+                                                  e - self.lo])
+            elif summed:
+                self.out[:, :, a:e] = self.acc[:, :, a - self.lo:e - self.lo]
+            elif not written:
+                self.out[:, :, a:e] = 0
+        return self.out
+
+
+class _Plan:
+    """A ring's blocks and travelling key ranges for one chunk length and
+    one set of scalar inputs."""
+
+    def __init__(self, boxes, layout, world, chunk):
+        chunks = [plan.rank_chunks(layout, world, r) for r in range(world)]
+        self.blocks = [[pos.step_blocks(boxes, chunks[r], chunks[s], chunk)
+                        for s in range(world)] for r in range(world)]
+        self.travel = [pos.travel_range([self.blocks[r][s]
+                                         for r in range(world) if r != s])
+                       for s in range(world)]
+
+
+class PositionsRing:
+    """Ring attention of a definition that reads positions (mask
+    "positions" in ring_support): its positioned twin and that twin's
+    maskless twin (for pairs the mask keeps whole), and the plans."""
+
+    def __init__(self, definition, name, q, v, group, layout, support,
+                 where):
+        self.support, self.where = support, where
+        if support.grad_inputs:
+            raise _lib.NotSupportedYet(
+                f"{where}: '{name}': gradients of custom inputs "
+                f"({', '.join(support.grad_inputs)}) across ranks are not "
+                "built yet")
+        self.graph = json.loads(definition.ir_json())
+        device = q.get_device()
+        d, dv = int(q.shape[-1]), int(v.shape[-1])
+        twin = _twin(definition, pos.positioned_twin, "positions")
+        self.att = _attnc_torch.attention_object(twin, q.dtype, d, dv,
+                                                 "bhsd", device)
+        kind, reason = self.att.merge_kind()
+        if kind == "none":
+            raise _lib.UserError(
+                f"{where}: '{name}': its results cannot be merged "
+                f"({reason}); ring attention needs the derived merge of "
+                "partial results")
+        self.full_att = self.att
+        if pos.mask_root(self.graph) is not None:
+            full = _twin(definition, lambda de: plan.maskless_twin(
+                pos.positioned_twin(de)), "positions, no mask")
+            self.full_att = _attnc_torch.attention_object(
+                full, q.dtype, d, dv, "bhsd", device)
+        self.world, self.rank = _group_info(group)
+        self.group, self.layout = group, layout
+        self.n_finals = len(self.att.final_names)
+        self._plans = {}
+
+    def _plan(self, n_local, inputs) -> _Plan:
+        chunk = plan.check_layout(self.where, self.layout, self.world,
+                                  n_local * self.world)
+        scalars = {n: x for n, x in (inputs or {}).items()
+                   if isinstance(x, (int, float)) and not isinstance(x, bool)}
+        key = (chunk, tuple(sorted(scalars.items())))
+        got = self._plans.get(key)
+        if got is None:
+            boxes = pos.MaskBoxes(self.graph, scalars)
+            got = self._plans[key] = _Plan(boxes, self.layout, self.world,
+                                           chunk)
+        return got
+
+    # -- one block ------------------------------------------------------------
+
+    def _inputs(self, inputs, b, keys, base):
+        call = {pos.Q_OFFSET: b.q_pos, pos.KV_OFFSET: b.k_pos}
+        key_names = [n for n in self.support.key_inputs
+                     if inputs and n in inputs]
+        moved = dict(zip(key_names, keys))
+        for name, value in (inputs or {}).items():
+            if name in self.support.query_inputs:
+                value = _tokens(value, b.q0, b.q1)
+            elif name in moved:
+                value = _tokens(moved[name], b.k0 - base, b.k1 - base)
+            call[name] = value
+        return call
+
+    def _att(self, b):
+        return self.att if b.kind == "masked" else self.full_att
+
+    def _block_forward(self, b, q, kv, base, inputs, out, finals):
+        """Runs block b; its out rows go to out's rows when out is given
+        (a view: the kernels take strided bhsd tensors) and its finals to
+        finals' columns. Returns the part (q0, q1, o, f) otherwise."""
+        qb = _view(q, b.q0, b.q1)
+        kb, vb = (_view(t, b.k0 - base, b.k1 - base) for t in kv[:2])
+        bsz, heads = q.shape[0], q.shape[1]
+        rows = b.q1 - b.q0
+        whole = out is not None and rows == q.shape[2]
+        if out is not None:
+            o = _view(out, b.q0, b.q1)
+        else:
+            o = q.new_empty((bsz, heads, rows, kv[1].shape[-1]))
+        f = finals if whole else torch.empty(
+            (self.n_finals, bsz, heads, rows), dtype=torch.float32,
+            device=q.device)
+        self._att(b).forward(qb, kb, vb, o, f if self.n_finals else None,
+                             self._inputs(inputs, b, kv[2:], base))
+        if out is not None:
+            if not whole:
+                finals[..., b.q0:b.q1] = f
+            return None
+        return (b.q0, b.q1, o, f)
+
+    def _block_backward(self, b, q, kv, base, out, dout, finals, inputs, dq,
+                        dk, dv):
+        """Runs block b's backward; dq, dk, dv are where its gradients go
+        (_Grad, or a float32 accumulator over the travelling keys)."""
+        qb, ob, dob = (_view(t, b.q0, b.q1) for t in (q, out, dout))
+        fb = _tokens(finals, b.q0, b.q1) if self.n_finals else None
+        kb, vb = (_view(t, b.k0 - base, b.k1 - base) for t in kv[:2])
+        gq = dq.target(b) if isinstance(dq, _Grad) else torch.empty_like(qb)
+        gk, gv = (g.target(b) if isinstance(g, _Grad) else torch.empty_like(x)
+                  for g, x in ((dk, kb), (dv, vb)))
+        self._att(b).backward(qb, kb, vb, ob, dob, fb, gq, gk, gv,
+                              self._inputs(inputs, b, kv[2:], base))
+        for g, got, lo, hi in ((dq, gq, b.q0, b.q1), (dk, gk, b.k0, b.k1),
+                               (dv, gv, b.k0, b.k1)):
+            if isinstance(g, _Grad):
+                g.add(b, got)
+            else:
+                g[:, :, lo - base:hi - base] += got
+
+    # -- the merge ------------------------------------------------------------
+
+    @staticmethod
+    def _direct(blocks, span=lambda b: (b.q0, b.q1)):
+        """The blocks that write their rows (span: which tokens of which
+        tensor) into the result directly: the largest first, then each
+        that shares no token with one chosen (the others' shares are
+        merged or added into those tokens afterwards)."""
+        chosen = []
+        for b in sorted(blocks, key=lambda b: span(b)[0] - span(b)[1]):
+            lo, hi = span(b)
+            if all(hi <= span(c)[0] or span(c)[1] <= lo for c in chosen):
+                chosen.append(b)
+        return chosen
+
+    def _merge(self, parts, direct, out, finals):
+        """Merges the parts (q0, q1, o, f) into out and finals, whose rows
+        the direct blocks wrote: per run of rows covered by the same
+        blocks, one derived merge of all of them (at most 8 at once, so
+        each is rounded once), or a copy of a lone part; rows no block
+        covers get the merge's identity (out 0, finals -inf)."""
+        n = out.shape[2]
+        spans = [(b.q0, b.q1) for b in direct] + [p[:2] for p in parts]
+        cuts = sorted({0, n} | {a for a, _ in spans} | {b for _, b in spans})
+        has = self.n_finals > 0
+        for a, b in zip(cuts, cuts[1:]):
+            here = [(out[:, :, a:b], finals[..., a:b]) for d in direct
+                    if d.q0 <= a and b <= d.q1]
+            mine = len(here)
+            here += [(o[:, :, a - q0:b - q0], f[..., a - q0:b - q0])
+                     for q0, q1, o, f in parts if q0 <= a and b <= q1]
+            if not here:
+                out[:, :, a:b] = 0
+                finals[..., a:b] = -math.inf
+                continue
+            if len(here) == mine:
+                continue  # the direct block's rows as it wrote them
+            while len(here) > 1:
+                merged = []
+                for i in range(0, len(here), plan.MAX_WORLD):
+                    group = here[i:i + plan.MAX_WORLD]
+                    if len(group) == 1:
+                        merged.append(group[0])
+                        continue
+                    o = group[0][0].new_empty(group[0][0].shape)
+                    f = torch.empty(group[0][1].shape, dtype=torch.float32,
+                                    device=o.device)
+                    self.att.merge_results(
+                        [g[0].contiguous() for g in group],
+                        [g[1].contiguous() for g in group] if has else None,
+                        o, f if has else None)
+                    merged.append((o, f))
+                here = merged
+            out[:, :, a:b] = here[0][0]
+            finals[..., a:b] = here[0][1]
+
+    # -- the ring -------------------------------------------------------------
+
+    def _travelling(self, k, v, inputs):
+        return [k, v] + [inputs[n].contiguous() for n in
+                         self.support.key_inputs if inputs and n in inputs]
+
+    @staticmethod
+    def _slice(kv, a, b):
+        """The travelling tensors' keys [a, b) (keys along dim 2 of k and
+        v, along the last dim of the per-key inputs)."""
+        return [_rows(kv[0], a, b), _rows(kv[1], a, b)] + \
+            [_tokens(t, a, b) for t in kv[2:]]
+
+    def _next(self, p, kv, base, t, like):
+        """Starts step t's sends and receives of key shards: this step's
+        shard on to the next rank (the keys of it some rank reads), the
+        next step's from the previous one (like: the rank's own travelling
+        tensors, whose shapes they have but for the keys). Returns
+        (requests, the tensors being received and their first key, or
+        None)."""
+        world, rank = self.world, self.rank
+        if t >= world - 1:
+            return None, None
+        send, recv, got = [], [], None
+        out = p.travel[plan.source(rank, t, world)]
+        if out is not None and kv is not None:
+            a, b = out
+            send = self._slice(kv, a - base, b - base)
+        incoming = p.travel[plan.source(rank, t + 1, world)]
+        if incoming is not None:
+            a, b = incoming
+            recv = [x.new_empty(x.shape[:-2] + (b - a, x.shape[-1]))
+                    if i < 2 else x.new_empty(x.shape[:-1] + (b - a,))
+                    for i, x in enumerate(like)]
+            got = (recv, a)
+        if not send and not recv:
+            return None, got
+        return _exchange(send, recv, self.group, world, rank), got
+
+    def forward(self, q, k, v, inputs):
+        p = self._plan(q.shape[2], inputs)
+        kv, base = self._travelling(k, v, inputs), 0
+        like = kv
+        mine = [b for s in range(self.world) for b in p.blocks[self.rank][s]]
+        direct = set(self._direct(mine))
+        bsz, heads, n = q.shape[0], q.shape[1], q.shape[2]
+        out = q.new_empty((bsz, heads, n, v.shape[-1]))
+        finals = torch.empty((self.n_finals, bsz, heads, n),
+                             dtype=torch.float32, device=q.device)
+        parts = []
+        for t in range(self.world):
+            src = plan.source(self.rank, t, self.world)
+            pending, got = self._next(p, kv, base, t, like)
+            blocks = p.blocks[self.rank][src]
+            if blocks and kv is None:
+                raise _lib.InternalError(
+                    f"{self.where}: step {t} has blocks but no keys")
+            for b in blocks:
+                part = self._block_forward(
+                    b, q, kv, base, inputs, out if b in direct else None,
+                    finals)
+                if part is not None:
+                    parts.append(part)
+            if pending is not None:
+                _wait(pending)
+            if t < self.world - 1:
+                kv, base = got if got is not None else (None, 0)
+        self._merge(parts, [b for b in mine if b in direct], out, finals)
+        return out, finals
+
+    def backward(self, q, k, v, out, finals, dout, inputs):
+        world, rank = self.world, self.rank
+        p = self._plan(q.shape[2], inputs)
+        dout = dout.contiguous()
+        kv, base = self._travelling(k, v, inputs), 0
+        like = kv
+        mine = [b for s in range(world) for b in p.blocks[rank][s]]
+        dq = _Grad(q, self._direct(mine), mine, lambda b: (b.q0, b.q1))
+        home = p.blocks[rank][rank]
+        keys = lambda b: (b.k0, b.k1)
+        extra = [p.travel[rank]] if p.travel[rank] is not None else []
+        own = [_Grad(t, self._direct(home, keys), home, keys, extra)
+               for t in (k, v)]
+        acc_in, acc_flight = None, None
+        for t in range(world):
+            src = plan.source(rank, t, world)
+            pending, got = self._next(p, kv, base, t, like)
+            dk = dv = None
+            if t == 0:
+                dk, dv = own
+            elif p.travel[src] is not None:
+                a, b = p.travel[src]
+                dk = q.new_zeros(k.shape[:2] + (b - a, k.shape[-1]),
+                                 dtype=torch.float32)
+                dv = q.new_zeros(v.shape[:2] + (b - a, v.shape[-1]),
+                                 dtype=torch.float32)
+            for b in p.blocks[rank][src]:
+                self._block_backward(b, q, kv, base, out, dout, finals,
+                                     inputs, dq, dk, dv)
+            if acc_flight is not None:
+                _wait(acc_flight)
+            if acc_in is not None:
+                # The previous ranks' shares of src's dK/dV.
+                dk += acc_in[0]
+                dv += acc_in[1]
+            acc_in, acc_flight = None, None
+            # This step's accumulators on to the next rank (at the last
+            # step, to src's owner); the next step's source's (at the last
+            # step, this rank's own) from the previous rank.
+            send = [dk, dv] if t >= 1 and p.travel[src] is not None else []
+            nxt = plan.source(rank, t + 1, world)
+            recv = []
+            if t >= 1 and p.travel[nxt] is not None:
+                a, b = p.travel[nxt]
+                acc_in = [q.new_empty(k.shape[:2] + (b - a, k.shape[-1]),
+                                      dtype=torch.float32),
+                          q.new_empty(v.shape[:2] + (b - a, v.shape[-1]),
+                                      dtype=torch.float32)]
+                recv = acc_in
+            if send or recv:
+                acc_flight = _exchange(send, recv, self.group, world, rank)
+            if pending is not None:
+                _wait(pending)
+            if t < world - 1:
+                kv, base = got if got is not None else (None, 0)
+        if acc_flight is not None:
+            _wait(acc_flight)
+        if acc_in is not None:  # this rank's keys' shares, back home
+            a, b = p.travel[rank]
+            own[0].add_span(a, b, acc_in[0])
+            own[1].add_span(a, b, acc_in[1])
+        return dq.result(), own[0].result(), own[1].result()

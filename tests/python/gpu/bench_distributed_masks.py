@@ -1,0 +1,146 @@
+"""Weak scaling of ring attention under masks that read positions (attnc.
+distributed_positions): a sliding window of 256 keys (mha_sliding_window)
+and a document mask (mha_document, documents of 3000 tokens that cross the
+shards' ends), a fixed sequence per GPU (16k tokens, H32 D128 bf16 by
+default), forward and forward+backward: attnc on one GPU over S tokens
+against the ring over W GPUs and W*S tokens. FLOPs count the kept
+elements exactly (4·H·D per kept element forward, 3.5 times that forward
++ backward); efficiency = ring per-GPU throughput / one-GPU throughput.
+Then PyTorch's context_parallel around SDPA with the same mask as an
+attn_mask, where it runs (it is said when not).
+
+Run: torchrun --nproc_per_node=2 tests/python/gpu/bench_distributed_masks.py"""
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import attnc.torch
+from attnc import distributed as ad
+
+from bench_distributed import fwd_bwd, no_grad, timed
+
+WINDOW = 256
+DOC = 3000
+
+
+def kept(mask, n):
+    """The elements the mask keeps over n tokens."""
+    if mask == "window":
+        w = min(WINDOW, n)
+        return w * (w + 1) // 2 + (n - w) * w
+    full, rest = divmod(n, DOC)
+    return full * DOC * (DOC + 1) // 2 + rest * (rest + 1) // 2
+
+
+def doc_ids(b, h, n):
+    ids = (torch.arange(n, device="cuda") // DOC).float()
+    return ids[None, None, :].expand(b, h, n).contiguous()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--seq", type=int, default=16384)
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--layouts", nargs="+", default=["contiguous"])
+    p.add_argument("--no-cp", action="store_true")
+    a = p.parse_args()
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    b, h, d, s = 1, a.heads, a.dim, a.seq
+    n = s * world
+    torch.manual_seed(0)
+    whole = [torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
+             for _ in range(4)]
+    one = [t[:, :, :s].contiguous() for t in whole]
+    if rank == 0:
+        print(f"weak scaling under masks, {torch.cuda.get_device_name()} "
+              f"x{world}, {s} tokens per GPU, B{b} H{h} D{d} bf16, "
+              f"{time.strftime('%Y-%m-%d %H:%M')}, {a.iters} calls after 2 "
+              "warm-up")
+        print(f"{'mask':8} {'pass':8} {'implementation':30} {'ms':>8} "
+              f"{'TFLOP/s/GPU':>12} {'efficiency':>11}", flush=True)
+    base = {}
+    for mask, name in (("window", "mha_sliding_window"),
+                       ("document", "mha_document")):
+        ids1 = doc_ids(b, h, s) if mask == "document" else None
+        idsn = doc_ids(b, h, n) if mask == "document" else None
+        for backward in (False, True):
+            what = "fwd+bwd" if backward else "fwd"
+            mult = 3.5 if backward else 1.0
+            runs = [("attnc 1 GPU", None)] + [
+                (f"attnc ring {world} GPUs {lay[:3]}", lay)
+                for lay in a.layouts]
+            for label, layout in runs:
+                if layout is None:
+                    args = [t.detach() for t in one]
+                    inputs = ({"q_doc": ids1, "k_doc": ids1}
+                              if ids1 is not None else None)
+
+                    def call(q, k, v, i=inputs):
+                        return attnc.torch.attention(q, k, v, name, inputs=i)
+                    tokens = s
+                else:
+                    args = [ad.shard(t, causal_layout=layout) for t in whole]
+                    inputs = None
+                    if idsn is not None:
+                        sh = ad.shard(idsn, causal_layout=layout)
+                        inputs = {"q_doc": sh, "k_doc": sh}
+
+                    def call(q, k, v, i=inputs, lay=layout):
+                        return ad.ring_attention(q, k, v, name, inputs=i,
+                                                 causal_layout=lay)
+                    tokens = n
+                if backward:
+                    for t in args[:3]:
+                        t.requires_grad_()
+                fn = (fwd_bwd(call, *args) if backward
+                      else (lambda c=call, x=args: no_grad(c, *x[:3])))
+                ms = timed(fn, a.iters, 2)
+                work = 4 * b * h * d * kept(mask, tokens) * mult
+                tf = work / (world if tokens == n else 1) / ms / 1e9
+                base.setdefault((mask, what), tf)
+                if rank == 0:
+                    print(f"{mask:8} {what:8} {label:30} {ms:8.2f} {tf:12.1f}"
+                          f" {tf / base[mask, what]:11.2f}", flush=True)
+    if not a.no_cp:
+        cp_masked(whole, world, rank, b, h, n, d)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def cp_masked(whole, world, rank, b, h, n, d):
+    """PyTorch's context_parallel SDPA with the window as an attn_mask:
+    one call, reported whether it runs."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+
+    mesh = init_device_mesh("cuda", (world,))
+    bufs = [t.clone() for t in whole]
+    try:
+        i = torch.arange(n, device="cuda")
+        keep = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < WINDOW)
+        with context_parallel(mesh, buffers=bufs, buffer_seq_dims=[2] * 4,
+                              no_restore_buffers=set(bufs)):
+            q, k, v, _ = bufs
+            F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+            torch.cuda.synchronize()
+        if rank == 0:
+            print("context_parallel SDPA with the window as attn_mask ran "
+                  "(untimed)", flush=True)
+    except Exception as e:  # reported, not fatal
+        if rank == 0:
+            print(f"context_parallel SDPA with an attn_mask did not run: "
+                  f"{type(e).__name__}: {str(e)[:300]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
