@@ -12,7 +12,7 @@
 // = 128 and chunks of 32 they are twice the bytes of q, k, v and dO
 // together); the price is one D × C × DV product a CTA and the neighbour's
 // two tiles, which the neighbour's own CTA reads at about the same time
-// (adjacent blockIdx.x), so that they mostly come from L2.
+// (adjacent blockIdx.x), so that they should mostly come from L2.
 #ifndef ATTNC_LINEAR_CHUNK_PAIRS_CUH
 #define ATTNC_LINEAR_CHUNK_PAIRS_CUH
 
