@@ -66,6 +66,11 @@ struct LinearArgs {
   /// seq_split rows of heads): at most this many of the longest sequences
   /// are split over two rows (lin::seq_job); 0 splits none.
   int seq_split;
+  /// The backward's state pairs (linear_chunk_grads.cuh): 1 when the state
+  /// passes write H only before even chunks and dH only after odd chunks
+  /// and a sequence's last, and each chunk-gradient CTA recomputes the
+  /// other from its neighbour chunk's tiles; 0 writes every chunk's.
+  int pairs;
 };
 
 /// The last step of a custom input's gradient: ws_cin[input] summed to the

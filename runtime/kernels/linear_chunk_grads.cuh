@@ -16,12 +16,15 @@
 // of heads, added up by linear_partial_reduce). z goes to ws_z for the
 // decay gradient. With several value slices a CTA takes one (blockIdx.z)
 // and writes partial sums of dq, dk (ws_dq, ws_dk) and z instead; the
-// per-token step is then LinearSliceCombine's.
+// per-token step is then LinearSliceCombine's. With state pairs (kPairs and
+// a.pairs) one of H and dH is recomputed from the neighbour chunk's tiles
+// (linear_chunk_pairs.cuh).
 #ifndef ATTNC_LINEAR_CHUNK_GRADS_CUH
 #define ATTNC_LINEAR_CHUNK_GRADS_CUH
 
 #include "attnc/linear_chunk_bwd.cuh"
 #include "attnc/linear_chunk_common.cuh"
+#include "attnc/linear_chunk_pairs.cuh"
 
 namespace attnc {
 
@@ -33,9 +36,11 @@ namespace attnc {
 /// shared memories). kBuffers = 2 (grouped only): the next head's tiles
 /// load into a second buffer while this head is computed. kVarlen: x is a
 /// packed batch's chunk slot (linear_chunk_seq.cuh); a CTA whose slot is
-/// past its sequence's chunks has no work.
+/// past its sequence's chunks has no work. kPairs: the layout has room for
+/// a neighbour chunk's two tiles, and a.pairs turns the state pairs on.
 template <class Variant, class T, int kD, int kDV, int kVs, int kC, int kWarps,
-          bool kTwoStates, bool kGrouped, int kBuffers, bool kVarlen = false>
+          bool kTwoStates, bool kGrouped, int kBuffers, bool kVarlen = false,
+          bool kPairs = false>
 struct LinearChunkGrads {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kSlices = kDV / kVs;
@@ -62,7 +67,10 @@ struct LinearChunkGrads {
   static constexpr int kOffS = kOffDo + VTile::kBytes;
   static constexpr int kOffDh = kTwoStates ? kOffS + STile::kBytes : kOffS;
   static constexpr int kOffDecay = kOffDh + STile::kBytes;
-  static constexpr int kTileBytes = kOffDecay + 4 * kC;
+  static constexpr int kOffPair = kOffDecay + 4 * kC;
+  /// With kPairs, the neighbour chunk's k and v (or q and dout) tiles.
+  static constexpr int kTileBytes =
+      kOffPair + (kPairs ? DTile::kBytes + VTile::kBytes : 0);
   /// dq and dk as fp32 rows for the per-token step, over the tiles once
   /// they are read (row_index). With one slice, two state tiles and rows
   /// that fit a state tile, dq goes over H and dk over H or dH as soon as
@@ -70,6 +78,10 @@ struct LinearChunkGrads {
   static constexpr int kGradBytes = 2 * kC * kD * 4;
   static constexpr bool kRowsOverStates =
       kTwoStates && kSlices == 1 && kC * kD * 4 <= STile::kBytes;
+  static_assert(!kPairs || (!kGrouped && kBuffers == 1 && kSlices == 1 && kTwoStates &&
+                             kD == 16 * kWarps),
+                "state pairs: the plain kernel, one slice, H and dH in a tile each, a "
+                "warp's m16 tile of state rows");
   static_assert(kBuffers == 1 || (kBuffers == 2 && kGrouped && kRowsOverStates),
                 "the next head's tiles are prefetched only in the grouped kernel "
                 "with one slice and the rows over the state tiles");
@@ -117,10 +129,15 @@ struct LinearChunkGrads {
       return static_cast<const unsigned short *>(a.dout) + s.mb * a.do_sb + h * a.do_sh +
              (long long)s.tok0 * a.do_ss;
     }
-    /// H (\p grad false) or dH of this chunk: [kD][kDV].
+    /// The stored H (\p grad false) or dH of this chunk's pair
+    /// (lin::pair_plan): [kD][kDV].
     __device__ const unsigned short *state(const LinearArgs &a, bool grad) const {
+      const lin::PairPlan p = plan(a);
       return static_cast<const unsigned short *>(grad ? a.ws_dh : a.ws_h) +
-             (seq(a).crow + n) * kD * kDV;
+             (seq(a).crow + (grad ? p.dh_chunk : p.h_chunk)) * kD * kDV;
+    }
+    __device__ lin::PairPlan plan(const LinearArgs &a) const {
+      return lin::pair_plan(kPairs && a.pairs, n, seq(a).chunks);
     }
     __device__ const float *decay(const LinearArgs &a) const {
       const lin::Seq s = seq(a);
@@ -159,6 +176,8 @@ struct LinearChunkGrads {
                                                it.seq(a).len);
       load_slice(a, it, buf, vcol0, !kSplitDh);
       load_decay(a, it, buf);
+      if constexpr (kPairs)
+        load_neighbour(a, it, buf);
       cp_async_commit();
       if constexpr (kSplitDh) {
         // dH, in a group of its own, lands while dq is computed.
@@ -192,6 +211,10 @@ struct LinearChunkGrads {
               return M::k_mod(in, x, it.seq(a).mb, it.h, t, it.seq(a).tok0 + t);
             });
       mod_v(in, it, buf, vcol0, a);
+      if constexpr (kPairs)
+        lin::pair_state<Variant, T, kVarlen, kC, kD, kVs, kThreads, DTile, VTile, STile>(
+            a, in, it.seq(a), it.h, it.plan(a), buf + kOffPair, buf + kOffPair + DTile::kBytes,
+            buf + kOffS, buf + kOffDh, g2);
       const float *raw_decay = reinterpret_cast<const float *>(smem + off + kOffDecay);
       lin::chunk_decay<kC>(g2, g2 + kC + 4, g2 + 2 * kC + 4, it.t0, it.seq(a).len, [&](int t) {
         return M::decay_mod(in, Variant::kReadsDecay ? raw_decay[t - it.t0] : 0.f, it.seq(a).mb,
@@ -220,6 +243,22 @@ private:
     if (kTwoStates && with_grad)
       load_tile_async<STile, kD, kVs, kThreads>(s0 + kOffDh, it.state(a, true) + vcol, kDV,
                                                 0, kD);
+  }
+
+  /// cp.async of the neighbour chunk's tiles of a state pair: k and v
+  /// before an odd chunk, q and dout after an even one (none without a
+  /// neighbour).
+  __device__ static void load_neighbour(const LinearArgs &a, const Item &it, u32 s0) {
+    const lin::PairPlan p = it.plan(a);
+    if (p.neighbour < 0)
+      return;
+    const bool fwd = p.neighbour < it.n;
+    const int t0 = p.neighbour * kC, len = it.seq(a).len;
+    load_tile_async<DTile, kC, kD, kThreads>(s0 + kOffPair, fwd ? it.k(a) : it.q(a),
+                                             fwd ? a.k_ss : a.q_ss, t0, len);
+    load_tile_async<VTile, kC, kVs, kThreads>(s0 + kOffPair + DTile::kBytes,
+                                              fwd ? it.v(a) : it.dout(a),
+                                              fwd ? a.v_ss : a.do_ss, t0, len);
   }
 
   /// cp.async of the chunk's raw decay by warp 0, each lane the tokens

@@ -2,7 +2,8 @@
 // forward CTA carries the state S and writes, per chunk, the state before
 // the chunk (ws_h); a reverse CTA carries dS, the gradient of the state,
 // and writes, per chunk, the gradient of the state after it (ws_dh), then
-// dinit_state. Each CTA owns kRows of the D state rows and one value slice,
+// dinit_state. With state pairs (a.pairs) only H before even chunks and dH
+// after odd ones and the last are written (linear_chunk_grads.cuh). Each CTA owns kRows of the D state rows and one value slice,
 // so the passes spread over D / kRows × slices × batch·heads × 2 CTAs; the
 // per-chunk gradients (linear_chunk_grads) then run in parallel over chunks.
 #ifndef ATTNC_LINEAR_CHUNK_STATES_CUH
@@ -134,7 +135,11 @@ private:
       lin::mod_tile<T, VTile, kC, kVs, kThreads, true, kValIdentity>(sVal, stg + kOffVal,
                                                                     valp, val_ss, t0, seq,
                                                                     valmod);
-      write_rows(outp + (long long)n * kD * DV, DV, sS, st, srow0);
+      // State pairs (a.pairs): H before even chunks only, dH after odd
+      // chunks and the last; the chunk gradients recompute the others.
+      const bool keep = !a.pairs || (kReverse ? (n & 1) || n == chunks - 1 : !(n & 1));
+      if (keep)
+        write_rows(outp + (long long)n * kD * DV, DV, sS, st, srow0);
       __syncthreads();
       if (i + 1 < chunks)
         stage((kReverse ? n - 1 : n + 1) * kC);

@@ -9,9 +9,30 @@
 #include "attn/runtime/KernelCache.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
+#include <string>
 
 namespace attn::runtime {
+
+namespace {
+
+/// ATTNC_LINEAR_PAIRS=0 writes every chunk's H and dH even where the state
+/// pairs apply (a measurement switch, as ATTNC_LINEAR_SPLIT); unset or 1
+/// leaves them on. Anything else is a UserError.
+bool statePairsAllowed() {
+  const char *Env = std::getenv("ATTNC_LINEAR_PAIRS");
+  if (!Env || !*Env)
+    return true;
+  const std::string V = Env;
+  if (V != "0" && V != "1")
+    throw UserError("ATTNC_LINEAR_PAIRS='" + V +
+                    "': expected 0 (every chunk's states written) or 1 (state "
+                    "pairs where the kernels have them)");
+  return V == "1";
+}
+
+} // namespace
 
 std::vector<uint64_t> linearInputSlots(const ir::Graph &G,
                                        const InputMap &Inputs, int64_t H) {
@@ -135,6 +156,10 @@ void LinearBackwardRunner::run(const LinearBackwardShape &R,
         break;
       }
   }
+  // State pairs (linear_chunk_pairs.cuh) in the plain chunk gradients of
+  // one value slice only: the grouped kernel and the slices' partials read
+  // every chunk's states.
+  A.pairs = Smem.GradsPairs && !Grouped && Slices == 1 && statePairsAllowed();
   const int64_t PartsQ = C.H / C.Hq / A.group_heads,
                 PartsK = C.H / C.Hk / A.group_heads;
 

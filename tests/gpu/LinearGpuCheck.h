@@ -58,7 +58,11 @@ inline std::vector<LinearVarlenCase> linearVarlenCases(bool Sanitize) {
   } Exs[] = {{"mamba2", 128, 64, 4, 1, 1},
              {"simple_gla", 64, 128, 4, 4, 2},
              {"simple_gla", 128, 128, 4, 4, 4},
-             {"retention_linear", 256, 128, 2, 2, 2}};
+             {"retention_linear", 256, 128, 2, 2, 2},
+             // No shared q/k heads at one value slice: the backward's state
+             // pairs (linear_chunk_pairs.cuh) at slices of 64 and of 128.
+             {"mamba2", 128, 64, 4, 4, 4},
+             {"retention_linear", 128, 128, 4, 4, 4}};
   std::vector<LinearVarlenCase> Out;
   for (const Ex &E : Exs)
     for (DType Dt : {DType::F16, DType::BF16})

@@ -81,14 +81,23 @@ TEST_CASE("linear shared memory and staging follow the arch", "[linear]") {
   S = codegen::linearSharedBytes(Narrow);
   CHECK(S.Fwd == 2 * 2 * 64 * (2 * 128 + 64) + 2 * 128 * 64 + 4 * (3 * 64 + 4));
   // The backward at d128 (c32v128w4b8): state passes over 64 rows, staged;
-  // the chunk gradients hold H and dH (two CTAs an SM on sm_90a) and cap
-  // their registers for two CTAs.
+  // the chunk gradients hold H and dH and the state pairs' neighbour tiles
+  // (115248 bytes: two CTAs an SM on sm_90a, with 1 KiB reserved each, in
+  // 233472) and cap their registers for two CTAs.
   S = codegen::linearSharedBytes(spec(128, 128, GpuArch::Sm90a));
   CHECK(S.States == 2 * 2 * 32 * (64 + 128) + 2 * 64 * 128 + 4 * (3 * 32 + 4));
   CHECK(S.GradsTwoStates);
-  CHECK(S.Grads ==
-        2 * (2 * 32 * 128 + 2 * 32 * 128 + 2 * 128 * 128) + 4 * 32 + 4 * (3 * 32 + 4 + 8));
+  CHECK(S.GradsPairs);
+  CHECK(S.Grads == 2 * (2 * 32 * 128 + 2 * 32 * 128 + 2 * 128 * 128) + 4 * 32 +
+                       2 * (32 * 128 + 32 * 128) + 4 * (3 * 32 + 4 + 8));
+  CHECK(2 * (S.Grads + 1024) <= 233472);
   CHECK(S.GradsMinBlocks == 2);
+  // No state pairs with several value slices (d128/256 at slices of 128)
+  // or where a warp owns more than 16 state rows (d256 at 8 warps).
+  CHECK_FALSE(codegen::linearSharedBytes(spec(128, 256, GpuArch::Sm90a)).GradsPairs);
+  CHECK_FALSE(codegen::linearSharedBytes(spec(256, 128, GpuArch::Sm90a)).GradsPairs);
+  // On sm_80 the d128 chunk gradients keep one state tile: no pairs.
+  CHECK_FALSE(codegen::linearSharedBytes(spec(128, 128, GpuArch::Sm80)).GradsPairs);
   // d256 on sm_80 (c64v128w8b8): one state tile, H then dH, 164912 bytes
   // of the 166912 there.
   S = codegen::linearSharedBytes(spec(256, 256, GpuArch::Sm80));

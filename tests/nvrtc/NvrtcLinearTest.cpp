@@ -62,6 +62,12 @@ TEST_CASE("simple_gla linear kernels compile", "[nvrtc][linear]") {
   compileLinear(examples::simpleGla(), 64, 128);
 }
 
+// D = DV = 128 (the packed backward's issue shape): the chunk gradients
+// with state pairs at 8 warps and slices of 128 on sm_90a, without on sm_80.
+TEST_CASE("simple_gla d128 linear kernels compile", "[nvrtc][linear]") {
+  compileLinear(examples::simpleGla(), 128, 128);
+}
+
 TEST_CASE("retention_linear linear kernels compile", "[nvrtc][linear]") {
   compileLinear(examples::retentionLinear(), 256, 128);
 }

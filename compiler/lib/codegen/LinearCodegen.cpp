@@ -89,13 +89,15 @@ int statesSharedBytes(int Vs, int C) {
 }
 
 /// linear_chunk_grads.cuh: per head buffer q, k, v, dout, the state tiles
-/// (H and dH, or one for H then dH) and the raw decay, or dq and dk as fp32
-/// rows over them, whichever is larger (with two buffers each rounded to
-/// 128 bytes); then the decay and one float per warp.
+/// (H and dH, or one for H then dH), the raw decay and with \p Pairs the
+/// neighbour chunk's two tiles, or dq and dk as fp32 rows over them,
+/// whichever is larger (with two buffers each rounded to 128 bytes); then
+/// the decay and one float per warp.
 int gradsSharedBytes(int D, int Vs, int C, int Warps, bool TwoStates,
-                     int Buffers) {
+                     int Buffers, bool Pairs = false) {
   const int Tiles =
-      2 * (2 * C * D + 2 * C * Vs + (TwoStates ? 2 : 1) * D * Vs) + 4 * C;
+      2 * (2 * C * D + 2 * C * Vs + (TwoStates ? 2 : 1) * D * Vs) + 4 * C +
+      (Pairs ? 2 * (C * D + C * Vs) : 0);
   const int Rows = 2 * C * D * 4;
   int Buf = std::max(Tiles, Rows);
   if (Buffers > 1)
@@ -166,7 +168,18 @@ LinearSmem linearSharedBytes(const LinearKernelSpec &Spec) {
   };
   S.GradsTwoStates = 2 * Grads(true, 1) <= Limit ||
                      (2 * Grads(false, 1) > Limit && Grads(true, 1) <= Limit);
-  S.Grads = Grads(S.GradsTwoStates, 1);
+  // State pairs where the plain kernel holds H and dH in a tile each, one
+  // value slice, a warp's m16 tile of state rows (D = 16 x warps: the
+  // recompute's 64 fp32 accumulators a thread fit the register cap), and
+  // two CTAs still share an SM with the neighbour's tiles (each CTA also
+  // reserves 1 KiB of the SM's Limit + 1 KiB).
+  S.GradsPairs =
+      S.GradsTwoStates && Spec.HeadDimV == C.SliceV && D == 16 * C.BwdWarps &&
+      2 * (gradsSharedBytes(D, C.SliceV, C.Chunk, C.BwdWarps, true, 1, true) +
+           1024) <= Limit + 1024;
+  S.Grads = S.GradsPairs ? gradsSharedBytes(D, C.SliceV, C.Chunk, C.BwdWarps,
+                                            true, 1, true)
+                         : Grads(S.GradsTwoStates, 1);
   // The grouped kernel prefetches the next head into a second buffer where
   // that still lets two CTAs share an SM (one slice, dq and dk rows over
   // the state tiles: linear_chunk_grads.cuh).
@@ -528,6 +541,7 @@ KernelSource linearBackward(const CompiledDefinition &Def,
   Values["smem_states"] = std::to_string(S.States);
   Values["smem_grads"] = std::to_string(S.Grads);
   Values["two_states"] = S.GradsTwoStates ? "true" : "false";
+  Values["pairs"] = S.GradsPairs ? "true" : "false";
   Values["bwd_min_blocks"] = std::to_string(S.GradsMinBlocks);
   Values["smem_grouped"] = std::to_string(S.GroupedGrads);
   Values["grouped_buffers"] = std::to_string(S.GroupedBuffers);

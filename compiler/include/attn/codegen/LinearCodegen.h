@@ -28,6 +28,11 @@ struct LinearSmem {
   int Fwd = 0, States = 0, Grads = 0, GroupedGrads = 0;
   bool FwdStaged = false, GradsTwoStates = false;
   int GroupedBuffers = 1, GradsMinBlocks = 1, GroupedMinBlocks = 1;
+  /// The plain chunk gradients can recompute a chunk's H or dH from its
+  /// neighbour's tiles (state pairs: linear_chunk_grads.cuh), which halves
+  /// the states written and read; their shared memory then holds the
+  /// neighbour's two tiles. Only where two CTAs still share an SM.
+  bool GradsPairs = false;
   /// The packed forward's CTAs an SM its registers are capped for.
   int FwdMinBlocks = 1;
 
