@@ -16,6 +16,10 @@
 // nothing to dK, dV or dQ. The step reads the sequence's lengths from a
 // per-CTA copy of the arguments and calls the Variant through
 // ShiftedVariant, which adds the bottom-right shift (Skv − Sq) to q_idx.
+// The lean step (kLeanLevel, the dense default at d64 and d128) is the
+// same step: its bounds-free tiles are those wholly inside the sequence
+// (the step's per-CTA lengths), and its turn warp walks the producer's
+// walk (walk_head), so both take the same query blocks in the same order.
 //
 // The walk. The producer warp decides it and passes each step's query
 // block, fullness and dQ turn to the consumers in the stage's metadata
@@ -112,11 +116,13 @@ __device__ __forceinline__ long long varlen_dq_slot0(const BwdArgs &a, int b) {
 }
 
 template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,
-          bool kAtomicDq = false, bool kTwoPass = false, bool kSplit = false>
+          bool kAtomicDq = false, bool kTwoPass = false, bool kSplit = false,
+          int kLeanLevel = 0>
 struct BwdDkDvSm90Varlen {
   using SV = ShiftedVariant<Variant>;
   using Base = BwdDkDvSm90<SV, T, kD, kDV, kBlockM, kBlockN, kStages, /*kFusedDq=*/true,
-                           kAtomicDq, /*kWs=*/true, kTwoPass, kSplit>;
+                           kAtomicDq, /*kWs=*/true, kTwoPass, kSplit, /*kPingPong=*/false,
+                           /*kDqWriter=*/false, kLeanLevel>;
   static constexpr int kThreads = Base::kThreads, kWarps = Base::kWarps;
   static constexpr int kStageBytes = Base::kStageBytes, kSmemBytes = Base::kSmemBytes;
   static constexpr int kQBytes = Base::kQBytes, kOBytes = Base::kOBytes;
@@ -129,7 +135,8 @@ struct BwdDkDvSm90Varlen {
   static constexpr int kMetaOffset = 128;
   static_assert(kMetaOffset + 16 * kStages <= 256 && Base::kBarBytes == 256,
                 "the metadata fits beside the mbarriers");
-  static_assert(!Base::kWriter, "packed calls use the lockstep step");
+  static_assert(!Base::kWriter && !Base::kDqSlots,
+                "packed calls use the lockstep step, with or without the turn warp");
 
   /// Grid (packed_block_bound of the key blocks, kv heads).
   __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &call_in,
@@ -194,6 +201,8 @@ struct BwdDkDvSm90Varlen {
         setmaxnreg_dec<Base::kProducerRegs>();
       if (threadIdx.x < kThreads + 32)
         produce(a, in, maps, s_ring, bar_full, bar_empty, meta, n_block, b, hk, group_size);
+      else if (Base::kTurnWarp && threadIdx.x < kThreads + 64)
+        take_turns(a, in, n_block, b, hk, group_size);
       return;
     }
     if constexpr (Base::kWarpgroups == 2)
@@ -214,6 +223,59 @@ struct BwdDkDvSm90Varlen {
                                  n * kBlockN, min((n + 1) * kBlockN, sp.seq_kv) - 1, sp);
   }
 
+  /// One head's walk over the query blocks that visit key block \p n_block
+  /// of sequence \p b (the banner's three forms): \p f(m, full, rank) per
+  /// step, in the consumers' order. Called by a whole warp (the masked
+  /// ranks are votes); the producer's and the turn warp's walks are this one.
+  template <class F>
+  __device__ static __forceinline__ void walk_head(const BwdArgs &a,
+                                                   const typename Variant::Inputs &in,
+                                                   int n_block, int b, int h, F &&f) {
+    const int lane = threadIdx.x % 32;
+    const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch, a.heads,
+                                a.seq_q, a.seq_kv, b, h);
+    const int mb = (sp.seq_q + kBlockM - 1) / kBlockM;
+    const int nb = (sp.seq_kv + kBlockN - 1) / kBlockN;
+    int first = 0, count = mb, rot = 0;
+    if constexpr (Variant::kHasMask && kRanges) {
+      const int2 range = query_block_range<Variant, kBlockM, kBlockN>(in, b, h, n_block, sp);
+      first = range.x;
+      count = range.y - range.x;
+    }
+    if constexpr (!Variant::kHasMask)
+      rot = a.dq_rotate && mb > 0 ? (int)((long long)n_block * mb / nb) : 0;
+    for (int j = 0; j < count; ++j) {
+      int m = 0, rank = 0;
+      bool full = true;
+      if constexpr (Variant::kHasMask && kRanges) {
+        m = first + j;
+        if (!keeps(in, b, h, m, n_block, sp))
+          continue; // a hole inside the range: no key block n' ranks it here
+        full = tile_full<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM, n_block * kBlockN,
+                                                    sp);
+        // The key blocks above this one that keep m, 32 a vote.
+        for (int n0 = n_block + 1; n0 < nb; n0 += 32) {
+          const int n = n0 + lane;
+          rank += __popc(__ballot_sync(0xffffffffu, n < nb && keeps(in, b, h, m, n, sp)));
+        }
+      } else if constexpr (Variant::kHasMask) {
+        m = j;
+        full = false;
+        rank = nb - 1 - n_block;
+      } else {
+        m = rot + j;
+        m -= m >= mb ? mb : 0;
+        if (a.dq_rotate) {
+          const int fb = (int)(((long long)(m + 1) * nb - 1) / mb);
+          rank = fb >= n_block ? fb - n_block : fb - n_block + nb;
+        } else {
+          rank = nb - 1 - n_block;
+        }
+      }
+      f(m, full, rank);
+    }
+  }
+
   /// The producer warp: per head, the walk's steps (Q's and dO's tiles by
   /// TMA from lane 0, the rows by cp.async from every lane, the metadata
   /// from lane 0 before its arrival), then the end-of-head stage.
@@ -227,67 +289,27 @@ struct BwdDkDvSm90Varlen {
       tma_prefetch_desc(&maps.dout);
     }
     int it = 0;
+    // The next stage, once the consumers have released it, with its
+    // metadata written.
+    auto next_stage = [&](int m, bool full, int rank, bool end) {
+      const int stage = it % kStages;
+      if (it >= kStages)
+        mbar_wait(bar_empty + 8 * stage, ((it / kStages) + 1) & 1);
+      ++it;
+      if (lane == 0) {
+        st_shared_32(meta + 16 * stage,
+                     (u32)m | (full ? 1u << 30 : 0u) | (end ? 1u << 31 : 0u));
+        st_shared_32(meta + 16 * stage + 4, (u32)rank);
+      }
+      return stage;
+    };
     for (int hi = 0; hi < group_size; ++hi) {
       const int h = hk * group_size + hi;
       const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
                                   a.heads, a.seq_q, a.seq_kv, b, h);
-      const int mb = (sp.seq_q + kBlockM - 1) / kBlockM;
-      const int nb = (sp.seq_kv + kBlockN - 1) / kBlockN;
-      int first = 0, count = mb, rot = 0;
-      if constexpr (Variant::kHasMask && kRanges) {
-        const int2 range = query_block_range<Variant, kBlockM, kBlockN>(in, b, h, n_block, sp);
-        first = range.x;
-        count = range.y - range.x;
-      }
-      if constexpr (!Variant::kHasMask)
-        rot = a.dq_rotate && mb > 0 ? (int)((long long)n_block * mb / nb) : 0;
-      for (int j = 0; j <= count; ++j) {
-        int m = 0, rank = 0;
-        bool full = true;
-        const bool end = j == count;
-        if (!end) {
-          if constexpr (Variant::kHasMask && kRanges) {
-            m = first + j;
-            if (!keeps(in, b, h, m, n_block, sp))
-              continue; // a hole inside the range: no key block n' ranks it here
-            full = tile_full<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM, n_block * kBlockN,
-                                                        sp);
-            // The key blocks above this one that keep m, 32 a vote.
-            for (int n0 = n_block + 1; n0 < nb; n0 += 32) {
-              const int n = n0 + lane;
-              rank += __popc(__ballot_sync(0xffffffffu, n < nb && keeps(in, b, h, m, n, sp)));
-            }
-          } else if constexpr (Variant::kHasMask) {
-            m = j;
-            full = false;
-            rank = nb - 1 - n_block;
-          } else {
-            m = rot + j;
-            m -= m >= mb ? mb : 0;
-            if (a.dq_rotate) {
-              const int f = (int)(((long long)(m + 1) * nb - 1) / mb);
-              rank = f >= n_block ? f - n_block : f - n_block + nb;
-            } else {
-              rank = nb - 1 - n_block;
-            }
-          }
-        }
-        const int stage = it % kStages;
-        if (it >= kStages)
-          mbar_wait(bar_empty + 8 * stage, ((it / kStages) + 1) & 1);
-        ++it;
+      walk_head(a, in, n_block, b, h, [&](int m, bool full, int rank) {
+        const int stage = next_stage(m, full, rank, false);
         const u32 s = s_ring + stage * kStageBytes, bar = bar_full + 8 * stage;
-        if (lane == 0) {
-          st_shared_32(meta + 16 * stage,
-                       (u32)m | (full ? 1u << 30 : 0u) | (end ? 1u << 31 : 0u));
-          st_shared_32(meta + 16 * stage + 4, (u32)rank);
-        }
-        if (end) {
-          if (lane == 0)
-            mbar_arrive(bar);
-          cp_async_mbar_arrive(bar);
-          continue;
-        }
         const int row0 = m * kBlockM;
         if (lane == 0) {
           const int row = sp.q0 + row0; // the packed maps' one batch
@@ -306,9 +328,28 @@ struct BwdDkDvSm90Varlen {
         }
         load_rows(a, sp, s + kQBytes + kOBytes, row0, lane);
         cp_async_mbar_arrive(bar);
-      }
+      });
+      // The end of the head's walk: a stage with no tiles.
+      const u32 bar = bar_full + 8 * next_stage(0, true, 0, true);
+      if (lane == 0)
+        mbar_arrive(bar);
+      cp_async_mbar_arrive(bar);
     }
     cp_async_wait<0>();
+  }
+
+  /// The turn warp (Base::kTurnWarp): the producer's walk, each step's
+  /// turn taken and published as the dense kernel's (Base::take_turn) on
+  /// the sequence's dQ semaphores.
+  __device__ static void take_turns(const BwdArgs &a, const typename Variant::Inputs &in,
+                                    int n_block, int b, int hk, int group_size) {
+    int *const sem0 = a.dq_sem + varlen_dq_slot0<kBlockM>(a, b);
+    for (int hi = 0; hi < group_size; ++hi) {
+      const int h = hk * group_size + hi;
+      walk_head(a, in, n_block, b, h, [&](int m, bool, int rank) {
+        Base::take_turn(sem0 + (long long)h * a.kv_m_blocks + m, rank);
+      });
+    }
   }
 
   /// cp.async of the sequence's query rows' finals and doosum ([..][heads]
