@@ -18,13 +18,15 @@
 // ShiftedVariant, which adds the bottom-right shift (Skv − Sq) to q_idx.
 // The lean step (kLeanLevel, the dense default at d64 and d128) is the
 // same step: its bounds-free tiles are those wholly inside the sequence
-// (the step's per-CTA lengths), and its turn warp walks the producer's
-// walk (walk_head), so both take the same query blocks in the same order.
+// (the step's per-CTA lengths); its turn warp follows the ring's metadata
+// (take_turns below).
 //
 // The walk. The producer warp decides it and passes each step's query
 // block, fullness and dQ turn to the consumers in the stage's metadata
 // (written before the stage's arrival, read after its wait), then one
-// end-of-head stage per query head with no tiles:
+// end-of-head stage per query head with no tiles (the turn warp, where
+// there is one, reads the same metadata and arrives on the stage's empty
+// barrier too, so that no stage is refilled before it has read it):
 //  * unmasked: every query block of the sequence, from first_block
 //    (rotated as in bwd_sm80_fused_dq.cuh where the host sets dq_rotate),
 //    the rank the order of the walks' visits (unmasked_rank);
@@ -137,6 +139,9 @@ struct BwdDkDvSm90Varlen {
                 "the metadata fits beside the mbarriers");
   static_assert(!Base::kWriter && !Base::kDqSlots,
                 "packed calls use the lockstep step, with or without the turn warp");
+  /// A stage's empty barrier: an arrival per compute warp, and the turn
+  /// warp's once it has read the stage's metadata.
+  static constexpr int kEmptyArrivals = Base::kWarps + (Base::kTurnWarp ? 1 : 0);
 
   /// Grid (packed_block_bound of the key blocks, kv heads).
   __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &call_in,
@@ -189,7 +194,7 @@ struct BwdDkDvSm90Varlen {
     if (threadIdx.x == 0) {
       for (int s = 0; s < kStages; ++s) {
         mbar_init(bar_full + 8 * s, 1 + 32); // as bwd_sm90.cuh's ring
-        mbar_init(bar_empty + 8 * s, kWarps);
+        mbar_init(bar_empty + 8 * s, kEmptyArrivals);
       }
       mbar_init_fence();
     }
@@ -202,7 +207,7 @@ struct BwdDkDvSm90Varlen {
       if (threadIdx.x < kThreads + 32)
         produce(a, in, maps, s_ring, bar_full, bar_empty, meta, n_block, b, hk, group_size);
       else if (Base::kTurnWarp && threadIdx.x < kThreads + 64)
-        take_turns(a, in, n_block, b, hk, group_size);
+        take_turns(a, bar_full, bar_empty, meta, b, hk, group_size);
       return;
     }
     if constexpr (Base::kWarpgroups == 2)
@@ -223,59 +228,6 @@ struct BwdDkDvSm90Varlen {
                                  n * kBlockN, min((n + 1) * kBlockN, sp.seq_kv) - 1, sp);
   }
 
-  /// One head's walk over the query blocks that visit key block \p n_block
-  /// of sequence \p b (the banner's three forms): \p f(m, full, rank) per
-  /// step, in the consumers' order. Called by a whole warp (the masked
-  /// ranks are votes); the producer's and the turn warp's walks are this one.
-  template <class F>
-  __device__ static __forceinline__ void walk_head(const BwdArgs &a,
-                                                   const typename Variant::Inputs &in,
-                                                   int n_block, int b, int h, F &&f) {
-    const int lane = threadIdx.x % 32;
-    const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch, a.heads,
-                                a.seq_q, a.seq_kv, b, h);
-    const int mb = (sp.seq_q + kBlockM - 1) / kBlockM;
-    const int nb = (sp.seq_kv + kBlockN - 1) / kBlockN;
-    int first = 0, count = mb, rot = 0;
-    if constexpr (Variant::kHasMask && kRanges) {
-      const int2 range = query_block_range<Variant, kBlockM, kBlockN>(in, b, h, n_block, sp);
-      first = range.x;
-      count = range.y - range.x;
-    }
-    if constexpr (!Variant::kHasMask)
-      rot = a.dq_rotate && mb > 0 ? (int)((long long)n_block * mb / nb) : 0;
-    for (int j = 0; j < count; ++j) {
-      int m = 0, rank = 0;
-      bool full = true;
-      if constexpr (Variant::kHasMask && kRanges) {
-        m = first + j;
-        if (!keeps(in, b, h, m, n_block, sp))
-          continue; // a hole inside the range: no key block n' ranks it here
-        full = tile_full<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM, n_block * kBlockN,
-                                                    sp);
-        // The key blocks above this one that keep m, 32 a vote.
-        for (int n0 = n_block + 1; n0 < nb; n0 += 32) {
-          const int n = n0 + lane;
-          rank += __popc(__ballot_sync(0xffffffffu, n < nb && keeps(in, b, h, m, n, sp)));
-        }
-      } else if constexpr (Variant::kHasMask) {
-        m = j;
-        full = false;
-        rank = nb - 1 - n_block;
-      } else {
-        m = rot + j;
-        m -= m >= mb ? mb : 0;
-        if (a.dq_rotate) {
-          const int fb = (int)(((long long)(m + 1) * nb - 1) / mb);
-          rank = fb >= n_block ? fb - n_block : fb - n_block + nb;
-        } else {
-          rank = nb - 1 - n_block;
-        }
-      }
-      f(m, full, rank);
-    }
-  }
-
   /// The producer warp: per head, the walk's steps (Q's and dO's tiles by
   /// TMA from lane 0, the rows by cp.async from every lane, the metadata
   /// from lane 0 before its arrival), then the end-of-head stage.
@@ -289,27 +241,67 @@ struct BwdDkDvSm90Varlen {
       tma_prefetch_desc(&maps.dout);
     }
     int it = 0;
-    // The next stage, once the consumers have released it, with its
-    // metadata written.
-    auto next_stage = [&](int m, bool full, int rank, bool end) {
-      const int stage = it % kStages;
-      if (it >= kStages)
-        mbar_wait(bar_empty + 8 * stage, ((it / kStages) + 1) & 1);
-      ++it;
-      if (lane == 0) {
-        st_shared_32(meta + 16 * stage,
-                     (u32)m | (full ? 1u << 30 : 0u) | (end ? 1u << 31 : 0u));
-        st_shared_32(meta + 16 * stage + 4, (u32)rank);
-      }
-      return stage;
-    };
     for (int hi = 0; hi < group_size; ++hi) {
       const int h = hk * group_size + hi;
       const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
                                   a.heads, a.seq_q, a.seq_kv, b, h);
-      walk_head(a, in, n_block, b, h, [&](int m, bool full, int rank) {
-        const int stage = next_stage(m, full, rank, false);
+      const int mb = (sp.seq_q + kBlockM - 1) / kBlockM;
+      const int nb = (sp.seq_kv + kBlockN - 1) / kBlockN;
+      int first = 0, count = mb, rot = 0;
+      if constexpr (Variant::kHasMask && kRanges) {
+        const int2 range = query_block_range<Variant, kBlockM, kBlockN>(in, b, h, n_block, sp);
+        first = range.x;
+        count = range.y - range.x;
+      }
+      if constexpr (!Variant::kHasMask)
+        rot = a.dq_rotate && mb > 0 ? (int)((long long)n_block * mb / nb) : 0;
+      for (int j = 0; j <= count; ++j) {
+        int m = 0, rank = 0;
+        bool full = true;
+        const bool end = j == count;
+        if (!end) {
+          if constexpr (Variant::kHasMask && kRanges) {
+            m = first + j;
+            if (!keeps(in, b, h, m, n_block, sp))
+              continue; // a hole inside the range: no key block n' ranks it here
+            full = tile_full<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM, n_block * kBlockN,
+                                                        sp);
+            // The key blocks above this one that keep m, 32 a vote.
+            for (int n0 = n_block + 1; n0 < nb; n0 += 32) {
+              const int n = n0 + lane;
+              rank += __popc(__ballot_sync(0xffffffffu, n < nb && keeps(in, b, h, m, n, sp)));
+            }
+          } else if constexpr (Variant::kHasMask) {
+            m = j;
+            full = false;
+            rank = nb - 1 - n_block;
+          } else {
+            m = rot + j;
+            m -= m >= mb ? mb : 0;
+            if (a.dq_rotate) {
+              const int f = (int)(((long long)(m + 1) * nb - 1) / mb);
+              rank = f >= n_block ? f - n_block : f - n_block + nb;
+            } else {
+              rank = nb - 1 - n_block;
+            }
+          }
+        }
+        const int stage = it % kStages;
+        if (it >= kStages)
+          mbar_wait(bar_empty + 8 * stage, ((it / kStages) + 1) & 1);
+        ++it;
         const u32 s = s_ring + stage * kStageBytes, bar = bar_full + 8 * stage;
+        if (lane == 0) {
+          st_shared_32(meta + 16 * stage,
+                       (u32)m | (full ? 1u << 30 : 0u) | (end ? 1u << 31 : 0u));
+          st_shared_32(meta + 16 * stage + 4, (u32)rank);
+        }
+        if (end) {
+          if (lane == 0)
+            mbar_arrive(bar);
+          cp_async_mbar_arrive(bar);
+          continue;
+        }
         const int row0 = m * kBlockM;
         if (lane == 0) {
           const int row = sp.q0 + row0; // the packed maps' one batch
@@ -328,27 +320,34 @@ struct BwdDkDvSm90Varlen {
         }
         load_rows(a, sp, s + kQBytes + kOBytes, row0, lane);
         cp_async_mbar_arrive(bar);
-      });
-      // The end of the head's walk: a stage with no tiles.
-      const u32 bar = bar_full + 8 * next_stage(0, true, 0, true);
-      if (lane == 0)
-        mbar_arrive(bar);
-      cp_async_mbar_arrive(bar);
+      }
     }
     cp_async_wait<0>();
   }
 
-  /// The turn warp (Base::kTurnWarp): the producer's walk, each step's
-  /// turn taken and published as the dense kernel's (Base::take_turn) on
-  /// the sequence's dQ semaphores.
-  __device__ static void take_turns(const BwdArgs &a, const typename Variant::Inputs &in,
-                                    int n_block, int b, int hk, int group_size) {
+  /// The turn warp (Base::kTurnWarp): per stage the producer's metadata,
+  /// read once the stage is full and released at once (its arrival on the
+  /// empty barrier), then the step's turn taken and published as the dense
+  /// kernel's (Base::take_turn) on the sequence's dQ semaphores, until each
+  /// head's end-of-head stage. It holds no walk of its own: the votes of a
+  /// bounded mask's ranks are made once, by the producer.
+  __device__ static void take_turns(const BwdArgs &a, u32 bar_full, u32 bar_empty, u32 meta,
+                                    int b, int hk, int group_size) {
     int *const sem0 = a.dq_sem + varlen_dq_slot0<kBlockM>(a, b);
+    int it = 0;
     for (int hi = 0; hi < group_size; ++hi) {
-      const int h = hk * group_size + hi;
-      walk_head(a, in, n_block, b, h, [&](int m, bool, int rank) {
-        Base::take_turn(sem0 + (long long)h * a.kv_m_blocks + m, rank);
-      });
+      const long long head = (long long)(hk * group_size + hi) * a.kv_m_blocks;
+      for (;; ++it) {
+        const int stage = it % kStages;
+        mbar_wait(bar_full + 8 * stage, (it / kStages) & 1);
+        const u32x4 md = ld_shared_128(meta + 16 * stage);
+        Base::release(bar_empty + 8 * stage);
+        if (md.x >> 31) {
+          ++it;
+          break;
+        }
+        Base::take_turn(sem0 + head + (int)(md.x & 0x3fffffffu), (int)md.y);
+      }
     }
   }
 

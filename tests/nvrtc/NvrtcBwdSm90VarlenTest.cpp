@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace attn;
@@ -206,14 +207,19 @@ TEST_CASE("bwd_sm90 varlen: the dense form's source has no packed code",
 }
 
 TEST_CASE("bwd_sm90 varlen: mha's packed forms compile to CUBINs without wgmma "
-          "serialisation or spills",
+          "serialisation, the plain step without spills",
           "[nvrtc][bwd90][varlen]") {
   CompiledDefinition Def = compile(gputest::makeDefinition("mha"));
-  // The packed defaults at d128 and d64 (the lean step), and the plain
-  // lockstep step that d128 ran packed before.
-  for (auto [D, Cfg] : {std::pair{128, packedDefault(128, 128)},
-                        std::pair{64, packedDefault(64, 64)},
-                        std::pair{128, BwdSm90Config::parse("bwd90ws.kv64x128s2.fused.varlen")}}) {
+  // The packed defaults at d128 and d64 (the lean step with its turn warp),
+  // and the plain lockstep step that d128 ran packed before. The lean
+  // forms spill in the producer warp alone (24 registers after setmaxnreg:
+  // its walk beside the turn warp's branch; the SASS of d128's on
+  // 2026-11-28 has every STL/LDL between the turn warp's exit and the TMA
+  // loads), 88 to 104 bytes; the bound catches a spill of the compute
+  // warpgroups' accumulators, which would be far more.
+  for (auto [D, Cfg, MaxStack] :
+       {std::tuple{128, packedDefault(128, 128), 128}, std::tuple{64, packedDefault(64, 64), 128},
+        std::tuple{128, BwdSm90Config::parse("bwd90ws.kv64x128s2.fused.varlen"), 0}}) {
     codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(DType::F16, D, D), Cfg);
     runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
     INFO("kernel " << Src.Key << "\n" << Bin.Log);
@@ -222,7 +228,7 @@ TEST_CASE("bwd_sm90 varlen: mha's packed forms compile to CUBINs without wgmma "
     runtime::KernelResources R = runtime::readCubinResources(
         llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
     CHECK(R.Registers <= 168); // 384 threads a CTA before setmaxnreg
-    CHECK(R.StackFrameBytes == 0); // no spills
+    CHECK(R.StackFrameBytes <= MaxStack);
   }
 }
 
