@@ -158,10 +158,12 @@ TEST_CASE("bwd_sm90 varlen: a packed backward runs bwd_sm90 on sm_90a, bwd_sm80 
   CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x128s2.fused") ==
         "bwd_sm90 bwd90ws.kv64x128s2.fused.varlen");
   // The bulk dQ's packed form is the lean step's without it; the column
-  // split's without its turn warp.
+  // split's without its turn warp (256/256 below: the dense default there
+  // is .split.tw.).
   CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x128s2.lean2.bulk.fused") ==
         "bwd_sm90 bwd90ws.kv64x128s2.lean2.fused.varlen");
-  CHECK(Packed(192, GpuArch::Sm90a) == "bwd_sm90 bwd90ws.kv64x64s2.split.fused.varlen");
+  CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x64s2.split.tw.fused") ==
+        "bwd_sm90 bwd90ws.kv64x64s2.split.fused.varlen");
   // The column split's packed form: chosen where the dense choice is the
   // split (the default at 256/256, which bwd_sm80 does not run, or named);
   // named, it is its own packed choice.
