@@ -512,6 +512,12 @@ struct BwdDkDvSm90 {
   __device__ static void take_turns(const BwdArgs &a, int n_block, int b, int hk,
                                     int group_size);
 
+  /// One step of the turn warp: waits for the turn \p rank on \p sem, lets
+  /// the compute threads add, and publishes rank + 1 once they have issued
+  /// their adds (the packed walk's turn warp takes the same steps,
+  /// bwd_sm90_varlen.cuh).
+  __device__ static __forceinline__ void take_turn(int *sem, int rank);
+
   /// The turn warp with kBulkDq: per step, once the compute warps have
   /// filled the slot (it % 2) it lets them overwrite the dSᵀ tile
   /// (kBarTurn), lane 0 waits for the turn (an acquire), every lane adds

@@ -52,7 +52,6 @@ __device__ void ATTNC_BWD_SM90::produce(const BwdArgs &a, const Sm90BwdMaps &map
 ATTNC_BWD_SM90_TEMPLATE
 __device__ void ATTNC_BWD_SM90::take_turns(const BwdArgs &a, int n_block, int b, int hk,
                                            int group_size) {
-  const int lane = threadIdx.x % 32;
   for (int hi = 0; hi < group_size; ++hi) {
     const int bh = b * a.heads + hk * group_size + hi;
     const Walk w = walk(a, bh, n_block);
@@ -60,17 +59,22 @@ __device__ void ATTNC_BWD_SM90::take_turns(const BwdArgs &a, int n_block, int b,
       bool full;
       const int m = w.visit(a, j, full);
       const int rank = Variant::kHasMask ? w.ranks[j] : Sem::unmasked_rank(a, n_block, m);
-      int *sem = a.dq_sem + (long long)bh * a.kv_m_blocks + m;
-      if (lane == 0 && rank > 0)
-        while (ld_acquire_gpu(sem) != rank) {
-        }
-      __syncwarp();
-      named_bar_arrive(kBarTurn, kThreads + 32);
-      named_bar_sync(kBarAdded, kThreads + 32);
-      if (lane == 0)
-        st_release_gpu(sem, rank + 1);
+      take_turn(a.dq_sem + (long long)bh * a.kv_m_blocks + m, rank);
     }
   }
+}
+
+ATTNC_BWD_SM90_TEMPLATE
+__device__ __forceinline__ void ATTNC_BWD_SM90::take_turn(int *sem, int rank) {
+  const int lane = threadIdx.x % 32;
+  if (lane == 0 && rank > 0)
+    while (ld_acquire_gpu(sem) != rank) {
+    }
+  __syncwarp();
+  named_bar_arrive(kBarTurn, kThreads + 32);
+  named_bar_sync(kBarAdded, kThreads + 32);
+  if (lane == 0)
+    st_release_gpu(sem, rank + 1);
 }
 
 ATTNC_BWD_SM90_TEMPLATE

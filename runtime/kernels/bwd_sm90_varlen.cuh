@@ -16,11 +16,17 @@
 // nothing to dK, dV or dQ. The step reads the sequence's lengths from a
 // per-CTA copy of the arguments and calls the Variant through
 // ShiftedVariant, which adds the bottom-right shift (Skv − Sq) to q_idx.
+// The lean step (kLeanLevel, the dense default at d64 and d128) is the
+// same step: its bounds-free tiles are those wholly inside the sequence
+// (the step's per-CTA lengths); its turn warp follows the ring's metadata
+// (take_turns below).
 //
 // The walk. The producer warp decides it and passes each step's query
 // block, fullness and dQ turn to the consumers in the stage's metadata
 // (written before the stage's arrival, read after its wait), then one
-// end-of-head stage per query head with no tiles:
+// end-of-head stage per query head with no tiles (the turn warp, where
+// there is one, reads the same metadata and arrives on the stage's empty
+// barrier too, so that no stage is refilled before it has read it):
 //  * unmasked: every query block of the sequence, from first_block
 //    (rotated as in bwd_sm80_fused_dq.cuh where the host sets dq_rotate),
 //    the rank the order of the walks' visits (unmasked_rank);
@@ -112,11 +118,13 @@ __device__ __forceinline__ long long varlen_dq_slot0(const BwdArgs &a, int b) {
 }
 
 template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,
-          bool kAtomicDq = false, bool kTwoPass = false, bool kSplit = false>
+          bool kAtomicDq = false, bool kTwoPass = false, bool kSplit = false,
+          int kLeanLevel = 0>
 struct BwdDkDvSm90Varlen {
   using SV = ShiftedVariant<Variant>;
   using Base = BwdDkDvSm90<SV, T, kD, kDV, kBlockM, kBlockN, kStages, /*kFusedDq=*/true,
-                           kAtomicDq, /*kWs=*/true, kTwoPass, kSplit>;
+                           kAtomicDq, /*kWs=*/true, kTwoPass, kSplit, /*kPingPong=*/false,
+                           /*kDqWriter=*/false, kLeanLevel>;
   static constexpr int kThreads = Base::kThreads, kWarps = Base::kWarps;
   static constexpr int kStageBytes = Base::kStageBytes, kSmemBytes = Base::kSmemBytes;
   static constexpr int kQBytes = Base::kQBytes, kOBytes = Base::kOBytes;
@@ -129,7 +137,11 @@ struct BwdDkDvSm90Varlen {
   static constexpr int kMetaOffset = 128;
   static_assert(kMetaOffset + 16 * kStages <= 256 && Base::kBarBytes == 256,
                 "the metadata fits beside the mbarriers");
-  static_assert(!Base::kWriter, "packed calls use the lockstep step");
+  static_assert(!Base::kWriter && !Base::kDqSlots,
+                "packed calls use the lockstep step, with or without the turn warp");
+  /// A stage's empty barrier: an arrival per compute warp, and the turn
+  /// warp's once it has read the stage's metadata.
+  static constexpr int kEmptyArrivals = Base::kWarps + (Base::kTurnWarp ? 1 : 0);
 
   /// Grid (packed_block_bound of the key blocks, kv heads).
   __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &call_in,
@@ -182,7 +194,7 @@ struct BwdDkDvSm90Varlen {
     if (threadIdx.x == 0) {
       for (int s = 0; s < kStages; ++s) {
         mbar_init(bar_full + 8 * s, 1 + 32); // as bwd_sm90.cuh's ring
-        mbar_init(bar_empty + 8 * s, kWarps);
+        mbar_init(bar_empty + 8 * s, kEmptyArrivals);
       }
       mbar_init_fence();
     }
@@ -194,6 +206,8 @@ struct BwdDkDvSm90Varlen {
         setmaxnreg_dec<Base::kProducerRegs>();
       if (threadIdx.x < kThreads + 32)
         produce(a, in, maps, s_ring, bar_full, bar_empty, meta, n_block, b, hk, group_size);
+      else if (Base::kTurnWarp && threadIdx.x < kThreads + 64)
+        take_turns(a, bar_full, bar_empty, meta, b, hk, group_size);
       return;
     }
     if constexpr (Base::kWarpgroups == 2)
@@ -309,6 +323,32 @@ struct BwdDkDvSm90Varlen {
       }
     }
     cp_async_wait<0>();
+  }
+
+  /// The turn warp (Base::kTurnWarp): per stage the producer's metadata,
+  /// read once the stage is full and released at once (its arrival on the
+  /// empty barrier), then the step's turn taken and published as the dense
+  /// kernel's (Base::take_turn) on the sequence's dQ semaphores, until each
+  /// head's end-of-head stage. It holds no walk of its own: the votes of a
+  /// bounded mask's ranks are made once, by the producer.
+  __device__ static void take_turns(const BwdArgs &a, u32 bar_full, u32 bar_empty, u32 meta,
+                                    int b, int hk, int group_size) {
+    int *const sem0 = a.dq_sem + varlen_dq_slot0<kBlockM>(a, b);
+    int it = 0;
+    for (int hi = 0; hi < group_size; ++hi) {
+      const long long head = (long long)(hk * group_size + hi) * a.kv_m_blocks;
+      for (;; ++it) {
+        const int stage = it % kStages;
+        mbar_wait(bar_full + 8 * stage, (it / kStages) & 1);
+        const u32x4 md = ld_shared_128(meta + 16 * stage);
+        Base::release(bar_empty + 8 * stage);
+        if (md.x >> 31) {
+          ++it;
+          break;
+        }
+        Base::take_turn(sem0 + head + (int)(md.x & 0x3fffffffu), (int)md.y);
+      }
+    }
   }
 
   /// cp.async of the sequence's query rows' finals and doosum ([..][heads]

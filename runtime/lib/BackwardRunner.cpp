@@ -78,18 +78,18 @@ std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice) {
     if (S->Varlen)
       return std::nullopt;
     // The packed kernel is the warp-specialised fused-dQ step's
-    // (bwd_sm90_varlen.cuh); its dQ order needs no block lists. The column
-    // split's packed form too (the dense default at head dims 192 and 256,
-    // which bwd_sm80 does not run; its packed form passed on an H200).
-    // Not the d64 form whose warpgroups split dQ's rows (128 x 128 tiles,
-    // which no other head dim fuses): its packed form has not run on a GPU,
-    // so packed d64 calls keep bwd_sm80's packed kernels.
-    const bool DqRows = S->KvBlockM == 128 && S->KvBlockN == 128;
-    if (S->WarpSpecialized && S->FusedDq && !S->PingPong && !S->DqWriter && !DqRows) {
+    // (bwd_sm90_varlen.cuh); its dQ order needs no block lists. The lean
+    // step with its turn warp (the dense default at d64 and d128) keeps its
+    // level: the packed walk feeds the turn warp as it feeds the producer.
+    // The bulk dQ's slots and the column split's turn warp have no packed
+    // form: the column split (the dense default at head dims 192 and 256,
+    // which bwd_sm80 does not run) runs packed without its turn warp.
+    if (S->WarpSpecialized && S->FusedDq && !S->PingPong && !S->DqWriter) {
       codegen::BwdSm90Config P = *S;
       P.Varlen = true;
-      // The lean step (the dense default at d128) has no packed form yet.
-      P.Lean = 0;
+      P.BulkDq = false;
+      if (P.SplitCols)
+        P.Lean = 0;
       KernelChoice Packed = Choice;
       Packed.Config = P;
       return Packed;

@@ -55,8 +55,9 @@ struct BwdLists {
 /// inputs give the same bits on every run (docs/runtime.md, "Backward").
 /// The configuration a packed variable-length backward runs for the dense
 /// choice \p Choice: a warp-specialised fused-dQ bwd_sm90 configuration
-/// (not ping-pong, the dQ writer or the column split) in its packed form (.varlen, the same
-/// tiles); any other choice, bwd_sm80's two-kernel mode with the same dK/dV
+/// (not ping-pong or the dQ writer) in its packed form (.varlen, the same
+/// tiles and lean step; the bulk dQ and the column split's turn warp
+/// dropped, which have no packed form); any other choice, bwd_sm80's two-kernel mode with the same dK/dV
 /// tiles (bwd_sm80's) or its defaults. None when \p Choice is already a
 /// packed form or that mode.
 std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice);

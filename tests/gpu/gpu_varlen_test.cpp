@@ -8,18 +8,21 @@
 // default skeleton and on fwd_sm80, and the backward (bitwise the same over
 // three runs), against the fp64 reference with the FlashAttention tolerance
 // rule of the dense tests.
-// Outputs are poisoned (NaN) before every run. With --bench: TFLOPS of a
-// batch of 32 sequences of lengths uniform in [64, 8192] (H32 D128 f16)
-// and of dense attention of the same average length. Exits 77 (ctest:
+// Outputs are poisoned (NaN) before every run. With --bench [H [D ...]]:
+// TFLOPS of a batch of 32 sequences of lengths uniform in [64, 8192] (H32
+// D128 f16 unless named), of the packed backward it ran before the lean
+// step had a packed form, and of dense attention of the same average
+// length. Exits 77 (ctest:
 // skipped) where there is no GPU. --quick: the f16 cases only (d64 and
-// d128, so that both packed backwards run: bwd_sm80 and bwd_sm90);
+// d128: bwd_sm90's packed lean step, dQ's rows split at d64; bwd_sm80's
+// packed two-kernel mode and the plain lockstep step named);
 // ATTNC_GPU_TEST_FILTER=NAME: one definition's cases, ATTNC_GPU_TEST_CASE=N
 // the N-th of them only; the column split of bwd_sm90's packed form is
 // named in two d256 cases; --decode: the packed decode cases only (at most
 // 16 queries a sequence, decode_sm80, per-row, per-key, per-token and
 // per-head inputs through a split over the keys). A last argument
-// --compile-only compiles the cases' kernels for sm_90a into the kernel
-// cache, with no GPU.
+// --compile-only compiles the cases' kernels (after --bench ...: the
+// bench's) for sm_90a into the kernel cache, with no GPU.
 #include "BackwardCheck.h"
 #include "BackwardRunner.h"
 #include "GpuSupport.h"
@@ -492,8 +495,8 @@ std::vector<Case> cases(bool Quick) {
   // token bias): each sequence reads its tokens' values, a query its own
   // token's whatever its bottom-right q_idx (ragged lengths with shifts of
   // both signs, empty sequences and single tokens), forward on fwd_sm90 and
-  // fwd_sm80, backward on bwd_sm80's packed form (d64) and bwd_sm90's
-  // (d128, grouped heads).
+  // fwd_sm80, backward on bwd_sm90's packed lean step (d64's row split,
+  // and d128 with grouped heads).
   for (const char *Def : {"mha_document", "mha_document_ids", "mha_row_scale"}) {
     for (const char *Skel : {"", "fwd_sm80"}) {
       Out.push_back({Def, DType::F16, 64, 4, 4, Lq, Lkv, Skel, *Skel == 0});
@@ -525,6 +528,19 @@ std::vector<Case> cases(bool Quick) {
                  "bwd90ws.kv64x64s2.split.fused.varlen"});
   Out.push_back({"mha_sliding_window", DType::F16, 256, 2, 1, Self, Self, "", true,
                  "bwd90ws.kv64x64s2.split.fused.varlen"});
+  // The packed lean step at d64 (dQ's rows split over the two warpgroups,
+  // 128 x 128 tiles) with grouped heads, and over lengths with many whole
+  // tiles inside and ragged ends (its bounds-free tiles); the forms the
+  // packed calls ran before, named: bwd_sm80's two-kernel mode at d64 and
+  // the plain lockstep step at d128.
+  const std::vector<int> Tiles = {1, 640, 383, 129, 1000};
+  Out.push_back({"mha", DType::F16, 64, 4, 2, Lq, Lkv, "", true});
+  Out.push_back({"mha", DType::F16, 64, 2, 1, Tiles, Tiles, "", true});
+  Out.push_back({"mha_full", DType::F16, 64, 2, 2, Tiles, Tiles, "", true});
+  Out.push_back({"mha_full", DType::F16, 128, 2, 1, Tiles, Tiles, "", true});
+  Out.push_back({"mha", DType::F16, 64, 2, 2, Self, Self, "", true, "kv64x128w8.q128x64w8.s2"});
+  Out.push_back({"mha", DType::F16, 128, 4, 2, Lq, Lkv, "", true,
+                 "bwd90ws.kv64x128s2.fused.varlen"});
   // More than 32 sequences (empty ones and single tokens among them): the
   // packed grids' sequence search (block_range.cuh's packed_block_of) votes
   // over two groups of 32 in the forward, the dK/dV kernel and the dQ
@@ -552,114 +568,163 @@ std::vector<Case> cases(bool Quick) {
   return Out;
 }
 
+/// Compiles case \p C's kernels for sm_90a into the kernel cache, its
+/// tensors packed (THD: the packed backward, packedBackwardChoice) or dense
+/// (BSHD: the dense backward).
+void compileCase(const Case &C, Layout L) {
+  runtime::Signature Sig;
+  Sig.Dtype = C.Dt;
+  Sig.HeadDim = Sig.HeadDimV = C.D;
+  Sig.TensorLayout = L;
+  Sig.Skeleton = C.Skeleton;
+  Sig.BackwardConfig = C.BwdConfig;
+  Sig.Backend = "generated";
+  Sig.Arch = GpuArch::Sm90a;
+  runtime::Attention Att(makeDefinition(C.Def), Sig);
+  if (C.Decode)
+    Att.precompile(runtime::PrecompileSet{}); // the short-query rule's kernel
+  std::string Bwd = "-";
+  if (C.Backward) {
+    runtime::KernelChoice Choice = Att.backwardChoice();
+    if (L == Layout::THD)
+      if (std::optional<runtime::KernelChoice> Two = runtime::packedBackwardChoice(Choice))
+        Choice = *Two;
+    runtime::BackwardRunner Runner(
+        Att.definition(),
+        runtime::kernelTarget(Att.definition(), Sig, GpuArch::Sm90a,
+                              runtime::Direction::Backward),
+        Choice);
+    Bwd = Choice.str();
+  }
+  std::printf("compiled %s %s d%d: %s | %s\n", C.Def.c_str(), dtypeName(C.Dt).data(), C.D,
+              Att.forwardChoice().str().c_str(), Bwd.c_str());
+  std::fflush(stdout);
+}
+
 /// --compile-only: the kernels of the cases compiled for sm_90a into the
 /// kernel cache ($ATTNC_CACHE_DIR), without a GPU, so that a device run
 /// reads them instead of compiling: the forward, and for a backward case
-/// the packed backward (packedBackwardChoice: bwd_sm90's packed form at head
-/// dim 128, bwd_sm80's two-kernel mode at 64).
+/// the packed backward (packedBackwardChoice: bwd_sm90's packed lean step at
+/// head dims 64 and 128, unless a case names another).
 int compileOnly(bool Quick, bool DecodeOnly, const char *Filter) {
-  for (const Case &C : cases(Quick)) {
-    if ((Filter && C.Def != Filter) || (DecodeOnly && !C.Decode))
-      continue;
-    runtime::Signature Sig;
-    Sig.Dtype = C.Dt;
-    Sig.HeadDim = Sig.HeadDimV = C.D;
-    Sig.TensorLayout = Layout::THD;
-    Sig.Skeleton = C.Skeleton;
-    Sig.BackwardConfig = C.BwdConfig;
-    Sig.Backend = "generated";
-    Sig.Arch = GpuArch::Sm90a;
-    runtime::Attention Att(makeDefinition(C.Def), Sig);
-    if (C.Decode)
-      Att.precompile(runtime::PrecompileSet{}); // the short-query rule's kernel
-    std::string Bwd = "-";
-    if (C.Backward) {
-      runtime::KernelChoice Choice = Att.backwardChoice();
-      if (std::optional<runtime::KernelChoice> Two = runtime::packedBackwardChoice(Choice))
-        Choice = *Two;
-      runtime::BackwardRunner Runner(
-          Att.definition(),
-          runtime::kernelTarget(Att.definition(), Sig, GpuArch::Sm90a,
-                                runtime::Direction::Backward),
-          Choice);
-      Bwd = Choice.str();
-    }
-    std::printf("compiled %s %s d%d: %s | %s\n", C.Def.c_str(), dtypeName(C.Dt).data(),
-                C.D, Att.forwardChoice().str().c_str(), Bwd.c_str());
-    std::fflush(stdout);
-  }
+  for (const Case &C : cases(Quick))
+    if ((!Filter || C.Def == Filter) && (!DecodeOnly || C.Decode))
+      compileCase(C, Layout::THD);
   return 0;
 }
 
-/// --bench: varlen against dense attention of the same mean length.
-int bench() {
+/// The backward configuration a packed call ran at head dim \p D before
+/// the lean step had a packed form (bwd_sm80's two-kernel mode at d64, the
+/// plain lockstep step at d128), timed beside the default by --bench.
+const char *previousPackedBackward(int D) {
+  return D == 64 ? "kv64x128w8.q128x64w8.s2" : "bwd90ws.kv64x128s2.fused.varlen";
+}
+
+/// --bench [H [D ...]]: a batch of 32 sequences of lengths uniform in [64,
+/// 8192] (H32 D128 unless named), f16, unmasked and causal: the packed
+/// forward and backward on the defaults, the packed backward on the
+/// configuration it ran before (previousPackedBackward), and dense
+/// attention of the same token count (32 sequences of the mean length).
+/// The lengths are printed (a peer script reads them). \p CompileOnly:
+/// these kernels compiled for sm_90a into the kernel cache, no GPU (as
+/// --compile-only for the cases).
+int bench(int H, const std::vector<int> &Dims, bool CompileOnly) {
+  if (CompileOnly) {
+    for (int D : Dims)
+      for (const char *Def : {"mha_full", "mha"}) {
+        compileCase({Def, DType::F16, D, H, H, {}, {}, "", true}, Layout::THD);
+        compileCase({Def, DType::F16, D, H, H, {}, {}, "", true, previousPackedBackward(D)},
+                    Layout::THD);
+        compileCase({Def, DType::F16, D, H, H, {}, {}, "", true}, Layout::BSHD);
+      }
+    return 0;
+  }
   std::mt19937_64 Rng(2026);
   std::uniform_int_distribution<int> U(64, 8192);
   std::vector<int> L(32);
   for (int &X : L)
     X = U(Rng);
-  const int H = 32, D = 128;
   const std::vector<int> Cu = cumulative(L);
   const int64_t T = Cu.back();
   const int Mean = int((T + 16) / 32);
   std::printf("lengths: 32 uniform in [64, 8192], %lld tokens, mean %d, max %d\n",
               (long long)T, Mean, *std::max_element(L.begin(), L.end()));
+  std::printf("lengths:");
+  for (int X : L)
+    std::printf(" %d", X);
+  std::printf("\n");
   std::fflush(stdout); // each row leaves at once, should a time limit stop the run
-  Packed Q = randomPacked(Rng, DType::F16, T, H, D);
-  auto Buf = upload(Q.Bits.data(), Q.Bits.size() * 2);
-  DeviceBuffer Out(Buf->size()), F(size_t(H) * T * 4), DOut(Buf->size()),
-      GQ(Buf->size()), GK(Buf->size()), GV(Buf->size());
-  DOut.upload(Q.Bits.data(), Q.Bits.size() * 2);
+  const int MaxD = *std::max_element(Dims.begin(), Dims.end());
+  // Random 16-bit inputs (no fp64 copy: nothing is checked here), room for
+  // the dense rows' 32 x Mean tokens (up to 16 more than T).
+  std::vector<uint16_t> Bits(size_t(T + 32) * H * MaxD);
+  std::normal_distribution<double> N(0.0, 1.0);
+  for (uint16_t &B : Bits)
+    B = toBits(DType::F16, N(Rng));
+  auto Buf = upload(Bits.data(), Bits.size() * 2);
+  DeviceBuffer Out(Buf->size()), F(size_t(H) * (T + 32) * 4), DOut(Buf->size()), GQ(Buf->size()),
+      GK(Buf->size()), GV(Buf->size());
+  DOut.upload(Bits.data(), Bits.size() * 2);
   auto Cuq = upload(Cu.data(), Cu.size() * 4);
-  for (const char *Def : {"mha_full", "mha"}) {
-    bool Causal = std::string(Def) == "mha";
-    double Pairs = 0, DensePairs = 0;
-    for (int X : L)
-      Pairs += Causal ? 0.5 * X * (X + 1.0) : double(X) * X;
-    DensePairs = 32 * (Causal ? 0.5 * Mean * (Mean + 1.0) : double(Mean) * Mean);
-    for (bool Varlen : {true, false}) {
-      runtime::Signature Sig;
-      Sig.HeadDim = Sig.HeadDimV = D;
-      Sig.TensorLayout = Varlen ? Layout::THD : Layout::BSHD;
-      runtime::Attention A(makeDefinition(Def), Sig);
-      DType ET = DType::F16;
-      int64_t Tok = Varlen ? T : int64_t(32) * Mean;
-      auto V = [&](DeviceBuffer &B) {
-        return Varlen ? runtime::TensorView::contiguous(B.get(), ET, {Tok, H, D})
-                      : runtime::TensorView::contiguous(B.get(), ET, {32, Mean, H, D});
-      };
-      runtime::TensorView Fin =
-          Varlen ? runtime::TensorView::contiguous(F.get(), DType::F32,
-                                                   {1, H, Tok})
-                 : runtime::TensorView::contiguous(F.get(), DType::F32,
-                                                   {1, 32, H, Mean});
-      runtime::VarlenBatch VB{
-          runtime::TensorView::contiguous(Cuq->get(), DType::I32, {33}),
-          runtime::TensorView::contiguous(Cuq->get(), DType::I32, {33}),
-          *std::max_element(L.begin(), L.end()), *std::max_element(L.begin(), L.end())};
-      auto Fwd = [&](int) {
+  for (int D : Dims)
+    for (const char *Def : {"mha_full", "mha"}) {
+      bool Causal = std::string(Def) == "mha";
+      double Pairs = 0, DensePairs = 0;
+      for (int X : L)
+        Pairs += Causal ? 0.5 * X * (X + 1.0) : double(X) * X;
+      DensePairs = 32 * (Causal ? 0.5 * Mean * (Mean + 1.0) : double(Mean) * Mean);
+      // The packed default, the packed backward it replaced, dense.
+      for (int Row = 0; Row < 3; ++Row) {
+        const bool Varlen = Row < 2;
+        runtime::Signature Sig;
+        Sig.HeadDim = Sig.HeadDimV = D;
+        Sig.TensorLayout = Varlen ? Layout::THD : Layout::BSHD;
+        if (Row == 1)
+          Sig.BackwardConfig = previousPackedBackward(D);
+        runtime::Attention A(makeDefinition(Def), Sig);
+        DType ET = DType::F16;
+        int64_t Tok = Varlen ? T : int64_t(32) * Mean;
+        auto V = [&](DeviceBuffer &B) {
+          return Varlen ? runtime::TensorView::contiguous(B.get(), ET, {Tok, H, D})
+                        : runtime::TensorView::contiguous(B.get(), ET, {32, Mean, H, D});
+        };
+        runtime::TensorView Fin =
+            Varlen ? runtime::TensorView::contiguous(F.get(), DType::F32, {1, H, Tok})
+                   : runtime::TensorView::contiguous(F.get(), DType::F32, {1, 32, H, Mean});
+        runtime::VarlenBatch VB{
+            runtime::TensorView::contiguous(Cuq->get(), DType::I32, {33}),
+            runtime::TensorView::contiguous(Cuq->get(), DType::I32, {33}),
+            *std::max_element(L.begin(), L.end()), *std::max_element(L.begin(), L.end())};
+        auto Fwd = [&](int) {
+          if (Varlen)
+            A.forwardVarlen(V(*Buf), V(*Buf), V(*Buf), V(Out), &Fin, VB);
+          else
+            A.forward(V(*Buf), V(*Buf), V(*Buf), V(Out), &Fin);
+        };
+        double FwdMs = runtime::medianEventMs(Fwd, 3, 10);
+        runtime::TensorView O = V(Out);
+        auto Bwd = [&](int) {
+          if (Varlen)
+            A.backwardVarlen(V(*Buf), V(*Buf), V(*Buf), &O, V(DOut), &Fin, V(GQ), V(GK),
+                             V(GV), VB);
+          else
+            A.backward(V(*Buf), V(*Buf), V(*Buf), &O, V(DOut), &Fin, V(GQ), V(GK), V(GV));
+        };
+        double BwdMs = runtime::medianEventMs(Bwd, 3, 10);
+        runtime::KernelChoice Choice = A.backwardChoice();
         if (Varlen)
-          A.forwardVarlen(V(*Buf), V(*Buf), V(*Buf), V(Out), &Fin, VB);
-        else
-          A.forward(V(*Buf), V(*Buf), V(*Buf), V(Out), &Fin);
-      };
-      double FwdMs = runtime::medianEventMs(Fwd, 3, 10);
-      runtime::TensorView O = V(Out);
-      auto Bwd = [&](int) {
-        if (Varlen)
-          A.backwardVarlen(V(*Buf), V(*Buf), V(*Buf), &O, V(DOut), &Fin, V(GQ), V(GK), V(GV),
-                           VB);
-        else
-          A.backward(V(*Buf), V(*Buf), V(*Buf), &O, V(DOut), &Fin, V(GQ), V(GK), V(GV));
-      };
-      double BwdMs = runtime::medianEventMs(Bwd, 2, 5);
-      double Flops = 4.0 * H * D * (Varlen ? Pairs : DensePairs);
-      std::printf("%-9s %-7s %s fwd %.3f ms %.0f TFLOPS  bwd %.3f ms %.0f TFLOPS\n", Def,
-                  Varlen ? "varlen" : "dense", A.forwardChoice().str().c_str(), FwdMs,
-                  Flops / FwdMs * 1e-9, BwdMs, 2.5 * Flops / BwdMs * 1e-9);
-      std::fflush(stdout);
+          if (std::optional<runtime::KernelChoice> P = runtime::packedBackwardChoice(Choice))
+            Choice = *P;
+        double Flops = 4.0 * H * D * (Varlen ? Pairs : DensePairs);
+        std::printf("%-8s H%d D%d %-6s %-7s fwd %.3f ms %.0f TFLOPS  bwd %.3f ms %.0f TFLOPS "
+                    " [%s]\n",
+                    Def, H, D, Varlen ? "varlen" : "dense",
+                    Row == 0 ? "default" : Row == 1 ? "before" : "default", FwdMs,
+                    Flops / FwdMs * 1e-9, BwdMs, 2.5 * Flops / BwdMs * 1e-9,
+                    Choice.str().c_str());
+        std::fflush(stdout);
+      }
     }
-  }
   return 0;
 }
 
@@ -674,8 +739,17 @@ int main(int Argc, char **Argv) {
   };
   const bool Quick = Flag("--quick"), DecodeOnly = Flag("--decode");
   const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
-  if (Argc > 1 && std::string(Argv[Argc - 1]) == "--compile-only")
-    return compileOnly(Quick, DecodeOnly, Filter);
+  const bool CompileOnly = Argc > 1 && std::string(Argv[Argc - 1]) == "--compile-only";
+  // --bench [H [D ...]]: the batch's defaults, before and dense.
+  const bool Bench = Argc > 1 && std::string(Argv[1]) == "--bench";
+  const int H = Bench && Argc > 2 + CompileOnly ? std::atoi(Argv[2]) : 32;
+  std::vector<int> Dims;
+  for (int I = 3; Bench && I < Argc - CompileOnly; ++I)
+    Dims.push_back(std::atoi(Argv[I]));
+  if (Dims.empty())
+    Dims = {128};
+  if (CompileOnly)
+    return Bench ? bench(H, Dims, true) : compileOnly(Quick, DecodeOnly, Filter);
   auto &Drv = runtime::CudaDriver::get();
   if (!Drv.available()) {
     std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
@@ -683,8 +757,8 @@ int main(int Argc, char **Argv) {
   }
   const runtime::DeviceInfo &Dev = runtime::currentDevice();
   std::printf("device: %s\n", Dev.Name.c_str());
-  if (Argc > 1 && std::string(Argv[1]) == "--bench")
-    return bench();
+  if (Bench)
+    return bench(H, Dims, false);
   // ATTNC_GPU_TEST_CASE=N: the N-th (from 0) of the filtered cases only
   // (one small case under compute-sanitizer).
   const char *Only = std::getenv("ATTNC_GPU_TEST_CASE");

@@ -398,7 +398,7 @@ TEST_CASE("bwd_sm90: what the skeleton supports", "[bwd90]") {
              Contains("the bulk dQ reduction is a form of .lean2. with a query step of 64"));
   CHECK_THAT(Why(kernelSpec(DType::F16, 128, 128),
                  BwdSm90Config::parse("bwd90ws.kv64x128s2.lean2.bulk.fused.varlen")),
-             Contains(".varlen is not a form of the lean step"));
+             Contains(".varlen is not a form of the bulk dQ"));
   BwdSm90Config BulkLean3 = BwdSm90Config::parse("bwd90ws.kv64x128s2.lean3.fused");
   BulkLean3.BulkDq = true;
   CHECK_THAT(Why(kernelSpec(DType::F16, 128, 128), BulkLean3),

@@ -17,10 +17,12 @@
 #include "attn/runtime/Skeleton.h"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace attn;
@@ -32,21 +34,23 @@ using Catch::Matchers::Contains;
 namespace {
 
 /// What packedBackwardChoice makes of the dense default at \p D / \p DV:
-/// its .varlen form on the plain lockstep step (the lean step, the d128
-/// default, has no packed form).
+/// its .varlen form, the lean step with its turn warp kept at d64 and d128
+/// (the column split's turn warp dropped at 192 and 256).
 BwdSm90Config packedDefault(int D, int DV) {
   BwdSm90Config Cfg = BwdSm90Config::defaultFor(D, DV);
-  Cfg.Lean = 0;
+  if (Cfg.SplitCols)
+    Cfg.Lean = 0;
   Cfg.Varlen = true;
   return Cfg;
 }
 
-/// The packed form of the dense default at \p D / \p DV, compiled to PTX in
-/// both dtypes, with the markers of the warp-specialised packed kernel.
-void compilePacked(const std::string &Name, int D, int DV) {
+/// The packed form of the dense default at \p D / \p DV (or \p Named),
+/// compiled to PTX in both dtypes, with the markers of the warp-specialised
+/// packed kernel (and of the turn warp's named barriers where it has one).
+void compilePacked(const std::string &Name, int D, int DV, const char *Named = nullptr) {
   CompiledDefinition Def = compile(gputest::makeDefinition(Name));
   for (DType T : {DType::F16, DType::BF16}) {
-    BwdSm90Config Cfg = packedDefault(D, DV);
+    BwdSm90Config Cfg = Named ? BwdSm90Config::parse(Named) : packedDefault(D, DV);
     codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(T, D, DV), Cfg);
     INFO("kernel " << Src.Key);
     CHECK(has(Src.Source, "attnc::BwdDkDvSm90Varlen<"));
@@ -57,13 +61,19 @@ void compilePacked(const std::string &Name, int D, int DV) {
                               ".entry attnc_bwd_input_grads"})
       CHECK(has(Ptx, Entry));
     CHECK(!has(Ptx, ".entry attnc_bwd_block_classify"));
-    CHECK(has(Ptx, "wgmma.mma_async.sync.aligned.m64n128k16"));
+    // Sᵀ's N is the query step (128 at d64), dV's and dK's N the head dims.
+    CHECK(has(Ptx, Cfg.KvBlockM == 128 ? "wgmma.mma_async.sync.aligned.m64n128k16"
+                                       : "wgmma.mma_async.sync.aligned.m64n64k16"));
+    CHECK(has(Ptx, fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16", DV).c_str()));
     CHECK(has(Ptx, T == DType::F16 ? ".f32.f16.f16" : ".f32.bf16.bf16"));
     CHECK(has(Ptx, "cp.async.bulk.tensor.4d"));
     CHECK(has(Ptx, "setmaxnreg.inc"));
     // The producer's end-of-head stage and the dQ turns.
     CHECK(has(Ptx, "mbarrier.arrive.shared::cta.b64"));
     CHECK(has(Ptx, "ld.acquire.gpu.global.b32"));
+    // The turn warp and the compute threads arrive at each other's named
+    // barriers (the lockstep step without it only syncs).
+    CHECK(has(Ptx, "bar.arrive") == (Cfg.Lean >= 2 && !Cfg.SplitCols && !Cfg.AtomicDq));
   }
 }
 
@@ -80,8 +90,19 @@ TEST_CASE("bwd_sm90 varlen: configuration strings and refusals", "[bwd90][varlen
   CHECK(C.dkdvSharedBytes(128, 128, 1, false) ==
         BwdSm90Config::defaultFor(128, 128).dkdvSharedBytes(128, 128, 1, false));
   for (std::string Text : {"bwd90ws.kv64x64s2.split.fused.varlen",
-                           "bwd90ws2.kv64x128s3.atomic.varlen"})
+                           "bwd90ws2.kv64x128s3.atomic.varlen",
+                           "bwd90ws.kv64x128s2.lean2.fused.varlen",
+                           "bwd90ws.kv128x128s2.lean2.fused.varlen",
+                           "bwd90ws.kv64x128s2.lean3.atomic.varlen"})
     CHECK(BwdSm90Config::parse(Text).str() == Text);
+  // The lean step's packed form: the dense default's fields and tiles.
+  BwdSm90Config L = BwdSm90Config::parse("bwd90ws.kv128x128s2.lean2.fused.varlen");
+  CHECK(L.Varlen);
+  CHECK(L.Lean == 2);
+  BwdSm90Config LDense = L;
+  LDense.Varlen = false;
+  CHECK(LDense == BwdSm90Config::defaultFor(64, 64));
+  CHECK(L.dkdvSharedBytes(64, 64, 1, false) == LDense.dkdvSharedBytes(64, 64, 1, false));
   for (const char *Bad : {"bwd90.kv64x128s2.q128x64w8.varlen", "bwd90ws.kv64x128s2.varlen.fused",
                           "bwd90ws.kv64x128s2.fused.varlen.varlen"})
     CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains("(then .varlen for packed calls)"));
@@ -93,11 +114,25 @@ TEST_CASE("bwd_sm90 varlen: configuration strings and refusals", "[bwd90][varlen
     CHECK_THAT(codegen::bwdSm90Unsupported(S, BwdSm90Config::parse(Refused), 1, false),
                Contains(".varlen is a form of the warp-specialised fused-dQ configurations"));
   CHECK(codegen::bwdSm90Unsupported(S, C, 1, false).empty());
+  // The lean step at d128 and d64 (the dense defaults' packed forms).
+  for (const char *Lean : {"bwd90ws.kv64x128s2.lean2.fused.varlen",
+                           "bwd90ws.kv64x128s2.lean.fused.varlen",
+                           "bwd90ws.kv64x128s2.lean2.atomic.varlen"})
+    CHECK(codegen::bwdSm90Unsupported(S, BwdSm90Config::parse(Lean), 1, false).empty());
+  KernelSpec S64 = kernelSpec(DType::F16, 64, 64);
+  CHECK(codegen::bwdSm90Unsupported(
+            S64, BwdSm90Config::parse("bwd90ws.kv128x128s2.lean2.fused.varlen"), 1, false)
+            .empty());
+  // d64's row split needs its 128-row steps, packed or not.
   CHECK_THAT(codegen::bwdSm90Unsupported(
-                 S, BwdSm90Config::parse("bwd90ws.kv64x128s2.lean2.fused.varlen"), 1,
-                 false),
-             Contains(".varlen is not a form of the lean step yet; use "
-                      "bwd90ws.kv64x128s2.fused.varlen"));
+                 S64, BwdSm90Config::parse("bwd90ws.kv64x128s2.lean2.fused.varlen"), 1, false),
+             Contains("the query step must be 128"));
+  // The bulk dQ and the column split's turn warp walk the dense lists.
+  for (const char *Refused : {"bwd90ws.kv64x128s2.lean2.bulk.fused.varlen",
+                              "bwd90ws.kv64x64s2.split.tw.fused.varlen"})
+    CHECK_THAT(codegen::bwdSm90Unsupported(kernelSpec(DType::F16, 128, 128),
+                                           BwdSm90Config::parse(Refused), 1, false),
+               Contains(".varlen is not a form of the bulk dQ"));
 }
 
 TEST_CASE("bwd_sm90 varlen: a packed backward runs bwd_sm90 on sm_90a, bwd_sm80 "
@@ -115,7 +150,20 @@ TEST_CASE("bwd_sm90 varlen: a packed backward runs bwd_sm90 on sm_90a, bwd_sm80 
     CHECK(!packedBackwardChoice(*P));
     return P->Skel->name().str() + " " + P->configText();
   };
-  CHECK(Packed(128, GpuArch::Sm90a) == "bwd_sm90 bwd90ws.kv64x128s2.fused.varlen");
+  // The dense defaults' lean step, packed (d128, and d64's dQ row split).
+  CHECK(Packed(128, GpuArch::Sm90a) == "bwd_sm90 bwd90ws.kv64x128s2.lean2.fused.varlen");
+  CHECK(Packed(64, GpuArch::Sm90a) == "bwd_sm90 bwd90ws.kv128x128s2.lean2.fused.varlen");
+  CHECK(Packed(64, GpuArch::Sm90a, "bwd90ws.kv128x128s3.lean2.fused") ==
+        "bwd_sm90 bwd90ws.kv128x128s3.lean2.fused.varlen");
+  CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x128s2.fused") ==
+        "bwd_sm90 bwd90ws.kv64x128s2.fused.varlen");
+  // The bulk dQ's packed form is the lean step's without it; the column
+  // split's without its turn warp (256/256 below: the dense default there
+  // is .split.tw.).
+  CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x128s2.lean2.bulk.fused") ==
+        "bwd_sm90 bwd90ws.kv64x128s2.lean2.fused.varlen");
+  CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x64s2.split.tw.fused") ==
+        "bwd_sm90 bwd90ws.kv64x64s2.split.fused.varlen");
   // The column split's packed form: chosen where the dense choice is the
   // split (the default at 256/256, which bwd_sm80 does not run, or named);
   // named, it is its own packed choice.
@@ -126,12 +174,9 @@ TEST_CASE("bwd_sm90 varlen: a packed backward runs bwd_sm90 on sm_90a, bwd_sm80 
   CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws2.kv64x128s2.atomic") ==
         "bwd_sm90 bwd90ws2.kv64x128s2.atomic.varlen");
   // bwd_sm80 elsewhere, and for bwd_sm90 configurations the packed kernel
-  // does not take (d64's default, whose warpgroups split dQ's rows and
-  // whose packed form has not run on a GPU, the two-kernel mode, ping-pong).
+  // does not take (the two-kernel mode, ping-pong).
   CHECK(Packed(128, GpuArch::Sm80) == "bwd_sm80 kv64x128w8.q128x64w8.s2");
-  CHECK(Packed(64, GpuArch::Sm90a) == "bwd_sm80 kv64x128w8.q128x64w8.s2");
-  CHECK(Packed(64, GpuArch::Sm90a, "bwd90ws.kv128x128s3.lean2.fused") ==
-        "bwd_sm80 kv64x128w8.q128x64w8.s2");
+  CHECK(Packed(64, GpuArch::Sm80) == "bwd_sm80 kv64x128w8.q128x64w8.s2");
   CHECK(Packed(64, GpuArch::Sm90a, "bwd90.kv128x128s3.q128x128w8") ==
         "bwd_sm80 kv64x128w8.q128x64w8.s2");
   CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x128s2.pp.fused") ==
@@ -163,20 +208,30 @@ TEST_CASE("bwd_sm90 varlen: the dense form's source has no packed code",
         B.Entries.end());
 }
 
-TEST_CASE("bwd_sm90 varlen: mha's packed form compiles to a CUBIN without wgmma "
-          "serialisation or spills",
+TEST_CASE("bwd_sm90 varlen: mha's packed forms compile to CUBINs without wgmma "
+          "serialisation, the plain step without spills",
           "[nvrtc][bwd90][varlen]") {
   CompiledDefinition Def = compile(gputest::makeDefinition("mha"));
-  BwdSm90Config Cfg = packedDefault(128, 128);
-  codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(DType::F16, 128, 128), Cfg);
-  runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
-  INFO("kernel " << Src.Key << "\n" << Bin.Log);
-  CHECK(std::memcmp(Bin.Cubin.data(), "\x7f" "ELF", 4) == 0);
-  CHECK(!has(Bin.Log, "serialized"));
-  runtime::KernelResources R = runtime::readCubinResources(
-      llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
-  CHECK(R.Registers <= 168); // 384 threads a CTA before setmaxnreg
-  CHECK(R.StackFrameBytes == 0); // no spills
+  // The packed defaults at d128 and d64 (the lean step with its turn warp),
+  // and the plain lockstep step that d128 ran packed before. The lean
+  // forms spill in the producer warp alone (24 registers after setmaxnreg:
+  // its walk beside the turn warp's branch; the SASS of d128's on
+  // 2026-11-28 has every STL/LDL between the turn warp's exit and the TMA
+  // loads), 88 to 104 bytes; the bound catches a spill of the compute
+  // warpgroups' accumulators, which would be far more.
+  for (auto [D, Cfg, MaxStack] :
+       {std::tuple{128, packedDefault(128, 128), 128}, std::tuple{64, packedDefault(64, 64), 128},
+        std::tuple{128, BwdSm90Config::parse("bwd90ws.kv64x128s2.fused.varlen"), 0}}) {
+    codegen::KernelSource Src = codegen::generateBackwardSm90(Def, kernelSpec(DType::F16, D, D), Cfg);
+    runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+    INFO("kernel " << Src.Key << "\n" << Bin.Log);
+    CHECK(std::memcmp(Bin.Cubin.data(), "\x7f" "ELF", 4) == 0);
+    CHECK(!has(Bin.Log, "serialized"));
+    runtime::KernelResources R = runtime::readCubinResources(
+        llvm::StringRef(Bin.Cubin.data(), Bin.Cubin.size()), "attnc_bwd_dkdv");
+    CHECK(R.Registers <= 168); // 384 threads a CTA before setmaxnreg
+    CHECK(R.StackFrameBytes <= MaxStack);
+  }
 }
 
 // The definitions of gpu_varlen_test's matrix, one case each for ctest -j.
@@ -205,6 +260,19 @@ TEST_CASE("bwd_sm90 varlen: mha_chunked compiles", "[nvrtc][bwd90][varlen][mha_c
 }
 TEST_CASE("bwd_sm90 varlen: the column split compiles", "[nvrtc][bwd90][varlen][split]") {
   compilePacked("mha", 192, 128);
+}
+// d64's packed default (the lean step with dQ's rows split over the two
+// warpgroups), over the masks of the varlen GPU test's d64 cases: the
+// unmasked walk, the per-element one and the box-bounded one (votes).
+TEST_CASE("bwd_sm90 varlen: d64's lean step compiles", "[nvrtc][bwd90][varlen][d64]") {
+  for (const char *Name : {"mha", "mha_full", "alibi_learnable", "mha_window", "mha_document"})
+    compilePacked(Name, 64, 64);
+}
+// The lean step without the turn warp and the plain lockstep step at d128
+// (the packed default before the lean step had a packed form).
+TEST_CASE("bwd_sm90 varlen: the lean step's levels compile", "[nvrtc][bwd90][varlen][lean]") {
+  compilePacked("mha", 128, 128, "bwd90ws.kv64x128s2.lean.fused.varlen");
+  compilePacked("mha", 128, 128, "bwd90ws.kv64x128s2.fused.varlen");
 }
 
 // Per-row, per-key and per-token inputs in packed calls (of_sequence): the

@@ -232,11 +232,14 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
     return fmt::format("backward config {}: the bulk dQ reduction is a form of "
                        ".lean2. with a query step of 64 (the turn warp issues it)",
                        C.str());
-  // The packed step is its own (bwd_sm90_varlen.cuh); the lean step's
-  // bounds-free tiles are not part of it.
-  if (C.Varlen && C.Lean != 0)
-    return fmt::format("backward config {}: .varlen is not a form of the lean "
-                       "step yet; use bwd90ws.kv64x128s2.fused.varlen",
+  // The packed walk (bwd_sm90_varlen.cuh) runs the lockstep step, lean or
+  // not, and its own turn warp; the bulk dQ's turn warp walks the dense
+  // block lists, and the column split's turn warp has not run packed.
+  if (C.Varlen && (C.BulkDq || SplitTurnWarp))
+    return fmt::format("backward config {}: .varlen is not a form of the bulk dQ "
+                       "(.lean2.bulk.) or of the column split's turn warp (.split.tw.); "
+                       "use bwd90ws.kv64x128s2.lean2.fused.varlen or "
+                       "bwd90ws.kv64x64s2.split.fused.varlen",
                        C.str());
   if (C.Varlen && (!C.FusedDq || !C.WarpSpecialized || C.PingPong || C.DqWriter))
     return fmt::format("backward config {}: .varlen is a form of the warp-specialised "
@@ -354,9 +357,12 @@ static KernelSource generateVarlen(const CompiledDefinition &Def, const KernelSp
       Config.dkdvSharedBytes(Spec.HeadDim, Spec.HeadDimV, NumFinals, Doosum));
   Set("num_input_grads", int(gradInputs(G).size()));
   Values["atomic_dq"] = Config.AtomicDq ? "true" : "false";
+  // (The lean level only where it is one, so that the other forms' source
+  // is unchanged.)
   Values["dkdv_mode_args"] =
-      fmt::format(", /*kAtomicDq=*/{}, /*kTwoPass=*/{}, /*kSplit=*/{}", Config.AtomicDq,
-                  Config.TwoPass, Config.SplitCols);
+      fmt::format(", /*kAtomicDq=*/{}, /*kTwoPass=*/{}, /*kSplit=*/{}{}", Config.AtomicDq,
+                  Config.TwoPass, Config.SplitCols,
+                  Config.Lean != 0 ? fmt::format(", /*kLeanLevel=*/{}", Config.Lean) : "");
   Src.Source =
       render("bwd_sm90_varlen.cu.in", templateText("bwd_sm90_varlen.cu.in"), Values);
   return Src;

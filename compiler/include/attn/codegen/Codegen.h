@@ -261,9 +261,11 @@ struct BwdSm90Config {
   /// Packed variable-length calls (written .varlen after .fused or
   /// .atomic): the warp-specialised fused-dQ kernel over cu_seqlens, one
   /// CTA per (key block of one sequence, kv head), dQ's sums per (head,
-  /// packed query block) (bwd_sm90_varlen.cuh). Not for the ping-pong or
-  /// dQ-writer steps. The runner picks it for packed calls
-  /// (packedBackwardChoice); a dense call refuses it.
+  /// packed query block) (bwd_sm90_varlen.cuh), with the lean step and its
+  /// turn warp where Lean is set (.lean2.fused.varlen). Not for the
+  /// ping-pong, dQ-writer or bulk dQ steps, nor the column split's turn
+  /// warp. The runner picks it for packed calls (packedBackwardChoice); a
+  /// dense call refuses it.
   bool Varlen = false;
   /// The fused dQ mode with these dK/dV tiles.
   static BwdSm90Config fused(int KvBlockM, int KvBlockN, int Stages);
