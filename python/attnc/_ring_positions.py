@@ -6,7 +6,9 @@ position of the call's first query and first key), and the plan of each
 ring step (which query rows and keys of each pair of shard segments run,
 with which offsets, and which keys of a shard travel at all), from an
 interval classification of the mask over position boxes (sound: a box
-called empty holds no kept element, one called full no masked one).
+called empty holds no kept element, one called full no masked one),
+given bounds of the per-token inputs the mask reads (TokenBounds), with
+the pairs of one position shift joined into one call (coalesce).
 
 The offsets are kernel arguments, so one compiled kernel serves every
 shard and step; the skeletons, the block classification and the mask

@@ -8,7 +8,10 @@ of shard segments (one per layout chunk) the mask does not empty, trimmed
 to the rows and keys that may be kept; a key shard travels only as far as
 the keys some other rank reads (a sliding window sends the shard's last
 window keys, and nothing the other way), and its dK/dV accumulators
-travel over the same keys. Used by attnc.distributed.ring_attention."""
+travel over the same keys. Per-token inputs the mask reads (document
+ids) are bounded per tile of positions (one all_reduce per forward), so
+the plan skips and trims by them too; pairs of one position shift are
+joined into one call. Used by attnc.distributed.ring_attention."""
 
 from __future__ import annotations
 
