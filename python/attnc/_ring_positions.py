@@ -6,7 +6,9 @@ position of the call's first query and first key), and the plan of each
 ring step (which query rows and keys of each pair of shard segments run,
 with which offsets, and which keys of a shard travel at all), from an
 interval classification of the mask over position boxes (sound: a box
-called empty holds no kept element, one called full no masked one).
+called empty holds no kept element, one called full no masked one),
+given bounds of the per-token inputs the mask reads (TokenBounds), with
+the pairs of one position shift joined into one call (coalesce).
 
 The offsets are kernel arguments, so one compiled kernel serves every
 shard and step; the skeletons, the block classification and the mask
@@ -21,6 +23,7 @@ import math
 from typing import NamedTuple
 
 from . import _lib
+from . import _ring_plan as plan
 
 Q_OFFSET = "ring_q_offset"
 KV_OFFSET = "ring_kv_offset"
@@ -53,6 +56,23 @@ def reads_positions(graph: dict) -> bool:
     nodes = graph["nodes"]
     return any(_index_reads(nodes, [r["node"] for r in f["results"]])
                for f in graph["functions"])
+
+
+def mask_inputs(graph: dict) -> set:
+    """The names of the inputs the mask_mod reads."""
+    root = mask_root(graph)
+    nodes, names = graph["nodes"], set()
+    seen, todo = set(), [] if root is None else [root]
+    while todo:
+        i = todo.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        n = nodes[i]
+        if n.get("op") == "param" and n.get("param") == "input":
+            names.add(n.get("name"))
+        todo.extend(n.get("args", ()))
+    return names
 
 
 def mask_root(graph: dict):
@@ -280,17 +300,71 @@ class PosBlock(NamedTuple):
     k_pos: int
 
 
+class TokenBounds:
+    """Bounds of per-token inputs' values by position: for each name, the
+    lowest and highest value over each tile of `tile` positions (None
+    where unknown: a tile no rank filled, or a non-finite value in it).
+    Document ids sorted along the sequence give tight bounds; any values
+    give sound ones."""
+
+    def __init__(self, tile: int, table: dict):
+        self.tile = tile
+        self.table = table  # name -> (lows, highs), one entry per tile
+
+    def over(self, name, lo: int, hi: int):
+        """(lowest, highest) of name's values at positions [lo, hi], or
+        None when some tile of them is unknown."""
+        lows, highs = self.table[name]
+        a, b = lo // self.tile, hi // self.tile + 1
+        ls, hs = lows[a:b], highs[a:b]
+        if len(ls) != b - a or any(x is None for x in ls) or \
+                any(x is None for x in hs):
+            return None
+        return (min(ls), max(hs))
+
+
+def token_bounds(values: dict, tile: int) -> TokenBounds:
+    """TokenBounds of per-position value sequences (name -> values at
+    positions 0..n-1), as the ring computes them from the shards."""
+    table = {}
+    for name, xs in values.items():
+        xs = [float(x) for x in xs]
+        tiles = [xs[a:a + tile] for a in range(0, len(xs), tile)]
+        table[name] = ([min(t) if all(map(math.isfinite, t)) else None
+                        for t in tiles],
+                       [max(t) if all(map(math.isfinite, t)) else None
+                        for t in tiles])
+    return TokenBounds(tile, table)
+
+
 class MaskBoxes:
     """The classification of one definition's mask over position boxes,
-    with the call's scalar inputs known (cached: a plan asks the same boxes
-    for every step of every call)."""
+    with the call's scalar inputs known and, optionally, bounds of its
+    per-query and per-key token inputs by position (TokenBounds; a box
+    then reads the bounds over its rows and keys). Cached: a plan asks the
+    same boxes for every step of every call."""
 
-    def __init__(self, graph: dict, scalars=None):
+    def __init__(self, graph: dict, scalars=None, query_bounds=None,
+                 key_bounds=None):
         self.graph = graph
         self.root = mask_root(graph)
         self.values = {n: (float(x), float(x))
                        for n, x in (scalars or {}).items()}
+        self.query_bounds, self.key_bounds = query_bounds, key_bounds
         self._memo = {}
+
+    def _values(self, q_lo, q_hi, k_lo, k_hi):
+        values = self.values
+        for bounds, lo, hi in ((self.query_bounds, q_lo, q_hi),
+                               (self.key_bounds, k_lo, k_hi)):
+            if bounds is None:
+                continue
+            values = dict(values)
+            for name in bounds.table:
+                got = bounds.over(name, lo, hi)
+                if got is not None:
+                    values[name] = got
+        return values
 
     def __call__(self, q_lo, q_hi, k_lo, k_hi) -> str:
         if self.root is None:
@@ -299,7 +373,8 @@ class MaskBoxes:
         got = self._memo.get(key)
         if got is None:
             got = self._memo[key] = classify_box(
-                self.graph, self.root, q_lo, q_hi, k_lo, k_hi, self.values)
+                self.graph, self.root, q_lo, q_hi, k_lo, k_hi,
+                self._values(q_lo, q_hi, k_lo, k_hi))
         return got
 
 
@@ -349,6 +424,68 @@ def step_blocks(boxes: MaskBoxes, q_chunks, k_chunks, chunk: int,
             if b is not None:
                 out.append(b)
     return out
+
+
+def _shift_of(segs, lo: int, hi: int):
+    """The one position - local shift of the segments holding local
+    tokens [lo, hi), or None when they differ (or a token is in none)."""
+    shifts, covered = set(), 0
+    for s in segs:
+        a, b = max(lo, s.local), min(hi, s.local + s.length)
+        if a < b:
+            shifts.add(s.pos - s.local)
+            covered += b - a
+    return shifts.pop() if len(shifts) == 1 and covered == hi - lo else None
+
+
+def coalesce(blocks, q_segs, k_segs) -> list[PosBlock]:
+    """blocks (of one step) with those whose rows and keys share one
+    position shift each joined into their bounding box, one call instead
+    of several (and no merge of their common rows), where the box's rows
+    and keys lie in segments of those shifts (so the call's positions are
+    the true ones) and it meets no other block. Sound: an element of the
+    box in none of its blocks lies in a pair the plan skipped or in a
+    part of a pair it trimmed, both empty, so the masked call keeps none
+    of it. A joined box is "full" only when its blocks are full and tile
+    it."""
+    groups = {}
+    for b in blocks:
+        groups.setdefault((b.q_pos - b.q0, b.k_pos - b.k0), []).append(b)
+    out = []
+    for (qs, ks), group in groups.items():
+        if len(group) == 1:
+            out.extend(group)
+            continue
+        q0, q1 = min(b.q0 for b in group), max(b.q1 for b in group)
+        k0, k1 = min(b.k0 for b in group), max(b.k1 for b in group)
+        others = [b for b in blocks if b not in group]
+        if (_shift_of(q_segs, q0, q1) != qs
+                or _shift_of(k_segs, k0, k1) != ks
+                or any(b.q0 < q1 and q0 < b.q1 and b.k0 < k1 and k0 < b.k1
+                       for b in others)):
+            out.extend(group)
+            continue
+        area = sum((b.q1 - b.q0) * (b.k1 - b.k0) for b in group)
+        full = all(b.kind == "full" for b in group) and \
+            area == (q1 - q0) * (k1 - k0)
+        out.append(PosBlock("full" if full else "masked", q0, q1, k0, k1,
+                            q0 + qs, k0 + ks))
+    return sorted(out, key=lambda b: (b.q0, b.k0))
+
+
+def ring_plan(boxes: MaskBoxes, layout: str, world: int, chunk: int,
+              tile: int = TILE):
+    """(blocks, travel): blocks[r][s] the calls of rank r with rank s's
+    keys (step_blocks, coalesced), travel[s] the span of s's keys that
+    travels (travel_range)."""
+    chunks = [plan.rank_chunks(layout, world, r) for r in range(world)]
+    segs = [segments(c, chunk) for c in chunks]
+    blocks = [[coalesce(step_blocks(boxes, chunks[r], chunks[s], chunk,
+                                    tile), segs[r], segs[s])
+               for s in range(world)] for r in range(world)]
+    travel = [travel_range([blocks[r][s] for r in range(world) if r != s])
+              for s in range(world)]
+    return blocks, travel
 
 
 def travel_range(blocks_by_rank) -> tuple[int, int] | None:

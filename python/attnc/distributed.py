@@ -250,16 +250,16 @@ class _Ring:
                 _wait(pending)
                 kv = nxt
         if len(parts) == 1:
-            return parts[0]
+            return parts[0] + (None,)
         out = torch.empty_like(parts[0][0])
         finals = torch.empty_like(parts[0][1])
         has = self.n_finals > 0
         self.att.merge_results([p[0] for p in parts],
                                [p[1] for p in parts] if has else None, out,
                                finals if has else None)
-        return out, finals
+        return out, finals, None
 
-    def backward(self, q, k, v, out, finals, dout, inputs):
+    def backward(self, q, k, v, out, finals, dout, inputs, state=None):
         world, rank = self.world, self.rank
         chunk = self._chunk(q)
         dout = dout.contiguous()
@@ -305,8 +305,10 @@ class _Ring:
 class _RingFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ring, inputs, q, k, v):
-        out, finals = ring.forward(q, k, v, inputs)
-        ctx.ring, ctx.inputs = ring, inputs
+        out, finals, state = ring.forward(q, k, v, inputs)
+        # state: what the forward planned (the positions ring's plan, made
+        # from the inputs' bounds), which the backward runs again.
+        ctx.ring, ctx.inputs, ctx.state = ring, inputs, state
         ctx.save_for_backward(q, k, v, out, finals)
         ctx.mark_non_differentiable(finals)
         return out, finals
@@ -315,7 +317,7 @@ class _RingFunction(torch.autograd.Function):
     def backward(ctx, dout, dfinals):
         q, k, v, out, finals = ctx.saved_tensors
         dq, dk, dv = ctx.ring.backward(q, k, v, out, finals, dout,
-                                       ctx.inputs)
+                                       ctx.inputs, ctx.state)
         return None, None, dq, dk, dv
 
 
@@ -380,5 +382,5 @@ def ring_attention(q, k, v, definition, group=None, causal_layout="zigzag",
                                     or v.requires_grad):
         out, finals = _RingFunction.apply(ring, inputs, q, k, v)
     else:
-        out, finals = ring.forward(q, k, v, inputs)
+        out, finals, _ = ring.forward(q, k, v, inputs)
     return (out, finals) if return_finals else out

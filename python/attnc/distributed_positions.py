@@ -8,7 +8,10 @@ of shard segments (one per layout chunk) the mask does not empty, trimmed
 to the rows and keys that may be kept; a key shard travels only as far as
 the keys some other rank reads (a sliding window sends the shard's last
 window keys, and nothing the other way), and its dK/dV accumulators
-travel over the same keys. Used by attnc.distributed.ring_attention."""
+travel over the same keys. Per-token inputs the mask reads (document
+ids) are bounded per tile of positions (one all_reduce per forward), so
+the plan skips and trims by them too; pairs of one position shift are
+joined into one call. Used by attnc.distributed.ring_attention."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import json
 import math
 
 import torch
+import torch.distributed as dist
 
 from . import _lib
 from . import _ring_plan as plan
@@ -105,17 +109,60 @@ class _Grad:
         return self.out
 
 
+def _direct(blocks, span=lambda b: (b.q0, b.q1)):
+    """The blocks that write their rows (span: which tokens of which
+    tensor) into the result directly: the largest first, then each that
+    shares no token with one chosen (the others' shares are merged or
+    added into those tokens afterwards)."""
+    chosen = []
+    for b in sorted(blocks, key=lambda b: span(b)[0] - span(b)[1]):
+        lo, hi = span(b)
+        if all(hi <= span(c)[0] or span(c)[1] <= lo for c in chosen):
+            chosen.append(b)
+    return chosen
+
+
+class _Schedule:
+    """What one rank runs of a plan, worked out once: its blocks per step,
+    those written into the result directly, and the forward's merge as
+    runs of rows [a, b) with whether a direct block wrote them and which
+    other blocks' parts cover them."""
+
+    def __init__(self, p, rank, world, n):
+        self.steps = [p.blocks[rank][plan.source(rank, t, world)]
+                      for t in range(world)]
+        self.mine = [b for blocks in self.steps for b in blocks]
+        self.direct = set(_direct(self.mine))
+        parts = [b for b in self.mine if b not in self.direct]
+        spans = [(b.q0, b.q1) for b in self.mine]
+        cuts = sorted({0, n} | {a for a, _ in spans} | {b for _, b in spans})
+        self.runs = []
+        for a, b in zip(cuts, cuts[1:]):
+            wrote = any(d.q0 <= a and b <= d.q1 for d in self.direct)
+            cover = [x for x in parts if x.q0 <= a and b <= x.q1]
+            if cover or not wrote:
+                self.runs.append((a, b, wrote, cover))
+        home = p.blocks[rank][rank]
+        self.key_direct = _direct(home, lambda b: (b.k0, b.k1))
+
+
 class _Plan:
-    """A ring's blocks and travelling key ranges for one chunk length and
-    one set of scalar inputs."""
+    """A ring's blocks and travelling key ranges for one chunk length, one
+    set of scalar inputs and one set of bounds of the mask's per-token
+    inputs (_ring_positions.ring_plan), and each rank's schedule."""
 
     def __init__(self, boxes, layout, world, chunk):
-        chunks = [plan.rank_chunks(layout, world, r) for r in range(world)]
-        self.blocks = [[pos.step_blocks(boxes, chunks[r], chunks[s], chunk)
-                        for s in range(world)] for r in range(world)]
-        self.travel = [pos.travel_range([self.blocks[r][s]
-                                         for r in range(world) if r != s])
-                       for s in range(world)]
+        self.world, self.n = world, plan.num_chunks(layout, world) // world \
+            * chunk
+        self.blocks, self.travel = pos.ring_plan(boxes, layout, world, chunk)
+        self._schedules = {}
+
+    def schedule(self, rank) -> _Schedule:
+        got = self._schedules.get(rank)
+        if got is None:
+            got = self._schedules[rank] = _Schedule(self, rank, self.world,
+                                                    self.n)
+        return got
 
 
 class PositionsRing:
@@ -152,17 +199,79 @@ class PositionsRing:
         self.world, self.rank = _group_info(group)
         self.group, self.layout = group, layout
         self.n_finals = len(self.att.final_names)
+        # The per-token inputs the mask reads: their values bound the
+        # boxes (document ids: which documents a tile of rows or keys
+        # holds), which the plan then skips and trims by.
+        read = pos.mask_inputs(self.graph)
+        self.bounded = [n for n in support.query_inputs + support.key_inputs
+                        if n in read]
         self._plans = {}
+        self._tiles = {}
 
-    def _plan(self, n_local, inputs) -> _Plan:
+    def _tile_index(self, chunk, tile, device):
+        """The global tile of each of this rank's local tiles."""
+        key = (chunk, tile, device)
+        got = self._tiles.get(key)
+        if got is None:
+            segs = pos.segments(plan.rank_chunks(self.layout, self.world,
+                                                 self.rank), chunk)
+            got = self._tiles[key] = torch.tensor(
+                [s.pos // tile + j for s in segs
+                 for j in range(s.length // tile)], device=device)
+        return got
+
+    def _bounds(self, inputs, n_local, chunk, device):
+        """The bounds of the mask's per-token inputs per tile of positions
+        over the whole sequence (each rank's tiles, one all_reduce) as
+        (query TokenBounds, key TokenBounds, a key of their values), or
+        Nones when the mask reads none. The host reads them (the plan
+        depends on them): this waits for the work queued before."""
+        names = [n for n in self.bounded
+                 if inputs and isinstance(inputs.get(n), torch.Tensor)]
+        if not names:
+            return None, None, None
+        tile = pos.TILE if chunk % pos.TILE == 0 else chunk
+        seen, rows = {}, []
+        for name in names:
+            t = inputs[name]
+            key = (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
+            if key not in seen:
+                x = t.reshape(-1, n_local // tile, tile).double()
+                seen[key] = torch.stack([x.amin(dim=(0, 2)),
+                                         -x.amax(dim=(0, 2))])
+            rows.append(seen[key])
+        # NaN: unknown (-inf low, +inf high); min over ranks, as every
+        # rank leaves the tiles it does not hold at +inf.
+        vals = torch.nan_to_num(torch.stack(rows), nan=-math.inf,
+                                posinf=math.inf, neginf=-math.inf)
+        buf = torch.full((len(names), 2, n_local * self.world // tile),
+                         math.inf, dtype=torch.float64, device=device)
+        buf.index_copy_(2, self._tile_index(chunk, tile, device), vals)
+        dist.all_reduce(buf, op=dist.ReduceOp.MIN, group=self.group)
+        host = buf.cpu().tolist()
+        q_table, k_table = {}, {}
+        for name, (lows, negs) in zip(names, host):
+            table = q_table if name in self.support.query_inputs else k_table
+            table[name] = ([x if math.isfinite(x) else None for x in lows],
+                           [-x if math.isfinite(x) else None for x in negs])
+        key = tuple(x for row in host for half in row for x in half)
+        return (pos.TokenBounds(tile, q_table) if q_table else None,
+                pos.TokenBounds(tile, k_table) if k_table else None, key)
+
+    def _plan(self, q, inputs) -> _Plan:
+        n_local = q.shape[2]
         chunk = plan.check_layout(self.where, self.layout, self.world,
                                   n_local * self.world)
         scalars = {n: x for n, x in (inputs or {}).items()
                    if isinstance(x, (int, float)) and not isinstance(x, bool)}
-        key = (chunk, tuple(sorted(scalars.items())))
+        q_bounds, k_bounds, values = self._bounds(inputs, n_local, chunk,
+                                                  q.device)
+        key = (chunk, tuple(sorted(scalars.items())), values)
         got = self._plans.get(key)
         if got is None:
-            boxes = pos.MaskBoxes(self.graph, scalars)
+            if len(self._plans) > 64:  # bounds of many batches
+                self._plans.clear()
+            boxes = pos.MaskBoxes(self.graph, scalars, q_bounds, k_bounds)
             got = self._plans[key] = _Plan(boxes, self.layout, self.world,
                                            chunk)
         return got
@@ -230,41 +339,27 @@ class PositionsRing:
 
     # -- the merge ------------------------------------------------------------
 
-    @staticmethod
-    def _direct(blocks, span=lambda b: (b.q0, b.q1)):
-        """The blocks that write their rows (span: which tokens of which
-        tensor) into the result directly: the largest first, then each
-        that shares no token with one chosen (the others' shares are
-        merged or added into those tokens afterwards)."""
-        chosen = []
-        for b in sorted(blocks, key=lambda b: span(b)[0] - span(b)[1]):
-            lo, hi = span(b)
-            if all(hi <= span(c)[0] or span(c)[1] <= lo for c in chosen):
-                chosen.append(b)
-        return chosen
-
-    def _merge(self, parts, direct, out, finals):
-        """Merges the parts (q0, q1, o, f) into out and finals, whose rows
-        the direct blocks wrote: per run of rows covered by the same
-        blocks, one derived merge of all of them (at most 8 at once, so
-        each is rounded once), or a copy of a lone part; rows no block
-        covers get the merge's identity (out 0, finals -inf)."""
-        n = out.shape[2]
-        spans = [(b.q0, b.q1) for b in direct] + [p[:2] for p in parts]
-        cuts = sorted({0, n} | {a for a, _ in spans} | {b for _, b in spans})
+    def _merge(self, sched, parts, out, finals):
+        """Merges the parts (block -> (o, f) over its rows) into out and
+        finals, whose rows the direct blocks wrote, by sched's runs: one
+        derived merge of every share of a run (at most 8 at once, so each
+        is rounded once; out is written in place, which the merge allows:
+        each row's columns are read from every part before they are
+        written), or a copy of a lone part; rows no block covers get the
+        merge's identity (out 0, finals -inf)."""
         has = self.n_finals > 0
-        for a, b in zip(cuts, cuts[1:]):
-            here = [(out[:, :, a:b], finals[..., a:b]) for d in direct
-                    if d.q0 <= a and b <= d.q1]
-            mine = len(here)
-            here += [(o[:, :, a - q0:b - q0], f[..., a - q0:b - q0])
-                     for q0, q1, o, f in parts if q0 <= a and b <= q1]
-            if not here:
+        for a, b, wrote, cover in sched.runs:
+            if not cover:
                 out[:, :, a:b] = 0
                 finals[..., a:b] = -math.inf
                 continue
-            if len(here) == mine:
-                continue  # the direct block's rows as it wrote them
+            here = [(out[:, :, a:b], finals[..., a:b].contiguous())] \
+                if wrote else []
+            for x in cover:
+                o, f = parts[x]
+                here.append((o[:, :, a - x.q0:b - x.q0],
+                             f[..., a - x.q0:b - x.q0].contiguous()))
+            target = out[:, :, a:b]
             while len(here) > 1:
                 merged = []
                 for i in range(0, len(here), plan.MAX_WORLD):
@@ -272,16 +367,19 @@ class PositionsRing:
                     if len(group) == 1:
                         merged.append(group[0])
                         continue
-                    o = group[0][0].new_empty(group[0][0].shape)
+                    last = len(here) <= plan.MAX_WORLD
+                    o = target if last else group[0][0].new_empty(
+                        group[0][0].shape)
                     f = torch.empty(group[0][1].shape, dtype=torch.float32,
                                     device=o.device)
                     self.att.merge_results(
-                        [g[0].contiguous() for g in group],
-                        [g[1].contiguous() for g in group] if has else None,
+                        [g[0] for g in group],
+                        [g[1] for g in group] if has else None,
                         o, f if has else None)
                     merged.append((o, f))
                 here = merged
-            out[:, :, a:b] = here[0][0]
+            if here[0][0] is not target:
+                target.copy_(here[0][0])
             finals[..., a:b] = here[0][1]
 
     # -- the ring -------------------------------------------------------------
@@ -324,49 +422,46 @@ class PositionsRing:
         return _exchange(send, recv, self.group, world, rank), got
 
     def forward(self, q, k, v, inputs):
-        p = self._plan(q.shape[2], inputs)
+        """(out, finals, the plan, which backward takes again)."""
+        p = self._plan(q, inputs)
+        sched = p.schedule(self.rank)
         kv, base = self._travelling(k, v, inputs), 0
         like = kv
-        mine = [b for s in range(self.world) for b in p.blocks[self.rank][s]]
-        direct = set(self._direct(mine))
         bsz, heads, n = q.shape[0], q.shape[1], q.shape[2]
         out = q.new_empty((bsz, heads, n, v.shape[-1]))
         finals = torch.empty((self.n_finals, bsz, heads, n),
                              dtype=torch.float32, device=q.device)
-        parts = []
-        for t in range(self.world):
-            src = plan.source(self.rank, t, self.world)
+        parts = {}
+        for t, blocks in enumerate(sched.steps):
             pending, got = self._next(p, kv, base, t, like)
-            blocks = p.blocks[self.rank][src]
             if blocks and kv is None:
                 raise _lib.InternalError(
                     f"{self.where}: step {t} has blocks but no keys")
             for b in blocks:
+                direct = b in sched.direct
                 part = self._block_forward(
-                    b, q, kv, base, inputs, out if b in direct else None,
-                    finals)
+                    b, q, kv, base, inputs, out if direct else None, finals)
                 if part is not None:
-                    parts.append(part)
+                    parts[b] = part[2:]
             if pending is not None:
                 _wait(pending)
             if t < self.world - 1:
                 kv, base = got if got is not None else (None, 0)
-        self._merge(parts, [b for b in mine if b in direct], out, finals)
-        return out, finals
+        self._merge(sched, parts, out, finals)
+        return out, finals, p
 
-    def backward(self, q, k, v, out, finals, dout, inputs):
+    def backward(self, q, k, v, out, finals, dout, inputs, p=None):
         world, rank = self.world, self.rank
-        p = self._plan(q.shape[2], inputs)
+        p = p if p is not None else self._plan(q, inputs)
+        sched = p.schedule(rank)
         dout = dout.contiguous()
         kv, base = self._travelling(k, v, inputs), 0
         like = kv
-        mine = [b for s in range(world) for b in p.blocks[rank][s]]
-        dq = _Grad(q, self._direct(mine), mine, lambda b: (b.q0, b.q1))
+        dq = _Grad(q, sched.direct, sched.mine, lambda b: (b.q0, b.q1))
         home = p.blocks[rank][rank]
         keys = lambda b: (b.k0, b.k1)
         extra = [p.travel[rank]] if p.travel[rank] is not None else []
-        own = [_Grad(t, self._direct(home, keys), home, keys, extra)
-               for t in (k, v)]
+        own = [_Grad(t, sched.key_direct, home, keys, extra) for t in (k, v)]
         acc_in, acc_flight = None, None
         for t in range(world):
             src = plan.source(rank, t, world)
@@ -380,7 +475,7 @@ class PositionsRing:
                                  dtype=torch.float32)
                 dv = q.new_zeros(v.shape[:2] + (b - a, v.shape[-1]),
                                  dtype=torch.float32)
-            for b in p.blocks[rank][src]:
+            for b in sched.steps[t]:
                 self._block_backward(b, q, kv, base, out, dout, finals,
                                      inputs, dq, dk, dv)
             if acc_flight is not None:

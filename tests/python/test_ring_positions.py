@@ -148,6 +148,8 @@ class Boxes(unittest.TestCase):
             scalars = {n: v for n, v in values.items()
                        if not isinstance(v, np.ndarray)}
             boxes = pos.MaskBoxes(g, scalars)
+            if name == "mha_document":  # its ids bound per tile of 4
+                boxes = boxes_of(name, values, 4)
             qp = kp = np.arange(64)
             m = whole_mask(name, qp, kp, values)
             seen = set()
@@ -164,17 +166,23 @@ class Boxes(unittest.TestCase):
             self.assertIn("empty", seen, name)
 
 
-def ring_blocks(name, layout, world, chunk, values, tile):
+def boxes_of(name, values, bound_tile=None):
+    """The mask's boxes with the case's scalars and, with bound_tile, the
+    bounds of its per-token inputs per tile of positions (as the ring
+    all-reduces them from the shards)."""
     g = graph(name)
     scalars = {n: v for n, v in values.items()
                if not isinstance(v, np.ndarray)}
-    boxes = pos.MaskBoxes(g, scalars)
-    chunks = [plan.rank_chunks(layout, world, r) for r in range(world)]
-    blocks = [[pos.step_blocks(boxes, chunks[r], chunks[s], chunk, tile)
-               for s in range(world)] for r in range(world)]
-    travel = [pos.travel_range([blocks[r][s] for r in range(world) if r != s])
-              for s in range(world)]
-    return blocks, travel
+    qb = kb = None
+    if bound_tile and "q_doc" in values:
+        qb = pos.token_bounds({"q_doc": values["q_doc"]}, bound_tile)
+        kb = pos.token_bounds({"k_doc": values["k_doc"]}, bound_tile)
+    return pos.MaskBoxes(g, scalars, qb, kb)
+
+
+def ring_blocks(name, layout, world, chunk, values, tile, bound_tile=None):
+    return pos.ring_plan(boxes_of(name, values, bound_tile), layout, world,
+                         chunk, tile)
 
 
 class Plan(unittest.TestCase):
@@ -190,9 +198,10 @@ class Plan(unittest.TestCase):
                         [np.arange(a, b) for a, b in
                          plan.shard_ranges(layout, world, r, n)])
                         for r in range(world)]
+                    bt = (None, 4, 8)[world % 3]
                     blocks, travel = ring_blocks(name, layout, world, chunk,
-                                                 values, tile=4)
-                    what = (name, layout, world)
+                                                 values, 4, bt)
+                    what = (name, layout, world, bt)
                     for r in range(world):
                         for s in range(world):
                             m = whole_mask(name, idx[r], idx[s], values)
@@ -230,15 +239,83 @@ class Plan(unittest.TestCase):
         self.assertEqual(travel, [(256, 512), (768, 1024)])
 
 
+class Bounds(unittest.TestCase):
+    def test_token_bounds(self):
+        b = pos.token_bounds({"x": [3, 1, 2, 9, float("nan"), 0, 5]}, 2)
+        self.assertEqual(b.table["x"], ([1.0, 2.0, None, 5.0],
+                                        [3.0, 9.0, None, 5.0]))
+        self.assertEqual(b.over("x", 0, 3), (1.0, 9.0))
+        self.assertEqual(b.over("x", 1, 1), (1.0, 3.0))
+        self.assertIsNone(b.over("x", 3, 5))  # a tile with a NaN
+        self.assertIsNone(b.over("x", 6, 9))  # past the tiles
+
+    def test_document_trimmed_by_ids(self):
+        # 2 contiguous shards of 1024 tokens, documents of 300: rank 1
+        # reads only the document that crosses its start (tokens 900 to
+        # 1199), and rank 0 nothing of rank 1. Without the ids' bounds the
+        # whole shard travels and the step runs whole.
+        ids = np.arange(2048) // 300
+        values = {"q_doc": ids, "k_doc": ids}
+        blocks, travel = ring_blocks("mha_document", "contiguous", 2, 1024,
+                                     values, 128)
+        self.assertEqual(travel, [(0, 1024), None])
+        self.assertEqual([(b.q0, b.q1, b.k0, b.k1) for b in blocks[1][0]],
+                         [(0, 1024, 0, 1024)])
+        blocks, travel = ring_blocks("mha_document", "contiguous", 2, 1024,
+                                     values, 128, 128)
+        self.assertEqual(travel, [(896, 1024), None])
+        self.assertEqual(blocks[1][0], [pos.PosBlock(
+            "masked", 0, 256, 896, 1024, 1024, 896)])
+        self.assertEqual(blocks[0][1], [])
+        # Zigzag (chunks 0, 3 | 1, 2 of 512): rank 0's last chunk (1536+)
+        # meets none of rank 0's first (by the ids; causally it could).
+        blocks, travel = ring_blocks("mha_document", "zigzag", 2, 512,
+                                     values, 128, 128)
+        self.assertEqual([(b.q0, b.k0) for b in blocks[0][0]],
+                         [(0, 0), (512, 512)])
+
+    def test_coalesced_steps(self):
+        # Zigzag, 2 ranks: rank 1 holds chunks 1 and 2, consecutive in the
+        # sequence and in its memory: its own step is one call over all of
+        # its rows and keys (the window's pairs (1,1), (2,1), (2,2)).
+        # Rank 0's chunks 0 and 3 are not: two calls.
+        for name, values in (("mha_sliding_window", {}),
+                             ("mha_prefix_lm", {"prefix_len": 100})):
+            blocks, _ = ring_blocks(name, "zigzag", 2, 512, values, 128)
+            self.assertEqual(blocks[1][1], [pos.PosBlock(
+                "masked", 0, 1024, 0, 1024, 512, 512)], name)
+            # (0,0), (3,3) and, for prefix-LM, (3,0)'s first keys.
+            self.assertEqual(len(blocks[0][0]),
+                             2 if name == "mha_sliding_window" else 3, name)
+        # Blocks of one shift whose box would meet another block stay
+        # apart, as do blocks of different shifts.
+        segs = pos.segments([0, 1], 4)
+        a = pos.PosBlock("full", 0, 2, 0, 2, 0, 0)
+        b = pos.PosBlock("full", 2, 4, 2, 4, 2, 2)
+        c = pos.PosBlock("masked", 0, 4, 2, 4, 5, 7)  # (not the segments')
+        self.assertEqual(pos.coalesce([a, b, c], segs, segs), [a, c, b])
+        self.assertEqual(pos.coalesce([a, b], segs, segs), [
+            pos.PosBlock("masked", 0, 4, 0, 4, 0, 0)])
+        full = pos.PosBlock("full", 0, 2, 2, 4, 0, 2)
+        d = pos.PosBlock("full", 2, 4, 0, 2, 2, 0)
+        self.assertEqual(pos.coalesce([a, b, full, d], segs, segs), [
+            pos.PosBlock("full", 0, 4, 0, 4, 0, 0)])
+        far = pos.segments([0, 3], 4)  # positions 0-3, then 12-15
+        e = pos.PosBlock("full", 4, 6, 0, 2, 12, 0)
+        self.assertEqual(pos.coalesce([a, e], far, far), [a, e])
+
+
 class HostModel(unittest.TestCase):
     """The ring in float64 as attnc.distributed_positions runs it: each
     block's mask from the positioned twin's IR at local indices plus the
     block's offsets, its keys from what travels."""
 
-    def ring(self, name, layout, world, chunk, q, k, v, do, values):
+    def ring(self, name, layout, world, chunk, q, k, v, do, values,
+             bound_tile=None):
         n = len(q)
         twin = pos.positioned_graph(graph(name))
-        blocks, travel = ring_blocks(name, layout, world, chunk, values, 4)
+        blocks, travel = ring_blocks(name, layout, world, chunk, values, 4,
+                                     bound_tile)
         idx = [np.concatenate([np.arange(a, b) for a, b in
                                plan.shard_ranges(layout, world, r, n)])
                for r in range(world)]
@@ -311,7 +388,7 @@ class HostModel(unittest.TestCase):
                     wo, wf = forward("softmax", q, k, v, s)
                     want = (wo,) + backward("softmax", q, k, v, wo, do, wf, s)
                     got = self.ring(name, layout, world, chunk, q, k, v, do,
-                                    values)
+                                    values, 4 if world == 3 else None)
                     for what, g, w in zip(("out", "dq", "dk", "dv"), got,
                                           want):
                         np.testing.assert_allclose(

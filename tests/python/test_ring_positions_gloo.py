@@ -121,6 +121,11 @@ def _worker(rank, world, port, errors):
                 q, k, v, dout = (torch.randn(b, h, n, 8, dtype=torch.float64)
                                  for _ in range(4))
                 ids = torch.cumsum((torch.rand(b, 1, n) < 0.2).double(), -1)
+                # Last: one document per chunk, which no other chunk reads.
+                alone = name == "mha_document" and layout == "zigzag"
+                if alone:
+                    ids = (torch.arange(n) // (n // plan.num_chunks(
+                        layout, world))).double()[None, None].repeat(b, 1, 1)
                 ids = ids.expand(b, h, n).contiguous()
                 whole_in = {"q_doc": ids, "k_doc": ids, "prefix_len": 4}
                 p = torch.arange(n)
@@ -141,6 +146,18 @@ def _worker(rank, world, port, errors):
                 got = ad.ring_attention(ql, kl, vl, definition,
                                         causal_layout=layout, inputs=inputs)
                 got.backward(ad.shard(dout, causal_layout=layout))
+                if alone:
+                    # The ids' bounds (all-reduced) leave each rank its
+                    # own chunks: nothing travels, no remote call runs.
+                    ring = [r for key, r in ad._rings.items()
+                            if key[0] == name and key[5] == layout][-1]
+                    for p_ in ring._plans.values():
+                        if any(p_.travel) or any(
+                                p_.blocks[rank][s_] for s_ in range(world)
+                                if s_ != rank):
+                            errors.put(f"rank {rank}: {name}: remote work "
+                                       f"for one document per chunk: "
+                                       f"{p_.travel}")
                 for what, g, r in (("out", got.detach(), ref.detach()),
                                    ("dq", ql.grad, ws[0].grad),
                                    ("dk", kl.grad, ws[1].grad),

@@ -50,6 +50,8 @@ def main():
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--layouts", nargs="+", default=["contiguous"])
     p.add_argument("--no-cp", action="store_true")
+    p.add_argument("--trace", action="store_true",
+                   help="the last rank's kernels per ring call")
     a = p.parse_args()
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
@@ -111,10 +113,49 @@ def main():
                 if rank == 0:
                     print(f"{mask:8} {what:8} {label:30} {ms:8.2f} {tf:12.1f}"
                           f" {tf / base[mask, what]:11.2f}", flush=True)
+                if a.trace and layout is not None:
+                    kernels(fn, world, rank, f"{mask} {what} {layout[:3]}")
     if not a.no_cp:
         cp_masked(whole, world, rank, b, h, n, d)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def kernels(fn, world, rank, what, calls=3):
+    """The last rank's GPU kernels over `calls` calls (torch.profiler):
+    per call, their count and summed time by kind, against the wall time
+    (CUDA events) of the same calls: where a ring call's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    dist.barrier()
+    start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+    wall = start.elapsed_time(end) / calls
+    kinds = {}
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        n = e.name.lower()
+        kind = ("nccl" if "nccl" in n else "classify" if "classify" in n
+                or "compact" in n else "merge" if "merge" in n else
+                "attn_bwd" if "attnc_bwd" in n or "bwd" in n else
+                "attn_fwd" if "attnc" in n else "other")
+        c, t = kinds.get(kind, (0, 0.0))
+        kinds[kind] = (c + 1, t + e.device_time_total / 1e3)
+    parts = " ".join(f"{k} {c / calls:.0f}x {t / calls:.3f}"
+                     for k, (c, t) in sorted(kinds.items()))
+    line = (f"  kernels {what} rank {rank}: wall {wall:.3f} ms/call; "
+            f"per call: {parts} (count x ms)")
+    lines = [None] * world
+    dist.all_gather_object(lines, line)
+    if rank == 0:
+        print(lines[-1], flush=True)
 
 
 def cp_masked(whole, world, rank, b, h, n, d):
