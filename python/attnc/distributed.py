@@ -232,7 +232,8 @@ class _Ring:
 
     # -- the ring ---------------------------------------------------------------
 
-    def forward(self, q, k, v, inputs):
+    def forward(self, q, k, v, inputs, backward_follows=True):
+        del backward_follows  # this ring's plan reads no inputs' values
         world, rank = self.world, self.rank
         chunk = self._chunk(q)
         kv = self._travelling(k, v, inputs)
@@ -382,5 +383,5 @@ def ring_attention(q, k, v, definition, group=None, causal_layout="zigzag",
                                     or v.requires_grad):
         out, finals = _RingFunction.apply(ring, inputs, q, k, v)
     else:
-        out, finals, _ = ring.forward(q, k, v, inputs)
+        out, finals, _ = ring.forward(q, k, v, inputs, backward_follows=False)
     return (out, finals) if return_finals else out

@@ -158,6 +158,14 @@ def _worker(rank, world, port, errors):
                             errors.put(f"rank {rank}: {name}: remote work "
                                        f"for one document per chunk: "
                                        f"{p_.travel}")
+                with torch.no_grad():  # planned by positions alone
+                    plain = ad.ring_attention(ql, kl, vl, definition,
+                                              causal_layout=layout,
+                                              inputs=inputs)
+                err = (plain - got.detach()).abs().max().item()
+                if not err < 1e-5:
+                    errors.put(f"rank {rank} {name} {layout} no-grad "
+                               f"forward: {err}")
                 for what, g, r in (("out", got.detach(), ref.detach()),
                                    ("dq", ql.grad, ws[0].grad),
                                    ("dk", kl.grad, ws[1].grad),
