@@ -44,9 +44,15 @@ __device__ __forceinline__ float floormod(float a, float b) {
 
 /// An index clamped into [0, n): rows past the end of a sequence still read
 /// a valid element of a per-row or per-key custom input (their results are
-/// never stored).
-__device__ __forceinline__ long long clamp_index(int i, long long n) {
-  return i < 0 ? 0 : (i >= n ? n - 1 : i);
+/// never stored). The comparisons are 32-bit: n (a sequence length) is loop
+/// invariant, so its conversion is hoisted, while 64-bit compares and
+/// selects would cost about six instructions a key in a partial block's
+/// mask (the document mask's step: one per key of the thread's 32). The
+/// result is the 64-bit form's for every n: past INT_MAX nothing is
+/// clamped from above, and n <= 0 gives n - 1 as it did.
+__device__ __forceinline__ int clamp_index(int i, long long n) {
+  const int last = n > 0x7fffffffLL ? 0x7fffffff : static_cast<int>(n) - 1;
+  return i < 0 ? 0 : (i > last ? last : i);
 }
 
 } // namespace attnc
