@@ -231,7 +231,8 @@ bool runCase(const Case &C, uint64_t Seed) {
                   TensorView::contiguous(Out.O.get(), C.Dt, {B, Sq, H, D}),
                   Out.NF ? &FV : nullptr, In.Map);
     Out.download(OBits, FVals);
-    F = [&](size_t f, int b, int h, int s) {
+    // Sq by value: it ends with this block, the check reads F after it.
+    F = [&, Sq](size_t f, int b, int h, int s) {
       return double(FVals[((f * B + b) * H + h) * Sq + s]);
     };
   }
