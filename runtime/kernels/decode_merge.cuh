@@ -19,6 +19,23 @@ struct DecodeOutPair {
   __device__ __forceinline__ float &at(int, int c) { return v[c]; }
 };
 
+/// Programmatic dependent launch (sm_90): the split kernel lets the merge
+/// grid start as soon as every split CTA is running, and the merge waits
+/// here, before its first load of a part, for the split grid to finish
+/// and its writes to be visible. The merge's launch and start then overlap
+/// the splits' work instead of following it. Both are no-ops where the
+/// merge was launched plainly, and below sm_90.
+__device__ __forceinline__ void decode_allow_merge_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void decode_wait_for_parts() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 /// Splits whose partial states decode_merge_row loads before merging any
 /// of them: the loads of a group are independent, so a row's merge waits
 /// for one memory round trip a group rather than one a split.
@@ -41,6 +58,7 @@ __device__ void decode_merge_row(const DecodeArgs &a, const typename Variant::In
   Variant::init(st);
   bool seen = false;
   DecodeOutPair of{{0.f, 0.f}};
+  decode_wait_for_parts();
   for (int s0 = 0; s0 < a.splits; s0 += kDecodeMergeGroup) {
     // The group's states and o columns, all loads issued before the first
     // is used (a split past the last reads as one that met no key).
@@ -138,8 +156,26 @@ __device__ void decode_merge(const DecodeArgs &a, const typename Variant::Inputs
                                            sp.shift);
 }
 
+/// The span a paged decode row's custom inputs are rebased by, dense or
+/// packed: query-side inputs start at the sequence's first query token (0
+/// in a dense call, whose batch stride places the sequence) and read at
+/// q_idx − (len − n), the row's own query; key-side ones stay at the
+/// sequence's row of their [batch, (heads,) keys] tensor (kv0 0: kv_idx is
+/// the key's position in its sequence, not its page slot), clamped to its
+/// len keys.
+__device__ __forceinline__ SeqSpan paged_sequence_span(const DecodeQSpan &qs, int len) {
+  SeqSpan sp{};
+  sp.packed = true; // always rebased: the shift is per sequence
+  sp.q0 = qs.q0;
+  sp.kv0 = 0;
+  sp.seq_q = qs.n;
+  sp.seq_kv = len;
+  sp.shift = len - qs.n;
+  return sp;
+}
+
 /// attnc_decode_merge of paged decode: the sequence's length from its
-/// pages, for the epilogue's q_idx.
+/// pages, for the epilogue's q_idx and the rebase of its inputs.
 template <class Variant, class Merge, class T, int kDV>
 __device__ void decode_merge_paged(const PagedDecodeArgs &p,
                                    const typename Variant::Inputs &in) {
@@ -147,8 +183,9 @@ __device__ void decode_merge_paged(const PagedDecodeArgs &p,
   DecodeQSpan qs;
   if (!decode_merge_row_of(p.d, b, h, qi, qs))
     return;
-  decode_merge_row<Variant, Merge, T, kDV>(p.d, in, b, h, qi, qs,
-                                           paged_decode_seq(p, b).len - qs.n);
+  const int len = paged_decode_seq(p, b).len;
+  decode_merge_row<Variant, Merge, T, kDV>(
+      p.d, sequence_inputs(in, paged_sequence_span(qs, len)), b, h, qi, qs, len - qs.n);
 }
 
 } // namespace attnc

@@ -105,8 +105,11 @@ struct DecodeSm80 {
   }
 
   /// Paged K/V (PagedDecodeArgs): each sequence's pages and length read on
-  /// the device; q_idx aligned to the end of the keys. Inputs are scalar
-  /// and per-head (the host refuses others): nothing to rebase.
+  /// the device; q_idx aligned to the end of the keys. Per-row and
+  /// per-query-token inputs follow the query rows (a packed call's from
+  /// the sequence's first token), per-key ones are the sequence's row of a
+  /// [batch, (heads,) keys] tensor read at kv_idx, the key's position in
+  /// its sequence (paged_sequence_span).
   __device__ static void run_paged(const PagedDecodeArgs &p,
                                    const typename Variant::Inputs &in,
                                    unsigned char *smem) {
@@ -128,7 +131,7 @@ struct DecodeSm80 {
     src.len = seq.len;
     src.qshift = seq.len - qs.n;
     src.bad = seq.bad;
-    run_on(a, qs, src, in, smem);
+    run_on(a, qs, src, sequence_inputs(in, paged_sequence_span(qs, seq.len)), smem);
   }
 
   /// The CTA's rows of sequence b (its span qs; rows j·n + i of the group
@@ -137,6 +140,7 @@ struct DecodeSm80 {
   __device__ static void run_on(const DecodeArgs &a, const DecodeQSpan qs, Src &src,
                                 const typename Variant::Inputs &in,
                                 unsigned char *smem) {
+    decode_allow_merge_launch();
     const int split = blockIdx.x;
     const int rb = blockIdx.y % a.row_blocks;
     const int hk = blockIdx.y / a.row_blocks;

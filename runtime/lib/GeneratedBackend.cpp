@@ -10,6 +10,7 @@
 #include "ForwardLaunch.h"
 #include "KernelModule.h"
 #include "MaskClassify.h"
+#include "PagedDecode.h"
 #include "PerStream.h"
 #include "TmaMaps.h"
 
@@ -485,10 +486,8 @@ void GeneratedBackend::launchDecode(ForwardKernel &K, const BackendProblem &P,
     return;
   if (!K.DecodeMerge)
     throw InternalError("decode split without a merge kernel");
-  D.check(D.cuLaunchKernel(K.DecodeMerge, unsigned(C.B * C.H * C.Sq), 1, 1,
-                           unsigned(P.Target.HeadDimV / 2), 1, 1, 0,
-                           Ctx.Stream, Params, nullptr),
-          "launch attnc_decode_merge");
+  launchDecodeMerge(K.DecodeMerge, P.Target.Arch, unsigned(C.B * C.H * C.Sq),
+                    P.Target.HeadDimV, Ctx.Stream, Params);
 }
 
 } // namespace

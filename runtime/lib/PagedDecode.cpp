@@ -4,6 +4,8 @@
 
 #include "ForwardLaunch.h"
 
+#include "attn/codegen/InputLayout.h"
+
 #include "../kernels/decode_args.cuh"
 #include "../kernels/merge_results_args.cuh"
 
@@ -14,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <map>
 #include <tuple>
 #include <mutex>
@@ -27,6 +30,39 @@ void packStrides(const PageGeometry &G, long long &Page, long long &Head,
   Page = G.PageStride;
   Head = G.HeadStride;
   Slot = G.SlotStride;
+}
+/// inputSlots for a paged decode call. Query-side inputs are the call's
+/// (packed: [H, Tq] and [Tq], rebased per sequence on the device); key-side
+/// ones are [B, H, K] and [B, K] in dense and packed calls alike (a
+/// sequence's keys live in pages, not in packed tokens), so a packed call
+/// keeps their batch and head strides.
+std::vector<uint64_t> pagedInputSlots(const ir::Graph &G, const CallShape &S,
+                                      const InputMap &Inputs) {
+  std::vector<uint64_t> Slots = inputSlots(G, S, Inputs);
+  if (!S.Packed)
+    return Slots;
+  for (const codegen::InputSlots &L : codegen::inputLayout(G).Inputs) {
+    if (L.Shape != ir::InputShape::PerKey &&
+        L.Shape != ir::InputShape::PerKeyToken)
+      continue;
+    const TensorView &V = std::get<TensorView>(Inputs.at(L.Name));
+    uint64_t *Slot = &Slots[L.First];
+    Slot[1] = uint64_t(V.Strides[0]);
+    Slot[2] = L.Shape == ir::InputShape::PerKey ? uint64_t(V.Strides[1]) : 0;
+    Slot[4] = uint64_t(V.Shape.back());
+  }
+  return Slots;
+}
+
+/// Whether paged decode's merge is launched as the split kernel's
+/// programmatic dependent: on sm_90a, unless ATTNC_DECODE_PDL=0 (which
+/// gives the plain launch after the split kernel, for comparison).
+bool mergeDependentLaunch(GpuArch Arch) {
+  static const bool Off = [] {
+    const char *Env = std::getenv("ATTNC_DECODE_PDL");
+    return Env && std::string(Env) == "0";
+  }();
+  return Arch == GpuArch::Sm90a && !Off;
 }
 } // namespace
 
@@ -108,7 +144,7 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
     d.part_st = d.part_o + Rows * size_t(Target.HeadDimV);
   }
   setPageArgs(A, C, P.Bounds.PageSize);
-  std::vector<uint64_t> Slots = inputSlots(*Def.Graph, S, Inputs);
+  std::vector<uint64_t> Slots = pagedInputSlots(*Def.Graph, S, Inputs);
   void *Params[] = {&A, Slots.data()};
   D.check(D.cuLaunchKernel(Decode, unsigned(P.Splits),
                            unsigned(d.heads_kv * d.row_blocks),
@@ -124,9 +160,32 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
     throw InternalError("paged decode split without a merge kernel");
   // The merge kernel takes the split kernel's arguments (each sequence's
   // length from its pages, for the epilogue's q_idx).
-  D.check(D.cuLaunchKernel(Merge, unsigned(S.B * S.H * S.Sq), 1, 1,
-                           unsigned(Target.HeadDimV / 2), 1, 1, 0, Stream,
-                           Params, nullptr),
+  launchDecodeMerge(Merge, Target.Arch, unsigned(S.B * S.H * S.Sq),
+                    Target.HeadDimV, Stream, Params);
+}
+
+void launchDecodeMerge(CUfunction Merge, GpuArch Arch, unsigned Rows,
+                       int HeadDimV, CUstream Stream, void **Params) {
+  // On sm_90a the merge is the split kernel's programmatic dependent:
+  // launched while the splits run, it waits on the device for their parts
+  // (decode_wait_for_parts), so its launch latency hides behind them. A
+  // stream capture records the dependency as a programmatic graph edge.
+  CUlaunchConfig Cfg{};
+  Cfg.gridDimX = Rows;
+  Cfg.gridDimY = Cfg.gridDimZ = 1;
+  Cfg.blockDimX = unsigned(HeadDimV / 2);
+  Cfg.blockDimY = Cfg.blockDimZ = 1;
+  Cfg.sharedMemBytes = 0;
+  Cfg.hStream = Stream;
+  CUlaunchAttribute Attr{};
+  Attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  Attr.value.programmaticStreamSerializationAllowed = 1;
+  if (mergeDependentLaunch(Arch)) {
+    Cfg.attrs = &Attr;
+    Cfg.numAttrs = 1;
+  }
+  CudaDriver &D = CudaDriver::get();
+  D.check(D.cuLaunchKernelEx(&Cfg, Merge, Params, nullptr),
           "launch attnc_decode_merge");
 }
 

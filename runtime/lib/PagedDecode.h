@@ -42,12 +42,19 @@ int64_t checkCaches(const Signature &Sig, const PagedKV &KV, PagedCall &C);
 void checkPageForm(const PagedKV &KV, int64_t Batch, int64_t PageSize,
                    int64_t MaxSeqlenKv, PagedCall &C);
 
+/// Which paged call an argument check is for (its messages name it).
+enum class PagedCallKind { Decode, Prefill };
+
 /// Checks a paged call's finals and custom inputs against \p G for the call
-/// shape \p S (scalar and per-head inputs only: NotSupportedYet naming the
-/// input and \p What, "paged decode" or "paged prefill").
+/// shape \p S. Decode takes every class but full (NotSupportedYet): per-row
+/// and per-query-token inputs as q's rows ([B, H, Sq] and [B, Sq], packed
+/// [H, Tq] and [Tq]), per-key and per-key-token ones as [B, H, K] and
+/// [B, K] with K at least the plan's key bound S.Skv, indexed by the key's
+/// position in its sequence. Prefill takes scalar and per-head inputs only
+/// (NotSupportedYet naming the input).
 void checkPagedInputs(const ir::Graph &G, const CallShape &S,
                       const TensorView *Finals, const InputMap &Inputs,
-                      llvm::StringRef What);
+                      PagedCallKind Kind);
 
 /// log2 of a power-of-two page size (the kernels' page_shift).
 int pageShift(int64_t PageSize);
@@ -74,9 +81,8 @@ DecodeBounds pagedCallBounds(const Signature &Sig, const TensorView &Q,
 
 /// Checks every argument of a paged call against the signature, the
 /// definition \p G and the plan's bounds \p B (InvalidArgument naming the
-/// argument and the expected value; NotSupportedYet for custom inputs
-/// other than scalar and per-head ones). With KV.Host, also every page
-/// index and length on the host.
+/// argument and the expected value; NotSupportedYet for full custom
+/// inputs). With KV.Host, also every page index and length on the host.
 PagedCall validatePagedCall(const ir::Graph &G, const Signature &Sig,
                             const DecodeBounds &B, const TensorView &Q,
                             const PagedKV &KV, const TensorView &Out,
@@ -103,12 +109,13 @@ struct PackedPagedBounds {
 /// The checks a packed paged call shares, decode or prefill: q and out
 /// [Tq, H, D] against the plan's heads, cu_seqlens_q of the plan's batch,
 /// the caches against its KV heads, page size and key bound, the page form,
-/// finals and custom inputs (\p What names the call); fills the call shape.
+/// finals and custom inputs (checkPagedInputs for \p Kind); fills the call
+/// shape.
 PagedCall checkPackedPagedCall(const ir::Graph &G, const Signature &Sig,
                                const PackedPagedBounds &B, const TensorView &Q,
                                const TensorView &CuSeqlensQ, const PagedKV &KV,
                                const TensorView &Out, const TensorView *Finals,
-                               const InputMap &Inputs, llvm::StringRef What);
+                               const InputMap &Inputs, PagedCallKind Kind);
 
 /// validatePagedCall for a packed call of a plan made with Packed: q and
 /// out [Tq, H, D], cu_seqlens_q [B + 1], finals [F, H, Tq]; with
@@ -171,6 +178,13 @@ private:
   PerStream<DeviceArena> Workspace =
       perStream<DeviceArena>(std::string("paged decode workspace"));
 };
+
+/// Launches decode's split merge \p Merge (one CTA of HeadDimV / 2
+/// threads per query row, the split kernel's \p Params) after the split
+/// kernel on \p Stream: on sm_90a as its programmatic dependent (the
+/// merge waits on the device), unless ATTNC_DECODE_PDL=0; else plainly.
+void launchDecodeMerge(CUfunction Merge, GpuArch Arch, unsigned Rows,
+                       int HeadDimV, CUstream Stream, void **Params);
 
 /// A validated public merge: the kernel's arguments, its rows, the dtype,
 /// and whether the definition's combine merges (the kernel generated for

@@ -101,7 +101,7 @@ PrefillCall validatePrefillCall(const ir::Graph &G, const Signature &Sig,
                       B.PageSize, B.MaxSeqlenKv, B.MaxSeqlenQ};
   PrefillCall R;
   R.Paged = checkPackedPagedCall(G, Sig, P, Q, CuSeqlensQ, KV, Out, Finals,
-                                 Inputs, "paged prefill");
+                                 Inputs, PagedCallKind::Prefill);
   return R;
 }
 

@@ -315,7 +315,7 @@ PagedCall validatePagedCall(const ir::Graph &G, const Signature &Sig,
   S.Skv = B.MaxSeqlenKv;
   storeStrides(S.Q, q);
   storeStrides(S.O, o);
-  checkPagedInputs(G, S, Finals, Inputs, "paged decode");
+  checkPagedInputs(G, S, Finals, Inputs, PagedCallKind::Decode);
   return C;
 }
 
@@ -366,7 +366,7 @@ PagedCall checkPackedPagedCall(const ir::Graph &G, const Signature &Sig,
                                const PackedPagedBounds &B, const TensorView &Q,
                                const TensorView &CuSeqlensQ, const PagedKV &KV,
                                const TensorView &Out, const TensorView *Finals,
-                               const InputMap &Inputs, llvm::StringRef What) {
+                               const InputMap &Inputs, PagedCallKind Kind) {
   SeqTensor q = checkSeqTensor("q", Q, Sig.Dtype, Layout::THD, Sig.HeadDim);
   if (q.H != B.Heads)
     invalid(fmt::format("q: expected {} heads (the plan's), got {}", B.Heads,
@@ -401,7 +401,7 @@ PagedCall checkPackedPagedCall(const ir::Graph &G, const Signature &Sig,
   S.CuQ = static_cast<const int *>(CuSeqlensQ.Data);
   storeStrides(S.Q, q);
   storeStrides(S.O, o);
-  checkPagedInputs(G, S, Finals, Inputs, What);
+  checkPagedInputs(G, S, Finals, Inputs, Kind);
   return C;
 }
 
@@ -417,24 +417,83 @@ PagedCall validatePackedDecodeCall(const ir::Graph &G, const Signature &Sig,
   PackedPagedBounds P{B.Batch,    B.Heads,       B.HeadsKv,
                       B.PageSize, B.MaxSeqlenKv, B.QueriesPerSeq};
   PagedCall C = checkPackedPagedCall(G, Sig, P, Q, CuSeqlensQ, KV, Out, Finals,
-                                     Inputs, "paged decode");
+                                     Inputs, PagedCallKind::Decode);
   if (KV.Host && KV.Host->CuSeqlensQ)
     checkCuSeqlensQHost(KV.Host->CuSeqlensQ, B.Batch, B.QueriesPerSeq,
                         C.Shape.TotalQ);
   return C;
 }
 
+/// A key-side input's key count: the supplied tensor's where it holds the
+/// bound's keys or more (an engine keeps one tensor of its longest
+/// sequence's keys), else the bound's, for the message.
+static int64_t keyColumns(const InputMap &Inputs, const ir::InputDecl &D,
+                          int64_t Bound) {
+  auto It = Inputs.find(D.Name);
+  const TensorView *T =
+      It == Inputs.end() ? nullptr : std::get_if<TensorView>(&It->second);
+  if (T && !T->Shape.empty() && T->Shape.back() >= Bound)
+    return T->Shape.back();
+  return Bound;
+}
+
 void checkPagedInputs(const ir::Graph &G, const CallShape &S,
                       const TensorView *Finals, const InputMap &Inputs,
-                      llvm::StringRef What) {
+                      PagedCallKind Kind) {
   checkFinals(G, S, Finals);
-  for (const ir::InputDecl &D : G.decls().Inputs)
-    if (D.Shape != ir::InputShape::Scalar && D.Shape != ir::InputShape::PerHead)
+  const char *What =
+      Kind == PagedCallKind::Decode ? "paged decode" : "paged prefill";
+  for (const ir::InputDecl &D : G.decls().Inputs) {
+    if (D.Shape == ir::InputShape::Scalar || D.Shape == ir::InputShape::PerHead)
+      continue;
+    if (Kind == PagedCallKind::Prefill)
       throw NotSupportedYet(fmt::format(
-          "input '{}': {} inputs in {} (scalar and per_head inputs are "
+          "input '{}': {} inputs in paged prefill (scalar and per_head "
+          "inputs are supported)",
+          D.Name, ir::inputShapeName(D.Shape).str()));
+    if (D.Shape == ir::InputShape::Full)
+      throw NotSupportedYet(fmt::format(
+          "input '{}': full inputs in paged decode (scalar, per_head, "
+          "per_row, per_key, per_query_token and per_key_token inputs are "
           "supported)",
-          D.Name, ir::inputShapeName(D.Shape).str(), What.str()));
-  checkInputs(G, S.B, S.H, S.Sq, std::max<int64_t>(1, S.Skv), Inputs);
+          D.Name));
+  }
+  if (Kind == PagedCallKind::Prefill) {
+    checkInputs(G, S.B, S.H, S.Sq, std::max<int64_t>(1, S.Skv), Inputs);
+    return;
+  }
+  // Query-side inputs follow q's rows (dense [B, H, Sq], packed [H, Tq]);
+  // key-side ones are [B, (H,) keys] in both forms, read at kv_idx (the
+  // key's position in its sequence) and holding at least the plan's bound
+  // of keys, since a sequence may grow to it without a new plan.
+  const int64_t Bound = std::max<int64_t>(1, S.Skv);
+  const std::string KeyAxes = fmt::format(
+      "keys at least the bound max_seqlen_kv {}] in {}, read at kv_idx",
+      Bound, What);
+  checkInputsAs(G, Inputs, [&](const ir::InputDecl &D) -> InputWant {
+    switch (D.Shape) {
+    case ir::InputShape::Scalar:
+      return {{}, ""};
+    case ir::InputShape::PerHead:
+      return {{S.H}, ""};
+    case ir::InputShape::PerRow:
+      if (S.Packed)
+        return {{S.H, S.TotalQ}, "[heads, q tokens] in a packed call"};
+      return {{S.B, S.H, S.Sq}, "[batch, heads, queries]"};
+    case ir::InputShape::PerQueryToken:
+      if (S.Packed)
+        return {{S.TotalQ}, "[q tokens] in a packed call"};
+      return {{S.B, S.Sq}, "[batch, queries]"};
+    case ir::InputShape::PerKey:
+      return {{S.B, S.H, keyColumns(Inputs, D, Bound)},
+              "[batch, heads, " + KeyAxes};
+    case ir::InputShape::PerKeyToken:
+      return {{S.B, keyColumns(Inputs, D, Bound)}, "[batch, " + KeyAxes};
+    case ir::InputShape::Full:
+      break;
+    }
+    throw InternalError("checkPagedInputs: a full input passed the refusal");
+  });
 }
 
 int pageShift(int64_t PageSize) {

@@ -113,6 +113,22 @@ void checkEachInput(const ir::Graph &G, const InputMap &Inputs, const WantFn &Wa
 
 } // namespace
 
+void checkInputsAs(const ir::Graph &G, const InputMap &Inputs,
+                   const std::function<InputWant(const ir::InputDecl &)> &Want) {
+  for (const ir::InputDecl &D : G.decls().Inputs) {
+    auto It = Inputs.find(D.Name);
+    if (It == Inputs.end())
+      invalid("input '" + D.Name + "': declared by '" + G.name() +
+              "' but not supplied");
+    const InputWant W = Want(D);
+    checkInput(D, It->second, W.Shape, W.Axes);
+  }
+  for (const auto &[Name, Value] : Inputs)
+    if (!G.decls().findInput(Name))
+      invalid("input '" + Name + "': '" + G.name() +
+              "' declares no such input");
+}
+
 void checkInputs(const ir::Graph &G, int64_t B, int64_t H, int64_t Sq, int64_t Skv,
                  const InputMap &Inputs) {
   checkEachInput(G, Inputs, [&](ir::InputShape S) {

@@ -8,6 +8,7 @@
 
 #include "attn/runtime/Validate.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,18 @@ void checkLike(const char *Name, const SeqTensor &G, const char *Of,
 /// [F, H, Tq]), contiguous, required where \p G has final rowscales.
 void checkFinals(const ir::Graph &G, const CallShape &C,
                  const TensorView *Finals);
+
+/// The shape a custom input must have and, where not empty, its axes'
+/// names for the message ("[heads, q tokens] in a packed call").
+struct InputWant {
+  std::vector<int64_t> Shape;
+  std::string Axes;
+};
+/// Every input \p G declares supplied, of its element type and of the shape
+/// \p Want gives for its declaration (InvalidArgument naming it), and no
+/// other supplied: checkInputs with a rule of the caller's.
+void checkInputsAs(const ir::Graph &G, const InputMap &Inputs,
+                   const std::function<InputWant(const ir::InputDecl &)> &Want);
 
 /// Copies \p S's element strides (batch, head, seq) into \p Dst.
 void storeStrides(int64_t (&Dst)[3], const SeqTensor &S);

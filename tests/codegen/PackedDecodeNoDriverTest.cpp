@@ -220,14 +220,29 @@ TEST_CASE("packed decode: decodePagedVarlen names each malformed argument",
                    [&] { A.decodePagedVarlen(X.Q, X.Cu, X.MaxQ, X.KV, X.O, &X.F); }),
                Contains("no CUDA driver"));
   }
-  // Inputs other than scalar and per-head ones are not supported.
-  Attention Ids(examples::mhaDocumentIds(), sm80());
+  // Query-side inputs follow q's tokens ([H, Tq], [Tq]); key-side ones
+  // are [B, (H,) K] as in a dense call (K at least the bound 64).
+  Attention Doc(examples::mhaDocument(), sm80());
   PackedArgs X;
-  CHECK_THAT(messageOf<NotSupportedYet>([&] {
-               Ids.decodePagedVarlen(X.Q, X.Cu, X.MaxQ, X.KV, X.O, &X.F);
+  InputMap In;
+  In["q_doc"] = TensorView::contiguous(fake(0x100000), DType::F32, {3, 1, 4});
+  In["k_doc"] = TensorView::contiguous(fake(0x110000), DType::F32, {3, 8, 64});
+  auto InMsg = [&] {
+    return messageOf<InvalidArgument>(
+        [&] { Doc.decodePagedVarlen(X.Q, X.Cu, X.MaxQ, X.KV, X.O, &X.F, In); });
+  };
+  CHECK(InMsg() == "input 'q_doc' (per_row [heads, q tokens] in a packed "
+                 "call): expected shape [8, 10], got [3, 1, 4]");
+  In["q_doc"] = TensorView::contiguous(fake(0x100000), DType::F32, {8, 10});
+  In["k_doc"] = TensorView::contiguous(fake(0x110000), DType::F32, {8, 64});
+  CHECK(InMsg() == "input 'k_doc' (per_key [batch, heads, keys at least the "
+                 "bound max_seqlen_kv 64] in paged decode, read at kv_idx): "
+                 "expected shape [3, 8, 64], got [8, 64]");
+  In["k_doc"] = TensorView::contiguous(fake(0x110000), DType::F32, {3, 8, 64});
+  CHECK_THAT(messageOf<DriverError>([&] {
+               Doc.decodePagedVarlen(X.Q, X.Cu, X.MaxQ, X.KV, X.O, &X.F, In);
              }),
-             Contains("inputs in paged decode (scalar and per_head inputs are "
-                      "supported)"));
+             Contains("no CUDA driver"));
 }
 
 TEST_CASE("packed decode: runDecodeVarlen checks the plan's bounds and kind",

@@ -274,13 +274,63 @@ TEST_CASE("paged: decodePaged names each malformed argument",
                Contains("no CUDA driver"));
     CHECK(A.lastBackend().empty());
   }
-  // Inputs other than scalar and per-head ones are not supported.
-  Attention Ids(examples::mhaDocumentIds(), sm80());
+}
+
+TEST_CASE("paged: decodePaged checks per-row and per-key inputs",
+          "[runtime][paged]") {
+  cacheDir();
+  // Query-side inputs follow q's rows ([B, H, Sq], [B, Sq]); key-side ones
+  // are [B, (H,) K] with K at least the bound (64), read at kv_idx.
+  Attention Doc(examples::mhaDocument(), sm80());
   PagedArgs X;
+  InputMap In;
+  In["q_doc"] = TensorView::contiguous(fake(0x100000), DType::F32, {2, 8, 1});
+  In["k_doc"] = TensorView::contiguous(fake(0x110000), DType::F32, {2, 8, 63});
+  auto Msg = [&] {
+    return messageOf<InvalidArgument>(
+        [&] { Doc.decodePaged(X.Q, X.KV, X.O, &X.F, In); });
+  };
+  CHECK(Msg() == "input 'k_doc' (per_key [batch, heads, keys at least the "
+                 "bound max_seqlen_kv 64] in paged decode, read at kv_idx): "
+                 "expected shape [2, 8, 64], got [2, 8, 63]");
+  In["k_doc"] = TensorView::contiguous(fake(0x110000), DType::F32, {2, 4, 100});
+  CHECK(Msg() == "input 'k_doc' (per_key [batch, heads, keys at least the "
+                 "bound max_seqlen_kv 64] in paged decode, read at kv_idx): "
+                 "expected shape [2, 8, 100], got [2, 4, 100]");
+  In["k_doc"] = TensorView::contiguous(fake(0x110000), DType::I32, {2, 8, 100});
+  CHECK(Msg() == "input 'k_doc': expected dtype f32, got i32");
+  In["k_doc"] = TensorView::contiguous(fake(0x110000), DType::F32, {2, 8, 100});
+  In["q_doc"] = TensorView::contiguous(fake(0x100000), DType::F32, {2, 8, 64});
+  CHECK(Msg() == "input 'q_doc' (per_row [batch, heads, queries]): expected "
+                 "shape [2, 8, 1], got [2, 8, 64]");
+  In["q_doc"] = TensorView::contiguous(fake(0x100002), DType::F32, {2, 8, 1});
+  CHECK(Msg() == "input 'q_doc': data pointer must be 4-byte aligned");
+  In.erase("q_doc");
+  CHECK(Msg() == "input 'q_doc': declared by 'mha_document' but not supplied");
+  // Everything valid (a key tensor longer than the bound among it): the
+  // kernels compile, then there is no driver.
+  In["q_doc"] = TensorView::contiguous(fake(0x100000), DType::F32, {2, 8, 1});
+  CHECK_THAT(messageOf<DriverError>(
+                 [&] { Doc.decodePaged(X.Q, X.KV, X.O, &X.F, In); }),
+             Contains("no CUDA driver"));
+  // Per-token ids: [B, Sq] and [B, K].
+  Attention Ids(examples::mhaDocumentIds(), sm80());
+  InputMap T;
+  T["doc_q"] = TensorView::contiguous(fake(0x100000), DType::I32, {2, 1});
+  T["doc_k"] = TensorView::contiguous(fake(0x110000), DType::I32, {2, 8, 64});
+  CHECK(messageOf<InvalidArgument>([&] {
+          Ids.decodePaged(X.Q, X.KV, X.O, &X.F, T);
+        }) == "input 'doc_k' (per_key_token [batch, keys at least the bound "
+              "max_seqlen_kv 64] in paged decode, read at kv_idx): expected "
+              "shape [2, 64], got [2, 8, 64]");
+  // A full input is not supported.
+  dsl::AttentionDef Full = examples::mha();
+  Full.name = "mha_full_bias";
+  Full.inputs.declare("bias", dsl::InputShape::Full);
+  Attention FA(Full, sm80());
   CHECK_THAT(messageOf<NotSupportedYet>(
-                 [&] { Ids.decodePaged(X.Q, X.KV, X.O, &X.F); }),
-             Contains("inputs in paged decode (scalar and per_head inputs are "
-                      "supported)"));
+                 [&] { FA.decodePaged(X.Q, X.KV, X.O, &X.F); }),
+             Contains("input 'bias': full inputs in paged decode"));
 }
 
 TEST_CASE("paged: runDecode and planDecode check the plan's bounds",

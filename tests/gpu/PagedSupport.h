@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <future>
 #include <numeric>
 
@@ -269,14 +270,22 @@ struct BatchReference {
   std::vector<std::vector<double>> O, Plain, Finals;
 };
 
+/// The custom inputs of sequence \p b's query rows [S0, S0 + N) as a dense
+/// call of one batch reads them (per-row inputs [1, H, N], per-key ones
+/// [1, H, its keys]).
+using SequenceInputsFn =
+    std::function<reference::InputValues(int b, int S0, int N)>;
+
 /// Computes \p P's reference for the rows \p R of q \p QBits: each
 /// sequence split into chunks of query rows (QIndexOffset each chunk's
 /// first row), the chunks run on a thread pool; exact and plain run per
-/// chunk on the same gathered k and v.
+/// chunk on the same gathered k and v. Every chunk reads \p RefInputs, or
+/// where \p SeqInputs is given, its own.
 inline BatchReference batchReference(const runtime::Attention &A, DType Dt,
                                      const PagedHost &P, int H, const BatchRows &R,
                                      const std::vector<uint16_t> &QBits,
-                                     const reference::InputValues &RefInputs) {
+                                     const reference::InputValues &RefInputs,
+                                     const SequenceInputsFn &SeqInputs = {}) {
   const int D = P.D;
   const ir::Graph &G = *A.definition().Graph;
   const auto &FinalDecls = G.decls().FinalRowscales;
@@ -312,6 +321,8 @@ inline BatchReference batchReference(const runtime::Attention &A, DType Dt,
       Tasks.push_back(Pool.async([&, b, S0, Chunk] {
         const int N = std::min(Chunk, R.Sq[b] - S0);
         reference::AttentionInputs In = Base[b];
+        if (SeqInputs)
+          In.Inputs = SeqInputs(b, S0, N);
         auto Q0 = QBits.begin() + size_t(R.Row0[b] + S0) * H * D;
         In.Q = refOf(Dt, std::vector<uint16_t>(Q0, Q0 + size_t(N) * H * D), H, N, D);
         In.QIndexOffset = P.Lens[b] - R.Sq[b] + S0;

@@ -303,8 +303,11 @@ public:
   /// KV-cache tokens, their count read on the device. Query i of a sequence
   /// of L keys is q_idx L - Sq + i for score_mod and mask_mod (aligned to
   /// the end of the keys, as forwardVarlen's; a dense forward counts from
-  /// 0). Custom inputs: scalar and per-head only (NotSupportedYet). Plans
-  /// each call (arithmetic, once the kernels are loaded) and uses a
+  /// 0). Custom inputs: every class but full (NotSupportedYet): per-row
+  /// and per-query-token ones as q's rows ([B, H, Sq], [B, Sq]), per-key
+  /// and per-key-token ones [B, H, K] and [B, K] with K at least the key
+  /// bound (KV.MaxSeqlenKv; a plan's for runDecode), read at kv_idx, the key's position in its sequence
+  /// (not its page slot). Plans each call (arithmetic, once the kernels are loaded) and uses a
   /// workspace of its own; runs on the generated backend's decode_sm80
   /// kernels.
   void decodePaged(const TensorView &Q, const PagedKV &KV,
@@ -337,7 +340,8 @@ public:
   /// data), 0 to \p MaxSeqlenQ of them (at most 16); finals [F, H, Tq]
   /// as a packed forward's. Query i of a sequence of n queries and L keys
   /// is q_idx L - n + i. The same kernels as decodePaged (split over the
-  /// keys and merged likewise); KV as decodePaged's. With
+  /// keys and merged likewise); KV and key-side inputs as decodePaged's,
+  /// per-row and per-query-token inputs [H, Tq] and [Tq] (q's tokens). With
   /// KV.Host->CuSeqlensQ, the query ranges are checked on the host too.
   void decodePagedVarlen(const TensorView &Q, const TensorView &CuSeqlensQ,
                          int64_t MaxSeqlenQ, const PagedKV &KV,
