@@ -8,6 +8,7 @@
 #define ATTNC_BLOCK_MASK_CUH
 
 #include "attnc/attention_args.cuh"
+#include "attnc/block_range.cuh"
 
 namespace attnc {
 
@@ -155,10 +156,10 @@ __device__ void classify_from_bounds(const MaskArgs &a,
 /// the forward's lists (no classes written). grid (ceil(m_blocks / 4), 1,
 /// groups) x 128: one warp per query block, whose lanes classify 32 key
 /// blocks at a time (as classify_from_bounds) and place the visited ones
-/// in order by a ballot. One launch instead of two, and no byte per block
-/// written and read back: at S = 16k the forward of a chunked or window
-/// mask takes about 0.3 ms, so each launch counts against the
-/// classification's 5%.
+/// in order by a ballot (compact_line). One launch instead of two, and no
+/// byte per block written and read back: at S = 16k the forward of a
+/// chunked or window mask takes about 0.3 ms, so each launch counts against
+/// the classification's 5%.
 template <class Variant, int kBlockM, int kBlockN>
 __device__ void classify_rows(const MaskArgs &a, const typename Variant::Inputs &in) {
   const int lane = threadIdx.x % 32;
@@ -172,25 +173,19 @@ __device__ void classify_rows(const MaskArgs &a, const typename Variant::Inputs 
   int *list = a.block_list + row * a.n_blocks;
   const int q_lo = m * kBlockM, q_hi = min(q_lo + kBlockM, a.seq_q) - 1;
   constexpr int kBounds = Variant::kMaskBounds > 0 ? Variant::kMaskBounds : 1;
-  int count = 0;
-  for (int n0 = 0; n0 < a.n_blocks; n0 += 32) {
-    const int n = n0 + lane;
-    int c = 0;
-    if (n < a.n_blocks) {
-      float lo[kBounds], hi[kBounds];
-      load_block_bounds<Variant>(a, group, m, n, lo, hi);
-      const int k_lo = n * kBlockN, k_end = k_lo + kBlockN;
-      c = Variant::mask_block_class(in, b, h, q_lo, q_hi, k_lo,
-                                    min(k_end, a.seq_kv) - 1, lo, hi);
-      if (c == 2 && k_end > a.seq_kv)
-        c = 1; // keys past the end must be masked
-    }
-    const unsigned kept = __ballot_sync(0xffffffffu, c != 0);
-    if (c)
-      list[count + __popc(kept & ((1u << lane) - 1))] =
-          n | (c == 2 ? (1 << 30) : 0);
-    count += __popc(kept);
-  }
+  const int count = compact_line(
+      a.n_blocks,
+      [&](int n) {
+        float lo[kBounds], hi[kBounds];
+        load_block_bounds<Variant>(a, group, m, n, lo, hi);
+        const int k_lo = n * kBlockN, k_end = k_lo + kBlockN;
+        int c = Variant::mask_block_class(in, b, h, q_lo, q_hi, k_lo,
+                                          min(k_end, a.seq_kv) - 1, lo, hi);
+        if (c == 2 && k_end > a.seq_kv)
+          c = 1; // keys past the end must be masked
+        return c;
+      },
+      [&](int slot, int n, int c) { list[slot] = visit_entry(n, c); }, LineWarp{lane});
   if (lane == 0)
     a.block_count[row] = count;
 }
@@ -245,14 +240,14 @@ __device__ inline void compact_blocks(const MaskArgs &a) {
   int count = 0;
   for (int n = 0; n < a.n_blocks; ++n)
     if (c[n])
-      list[count++] = n | (c[n] == 2 ? (1 << 30) : 0);
+      list[count++] = visit_entry(n, c[n]);
   a.block_count[row] = count;
 }
 
 /// The blocks a CTA visits, in order: for a masked variant the entries of
 /// a block list (the block index, bit 30 set when the classification found
-/// every element kept: compact_blocks and the backward's list kernels write
-/// them so), else every block, entry j being j.
+/// every element kept: every list kernel writes them with visit_entry,
+/// block_range.cuh), else every block, entry j being j.
 template <bool kHasMask> struct BlockVisits {
   int count;
   const int *list;

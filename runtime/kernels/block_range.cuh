@@ -1,10 +1,12 @@
 // The first and last block of a packed sequence that a mask may keep, found
 // by warp votes over boxes of many blocks and then of single blocks, in a
-// few steps where a scan would take one per block; and which block of which
-// sequence a packed call's CTA takes (packed_block_of). Plain C++ apart from
-// the warp's vote and prefix sum, which the caller passes, so that the host
-// tests run the same code (tests/codegen/VarlenRangeTest.cpp,
-// PackedBlocksTest.cpp).
+// few steps where a scan would take one per block; which block of which
+// sequence a packed call's CTA takes (packed_block_of); and the warp's
+// compaction of one row or column of block classes into a block list
+// (compact_line). Plain C++ apart from the warp's vote and prefix sum, which
+// the caller passes, so that the host tests run the same code
+// (tests/codegen/VarlenRangeTest.cpp, PackedBlocksTest.cpp,
+// BlockCompactTest.cpp).
 #ifndef ATTNC_BLOCK_RANGE_CUH
 #define ATTNC_BLOCK_RANGE_CUH
 
@@ -168,6 +170,63 @@ ATTNC_RANGE_FN long long packed_block_bound(long long total, long long batch, in
   const long long by_max = batch * ((max_len + block - 1) / block);
   return by_total < by_max ? by_total : by_max;
 }
+
+/// A block list's entry: the block's index, bit 30 set for a full block
+/// (class 2; 1 is partial). BlockVisits (block_mask.cuh) decodes it.
+ATTNC_RANGE_FN int visit_entry(int index, int cls) {
+  return index | (cls == 2 ? (1 << 30) : 0);
+}
+
+/// The block list of one line (a query block's key blocks, or a key block's
+/// query blocks): the blocks x in [0, len) whose class_of(x) is not 0 (0
+/// empty, 1 partial, 2 full), in increasing order, kRangeLanes at a time,
+/// lane i classifying block x0 + i; each kept block's place is the count
+/// before its group plus the kept lanes below it in the group's vote, so
+/// that a warp lists a line in len / 32 steps where one thread took len.
+/// put(slot, x, cls) stores block x's entry at list position slot (its
+/// caller's lane's block only on the device). warp.values(f) holds f(lane)
+/// for the calling lane (on the host: every lane), read back by at(lane);
+/// warp.vote(pred) is the ballot of pred(lane); warp.each(g) runs g(lane)
+/// for the calling lane (on the host: every lane, in order). Returns the
+/// count, the same on every lane (all lanes converged).
+template <class Warp, class ClassOf, class Put>
+ATTNC_RANGE_FN int compact_line(int len, const ClassOf &class_of, const Put &put,
+                                const Warp &warp) {
+  constexpr int L = kRangeLanes;
+  int count = 0;
+  for (int x0 = 0; x0 < len; x0 += L) {
+    const auto cls = warp.values([&](int lane) {
+      const int x = x0 + lane;
+      return x < len ? class_of(x) : 0;
+    });
+    const unsigned kept = warp.vote([&](int lane) { return cls.at(lane) != 0; });
+    warp.each([&](int lane) {
+      const int c = cls.at(lane);
+      if (c)
+        put(count + range_popcount(kept & ((1u << lane) - 1u)), x0 + lane, c);
+    });
+    count += range_popcount(kept);
+  }
+  return count;
+}
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+/// compact_line's warp on the device: each lane holds and runs its own.
+struct LineWarp {
+  int lane;
+  struct Value {
+    int mine;
+    __device__ __forceinline__ int at(int) const { return mine; }
+  };
+  template <class F> __device__ __forceinline__ Value values(const F &f) const {
+    return {f(lane)};
+  }
+  template <class Pred> __device__ __forceinline__ unsigned vote(const Pred &pred) const {
+    return __ballot_sync(0xffffffffu, pred(lane));
+  }
+  template <class G> __device__ __forceinline__ void each(const G &g) const { g(lane); }
+};
+#endif
 
 } // namespace attnc
 

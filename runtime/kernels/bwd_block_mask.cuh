@@ -5,10 +5,13 @@
 // is made by combining fine blocks into its own, coarser ones. In the fused
 // dQ mode both lists use the dK/dV tiling and the columns also carry each
 // entry's rank (the order of dQ's partial sums, bwd_sm80_fused_dq.cuh).
+// Plain C++ apart from the kernel's entry (compact_coarse_blocks), so that
+// the host tests run the lists' code (tests/codegen/BlockCompactTest.cpp).
 #ifndef ATTNC_BWD_BLOCK_MASK_CUH
 #define ATTNC_BWD_BLOCK_MASK_CUH
 
 #include "attnc/attention_args.cuh"
+#include "attnc/block_range.cuh"
 
 namespace attnc {
 
@@ -16,7 +19,7 @@ namespace attnc {
 /// block past the last key makes it partial (keys past the end must be
 /// masked); fine rows past the last query do not exist and are skipped, as
 /// classify_blocks ignores rows past the end.
-__device__ inline int coarse_class(const BwdListArgs &a, long long group, int m, int n) {
+ATTNC_RANGE_FN int coarse_class(const BwdListArgs &a, long long group, int m, int n) {
   bool any = false, all = true;
   for (int i = 0; i < a.ratio_m; ++i) {
     const int fm = m * a.ratio_m + i;
@@ -37,57 +40,73 @@ __device__ inline int coarse_class(const BwdListArgs &a, long long group, int m,
   return any ? (all ? 2 : 1) : 0;
 }
 
-/// Fused dQ: for each query block m of key block \p n's column (\p list,
-/// \p count entries), n's rank among the key blocks visiting m, the number
-/// of them above n (m's row list is sorted: a binary search), the order of
-/// its contribution to m's dQ sum (bwd_sm80_fused_dq.cuh). The rows' lists
-/// were made by an earlier launch on the same tiling.
-__device__ inline void column_ranks(const BwdListArgs &a, long long group, int n,
-                                    const int *list, int count) {
-  int *rank = a.rank + (group * a.n_blocks + n) * (long long)a.m_blocks;
-  for (int j = 0; j < count; ++j) {
-    const long long row = group * a.m_blocks + (list[j] & 0x3fffffff);
-    const int len = a.row_count[row];
-    const int *keys = a.row_list + row * a.n_blocks;
-    int lo = 0, hi = len; // first entry whose key block is >= n
-    while (lo < hi) {
-      const int mid = (lo + hi) / 2;
-      if ((keys[mid] & 0x3fffffff) < n)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    rank[j] = len - 1 - lo;
+/// Fused dQ: query block \p m's rank among the key blocks visiting it (the
+/// number of them above key block \p n: m's row list is sorted, a binary
+/// search), the order of n's contribution to m's dQ sum
+/// (bwd_sm80_fused_dq.cuh). The rows' lists were made by an earlier launch
+/// on the same tiling.
+ATTNC_RANGE_FN int column_rank(const BwdListArgs &a, long long group, int m, int n) {
+  const long long row = group * a.m_blocks + m;
+  const int len = a.row_count[row];
+  const int *keys = a.row_list + row * a.n_blocks;
+  int lo = 0, hi = len; // first entry whose key block is >= n
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if ((keys[mid] & 0x3fffffff) < n)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
+  return len - 1 - lo;
 }
 
-/// grid (ceil(groups·lines / blockDim.x)): one thread lists one coarse row
-/// (kTransposed false: the key blocks of a query block, in increasing order)
-/// or one coarse column (true: the query blocks of a key block). Entries are
-/// the block index with bit 30 set for a full block, as compact_blocks.
-template <bool kTransposed>
-__device__ void compact_coarse_blocks(const BwdListArgs &a) {
+/// Line \p id (group · lines + line) of the lists: a coarse row
+/// (kTransposed false: the key blocks of a query block, in increasing
+/// order) or a coarse column (true: the query blocks of a key block, and
+/// in the fused dQ mode each entry's rank), listed by one warp 32 blocks at
+/// a time (compact_line, \p warp as there). Entries are visit_entry's.
+template <bool kTransposed, class Warp>
+ATTNC_RANGE_FN void list_coarse_line(const BwdListArgs &a, long long id, const Warp &warp) {
   const int lines = kTransposed ? a.n_blocks : a.m_blocks;
   const int len = kTransposed ? a.m_blocks : a.n_blocks;
-  const long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (id >= (long long)a.groups * lines)
-    return;
   const long long group = id / lines;
   const int line = static_cast<int>(id % lines);
   int *list = a.list + id * len;
-  int count = 0;
-  for (int x = 0; x < len; ++x) {
-    const int c = kTransposed ? coarse_class(a, group, x, line)
-                              : coarse_class(a, group, line, x);
-    if (c)
-      list[count++] = x | (c == 2 ? (1 << 30) : 0);
-  }
-  a.count[id] = count;
-  if constexpr (kTransposed) {
-    if (a.rank)
-      column_ranks(a, group, line, list, count);
-  }
+  int *rank = kTransposed && a.rank ? a.rank + id * len : nullptr;
+  const int count = compact_line(
+      len,
+      [&](int x) {
+        return kTransposed ? coarse_class(a, group, x, line)
+                           : coarse_class(a, group, line, x);
+      },
+      [&](int slot, int x, int c) {
+        list[slot] = visit_entry(x, c);
+        if (rank) // each lane ranks its own entry
+          rank[slot] = column_rank(a, group, x, line);
+      },
+      warp);
+  warp.each([&](int lane) {
+    if (lane == 0)
+      a.count[id] = count;
+  });
 }
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+/// grid (ceil(groups·lines / warps a CTA)) x (32 · warps a CTA): a warp a
+/// line (list_coarse_line); the host picks the CTA's warps so that the
+/// grid covers the SMs (listWarpsPerCta). One thread walking a line took
+/// 117 us a call at S = 16k for a window mask (H100), 366 us for
+/// prefix-LM's long columns with their ranks; a warp takes a line of 256
+/// blocks in 8 steps.
+template <bool kTransposed>
+__device__ void compact_coarse_blocks(const BwdListArgs &a) {
+  const int lines = kTransposed ? a.n_blocks : a.m_blocks;
+  const long long id = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (id >= (long long)a.groups * lines)
+    return; // the whole warp
+  list_coarse_line<kTransposed>(a, id, LineWarp{int(threadIdx.x % 32)});
+}
+#endif
 
 } // namespace attnc
 

@@ -278,7 +278,21 @@ void BackwardRunner::run(const BackwardTensors &T,
     if (Fused)
       A.kv_rank = Blocks->KvRank;
   } else if (Masked) {
-    BwdLists L = listBlocks(C, Slots.data(), Stream, MaskWork.get(Stream));
+    MaskLists &M = MaskWork.get(Stream);
+    // The runner's tiles are fixed: the key's tile is the dK/dV kernel's.
+    std::optional<MaskReuseKey> Key;
+    if (mayReuse(Mask))
+      Key = maskReuseKey(G, Mask, C.B, C.H, C.Sq, C.Skv, K.KvBlockM, K.KvBlockN,
+                         Stream, Slots);
+    if (!M.Reuse.reusable(Key)) {
+      M.Reuse.building();
+      M.Lists = listBlocks(C, Slots.data(), Stream, M.Mem);
+      countBackwardListBuild();
+      CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
+      D.check(D.cuStreamIsCapturing(Stream, &Capture), "cuStreamIsCapturing");
+      M.Reuse.built(Key, Capture != CU_STREAM_CAPTURE_STATUS_NONE);
+    }
+    const BwdLists &L = M.Lists;
     A.q_count = L.QCount;
     A.q_list = L.QList;
     A.kv_count = L.KvCount;
@@ -408,9 +422,12 @@ BwdLists BackwardRunner::listBlocks(const CallShape &C, void *Slots,
   L.n_blocks = QN;
   L.count = W.at<int>(Base, QCountAt);
   L.list = W.at<int>(Base, QListAt);
+  // A warp a line (compact_coarse_blocks), the CTAs spread over the SMs.
+  const int SMs = currentDevice().MultiProcessors;
+  const int RowWarps = listWarpsPerCta(int64_t(Groups) * QM, SMs);
   void *RowParams[] = {&L};
-  D.check(D.cuLaunchKernel(Rows, ceilDiv(Groups * QM, 128), 1, 1, 128, 1, 1,
-                           0, Stream, RowParams, nullptr),
+  D.check(D.cuLaunchKernel(Rows, ceilDiv(Groups * QM, RowWarps), 1, 1, 32 * RowWarps,
+                           1, 1, 0, Stream, RowParams, nullptr),
           "launch attnc_bwd_block_rows");
   // Columns: the dK/dV kernel's blocks.
   attnc::BwdListArgs LC = L;
@@ -425,9 +442,10 @@ BwdLists BackwardRunner::listBlocks(const CallShape &C, void *Slots,
     LC.row_list = L.list;
     LC.rank = W.at<int>(Base, RankAt);
   }
+  const int ColWarps = listWarpsPerCta(int64_t(Groups) * KvN, SMs);
   void *ColParams[] = {&LC};
-  D.check(D.cuLaunchKernel(Cols, ceilDiv(Groups * KvN, 128), 1, 1, 128, 1, 1,
-                           0, Stream, ColParams, nullptr),
+  D.check(D.cuLaunchKernel(Cols, ceilDiv(Groups * KvN, ColWarps), 1, 1, 32 * ColWarps,
+                           1, 1, 0, Stream, ColParams, nullptr),
           "launch attnc_bwd_block_cols");
   return {L.count, L.list, LC.count, LC.list, LC.rank};
 }

@@ -8,6 +8,7 @@
 #include "DeviceArena.h"
 #include "PerStream.h"
 #include "KernelModule.h"
+#include "MaskClassify.h"
 
 #include "attn/analysis/MaskBounds.h"
 #include "attn/codegen/Codegen.h"
@@ -89,6 +90,9 @@ public:
   /// on a runner of a packed form is a UserError.
   /// With \p Blocks (a BlockMask made for this runner's tiles: UserError
   /// otherwise), no classification is launched: the kernels read its lists.
+  /// Without, a masked call builds its block lists, except where the mask
+  /// reads no tensor input and the last build on \p Stream was for the same
+  /// shapes and scalar inputs (ListReuse).
   void run(const BackwardTensors &T, const BackwardCallShape &Shape,
            const InputMap &Inputs = {},
            const InputGradMap &Grads = {}, CUstream Stream = nullptr,
@@ -135,9 +139,18 @@ private:
   /// Per stream: calls on different streams may run at once.
   PerStream<DeviceArena> Work =
       perStream<DeviceArena>(std::string("backward workspace"));
-  /// The block lists of a call without a BlockMask, and their scratch.
-  PerStream<DeviceArena> MaskWork =
-      perStream<DeviceArena>(std::string("backward block lists"));
+  /// The block lists of the calls without a BlockMask on one stream: their
+  /// memory (with the classification's scratch), where the last build put
+  /// them, and what it was for. A mask that reads no tensor input builds
+  /// them once per MaskReuseKey (as the forward's classification): a call
+  /// repeating the key on the same stream, which orders it after the
+  /// build, launches none.
+  struct MaskLists {
+    DeviceArena Mem{"backward block lists"};
+    BwdLists Lists{};
+    ListReuse Reuse;
+  };
+  PerStream<MaskLists> MaskWork{[] { return std::make_unique<MaskLists>(); }};
 };
 
 } // namespace attn::runtime

@@ -35,6 +35,21 @@ std::atomic<uint64_t> Launches{0};
 
 uint64_t classifyLaunches() { return Launches.load(); }
 
+namespace {
+std::atomic<uint64_t> ListBuilds{0};
+} // namespace
+
+uint64_t backwardListBuilds() { return ListBuilds.load(); }
+
+void countBackwardListBuild() { ++ListBuilds; }
+
+int listWarpsPerCta(int64_t Lines, int SMs) {
+  for (int W : {4, 2})
+    if ((Lines + W - 1) / W >= SMs)
+      return W;
+  return 1;
+}
+
 bool launchClassify(CudaDriver &D, CUfunction Classify,
                     const analysis::MaskAnalysis &A, attnc::MaskArgs M,
                     int64_t Groups, void *Slots, CUstream Stream,

@@ -10,6 +10,7 @@
 #include "../kernels/attention_args.cuh"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace attn::runtime {
@@ -63,6 +64,46 @@ struct MaskReuseKey {
 inline bool mayReuse(const analysis::MaskAnalysis &A) {
   return !A.ReadsTensorInput;
 }
+
+/// The reuse rule of the block lists kept for one stream (docs/runtime.md,
+/// "What a mask costs"): lists are reused only by a call whose key equals
+/// the one they were built for, never without a key (a mask that reads a
+/// tensor), and lists launched into a stream being captured into a CUDA
+/// graph are not remembered (they exist only once the graph runs). The
+/// backward keeps one per stream beside its lists' memory; the memory is
+/// laid out from the key's shapes alone, so a reusing call never grows it.
+class ListReuse {
+public:
+  /// Whether a call of key \p Key may use the kept lists as they are.
+  bool reusable(const std::optional<MaskReuseKey> &Key) const {
+    return Key && For && *For == *Key;
+  }
+  /// Before a build's launches: the old lists are being overwritten.
+  void building() { For.reset(); }
+  /// After a build for \p Key was enqueued, on a stream that was being
+  /// captured (\p Captured) or not.
+  void built(const std::optional<MaskReuseKey> &Key, bool Captured) {
+    if (Key && !Captured)
+      For = Key;
+  }
+
+private:
+  std::optional<MaskReuseKey> For;
+};
+
+/// How many times a backward has built its block lists (a classification
+/// and the list kernels) for a call without a BlockMask in this process:
+/// the tests' proof that a call whose key repeats builds none and one whose
+/// key differs builds them again.
+uint64_t backwardListBuilds();
+/// Counts one (BackwardRunner, as it enqueues a build).
+void countBackwardListBuild();
+
+/// The warps of one CTA of the list kernels (compact_line, a warp a line)
+/// for \p Lines lines on \p SMs multiprocessors: 4 where that still gives a
+/// CTA to every SM, else fewer, down to 1, so that a short grid (128 lines
+/// at S = 16k) spreads over the SMs instead of filling a few.
+int listWarpsPerCta(int64_t Lines, int SMs);
 
 /// The key of a call: its shapes, tile and stream, and the slots (from
 /// inputSlots) of the scalar inputs \p A's mask reads.

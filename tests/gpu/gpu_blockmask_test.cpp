@@ -7,15 +7,18 @@
 // kernels') gives the same results; mismatched masks are refused. On
 // sm_90, fwd_sm90's persistent kernel gives the plain one's bits over many
 // tiles a CTA, taking them from its counters call after call (tiles
-// without a key block among them).
+// without a key block among them). Without a block mask, the backward
+// builds its block lists once per key for a mask that reads no tensor.
 #include "BackwardCheck.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
 
+#include "BackwardRunner.h"
 #include "MaskClassify.h"
 
 #include "Examples.h"
 #include "attn/Error.h"
+#include "attn/codegen/Arch.h"
 #include "attn/reference/Attention.h"
 
 #include <fmt/format.h>
@@ -307,6 +310,65 @@ void runCase(const Case &C, uint64_t Seed) {
           [&] { run(Causal, P, &BM, &None); });
 }
 
+/// Sets the scalar input \p Name of \p P to \p X (device call and reference).
+void setScalar(Problem &P, const std::string &Name, int32_t X) {
+  P.Inputs[Name] = X;
+  P.In.Inputs[Name] = Tensor({}, double(X));
+}
+
+/// The backward's block lists without a block mask (BackwardRunner's
+/// ListReuse): a mask that reads no tensor builds them on the first call
+/// and not again while the shapes and scalar inputs repeat; a new prefix
+/// length or batch builds them again (a stale list would fail the
+/// reference for the prefix, and the count for the batch, whose lists are
+/// the same); going back builds again and gives the first call's bits. A
+/// mask that reads tensors (document ids) builds them on every call.
+void runBackwardReuse(const Case &C, uint64_t Seed) {
+  dsl::AttentionDef Def = makeDefinition(C.Def);
+  runtime::Signature Sig;
+  Sig.Dtype = DType::F16;
+  Sig.HeadDim = Sig.HeadDimV = 64;
+  Sig.NeedsBackward = true;
+  Sig.Backend = "generated";
+  runtime::Attention A(Def, Sig);
+  const ir::Graph &G = *A.definition().Graph;
+  const bool Reusable = !analysis::analyzeMask(G).ReadsTensorInput;
+  const bool Prefix = C.Def == "mha_prefix_lm";
+  Problem P = makeProblem(C, G, Seed);
+  std::string Name = fmt::format("backward lists {} b{} h{}/{} s{}", C.Def, C.B, C.H,
+                                 C.Hkv, C.S);
+  auto Builds = [&](const std::function<void()> &F) {
+    const uint64_t Before = runtime::backwardListBuilds();
+    F();
+    return runtime::backwardListBuilds() - Before;
+  };
+  std::vector<std::vector<uint16_t>> First, Again, Other, Back;
+  const uint64_t B1 = Builds([&] { First = run(A, P, nullptr); });
+  const uint64_t B2 = Builds([&] { Again = run(A, P, nullptr); });
+  std::string Line;
+  bool Pass = checkReference(A, P, Again, Line);
+  report(Name + " repeated call",
+         Pass && Again == First && B1 == 1 && B2 == (Reusable ? 0u : 1u),
+         Line + fmt::format(" same bits {} builds {} then {}", Again == First, B1, B2));
+  // Another key: a new prefix length, or one more batch.
+  Case C2 = C;
+  C2.B = C.B + 1;
+  Problem P2 = Prefix ? Problem() : makeProblem(C2, G, Seed + 100);
+  if (Prefix)
+    setScalar(P, "prefix_len", 200);
+  Problem &Q = Prefix ? P : P2;
+  const uint64_t B3 = Builds([&] { Other = run(A, Q, nullptr); });
+  Line.clear();
+  Pass = checkReference(A, Q, Other, Line);
+  report(Name + (Prefix ? " prefix 64 -> 200" : " batch + 1"), Pass && B3 == 1,
+         Line + fmt::format(" builds {}", B3));
+  if (Prefix)
+    setScalar(P, "prefix_len", 64);
+  const uint64_t B4 = Builds([&] { Back = run(A, P, nullptr); });
+  report(Name + " back to the first key", Back == First && B4 == 1,
+         fmt::format("same bits {} builds {}", Back == First, B4));
+}
+
 /// o and the finals of one forward of \p A over \p P (with \p BM if given).
 std::vector<std::vector<uint16_t>> forwardOnly(runtime::Attention &A, Problem &P,
                                                const runtime::BlockMask *BM) {
@@ -390,7 +452,46 @@ void runPersistent(const Case &C, uint64_t Seed) {
 
 } // namespace
 
-int main() {
+/// --precompile ARCH: the kernels the cases use, compiled for \p Arch into
+/// the kernel cache without a GPU (the forwards and backwards of the
+/// definitions, the persistent forwards and their plain twins), so that a
+/// device run reads them instead of compiling one after another.
+int precompile(GpuArch Arch) {
+  runtime::Signature Sig;
+  Sig.Dtype = DType::F16;
+  Sig.HeadDim = Sig.HeadDimV = 64;
+  Sig.NeedsBackward = true;
+  Sig.Backend = "generated";
+  Sig.Arch = Arch;
+  for (const char *Name : {"mha_document_ids", "mha_prefix_lm", "mha_window", "mha"}) {
+    runtime::Attention A(makeDefinition(Name), Sig);
+    runtime::BackwardRunner B(
+        A.definition(),
+        runtime::kernelTarget(A.definition(), Sig, Arch, runtime::Direction::Backward),
+        A.backwardChoice());
+    std::printf("compiled %s: %s | %s\n", Name, A.forwardChoice().str().c_str(),
+                A.backwardChoice().str().c_str());
+  }
+  if (Arch != GpuArch::Sm90a)
+    return 0;
+  runtime::Signature Fwd = Sig;
+  Fwd.NeedsBackward = false;
+  for (const char *Name : {"mha_document_ids", "mha_prefix_lm", "mha_window", "mha_empty256"})
+    for (const char *Cfg : {"sm90.m128n128s3", "sm90.m128n128s3p"}) {
+      Fwd.Config = Cfg;
+      runtime::Attention A(persistentDefinition(Name), Fwd);
+      std::printf("compiled %s: %s\n", Name, A.forwardChoice().str().c_str());
+    }
+  return 0;
+}
+
+int main(int Argc, char **Argv) {
+  if (Argc == 3 && std::string(Argv[1]) == "--precompile")
+    return precompile(parseArch(Argv[2]));
+  if (Argc != 1) {
+    std::fprintf(stderr, "usage: gpu_blockmask_test [--precompile ARCH]\n");
+    return 2;
+  }
   auto &Drv = runtime::CudaDriver::get();
   if (!Drv.available()) {
     std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
@@ -406,6 +507,17 @@ int main() {
       runCase(C, Seed++);
     } catch (const std::exception &E) {
       std::printf("%s ERROR %s\n", C.Def.c_str(), E.what());
+      ++Failed;
+    }
+  }
+  const Case Lists[] = {{"mha_prefix_lm", 1, 4, 2, 1000},
+                        {"mha_window", 1, 2, 1, 1500},
+                        {"mha_document_ids", 2, 2, 2, 600}};
+  for (const Case &C : Lists) {
+    try {
+      runBackwardReuse(C, Seed++);
+    } catch (const std::exception &E) {
+      std::printf("backward lists %s ERROR %s\n", C.Def.c_str(), E.what());
       ++Failed;
     }
   }
