@@ -476,6 +476,7 @@ void GeneratedBackend::launchDecode(ForwardKernel &K, const BackendProblem &P,
   }
   std::vector<uint64_t> Slots = inputSlots(*Def.Graph, C, Ctx.Inputs);
   void *Params[] = {&A, Slots.data()};
+  const bool Dependent = A.splits > 1 && decodeMergeDependent(P.Target.Arch);
   D.check(D.cuLaunchKernel(K.Decode, unsigned(A.splits),
                            unsigned(A.heads_kv * A.row_blocks),
                            unsigned(A.batch), unsigned(K.Launch.Threads), 1, 1,
@@ -486,7 +487,7 @@ void GeneratedBackend::launchDecode(ForwardKernel &K, const BackendProblem &P,
     return;
   if (!K.DecodeMerge)
     throw InternalError("decode split without a merge kernel");
-  launchDecodeMerge(K.DecodeMerge, P.Target.Arch, unsigned(C.B * C.H * C.Sq),
+  launchDecodeMerge(K.DecodeMerge, Dependent, unsigned(C.B * C.H * C.Sq),
                     P.Target.HeadDimV, Ctx.Stream, Params);
 }
 

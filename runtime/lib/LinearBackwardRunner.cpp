@@ -2,6 +2,7 @@
 // their workspace, fill LinearArgs and launch them in order.
 #include "LinearBackwardRunner.h"
 
+#include "EnvSwitch.h"
 #include "ForwardLaunch.h"
 
 #include "attn/Error.h"
@@ -21,15 +22,9 @@ namespace {
 /// pairs apply (a measurement switch, as ATTNC_LINEAR_SPLIT); unset or 1
 /// leaves them on. Anything else is a UserError.
 bool statePairsAllowed() {
-  const char *Env = std::getenv("ATTNC_LINEAR_PAIRS");
-  if (!Env || !*Env)
-    return true;
-  const std::string V = Env;
-  if (V != "0" && V != "1")
-    throw UserError("ATTNC_LINEAR_PAIRS='" + V +
-                    "': expected 0 (every chunk's states written) or 1 (state "
-                    "pairs where the kernels have them)");
-  return V == "1";
+  return envSwitch("ATTNC_LINEAR_PAIRS", "every chunk's states written",
+                   "state pairs where the kernels have them")
+      .value_or(true);
 }
 
 } // namespace

@@ -3,6 +3,7 @@
 // single-tensor checks are ValidateCommon's.
 #include "LinearValidate.h"
 
+#include "EnvSwitch.h"
 #include "ValidateCommon.h"
 
 #include "attn/Error.h"
@@ -337,15 +338,9 @@ LinearVarlenShape validateLinearVarlen(const CompiledDefinition &Def,
 /// past the grid's 65535 rows. ATTNC_LINEAR_SPLIT=0 or 1, a measurement
 /// switch, turns it off or on whatever the waves.
 int linearVarlenSplitRows(int64_t Seqs, int64_t Heads, int64_t Ctas, int64_t Slots) {
-  std::optional<bool> Forced;
-  if (const char *Env = std::getenv("ATTNC_LINEAR_SPLIT"); Env && *Env) {
-    const std::string V = Env;
-    if (V != "0" && V != "1")
-      throw UserError("ATTNC_LINEAR_SPLIT='" + V +
-                      "': expected 0 (no sequence split) or 1 (split the "
-                      "longest sequences whatever the waves)");
-    Forced = V == "1";
-  }
+  const std::optional<bool> Forced =
+      envSwitch("ATTNC_LINEAR_SPLIT", "no sequence split",
+                "split the longest sequences whatever the waves");
   constexpr int64_t MaxRanked = 128;
   if (Seqs > MaxRanked || 2 * Seqs * Heads > 65535)
     return 0;

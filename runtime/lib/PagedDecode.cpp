@@ -2,6 +2,7 @@
 // launched from a plan, and the append of new tokens into pages.
 #include "PagedDecode.h"
 
+#include "EnvSwitch.h"
 #include "ForwardLaunch.h"
 
 #include "attn/codegen/InputLayout.h"
@@ -54,16 +55,6 @@ std::vector<uint64_t> pagedInputSlots(const ir::Graph &G, const CallShape &S,
   return Slots;
 }
 
-/// Whether paged decode's merge is launched as the split kernel's
-/// programmatic dependent: on sm_90a, unless ATTNC_DECODE_PDL=0 (which
-/// gives the plain launch after the split kernel, for comparison).
-bool mergeDependentLaunch(GpuArch Arch) {
-  static const bool Off = [] {
-    const char *Env = std::getenv("ATTNC_DECODE_PDL");
-    return Env && std::string(Env) == "0";
-  }();
-  return Arch == GpuArch::Sm90a && !Off;
-}
 } // namespace
 
 PagedDecodeRunner::PagedDecodeRunner(const CompiledDefinition &Def,
@@ -146,6 +137,7 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
   setPageArgs(A, C, P.Bounds.PageSize);
   std::vector<uint64_t> Slots = pagedInputSlots(*Def.Graph, S, Inputs);
   void *Params[] = {&A, Slots.data()};
+  const bool Dependent = P.Splits > 1 && decodeMergeDependent(Target.Arch);
   D.check(D.cuLaunchKernel(Decode, unsigned(P.Splits),
                            unsigned(d.heads_kv * d.row_blocks),
                            unsigned(d.batch), unsigned(Config.Warps * 32), 1,
@@ -160,11 +152,22 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
     throw InternalError("paged decode split without a merge kernel");
   // The merge kernel takes the split kernel's arguments (each sequence's
   // length from its pages, for the epilogue's q_idx).
-  launchDecodeMerge(Merge, Target.Arch, unsigned(S.B * S.H * S.Sq),
+  launchDecodeMerge(Merge, Dependent, unsigned(S.B * S.H * S.Sq),
                     Target.HeadDimV, Stream, Params);
 }
 
-void launchDecodeMerge(CUfunction Merge, GpuArch Arch, unsigned Rows,
+bool decodeMergeDependent(GpuArch Arch) {
+  // Read once: the launch path does no environment lookups. A bad value
+  // throws here, before the split kernel's launch, on every call.
+  static const bool On =
+      envSwitch("ATTNC_DECODE_PDL",
+                "the merge launched after the split kernel",
+                "the merge as its programmatic dependent launch on sm_90a")
+          .value_or(true);
+  return Arch == GpuArch::Sm90a && On;
+}
+
+void launchDecodeMerge(CUfunction Merge, bool Dependent, unsigned Rows,
                        int HeadDimV, CUstream Stream, void **Params) {
   // On sm_90a the merge is the split kernel's programmatic dependent:
   // launched while the splits run, it waits on the device for their parts
@@ -180,7 +183,7 @@ void launchDecodeMerge(CUfunction Merge, GpuArch Arch, unsigned Rows,
   CUlaunchAttribute Attr{};
   Attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
   Attr.value.programmaticStreamSerializationAllowed = 1;
-  if (mergeDependentLaunch(Arch)) {
+  if (Dependent) {
     Cfg.attrs = &Attr;
     Cfg.numAttrs = 1;
   }

@@ -179,11 +179,17 @@ private:
       perStream<DeviceArena>(std::string("paged decode workspace"));
 };
 
+/// Whether decode's merge is launched as the split kernel's programmatic
+/// dependent: on sm_90a unless ATTNC_DECODE_PDL=0 (the plain launch, for
+/// comparison). Any other value is a UserError; callers ask before the
+/// split kernel's launch, so a bad value launches nothing.
+bool decodeMergeDependent(GpuArch Arch);
+
 /// Launches decode's split merge \p Merge (one CTA of HeadDimV / 2
 /// threads per query row, the split kernel's \p Params) after the split
-/// kernel on \p Stream: on sm_90a as its programmatic dependent (the
-/// merge waits on the device), unless ATTNC_DECODE_PDL=0; else plainly.
-void launchDecodeMerge(CUfunction Merge, GpuArch Arch, unsigned Rows,
+/// kernel on \p Stream: as its programmatic dependent where \p Dependent
+/// (decodeMergeDependent; the merge waits on the device), else plainly.
+void launchDecodeMerge(CUfunction Merge, bool Dependent, unsigned Rows,
                        int HeadDimV, CUstream Stream, void **Params);
 
 /// A validated public merge: the kernel's arguments, its rows, the dtype,

@@ -2,6 +2,8 @@
 // default, asked of the skeleton table.
 #include "attn/runtime/Selector.h"
 
+#include "EnvSwitch.h"
+
 #include "attn/Error.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
@@ -296,13 +298,9 @@ std::optional<double> meanVisitedBlocks(const analysis::MaskAnalysis &A, int64_t
 
 bool persistentWanted(int64_t Tiles, std::optional<double> MeanVisits,
                       int64_t KeyBlocks, int MultiProcessors) {
-  if (const char *Env = std::getenv("ATTNC_FWD_PERSISTENT"); Env && *Env) {
-    const std::string V = Env;
-    if (V == "0" || V == "1")
-      return V == "1";
-    throw UserError("ATTNC_FWD_PERSISTENT='" + V +
-                    "': expected 0 (plain fwd_sm90 grid) or 1 (persistent)");
-  }
+  if (std::optional<bool> Forced = envSwitch(
+          "ATTNC_FWD_PERSISTENT", "plain fwd_sm90 grid", "persistent"))
+    return *Forced;
   return persistentHeuristic(Tiles, MeanVisits, KeyBlocks, MultiProcessors);
 }
 

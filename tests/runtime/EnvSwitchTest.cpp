@@ -1,0 +1,51 @@
+// The 0/1 measurement switches (EnvSwitch.h): unset or empty means "not
+// forced", 0 and 1 force, anything else is a UserError naming the variable,
+// its value and both meanings; ATTNC_DECODE_PDL through the decode merge's
+// launch rule. No GPU.
+#include "EnvSwitch.h"
+#include "PagedDecode.h"
+
+#include "attn/Error.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+using namespace attn;
+
+TEST_CASE("envSwitch: unset, empty, 0, 1 and a bad value", "[runtime]") {
+  const char *Name = "ATTNC_TEST_SWITCH";
+  auto Read = [&] { return runtime::envSwitch(Name, "off path", "on path"); };
+  REQUIRE(unsetenv(Name) == 0);
+  CHECK_FALSE(Read().has_value());
+  REQUIRE(setenv(Name, "", 1) == 0);
+  CHECK_FALSE(Read().has_value());
+  REQUIRE(setenv(Name, "0", 1) == 0);
+  REQUIRE(Read().has_value());
+  CHECK_FALSE(*Read());
+  REQUIRE(setenv(Name, "1", 1) == 0);
+  REQUIRE(Read().has_value());
+  CHECK(*Read());
+  for (const char *Bad : {"yes", "2", "01", " 1", "true"}) {
+    REQUIRE(setenv(Name, Bad, 1) == 0);
+    CHECK_THROWS_AS(Read(), UserError);
+    CHECK_THROWS_WITH(Read(), "ATTNC_TEST_SWITCH='" + std::string(Bad) +
+                                  "': expected 0 (off path) or 1 (on path)");
+  }
+  REQUIRE(unsetenv(Name) == 0);
+}
+
+TEST_CASE("ATTNC_DECODE_PDL: a bad value is refused, unset means the "
+          "dependent launch on sm_90a only",
+          "[runtime][decode]") {
+  // The rule is read once a process (the launch path does no lookups), so
+  // the bad value comes first: a throwing read leaves it unread.
+  REQUIRE(setenv("ATTNC_DECODE_PDL", "on", 1) == 0);
+  CHECK_THROWS_AS(runtime::decodeMergeDependent(GpuArch::Sm90a), UserError);
+  CHECK_THROWS_WITH(runtime::decodeMergeDependent(GpuArch::Sm90a),
+                    Catch::Contains("ATTNC_DECODE_PDL='on': expected 0 (the "
+                                    "merge launched after the split kernel)"));
+  REQUIRE(unsetenv("ATTNC_DECODE_PDL") == 0);
+  CHECK(runtime::decodeMergeDependent(GpuArch::Sm90a));
+  CHECK_FALSE(runtime::decodeMergeDependent(GpuArch::Sm80));
+}
