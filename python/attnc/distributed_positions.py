@@ -40,6 +40,13 @@ def _twin(definition, make, suffix):
     return _attnc_torch.register(got[1])
 
 
+def _stream_of(t):
+    """The current stream of t's device (0 for a CPU tensor): a BlockMask
+    is made on, and kept for, one stream."""
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda \
+        else 0
+
+
 def _rows(t, a, b):
     if a == 0 and b == t.shape[2]:
         return t
@@ -207,6 +214,10 @@ class PositionsRing:
                         if n in read]
         self._plans = {}
         self._tiles = {}
+        self._mask_read = pos.mask_inputs(self.graph)
+        # BlockMasks of the masked blocks (_block_mask), made once per
+        # block, shape and scalars; False once a call refused one.
+        self._masks = {}
 
     def _tile_index(self, chunk, tile, device):
         """The global tile of each of this rank's local tiles."""
@@ -320,6 +331,55 @@ class PositionsRing:
     def _att(self, b):
         return self.att if b.kind == "masked" else self.full_att
 
+    def _block_mask(self, b, q, call, backward):
+        """The BlockMask of masked block b's call (its inputs `call`), made
+        once and kept, or None (a full block, a mask that reads a tensor,
+        or masks refused before). Without one, each call classifies the
+        mask again whenever the stream's last call had other offsets or
+        shapes (the runtime keeps one classification per stream), which a
+        rank's alternating home and remote blocks always have."""
+        if b.kind != "masked" or self._masks is False:
+            return None
+        scalars = []
+        for name in self._mask_read | {pos.Q_OFFSET, pos.KV_OFFSET}:
+            x = call.get(name)
+            if isinstance(x, torch.Tensor):
+                return None  # device data: classified per call
+            scalars.append((name, x))
+        key = (b.q1 - b.q0, b.k1 - b.k0, q.shape[0], q.shape[1],
+               tuple(sorted(scalars, key=lambda e: e[0])), backward,
+               q.device, _stream_of(q))
+        got = self._masks.get(key)
+        if got is None:
+            if len(self._masks) > 256:
+                self._masks.clear()
+            try:
+                got = self.att.make_block_mask(
+                    q.shape[0], q.shape[1], b.q1 - b.q0, b.k1 - b.k0,
+                    inputs={n: x for n, x in scalars if x is not None},
+                    for_backward=backward)
+            except (_lib.UserError, _lib.NotSupportedYet):
+                self._masks = False  # the calls classify, as before
+                return None
+            self._masks[key] = got
+        return got
+
+    def _run(self, b, q, call, backward, args):
+        """The attention call of block b (forward or backward, args its
+        tensors) with its kept BlockMask, or without one when the call
+        refuses it (a tile other than the mask's): then never again."""
+        mask = self._block_mask(b, q, call, backward)
+        att = self._att(b)
+        run = att.backward if backward else att.forward
+        if mask is None:
+            run(*args, call)
+            return
+        try:
+            run(*args, call, block_mask=mask)
+        except _lib.UserError:
+            self._masks = False
+            run(*args, call)
+
     def _block_forward(self, b, q, kv, base, inputs, out, finals):
         """Runs block b; its out rows go to out's rows when out is given
         (a view: the kernels take strided bhsd tensors) and its finals to
@@ -336,8 +396,8 @@ class PositionsRing:
         f = finals if whole else torch.empty(
             (self.n_finals, bsz, heads, rows), dtype=torch.float32,
             device=q.device)
-        self._att(b).forward(qb, kb, vb, o, f if self.n_finals else None,
-                             self._inputs(inputs, b, kv[2:], base))
+        self._run(b, q, self._inputs(inputs, b, kv[2:], base), False,
+                  (qb, kb, vb, o, f if self.n_finals else None))
         if out is not None:
             if not whole:
                 finals[..., b.q0:b.q1] = f
@@ -354,8 +414,8 @@ class PositionsRing:
         gq = dq.target(b) if isinstance(dq, _Grad) else torch.empty_like(qb)
         gk, gv = (g.target(b) if isinstance(g, _Grad) else torch.empty_like(x)
                   for g, x in ((dk, kb), (dv, vb)))
-        self._att(b).backward(qb, kb, vb, ob, dob, fb, gq, gk, gv,
-                              self._inputs(inputs, b, kv[2:], base))
+        self._run(b, q, self._inputs(inputs, b, kv[2:], base), True,
+                  (qb, kb, vb, ob, dob, fb, gq, gk, gv))
         for g, got, lo, hi in ((dq, gq, b.q0, b.q1), (dk, gk, b.k0, b.k1),
                                (dv, gv, b.k0, b.k1)):
             if isinstance(g, _Grad):

@@ -42,9 +42,31 @@ class FakeAttention:
     mask of base at the offsets the call passes, or without a mask."""
 
     final_names = ("lse",)
+    masks_made = 0
 
     def __init__(self, base, masked):
         self.base, self.masked = base, masked
+
+    def make_block_mask(self, batch, heads, seq_q, seq_kv, inputs=None,
+                        for_backward=False):
+        """A stand-in BlockMask: what it was made for, which each call
+        given it checks against its own (a mask kept for another block,
+        shape, offsets, scalars or direction would be caught)."""
+        FakeAttention.masks_made += 1
+        return ("mask", batch, heads, seq_q, seq_kv,
+                tuple(sorted((inputs or {}).items())), for_backward)
+
+    def _check_mask(self, block_mask, q, k, inputs, backward):
+        if block_mask is None:
+            return
+        from attnc import _ring_positions as pos
+        scalars = {n: x for n, x in inputs.items()
+                   if n in (pos.Q_OFFSET, pos.KV_OFFSET, "prefix_len")}
+        want = ("mask", q.shape[0], q.shape[1], q.shape[2], k.shape[2],
+                tuple(sorted(scalars.items())), backward)
+        if not self.masked or block_mask != want:
+            raise AssertionError(f"{self.base}: a call of {want} given "
+                                 f"the block mask {block_mask}")
 
     def merge_kind(self):
         return "log-sum-exp", ""
@@ -59,14 +81,17 @@ class FakeAttention:
                               float("-inf"))
         return s
 
-    def forward(self, q, k, v, out, finals, inputs=None):
+    def forward(self, q, k, v, out, finals, inputs=None, block_mask=None):
+        self._check_mask(block_mask, q, k, inputs, False)
         s = self._s(q, k, inputs)
         lse = torch.logsumexp(s, dim=-1)
         p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
         out.copy_(p @ v)
         finals[0].copy_(lse)
 
-    def backward(self, q, k, v, out, dout, finals, dq, dk, dv, inputs=None):
+    def backward(self, q, k, v, out, dout, finals, dq, dk, dv, inputs=None,
+                 block_mask=None):
+        self._check_mask(block_mask, q, k, inputs, True)
         s = self._s(q, k, inputs)
         p = torch.exp(s - finals[0][..., None]).nan_to_num(0.0)
         dp = dout @ v.transpose(-1, -2)
@@ -249,6 +274,9 @@ def _cached_worker(rank, world, port, errors):
                 if not err.item() < 1e-5:
                     errors.put(f"rank {rank} {name} n={n} prefix={prefix} "
                                f"doc={doc} {what}: {err.item()}")
+        if not FakeAttention.masks_made:
+            errors.put(f"rank {rank}: no BlockMask was made for the masked "
+                       "blocks of masks that read no tensor")
     except Exception as e:  # reported by the parent
         import traceback
         errors.put(f"rank {rank}: {type(e).__name__}: {e}\n"
