@@ -180,7 +180,7 @@ def profile_host(fn, world, rank, what, calls=20, top=14):
     lines = [f"  host profile {what}, rank {rank}, {calls} calls:"] + [
         "  " + ln.replace(os.getcwd(), ".")[:150]
         for ln in out.getvalue().splitlines()
-        if ln.strip() and ("(" in ln or "ncalls" in ln)][:top + 1]
+        if ln.strip()[:1].isdigit() or "ncalls" in ln][:top + 1]
     got = [None] * world
     dist.all_gather_object(got, "\n".join(lines))
     if rank == 0:
