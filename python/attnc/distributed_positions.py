@@ -40,6 +40,13 @@ def _twin(definition, make, suffix):
     return _attnc_torch.register(got[1])
 
 
+def _stream_of(t):
+    """The current stream of t's device (0 for a CPU tensor): a BlockMask
+    is made on, and kept for, one stream."""
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda \
+        else 0
+
+
 def _rows(t, a, b):
     if a == 0 and b == t.shape[2]:
         return t
@@ -207,6 +214,10 @@ class PositionsRing:
                         if n in read]
         self._plans = {}
         self._tiles = {}
+        self._mask_read = pos.mask_inputs(self.graph)
+        # BlockMasks of the masked blocks (_block_mask), made once per
+        # block, shape and scalars; False once a call refused one.
+        self._masks = {}
 
     def _tile_index(self, chunk, tile, device):
         """The global tile of each of this rank's local tiles."""
@@ -220,16 +231,17 @@ class PositionsRing:
                  for j in range(s.length // tile)], device=device)
         return got
 
-    def _bounds(self, inputs, n_local, chunk, device):
-        """The bounds of the mask's per-token inputs per tile of positions
-        over the whole sequence (each rank's tiles, one all_reduce) as
-        (query TokenBounds, key TokenBounds, a key of their values), or
-        Nones when the mask reads none. The host reads them (the plan
-        depends on them): this waits for the work queued before."""
+    def _bounds_start(self, inputs, n_local, chunk, device):
+        """Queues the bounds of the mask's per-token inputs per tile of
+        positions over the whole sequence (each rank's tiles, one
+        all_reduce) and their copy to the host, behind the work queued
+        before (the inputs' producers); None when the mask reads none.
+        _bounds_finish reads them: only it waits, and only for the work
+        queued before this call, not for what is queued after it."""
         names = [n for n in self.bounded
                  if inputs and isinstance(inputs.get(n), torch.Tensor)]
         if not names:
-            return None, None, None
+            return None
         tile = pos.TILE if chunk % pos.TILE == 0 else chunk
         seen, rows = {}, []
         for name in names:
@@ -248,7 +260,25 @@ class PositionsRing:
                          math.inf, dtype=torch.float64, device=device)
         buf.index_copy_(2, self._tile_index(chunk, tile, device), vals)
         dist.all_reduce(buf, op=dist.ReduceOp.MIN, group=self.group)
-        host = buf.cpu().tolist()
+        done = None
+        if buf.is_cuda:
+            host = torch.empty(buf.shape, dtype=buf.dtype, pin_memory=True)
+            host.copy_(buf, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            buf = host
+        return names, tile, buf, done
+
+    def _bounds_finish(self, started):
+        """(query TokenBounds, key TokenBounds, a key of their values) of
+        _bounds_start's bounds, or Nones when it queued none. Waits for
+        the work queued before _bounds_start (the plan depends on them)."""
+        if started is None:
+            return None, None, None
+        names, tile, buf, done = started
+        if done is not None:
+            done.synchronize()
+        host = buf.tolist()
         q_table, k_table = {}, {}
         for name, (lows, negs) in zip(names, host):
             table = q_table if name in self.support.query_inputs else k_table
@@ -258,17 +288,21 @@ class PositionsRing:
         return (pos.TokenBounds(tile, q_table) if q_table else None,
                 pos.TokenBounds(tile, k_table) if k_table else None, key)
 
-    def _plan(self, q, inputs, read_bounds=True) -> _Plan:
-        """The plan of a call; without read_bounds, by positions alone (the
-        per-token inputs' bounds unread: no wait for the queued work)."""
-        n_local = q.shape[2]
-        chunk = plan.check_layout(self.where, self.layout, self.world,
-                                  n_local * self.world)
+    def _chunk(self, q):
+        return plan.check_layout(self.where, self.layout, self.world,
+                                 q.shape[2] * self.world)
+
+    def _plan(self, q, inputs, bounds=(None, None, None)) -> _Plan:
+        """The plan of a call: by positions alone (the per-token inputs'
+        bounds unread: no wait for the queued work), or by positions and
+        bounds, _bounds_finish's (q_bounds, k_bounds, their values' key).
+        Cached by the chunk length (the shapes), the scalar inputs and the
+        bounds' values: what the plan is a function of (the ring is one
+        definition's, so one mask)."""
+        chunk = self._chunk(q)
         scalars = {n: x for n, x in (inputs or {}).items()
                    if isinstance(x, (int, float)) and not isinstance(x, bool)}
-        q_bounds, k_bounds, values = (
-            self._bounds(inputs, n_local, chunk, q.device) if read_bounds
-            else (None, None, None))
+        q_bounds, k_bounds, values = bounds
         key = (chunk, tuple(sorted(scalars.items())), values)
         got = self._plans.get(key)
         if got is None:
@@ -297,6 +331,60 @@ class PositionsRing:
     def _att(self, b):
         return self.att if b.kind == "masked" else self.full_att
 
+    def _block_mask(self, b, q, call, backward):
+        """The BlockMask of masked block b's forward call (its inputs
+        `call`), made once and kept, or None (a backward, a full block, a
+        mask that reads a tensor, or masks refused before). Without one,
+        each call classifies the mask again whenever the stream's last
+        call had other offsets or shapes (the runtime keeps one
+        classification per stream), which a rank's alternating home and
+        remote blocks always have: 2 H200s, 2026-11-28, window 256 over
+        16k tokens a GPU, contiguous forward 0.62 -> 0.40 ms. The backward
+        keeps classifying: with kept for_backward masks as well, forward+
+        backward took 2.18 ms contiguous (2.19 before) and 3.18 ms zig-zag
+        (2.71 before), the forward's gain lost in the backward."""
+        if backward or b.kind != "masked" or self._masks is False:
+            return None
+        scalars = []
+        for name in self._mask_read | {pos.Q_OFFSET, pos.KV_OFFSET}:
+            x = call.get(name)
+            if isinstance(x, torch.Tensor):
+                return None  # device data: classified per call
+            scalars.append((name, x))
+        key = (b.q1 - b.q0, b.k1 - b.k0, q.shape[0], q.shape[1],
+               tuple(sorted(scalars, key=lambda e: e[0])), backward,
+               q.device, _stream_of(q))
+        got = self._masks.get(key)
+        if got is None:
+            if len(self._masks) > 256:
+                self._masks.clear()
+            try:
+                got = self.att.make_block_mask(
+                    q.shape[0], q.shape[1], b.q1 - b.q0, b.k1 - b.k0,
+                    inputs={n: x for n, x in scalars if x is not None},
+                    for_backward=backward)
+            except (_lib.UserError, _lib.NotSupportedYet):
+                self._masks = False  # the calls classify, as before
+                return None
+            self._masks[key] = got
+        return got
+
+    def _run(self, b, q, call, backward, args):
+        """The attention call of block b (forward or backward, args its
+        tensors) with its kept BlockMask, or without one when the call
+        refuses it (a tile other than the mask's): then never again."""
+        mask = self._block_mask(b, q, call, backward)
+        att = self._att(b)
+        run = att.backward if backward else att.forward
+        if mask is None:
+            run(*args, call)
+            return
+        try:
+            run(*args, call, block_mask=mask)
+        except _lib.UserError:
+            self._masks = False
+            run(*args, call)
+
     def _block_forward(self, b, q, kv, base, inputs, out, finals):
         """Runs block b; its out rows go to out's rows when out is given
         (a view: the kernels take strided bhsd tensors) and its finals to
@@ -313,8 +401,8 @@ class PositionsRing:
         f = finals if whole else torch.empty(
             (self.n_finals, bsz, heads, rows), dtype=torch.float32,
             device=q.device)
-        self._att(b).forward(qb, kb, vb, o, f if self.n_finals else None,
-                             self._inputs(inputs, b, kv[2:], base))
+        self._run(b, q, self._inputs(inputs, b, kv[2:], base), False,
+                  (qb, kb, vb, o, f if self.n_finals else None))
         if out is not None:
             if not whole:
                 finals[..., b.q0:b.q1] = f
@@ -331,8 +419,8 @@ class PositionsRing:
         gq = dq.target(b) if isinstance(dq, _Grad) else torch.empty_like(qb)
         gk, gv = (g.target(b) if isinstance(g, _Grad) else torch.empty_like(x)
                   for g, x in ((dk, kb), (dv, vb)))
-        self._att(b).backward(qb, kb, vb, ob, dob, fb, gq, gk, gv,
-                              self._inputs(inputs, b, kv[2:], base))
+        self._run(b, q, self._inputs(inputs, b, kv[2:], base), True,
+                  (qb, kb, vb, ob, dob, fb, gq, gk, gv))
         for g, got, lo, hi in ((dq, gq, b.q0, b.q1), (dk, gk, b.k0, b.k1),
                                (dv, gv, b.k0, b.k1)):
             if isinstance(g, _Grad):
@@ -425,13 +513,18 @@ class PositionsRing:
         return _exchange(send, recv, self.group, world, rank), got
 
     def forward(self, q, k, v, inputs, backward_follows=True):
-        """(out, finals, the plan, which backward takes again). A forward
-        that no backward follows plans by positions alone: reading the
-        bounds waits for the work queued before the call (2 H100s,
-        2026-11-28: document forward 1.86 ms before the bounds existed,
-        2.35 ms with them), which only the backward's smaller transfers pay
-        back (forward+backward 11.08 -> 7.67 ms)."""
-        p = self._plan(q, inputs, read_bounds=backward_follows)
+        """(out, finals, what the backward plans by). The forward plans by
+        positions alone: reading the per-token inputs' bounds waits for
+        the work queued before the call (2 H100s, 2026-11-28: document
+        forward 1.86 ms by positions, 2.35 ms by bounds read first), which
+        only the backward's smaller transfers pay back (forward+backward
+        11.08 -> 7.67 ms). So when a backward follows, the bounds are
+        queued before the forward's kernels and read by the backward
+        (_bounds_finish), whose host then waits for no more than the work
+        queued before this forward."""
+        p = self._plan(q, inputs)
+        later = (self._bounds_start(inputs, q.shape[2], self._chunk(q),
+                                    q.device) if backward_follows else None)
         sched = p.schedule(self.rank)
         kv, base = self._travelling(k, v, inputs), 0
         like = kv
@@ -456,11 +549,21 @@ class PositionsRing:
             if t < self.world - 1:
                 kv, base = got if got is not None else (None, 0)
         self._merge(sched, parts, out, finals)
-        return out, finals, p
+        return out, finals, (p if later is None else later)
 
-    def backward(self, q, k, v, out, finals, dout, inputs, p=None):
+    def backward(self, q, k, v, out, finals, dout, inputs, state=None):
+        """dq, dk, dv; state: the forward's (its plan, or the bounds it
+        queued, which plan the backward: any set of blocks that covers
+        every kept element gives the gradients from the merged out and
+        finals)."""
         world, rank = self.world, self.rank
-        p = p if p is not None else self._plan(q, inputs)
+        if isinstance(state, _Plan):
+            p = state
+        else:
+            if state is None:  # no forward's: the bounds, read now
+                state = self._bounds_start(inputs, q.shape[2],
+                                           self._chunk(q), q.device)
+            p = self._plan(q, inputs, self._bounds_finish(state))
         sched = p.schedule(rank)
         dout = dout.contiguous()
         kv, base = self._travelling(k, v, inputs), 0

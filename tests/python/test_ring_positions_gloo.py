@@ -42,9 +42,31 @@ class FakeAttention:
     mask of base at the offsets the call passes, or without a mask."""
 
     final_names = ("lse",)
+    masks_made = 0
 
     def __init__(self, base, masked):
         self.base, self.masked = base, masked
+
+    def make_block_mask(self, batch, heads, seq_q, seq_kv, inputs=None,
+                        for_backward=False):
+        """A stand-in BlockMask: what it was made for, which each call
+        given it checks against its own (a mask kept for another block,
+        shape, offsets, scalars or direction would be caught)."""
+        FakeAttention.masks_made += 1
+        return ("mask", batch, heads, seq_q, seq_kv,
+                tuple(sorted((inputs or {}).items())), for_backward)
+
+    def _check_mask(self, block_mask, q, k, inputs, backward):
+        if block_mask is None:
+            return
+        from attnc import _ring_positions as pos
+        scalars = {n: x for n, x in inputs.items()
+                   if n in (pos.Q_OFFSET, pos.KV_OFFSET, "prefix_len")}
+        want = ("mask", q.shape[0], q.shape[1], q.shape[2], k.shape[2],
+                tuple(sorted(scalars.items())), backward)
+        if not self.masked or block_mask != want:
+            raise AssertionError(f"{self.base}: a call of {want} given "
+                                 f"the block mask {block_mask}")
 
     def merge_kind(self):
         return "log-sum-exp", ""
@@ -59,14 +81,17 @@ class FakeAttention:
                               float("-inf"))
         return s
 
-    def forward(self, q, k, v, out, finals, inputs=None):
+    def forward(self, q, k, v, out, finals, inputs=None, block_mask=None):
+        self._check_mask(block_mask, q, k, inputs, False)
         s = self._s(q, k, inputs)
         lse = torch.logsumexp(s, dim=-1)
         p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
         out.copy_(p @ v)
         finals[0].copy_(lse)
 
-    def backward(self, q, k, v, out, dout, finals, dq, dk, dv, inputs=None):
+    def backward(self, q, k, v, out, dout, finals, dq, dk, dv, inputs=None,
+                 block_mask=None):
+        self._check_mask(block_mask, q, k, inputs, True)
         s = self._s(q, k, inputs)
         p = torch.exp(s - finals[0][..., None]).nan_to_num(0.0)
         dp = dout @ v.transpose(-1, -2)
@@ -151,7 +176,14 @@ def _worker(rank, world, port, errors):
                     # own chunks: nothing travels, no remote call runs.
                     ring = [r for key, r in ad._rings.items()
                             if key[0] == name and key[5] == layout][-1]
-                    for p_ in ring._plans.values():
+                    # The backward's plans: those made by the bounds
+                    # (the forward plans by positions alone).
+                    by_bounds = [p_ for key_, p_ in ring._plans.items()
+                                 if key_[2] is not None]
+                    if not by_bounds:
+                        errors.put(f"rank {rank}: {name}: no plan made by "
+                                   "the ids' bounds")
+                    for p_ in by_bounds:
                         if any(p_.travel) or any(
                                 p_.blocks[rank][s_] for s_ in range(world)
                                 if s_ != rank):
@@ -183,8 +215,81 @@ def _worker(rank, world, port, errors):
         dist.destroy_process_group()
 
 
+def _cached_worker(rank, world, port, errors):
+    """One ring per definition called again with what its plan depends
+    on changed (the scalar prefix, the document ids, the sequence length):
+    a plan reused from an earlier call would be wrong for the new one."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        from attnc import distributed as ad
+        from attnc import _ring_plan as plan
+        from attnc import _ring_positions as pos
+
+        def fake(name, *a):
+            base = name.split(pos.POSITIONS_SUFFIX)[0]
+            return FakeAttention(base, not name.endswith(plan.TWIN_SUFFIX))
+
+        ad._check = lambda *a: None  # CPU tensors
+        ad._attnc_torch.attention_object = fake
+        defs = _definitions()
+        layout = "contiguous"
+        b, h = 1, 2
+        cases = [("mha_prefix_lm", 24, 4, None), ("mha_prefix_lm", 24, 17,
+                                                   None),
+                 ("mha_prefix_lm", 32, 17, None),
+                 ("mha_document", 24, 0, 12), ("mha_document", 24, 0, 3),
+                 ("mha_document", 24, 0, 24), ("mha_document", 48, 0, 5),
+                 ("window", 24, 0, None), ("window", 40, 0, None)]
+        for name, n, prefix, doc in cases:
+            torch.manual_seed(n + prefix + (doc or 0))
+            q, k, v, dout = (torch.randn(b, h, n, 8, dtype=torch.float64)
+                             for _ in range(4))
+            ids = (torch.arange(n) // (doc or n)).double()[None, None] \
+                .expand(b, h, n).contiguous()
+            whole_in = {"q_doc": ids, "k_doc": ids, "prefix_len": prefix}
+            p_ = torch.arange(n)
+            keep = keep_of(name, p_, p_, whole_in)
+            ws = [t.clone().requires_grad_() for t in (q, k, v)]
+            s_ = (ws[0] @ ws[1].transpose(-1, -2)) / 8 ** 0.5
+            ref = torch.softmax(s_.masked_fill(~keep, float("-inf")),
+                                -1) @ ws[2]
+            ref.backward(dout)
+            inputs = None
+            if name == "mha_document":
+                sh = ad.shard(ids, causal_layout=layout)
+                inputs = {"q_doc": sh, "k_doc": sh}
+            if name == "mha_prefix_lm":
+                inputs = {"prefix_len": prefix}
+            ql, kl, vl = (ad.shard(t, causal_layout=layout)
+                          .requires_grad_() for t in (q, k, v))
+            got = ad.ring_attention(ql, kl, vl, defs[name],
+                                    causal_layout=layout, inputs=inputs)
+            got.backward(ad.shard(dout, causal_layout=layout))
+            for what, g, r in (("out", got.detach(), ref.detach()),
+                               ("dq", ql.grad, ws[0].grad),
+                               ("dk", kl.grad, ws[1].grad),
+                               ("dv", vl.grad, ws[2].grad)):
+                err = (ad.unshard(g, causal_layout=layout) - r).abs().max()
+                if not err.item() < 1e-5:
+                    errors.put(f"rank {rank} {name} n={n} prefix={prefix} "
+                               f"doc={doc} {what}: {err.item()}")
+        if not FakeAttention.masks_made:
+            errors.put(f"rank {rank}: no BlockMask was made for the masked "
+                       "blocks of masks that read no tensor")
+    except Exception as e:  # reported by the parent
+        import traceback
+        errors.put(f"rank {rank}: {type(e).__name__}: {e}\n"
+                   f"{traceback.format_exc()}")
+    finally:
+        dist.destroy_process_group()
+
+
 @unittest.skipIf(torch is None, "needs PyTorch")
 class GlooPositionsRing(unittest.TestCase):
+    def test_plans_follow_what_they_depend_on(self):
+        run_ranks(self, _cached_worker, 2)
+
     def test_two_ranks(self):
         run_ranks(self, _worker, 2)
 

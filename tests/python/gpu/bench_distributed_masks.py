@@ -1,7 +1,8 @@
 """Weak scaling of ring attention under masks that read positions (attnc.
-distributed_positions): a sliding window of 256 keys (mha_sliding_window)
-and a document mask (mha_document, documents of 3000 tokens that cross the
-shards' ends), a fixed sequence per GPU (16k tokens, H32 D128 bf16 by
+distributed_positions): a sliding window of 256 keys (mha_sliding_window),
+a document mask (mha_document, documents of 3000 tokens that cross the
+shards' ends) and prefix-LM (mha_prefix_lm, a prefix of a quarter of the
+tokens), a fixed sequence per GPU (16k tokens, H32 D128 bf16 by
 default), forward and forward+backward: attnc on one GPU over S tokens
 against the ring over W GPUs and W*S tokens. FLOPs count the kept
 elements exactly (4·H·D per kept element forward, 3.5 times that forward
@@ -28,8 +29,16 @@ WINDOW = 256
 DOC = 3000
 
 
+def prefix_of(n):
+    """The prefix-LM's prefix over n tokens: a quarter of them."""
+    return n // 4
+
+
 def kept(mask, n):
     """The elements the mask keeps over n tokens."""
+    if mask == "prefix":
+        p = prefix_of(n)
+        return n * (n + 1) // 2 + p * (p - 1) // 2
     if mask == "window":
         w = min(WINDOW, n)
         return w * (w + 1) // 2 + (n - w) * w
@@ -50,6 +59,11 @@ def main():
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--layouts", nargs="+", default=["contiguous"])
     p.add_argument("--no-cp", action="store_true")
+    p.add_argument("--masks", nargs="+",
+                   default=["window", "document", "prefix"])
+    p.add_argument("--profile", action="store_true",
+                   help="the last rank's host time of the ring calls "
+                   "(cProfile, the top functions)")
     p.add_argument("--trace", action="store_true",
                    help="the last rank's kernels per ring call")
     a = p.parse_args()
@@ -69,10 +83,13 @@ def main():
               f"{time.strftime('%Y-%m-%d %H:%M')}, {a.iters} calls after 2 "
               "warm-up")
         print(f"{'mask':8} {'pass':8} {'implementation':30} {'ms':>8} "
-              f"{'TFLOP/s/GPU':>12} {'efficiency':>11}", flush=True)
+              f"{'TFLOP/s/GPU':>12} {'efficiency':>11} {'host ms':>8}", flush=True)
     base = {}
     for mask, name in (("window", "mha_sliding_window"),
-                       ("document", "mha_document")):
+                       ("document", "mha_document"),
+                       ("prefix", "mha_prefix_lm")):
+        if mask not in a.masks:
+            continue
         ids1 = doc_ids(b, h, s) if mask == "document" else None
         idsn = doc_ids(b, h, n) if mask == "document" else None
         for backward in (False, True):
@@ -86,6 +103,8 @@ def main():
                     args = [t.detach() for t in one]
                     inputs = ({"q_doc": ids1, "k_doc": ids1}
                               if ids1 is not None else None)
+                    if mask == "prefix":
+                        inputs = {"prefix_len": prefix_of(s)}
 
                     def call(q, k, v, i=inputs):
                         return attnc.torch.attention(q, k, v, name, inputs=i)
@@ -96,6 +115,8 @@ def main():
                     if idsn is not None:
                         sh = ad.shard(idsn, causal_layout=layout)
                         inputs = {"q_doc": sh, "k_doc": sh}
+                    if mask == "prefix":
+                        inputs = {"prefix_len": prefix_of(n)}
 
                     def call(q, k, v, i=inputs, lay=layout):
                         return ad.ring_attention(q, k, v, name, inputs=i,
@@ -107,18 +128,63 @@ def main():
                 fn = (fwd_bwd(call, *args) if backward
                       else (lambda c=call, x=args: no_grad(c, *x[:3])))
                 ms = timed(fn, a.iters, 2)
+                host = host_ms(fn, a.iters)
                 work = 4 * b * h * d * kept(mask, tokens) * mult
                 tf = work / (world if tokens == n else 1) / ms / 1e9
                 base.setdefault((mask, what), tf)
                 if rank == 0:
                     print(f"{mask:8} {what:8} {label:30} {ms:8.2f} {tf:12.1f}"
-                          f" {tf / base[mask, what]:11.2f}", flush=True)
+                          f" {tf / base[mask, what]:11.2f} {host:8.2f}",
+                          flush=True)
+                if a.profile and layout is not None:
+                    profile_host(fn, world, rank, f"{mask} {what} {layout}")
                 if a.trace and layout is not None:
                     kernels(fn, world, rank, f"{mask} {what} {layout[:3]}")
     if not a.no_cp:
         cp_masked(whole, world, rank, b, h, n, d)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def host_ms(fn, iters):
+    """The host's milliseconds per call of `iters` calls queued back to
+    back (no wait but the ring's own): a call is host-bound when this
+    reaches the CUDA events' time. The slowest rank's."""
+    torch.cuda.synchronize()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    t = torch.tensor((time.perf_counter() - t0) * 1e3 / iters, device="cuda")
+    torch.cuda.synchronize()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def profile_host(fn, world, rank, what, calls=20, top=14):
+    """The last rank's host functions by own time over `calls` calls."""
+    import cProfile
+    import io
+    import pstats
+
+    torch.cuda.synchronize()
+    dist.barrier()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    lines = [f"  host profile {what}, rank {rank}, {calls} calls:"] + [
+        "  " + ln.replace(os.getcwd(), ".")[:150]
+        for ln in out.getvalue().splitlines()
+        if ln.strip()[:1].isdigit() or "ncalls" in ln][:top + 1]
+    got = [None] * world
+    dist.all_gather_object(got, "\n".join(lines))
+    if rank == 0:
+        print(got[-1], flush=True)
 
 
 def kernels(fn, world, rank, what, calls=3):
