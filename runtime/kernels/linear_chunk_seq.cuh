@@ -5,6 +5,7 @@
 #define ATTNC_LINEAR_CHUNK_SEQ_CUH
 
 #include "attnc/linear_chunk_args.cuh"
+#include "attnc/linear_seq_order.cuh"
 
 namespace attnc {
 namespace lin {
@@ -96,13 +97,8 @@ __device__ __forceinline__ SeqJob seq_job(const LinearArgs &a, int r, int chunk,
     len[i] = a.cu_seqlens[i + 1] - a.cu_seqlens[i];
   __syncthreads();
   const long long total = a.cu_seqlens[n] - a.cu_seqlens[0];
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const int li = len[i];
-    int rank = 0;
-    for (int j = 0; j < n; ++j)
-      rank += len[j] > li || (len[j] == li && j < i);
-    order[rank] = i;
-  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    order[longest_first_rank(len, n, i)] = i;
   if (threadIdx.x == 0) {
     // m: the split sequences, a prefix of the order (the rule is monotone
     // in the length), at most a.seq_split of them.
@@ -124,6 +120,24 @@ __device__ __forceinline__ SeqJob seq_job(const LinearArgs &a, int r, int chunk,
   }
   __syncthreads(); // every thread has read sh before the caller reuses it
   return j;
+}
+
+/// The sequence of rank \p r (longest first, ties by index) of a packed
+/// batch of at most kLongestFirstMaxSeqs sequences, for the backward's
+/// state passes (lin::state_job). Every thread of the CTA must call it
+/// before \p sh (2·seqs ints of shared memory) is used for anything else.
+__device__ __forceinline__ int seq_of_rank(const LinearArgs &a, int r, int *sh) {
+  const int n = a.seqs;
+  int *len = sh, *order = sh + n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    len[i] = a.cu_seqlens[i + 1] - a.cu_seqlens[i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    order[longest_first_rank(len, n, i)] = i;
+  __syncthreads();
+  const int b = order[r];
+  __syncthreads(); // every thread has read sh before the caller reuses it
+  return b;
 }
 
 /// The sequence of a packed batch's chunk slot: the last b with

@@ -18,7 +18,9 @@ namespace attnc {
 /// pass over state rows [z·kRows, (z+1)·kRows), z in [P, 2P) the reverse
 /// pass over rows of part z − P (P = D / kRows). kVarlen: y is sequence·value
 /// head of a packed batch (linear_chunk_seq.cuh), its chunks never crossing
-/// the sequence's end.
+/// the sequence's end; with at most kLongestFirstMaxSeqs sequences the
+/// (y, z) CTAs take the (sequence, head, part) jobs longest sequence first
+/// instead (lin::state_job).
 template <class Variant, class T, int kRows, int kVs, int kC, int kWarps,
           bool kVarlen = false>
 struct LinearStates {
@@ -40,22 +42,34 @@ struct LinearStates {
   static constexpr int kOffS = 2 * kTileBytes;
   static constexpr int kOffF = kOffS + STile::kBytes;
   static constexpr int kSmemBytes = kOffF + 4 * (3 * kC + 4);
+  static_assert(kSmemBytes >= 2 * 4 * lin::kLongestFirstMaxSeqs,
+                "the longest-first ranking fits the shared memory");
 
   __device__ static void run(const LinearArgs &a, const typename Variant::Inputs &in,
                              unsigned char *smem) {
     if (threadIdx.x == 0 && lin::dynamic_smem_bytes() < u32(kSmemBytes))
       __trap();
-    if (blockIdx.z < kParts)
-      walk<false>(a, in, smem, blockIdx.z);
+    int bh = blockIdx.y, z = blockIdx.z;
+    if (kVarlen && a.seqs <= lin::kLongestFirstMaxSeqs) {
+      // The longest sequences' CTAs first (lin::state_job): in the given
+      // order the longest ones could start in the last wave and set the
+      // call's time. Only which CTA walks what changes, not the bits.
+      const lin::StateJob j =
+          lin::state_job(blockIdx.y + (long long)gridDim.y * blockIdx.z, a.heads, 2 * kParts);
+      bh = lin::seq_of_rank(a, j.rank, reinterpret_cast<int *>(smem)) * a.heads + j.h;
+      z = j.z;
+    }
+    if (z < kParts)
+      walk<false>(a, in, smem, bh, z);
     else
-      walk<true>(a, in, smem, blockIdx.z - kParts);
+      walk<true>(a, in, smem, bh, z - kParts);
   }
 
 private:
   template <bool kReverse>
   __device__ static void walk(const LinearArgs &a, const typename Variant::Inputs &in,
-                              unsigned char *smem, int part) {
-    const int slice = blockIdx.x, bh = blockIdx.y;
+                              unsigned char *smem, int bh, int part) {
+    const int slice = blockIdx.x;
     const int b = bh / a.heads, h = bh % a.heads;
     const int hq = h / (a.heads / a.heads_q), hk = h / (a.heads / a.heads_k);
     const int warp = threadIdx.x / 32;

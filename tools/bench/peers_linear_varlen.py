@@ -12,6 +12,7 @@ states' gradient (torch.autograd.grad on a retained graph, the mamba2
 prologue's backward included), against the padded batch's (no states).
 
     python3 tools/bench/peers_linear_varlen.py [--unguarded] [--lock FILE]
+        [--ready FILE] [--packed-only]
         NAME f16|bf16 H D DV L1,L2,... [forward|backward|both]
 
 The direction defaults to forward. --unguarded switches off fla 0.6's
@@ -22,7 +23,12 @@ calls incorrect on that Triton: indicative only). --lock FILE: every
 compile and warm-up runs first, then the timing holds an exclusive flock on
 FILE, so several of these processes can compile at once and still time
 one at a time (attnc's benches take the same lock with flock(1)).
+--ready FILE: the file is created once the compile and warm-up are done
+(before the lock is taken), so that a caller can start its own timings
+only then. --packed-only: the packed calls alone, no padded batch (half
+of Triton's compile and autotuning on a cold cache).
 """
+import os
 import fcntl
 import sys
 
@@ -36,12 +42,16 @@ def median_ms(fn, n=20):
 
 
 def parse(argv):
-    unguarded, lock = False, None
+    unguarded, lock, ready, packed_only = False, None, None, False
     while argv and argv[0].startswith("--"):
         if argv[0] == "--unguarded":
             unguarded, argv = True, argv[1:]
+        elif argv[0] == "--packed-only":
+            packed_only, argv = True, argv[1:]
         elif argv[0] == "--lock" and len(argv) > 1:
             lock, argv = argv[1], argv[2:]
+        elif argv[0] == "--ready" and len(argv) > 1:
+            ready, argv = argv[1], argv[2:]
         else:
             sys.exit(f"peers_linear_varlen.py: unknown option {argv[0]}")
     if len(argv) not in (6, 7):
@@ -49,11 +59,11 @@ def parse(argv):
     direction = argv[6] if len(argv) > 6 else "forward"
     if direction not in ("forward", "backward", "both"):
         sys.exit(f"peers_linear_varlen.py: direction {direction!r}")
-    return unguarded, lock, argv, direction
+    return unguarded, lock, ready, packed_only, argv, direction
 
 
 def main():
-    unguarded, lock, argv, direction = parse(sys.argv[1:])
+    unguarded, lock, ready, packed_only, argv, direction = parse(sys.argv[1:])
     name, dts = argv[0], argv[1]
     H, D, DV = map(int, argv[2:5])
     lengths = [int(x) for x in argv[5].split(",")]
@@ -115,36 +125,45 @@ def main():
 
     # Every call first (compiles, autotuning), then the timing.
     calls = {}
-    packed, padded = inputs(1, T, True), inputs(S, mean, False)
+    packed = inputs(1, T, True)
+    padded = None if packed_only else inputs(S, mean, False)
     if direction in ("forward", "both"):
-        calls["forward"] = (lambda: call(packed, cu), lambda: call(padded, None))
+        calls["forward"] = (lambda: call(packed, cu),
+                            None if packed_only else lambda: call(padded, None))
     if direction in ("backward", "both"):
-        calls["backward"] = (grads(packed, cu), grads(padded, None))
+        calls["backward"] = (grads(packed, cu),
+                             None if packed_only else grads(padded, None))
     with torch.no_grad():
         if "forward" in calls:
             for f in calls["forward"]:
-                for _ in range(3):
+                for _ in range(3 if f else 0):
                     f()
     if "backward" in calls:
         for f in calls["backward"]:
-            for _ in range(3):
+            for _ in range(3 if f else 0):
                 f()
     torch.cuda.synchronize()
+    if ready:
+        open(ready, "w").close()
     held = open(lock, "a") if lock else None
     if held:
         fcntl.flock(held, fcntl.LOCK_EX)
     try:
         for what, (var, fix) in calls.items():
+            def both():
+                return median_ms(var), (median_ms(fix) if fix else None)
             if what == "forward":
                 with torch.no_grad():
-                    var_ms, fix_ms = median_ms(var), median_ms(fix)
+                    var_ms, fix_ms = both()
             else:
-                var_ms, fix_ms = median_ms(var), median_ms(fix)
+                var_ms, fix_ms = both()
             tail = "" if what == "forward" else " backward"
+            fixed = ("padded: not timed" if fix_ms is None else
+                     f"padded B{S} T{mean}: {fix_ms:.3f} ms "
+                     f"({S * mean / fix_ms / 1e3:.1f} Mtok/s)")
             print(f"{label} {name} {dts} H{H} D{D} DV{DV}{tail}: packed {S} "
                   f"sequences, {T} tokens: {var_ms:.3f} ms ({T / var_ms / 1e3:.1f} "
-                  f"Mtok/s); padded B{S} T{mean}: {fix_ms:.3f} ms "
-                  f"({S * mean / fix_ms / 1e3:.1f} Mtok/s) [fla 0.6, triton "
+                  f"Mtok/s); {fixed} [fla 0.6, triton "
                   f"{triton.__version__}, torch {torch.__version__}]", flush=True)
     finally:
         if held:
