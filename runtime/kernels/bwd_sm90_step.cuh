@@ -58,11 +58,15 @@ ATTNC_BWD_SM90::step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s
     Elems::template elements_pipelined<kFull>(a, in, rows, m, b, h, key0, acc_s, acc_dp, pf, df,
                                               s_stage + kQBytes, acc_dv, gacc);
   } else {
-    // Lean: a tile wholly inside seq_q x seq_kv (every tile of a long
-    // sequence) needs no bounds per element, and without a mask no
-    // selects: only the element loop is duplicated, no wgmma.
-    if (kLean && (m + 1) * kBlockM <= a.seq_q && key0 + kBlockN <= a.seq_kv)
-      Elems::template elements<kFull, kLean>(a, in, rows, m, b, h, key0, acc_s, acc_dp, gacc);
+    // Lean, and the column split (whose warpgroups both do the element
+    // work of the same 64 keys): a tile wholly inside seq_q x seq_kv
+    // (every tile of a long sequence) needs no bounds per element, and
+    // without a mask no selects: only the element loop is duplicated, no
+    // wgmma.
+    constexpr bool kInsideTiles = kLean || kSplit;
+    if (kInsideTiles && (m + 1) * kBlockM <= a.seq_q && key0 + kBlockN <= a.seq_kv)
+      Elems::template elements<kFull, kInsideTiles>(a, in, rows, m, b, h, key0, acc_s, acc_dp,
+                                                    gacc);
     else
       Elems::template elements<kFull>(a, in, rows, m, b, h, key0, acc_s, acc_dp, gacc);
     Elems::pack(acc_s, pf);
