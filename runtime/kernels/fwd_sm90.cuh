@@ -27,6 +27,12 @@ namespace attnc {
 /// row. The four lanes of a quad share a row, as in Sm80ScoreFrag, and
 /// kInfMasked means what it means there (masked scores hold −∞, every
 /// element reads as active, every lane runs online_fwd for both rows).
+/// A compile-time bool for a generic lambda's argument (no <type_traits>
+/// under NVRTC): the step evaluates its mask loop under either value.
+template <bool B> struct BoolTag {
+  static constexpr bool kValue = B;
+};
+
 template <int NT, bool kFull, bool kInfMasked = false> struct Sm90ScoreFrag {
   static constexpr int kRows = 2;
   static constexpr int kCols = 2 * NT;

@@ -74,25 +74,49 @@ ATTNC_FWD_SM90::step(const typename Variant::Inputs &in, int seq_kv, float (&acc
   // mask is a branch region of its own, so that what elements share (a
   // key's floordiv by the chunk for both rows, the divisor's reciprocal)
   // is not shared and ptxas does not interleave one element's division
-  // with the next's.
+  // with the next's. kInside: every key of the block lies inside the
+  // sequence and inside each key-side input (Inputs::keys_cover), so no
+  // key is clamped or dropped and the key-side inputs are read through
+  // keys_at's copy at the key's constant offset from the thread's first key
+  // (mask_in_keys): one load each at an immediate offset instead of a clamp
+  // and a 64-bit address per key.
+  auto evaluate = [&](auto inside, const typename Variant::Inputs &kin) {
+    constexpr bool kInside = decltype(inside)::kValue;
+    (void)kin;
 #pragma unroll
-  for (int c = 0; c < 2 * NT; ++c) {
-    const int ki = f.col(c);
-    const int kc = ki < seq_kv ? ki : seq_kv - 1; // seq_kv >= 1: a block is visited
+    for (int c = 0; c < 2 * NT; ++c) {
+      const int ki = f.col(c);
+      const int kc = kInside || ki < seq_kv ? ki : seq_kv - 1; // seq_kv >= 1
+      (void)kc;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int qi = f.row(r);
-      if constexpr (!Variant::kScoreScaleFolded)
-        f.at(r, c) = Variant::score_mod(in, f.at(r, c), b, h, qi, ki);
-      if constexpr (kInf) {
-        const bool keep = (ki < seq_kv) & Variant::mask(in, b, h, qi, kc);
-        f.at(r, c) = keep ? f.at(r, c) : -__int_as_float(0x7f800000);
-        row_keeps[r] |= keep;
-      } else if constexpr (!kFull) {
-        act[r] |= typename Frag::ActWord((ki < seq_kv) & Variant::mask(in, b, h, qi, kc))
-                  << c;
+      for (int r = 0; r < 2; ++r) {
+        const int qi = f.row(r);
+        if constexpr (!Variant::kScoreScaleFolded)
+          f.at(r, c) = Variant::score_mod(in, f.at(r, c), b, h, qi, ki);
+        if constexpr (!kFull) {
+          bool keep;
+          if constexpr (kInside)
+            keep = Variant::mask_in_keys(kin, b, h, qi, ki, (c >> 1) * 8 + (c & 1));
+          else
+            keep = (ki < seq_kv) & Variant::mask(in, b, h, qi, kc);
+          if constexpr (kInf) {
+            f.at(r, c) = keep ? f.at(r, c) : -__int_as_float(0x7f800000);
+            row_keeps[r] |= keep;
+          } else {
+            act[r] |= typename Frag::ActWord(keep) << c;
+          }
+        }
       }
     }
+  };
+  if constexpr (kFull) {
+    evaluate(BoolTag<false>{}, in);
+  } else if (col0 + kBlockN <= seq_kv && in.keys_cover(col0 + kBlockN)) {
+    // Key-side reads from this thread's first key: f.col(c) is
+    // col0 + 2 tq + (c >> 1) 8 + (c & 1).
+    evaluate(BoolTag<true>{}, in.keys_at(b, h, col0 + 2 * tq));
+  } else {
+    evaluate(BoolTag<false>{}, in);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

@@ -143,12 +143,15 @@ TEST_CASE("generateForward: the Inputs struct", "[codegen][source][inputs]") {
   CHECK(has(Sig, "struct Inputs {\n  // input 'softmax_bias' (scalar)\n"
                  "  float in_0_softmax_bias;\n  float in_0_softmax_bias_pad_;\n"));
   // No per-row, per-key or per-token input: nothing to rebase per sequence.
-  CHECK(has(Sig, "static constexpr bool kSequenceInputs = false;\n};"));
+  CHECK(has(Sig, "static constexpr bool kSequenceInputs = false;\n"));
+  // No key-side input: keys_at is the struct itself, every key covered.
+  CHECK(has(Sig, "  __device__ __forceinline__ bool keys_cover(long long n) const {\n"
+                 "    (void)n;\n    return true;\n  }\n};"));
   CHECK_FALSE(has(Sig, "Inputs of_sequence("));
   CHECK(has(Sig, "in.in_0_softmax_bias"));
   CHECK_FALSE(has(Sig, "load_in_0_softmax_bias"));
   CHECK(has(generate(examples::mha()), "struct Inputs {\n  long long unused_;\n"));
-  CHECK(has(generate(examples::mha()), "static constexpr bool kSequenceInputs = false;\n};"));
+  CHECK(has(generate(examples::mha()), "static constexpr bool kSequenceInputs = false;\n"));
 
   KernelSource T = generate(test::tensorInputs());
   CHECK(has(T, "float in_0_temp;"));
@@ -178,10 +181,26 @@ TEST_CASE("generateForward: the Inputs struct", "[codegen][source][inputs]") {
   CHECK(has(T, "r.in_2_row_bias += q0;\n    r.in_2_row_bias_rows = seq_q;\n"
                "    r.in_2_row_bias_row_shift = shift;"));
   CHECK(has(T, "r.in_3_key_bias += kv0;\n    r.in_3_key_bias_rows = seq_kv;"));
-  CHECK_FALSE(has(T, "r.in_4_bias"));
+  // (keys_at below moves a full input's pointer; of_sequence never does.)
+  CHECK_FALSE(has(T, "r.in_4_bias += q0"));
+  CHECK_FALSE(has(T, "r.in_4_bias += kv0"));
+  CHECK_FALSE(has(T, "r.in_4_bias_rows ="));
   CHECK_FALSE(has(T, "r.in_1_slopes"));
   CHECK(has(T, "attnc::clamp_index(q, in_4_bias_rows) * in_4_bias_ss + "
                "attnc::clamp_index(k, in_4_bias_cols)"));
+  // Key-side inputs (per_key, full) get an unclamped twin read through
+  // keys_at's copy at the key's offset; query-side and per-head ones none.
+  CHECK(has(T, "load_in_3_key_bias_in_keys(int b, int h, int q, int k) const {"));
+  CHECK(has(T, "return __ldg(in_3_key_bias + (k));"));
+  CHECK(has(T, "return __ldg(in_4_bias + (attnc::clamp_index(q, in_4_bias_rows) * "
+               "in_4_bias_ss + k));"));
+  CHECK_FALSE(has(T, "load_in_2_row_bias_in_keys"));
+  CHECK_FALSE(has(T, "load_in_1_slopes_in_keys"));
+  CHECK(has(T, "Inputs keys_at(int b, int h, int k0) const {"));
+  CHECK(has(T, "r.in_3_key_bias += b * in_3_key_bias_sb + h * in_3_key_bias_sh + k0;"));
+  CHECK(has(T, "r.in_4_bias += b * in_4_bias_sb + h * in_4_bias_sh + k0;"));
+  CHECK_FALSE(has(T, "r.in_2_row_bias += b"));
+  CHECK(has(T, "return true && in_3_key_bias_rows >= n && in_4_bias_cols >= n;"));
 }
 
 TEST_CASE("mask grouping: per batch*head for h or a per-head input, per "
@@ -379,6 +398,16 @@ TEST_CASE("generateForward: int32 per-token inputs load int, with no head "
   // The ids meet as ints (what the loads return) in the mask.
   CHECK(has(D, "(in.load_in_0_doc_q(b, h, q_idx, kv_idx) == "
                "in.load_in_1_doc_k(b, h, q_idx, kv_idx))"));
+  // mask_in_keys: the same mask, the key-side id read unclamped at the
+  // key's offset from keys_at's first key (fwd_sm90's partial blocks
+  // inside the sequence); the query-side id keeps its clamp.
+  CHECK(has(D, "mask_in_keys(const Inputs &in, int b, int h, int q_idx, "
+               "int kv_idx, int kv_off) {"));
+  CHECK(has(D, "(in.load_in_0_doc_q(b, h, q_idx, kv_idx) == "
+               "in.load_in_1_doc_k_in_keys(b, h, q_idx, kv_off))"));
+  CHECK(has(D, "return __ldg(in_1_doc_k + (k));"));
+  CHECK(has(D, "r.in_1_doc_k += b * in_1_doc_k_sb + k0;"));
+  CHECK(has(D, "return true && in_1_doc_k_rows >= n;"));
 
   AttentionDef S = examples::sigmoidAttn();
   S.name = "int_scalar";

@@ -150,6 +150,22 @@ static void emitOfSequence(CodeWriter &W, const ir::Graph &G) {
   W.line("return r;");
 }
 
+/// Whether an input of shape \p S is indexed by the key.
+bool readsKeys(ir::InputShape S) {
+  switch (S) {
+  case ir::InputShape::PerKey:
+  case ir::InputShape::PerKeyToken:
+  case ir::InputShape::Full:
+    return true;
+  case ir::InputShape::Scalar:
+  case ir::InputShape::PerHead:
+  case ir::InputShape::PerRow:
+  case ir::InputShape::PerQueryToken:
+    return false;
+  }
+  return false;
+}
+
 std::string inputsStruct(const ir::Graph &G) {
   CodeWriter W;
   {
@@ -215,11 +231,63 @@ std::string inputsStruct(const ir::Graph &G) {
         Index = "b * " + N + "_sb + attnc::clamp_index(k, " + N + "_rows)";
         break;
       }
+      {
+        auto F = W.block("__device__ __forceinline__ " + elemCType(D.Elem) +
+                         " load_" + N + "(int b, int h, int q, int k) const");
+        W.line("(void)b; (void)h; (void)q; (void)k;");
+        W.line("return __ldg(" + N + " + (" + Index + "));");
+      }
+      // The key-inside twin (readsKeys), read through keys_at's copy: key
+      // k0 + k of the copy's (b, h), unclamped. The step's key offsets from
+      // k0 are constants after unrolling, so each read is one load at an
+      // immediate offset from a pointer made once per block, instead of a
+      // clamp and a 64-bit address per key (a partial block's step reads
+      // 32 keys a thread).
+      if (!readsKeys(D.Shape))
+        continue;
       auto F = W.block("__device__ __forceinline__ " + elemCType(D.Elem) +
-                       " load_" + N + "(int b, int h, int q, int k) const");
+                       " load_" + N + "_in_keys(int b, int h, int q, int k) const");
       W.line("(void)b; (void)h; (void)q; (void)k;");
-      W.line("return __ldg(" + N + " + (" + Index + "));");
+      W.line("return __ldg(" + N + " + (" +
+             (D.Shape == ir::InputShape::Full
+                  ? "attnc::clamp_index(q, " + N + "_rows) * " + N + "_ss + "
+                  : std::string()) +
+             "k));");
     }
+    // keys_at(b, h, k0): a copy whose key-side inputs start at key k0 of
+    // (b, h), for the *_in_keys accessors; keys_cover(n): whether every
+    // key-side input holds keys [0, n) (the host's shape check makes it
+    // true for the call's keys; asked per block, it keeps the unclamped
+    // reads sound for any layout the Inputs are given).
+    {
+      auto K = W.block("__device__ __forceinline__ Inputs keys_at(int b, int h, "
+                       "int k0) const");
+      W.line("Inputs r = *this;");
+      W.line("(void)b; (void)h; (void)k0;");
+      I = 0;
+      for (const ir::InputDecl &D : G.decls().Inputs) {
+        const std::string N = generatedName("in", I++, D.Name);
+        if (!readsKeys(D.Shape))
+          continue;
+        W.line("r." + N + " += b * " + N + "_sb + " +
+               (D.Shape == ir::InputShape::PerKeyToken ? std::string()
+                                                       : "h * " + N + "_sh + ") +
+               "k0;");
+      }
+      W.line("return r;");
+    }
+    auto C = W.block(
+        "__device__ __forceinline__ bool keys_cover(long long n) const");
+    W.line("(void)n;");
+    std::string Cover = "true";
+    I = 0;
+    for (const ir::InputDecl &D : G.decls().Inputs) {
+      const std::string N = generatedName("in", I++, D.Name);
+      if (readsKeys(D.Shape))
+        Cover += " && " + N +
+                 (D.Shape == ir::InputShape::Full ? "_cols" : "_rows") + " >= n";
+    }
+    W.line("return " + Cover + ";");
   }
   return W.str();
 }

@@ -179,11 +179,32 @@ std::string variantMembers(const CompiledDefinition &Def,
         W, G, "mask(const Inputs &in, " + TileIdx + ")", "mask_mod", "mask",
         [&](const ir::ParamNode &P) { return spellCommon(P, "kv_idx", G); },
         "bool");
+    // The mask at a key the caller knows inside every key-side input
+    // (Inputs::keys_cover), \p in from Inputs::keys_at(b, h, kv_idx -
+    // kv_off): fwd_sm90's partial blocks inside the sequence.
+    emitScalarFunction(
+        W, G, "mask_in_keys(const Inputs &in, " + TileIdx + ", int kv_off)",
+        "mask_mod",
+        "mask",
+        [&](const ir::ParamNode &P) {
+          const ir::InputDecl *D =
+              P.getParamKind() == ParamKind::Input
+                  ? G.decls().findInput(P.getName())
+                  : nullptr;
+          if (D && readsKeys(D->Shape))
+            return "in.load_" + inputField(G, P.getName()) +
+                   "_in_keys(b, h, q_idx, kv_off)";
+          return spellCommon(P, "kv_idx", G);
+        },
+        "bool");
     emitMaskClassifier(W, G, Mask);
   } else {
-    auto B = W.block("__device__ static __forceinline__ bool mask(const Inputs &, " +
-                     TileIdx + ")");
-    W.line("return true;");
+    for (const std::string &Sig :
+         {"mask(const Inputs &, " + TileIdx + ")",
+          "mask_in_keys(const Inputs &, " + TileIdx + ", int)"}) {
+      auto B = W.block("__device__ static __forceinline__ bool " + Sig);
+      W.line("return true;");
+    }
   }
 
   auto OnlineSpell = [&](const ir::ParamNode &P) -> std::string {

@@ -85,8 +85,16 @@ bool hasSequenceInputs(const ir::Graph &G);
 /// to its lengths, query-side ones read at q_idx − shift (the row's token:
 /// a packed call's q_idx is row + Skv − Sq). Their fifth slot,
 /// `<field>_row_shift`, holds that shift (0 in a dense call); a full
-/// input's is its key count (`_cols`), unused otherwise.
+/// input's is its key count (`_cols`), unused otherwise. Each input indexed
+/// by the key (readsKeys) also gets `load_<field>_in_keys`, the same read
+/// without the key's clamp, and the struct `keys_cover(n)`: whether every
+/// such input holds keys [0, n), under which the two accessors agree for
+/// any key in [0, n).
 std::string inputsStruct(const ir::Graph &G);
+
+/// Whether an input of shape \p S is indexed by the key (per_key,
+/// per_key_token, full).
+bool readsKeys(ir::InputShape S);
 
 } // namespace attn::codegen
 
