@@ -33,10 +33,9 @@ runtime::TensorView indexArg(const ArgContext &C, const char *Argument,
   return tensorArg(C, Argument, &T);
 }
 
-/// \p KV as a PagedKV: the caches checked as tensors, the layout a known
-/// one, exactly one of the two index forms given in full. The runtime
-/// checks shapes and dtypes against the call.
-runtime::PagedKV pagedArg(const ArgContext &C, const attnc_paged_kv *KV) {
+/// \p KV's caches and layout as a PagedKV without pages (all an append
+/// reads): the caches checked as tensors, the layout a known one.
+runtime::PagedKV cachesArg(const ArgContext &C, const attnc_paged_kv *KV) {
   requireNonNull(KV, C.Function, "kv");
   runtime::PagedKV P;
   P.KCache = tensorArg(C, "kv.k_cache", &KV->k_cache);
@@ -48,6 +47,14 @@ runtime::PagedKV pagedArg(const ArgContext &C, const attnc_paged_kv *KV) {
                     C.Function, KV->layout));
   P.Layout = KV->layout == ATTNC_PAGE_NHD ? runtime::PageLayout::NHD
                                           : runtime::PageLayout::HND;
+  return P;
+}
+
+/// \p KV as a PagedKV: cachesArg's, and exactly one of the two index
+/// forms given in full. The runtime checks shapes and dtypes against the
+/// call.
+runtime::PagedKV pagedArg(const ArgContext &C, const attnc_paged_kv *KV) {
+  runtime::PagedKV P = cachesArg(C, KV);
   bool Table = KV->block_table.data || KV->seq_lens.data;
   bool Csr = KV->indptr.data || KV->indices.data || KV->last_page_len.data;
   if (Table && Csr)
@@ -88,6 +95,38 @@ runtime::PagedKV pagedArg(const ArgContext &C, const attnc_paged_kv *KV) {
   return P;
 }
 
+/// The tensors of a paged decode or prefill call, checked in the order
+/// its arguments come: q, cu_seqlens_q (packed calls), kv, out, finals
+/// and the custom inputs.
+struct PagedCallArgs {
+  runtime::TensorView Q, CuSeqlensQ;
+  runtime::PagedKV KV;
+  runtime::TensorView Out;
+  std::optional<runtime::TensorView> Finals;
+  runtime::InputMap Inputs;
+
+  const runtime::TensorView *finals() const { return ptr(Finals); }
+};
+
+/// \p Packed: the call takes cu_seqlens_q (\p CuSeqlensQ, checked as any
+/// tensor); a dense call has none (NULL).
+PagedCallArgs pagedCallArgs(const ArgContext &C, bool Packed,
+                            const attnc_tensor *Q,
+                            const attnc_tensor *CuSeqlensQ,
+                            const attnc_paged_kv *KV, const attnc_tensor *Out,
+                            const attnc_tensor *Finals,
+                            const attnc_input *Inputs, size_t NumInputs) {
+  PagedCallArgs A;
+  A.Q = tensorArg(C, "q", Q);
+  if (Packed)
+    A.CuSeqlensQ = tensorArg(C, "cu_seqlens_q", CuSeqlensQ);
+  A.KV = pagedArg(C, KV);
+  A.Out = tensorArg(C, "out", Out);
+  A.Finals = optionalTensorArg(C, "finals", Finals);
+  A.Inputs = inputsArg(C, Inputs, NumInputs);
+  return A;
+}
+
 template <typename Plan>
 const Plan &planArg(const ArgContext &C, const Plan *P) {
   if (!P)
@@ -106,18 +145,8 @@ attnc_attention_append_paged(attnc_attention *att, const attnc_tensor *k,
     ArgContext C{"attnc_attention_append_paged"};
     runtime::Attention &A = attentionArg(C, att);
     runtime::TensorView K = tensorArg(C, "k", k), V = tensorArg(C, "v", v);
-    runtime::PagedKV KV;
     // Only the caches and the layout are used: an append needs no pages.
-    requireNonNull(kv, C.Function, "kv");
-    KV.KCache = tensorArg(C, "kv.k_cache", &kv->k_cache);
-    KV.VCache = tensorArg(C, "kv.v_cache", &kv->v_cache);
-    if (kv->layout != ATTNC_PAGE_NHD && kv->layout != ATTNC_PAGE_HND)
-      throw InvalidArgument(fmt::format(
-          "{}: argument 'kv.layout': {} is not ATTNC_PAGE_NHD (0) or "
-          "ATTNC_PAGE_HND (1)",
-          C.Function, kv->layout));
-    KV.Layout = kv->layout == ATTNC_PAGE_NHD ? runtime::PageLayout::NHD
-                                             : runtime::PageLayout::HND;
+    runtime::PagedKV KV = cachesArg(C, kv);
     runtime::TensorView Slots = tensorArg(C, "slot_mapping", slot_mapping);
     A.appendPaged(K, V, KV, Slots, static_cast<CUstream>(stream));
   });
@@ -130,12 +159,10 @@ attnc_status attnc_attention_decode_paged(
   return guarded([&] {
     ArgContext C{"attnc_attention_decode_paged"};
     runtime::Attention &A = attentionArg(C, att);
-    runtime::TensorView Q = tensorArg(C, "q", q);
-    runtime::PagedKV KV = pagedArg(C, kv);
-    runtime::TensorView O = tensorArg(C, "out", out);
-    auto F = optionalTensorArg(C, "finals", finals);
-    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
-    A.decodePaged(Q, KV, O, ptr(F), In, static_cast<CUstream>(stream));
+    PagedCallArgs P = pagedCallArgs(C, false, q, nullptr, kv, out, finals,
+                                    inputs, num_inputs);
+    A.decodePaged(P.Q, P.KV, P.Out, P.finals(), P.Inputs,
+                  static_cast<CUstream>(stream));
   });
 }
 
@@ -212,14 +239,11 @@ attnc_status attnc_attention_run_decode(
   return guarded([&] {
     ArgContext C{"attnc_attention_run_decode"};
     runtime::Attention &A = attentionArg(C, att);
-    const runtime::DecodePlan &P = decodePlanArg(C, plan, false);
-    runtime::TensorView Q = tensorArg(C, "q", q);
-    runtime::PagedKV KV = pagedArg(C, kv);
-    runtime::TensorView O = tensorArg(C, "out", out);
-    auto F = optionalTensorArg(C, "finals", finals);
-    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
-    A.runDecode(P, Q, KV, O, ptr(F), workspace, workspace_bytes, In,
-                static_cast<CUstream>(stream));
+    const runtime::DecodePlan &Plan = decodePlanArg(C, plan, false);
+    PagedCallArgs P = pagedCallArgs(C, false, q, nullptr, kv, out, finals,
+                                    inputs, num_inputs);
+    A.runDecode(Plan, P.Q, P.KV, P.Out, P.finals(), workspace,
+                workspace_bytes, P.Inputs, static_cast<CUstream>(stream));
   });
 }
 
@@ -232,14 +256,10 @@ attnc_status attnc_attention_decode_paged_varlen(
   return guarded([&] {
     ArgContext C{"attnc_attention_decode_paged_varlen"};
     runtime::Attention &A = attentionArg(C, att);
-    runtime::TensorView Q = tensorArg(C, "q", q);
-    runtime::TensorView Cu = tensorArg(C, "cu_seqlens_q", cu_seqlens_q);
-    runtime::PagedKV KV = pagedArg(C, kv);
-    runtime::TensorView O = tensorArg(C, "out", out);
-    auto F = optionalTensorArg(C, "finals", finals);
-    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
-    A.decodePagedVarlen(Q, Cu, max_seqlen_q, KV, O, ptr(F), In,
-                        static_cast<CUstream>(stream));
+    PagedCallArgs P = pagedCallArgs(C, true, q, cu_seqlens_q, kv, out,
+                                    finals, inputs, num_inputs);
+    A.decodePagedVarlen(P.Q, P.CuSeqlensQ, max_seqlen_q, P.KV, P.Out,
+                        P.finals(), P.Inputs, static_cast<CUstream>(stream));
   });
 }
 
@@ -252,14 +272,11 @@ attnc_status attnc_attention_run_decode_varlen(
   return guarded([&] {
     ArgContext C{"attnc_attention_run_decode_varlen"};
     runtime::Attention &A = attentionArg(C, att);
-    const runtime::DecodePlan &P = decodePlanArg(C, plan, true);
-    runtime::TensorView Q = tensorArg(C, "q", q);
-    runtime::TensorView Cu = tensorArg(C, "cu_seqlens_q", cu_seqlens_q);
-    runtime::PagedKV KV = pagedArg(C, kv);
-    runtime::TensorView O = tensorArg(C, "out", out);
-    auto F = optionalTensorArg(C, "finals", finals);
-    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
-    A.runDecodeVarlen(P, Q, Cu, KV, O, ptr(F), workspace, workspace_bytes, In,
+    const runtime::DecodePlan &Plan = decodePlanArg(C, plan, true);
+    PagedCallArgs P = pagedCallArgs(C, true, q, cu_seqlens_q, kv, out,
+                                    finals, inputs, num_inputs);
+    A.runDecodeVarlen(Plan, P.Q, P.CuSeqlensQ, P.KV, P.Out, P.finals(),
+                      workspace, workspace_bytes, P.Inputs,
                       static_cast<CUstream>(stream));
   });
 }
@@ -273,14 +290,10 @@ attnc_status attnc_attention_prefill_paged(
   return guarded([&] {
     ArgContext C{"attnc_attention_prefill_paged"};
     runtime::Attention &A = attentionArg(C, att);
-    runtime::TensorView Q = tensorArg(C, "q", q);
-    runtime::TensorView Cu = tensorArg(C, "cu_seqlens_q", cu_seqlens_q);
-    runtime::PagedKV KV = pagedArg(C, kv);
-    runtime::TensorView O = tensorArg(C, "out", out);
-    auto F = optionalTensorArg(C, "finals", finals);
-    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
-    A.prefillPaged(Q, Cu, max_seqlen_q, KV, O, ptr(F), In,
-                   static_cast<CUstream>(stream));
+    PagedCallArgs P = pagedCallArgs(C, true, q, cu_seqlens_q, kv, out,
+                                    finals, inputs, num_inputs);
+    A.prefillPaged(P.Q, P.CuSeqlensQ, max_seqlen_q, P.KV, P.Out, P.finals(),
+                   P.Inputs, static_cast<CUstream>(stream));
   });
 }
 
@@ -316,14 +329,10 @@ attnc_status attnc_attention_run_prefill(
   return guarded([&] {
     ArgContext C{"attnc_attention_run_prefill"};
     runtime::Attention &A = attentionArg(C, att);
-    const attnc_prefill_plan &P = planArg(C, plan);
-    runtime::TensorView Q = tensorArg(C, "q", q);
-    runtime::TensorView Cu = tensorArg(C, "cu_seqlens_q", cu_seqlens_q);
-    runtime::PagedKV KV = pagedArg(C, kv);
-    runtime::TensorView O = tensorArg(C, "out", out);
-    auto F = optionalTensorArg(C, "finals", finals);
-    runtime::InputMap In = inputsArg(C, inputs, num_inputs);
-    A.runPrefill(P.Plan, Q, Cu, KV, O, ptr(F), In,
-                 static_cast<CUstream>(stream));
+    const attnc_prefill_plan &Plan = planArg(C, plan);
+    PagedCallArgs P = pagedCallArgs(C, true, q, cu_seqlens_q, kv, out,
+                                    finals, inputs, num_inputs);
+    A.runPrefill(Plan.Plan, P.Q, P.CuSeqlensQ, P.KV, P.Out, P.finals(),
+                 P.Inputs, static_cast<CUstream>(stream));
   });
 }
