@@ -1,8 +1,9 @@
 // What the packed (THD) decode GPU tests share (gpu_packed_decode_test,
-// gpu_capi_packed_decode_test): a packed batch's queries (each sequence its
-// own count, padding rows after the last), its outputs on the device
-// (poisoned), and the check of every row against the fp64 reference with
-// the rows outside every sequence never written.
+// gpu_capi_packed_decode_test, gpu_paged_inputs_test): a packed batch's
+// queries (each sequence its own count, padding rows after the last), its
+// outputs on the device (poisoned), a paged packed call's data on the
+// device, and the check of every row against the fp64 reference with the
+// rows outside every sequence never written.
 #ifndef ATTNC_TESTS_GPU_PACKEDDECODESUPPORT_H
 #define ATTNC_TESTS_GPU_PACKEDDECODESUPPORT_H
 
@@ -111,6 +112,48 @@ struct Outputs {
 inline int maxOf(const std::vector<int> &V) {
   return std::max(1, *std::max_element(V.begin(), V.end()));
 }
+
+/// A paged packed decode call's data on the device for \p A: a batch of
+/// \p Lens keys in pages (table or CSR), its queries (\p Counts, three
+/// padding rows after the last), q and cu_seqlens_q, the definition's
+/// custom inputs (makeInputs') and the poisoned outputs.
+struct PagedPackedCall {
+  PagedHost P;
+  Queries X;
+  DeviceCaches Caches;
+  DeviceIndex Idx;
+  runtime::PagedKV KV;
+  std::unique_ptr<DeviceBuffer> DQ;
+  DeviceBuffer DCq;
+  runtime::TensorView QV, CuV;
+  runtime::InputMap Inputs;
+  reference::InputValues RefInputs;
+  std::vector<std::unique_ptr<DeviceBuffer>> Bufs;
+  Outputs Out;
+
+  PagedPackedCall(const runtime::Attention &A, std::mt19937_64 &Rng, DType Dt, int H, int Hkv,
+                  int PageSize, PageLayout Layout, bool Csr, const std::vector<int> &Counts,
+                  const std::vector<int> &Lens)
+      : P(makeBatch(Rng, Dt, Hkv, PageSize, Layout, Lens)), X(makeQueries(Rng, Dt, H, Counts, 3)),
+        Caches(uploadCaches(P, Dt, P.B, Hkv, PageSize, PackedHeadDim)), Idx(P),
+        KV(Idx.view(P, Csr, Caches.K->get(), Caches.V->get(), Dt, maxOf(Lens))),
+        DQ(upload(X.Bits)), DCq(X.Cu.size() * 4), Out(A, Dt, X.Tq, H) {
+    DCq.upload(X.Cu.data(), DCq.size());
+    QV = runtime::TensorView::contiguous(DQ->get(), Dt, {X.Tq, H, PackedHeadDim});
+    CuV = runtime::TensorView::contiguous(DCq.get(), DType::I32, {P.B + 1});
+    makeInputs(*A.definition().Graph, H, Inputs, RefInputs, Bufs);
+  }
+
+  /// The outputs downloaded and checked against \p A's reference (every
+  /// sequence's rows; the padding rows never written).
+  bool check(const char *What, const runtime::Attention &A, DType Dt, int H) {
+    std::vector<uint16_t> OBits;
+    std::vector<float> FVals;
+    Out.download(OBits, FVals);
+    return checkPacked(What, A, Dt, P, H, X, rowsOf(X), RefInputs, OBits, FVals, {},
+                       {{X.Cu.back(), X.Tq}});
+  }
+};
 
 /// Paged decode's signature: decode_sm80 named, so that making the
 /// Attention compiles no forward skeleton's kernel (paged decode runs the

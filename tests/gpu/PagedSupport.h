@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <future>
 #include <numeric>
@@ -462,6 +463,98 @@ inline PagedHost refillGraphBatch(std::mt19937_64 &Rng, DType Dt, int Hkv,
   G.Last.upload(P.LastPageLen.data(), B * 4);
   return P;
 }
+
+/// The device buffers of a captured paged call at its plan's bounds: \p B
+/// sequences of up to \p MaxLen keys in NHD caches of NumPages pages
+/// (every sequence's pages and 3 spare), a block table MaxPages wide or
+/// CSR pages (\p Csr), and their PagedKV; each replay writes a new batch
+/// into them (refillGraphBatch).
+struct GraphPages {
+  int64_t NumPages, MaxPages;
+  DeviceBuffer K, V, Table, Lens, Indptr, Indices, Last;
+  runtime::PagedKV KV;
+
+  GraphPages(DType Dt, int B, int Hkv, int PageSize, int D, int MaxLen, bool Csr)
+      : NumPages(int64_t(B) * MaxLen / PageSize + 3), MaxPages(MaxLen / PageSize),
+        K(size_t(NumPages) * PageSize * Hkv * D * 2), V(K.size()),
+        Table(size_t(B) * MaxPages * 4), Lens(size_t(B) * 4), Indptr(size_t(B + 1) * 4),
+        Indices(size_t(B) * MaxPages * 4), Last(size_t(B) * 4) {
+    using runtime::TensorView;
+    const std::vector<int64_t> Shape{NumPages, PageSize, Hkv, D};
+    KV.KCache = TensorView::contiguous(K.get(), Dt, Shape);
+    KV.VCache = TensorView::contiguous(V.get(), Dt, Shape);
+    KV.MaxSeqlenKv = MaxLen;
+    if (Csr) {
+      KV.Indptr = TensorView::contiguous(Indptr.get(), DType::I32, {B + 1});
+      KV.Indices = TensorView::contiguous(Indices.get(), DType::I32, {int64_t(B) * MaxPages});
+      KV.LastPageLen = TensorView::contiguous(Last.get(), DType::I32, {B});
+    } else {
+      KV.BlockTable = TensorView::contiguous(Table.get(), DType::I32, {B, MaxPages});
+      KV.SeqLens = TensorView::contiguous(Lens.get(), DType::I32, {B});
+    }
+  }
+  GraphBuffers buffers() { return {K, V, Table, Lens, Indptr, Indices, Last}; }
+};
+
+/// One call captured into a CUDA graph on a stream of its own, then
+/// replayed (a plan's launches at fixed addresses, new data each time).
+class CapturedGraph {
+public:
+  explicit CapturedGraph(const std::function<void(CUstream)> &Call) {
+    auto &Drv = runtime::CudaDriver::get();
+    Drv.check(Drv.cuStreamCreate(&Stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    Drv.check(Drv.cuStreamBeginCapture(Stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+              "cuStreamBeginCapture");
+    Call(Stream);
+    Drv.check(Drv.cuStreamEndCapture(Stream, &Graph), "cuStreamEndCapture");
+    Drv.check(Drv.cuGraphInstantiate(&Exec, Graph, 0), "cuGraphInstantiate");
+  }
+  ~CapturedGraph() {
+    auto &Drv = runtime::CudaDriver::get();
+    if (Exec)
+      Drv.cuGraphExecDestroy(Exec);
+    if (Graph)
+      Drv.cuGraphDestroy(Graph);
+    Drv.cuStreamDestroy(Stream);
+  }
+  CapturedGraph(const CapturedGraph &) = delete;
+  CapturedGraph &operator=(const CapturedGraph &) = delete;
+
+  /// One replay, waited for.
+  void replay() {
+    auto &Drv = runtime::CudaDriver::get();
+    Drv.check(Drv.cuGraphLaunch(Exec, Stream), "cuGraphLaunch");
+    Drv.check(Drv.cuStreamSynchronize(Stream), "graph replay");
+  }
+
+private:
+  CUstream Stream = nullptr;
+  CUgraph Graph = nullptr;
+  CUgraphExec Exec = nullptr;
+};
+
+/// Runs a test's cases, each through run(): a case that throws fails with
+/// its message; pass() says whether every one passed. With \p Only, only
+/// the cases whose name holds it run (a short run under a sanitizer).
+class CaseGuard {
+public:
+  explicit CaseGuard(const char *Only = nullptr) : Only(Only) {}
+  template <typename Fn> void run(const std::string &What, Fn &&Case) {
+    if (Only && What.find(Only) == std::string::npos)
+      return;
+    try {
+      AllPass = Case() && AllPass;
+    } catch (const std::exception &E) {
+      std::printf("FAIL %s: %s\n", What.c_str(), E.what());
+      AllPass = false;
+    }
+  }
+  bool pass() const { return AllPass; }
+
+private:
+  const char *Only;
+  bool AllPass = true;
+};
 
 inline DType elemOf(DType T) {
   return T;

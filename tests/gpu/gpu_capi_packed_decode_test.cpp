@@ -147,25 +147,13 @@ bool runCase(const Case &C, uint64_t Seed) {
   // The reference's definition (the same example) and final rowscales.
   runtime::Attention Ref(makeDefinition(C.Def), pagedSignature(C.Dt));
   std::mt19937_64 Rng(Seed);
-  PagedHost P = makeBatch(Rng, C.Dt, C.Hkv, C.PageSize, C.Layout, C.Lens);
-  Queries X = makeQueries(Rng, C.Dt, C.H, C.Counts, 3);
-  DeviceCaches Caches = uploadCaches(P, C.Dt, P.B, C.Hkv, C.PageSize, D);
-  DeviceIndex Idx(P);
-  runtime::PagedKV KV =
-      Idx.view(P, C.Csr, Caches.K->get(), Caches.V->get(), C.Dt, maxOf(C.Lens));
-  attnc_paged_kv CKV = cPaged(KV);
-  auto DQ = upload(X.Bits);
-  DeviceBuffer DCq(X.Cu.size() * 4);
-  DCq.upload(X.Cu.data(), DCq.size());
-  TensorView QV = TensorView::contiguous(DQ->get(), C.Dt, {X.Tq, C.H, D});
-  TensorView CuV = TensorView::contiguous(DCq.get(), DType::I32, {P.B + 1});
-  attnc_tensor CQ = cTensor(QV), CCu = cTensor(CuV);
-  runtime::InputMap Inputs;
-  reference::InputValues RefInputs;
-  std::vector<std::unique_ptr<DeviceBuffer>> Bufs;
-  makeInputs(*Ref.definition().Graph, C.H, Inputs, RefInputs, Bufs);
-  std::vector<attnc_input> CIn = cInputs(Inputs);
-  Outputs Out(Ref, C.Dt, X.Tq, C.H);
+  PagedPackedCall Call(Ref, Rng, C.Dt, C.H, C.Hkv, C.PageSize, C.Layout, C.Csr, C.Counts,
+                       C.Lens);
+  const Queries &X = Call.X;
+  Outputs &Out = Call.Out;
+  attnc_paged_kv CKV = cPaged(Call.KV);
+  attnc_tensor CQ = cTensor(Call.QV), CCu = cTensor(Call.CuV);
+  std::vector<attnc_input> CIn = cInputs(Call.Inputs);
   attnc_tensor CO = cTensor(Out.OV), CF = cTensor(Out.FV);
   const attnc_tensor *CFin = Out.NF ? &CF : nullptr;
   std::string Shape = fmt::format(
@@ -178,12 +166,10 @@ bool runCase(const Case &C, uint64_t Seed) {
   ok(attnc_attention_decode_paged_varlen(Att.get(), &CQ, &CCu, X.MaxQ, &CKV, &CO, CFin,
                                          CIn.data(), CIn.size(), nullptr),
      "attnc_attention_decode_paged_varlen");
-  Out.download(OBits, FVals);
   std::string What = "C decode_paged_varlen " + Shape;
-  bool Pass = checkPacked(What.c_str(), Ref, C.Dt, P, C.H, X, rowsOf(X), RefInputs, OBits,
-                          FVals, {}, {{X.Cu.back(), X.Tq}});
+  bool Pass = Call.check(What.c_str(), Ref, C.Dt, C.H);
 
-  attnc_decode_bounds Bd{P.B, C.H, C.Hkv, X.MaxQ, maxOf(C.Lens), C.PageSize, 0};
+  attnc_decode_bounds Bd{Call.P.B, C.H, C.Hkv, X.MaxQ, maxOf(C.Lens), C.PageSize, 0};
   attnc_decode_plan *Raw = nullptr;
   size_t Bytes = 0;
   ok(attnc_attention_plan_decode_varlen(Att.get(), &Bd, &Raw, &Bytes),
@@ -195,11 +181,8 @@ bool runCase(const Case &C, uint64_t Seed) {
   ok(attnc_attention_run_decode_varlen(Att.get(), Plan.get(), &CQ, &CCu, &CKV, &CO, CFin,
                                        Work.get(), Bytes, CIn.data(), CIn.size(), nullptr),
      "attnc_attention_run_decode_varlen");
-  Out.download(OBits, FVals);
   What = fmt::format("C run_decode_varlen {} (workspace {} bytes)", Shape, Bytes);
-  Pass = checkPacked(What.c_str(), Ref, C.Dt, P, C.H, X, rowsOf(X), RefInputs, OBits, FVals,
-                     {}, {{X.Cu.back(), X.Tq}}) &&
-         Pass;
+  Pass = Call.check(What.c_str(), Ref, C.Dt, C.H) && Pass;
 
   // The packed plan refused by the dense run, a dense plan by the packed
   // run: InvalidArgument naming the plan's maker, and nothing written.
@@ -274,17 +257,11 @@ int main() {
     return compileOnly(Only);
   if (!announceDevice())
     return 77;
-  bool AllPass = true;
+  CaseGuard Guard;
   uint64_t Seed = 200;
-  for (const Case &C : cases()) {
-    try {
-      AllPass = runCase(C, Seed++) && AllPass;
-    } catch (const std::exception &E) {
-      std::printf("FAIL %s: %s\n", C.Def.c_str(), E.what());
-      AllPass = false;
-    }
-  }
-  std::printf("%s\n", AllPass ? "all C packed decode cases pass"
-                              : "some C packed decode cases FAIL");
-  return AllPass ? 0 : 1;
+  for (const Case &C : cases())
+    Guard.run(C.Def, [&] { return runCase(C, Seed++); });
+  std::printf("%s\n", Guard.pass() ? "all C packed decode cases pass"
+                                   : "some C packed decode cases FAIL");
+  return Guard.pass() ? 0 : 1;
 }

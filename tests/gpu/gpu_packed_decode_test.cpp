@@ -118,30 +118,14 @@ struct PagedCase {
 bool pagedCase(const PagedCase &C, uint64_t Seed) {
   runtime::Attention A(pagedDefinition(C.Def), pagedSignature(C.Dt));
   std::mt19937_64 Rng(Seed);
-  PagedHost P = makeBatch(Rng, C.Dt, C.Hkv, C.PageSize, C.Layout, C.Lens);
-  Queries X = makeQueries(Rng, C.Dt, C.H, C.Counts, 3);
-  DeviceCaches Caches = uploadCaches(P, C.Dt, P.B, C.Hkv, C.PageSize, D);
-  DeviceIndex Idx(P);
-  runtime::PagedKV KV =
-      Idx.view(P, C.Csr, Caches.K->get(), Caches.V->get(), C.Dt, maxOf(C.Lens));
+  PagedPackedCall Call(A, Rng, C.Dt, C.H, C.Hkv, C.PageSize, C.Layout, C.Csr, C.Counts, C.Lens);
+  const PagedHost &P = Call.P;
+  const Queries &X = Call.X;
   runtime::PagedKVHost Host{P.Table.data(),   P.SeqLens.data(), P.Indptr.data(),
                             P.Indices.data(), P.LastPageLen.data(), X.Cu.data()};
-  KV.Host = &Host;
-  auto DQ = upload(X.Bits);
-  DeviceBuffer DCq(X.Cu.size() * 4);
-  DCq.upload(X.Cu.data(), DCq.size());
-  const ir::Graph &G = *A.definition().Graph;
-  runtime::InputMap Inputs;
-  reference::InputValues RefInputs;
-  std::vector<std::unique_ptr<DeviceBuffer>> Bufs;
-  makeInputs(G, C.H, Inputs, RefInputs, Bufs);
-  Outputs Out(A, C.Dt, X.Tq, C.H);
-  A.decodePagedVarlen(TensorView::contiguous(DQ->get(), C.Dt, {X.Tq, C.H, D}),
-                      TensorView::contiguous(DCq.get(), DType::I32, {P.B + 1}), X.MaxQ,
-                      KV, Out.OV, Out.finals(), Inputs);
-  std::vector<uint16_t> OBits;
-  std::vector<float> FVals;
-  Out.download(OBits, FVals);
+  Call.KV.Host = &Host;
+  A.decodePagedVarlen(Call.QV, Call.CuV, X.MaxQ, Call.KV, Call.Out.OV, Call.Out.finals(),
+                      Call.Inputs);
   runtime::DecodeBounds Bd{P.B, C.H, C.Hkv, X.MaxQ, maxOf(C.Lens), C.PageSize};
   Bd.Packed = true;
   runtime::DecodePlan Plan = A.planDecode(Bd);
@@ -150,8 +134,7 @@ bool pagedCase(const PagedCase &C, uint64_t Seed) {
       std::string(dtypeName(C.Dt)), C.H, C.Hkv, C.PageSize, runtime::pageLayoutName(C.Layout),
       C.Csr ? "csr" : "table", fmt::join(C.Counts, ","), fmt::join(C.Lens, ","),
       Plan.Splits);
-  return checkPacked(What.c_str(), A, C.Dt, P, C.H, X, rowsOf(X), RefInputs, OBits, FVals,
-                     {}, {{X.Cu.back(), X.Tq}});
+  return Call.check(What.c_str(), A, C.Dt, C.H);
 }
 
 /// One packed plan captured in a CUDA graph, replayed with new counts (0
@@ -165,25 +148,9 @@ bool graphReplay(const std::string &Def, bool Csr, uint64_t Seed) {
   Bd.Packed = true;
   runtime::DecodePlan Plan = A.planDecode(Bd);
   std::mt19937_64 Rng(Seed);
-  const int NumPages = B * MaxLen / PS + 3, MaxPages = MaxLen / PS;
-  size_t CacheElems = size_t(NumPages) * PS * Hkv * D;
-  DeviceBuffer KC(CacheElems * 2), VC(CacheElems * 2), DQ(size_t(Tq) * H * D * 2),
-      Cu((B + 1) * 4), Work(std::max<size_t>(16, Plan.WorkspaceBytes)),
-      Table(size_t(B) * MaxPages * 4), Lens(B * 4), Indptr((B + 1) * 4),
-      Indices(size_t(B) * MaxPages * 4), Last(B * 4);
-  runtime::PagedKV KV;
-  std::vector<int64_t> CacheShape{NumPages, PS, Hkv, D};
-  KV.KCache = TensorView::contiguous(KC.get(), Dt, CacheShape);
-  KV.VCache = TensorView::contiguous(VC.get(), Dt, CacheShape);
-  KV.MaxSeqlenKv = MaxLen;
-  if (Csr) {
-    KV.Indptr = TensorView::contiguous(Indptr.get(), DType::I32, {B + 1});
-    KV.Indices = TensorView::contiguous(Indices.get(), DType::I32, {int64_t(B) * MaxPages});
-    KV.LastPageLen = TensorView::contiguous(Last.get(), DType::I32, {B});
-  } else {
-    KV.BlockTable = TensorView::contiguous(Table.get(), DType::I32, {B, MaxPages});
-    KV.SeqLens = TensorView::contiguous(Lens.get(), DType::I32, {B});
-  }
+  GraphPages Pages(Dt, B, Hkv, PS, D, MaxLen, Csr);
+  DeviceBuffer DQ(size_t(Tq) * H * D * 2), Cu((B + 1) * 4),
+      Work(std::max<size_t>(16, Plan.WorkspaceBytes));
   TensorView QV = TensorView::contiguous(DQ.get(), Dt, {Tq, H, D});
   TensorView CuV = TensorView::contiguous(Cu.get(), DType::I32, {B + 1});
   Outputs Out(A, Dt, Tq, H);
@@ -192,17 +159,10 @@ bool graphReplay(const std::string &Def, bool Csr, uint64_t Seed) {
   reference::InputValues RefInputs;
   std::vector<std::unique_ptr<DeviceBuffer>> Bufs;
   makeInputs(G, H, Inputs, RefInputs, Bufs);
-  auto &Drv = runtime::CudaDriver::get();
-  CUstream S = nullptr;
-  Drv.check(Drv.cuStreamCreate(&S, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  CUgraph Graph = nullptr;
-  CUgraphExec Exec = nullptr;
-  Drv.check(Drv.cuStreamBeginCapture(S, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-            "cuStreamBeginCapture");
-  A.runDecodeVarlen(Plan, QV, CuV, KV, Out.OV, Out.finals(), Work.get(), Work.size(), Inputs,
-                    S);
-  Drv.check(Drv.cuStreamEndCapture(S, &Graph), "cuStreamEndCapture");
-  Drv.check(Drv.cuGraphInstantiate(&Exec, Graph, 0), "cuGraphInstantiate");
+  CapturedGraph Graph([&](CUstream S) {
+    A.runDecodeVarlen(Plan, QV, CuV, Pages.KV, Out.OV, Out.finals(), Work.get(), Work.size(),
+                      Inputs, S);
+  });
   bool Pass = true;
   const std::vector<std::pair<std::vector<int>, std::vector<int>>> Rounds = {
       {{1, 8, 0, 3}, {2048, 9, 0, 100}},
@@ -210,8 +170,8 @@ bool graphReplay(const std::string &Def, bool Csr, uint64_t Seed) {
       {{0, 0, 1, 0}, {0, 30, 5, 2048}}};
   for (size_t R = 0; R < Rounds.size(); ++R) {
     const auto &[Counts, L] = Rounds[R];
-    PagedHost P = refillGraphBatch(Rng, Dt, Hkv, PS, D, NumPages, MaxPages, L,
-                                   {KC, VC, Table, Lens, Indptr, Indices, Last});
+    PagedHost P = refillGraphBatch(Rng, Dt, Hkv, PS, D, Pages.NumPages, Pages.MaxPages, L,
+                                   Pages.buffers());
     Queries X = makeQueries(Rng, Dt, H, Counts, 0);
     X.Tq = Tq;
     X.Bits.resize(size_t(Tq) * H * D, toBits(Dt, 0.5));
@@ -219,8 +179,7 @@ bool graphReplay(const std::string &Def, bool Csr, uint64_t Seed) {
     Cu.upload(X.Cu.data(), Cu.size());
     Out.O.poison();
     Out.F.poison();
-    Drv.check(Drv.cuGraphLaunch(Exec, S), "cuGraphLaunch");
-    Drv.check(Drv.cuStreamSynchronize(S), "graph replay");
+    Graph.replay();
     std::vector<uint16_t> OBits;
     std::vector<float> FVals;
     Out.download(OBits, FVals);
@@ -231,9 +190,6 @@ bool graphReplay(const std::string &Def, bool Csr, uint64_t Seed) {
                        {{X.Cu.back(), Tq}}) &&
            Pass;
   }
-  Drv.cuGraphExecDestroy(Exec);
-  Drv.cuGraphDestroy(Graph);
-  Drv.cuStreamDestroy(S);
   return Pass;
 }
 
@@ -393,15 +349,7 @@ int main() {
     return compileOnly(Only);
   if (!announceDevice())
     return 77;
-  bool AllPass = true;
-  auto Guard = [&](const std::string &What, auto &&Fn) {
-    try {
-      AllPass = Fn() && AllPass;
-    } catch (const std::exception &E) {
-      std::printf("FAIL %s: %s\n", What.c_str(), E.what());
-      AllPass = false;
-    }
-  };
+  CaseGuard Guard;
   const char *Only = std::getenv("ATTNC_PACKED_ONLY");
   if (Only && std::string(Only) != "small") {
     std::printf("ATTNC_PACKED_ONLY=%s: expected small\n", Only);
@@ -409,27 +357,28 @@ int main() {
   }
   if (Only) {
     // Small cases, each with a split over the keys: a sanitizer's run.
-    Guard("small forward", [&] {
+    Guard.run("small forward", [&] {
       return forwardCase({"mha", F, 8, 2, {3, 0, 1}, {600, 5, 1}, true}, 1);
     });
-    Guard("small paged 1", [&] {
+    Guard.run("small paged 1", [&] {
       return pagedCase({"sigmoid_full", F, 8, 2, 1, NHD, true, {2, 1}, {600, 3}}, 2);
     });
-    Guard("small paged 16", [&] {
+    Guard.run("small paged 16", [&] {
       return pagedCase({"mha", F, 8, 2, 16, HND, false, {4, 0, 1}, {600, 0, 17}}, 3);
     });
-    Guard("small prefill 1", [&] { return prefillCase(1, 4); });
-    Guard("small prefill 16", [&] { return prefillCase(16, 5); });
+    Guard.run("small prefill 1", [&] { return prefillCase(1, 4); });
+    Guard.run("small prefill 16", [&] { return prefillCase(16, 5); });
   } else {
     uint64_t Seed = 10;
     for (const ForwardCase &C : forwardCases())
-      Guard(C.Def, [&] { return forwardCase(C, Seed++); });
+      Guard.run(C.Def, [&] { return forwardCase(C, Seed++); });
     for (const PagedCase &C : pagedCases())
-      Guard(C.Def, [&] { return pagedCase(C, Seed++); });
-    Guard("graph replay", [&] { return graphReplay("mha", false, 101); });
-    Guard("graph replay csr", [&] { return graphReplay("sigmoid_full", true, 102); });
-    Guard("device checks", [&] { return deviceChecks(103); });
+      Guard.run(C.Def, [&] { return pagedCase(C, Seed++); });
+    Guard.run("graph replay", [&] { return graphReplay("mha", false, 101); });
+    Guard.run("graph replay csr", [&] { return graphReplay("sigmoid_full", true, 102); });
+    Guard.run("device checks", [&] { return deviceChecks(103); });
   }
-  std::printf("%s\n", AllPass ? "all packed decode cases pass" : "some packed decode cases FAIL");
-  return AllPass ? 0 : 1;
+  std::printf("%s\n",
+              Guard.pass() ? "all packed decode cases pass" : "some packed decode cases FAIL");
+  return Guard.pass() ? 0 : 1;
 }

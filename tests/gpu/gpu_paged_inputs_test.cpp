@@ -262,19 +262,8 @@ bool graphReplay(const std::string &Def, uint64_t Seed) {
   runtime::DecodePlan Plan =
       A.planDecode(runtime::DecodeBounds{B, H, Hkv, Sq, MaxLen, PageSize});
   std::mt19937_64 Rng(Seed);
-  const int NumPages = B * MaxLen / PageSize + 3, MaxPages = MaxLen / PageSize;
-  size_t CacheElems = size_t(NumPages) * PageSize * Hkv * D;
-  DeviceBuffer KC(CacheElems * 2), VC(CacheElems * 2), DQ(size_t(B) * Sq * H * D * 2),
-      Work(std::max<size_t>(16, Plan.WorkspaceBytes));
-  DeviceBuffer Table(size_t(B) * MaxPages * 4), Lens(B * 4), Indptr((B + 1) * 4),
-      Indices(size_t(B) * MaxPages * 4), Last(B * 4);
-  runtime::PagedKV KV;
-  std::vector<int64_t> CacheShape{NumPages, PageSize, Hkv, D};
-  KV.KCache = TensorView::contiguous(KC.get(), Dt, CacheShape);
-  KV.VCache = TensorView::contiguous(VC.get(), Dt, CacheShape);
-  KV.MaxSeqlenKv = MaxLen;
-  KV.BlockTable = TensorView::contiguous(Table.get(), DType::I32, {B, MaxPages});
-  KV.SeqLens = TensorView::contiguous(Lens.get(), DType::I32, {B});
+  GraphPages Pages(Dt, B, Hkv, PageSize, D, MaxLen, /*Csr=*/false);
+  DeviceBuffer DQ(size_t(B) * Sq * H * D * 2), Work(std::max<size_t>(16, Plan.WorkspaceBytes));
   Outputs Out(A, Dt, B * Sq, H);
   TensorView O = TensorView::contiguous(Out.O.get(), Dt, {B, Sq, H, D});
   TensorView FV = TensorView::contiguous(Out.F.get(), DType::F32, {int64_t(Out.NF), B, H, Sq});
@@ -284,28 +273,20 @@ bool graphReplay(const std::string &Def, uint64_t Seed) {
       {4096, 1, 0, 777}, {33, 4000, 2048, 16}, {0, 2, 4095, 1}};
   In.fill(Rng, Rounds[0], 0);
 
-  auto &Drv = runtime::CudaDriver::get();
-  CUstream S = nullptr;
-  Drv.check(Drv.cuStreamCreate(&S, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  CUgraph Graph = nullptr;
-  CUgraphExec Exec = nullptr;
-  Drv.check(Drv.cuStreamBeginCapture(S, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-            "cuStreamBeginCapture");
-  A.runDecode(Plan, TensorView::contiguous(DQ.get(), Dt, {B, Sq, H, D}), KV, O,
-              Out.NF ? &FV : nullptr, Work.get(), Work.size(), In.Map, S);
-  Drv.check(Drv.cuStreamEndCapture(S, &Graph), "cuStreamEndCapture");
-  Drv.check(Drv.cuGraphInstantiate(&Exec, Graph, 0), "cuGraphInstantiate");
+  CapturedGraph Graph([&](CUstream S) {
+    A.runDecode(Plan, TensorView::contiguous(DQ.get(), Dt, {B, Sq, H, D}), Pages.KV, O,
+                Out.NF ? &FV : nullptr, Work.get(), Work.size(), In.Map, S);
+  });
   bool Pass = true;
   for (size_t Round = 0; Round < Rounds.size(); ++Round) {
-    PagedHost P = refillGraphBatch(Rng, Dt, Hkv, PageSize, D, NumPages, MaxPages,
-                                   Rounds[Round], {KC, VC, Table, Lens, Indptr, Indices, Last});
+    PagedHost P = refillGraphBatch(Rng, Dt, Hkv, PageSize, D, Pages.NumPages, Pages.MaxPages,
+                                   Rounds[Round], Pages.buffers());
     In.fill(Rng, Rounds[Round], int(Round) + 1); // same buffers, new values
     Queries X = makeQueries(Rng, Dt, H, std::vector<int>(B, Sq), 0);
     DQ.upload(X.Bits.data(), DQ.size());
     Out.O.poison();
     Out.F.poison();
-    Drv.check(Drv.cuGraphLaunch(Exec, S), "cuGraphLaunch");
-    Drv.check(Drv.cuStreamSynchronize(S), "graph replay");
+    Graph.replay();
     std::vector<uint16_t> OBits;
     std::vector<float> FVals;
     Out.download(OBits, FVals);
@@ -319,9 +300,6 @@ bool graphReplay(const std::string &Def, uint64_t Seed) {
                                          Plan.Splits, Round);
     Pass = checkRows(What.c_str(), A, Dt, Want, H, D, R, OBits, F) && Pass;
   }
-  Drv.cuGraphExecDestroy(Exec);
-  Drv.cuGraphDestroy(Graph);
-  Drv.cuStreamDestroy(S);
   return Pass;
 }
 
@@ -370,20 +348,13 @@ int main() {
     std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
     return 77;
   }
-  bool AllPass = true;
+  CaseGuard Guard;
   uint64_t Seed = 11;
-  auto Guard = [&](const std::string &What, auto &&Fn) {
-    try {
-      AllPass = Fn() && AllPass;
-    } catch (const std::exception &E) {
-      std::printf("FAIL %s: %s\n", What.c_str(), E.what());
-      AllPass = false;
-    }
-  };
   for (const Case &C : cases())
-    Guard(C.Def, [&] { return runCase(C, Seed++); });
-  Guard("graph replay", [&] { return graphReplay("mha_row_scale", 201); });
-  Guard("graph replay", [&] { return graphReplay("mha_document", 202); });
-  std::printf("%s\n", AllPass ? "all paged input cases pass" : "some paged input cases FAIL");
-  return AllPass ? 0 : 1;
+    Guard.run(C.Def, [&] { return runCase(C, Seed++); });
+  Guard.run("graph replay", [&] { return graphReplay("mha_row_scale", 201); });
+  Guard.run("graph replay", [&] { return graphReplay("mha_document", 202); });
+  std::printf("%s\n",
+              Guard.pass() ? "all paged input cases pass" : "some paged input cases FAIL");
+  return Guard.pass() ? 0 : 1;
 }

@@ -150,25 +150,10 @@ bool graphReplay(const std::string &Def, bool Csr, int PageSize, uint64_t Seed) 
   runtime::PrefillPlan Plan =
       A.planPrefill(runtime::PrefillBounds{B, H, Hkv, MaxQ, MaxLen, PageSize});
   std::mt19937_64 Rng(Seed);
-  const int NumPages = B * MaxLen / PageSize + 3, MaxPages = MaxLen / PageSize;
-  size_t CacheElems = size_t(NumPages) * PageSize * Hkv * D;
-  DeviceBuffer KC(CacheElems * 2), VC(CacheElems * 2), DQ(size_t(MaxTq) * H * D * 2),
-      DO(size_t(MaxTq) * H * D * 2), DF(size_t(MaxTq) * H * 4), DCu((B + 1) * 4);
-  DeviceBuffer Table(size_t(B) * MaxPages * 4), Lens(B * 4), Indptr((B + 1) * 4),
-      Indices(size_t(B) * MaxPages * 4), Last(B * 4);
-  runtime::PagedKV KV;
-  std::vector<int64_t> CacheShape{NumPages, PageSize, Hkv, D};
-  KV.KCache = TensorView::contiguous(KC.get(), Dt, CacheShape);
-  KV.VCache = TensorView::contiguous(VC.get(), Dt, CacheShape);
-  KV.MaxSeqlenKv = MaxLen;
-  if (Csr) {
-    KV.Indptr = TensorView::contiguous(Indptr.get(), DType::I32, {B + 1});
-    KV.Indices = TensorView::contiguous(Indices.get(), DType::I32, {int64_t(B) * MaxPages});
-    KV.LastPageLen = TensorView::contiguous(Last.get(), DType::I32, {B});
-  } else {
-    KV.BlockTable = TensorView::contiguous(Table.get(), DType::I32, {B, MaxPages});
-    KV.SeqLens = TensorView::contiguous(Lens.get(), DType::I32, {B});
-  }
+  GraphPages Pages(Dt, B, Hkv, PageSize, D, MaxLen, Csr);
+  const int64_t NumPages = Pages.NumPages, MaxPages = Pages.MaxPages;
+  DeviceBuffer DQ(size_t(MaxTq) * H * D * 2), DO(size_t(MaxTq) * H * D * 2),
+      DF(size_t(MaxTq) * H * 4), DCu((B + 1) * 4);
   TensorView Q = TensorView::contiguous(DQ.get(), Dt, {MaxTq, H, D});
   TensorView O = TensorView::contiguous(DO.get(), Dt, {MaxTq, H, D});
   TensorView Cu = TensorView::contiguous(DCu.get(), DType::I32, {B + 1});
@@ -180,16 +165,8 @@ bool graphReplay(const std::string &Def, bool Csr, int PageSize, uint64_t Seed) 
   std::vector<std::unique_ptr<DeviceBuffer>> Bufs;
   makeInputs(G, H, Inputs, RefInputs, Bufs);
 
-  auto &Drv = runtime::CudaDriver::get();
-  CUstream S = nullptr;
-  Drv.check(Drv.cuStreamCreate(&S, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  CUgraph Graph = nullptr;
-  CUgraphExec Exec = nullptr;
-  Drv.check(Drv.cuStreamBeginCapture(S, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-            "cuStreamBeginCapture");
-  A.runPrefill(Plan, Q, Cu, KV, O, NF ? &F : nullptr, Inputs, S);
-  Drv.check(Drv.cuStreamEndCapture(S, &Graph), "cuStreamEndCapture");
-  Drv.check(Drv.cuGraphInstantiate(&Exec, Graph, 0), "cuGraphInstantiate");
+  CapturedGraph Graph(
+      [&](CUstream S) { A.runPrefill(Plan, Q, Cu, Pages.KV, O, NF ? &F : nullptr, Inputs, S); });
 
   bool Pass = true;
   const auto Rounds = replayRounds();
@@ -204,19 +181,18 @@ bool graphReplay(const std::string &Def, bool Csr, int PageSize, uint64_t Seed) 
         Tab[size_t(b) * MaxPages + p] = X.P.pageOf(b, p);
     X.P.Table = Tab;
     X.P.MaxPages = MaxPages;
-    fillCaches(A, X, Dt, KV, KC, VC, Rng);
-    Table.upload(X.P.Table.data(), X.P.Table.size() * 4);
-    Lens.upload(X.P.SeqLens.data(), B * 4);
-    Indptr.upload(X.P.Indptr.data(), (B + 1) * 4);
+    fillCaches(A, X, Dt, Pages.KV, Pages.K, Pages.V, Rng);
+    Pages.Table.upload(X.P.Table.data(), X.P.Table.size() * 4);
+    Pages.Lens.upload(X.P.SeqLens.data(), B * 4);
+    Pages.Indptr.upload(X.P.Indptr.data(), (B + 1) * 4);
     if (!X.P.Indices.empty())
-      Indices.upload(X.P.Indices.data(), X.P.Indices.size() * 4);
-    Last.upload(X.P.LastPageLen.data(), B * 4);
+      Pages.Indices.upload(X.P.Indices.data(), X.P.Indices.size() * 4);
+    Pages.Last.upload(X.P.LastPageLen.data(), B * 4);
     DCu.upload(X.Cu.data(), X.Cu.size() * 4);
     DQ.upload(X.QBits.data(), X.QBits.size() * 2);
     DO.poison();
     DF.poison();
-    Drv.check(Drv.cuGraphLaunch(Exec, S), "cuGraphLaunch");
-    Drv.check(Drv.cuStreamSynchronize(S), "graph replay");
+    Graph.replay();
     // The replay's outputs as X's packed rows (q and o are MaxTq rows; X
     // uses the first Tq).
     std::vector<uint16_t> OBits(size_t(X.Tq) * H * D);
@@ -235,9 +211,6 @@ bool graphReplay(const std::string &Def, bool Csr, int PageSize, uint64_t Seed) 
     Pass = check(What.c_str(), A, Dt, X, H, referenceOf(A, Dt, X, H, RefInputs), OBits, FVals) &&
            Pass;
   }
-  Drv.cuGraphExecDestroy(Exec);
-  Drv.cuGraphDestroy(Graph);
-  Drv.cuStreamDestroy(S);
   return Pass;
 }
 
@@ -485,35 +458,25 @@ int main() {
     std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
     return 77;
   }
-  bool AllPass = true;
   uint64_t Seed = 1;
   // ATTNC_PREFILL_ONLY=TEXT: only the cases and checks whose name holds
   // TEXT (a short run under compute-sanitizer).
-  const char *Only = std::getenv("ATTNC_PREFILL_ONLY");
-  auto Guard = [&](const std::string &What, auto &&Fn) {
-    if (Only && What.find(Only) == std::string::npos)
-      return;
-    try {
-      AllPass = Fn() && AllPass;
-    } catch (const std::exception &E) {
-      std::printf("FAIL %s: %s\n", What.c_str(), E.what());
-      AllPass = false;
-    }
-  };
+  CaseGuard Guard(std::getenv("ATTNC_PREFILL_ONLY"));
   for (const Case &C : cases()) {
     const uint64_t CaseSeed = Seed++;
-    Guard(fmt::format("{} page{}{}{}{}{}", C.Def, C.PageSize, C.Sm80 ? " fwd_sm80" : "",
-                      *C.Load ? " load " : "", C.Load, C.VPageGap > 1 ? " v apart" : ""),
-          [&] { return runCase(C, CaseSeed); });
+    Guard.run(fmt::format("{} page{}{}{}{}{}", C.Def, C.PageSize, C.Sm80 ? " fwd_sm80" : "",
+                          *C.Load ? " load " : "", C.Load, C.VPageGap > 1 ? " v apart" : ""),
+              [&] { return runCase(C, CaseSeed); });
   }
-  Guard("graph replay", [&] { return graphReplay("mha", false, 16, 101); });
-  Guard("graph replay csr", [&] { return graphReplay("sigmoid_full", true, 16, 102); });
+  Guard.run("graph replay", [&] { return graphReplay("mha", false, 16, 101); });
+  Guard.run("graph replay csr", [&] { return graphReplay("sigmoid_full", true, 16, 102); });
   // Pages of 1: fwd_sm90's gather (fwd_sm80's kernel off sm_90a)
   // captured and replayed (and on sm_90a at pages of 16 above).
-  Guard("graph replay pages of 1", [&] { return graphReplay("mha", true, 1, 105); });
-  Guard("device checks", [&] { return deviceChecks(103, false); });
-  Guard("device checks fwd_sm80", [&] { return deviceChecks(104, true); });
-  Guard("device checks warp", [&] { return deviceChecks(106, false, "warp"); });
-  std::printf("%s\n", AllPass ? "all paged prefill cases pass" : "some paged prefill cases FAIL");
-  return AllPass ? 0 : 1;
+  Guard.run("graph replay pages of 1", [&] { return graphReplay("mha", true, 1, 105); });
+  Guard.run("device checks", [&] { return deviceChecks(103, false); });
+  Guard.run("device checks fwd_sm80", [&] { return deviceChecks(104, true); });
+  Guard.run("device checks warp", [&] { return deviceChecks(106, false, "warp"); });
+  std::printf("%s\n",
+              Guard.pass() ? "all paged prefill cases pass" : "some paged prefill cases FAIL");
+  return Guard.pass() ? 0 : 1;
 }
