@@ -22,15 +22,16 @@
 // 16 queries a sequence, decode_sm80, per-row, per-key, per-token and
 // per-head inputs through a split over the keys). A last argument
 // --compile-only compiles the cases' kernels (after --bench ...: the
-// bench's) for sm_90a into the kernel cache, with no GPU.
+// bench's) for sm_90a into the kernel cache, with no GPU. The case matrix
+// and --compile-only are in VarlenCases.cpp, --bench in VarlenBench.cpp.
 #include "BackwardCheck.h"
 #include "BackwardRunner.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
+#include "VarlenCases.h"
 
 #include "attn/Error.h"
 #include "attn/reference/Varlen.h"
-#include "attn/runtime/EventTiming.h"
 
 #include <fmt/format.h>
 
@@ -46,31 +47,10 @@
 
 using namespace attn;
 using namespace attn::gputest;
+using namespace attn::gputest::varlen;
 using reference::Tensor;
 
 namespace {
-
-struct Case {
-  std::string Def;
-  DType Dt;
-  int D;
-  int H, Hkv;
-  std::vector<int> Lq, Lkv;
-  std::string Skeleton;
-  bool Backward;
-  /// A named backward configuration (Signature::BackwardConfig), else "".
-  std::string BwdConfig = "";
-  /// At most 16 queries a sequence: the forward runs on decode_sm80 (the
-  /// short-query rule's choice, or named), split over the keys (--decode
-  /// selects these cases).
-  bool Decode = false;
-};
-
-std::vector<int> cumulative(const std::vector<int> &L) {
-  std::vector<int> Cu(L.size() + 1, 0);
-  std::partial_sum(L.begin(), L.end(), Cu.begin() + 1);
-  return Cu;
-}
 
 /// Packed [T,H,D] 16-bit words and the same values as a reference tensor.
 struct Packed {
@@ -86,13 +66,6 @@ Packed randomPacked(std::mt19937_64 &Rng, DType T, int64_t Tokens, int H, int D)
     P.Ref.Data[I] = fromBits(T, P.Bits[I]);
   }
   return P;
-}
-
-/// A device copy of \p Bits.
-std::unique_ptr<DeviceBuffer> upload(const void *Data, size_t Bytes) {
-  auto B = std::make_unique<DeviceBuffer>(Bytes);
-  B->upload(Data, Bytes);
-  return B;
 }
 
 /// Max over elements of |got - exact| and of |round(plain) - exact|.
@@ -458,274 +431,6 @@ bool runCase(const Case &C, uint64_t Seed) {
   std::printf("%-62s bwd%s  3 runs %s  [%s]  %s\n", Name.c_str(), Line.c_str(),
               Same ? "bitwise equal" : "DIFFER", Bwd.str().c_str(), Pass ? "pass" : "FAIL");
   return Pass;
-}
-
-std::vector<Case> cases(bool Quick) {
-  // Empty query and key sequences, one token, keys past the queries
-  // (bottom-right), more queries than keys, lengths off every tile.
-  const std::vector<int> Lq = {0, 1, 130, 257, 64, 5, 3, 200};
-  const std::vector<int> Lkv = {3, 1, 300, 257, 0, 70, 1, 129};
-  const std::vector<int> Self = {1, 0, 200, 513, 77};
-  std::vector<Case> Out;
-  for (DType T : {DType::F16, DType::BF16})
-    for (const char *Def : {"mha", "mha_full", "alibi_learnable"})
-      for (int D : {64, 128}) {
-        if (Quick && T != DType::F16)
-          continue;
-        for (const char *Skel : {"", "fwd_sm80"}) {
-          bool Gqa = D == 128;
-          Out.push_back({Def, T, D, 4, Gqa ? 2 : 4, Lq, Lkv, Skel, *Skel == 0});
-          Out.push_back({Def, T, D, 2, Gqa ? 1 : 2, Self, Self, Skel, *Skel == 0});
-        }
-      }
-  // Masks the analysis bounds from the block's box (varlen.cuh's
-  // tile_may_keep and tile_full): a window that leaves whole key blocks
-  // empty before it (its first blocks are skipped without a mask
-  // evaluation), a prefix length that is a runtime int32, a 256-key window
-  // (blocks inside it run the full path, no mask evaluation) and chunks of
-  // a runtime int32 length.
-  for (const char *Def :
-       {"mha_window", "mha_prefix_lm", "mha_sliding_window", "mha_chunked"})
-    for (const char *Skel : {"", "fwd_sm80"}) {
-      Out.push_back({Def, DType::F16, 64, 4, 4, Lq, Lkv, Skel, *Skel == 0});
-      Out.push_back({Def, DType::F16, 128, 2, 1, Self, Self, Skel, *Skel == 0});
-    }
-  // Per-row, per-key and per-token inputs (document ids as float [H,
-  // tokens] and int32 [tokens] masks, a per-row score scale and a per-key
-  // token bias): each sequence reads its tokens' values, a query its own
-  // token's whatever its bottom-right q_idx (ragged lengths with shifts of
-  // both signs, empty sequences and single tokens), forward on fwd_sm90 and
-  // fwd_sm80, backward on bwd_sm90's packed lean step (d64's row split,
-  // and d128 with grouped heads).
-  for (const char *Def : {"mha_document", "mha_document_ids", "mha_row_scale"}) {
-    for (const char *Skel : {"", "fwd_sm80"}) {
-      Out.push_back({Def, DType::F16, 64, 4, 4, Lq, Lkv, Skel, *Skel == 0});
-      Out.push_back({Def, DType::F16, 128, 4, 2, Lq, Lkv, Skel, *Skel == 0});
-    }
-    Out.push_back({Def, DType::F16, 128, 2, 1, Self, Self, "", true});
-  }
-  // Packed decode (at most 16 queries a sequence: decode_sm80, by the
-  // short-query rule and named) with per-row, per-key and per-token inputs
-  // and ALiBi's per-head slopes over q_idx: each sequence reads its own
-  // tokens' values (a query row its token's, a key its packed key token's)
-  // while its keys are split over CTAs (3000 keys: 47 blocks of 64) and
-  // merged; counts 0, 1 and 16, more queries than keys, empty sequences.
-  const std::vector<int> DecQ = {1, 0, 16, 3, 7, 2};
-  const std::vector<int> DecKv = {2000, 5, 1100, 1, 3000, 0};
-  for (const char *Def :
-       {"mha_document", "mha_document_ids", "mha_row_scale", "alibi_learnable", "mha"})
-    for (const char *Skel : {"", "decode_sm80"}) {
-      Out.push_back({Def, DType::F16, 128, 4, 2, DecQ, DecKv, Skel, false, "", true});
-      if (!Quick)
-        Out.push_back({Def, DType::BF16, 64, 4, 4, DecQ, DecKv, Skel, false, "", true});
-    }
-  // bwd_sm90's packed column split (two warpgroups split dK's, dV's and
-  // dQ's columns over 64 keys; the dense default at head dims 192 and 256),
-  // named: causal bottom-right over the ragged lengths with grouped heads,
-  // and the 256-key window (d256: the split takes value dims of 128 or 256,
-  // and the cases have one head dim).
-  Out.push_back({"mha", DType::F16, 256, 4, 2, Lq, Lkv, "", true,
-                 "bwd90ws.kv64x64s2.split.fused.varlen"});
-  Out.push_back({"mha_sliding_window", DType::F16, 256, 2, 1, Self, Self, "", true,
-                 "bwd90ws.kv64x64s2.split.fused.varlen"});
-  // The packed lean step at d64 (dQ's rows split over the two warpgroups,
-  // 128 x 128 tiles) with grouped heads, and over lengths with many whole
-  // tiles inside and ragged ends (its bounds-free tiles); the forms the
-  // packed calls ran before, named: bwd_sm80's two-kernel mode at d64 and
-  // the plain lockstep step at d128.
-  const std::vector<int> Tiles = {1, 640, 383, 129, 1000};
-  Out.push_back({"mha", DType::F16, 64, 4, 2, Lq, Lkv, "", true});
-  Out.push_back({"mha", DType::F16, 64, 2, 1, Tiles, Tiles, "", true});
-  Out.push_back({"mha_full", DType::F16, 64, 2, 2, Tiles, Tiles, "", true});
-  Out.push_back({"mha_full", DType::F16, 128, 2, 1, Tiles, Tiles, "", true});
-  Out.push_back({"mha", DType::F16, 64, 2, 2, Self, Self, "", true, "kv64x128w8.q128x64w8.s2"});
-  Out.push_back({"mha", DType::F16, 128, 4, 2, Lq, Lkv, "", true,
-                 "bwd90ws.kv64x128s2.fused.varlen"});
-  // More than 32 sequences (empty ones and single tokens among them): the
-  // packed grids' sequence search (block_range.cuh's packed_block_of) votes
-  // over two groups of 32 in the forward, the dK/dV kernel and the dQ
-  // convert.
-  std::vector<int> Many(40);
-  for (int I = 0; I < 40; ++I)
-    Many[I] = I % 9 == 4 ? 0 : I % 7 == 3 ? 1 : (I * 37) % 190;
-  for (const char *Def : {"mha", "mha_chunked"})
-    Out.push_back({Def, DType::F16, 128, 2, 1, Many, Many, "", true});
-  // A sequence of more than 32 blocks: the packed range search's votes over
-  // boxes of 32 blocks (block_range.cuh) find both ends of each range
-  // (4200 tokens: 33 query and key blocks of 128 in the forward and the
-  // dK/dV kernel, 66 key blocks of 64 in the dQ kernel). The fp64 yardstick
-  // of so long a sequence takes a minute or more: the forward of each mask,
-  // and the backward of the window only.
-  const std::vector<int> Long = {4200, 1, 300};
-  for (const char *Def : {"mha", "mha_sliding_window", "mha_prefix_lm", "mha_chunked"})
-    Out.push_back({Def, DType::F16, 64, 1, 1, Long, Long, "",
-                   std::string(Def) == "mha_sliding_window"});
-  // The same window's backward at d128 (bwd_sm90's packed form): its dQ
-  // ranks count the key blocks above a CTA's that keep a query block by
-  // votes of 32 blocks (bwd_sm90_varlen.cuh), two votes here.
-  if (!Quick)
-    Out.push_back({"mha_sliding_window", DType::F16, 128, 1, 1, Long, Long, "", true});
-  return Out;
-}
-
-/// Compiles case \p C's kernels for sm_90a into the kernel cache, its
-/// tensors packed (THD: the packed backward, packedBackwardChoice) or dense
-/// (BSHD: the dense backward).
-void compileCase(const Case &C, Layout L) {
-  runtime::Signature Sig;
-  Sig.Dtype = C.Dt;
-  Sig.HeadDim = Sig.HeadDimV = C.D;
-  Sig.TensorLayout = L;
-  Sig.Skeleton = C.Skeleton;
-  Sig.BackwardConfig = C.BwdConfig;
-  Sig.Backend = "generated";
-  Sig.Arch = GpuArch::Sm90a;
-  runtime::Attention Att(makeDefinition(C.Def), Sig);
-  if (C.Decode)
-    Att.precompile(runtime::PrecompileSet{}); // the short-query rule's kernel
-  std::string Bwd = "-";
-  if (C.Backward) {
-    runtime::KernelChoice Choice = Att.backwardChoice();
-    if (L == Layout::THD)
-      if (std::optional<runtime::KernelChoice> Two = runtime::packedBackwardChoice(Choice))
-        Choice = *Two;
-    runtime::BackwardRunner Runner(
-        Att.definition(),
-        runtime::kernelTarget(Att.definition(), Sig, GpuArch::Sm90a,
-                              runtime::Direction::Backward),
-        Choice);
-    Bwd = Choice.str();
-  }
-  std::printf("compiled %s %s d%d: %s | %s\n", C.Def.c_str(), dtypeName(C.Dt).data(), C.D,
-              Att.forwardChoice().str().c_str(), Bwd.c_str());
-  std::fflush(stdout);
-}
-
-/// --compile-only: the kernels of the cases compiled for sm_90a into the
-/// kernel cache ($ATTNC_CACHE_DIR), without a GPU, so that a device run
-/// reads them instead of compiling: the forward, and for a backward case
-/// the packed backward (packedBackwardChoice: bwd_sm90's packed lean step at
-/// head dims 64 and 128, unless a case names another).
-int compileOnly(bool Quick, bool DecodeOnly, const char *Filter) {
-  for (const Case &C : cases(Quick))
-    if ((!Filter || C.Def == Filter) && (!DecodeOnly || C.Decode))
-      compileCase(C, Layout::THD);
-  return 0;
-}
-
-/// The backward configuration a packed call ran at head dim \p D before
-/// the lean step had a packed form (bwd_sm80's two-kernel mode at d64, the
-/// plain lockstep step at d128), timed beside the default by --bench.
-const char *previousPackedBackward(int D) {
-  return D == 64 ? "kv64x128w8.q128x64w8.s2" : "bwd90ws.kv64x128s2.fused.varlen";
-}
-
-/// --bench [H [D ...]]: a batch of 32 sequences of lengths uniform in [64,
-/// 8192] (H32 D128 unless named), f16, unmasked and causal: the packed
-/// forward and backward on the defaults, the packed backward on the
-/// configuration it ran before (previousPackedBackward), and dense
-/// attention of the same token count (32 sequences of the mean length).
-/// The lengths are printed (a peer script reads them). \p CompileOnly:
-/// these kernels compiled for sm_90a into the kernel cache, no GPU (as
-/// --compile-only for the cases).
-int bench(int H, const std::vector<int> &Dims, bool CompileOnly) {
-  if (CompileOnly) {
-    for (int D : Dims)
-      for (const char *Def : {"mha_full", "mha"}) {
-        compileCase({Def, DType::F16, D, H, H, {}, {}, "", true}, Layout::THD);
-        compileCase({Def, DType::F16, D, H, H, {}, {}, "", true, previousPackedBackward(D)},
-                    Layout::THD);
-        compileCase({Def, DType::F16, D, H, H, {}, {}, "", true}, Layout::BSHD);
-      }
-    return 0;
-  }
-  std::mt19937_64 Rng(2026);
-  std::uniform_int_distribution<int> U(64, 8192);
-  std::vector<int> L(32);
-  for (int &X : L)
-    X = U(Rng);
-  const std::vector<int> Cu = cumulative(L);
-  const int64_t T = Cu.back();
-  const int Mean = int((T + 16) / 32);
-  std::printf("lengths: 32 uniform in [64, 8192], %lld tokens, mean %d, max %d\n",
-              (long long)T, Mean, *std::max_element(L.begin(), L.end()));
-  std::printf("lengths:");
-  for (int X : L)
-    std::printf(" %d", X);
-  std::printf("\n");
-  std::fflush(stdout); // each row leaves at once, should a time limit stop the run
-  const int MaxD = *std::max_element(Dims.begin(), Dims.end());
-  // Random 16-bit inputs (no fp64 copy: nothing is checked here), room for
-  // the dense rows' 32 x Mean tokens (up to 16 more than T).
-  std::vector<uint16_t> Bits(size_t(T + 32) * H * MaxD);
-  std::normal_distribution<double> N(0.0, 1.0);
-  for (uint16_t &B : Bits)
-    B = toBits(DType::F16, N(Rng));
-  auto Buf = upload(Bits.data(), Bits.size() * 2);
-  DeviceBuffer Out(Buf->size()), F(size_t(H) * (T + 32) * 4), DOut(Buf->size()), GQ(Buf->size()),
-      GK(Buf->size()), GV(Buf->size());
-  DOut.upload(Bits.data(), Bits.size() * 2);
-  auto Cuq = upload(Cu.data(), Cu.size() * 4);
-  for (int D : Dims)
-    for (const char *Def : {"mha_full", "mha"}) {
-      bool Causal = std::string(Def) == "mha";
-      double Pairs = 0, DensePairs = 0;
-      for (int X : L)
-        Pairs += Causal ? 0.5 * X * (X + 1.0) : double(X) * X;
-      DensePairs = 32 * (Causal ? 0.5 * Mean * (Mean + 1.0) : double(Mean) * Mean);
-      // The packed default, the packed backward it replaced, dense.
-      for (int Row = 0; Row < 3; ++Row) {
-        const bool Varlen = Row < 2;
-        runtime::Signature Sig;
-        Sig.HeadDim = Sig.HeadDimV = D;
-        Sig.TensorLayout = Varlen ? Layout::THD : Layout::BSHD;
-        if (Row == 1)
-          Sig.BackwardConfig = previousPackedBackward(D);
-        runtime::Attention A(makeDefinition(Def), Sig);
-        DType ET = DType::F16;
-        int64_t Tok = Varlen ? T : int64_t(32) * Mean;
-        auto V = [&](DeviceBuffer &B) {
-          return Varlen ? runtime::TensorView::contiguous(B.get(), ET, {Tok, H, D})
-                        : runtime::TensorView::contiguous(B.get(), ET, {32, Mean, H, D});
-        };
-        runtime::TensorView Fin =
-            Varlen ? runtime::TensorView::contiguous(F.get(), DType::F32, {1, H, Tok})
-                   : runtime::TensorView::contiguous(F.get(), DType::F32, {1, 32, H, Mean});
-        runtime::VarlenBatch VB{
-            runtime::TensorView::contiguous(Cuq->get(), DType::I32, {33}),
-            runtime::TensorView::contiguous(Cuq->get(), DType::I32, {33}),
-            *std::max_element(L.begin(), L.end()), *std::max_element(L.begin(), L.end())};
-        auto Fwd = [&](int) {
-          if (Varlen)
-            A.forwardVarlen(V(*Buf), V(*Buf), V(*Buf), V(Out), &Fin, VB);
-          else
-            A.forward(V(*Buf), V(*Buf), V(*Buf), V(Out), &Fin);
-        };
-        double FwdMs = runtime::medianEventMs(Fwd, 3, 10);
-        runtime::TensorView O = V(Out);
-        auto Bwd = [&](int) {
-          if (Varlen)
-            A.backwardVarlen(V(*Buf), V(*Buf), V(*Buf), &O, V(DOut), &Fin, V(GQ), V(GK),
-                             V(GV), VB);
-          else
-            A.backward(V(*Buf), V(*Buf), V(*Buf), &O, V(DOut), &Fin, V(GQ), V(GK), V(GV));
-        };
-        double BwdMs = runtime::medianEventMs(Bwd, 3, 10);
-        runtime::KernelChoice Choice = A.backwardChoice();
-        if (Varlen)
-          if (std::optional<runtime::KernelChoice> P = runtime::packedBackwardChoice(Choice))
-            Choice = *P;
-        double Flops = 4.0 * H * D * (Varlen ? Pairs : DensePairs);
-        std::printf("%-8s H%d D%d %-6s %-7s fwd %.3f ms %.0f TFLOPS  bwd %.3f ms %.0f TFLOPS "
-                    " [%s]\n",
-                    Def, H, D, Varlen ? "varlen" : "dense",
-                    Row == 0 ? "default" : Row == 1 ? "before" : "default", FwdMs,
-                    Flops / FwdMs * 1e-9, BwdMs, 2.5 * Flops / BwdMs * 1e-9,
-                    Choice.str().c_str());
-        std::fflush(stdout);
-      }
-    }
-  return 0;
 }
 
 } // namespace
