@@ -124,20 +124,28 @@ def _definitions():
             "mha_prefix_lm": attnc.example("mha_prefix_lm")}
 
 
+def _fake_ring_modules():
+    """attnc.distributed with its attention objects replaced by
+    FakeAttention (the positioned twin by name) and no CUDA checks, for CPU
+    tensors; returns (distributed, _ring_plan)."""
+    from attnc import distributed as ad
+    from attnc import _ring_plan as plan
+    from attnc import _ring_positions as pos
+
+    def fake(name, *a):
+        base = name.split(pos.POSITIONS_SUFFIX)[0]
+        return FakeAttention(base, not name.endswith(plan.TWIN_SUFFIX))
+
+    ad._check = lambda *a: None  # CPU tensors
+    ad._attnc_torch.attention_object = fake
+    return ad, plan
+
+
 def _worker(rank, world, port, errors):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        from attnc import distributed as ad
-        from attnc import _ring_plan as plan
-        from attnc import _ring_positions as pos
-
-        def fake(name, *a):
-            base = name.split(pos.POSITIONS_SUFFIX)[0]
-            return FakeAttention(base, not name.endswith(plan.TWIN_SUFFIX))
-
-        ad._check = lambda *a: None  # CPU tensors
-        ad._attnc_torch.attention_object = fake
+        ad, plan = _fake_ring_modules()
         for name, definition in _definitions().items():
             for layout in plan.LAYOUTS:
                 torch.manual_seed(5)
@@ -222,16 +230,7 @@ def _cached_worker(rank, world, port, errors):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        from attnc import distributed as ad
-        from attnc import _ring_plan as plan
-        from attnc import _ring_positions as pos
-
-        def fake(name, *a):
-            base = name.split(pos.POSITIONS_SUFFIX)[0]
-            return FakeAttention(base, not name.endswith(plan.TWIN_SUFFIX))
-
-        ad._check = lambda *a: None  # CPU tensors
-        ad._attnc_torch.attention_object = fake
+        ad, plan = _fake_ring_modules()
         defs = _definitions()
         layout = "contiguous"
         b, h = 1, 2
