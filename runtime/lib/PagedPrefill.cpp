@@ -130,9 +130,15 @@ PagedPrefillRunner::PagedPrefillRunner(const CompiledDefinition &Def,
   Use90 = AllowSm90 && codegen::sm90Unsupported(Spec, Config90).empty() &&
           (Config90.BlockN & (Config90.BlockN - 1)) == 0;
   // A measurement switch: every page size's fwd_sm90 kernel issues its
-  // boxes as named (docs/runtime.md).
-  if (const char *Env = std::getenv("ATTNC_PAGED_LOAD"); Env && *Env)
-    Load = codegen::parsePagedLoad(Env);
+  // boxes as named (docs/runtime.md). Three values, not envSwitch's 0/1;
+  // a bad one names the variable as envSwitch's do.
+  if (const char *Env = std::getenv("ATTNC_PAGED_LOAD"); Env && *Env) {
+    try {
+      Load = codegen::parsePagedLoad(Env);
+    } catch (const UserError &E) {
+      throw UserError(std::string("ATTNC_PAGED_LOAD: ") + E.what());
+    }
+  }
 }
 
 PagedPrefillRunner::Kernel &PagedPrefillRunner::kernelFor(int64_t PageSize) {

@@ -289,6 +289,21 @@ TEST_CASE("paged prefill: prefillPaged names each malformed argument",
                       "supported)"));
 }
 
+TEST_CASE("paged prefill: a bad ATTNC_PAGED_LOAD is refused by name before any "
+          "kernel",
+          "[runtime][paged][prefill]") {
+  cacheDir();
+  REQUIRE(setenv("ATTNC_PAGED_LOAD", "Warp", 1) == 0);
+  Attention A(examples::mha(), sm80());
+  PrefillArgs X;
+  const std::string Got = messageOf<UserError>(
+      [&] { A.prefillPaged(X.Q, X.Cu, X.MaxQ, X.KV, X.O, &X.F); });
+  REQUIRE(unsetenv("ATTNC_PAGED_LOAD") == 0);
+  CHECK(Got == "ATTNC_PAGED_LOAD: paged load 'Warp': expected 'thread', 'warp' or "
+               "'gather'");
+  CHECK(A.lastBackend().empty());
+}
+
 TEST_CASE("paged prefill: runPrefill and planPrefill check the plan's bounds",
           "[runtime][paged][prefill]") {
   cacheDir();
