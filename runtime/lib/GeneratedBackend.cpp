@@ -177,9 +177,8 @@ private:
     /// scalar inputs it reads alone (MaskReuseKey), so a call that repeats
     /// all of them on the same stream, which orders it after the computing
     /// call, reuses the lists instead of launching the classification
-    /// again. Lists launched into a stream being captured are not
-    /// remembered: they exist only once the graph runs.
-    std::optional<MaskReuseKey> ListsFor;
+    /// again; the backward keeps its lists by the same rule.
+    ListReuse Reuse;
     /// Where the last classification wrote its lists in Buf.
     FwdLists Lists;
   };
@@ -323,15 +322,13 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
                          K.Launch.BlockM, K.Launch.BlockN, Ctx.Stream,
                          L.InputSlots);
     MaskState &M = MaskStates.get(Ctx.Stream);
-    if (!Key || M.ListsFor != Key) {
-      M.ListsFor.reset(); // until both launches are in the stream
-      // New memory holds no lists worth reusing (reset above in any case).
+    if (!M.Reuse.reusable(Key)) {
+      M.Reuse.building(); // until both launches are in the stream
       FwdLists Lists = classify(K, A, L.InputSlots.data(), Ctx.Stream, M.Buf);
       CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
       D.check(D.cuStreamIsCapturing(Ctx.Stream, &Capture),
               "cuStreamIsCapturing");
-      if (Key && Capture == CU_STREAM_CAPTURE_STATUS_NONE)
-        M.ListsFor = Key;
+      M.Reuse.built(Key, Capture != CU_STREAM_CAPTURE_STATUS_NONE);
       M.Lists = Lists;
     }
     A.block_count = M.Lists.Count;
