@@ -502,37 +502,29 @@ int main(int Argc, char **Argv) {
                         {"mha_prefix_lm", 1, 2, 2, 333},
                         {"mha_window", 2, 2, 1, 777}};
   uint64_t Seed = 5;
-  for (const Case &C : Cases) {
-    try {
-      runCase(C, Seed++);
-    } catch (const std::exception &E) {
-      std::printf("%s ERROR %s\n", C.Def.c_str(), E.what());
-      ++Failed;
+  // Each case with the next seed; a throw is a failure, printed with the
+  // group's label, and the next case runs.
+  auto RunAll = [&](const char *Label, const auto &Group,
+                    void (*Run)(const Case &, uint64_t)) {
+    for (const Case &C : Group) {
+      try {
+        Run(C, Seed++);
+      } catch (const std::exception &E) {
+        std::printf("%s%s ERROR %s\n", Label, C.Def.c_str(), E.what());
+        ++Failed;
+      }
     }
-  }
+  };
+  RunAll("", Cases, runCase);
   const Case Lists[] = {{"mha_prefix_lm", 1, 4, 2, 1000},
                         {"mha_window", 1, 2, 1, 1500},
                         {"mha_document_ids", 2, 2, 2, 600}};
-  for (const Case &C : Lists) {
-    try {
-      runBackwardReuse(C, Seed++);
-    } catch (const std::exception &E) {
-      std::printf("backward lists %s ERROR %s\n", C.Def.c_str(), E.what());
-      ++Failed;
-    }
-  }
+  RunAll("backward lists ", Lists, runBackwardReuse);
   const Case Many[] = {{"mha_document_ids", 4, 32, 8, 600},
                        {"mha_prefix_lm", 2, 64, 64, 1000},
                        {"mha_window", 8, 16, 4, 512},
                        {"mha_empty256", 4, 32, 32, 700}};
-  for (const Case &C : Many) {
-    try {
-      runPersistent(C, Seed++);
-    } catch (const std::exception &E) {
-      std::printf("persistent %s ERROR %s\n", C.Def.c_str(), E.what());
-      ++Failed;
-    }
-  }
+  RunAll("persistent ", Many, runPersistent);
   std::printf("%d passed, %d failed\n", Passed, Failed);
   return Failed ? 1 : 0;
 }
