@@ -16,18 +16,11 @@
 
 namespace attn::runtime {
 
-namespace {
-
-/// ATTNC_LINEAR_PAIRS=0 writes every chunk's H and dH even where the state
-/// pairs apply (a measurement switch, as ATTNC_LINEAR_SPLIT); unset or 1
-/// leaves them on. Anything else is a UserError.
-bool statePairsAllowed() {
+bool linearStatePairsAllowed() {
   return envSwitch("ATTNC_LINEAR_PAIRS", "every chunk's states written",
                    "state pairs where the kernels have them")
       .value_or(true);
 }
-
-} // namespace
 
 std::vector<uint64_t> linearInputSlots(const ir::Graph &G,
                                        const InputMap &Inputs, int64_t H) {
@@ -154,7 +147,8 @@ void LinearBackwardRunner::run(const LinearBackwardShape &R,
   // State pairs (linear_chunk_pairs.cuh) in the plain chunk gradients of
   // one value slice only: the grouped kernel and the slices' partials read
   // every chunk's states.
-  A.pairs = Smem.GradsPairs && !Grouped && Slices == 1 && statePairsAllowed();
+  A.pairs = Smem.GradsPairs && !Grouped && Slices == 1 &&
+            linearStatePairsAllowed();
   const int64_t PartsQ = C.H / C.Hq / A.group_heads,
                 PartsK = C.H / C.Hk / A.group_heads;
 

@@ -94,6 +94,12 @@ void launchLinear(CUfunction F, unsigned GX, unsigned GY, unsigned GZ,
                   unsigned Threads, int Smem, CUstream S, void **Params,
                   const char *What);
 
+/// Whether the backward may use state pairs (linear_chunk_pairs.cuh) where
+/// its kernels have them: unless ATTNC_LINEAR_PAIRS=0, a measurement switch
+/// that writes every chunk's H and dH (as ATTNC_LINEAR_SPLIT); unset or 1
+/// leaves them on, anything else is a UserError.
+bool linearStatePairsAllowed();
+
 } // namespace attn::runtime
 
 #endif

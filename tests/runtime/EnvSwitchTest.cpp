@@ -3,6 +3,7 @@
 // its value and both meanings; ATTNC_DECODE_PDL through the decode merge's
 // launch rule. No GPU.
 #include "EnvSwitch.h"
+#include "LinearBackwardRunner.h"
 #include "PagedDecode.h"
 
 #include "attn/Error.h"
@@ -48,4 +49,20 @@ TEST_CASE("ATTNC_DECODE_PDL: a bad value is refused, unset means the "
   REQUIRE(unsetenv("ATTNC_DECODE_PDL") == 0);
   CHECK(runtime::decodeMergeDependent(GpuArch::Sm90a));
   CHECK_FALSE(runtime::decodeMergeDependent(GpuArch::Sm80));
+}
+
+TEST_CASE("ATTNC_LINEAR_PAIRS: state pairs unless 0; another value refused",
+          "[runtime][linear]") {
+  REQUIRE(unsetenv("ATTNC_LINEAR_PAIRS") == 0);
+  CHECK(runtime::linearStatePairsAllowed());
+  REQUIRE(setenv("ATTNC_LINEAR_PAIRS", "0", 1) == 0);
+  CHECK_FALSE(runtime::linearStatePairsAllowed());
+  REQUIRE(setenv("ATTNC_LINEAR_PAIRS", "1", 1) == 0);
+  CHECK(runtime::linearStatePairsAllowed());
+  REQUIRE(setenv("ATTNC_LINEAR_PAIRS", "off", 1) == 0);
+  CHECK_THROWS_AS(runtime::linearStatePairsAllowed(), UserError);
+  CHECK_THROWS_WITH(runtime::linearStatePairsAllowed(),
+                    "ATTNC_LINEAR_PAIRS='off': expected 0 (every chunk's states "
+                    "written) or 1 (state pairs where the kernels have them)");
+  REQUIRE(unsetenv("ATTNC_LINEAR_PAIRS") == 0);
 }
