@@ -9,6 +9,8 @@
 #include "attnc/block_range.cuh"
 #include "attnc/bwd_block_mask.cuh"
 
+#include "HostWarp.h"
+
 #include <catch2/catch.hpp>
 
 #include <random>
@@ -16,30 +18,7 @@
 
 namespace {
 
-/// A warp of 32 lanes as compact_line sees it, run lane by lane.
-struct HostWarp {
-  struct Values {
-    int V[attnc::kRangeLanes];
-    int at(int Lane) const { return V[Lane]; }
-  };
-  template <class F> Values values(const F &Of) const {
-    Values R;
-    for (int Lane = 0; Lane < attnc::kRangeLanes; ++Lane)
-      R.V[Lane] = Of(Lane);
-    return R;
-  }
-  template <class Pred> unsigned vote(const Pred &P) const {
-    unsigned V = 0;
-    for (int Lane = 0; Lane < attnc::kRangeLanes; ++Lane)
-      if (P(Lane))
-        V |= 1u << Lane;
-    return V;
-  }
-  template <class G> void each(const G &Run) const {
-    for (int Lane = 0; Lane < attnc::kRangeLanes; ++Lane)
-      Run(Lane);
-  }
-};
+using attnc::test::HostWarp;
 
 constexpr int Poison = -7;
 

@@ -7,6 +7,8 @@
 // spare CTA a sequence.
 #include "block_range.cuh"
 
+#include "HostWarp.h"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -16,27 +18,7 @@
 
 namespace {
 
-/// The 32 lanes' prefix sums and ballot, as a warp computes them.
-struct HostWarp {
-  struct Sums {
-    int Sum[attnc::kRangeLanes];
-    int at(int Lane) const { return Sum[Lane]; }
-  };
-  template <class F> Sums sums(const F &Value) const {
-    Sums S;
-    int Run = 0;
-    for (int Lane = 0; Lane < attnc::kRangeLanes; ++Lane)
-      S.Sum[Lane] = Run += Value(Lane);
-    return S;
-  }
-  template <class Pred> unsigned vote(const Pred &P) const {
-    unsigned V = 0;
-    for (int Lane = 0; Lane < attnc::kRangeLanes; ++Lane)
-      if (P(Lane))
-        V |= 1u << Lane;
-    return V;
-  }
-};
+using attnc::test::HostWarp;
 
 /// cu_seqlens of the lengths.
 std::vector<int> cumulative(const std::vector<int> &Lens) {
