@@ -42,22 +42,51 @@ struct BwdSm90Elements {
     return valid;
   }
 
+  /// Whether the mask's inputs hold every query of block \p m and every
+  /// key from \p key0 on that the CTA's tile reads (\p keys of them), so
+  /// that elements<false, true> may read them unclamped (mask_in_tile).
+  /// The host's shape checks make it true for any tile inside the
+  /// sequence; asked per tile, it keeps the reads in bounds for any layout
+  /// the Inputs are given.
+  __device__ static __forceinline__ bool tile_covered(const typename Variant::Inputs &in,
+                                                      int m, int key0, int keys) {
+    return in.keys_cover((long long)key0 + keys) &&
+           in.rows_cover((long long)m * kBlockM, kBlockM);
+  }
+
   /// P and dS of every element (bwd_element), in place of Sᵀ and dPᵀ;
   /// \p kInside as element_at's (with kFull, every element is valid and
-  /// bwd_element's selects fold away).
+  /// bwd_element's selects fold away). A partial tile with kInside must be
+  /// tile_covered: its mask reads the key-side inputs at the thread's two
+  /// keys' constant offsets from its first key (keys_at) and the query-side
+  /// ones at its 2·QT queries' offsets from its first query (rows_at), one
+  /// load each at an immediate offset instead of a clamp and a 64-bit
+  /// address per query (mask_in_tile).
   template <bool kFull, bool kInside = false>
   __device__ static __forceinline__ void elements(const BwdArgs &a,
                                                   const typename Variant::Inputs &in,
                                                   const float *rows, int m, int b, int h,
                                                   int key0, float (&acc_s)[QT][4],
                                                   float (&acc_dp)[QT][4], float *gacc) {
+    constexpr bool kTileReads = !kFull && kInside;
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
+    const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    // The thread's first key and first query (element_at's with t = e = 0).
+    const typename Variant::Inputs kin =
+        kTileReads ? in.keys_at(b, h, key0 + (kSameKeys ? 0 : wg * 64) + warp * 16 + g) : in;
+    const typename Variant::Inputs qin = kTileReads ? in.rows_at(b, h, m * kBlockM + 2 * tq) : in;
+    (void)kin;
+    (void)qin;
 #pragma unroll
     for (int t = 0; t < QT; ++t)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         int key, qr, qi;
-        const bool valid =
-            element_at<kFull, kInside>(a, in, m, b, h, key0, t, e, key, qr, qi);
+        bool valid = element_at<kFull || kTileReads, kInside>(a, in, m, b, h, key0, t, e,
+                                                              key, qr, qi);
+        if constexpr (kTileReads)
+          valid = Variant::mask_in_tile(kin, qin, b, h, qi, key, 8 * t + (e & 1),
+                                        8 * (e >> 1));
         const float doo = kDoosum ? rows[kBlockM * kF + qr] : 0.f;
         float p;
         const float ds = bwd_element<Variant, true>(in, acc_s[t][e], acc_dp[t][e],

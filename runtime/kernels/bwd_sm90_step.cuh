@@ -62,9 +62,11 @@ ATTNC_BWD_SM90::step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s
     // work of the same 64 keys): a tile wholly inside seq_q x seq_kv
     // (every tile of a long sequence) needs no bounds per element, and
     // without a mask no selects: only the element loop is duplicated, no
-    // wgmma.
+    // wgmma. A partial one also reads the mask's inputs unclamped
+    // (Elems::tile_covered, asked only of partial tiles).
     constexpr bool kInsideTiles = kLean || kSplit;
-    if (kInsideTiles && (m + 1) * kBlockM <= a.seq_q && key0 + kBlockN <= a.seq_kv)
+    if (kInsideTiles && (m + 1) * kBlockM <= a.seq_q && key0 + kBlockN <= a.seq_kv &&
+        (kFull || Elems::tile_covered(in, m, key0, kBlockN)))
       Elems::template elements<kFull, kInsideTiles>(a, in, rows, m, b, h, key0, acc_s, acc_dp,
                                                     gacc);
     else

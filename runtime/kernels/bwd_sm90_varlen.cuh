@@ -60,6 +60,18 @@ template <class V> struct ShiftedVariant {
   struct Inputs {
     typename V::Inputs in;
     int shift;
+    // The unclamped reads' views (bwd_sm90_elements' tile_covered and
+    // mask_in_tile), queries shifted as everywhere here.
+    __device__ __forceinline__ Inputs keys_at(int b, int h, int k0) const {
+      return {in.keys_at(b, h, k0), shift};
+    }
+    __device__ __forceinline__ Inputs rows_at(int b, int h, int q0) const {
+      return {in.rows_at(b, h, q0 + shift), shift};
+    }
+    __device__ __forceinline__ bool keys_cover(long long n) const { return in.keys_cover(n); }
+    __device__ __forceinline__ bool rows_cover(long long q0, long long n) const {
+      return in.rows_cover(q0 + shift, n);
+    }
   };
   static constexpr int kNumFinals = V::kNumFinals;
   static constexpr bool kHasMask = V::kHasMask;
@@ -80,6 +92,11 @@ template <class V> struct ShiftedVariant {
   }
   __device__ static __forceinline__ bool mask(const Inputs &in, int b, int h, int q, int k) {
     return V::mask(in.in, b, h, q + in.shift, k);
+  }
+  __device__ static __forceinline__ bool mask_in_tile(const Inputs &in, const Inputs &qin,
+                                                      int b, int h, int q, int k, int q_off,
+                                                      int kv_off) {
+    return V::mask_in_tile(in.in, qin.in, b, h, q + in.shift, k, q_off, kv_off);
   }
   __device__ static __forceinline__ float forward(const Inputs &in, float s,
                                                   const float *finals, int b, int h, int q,

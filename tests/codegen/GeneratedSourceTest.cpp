@@ -199,8 +199,28 @@ TEST_CASE("generateForward: the Inputs struct", "[codegen][source][inputs]") {
   CHECK(has(T, "Inputs keys_at(int b, int h, int k0) const {"));
   CHECK(has(T, "r.in_3_key_bias += b * in_3_key_bias_sb + h * in_3_key_bias_sh + k0;"));
   CHECK(has(T, "r.in_4_bias += b * in_4_bias_sb + h * in_4_bias_sh + k0;"));
-  CHECK_FALSE(has(T, "r.in_2_row_bias += b"));
+  // (keys_at leaves the query-side input; rows_at below moves it.)
+  CHECK_FALSE(has(T, "r.in_2_row_bias += b * in_2_row_bias_sb + h * in_2_row_bias_sh + k0"));
   CHECK(has(T, "return true && in_3_key_bias_rows >= n && in_4_bias_cols >= n;"));
+  // Query-side inputs (per_row, per_query_token) get an unclamped twin read
+  // through rows_at's copy at the query's offset, the row shift taken into
+  // rows_at and rows_cover; key-side, full and per-head ones none.
+  CHECK(has(T, "float load_in_2_row_bias_in_rows(int b, int h, int q, int k) const {"));
+  CHECK(has(T, "return __ldg(in_2_row_bias + (q));"));
+  for (const char *N : {"in_1_slopes", "in_3_key_bias", "in_4_bias"}) {
+    INFO(N);
+    CHECK_FALSE(has(T, "load_" + std::string(N) + "_in_rows"));
+  }
+  CHECK(has(T, "Inputs rows_at(int b, int h, int q0) const {"));
+  CHECK(has(T, "r.in_2_row_bias += b * in_2_row_bias_sb + h * in_2_row_bias_sh + "
+               "(q0 - in_2_row_bias_row_shift);"));
+  CHECK_FALSE(has(T, "r.in_3_key_bias += b * in_3_key_bias_sb + h * in_3_key_bias_sh + (q0"));
+  CHECK(has(T, "bool rows_cover(long long q0, long long n) const {"));
+  CHECK(has(T, "return true && q0 >= in_2_row_bias_row_shift && q0 - "
+               "in_2_row_bias_row_shift + n <= in_2_row_bias_rows;"));
+  // Without query-side inputs every row is covered.
+  CHECK(has(Sig, "bool rows_cover(long long q0, long long n) const {\n"
+                 "    (void)q0; (void)n;\n    return true;\n  }"));
 }
 
 TEST_CASE("mask grouping: per batch*head for h or a per-head input, per "
@@ -408,6 +428,17 @@ TEST_CASE("generateForward: int32 per-token inputs load int, with no head "
   CHECK(has(D, "return __ldg(in_1_doc_k + (k));"));
   CHECK(has(D, "r.in_1_doc_k += b * in_1_doc_k_sb + k0;"));
   CHECK(has(D, "return true && in_1_doc_k_rows >= n;"));
+  // mask_in_tile: both ids unclamped, the key's through keys_at's copy
+  // (in), the query's through rows_at's (qin) at the query's offset
+  // (bwd_sm90's partial steps inside the sequence); the causal compare
+  // keeps the true indices.
+  CHECK(has(D, "mask_in_tile(const Inputs &in, const Inputs &qin, int b, int h, "
+               "int q_idx, int kv_idx, int q_off, int kv_off) {"));
+  CHECK(has(D, "(qin.load_in_0_doc_q_in_rows(b, h, q_off, kv_idx) == "
+               "in.load_in_1_doc_k_in_keys(b, h, q_idx, kv_off))"));
+  CHECK(has(D, "return __ldg(in_0_doc_q + (q));"));
+  CHECK(has(D, "r.in_0_doc_q += b * in_0_doc_q_sb + (q0 - in_0_doc_q_row_shift);"));
+  CHECK_FALSE(has(D, "load_in_1_doc_k_in_rows"));
 
   AttentionDef S = examples::sigmoidAttn();
   S.name = "int_scalar";

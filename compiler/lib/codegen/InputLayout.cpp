@@ -166,6 +166,22 @@ bool readsKeys(ir::InputShape S) {
   return false;
 }
 
+/// Whether an input of shape \p S is indexed by the query alone.
+bool readsRows(ir::InputShape S) {
+  switch (S) {
+  case ir::InputShape::PerRow:
+  case ir::InputShape::PerQueryToken:
+    return true;
+  case ir::InputShape::Scalar:
+  case ir::InputShape::PerHead:
+  case ir::InputShape::PerKey:
+  case ir::InputShape::PerKeyToken:
+  case ir::InputShape::Full:
+    return false;
+  }
+  return false;
+}
+
 std::string inputsStruct(const ir::Graph &G) {
   CodeWriter W;
   {
@@ -243,6 +259,15 @@ std::string inputsStruct(const ir::Graph &G) {
       // immediate offset from a pointer made once per block, instead of a
       // clamp and a 64-bit address per key (a partial block's step reads
       // 32 keys a thread).
+      // The row-inside twin (readsRows), read through rows_at's copy at
+      // the query's offset q from its first row, unclamped: bwd_sm90's
+      // partial steps read 16 queries a thread.
+      if (readsRows(D.Shape)) {
+        auto F = W.block("__device__ __forceinline__ " + elemCType(D.Elem) +
+                         " load_" + N + "_in_rows(int b, int h, int q, int k) const");
+        W.line("(void)b; (void)h; (void)q; (void)k;");
+        W.line("return __ldg(" + N + " + (q));");
+      }
       if (!readsKeys(D.Shape))
         continue;
       auto F = W.block("__device__ __forceinline__ " + elemCType(D.Elem) +
@@ -275,6 +300,40 @@ std::string inputsStruct(const ir::Graph &G) {
                "k0;");
       }
       W.line("return r;");
+    }
+    // rows_at(b, h, q0) and rows_cover(q0, n): keys_at and keys_cover's
+    // query-side twins for the *_in_rows accessors, the row shift (a
+    // packed call's) taken into both.
+    {
+      auto R = W.block("__device__ __forceinline__ Inputs rows_at(int b, int h, "
+                       "int q0) const");
+      W.line("Inputs r = *this;");
+      W.line("(void)b; (void)h; (void)q0;");
+      I = 0;
+      for (const ir::InputDecl &D : G.decls().Inputs) {
+        const std::string N = generatedName("in", I++, D.Name);
+        if (!readsRows(D.Shape))
+          continue;
+        W.line("r." + N + " += b * " + N + "_sb + " +
+               (D.Shape == ir::InputShape::PerQueryToken ? std::string()
+                                                         : "h * " + N + "_sh + ") +
+               "(q0 - " + N + "_row_shift);");
+      }
+      W.line("return r;");
+    }
+    {
+      auto R = W.block(
+          "__device__ __forceinline__ bool rows_cover(long long q0, long long n) const");
+      W.line("(void)q0; (void)n;");
+      std::string Cover = "true";
+      I = 0;
+      for (const ir::InputDecl &D : G.decls().Inputs) {
+        const std::string N = generatedName("in", I++, D.Name);
+        if (readsRows(D.Shape))
+          Cover += " && q0 >= " + N + "_row_shift && q0 - " + N + "_row_shift + n <= " +
+                   N + "_rows";
+      }
+      W.line("return " + Cover + ";");
     }
     auto C = W.block(
         "__device__ __forceinline__ bool keys_cover(long long n) const");

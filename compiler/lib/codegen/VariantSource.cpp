@@ -197,11 +197,35 @@ std::string variantMembers(const CompiledDefinition &Def,
           return spellCommon(P, "kv_idx", G);
         },
         "bool");
+    // The mask with both sides read unclamped: \p in from keys_at as for
+    // mask_in_keys, \p qin from Inputs::rows_at(b, h, q_idx - q_off),
+    // both covering the tile (keys_cover, rows_cover): bwd_sm90's partial
+    // steps inside the sequence.
+    emitScalarFunction(
+        W, G,
+        "mask_in_tile(const Inputs &in, const Inputs &qin, " + TileIdx +
+            ", int q_off, int kv_off)",
+        "mask_mod", "mask",
+        [&](const ir::ParamNode &P) {
+          const ir::InputDecl *D =
+              P.getParamKind() == ParamKind::Input
+                  ? G.decls().findInput(P.getName())
+                  : nullptr;
+          if (D && readsKeys(D->Shape))
+            return "in.load_" + inputField(G, P.getName()) +
+                   "_in_keys(b, h, q_idx, kv_off)";
+          if (D && readsRows(D->Shape))
+            return "qin.load_" + inputField(G, P.getName()) +
+                   "_in_rows(b, h, q_off, kv_idx)";
+          return spellCommon(P, "kv_idx", G);
+        },
+        "bool");
     emitMaskClassifier(W, G, Mask);
   } else {
     for (const std::string &Sig :
          {"mask(const Inputs &, " + TileIdx + ")",
-          "mask_in_keys(const Inputs &, " + TileIdx + ", int)"}) {
+          "mask_in_keys(const Inputs &, " + TileIdx + ", int)",
+          "mask_in_tile(const Inputs &, const Inputs &, " + TileIdx + ", int, int)"}) {
       auto B = W.block("__device__ static __forceinline__ bool " + Sig);
       W.line("return true;");
     }

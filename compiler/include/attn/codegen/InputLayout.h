@@ -89,12 +89,19 @@ bool hasSequenceInputs(const ir::Graph &G);
 /// by the key (readsKeys) also gets `load_<field>_in_keys`, the same read
 /// without the key's clamp, and the struct `keys_cover(n)`: whether every
 /// such input holds keys [0, n), under which the two accessors agree for
-/// any key in [0, n).
+/// any key in [0, n). Each input indexed by the query alone (readsRows)
+/// likewise gets `load_<field>_in_rows` (at an offset from `rows_at(b, h,
+/// q0)`'s first query) and the struct `rows_cover(q0, n)`: whether every
+/// such input holds queries [q0, q0 + n) (the row shift subtracted).
 std::string inputsStruct(const ir::Graph &G);
 
 /// Whether an input of shape \p S is indexed by the key (per_key,
 /// per_key_token, full).
 bool readsKeys(ir::InputShape S);
+
+/// Whether an input of shape \p S is indexed by the query alone (per_row,
+/// per_query_token).
+bool readsRows(ir::InputShape S);
 
 } // namespace attn::codegen
 
