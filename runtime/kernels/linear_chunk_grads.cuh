@@ -44,7 +44,7 @@ struct LinearChunkGrads : LinearGradsTiles<Variant, T, kD, kDV, kVs, kC, kWarps,
   using L = LinearGradsTiles<Variant, T, kD, kDV, kVs, kC, kWarps, kTwoStates, kGrouped,
                              kBuffers, kVarlen, kPairs>;
   using L::kThreads, L::kSlices, L::kE, L::kNI, L::kOffK, L::kOffV, L::kOffDo, L::kOffS,
-      L::kOffDh, L::kOffDecay, L::kOffPair, L::kRowsOverStates, L::kSplitDh, L::kRawTiles,
+      L::kOffDh, L::kOffDecay, L::kOffPair, L::kRowsOverStates, L::kSplitDh,
       L::kBufBytes, L::kOffF, L::kSmemBytes;
   using DTile = typename L::DTile;
   using VTile = typename L::VTile;
@@ -83,9 +83,8 @@ struct LinearChunkGrads : LinearGradsTiles<Variant, T, kD, kDV, kVs, kC, kWarps,
     const u32 s0 = smem_addr(smem);
     float *g2 = reinterpret_cast<float *>(smem + kOffF);
 
-    // Every tile arrives by cp.async (rows past the sequence as zeros), in
-    // the groups of linear_chunk_grads_tiles.cuh; the mods are applied in
-    // place afterwards.
+    // Every tile arrives by cp.async (rows past the sequence as zeros); the
+    // mods are applied in place afterwards (linear_chunk_grads_tiles.cuh).
     L::issue(a, Item(a, n, b, h0), s0, vcol0);
     for (int h = h0, i = 0; h < h0 + group; ++h, ++i) {
       Item it(a, n, b, h);
@@ -96,14 +95,15 @@ struct LinearChunkGrads : LinearGradsTiles<Variant, T, kD, kDV, kVs, kC, kWarps,
         __syncthreads(); // the previous head's per-token step has read the rows
         L::issue(a, it, buf, vcol0);
       }
-      if constexpr (kPairs)
-        // The pair's state, while the chunk's own tiles are in flight.
-        lin::pair_state<Variant, T, kVarlen, kC, kD, kVs, kThreads, DTile, VTile, STile,
-                        L::kPendingAfterPair>(a, in, it.seq(a), it.h, it.plan(a),
-                                              buf + kOffPair, buf + kOffPair + DTile::kBytes,
-                                              buf + kOffS, buf + kOffDh, g2);
-      cp_async_wait<L::kPendingAfterOwn>();
+      if constexpr (kSplitDh)
+        cp_async_wait<1>();
+      else
+        cp_async_wait<0>();
       L::mod_tiles(a, in, it, buf, vcol0);
+      if constexpr (kPairs)
+        lin::pair_state<Variant, T, kVarlen, kC, kD, kVs, kThreads, DTile, VTile, STile>(
+            a, in, it.seq(a), it.h, it.plan(a), buf + kOffPair, buf + kOffPair + DTile::kBytes,
+            buf + kOffS, buf + kOffDh, g2);
       const float *raw_decay = reinterpret_cast<const float *>(smem + off + kOffDecay);
       lin::chunk_decay<kC>(g2, g2 + kC + 4, g2 + 2 * kC + 4, it.t0, it.seq(a).len, [&](int t) {
         return M::decay_mod(in, Variant::kReadsDecay ? raw_decay[t - it.t0] : 0.f, it.seq(a).mb,
@@ -114,7 +114,6 @@ struct LinearChunkGrads : LinearGradsTiles<Variant, T, kD, kDV, kVs, kC, kWarps,
       if (kBuffers == 2 && h + 1 < h0 + group) {
         L::issue(a, Item(a, n, b, h + 1), s0 + ((i + 1) & 1) * kBufBytes, vcol0);
       }
-      L::issue_raw(a, it, buf); // the neighbour's tiles are read
       compute(a, in, it, buf, reinterpret_cast<float *>(smem + off), g2, vcol0);
     }
   }
@@ -184,9 +183,7 @@ private:
         float acc[kNWk / 8][4];
         dq_product(acc);
         if constexpr (kSplitDh)
-          // This thread's dH chunks (state_dot reads only those); the raw
-          // rows' copy may stay in flight.
-          cp_async_wait<kRawTiles ? 1 : 0>();
+          cp_async_wait<0>(); // this thread's dH chunks: state_dot reads only those
         z_state = state_dot(sS, sDh);
         __syncthreads(); // every warp has read H; dH is visible to all
         store_rows(dqs, acc, m0, cg * kNWk);
@@ -248,8 +245,6 @@ private:
       store_rows(dqs, dq, m0, cg * kNWk);
       store_rows(dks, dk, m0, cg * kNWk);
     }
-    if constexpr (kRawTiles)
-      cp_async_wait<0>(); // the raw rows, visible after the barrier
     __syncthreads();
     if (threadIdx.x == 0) {
       // z of this chunk (and value slice: ws_z holds one partial per slice).
@@ -274,12 +269,9 @@ private:
       typename Combine::Raw raw[kBatch];
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
-        const int r = warp + (i0 + j) * kWarps, t = it.t0 + r;
-        if constexpr (kRawTiles)
-          raw[j] = L::raw_of(s0, r);
-        else
-          raw[j] = Combine::load_raw(a, it.seq(a).mb, it.h,
-                                     it.seq(a).tok0 + (t < it.seq(a).len ? t : it.seq(a).len - 1));
+        const int t = it.t0 + warp + (i0 + j) * kWarps;
+        raw[j] = Combine::load_raw(a, it.seq(a).mb, it.h,
+                                   it.seq(a).tok0 + (t < it.seq(a).len ? t : it.seq(a).len - 1));
       }
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {

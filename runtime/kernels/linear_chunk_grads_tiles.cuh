@@ -1,15 +1,7 @@
 // linear_chunk_grads_tiles: the shared-memory layout of the chunk-gradient
 // kernel (linear_chunk_grads.cuh) and the copies that fill it: one head's
-// coordinates (Item), the cp.async groups of its tiles, the mods applied
-// in place, and the raw q and k rows the per-token step reads back.
-//
-// The copies come in three groups, in the order the kernel needs them:
-//   1. with a state pair (linear_chunk_pairs.cuh): the neighbour chunk's
-//      two tiles and the stored state the missing one is recomputed from;
-//   2. q, k, v, dout, the raw decay, and H unless it is recomputed;
-//   3. dH unless it is recomputed (waited for only after dq).
-// So the pair's recompute runs while the chunk's own tiles land, and dH
-// lands while dq is computed.
+// coordinates (Item), the cp.async of its tiles (dH in a group of its own
+// where it lands while dq is computed), and the mods applied in place.
 #ifndef ATTNC_LINEAR_CHUNK_GRADS_TILES_CUH
 #define ATTNC_LINEAR_CHUNK_GRADS_TILES_CUH
 
@@ -60,18 +52,6 @@ struct LinearGradsTiles {
   /// dH comes in a cp.async group of its own, waited for after dq (with a
   /// prefetch in flight a group cannot be waited for alone).
   static constexpr bool kSplitDh = kRowsOverStates && kBuffers == 1;
-  /// The per-token step reads the raw q and k rows from shared memory
-  /// instead of global memory (four dependent loads a warp at the end of
-  /// every CTA): from the q and k tiles where their mods are identities
-  /// (the rows go over the state tiles, so those stay intact), else from a
-  /// raw copy into the neighbour's tiles, free once the pair's state is
-  /// whole, copied while the chunk's products run.
-  static constexpr bool kRawTiles =
-      kPairs && kRowsOverStates &&
-      (Variant::kKIdentity || Variant::kQIdentity || VTile::kBytes >= DTile::kBytes);
-  static constexpr int kOffRawQ = Variant::kQIdentity ? 0 : kOffPair;
-  static constexpr int kOffRawK =
-      Variant::kKIdentity ? kOffK : Variant::kQIdentity ? kOffPair : kOffPair + DTile::kBytes;
   static constexpr int kUsed = kTileBytes > kGradBytes ? kTileBytes : kGradBytes;
   /// One head's buffer; with two, each starts on 128 bytes.
   static constexpr int kBufBytes = kBuffers == 1 ? kUsed : (kUsed + 127) / 128 * 128;
@@ -130,83 +110,37 @@ struct LinearGradsTiles {
   };
 
   /// cp.async of one head's tiles (value slice \p vcol) into the buffer at
-  /// \p buf: kPairs and kSplitDh in the three groups of the banner, else
-  /// one group (and dH in a second with kSplitDh).
+  /// \p buf: one group, and with kSplitDh dH in a second.
   __device__ static void issue(const LinearArgs &a, const Item &it, u32 buf, int vcol) {
-    const lin::Seq s = it.seq(a);
-    // The state recomputed from the neighbour (pairs): odd chunks rebuild
-    // H, even ones dH; its stored base comes in the first group.
-    bool h_first = false, dh_first = false;
-    if constexpr (kPairs) {
-      const lin::PairPlan p = it.plan(a);
-      if (p.neighbour >= 0) {
-        load_neighbour(a, it, buf);
-        h_first = p.neighbour < it.n;
-        dh_first = !h_first;
-        load_state(a, it, buf, vcol, dh_first);
-      }
-      cp_async_commit();
-    }
-    load_tile_async<DTile, kC, kD, kThreads>(buf, it.q(a), a.q_ss, it.t0, s.len);
-    load_tile_async<DTile, kC, kD, kThreads>(buf + kOffK, it.k(a), a.k_ss, it.t0, s.len);
-    load_tile_async<VTile, kC, kVs, kThreads>(buf + kOffV, it.v(a) + vcol, a.v_ss, it.t0,
-                                              s.len);
-    load_tile_async<VTile, kC, kVs, kThreads>(buf + kOffDo, it.dout(a) + vcol, a.do_ss,
-                                              it.t0, s.len);
-    if (!h_first)
-      load_state(a, it, buf, vcol, false);
-    if (kTwoStates && !kSplitDh && !dh_first)
-      load_state(a, it, buf, vcol, true);
+    load_tile_async<DTile, kC, kD, kThreads>(buf, it.q(a), a.q_ss, it.t0, it.seq(a).len);
+    load_tile_async<DTile, kC, kD, kThreads>(buf + kOffK, it.k(a), a.k_ss, it.t0,
+                                             it.seq(a).len);
+    load_slice(a, it, buf, vcol, !kSplitDh);
     load_decay(a, it, buf);
+    if constexpr (kPairs)
+      load_neighbour(a, it, buf);
     cp_async_commit();
     if constexpr (kSplitDh) {
       // dH, in a group of its own, lands while dq is computed.
-      if (!dh_first)
-        load_state(a, it, buf, vcol, true);
+      load_tile_async<STile, kD, kVs, kThreads>(buf + kOffDh, it.state(a, true), kDV, 0,
+                                                kD);
       cp_async_commit();
     }
   }
 
-  /// The cp.async groups issue() leaves in flight after the one holding
-  /// the pair's tiles, and after the one holding the chunk's own tiles.
-  static constexpr int kPendingAfterPair = kSplitDh ? 2 : 1;
-  static constexpr int kPendingAfterOwn = kSplitDh ? 1 : 0;
-
-  /// cp.async of the raw q and k rows the per-token step reads (kRawTiles,
-  /// where a mod is not an identity), as a group of its own, into the
-  /// neighbour's tiles: call after the pair's state is whole.
-  __device__ static void issue_raw(const LinearArgs &a, const Item &it, u32 buf) {
-    if constexpr (kRawTiles) {
-      if constexpr (!Variant::kQIdentity)
-        load_tile_async<DTile, kC, kD, kThreads>(buf + kOffRawQ, it.q(a), a.q_ss, it.t0,
-                                                 it.seq(a).len);
-      if constexpr (!Variant::kKIdentity)
-        load_tile_async<DTile, kC, kD, kThreads>(buf + kOffRawK, it.k(a), a.k_ss, it.t0,
-                                                 it.seq(a).len);
-      cp_async_commit();
-    }
-  }
-
-  /// The lane's raw q and k features of chunk row \p r from the tiles at
-  /// \p buf (kRawTiles; issue_raw's copy waited for and visible).
-  __device__ static typename Combine::Raw raw_of(u32 buf, int r) {
-    static_assert(8 % kE == 0, "a lane's features lie in one 16-byte chunk");
-    const int f0 = (threadIdx.x % 32) * kE;
-    const u32 off = DTile::offset(r, f0 / 8) + (f0 % 8) * 2;
-    typename Combine::Raw raw;
-#pragma unroll
-    for (int e = 0; e < kE / 2; ++e) {
-      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(raw.q[e]) : "r"(buf + kOffRawQ + off + 4 * e));
-      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(raw.k[e]) : "r"(buf + kOffRawK + off + 4 * e));
-    }
-    return raw;
-  }
-
-  /// cp.async of the stored H (\p grad false) or dH of value slice \p vcol.
-  __device__ static void load_state(const LinearArgs &a, const Item &it, u32 s0, int vcol,
-                                    bool grad) {
-    load_tile_async<STile, kD, kVs, kThreads>(s0 + (grad ? kOffDh : kOffS),
-                                              it.state(a, grad) + vcol, kDV, 0, kD);
+  /// cp.async of value slice \p vcol's tiles (v, dout, H and with
+  /// kTwoStates and \p with_grad dH) into the layout at \p s0.
+  __device__ static void load_slice(const LinearArgs &a, const Item &it, u32 s0, int vcol,
+                                    bool with_grad) {
+    load_tile_async<VTile, kC, kVs, kThreads>(s0 + kOffV, it.v(a) + vcol, a.v_ss, it.t0,
+                                              it.seq(a).len);
+    load_tile_async<VTile, kC, kVs, kThreads>(s0 + kOffDo, it.dout(a) + vcol, a.do_ss,
+                                              it.t0, it.seq(a).len);
+    load_tile_async<STile, kD, kVs, kThreads>(s0 + kOffS, it.state(a, false) + vcol, kDV,
+                                              0, kD);
+    if (kTwoStates && with_grad)
+      load_tile_async<STile, kD, kVs, kThreads>(s0 + kOffDh, it.state(a, true) + vcol, kDV,
+                                                0, kD);
   }
 
   /// cp.async of the neighbour chunk's tiles of a state pair: k and v
@@ -248,19 +182,20 @@ struct LinearGradsTiles {
   /// barrier separates the copy and the mod.
   __device__ static void mod_tiles(const LinearArgs &a, const typename Variant::Inputs &in,
                                    const Item &it, u32 s0, int vcol) {
-    const lin::Seq s = it.seq(a);
     if constexpr (!Variant::kQIdentity)
       lin::mod_tile<T, DTile, kC, kD, kThreads, true, false>(
-          s0, s0, it.q(a), a.q_ss, it.t0, s.len,
-          [&](float x, int t) { return M::q_mod(in, x, s.mb, it.h, t, s.tok0 + t); });
+          s0, s0, it.q(a), a.q_ss, it.t0, it.seq(a).len, [&](float x, int t) {
+            return M::q_mod(in, x, it.seq(a).mb, it.h, t, it.seq(a).tok0 + t);
+          });
     if constexpr (!Variant::kKIdentity)
       lin::mod_tile<T, DTile, kC, kD, kThreads, true, false>(
-          s0 + kOffK, s0 + kOffK, it.k(a), a.k_ss, it.t0, s.len,
-          [&](float x, int t) { return M::k_mod(in, x, s.mb, it.h, t, s.tok0 + t); });
+          s0 + kOffK, s0 + kOffK, it.k(a), a.k_ss, it.t0, it.seq(a).len, [&](float x, int t) {
+            return M::k_mod(in, x, it.seq(a).mb, it.h, t, it.seq(a).tok0 + t);
+          });
     if constexpr (!Variant::kVIdentity)
       lin::mod_tile<T, VTile, kC, kVs, kThreads, true, false>(
-          s0 + kOffV, s0 + kOffV, it.v(a) + vcol, a.v_ss, it.t0, s.len,
-          [&](float x, int t) { return M::v_mod(in, x, s.mb, it.h, t, s.tok0 + t); });
+          s0 + kOffV, s0 + kOffV, it.v(a) + vcol, a.v_ss, it.t0, it.seq(a).len,
+          [&](float x, int t) { return M::v_mod(in, x, it.seq(a).mb, it.h, t, it.seq(a).tok0 + t); });
   }
 };
 

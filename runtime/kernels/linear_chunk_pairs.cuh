@@ -67,14 +67,13 @@ __device__ __forceinline__ void load_state(float (&st)[kMT][kNS][4], u32 s, int 
 /// \p sH for odd n, dH at \p sDh for even n (nothing when \p plan has no
 /// neighbour). The neighbour's raw k and v (odd) or q and dout (even) tiles
 /// are at \p sA and \p sVal, copied by cp.async by the calling threads
-/// (waited for here, with kPending later groups left in flight: the copy
-/// of the neighbour's tiles and the stored state must precede them); its mods are applied in place as the state passes
+/// (waited for here); its mods are applied in place as the state passes
 /// apply them, and its decays go to \p g2 (g2, rs, ws as chunk_decay
 /// writes them), which the caller rewrites with its own chunk's after this
 /// returns. Every warp owns 16 of the kD state rows. Ends with a barrier:
 /// the tile and g2 are then free for the caller.
 template <class Variant, class T, bool kVarlen, int kC, int kD, int kVs, int kThreads,
-          class DTile, class VTile, class STile, int kPending = 0>
+          class DTile, class VTile, class STile>
 __device__ __forceinline__ void pair_state(const LinearArgs &a,
                                            const typename Variant::Inputs &in,
                                            const Seq &sq, int h, const PairPlan &plan,
@@ -85,7 +84,7 @@ __device__ __forceinline__ void pair_state(const LinearArgs &a,
   using M = Mods<Variant, kVarlen>;
   const bool fwd = plan.neighbour < plan.dh_chunk; // odd: H from the chunk before
   const int t0 = plan.neighbour * kC;
-  cp_async_wait<kPending>();
+  cp_async_wait<0>();
   if (fwd) {
     if constexpr (!Variant::kKIdentity)
       mod_tile<T, DTile, kC, kD, kThreads, true, false>(
