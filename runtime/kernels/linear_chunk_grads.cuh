@@ -18,7 +18,8 @@
 // and writes partial sums of dq, dk (ws_dq, ws_dk) and z instead; the
 // per-token step is then LinearSliceCombine's. With state pairs (kPairs and
 // a.pairs) one of H and dH is recomputed from the neighbour chunk's tiles
-// (linear_chunk_pairs.cuh).
+// (linear_chunk_pairs.cuh). The shared-memory layout and the copies that
+// fill it are linear_chunk_grads_tiles.cuh's.
 #ifndef ATTNC_LINEAR_CHUNK_GRADS_CUH
 #define ATTNC_LINEAR_CHUNK_GRADS_CUH
 
