@@ -88,7 +88,7 @@ int statesSharedBytes(int Vs, int C) {
   return 2 * 2 * C * (Rows + Vs) + 2 * Rows * Vs + 4 * (3 * C + 4);
 }
 
-/// linear_chunk_grads.cuh: per head buffer q, k, v, dout, the state tiles
+/// linear_chunk_grads_tiles.cuh: per head buffer q, k, v, dout, the state tiles
 /// (H and dH, or one for H then dH), the raw decay and with \p Pairs the
 /// neighbour chunk's two tiles, or dq and dk as fp32 rows over them,
 /// whichever is larger (with two buffers each rounded to 128 bytes); then
