@@ -278,21 +278,17 @@ void BackwardRunner::run(const BackwardTensors &T,
     if (Fused)
       A.kv_rank = Blocks->KvRank;
   } else if (Masked) {
-    MaskLists &M = MaskWork.get(Stream);
     // The runner's tiles are fixed: the key's tile is the dK/dV kernel's.
     std::optional<MaskReuseKey> Key;
     if (mayReuse(Mask))
       Key = maskReuseKey(G, Mask, C.B, C.H, C.Sq, C.Skv, K.KvBlockM, K.KvBlockN,
                          Stream, Slots);
-    if (!M.Reuse.reusable(Key)) {
-      M.Reuse.building();
-      M.Lists = listBlocks(C, Slots.data(), Stream, M.Mem);
-      countBackwardListBuild();
-      CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
-      D.check(D.cuStreamIsCapturing(Stream, &Capture), "cuStreamIsCapturing");
-      M.Reuse.built(Key, Capture != CU_STREAM_CAPTURE_STATUS_NONE);
-    }
-    const BwdLists &L = M.Lists;
+    const BwdLists &L =
+        MaskWork.get(Stream).get(Key, Stream, [&](DeviceArena &Mem) {
+          BwdLists Built = listBlocks(C, Slots.data(), Stream, Mem);
+          countBackwardListBuild();
+          return Built;
+        });
     A.q_count = L.QCount;
     A.q_list = L.QList;
     A.kv_count = L.KvCount;

@@ -139,18 +139,15 @@ private:
   /// Per stream: calls on different streams may run at once.
   PerStream<DeviceArena> Work =
       perStream<DeviceArena>(std::string("backward workspace"));
-  /// The block lists of the calls without a BlockMask on one stream: their
-  /// memory (with the classification's scratch), where the last build put
-  /// them, and what it was for. A mask that reads no tensor input builds
-  /// them once per MaskReuseKey (as the forward's classification): a call
-  /// repeating the key on the same stream, which orders it after the
-  /// build, launches none.
-  struct MaskLists {
-    DeviceArena Mem{"backward block lists"};
-    BwdLists Lists{};
-    ListReuse Reuse;
-  };
-  PerStream<MaskLists> MaskWork{[] { return std::make_unique<MaskLists>(); }};
+  /// The block lists of the calls without a BlockMask on one stream, per
+  /// kept key (KeptLists: their memory, with the classification's scratch,
+  /// and where the build put them). A mask that reads no tensor input
+  /// builds them once per MaskReuseKey (as the forward's classification):
+  /// a call repeating one of the kept keys on the same stream, which
+  /// orders it after the build, launches none.
+  using MaskLists = KeptLists<BwdLists>;
+  PerStream<MaskLists> MaskWork{
+      [] { return std::make_unique<MaskLists>("backward block lists"); }};
 };
 
 } // namespace attn::runtime

@@ -166,24 +166,19 @@ private:
   const analysis::MaskAnalysis Mask;
   std::map<std::string, std::unique_ptr<ForwardKernel>> Kernels;
   ForwardKernel *Initial = nullptr;
-  /// The block classification of the calls on one stream.
-  struct MaskState {
-    /// The bounds of an analysed mask, the block classes, then the per-row
-    /// counts and lists of visited key blocks that attnc_block_compact
-    /// writes.
-    DeviceArena Buf{"block mask"};
-    /// What the block lists in Buf were last computed for. A mask that
-    /// reads no tensor input is a function of the shapes, the tile and the
-    /// scalar inputs it reads alone (MaskReuseKey), so a call that repeats
-    /// all of them on the same stream, which orders it after the computing
-    /// call, reuses the lists instead of launching the classification
-    /// again; the backward keeps its lists by the same rule.
-    ListReuse Reuse;
-    /// Where the last classification wrote its lists in Buf.
-    FwdLists Lists;
-  };
+  /// The block classifications of the calls on one stream: per kept key
+  /// (ListReuse), the bounds of an analysed mask, the block classes, then
+  /// the per-row counts and lists of visited key blocks that
+  /// attnc_block_compact writes. A mask that reads no tensor input is a
+  /// function of the shapes, the tile and the scalar inputs it reads alone
+  /// (MaskReuseKey), so a call that repeats all of them on the same
+  /// stream, which orders it after the computing call, reuses the lists
+  /// instead of launching the classification again; the backward keeps its
+  /// lists by the same rule.
+  using MaskState = KeptLists<FwdLists>;
   /// Per stream: calls on different streams may run at once.
-  PerStream<MaskState> MaskStates{[] { return std::make_unique<MaskState>(); }};
+  PerStream<MaskState> MaskStates{
+      [] { return std::make_unique<MaskState>("block mask"); }};
   /// The persistent kernel's tile counters (FwdArgs::tile_counter), per
   /// stream: the launches of one stream run one after another, and each
   /// leaves them at 0 for the next. New memory is zeroed on the call's
@@ -321,18 +316,12 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
       Key = maskReuseKey(*Def.Graph, Mask, A.batch, A.heads, A.seq_q, A.seq_kv,
                          K.Launch.BlockM, K.Launch.BlockN, Ctx.Stream,
                          L.InputSlots);
-    MaskState &M = MaskStates.get(Ctx.Stream);
-    if (!M.Reuse.reusable(Key)) {
-      M.Reuse.building(); // until both launches are in the stream
-      FwdLists Lists = classify(K, A, L.InputSlots.data(), Ctx.Stream, M.Buf);
-      CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
-      D.check(D.cuStreamIsCapturing(Ctx.Stream, &Capture),
-              "cuStreamIsCapturing");
-      M.Reuse.built(Key, Capture != CU_STREAM_CAPTURE_STATUS_NONE);
-      M.Lists = Lists;
-    }
-    A.block_count = M.Lists.Count;
-    A.block_list = M.Lists.List;
+    const FwdLists &Lists = MaskStates.get(Ctx.Stream).get(
+        Key, Ctx.Stream, [&](DeviceArena &Mem) {
+          return classify(K, A, L.InputSlots.data(), Ctx.Stream, Mem);
+        });
+    A.block_count = Lists.Count;
+    A.block_list = Lists.List;
   }
   void *Params[] = {&A, L.InputSlots.data(),
                     const_cast<attnc::Sm90Maps *>(Maps)};

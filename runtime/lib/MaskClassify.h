@@ -7,9 +7,14 @@
 #include "attn/analysis/MaskBounds.h"
 #include "attn/runtime/CudaDriver.h"
 
+#include "DeviceArena.h"
+
 #include "../kernels/attention_args.cuh"
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -66,29 +71,119 @@ inline bool mayReuse(const analysis::MaskAnalysis &A) {
 }
 
 /// The reuse rule of the block lists kept for one stream (docs/runtime.md,
-/// "What a mask costs"): lists are reused only by a call whose key equals
-/// the one they were built for, never without a key (a mask that reads a
-/// tensor), and lists launched into a stream being captured into a CUDA
-/// graph are not remembered (they exist only once the graph runs). The
-/// backward keeps one per stream beside its lists' memory; the memory is
-/// laid out from the key's shapes alone, so a reusing call never grows it.
+/// "What a mask costs"), over a few slots of lists: lists are reused only
+/// by a call whose key equals the one they were built for, never without a
+/// key (a mask that reads a tensor), and lists launched into a stream being
+/// captured into a CUDA graph are not remembered (they exist only once the
+/// graph runs). Up to MaxKeys keys are kept, so that calls alternating
+/// between a few keys (a ring's steps: other offsets and lengths a step)
+/// build each key's lists once; a build for a new key overwrites a slot
+/// never built for a key, else the least recently used one (its key is
+/// forgotten first). KeptLists holds the lists of each slot.
 class ListReuse {
 public:
-  /// Whether a call of key \p Key may use the kept lists as they are.
-  bool reusable(const std::optional<MaskReuseKey> &Key) const {
-    return Key && For && *For == *Key;
+  /// The keys one stream keeps lists of. Each slot's memory is laid out
+  /// from its last key's shapes (a forward's classes and lists are about
+  /// 5 bytes a block pair a classification group: 80 KiB for one group at
+  /// 16k x 16k tokens in 128 x 128 blocks; a backward's about four times
+  /// that), and is allocated only once a
+  /// distinct key needs it: calls that repeat one key keep one slot.
+  static constexpr unsigned MaxKeys = 8;
+
+  /// The slot whose lists were built for \p Key, now the most recently
+  /// used; -1 where there is none (no key, never built, or evicted).
+  int find(const std::optional<MaskReuseKey> &Key) {
+    if (!Key)
+      return -1;
+    for (unsigned I = 0; I < MaxKeys; ++I)
+      if (Slots[I].For && *Slots[I].For == *Key) {
+        Slots[I].Used = ++Clock;
+        return int(I);
+      }
+    return -1;
   }
-  /// Before a build's launches: the old lists are being overwritten.
-  void building() { For.reset(); }
-  /// After a build for \p Key was enqueued, on a stream that was being
-  /// captured (\p Captured) or not.
-  void built(const std::optional<MaskReuseKey> &Key, bool Captured) {
+  /// Whether a call of key \p Key may use kept lists as they are.
+  bool reusable(const std::optional<MaskReuseKey> &Key) const {
+    return Key && std::any_of(Slots.begin(), Slots.end(), [&](const Entry &E) {
+             return E.For && *E.For == *Key;
+           });
+  }
+  /// Before a build's launches: the slot whose lists it overwrites (the
+  /// first one holding no key's lists, else the least recently used), its
+  /// key forgotten until built() names the new one.
+  unsigned building() {
+    unsigned Pick = 0;
+    for (unsigned I = 0; I < MaxKeys; ++I) {
+      if (!Slots[I].For) {
+        Pick = I;
+        break;
+      }
+      if (Slots[I].Used < Slots[Pick].Used)
+        Pick = I;
+    }
+    Slots[Pick].For.reset();
+    Slots[Pick].Used = ++Clock;
+    return Pick;
+  }
+  /// After a build into \p Slot for \p Key was enqueued, on a stream that
+  /// was being captured (\p Captured) or not.
+  void built(unsigned Slot, const std::optional<MaskReuseKey> &Key,
+             bool Captured) {
     if (Key && !Captured)
-      For = Key;
+      Slots[Slot].For = Key;
+  }
+  /// How many slots hold lists of a key.
+  unsigned kept() const {
+    return unsigned(std::count_if(Slots.begin(), Slots.end(),
+                                  [](const Entry &E) { return bool(E.For); }));
   }
 
 private:
-  std::optional<MaskReuseKey> For;
+  struct Entry {
+    std::optional<MaskReuseKey> For;
+    uint64_t Used = 0;
+  };
+  std::array<Entry, MaxKeys> Slots;
+  uint64_t Clock = 0;
+};
+
+/// The block lists of one stream's calls without a BlockMask, by
+/// ListReuse's rule: per slot, its device memory and where its last build
+/// put the lists (\p ListsT: the forward's or the backward's pointers).
+template <typename ListsT> class KeptLists {
+public:
+  explicit KeptLists(const char *What) : What(What) {}
+
+  /// The lists of a call of key \p Key on \p Stream: a slot's whose key
+  /// equals it, else those \p Build (ListsT(DeviceArena &)) enqueues on
+  /// \p Stream into the memory of the slot ListReuse picks.
+  template <typename BuildFn>
+  const ListsT &get(const std::optional<MaskReuseKey> &Key, CUstream Stream,
+                    BuildFn &&Build) {
+    if (int Found = Reuse.find(Key); Found >= 0)
+      return Slots[unsigned(Found)]->Lists;
+    const unsigned At = Reuse.building(); // until every launch is enqueued
+    if (!Slots[At])
+      Slots[At] = std::make_unique<Slot>(What);
+    Slot &S = *Slots[At];
+    S.Lists = Build(S.Mem);
+    CudaDriver &D = CudaDriver::get();
+    CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    D.check(D.cuStreamIsCapturing(Stream, &Capture), "cuStreamIsCapturing");
+    Reuse.built(At, Key, Capture != CU_STREAM_CAPTURE_STATUS_NONE);
+    return S.Lists;
+  }
+  const ListReuse &reuse() const { return Reuse; }
+
+private:
+  struct Slot {
+    explicit Slot(const char *What) : Mem(What) {}
+    DeviceArena Mem;
+    ListsT Lists{};
+  };
+  const char *What;
+  ListReuse Reuse;
+  std::array<std::unique_ptr<Slot>, ListReuse::MaxKeys> Slots;
 };
 
 /// How many times a backward has built its block lists (a classification

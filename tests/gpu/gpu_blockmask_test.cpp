@@ -7,8 +7,10 @@
 // kernels') gives the same results; mismatched masks are refused. On
 // sm_90, fwd_sm90's persistent kernel gives the plain one's bits over many
 // tiles a CTA, taking them from its counters call after call (tiles
-// without a key block among them). Without a block mask, the backward
-// builds its block lists once per key for a mask that reads no tensor.
+// without a key block among them). Without a block mask, the forward and
+// the backward build their block lists once per kept key for a mask that
+// reads no tensor (alternating keys build once each; a key beyond the
+// bound evicts the least recently used).
 #include "BackwardCheck.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
@@ -316,13 +318,17 @@ void setScalar(Problem &P, const std::string &Name, int32_t X) {
   P.In.Inputs[Name] = Tensor({}, double(X));
 }
 
-/// The backward's block lists without a block mask (BackwardRunner's
-/// ListReuse): a mask that reads no tensor builds them on the first call
-/// and not again while the shapes and scalar inputs repeat; a new prefix
-/// length or batch builds them again (a stale list would fail the
-/// reference for the prefix, and the count for the batch, whose lists are
-/// the same); going back builds again and gives the first call's bits. A
-/// mask that reads tensors (document ids) builds them on every call.
+/// The block lists without a block mask (ListReuse, kept per stream for up
+/// to MaxKeys keys by the forward and the backward): a mask that reads no
+/// tensor builds them on the first call and not again while the shapes and
+/// scalar inputs repeat; a new prefix length or batch builds them again (a
+/// stale list would fail the reference for the prefix, and the count for
+/// the batch, whose lists are the same); going back to the first key and
+/// alternating between the two builds nothing more (no classification
+/// launched, forward or backward) and gives the first calls' bits. A
+/// prefix length per kept slot and one more evicts the first key, which
+/// then builds again. A mask that reads tensors (document ids) builds them
+/// on every call.
 void runBackwardReuse(const Case &C, uint64_t Seed) {
   dsl::AttentionDef Def = makeDefinition(C.Def);
   runtime::Signature Sig;
@@ -337,19 +343,30 @@ void runBackwardReuse(const Case &C, uint64_t Seed) {
   Problem P = makeProblem(C, G, Seed);
   std::string Name = fmt::format("backward lists {} b{} h{}/{} s{}", C.Def, C.B, C.H,
                                  C.Hkv, C.S);
+  // Backward list builds and classification launches (forward and
+  // backward) of F.
+  struct Count {
+    uint64_t Builds, Launches;
+  };
   auto Builds = [&](const std::function<void()> &F) {
     const uint64_t Before = runtime::backwardListBuilds();
+    const uint64_t Launched = runtime::classifyLaunches();
     F();
-    return runtime::backwardListBuilds() - Before;
+    return Count{runtime::backwardListBuilds() - Before,
+                 runtime::classifyLaunches() - Launched};
   };
-  std::vector<std::vector<uint16_t>> First, Again, Other, Back;
-  const uint64_t B1 = Builds([&] { First = run(A, P, nullptr); });
-  const uint64_t B2 = Builds([&] { Again = run(A, P, nullptr); });
+  std::vector<std::vector<uint16_t>> First, Again, Other, Back, OtherAgain;
+  const Count B1 = Builds([&] { First = run(A, P, nullptr); });
+  const Count B2 = Builds([&] { Again = run(A, P, nullptr); });
   std::string Line;
   bool Pass = checkReference(A, P, Again, Line);
   report(Name + " repeated call",
-         Pass && Again == First && B1 == 1 && B2 == (Reusable ? 0u : 1u),
-         Line + fmt::format(" same bits {} builds {} then {}", Again == First, B1, B2));
+         Pass && Again == First && B1.Builds == 1 &&
+             B2.Builds == (Reusable ? 0u : 1u) && (B2.Launches == 0) == Reusable,
+         Line + fmt::format(" same bits {} builds {} then {}, classifications "
+                            "{} then {}",
+                            Again == First, B1.Builds, B2.Builds, B1.Launches,
+                            B2.Launches));
   // Another key: a new prefix length, or one more batch.
   Case C2 = C;
   C2.B = C.B + 1;
@@ -357,16 +374,46 @@ void runBackwardReuse(const Case &C, uint64_t Seed) {
   if (Prefix)
     setScalar(P, "prefix_len", 200);
   Problem &Q = Prefix ? P : P2;
-  const uint64_t B3 = Builds([&] { Other = run(A, Q, nullptr); });
+  const Count B3 = Builds([&] { Other = run(A, Q, nullptr); });
   Line.clear();
   Pass = checkReference(A, Q, Other, Line);
-  report(Name + (Prefix ? " prefix 64 -> 200" : " batch + 1"), Pass && B3 == 1,
-         Line + fmt::format(" builds {}", B3));
+  report(Name + (Prefix ? " prefix 64 -> 200" : " batch + 1"),
+         Pass && B3.Builds == 1 && B3.Launches > 0,
+         Line + fmt::format(" builds {}", B3.Builds));
+  // Back and forth: A, B, A, B builds twice in all, not four times.
   if (Prefix)
     setScalar(P, "prefix_len", 64);
-  const uint64_t B4 = Builds([&] { Back = run(A, P, nullptr); });
-  report(Name + " back to the first key", Back == First && B4 == 1,
-         fmt::format("same bits {} builds {}", Back == First, B4));
+  const Count B4 = Builds([&] { Back = run(A, P, nullptr); });
+  if (Prefix)
+    setScalar(P, "prefix_len", 200);
+  const Count B5 = Builds([&] { OtherAgain = run(A, Q, nullptr); });
+  Line.clear();
+  Pass = checkReference(A, Q, OtherAgain, Line);
+  const uint64_t Want = Reusable ? 0 : 1;
+  report(Name + " alternating keys",
+         Pass && Back == First && OtherAgain == Other && B4.Builds == Want &&
+             B5.Builds == Want && (B4.Launches + B5.Launches == 0) == Reusable,
+         Line + fmt::format(" same bits {} {} builds {} {} classifications {} {}",
+                            Back == First, OtherAgain == Other, B4.Builds,
+                            B5.Builds, B4.Launches, B5.Launches));
+  if (!Prefix)
+    return;
+  // A prefix length for every other kept slot, then one more: the first
+  // key (64, least recently used) is evicted and builds again, right.
+  uint64_t Filled = 0;
+  for (unsigned I = 0; I + 1 < runtime::ListReuse::MaxKeys; ++I) {
+    setScalar(P, "prefix_len", 300 + 50 * int(I));
+    Filled += Builds([&] { run(A, P, nullptr); }).Builds;
+  }
+  setScalar(P, "prefix_len", 64);
+  const Count B6 = Builds([&] { Back = run(A, P, nullptr); });
+  Line.clear();
+  Pass = checkReference(A, P, Back, Line);
+  report(Name + " evicted key builds again",
+         Pass && Back == First && Filled == runtime::ListReuse::MaxKeys - 1 &&
+             B6.Builds == 1 && B6.Launches > 0,
+         Line + fmt::format(" fills {} builds {} classifications {}", Filled,
+                            B6.Builds, B6.Launches));
 }
 
 /// o and the finals of one forward of \p A over \p P (with \p BM if given).

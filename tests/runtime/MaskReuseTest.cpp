@@ -1,9 +1,10 @@
 // When block lists may be reused without a BlockMask (MaskClassify.h): the
 // key of a call (shapes, tile, stream, the scalar inputs the mask reads)
 // tells every difference apart, a mask that reads a tensor has none, and
-// ListReuse, the rule the backward keeps per stream, reuses lists only for
-// the key they were built for and never those built into a capture. Also
-// the list kernels' CTA size (listWarpsPerCta). No GPU.
+// ListReuse, the rule the forward and the backward keep per stream, reuses
+// lists only for a key they were built for (of up to MaxKeys kept, the least
+// recently used evicted), never without a key and never those built into a
+// capture. Also the list kernels' CTA size (listWarpsPerCta). No GPU.
 #include "MaskClassify.h"
 
 #include "Examples.h"
@@ -88,6 +89,27 @@ TEST_CASE("maskReuseKey: masks with and without inputs", "[runtime][maskreuse]")
   CHECK_FALSE(runtime::mayReuse(analysis::analyzeMask(*Doc.Graph)));
 }
 
+namespace {
+
+/// A stream's kept lists as the runtime uses them (KeptLists::get without
+/// the device): a call of \p Key reuses a slot or builds into one, counted
+/// in \p Builds. Returns the slot the call's lists are in.
+unsigned call(ListReuse &R, const std::optional<MaskReuseKey> &Key, int &Builds,
+              bool Captured = false) {
+  if (int Found = R.find(Key); Found >= 0)
+    return unsigned(Found);
+  const unsigned At = R.building();
+  ++Builds;
+  R.built(At, Key, Captured);
+  return At;
+}
+
+MaskReuseKey keyOf(int32_t Offset) {
+  return MaskReuseKey{2, 8, 1000, 1000, 64, 128, nullptr, {uint64_t(Offset)}};
+}
+
+} // namespace
+
 TEST_CASE("ListReuse: lists are reused only for the key they were built for",
           "[runtime][maskreuse]") {
   MaskReuseKey K{2, 8, 1000, 1000, 64, 128, nullptr, {256}};
@@ -97,30 +119,94 @@ TEST_CASE("ListReuse: lists are reused only for the key they were built for",
   S.Stream = stream(0x10);
   ListReuse R;
   CHECK_FALSE(R.reusable(K)); // nothing built yet
+  CHECK(R.find(K) == -1);
+  CHECK(R.find(std::nullopt) == -1);
+  unsigned At = R.building();
+  R.built(At, K, /*Captured=*/false);
+  CHECK(R.reusable(K));
+  CHECK(R.find(K) == int(At));
+  CHECK(R.find(P) == -1);             // another prefix length
+  CHECK(R.find(S) == -1);             // another stream
+  CHECK(R.find(std::nullopt) == -1);  // a mask that reads tensors
   CHECK_FALSE(R.reusable(std::nullopt));
-  R.building();
-  R.built(K, /*Captured=*/false);
-  CHECK(R.reusable(K));
-  CHECK_FALSE(R.reusable(P));            // another prefix length
-  CHECK_FALSE(R.reusable(S));            // another stream
-  CHECK_FALSE(R.reusable(std::nullopt)); // a mask that reads tensors
-  // A build for another key replaces the lists.
-  R.building();
-  CHECK_FALSE(R.reusable(K));
-  R.built(P, false);
-  CHECK(R.reusable(P));
-  CHECK_FALSE(R.reusable(K));
-  // A build without a key (tensor inputs) leaves nothing to reuse.
-  R.building();
-  R.built(std::nullopt, false);
-  CHECK_FALSE(R.reusable(P));
+  // A build overwriting a slot forgets its key until it is built again.
+  ListReuse One;
+  const unsigned First = One.building();
+  One.built(First, K, false);
+  CHECK(One.find(K) == int(First));
+}
+
+TEST_CASE("ListReuse: alternating keys build once each", "[runtime][maskreuse]") {
+  ListReuse R;
+  int Builds = 0;
+  const MaskReuseKey A = keyOf(0), B = keyOf(4096);
+  const unsigned SA = call(R, A, Builds), SB = call(R, B, Builds);
+  CHECK(SA != SB); // each key has its own memory
+  for (int I = 0; I < 5; ++I) {
+    CHECK(call(R, A, Builds) == SA);
+    CHECK(call(R, B, Builds) == SB);
+  }
+  CHECK(Builds == 2); // A, B, A, B, ...: two builds, not twelve
+  CHECK(R.kept() == 2);
+}
+
+TEST_CASE("ListReuse: a key beyond the bound evicts the least recently used",
+          "[runtime][maskreuse]") {
+  ListReuse R;
+  int Builds = 0;
+  const unsigned N = ListReuse::MaxKeys;
+  for (unsigned I = 0; I < N; ++I)
+    call(R, keyOf(int32_t(I)), Builds);
+  CHECK(Builds == int(N));
+  CHECK(R.kept() == N);
+  // Key 0 used again: key 1 is now the least recently used.
+  const unsigned Slot0 = call(R, keyOf(0), Builds);
+  CHECK(Builds == int(N));
+  const unsigned SlotNew = call(R, keyOf(int32_t(N)), Builds); // evicts key 1
+  CHECK(Builds == int(N) + 1);
+  CHECK(SlotNew != Slot0);
+  CHECK(R.kept() == N);
+  CHECK(R.find(keyOf(1)) == -1);
+  CHECK(R.find(keyOf(0)) == int(Slot0));
+  call(R, keyOf(1), Builds); // rebuilt after its eviction
+  CHECK(Builds == int(N) + 2);
+  // Every key kept is found where it was built.
+  for (unsigned I = 0; I <= N; ++I)
+    if (I != 2) // evicted by key 1's rebuild
+      CHECK(R.find(keyOf(int32_t(I))) >= 0);
+  CHECK(R.find(keyOf(2)) == -1);
+}
+
+TEST_CASE("ListReuse: no key and captures are never remembered",
+          "[runtime][maskreuse]") {
+  ListReuse R;
+  int Builds = 0;
+  // A mask that reads tensors: every call builds, into the same memory.
+  const unsigned S0 = call(R, std::nullopt, Builds);
+  for (int I = 0; I < 3; ++I)
+    CHECK(call(R, std::nullopt, Builds) == S0);
+  CHECK(Builds == 4);
+  CHECK(R.kept() == 0);
   // Lists launched into a capture exist only once the graph runs.
-  R.building();
-  R.built(K, /*Captured=*/true);
+  const MaskReuseKey K = keyOf(7);
+  call(R, K, Builds, /*Captured=*/true);
+  CHECK(Builds == 5);
   CHECK_FALSE(R.reusable(K));
-  R.building();
-  R.built(K, false);
-  CHECK(R.reusable(K));
+  call(R, K, Builds, /*Captured=*/true);
+  CHECK(Builds == 6);
+  call(R, K, Builds);
+  call(R, K, Builds);
+  CHECK(Builds == 7);
+  // A build into a kept key's slot forgets that key: a captured build
+  // that evicts leaves the evicted key unfound.
+  ListReuse Full;
+  int FullBuilds = 0;
+  for (unsigned I = 0; I < ListReuse::MaxKeys; ++I)
+    call(Full, keyOf(int32_t(I)), FullBuilds);
+  call(Full, keyOf(100), FullBuilds, /*Captured=*/true);
+  CHECK(Full.kept() == ListReuse::MaxKeys - 1);
+  CHECK(Full.find(keyOf(0)) == -1);
+  CHECK(Full.find(keyOf(100)) == -1);
 }
 
 TEST_CASE("listWarpsPerCta: the list kernels' grid covers the SMs",
