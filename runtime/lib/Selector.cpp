@@ -245,9 +245,16 @@ DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
   // GB/s, 4 splits, one wave, at 4170). Each split keeps at
   // least DecodeMinBlocksPerSplit key blocks so that its pipeline fills.
   const int64_t Want = 2 * int64_t(MultiProcessors) / Ctas;
-  int64_t Splits = std::min({Want, Blocks / DecodeMinBlocksPerSplit,
-                             int64_t(DecodeMaxSplits)});
-  Splits = std::max<int64_t>(Splits, 1);
+  auto SplitsOf = [&](int MinBlocks) {
+    return std::max<int64_t>(
+        1, std::min({Want, Blocks / MinBlocks, int64_t(DecodeMaxSplits)}));
+  };
+  int64_t Splits = SplitsOf(DecodeMinBlocksPerSplit);
+  // Short rows whose splits of four blocks leave SMs idle take splits of
+  // two: at batch 1, 8 KV heads, 2k keys on an H200, 16 splits of 2 blocks
+  // ran in 18.0 us against 8 splits of 4 in 20.4.
+  if (Ctas * Splits < MultiProcessors)
+    Splits = std::max(Splits, SplitsOf(DecodeShortMinBlocksPerSplit));
   const int64_t PerSplit = (Blocks + Splits - 1) / Splits;
   return {int((Blocks + PerSplit - 1) / PerSplit), int(PerSplit)};
 }
