@@ -160,11 +160,17 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
 }
 
 bool decodeMergeInSplits() {
-  // Read once, like ATTNC_DECODE_PDL.
+  // Read once, like ATTNC_DECODE_PDL. Off by default: on an H200
+  // (2026-11-28, 32/8 heads, D128) the last CTA's merge made every split
+  // call slower than the merge kernel launched as the split kernel's
+  // dependent (batch 1: 2k keys 18.2 us against 15.2, 8k 29.0 against
+  // 23.8, 32k 53.3 against 46.9; batch 4, 8k 45.8 against 43.9): one CTA
+  // of a row block walks every split's part at the call's tail, where the
+  // merge kernel spreads the rows over many CTAs.
   static const bool On =
       envSwitch("ATTNC_DECODE_LAST_CTA", "the splits merged by the merge kernel",
                 "the last split CTA of each row block merges its rows")
-          .value_or(true);
+          .value_or(false);
   return On;
 }
 

@@ -199,8 +199,9 @@ private:
 
 /// Whether decode's splits merge in the split kernel, the last CTA of each
 /// row block merging its rows (DecodeArgs::counters), rather than in the
-/// merge kernel: yes unless ATTNC_DECODE_LAST_CTA=0 (the merge kernel, for
-/// comparison); any other value is a UserError, asked before any launch.
+/// merge kernel: where ATTNC_DECODE_LAST_CTA=1 (measured slower than the
+/// merge kernel, so not the default); any other value than 0 or 1 is a
+/// UserError, asked before any launch.
 bool decodeMergeInSplits();
 
 /// Whether decode's merge is launched as the split kernel's programmatic

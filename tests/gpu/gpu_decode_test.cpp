@@ -273,7 +273,7 @@ std::vector<Case> cases() {
       {"mha_full", F, 1, 8, 1, 4, 3001, true},
       {"mha_full", F, 2, 8, 8, 1, 2048, true},
       {"mha_full", F, 1, 16, 2, 16, 1500, true},
-      {"mha_full", F, 2, 8, 2, 2, 200, false},
+      {"mha_full", F, 2, 8, 2, 2, 200, true}, // 2 splits of 2 blocks
       {"mha_full", F, 160, 8, 2, 1, 300, false},
       {"mha_full", BF, 1, 8, 2, 4, 5000, true},
       // sum merges.

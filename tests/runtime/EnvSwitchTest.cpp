@@ -52,7 +52,7 @@ TEST_CASE("ATTNC_DECODE_PDL: a bad value is refused, unset means the "
 }
 
 TEST_CASE("ATTNC_DECODE_LAST_CTA: a bad value is refused, unset means the "
-          "merge in the split kernel",
+          "merge kernel",
           "[runtime][decode]") {
   // Read once a process, like ATTNC_DECODE_PDL: the bad value first.
   REQUIRE(setenv("ATTNC_DECODE_LAST_CTA", "yes", 1) == 0);
@@ -61,7 +61,7 @@ TEST_CASE("ATTNC_DECODE_LAST_CTA: a bad value is refused, unset means the "
                     Catch::Contains("ATTNC_DECODE_LAST_CTA='yes': expected 0 (the "
                                     "splits merged by the merge kernel)"));
   REQUIRE(unsetenv("ATTNC_DECODE_LAST_CTA") == 0);
-  CHECK(runtime::decodeMergeInSplits());
+  CHECK_FALSE(runtime::decodeMergeInSplits());
 }
 
 TEST_CASE("ATTNC_LINEAR_PAIRS: state pairs unless 0; another value refused",

@@ -144,8 +144,8 @@ struct DecodeSplit {
     return Splits == O.Splits && BlocksPerSplit == O.BlocksPerSplit;
   }
 };
-/// The fewest key blocks a split takes, where the splits fill the SMs
-/// with that many and where they do not, and the most splits.
+/// The fewest key blocks a split takes, where the splits fill half the
+/// SMs or more with that many and where they do not, and the most splits.
 inline constexpr int DecodeMinBlocksPerSplit = 4;
 inline constexpr int DecodeShortMinBlocksPerSplit = 2;
 inline constexpr int DecodeMaxSplits = 128;
@@ -156,8 +156,8 @@ inline constexpr int DecodeMaxSplits = 128;
 /// one block; else as many splits as fit one wave of two CTAs per SM (at
 /// least 1), at most DecodeMaxSplits and at least DecodeMinBlocksPerSplit
 /// blocks each, or DecodeShortMinBlocksPerSplit where splits of
-/// DecodeMinBlocksPerSplit leave fewer CTAs than SMs; the blocks spread
-/// evenly.
+/// DecodeMinBlocksPerSplit leave no more CTAs than half the SMs; the
+/// blocks spread evenly.
 DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
                         int MultiProcessors, analysis::MergeKind Merge);
 
