@@ -24,6 +24,11 @@ constexpr int kDecodeStateFloats = 8;
 /// ([splits][batch][heads][seq_q][dv] fp32) and part_st
 /// ([splits][batch][heads][seq_q][kDecodeStateFloats]) and
 /// attnc_decode_merge writes o and finals; else it writes them itself.
+/// Where counters is set (batch x heads_kv x row_blocks arrival counts,
+/// all 0 before the launch), there is no merge kernel: the last split CTA
+/// of each (batch, KV head, row block) to finish merges its rows, by the
+/// merge kernel's function, and sets its count back to 0 for the next
+/// launch (a CUDA graph's replay included).
 ///
 /// A packed call (cu_q set): sequence b's queries are tokens [cu_q[b],
 /// cu_q[b+1]) of q and o (batch strides 0), n of them, 0 to seq_q (the
@@ -45,6 +50,7 @@ struct DecodeArgs {
   int splits, blocks_per_split;
   float *part_o;
   float *part_st;
+  unsigned *counters;
   const int *cu_q, *cu_kv;
   int total_q, total_kv;
 };

@@ -44,16 +44,20 @@ constexpr int kDecodeMergeGroup = 8;
 /// The merge of query row (b, h, query qi of span qs): the splits' states
 /// merged in order by Merge's rule (a part that met no unmasked key is
 /// skipped), then the epilogue at q_idx qi + qshift (as online_fwd saw
-/// it). kDV / 2 threads of two columns each.
+/// it). The calling thread writes columns 2·t and 2·t + 1 (t < kDV / 2),
+/// t 0 the finals too; threads do not cooperate, so the merge kernel (t
+/// its thread) and the split kernel's last CTA (decode_sm80) share it.
+/// The parts are read past L1 (ld.cg): the last CTA reads what other CTAs
+/// of its own grid wrote.
 template <class Variant, class Merge, class T, int kDV>
 __device__ void decode_merge_row(const DecodeArgs &a, const typename Variant::Inputs &in,
                                  int b, int h, int qi, const DecodeQSpan qs,
-                                 int qshift) {
+                                 int qshift, int t) {
   static_assert(Merge::kKind != 0, "a definition without a merge never splits");
   static_assert(kDecodeStateFloats == 8, "a state row is two float4s");
   const long long row = ((long long)b * a.heads + h) * a.seq_q + qi;
   const long long plane = (long long)a.batch * a.heads * a.seq_q;
-  const int c = 2 * threadIdx.x;
+  const int c = 2 * t;
   typename Variant::RowState st;
   Variant::init(st);
   bool seen = false;
@@ -70,9 +74,9 @@ __device__ void decode_merge_row(const DecodeArgs &a, const typename Variant::In
       if (s0 + j < a.splits) {
         const float4 *ps =
             reinterpret_cast<const float4 *>(a.part_st + at * kDecodeStateFloats);
-        raw[j][0] = ps[0];
-        raw[j][1] = ps[1];
-        po[j] = *reinterpret_cast<const float2 *>(a.part_o + at * kDV + c);
+        raw[j][0] = __ldcg(ps);
+        raw[j][1] = __ldcg(ps + 1);
+        po[j] = __ldcg(reinterpret_cast<const float2 *>(a.part_o + at * kDV + c));
       } else {
         raw[j][0] = raw[j][1] = make_float4(0.f, 0.f, 0.f, 0.f);
         po[j] = make_float2(0.f, 0.f);
@@ -109,7 +113,7 @@ __device__ void decode_merge_row(const DecodeArgs &a, const typename Variant::In
   unsigned short *o = static_cast<unsigned short *>(a.o) + b * a.o_sb + h * a.o_sh +
                       (qs.q0 + qi) * a.o_ss;
   *reinterpret_cast<u32 *>(o + c) = pack2<T>(of.v[0], of.v[1]);
-  if (threadIdx.x == 0)
+  if (t == 0)
 #pragma unroll
     for (int f = 0; f < Variant::kNumFinals; ++f)
       a.finals[decode_final_index(a, f, b, h, qs.q0, qi)] = finals[f];
@@ -153,7 +157,7 @@ __device__ void decode_merge(const DecodeArgs &a, const typename Variant::Inputs
     return;
   const SeqSpan sp = decode_seq_span(a, qs, decode_kv_span(a, b));
   decode_merge_row<Variant, Merge, T, kDV>(a, sequence_inputs(in, sp), b, h, qi, qs,
-                                           sp.shift);
+                                           sp.shift, threadIdx.x);
 }
 
 /// The span a paged decode row's custom inputs are rebased by, dense or
@@ -185,7 +189,8 @@ __device__ void decode_merge_paged(const PagedDecodeArgs &p,
     return;
   const int len = paged_decode_seq(p, b).len;
   decode_merge_row<Variant, Merge, T, kDV>(
-      p.d, sequence_inputs(in, paged_sequence_span(qs, len)), b, h, qi, qs, len - qs.n);
+      p.d, sequence_inputs(in, paged_sequence_span(qs, len)), b, h, qi, qs, len - qs.n,
+      threadIdx.x);
 }
 
 } // namespace attnc

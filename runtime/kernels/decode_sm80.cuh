@@ -261,14 +261,53 @@ struct DecodeSm80 {
 
     if constexpr (kComputeWarps > 1)
       merge_warps(smem, acc_o, st, seen, warp, g, tq);
-    if (warp != 0)
+    if (warp == 0) {
+      if (poisoned)
+        poison(acc_o, st, seen);
+      if (a.splits == 1)
+        store_final(a, in, qs, src.qshift, acc_o, st, seen, b, rb, hk, g, tq);
+      else
+        store_part(a, qs, acc_o, st, seen, split, b, rb, hk, g, tq);
+    }
+    // (A definition without a merge never splits.)
+    if constexpr (Merge::kKind != 0)
+      if (a.splits > 1 && a.counters)
+        merge_if_last(a, in, qs, src.qshift, b, rb, hk);
+  }
+
+  /// The merge in the split kernel (DecodeArgs::counters): each CTA counts
+  /// its arrival once its part is visible to the whole device, and the
+  /// last of the row block's splits merges the rows by decode_merge_row,
+  /// the merge kernel's function, with all its threads, and leaves the
+  /// count at 0. Every split CTA of a row block arrives (those past a short
+  /// sequence's rows returned before, all splits alike).
+  __device__ static void merge_if_last(const DecodeArgs &a,
+                                       const typename Variant::Inputs &in,
+                                       const DecodeQSpan qs, int qshift, int b,
+                                       int rb, int hk) {
+    unsigned *count = a.counters + (long long)b * gridDim.y + blockIdx.y;
+    // Release: each thread's part stores before its fence, every fence
+    // before the arrival.
+    __threadfence();
+    __syncthreads();
+    bool last = false;
+    if (threadIdx.x == 0) {
+      last = atomicAdd(count, 1u) == unsigned(a.splits - 1);
+      if (last)
+        *count = 0; // every split has arrived: no other access this launch
+    }
+    if (!__syncthreads_or(last))
       return;
-    if (poisoned)
-      poison(acc_o, st, seen);
-    if (a.splits == 1)
-      store_final(a, in, qs, src.qshift, acc_o, st, seen, b, rb, hk, g, tq);
-    else
-      store_part(a, qs, acc_o, st, seen, split, b, rb, hk, g, tq);
+    __threadfence(); // acquire: the other splits' parts after their arrivals
+    const int rows = a.group * qs.n;
+    const int row0 = rb * kBlockM;
+    const int n = min(rows - row0, kBlockM);
+    constexpr int kPairs = kDV / 2;
+    for (int i = threadIdx.x; i < n * kPairs; i += kThreads) {
+      const int gr = row0 + i / kPairs;
+      decode_merge_row<Variant, Merge, T, kDV>(a, in, b, hk * a.group + gr / qs.n,
+                                               gr % qs.n, qs, qshift, i % kPairs);
+    }
   }
 
   /// Every row NaN: its o, its rowscales, seen (so that a merge reads it).

@@ -195,6 +195,10 @@ private:
   /// per stream.
   PerStream<DeviceArena> DecodeBufs =
       perStream<DeviceArena>(std::string("decode splits"));
+  /// The last-CTA merge's arrival counts (DecodeArgs::counters), per
+  /// stream.
+  PerStream<DecodeCounters> DecodeCounts{
+      [] { return std::make_unique<DecodeCounters>(); }};
   /// The definition's merge, which decides whether decode may split.
   const analysis::MergeKind Merge =
       analysis::analyzeMerge(*Def.Graph).Kind;
@@ -459,17 +463,21 @@ void GeneratedBackend::launchDecode(ForwardKernel &K, const BackendProblem &P,
     CUdeviceptr Base = DecodeBufs.get(Ctx.Stream).carve(Layout);
     A.part_o = Layout.at<float>(Base, O);
     A.part_st = Layout.at<float>(Base, St);
+    if (decodeMergeInSplits())
+      A.counters = DecodeCounts.get(Ctx.Stream)
+                       .get(size_t(A.batch) * A.heads_kv * A.row_blocks, Ctx.Stream);
   }
   std::vector<uint64_t> Slots = inputSlots(*Def.Graph, C, Ctx.Inputs);
   void *Params[] = {&A, Slots.data()};
-  const bool Dependent = A.splits > 1 && decodeMergeDependent(P.Target.Arch);
+  const bool Dependent =
+      A.splits > 1 && !A.counters && decodeMergeDependent(P.Target.Arch);
   D.check(D.cuLaunchKernel(K.Decode, unsigned(A.splits),
                            unsigned(A.heads_kv * A.row_blocks),
                            unsigned(A.batch), unsigned(K.Launch.Threads), 1, 1,
                            unsigned(K.Launch.SharedBytes), Ctx.Stream, Params,
                            nullptr),
           "launch attnc_decode");
-  if (A.splits == 1)
+  if (A.splits == 1 || A.counters)
     return;
   if (!K.DecodeMerge)
     throw InternalError("decode split without a merge kernel");

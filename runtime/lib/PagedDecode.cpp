@@ -94,7 +94,8 @@ void PagedDecodeRunner::checkPlan(const DecodePlan &P) const {
 void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
                             const TensorView &Q, const TensorView &Out,
                             const TensorView *Finals, void *Workspace,
-                            const InputMap &Inputs, CUstream Stream) {
+                            const InputMap &Inputs, CUstream Stream,
+                            unsigned *Counters) {
   checkPlan(P);
   CudaDriver &D = CudaDriver::get();
   attnc::PagedDecodeArgs A{};
@@ -133,11 +134,13 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
     size_t Rows = size_t(P.Splits) * S.B * S.H * S.Sq;
     d.part_o = static_cast<float *>(Workspace);
     d.part_st = d.part_o + Rows * size_t(Target.HeadDimV);
+    d.counters = Counters;
   }
   setPageArgs(A, C, P.Bounds.PageSize);
   std::vector<uint64_t> Slots = pagedInputSlots(*Def.Graph, S, Inputs);
   void *Params[] = {&A, Slots.data()};
-  const bool Dependent = P.Splits > 1 && decodeMergeDependent(Target.Arch);
+  const bool Dependent =
+      P.Splits > 1 && !Counters && decodeMergeDependent(Target.Arch);
   D.check(D.cuLaunchKernel(Decode, unsigned(P.Splits),
                            unsigned(d.heads_kv * d.row_blocks),
                            unsigned(d.batch), unsigned(Config.Warps * 32), 1,
@@ -146,7 +149,7 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
                                                        Target.HeadDimV)),
                            Stream, Params, nullptr),
           "launch attnc_decode_paged");
-  if (P.Splits == 1)
+  if (P.Splits == 1 || Counters)
     return;
   if (!Merge)
     throw InternalError("paged decode split without a merge kernel");
@@ -154,6 +157,36 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
   // length from its pages, for the epilogue's q_idx).
   launchDecodeMerge(Merge, Dependent, unsigned(S.B * S.H * S.Sq),
                     Target.HeadDimV, Stream, Params);
+}
+
+bool decodeMergeInSplits() {
+  // Read once, like ATTNC_DECODE_PDL. Off by default: on an H200
+  // (2026-11-28, 32/8 heads, D128) the last CTA's merge made every split
+  // call slower than the merge kernel launched as the split kernel's
+  // dependent (batch 1: 2k keys 18.2 us against 15.2, 8k 29.0 against
+  // 23.8, 32k 53.3 against 46.9; batch 4, 8k 45.8 against 43.9): one CTA
+  // of a row block walks every split's part at the call's tail, where the
+  // merge kernel spreads the rows over many CTAs.
+  static const bool On =
+      envSwitch("ATTNC_DECODE_LAST_CTA", "the splits merged by the merge kernel",
+                "the last split CTA of each row block merges its rows")
+          .value_or(false);
+  return On;
+}
+
+unsigned *DecodeCounters::get(size_t Count, CUstream Stream) {
+  CudaDriver &D = CudaDriver::get();
+  if (Mem.ensure(4 * Count))
+    Zeroed = false;
+  if (!Zeroed) {
+    // The whole arena: a later, smaller call uses its first counters.
+    D.check(D.cuMemsetD32Async(Mem.base(), 0, Mem.capacity() / 4, Stream),
+            "cuMemsetD32Async(decode arrival counters)");
+    CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    D.check(D.cuStreamIsCapturing(Stream, &Capture), "cuStreamIsCapturing");
+    Zeroed = Capture == CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+  return reinterpret_cast<unsigned *>(Mem.base());
 }
 
 bool decodeMergeDependent(GpuArch Arch) {
@@ -200,8 +233,12 @@ void PagedDecodeRunner::runEager(const DecodeBounds &B, const PagedCall &C,
   const DecodePlan P = plan(B);
   DeviceArena &W = Workspace.get(Stream);
   W.ensure(P.WorkspaceBytes);
+  unsigned *Count = nullptr;
+  if (P.Splits > 1 && decodeMergeInSplits())
+    Count = Counters.get(Stream).get(
+        size_t(C.Shape.B) * C.Shape.Hkv * P.RowBlocks, Stream);
   run(P, C, Q, Out, Finals, reinterpret_cast<void *>(W.base()), Inputs,
-      Stream);
+      Stream, Count);
 }
 
 namespace {

@@ -140,6 +140,17 @@ AppendCall validateAppend(const Signature &Sig, const TensorView &K,
                           const TensorView &V, const PagedKV &KV,
                           const TensorView &SlotMapping);
 
+/// Arrival counts for the last-CTA merge of one stream's calls: zeroed
+/// once on the stream where new (or regrown), left at 0 by every launch.
+/// A zeroing captured into a CUDA graph happens only when the graph runs,
+/// so the next call outside a capture zeroes again.
+struct DecodeCounters {
+  DeviceArena Mem{"decode arrival counters"};
+  bool Zeroed = false;
+  /// \p Count zeroed counters, ordered on \p Stream before what follows.
+  unsigned *get(size_t Count, CUstream Stream);
+};
+
 /// The paged kernels of one definition and signature, compiled on first
 /// use, and the workspace of calls that plan themselves.
 class PagedDecodeRunner {
@@ -154,9 +165,13 @@ public:
   void checkPlan(const DecodePlan &P) const;
   /// Launches \p P's kernels for a validated call; no host decision, no
   /// allocation, no synchronisation.
+  /// \p Counters: zeroed arrival counts of the split kernel's last-CTA
+  /// merge (decodeMergeCounters), or null for the merge kernel (a caller's
+  /// workspace is not known to hold zeros).
   void run(const DecodePlan &P, const PagedCall &C, const TensorView &Q,
            const TensorView &Out, const TensorView *Finals, void *Workspace,
-           const InputMap &Inputs, CUstream Stream);
+           const InputMap &Inputs, CUstream Stream,
+           unsigned *Counters = nullptr);
   /// A plan for \p B made for this call, with a workspace of its own
   /// (grown, never shrunk).
   void runEager(const DecodeBounds &B, const PagedCall &C, const TensorView &Q,
@@ -177,7 +192,17 @@ private:
   /// at once).
   PerStream<DeviceArena> Workspace =
       perStream<DeviceArena>(std::string("paged decode workspace"));
+  /// runEager's arrival counts (decodeMergeCounters), per stream.
+  PerStream<DecodeCounters> Counters{
+      [] { return std::make_unique<DecodeCounters>(); }};
 };
+
+/// Whether decode's splits merge in the split kernel, the last CTA of each
+/// row block merging its rows (DecodeArgs::counters), rather than in the
+/// merge kernel: where ATTNC_DECODE_LAST_CTA=1 (measured slower than the
+/// merge kernel, so not the default); any other value than 0 or 1 is a
+/// UserError, asked before any launch.
+bool decodeMergeInSplits();
 
 /// Whether decode's merge is launched as the split kernel's programmatic
 /// dependent: on sm_90a unless ATTNC_DECODE_PDL=0 (the plain launch, for

@@ -1,7 +1,7 @@
 // The 0/1 measurement switches (EnvSwitch.h): unset or empty means "not
 // forced", 0 and 1 force, anything else is a UserError naming the variable,
-// its value and both meanings; ATTNC_DECODE_PDL through the decode merge's
-// launch rule. No GPU.
+// its value and both meanings; ATTNC_DECODE_PDL and ATTNC_DECODE_LAST_CTA
+// through the decode merge's launch rules. No GPU.
 #include "EnvSwitch.h"
 #include "LinearBackwardRunner.h"
 #include "PagedDecode.h"
@@ -49,6 +49,19 @@ TEST_CASE("ATTNC_DECODE_PDL: a bad value is refused, unset means the "
   REQUIRE(unsetenv("ATTNC_DECODE_PDL") == 0);
   CHECK(runtime::decodeMergeDependent(GpuArch::Sm90a));
   CHECK_FALSE(runtime::decodeMergeDependent(GpuArch::Sm80));
+}
+
+TEST_CASE("ATTNC_DECODE_LAST_CTA: a bad value is refused, unset means the "
+          "merge kernel",
+          "[runtime][decode]") {
+  // Read once a process, like ATTNC_DECODE_PDL: the bad value first.
+  REQUIRE(setenv("ATTNC_DECODE_LAST_CTA", "yes", 1) == 0);
+  CHECK_THROWS_AS(runtime::decodeMergeInSplits(), UserError);
+  CHECK_THROWS_WITH(runtime::decodeMergeInSplits(),
+                    Catch::Contains("ATTNC_DECODE_LAST_CTA='yes': expected 0 (the "
+                                    "splits merged by the merge kernel)"));
+  REQUIRE(unsetenv("ATTNC_DECODE_LAST_CTA") == 0);
+  CHECK_FALSE(runtime::decodeMergeInSplits());
 }
 
 TEST_CASE("ATTNC_LINEAR_PAIRS: state pairs unless 0; another value refused",
