@@ -10,6 +10,7 @@
 #include "attn/ir/Graph.h"
 #include "attn/reference/Tensor.h"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -93,17 +94,23 @@ inline double documentId(int64_t b, int64_t s) {
 /// The reference value of a per-row, per-key or per-token input:
 /// documentId over the rows (queries) or keys, [B, H, S] or, per token,
 /// [B, S]; InternalError for other classes. \p Shift moves every batch to
-/// another order of document lengths (other ids on a later call).
+/// another order of document lengths (other ids on a later call). With
+/// \p Sorted false the ids are documentId mod 3: runs 0, 1, 2, 0, 1, ...,
+/// not sorted, equal ids in runs apart (no kernel may assume ids ascend).
 inline reference::Tensor tokenInput(const ir::InputDecl &D, int64_t B,
                                     int64_t H, int64_t Sq, int64_t Skv,
-                                    int64_t Shift = 0) {
+                                    int64_t Shift = 0, bool Sorted = true) {
+  auto Id = [&](int64_t b, int64_t s) {
+    double X = documentId(b, s);
+    return Sorted ? X : std::fmod(X, 3.0);
+  };
   if (D.Shape == ir::InputShape::PerQueryToken ||
       D.Shape == ir::InputShape::PerKeyToken) {
     int64_t S = D.Shape == ir::InputShape::PerQueryToken ? Sq : Skv;
     reference::Tensor T({B, S});
     for (int64_t b = 0; b < B; ++b)
       for (int64_t s = 0; s < S; ++s)
-        T.at({b, s}) = documentId(b + Shift, s);
+        T.at({b, s}) = Id(b + Shift, s);
     return T;
   }
   if (D.Shape != ir::InputShape::PerRow && D.Shape != ir::InputShape::PerKey)
@@ -114,7 +121,7 @@ inline reference::Tensor tokenInput(const ir::InputDecl &D, int64_t B,
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t s = 0; s < S; ++s)
-        T.at({b, h, s}) = documentId(b + Shift, s);
+        T.at({b, h, s}) = Id(b + Shift, s);
   return T;
 }
 

@@ -152,8 +152,11 @@ std::vector<Outcome> runCase(const Case &C, Runners &Rs, uint64_t Seed,
     if (D.Shape != ir::InputShape::Scalar) {
       // Document ids (per row, per key, per token): sorted runs, see
       // documentId; other documents on each later call, so that classes
-      // kept from an earlier call would show.
-      reference::Tensor T = tokenInput(D, C.B, C.H, C.Sq, C.Skv, Call);
+      // kept from an earlier call would show. The fourth call's ids are not
+      // sorted (equal ids in runs apart): nothing in the forward may assume
+      // that a mask's ids ascend.
+      reference::Tensor T =
+          tokenInput(D, C.B, C.H, C.Sq, C.Skv, Call, /*Sorted=*/Call != 3);
       Inputs[D.Name] = uploadInput(D.Elem == ir::InputType::I32, T.Data,
                                    T.Shape, InputBufs);
       In.Inputs[D.Name] = T;
@@ -311,8 +314,9 @@ std::vector<Case> cases(bool Quick) {
                  "", {{300, 300}, {17, 300}, {300, 17}, {1000, 1000}, {300, 300}}});
   // Block lists of masks reading a scalar (kept while the value repeats: the
   // prefix length and the chunk change between these calls) or a tensor
-  // input (never kept; the ids change between calls), and documents over
-  // several batches with grouped k/v heads.
+  // input (never kept; the ids change between calls; the fourth call's
+  // are not sorted), and documents over several batches with grouped k/v
+  // heads.
   for (const char *E : {"mha_prefix_lm", "mha_document", "mha_chunked",
                         "mha_document_ids"})
     Out.push_back({E, DType::F16, 128, 128, 2, 4, 2, 700, 700, Layout::BSHD,
