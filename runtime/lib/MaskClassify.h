@@ -110,9 +110,21 @@ public:
   }
   /// Before a build's launches: the slot whose lists it overwrites (the
   /// first one holding no key's lists, else the least recently used), its
-  /// key forgotten until built() names the new one.
-  unsigned building() {
+  /// key forgotten until built() names the new one. A build into a stream
+  /// being captured (\p Capturing) takes the most recently used slot
+  /// instead: nothing may be allocated during a capture, and that slot's
+  /// memory is the one the warm-up call before the capture sized (a fresh
+  /// slot has none).
+  unsigned building(bool Capturing = false) {
     unsigned Pick = 0;
+    if (Capturing && Clock > 0) {
+      for (unsigned I = 1; I < MaxKeys; ++I)
+        if (Slots[I].Used > Slots[Pick].Used)
+          Pick = I;
+      Slots[Pick].For.reset();
+      Slots[Pick].Used = ++Clock;
+      return Pick;
+    }
     for (unsigned I = 0; I < MaxKeys; ++I) {
       if (!Slots[I].For) {
         Pick = I;
@@ -162,15 +174,17 @@ public:
                     BuildFn &&Build) {
     if (int Found = Reuse.find(Key); Found >= 0)
       return Slots[unsigned(Found)]->Lists;
-    const unsigned At = Reuse.building(); // until every launch is enqueued
+    CudaDriver &D = CudaDriver::get();
+    CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    D.check(D.cuStreamIsCapturing(Stream, &Capture), "cuStreamIsCapturing");
+    const bool Capturing = Capture != CU_STREAM_CAPTURE_STATUS_NONE;
+    // Until every launch is enqueued, the slot holds no key's lists.
+    const unsigned At = Reuse.building(Capturing);
     if (!Slots[At])
       Slots[At] = std::make_unique<Slot>(What);
     Slot &S = *Slots[At];
     S.Lists = Build(S.Mem);
-    CudaDriver &D = CudaDriver::get();
-    CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    D.check(D.cuStreamIsCapturing(Stream, &Capture), "cuStreamIsCapturing");
-    Reuse.built(At, Key, Capture != CU_STREAM_CAPTURE_STATUS_NONE);
+    Reuse.built(At, Key, Capturing);
     return S.Lists;
   }
   const ListReuse &reuse() const { return Reuse; }

@@ -98,7 +98,7 @@ unsigned call(ListReuse &R, const std::optional<MaskReuseKey> &Key, int &Builds,
               bool Captured = false) {
   if (int Found = R.find(Key); Found >= 0)
     return unsigned(Found);
-  const unsigned At = R.building();
+  const unsigned At = R.building(Captured);
   ++Builds;
   R.built(At, Key, Captured);
   return At;
@@ -198,15 +198,43 @@ TEST_CASE("ListReuse: no key and captures are never remembered",
   call(R, K, Builds);
   CHECK(Builds == 7);
   // A build into a kept key's slot forgets that key: a captured build
-  // that evicts leaves the evicted key unfound.
+  // overwrites the most recently used slot and leaves its key unfound.
   ListReuse Full;
   int FullBuilds = 0;
   for (unsigned I = 0; I < ListReuse::MaxKeys; ++I)
     call(Full, keyOf(int32_t(I)), FullBuilds);
   call(Full, keyOf(100), FullBuilds, /*Captured=*/true);
   CHECK(Full.kept() == ListReuse::MaxKeys - 1);
-  CHECK(Full.find(keyOf(0)) == -1);
+  CHECK(Full.find(keyOf(int32_t(ListReuse::MaxKeys - 1))) == -1);
+  CHECK(Full.find(keyOf(0)) >= 0);
   CHECK(Full.find(keyOf(100)) == -1);
+}
+
+TEST_CASE("ListReuse: a build during a capture takes the slot the warm-up sized",
+          "[runtime][maskreuse]") {
+  // torch.cuda.graph's way: warm-up calls on one stream, then the capture
+  // on another (another key). Nothing may be allocated during the capture,
+  // so its build must land in the warm-up's slot, not in a fresh one.
+  ListReuse R;
+  int Builds = 0;
+  const MaskReuseKey Warm = keyOf(0);
+  MaskReuseKey Captured = Warm;
+  Captured.Stream = stream(0x20);
+  const unsigned SW = call(R, Warm, Builds);
+  CHECK(call(R, Warm, Builds) == SW);
+  CHECK(call(R, Captured, Builds, /*Captured=*/true) == SW);
+  CHECK(Builds == 2);
+  CHECK(R.find(Warm) == -1); // its lists were overwritten by the capture
+  CHECK_FALSE(R.reusable(Captured));
+  // With several keys kept, the capture takes the one used last.
+  ListReuse Two;
+  int TwoBuilds = 0;
+  call(Two, keyOf(1), TwoBuilds);
+  const unsigned S2 = call(Two, keyOf(2), TwoBuilds);
+  const unsigned S1 = call(Two, keyOf(1), TwoBuilds); // now the last used
+  CHECK(S1 != S2);
+  CHECK(call(Two, Captured, TwoBuilds, /*Captured=*/true) == S1);
+  CHECK(Two.find(keyOf(2)) == int(S2));
 }
 
 TEST_CASE("listWarpsPerCta: the list kernels' grid covers the SMs",
