@@ -284,43 +284,31 @@ std::string inputsStruct(const ir::Graph &G) {
     // key-side input holds keys [0, n) (the host's shape check makes it
     // true for the call's keys; asked per block, it keeps the unclamped
     // reads sound for any layout the Inputs are given).
-    {
-      auto K = W.block("__device__ __forceinline__ Inputs keys_at(int b, int h, "
-                       "int k0) const");
+    // rows_at(b, h, q0) is keys_at's query-side twin for the *_in_rows
+    // accessors, the row shift (a packed call's) taken into it.
+    auto emitAt = [&](bool Rows) {
+      const std::string Arg = Rows ? "q0" : "k0";
+      auto B = W.block(std::string("__device__ __forceinline__ Inputs ") +
+                       (Rows ? "rows_at" : "keys_at") + "(int b, int h, int " + Arg +
+                       ") const");
       W.line("Inputs r = *this;");
-      W.line("(void)b; (void)h; (void)k0;");
-      I = 0;
+      W.line("(void)b; (void)h; (void)" + Arg + ";");
+      unsigned J = 0;
       for (const ir::InputDecl &D : G.decls().Inputs) {
-        const std::string N = generatedName("in", I++, D.Name);
-        if (!readsKeys(D.Shape))
+        const std::string N = generatedName("in", J++, D.Name);
+        if (!(Rows ? readsRows(D.Shape) : readsKeys(D.Shape)))
           continue;
+        const bool PerToken = D.Shape == (Rows ? ir::InputShape::PerQueryToken
+                                               : ir::InputShape::PerKeyToken);
         W.line("r." + N + " += b * " + N + "_sb + " +
-               (D.Shape == ir::InputShape::PerKeyToken ? std::string()
-                                                       : "h * " + N + "_sh + ") +
-               "k0;");
+               (PerToken ? std::string() : "h * " + N + "_sh + ") +
+               (Rows ? "(q0 - " + N + "_row_shift)" : Arg) + ";");
       }
       W.line("return r;");
-    }
-    // rows_at(b, h, q0) and rows_cover(q0, n): keys_at and keys_cover's
-    // query-side twins for the *_in_rows accessors, the row shift (a
-    // packed call's) taken into both.
-    {
-      auto R = W.block("__device__ __forceinline__ Inputs rows_at(int b, int h, "
-                       "int q0) const");
-      W.line("Inputs r = *this;");
-      W.line("(void)b; (void)h; (void)q0;");
-      I = 0;
-      for (const ir::InputDecl &D : G.decls().Inputs) {
-        const std::string N = generatedName("in", I++, D.Name);
-        if (!readsRows(D.Shape))
-          continue;
-        W.line("r." + N + " += b * " + N + "_sb + " +
-               (D.Shape == ir::InputShape::PerQueryToken ? std::string()
-                                                         : "h * " + N + "_sh + ") +
-               "(q0 - " + N + "_row_shift);");
-      }
-      W.line("return r;");
-    }
+    };
+    emitAt(/*Rows=*/false);
+    emitAt(/*Rows=*/true);
+    // rows_cover(q0, n): keys_cover's twin, the row shift taken into it.
     {
       auto R = W.block(
           "__device__ __forceinline__ bool rows_cover(long long q0, long long n) const");

@@ -182,21 +182,25 @@ std::string variantMembers(const CompiledDefinition &Def,
     // The mask at a key the caller knows inside every key-side input
     // (Inputs::keys_cover), \p in from Inputs::keys_at(b, h, kv_idx -
     // kv_off): fwd_sm90's partial blocks inside the sequence.
+    // The spelling of an input unclamped: key-side ones from \p in
+    // (keys_at), row-side ones from qin (rows_at) where \p Rows.
+    auto unclamped = [&](bool Rows) {
+      return [&G, Rows](const ir::ParamNode &P) {
+        const ir::InputDecl *D = P.getParamKind() == ParamKind::Input
+                                     ? G.decls().findInput(P.getName())
+                                     : nullptr;
+        if (D && readsKeys(D->Shape))
+          return "in.load_" + inputField(G, P.getName()) +
+                 "_in_keys(b, h, q_idx, kv_off)";
+        if (Rows && D && readsRows(D->Shape))
+          return "qin.load_" + inputField(G, P.getName()) +
+                 "_in_rows(b, h, q_off, kv_idx)";
+        return spellCommon(P, "kv_idx", G);
+      };
+    };
     emitScalarFunction(
         W, G, "mask_in_keys(const Inputs &in, " + TileIdx + ", int kv_off)",
-        "mask_mod",
-        "mask",
-        [&](const ir::ParamNode &P) {
-          const ir::InputDecl *D =
-              P.getParamKind() == ParamKind::Input
-                  ? G.decls().findInput(P.getName())
-                  : nullptr;
-          if (D && readsKeys(D->Shape))
-            return "in.load_" + inputField(G, P.getName()) +
-                   "_in_keys(b, h, q_idx, kv_off)";
-          return spellCommon(P, "kv_idx", G);
-        },
-        "bool");
+        "mask_mod", "mask", unclamped(/*Rows=*/false), "bool");
     // The mask with both sides read unclamped: \p in from keys_at as for
     // mask_in_keys, \p qin from Inputs::rows_at(b, h, q_idx - q_off),
     // both covering the tile (keys_cover, rows_cover): bwd_sm90's partial
@@ -205,21 +209,7 @@ std::string variantMembers(const CompiledDefinition &Def,
         W, G,
         "mask_in_tile(const Inputs &in, const Inputs &qin, " + TileIdx +
             ", int q_off, int kv_off)",
-        "mask_mod", "mask",
-        [&](const ir::ParamNode &P) {
-          const ir::InputDecl *D =
-              P.getParamKind() == ParamKind::Input
-                  ? G.decls().findInput(P.getName())
-                  : nullptr;
-          if (D && readsKeys(D->Shape))
-            return "in.load_" + inputField(G, P.getName()) +
-                   "_in_keys(b, h, q_idx, kv_off)";
-          if (D && readsRows(D->Shape))
-            return "qin.load_" + inputField(G, P.getName()) +
-                   "_in_rows(b, h, q_off, kv_idx)";
-          return spellCommon(P, "kv_idx", G);
-        },
-        "bool");
+        "mask_mod", "mask", unclamped(/*Rows=*/true), "bool");
     emitMaskClassifier(W, G, Mask);
   } else {
     for (const std::string &Sig :
