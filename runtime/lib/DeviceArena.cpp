@@ -55,4 +55,19 @@ bool DeviceArena::ensure(size_t N) {
   return true;
 }
 
+unsigned *ZeroedCounters::get(size_t Count, CUstream Stream) {
+  CudaDriver &D = CudaDriver::get();
+  if (Mem.ensure(4 * Count))
+    Zeroed = false;
+  if (!Zeroed) {
+    // The whole allocation: a later, smaller call uses its first counters.
+    D.check(D.cuMemsetD32Async(Mem.base(), 0, Mem.capacity() / 4, Stream),
+            ("cuMemsetD32Async(" + Mem.name() + ")").c_str());
+    CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    D.check(D.cuStreamIsCapturing(Stream, &Capture), "cuStreamIsCapturing");
+    Zeroed = Capture == CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+  return reinterpret_cast<unsigned *>(Mem.base());
+}
+
 } // namespace attn::runtime

@@ -77,11 +77,30 @@ public:
 
   CUdeviceptr base() const { return Base; }
   size_t capacity() const { return Bytes; }
+  const std::string &name() const { return What; }
 
 private:
   std::string What;
   CUdeviceptr Base = 0;
   size_t Bytes = 0;
+};
+
+/// Counters that kernels leave at 0 when they finish (the persistent
+/// forward's tile counters, the decode splits' last-CTA arrival counts):
+/// one allocation, zeroed on the call's stream when new or regrown. A
+/// zeroing captured into a CUDA graph happens only when the graph runs, so
+/// the next call outside a capture zeroes again. Per stream, like the
+/// arena.
+class ZeroedCounters {
+public:
+  explicit ZeroedCounters(std::string What) : Mem(std::move(What)) {}
+  /// \p Count zeroed 32-bit counters, ordered on \p Stream before what
+  /// follows.
+  unsigned *get(size_t Count, CUstream Stream);
+
+private:
+  DeviceArena Mem;
+  bool Zeroed = false;
 };
 
 } // namespace attn::runtime

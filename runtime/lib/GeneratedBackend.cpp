@@ -181,24 +181,19 @@ private:
       [] { return std::make_unique<MaskState>("block mask"); }};
   /// The persistent kernel's tile counters (FwdArgs::tile_counter), per
   /// stream: the launches of one stream run one after another, and each
-  /// leaves them at 0 for the next. New memory is zeroed on the call's
-  /// stream first; a zeroing captured into a graph happens only when the
-  /// graph runs, so the next call outside a capture zeroes again.
-  struct TileCounters {
-    DeviceArena Mem{"persistent tile counters"};
-    bool Zeroed = false;
-  };
-  PerStream<TileCounters> Counters{[] { return std::make_unique<TileCounters>(); }};
-  /// FwdArgs::tile_counter for a persistent launch on \p Stream.
-  int *tileCounters(CUstream Stream);
+  /// leaves them at 0 for the next.
+  PerStream<ZeroedCounters> Counters{[] {
+    return std::make_unique<ZeroedCounters>("persistent tile counters");
+  }};
   /// The decode splits' partial o and states (DecodeArgs::part_o, part_st),
   /// per stream.
   PerStream<DeviceArena> DecodeBufs =
       perStream<DeviceArena>(std::string("decode splits"));
   /// The last-CTA merge's arrival counts (DecodeArgs::counters), per
   /// stream.
-  PerStream<DecodeCounters> DecodeCounts{
-      [] { return std::make_unique<DecodeCounters>(); }};
+  PerStream<ZeroedCounters> DecodeCounts{[] {
+    return std::make_unique<ZeroedCounters>("decode arrival counters");
+  }};
   /// The definition's merge, which decides whether decode may split.
   const analysis::MergeKind Merge =
       analysis::analyzeMerge(*Def.Graph).Kind;
@@ -350,26 +345,12 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
   }
   // A masked variant's persistent kernel takes its tiles from counters.
   if (K.Persistent && Def.Graph->decls().HasMask)
-    A.tile_counter = tileCounters(Ctx.Stream);
+    A.tile_counter =
+        reinterpret_cast<int *>(Counters.get(Ctx.Stream).get(2, Ctx.Stream));
   D.check(D.cuLaunchKernel(K.Fwd, GridX, GridY, 1, unsigned(K.Launch.Threads), 1, 1,
                            unsigned(K.Launch.SharedBytes), Ctx.Stream,
                            Params, nullptr),
           "launch attnc_fwd");
-}
-
-int *GeneratedBackend::tileCounters(CUstream Stream) {
-  CudaDriver &D = CudaDriver::get();
-  TileCounters &T = Counters.get(Stream);
-  if (T.Mem.ensure(8))
-    T.Zeroed = false;
-  if (!T.Zeroed) {
-    D.check(D.cuMemsetD32Async(T.Mem.base(), 0, 2, Stream),
-            "cuMemsetD32Async(tile counters)");
-    CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    D.check(D.cuStreamIsCapturing(Stream, &Capture), "cuStreamIsCapturing");
-    T.Zeroed = Capture == CU_STREAM_CAPTURE_STATUS_NONE;
-  }
-  return reinterpret_cast<int *>(T.Mem.base());
 }
 
 GeneratedBackend::FwdLists

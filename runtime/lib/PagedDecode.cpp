@@ -174,21 +174,6 @@ bool decodeMergeInSplits() {
   return On;
 }
 
-unsigned *DecodeCounters::get(size_t Count, CUstream Stream) {
-  CudaDriver &D = CudaDriver::get();
-  if (Mem.ensure(4 * Count))
-    Zeroed = false;
-  if (!Zeroed) {
-    // The whole arena: a later, smaller call uses its first counters.
-    D.check(D.cuMemsetD32Async(Mem.base(), 0, Mem.capacity() / 4, Stream),
-            "cuMemsetD32Async(decode arrival counters)");
-    CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    D.check(D.cuStreamIsCapturing(Stream, &Capture), "cuStreamIsCapturing");
-    Zeroed = Capture == CU_STREAM_CAPTURE_STATUS_NONE;
-  }
-  return reinterpret_cast<unsigned *>(Mem.base());
-}
-
 bool decodeMergeDependent(GpuArch Arch) {
   // Read once: the launch path does no environment lookups. A bad value
   // throws here, before the split kernel's launch, on every call.

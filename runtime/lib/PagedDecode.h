@@ -140,17 +140,6 @@ AppendCall validateAppend(const Signature &Sig, const TensorView &K,
                           const TensorView &V, const PagedKV &KV,
                           const TensorView &SlotMapping);
 
-/// Arrival counts for the last-CTA merge of one stream's calls: zeroed
-/// once on the stream where new (or regrown), left at 0 by every launch.
-/// A zeroing captured into a CUDA graph happens only when the graph runs,
-/// so the next call outside a capture zeroes again.
-struct DecodeCounters {
-  DeviceArena Mem{"decode arrival counters"};
-  bool Zeroed = false;
-  /// \p Count zeroed counters, ordered on \p Stream before what follows.
-  unsigned *get(size_t Count, CUstream Stream);
-};
-
 /// The paged kernels of one definition and signature, compiled on first
 /// use, and the workspace of calls that plan themselves.
 class PagedDecodeRunner {
@@ -193,8 +182,9 @@ private:
   PerStream<DeviceArena> Workspace =
       perStream<DeviceArena>(std::string("paged decode workspace"));
   /// runEager's arrival counts (decodeMergeCounters), per stream.
-  PerStream<DecodeCounters> Counters{
-      [] { return std::make_unique<DecodeCounters>(); }};
+  PerStream<ZeroedCounters> Counters{[] {
+    return std::make_unique<ZeroedCounters>("decode arrival counters");
+  }};
 };
 
 /// Whether decode's splits merge in the split kernel, the last CTA of each
