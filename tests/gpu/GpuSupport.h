@@ -127,6 +127,17 @@ struct BenchCommand {
   std::vector<int> Ints;
 };
 
+/// How many times the backward tests run a case for their bitwise
+/// comparison (the first run against the fp64 reference, every later one
+/// against the first, outputs poisoned before each): 3, or
+/// $ATTNC_GPU_TEST_RUNS (at least 2), so that a stress run can repeat a
+/// case often enough to catch a rare race.
+inline int bitwiseRuns() {
+  if (const char *E = std::getenv("ATTNC_GPU_TEST_RUNS"); E && *E)
+    return std::max(2, std::atoi(E));
+  return 3;
+}
+
 /// A GPU test's start: "skipped: <why>" and false (the test exits 77)
 /// without a CUDA driver, else the line "device: <name> (<arch>)" and true.
 inline bool announceDevice() {

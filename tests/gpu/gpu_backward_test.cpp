@@ -1,8 +1,9 @@
 // GPU backward test: the generated bwd_sm90 and bwd_sm80 kernels of every
 // transformer example (and of definitions with learnable inputs) against the
 // double-precision reference backward, with the FlashAttention tolerance
-// rule; bitwise-identical results over three runs
-// (except in the opt-in atomic dQ mode); poisoned outputs. Exits
+// rule; bitwise-identical results over three runs ($ATTNC_GPU_TEST_RUNS
+// sets how many, GpuSupport.h's bitwiseRuns) (except in the opt-in atomic
+// dQ mode); poisoned outputs. Exits
 // 77 (ctest: skipped) where there is no GPU.
 //
 //   gpu_backward_test                  the whole matrix
@@ -377,7 +378,8 @@ Verdict runOnDevice(Work &W) {
   std::vector<std::vector<uint16_t>> First;
   std::map<std::string, std::vector<float>> FirstGrads;
   Verdict R;
-  for (int Run = 0; Run < 3; ++Run) {
+  const int Runs = bitwiseRuns();
+  for (int Run = 0; Run < Runs; ++Run) {
     for (DeviceBuffer *B : {&GQ, &GK, &GV})
       B->poison();
     for (auto &[N, B] : GradBufs)
