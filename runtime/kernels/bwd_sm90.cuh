@@ -542,7 +542,8 @@ struct BwdDkDvSm90 {
                                                    int row0, int tid);
 
   /// Warp-specialised: this warp is done with a ring stage (one arrival
-  /// per warp on its empty barrier).
+  /// per warp, lane 0's after __syncwarp; racecheck reports the other lanes'
+  /// reads as WAR hazards: docs/runtime.md, "racecheck on bwd_sm90's ring").
   __device__ static __forceinline__ void release(u32 empty) {
     if constexpr (kWs) {
       __syncwarp();
