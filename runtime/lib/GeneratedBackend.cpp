@@ -244,10 +244,17 @@ ForwardKernel &GeneratedBackend::sm90KernelFor(ForwardKernel &K,
   const int64_t NBlocks = (P.Shape.Skv + K.Launch.BlockN - 1) / K.Launch.BlockN;
   const int64_t Tiles = MBlocks * P.Shape.B * P.Shape.H;
   const int SMs = currentDevice().MultiProcessors;
-  // The mean visits are looked for only where the tiles could choose it.
+  // The mean visits are looked for only where the tiles could choose it:
+  // a given block mask's lists count them (also for masks that read
+  // tensors, which the host's analysis cannot count), once their counts
+  // are back on the host; else the analysis counts them.
   std::optional<double> Mean;
-  if (Tiles >= int64_t(PersistentMinWaves) * SMs)
-    Mean = meanVisits(P, Ctx, K.Launch.BlockM, K.Launch.BlockN);
+  if (Tiles >= int64_t(PersistentMinWaves) * SMs) {
+    if (Ctx.Blocks)
+      Mean = Ctx.Blocks->FwdVisits.mean();
+    if (!Mean)
+      Mean = meanVisits(P, Ctx, K.Launch.BlockM, K.Launch.BlockN);
+  }
   if (!persistentWanted(Tiles, Mean, NBlocks, SMs))
     return K;
   std::optional<codegen::Sm90Config> Persist =
@@ -342,6 +349,7 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
       throw InternalError("fwd_sm90: the persistent kernel's tiles overflow int");
     GridX = unsigned(std::min<int64_t>(Tiles, currentDevice().MultiProcessors));
     GridY = 1;
+    countPersistentForwardLaunch();
   }
   // A masked variant's persistent kernel takes its tiles from counters.
   if (K.Persistent && Def.Graph->decls().HasMask)
@@ -410,6 +418,8 @@ void GeneratedBackend::makeBlockLists(const BackendProblem &P,
   Out.FwdBlockN = K.Launch.BlockN;
   Out.FwdCount = L.Count;
   Out.FwdList = L.List;
+  Out.FwdVisits.copyBack(L.Count, maskGroups(Mask, A.batch, A.heads) * A.m_blocks,
+                         Ctx.Stream);
 }
 
 void GeneratedBackend::launchDecode(ForwardKernel &K, const BackendProblem &P,

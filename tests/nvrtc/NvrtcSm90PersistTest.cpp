@@ -56,6 +56,10 @@ TEST_CASE("sm90 persistent: when it is chosen", "[sm90]") {
   // B16 H32 S1k, blocks of 128: 4096 tiles on 132 SMs.
   CHECK(persistentHeuristic(4096, 1.5, 8, 132));
   CHECK(persistentHeuristic(4096, 3.0, 32, 132));
+  // The document mask at 4k from a block mask's counts (B4 H32: 4096 tiles).
+  CHECK(persistentHeuristic(4096, 3.53, 32, 132));
+  CHECK(persistentHeuristic(4096, 4.0, 32, 132));
+  CHECK_FALSE(persistentHeuristic(4096, 4.01, 32, 132));
   CHECK_FALSE(persistentHeuristic(4096, 4.5, 8, 132));
   // The mean unknown (a mask reading tensors): by the key blocks a row.
   CHECK(persistentHeuristic(4096, std::nullopt, 8, 132));
@@ -90,6 +94,8 @@ TEST_CASE("sm90 persistent: the mean key blocks a query block visits", "[sm90]")
   CHECK(Mean(examples::mha, 1024, {}) == 4.5);
   // Stopped past 3 from the heaviest block down: 8 + 7 + 6 + 5 > 24.
   CHECK(Mean(examples::mha, 1024, {}, 3.0) == 26.0 / 8);
+  // At the selector's bound (4): 8 + 7 + 6 + 5 + 4 + 3 > 32.
+  CHECK(Mean(examples::mha, 1024, {}, runtime::PersistentMaxMeanVisits) == 33.0 / 8);
   // A window of 256 keys: blocks m - 2 (partial), m - 1 (full), m.
   CHECK(Mean(examples::mhaSlidingWindow, 1024, {}) == 21.0 / 8);
   CHECK(Mean(examples::mhaSlidingWindow, 4096, {}) == 93.0 / 32);
