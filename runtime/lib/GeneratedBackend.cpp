@@ -245,17 +245,19 @@ ForwardKernel &GeneratedBackend::sm90KernelFor(ForwardKernel &K,
   const int64_t Tiles = MBlocks * P.Shape.B * P.Shape.H;
   const int SMs = currentDevice().MultiProcessors;
   // The mean visits are looked for only where the tiles could choose it:
-  // a given block mask's lists count them (also for masks that read
-  // tensors, which the host's analysis cannot count), once their counts
-  // are back on the host; else the analysis counts them.
+  // from the analysis, or, where it cannot count them (a mask that reads
+  // tensors), from a given block mask's lists once their counts are back
+  // on the host, under that source's bound (persistentHeuristic).
   std::optional<double> Mean;
+  double MaxMean = PersistentMaxMeanVisits;
   if (Tiles >= int64_t(PersistentMinWaves) * SMs) {
-    if (Ctx.Blocks)
+    Mean = meanVisits(P, Ctx, K.Launch.BlockM, K.Launch.BlockN);
+    if (!Mean && Ctx.Blocks) {
       Mean = Ctx.Blocks->FwdVisits.mean();
-    if (!Mean)
-      Mean = meanVisits(P, Ctx, K.Launch.BlockM, K.Launch.BlockN);
+      MaxMean = PersistentMaxListMeanVisits;
+    }
   }
-  if (!persistentWanted(Tiles, Mean, NBlocks, SMs))
+  if (!persistentWanted(Tiles, Mean, NBlocks, SMs, MaxMean))
     return K;
   std::optional<codegen::Sm90Config> Persist =
       C->persistentFor(P.Target.HeadDim, P.Target.HeadDimV);

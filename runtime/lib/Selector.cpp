@@ -262,11 +262,12 @@ DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
 }
 
 bool persistentHeuristic(int64_t Tiles, std::optional<double> MeanVisits,
-                         int64_t KeyBlocks, int MultiProcessors) {
+                         int64_t KeyBlocks, int MultiProcessors,
+                         double MaxMean) {
   if (MultiProcessors <= 0 || Tiles < int64_t(PersistentMinWaves) * MultiProcessors)
     return false;
   if (MeanVisits)
-    return *MeanVisits <= PersistentMaxMeanVisits;
+    return *MeanVisits <= MaxMean;
   return KeyBlocks <= PersistentMaxKeyBlocks;
 }
 
@@ -306,11 +307,11 @@ std::optional<double> meanVisitedBlocks(const analysis::MaskAnalysis &A, int64_t
 }
 
 bool persistentWanted(int64_t Tiles, std::optional<double> MeanVisits,
-                      int64_t KeyBlocks, int MultiProcessors) {
+                      int64_t KeyBlocks, int MultiProcessors, double MaxMean) {
   if (std::optional<bool> Forced = envSwitch(
           "ATTNC_FWD_PERSISTENT", "plain fwd_sm90 grid", "persistent"))
     return *Forced;
-  return persistentHeuristic(Tiles, MeanVisits, KeyBlocks, MultiProcessors);
+  return persistentHeuristic(Tiles, MeanVisits, KeyBlocks, MultiProcessors, MaxMean);
 }
 
 KernelChoice fallbackChoice(const KernelTarget &T, const Skeleton &Failed) {

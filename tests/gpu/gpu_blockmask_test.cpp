@@ -544,7 +544,8 @@ void runPersistentChoice(const Case &C, uint64_t Seed) {
   const double Want = DeviceMean(BM);
   const int64_t Tiles = int64_t((C.S + 127) / 128) * C.B * C.H;
   const bool Expect = runtime::persistentHeuristic(
-      Tiles, Want, (C.S + 127) / 128, runtime::currentDevice().MultiProcessors);
+      Tiles, Want, (C.S + 127) / 128, runtime::currentDevice().MultiProcessors,
+      runtime::PersistentMaxListMeanVisits);
   const auto Ref = forwardOnly(Plain, P, nullptr);
   uint64_t Before = runtime::persistentForwardLaunches();
   const auto GotBM = forwardOnly(A, P, &BM);
