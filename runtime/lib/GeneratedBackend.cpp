@@ -420,8 +420,12 @@ void GeneratedBackend::makeBlockLists(const BackendProblem &P,
   Out.FwdBlockN = K.Launch.BlockN;
   Out.FwdCount = L.Count;
   Out.FwdList = L.List;
-  Out.FwdVisits.copyBack(L.Count, maskGroups(Mask, A.batch, A.heads) * A.m_blocks,
-                         Ctx.Stream);
+  // The lists' mean serves the persistent choice where the analysis cannot
+  // count the visits (sm90KernelFor); the copy costs the stream a few
+  // microseconds, so other masks make none.
+  if (!analysisCountsVisits(Mask))
+    Out.FwdVisits.copyBack(L.Count, maskGroups(Mask, A.batch, A.heads) * A.m_blocks,
+                           Ctx.Stream);
 }
 
 void GeneratedBackend::launchDecode(ForwardKernel &K, const BackendProblem &P,

@@ -1,6 +1,7 @@
 // The mean number of key blocks a query block visits under a block mask,
 // known on the host for the choice of fwd_sm90's persistent form
-// (persistentWanted): at once for lists the user gave (built on the host),
+// (persistentWanted) where the mask analysis cannot count the visits (masks
+// that read tensors): at once for lists the user gave (built on the host),
 // or, for lists classified on the GPU, from their per-row counts copied
 // back behind the classification and read once that copy is done, without
 // waiting for it.

@@ -280,7 +280,7 @@ std::optional<double> meanVisitedBlocks(const analysis::MaskAnalysis &A, int64_t
   const int64_t NBlocks = (Skv + BlockN - 1) / BlockN;
   if (!A.Mask)
     return double(NBlocks);
-  if (!A.Analysed || A.ReadsTensorInput || A.Grouping != analysis::MaskGrouping::Shared)
+  if (!analysisCountsVisits(A))
     return std::nullopt;
   analysis::MaskBox Box;
   Box.HeadDim = HeadDim;
@@ -304,6 +304,11 @@ std::optional<double> meanVisitedBlocks(const analysis::MaskAnalysis &A, int64_t
     }
   }
   return double(Visited) / double(std::max<int64_t>(1, MBlocks));
+}
+
+bool analysisCountsVisits(const analysis::MaskAnalysis &A) {
+  return !A.Mask || (A.Analysed && !A.ReadsTensorInput &&
+                     A.Grouping == analysis::MaskGrouping::Shared);
 }
 
 bool persistentWanted(int64_t Tiles, std::optional<double> MeanVisits,

@@ -204,6 +204,11 @@ std::optional<double> meanVisitedBlocks(const analysis::MaskAnalysis &A, int64_t
                                         int HeadDim,
                                         const std::map<std::string, double> &Scalars,
                                         double StopAbove);
+/// Whether meanVisitedBlocks counts \p A's visits from the analysis alone
+/// (given the scalar inputs): no mask, or an analysed one that reads no
+/// tensor input and is shared by every batch and head. Block masks copy
+/// their lists' counts back to the host for the other masks only.
+bool analysisCountsVisits(const analysis::MaskAnalysis &A);
 /// persistentHeuristic, unless the environment's ATTNC_FWD_PERSISTENT says
 /// "0" (never) or "1" (every dense call fwd_sm90 runs by default); a
 /// measurement switch (docs/runtime.md). UserError on another value.
