@@ -193,6 +193,7 @@ BlockMask Attention::blockMaskFromLists(const MaskShape &Shape,
     D->FwdBlockN = T.BlockN;
     D->FwdCount = P[0];
     D->FwdList = P[1];
+    D->FwdVisits.setKnown(R.Count);
   }
   if (!ForBackward)
     return BlockMask(std::move(D));

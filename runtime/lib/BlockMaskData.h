@@ -5,6 +5,7 @@
 #define ATTN_RUNTIME_BLOCKMASKDATA_H
 
 #include "DeviceArena.h"
+#include "ListVisits.h"
 
 #include "attn/runtime/BlockMask.h"
 
@@ -43,6 +44,10 @@ struct BlockMaskData {
   /// FwdBlockM x FwdBlockN.
   int FwdBlockM = 0, FwdBlockN = 0;
   const int *FwdCount = nullptr, *FwdList = nullptr;
+  /// The forward lists' mean visits a query block, for the choice of
+  /// fwd_sm90's persistent form where the mask reads tensors (the host's
+  /// analysis cannot count those).
+  ListVisits FwdVisits;
   /// The backward's lists (BwdArgs), when HasBwd.
   bool HasBwd = false;
   BwdTiles Bwd;

@@ -53,6 +53,9 @@ namespace {
   X(cuMemFree)                                                                 \
   X(cuMemcpyHtoD)                                                              \
   X(cuMemcpyDtoH)                                                              \
+  X(cuMemAllocHost)                                                            \
+  X(cuMemFreeHost)                                                             \
+  X(cuMemcpyDtoHAsync)                                                         \
   X(cuMemsetD8)                                                                \
   X(cuMemsetD32Async)                                                          \
   X(cuStreamSynchronize)                                                       \
@@ -69,6 +72,7 @@ namespace {
   X(cuEventDestroy)                                                            \
   X(cuEventRecord)                                                             \
   X(cuEventSynchronize)                                                        \
+  X(cuEventQuery)                                                              \
   X(cuEventElapsedTime)                                                        \
   X(cuGetErrorName)                                                            \
   X(cuGetErrorString)                                                          \

@@ -244,11 +244,20 @@ ForwardKernel &GeneratedBackend::sm90KernelFor(ForwardKernel &K,
   const int64_t NBlocks = (P.Shape.Skv + K.Launch.BlockN - 1) / K.Launch.BlockN;
   const int64_t Tiles = MBlocks * P.Shape.B * P.Shape.H;
   const int SMs = currentDevice().MultiProcessors;
-  // The mean visits are looked for only where the tiles could choose it.
+  // The mean visits are looked for only where the tiles could choose it:
+  // from the analysis, or, where it cannot count them (a mask that reads
+  // tensors), from a given block mask's lists once their counts are back
+  // on the host, under that source's bound (persistentHeuristic).
   std::optional<double> Mean;
-  if (Tiles >= int64_t(PersistentMinWaves) * SMs)
+  double MaxMean = PersistentMaxMeanVisits;
+  if (Tiles >= int64_t(PersistentMinWaves) * SMs) {
     Mean = meanVisits(P, Ctx, K.Launch.BlockM, K.Launch.BlockN);
-  if (!persistentWanted(Tiles, Mean, NBlocks, SMs))
+    if (!Mean && Ctx.Blocks) {
+      Mean = Ctx.Blocks->FwdVisits.mean();
+      MaxMean = PersistentMaxListMeanVisits;
+    }
+  }
+  if (!persistentWanted(Tiles, Mean, NBlocks, SMs, MaxMean))
     return K;
   std::optional<codegen::Sm90Config> Persist =
       C->persistentFor(P.Target.HeadDim, P.Target.HeadDimV);
@@ -342,6 +351,7 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
       throw InternalError("fwd_sm90: the persistent kernel's tiles overflow int");
     GridX = unsigned(std::min<int64_t>(Tiles, currentDevice().MultiProcessors));
     GridY = 1;
+    countPersistentForwardLaunch();
   }
   // A masked variant's persistent kernel takes its tiles from counters.
   if (K.Persistent && Def.Graph->decls().HasMask)
@@ -410,6 +420,12 @@ void GeneratedBackend::makeBlockLists(const BackendProblem &P,
   Out.FwdBlockN = K.Launch.BlockN;
   Out.FwdCount = L.Count;
   Out.FwdList = L.List;
+  // The lists' mean serves the persistent choice where the analysis cannot
+  // count the visits (sm90KernelFor); the copy costs the stream a few
+  // microseconds, so other masks make none.
+  if (!analysisCountsVisits(Mask))
+    Out.FwdVisits.copyBack(L.Count, maskGroups(Mask, A.batch, A.heads) * A.m_blocks,
+                           Ctx.Stream);
 }
 
 void GeneratedBackend::launchDecode(ForwardKernel &K, const BackendProblem &P,

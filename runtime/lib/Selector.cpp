@@ -262,11 +262,12 @@ DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
 }
 
 bool persistentHeuristic(int64_t Tiles, std::optional<double> MeanVisits,
-                         int64_t KeyBlocks, int MultiProcessors) {
+                         int64_t KeyBlocks, int MultiProcessors,
+                         double MaxMean) {
   if (MultiProcessors <= 0 || Tiles < int64_t(PersistentMinWaves) * MultiProcessors)
     return false;
   if (MeanVisits)
-    return *MeanVisits <= PersistentMaxMeanVisits;
+    return *MeanVisits <= MaxMean;
   return KeyBlocks <= PersistentMaxKeyBlocks;
 }
 
@@ -279,7 +280,7 @@ std::optional<double> meanVisitedBlocks(const analysis::MaskAnalysis &A, int64_t
   const int64_t NBlocks = (Skv + BlockN - 1) / BlockN;
   if (!A.Mask)
     return double(NBlocks);
-  if (!A.Analysed || A.ReadsTensorInput || A.Grouping != analysis::MaskGrouping::Shared)
+  if (!analysisCountsVisits(A))
     return std::nullopt;
   analysis::MaskBox Box;
   Box.HeadDim = HeadDim;
@@ -305,12 +306,17 @@ std::optional<double> meanVisitedBlocks(const analysis::MaskAnalysis &A, int64_t
   return double(Visited) / double(std::max<int64_t>(1, MBlocks));
 }
 
+bool analysisCountsVisits(const analysis::MaskAnalysis &A) {
+  return !A.Mask || (A.Analysed && !A.ReadsTensorInput &&
+                     A.Grouping == analysis::MaskGrouping::Shared);
+}
+
 bool persistentWanted(int64_t Tiles, std::optional<double> MeanVisits,
-                      int64_t KeyBlocks, int MultiProcessors) {
+                      int64_t KeyBlocks, int MultiProcessors, double MaxMean) {
   if (std::optional<bool> Forced = envSwitch(
           "ATTNC_FWD_PERSISTENT", "plain fwd_sm90 grid", "persistent"))
     return *Forced;
-  return persistentHeuristic(Tiles, MeanVisits, KeyBlocks, MultiProcessors);
+  return persistentHeuristic(Tiles, MeanVisits, KeyBlocks, MultiProcessors, MaxMean);
 }
 
 KernelChoice fallbackChoice(const KernelTarget &T, const Skeleton &Failed) {

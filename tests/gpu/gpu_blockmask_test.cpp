@@ -7,7 +7,8 @@
 // kernels') gives the same results; mismatched masks are refused. On
 // sm_90, fwd_sm90's persistent kernel gives the plain one's bits over many
 // tiles a CTA, taking them from its counters call after call (tiles
-// without a key block among them). Without a block mask, the forward and
+// without a key block among them), and is chosen for a document mask from
+// a block mask's own visit counts. Without a block mask, the forward and
 // the backward build their block lists once per kept key for a mask that
 // reads no tensor (alternating keys build once each; a key beyond the
 // bound evicts the least recently used).
@@ -16,6 +17,8 @@
 #include "TestDefinitions.h"
 
 #include "BackwardRunner.h"
+#include "BlockMaskData.h"
+#include "ListVisits.h"
 #include "MaskClassify.h"
 
 #include "Examples.h"
@@ -497,6 +500,74 @@ void runPersistent(const Case &C, uint64_t Seed) {
                      GotBM == Want, Again == Want));
 }
 
+/// The persistent choice from a block mask's own counts: a document mask
+/// reads tensors, so the host's analysis cannot count its visits, and a
+/// call without a block mask (16 key blocks a row) takes the plain kernel;
+/// once a block mask's counts are back (after a synchronise), the default
+/// forward given it takes the persistent one where their mean allows, with
+/// the plain kernel's bits. A mask made again forgets the mean until its
+/// new counts are back, and then has theirs.
+void runPersistentChoice(const Case &C, uint64_t Seed) {
+  if (runtime::currentDevice().Major != 9) {
+    std::printf("persistent choice %s: skipped (not sm_90)\n", C.Def.c_str());
+    return;
+  }
+  dsl::AttentionDef Def = makeDefinition(C.Def);
+  runtime::Signature Sig;
+  Sig.Dtype = DType::F16;
+  Sig.HeadDim = Sig.HeadDimV = 64;
+  Sig.Backend = "generated";
+  runtime::Signature SigPlain = Sig;
+  SigPlain.Config = "sm90.m128n128s3";
+  runtime::Attention A(Def, Sig), Plain(Def, SigPlain);
+  Problem P = makeProblem(C, *A.definition().Graph, Seed);
+  runtime::MaskShape S;
+  S.Batch = C.B;
+  S.Heads = C.H;
+  S.HeadsKv = C.Hkv;
+  S.SeqQ = S.SeqKv = C.S;
+  auto &Drv = runtime::CudaDriver::get();
+  // The mean of the lists on the device, read back here.
+  auto DeviceMean = [&](const runtime::BlockMask &BM) {
+    const runtime::BlockMaskData &D = BM.data();
+    std::vector<int32_t> Count(size_t(D.Groups) * ((C.S + D.FwdBlockM - 1) / D.FwdBlockM));
+    Drv.check(Drv.cuMemcpyDtoH(Count.data(), CUdeviceptr(D.FwdCount), Count.size() * 4),
+              "block counts");
+    double Sum = 0;
+    for (int32_t N : Count)
+      Sum += N;
+    return Sum / double(Count.size());
+  };
+  runtime::BlockMask BM = A.makeBlockMask(S, P.Inputs, nullptr, false);
+  Drv.check(Drv.cuCtxSynchronize(), "block mask");
+  const std::optional<double> Mean = BM.data().FwdVisits.mean();
+  const double Want = DeviceMean(BM);
+  const int64_t Tiles = int64_t((C.S + 127) / 128) * C.B * C.H;
+  const bool Expect = runtime::persistentHeuristic(
+      Tiles, Want, (C.S + 127) / 128, runtime::currentDevice().MultiProcessors,
+      runtime::PersistentMaxListMeanVisits);
+  const auto Ref = forwardOnly(Plain, P, nullptr);
+  uint64_t Before = runtime::persistentForwardLaunches();
+  const auto GotBM = forwardOnly(A, P, &BM);
+  const uint64_t WithMask = runtime::persistentForwardLaunches() - Before;
+  Before = runtime::persistentForwardLaunches();
+  const auto Got = forwardOnly(A, P, nullptr);
+  const uint64_t Without = runtime::persistentForwardLaunches() - Before;
+  // Made again for other ids: unknown until its counts are back.
+  setInputs(P, *A.definition().Graph, 1);
+  A.refreshBlockMask(BM, P.Inputs);
+  Drv.check(Drv.cuCtxSynchronize(), "block mask again");
+  const std::optional<double> Again = BM.data().FwdVisits.mean();
+  const double WantAgain = DeviceMean(BM);
+  report(fmt::format("persistent choice {} b{} h{} s{}", C.Def, C.B, C.H, C.S),
+         Mean && *Mean == Want && Expect && WithMask == 1 && Without == 0 &&
+             GotBM == Ref && Got == Ref && Again && *Again == WantAgain,
+         fmt::format("mean {:.3f} (lists {:.3f}, again {:.3f}/{:.3f}), persistent launches "
+                     "{} with the mask, {} without, same bits {} {}",
+                     Mean.value_or(-1), Want, Again.value_or(-1), WantAgain, WithMask,
+                     Without, GotBM == Ref, Got == Ref));
+}
+
 } // namespace
 
 /// --precompile ARCH: the kernels the cases use, compiled for \p Arch into
@@ -572,6 +643,8 @@ int main(int Argc, char **Argv) {
                        {"mha_window", 8, 16, 4, 512},
                        {"mha_empty256", 4, 32, 32, 700}};
   RunAll("persistent ", Many, runPersistent);
+  const Case Choice[] = {{"mha_document_ids", 2, 32, 32, 2048}};
+  RunAll("persistent choice ", Choice, runPersistentChoice);
   std::printf("%d passed, %d failed\n", Passed, Failed);
   return Failed ? 1 : 0;
 }

@@ -53,18 +53,31 @@ TEST_CASE("sm90 persistent: configuration string and shared memory", "[sm90]") {
 
 TEST_CASE("sm90 persistent: when it is chosen", "[sm90]") {
   using runtime::persistentHeuristic;
+  const double Analysed = runtime::PersistentMaxMeanVisits;
+  const double Lists = runtime::PersistentMaxListMeanVisits;
   // B16 H32 S1k, blocks of 128: 4096 tiles on 132 SMs.
-  CHECK(persistentHeuristic(4096, 1.5, 8, 132));
-  CHECK(persistentHeuristic(4096, 3.0, 32, 132));
-  CHECK_FALSE(persistentHeuristic(4096, 4.5, 8, 132));
+  CHECK(persistentHeuristic(4096, 1.5, 8, 132, Analysed));
+  CHECK(persistentHeuristic(4096, 3.0, 32, 132, Analysed));
+  // Plain causal at S = 768 (B21 H32: 4032 tiles, a mean of 3.5 from the
+  // analysis) stays plain; the document mask at 4k (B4 H32: 4096 tiles, a
+  // mean of 3.53 from its block mask's lists) goes persistent.
+  CHECK_FALSE(persistentHeuristic(4032, 3.5, 6, 132, Analysed));
+  CHECK(persistentHeuristic(4096, 3.53, 32, 132, Lists));
+  CHECK(persistentHeuristic(4096, 4.0, 32, 132, Lists));
+  CHECK_FALSE(persistentHeuristic(4096, 4.01, 32, 132, Lists));
+  // The document mask at 16k (B1 H32: 4096 tiles, 9.97).
+  CHECK_FALSE(persistentHeuristic(4096, 9.97, 128, 132, Lists));
+  CHECK_FALSE(persistentHeuristic(4096, 4.5, 8, 132, Analysed));
   // The mean unknown (a mask reading tensors): by the key blocks a row.
-  CHECK(persistentHeuristic(4096, std::nullopt, 8, 132));
-  CHECK_FALSE(persistentHeuristic(1024, std::nullopt, 32, 132));
-  CHECK_FALSE(persistentHeuristic(4 * 132 - 1, 1.0, 8, 132));
-  CHECK(persistentHeuristic(4 * 132, 1.0, 8, 132));
-  CHECK_FALSE(persistentHeuristic(4096, 1.0, 8, 0));
+  CHECK(persistentHeuristic(4096, std::nullopt, 8, 132, Analysed));
+  CHECK_FALSE(persistentHeuristic(1024, std::nullopt, 32, 132, Analysed));
+  CHECK_FALSE(persistentHeuristic(4 * 132 - 1, 1.0, 8, 132, Analysed));
+  CHECK(persistentHeuristic(4 * 132, 1.0, 8, 132, Analysed));
+  CHECK_FALSE(persistentHeuristic(4096, 1.0, 8, 0, Analysed));
   REQUIRE(unsetenv("ATTNC_FWD_PERSISTENT") == 0);
   CHECK(runtime::persistentWanted(4096, 1.5, 8, 132));
+  CHECK_FALSE(runtime::persistentWanted(4096, 3.53, 32, 132));
+  CHECK(runtime::persistentWanted(4096, 3.53, 32, 132, Lists));
   REQUIRE(setenv("ATTNC_FWD_PERSISTENT", "0", 1) == 0);
   CHECK_FALSE(runtime::persistentWanted(4096, 1.5, 8, 132));
   REQUIRE(setenv("ATTNC_FWD_PERSISTENT", "1", 1) == 0);

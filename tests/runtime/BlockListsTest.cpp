@@ -1,7 +1,9 @@
 // The host side of user-given block masks (BlockMaskData.h): every malformed
 // field of BlockLists refused by name, re-tiling equal to an element-by-
-// element evaluation on ragged shapes, and the kernels' list format.
+// element evaluation on ragged shapes, the kernels' list format, and the
+// lists' mean visits a query block (ListVisits) that the host knows.
 #include "BlockMaskData.h"
+#include "ListVisits.h"
 
 #include "attn/runtime/Errors.h"
 
@@ -188,4 +190,23 @@ TEST_CASE("block lists: re-tiled classes equal an element-by-element "
       CHECK(C.Count[N] == Count);
     }
   }
+}
+
+TEST_CASE("block lists: the mean visits a query block, known on the host",
+          "[runtime][blockmask]") {
+  // Two query blocks of one group, retiled to the kernels' 128 x 128 from
+  // 64 x 64: rows 0-127 keep key block 0, rows 128-255 key blocks 0 and 1.
+  const MaskShape S = shapeOf(1, 1, 256, 256);
+  BlockLists L = listsOf({{2, 0, 0, 0}, {2, 2, 0, 0}, {1, 0, 1, 0}, {0, 2, 2, 2}},
+                         64, 64);
+  HostLists R = listRows(retile(checkBlockLists(L, S), 256, 256, 128, 128));
+  REQUIRE(R.Count == std::vector<int32_t>{1, 2});
+  ListVisits V;
+  CHECK_FALSE(V.mean()); // nothing counted yet
+  V.setKnown(R.Count);
+  REQUIRE(V.mean());
+  CHECK(*V.mean() == 1.5);
+  // Lists of another shape replace the mean.
+  V.setKnown({4, 0, 0, 1});
+  CHECK(*V.mean() == 1.25);
 }

@@ -32,7 +32,9 @@
 // which a device run then reads instead of compiling.
 //
 // MASK is document, prefix_lm, window256 or chunked256 (causal within
-// chunks of 256 tokens, the chunk a runtime int32 scalar, as mha_chunked).
+// chunks of 256 tokens, the chunk a runtime int32 scalar, as mha_chunked),
+// or causal (named only, not in "all": plain causal at the same shapes, for
+// the persistent choice at short sequences).
 // B = 16384 / S. The document ids, the prefix and the chunk follow
 // peers_masks.py: eight documents at the fixed fractions DocFractions, the
 // prefix S / 4, chunks of 256.
@@ -40,6 +42,7 @@
 #include "BenchJson.h"
 #include "BlockMaskData.h"
 #include "GpuSupport.h"
+#include "ListVisits.h"
 #include "MaskClassify.h"
 #include "attn/codegen/Codegen.h"
 #include "attn/runtime/DtypeBits.h"
@@ -91,6 +94,9 @@ dsl::AttentionDef maskedMha(const std::string &Name) {
                     const dsl::CustomInputs &In) {
       return (Q >= K) | (K < In["prefix"]);
     };
+  } else if (Name == "causal") {
+    D.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar Q,
+                    SymbolScalar K) { return Q >= K; };
   } else if (Name == "window256") {
     D.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar Q,
                     SymbolScalar K) { return (Q >= K) & (Q - K < Window); };
@@ -120,6 +126,8 @@ double keptPairs(const std::string &Name, const std::vector<int> &Ids, int S) {
       N += Q - Start + 1;
     else if (Name == "prefix_lm")
       N += std::max(Q + 1, S / 4);
+    else if (Name == "causal")
+      N += Q + 1;
     else if (Name == "window256")
       N += std::min(Q + 1, Window);
     else if (Name == "chunked256")
@@ -299,17 +307,23 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S, bool FwdOnl
   double FlopsFwd = 4.0 * B * H * KeptCount * D;
   // The plain and the block-mask forwards in turn; the block-mask one's
   // classifications counted (none expected).
-  uint64_t Launched = 0;
+  // And each one's calls that ran fwd_sm90's persistent kernel.
+  uint64_t Launched = 0, PersistPlain = 0, PersistReused = 0, Calls = 0;
   auto [TF, TR] = interleavedMedians(
       [&](int I) {
         Given = nullptr;
+        const uint64_t P = runtime::persistentForwardLaunches();
         Fwd(I % 3);
+        PersistPlain += runtime::persistentForwardLaunches() - P;
+        ++Calls;
       },
       [&](int I) {
         Given = &Reused;
         const uint64_t Before = runtime::classifyLaunches();
+        const uint64_t P = runtime::persistentForwardLaunches();
         Fwd(I % 3);
         Launched += runtime::classifyLaunches() - Before;
+        PersistReused += runtime::persistentForwardLaunches() - P;
       },
       5, 30);
   double TFB = 0, TRB = 0;
@@ -333,12 +347,14 @@ void benchOne(const std::string &Mask, DType T, int H, int D, int S, bool FwdOnl
   std::printf("attnc %-11s %s B%d H%d S%d D%d: fwd %.3f ms %.1f TFLOPS  "
               "fwd+bwd %.3f ms %.1f TFLOPS  reused mask: fwd %.3f ms %.1f "
               "TFLOPS  fwd+bwd %.3f ms %.1f TFLOPS  classify %.4f ms GPU = %.1f%% "
-              "of fwd (host %.4f ms a call)  launched %llu  density %.4f  %s  [%s | %s]\n",
+              "of fwd (host %.4f ms a call)  launched %llu  persistent %llu/%llu of %llu  "
+              "density %.4f  %s  [%s | %s]\n",
               Mask.c_str(), std::string(dtypeName(T)).c_str(), B, H, S, D, TF,
               Tflops(FlopsFwd, TF), TFB, Tflops(3.5 * FlopsFwd, TFB), TR,
               Tflops(FlopsFwd, TR), TRB, Tflops(3.5 * FlopsFwd, TRB), TC,
               100.0 * TC / TR, HostC, (unsigned long long)Launched,
-              KeptCount / (double(S) * S), visitSummary(Reused).c_str(),
+              (unsigned long long)PersistPlain, (unsigned long long)PersistReused,
+              (unsigned long long)Calls, KeptCount / (double(S) * S), visitSummary(Reused).c_str(),
               Att.forwardChoice().str().c_str(),
               FwdOnly ? "-" : Att.backwardChoice().str().c_str());
   std::fflush(stdout);
@@ -589,8 +605,8 @@ int main(int Argc, char **Argv) {
     return Rc;
   const char *VarlenMasks[] = {"none", "causal", "window256", "chunked256"};
   if (CompileOnly) {
-    for (const char *Mask : {"document", "prefix_lm", "window256", "chunked256"})
-      if (Cmd.Name == "all" || Cmd.Name == Mask)
+    for (const char *Mask : {"document", "prefix_lm", "window256", "chunked256", "causal"})
+      if ((Cmd.Name == "all" && std::string(Mask) != "causal") || Cmd.Name == Mask)
         compileOne(Mask, Cmd.Dtype, Cmd.Ints[1], FwdOnly);
     if (Cmd.Name == "varlen") {
       for (size_t I = 2; I < Cmd.Ints.size(); ++I)
@@ -618,8 +634,8 @@ int main(int Argc, char **Argv) {
   }
   for (size_t I = 2; I < Cmd.Ints.size(); ++I)
     for (const char *Mask :
-         {"document", "prefix_lm", "window256", "chunked256"}) {
-      if (Cmd.Name != "all" && Cmd.Name != Mask)
+         {"document", "prefix_lm", "window256", "chunked256", "causal"}) {
+      if (Cmd.Name != Mask && (Cmd.Name != "all" || std::string(Mask) == "causal"))
         continue;
       try {
         benchOne(Mask, Cmd.Dtype, H, D, Cmd.Ints[I], FwdOnly);

@@ -165,20 +165,29 @@ DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
 /// configuration takes the persistent kernel (Sm90Config::Persistent):
 /// \p Tiles CTAs of the plain grid (query blocks x batch x heads) on
 /// \p MultiProcessors SMs, visiting \p MeanVisits key blocks each on average
-/// (nullopt where the host cannot know: a mask reading tensor inputs), of
-/// \p KeyBlocks a row. When each CTA has little work and there are many: at
-/// least PersistentMinWaves tiles per SM, and a mean of at most
-/// PersistentMaxMeanVisits key blocks a tile, or, the mean unknown, at most
-/// PersistentMaxKeyBlocks key blocks a row. Measured on an H100
-/// (2026-11-27, B·S = 16k, H32, D128, f16, reused block masks): the
-/// persistent kernel is faster at means of 1.5 to 2.9 (chunked and sliding
-/// window masks at S = 1k and 4k, 5 to 17%) and the document mask at S = 1k
-/// (13%), slower at 4.5 and more (causal and prefix-LM at 1k, 35 to 38%)
-/// and the document mask at 4k (4%).
+/// (nullopt where the host cannot know), of \p KeyBlocks a row. When each
+/// CTA has little work and there are many: at least PersistentMinWaves tiles
+/// per SM, and a mean of at most \p MaxMean key blocks a tile, or, the mean
+/// unknown, at most PersistentMaxKeyBlocks key blocks a row. \p MaxMean is
+/// PersistentMaxMeanVisits for a mean from the mask analysis (a mask that
+/// reads no tensor), PersistentMaxListMeanVisits for one from a block mask's
+/// own lists where the analysis has none (a mask reading tensors, such as
+/// document ids). Measured on an H100 (2026-11-27, B·S = 16k, H32, D128,
+/// f16, reused block masks): the persistent kernel is faster at means of 1.5
+/// to 2.9 (chunked and sliding window masks at S = 1k and 4k, 5 to 17%) and
+/// the document mask at S = 1k (13%), slower at 4.5 and more (causal and
+/// prefix-LM at 1k, 35 to 38%). On an H200 (2026-11-28, same shapes, the
+/// taken walk): the document mask at 4k (a mean of 3.53, 73% of its blocks
+/// partial) 0.388 against 0.411 ms persistent, but plain causal at S = 768
+/// (B21: a mean of 3.5, 29% partial) 0.319 against 0.310, prefix-LM at 1k
+/// (4.62) 0.413 against 0.373, the document mask at 16k (9.97) 0.903
+/// against 0.761: hence the two bounds.
 bool persistentHeuristic(int64_t Tiles, std::optional<double> MeanVisits,
-                         int64_t KeyBlocks, int MultiProcessors);
+                         int64_t KeyBlocks, int MultiProcessors,
+                         double MaxMean);
 inline constexpr int PersistentMinWaves = 4;
 inline constexpr double PersistentMaxMeanVisits = 3.0;
+inline constexpr double PersistentMaxListMeanVisits = 4.0;
 inline constexpr int PersistentMaxKeyBlocks = 8;
 /// The mean number of key blocks of \p BlockN that a query block of
 /// \p BlockM visits in a dense call of \p Sq x \p Skv (rows shifted
@@ -195,11 +204,17 @@ std::optional<double> meanVisitedBlocks(const analysis::MaskAnalysis &A, int64_t
                                         int HeadDim,
                                         const std::map<std::string, double> &Scalars,
                                         double StopAbove);
+/// Whether meanVisitedBlocks counts \p A's visits from the analysis alone
+/// (given the scalar inputs): no mask, or an analysed one that reads no
+/// tensor input and is shared by every batch and head. Block masks copy
+/// their lists' counts back to the host for the other masks only.
+bool analysisCountsVisits(const analysis::MaskAnalysis &A);
 /// persistentHeuristic, unless the environment's ATTNC_FWD_PERSISTENT says
 /// "0" (never) or "1" (every dense call fwd_sm90 runs by default); a
 /// measurement switch (docs/runtime.md). UserError on another value.
 bool persistentWanted(int64_t Tiles, std::optional<double> MeanVisits,
-                      int64_t KeyBlocks, int MultiProcessors);
+                      int64_t KeyBlocks, int MultiProcessors,
+                      double MaxMean = PersistentMaxMeanVisits);
 
 /// Where \p Failed cannot launch a call after all (fwd_sm90, whose TMA
 /// descriptors cannot describe some strides): the next skeleton of the
