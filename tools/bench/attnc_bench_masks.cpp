@@ -433,6 +433,15 @@ int main(int Argc, char **Argv) {
           Cmd, /*NeedsGpu=*/!CompileOnly))
     return Rc;
   const char *VarlenMasks[] = {"none", "causal", "window256", "chunked256"};
+  const char *Named[] = {"all",       "varlen",     "document", "prefix_lm",
+                         "window256", "chunked256", "causal"};
+  if (std::find(std::begin(Named), std::end(Named), Cmd.Name) == std::end(Named)) {
+    std::fprintf(stderr,
+                 "attnc_bench_masks: unknown mask '%s'; expected all, varlen, "
+                 "document, prefix_lm, window256, chunked256 or causal\n",
+                 Cmd.Name.c_str());
+    return 2;
+  }
   if (CompileOnly) {
     for (const char *Mask : {"document", "prefix_lm", "window256", "chunked256", "causal"})
       if ((Cmd.Name == "all" && std::string(Mask) != "causal") || Cmd.Name == Mask)
