@@ -317,9 +317,9 @@ struct BwdDkDvSm90 {
       if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; ++s) {
           // Full: the producer warp's expect_tx and its 32 lanes' cp.async
-          // arrivals (the rows); empty: one arrival per compute warp.
+          // arrivals (the rows); empty: every compute thread's (release).
           mbar_init(bar_full + 8 * s, 1 + 32);
-          mbar_init(bar_empty + 8 * s, kWarps);
+          mbar_init(bar_empty + 8 * s, kWarps * 32);
         }
         if constexpr (kDqSlots)
           for (int s = 0; s < 2; ++s) {
@@ -541,15 +541,16 @@ struct BwdDkDvSm90 {
   __device__ static __forceinline__ void load_rows(const BwdArgs &a, u32 dst, int bh,
                                                    int row0, int tid);
 
-  /// Warp-specialised: this warp is done with a ring stage (one arrival
-  /// per warp, lane 0's after __syncwarp; racecheck reports the other lanes'
-  /// reads as WAR hazards: docs/runtime.md, "racecheck on bwd_sm90's ring").
+  /// Warp-specialised: this thread is done with a ring stage (an arrival
+  /// per thread on its empty barrier). One arrival per warp after
+  /// __syncwarp would order the warp's reads as well under the PTX model,
+  /// but racecheck follows only the arriving thread's own accesses and
+  /// reports the other lanes' reads as WAR hazards; an arrival each keeps
+  /// racecheck usable on this kernel (docs/runtime.md, "racecheck on
+  /// bwd_sm90's ring").
   __device__ static __forceinline__ void release(u32 empty) {
-    if constexpr (kWs) {
-      __syncwarp();
-      if (threadIdx.x % 32 == 0)
-        mbar_arrive(empty);
-    }
+    if constexpr (kWs)
+      mbar_arrive(empty);
   }
 
   /// One query block m: Sᵀ and dPᵀ for this warpgroup's 64 keys, P and dS

@@ -156,9 +156,9 @@ struct BwdDkDvSm90Varlen {
                 "the metadata fits beside the mbarriers");
   static_assert(!Base::kWriter && !Base::kDqSlots,
                 "packed calls use the lockstep step, with or without the turn warp");
-  /// A stage's empty barrier: an arrival per compute warp, and the turn
-  /// warp's once it has read the stage's metadata.
-  static constexpr int kEmptyArrivals = Base::kWarps + (Base::kTurnWarp ? 1 : 0);
+  /// A stage's empty barrier: an arrival per compute thread, and the turn
+  /// warp's 32 once they have read the stage's metadata (Base::release).
+  static constexpr int kEmptyArrivals = 32 * (Base::kWarps + (Base::kTurnWarp ? 1 : 0));
 
   /// Grid (packed_block_bound of the key blocks, kv heads).
   __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &call_in,
