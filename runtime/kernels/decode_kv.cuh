@@ -17,11 +17,26 @@ struct ContiguousKV {
   int len;
   int qshift = 0;
   bool bad = false;
-  __device__ __forceinline__ void prefetch(int) const {}
   template <class KTile, class VTile, int kRows, int kD, int kDV, int kThreads>
   __device__ __forceinline__ void load(u32 sk, u32 sv, int row0) const {
     load_tile_async<KTile, kRows, kD, kThreads>(sk, k, k_ss, row0, len);
     load_tile_async<VTile, kRows, kDV, kThreads>(sv, v, v_ss, row0, len);
+  }
+  /// The ring's first kN blocks from row0 (count of them exist), one
+  /// commit group each.
+  template <class KTile, class VTile, int kRows, int kD, int kDV, int kThreads,
+            int kN>
+  __device__ __forceinline__ void prologue(u32 s_kv, int stage_bytes, int row0,
+                                           int count) const {
+#pragma unroll
+    for (int s = 0; s < kN; ++s) {
+      if (s < count) {
+        const u32 sk = s_kv + s * stage_bytes;
+        load<KTile, VTile, kRows, kD, kDV, kThreads>(sk, sk + KTile::kBytes,
+                                                     row0 + s * kRows);
+      }
+      cp_async_commit();
+    }
   }
 };
 
@@ -30,8 +45,10 @@ struct ContiguousKV {
 /// [0, num_pages) is not read; it sets bad, which poisons the CTA's rows.
 /// Each thread keeps the page indices of its rows of the next block in
 /// registers (prefetch), loaded a block ahead so that a block's copies
-/// never wait on the table. kRows rows of kD and kDV columns a block,
-/// kThreads threads, 16-byte copies.
+/// never wait on the table; the ring's first blocks take their indices in
+/// one round of table loads (prologue), so that a short split does not
+/// wait for the table once per stage before its first copies. kRows rows
+/// of kD and kDV columns a block, kThreads threads, 16-byte copies.
 template <int kRows, int kD, int kDV, int kThreads> struct PagedKV {
   static constexpr int kKIters = (kRows * (kD / 8) + kThreads - 1) / kThreads;
   static constexpr int kVIters = (kRows * (kDV / 8) + kThreads - 1) / kThreads;
@@ -84,6 +101,42 @@ template <int kRows, int kD, int kDV, int kThreads> struct PagedKV {
       cp_async_16(smem + Tile::offset(r, c),
                   ok ? base + page * ps + (t & mask) * ss + c * 8 : base, ok);
     }
+  }
+  /// The ring's first kN blocks from row0 (count of them exist), one
+  /// commit group each: the page indices of blocks 0..kN are all loaded
+  /// before the first copy waits on one (block kN's are load's next).
+  template <class KTile, class VTile, int, int, int, int, int kN>
+  __device__ __forceinline__ void prologue(u32 s_kv, int stage_bytes, int row0,
+                                           int count) {
+    int gk[kN + 1][kKIters];
+    int gv[kDV == kD ? 1 : kN + 1][kDV == kD ? 1 : kVIters];
+#pragma unroll
+    for (int s = 0; s <= kN; ++s) {
+      fetch<kD>(gk[s], row0 + s * kRows);
+      if constexpr (kDV != kD)
+        fetch<kDV>(gv[s], row0 + s * kRows);
+    }
+#pragma unroll
+    for (int s = 0; s < kN; ++s) {
+      if (s < count) {
+        const u32 sk = s_kv + s * stage_bytes;
+        load_one<KTile, kD>(sk, k, k_ps, k_ss, row0 + s * kRows, gk[s]);
+        if constexpr (kDV == kD)
+          load_one<VTile, kDV>(sk + KTile::kBytes, v, v_ps, v_ss, row0 + s * kRows,
+                               gk[s]);
+        else
+          load_one<VTile, kDV>(sk + KTile::kBytes, v, v_ps, v_ss, row0 + s * kRows,
+                               gv[s]);
+      }
+      cp_async_commit();
+    }
+#pragma unroll
+    for (int it = 0; it < kKIters; ++it)
+      pk[it] = gk[kN][it];
+    if constexpr (kDV != kD)
+#pragma unroll
+      for (int it = 0; it < kVIters; ++it)
+        pv[it] = gv[kN][it];
   }
   /// Block row0 (whose pages prefetch(row0) fetched), then the pages of
   /// the block after it.

@@ -195,19 +195,16 @@ struct DecodeSm80 {
       --last;
     const int count = last > first ? last - first : 0;
 
-    src.prefetch(first * kBlockN);
     auto load_kv = [&](int j) {
       const int n = first + j;
       const u32 s = s_kv + (j % kStages) * kStageBytes;
       src.template load<KTile, VTile, kBlockN, kD, kDV, kThreads>(s, s + KTile::kBytes,
                                                                 n * kBlockN);
     };
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < count)
-        load_kv(s);
-      cp_async_commit(); // the Q rows ride in the first group
-    }
+    // The first kStages - 1 blocks, a commit group each (the Q rows ride in
+    // the first).
+    src.template prologue<KTile, VTile, kBlockN, kD, kDV, kThreads, kStages - 1>(
+        s_kv, kStageBytes, first * kBlockN, count);
 
     // This lane's rows: head and q_idx (dense calls: no shift).
     int qidx[2 * MT], hrow[2 * MT];

@@ -251,6 +251,29 @@ TEST_CASE("decode: the paged kernels compile for each merge kind",
   }
 }
 
+TEST_CASE("decode: the paged kernel compiles for sm_90a, with V's own page "
+          "indices where dv differs from d",
+          "[decode][nvrtc][paged]") {
+  // d64 / dv128: V's rows take more copies a thread than K's, so the page
+  // indices of each are fetched apart (PagedKV's pv), in the prologue too.
+  CompiledDefinition Def = compile(testsupport::registry().get("mha"));
+  for (auto [D, DV] : {std::pair{128, 128}, std::pair{64, 128}}) {
+    KernelSpec S = kernelSpec(DType::BF16, D, DV, GpuArch::Sm90a);
+    codegen::KernelSource Src = codegen::generatePagedDecode(
+        Def, S, DecodeConfig::defaultFor(D, DV, GpuArch::Sm90a));
+    INFO("kernel " << Src.Key);
+    runtime::CompiledCubin C;
+    try {
+      C = runtime::compileToCubin(Src);
+    } catch (const CompileError &E) {
+      FAIL_CHECK(E.what());
+      continue;
+    }
+    CHECK(C.Cubin.size() > 4);
+    CHECK(std::memcmp(C.Cubin.data(), "\x7f" "ELF", 4) == 0);
+  }
+}
+
 TEST_CASE("merge results: a combine's kernel runs decode's Merge struct and "
           "compiles",
           "[decode][nvrtc][merge]") {
