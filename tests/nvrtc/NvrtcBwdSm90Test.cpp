@@ -173,6 +173,24 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
       CHECK(S.dkdvSharedBytes(256, 256, 1, true) ==
             1024 + 2 * 64 * 512 + 2 * (2 * 64 * 512 + 1024) + 2 * 64 * 64 + 256);
   }
+  // The roles form: the column split with the turn warp, two slots of a
+  // Pᵀ and a dSᵀ tile instead of the one dSᵀ tile.
+  {
+    BwdSm90Config R = BwdSm90Config::parse("bwd90ws.kv64x64s2.split.ro.fused");
+    CHECK(R.SplitCols);
+    CHECK(R.SplitRoles);
+    CHECK(R.Lean == 2);
+    CHECK(R.str() == "bwd90ws.kv64x64s2.split.ro.fused");
+    CHECK(R.dkdvThreads() == 384);
+    BwdSm90Config Tw = BwdSm90Config::parse("bwd90ws.kv64x64s2.split.tw.fused");
+    CHECK(!Tw.SplitRoles);
+    CHECK(R.dkdvSharedBytes(192, 128, 1, true) ==
+          Tw.dkdvSharedBytes(192, 128, 1, true) + 3 * 2 * 64 * 64);
+    BwdSm90Config A = R;
+    A.AtomicDq = true;
+    CHECK_THAT(codegen::bwdSm90Unsupported(kernelSpec(DType::F16, 192, 128), A, 1, true),
+               Contains("the column split's turn warp"));
+  }
   for (const char *Bad : {"bwd90ws.kv64x64s2.fused.split", "bwd90ws.kv64x64s2.split",
                           "bwd90.kv64x64s2.split.q128x64w8"})
     CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains("[.split|.pp|.dqw|.lean|.lean2|.lean3].fused or .atomic"));
