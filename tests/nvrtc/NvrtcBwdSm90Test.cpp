@@ -149,7 +149,7 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   }
   // The column split: two consumer warpgroups over 64 keys, the producer.
   CHECK(BwdSm90Config::defaultFor(256, 256).str() == "bwd90ws.kv64x64s2.split.tw.fused");
-  CHECK(BwdSm90Config::defaultFor(192, 128).str() == "bwd90ws.kv64x64s2.split.tw.fused");
+  CHECK(BwdSm90Config::defaultFor(192, 128).str() == "bwd90ws.kv64x64s2.split.ro.fused");
   CHECK(BwdSm90Config::defaultFor(256, 128).str() == "bwd90ws.kv64x64s2.split.tw.fused");
   CHECK(BwdSm90Config::defaultFor(192, 256).str() == "bwd90ws.kv64x64s2.split.tw.fused");
   CHECK(BwdSm90Config::defaultFor(192, 192).str() == BwdSm90Config{}.str());
@@ -455,7 +455,7 @@ TEST_CASE("bwd_sm90: the selector picks it on sm_90a where it runs the head "
   CHECK(Choice(256, 256, GpuArch::Sm90a).str() ==
         "bwd_sm90 bwd90ws.kv64x64s2.split.tw.fused (default)");
   CHECK(Choice(192, 128, GpuArch::Sm90a).str() ==
-        "bwd_sm90 bwd90ws.kv64x64s2.split.tw.fused (default)");
+        "bwd_sm90 bwd90ws.kv64x64s2.split.ro.fused (default)");
   CHECK_THROWS_WITH(Choice(256, 256, GpuArch::Sm80),
                     Contains("bwd_sm90: bwd_sm90 needs arch sm_90a") &&
                         Contains("bwd_sm80: head_dim 256 is not supported by bwd_sm80"));
