@@ -43,6 +43,15 @@
 // query block only one step before key block n, and the late publish puts
 // each CTA of a head behind the one before it.
 //
+// Roles (kRoles, a form of the column split with the turn warp, 192/128 or
+// 128/128; bwd_sm90_roles.cuh): the score GEMMs and the element work are
+// no longer done twice. Warpgroup 0 computes Sᵀ and dPᵀ, P and dS, stores
+// Pᵀ and dSᵀ into one of two shared slots (the ps mbarriers hand them to
+// warpgroup 1 and back) and computes dQ's product over all its columns and
+// adds it in the turns; warpgroup 1 holds all of dK and dV and multiplies
+// the slot's tiles by dO and Q (A from shared memory), up to two steps
+// behind, while warpgroup 0 runs the next step's GEMMs and element work.
+//
 // Ping-pong (kPingPong, warp-specialised with fused dQ, two warpgroups of
 // 64 keys): the warpgroups no longer meet at a CTA barrier every step.
 // Each computes dQ's partial over its own keys only (dS_w·K_w, all kD
@@ -107,7 +116,8 @@ template <int kD, int kDV, int kW> struct SplitCols {
 template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,
           bool kFusedDq = false, bool kAtomicDq = false, bool kWs = false,
           bool kTwoPass = false, bool kSplit = false, bool kPingPong = false,
-          bool kDqWriter = false, int kLeanLevel = 0, bool kBulkDq = false>
+          bool kDqWriter = false, int kLeanLevel = 0, bool kBulkDq = false,
+          bool kRoles = false>
 struct BwdDkDvSm90 {
   /// The lean step (kLeanLevel 1 to 3): dV's and dK's products issued
   /// before the dSᵀ tile is stored, tiles inside the sequences without
@@ -155,6 +165,10 @@ struct BwdDkDvSm90 {
                 "ping-pong and the dQ writer: warp-specialised fused-dQ modes of two "
                 "warpgroups of keys, 64-row steps, element work in one pass "
                 "(bwdSm90Unsupported)");
+  static_assert(!kRoles || (kSplit && kLeanLevel == 2 && !kAtomicDq && kBlockM == 64 &&
+                             (kD == 128 || kD == 192) && kDV == 128),
+                "the roles form is a column split with the turn warp, 64-row steps, "
+                "192/128 or 128/128 (bwdSm90Unsupported)");
   static_assert(!kLean || (kWs && kFusedDq && !kTwoPass && !kSplit && !kWriter),
                 "the lean step is a warp-specialised fused-dQ mode of the lockstep "
                 "step (bwdSm90Unsupported)");
@@ -177,7 +191,9 @@ struct BwdDkDvSm90 {
   /// Fused dQ: dSᵀ of a step, kBlockM / 64 slabs of [kBlockN keys][64
   /// queries] (MN-major for dS·K's A operand: the queries are its M).
   static constexpr int kDsSlab = kBlockN * 128;
-  static constexpr int kDsBytes = kFusedDq ? kDsSlab * (kBlockM / 64) : 0;
+  /// Roles: two slots of a Pᵀ and a dSᵀ tile each (slot s: Pᵀ at
+  /// 2s·kDsSlab, dSᵀ after it).
+  static constexpr int kDsBytes = kFusedDq ? kDsSlab * (kBlockM / 64) * (kRoles ? 4 : 1) : 0;
   /// The dQ writer's two slots of the step's fp32 [kBlockM][kD] dQ, rows padded
   /// by 32 bytes so that a warp's 8-byte stores of its fragment rows hit
   /// distinct banks; the dQ writer copies them row by row.
@@ -197,6 +213,13 @@ struct BwdDkDvSm90 {
   /// With kBulkDq only 2: the step's slot is full, so that every
   /// warpgroup is done reading the step's dSᵀ tile.
   static constexpr int kBarTurn = 2, kBarAdded = 3;
+  /// The threads of those two barriers: the turn warp and the compute
+  /// threads that add (roles: warpgroup 0 alone).
+  static constexpr int kTurnThreads = (kRoles ? 128 : kThreads) + 32;
+  /// Roles: the ps mbarriers after the dQ slots' (full: warpgroup 0's
+  /// warps stored the slot's tiles; empty: warpgroup 1's warps are done
+  /// with them).
+  static constexpr int kPsBarOffset = 128;
   /// Fused dQ's [kBlockM][kD] product: each warpgroup kDqN of its columns
   /// (the N of its wgmma) over kBlockM / 64 chains of 64 rows. At head dim
   /// 64 two warpgroups would get 32 columns each, so there (kDqRows, which
@@ -233,14 +256,19 @@ struct BwdDkDvSm90 {
   using PingPong = BwdSm90PingPong<BwdDkDvSm90>;
   /// Warpgroup kW's columns: SplitCols in the column-split mode, else all
   /// of dK's and dV's and (fused dQ) kDqN of dQ's from wg · kDqN.
+  /// Roles: warpgroup 0 all of dQ's columns, warpgroup 1 all of dK's and
+  /// dV's (warpgroup 0's dK/dV and 1's dQ sizes are placeholders, unused).
   template <int kW> struct Cols {
     // (Any valid pair when not split, so that S's static_assert holds.)
-    using S = SplitCols<kSplit ? kD : 128, kSplit ? kDV : 128, kW>;
-    static constexpr int kK0 = kSplit ? S::kK0 : 0, kKN = kSplit ? S::kKN : kD;
-    static constexpr int kV0 = kSplit ? S::kV0 : 0, kVN = kSplit ? S::kVN : kDV;
-    static constexpr int kQN = kSplit ? S::kQN : kDqN;
+    using S = SplitCols<kSplit ? (kRoles ? 128 : kD) : 128, kSplit ? kDV : 128, kW>;
+    static constexpr bool kMine = kW == 1; // roles: dK and dV
+    static constexpr int kK0 = kSplit && !kRoles ? S::kK0 : 0;
+    static constexpr int kKN = kRoles ? (kMine ? kD : 64) : kSplit ? S::kKN : kD;
+    static constexpr int kV0 = kSplit && !kRoles ? S::kV0 : 0;
+    static constexpr int kVN = kRoles ? (kMine ? kDV : 64) : kSplit ? S::kVN : kDV;
+    static constexpr int kQN = kRoles ? (kMine ? 64 : kD) : kSplit ? S::kQN : kDqN;
     __device__ static __forceinline__ int q0(int wg) {
-      return kSplit ? S::kQ0 : kDqRows ? 0 : wg * kDqN;
+      return kRoles ? 0 : kSplit ? S::kQ0 : kDqRows ? 0 : wg * kDqN;
     }
   };
   /// The first of a warpgroup's 64 keys within the CTA's.
@@ -321,6 +349,11 @@ struct BwdDkDvSm90 {
           mbar_init(bar_full + 8 * s, 1 + 32);
           mbar_init(bar_empty + 8 * s, kWarps * 32);
         }
+        if constexpr (kRoles)
+          for (int s = 0; s < 2; ++s) {
+            mbar_init(bar_full + kPsBarOffset + 8 * s, 4);
+            mbar_init(bar_full + kPsBarOffset + 16 + 8 * s, 4);
+          }
         if constexpr (kDqSlots)
           for (int s = 0; s < 2; ++s) {
             // Full: ping-pong's warpgroup 1's warps, after adding their
@@ -446,6 +479,15 @@ struct BwdDkDvSm90 {
           else
             PingPong::template step<false>(a, in, s_k, s_v, s_ring + slot, s_ds, s_dq, dq_bars, it, empty,
                            rows, m, b, h, key0, acc_dk, acc_dv, gacc);
+        } else if constexpr (kRoles) {
+          if (full)
+            step_roles<true, kW>(a, in, s_k, s_v, s_ring + slot, s_ds, bar_full + kPsBarOffset,
+                                 it, empty, rows, m, b, h, bh, key0, rank, acc_dk, acc_dv,
+                                 gacc);
+          else
+            step_roles<false, kW>(a, in, s_k, s_v, s_ring + slot, s_ds, bar_full + kPsBarOffset,
+                                  it, empty, rows, m, b, h, bh, key0, rank, acc_dk, acc_dv,
+                                  gacc);
         } else if (full)
           step<true, kW>(a, in, s_k, s_v, s_ring + slot, s_ds, s_dq, dq_bars, it, empty, rows,
                          m, b, h, bh, key0, rank, turn, acc_dk, acc_dv, gacc);
@@ -492,7 +534,9 @@ struct BwdDkDvSm90 {
     // Ping-pong: warpgroup 1's last token (every step passes it on).
     if (kPingPong && threadIdx.x < 128)
       named_bar_sync(kBarToken + 0, kThreads);
-    store<kW>(a, b, hk, key0, acc_dk, acc_dv);
+    // Roles: warpgroup 1 holds all of dK and dV.
+    if (!kRoles || kW == 1)
+      store<kW>(a, b, hk, key0, acc_dk, acc_dv);
   }
 
   /// The producer warp: per step, Q's and dO's tiles by TMA (one lane) and
@@ -567,6 +611,17 @@ struct BwdDkDvSm90 {
        int h, int bh, int key0, int rank, DqTurn &turn, float (&acc_dk)[Cols<kW>::kKN / 8][4],
        float (&acc_dv)[Cols<kW>::kVN / 8][4], float *gacc);
 
+  /// The roles form's step (bwd_sm90_roles.cuh): warpgroup 0 Sᵀ, dPᵀ, P,
+  /// dS, the slot's Pᵀ and dSᵀ tiles, dQ's product and adds; warpgroup 1
+  /// dV and dK from the slot \p it % 2 (\p ps_bars: its full and empty
+  /// mbarriers).
+  template <bool kFull, int kW>
+  __device__ static __forceinline__ void
+  step_roles(const BwdArgs &a, const typename Variant::Inputs &in, u32 s_k, u32 s_v,
+             u32 s_stage, u32 s_ds, u32 ps_bars, int it, u32 empty, const float *rows, int m,
+             int b, int h, int bh, int key0, int rank, float (&acc_dk)[Cols<kW>::kKN / 8][4],
+             float (&acc_dv)[Cols<kW>::kVN / 8][4], float *gacc);
+
   /// Adds this thread's part of the step's dS·K to query block \p m's rows
   /// of the fp32 sum (rank 0 stores it, so that it needs no zeroing): chain
   /// c's rows 64c + 16·warp + g (+8), this warpgroup's columns.
@@ -590,12 +645,13 @@ struct BwdDkDvSm90 {
 #define ATTNC_BWD_SM90_TEMPLATE                                                              \
   template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,  \
             bool kFusedDq, bool kAtomicDq, bool kWs, bool kTwoPass, bool kSplit,             \
-            bool kPingPong, bool kDqWriter, int kLeanLevel, bool kBulkDq>
+            bool kPingPong, bool kDqWriter, int kLeanLevel, bool kBulkDq, bool kRoles>
 #define ATTNC_BWD_SM90                                                                       \
   BwdDkDvSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages, kFusedDq, kAtomicDq, kWs,      \
-              kTwoPass, kSplit, kPingPong, kDqWriter, kLeanLevel, kBulkDq>
+              kTwoPass, kSplit, kPingPong, kDqWriter, kLeanLevel, kBulkDq, kRoles>
 #include "attnc/bwd_sm90_producer.cuh"
 #include "attnc/bwd_sm90_step.cuh"
+#include "attnc/bwd_sm90_roles.cuh"
 #undef ATTNC_BWD_SM90
 #undef ATTNC_BWD_SM90_TEMPLATE
 

@@ -71,8 +71,8 @@ __device__ __forceinline__ void ATTNC_BWD_SM90::take_turn(int *sem, int rank) {
     while (ld_acquire_gpu(sem) != rank) {
     }
   __syncwarp();
-  named_bar_arrive(kBarTurn, kThreads + 32);
-  named_bar_sync(kBarAdded, kThreads + 32);
+  named_bar_arrive(kBarTurn, kTurnThreads);
+  named_bar_sync(kBarAdded, kTurnThreads);
   if (lane == 0)
     st_release_gpu(sem, rank + 1);
 }

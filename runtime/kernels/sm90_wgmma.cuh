@@ -2,6 +2,7 @@
 // N the fwd_sm90 skeleton uses (64, 128, 192, 256), f16 or bf16 inputs:
 //   ss: A and B from shared memory (descriptors), both K-major;
 //   ss_mn (N 64 and 128): both from shared memory, both MN-major;
+//   ss_bt (N 128 and 192): both from shared memory, A K-major, B MN-major;
 //   rs: A from registers (the m16n8k16 A-fragment layout per warp), B from
 //       shared memory, MN-major (the transpose bit set).
 // The accumulator d[N/8][4] holds, per warp w of the warpgroup, rows 16w+g
@@ -139,6 +140,16 @@ template <> struct Wgmma<128> {
     else
       ATTNC_WGMMA_SS128("f16", "1, 1");
   }
+  /// ss with B MN-major (its transpose bit set): A [m][k] and B [k][n], as
+  /// bwd_sm90's roles form reads Pᵀ or dSᵀ and dO or Q.
+  template <class T>
+  __device__ static __forceinline__ void ss_bt(float (&d)[16][4], u64 a, u64 b,
+                                               int accumulate) {
+    if constexpr (T::kIsBf16)
+      ATTNC_WGMMA_SS128("bf16", "0, 1");
+    else
+      ATTNC_WGMMA_SS128("f16", "0, 1");
+  }
   template <class T>
   __device__ static __forceinline__ void rs(float (&d)[16][4], const u32 (&a)[4], u64 b,
                                             int accumulate) {
@@ -178,7 +189,7 @@ template <> struct Wgmma<128> {
   "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]), \
   "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]), \
   "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3])
-#define ATTNC_WGMMA_SS192(TY) \
+#define ATTNC_WGMMA_SS192(TY, TR) \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n" \
     "wgmma.mma_async.sync.aligned.m64n192k16.f32." TY "." TY " {%0, %1, %2, " \
     "%3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
@@ -187,7 +198,7 @@ template <> struct Wgmma<128> {
     "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, " \
     "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, " \
     "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, " \
-    "%88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1, 0, 0;\n" \
+    "%88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1, " TR ";\n" \
     "}\n" \
     : ATTNC_WGMMA_D192 \
     : "l"(a), "l"(b), "r"(accumulate))
@@ -210,9 +221,18 @@ template <> struct Wgmma<192> {
   template <class T>
   __device__ static __forceinline__ void ss(float (&d)[24][4], u64 a, u64 b, int accumulate) {
     if constexpr (T::kIsBf16)
-      ATTNC_WGMMA_SS192("bf16");
+      ATTNC_WGMMA_SS192("bf16", "0, 0");
     else
-      ATTNC_WGMMA_SS192("f16");
+      ATTNC_WGMMA_SS192("f16", "0, 0");
+  }
+  /// As Wgmma<128>::ss_bt.
+  template <class T>
+  __device__ static __forceinline__ void ss_bt(float (&d)[24][4], u64 a, u64 b,
+                                               int accumulate) {
+    if constexpr (T::kIsBf16)
+      ATTNC_WGMMA_SS192("bf16", "0, 1");
+    else
+      ATTNC_WGMMA_SS192("f16", "0, 1");
   }
   template <class T>
   __device__ static __forceinline__ void rs(float (&d)[24][4], const u32 (&a)[4], u64 b,

@@ -88,8 +88,10 @@ std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice) {
       codegen::BwdSm90Config P = *S;
       P.Varlen = true;
       P.BulkDq = false;
-      if (P.SplitCols)
+      if (P.SplitCols) {
         P.Lean = 0;
+        P.SplitRoles = false; // (the roles form has no packed walk either)
+      }
       KernelChoice Packed = Choice;
       Packed.Config = P;
       return Packed;

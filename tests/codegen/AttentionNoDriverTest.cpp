@@ -346,7 +346,7 @@ TEST_CASE("Attention: with NeedsBackward, head dims no backward skeleton runs "
   S.Arch = GpuArch::Sm90a;
   {
     Attention A(examples::mha(), S);
-    CHECK(A.backwardChoice().str() == "bwd_sm90 bwd90ws.kv64x64s2.split.tw.fused (default)");
+    CHECK(A.backwardChoice().str() == "bwd_sm90 bwd90ws.kv64x64s2.split.ro.fused (default)");
   }
   // 192/192: no backward on sm_90a either.
   S.HeadDimV = 192;

@@ -309,6 +309,23 @@ inline void addSplitCases(std::vector<Case> &Out) {
   Out.push_back({"mha_full", DType::BF16, 256, 256, 2, 2, 1, 700, 700, Layout::BHSD, Tw});
   Out.push_back({"mha_emptyblock", DType::F16, 192, 128, 1, 2, 2, 333, 333, Layout::BSHD,
                  Tw});
+  // The roles form (.split.ro.): masks, input gradients, a variant
+  // backward, grouped heads, odd lengths, a long causal row, rotated walks,
+  // fewer queries than keys, three stages, 128/128.
+  const char *Ro = "bwd90ws.kv64x64s2.split.ro.fused";
+  for (const char *E : {"mha", "relu_attn", "mha_window", "alibi_learnable",
+                        "softcap_learnable", "mha_document", "mha_full"}) {
+    DType T = Wide ? DType::F16 : DType::BF16;
+    Out.push_back({E, T, 192, 128, 1, 4, 2, 333, 333, Wide ? Layout::BHSD : Layout::BSHD, Ro});
+    Wide = !Wide;
+  }
+  Out.push_back({"mha", DType::F16, 192, 128, 1, 2, 1, 1300, 1300, Layout::BSHD, Ro});
+  Out.push_back({"mha_full", DType::BF16, 192, 128, 2, 2, 1, 700, 700, Layout::BHSD, Ro});
+  Out.push_back({"mha_full", DType::F16, 192, 128, 1, 2, 2, 70, 1000, Layout::BSHD, Ro});
+  Out.push_back({"mha_emptyblock", DType::F16, 192, 128, 1, 2, 2, 333, 333, Layout::BSHD, Ro});
+  Out.push_back({"mha", DType::BF16, 192, 128, 1, 2, 1, 333, 333, Layout::BSHD,
+                 "bwd90ws.kv64x64s3.split.ro.fused"});
+  Out.push_back({"mha_full", DType::F16, 128, 128, 1, 4, 2, 333, 333, Layout::BSHD, Ro});
 }
 
 /// Fused dQ cases with several key blocks a query block (semaphores, ranks),

@@ -233,7 +233,7 @@ TEST_CASE("bwd_sm90: the column split compiles to CUBINs without wgmma "
         Def, kernelSpec(C.T, C.D, C.DV),
         BwdSm90Config::defaultFor(C.D, C.DV));
     INFO("kernel " << Src.Key);
-    CHECK(Src.Key.find("split.tw.fused") != std::string::npos);
+    CHECK(Src.Key.find(C.D == 192 ? "split.ro.fused" : "split.tw.fused") != std::string::npos);
     CHECK(has(Src.Source, "/*kSplit=*/true, /*kPingPong=*/false, /*kDqWriter=*/false, "
                           "/*kLeanLevel=*/2"));
     std::string Ptx = compileToPtx(Src);
@@ -242,6 +242,38 @@ TEST_CASE("bwd_sm90: the column split compiles to CUBINs without wgmma "
     CHECK(has(Ptx, "st.release.gpu"));
     checkCubin(Src);
   }
+}
+
+TEST_CASE("bwd_sm90: the column split's roles form compiles to CUBINs without wgmma "
+          "serialisation",
+          "[nvrtc][bwd90][mha]") {
+  // Warpgroup 1 multiplies the Pᵀ and dSᵀ tiles from shared memory with dO
+  // and Q transposed (A K-major, B MN-major), warpgroup 0 hands them over
+  // through the ps mbarriers and alone takes the dQ turns with the turn warp.
+  const ModeCase Cases[] = {{examples::mha(), "bwd90ws.kv64x64s2.split.ro.fused", DType::F16},
+                            {examples::alibiLearnable(), "bwd90ws.kv64x64s2.split.ro.fused",
+                             DType::BF16},
+                            {examples::mhaDocument(), "bwd90ws.kv64x64s3.split.ro.fused",
+                             DType::F16}};
+  for (int D : {192, 128})
+    for (const auto &C : Cases) {
+      CompiledDefinition Def = compile(C.Def);
+      codegen::KernelSource Src = codegen::generateBackwardSm90(
+          Def, kernelSpec(C.T, D, 128), BwdSm90Config::parse(C.Config));
+      INFO("kernel " << Src.Key);
+      CHECK(has(Src.Source, "/*kLeanLevel=*/2, /*kBulkDq=*/false, /*kRoles=*/true"));
+      std::string Ptx = compileToPtx(Src);
+      CHECK(has(Ptx, D == 192 ? "wgmma.mma_async.sync.aligned.m64n192k16"
+                              : "wgmma.mma_async.sync.aligned.m64n128k16"));
+      CHECK(has(Ptx, "mbarrier.arrive"));
+      CHECK(has(Ptx, "st.release.gpu"));
+      checkCubin(Src);
+    }
+  // Warpgroup 1 would hold 256 floats of dK and dV a thread at 256/256.
+  BwdSm90Config R = BwdSm90Config::parse("bwd90ws.kv64x64s2.split.ro.fused");
+  CHECK_THAT(codegen::bwdSm90Unsupported(kernelSpec(DType::F16, 256, 256), R, 1, true),
+             Catch::Matchers::Contains("roles form"));
+  CHECK(codegen::bwdSm90Unsupported(kernelSpec(DType::F16, 192, 128), R, 1, true).empty());
 }
 
 TEST_CASE("bwd_sm90: fused dQ at head dim 64 splits dQ's rows between the warpgroups",

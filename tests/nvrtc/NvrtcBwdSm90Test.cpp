@@ -149,7 +149,7 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   }
   // The column split: two consumer warpgroups over 64 keys, the producer.
   CHECK(BwdSm90Config::defaultFor(256, 256).str() == "bwd90ws.kv64x64s2.split.tw.fused");
-  CHECK(BwdSm90Config::defaultFor(192, 128).str() == "bwd90ws.kv64x64s2.split.tw.fused");
+  CHECK(BwdSm90Config::defaultFor(192, 128).str() == "bwd90ws.kv64x64s2.split.ro.fused");
   CHECK(BwdSm90Config::defaultFor(256, 128).str() == "bwd90ws.kv64x64s2.split.tw.fused");
   CHECK(BwdSm90Config::defaultFor(192, 256).str() == "bwd90ws.kv64x64s2.split.tw.fused");
   CHECK(BwdSm90Config::defaultFor(192, 192).str() == BwdSm90Config{}.str());
@@ -172,6 +172,24 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
     if (S.Stages == 2)
       CHECK(S.dkdvSharedBytes(256, 256, 1, true) ==
             1024 + 2 * 64 * 512 + 2 * (2 * 64 * 512 + 1024) + 2 * 64 * 64 + 256);
+  }
+  // The roles form: the column split with the turn warp, two slots of a
+  // Pᵀ and a dSᵀ tile instead of the one dSᵀ tile.
+  {
+    BwdSm90Config R = BwdSm90Config::parse("bwd90ws.kv64x64s2.split.ro.fused");
+    CHECK(R.SplitCols);
+    CHECK(R.SplitRoles);
+    CHECK(R.Lean == 2);
+    CHECK(R.str() == "bwd90ws.kv64x64s2.split.ro.fused");
+    CHECK(R.dkdvThreads() == 384);
+    BwdSm90Config Tw = BwdSm90Config::parse("bwd90ws.kv64x64s2.split.tw.fused");
+    CHECK(!Tw.SplitRoles);
+    CHECK(R.dkdvSharedBytes(192, 128, 1, true) ==
+          Tw.dkdvSharedBytes(192, 128, 1, true) + 3 * 2 * 64 * 64);
+    BwdSm90Config A = R;
+    A.AtomicDq = true;
+    CHECK_THAT(codegen::bwdSm90Unsupported(kernelSpec(DType::F16, 192, 128), A, 1, true),
+               Contains("the column split's turn warp"));
   }
   for (const char *Bad : {"bwd90ws.kv64x64s2.fused.split", "bwd90ws.kv64x64s2.split",
                           "bwd90.kv64x64s2.split.q128x64w8"})
@@ -437,7 +455,7 @@ TEST_CASE("bwd_sm90: the selector picks it on sm_90a where it runs the head "
   CHECK(Choice(256, 256, GpuArch::Sm90a).str() ==
         "bwd_sm90 bwd90ws.kv64x64s2.split.tw.fused (default)");
   CHECK(Choice(192, 128, GpuArch::Sm90a).str() ==
-        "bwd_sm90 bwd90ws.kv64x64s2.split.tw.fused (default)");
+        "bwd_sm90 bwd90ws.kv64x64s2.split.ro.fused (default)");
   CHECK_THROWS_WITH(Choice(256, 256, GpuArch::Sm80),
                     Contains("bwd_sm90: bwd_sm90 needs arch sm_90a") &&
                         Contains("bwd_sm80: head_dim 256 is not supported by bwd_sm80"));

@@ -31,7 +31,7 @@ std::string BwdSm90Config::str() const {
     return fmt::format("{}.kv{}x{}s{}.{}{}{}{}",
                        WarpSpecialized ? (TwoPass ? "bwd90ws2" : "bwd90ws") : "bwd90",
                        KvBlockM, KvBlockN, Stages,
-                       SplitCols  ? (Lean == 2 ? "split.tw." : "split.")
+                       SplitCols  ? (SplitRoles ? "split.ro." : Lean == 2 ? "split.tw." : "split.")
                        : PingPong ? "pp."
                        : DqWriter ? "dqw."
                        : Lean == 1 ? "lean."
@@ -60,8 +60,10 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
   bool Split = T.contains(".split.");
   bool Pp = !Split && T.contains(".pp.");
   bool Dqw = !Split && !Pp && T.contains(".dqw.");
-  // The column split with the turn warp (.split.tw.) is its lean level 2.
-  int Lean = Split                   ? (T.contains(".split.tw.") ? 2 : 0)
+  // The column split with the turn warp (.split.tw.) is its lean level 2;
+  // its roles form (.split.ro.) has the turn warp too.
+  bool Roles = Split && T.contains(".split.ro.");
+  int Lean = Split                   ? (Roles || T.contains(".split.tw.") ? 2 : 0)
              : Pp || Dqw             ? 0
              : T.contains(".lean.")  ? 1
              : T.contains(".lean2.") ? 2
@@ -72,7 +74,7 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
   if (T.endswith(".fused") || Atomic) {
     std::string Form = std::string(TwoPass ? "bwd90ws2" : Ws ? "bwd90ws" : "bwd90") +
                        ".kv%dx%ds%d." +
-                       (Split  ? (Lean == 2 ? "split.tw." : "split.")
+                       (Split  ? (Roles ? "split.ro." : Lean == 2 ? "split.tw." : "split.")
                         : Pp   ? "pp."
                         : Dqw  ? "dqw."
                         : Lean == 1 ? "lean."
@@ -87,6 +89,7 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
       C.WarpSpecialized = Ws;
       C.TwoPass = TwoPass;
       C.SplitCols = Split;
+      C.SplitRoles = Roles;
       C.PingPong = Pp;
       C.DqWriter = Dqw;
       C.Lean = Lean;
@@ -105,7 +108,7 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
                     "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw|.lean|.lean2|.lean3]"
                     ".fused or .atomic (then .varlen for packed calls), or "
                     "bwd90ws.kv<M>x<N>s<stages>.lean2.bulk.fused or .atomic, or "
-                    "bwd90ws.kv64x64s<stages>.split.tw.fused, e.g. "
+                    "bwd90ws.kv64x64s<stages>.split.tw.fused or .split.ro.fused, e.g. "
                     "bwd90.kv64x128s2.q128x64w8 or bwd90.kv64x128s2.fused");
   return C;
 }
@@ -115,7 +118,8 @@ int BwdSm90Config::dkdvSharedBytes(int D, int DV, int NumFinals,
   // Every tile is made of 1024-byte aligned 64-column slabs (the 128-byte
   // swizzle's atom), so the rows' floats are rounded up to 1024 too.
   int RowBytes = (KvBlockM * (NumFinals + (Doosum ? 1 : 0)) * 4 + 1023) / 1024 * 1024;
-  int DsBytes = FusedDq ? 2 * KvBlockN * KvBlockM : 0;
+  // The roles form: Pᵀ and dSᵀ in each of two slots.
+  int DsBytes = FusedDq ? 2 * KvBlockN * KvBlockM * (SplitRoles ? 4 : 1) : 0;
   int DqBytes = PingPong || DqWriter || BulkDq ? 2 * KvBlockM * (4 * D + 32) : 0;
   return 1024 + 2 * KvBlockN * (D + DV) +
          Stages * (2 * KvBlockM * (D + DV) + RowBytes) + DsBytes + DqBytes +
@@ -151,6 +155,11 @@ BwdSm90Config BwdSm90Config::defaultFor(int D, int DV) {
     C.WarpSpecialized = true;
     C.SplitCols = true;
     C.Lean = 2;
+    // At 192/128 the roles form: the scores and the element work once, in
+    // warpgroup 0, dK and dV in warpgroup 1 (H200, B4 H16 S4k f16: 4% faster
+    // without a mask, 9% causal; at 256/256 dK and dV do not fit one
+    // warpgroup's registers).
+    C.SplitRoles = D == 192 && DV == 128;
     return C;
   }
   // d64: the lean step with the turn warp too, two warpgroups of 64 keys
@@ -204,6 +213,12 @@ static std::string splitColsUnsupported(const KernelSpec &Spec, const BwdSm90Con
                        Name);
   if (C.Stages < 2 || C.Stages > 4)
     return fmt::format("backward config {}: stages must be 2, 3 or 4", Name);
+  // Roles: warpgroup 1 holds all of dK and dV, (D + DV) / 2 floats a
+  // thread beside its descriptors.
+  if (C.SplitRoles && ((D != 128 && D != 192) || DV != 128))
+    return fmt::format("head dims {}/{} are not supported by the column split's roles "
+                       "form ({}); expected 128/128 or 192/128",
+                       D, DV, Name);
   return sharedUnsupported(Spec, C, NumFinals, Doosum);
 }
 
@@ -414,7 +429,11 @@ KernelSource generateBackwardSm90(const CompiledDefinition &Def,
       Extra ? fmt::format(", /*kAtomicDq=*/{}, /*kWarpSpecialized=*/{}{}", Config.AtomicDq,
                           Config.WarpSpecialized,
                           Config.SplitCols
-                              ? (Config.Lean == 2
+                              ? (Config.SplitRoles
+                                     ? ", /*kTwoPass=*/false, /*kSplit=*/true, "
+                                       "/*kPingPong=*/false, /*kDqWriter=*/false, "
+                                       "/*kLeanLevel=*/2, /*kBulkDq=*/false, /*kRoles=*/true"
+                                 : Config.Lean == 2
                                      ? ", /*kTwoPass=*/false, /*kSplit=*/true, "
                                        "/*kPingPong=*/false, /*kDqWriter=*/false, "
                                        "/*kLeanLevel=*/2"

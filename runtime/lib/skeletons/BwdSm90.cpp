@@ -18,7 +18,7 @@ public:
            "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
            "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw|.lean|.lean2|.lean3].fused or .atomic "
            "(then .varlen: packed calls), bwd90ws.kv<M>x<N>s<stages>.lean2.bulk.fused or .atomic, "
-           "or bwd90ws.kv64x64s<stages>.split.tw.fused";
+           "or bwd90ws.kv64x64s<stages>.split.tw.fused or .split.ro.fused";
   }
   SkeletonConfig defaultFor(const KernelTarget &T) const override {
     return codegen::BwdSm90Config::defaultFor(T.HeadDim, T.HeadDimV);

@@ -228,6 +228,14 @@ struct BwdSm90Config {
   /// lean step's turn warp waits for and publishes the dQ turns, nothing
   /// else of the lean step.
   bool SplitCols = false;
+  /// The column split's roles form (written .split.ro. before .fused;
+  /// with the turn warp, Lean 2; head dims 128/128 and 192/128): instead
+  /// of both warpgroups computing the same Sᵀ and dPᵀ, warpgroup 0 computes
+  /// them, P and dS, stores Pᵀ and dSᵀ into one of two shared slots and
+  /// computes and adds dQ's product (all columns); warpgroup 1 holds all of
+  /// dK and dV and multiplies the slots' tiles (A from shared memory), a
+  /// step behind. No GEMM or element is computed twice.
+  bool SplitRoles = false;
   /// Warp-specialised with fused dQ, two warpgroups of 64 keys and 64-row
   /// steps, d64 or d128 (written .pp. before .fused or .atomic): the warpgroups take
   /// turns at the tensor cores instead of meeting at a barrier every step,
@@ -272,6 +280,7 @@ struct BwdSm90Config {
   /// "bwd90.kv64x128s2.q128x64w8", "bwd90.kv64x128s2.fused",
   /// "bwd90.kv64x128s2.atomic", "bwd90ws.kv64x128s2.fused",
   /// "bwd90ws.kv64x64s2.split.fused", "bwd90ws.kv64x64s2.split.tw.fused",
+  /// "bwd90ws.kv64x64s2.split.ro.fused",
   /// "bwd90ws.kv64x128s2.pp.fused",
   /// "bwd90ws.kv64x128s2.dqw.fused", "bwd90ws.kv64x128s2.lean.fused",
   /// "bwd90ws.kv64x128s2.lean2.fused", "bwd90ws.kv64x128s2.lean2.bulk.fused",
