@@ -80,7 +80,6 @@ ATTNC_BWD_SM90::step_roles(const BwdArgs &a, const typename Variant::Inputs &in,
       fence_regs(acc_s);
       fence_regs(acc_dp);
     }
-    release(empty); // warpgroup 1 arrives for its own reads of Q and dO
     // As the lockstep step: tiles inside the sequences without per-element
     // bounds (the mask's inputs read unclamped where tile_covered).
     if ((m + 1) * kBlockM <= a.seq_q && key0 + kBlockN <= a.seq_kv &&
@@ -88,6 +87,11 @@ ATTNC_BWD_SM90::step_roles(const BwdArgs &a, const typename Variant::Inputs &in,
       Elems::template elements<kFull, true>(a, in, rows, m, b, h, key0, acc_s, acc_dp, gacc);
     else
       Elems::template elements<kFull>(a, in, rows, m, b, h, key0, acc_s, acc_dp, gacc);
+    // Q, dO and the stage's rows read: this warpgroup's arrivals. (Before
+    // the element work, only warpgroup 1's later arrival, behind ps_full,
+    // kept the producer off the rows still being read: racecheck reported
+    // those reads as WAR hazards.)
+    release(empty);
     u32 pf[kBlockM / 16][4], df[kBlockM / 16][4];
     Elems::pack(acc_s, pf);
     Elems::pack(acc_dp, df);
