@@ -38,8 +38,10 @@ namespace {
 /// (the column split's turn warp dropped at 192 and 256).
 BwdSm90Config packedDefault(int D, int DV) {
   BwdSm90Config Cfg = BwdSm90Config::defaultFor(D, DV);
-  if (Cfg.SplitCols)
-    Cfg.Lean = 0;
+  if (Cfg.SplitCols) {
+    Cfg.Lean = 0; // as packedBackwardChoice: the column split without its
+    Cfg.SplitRoles = false; // turn warp or roles form
+  }
   Cfg.Varlen = true;
   return Cfg;
 }
@@ -129,10 +131,18 @@ TEST_CASE("bwd_sm90 varlen: configuration strings and refusals", "[bwd90][varlen
              Contains("the query step must be 128"));
   // The bulk dQ and the column split's turn warp walk the dense lists.
   for (const char *Refused : {"bwd90ws.kv64x128s2.lean2.bulk.fused.varlen",
-                              "bwd90ws.kv64x64s2.split.tw.fused.varlen"})
+                              "bwd90ws.kv64x64s2.split.tw.fused.varlen",
+                              "bwd90ws.kv64x64s2.split.ro.fused.varlen"})
     CHECK_THAT(codegen::bwdSm90Unsupported(kernelSpec(DType::F16, 128, 128),
                                            BwdSm90Config::parse(Refused), 1, false),
                Contains(".varlen is not a form of the bulk dQ"));
+  // The roles form without its turn warp's level is refused packed too (its
+  // kernel has no packed walk).
+  BwdSm90Config Roles = BwdSm90Config::parse("bwd90ws.kv64x64s2.split.ro.fused");
+  Roles.Lean = 0;
+  Roles.Varlen = true;
+  CHECK_THAT(codegen::bwdSm90Unsupported(kernelSpec(DType::F16, 192, 128), Roles, 1, false),
+             Contains(".varlen is not a form of the bulk dQ"));
 }
 
 TEST_CASE("bwd_sm90 varlen: a packed backward runs bwd_sm90 on sm_90a, bwd_sm80 "

@@ -249,10 +249,12 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
                        C.str());
   // The packed walk (bwd_sm90_varlen.cuh) runs the lockstep step, lean or
   // not, and its own turn warp; the bulk dQ's turn warp walks the dense
-  // block lists, and the column split's turn warp has not run packed.
-  if (C.Varlen && (C.BulkDq || SplitTurnWarp))
+  // block lists, and the column split's turn warp (its roles form too) has
+  // not run packed.
+  if (C.Varlen && (C.BulkDq || SplitTurnWarp || C.SplitRoles))
     return fmt::format("backward config {}: .varlen is not a form of the bulk dQ "
-                       "(.lean2.bulk.) or of the column split's turn warp (.split.tw.); "
+                       "(.lean2.bulk.) or of the column split's turn warp (.split.tw., "
+                       ".split.ro.); "
                        "use bwd90ws.kv64x128s2.lean2.fused.varlen or "
                        "bwd90ws.kv64x64s2.split.fused.varlen",
                        C.str());
