@@ -55,6 +55,15 @@ bool DeviceArena::ensure(size_t N) {
   return true;
 }
 
+bool streamIsCapturing(CUstream Stream) {
+  CudaDriver &D = CudaDriver::get();
+  if (!D.available())
+    return false;
+  CUstreamCaptureStatus Status = CU_STREAM_CAPTURE_STATUS_NONE;
+  D.check(D.cuStreamIsCapturing(Stream, &Status), "cuStreamIsCapturing");
+  return Status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 unsigned *ZeroedCounters::get(size_t Count, CUstream Stream) {
   CudaDriver &D = CudaDriver::get();
   if (Mem.ensure(4 * Count))
@@ -63,9 +72,7 @@ unsigned *ZeroedCounters::get(size_t Count, CUstream Stream) {
     // The whole allocation: a later, smaller call uses its first counters.
     D.check(D.cuMemsetD32Async(Mem.base(), 0, Mem.capacity() / 4, Stream),
             ("cuMemsetD32Async(" + Mem.name() + ")").c_str());
-    CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    D.check(D.cuStreamIsCapturing(Stream, &Capture), "cuStreamIsCapturing");
-    Zeroed = Capture == CU_STREAM_CAPTURE_STATUS_NONE;
+    Zeroed = !streamIsCapturing(Stream);
   }
   return reinterpret_cast<unsigned *>(Mem.base());
 }

@@ -85,6 +85,12 @@ private:
   size_t Bytes = 0;
 };
 
+/// Whether \p Stream is being captured into a CUDA graph (what is enqueued
+/// there runs only with the graph: nothing may be allocated, and nothing
+/// it would set up may be remembered as done). False without a driver
+/// (host-only tests capture nothing).
+bool streamIsCapturing(CUstream Stream);
+
 /// Counters that kernels leave at 0 when they finish (the persistent
 /// forward's tile counters, the decode splits' last-CTA arrival counts):
 /// one allocation, zeroed on the call's stream when new or regrown. A

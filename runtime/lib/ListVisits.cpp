@@ -2,6 +2,7 @@
 // the lists' own counts (host lists at once, device lists by an async copy
 // into pinned memory read once its event has completed).
 #include "ListVisits.h"
+#include "DeviceArena.h"
 
 #include "attn/runtime/CudaDriver.h"
 
@@ -54,9 +55,7 @@ void ListVisits::copyBack(const int *Count, int64_t Rows, CUstream Stream) {
   CudaDriver &D = CudaDriver::get();
   if (Rows <= 0 || !Count)
     return;
-  CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  D.check(D.cuStreamIsCapturing(Stream, &Capture), "cuStreamIsCapturing");
-  if (Capture != CU_STREAM_CAPTURE_STATUS_NONE)
+  if (streamIsCapturing(Stream))
     return;
   if (InFlight) {
     CUresult R = D.cuEventQuery(Done);

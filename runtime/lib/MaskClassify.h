@@ -174,10 +174,7 @@ public:
                     BuildFn &&Build) {
     if (int Found = Reuse.find(Key); Found >= 0)
       return Slots[unsigned(Found)]->Lists;
-    CudaDriver &D = CudaDriver::get();
-    CUstreamCaptureStatus Capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    D.check(D.cuStreamIsCapturing(Stream, &Capture), "cuStreamIsCapturing");
-    const bool Capturing = Capture != CU_STREAM_CAPTURE_STATUS_NONE;
+    const bool Capturing = streamIsCapturing(Stream);
     // Until every launch is enqueued, the slot holds no key's lists.
     const unsigned At = Reuse.building(Capturing);
     if (!Slots[At])

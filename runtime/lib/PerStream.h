@@ -3,7 +3,7 @@
 #ifndef ATTN_RUNTIME_PERSTREAM_H
 #define ATTN_RUNTIME_PERSTREAM_H
 
-#include "attn/runtime/CudaDriver.h"
+#include "DeviceArena.h"
 
 #include "llvm/ADT/DenseMap.h"
 
@@ -63,15 +63,6 @@ public:
   size_t size() const { return Entries.size(); }
 
 private:
-  static bool streamIsCapturing(CUstream Stream) {
-    CudaDriver &D = CudaDriver::get();
-    if (!D.available()) // nothing can be captured (host-only tests)
-      return false;
-    CUstreamCaptureStatus Status = CU_STREAM_CAPTURE_STATUS_NONE;
-    D.check(D.cuStreamIsCapturing(Stream, &Status), "cuStreamIsCapturing");
-    return Status != CU_STREAM_CAPTURE_STATUS_NONE;
-  }
-
   std::function<std::unique_ptr<T>()> Make;
   CapturePredicate Capturing;
   llvm::DenseMap<CUstream, std::unique_ptr<T>> Entries;
