@@ -8,6 +8,7 @@
 #include "attn/codegen/Codegen.h"
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/CudaDriver.h"
+#include "attn/runtime/Errors.h"
 #include "attn/runtime/KernelCache.h"
 #include "attn/runtime/Selector.h"
 
@@ -72,18 +73,39 @@ public:
   DeviceBuffer(const DeviceBuffer &) = delete;
   DeviceBuffer &operator=(const DeviceBuffer &) = delete;
   void *get() const { return reinterpret_cast<void *>(Ptr); }
+  /// Copies \p N bytes from \p Src and returns once they are on the device.
+  /// cuMemcpyHtoD from pageable memory may return before its DMA has landed,
+  /// and a kernel on a non-blocking stream (Stream below) is not ordered
+  /// after the legacy stream that copy runs on: the wait makes the data
+  /// visible to work on any stream.
   void upload(const void *Src, size_t N) {
     auto &D = runtime::CudaDriver::get();
     D.check(D.cuMemcpyHtoD(Ptr, Src, N), "cuMemcpyHtoD");
+    D.check(D.cuStreamSynchronize(nullptr), "cuMemcpyHtoD (wait)");
   }
   void download(void *Dst, size_t N) const {
     auto &D = runtime::CudaDriver::get();
     D.check(D.cuMemcpyDtoH(Dst, Ptr, N), "cuMemcpyDtoH");
   }
-  /// Fills every byte with \p Byte (0xff: NaN in every float format).
+  /// Fills every byte with \p Byte (0xff: NaN in every float format) and
+  /// returns once it is done. cuMemsetD8 is asynchronous for device memory
+  /// and runs on the legacy stream, which a non-blocking stream does not
+  /// wait for: without the wait, a poison could land after the kernels it
+  /// was meant to precede.
   void poison(unsigned char Byte = 0xff) {
     auto &D = runtime::CudaDriver::get();
     D.check(D.cuMemsetD8(Ptr, Byte, Bytes), "cuMemsetD8");
+    D.check(D.cuStreamSynchronize(nullptr), "cuMemsetD8 (wait)");
+  }
+  /// Fills every byte with 0xff (NaN), ordered on \p S before what the
+  /// caller enqueues there next, without waiting. The size must be a
+  /// multiple of 4.
+  void poisonOn(CUstream S) {
+    auto &D = runtime::CudaDriver::get();
+    if (Bytes % 4)
+      throw DriverError("poisonOn: a size that is not a multiple of 4");
+    D.check(D.cuMemsetD32Async(Ptr, 0xffffffffu, Bytes / 4, S),
+            "cuMemsetD32Async (poison)");
   }
   size_t size() const { return Bytes; }
 

@@ -7,6 +7,22 @@
 // workspaces), so a workspace shared between streams shows up here as a
 // mismatch. Then contexts: an object keeps to the context of its first
 // call and refuses a call made in another.
+//
+// The outputs (o, lse, dq, dk, dv) are poisoned on the thread's own stream:
+// the legacy stream's cuMemsetD8 is asynchronous and not ordered with a
+// non-blocking stream, so a poison made there could land after the calls
+// it should precede (it did, 1-2 rounds of 6 under other GPU load).
+// A mismatch names the tensor, how many values differ, how many of those
+// are the poison, and the largest difference.
+//
+// Stress runs (the environment):
+//   ATTNC_CONC_ROUNDS=N     rounds each thread makes together (default 6)
+//   ATTNC_CONC_THREADS=N    threads, 1 to 8 (default 4)
+//   ATTNC_CONC_CALLS=fwd|bwd|both   what a round of the masked case calls
+//                           (bwd: the backward alone, on the lone run's o
+//                           and lse; default both)
+//   ATTNC_CONC_LEGACY_POISON=1  poison with cuMemsetD8 on the legacy stream
+//                           as this test once did (the race, to show it)
 #include "DriverExtras.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
@@ -19,6 +35,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -29,8 +47,29 @@ using reference::Tensor;
 namespace {
 
 constexpr int D = 64;
-constexpr int Threads = 4;
-constexpr int Rounds = 6;
+
+/// $Name as an integer in [Lo, Hi], else \p Default.
+int envInt(const char *Name, int Default, int Lo, int Hi) {
+  const char *E = std::getenv(Name);
+  if (!E || !*E)
+    return Default;
+  return std::clamp(std::atoi(E), Lo, Hi);
+}
+
+const int Threads = envInt("ATTNC_CONC_THREADS", 4, 1, 8);
+const int Rounds = envInt("ATTNC_CONC_ROUNDS", 6, 1, 100000);
+const bool LegacyPoison = envInt("ATTNC_CONC_LEGACY_POISON", 0, 0, 1) == 1;
+
+/// What a round of a backward case calls.
+enum class Calls { Both, ForwardOnly, BackwardOnly };
+Calls roundCalls() {
+  const char *E = std::getenv("ATTNC_CONC_CALLS");
+  if (E && !std::strcmp(E, "fwd"))
+    return Calls::ForwardOnly;
+  if (E && !std::strcmp(E, "bwd"))
+    return Calls::BackwardOnly;
+  return Calls::Both;
+}
 
 /// One thread's problem: its tensors [B,S,H,D] (BSHD) on the host and the
 /// device, and the results it must reproduce.
@@ -75,6 +114,8 @@ Work makeWork(int B, int H, int Hkv, int Sq, int Skv, bool Backward,
   W.K = randomBits(Rng, B, Hkv, Skv, &W.Ref.K);
   W.V = randomBits(Rng, B, Hkv, Skv, &W.Ref.V);
   W.DO = randomBits(Rng, B, H, Sq, nullptr);
+  // upload() returns once the data is on the device, so the lone run on a
+  // non-blocking stream reads these inputs and not what was there before.
   W.DQ = upload(W.Q);
   W.DK = upload(W.K);
   W.DV = upload(W.V);
@@ -87,25 +128,43 @@ Work makeWork(int B, int H, int Hkv, int Sq, int Skv, bool Backward,
   return W;
 }
 
-/// Poisons \p W's outputs, enqueues its forward (and backward) on \p S,
-/// waits for the stream, and returns o (dq, dk, dv).
+/// The names of runOnce's results, in order: o, lse, then dq, dk, dv.
+const char *const OutNames[] = {"o", "lse", "dq", "dk", "dv"};
+
+/// Poisons the outputs of what \p C calls, enqueues \p W's forward and/or
+/// backward on \p S, waits for the stream, and returns o and lse (and dq,
+/// dk, dv) as 16-bit words. The backward alone reads o and lse as the last
+/// forward left them.
 std::vector<std::vector<uint16_t>> runOnce(runtime::Attention &A, Work &W,
-                                           CUstream S) {
+                                           CUstream S, Calls C = Calls::Both) {
   auto View = [&](DeviceBuffer &Buf, int H, int Seq) {
-    return runtime::TensorView::contiguous(Buf.get(), runtime::ElemType::F16,
+    return runtime::TensorView::contiguous(Buf.get(), DType::F16,
                                            {W.B, Seq, H, D});
   };
-  std::vector<DeviceBuffer *> Outs = {W.O.get()};
+  const bool Fwd = !W.Backward || C != Calls::BackwardOnly;
+  const bool Bwd = W.Backward && C != Calls::ForwardOnly;
+  std::vector<DeviceBuffer *> Outs = {W.O.get(), W.F.get()};
   if (W.Backward)
     Outs.insert(Outs.end(), {W.GQ.get(), W.GK.get(), W.GV.get()});
-  for (DeviceBuffer *Buf : Outs)
-    Buf->poison();
+  for (size_t I = 0; I < Outs.size(); ++I) {
+    if (I < 2 ? !Fwd : !Bwd)
+      continue; // read, not written: the backward alone keeps o and lse
+    if (LegacyPoison) {
+      auto &Drv = runtime::CudaDriver::get();
+      Drv.check(Drv.cuMemsetD8(CUdeviceptr(Outs[I]->get()), 0xff,
+                               Outs[I]->size()),
+                "cuMemsetD8 (legacy poison)");
+    } else {
+      Outs[I]->poisonOn(S);
+    }
+  }
   runtime::TensorView Fin = runtime::TensorView::contiguous(
-      W.F->get(), runtime::ElemType::F32, {1, W.B, W.H, W.Sq});
+      W.F->get(), DType::F32, {1, W.B, W.H, W.Sq});
   runtime::TensorView O = View(*W.O, W.H, W.Sq);
-  A.forward(View(*W.DQ, W.H, W.Sq), View(*W.DK, W.Hkv, W.Skv),
-            View(*W.DV, W.Hkv, W.Skv), O, &Fin, {}, S);
-  if (W.Backward)
+  if (Fwd)
+    A.forward(View(*W.DQ, W.H, W.Sq), View(*W.DK, W.Hkv, W.Skv),
+              View(*W.DV, W.Hkv, W.Skv), O, &Fin, {}, S);
+  if (Bwd)
     A.backward(View(*W.DQ, W.H, W.Sq), View(*W.DK, W.Hkv, W.Skv),
                View(*W.DV, W.Hkv, W.Skv), &O, View(*W.DDO, W.H, W.Sq), &Fin,
                View(*W.GQ, W.H, W.Sq), View(*W.GK, W.Hkv, W.Skv),
@@ -120,12 +179,69 @@ std::vector<std::vector<uint16_t>> runOnce(runtime::Attention &A, Work &W,
   return Got;
 }
 
+/// Where \p Got differs from \p Want: per tensor, how many values differ,
+/// how many of them still hold the poison, and the largest difference of
+/// the others ("" when equal).
+std::string differences(const std::vector<std::vector<uint16_t>> &Got,
+                        const std::vector<std::vector<uint16_t>> &Want) {
+  std::string Text;
+  for (size_t T = 0; T < Got.size() && T < Want.size(); ++T) {
+    const bool F32 = T == 1; // lse
+    const size_t Step = F32 ? 2 : 1;
+    size_t Differ = 0, Poison = 0, N = Got[T].size() / Step;
+    double Max = 0;
+    for (size_t I = 0; I < N; ++I) {
+      double G, Wv;
+      bool Poisoned;
+      if (F32) {
+        uint32_t GB, WB;
+        std::memcpy(&GB, &Got[T][2 * I], 4);
+        std::memcpy(&WB, &Want[T][2 * I], 4);
+        if (GB == WB)
+          continue;
+        float GF, WF;
+        std::memcpy(&GF, &GB, 4);
+        std::memcpy(&WF, &WB, 4);
+        G = GF;
+        Wv = WF;
+        Poisoned = GB == 0xffffffffu;
+      } else {
+        if (Got[T][I] == Want[T][I])
+          continue;
+        G = fromBits(DType::F16, Got[T][I]);
+        Wv = fromBits(DType::F16, Want[T][I]);
+        Poisoned = Got[T][I] == 0xffff;
+      }
+      ++Differ;
+      if (Poisoned)
+        ++Poison;
+      else
+        Max = std::max(Max, std::isfinite(G) ? std::fabs(G - Wv) : INFINITY);
+    }
+    if (Differ)
+      Text += fmt::format("{}{} {}/{} differ ({} poison, max |d| {:.2e})",
+                          Text.empty() ? "" : "; ", OutNames[T], Differ, N,
+                          Poison, Max);
+  }
+  return Text;
+}
+
 /// Whether every value of \p Got is finite (the poison is NaN).
 bool finite(const std::vector<std::vector<uint16_t>> &Got) {
-  for (const std::vector<uint16_t> &T : Got)
-    for (uint16_t X : T)
+  for (size_t T = 0; T < Got.size(); ++T) {
+    if (T == 1) { // lse, fp32
+      for (size_t I = 0; I + 1 < Got[T].size(); I += 2) {
+        float F;
+        std::memcpy(&F, &Got[T][I], 4);
+        if (!std::isfinite(F))
+          return false;
+      }
+      continue;
+    }
+    for (uint16_t X : Got[T])
       if (!std::isfinite(fromBits(DType::F16, X)))
         return false;
+  }
   return true;
 }
 
@@ -187,9 +303,10 @@ void runConcurrently(const std::string &Name, runtime::Attention &A,
            Pass, Line);
   }
   // Then together: every thread starts at once and calls Rounds times.
+  const Calls C = roundCalls();
   std::atomic<int> Ready{0};
   std::vector<int> Mismatches(Works.size(), 0);
-  std::vector<std::string> Errors(Works.size());
+  std::vector<std::string> Errors(Works.size()), FirstDiffs(Works.size());
   std::vector<std::thread> Pool;
   for (size_t T = 0; T < Works.size(); ++T)
     Pool.emplace_back([&, T] {
@@ -199,30 +316,42 @@ void runConcurrently(const std::string &Name, runtime::Attention &A,
         Work &W = Works[T];
         auto View = [&](DeviceBuffer &Buf, int H, int Seq) {
           return runtime::TensorView::contiguous(
-              Buf.get(), runtime::ElemType::F16, {W.B, Seq, H, D});
+              Buf.get(), DType::F16, {W.B, Seq, H, D});
         };
         runtime::TensorView Fin = runtime::TensorView::contiguous(
-            W.F->get(), runtime::ElemType::F32, {1, W.B, W.H, W.Sq});
+            W.F->get(), DType::F32, {1, W.B, W.H, W.Sq});
         A.forward(View(*W.DQ, W.H, W.Sq), View(*W.DK, W.Hkv, W.Skv),
                   View(*W.DV, W.Hkv, W.Skv), View(*W.O, W.H, W.Sq), &Fin, {},
                   Streams[T]->get());
         ++Ready;
         while (Ready.load() < int(Works.size()))
           std::this_thread::yield();
-        for (int R = 0; R < Rounds; ++R)
-          if (runOnce(A, Works[T], Streams[T]->get()) != Works[T].Expected)
-            ++Mismatches[T];
+        for (int R = 0; R < Rounds; ++R) {
+          std::vector<std::vector<uint16_t>> Got =
+              runOnce(A, W, Streams[T]->get(), C);
+          if (Got == W.Expected)
+            continue;
+          // The first three rounds that differ say where.
+          if (++Mismatches[T] <= 3)
+            FirstDiffs[T] += fmt::format("\n    round {}: {}", R,
+                                         differences(Got, W.Expected));
+        }
       } catch (const std::exception &E) {
         Errors[T] = E.what();
       }
     });
   for (std::thread &T : Pool)
     T.join();
+  const char *CallText = C == Calls::ForwardOnly    ? " (forward only)"
+                         : C == Calls::BackwardOnly ? " (backward only)"
+                                                    : "";
   for (size_t T = 0; T < Works.size(); ++T)
-    report(fmt::format("{} together, thread {}", Name, T),
+    report(fmt::format("{} together{}, thread {}", Name,
+                       Works[T].Backward ? CallText : "", T),
            Errors[T].empty() && Mismatches[T] == 0,
            Errors[T].empty()
-               ? fmt::format("{} of {} rounds differ", Mismatches[T], Rounds)
+               ? fmt::format("{} of {} rounds differ{}", Mismatches[T], Rounds,
+                             FirstDiffs[T])
                : "error: " + Errors[T]);
 }
 
@@ -244,11 +373,11 @@ void otherContext(const runtime::Signature &Sig) {
   std::string Refusal;
   try {
     auto View = [&](DeviceBuffer &Buf, int H) {
-      return runtime::TensorView::contiguous(Buf.get(), runtime::ElemType::F16,
+      return runtime::TensorView::contiguous(Buf.get(), DType::F16,
                                              {W.B, W.Sq, H, D});
     };
     runtime::TensorView Fin = runtime::TensorView::contiguous(
-        W.F->get(), runtime::ElemType::F32, {1, W.B, W.H, W.Sq});
+        W.F->get(), DType::F32, {1, W.B, W.H, W.Sq});
     A.forward(View(*W.DQ, W.H), View(*W.DK, W.Hkv), View(*W.DV, W.Hkv),
               View(*W.O, W.H), &Fin, {}, nullptr);
   } catch (const InvalidArgument &E) {
@@ -283,10 +412,33 @@ runtime::Signature signature(bool Backward) {
 
 } // namespace
 
-int main() {
+/// --precompile ARCH: the kernels the cases use, compiled for \p Arch into
+/// the kernel cache without a GPU, so that a device run reads them.
+int precompile(GpuArch Arch) {
+  runtime::PrecompileSet What;
+  What.Backward = true;
+  for (const char *Name : {"mha_window", "mha_full"}) {
+    runtime::Signature Sig = signature(true);
+    Sig.Arch = Arch;
+    for (const runtime::PrecompiledKernel &K :
+         runtime::precompileAttention(makeDefinition(Name), Sig, What, {Arch}))
+      std::printf("%s: %s (%s)\n", Name, K.Source.Key.c_str(), K.From.c_str());
+  }
+  return 0;
+}
+
+int main(int Argc, char **Argv) {
+  if (Argc == 3 && std::string(Argv[1]) == "--precompile")
+    return precompile(parseArch(Argv[2]));
+  if (Argc != 1) {
+    std::fprintf(stderr, "usage: gpu_concurrency_test [--precompile ARCH]\n");
+    return 2;
+  }
   try {
     if (!announceDevice())
       return 77;
+    std::printf("%d threads, %d rounds together%s\n", Threads, Rounds,
+                LegacyPoison ? ", outputs poisoned on the legacy stream" : "");
     // A masked definition: the forward's block lists and the backward's
     // workspaces are the per-call scratch that streams must not share.
     // Lengths differ per thread so that workspaces differ in size too.
