@@ -75,6 +75,13 @@ upload(DeviceArena &Mem, const std::vector<const std::vector<int32_t> *> &Parts)
               "cuMemcpyHtoD(block mask)");
     Out.push_back(Dst);
   }
+  // From pageable memory, cuMemcpyHtoD returns once the data is staged, not
+  // once it has landed, and it runs on the legacy stream, which the
+  // caller's non-blocking streams do not wait for: a call on one of them
+  // could read the lists before they arrive. The mask is made once, so
+  // one wait here costs no call anything.
+  if (!Out.empty())
+    D.check(D.cuStreamSynchronize(nullptr), "cuMemcpyHtoD(block mask) wait");
   return Out;
 }
 
