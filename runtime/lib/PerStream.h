@@ -40,35 +40,41 @@ public:
       : Make(std::move(Make)), Capturing(std::move(Capturing)) {}
 
   /// The entry of \p Stream (the null stream is a stream like the others).
-  /// A stream being captured that has none takes the entry used last
-  /// instead of a new one: nothing may be allocated during a capture, and
+  /// A stream being captured that has none takes over the entry used last
+  /// instead of making one: nothing may be allocated during a capture, and
   /// the documented way to capture (a warm-up call, then the capture on the
   /// capturing library's own stream, as torch.cuda.graph does) sizes that
-  /// entry in the warm-up. The capture stream keeps that entry afterwards.
+  /// entry in the warm-up. The entry then belongs to the capture stream
+  /// alone: the graph's replays use its memory, so the stream it came from
+  /// makes a new one at its next call (outside the capture) rather than
+  /// sharing, growing or freeing the graph's memory from another stream —
+  /// or from another thread, whose stream may have been the last.
   T &get(CUstream Stream) {
-    if (auto It = Entries.find(Stream); It != Entries.end())
-      return *(Last = It->second.get());
-    if (auto It = Shared.find(Stream); It != Shared.end())
-      return *(Last = It->second);
-    if (Last && Capturing(Stream)) {
-      Shared[Stream] = Last;
-      return *Last;
+    auto It = Entries.find(Stream);
+    if (It == Entries.end()) {
+      if (HasLast && Capturing(Stream)) {
+        std::unique_ptr<T> Taken = std::move(Entries[LastStream]);
+        Entries.erase(LastStream);
+        It = Entries.try_emplace(Stream, std::move(Taken)).first;
+      } else {
+        It = Entries.try_emplace(Stream, Make()).first;
+      }
     }
-    std::unique_ptr<T> &E = Entries[Stream];
-    E = Make();
-    return *(Last = E.get());
+    LastStream = Stream;
+    HasLast = true;
+    return *It->second;
   }
 
-  /// How many entries there are (streams that share one count once).
+  /// How many entries there are (one a stream that has one).
   size_t size() const { return Entries.size(); }
 
 private:
   std::function<std::unique_ptr<T>()> Make;
   CapturePredicate Capturing;
   llvm::DenseMap<CUstream, std::unique_ptr<T>> Entries;
-  /// Capture streams that took another stream's entry.
-  llvm::DenseMap<CUstream, T *> Shared;
-  T *Last = nullptr;
+  /// The stream of the last call (the null stream is a valid one).
+  CUstream LastStream = nullptr;
+  bool HasLast = false;
 };
 
 /// A PerStream of objects constructed from \p Args (copied into the maker).

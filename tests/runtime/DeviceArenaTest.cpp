@@ -131,15 +131,36 @@ TEST_CASE("per-stream state: one entry a stream, kept between calls",
   CHECK(Made == 3);
 
   // A stream being captured allocates nothing: with no entry of its own it
-  // takes the one used last (the warm-up's), and keeps it.
+  // takes over the one used last (the warm-up's), and keeps it; the
+  // warm-up's stream then makes a new one, so that its calls (larger ones
+  // included, which grow their arena) never touch the graph's memory.
   CUstream Capture = reinterpret_cast<CUstream>(uintptr_t(0x3000));
+  int MadeCaptured = 0;
   PerStream<DeviceArena> Captured(
-      [&] { return std::make_unique<DeviceArena>("scratch"); },
+      [&] {
+        ++MadeCaptured;
+        return std::make_unique<DeviceArena>("scratch");
+      },
       [&](CUstream S) { return S == Capture; });
   DeviceArena &WarmUp = Captured.get(S2);
   CHECK(&Captured.get(Capture) == &WarmUp);
   CHECK(&Captured.get(Capture) == &WarmUp); // still, once the capture ends
   CHECK(Captured.size() == 1);
+  CHECK(MadeCaptured == 1);
+  DeviceArena &After = Captured.get(S2);
+  CHECK(&After != &WarmUp);
+  CHECK(MadeCaptured == 2);
+  CHECK(&Captured.get(Capture) == &WarmUp);
+  CHECK(&Captured.get(S2) == &After);
+  CHECK(Captured.size() == 2);
+  // The legacy stream as the warm-up's is handed over the same way.
+  PerStream<DeviceArena> FromNull(
+      [&] { return std::make_unique<DeviceArena>("scratch"); },
+      [&](CUstream S) { return S == Capture; });
+  DeviceArena &NullWarmUp = FromNull.get(nullptr);
+  CHECK(&FromNull.get(Capture) == &NullWarmUp);
+  CHECK(&FromNull.get(nullptr) != &NullWarmUp);
+  CHECK(FromNull.size() == 2);
   // A capture before any call has nothing to borrow: it gets its own.
   PerStream<DeviceArena> Cold(
       [&] { return std::make_unique<DeviceArena>("scratch"); },
