@@ -116,7 +116,10 @@ ATTNC_DECODE_FN long long decode_final_index(const DecodeArgs &a, int f,
 /// (n - 1)·page size + last_page_len[b] keys (CSR, num_indices pages in
 /// all). Lengths are read on the device: a bad one, an indptr range
 /// outside the indices, or a page index outside [0, num_pages), makes the
-/// rows of that sequence NaN.
+/// rows of that sequence NaN. strides32: 1 where the caches' page strides
+/// and their slot strides times max(page size, key block) fit in 31 bits
+/// as bytes (pagedStrides32), so that the kernel's copies address a page
+/// group by 32-bit products (decode_paged_kv.cuh's row steps).
 struct PagedDecodeArgs {
   DecodeArgs d;
   const int *pages;
@@ -125,6 +128,7 @@ struct PagedDecodeArgs {
   const int *last_page_len;
   long long table_stride;
   int page_shift, num_pages, num_indices;
+  int strides32;
 };
 
 /// Sequence b's keys in pages: its length and first page (the table row
@@ -156,6 +160,33 @@ ATTNC_DECODE_FN DecodePagedSeq paged_decode_seq(const PagedDecodeArgs &p, int b)
   s.bad = s.bad || len < 0 || len > p.d.seq_kv;
   s.len = s.bad ? 0 : int(len);
   return s;
+}
+
+/// The row-step addressing of paged decode (decode_paged_kv.cuh): a
+/// thread copies rows t0, t0 + step, ... of a block (t0 = the block's
+/// first row + the thread's first, below step; step and the block's rows
+/// powers of two, rows = step · 2^max_mode). Its rows fall in groups of
+/// 2^mode that share a page: each row its own page (mode 0) where a page
+/// holds step rows or fewer, else pages of step · 2^mode rows, the whole
+/// block in one group for pages of the block's rows or more.
+ATTNC_DECODE_FN int decode_step_mode(int shift, int log_step, int max_mode) {
+  const int m = shift - log_step;
+  return m < 0 ? 0 : (m > max_mode ? max_mode : m);
+}
+
+/// The page-table entry of the rows from t0's first group; group g (of
+/// 2^mode rows, spp) is decode_step_group_pages entries further:
+/// consecutive pages, or step >> shift pages apart where a page holds
+/// fewer than step rows.
+ATTNC_DECODE_FN int decode_step_entry(int t0, int shift) { return t0 >> shift; }
+ATTNC_DECODE_FN int decode_step_group_pages(int shift, int spp, int step) {
+  return spp > 1 ? 1 : step >> shift;
+}
+
+/// The slot of row j of its group (t0 + (g · spp + j) · step): t0's slot
+/// plus j steps, inside the group's page.
+ATTNC_DECODE_FN int decode_step_slot(int t0, int shift, int j, int step) {
+  return (t0 & ((1 << shift) - 1)) + j * step;
 }
 
 /// The append of new tokens into pages (paged_append.cuh). Strides in

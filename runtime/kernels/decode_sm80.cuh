@@ -15,6 +15,7 @@
 #include "attnc/decode_blocks.cuh"
 #include "attnc/decode_kv.cuh"
 #include "attnc/decode_merge.cuh"
+#include "attnc/decode_paged_kv.cuh"
 #include "attnc/fwd_sm80.cuh"
 #include "attnc/sm80_primitives.cuh"
 
@@ -131,6 +132,7 @@ struct DecodeSm80 {
     src.len = seq.len;
     src.qshift = seq.len - qs.n;
     src.bad = seq.bad;
+    src.init(p.strides32 != 0);
     run_on(a, qs, src, sequence_inputs(in, paged_sequence_span(qs, seq.len)), smem);
   }
 

@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <map>
 #include <tuple>
@@ -137,6 +139,8 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
     d.counters = Counters;
   }
   setPageArgs(A, C, P.Bounds.PageSize);
+  A.strides32 = pagedStrides32(C.K, C.V, P.Bounds.PageSize, Config.BlockN) &&
+                !pagedDecodeGather();
   std::vector<uint64_t> Slots = pagedInputSlots(*Def.Graph, S, Inputs);
   void *Params[] = {&A, Slots.data()};
   const bool Dependent =
@@ -157,6 +161,28 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
   // length from its pages, for the epilogue's q_idx).
   launchDecodeMerge(Merge, Dependent, unsigned(S.B * S.H * S.Sq),
                     Target.HeadDimV, Stream, Params);
+}
+
+bool pagedStrides32(const PageGeometry &K, const PageGeometry &V,
+                    int64_t PageSize, int BlockN) {
+  // A group's rows span at most max(page size, block) slots from the
+  // thread's pointer; a page pointer is the page index (32 bits) times the
+  // page stride. The kernel's products are unsigned.
+  const int64_t Rows = std::max<int64_t>(PageSize, BlockN);
+  auto Fits = [&](const PageGeometry &G) {
+    return G.PageStride >= 0 && G.SlotStride >= 0 &&
+           G.PageStride <= INT32_MAX / 2 && G.SlotStride <= INT32_MAX / 2 / Rows;
+  };
+  return Fits(K) && Fits(V);
+}
+
+bool pagedDecodeGather() {
+  static const bool On =
+      envSwitch("ATTNC_PAGED_DECODE_GATHER",
+                "paged decode copies by row steps where the strides allow",
+                "every paged decode copy computes its own 64-bit page offset")
+          .value_or(false);
+  return On;
 }
 
 bool decodeMergeInSplits() {

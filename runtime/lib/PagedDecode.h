@@ -187,6 +187,19 @@ private:
   }};
 };
 
+/// Whether the paged decode kernel may address its copies by row steps
+/// (PagedDecodeArgs::strides32): the byte page strides of \p K and \p V
+/// not negative and within 31 bits, and their byte slot strides times
+/// max(\p PageSize, \p BlockN) too. Else every copy computes its own
+/// 64-bit offset.
+bool pagedStrides32(const PageGeometry &K, const PageGeometry &V,
+                    int64_t PageSize, int BlockN);
+
+/// Whether ATTNC_PAGED_DECODE_GATHER=1 forces the per-copy 64-bit
+/// addressing whatever the strides (its test and measurement); any other
+/// value than 0 or 1 is a UserError, asked before the launch.
+bool pagedDecodeGather();
+
 /// Whether decode's splits merge in the split kernel, the last CTA of each
 /// row block merging its rows (DecodeArgs::counters), rather than in the
 /// merge kernel: where ATTNC_DECODE_LAST_CTA=1 (measured slower than the

@@ -4,6 +4,8 @@
 #include "PagedTestSupport.h"
 
 #include "Examples.h"
+#include "PagedDecode.h"
+#include "decode_args.cuh"
 
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
@@ -158,6 +160,70 @@ TEST_CASE("paged: the plan's split and workspace", "[runtime][paged]") {
   CHECK(Bad({1, 8, 2, 1, -1, 16}) == "max_seqlen_kv: expected 0 to 2^30, got -1");
   CHECK(Bad({1, 8, 2, 1, 100, 16, -1}) ==
         "max splits: expected 0 (no cap) or more, got -1");
+}
+
+TEST_CASE("paged: the decode kernel's row steps name each row's page and "
+          "slot",
+          "[runtime][paged]") {
+  // Every thread row t = row0 + r0 + it·step of a block, as the row steps
+  // decompose it (group g = it / 2^mode, row j = it % 2^mode of the
+  // group), against t >> shift and t & (page size - 1).
+  for (int LogStep : {1, 2, 3, 4})
+    for (int MaxMode : {0, 1, 2, 3, 4})
+      for (int Shift = 0; Shift <= 10; ++Shift) {
+        const int Step = 1 << LogStep, Rows = Step << MaxMode;
+        const int Mode = attnc::decode_step_mode(Shift, LogStep, MaxMode);
+        const int Spp = 1 << Mode;
+        CHECK(Mode >= 0);
+        CHECK(Mode <= MaxMode);
+        int Bad = 0;
+        for (int Row0 = 0; Row0 < 4096; Row0 += Rows)
+          for (int R0 = 0; R0 < Step; ++R0)
+            for (int It = 0; It < (1 << MaxMode); ++It) {
+              const int T0 = Row0 + R0, T = T0 + It * Step;
+              const int G = It / Spp, J = It % Spp;
+              const int Entry =
+                  attnc::decode_step_entry(T0, Shift) +
+                  G * attnc::decode_step_group_pages(Shift, Spp, Step);
+              const int Slot = attnc::decode_step_slot(T0, Shift, J, Step);
+              Bad += Entry != (T >> Shift) || Slot != (T & ((1 << Shift) - 1));
+            }
+        INFO("step " << Step << ", rows " << Rows << ", page " << (1 << Shift));
+        CHECK(Bad == 0);
+      }
+}
+
+TEST_CASE("paged: decode's row steps need 32-bit byte strides",
+          "[runtime][paged]") {
+  auto Geo = [](int64_t Page, int64_t Slot) {
+    PageGeometry G;
+    G.NumPages = 4;
+    G.PageSize = 16;
+    G.PageStride = Page;
+    G.SlotStride = Slot;
+    return G;
+  };
+  // NHD pages of 16, 8 KV heads of 128: page 16384 elements, slot 1024.
+  const PageGeometry Nhd = Geo(16384, 1024);
+  CHECK(pagedStrides32(Nhd, Nhd, 16, 64));
+  CHECK(pagedStrides32(Nhd, Nhd, 1, 64));
+  // Page strides: 2^30 - 1 elements is 2^31 - 2 bytes; 2^30 is not.
+  CHECK(pagedStrides32(Geo((int64_t(1) << 30) - 1, 8), Nhd, 16, 64));
+  CHECK_FALSE(pagedStrides32(Geo(int64_t(1) << 30, 8), Nhd, 16, 64));
+  CHECK_FALSE(pagedStrides32(Nhd, Geo(int64_t(1) << 30, 8), 16, 64));
+  // The products are unsigned: a negative stride takes the 64-bit path.
+  CHECK_FALSE(pagedStrides32(Nhd, Geo(-16384, 1024), 16, 64));
+  CHECK_FALSE(pagedStrides32(Geo(16384, -1024), Nhd, 16, 64));
+  // Slot strides times max(page size, block): (2^31 - 1) / 2 / 2^20 is
+  // 1023 (V's slot stride counts too: the NHD one above, 1024, is over).
+  const PageGeometry Big = Geo(1 << 20, 1023);
+  CHECK(pagedStrides32(Big, Big, int64_t(1) << 20, 64));
+  CHECK_FALSE(pagedStrides32(Geo(1 << 20, 1024), Big, int64_t(1) << 20, 64));
+  CHECK_FALSE(pagedStrides32(Big, Nhd, int64_t(1) << 20, 64));
+  // Pages smaller than the block: the block's rows bound the slots.
+  CHECK(pagedStrides32(Geo(1 << 20, (1 << 24) - 1), Nhd, 1, 64));
+  CHECK_FALSE(pagedStrides32(Geo(1 << 20, 1 << 24), Nhd, 1, 64));
+  CHECK_FALSE(pagedStrides32(Nhd, Geo(1 << 20, 1 << 24), 1, 64));
 }
 
 namespace {

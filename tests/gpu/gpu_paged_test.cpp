@@ -1,13 +1,14 @@
 // Paged decode on a GPU against the double-precision reference: caches
 // filled by appendPaged (int32 and int64 slot mappings, a padding slot),
-// page sizes 1, 16 and 256, NHD and HND, block tables and CSR, ragged
-// lengths with 0 and 1, GQA ratios 1, 4 and 8, 1 and 4 queries (q_idx
-// aligned to each sequence's end), sum, log-sum-exp and no merge; a plan
-// captured once in a CUDA graph and replayed with new lengths, page tables
-// and q; the device checks (a bad page index or length gives NaN rows
-// to that sequence only); and the public merge of random splits of the
-// keys (log-sum-exp, sum and a definition's combine). Exits 77 without a
-// GPU.
+// page sizes 1, 4, 8, 16, 32, 64 and 256 (run it again with
+// ATTNC_PAGED_DECODE_GATHER=1 for the per-copy addressing), NHD and HND,
+// block tables and CSR, ragged lengths with 0 and 1, GQA ratios 1, 4 and
+// 8, 1 and 4 queries (q_idx aligned to each sequence's end), sum,
+// log-sum-exp and no merge; a plan captured once in a CUDA graph and
+// replayed with new lengths, page tables and q; the device checks (a bad
+// page index or length gives NaN rows to that sequence only); and the
+// public merge of random splits of the keys (log-sum-exp, sum and a
+// definition's combine). Exits 77 without a GPU.
 #include "PagedSupport.h"
 
 #include "attn/Error.h"
@@ -375,6 +376,13 @@ std::vector<Case> cases() {
       {"mha_full", F, 8, 2, 1, 16, NHD, false, false, {0, 1, 4000, 517, 2048}},
       {"mha_full", F, 8, 8, 1, 1, NHD, true, true, {3001, 0, 64, 1}},
       {"mha_full", F, 8, 1, 4, 256, HND, false, true, {1, 5000, 256, 257}},
+      // The row steps' page groups (decode_paged_kv.cuh): pages of fewer
+      // rows than a thread's step (4), of one step (8), of 2 and 4 steps
+      // (32 is 4 rows of each thread in 64-key blocks), of one block (64).
+      {"mha_full", BF, 8, 2, 2, 4, HND, true, false, {2500, 3, 0, 77}},
+      {"mha_full", F, 8, 2, 1, 8, NHD, false, false, {1000, 9, 1}},
+      {"mha_full", F, 8, 2, 1, 32, NHD, false, true, {3000, 1, 100, 64}},
+      {"mha_full", F, 8, 1, 1, 64, HND, true, false, {1, 4100, 65, 128}},
       {"mha_full", BF, 16, 2, 4, 16, HND, true, false, {1500, 2, 0}},
       {"sigmoid_full", F, 8, 2, 1, 16, NHD, true, false, {4096, 0, 1, 999}},
       {"relu_full", F, 8, 2, 4, 1, HND, false, true, {2500, 31}},

@@ -274,6 +274,35 @@ TEST_CASE("decode: the paged kernel compiles for sm_90a, with V's own page "
   }
 }
 
+TEST_CASE("decode: the paged kernel's row steps compile for each thread "
+          "shape",
+          "[decode][nvrtc][paged]") {
+  // decode_paged_kv.cuh's row steps for rows 16 (d64), 4 (d256; d128 over
+  // 64 threads) and 8 apart, 4 to 16 of them a thread (a block of 128 keys
+  // at d128); d192's chunks do not tile 128 threads (the gather alone).
+  CompiledDefinition Def = compile(testsupport::registry().get("mha"));
+  struct Shape {
+    int D;
+    const char *Config;
+  };
+  for (const Shape &X : {Shape{64, "dec.m16n64w4s3"}, Shape{256, "dec.m16n64w4s2"},
+                         Shape{128, "dec.m16n64w2s3"}, Shape{128, "dec.m16n128w4s2"},
+                         Shape{192, "dec.m16n64w4s2"}}) {
+    KernelSpec S = kernelSpec(DType::F16, X.D, X.D, GpuArch::Sm90a);
+    codegen::KernelSource Src =
+        codegen::generatePagedDecode(Def, S, DecodeConfig::parse(X.Config));
+    INFO("kernel " << Src.Key);
+    runtime::CompiledCubin C;
+    try {
+      C = runtime::compileToCubin(Src);
+    } catch (const CompileError &E) {
+      FAIL_CHECK(E.what());
+      continue;
+    }
+    CHECK(C.Cubin.size() > 4);
+  }
+}
+
 TEST_CASE("merge results: a combine's kernel runs decode's Merge struct and "
           "compiles",
           "[decode][nvrtc][merge]") {
