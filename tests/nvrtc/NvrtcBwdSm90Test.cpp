@@ -98,7 +98,7 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   CHECK(C.dkdvThreads() == 128);
   CHECK(C.str() == "bwd90.kv128x64s3.q64x32w4");
   CHECK(!C.FusedDq);
-  CHECK(BwdSm90Config::defaultFor(128, 128).str() == "bwd90ws.kv64x128s2.lean2.fused");
+  CHECK(BwdSm90Config::defaultFor(128, 128).str() == "bwd90ws.kv64x128s2.lean2.bulk2.fused");
   CHECK(BwdSm90Config::defaultFor(64, 64).str() == "bwd90ws.kv128x128s2.lean2.fused");
   // The fused dQ mode: the Q tiles are the dK/dV kernel's, warps its own.
   BwdSm90Config F = BwdSm90Config::parse("bwd90.kv128x64s3.fused");
@@ -471,7 +471,7 @@ TEST_CASE("bwd_sm90: the selector picks it on sm_90a where it runs the head "
     return chooseWithoutShape(T, KernelPolicy());
   };
   CHECK(Choice(128, 128, GpuArch::Sm90a).str() ==
-        "bwd_sm90 bwd90ws.kv64x128s2.lean2.fused (default)");
+        "bwd_sm90 bwd90ws.kv64x128s2.lean2.bulk2.fused (default)");
   CHECK(Choice(64, 64, GpuArch::Sm90a).Skel->name() == "bwd_sm90");
   CHECK(Choice(128, 128, GpuArch::Sm80).Skel->name() == "bwd_sm80");
   CHECK(Choice(64, 64, GpuArch::Sm86).Skel->name() == "bwd_sm80");
