@@ -116,7 +116,7 @@ template <int kD, int kDV, int kW> struct SplitCols {
 template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,
           bool kFusedDq = false, bool kAtomicDq = false, bool kWs = false,
           bool kTwoPass = false, bool kSplit = false, bool kPingPong = false,
-          bool kDqWriter = false, int kLeanLevel = 0, bool kBulkDq = false,
+          bool kDqWriter = false, int kLeanLevel = 0, int kBulkDq = 0,
           bool kRoles = false>
 struct BwdDkDvSm90 {
   /// The lean step (kLeanLevel 1 to 3): dV's and dK's products issued
@@ -140,6 +140,14 @@ struct BwdDkDvSm90 {
   /// before adding. With kAtomicDq the same warp adds every slot at once,
   /// no turns.
   static constexpr bool kDqSlots = kWriter || kBulkDq;
+  /// kBulkDq 2 to 4 (kSlotTurns, bwd_sm90_dq_slots.cuh): turn warps that
+  /// acquire a step's turn before its slot is full, the compute warpgroups
+  /// meeting each other (not a turn warp) before the dSᵀ stores; 2 and 3:
+  /// two turn warps, warp w taking the steps it with it % 2 == w (slot w),
+  /// 4: one; 2 adds a slot with bulk reductions, 3 and 4 with the turn
+  /// warp's own red.global.add.v4.
+  static constexpr bool kSlotTurns = kBulkDq >= 2;
+  static constexpr int kDqTurnWarps = kBulkDq == 2 || kBulkDq == 3 ? 2 : 1;
   /// The consumer warpgroups: one per 64 keys, or two over the same 64
   /// keys in the column-split mode.
   static constexpr int kWarpgroups = kSplit ? 2 : kBlockN / 64;
@@ -376,6 +384,11 @@ struct BwdDkDvSm90 {
           produce(a, *maps, s_ring, bar_full, bar_empty, n_block, b, hk, group_size);
         else if (kWriter && threadIdx.x < kThreads + 64)
           PingPong::write_dq(a, s_dq, bar_full + kDqBarOffset, n_block, b, hk, group_size);
+        else if (kSlotTurns && threadIdx.x < kThreads + 32 + 32 * kDqTurnWarps) {
+          if constexpr (kSlotTurns)
+            write_dq_slots(a, s_dq, bar_full + kDqBarOffset, n_block, b, hk, group_size,
+                           (threadIdx.x - kThreads - 32) / 32);
+        }
         else if (kBulkDq && threadIdx.x < kThreads + 64)
           write_dq_bulk(a, s_dq, bar_full + kDqBarOffset, n_block, b, hk, group_size);
         else if (kTurnWarp && threadIdx.x < kThreads + 64)
@@ -529,7 +542,7 @@ struct BwdDkDvSm90 {
       cp_async_wait<0>();
     // Bulk dQ: the turn warp's release of the last step's dSᵀ tile (the
     // steps' others are taken before the next step's dSᵀ stores).
-    if (kBulkDq && it > 0)
+    if (kBulkDq == 1 && it > 0)
       named_bar_sync(kBarTurn, kThreads + 32);
     // Ping-pong: warpgroup 1's last token (every step passes it on).
     if (kPingPong && threadIdx.x < 128)
@@ -570,6 +583,12 @@ struct BwdDkDvSm90 {
   /// read it, and rank + 1 is published once they have completed.
   __device__ static void write_dq_bulk(const BwdArgs &a, u32 s_dq, u32 dq_bars, int n_block,
                                        int b, int hk, int group_size);
+
+  /// Turn warp \p owner of kDqTurnWarps (kSlotTurns;
+  /// bwd_sm90_dq_slots.cuh): the steps it with it % kDqTurnWarps == owner,
+  /// from slot it % 2.
+  __device__ static void write_dq_slots(const BwdArgs &a, u32 s_dq, u32 dq_bars, int n_block,
+                                        int b, int hk, int group_size, int owner);
 
   template <int A> __device__ static __forceinline__ void zero(float (&x)[A][4]) {
 #pragma unroll
@@ -645,13 +664,14 @@ struct BwdDkDvSm90 {
 #define ATTNC_BWD_SM90_TEMPLATE                                                              \
   template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,  \
             bool kFusedDq, bool kAtomicDq, bool kWs, bool kTwoPass, bool kSplit,             \
-            bool kPingPong, bool kDqWriter, int kLeanLevel, bool kBulkDq, bool kRoles>
+            bool kPingPong, bool kDqWriter, int kLeanLevel, int kBulkDq, bool kRoles>
 #define ATTNC_BWD_SM90                                                                       \
   BwdDkDvSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages, kFusedDq, kAtomicDq, kWs,      \
               kTwoPass, kSplit, kPingPong, kDqWriter, kLeanLevel, kBulkDq, kRoles>
 #include "attnc/bwd_sm90_producer.cuh"
 #include "attnc/bwd_sm90_step.cuh"
 #include "attnc/bwd_sm90_roles.cuh"
+#include "attnc/bwd_sm90_dq_slots.cuh"
 #undef ATTNC_BWD_SM90
 #undef ATTNC_BWD_SM90_TEMPLATE
 

@@ -113,8 +113,14 @@ ATTNC_BWD_SM90::step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s
     }
     // Bulk dQ: every warpgroup is done with the previous step's dSᵀ tile
     // (its slot is full).
-    if (kBulkDq && it > 0)
-      named_bar_sync(kBarTurn, kThreads + 32);
+    // (kSlotTurns: the compute warpgroups meet each other, so that no
+    // turn warp's wait for a turn reaches them.)
+    if (kBulkDq && it > 0) {
+      if constexpr (kSlotTurns)
+        sync_compute();
+      else
+        named_bar_sync(kBarTurn, kThreads + 32);
+    }
     // dSᵀ to shared memory as this thread holds it: fragment word
     // (kk, r) is keys row 16·warp + g (+8 for odd r), queries 16kk + 2tq
     // (+8 for r ≥ 2) and the next one, of this warpgroup's 64 keys.

@@ -88,6 +88,7 @@ std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice) {
       codegen::BwdSm90Config P = *S;
       P.Varlen = true;
       P.BulkDq = false;
+      P.BulkForm = 0;
       if (P.SplitCols) {
         P.Lean = 0;
         P.SplitRoles = false; // (the roles form has no packed walk either)

@@ -210,6 +210,37 @@ inline void addSm90Cases(std::vector<Case> &Out) {
                  Bulk});
   Out.push_back({"mha_full", DType::F16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BHSD,
                  "bwd90ws.kv64x128s2.lean2.bulk.atomic"});
+  // Turns acquired before the slot is full, two turn warps taking alternate
+  // steps and a slot each: bulk reductions (.bulk2.) or the warps' own
+  // red.global.add (.red2.; .red.: one such warp). Rotated walks with
+  // grouped heads, heads one after another in a CTA (an odd number of steps
+  // a head), fewer queries than keys and the reverse, ranks from masks,
+  // input gradients, key blocks with no step and query blocks no key
+  // visits.
+  for (const char *Two : {"bwd90ws.kv64x128s2.lean2.bulk2.fused",
+                          "bwd90ws.kv64x128s2.lean2.red2.fused"}) {
+    Out.push_back({"mha_full", DType::BF16, 128, 128, 2, 2, 1, 700, 700, Layout::BSHD, Two});
+    Out.push_back({"mha_full", DType::F16, 128, 128, 1, 4, 2, 1024, 1024, Layout::BHSD, Two});
+    Out.push_back({"mha_full", DType::F16, 128, 128, 1, 2, 1, 256, 1000, Layout::BSHD, Two});
+    Out.push_back({"mha", DType::F16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BHSD, Two});
+    Out.push_back({"mha_window", DType::BF16, 128, 128, 1, 4, 2, 333, 333, Layout::BHSD, Two});
+    Out.push_back({"mha_document", DType::F16, 128, 128, 2, 2, 2, 257, 257, Layout::BSHD, Two});
+    Out.push_back({"alibi_learnable", DType::BF16, 128, 128, 2, 2, 1, 257, 257, Layout::BHSD,
+                   Two});
+    Out.push_back({"relu_attn", DType::BF16, 128, 128, 1, 2, 2, 257, 130, Layout::BSHD, Two});
+    Out.push_back({"mha_emptyblock", DType::BF16, 128, 128, 1, 2, 2, 333, 333, Layout::BHSD,
+                   Two});
+  }
+  Out.push_back({"mha_full", DType::F16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BHSD,
+                 "bwd90ws.kv64x128s2.lean2.bulk2.atomic"});
+  Out.push_back({"mha_full", DType::BF16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BHSD,
+                 "bwd90ws.kv64x128s2.lean2.red2.atomic"});
+  const char *Red1 = "bwd90ws.kv64x128s2.lean2.red.fused";
+  Out.push_back({"mha_full", DType::F16, 128, 128, 1, 4, 2, 1024, 1024, Layout::BHSD, Red1});
+  Out.push_back({"mha", DType::BF16, 128, 128, 1, 2, 1, 1000, 1000, Layout::BSHD, Red1});
+  Out.push_back({"mha_document", DType::F16, 128, 128, 2, 2, 2, 257, 257, Layout::BSHD, Red1});
+  Out.push_back({"alibi_learnable", DType::F16, 128, 128, 2, 2, 1, 257, 257, Layout::BSHD,
+                 Red1});
   // And with 16-byte dQ adds (lanes trading pairs; rank 0's stores too).
   const char *Lean3 = "bwd90ws.kv64x128s2.lean3.fused";
   Out.push_back({"mha_full", DType::F16, 128, 128, 2, 2, 1, 700, 700, Layout::BHSD, Lean3});

@@ -205,6 +205,48 @@ TEST_CASE("bwd_sm90: the turn warp's bulk dQ compiles to CUBINs without wgmma se
   }
 }
 
+TEST_CASE("bwd_sm90: the turns taken ahead (.bulk2., .red2., .red.) compile to CUBINs without wgmma "
+          "serialisation",
+          "[nvrtc][bwd90][mha]") {
+  const ModeCase Cases[] = {
+      {examples::mha(), "bwd90ws.kv64x128s2.lean2.bulk2.fused", DType::F16},
+      {examples::mhaDocument(), "bwd90ws.kv64x128s2.lean2.bulk2.fused", DType::BF16},
+      {examples::mha(), "bwd90ws.kv64x128s2.lean2.bulk2.atomic", DType::BF16},
+      {examples::mha(), "bwd90ws.kv64x128s2.lean2.red2.fused", DType::F16},
+      {examples::mha(), "bwd90ws.kv64x128s2.lean2.red2.fused", DType::BF16},
+      {examples::alibiLearnable(), "bwd90ws.kv64x128s2.lean2.red2.fused", DType::F16},
+      {examples::softcapLearnable(), "bwd90ws.kv64x128s2.lean2.red2.fused", DType::BF16},
+      {examples::mha(), "bwd90ws.kv64x128s2.lean2.red2.atomic", DType::F16},
+      {examples::mhaDocument(), "bwd90ws.kv64x128s2.lean2.red.fused", DType::F16},
+      {examples::mha(), "bwd90ws.kv64x128s2.lean2.red.atomic", DType::BF16}};
+  for (const auto &C : Cases) {
+    BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
+    REQUIRE(Cfg.BulkDq);
+    const bool Red = Cfg.BulkForm >= 2;
+    codegen::KernelSource Src = modeSource(C);
+    INFO("kernel " << Src.Key);
+    const std::string Args =
+        "/*kLeanLevel=*/2, /*kBulkDq=*/" + std::to_string(1 + Cfg.BulkForm) + ">";
+    CHECK(has(Src.Source, Args.c_str()));
+    std::string Ptx = compileToPtx(Src);
+    // The compute threads store dQ into the slots (8-byte shared stores)
+    // and add nothing to the sum; the turn warps add it from the slots,
+    // with bulk copies or with 16-byte reductions read back from shared
+    // memory 16 bytes a lane (rank 0 stores), and publish (not atomic).
+    CHECK(!has(Ptx, "red.relaxed.gpu.global.add.v2.f32"));
+    CHECK(!has(Ptx, "st.global.cg.v2.f32"));
+    CHECK(has(Ptx, "st.shared.v2.f32"));
+    CHECK(has(Ptx, "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == !Red);
+    CHECK(has(Ptx, "cp.async.bulk.wait_group 0") == (!Red && !Cfg.AtomicDq));
+    CHECK(has(Ptx, "red.relaxed.gpu.global.add.v4.f32") == Red);
+    CHECK(has(Ptx, "ld.shared.v4.f32") == Red);
+    CHECK(has(Ptx, "st.global.cg.v4.f32") == (Red && !Cfg.AtomicDq));
+    CHECK(has(Ptx, "st.release.gpu") == !Cfg.AtomicDq);
+    CHECK(has(Ptx, "ld.acquire.gpu") == !Cfg.AtomicDq);
+    checkCubin(Src);
+  }
+}
+
 TEST_CASE("bwd_sm90: the column split compiles to CUBINs without wgmma "
           "serialisation",
           "[nvrtc][bwd90][mha]") {

@@ -98,7 +98,7 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
   CHECK(C.dkdvThreads() == 128);
   CHECK(C.str() == "bwd90.kv128x64s3.q64x32w4");
   CHECK(!C.FusedDq);
-  CHECK(BwdSm90Config::defaultFor(128, 128).str() == "bwd90ws.kv64x128s2.lean2.fused");
+  CHECK(BwdSm90Config::defaultFor(128, 128).str() == "bwd90ws.kv64x128s2.lean2.bulk2.fused");
   CHECK(BwdSm90Config::defaultFor(64, 64).str() == "bwd90ws.kv128x128s2.lean2.fused");
   // The fused dQ mode: the Q tiles are the dK/dV kernel's, warps its own.
   BwdSm90Config F = BwdSm90Config::parse("bwd90.kv128x64s3.fused");
@@ -271,6 +271,32 @@ TEST_CASE("bwd_sm90: configuration strings", "[bwd90]") {
     CHECK(A.AtomicDq);
     CHECK(A.str() == "bwd90ws.kv64x128s2.lean2.bulk.atomic");
   }
+  // Turns taken ahead (.bulk2., .red2., .red.): the same slots, BulkForm 1
+  // to 3.
+  const std::pair<const char *, int> Ahead[] = {{"bwd90ws.kv64x128s2.lean2.bulk2.fused", 1},
+                                                {"bwd90ws.kv64x128s2.lean2.bulk2.atomic", 1},
+                                                {"bwd90ws.kv64x128s2.lean2.red2.fused", 2},
+                                                {"bwd90ws.kv64x128s2.lean2.red2.atomic", 2},
+                                                {"bwd90ws.kv64x128s2.lean2.red.fused", 3},
+                                                {"bwd90ws.kv64x128s2.lean2.red.atomic", 3}};
+  for (auto [Text, Form] : Ahead) {
+    INFO(Text);
+    BwdSm90Config T = BwdSm90Config::parse(Text);
+    CHECK(T.BulkDq);
+    CHECK(T.Lean == 2);
+    CHECK(T.BulkForm == Form);
+    CHECK(T.str() == Text);
+    BwdSm90Config One = T;
+    One.BulkForm = 0;
+    CHECK(!(T == One));
+    CHECK(T.dkdvSharedBytes(128, 128, 1, true) == One.dkdvSharedBytes(128, 128, 1, true));
+    CHECK(T.dkdvThreads() == 384);
+  }
+  for (const char *Bad : {"bwd90ws.kv64x128s2.lean.bulk2.fused", "bwd90ws.kv64x128s2.red2.fused",
+                          "bwd90ws.kv64x128s2.lean2.red2.bulk.fused",
+                          "bwd90ws.kv64x128s2.lean2.red.red2.fused",
+                          "bwd90ws.kv64x128s2.lean2.fused.red2"})
+    CHECK_THROWS_WITH(BwdSm90Config::parse(Bad), Contains(".red2. or .red."));
   for (const char *Bad : {"bwd90ws.kv64x128s2.bulk.fused", "bwd90ws.kv64x128s2.lean.bulk.fused",
                           "bwd90ws.kv64x128s2.lean3.bulk.fused",
                           "bwd90ws.kv64x128s2.bulk.lean2.fused",
@@ -445,7 +471,7 @@ TEST_CASE("bwd_sm90: the selector picks it on sm_90a where it runs the head "
     return chooseWithoutShape(T, KernelPolicy());
   };
   CHECK(Choice(128, 128, GpuArch::Sm90a).str() ==
-        "bwd_sm90 bwd90ws.kv64x128s2.lean2.fused (default)");
+        "bwd_sm90 bwd90ws.kv64x128s2.lean2.bulk2.fused (default)");
   CHECK(Choice(64, 64, GpuArch::Sm90a).Skel->name() == "bwd_sm90");
   CHECK(Choice(128, 128, GpuArch::Sm80).Skel->name() == "bwd_sm80");
   CHECK(Choice(64, 64, GpuArch::Sm86).Skel->name() == "bwd_sm80");

@@ -35,9 +35,12 @@ namespace {
 
 /// What packedBackwardChoice makes of the dense default at \p D / \p DV:
 /// its .varlen form, the lean step with its turn warp kept at d64 and d128
-/// (the column split's turn warp dropped at 192 and 256).
+/// (d128's dQ slots dropped: the packed walk has its own turn warp), the
+/// column split's turn warp dropped at 192 and 256.
 BwdSm90Config packedDefault(int D, int DV) {
   BwdSm90Config Cfg = BwdSm90Config::defaultFor(D, DV);
+  Cfg.BulkDq = false;
+  Cfg.BulkForm = 0;
   if (Cfg.SplitCols) {
     Cfg.Lean = 0; // as packedBackwardChoice: the column split without its
     Cfg.SplitRoles = false; // turn warp or roles form
@@ -89,8 +92,9 @@ TEST_CASE("bwd_sm90 varlen: configuration strings and refusals", "[bwd90][varlen
   CHECK(C.str() == "bwd90ws.kv64x128s2.fused.varlen");
   CHECK(!(C == BwdSm90Config::defaultFor(128, 128)));
   // The same tiles and shared memory as the dense form.
-  CHECK(C.dkdvSharedBytes(128, 128, 1, false) ==
-        BwdSm90Config::defaultFor(128, 128).dkdvSharedBytes(128, 128, 1, false));
+  BwdSm90Config CDense = C;
+  CDense.Varlen = false;
+  CHECK(C.dkdvSharedBytes(128, 128, 1, false) == CDense.dkdvSharedBytes(128, 128, 1, false));
   for (std::string Text : {"bwd90ws.kv64x64s2.split.fused.varlen",
                            "bwd90ws2.kv64x128s3.atomic.varlen",
                            "bwd90ws.kv64x128s2.lean2.fused.varlen",

@@ -38,7 +38,12 @@ std::string BwdSm90Config::str() const {
                        : Lean == 2 ? "lean2."
                        : Lean == 3 ? "lean3."
                                   : "",
-                       BulkDq ? "bulk." : "", AtomicDq ? "atomic" : "fused",
+                       !BulkDq           ? ""
+                       : BulkForm == 1   ? "bulk2."
+                       : BulkForm == 2   ? "red2."
+                       : BulkForm == 3   ? "red."
+                                         : "bulk.",
+                       AtomicDq ? "atomic" : "fused",
                        Varlen ? ".varlen" : "");
   return fmt::format("bwd90.kv{}x{}s{}.q{}x{}w{}", KvBlockM, KvBlockN, Stages,
                      QBlockM, QBlockN, QWarps);
@@ -70,7 +75,12 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
              : T.contains(".lean3.") ? 3
                                      : 0;
   // dQ by the turn warp's bulk reductions: a form of the turn warp's step.
-  bool Bulk = Lean == 2 && T.contains(".lean2.bulk.");
+  // (.bulk2., .red2. and .red.: turns taken ahead, BwdSm90Config::BulkForm.)
+  const int BulkForm = T.contains(".lean2.bulk2.") ? 1
+                       : T.contains(".lean2.red2.") ? 2
+                       : T.contains(".lean2.red.")  ? 3
+                                                    : 0;
+  bool Bulk = Lean == 2 && (BulkForm != 0 || T.contains(".lean2.bulk."));
   if (T.endswith(".fused") || Atomic) {
     std::string Form = std::string(TwoPass ? "bwd90ws2" : Ws ? "bwd90ws" : "bwd90") +
                        ".kv%dx%ds%d." +
@@ -81,7 +91,12 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
                         : Lean == 2 ? "lean2."
                         : Lean == 3 ? "lean3."
                                     : "") +
-                       (Bulk ? "bulk." : "") + (Atomic ? "atomic" : "fused");
+                       (!Bulk           ? ""
+                        : BulkForm == 1 ? "bulk2."
+                        : BulkForm == 2 ? "red2."
+                        : BulkForm == 3 ? "red."
+                                        : "bulk.") +
+                       (Atomic ? "atomic" : "fused");
     Ok = std::sscanf(Base.c_str(), Form.c_str(), &M, &N, &S) == 3;
     if (Ok) {
       C = fused(M, N, S);
@@ -94,6 +109,7 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
       C.DqWriter = Dqw;
       C.Lean = Lean;
       C.BulkDq = Bulk;
+      C.BulkForm = Bulk ? BulkForm : 0;
       C.Varlen = Varlen;
     }
   } else {
@@ -107,7 +123,7 @@ BwdSm90Config BwdSm90Config::parse(const std::string &Text) {
                     "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
                     "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw|.lean|.lean2|.lean3]"
                     ".fused or .atomic (then .varlen for packed calls), or "
-                    "bwd90ws.kv<M>x<N>s<stages>.lean2.bulk.fused or .atomic, or "
+                    "bwd90ws.kv<M>x<N>s<stages>.lean2.bulk.fused, .bulk2., .red2. or .red. (or .atomic), or "
                     "bwd90ws.kv64x64s<stages>.split.tw.fused or .split.ro.fused, e.g. "
                     "bwd90.kv64x128s2.q128x64w8 or bwd90.kv64x128s2.fused");
   return C;
@@ -138,11 +154,16 @@ BwdSm90Config BwdSm90Config::defaultFor(int D, int DV) {
   // Warp-specialised there (docs/performance.md: faster than without in
   // both dQ modes); the element work in one pass, which needs no more
   // registers than without; the lean step with the turn warp (5-7% faster
-  // than without on an H200, docs/performance-log.md).
+  // than without on an H200, docs/performance-log.md), and dQ through the
+  // shared slots with two turn warps that take the turns ahead and add the
+  // slots by bulk reductions (.bulk2.: H200, B4 H32 S4k f16, 26% faster
+  // than .lean2.fused without a mask, 37% causal; still ordered).
   if (D == 128 && DV == 128) {
     BwdSm90Config C = fused(64, 128, 2);
     C.WarpSpecialized = true;
     C.Lean = 2;
+    C.BulkDq = true;
+    C.BulkForm = 1;
     return C;
   }
   // Head dim 192 or 256 (with 128 or 256): dK and dV rows of 64 keys are
@@ -449,7 +470,11 @@ KernelSource generateBackwardSm90(const CompiledDefinition &Def,
                                             "/*kPingPong=*/false, /*kDqWriter=*/false, "
                                             "/*kLeanLevel=*/{}{}",
                                             Config.Lean,
-                                            Config.BulkDq ? ", /*kBulkDq=*/true" : "")
+                                            !Config.BulkDq ? ""
+                                            : Config.BulkForm == 0
+                                                ? ", /*kBulkDq=*/true"
+                                                : fmt::format(", /*kBulkDq=*/{}",
+                                                              1 + Config.BulkForm))
                           : Config.TwoPass  ? ", /*kTwoPass=*/true"
                                             : "")
             : "";

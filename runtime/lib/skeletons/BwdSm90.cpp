@@ -17,7 +17,8 @@ public:
     return "bwd90.kv<M>x<N>s<stages>.q<M>x<N>w<warps>, "
            "bwd90.kv<M>x<N>s<stages>.fused or .atomic, or "
            "bwd90ws[2].kv<M>x<N>s<stages>[.split|.pp|.dqw|.lean|.lean2|.lean3].fused or .atomic "
-           "(then .varlen: packed calls), bwd90ws.kv<M>x<N>s<stages>.lean2.bulk.fused or .atomic, "
+           "(then .varlen: packed calls), bwd90ws.kv<M>x<N>s<stages>.lean2.bulk.fused (or .bulk2., "
+           ".red2., .red.: turns taken ahead) or .atomic, "
            "or bwd90ws.kv64x64s<stages>.split.tw.fused or .split.ro.fused";
   }
   SkeletonConfig defaultFor(const KernelTarget &T) const override {

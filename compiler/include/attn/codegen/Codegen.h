@@ -266,6 +266,13 @@ struct BwdSm90Config {
   /// order, so the sums keep their order and no compute thread waits for a
   /// turn (.atomic: into the zeroed sum at once, no turns).
   bool BulkDq = false;
+  /// With BulkDq, how the slots reach dQ's sum: 0 (.lean2.bulk.) the one
+  /// turn warp above; 1 (.lean2.bulk2.) two turn warps taking alternate
+  /// steps and a slot each, acquiring a turn before its slot is full,
+  /// bulk reductions; 2 (.lean2.red2.) the same two warps adding a slot
+  /// with their own red.global.add.v4; 3 (.lean2.red.) one such warp
+  /// (bwd_sm90_dq_slots.cuh).
+  int BulkForm = 0;
   /// Packed variable-length calls (written .varlen after .fused or
   /// .atomic): the warp-specialised fused-dQ kernel over cu_seqlens, one
   /// CTA per (key block of one sequence, kv head), dQ's sums per (head,
