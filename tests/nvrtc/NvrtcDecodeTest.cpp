@@ -19,6 +19,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
