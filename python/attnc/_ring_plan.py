@@ -123,6 +123,60 @@ def step_blocks(layout: str, world: int, rank: int, src: int, causal: bool,
                   cols[0] * chunk, (cols[-1] + 1) * chunk)]
 
 
+class MergeRun(NamedTuple):
+    """Rows [a, b) of a rank's shard and the partial results that merge
+    into them beside the direct block's: (step, block index in the step)
+    of each block whose rows cover them."""
+
+    a: int
+    b: int
+    parts: tuple
+
+
+class ForwardSchedule(NamedTuple):
+    """What a rank's forward runs, worked out once per chunk length: per
+    ring step (source rank, its blocks); step 0's one block covers every
+    row and writes the result directly (no fill: every row has it), the
+    other blocks' partial results cover only their rows and are merged
+    into the result, in place, run by run (rows no part covers keep the
+    direct block's result as it is)."""
+
+    steps: tuple
+    runs: tuple
+
+
+def forward_schedule(layout: str, world: int, rank: int, causal: bool,
+                     chunk: int) -> ForwardSchedule:
+    """rank's ForwardSchedule (step_blocks for each step); InternalError
+    where step 0 is not one block of every row, or a run would merge more
+    than MAX_WORLD results."""
+    steps = tuple((source(rank, t, world),
+                   tuple(step_blocks(layout, world, rank,
+                                     source(rank, t, world), causal, chunk)))
+                  for t in range(world))
+    n = len(rank_chunks(layout, world, rank)) * chunk
+    home = steps[0][1]
+    if len(home) != 1 or (home[0].q0, home[0].q1) != (0, n):
+        raise _lib.InternalError(
+            f"attnc.distributed: layout {layout!r}, rank {rank}: the own "
+            f"shard's step is {list(home)}, not one block of all {n} rows")
+    parts = [(t, i, b) for t, (_, blocks) in enumerate(steps) if t
+             for i, b in enumerate(blocks)]
+    cuts = sorted({0, n} | {b.q0 for _, _, b in parts}
+                  | {b.q1 for _, _, b in parts})
+    runs = []
+    for a, e in zip(cuts, cuts[1:]):
+        cover = tuple((t, i) for t, i, b in parts if b.q0 <= a and e <= b.q1)
+        if not cover:
+            continue
+        if len(cover) + 1 > MAX_WORLD:
+            raise _lib.InternalError(
+                f"attnc.distributed: rows {a}..{e} of rank {rank} merge "
+                f"{len(cover) + 1} results (at most {MAX_WORLD})")
+        runs.append(MergeRun(a, e, cover))
+    return ForwardSchedule(steps, tuple(runs))
+
+
 # -- what a definition must be ------------------------------------------------
 
 QUERY_INPUTS = ("per_row", "per_query_token")

@@ -22,7 +22,6 @@ every rank at once). See docs/distributed.md."""
 
 from __future__ import annotations
 
-import math
 import threading
 
 import torch
@@ -101,12 +100,12 @@ def _wait(requests):
         req.wait()
 
 
-def _rows(t, a, b, n):
-    """t's entries [a, b) along its last-but-one dim of n (q, k, out),
-    contiguous; t itself when that is all of it."""
+def _view(t, a, b, n):
+    """t's entries [a, b) along its last-but-one dim of n (q, k, v, out of
+    layout bhsd): a view, as the kernels and the merge take strides."""
     if a == 0 and b == n:
         return t
-    return t[:, :, a:b].contiguous()
+    return t[:, :, a:b]
 
 
 def _tokens(t, a, b, n):
@@ -155,6 +154,7 @@ class _Ring:
             "contiguous"
         self.causal = self.support.mask == "causal"
         self.n_finals = len(self.att.final_names)
+        self._schedules = {}  # chunk length -> plan.ForwardSchedule
 
     # -- one block ------------------------------------------------------------
 
@@ -173,45 +173,36 @@ class _Ring:
             call[name] = value
         return call
 
-    def _block_forward(self, b, q, kv, inputs):
+    def _block_forward(self, b, q, kv, inputs, out=None, finals=None):
+        """Runs block b (q, k, v as views of its rows and keys); its result
+        goes to out and finals where given (the direct block: all rows),
+        else to a new part over its rows only. Returns (o, f)."""
         n_q, n_k = q.shape[2], kv[0].shape[2]
         att = self.att if b.kind == "causal" else self.full_att
-        qb = _rows(q, b.q0, b.q1, n_q)
-        kb, vb = (_rows(t, b.k0, b.k1, n_k) for t in kv[:2])
-        bsz, heads = q.shape[0], q.shape[1]
-        o = q.new_empty((bsz, heads, b.q1 - b.q0, kv[1].shape[-1]))
-        f = q.new_empty((self.n_finals, bsz, heads, b.q1 - b.q0),
-                        dtype=torch.float32)
-        att.forward(qb, kb, vb, o, f if self.n_finals else None,
+        qb = _view(q, b.q0, b.q1, n_q)
+        kb, vb = (_view(t, b.k0, b.k1, n_k) for t in kv[:2])
+        if out is None:
+            bsz, heads, rows = q.shape[0], q.shape[1], b.q1 - b.q0
+            out = q.new_empty((bsz, heads, rows, kv[1].shape[-1]))
+            finals = q.new_empty((self.n_finals, bsz, heads, rows),
+                                 dtype=torch.float32)
+        att.forward(qb, kb, vb, out, finals if self.n_finals else None,
                     self._inputs(inputs, b, n_q, n_k))
-        if b.q0 == 0 and b.q1 == n_q:
-            return o, f
-        # Rows the block does not cover: the merge's identity (out 0, first
-        # final -inf).
-        full_o = q.new_zeros((bsz, heads, n_q, o.shape[-1]))
-        full_o[:, :, b.q0:b.q1] = o
-        full_f = torch.full((self.n_finals, bsz, heads, n_q), -math.inf,
-                            dtype=torch.float32, device=q.device)
-        full_f[..., b.q0:b.q1] = f
-        return full_o, full_f
+        return out, finals
 
     def _block_backward(self, b, q, kv, out, dout, finals, inputs, dq, dk,
                         dv):
         n_q, n_k = q.shape[2], kv[0].shape[2]
         att = self.att if b.kind == "causal" else self.full_att
-        qb, ob, dob = (_rows(t, b.q0, b.q1, n_q) for t in (q, out, dout))
+        qb, ob, dob = (_view(t, b.q0, b.q1, n_q) for t in (q, out, dout))
         fb = (_tokens(finals, b.q0, b.q1, n_q) if self.n_finals else None)
-        kb, vb = (_rows(t, b.k0, b.k1, n_k) for t in kv[:2])
+        kb, vb = (_view(t, b.k0, b.k1, n_k) for t in kv[:2])
         gq, gk, gv = (torch.empty_like(t) for t in (qb, kb, vb))
         att.backward(qb, kb, vb, ob, dob, fb, gq, gk, gv,
                      self._inputs(inputs, b, n_q, n_k))
         dq[:, :, b.q0:b.q1] += gq
         dk[:, :, b.k0:b.k1] += gk
         dv[:, :, b.k0:b.k1] += gv
-
-    def _blocks(self, src, chunk):
-        return plan.step_blocks(self.layout, self.world, self.rank, src,
-                                self.causal, chunk)
 
     def _chunk(self, q):
         return plan.check_layout(_WHERE, self.layout, self.world,
@@ -232,43 +223,75 @@ class _Ring:
 
     # -- the ring ---------------------------------------------------------------
 
+    def _schedule(self, chunk):
+        got = self._schedules.get(chunk)
+        if got is None:
+            got = self._schedules[chunk] = plan.forward_schedule(
+                self.layout, self.world, self.rank, self.causal, chunk)
+        return got
+
+    def _merge(self, runs, parts, out, finals):
+        """Merges the parts ((step, index) -> (first row, o, f)) into out
+        and finals, which the direct block wrote, run by run: one derived
+        merge of every result of a run's rows (so each is rounded once),
+        written into out in place (each row's columns are read from every
+        part before they are written; the finals go to a new tensor, as
+        the merge's threads of a row all read the parts' finals)."""
+        has = self.n_finals > 0
+        n = out.shape[2]
+        for run in runs:
+            a, e = run.a, run.b
+            target = _view(out, a, e, n)
+            outs = [target]
+            fins = [finals if a == 0 and e == n else
+                    finals[..., a:e].contiguous()]
+            for key in run.parts:
+                q0, o, f = parts[key]
+                rows = o.shape[2]
+                outs.append(_view(o, a - q0, e - q0, rows))
+                fins.append(_tokens(f, a - q0, e - q0, rows))
+            merged = torch.empty_like(fins[0]) if has else None
+            self.att.merge_results(outs, fins if has else None, target,
+                                   merged)
+            if has:
+                finals[..., a:e] = merged
+
     def forward(self, q, k, v, inputs, backward_follows=True):
         del backward_follows  # this ring's plan reads no inputs' values
         world, rank = self.world, self.rank
-        chunk = self._chunk(q)
+        sched = self._schedule(self._chunk(q))
+        bsz, heads, n = q.shape[0], q.shape[1], q.shape[2]
+        out = q.new_empty((bsz, heads, n, v.shape[-1]))
+        finals = q.new_empty((self.n_finals, bsz, heads, n),
+                             dtype=torch.float32)
         kv = self._travelling(k, v, inputs)
-        parts = []
-        for t in range(world):
-            src = plan.source(rank, t, world)
+        parts = {}
+        for t, (_, blocks) in enumerate(sched.steps):
             pending = None
             if t < world - 1:
                 nxt = [torch.empty_like(x) for x in kv]
                 pending = _exchange(kv, nxt, self.group, world, rank)
-            for b in self._blocks(src, chunk):
-                parts.append(self._block_forward(
-                    b, q, kv, self._with_keys(inputs, kv)))
+            call = self._with_keys(inputs, kv)
+            for i, b in enumerate(blocks):
+                if t == 0:  # the own shard's block: every row, direct
+                    self._block_forward(b, q, kv, call, out, finals)
+                else:
+                    parts[t, i] = (b.q0,) + self._block_forward(b, q, kv,
+                                                                call)
             if pending is not None:
                 _wait(pending)
                 kv = nxt
-        if len(parts) == 1:
-            return parts[0] + (None,)
-        out = torch.empty_like(parts[0][0])
-        finals = torch.empty_like(parts[0][1])
-        has = self.n_finals > 0
-        self.att.merge_results([p[0] for p in parts],
-                               [p[1] for p in parts] if has else None, out,
-                               finals if has else None)
+        self._merge(sched.runs, parts, out, finals)
         return out, finals, None
 
     def backward(self, q, k, v, out, finals, dout, inputs, state=None):
         world, rank = self.world, self.rank
-        chunk = self._chunk(q)
+        sched = self._schedule(self._chunk(q))
         dout = dout.contiguous()
         kv = self._travelling(k, v, inputs)
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         incoming, in_flight, sent = None, None, None
-        for t in range(world):
-            src = plan.source(rank, t, world)
+        for t, (_, blocks) in enumerate(sched.steps):
             pending = None
             if t < world - 1:
                 nxt = [torch.empty_like(x) for x in kv]
@@ -278,7 +301,7 @@ class _Ring:
                              device=q.device)
             dv = torch.zeros(kv[1].shape, dtype=torch.float32,
                              device=q.device)
-            for b in self._blocks(src, chunk):
+            for b in blocks:
                 self._block_backward(b, q, kv, out, dout, finals,
                                      self._with_keys(inputs, kv), dq, dk, dv)
             if in_flight is not None:

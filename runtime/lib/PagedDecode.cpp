@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <tuple>
@@ -328,8 +329,35 @@ codegen::KernelSource mergeResultsSource(GpuArch Arch) {
       "extern \"C\" __global__ void __launch_bounds__(128)\n"
       "attnc_merge_results_bf16(const attnc::MergeResultsArgs a) {\n"
       "  attnc::merge_results<attnc::bf16>(a);\n"
+      "}\n"
+      "extern \"C\" __global__ void __launch_bounds__(128)\n"
+      "attnc_merge_results_f16_v8(const attnc::MergeResultsArgs a) {\n"
+      "  attnc::merge_results_vec<attnc::f16, 8>(a);\n"
+      "}\n"
+      "extern \"C\" __global__ void __launch_bounds__(128)\n"
+      "attnc_merge_results_bf16_v8(const attnc::MergeResultsArgs a) {\n"
+      "  attnc::merge_results_vec<attnc::bf16, 8>(a);\n"
       "}\n",
-      {"attnc_merge_results_f16", "attnc_merge_results_bf16"});
+      {"attnc_merge_results_f16", "attnc_merge_results_bf16",
+       "attnc_merge_results_f16_v8", "attnc_merge_results_bf16_v8"});
+}
+
+/// Whether \p C's merge can move 8 columns a thread (16-byte accesses):
+/// HeadDimV a multiple of 8 and at most 1024 (a row's threads fit a CTA of
+/// 128), every part's and the output's address 16-byte aligned and their
+/// strides multiples of 8 elements.
+bool mergeResultsVec8(const MergeCall &C) {
+  const attnc::MergeResultsArgs &A = C.Args;
+  if (C.Combine || C.HeadDimV % 8 != 0 || C.HeadDimV > 8 * 128)
+    return false;
+  auto Aligned = [](const void *P, const long long (&S)[3]) {
+    return reinterpret_cast<uintptr_t>(P) % 16 == 0 && S[0] % 8 == 0 &&
+           S[1] % 8 == 0 && S[2] % 8 == 0;
+  };
+  for (int P = 0; P < A.parts; ++P)
+    if (!Aligned(A.o[P], A.o_s[P]))
+      return false;
+  return Aligned(A.out, A.out_s);
 }
 
 void launchPagedAppend(GpuArch Arch, const AppendCall &C, const TensorView &K,
@@ -379,6 +407,18 @@ void launchMergeResults(GpuArch Arch, const MergeCall &C,
   attnc::MergeResultsArgs A = C.Args;
   void *Params[] = {&A};
   CudaDriver &D = CudaDriver::get();
+  if (mergeResultsVec8(C)) {
+    // A row's HeadDimV / 8 threads, as many rows as fill 128 threads.
+    const unsigned Cols = unsigned(C.HeadDimV / 8);
+    const unsigned Rows = std::max(1u, 128u / Cols);
+    CUfunction V = helperModule(mergeResultsSource(Arch))
+                       .Functions.at(C.Bf16 ? "attnc_merge_results_bf16_v8"
+                                            : "attnc_merge_results_f16_v8");
+    D.check(D.cuLaunchKernel(V, unsigned((C.Rows + Rows - 1) / Rows), 1, 1,
+                             Cols, Rows, 1, 0, Stream, Params, nullptr),
+            "launch attnc_merge_results");
+    return;
+  }
   D.check(D.cuLaunchKernel(F, unsigned(C.Rows), 1, 1,
                            unsigned(C.HeadDimV / 2), 1, 1, 0, Stream, Params,
                            nullptr),

@@ -246,6 +246,11 @@ void launchMergeResults(GpuArch Arch, const MergeCall &C,
 /// The sources of the merge and append kernels for \p Arch (launch*
 /// compile them on first use; Attention::precompile ahead of time).
 codegen::KernelSource mergeResultsSource(GpuArch Arch);
+/// Whether launchMergeResults runs \p C by merge_results_vec (8 columns a
+/// thread): a derived merge whose HeadDimV is a multiple of 8 (at most
+/// 1024) and whose parts and output have 16-byte aligned addresses and
+/// strides of multiples of 8 elements.
+bool mergeResultsVec8(const MergeCall &C);
 codegen::KernelSource pagedAppendSource(GpuArch Arch);
 
 /// Copies new tokens into pages (Attention::appendPaged), compiled once.

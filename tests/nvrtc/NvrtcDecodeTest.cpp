@@ -1,10 +1,12 @@
 // The decode skeleton without a GPU: its configuration strings, the merge
 // struct generated from each merge kind, NVRTC compiles of every
 // transformer example for sm_80 and sm_90a (f16 and bf16), the
-// selector's short-query rule and split heuristic, and the public merge's
-// kernel for a definition's combine (the same merge struct).
+// selector's short-query rule and split heuristic, the public merge's
+// kernel for a definition's combine (the same merge struct), and the
+// runtime's public merge kernels (two columns a thread, or eight).
 #include "ExampleRegistry.h"
 #include "NvrtcPtx.h"
+#include "PagedDecode.h"
 
 #include "attn/Error.h"
 #include "attn/Pipeline.h"
@@ -17,6 +19,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -364,4 +367,69 @@ TEST_CASE("merge results: no combine kernel for a derived merge or none",
                     Catch::Matchers::StartsWith(
                         "'retention': its results cannot be merged: its "
                         "partial states have no merge: "));
+}
+
+TEST_CASE("merge results: the runtime's kernels compile; eight columns a "
+          "thread where every tensor allows it", "[decode][merge]") {
+  const std::vector<std::string> Entries = {
+      "attnc_merge_results_f16", "attnc_merge_results_bf16",
+      "attnc_merge_results_f16_v8", "attnc_merge_results_bf16_v8"};
+  for (GpuArch Arch : {GpuArch::Sm80, GpuArch::Sm90a}) {
+    codegen::KernelSource Src = runtime::mergeResultsSource(Arch);
+    INFO("kernel " << Src.Key);
+    REQUIRE(Src.Entries == Entries);
+    std::string Ptx;
+    try {
+      Ptx = compileToPtx(Src);
+      runtime::CompiledCubin C = runtime::compileToCubin(Src);
+      CHECK(std::memcmp(C.Cubin.data(), "\x7f" "ELF", 4) == 0);
+    } catch (const CompileError &E) {
+      FAIL_CHECK(E.what());
+      continue;
+    }
+    for (const std::string &E : Entries)
+      CHECK(has(Ptx, (".entry " + E + "(").c_str()));
+    // The eight-column kernels load and store 16 bytes at once.
+    CHECK(has(Ptx, "ld.global.v4"));
+    CHECK(has(Ptx, "st.global.v4"));
+  }
+  // Which calls take them: a derived merge of aligned tensors whose
+  // strides are multiples of 8 elements, HeadDimV a multiple of 8.
+  runtime::MergeCall C;
+  C.HeadDimV = 128;
+  C.Rows = 32 * 16384;
+  attnc::MergeResultsArgs &A = C.Args;
+  A.parts = 2;
+  auto At = [](uintptr_t P) { return reinterpret_cast<void *>(P); };
+  A.o[0] = At(0x10000);
+  A.o[1] = At(0x20000);
+  A.out = At(0x30000);
+  for (int P = 0; P < 2; ++P) {
+    A.o_s[P][0] = 32LL * 16384 * 128;
+    A.o_s[P][1] = 16384LL * 128;
+    A.o_s[P][2] = 128;
+  }
+  A.out_s[0] = 32LL * 8192 * 128;
+  A.out_s[1] = 8192LL * 128;
+  A.out_s[2] = 128;
+  CHECK(runtime::mergeResultsVec8(C));
+  runtime::MergeCall Off = C;
+  Off.Args.out = At(0x30008); // a view that starts 4 columns in
+  CHECK_FALSE(runtime::mergeResultsVec8(Off));
+  runtime::MergeCall Stride = C;
+  Stride.Args.o_s[1][2] = 132; // rows of 132 elements apart
+  CHECK_FALSE(runtime::mergeResultsVec8(Stride));
+  runtime::MergeCall Odd = C;
+  Odd.HeadDimV = 100;
+  CHECK_FALSE(runtime::mergeResultsVec8(Odd));
+  runtime::MergeCall Wide = C;
+  Wide.HeadDimV = 2048;
+  CHECK_FALSE(runtime::mergeResultsVec8(Wide));
+  runtime::MergeCall Combine = C;
+  Combine.Combine = true;
+  CHECK_FALSE(runtime::mergeResultsVec8(Combine));
+  // The parts past A.parts are not read.
+  runtime::MergeCall Unused = C;
+  Unused.Args.o[5] = At(0x3);
+  CHECK(runtime::mergeResultsVec8(Unused));
 }

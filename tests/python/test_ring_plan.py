@@ -94,6 +94,51 @@ class Layouts(unittest.TestCase):
                 work.append(w)
             self.assertEqual(len(set(work)), 1, work)
 
+    def test_forward_schedule(self):
+        # Zigzag over 2 ranks, chunks of 4: rank 0's second chunk (3)
+        # sees rank 1's shard whole, rank 1's both chunks (1, 2) see rank
+        # 0's first chunk; contiguous: rank 0 sees nothing but its own.
+        run = plan.MergeRun
+        self.assertEqual(plan.forward_schedule("zigzag", 2, 0, True, 4).runs,
+                         (run(4, 8, ((1, 0),)),))
+        self.assertEqual(plan.forward_schedule("zigzag", 2, 1, True, 4).runs,
+                         (run(0, 8, ((1, 0),)),))
+        self.assertEqual(
+            plan.forward_schedule("contiguous", 2, 0, True, 4).runs, ())
+        self.assertEqual(
+            plan.forward_schedule("zigzag", 4, 1, True, 4).runs,
+            (run(0, 4, ((1, 0),)), run(4, 8, ((1, 0), (2, 0), (3, 0)))))
+
+    def test_forward_schedule_merges_each_row_once(self):
+        # Every row is in at most one run, whose parts are exactly the
+        # blocks after step 0 that cover it; step 0 is one block of all
+        # rows; the steps are step_blocks'.
+        for layout in plan.LAYOUTS:
+            for world in range(1, plan.MAX_WORLD + 1):
+                for rank in range(world):
+                    for causal in (False, True):
+                        self.check_schedule(layout, world, rank, causal)
+
+    def check_schedule(self, layout, world, rank, causal):
+        chunk = 3
+        s = plan.forward_schedule(layout, world, rank, causal, chunk)
+        n = len(plan.rank_chunks(layout, world, rank)) * chunk
+        for t, (src, blocks) in enumerate(s.steps):
+            self.assertEqual(src, plan.source(rank, t, world))
+            self.assertEqual(list(blocks), plan.step_blocks(
+                layout, world, rank, src, causal, chunk))
+        self.assertEqual([(b.q0, b.q1) for b in s.steps[0][1]], [(0, n)])
+        for x in range(n):
+            cover = {(t, i) for t, (_, blocks) in enumerate(s.steps) if t
+                     for i, b in enumerate(blocks) if b.q0 <= x < b.q1}
+            runs = [r for r in s.runs if r.a <= x < r.b]
+            self.assertLessEqual(len(runs), 1)
+            self.assertEqual(set(runs[0].parts) if runs else set(), cover,
+                             f"{layout} W{world} rank {rank} row {x}")
+            if runs:
+                self.assertEqual(len(runs[0].parts), len(cover))
+                self.assertLessEqual(len(cover) + 1, plan.MAX_WORLD)
+
 
 # -- the host model -----------------------------------------------------------
 
@@ -165,10 +210,11 @@ def backward(kind, q, k, v, o, do, fin, s):
 
 
 def ring(kind, layout, world, q, k, v, do, causal, alibi=None,
-         blocks=plan.step_blocks):
+         schedule=plan.forward_schedule):
     """Ring attention in float64, rank by rank and step by step as
-    attnc.distributed runs it (blocks: the plan): the global out, dq, dk,
-    dv."""
+    attnc.distributed runs it (schedule: the plan; its steps' blocks, step
+    0's result written directly, the other blocks' results over their own
+    rows merged into it run by run): the global out, dq, dk, dv."""
     n, d_v = len(q), v.shape[1]
     chunk = plan.check_layout("test", layout, world, n)
     idx = [np.concatenate([np.arange(a, b) for a, b in
@@ -183,20 +229,26 @@ def ring(kind, layout, world, q, k, v, do, causal, alibi=None,
                               np.arange(b.k0, b.k1), b.kind == "causal",
                               alibi, qi.astype(float), ki.astype(float))
 
-    outs, fins = [], []
+    outs, fins, scheds = [], [], []
     for r in range(world):
-        rows = len(idx[r])
-        parts = []
-        for t in range(world):
-            src = plan.source(r, t, world)
-            for b in blocks(layout, world, r, src, causal, chunk):
+        sched = schedule(layout, world, r, causal, chunk)
+        scheds.append(sched)
+        parts = {}
+        for t, (src, blocks) in enumerate(sched.steps):
+            for i, b in enumerate(blocks):
                 qi, ki, s = block_scores(r, src, b)
                 po, pf = forward(kind, q[qi], k[ki], v[ki], s)
-                full_o = np.zeros((rows, d_v))
-                full_f = np.full((len(pf), rows), -np.inf)
-                full_o[b.q0:b.q1], full_f[:, b.q0:b.q1] = po, pf
-                parts.append((full_o, full_f))
-        o, f = merge(kind, parts) if len(parts) > 1 else parts[0]
+                if t == 0:  # every row (forward_schedule checks it)
+                    o, f = po.copy(), pf.copy()
+                else:
+                    parts[t, i] = (b.q0, po, pf)
+        for run in sched.runs:
+            here = [(o[run.a:run.b], f[:, run.a:run.b])]
+            for key in run.parts:
+                q0, po, pf = parts[key]
+                here.append((po[run.a - q0:run.b - q0],
+                             pf[:, run.a - q0:run.b - q0]))
+            o[run.a:run.b], f[:, run.a:run.b] = merge(kind, here)
         outs.append(o)
         fins.append(f)
     dq = [np.zeros((len(i), q.shape[1])) for i in idx]
@@ -205,8 +257,8 @@ def ring(kind, layout, world, q, k, v, do, causal, alibi=None,
            for r in range(world)]
     for t in range(world):
         for r in range(world):
-            src = plan.source(r, t, world)
-            for b in blocks(layout, world, r, src, causal, chunk):
+            src, blocks = scheds[r].steps[t]
+            for b in blocks:
                 qi, ki, s = block_scores(r, src, b)
                 gq, gk, gv = backward(
                     kind, q[qi], k[ki], v[ki], outs[r][b.q0:b.q1],
@@ -264,13 +316,28 @@ class HostModel(unittest.TestCase):
         # Why off-diagonal blocks run the maskless twin: the same blocks run
         # with the causal mask on their local indices differ from the whole
         # (the model is not blind to a wrong plan).
-        def masked_everywhere(layout, world, rank, src, causal, chunk):
-            return [b._replace(kind="causal") for b in plan.step_blocks(
-                layout, world, rank, src, causal, chunk)]
+        def masked_everywhere(layout, world, rank, causal, chunk):
+            s = plan.forward_schedule(layout, world, rank, causal, chunk)
+            return s._replace(steps=tuple(
+                (src, tuple(b._replace(kind="causal") for b in blocks))
+                for src, blocks in s.steps))
 
         got, want = self.run_both("softmax", "zigzag", 2, True,
-                                  blocks=masked_everywhere)
+                                  schedule=masked_everywhere)
         self.assertGreater(np.abs(got[0] - want[0]).max(), 1e-3)
+
+    def test_a_run_without_one_of_its_parts_is_wrong(self):
+        # The merge runs must name every part of their rows (the model
+        # sees a run that leaves one out).
+        def one_short(layout, world, rank, causal, chunk):
+            s = plan.forward_schedule(layout, world, rank, causal, chunk)
+            return s._replace(runs=tuple(
+                r._replace(parts=r.parts[:-1]) for r in s.runs))
+
+        for layout in plan.LAYOUTS:
+            got, want = self.run_both("softmax", layout, 3, True,
+                                      schedule=one_short)
+            self.assertGreater(np.abs(got[0] - want[0]).max(), 1e-3)
 
 
 class Definitions(unittest.TestCase):

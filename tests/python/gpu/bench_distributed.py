@@ -101,6 +101,10 @@ def main():
                    help="timed calls at 16k tokens per GPU (fewer above, "
                    "at least 2)")
     p.add_argument("--trace", default=None)
+    p.add_argument("--no-cp", action="store_true",
+                   help="without PyTorch's context_parallel rows")
+    p.add_argument("--cp-only", action="store_true",
+                   help="only PyTorch's context_parallel rows")
     a = p.parse_args()
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
@@ -131,8 +135,10 @@ def weak_scaling(a, s, iters, warmup, world, rank, defs):
     def report(mask, what, label, ms, tf):
         # Printed as measured: a later failure keeps the rows before it.
         if rank == 0:
+            ratio = tf / base[mask, what] if (mask, what) in base else \
+                float("nan")
             print(f"{mask:6} {what:8} {label:26} {ms:8.2f} {tf:12.1f} "
-                  f"{tf / base[mask, what]:15.2f}", flush=True)
+                  f"{ratio:15.2f}", flush=True)
 
     if rank == 0:
         print(f"weak scaling, {torch.cuda.get_device_name()} x{world}, "
@@ -141,7 +147,7 @@ def weak_scaling(a, s, iters, warmup, world, rank, defs):
               f"{warmup} warm-up")
         print(f"{'mask':6} {'pass':8} {'implementation':26} {'ms':>8} "
               f"{'TFLOP/s/GPU':>12} {'vs attnc 1 GPU':>15}", flush=True)
-    for mask, definition in defs.items():
+    for mask, definition in (() if a.cp_only else defs.items()):
         causal = mask == "causal"
         for backward in (False, True):
             what = "fwd+bwd" if backward else "fwd"
@@ -173,11 +179,11 @@ def weak_scaling(a, s, iters, warmup, world, rank, defs):
                 tf = per_gpu / ms / 1e9
                 base.setdefault((mask, what), tf)
                 report(mask, what, label, ms, tf)
-    if a.trace and s == a.seq[0]:
+    if a.trace and s == a.seq[0] and not a.cp_only:
         trace(defs["causal"], whole, world, rank, a.trace)
     # PyTorch's context_parallel last: in PyTorch 2.11 a failure inside its
     # context left its SDPA handler installed for later plain SDPA calls.
-    for mask in defs:
+    for mask in (() if a.no_cp else defs):
         for backward in (False, True):
             what = "fwd+bwd" if backward else "fwd"
             try:
