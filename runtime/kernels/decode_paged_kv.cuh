@@ -49,6 +49,13 @@ template <int kRows, int kD, int kDV, int kThreads> struct PagedKV {
   long long k_ps, k_ss, v_ps, v_ss; // page and slot strides
   const int *pages;
   int shift, num_pages, len, qshift;
+  /// Table entries of rows below fetch_len may be read: the plan's bound
+  /// for a block table (the host checks that its rows hold the bound's
+  /// pages), the length for CSR (past it lie other sequences' entries).
+  /// With the bound, a CTA's first page-table loads do not wait for its
+  /// length's load (one device round trip less before its first copies);
+  /// an entry past the length is loaded but never copied from.
+  int fetch_len;
   bool bad;
   int pk[kKIters], pv[kVIters];
   /// Row steps (mode >= 0): this thread's chunk column of K and V in bytes,
@@ -80,11 +87,11 @@ template <int kRows, int kD, int kDV, int kThreads> struct PagedKV {
 
   /// The page index of each of this thread's page groups in block row0
   /// (groups of kSpp rows kStep apart; 0 where the group's first row is
-  /// past the sequence, which is then not read).
+  /// at or past fetch_len; rows past the sequence are then not read).
   template <int kSpp>
   __device__ __forceinline__ void fetch_steps(int (&pg)[kKIters], int row0) const {
     const int t0 = row0 + r0;
-    const int lim = len - t0;
+    const int lim = fetch_len - t0;
     const int *p0 = pages + decode_step_entry(t0, shift);
     const int gs = decode_step_group_pages(shift, kSpp, kStep);
 #pragma unroll
@@ -183,7 +190,7 @@ template <int kRows, int kD, int kDV, int kThreads> struct PagedKV {
     for (int it = 0; it < kIters_; ++it) {
       const int i = threadIdx.x + it * kThreads;
       const int t = row0 + i / kChunks_;
-      pg[it] = (kTotal % kThreads == 0 || i < kTotal) && t < len
+      pg[it] = (kTotal % kThreads == 0 || i < kTotal) && t < fetch_len
                    ? __ldg(pages + (t >> shift))
                    : 0;
     }

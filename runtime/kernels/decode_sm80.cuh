@@ -130,6 +130,7 @@ struct DecodeSm80 {
     src.num_pages = p.num_pages;
     src.pages = seq.pages;
     src.len = seq.len;
+    src.fetch_len = p.indptr ? seq.len : a.seq_kv;
     src.qshift = seq.len - qs.n;
     src.bad = seq.bad;
     src.init(p.strides32 != 0);
