@@ -107,9 +107,7 @@ __device__ void ATTNC_BWD_SM90::write_dq_slots(const BwdArgs &a, u32 s_dq, u32 d
       }
       // The slot is read (its values are in the adds issued, or the bulk
       // reductions have read it): the compute threads may refill it.
-      __syncwarp();
-      if (lane == 0)
-        mbar_arrive(dq_bars + 16 + 8 * (it & 1));
+      mbar_arrive(dq_bars + 16 + 8 * (it & 1));
       if constexpr (!kAtomicDq) {
         if constexpr (kBulkDq == 2) {
           bulk_wait_all();

@@ -232,11 +232,10 @@ template <class K> struct BwdSm90PingPong {
         bulk_wait_all();
         fence_proxy_async_global(); // the copies' writes before the release
         __syncwarp();
-        if (lane == 0) {
-          if constexpr (!kAtomicDq)
+        if constexpr (!kAtomicDq)
+          if (lane == 0)
             st_release_gpu(a.dq_sem + (long long)bh * a.kv_m_blocks + m, rank + 1);
-          mbar_arrive(dq_bars + 16 + 8 * slot);
-        }
+        mbar_arrive(dq_bars + 16 + 8 * slot);
       }
     }
   }

@@ -120,9 +120,7 @@ __device__ void ATTNC_BWD_SM90::write_dq_bulk(const BwdArgs &a, u32 s_dq, u32 dq
       bulk_commit();
       // The slot is free once read; the turn passes once the sums are written.
       bulk_wait_read_all();
-      __syncwarp();
-      if (lane == 0)
-        mbar_arrive(dq_bars + 16 + 8 * slot);
+      mbar_arrive(dq_bars + 16 + 8 * slot);
       if constexpr (!kAtomicDq) {
         bulk_wait_all();
         fence_proxy_async_global(); // the reductions' writes before the release
