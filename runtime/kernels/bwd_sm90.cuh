@@ -364,12 +364,12 @@ struct BwdDkDvSm90 {
           }
         if constexpr (kDqSlots)
           for (int s = 0; s < 2; ++s) {
-            // Full: ping-pong's warpgroup 1's warps, after adding their
-            // partial, or every compute warp; empty: every lane of the dQ
+            // Full: every thread of ping-pong's warpgroup 1, after adding
+            // its partial, or of every compute warp; empty: every lane of the dQ
             // writer (or of the slot's turn warp), once its copies have
             // read the slot (each lane's own arrival, so racecheck sees
             // its reads released, as on the ring).
-            mbar_init(bar_full + kDqBarOffset + 8 * s, kPingPong ? 4 : kWarps);
+            mbar_init(bar_full + kDqBarOffset + 8 * s, (kPingPong ? 4 : kWarps) * 32);
             mbar_init(bar_full + kDqBarOffset + 16 + 8 * s, 32);
           }
         mbar_init_fence();

@@ -181,9 +181,7 @@ template <class K> struct BwdSm90PingPong {
         }
       // Read by the writer's bulk copies (the async proxy).
       fence_proxy_async_shared();
-      __syncwarp();
-      if (lane == 0)
-        mbar_arrive(dq_bars + 8 * slot);
+      mbar_arrive(dq_bars + 8 * slot); // every thread: see the empty barrier's init
     }
   }
 

@@ -202,9 +202,7 @@ ATTNC_BWD_SM90::step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s
           st_shared_f2(row_addr + 8 * half * kDqRowBytes + t * 32, acc_dq[0][t][2 * half],
                        acc_dq[0][t][2 * half + 1]);
       fence_proxy_async_shared();
-      __syncwarp();
-      if (lane == 0)
-        mbar_arrive(dq_bars + 8 * slot);
+      mbar_arrive(dq_bars + 8 * slot); // every thread: see the slot barriers' init
       if constexpr (kDqWriter)
         sync_compute();
     } else if constexpr (kTurnWarp) {
