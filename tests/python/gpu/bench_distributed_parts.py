@@ -10,7 +10,7 @@ the NCCL kernels' grid), the compute stream's idle gaps and the share of
 the NCCL kernels under attention kernels.
 
 Run: torchrun --nproc_per_node=2 tests/python/gpu/bench_distributed_parts.py
-[--seq 16384] [--ctas 2 4 8] [--trace DIR]"""
+[--seq 16384] [--ctas 2 4 8] [--high-priority] [--trace DIR]"""
 
 import argparse
 import json
@@ -140,6 +140,9 @@ def main():
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--ctas", type=int, nargs="*", default=[2, 8])
     p.add_argument("--trace", default=None)
+    p.add_argument("--high-priority", action="store_true",
+                   help="also a group whose NCCL stream has high priority "
+                   "(its kernels' CTAs are placed before the attention's)")
     a = p.parse_args()
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
@@ -157,6 +160,10 @@ def main():
             if rank == 0:
                 print(f"max_ctas {c}: no group ({type(e).__name__}: "
                       f"{str(e)[:200]})", flush=True)
+    if a.high_priority:
+        opts = dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)
+        groups["high priority"] = dist.new_group(backend="nccl",
+                                                 pg_options=opts)
     s, n = a.seq, a.seq * world
     torch.manual_seed(0)
     whole = [torch.randn(1, a.heads, n, a.dim, device="cuda",
