@@ -33,19 +33,28 @@ def unmasked():
     return d.build()
 
 
-def timed(fn, iters, warmup=2):
-    """Milliseconds per call (CUDA events), the slowest rank's."""
+def events_ms(fn, iters, warmup=2, before=None):
+    """Milliseconds per call of fn on this rank alone (CUDA events), after
+    warmup calls; before() runs between the warm-up and the timed calls."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    dist.barrier()
+    if before is not None:
+        before()
     start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
     start.record()
     for _ in range(iters):
         fn()
     end.record()
     torch.cuda.synchronize()
-    ms = torch.tensor(start.elapsed_time(end) / iters, device="cuda")
+    return start.elapsed_time(end) / iters
+
+
+def timed(fn, iters, warmup=2):
+    """Milliseconds per call (CUDA events), the slowest rank's: every rank
+    starts its timed calls after a barrier."""
+    ms = torch.tensor(events_ms(fn, iters, warmup, before=dist.barrier),
+                      device="cuda")
     dist.all_reduce(ms, op=dist.ReduceOp.MAX)
     return ms.item()
 

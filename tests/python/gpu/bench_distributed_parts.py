@@ -23,21 +23,7 @@ import torch.distributed as dist
 import attnc
 from attnc import distributed as ad
 
-from bench_distributed import timed, unmasked
-
-
-def events_ms(fn, iters, warmup=2):
-    """Milliseconds per call of fn on this rank alone (CUDA events)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
+from bench_distributed import events_ms, timed, unmasked
 
 
 def each_rank(text, rank, world):

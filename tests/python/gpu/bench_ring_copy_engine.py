@@ -28,8 +28,8 @@ import torch.distributed as dist
 import attnc
 from attnc import distributed as ad
 
-from bench_distributed import timed
-from bench_distributed_parts import events_ms, ring_of
+from bench_distributed import events_ms, timed
+from bench_distributed_parts import ring_of
 
 
 def symmetric(numel, dtype, group_name):
