@@ -9,6 +9,13 @@
 #else
 #define ATTNC_DECODE_FN inline
 #endif
+// The same on both sides and usable in constant expressions: the host's
+// plan and the kernel's template agree on a paged kernel's step mode.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define ATTNC_DECODE_CONST __host__ __device__ constexpr
+#else
+#define ATTNC_DECODE_CONST constexpr
+#endif
 
 namespace attnc {
 
@@ -169,9 +176,36 @@ ATTNC_DECODE_FN DecodePagedSeq paged_decode_seq(const PagedDecodeArgs &p, int b)
 /// 2^mode that share a page: each row its own page (mode 0) where a page
 /// holds step rows or fewer, else pages of step · 2^mode rows, the whole
 /// block in one group for pages of the block's rows or more.
-ATTNC_DECODE_FN int decode_step_mode(int shift, int log_step, int max_mode) {
-  const int m = shift - log_step;
-  return m < 0 ? 0 : (m > max_mode ? max_mode : m);
+ATTNC_DECODE_CONST int decode_step_mode(int shift, int log_step, int max_mode) {
+  return shift - log_step < 0 ? 0 : (shift - log_step > max_mode ? max_mode : shift - log_step);
+}
+
+/// log2 of a power of two (0 for 1).
+ATTNC_DECODE_CONST int decode_log2(int x) { return x <= 1 ? 0 : 1 + decode_log2(x / 2); }
+
+/// The row-step tile of paged decode for key blocks of \p rows rows, head
+/// dims \p d and \p dv, \p threads threads copying 16 bytes each: a
+/// thread's rows are step = threads / (d / 8) apart, rows / step of them a
+/// block. Row steps need K and V to share the rows (d == dv), the chunks to
+/// tile the threads, and at most 16 rows a thread (their page pointers
+/// live in registers); else 0 (every copy gathers).
+ATTNC_DECODE_CONST int decode_step_rows(int rows, int d, int dv, int threads) {
+  return d == dv && d >= 8 && threads % (d / 8) == 0 && threads / (d / 8) > 0 &&
+                 rows % (threads / (d / 8)) == 0 && rows / (threads / (d / 8)) <= 16
+             ? threads / (d / 8)
+             : 0;
+}
+
+/// The step mode a paged decode kernel compiles for pages of 2^\p shift
+/// rows (decode_step_mode of its tile), or -1 where the tile has no row
+/// steps. The kernel holds only that mode's copies (and the gather, for
+/// strides too wide for 32-bit products); the plan picks the kernel.
+ATTNC_DECODE_CONST int decode_paged_kernel_mode(int shift, int rows, int d, int dv,
+                                                int threads) {
+  return decode_step_rows(rows, d, dv, threads) == 0
+             ? -1
+             : decode_step_mode(shift, decode_log2(decode_step_rows(rows, d, dv, threads)),
+                                decode_log2(rows / decode_step_rows(rows, d, dv, threads)));
 }
 
 /// The page-table entry of the rows from t0's first group; group g (of

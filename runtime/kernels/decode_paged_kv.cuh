@@ -18,9 +18,6 @@
 
 namespace attnc {
 
-/// log2 of a power of two (0 for 1).
-__host__ __device__ constexpr int decode_log2(int x) { return x <= 1 ? 0 : 1 + decode_log2(x / 2); }
-
 /// K/V rows of one (sequence, KV head) in pages. A page index outside
 /// [0, num_pages) is not read; it sets bad, which poisons the CTA's rows.
 /// Each thread keeps the page indices of its rows of the next block in
@@ -28,22 +25,27 @@ __host__ __device__ constexpr int decode_log2(int x) { return x <= 1 ? 0 : 1 + d
 /// on the table; the ring's first blocks take theirs in one round of table
 /// loads (prologue), so that a short split does not wait for the table
 /// once per stage before its first copies. kRows rows of kD and kDV
-/// columns a block, kThreads threads, 16-byte copies.
-template <int kRows, int kD, int kDV, int kThreads> struct PagedKV {
+/// columns a block, kThreads threads, 16-byte copies. kMode: the one row-step
+/// mode compiled in (decode_paged_kernel_mode of the plan's page size), or
+/// -1 for the gather alone. One mode a kernel: a split that visits a few
+/// key blocks runs its copies from a short, warm stretch of code, not from
+/// every mode's unrolled copies behind a branch (cold instruction cache).
+template <int kRows, int kD, int kDV, int kThreads, int kMode> struct PagedKV {
   static constexpr int kKIters = (kRows * (kD / 8) + kThreads - 1) / kThreads;
   static constexpr int kVIters = (kRows * (kDV / 8) + kThreads - 1) / kThreads;
   /// Row steps: a thread's rows are kStep apart, kIters of them a block;
   /// K and V share the rows (kD == kDV). Above 16 rows a thread, the page
   /// pointers would take too many registers: the gather serves.
   static constexpr int kChunks = kD / 8;
-  static constexpr int kStep = kThreads / kChunks;
+  static constexpr int kStep = decode_step_rows(kRows, kD, kDV, kThreads);
   static constexpr int kIters = kStep > 0 ? kRows / kStep : 0;
-  static constexpr bool kHasSteps = kD == kDV && kThreads % kChunks == 0 && kStep > 0 &&
-                                    kRows % kStep == 0 && kIters <= 16;
+  static constexpr bool kHasSteps = kStep > 0 && kMode >= 0;
   static constexpr int kLogStep = decode_log2(kStep);
   /// mode m: a page group is 2^m of a thread's rows (pages of kStep · 2^m
   /// rows; the last mode also for larger pages, the whole block in one).
   static constexpr int kMaxMode = decode_log2(kIters);
+  static_assert(kMode < 0 || (kStep > 0 && kMode <= kMaxMode),
+                "a row-step mode of a tile without it");
 
   const unsigned short *k, *v;
   long long k_ps, k_ss, v_ps, v_ss; // page and slot strides
@@ -64,14 +66,16 @@ template <int kRows, int kD, int kDV, int kThreads> struct PagedKV {
   const char *kc, *vc;
   int r0, c, kps, kss, vps, vss;
 
-  /// Picks the addressing: row steps where \p strides32 (the host's check
-  /// of the byte strides) and the tile allows, else the gather.
+  /// Picks the addressing: the kernel's row-step mode where \p strides32
+  /// (the host's check of the byte strides) and the page size is the
+  /// mode's, else the gather (a plan's kernel always matches its page
+  /// size; the check keeps a mismatch correct).
   __device__ __forceinline__ void init(bool strides32) {
     mode = -1;
     if constexpr (kHasSteps) {
-      if (!strides32)
+      if (!strides32 || decode_step_mode(shift, kLogStep, kMaxMode) != kMode)
         return;
-      mode = decode_step_mode(shift, kLogStep, kMaxMode);
+      mode = kMode;
       r0 = threadIdx.x / kChunks;
       c = threadIdx.x % kChunks;
       kc = reinterpret_cast<const char *>(k + c * 8);
@@ -162,24 +166,6 @@ template <int kRows, int kD, int kDV, int kThreads> struct PagedKV {
       pk[it] = g[kN][it];
   }
 
-  /// The mode's instance: a uniform branch per block, each mode's copies
-  /// unrolled with its group size a constant.
-  template <int M, class KTile, class VTile>
-  __device__ __forceinline__ void load_mode(u32 sk, u32 sv, int row0) {
-    if constexpr (M < kMaxMode)
-      if (mode > M)
-        return load_mode<M + 1, KTile, VTile>(sk, sv, row0);
-    load_steps<KTile, VTile, (1 << M)>(sk, sv, row0);
-  }
-  template <int M, class KTile, class VTile, int kN>
-  __device__ __forceinline__ void prologue_mode(u32 s_kv, int stage_bytes, int row0,
-                                                int count) {
-    if constexpr (M < kMaxMode)
-      if (mode > M)
-        return prologue_mode<M + 1, KTile, VTile, kN>(s_kv, stage_bytes, row0, count);
-    prologue_steps<KTile, VTile, kN, (1 << M)>(s_kv, stage_bytes, row0, count);
-  }
-
   // ---- Gather -----------------------------------------------------------
 
   template <int kCols, int kIters_>
@@ -236,7 +222,8 @@ template <int kRows, int kD, int kDV, int kThreads> struct PagedKV {
                                            int count) {
     if constexpr (kHasSteps)
       if (mode >= 0)
-        return prologue_mode<0, KTile, VTile, kN>(s_kv, stage_bytes, row0, count);
+        return prologue_steps<KTile, VTile, kN, (1 << (kHasSteps ? kMode : 0))>(s_kv, stage_bytes, row0,
+                                                              count);
     int gk[kN + 1][kKIters];
     int gv[kDV == kD ? 1 : kN + 1][kDV == kD ? 1 : kVIters];
 #pragma unroll
@@ -273,7 +260,7 @@ template <int kRows, int kD, int kDV, int kThreads> struct PagedKV {
   __device__ __forceinline__ void load(u32 sk, u32 sv, int row0) {
     if constexpr (kHasSteps)
       if (mode >= 0)
-        return load_mode<0, KTile, VTile>(sk, sv, row0);
+        return load_steps<KTile, VTile, (1 << (kHasSteps ? kMode : 0))>(sk, sv, row0);
     load_one<KTile, kD>(sk, k, k_ps, k_ss, row0, pk);
     if constexpr (kDV == kD)
       load_one<VTile, kDV>(sv, v, v_ps, v_ss, row0, pk);

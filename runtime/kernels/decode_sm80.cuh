@@ -110,7 +110,9 @@ struct DecodeSm80 {
   /// per-query-token inputs follow the query rows (a packed call's from
   /// the sequence's first token), per-key ones are the sequence's row of a
   /// [batch, (heads,) keys] tensor read at kv_idx, the key's position in
-  /// its sequence (paged_sequence_span).
+  /// its sequence (paged_sequence_span). kPageMode: the row-step mode the
+  /// kernel holds (decode_paged_kernel_mode), -1 for the gather alone.
+  template <int kPageMode>
   __device__ static void run_paged(const PagedDecodeArgs &p,
                                    const typename Variant::Inputs &in,
                                    unsigned char *smem) {
@@ -119,7 +121,7 @@ struct DecodeSm80 {
     const int b = blockIdx.z;
     const DecodeQSpan qs = decode_q_span(a, b);
     const DecodePagedSeq seq = paged_decode_seq(p, b);
-    PagedKV<kBlockN, kD, kDV, kThreads> src;
+    PagedKV<kBlockN, kD, kDV, kThreads, kPageMode> src;
     src.k = static_cast<const unsigned short *>(a.k) + hk * a.k_sh;
     src.v = static_cast<const unsigned short *>(a.v) + hk * a.v_sh;
     src.k_ps = a.k_sb;

@@ -43,7 +43,8 @@ Attention::precompile(const PrecompileSet &What) {
   if (What.Decode) {
     // Paged decode's kernels serve dense and packed (decodePagedVarlen)
     // calls alike; mergeResults takes dense results only.
-    Compile(pagedRunner().source());
+    for (const codegen::KernelSource &Src : pagedRunner().sources())
+      Compile(Src);
     Compile(pagedAppendSource(Arch));
     if (!Packed) {
       Compile(mergeResultsSource(Arch));

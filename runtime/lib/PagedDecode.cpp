@@ -64,34 +64,80 @@ PagedDecodeRunner::PagedDecodeRunner(const CompiledDefinition &Def,
                                      const KernelTarget &T,
                                      const codegen::DecodeConfig &C)
     : Def(Def), Target(T), Config(C),
-      Source(codegen::generatePagedDecode(Def, T.kernelSpec(), C)),
-      Cached(KernelCache::global().getOrCompile(Source)),
-      MergeKind(analysis::analyzeMerge(*Def.Graph).Kind) {}
+      MergeKind(analysis::analyzeMerge(*Def.Graph).Kind) {
+  // The configuration's errors (UserError) at construction, as before the
+  // kernels were per mode; generating is text, compiling waits for a plan.
+  (void)codegen::generatePagedDecode(Def, T.kernelSpec(), C, modeFor(1));
+}
 
 PagedDecodeRunner::~PagedDecodeRunner() = default;
+
+int PagedDecodeRunner::modeFor(int64_t PageSize) const {
+  return attnc::decode_paged_kernel_mode(pageShift(PageSize), Config.BlockN,
+                                         Target.HeadDim, Target.HeadDimV,
+                                         Config.Warps * 32);
+}
+
+std::vector<codegen::KernelSource> PagedDecodeRunner::sources() const {
+  // Modes grow with the page size and stop at the block's rows (at most
+  // 1024): shifts to 10 meet every one.
+  std::vector<codegen::KernelSource> Out;
+  int Last = -2;
+  for (int Shift = 0; Shift <= 10; ++Shift) {
+    const int Mode = modeFor(int64_t(1) << Shift);
+    if (Mode == Last)
+      continue;
+    Last = Mode;
+    Out.push_back(
+        codegen::generatePagedDecode(Def, Target.kernelSpec(), Config, Mode));
+  }
+  return Out;
+}
+
+PagedDecodeRunner::Instance &PagedDecodeRunner::instance(int Mode) {
+  std::unique_ptr<Instance> &I = Instances[Mode];
+  if (I)
+    return *I;
+  auto New = std::make_unique<Instance>();
+  New->Source =
+      codegen::generatePagedDecode(Def, Target.kernelSpec(), Config, Mode);
+  New->Cached = KernelCache::global().getOrCompile(New->Source);
+  New->Module.load(New->Cached, Target.Arch);
+  New->Decode = New->Module.function("attnc_decode_paged");
+  if (New->Source.Entries.size() > 1)
+    New->Merge = New->Module.function("attnc_decode_merge");
+  New->Module.allowSharedBytes(
+      New->Decode, Config.sharedBytes(Target.HeadDim, Target.HeadDimV),
+      "config " + Config.str());
+  I = std::move(New);
+  return *I;
+}
 
 DecodePlan PagedDecodeRunner::plan(const DecodeBounds &B) {
   DecodePlan P = makeDecodePlan(B, Target.HeadDimV, Config.BlockM,
                                 Config.BlockN, currentDevice().MultiProcessors,
                                 MergeKind);
-  P.KernelKey = Source.Key;
-  if (!Module.loaded()) {
-    Module.load(Cached, Target.Arch);
-    Decode = Module.function("attnc_decode_paged");
-    if (Source.Entries.size() > 1)
-      Merge = Module.function("attnc_decode_merge");
-    Module.allowSharedBytes(Decode, Config.sharedBytes(Target.HeadDim,
-                                                       Target.HeadDimV),
-                            "config " + Config.str());
-  }
+  P.KernelKey = instance(modeFor(B.PageSize)).Source.Key;
   return P;
 }
 
+const PagedDecodeRunner::Instance *
+PagedDecodeRunner::planned(const DecodePlan &P) const {
+  if (P.Bounds.PageSize < 1 || (P.Bounds.PageSize & (P.Bounds.PageSize - 1)))
+    return nullptr;
+  auto It = Instances.find(modeFor(P.Bounds.PageSize));
+  if (It == Instances.end() || !It->second ||
+      It->second->Source.Key != P.KernelKey)
+    return nullptr;
+  return It->second.get();
+}
+
 void PagedDecodeRunner::checkPlan(const DecodePlan &P) const {
-  if (P.KernelKey != Source.Key || !Module.loaded())
+  if (!planned(P))
     throw InvalidArgument(fmt::format(
-        "plan: made for kernel '{}', not by this Attention ('{}')",
-        P.KernelKey, Source.Key));
+        "plan: made for kernel '{}', not by this Attention (no plan of its "
+        "own for page size {})",
+        P.KernelKey, P.Bounds.PageSize));
 }
 
 void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
@@ -100,6 +146,8 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
                             const InputMap &Inputs, CUstream Stream,
                             unsigned *Counters) {
   checkPlan(P);
+  const Instance &I = *planned(P);
+  CUfunction Decode = I.Decode, Merge = I.Merge;
   CudaDriver &D = CudaDriver::get();
   attnc::PagedDecodeArgs A{};
   attnc::DecodeArgs &d = A.d;

@@ -15,7 +15,9 @@
 #include "attn/analysis/Merge.h"
 #include "attn/runtime/Validate.h"
 
+#include <map>
 #include <memory>
+#include <vector>
 
 namespace attn::runtime {
 
@@ -166,16 +168,32 @@ public:
   void runEager(const DecodeBounds &B, const PagedCall &C, const TensorView &Q,
                 const TensorView &Out, const TensorView *Finals,
                 const InputMap &Inputs, CUstream Stream);
-  const codegen::KernelSource &source() const { return Source; }
+  /// The kernel of every row-step mode a page size can pick (what
+  /// precompile compiles: a plan's page size is not known ahead).
+  std::vector<codegen::KernelSource> sources() const;
 
 private:
+  /// One kernel of the definition: the copies of one row-step mode
+  /// (generatePagedDecode's PageMode), loaded on its first plan.
+  struct Instance {
+    codegen::KernelSource Source;
+    CacheResult Cached;
+    KernelModule Module;
+    CUfunction Decode = nullptr, Merge = nullptr;
+  };
+  /// The row-step mode of pages of \p PageSize rows for this kernel's tile
+  /// (attnc::decode_paged_kernel_mode), -1 where it has none.
+  int modeFor(int64_t PageSize) const;
+  /// The loaded kernel of \p Mode, compiled on first use.
+  Instance &instance(int Mode);
+  /// The kernel \p P was made for, or null where this runner made no such
+  /// plan.
+  const Instance *planned(const DecodePlan &P) const;
+
   const CompiledDefinition &Def;
   KernelTarget Target;
   codegen::DecodeConfig Config;
-  codegen::KernelSource Source;
-  CacheResult Cached;
-  KernelModule Module;
-  CUfunction Decode = nullptr, Merge = nullptr;
+  std::map<int, std::unique_ptr<Instance>> Instances;
   analysis::MergeKind MergeKind;
   /// runEager's workspace, per stream (calls on different streams may run
   /// at once).

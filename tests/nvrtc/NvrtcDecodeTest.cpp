@@ -7,6 +7,7 @@
 #include "ExampleRegistry.h"
 #include "NvrtcPtx.h"
 #include "PagedDecode.h"
+#include "../kernels/decode_args.cuh"
 
 #include "attn/Error.h"
 #include "attn/Pipeline.h"
@@ -21,6 +22,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <set>
 #include <string>
 
 using namespace attn;
@@ -240,9 +242,14 @@ TEST_CASE("decode: the paged kernels compile for each merge kind",
     CompiledDefinition Def = compile(testsupport::registry().get(Name));
     MergeKind M = analysis::analyzeMerge(*Def.Graph).Kind;
     KernelSpec S = kernelSpec(DType::F16, 128, 128, GpuArch::Sm80);
-    codegen::KernelSource Src = codegen::generatePagedDecode(
-        Def, S, DecodeConfig::defaultFor(128, 128, GpuArch::Sm80));
+    const DecodeConfig C = DecodeConfig::defaultFor(128, 128, GpuArch::Sm80);
+    // Pages of 16 rows: the mode the plan picks for them.
+    const int Mode = attnc::decode_paged_kernel_mode(4, C.BlockN, 128, 128, C.Warps * 32);
+    REQUIRE(Mode >= 0);
+    codegen::KernelSource Src = codegen::generatePagedDecode(Def, S, C, Mode);
     INFO("kernel " << Src.Key);
+    CHECK(has(Src.Key, fmt::format(".steps{}", Mode).c_str()));
+    CHECK(has(Src.Source, fmt::format("::run_paged<{}>(a, in, smem)", Mode).c_str()));
     CHECK(Src.Key.find(".decode_paged_sm80.") != std::string::npos);
     // The contiguous kernel's key is another: the two never share a cache
     // entry.
@@ -271,8 +278,10 @@ TEST_CASE("decode: the paged kernel compiles for sm_90a, with V's own page "
   CompiledDefinition Def = compile(testsupport::registry().get("mha"));
   for (auto [D, DV] : {std::pair{128, 128}, std::pair{64, 128}}) {
     KernelSpec S = kernelSpec(DType::BF16, D, DV, GpuArch::Sm90a);
-    codegen::KernelSource Src = codegen::generatePagedDecode(
-        Def, S, DecodeConfig::defaultFor(D, DV, GpuArch::Sm90a));
+    const DecodeConfig C = DecodeConfig::defaultFor(D, DV, GpuArch::Sm90a);
+    const int Mode = attnc::decode_paged_kernel_mode(4, C.BlockN, D, DV, C.Warps * 32);
+    CHECK((Mode >= 0) == (D == DV)); // no row steps where dv differs
+    codegen::KernelSource Src = codegen::generatePagedDecode(Def, S, C, Mode);
     INFO("kernel " << Src.Key);
     compilesToElf(Src);
   }
@@ -284,6 +293,9 @@ TEST_CASE("decode: the paged kernel's row steps compile for each thread "
   // decode_paged_kv.cuh's row steps for rows 16 (d64), 4 (d256; d128 over
   // 64 threads) and 8 apart, 4 to 16 of them a thread (a block of 128 keys
   // at d128); d192's chunks do not tile 128 threads (the gather alone).
+  // Each kernel holds one mode: the first (a page a row) and the last (a
+  // group the whole block) of each shape here, every mode of the default
+  // d128 tile in the next test.
   CompiledDefinition Def = compile(testsupport::registry().get("mha"));
   struct Shape {
     int D;
@@ -293,11 +305,50 @@ TEST_CASE("decode: the paged kernel's row steps compile for each thread "
                          Shape{128, "dec.m16n64w2s3"}, Shape{128, "dec.m16n128w4s2"},
                          Shape{192, "dec.m16n64w4s2"}}) {
     KernelSpec S = kernelSpec(DType::F16, X.D, X.D, GpuArch::Sm90a);
-    codegen::KernelSource Src =
-        codegen::generatePagedDecode(Def, S, DecodeConfig::parse(X.Config));
+    const DecodeConfig C = DecodeConfig::parse(X.Config);
+    const int First = attnc::decode_paged_kernel_mode(0, C.BlockN, X.D, X.D, C.Warps * 32);
+    const int Last = attnc::decode_paged_kernel_mode(20, C.BlockN, X.D, X.D, C.Warps * 32);
+    CHECK((First == -1) == (X.D == 192));
+    for (int Mode : std::set<int>{First, Last}) {
+      codegen::KernelSource Src = codegen::generatePagedDecode(Def, S, C, Mode);
+      INFO("kernel " << Src.Key);
+      compilesToElf(Src);
+    }
+  }
+}
+
+TEST_CASE("decode: the paged kernel of each page size's row-step mode "
+          "compiles, each under its own key",
+          "[decode][nvrtc][paged]") {
+  CompiledDefinition Def = compile(testsupport::registry().get("mha"));
+  KernelSpec S = kernelSpec(DType::F16, 128, 128, GpuArch::Sm90a);
+  const DecodeConfig C = DecodeConfig::defaultFor(128, 128, GpuArch::Sm90a);
+  // Page sizes 1, 2, ... 1024: modes rise from 0 by one a doubling past
+  // the step (8 rows at d128, 4 warps) and stop at the block's rows.
+  std::vector<int> Modes;
+  for (int Shift = 0; Shift <= 10; ++Shift) {
+    const int M = attnc::decode_paged_kernel_mode(Shift, C.BlockN, 128, 128, C.Warps * 32);
+    if (Modes.empty() || Modes.back() != M)
+      Modes.push_back(M);
+  }
+  REQUIRE(C.Warps == 4);
+  std::vector<int> Expected;
+  for (int M = 0; (8 << M) <= C.BlockN; ++M)
+    Expected.push_back(M);
+  CHECK(Modes == Expected);
+  std::set<std::string> Keys;
+  for (int Mode : Modes) {
+    codegen::KernelSource Src = codegen::generatePagedDecode(Def, S, C, Mode);
     INFO("kernel " << Src.Key);
+    Keys.insert(Src.Key);
     compilesToElf(Src);
   }
+  CHECK(Keys.size() == Modes.size());
+  // The gather-only kernel has a key of its own; a mode past a thread's 16
+  // rows is no kernel's.
+  CHECK(Keys.count(codegen::generatePagedDecode(Def, S, C, -1).Key) == 0);
+  CHECK_THROWS_AS(codegen::generatePagedDecode(Def, S, C, 5), InternalError);
+  CHECK_THROWS_AS(codegen::generatePagedDecode(Def, S, C, -2), InternalError);
 }
 
 TEST_CASE("merge results: a combine's kernel runs decode's Merge struct and "

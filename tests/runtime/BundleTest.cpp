@@ -13,8 +13,11 @@
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/SHA256.h"
 
+#include <fmt/format.h>
+
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <set>
 #include <thread>
 
@@ -164,10 +167,15 @@ TEST_CASE("precompile returns the kernels that calls of the signature load",
     REQUIRE(P.Cubin);
     CHECK_FALSE(P.Cubin->empty());
   }
-  // forward, the short-query decode kernel, backward, paged decode, append
-  // and merge: six distinct kernels.
-  CHECK(K.size() == 6);
-  CHECK(Keys.size() == 6);
+  // forward, the short-query decode kernel, backward, paged decode of each
+  // row-step mode (d64: a thread's rows 16 apart, 4 of them in a block of
+  // 64 keys: groups of 1, 2 or 4 rows, three kernels), append and merge:
+  // eight distinct kernels.
+  CHECK(K.size() == 8);
+  CHECK(Keys.size() == 8);
+  CHECK(std::count_if(Keys.begin(), Keys.end(), [](const std::string &Key) {
+          return Key.find("decode_paged_sm80") != std::string::npos;
+        }) == 3);
   // The forward is the one the Attention compiled when it was made.
   CHECK(K[0].Source.Source == A.source().Source);
   CHECK(bundleKey(K[0].Source) == bundleKey(A.source()));
@@ -181,7 +189,7 @@ TEST_CASE("one Attention precompiled from several threads at once",
           "[bundle][concurrency]") {
   // The lazily made members (the backward's selector and runner, the paged
   // runner, the backends) are made under the object's call lock: threads
-  // racing for them all get the same six kernels.
+  // racing for them all get the same eight kernels.
   dsl::AttentionDef Def = examples::mha();
   Signature Sig;
   Sig.HeadDim = Sig.HeadDimV = 64;
@@ -207,7 +215,7 @@ TEST_CASE("one Attention precompiled from several threads at once",
   for (int T = 0; T < Threads; ++T) {
     INFO("thread " << T);
     CHECK(Errors[T].empty());
-    CHECK(Keys[T].size() == 6);
+    CHECK(Keys[T].size() == 8);
     CHECK(Keys[T] == Keys[0]);
   }
   CHECK(A.lastBackend().empty()); // nothing ran
@@ -234,12 +242,18 @@ TEST_CASE("precompile for several archs, and the linear twin",
   Decode.Decode = true;
   Attention Packed(Def, Thd);
   // A packed signature's decode set: paged decode's kernels (they serve
-  // decodePagedVarlen) and the append; no merge (mergeResults takes dense
-  // results).
+  // decodePagedVarlen), one a row-step mode, as a plan of any page size
+  // may pick, and the append; no merge (mergeResults takes dense results).
   std::vector<PrecompiledKernel> PK = Packed.precompile(Decode);
-  REQUIRE(PK.size() == 2);
-  CHECK_THAT(PK[0].Source.Key, Contains("decode_paged_sm80"));
-  CHECK_THAT(PK[1].Source.Key, Contains("paged_append"));
+  REQUIRE(PK.size() >= 3);
+  std::set<std::string> PagedKeys;
+  for (size_t I = 0; I + 1 < PK.size(); ++I) {
+    CHECK_THAT(PK[I].Source.Key, Contains("decode_paged_sm80"));
+    CHECK_THAT(PK[I].Source.Key, Contains(fmt::format(".steps{}", I)));
+    PagedKeys.insert(PK[I].Source.Key);
+  }
+  CHECK(PagedKeys.size() == PK.size() - 1);
+  CHECK_THAT(PK.back().Source.Key, Contains("paged_append"));
 
   dsl::LinearAttentionDef Gla = examples::simpleGla();
   LinearSignature L;

@@ -213,7 +213,8 @@ static KernelSource generateDecodeFrom(const CompiledDefinition &Def,
                                        const DecodeConfig &C,
                                        llvm::StringRef Template,
                                        llvm::StringRef Skeleton,
-                                       llvm::StringRef Entry, bool Paged) {
+                                       llvm::StringRef Entry, bool Paged,
+                                       int PageMode = -1) {
   if (Def.Graph->decls().Kind != ir::DefinitionKind::Transformer)
     throw NotSupportedYet("decode for linear attention ('" +
                           Def.Graph->name() + "')");
@@ -224,6 +225,8 @@ static KernelSource generateDecodeFrom(const CompiledDefinition &Def,
   Src.Key = fmt::format("{}.{}.{}.d{}x{}.{}.{}", Def.Graph->name(),
                         Skeleton.str(), std::string(dtypeName(Spec.Dtype)), Spec.HeadDim,
                         Spec.HeadDimV, archName(Spec.Arch).str(), C.str());
+  if (Paged)
+    Src.Key += PageMode < 0 ? ".gather" : fmt::format(".steps{}", PageMode);
   Src.Arch = Spec.Arch;
   Src.Entries = {Entry.str()};
   if (M.Kind != analysis::MergeKind::None)
@@ -236,6 +239,8 @@ static KernelSource generateDecodeFrom(const CompiledDefinition &Def,
   Values["block_n"] = std::to_string(C.BlockN);
   Values["warps"] = std::to_string(C.Warps);
   Values["stages"] = std::to_string(C.Stages);
+  if (Paged)
+    Values["page_mode"] = std::to_string(PageMode);
   Values["merge_kernel"] =
       M.Kind == analysis::MergeKind::None
           ? "// No merge kernel: " + M.Reason + "; decode never splits.\n"
@@ -261,10 +266,14 @@ KernelSource generateDecode(const CompiledDefinition &Def,
 
 KernelSource generatePagedDecode(const CompiledDefinition &Def,
                                  const KernelSpec &Spec,
-                                 const DecodeConfig &C) {
+                                 const DecodeConfig &C, int PageMode) {
+  // A thread has at most 16 rows a block: modes 0 to 4.
+  if (PageMode < -1 || PageMode > 4)
+    throw InternalError(fmt::format(
+        "paged decode: row-step mode {} (expected -1 to 4)", PageMode));
   return generateDecodeFrom(Def, Spec, C, "decode_paged_sm80.cu.in",
                             "decode_paged_sm80", "attnc_decode_paged",
-                            /*Paged=*/true);
+                            /*Paged=*/true, PageMode);
 }
 
 KernelSource generateMergeResults(const CompiledDefinition &Def,

@@ -63,8 +63,14 @@ KernelSource generateDecode(const CompiledDefinition &Def,
 /// kernel over K/V in pages, attnc::PagedDecodeArgs) and its
 /// attnc_decode_merge (the same merge as generateDecode's, taking the
 /// PagedDecodeArgs: the epilogue's q_idx needs each sequence's length).
+/// \p PageMode: the one row-step mode of the kernel's page copies
+/// (attnc::decode_paged_kernel_mode of the page size the plan takes, 0 to
+/// 4; part of the key), or -1 for the 64-bit gather alone; the gather is
+/// in every kernel, for strides too wide for the row steps. InternalError
+/// for another mode; a mode the tile lacks fails the kernel's compile.
 KernelSource generatePagedDecode(const CompiledDefinition &Def,
-                                 const KernelSpec &Spec, const DecodeConfig &C);
+                                 const KernelSpec &Spec, const DecodeConfig &C,
+                                 int PageMode);
 
 /// The generated struct that merges two RowStates by \p M's rule and moves
 /// them to and from fp32 workspace rows (what attnc_decode_merge and the
