@@ -512,6 +512,12 @@ void emitInputGrads(CodeWriter &W, const ir::Graph &G,
   if (Roots.empty())
     return;
   ExprEmitter E(W, Spell);
+  // Spelled as score_mod_grad spells them (emitScalarFunction): the
+  // backward calls both on the same raw score, one after the other, and
+  // only identical expressions are computed once (a soft cap's tanh and
+  // its division by the cap: three IEEE divisions and one tanhf an element
+  // fewer; gradients need not match a comparison's last bit).
+  E.spellRowDivisionsAsReciprocals();
   E.emitScalarBody(Roots);
   for (size_t I = 0; I < Roots.size(); ++I) {
     std::string V = E.operand(Roots[I], false);
