@@ -94,10 +94,9 @@ def _send_group(group):
     after a barrier does not) the attention's CTAs take the SMs first, so
     the transfer ends after the step it should hide under (2 H200s, 16k
     tokens a GPU, causal forward 7.9 -> 7.0 ms). Only the default group:
-    making a group is
-    collective over every rank of the job, which a subgroup's call is not;
-    a subgroup may be made with that option by its caller. Other backends
-    (gloo) are used as they are."""
+    making a group is collective over every rank of the job, which a
+    subgroup's call is not; a subgroup may be made with that option by its
+    caller. Other backends (gloo) are used as they are."""
     if group is not None and group is not dist.group.WORLD:
         return group
     world = dist.group.WORLD

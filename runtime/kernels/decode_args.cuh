@@ -177,7 +177,8 @@ ATTNC_DECODE_FN DecodePagedSeq paged_decode_seq(const PagedDecodeArgs &p, int b)
 /// holds step rows or fewer, else pages of step · 2^mode rows, the whole
 /// block in one group for pages of the block's rows or more.
 ATTNC_DECODE_CONST int decode_step_mode(int shift, int log_step, int max_mode) {
-  return shift - log_step < 0 ? 0 : (shift - log_step > max_mode ? max_mode : shift - log_step);
+  const int m = shift - log_step;
+  return m < 0 ? 0 : (m > max_mode ? max_mode : m);
 }
 
 /// log2 of a power of two (0 for 1).
@@ -190,10 +191,10 @@ ATTNC_DECODE_CONST int decode_log2(int x) { return x <= 1 ? 0 : 1 + decode_log2(
 /// tile the threads, and at most 16 rows a thread (their page pointers
 /// live in registers); else 0 (every copy gathers).
 ATTNC_DECODE_CONST int decode_step_rows(int rows, int d, int dv, int threads) {
-  return d == dv && d >= 8 && threads % (d / 8) == 0 && threads / (d / 8) > 0 &&
-                 rows % (threads / (d / 8)) == 0 && rows / (threads / (d / 8)) <= 16
-             ? threads / (d / 8)
-             : 0;
+  if (d != dv || d < 8 || threads % (d / 8) != 0)
+    return 0;
+  const int step = threads / (d / 8);
+  return step > 0 && rows % step == 0 && rows / step <= 16 ? step : 0;
 }
 
 /// The step mode a paged decode kernel compiles for pages of 2^\p shift
@@ -202,10 +203,8 @@ ATTNC_DECODE_CONST int decode_step_rows(int rows, int d, int dv, int threads) {
 /// strides too wide for 32-bit products); the plan picks the kernel.
 ATTNC_DECODE_CONST int decode_paged_kernel_mode(int shift, int rows, int d, int dv,
                                                 int threads) {
-  return decode_step_rows(rows, d, dv, threads) == 0
-             ? -1
-             : decode_step_mode(shift, decode_log2(decode_step_rows(rows, d, dv, threads)),
-                                decode_log2(rows / decode_step_rows(rows, d, dv, threads)));
+  const int step = decode_step_rows(rows, d, dv, threads);
+  return step == 0 ? -1 : decode_step_mode(shift, decode_log2(step), decode_log2(rows / step));
 }
 
 /// The page-table entry of the rows from t0's first group; group g (of

@@ -121,32 +121,28 @@ DecodePlan PagedDecodeRunner::plan(const DecodeBounds &B) {
   return P;
 }
 
-const PagedDecodeRunner::Instance *
+const PagedDecodeRunner::Instance &
 PagedDecodeRunner::planned(const DecodePlan &P) const {
-  if (P.Bounds.PageSize < 1 || (P.Bounds.PageSize & (P.Bounds.PageSize - 1)))
-    return nullptr;
-  auto It = Instances.find(modeFor(P.Bounds.PageSize));
+  const bool PowerOfTwo =
+      P.Bounds.PageSize >= 1 && (P.Bounds.PageSize & (P.Bounds.PageSize - 1)) == 0;
+  auto It = PowerOfTwo ? Instances.find(modeFor(P.Bounds.PageSize)) : Instances.end();
   if (It == Instances.end() || !It->second ||
       It->second->Source.Key != P.KernelKey)
-    return nullptr;
-  return It->second.get();
-}
-
-void PagedDecodeRunner::checkPlan(const DecodePlan &P) const {
-  if (!planned(P))
     throw InvalidArgument(fmt::format(
         "plan: made for kernel '{}', not by this Attention (no plan of its "
         "own for page size {})",
         P.KernelKey, P.Bounds.PageSize));
+  return *It->second;
 }
+
+void PagedDecodeRunner::checkPlan(const DecodePlan &P) const { planned(P); }
 
 void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
                             const TensorView &Q, const TensorView &Out,
                             const TensorView *Finals, void *Workspace,
                             const InputMap &Inputs, CUstream Stream,
                             unsigned *Counters) {
-  checkPlan(P);
-  const Instance &I = *planned(P);
+  const Instance &I = planned(P);
   CUfunction Decode = I.Decode, Merge = I.Merge;
   CudaDriver &D = CudaDriver::get();
   attnc::PagedDecodeArgs A{};

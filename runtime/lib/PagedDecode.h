@@ -186,9 +186,9 @@ private:
   int modeFor(int64_t PageSize) const;
   /// The loaded kernel of \p Mode, compiled on first use.
   Instance &instance(int Mode);
-  /// The kernel \p P was made for, or null where this runner made no such
-  /// plan.
-  const Instance *planned(const DecodePlan &P) const;
+  /// The kernel \p P was made for; InvalidArgument where this runner made
+  /// no such plan.
+  const Instance &planned(const DecodePlan &P) const;
 
   const CompiledDefinition &Def;
   KernelTarget Target;
