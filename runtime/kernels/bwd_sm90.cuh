@@ -180,9 +180,11 @@ struct BwdDkDvSm90 {
   static_assert(!kLean || (kWs && kFusedDq && !kTwoPass && !kSplit && !kWriter),
                 "the lean step is a warp-specialised fused-dQ mode of the lockstep "
                 "step (bwdSm90Unsupported)");
-  static_assert(!kBulkDq || (kLeanLevel == 2 && kBlockM == 64),
+  static_assert(!kBulkDq || (kLeanLevel == 2 &&
+                             (kBlockM == 64 || (kBlockM == 128 && kD == 64 && kSlotTurns))),
                 "the bulk dQ reduction is a form of the turn warp's step with 64-row "
-                "steps (bwdSm90Unsupported)");
+                "steps, or at head dim 64 of 128-row steps with turns taken ahead "
+                "(bwdSm90Unsupported)");
   static_assert(kStages >= 2 && kStages <= 4, "a ring of 2 to 4 stages");
   static_assert(kNumGrads <= kMaxInputGrads, "too many input gradients");
   static_assert(kFusedDq || !(kAtomicDq || kWs),
@@ -240,9 +242,9 @@ struct BwdDkDvSm90 {
   static_assert(kSplit || kPingPong || !kFusedDq || kDqN == 64 || kDqN == 128,
                 "fused dQ: a warpgroup's columns must be one or two 64-column slabs "
                 "(bwdSm90Unsupported; ping-pong's warpgroups take all kD columns)");
-  static_assert(!kDqRows || (kBlockM == 128 && !kWriter && !kBulkDq),
+  static_assert(!kDqRows || (kBlockM == 128 && !kWriter && (!kBulkDq || kSlotTurns)),
                 "fused dQ at head dim 64 with two warpgroups: a 64-row chain each, "
-                "128-row steps (bwdSm90Unsupported)");
+                "128-row steps; slots only with turns taken ahead (bwdSm90Unsupported)");
   /// The first of chain c's rows within the step: 64·c, or with kDqRows
   /// this warpgroup's chain.
   __device__ static __forceinline__ int dq_chain(int c, int wg) { return kDqRows ? wg : c; }

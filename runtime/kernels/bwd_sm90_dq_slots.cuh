@@ -1,6 +1,7 @@
 // bwd_sm90's dQ through shared slots with turns acquired ahead (BwdDkDvSm90
 // with kSlotTurns: kBulkDq 2, 3 or 4, written .lean2.bulk2., .lean2.red2.
-// and .lean2.red.; bwd_sm90.cuh says what the rest does). Included by
+// and .lean2.red.; at d64 also of 128-row steps, the two warpgroups' row
+// chains; bwd_sm90.cuh says what the rest does). Included by
 // bwd_sm90.cuh after the struct.
 //
 // Why: with the bulk dQ's one turn warp (kBulkDq 1) every step's turn is
@@ -39,8 +40,11 @@ __device__ void ATTNC_BWD_SM90::write_dq_slots(const BwdArgs &a, u32 s_dq, u32 d
                                                int n_block, int b, int hk, int group_size,
                                                int owner) {
   static_assert(kBulkDq >= 2 && kBulkDq <= 4, "turns ahead: bulk or thread reductions");
-  // (At d64 the fused dQ with 64-row steps does not exist: kDqN.)
-  static_assert(kD == 128, "a row of the slot is 32 lanes' 16 bytes");
+  // A pass of the thread reductions covers 512 bytes, 16 a lane: one row at
+  // d128, two at d64 (lanes 0-15 the first, 16-31 the second).
+  static_assert(kD == 128 || kD == 64, "a pass of 32 lanes' 16 bytes is a whole number of rows");
+  constexpr int kLanesPerRow = kD / 4, kRowsPerPass = 32 / kLanesPerRow;
+  static_assert(kBlockM % kRowsPerPass == 0, "the slot's rows in whole passes");
   const int lane = threadIdx.x % 32;
   int it = 0;
   for (int hi = 0; hi < group_size; ++hi) {
@@ -84,21 +88,22 @@ __device__ void ATTNC_BWD_SM90::write_dq_slots(const BwdArgs &a, u32 s_dq, u32 d
         bulk_commit();
         bulk_wait_read_all();
       } else {
-        // A row a pass, 16 bytes a lane: each instruction covers four
-        // whole 128-byte lines.
-        const u32 src = slot + lane * 16;
-        float *out = dst + lane * 4;
+        // kRowsPerPass rows a pass, 16 bytes a lane: each instruction
+        // covers four whole 128-byte lines.
+        const int row = lane / kLanesPerRow, col = lane % kLanesPerRow;
+        const u32 src = slot + row * kDqRowBytes + col * 16;
+        float *out = dst + row * kD + col * 4;
         // One branch for the slot: an asm statement cannot be predicated.
         if (rank == 0) {
 #pragma unroll 4
-          for (int r = 0; r < kBlockM; ++r) {
+          for (int r = 0; r < kBlockM; r += kRowsPerPass) {
             float x[4];
             ld_shared_f4(src + r * kDqRowBytes, x);
             st_cg_f4(out + r * kD, x);
           }
         } else {
 #pragma unroll 4
-          for (int r = 0; r < kBlockM; ++r) {
+          for (int r = 0; r < kBlockM; r += kRowsPerPass) {
             float x[4];
             ld_shared_f4(src + r * kDqRowBytes, x);
             red_add_f4(out + r * kD, x);

@@ -186,7 +186,8 @@ ATTNC_BWD_SM90::step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s
       fence_regs(acc_dq[c]);
     release(empty); // Q, dO and the rows are read
     if constexpr (kDqWriter || kBulkDq) {
-      // This warpgroup's columns of the step's dQ into slot it % 2 (once
+      // This warpgroup's columns (kDqRows: its chain's rows) of the step's
+      // dQ into slot it % 2 (once
       // the writer has emptied it), for the writer's bulk adds in turn;
       // then every warpgroup is done reading the dSᵀ tile (bulk dQ: the
       // turn warp says so at the next step's dSᵀ stores).
@@ -194,7 +195,8 @@ ATTNC_BWD_SM90::step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s
       if (it >= 2)
         mbar_wait(dq_bars + 16 + 8 * slot, ((it / 2) + 1) & 1);
       const u32 row_addr =
-          s_dq + slot * kDqSlotBytes + (warp * 16 + g) * kDqRowBytes + (C::q0(wg) + 2 * tq) * 4;
+          s_dq + slot * kDqSlotBytes + (dq_chain(0, wg) * 64 + warp * 16 + g) * kDqRowBytes +
+          (C::q0(wg) + 2 * tq) * 4;
 #pragma unroll
       for (int t = 0; t < C::kQN / 8; ++t)
 #pragma unroll

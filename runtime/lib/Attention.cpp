@@ -204,6 +204,14 @@ const KernelChoice &Attention::backwardChoice() const {
   return Bwd->initial();
 }
 
+KernelChoice Attention::backwardChoiceFor(int64_t SeqLenQ) const {
+  const KernelChoice &Initial = backwardChoice();
+  if (std::optional<KernelChoice> Long = longWalkBackwardChoice(Initial))
+    if (wantsLongWalkBackward(Def.Graph->decls().HasMask, SeqLenQ))
+      return *Long;
+  return Initial;
+}
+
 KernelChoice Attention::forwardChoiceFor(const TuneShape &S) const {
   auto Lock = lockCalls();
   return Fwd.forShape(S, [&] {

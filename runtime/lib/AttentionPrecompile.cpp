@@ -35,10 +35,15 @@ Attention::precompile(const PrecompileSet &What) {
   }
   if (What.Backward) {
     Compile(backwardRunner().source());
-    if (Packed)
+    if (Packed) {
       if (std::optional<KernelChoice> Two =
               packedBackwardChoice(backwardChoice()))
         Compile(Two->Skel->generate(Def, BwdTarget, Two->Config));
+    } else if (std::optional<KernelChoice> Long =
+                   longWalkBackwardChoice(backwardChoice())) {
+      // Long or masked calls run it (wantsLongWalkBackward).
+      Compile(Long->Skel->generate(Def, BwdTarget, Long->Config));
+    }
   }
   if (What.Decode) {
     // Paged decode's kernels serve dense and packed (decodePagedVarlen)

@@ -117,6 +117,21 @@ std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice) {
   return TwoChoice;
 }
 
+std::optional<KernelChoice> longWalkBackwardChoice(const KernelChoice &Choice) {
+  if (Choice.Origin != ChoiceOrigin::Default)
+    return std::nullopt;
+  const auto *S = std::get_if<codegen::BwdSm90Config>(&Choice.Config);
+  if (!S || S->Varlen || S->BulkDq || S->KvBlockM != 128 || S->KvBlockN != 128 ||
+      S->Lean != 2 || S->AtomicDq)
+    return std::nullopt;
+  codegen::BwdSm90Config Ahead = *S;
+  Ahead.BulkDq = true;
+  Ahead.BulkForm = 2; // .red2.
+  KernelChoice Long = Choice;
+  Long.Config = Ahead;
+  return Long;
+}
+
 BackwardRunner::BackwardRunner(const CompiledDefinition &D,
                                const KernelTarget &T, const KernelChoice &C)
     : Def(D), Mask(analysis::analyzeMask(*D.Graph)), Target(T),
@@ -169,6 +184,13 @@ void BackwardRunner::run(const BackwardTensors &T,
   } else if (K.Varlen) {
     throw UserError("backward config " + K.Name +
                     ": a .varlen configuration runs packed variable-length calls only");
+  } else if (wantsLongWalkBackward(G.decls().HasMask, C.Sq)) {
+    if (std::optional<KernelChoice> Long = longWalkBackwardChoice(Choice)) {
+      if (!LongWalks)
+        LongWalks = std::make_unique<BackwardRunner>(Def, Target, *Long);
+      LongWalks->run(T, Shape, Inputs, GradOut, Stream, Blocks);
+      return;
+    }
   }
   // A packed call classifies nothing: its kernels mask per element over a
   // range of blocks of each sequence (varlen.cuh). A call given a block

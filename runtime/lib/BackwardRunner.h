@@ -63,6 +63,23 @@ struct BwdLists {
 /// packed form or that mode.
 std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice);
 
+/// The configuration a dense call with long walks runs for the default
+/// choice \p Choice, where it has one: at head dim 64 bwd_sm90's default
+/// (bwd90ws.kv128x128s2.lean2.fused) with dQ through the shared slots and
+/// the turns taken ahead (.lean2.red2.). The turn warps overlap the wait for
+/// a turn with the step, which pays where walks are long or ranked by a
+/// mask, and costs where a short unmasked walk hardly waits (H200, d64:
+/// +18% causal and +6% unmasked at S = 16k, +3% causal and -6% unmasked at
+/// 4k; docs/performance-log.md). None for a named or tuned choice, another
+/// head dim or a packed form.
+std::optional<KernelChoice> longWalkBackwardChoice(const KernelChoice &Choice);
+
+/// Whether a dense call of \p Sq queries of a definition with (\p Masked)
+/// or without a mask runs longWalkBackwardChoice's configuration.
+inline bool wantsLongWalkBackward(bool Masked, int64_t Sq) {
+  return Masked || Sq >= 8192;
+}
+
 class BackwardRunner {
 public:
   /// Generates the backward of \p Def for target \p T with the selector's
@@ -127,6 +144,9 @@ private:
   /// bwd_sm80's two-kernel mode for packed calls when this runner's choice
   /// cannot run them (the fused dQ mode, bwd_sm90); made on the first one.
   std::unique_ptr<BackwardRunner> Unfused;
+  /// longWalkBackwardChoice's runner for the dense calls that want it;
+  /// made on the first one.
+  std::unique_ptr<BackwardRunner> LongWalks;
   codegen::KernelSpec Spec;
   KernelChoice Choice;
   BackwardPlan Plan;

@@ -293,6 +293,27 @@ inline void addSm90Cases(std::vector<Case> &Out) {
                  "bwd90ws.kv128x128s2.fused"});
   Out.push_back({"alibi_learnable", DType::BF16, 64, 64, 2, 2, 1, 257, 257, Layout::BHSD,
                  "bwd90.kv128x128s3.fused"});
+  // And through the shared slots with the turns taken ahead: each
+  // warpgroup stores its chain's 64 rows, the turn warps add the slot's 128
+  // rows by bulk reductions (.bulk2.) or by their own adds, two 64-float
+  // rows a pass (.red2., .red.). Rotated walks with grouped heads, fewer
+  // queries than keys and the reverse, ranks from masks, input gradients,
+  // query blocks no key visits.
+  for (const char *Ahead : {"bwd90ws.kv128x128s2.lean2.bulk2.fused",
+                            "bwd90ws.kv128x128s2.lean2.red2.fused",
+                            "bwd90ws.kv128x128s2.lean2.red.fused"}) {
+    Out.push_back({"mha_full", DType::F16, 64, 64, 2, 2, 1, 700, 700, Layout::BSHD, Ahead});
+    Out.push_back({"mha_full", DType::BF16, 64, 64, 1, 4, 2, 1024, 1024, Layout::BHSD, Ahead});
+    Out.push_back({"mha", DType::F16, 64, 64, 1, 2, 2, 1000, 300, Layout::BSHD, Ahead});
+    Out.push_back({"mha_full", DType::F16, 64, 64, 1, 2, 1, 256, 1000, Layout::BHSD, Ahead});
+    Out.push_back({"mha_document", DType::BF16, 64, 64, 2, 2, 2, 257, 257, Layout::BHSD, Ahead});
+    Out.push_back({"alibi_learnable", DType::F16, 64, 64, 2, 2, 1, 257, 257, Layout::BSHD,
+                   Ahead});
+    Out.push_back({"mha_emptyblock", DType::BF16, 64, 64, 1, 2, 2, 333, 333, Layout::BHSD,
+                   Ahead});
+  }
+  Out.push_back({"mha_full", DType::F16, 64, 64, 1, 2, 1, 1000, 1000, Layout::BHSD,
+                 "bwd90ws.kv128x128s2.lean2.bulk2.atomic"});
 }
 
 /// bwd_sm90's column split (sm_90a only), the default at 256/256 and

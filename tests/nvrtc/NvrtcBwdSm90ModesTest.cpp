@@ -247,6 +247,54 @@ TEST_CASE("bwd_sm90: the turns taken ahead (.bulk2., .red2., .red.) compile to C
   }
 }
 
+TEST_CASE("bwd_sm90: at head dim 64 the 128-row steps take dQ through the slots with the turns "
+          "taken ahead",
+          "[nvrtc][bwd90][mha]") {
+  // Each warpgroup stores its chain's 64 rows into the slot (8-byte shared
+  // stores); the turn warps add its 128 rows of 64 floats by bulk
+  // reductions (.bulk2.) or two rows a pass of 16-byte adds (.red2., .red.).
+  const ModeCase Cases[] = {
+      {examples::mha(), "bwd90ws.kv128x128s2.lean2.red2.fused", DType::F16},
+      {examples::mhaDocument(), "bwd90ws.kv128x128s2.lean2.red2.fused", DType::BF16},
+      {examples::alibiLearnable(), "bwd90ws.kv128x128s2.lean2.red2.fused", DType::F16},
+      {examples::mha(), "bwd90ws.kv128x128s2.lean2.bulk2.fused", DType::BF16},
+      {examples::mha(), "bwd90ws.kv128x128s2.lean2.red.fused", DType::F16}};
+  for (const auto &C : Cases) {
+    BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
+    REQUIRE(Cfg.BulkDq);
+    const bool Red = Cfg.BulkForm >= 2;
+    codegen::KernelSource Src =
+        codegen::generateBackwardSm90(compile(C.Def), kernelSpec(C.T, 64, 64), Cfg);
+    INFO("kernel " << Src.Key);
+    std::string Ptx = compileToPtx(Src);
+    CHECK(has(Ptx, "wgmma.mma_async.sync.aligned.m64n64k16")); // dQ: a chain's 64 columns
+    CHECK(!has(Ptx, "m64n32k16"));
+    CHECK(!has(Ptx, "red.relaxed.gpu.global.add.v2.f32"));
+    CHECK(has(Ptx, "st.shared.v2.f32"));
+    CHECK(has(Ptx, "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32") == !Red);
+    CHECK(has(Ptx, "red.relaxed.gpu.global.add.v4.f32") == Red);
+    CHECK(has(Ptx, "ld.shared.v4.f32") == Red);
+    CHECK(has(Ptx, "st.release.gpu"));
+    checkCubin(Src);
+  }
+  // The slots' 128 rows of a step: 2 · 128 · (4 · 64 + 32) bytes beside the
+  // lean step's; three stages do not fit.
+  BwdSm90Config Two = BwdSm90Config::parse("bwd90ws.kv128x128s2.lean2.red2.fused");
+  BwdSm90Config Lean = BwdSm90Config::parse("bwd90ws.kv128x128s2.lean2.fused");
+  CHECK(Two.dkdvSharedBytes(64, 64, 1, false) ==
+        Lean.dkdvSharedBytes(64, 64, 1, false) + 2 * 128 * (4 * 64 + 32));
+  CHECK_THROWS_WITH(codegen::generateBackwardSm90(
+                        compile(examples::mha()), kernelSpec(DType::F16, 64, 64),
+                        BwdSm90Config::parse("bwd90ws.kv128x128s3.lean2.red2.fused")),
+                    Catch::Matchers::Contains("shared memory"));
+  // At head dim 128 the step is 64 rows, and .bulk. (one turn warp) has no
+  // 128-row form.
+  CHECK_THROWS_WITH(codegen::generateBackwardSm90(
+                        compile(examples::mha()), kernelSpec(DType::F16, 64, 64),
+                        BwdSm90Config::parse("bwd90ws.kv128x128s2.lean2.bulk.fused")),
+                    Catch::Matchers::Contains("turns taken ahead"));
+}
+
 TEST_CASE("bwd_sm90: the column split compiles to CUBINs without wgmma "
           "serialisation",
           "[nvrtc][bwd90][mha]") {

@@ -335,3 +335,34 @@ TEST_CASE("packed token inputs: the forward skeletons and bwd_sm80's packed mode
   CHECK(has(Src.Source, "static constexpr bool kSequenceInputs = false;"));
   CHECK(!has(Src.Source, "Inputs of_sequence("));
 }
+
+TEST_CASE("bwd_sm90: a dense backward with long or masked walks at head dim 64 takes the dQ "
+          "turns ahead",
+          "[bwd90][skeleton]") {
+  using namespace attn::runtime;
+  CompiledDefinition Def = compile(gputest::makeDefinition("mha"));
+  auto Long = [&](int D, GpuArch A, const char *Named = "") {
+    KernelTarget T = KernelTarget::of(Def, Direction::Backward, DType::F16, D, D, A);
+    KernelChoice Dense = chooseWithoutShape(T, KernelPolicy::parse(T, "", Named));
+    std::optional<KernelChoice> L = longWalkBackwardChoice(Dense);
+    if (!L)
+      return std::string();
+    CHECK(L->Origin == Dense.Origin);
+    // Its own form has none.
+    CHECK(!longWalkBackwardChoice(*L));
+    return L->Skel->name().str() + " " + L->configText();
+  };
+  CHECK(Long(64, GpuArch::Sm90a) == "bwd_sm90 bwd90ws.kv128x128s2.lean2.red2.fused");
+  // Only the default: a named configuration runs as named.
+  CHECK(Long(64, GpuArch::Sm90a, "bwd90ws.kv128x128s2.lean2.fused").empty());
+  CHECK(Long(128, GpuArch::Sm90a).empty());
+  CHECK(Long(64, GpuArch::Sm80).empty());
+  // A packed form has none either.
+  KernelTarget T = KernelTarget::of(Def, Direction::Backward, DType::F16, 64, 64, GpuArch::Sm90a);
+  KernelChoice Dense = chooseWithoutShape(T, KernelPolicy::parse(T, "", ""));
+  CHECK(!longWalkBackwardChoice(*packedBackwardChoice(Dense)));
+  // Which calls: masked ones, and unmasked ones from 8192 queries.
+  CHECK(wantsLongWalkBackward(true, 128));
+  CHECK(!wantsLongWalkBackward(false, 8191));
+  CHECK(wantsLongWalkBackward(false, 8192));
+}

@@ -153,11 +153,11 @@ int main(int Argc, char **Argv) {
     std::string Dims = DV == D ? fmt::format("D{}", D) : fmt::format("D{}/{}", D, DV);
     std::printf("attnc-bwd %-12s %s B%d H%d S%d %s %s %s: %.3f ms  %.1f TFLOPS\n",
                 Name.c_str(), std::string(dtypeName(T)).c_str(), B, H, S, Dims.c_str(),
-                Causal ? "causal" : "full", Fwd.backwardChoice().str().c_str(), Median,
+                Causal ? "causal" : "full", Fwd.backwardChoiceFor(S).str().c_str(), Median,
                 Flops / (Median * 1e-3) / 1e12);
     bench::recordBenchRow({"bwd", "attnc", Name, std::string(dtypeName(T)),
                            Causal ? "causal" : "full",
-                           Fwd.backwardChoice().str(), B, H, S, D, DV, Median,
+                           Fwd.backwardChoiceFor(S).str(), B, H, S, D, DV, Median,
                            Flops / (Median * 1e-3) / 1e12});
     return 0;
   } catch (const std::exception &E) {

@@ -263,10 +263,16 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
                        "lockstep step (not .split, .pp or .dqw)",
                        C.str());
   // The bulk dQ reduction is issued by the turn warp (.lean2.) in the turns'
-  // order (.atomic: at once), from slots of one 64-row chain.
-  if (C.BulkDq && (C.Lean != 2 || C.KvBlockM != 64))
+  // order (.atomic: at once), from slots of one 64-row chain, or at head
+  // dim 64 with turns taken ahead (.bulk2., .red2., .red.) of the two
+  // warpgroups' 64-row chains of a 128-row step (kv128x128).
+  const bool RowSlots = Spec.HeadDim == 64 && C.KvBlockN == 128 && C.KvBlockM == 128 &&
+                        C.BulkForm != 0 && !C.PingPong && !C.DqWriter;
+  if (C.BulkDq && (C.Lean != 2 || (C.KvBlockM != 64 && !RowSlots)))
     return fmt::format("backward config {}: the bulk dQ reduction is a form of "
-                       ".lean2. with a query step of 64 (the turn warp issues it)",
+                       ".lean2. with a query step of 64 (the turn warp issues it), or "
+                       "at head_dim 64 of bwd90ws.kv128x128s<stages>.lean2 with turns "
+                       "taken ahead (.bulk2., .red2., .red.)",
                        C.str());
   // The packed walk (bwd_sm90_varlen.cuh) runs the lockstep step, lean or
   // not, and its own turn warp; the bulk dQ's turn warp walks the dense
