@@ -266,7 +266,8 @@ std::vector<Case> cases(bool Quick) {
                             "mha_window",    "mha_emptyrows",
                             "mha_full",      "mha_prefix_lm",
                             "mha_sliding_window", "mha_document",
-                            "mha_chunked",   "mha_document_ids"};
+                            "mha_chunked",   "mha_document_ids",
+                            "mha_alibi",     "mha_softcap30"};
   if (Quick) {
     for (const char *E : Examples)
       Out.push_back({E, DType::F16, 64, 64, 1, 2, 2, 70, 70, Layout::BSHD, ""});
