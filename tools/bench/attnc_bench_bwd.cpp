@@ -111,7 +111,7 @@ int main(int Argc, char **Argv) {
       else if (Sig.BackwardConfig.empty())
         Sig.BackwardConfig = Argv[I];
       else
-        throw UserError(fmt::format("attnc_bench_bwd: argument '{}': expected "
+        throw UserError(fmt::format("argument '{}': expected "
                                     "one CONFIG and 'fwdbwd' at most",
                                     Argv[I]));
     }
