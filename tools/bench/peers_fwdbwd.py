@@ -14,10 +14,12 @@ B = 16384 / S. The variants, by attnc's definition names:
   mha_alibi           causal, score + slope[h] * (kv - q), fixed slopes
   mha_sliding_window  causal within the last 256 keys
   mha_softcap30       causal, 30 * tanh(score / 30)
-  sigmoid_attn, relu_attn: NOT timed. Flex normalises every row with a
-  softmax; sigmoid and ReLU attention have no normalisation, so no
-  score_mod or mask_mod gives their outputs. The script prints that line so
-  that attnc's rows for them stand without a peer.
+  sigmoid_attn, relu_attn: not expressible in Flex, which normalises every
+  row with a softmax (no score_mod or mask_mod gives their outputs). Their
+  peer is the dense formula under torch.compile ("dense-compile":
+  sigmoid(score / sqrt(D) + bias) causal, relu(score / sqrt(D)) unmasked),
+  which materialises the S x S scores; a shape it cannot hold prints
+  "unavailable".
 Flex's score is already scaled by 1/sqrt(D), attnc's score_mods scale it
 themselves: the same math.
 
@@ -72,6 +74,26 @@ def cases(H):
             "mha_softcap30": (causal, softcap)}
 
 
+SIGMOID_BIAS = -1.5  # inside sigmoid_attn's declared range [-3, 0]
+
+
+def dense_sigmoid(q, k, v):
+    s = (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5 + SIGMOID_BIAS
+    S = q.shape[-2]
+    keep = torch.ones(S, S, dtype=torch.bool, device=q.device).tril()
+    p = torch.where(keep, torch.sigmoid(s), 0.0)
+    return p.to(q.dtype) @ v
+
+
+def dense_relu(q, k, v):
+    s = (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
+    return torch.relu(s).to(q.dtype) @ v
+
+
+DENSE_MAX_S = 4096
+DENSE = {"sigmoid_attn": dense_sigmoid, "relu_attn": dense_relu}
+
+
 def kept_pairs(fn, S):
     qi = torch.arange(S, device="cuda")
     kept = 0
@@ -122,6 +144,7 @@ def main():
                   "normalises rows with a softmax, which this variant has "
                   "not; no score_mod gives its output", flush=True)
     flex = compiled_flex()
+    dense = {name: torch.compile(fn) for name, fn in DENSE.items()}
     pending = []  # compiled and warmed up, not yet timed
     started = go_file is None
 
@@ -172,6 +195,35 @@ def main():
                 started = True
             if started:
                 time_pending()
+        for name in NOT_SOFTMAX:
+            if only is not None and name not in only:
+                continue
+            if S > DENSE_MAX_S:
+                print(f"dense-compile {name} S{S}: not run (its S x S fp32 "
+                      f"scores need {B * H * S * S * 4 / 2**30:.0f} GiB a tensor)",
+                      flush=True)
+                continue
+            mask = "causal" if name == "sigmoid_attn" else "none"
+            kept = kept_pairs(causal, S) if mask == "causal" else S * S
+
+            def dstep(i, fn=dense[name], qkv=qkv, douts=douts):
+                out = fn(*qkv[i])
+                torch.autograd.grad(out, qkv[i], douts[i])
+
+            try:
+                for i in range(2):
+                    dstep(i)
+                torch.cuda.synchronize()
+            except Exception as err:  # out of memory at long S is a result
+                print(f"dense-compile {name} S{S}: unavailable "
+                      f"({(str(err).splitlines() or [''])[0][:200]})", flush=True)
+                torch.cuda.empty_cache()
+                continue
+            pending.append(("dense-comp", name, B, S, mask, dstep, kept))
+            if started:
+                time_pending()
+        del qkv, douts
+        torch.cuda.empty_cache()
     while not started and not os.path.exists(go_file):
         time.sleep(0.2)
     time_pending()
