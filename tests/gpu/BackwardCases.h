@@ -34,7 +34,8 @@ inline const char *const Definitions[] = {
     "mha",           "sigmoid_attn",       "relu_attn",
     "retention",     "mha_window",         "mha_emptyrows",
     "alibi_learnable", "softcap_learnable", "mha_prefix_lm",
-    "mha_sliding_window", "mha_document", "mha_chunked", "mha_document_ids"};
+    "mha_sliding_window", "mha_document", "mha_chunked", "mha_document_ids",
+    "mha_alibi",     "mha_softcap30"};
 
 /// The fused dQ mode's tiles for a case of the default configuration.
 inline std::string fusedConfig(int DV) {

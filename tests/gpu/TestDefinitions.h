@@ -22,8 +22,12 @@ namespace attn::gputest {
 /// (mha without its mask), sigmoid_full and relu_full (sigmoid_attn and
 /// relu_attn without theirs), mha_row_scale (causal softmax whose scores
 /// are scaled per row, a per_row input, and biased per key token, a
-/// per_key_token one: score inputs of the token shapes). UserError (from the
-/// registry) for other names.
+/// per_key_token one: score inputs of the token shapes), mha_alibi (causal
+/// softmax with ALiBi: fixed per-head slopes, an input without a gradient)
+/// and mha_softcap30 (causal softmax with a fixed soft cap,
+/// 30·tanh(s/(30·sqrt(D)))): the score_mod variants FlexAttention's
+/// examples train with, which attnc_bench_bwd's fwdbwd mode times.
+/// UserError (from the registry) for other names.
 inline dsl::AttentionDef makeDefinition(const std::string &Name) {
   dsl::Registry R;
   examples::registerExamples(R);
@@ -70,6 +74,36 @@ inline dsl::AttentionDef makeDefinition(const std::string &Name) {
                      dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar,
                      dsl::SymbolScalar) {
       return s * in.head_dim().rsqrt() * in["row_scale"] + in["key_bias"];
+    };
+    return D;
+  }
+  if (Name == "mha_alibi") {
+    dsl::AttentionDef D = examples::mha();
+    D.name = Name;
+    // Fixed slopes: not learned, so no gradient (alibi_learnable learns
+    // them). The range holds the usual 2^(-8h/H) slopes of H >= 16 heads.
+    D.inputs.declare("slopes", dsl::InputShape::PerHead, 0.0, 0.5);
+    D.score_mod = [](dsl::SymbolScalar s, const dsl::CustomInputs &in,
+                     dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar q,
+                     dsl::SymbolScalar k) {
+      // One statement per traced call: the IR's numbering must not follow
+      // the compiler's order of evaluation.
+      dsl::SymbolScalar Scaled = s * in.head_dim().rsqrt();
+      dsl::SymbolScalar Distance = k - q;
+      dsl::SymbolScalar Bias = in["slopes"] * Distance;
+      return Scaled + Bias;
+    };
+    return D;
+  }
+  if (Name == "mha_softcap30") {
+    dsl::AttentionDef D = examples::mha();
+    D.name = Name;
+    D.score_mod = [](dsl::SymbolScalar s, const dsl::CustomInputs &in,
+                     dsl::SymbolScalar, dsl::SymbolScalar, dsl::SymbolScalar,
+                     dsl::SymbolScalar) {
+      dsl::SymbolScalar Scaled = s * in.head_dim().rsqrt();
+      dsl::SymbolScalar Capped = (Scaled * (1.0 / 30.0)).tanh();
+      return Capped * 30.0;
     };
     return D;
   }

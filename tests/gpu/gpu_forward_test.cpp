@@ -149,6 +149,18 @@ std::vector<Outcome> runCase(const Case &C, Runners &Rs, uint64_t Seed,
   runtime::InputMap Inputs;
   std::vector<std::unique_ptr<DeviceBuffer>> InputBufs;
   for (const ir::InputDecl &D : G.decls().Inputs) {
+    if (D.Shape == ir::InputShape::PerHead) {
+      // Per-head values (ALiBi slopes) drawn over the sample range, fp32 as
+      // they travel; the draw follows the case's seed.
+      reference::Tensor T({C.H});
+      std::uniform_real_distribution<double> U(D.SampleLo, D.SampleHi);
+      for (double &X : T.Data)
+        X = double(float(U(Rng)));
+      Inputs[D.Name] = uploadInput(D.Elem == ir::InputType::I32, T.Data,
+                                   T.Shape, InputBufs);
+      In.Inputs[D.Name] = T;
+      continue;
+    }
     if (D.Shape != ir::InputShape::Scalar) {
       // Document ids (per row, per key, per token): sorted runs, see
       // documentId; other documents on each later call, so that classes
@@ -266,7 +278,8 @@ std::vector<Case> cases(bool Quick) {
                             "mha_window",    "mha_emptyrows",
                             "mha_full",      "mha_prefix_lm",
                             "mha_sliding_window", "mha_document",
-                            "mha_chunked",   "mha_document_ids"};
+                            "mha_chunked",   "mha_document_ids",
+                            "mha_alibi",     "mha_softcap30"};
   if (Quick) {
     for (const char *E : Examples)
       Out.push_back({E, DType::F16, 64, 64, 1, 2, 2, 70, 70, Layout::BSHD, ""});

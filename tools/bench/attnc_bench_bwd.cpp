@@ -15,6 +15,17 @@
 // DV = D), halved for causal. With ATTNC_BENCH_COMPILE_ONLY=ARCH (e.g.
 // sm_90a) it only compiles the forward and backward kernels into the kernel
 // cache, without a GPU, so that a timed run finds them there.
+//
+//   attnc_bench_bwd NAME DTYPE B H S D [DV] [CONFIG] fwdbwd
+//
+// times a training step's attention instead: the forward (writing out and
+// the final rowscales) then the backward, both inside one timed call, on
+// the same three input sets. FLOPs: the forward's 2·(D + DV) plus the
+// backward's 2·(3·D + 2·DV) per kept (query, key) pair, the pairs counted
+// exactly: every pair without a mask, q >= k under a causal one and the
+// last 256 keys of it for mha_sliding_window (every masked definition
+// here is one of these). tools/bench/peers_fwdbwd.py times FlexAttention
+// the same way on the same shapes.
 #include "BenchJson.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
@@ -32,17 +43,55 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 
 using namespace attn;
 using namespace attn::gputest;
 
+namespace {
+
+/// The (query, key) pairs \p Name keeps at sequence length \p S (see the
+/// header: all, causal, or causal within the last 256 keys).
+double keptPairs(const std::string &Name, bool Masked, int S) {
+  double N = S;
+  if (!Masked)
+    return N * N;
+  if (Name != "mha_sliding_window")
+    return N * (N + 1) / 2;
+  double W = std::min(256, S);
+  return W * (W + 1) / 2 + (N - W) * W; // rows below W, then full windows
+}
+
+/// Times \p Step (a forward then a backward) and prints and records its
+/// line, as the backward's.
+int reportFwdBwd(const std::string &Name, DType T, int B, int H, int S, int D,
+                 int DV, bool Masked, const std::string &Choice,
+                 const std::function<void(int)> &Step) {
+  double Median = runtime::medianEventMs(Step, 5, 30);
+  double Flops = 2.0 * B * H * keptPairs(Name, Masked, S) * (4.0 * D + 3.0 * DV);
+  std::string Dims = DV == D ? fmt::format("D{}", D) : fmt::format("D{}/{}", D, DV);
+  const char *Mask = !Masked ? "full"
+                     : Name == "mha_sliding_window" ? "window256"
+                                                    : "causal";
+  std::printf("attnc-fwdbwd %-14s %s B%d H%d S%d %s %s %s: %.3f ms  %.1f TFLOPS\n",
+              Name.c_str(), std::string(dtypeName(T)).c_str(), B, H, S,
+              Dims.c_str(), Mask, Choice.c_str(), Median,
+              Flops / (Median * 1e-3) / 1e12);
+  bench::recordBenchRow({"fwdbwd", "attnc", Name, std::string(dtypeName(T)), Mask,
+                         Choice, B, H, S, D, DV, Median,
+                         Flops / (Median * 1e-3) / 1e12});
+  return 0;
+}
+
+} // namespace
+
 int main(int Argc, char **Argv) {
   BenchCommand Cmd;
   const char *CompileOnly = std::getenv("ATTNC_BENCH_COMPILE_ONLY");
   if (int Rc = parseBenchCommand(Argc, Argv, 4,
-                                 "attnc_bench_bwd NAME f16|bf16 B H S D [DV] [CONFIG]", Cmd,
+                                 "attnc_bench_bwd NAME f16|bf16 B H S D [DV] [CONFIG] [fwdbwd]", Cmd,
                                  /*NeedsGpu=*/!CompileOnly))
     return Rc;
   try {
@@ -50,14 +99,22 @@ int main(int Argc, char **Argv) {
     DType T = Cmd.Dtype;
     int B = Cmd.Ints[0], H = Cmd.Ints[1], S = Cmd.Ints[2], D = Cmd.Ints[3];
     int DV = Cmd.Ints.size() > 4 ? Cmd.Ints[4] : D;
-    const int ConfigArg = 3 + int(Cmd.Ints.size());
     dsl::AttentionDef Def = makeDefinition(Name);
     runtime::Signature Sig;
     Sig.Dtype = T;
     Sig.HeadDim = D;
     Sig.HeadDimV = DV;
-    if (Argc > ConfigArg)
-      Sig.BackwardConfig = Argv[ConfigArg];
+    bool FwdBwd = false;
+    for (int I = 3 + int(Cmd.Ints.size()); I < Argc; ++I) {
+      if (std::string(Argv[I]) == "fwdbwd")
+        FwdBwd = true;
+      else if (Sig.BackwardConfig.empty())
+        Sig.BackwardConfig = Argv[I];
+      else
+        throw UserError(fmt::format("argument '{}': expected "
+                                    "one CONFIG and 'fwdbwd' at most",
+                                    Argv[I]));
+    }
     if (CompileOnly) {
       runtime::PrecompileSet What;
       What.Backward = true;
@@ -146,6 +203,16 @@ int main(int Argc, char **Argv) {
       Fwd.backward(Q, K, V, &O, dO, NumFinals ? &F : nullptr, dQ, dK, dV,
                    Inputs, Grads);
     };
+    if (FwdBwd)
+      return reportFwdBwd(Name, T, B, H, S, D, DV, G.decls().HasMask,
+                          Fwd.backwardChoice().str(), [&](int I) {
+                            Set &St = Sets[I % 3];
+                            runtime::TensorView F = FinalsView(*St.F);
+                            Fwd.forward(View(*St.Q, D), View(*St.K, D),
+                                        View(*St.V, DV), View(*St.O, DV),
+                                        NumFinals ? &F : nullptr, Inputs);
+                            Run(I % 3);
+                          });
     double Median = runtime::medianEventMs([&](int I) { Run(I % 3); }, 5, 30);
     bool Causal = G.decls().HasMask; // every masked example here is causal
     double Flops =
