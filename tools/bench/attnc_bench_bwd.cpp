@@ -205,7 +205,7 @@ int main(int Argc, char **Argv) {
     };
     if (FwdBwd)
       return reportFwdBwd(Name, T, B, H, S, D, DV, G.decls().HasMask,
-                          Fwd.backwardChoice().str(), [&](int I) {
+                          Fwd.backwardChoiceFor(S).str(), [&](int I) {
                             Set &St = Sets[I % 3];
                             runtime::TensorView F = FinalsView(*St.F);
                             Fwd.forward(View(*St.Q, D), View(*St.K, D),
