@@ -67,17 +67,18 @@ std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice);
 /// choice \p Choice, where it has one: at head dim 64 bwd_sm90's default
 /// (bwd90ws.kv128x128s2.lean2.fused) with dQ through the shared slots and
 /// the turns taken ahead (.lean2.red2.). The turn warps overlap the wait for
-/// a turn with the step, which pays where walks are long or ranked by a
-/// mask, and costs where a short unmasked walk hardly waits (H200, d64:
-/// +18% causal and +6% unmasked at S = 16k, +3% causal and -6% unmasked at
-/// 4k; docs/performance-log.md). None for a named or tuned choice, another
-/// head dim or a packed form.
+/// a turn with the step, which pays where walks are long and ranked by a
+/// mask, and costs where walks are short or staggered without one. None for
+/// a named or tuned choice, another head dim or a packed form.
 std::optional<KernelChoice> longWalkBackwardChoice(const KernelChoice &Choice);
 
 /// Whether a dense call of \p Sq queries of a definition with (\p Masked)
-/// or without a mask runs longWalkBackwardChoice's configuration.
+/// or without a mask runs longWalkBackwardChoice's configuration. H200,
+/// d64 f16, B·S = 16k, `.red2.` against `.lean2.fused`: causal -3% / -1% /
+/// +3% / +9% / +18% at S = 1k / 2k / 4k / 8k / 16k, unmasked -10% / -7% /
+/// -4% / -4% / +6% (docs/performance-log.md, 2026-11-29).
 inline bool wantsLongWalkBackward(bool Masked, int64_t Sq) {
-  return Masked || Sq >= 8192;
+  return Masked ? Sq >= 4096 : Sq >= 16384;
 }
 
 class BackwardRunner {

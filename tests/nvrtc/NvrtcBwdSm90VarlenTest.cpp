@@ -361,8 +361,9 @@ TEST_CASE("bwd_sm90: a dense backward with long or masked walks at head dim 64 t
   KernelTarget T = KernelTarget::of(Def, Direction::Backward, DType::F16, 64, 64, GpuArch::Sm90a);
   KernelChoice Dense = chooseWithoutShape(T, KernelPolicy::parse(T, "", ""));
   CHECK(!longWalkBackwardChoice(*packedBackwardChoice(Dense)));
-  // Which calls: masked ones, and unmasked ones from 8192 queries.
-  CHECK(wantsLongWalkBackward(true, 128));
-  CHECK(!wantsLongWalkBackward(false, 8191));
-  CHECK(wantsLongWalkBackward(false, 8192));
+  // Which calls: masked ones from 4096 queries, unmasked ones from 16384.
+  CHECK(!wantsLongWalkBackward(true, 4095));
+  CHECK(wantsLongWalkBackward(true, 4096));
+  CHECK(!wantsLongWalkBackward(false, 16383));
+  CHECK(wantsLongWalkBackward(false, 16384));
 }

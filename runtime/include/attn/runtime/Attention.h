@@ -484,8 +484,9 @@ public:
   const KernelChoice &backwardChoice() const;
   /// What a dense backward call of \p SeqLenQ queries runs: backwardChoice(),
   /// except where that is the default at head dim 64 on sm_90a and the call
-  /// is masked or has at least 8192 queries: then its form with the dQ turns
-  /// taken ahead (.lean2.red2.; docs/runtime.md, "Backward").
+  /// has at least 4096 queries with a mask or 16384 without: then its form
+  /// with the dQ turns taken ahead (.lean2.red2.; docs/runtime.md,
+  /// "Backward").
   KernelChoice backwardChoiceFor(int64_t SeqLenQ) const;
   /// The forward's choice for a call of shape \p S (a tune-file lookup, or
   /// tuning with Signature::Tune, where the signature asks for them).
