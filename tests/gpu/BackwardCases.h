@@ -315,6 +315,10 @@ inline void addSm90Cases(std::vector<Case> &Out) {
   }
   Out.push_back({"mha_full", DType::F16, 64, 64, 1, 2, 1, 1000, 1000, Layout::BHSD,
                  "bwd90ws.kv128x128s2.lean2.bulk2.atomic"});
+  // The default at d64 with a long masked walk: the runner hands the call to
+  // its .lean2.red2. twin (wantsLongWalkBackward: a mask and >= 4096
+  // queries).
+  Out.push_back({"mha", DType::BF16, 64, 64, 1, 1, 1, 4200, 4200, Layout::BSHD, ""});
 }
 
 /// bwd_sm90's column split (sm_90a only), the default at 256/256 and

@@ -175,6 +175,16 @@ void prepare(Work &W, GpuArch Arch, uint64_t Seed) {
   }
 }
 
+/// What a dense case's calls run: the runner's choice, or the twin it hands
+/// long walks to (wantsLongWalkBackward).
+std::string ranChoice(const Work &W) {
+  if (std::optional<runtime::KernelChoice> Long =
+          runtime::longWalkBackwardChoice(W.Runner->choice()))
+    if (runtime::wantsLongWalkBackward(W.Compiled.Graph->decls().HasMask, W.C.Sq))
+      return Long->str() + " (long walk)";
+  return W.Runner->choice().str();
+}
+
 /// Score elements of a case: what the references' time grows with.
 double elements(const Case &C) { return double(C.B) * C.H * C.Sq * C.Skv; }
 
@@ -594,7 +604,7 @@ int main(int Argc, char **Argv) {
                   R.Tol[2], Inp.c_str(), W.ExactFromCheck ? " (exact: check)" : "",
                   R.Deterministic ? "" : " NOT-BITWISE",
                   W.CompileS, W.ReferenceS, R.DeviceS, R.Pass ? "pass" : "FAIL",
-                  W.Runner->choice().str().c_str());
+                  ranChoice(W).c_str());
       if (std::getenv("ATTNC_GPU_TEST_VERBOSE"))
         printSmallestScore(W);
       (R.Pass ? Passed : Failed)++;
