@@ -72,7 +72,19 @@ void compileExample(const dsl::DefinitionBase &D, DType CubinType, int CubinDim)
       CHECK(has(Ptx, "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"));
       ++Compiled;
     }
-  CHECK(Compiled == 12);
+  // d64's long-walk twin (longWalkBackwardChoice: the default with the dQ
+  // turns taken ahead), which long or masked calls run.
+  for (DType T : {DType::F16, DType::BF16}) {
+    codegen::KernelSource Src = codegen::generateBackwardSm90(
+        Def, kernelSpec(T, 64, 64), BwdSm90Config::parse("bwd90ws.kv128x128s2.lean2.red2.fused"));
+    std::string Ptx = compileToPtx(Src);
+    INFO("kernel " << Src.Key);
+    CHECK(has(Ptx, "red.relaxed.gpu.global.add.v4.f32"));
+    CHECK(has(Ptx, "st.shared.v2.f32"));
+    CHECK(!has(Ptx, "red.relaxed.gpu.global.add.v2.f32"));
+    ++Compiled;
+  }
+  CHECK(Compiled == 14);
   codegen::KernelSource Src = codegen::generateBackwardSm90(
       Def, kernelSpec(CubinType, CubinDim, CubinDim),
       BwdSm90Config::defaultFor(CubinDim, CubinDim));
