@@ -120,9 +120,10 @@ std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice) {
 std::optional<KernelChoice> longWalkBackwardChoice(const KernelChoice &Choice) {
   if (Choice.Origin != ChoiceOrigin::Default)
     return std::nullopt;
+  // Exactly d64's default: no other default has 128-row steps, and the
+  // slots leave no room for a third stage.
   const auto *S = std::get_if<codegen::BwdSm90Config>(&Choice.Config);
-  if (!S || S->Varlen || S->BulkDq || S->KvBlockM != 128 || S->KvBlockN != 128 ||
-      S->Lean != 2 || S->AtomicDq)
+  if (!S || !(*S == codegen::BwdSm90Config::defaultFor(64, 64)))
     return std::nullopt;
   codegen::BwdSm90Config Ahead = *S;
   Ahead.BulkDq = true;
