@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
 
 namespace attn::gputest {
@@ -156,6 +157,17 @@ inline reference::Tensor tokenInput(const ir::InputDecl &D, int64_t B,
     for (int64_t h = 0; h < H; ++h)
       for (int64_t s = 0; s < S; ++s)
         T.at({b, h, s}) = Id(b + Shift, s);
+  return T;
+}
+
+/// A per-head input ([H], ALiBi's slopes): values drawn uniformly over the
+/// declaration's sample range by \p Rng, rounded to the fp32 they travel as.
+inline reference::Tensor perHeadInput(const ir::InputDecl &D, int64_t H,
+                                      std::mt19937_64 &Rng) {
+  reference::Tensor T({H});
+  std::uniform_real_distribution<double> U(D.SampleLo, D.SampleHi);
+  for (double &X : T.Data)
+    X = double(float(U(Rng)));
   return T;
 }
 

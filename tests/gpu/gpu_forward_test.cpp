@@ -150,12 +150,8 @@ std::vector<Outcome> runCase(const Case &C, Runners &Rs, uint64_t Seed,
   std::vector<std::unique_ptr<DeviceBuffer>> InputBufs;
   for (const ir::InputDecl &D : G.decls().Inputs) {
     if (D.Shape == ir::InputShape::PerHead) {
-      // Per-head values (ALiBi slopes) drawn over the sample range, fp32 as
-      // they travel; the draw follows the case's seed.
-      reference::Tensor T({C.H});
-      std::uniform_real_distribution<double> U(D.SampleLo, D.SampleHi);
-      for (double &X : T.Data)
-        X = double(float(U(Rng)));
+      // Per-head values (ALiBi slopes); the draw follows the case's seed.
+      reference::Tensor T = perHeadInput(D, C.H, Rng);
       Inputs[D.Name] = uploadInput(D.Elem == ir::InputType::I32, T.Data,
                                    T.Shape, InputBufs);
       In.Inputs[D.Name] = T;
