@@ -205,11 +205,7 @@ const KernelChoice &Attention::backwardChoice() const {
 }
 
 KernelChoice Attention::backwardChoiceFor(int64_t SeqLenQ) const {
-  const KernelChoice &Initial = backwardChoice();
-  if (std::optional<KernelChoice> Long = longWalkBackwardChoice(Initial))
-    if (wantsLongWalkBackward(Def.Graph->decls().HasMask, SeqLenQ))
-      return *Long;
-  return Initial;
+  return denseBackwardChoice(backwardChoice(), Def.Graph->decls().HasMask, SeqLenQ);
 }
 
 KernelChoice Attention::forwardChoiceFor(const TuneShape &S) const {

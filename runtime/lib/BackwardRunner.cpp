@@ -133,6 +133,13 @@ std::optional<KernelChoice> longWalkBackwardChoice(const KernelChoice &Choice) {
   return Long;
 }
 
+KernelChoice denseBackwardChoice(const KernelChoice &Choice, bool Masked, int64_t Sq) {
+  if (wantsLongWalkBackward(Masked, Sq))
+    if (std::optional<KernelChoice> Long = longWalkBackwardChoice(Choice))
+      return *Long;
+  return Choice;
+}
+
 BackwardRunner::BackwardRunner(const CompiledDefinition &D,
                                const KernelTarget &T, const KernelChoice &C)
     : Def(D), Mask(analysis::analyzeMask(*D.Graph)), Target(T),

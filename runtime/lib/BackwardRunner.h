@@ -81,6 +81,11 @@ inline bool wantsLongWalkBackward(bool Masked, int64_t Sq) {
   return Masked ? Sq >= 4096 : Sq >= 16384;
 }
 
+/// What a dense call of \p Sq queries runs for \p Choice (of a definition
+/// with or without a mask): its long-walk twin where there is one and
+/// wantsLongWalkBackward says so, else \p Choice.
+KernelChoice denseBackwardChoice(const KernelChoice &Choice, bool Masked, int64_t Sq);
+
 class BackwardRunner {
 public:
   /// Generates the backward of \p Def for target \p T with the selector's

@@ -164,11 +164,7 @@ void prepare(Work &W, GpuArch Arch, uint64_t Seed) {
           {}, D.Elem == ir::InputType::I32 ? double(std::lround(Mid))
                                            : double(float(Mid)));
     } else if (D.Shape == ir::InputShape::PerHead) {
-      reference::Tensor T({C.H});
-      std::uniform_real_distribution<double> U(D.SampleLo, D.SampleHi);
-      for (double &X : T.Data)
-        X = double(float(U(Rng)));
-      W.In.Inputs[D.Name] = T;
+      W.In.Inputs[D.Name] = perHeadInput(D, C.H, Rng);
     } else {
       W.In.Inputs[D.Name] = tokenInput(D, C.B, C.H, C.Sq, C.Skv);
     }
@@ -178,11 +174,10 @@ void prepare(Work &W, GpuArch Arch, uint64_t Seed) {
 /// What a dense case's calls run: the runner's choice, or the twin it hands
 /// long walks to (wantsLongWalkBackward).
 std::string ranChoice(const Work &W) {
-  if (std::optional<runtime::KernelChoice> Long =
-          runtime::longWalkBackwardChoice(W.Runner->choice()))
-    if (runtime::wantsLongWalkBackward(W.Compiled.Graph->decls().HasMask, W.C.Sq))
-      return Long->str() + " (long walk)";
-  return W.Runner->choice().str();
+  const runtime::KernelChoice &Made = W.Runner->choice();
+  runtime::KernelChoice Ran = runtime::denseBackwardChoice(
+      Made, W.Compiled.Graph->decls().HasMask, W.C.Sq);
+  return Ran.str() + (Ran.configText() == Made.configText() ? "" : " (long walk)");
 }
 
 /// Score elements of a case: what the references' time grows with.

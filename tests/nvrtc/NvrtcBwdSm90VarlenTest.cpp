@@ -366,4 +366,9 @@ TEST_CASE("bwd_sm90: a dense backward with long or masked walks at head dim 64 t
   CHECK(wantsLongWalkBackward(true, 4096));
   CHECK(!wantsLongWalkBackward(false, 16383));
   CHECK(wantsLongWalkBackward(false, 16384));
+  // What a dense call runs: the twin only where both say so.
+  CHECK(denseBackwardChoice(Dense, true, 4096).configText() ==
+        "bwd90ws.kv128x128s2.lean2.red2.fused");
+  CHECK(denseBackwardChoice(Dense, false, 4096).configText() == Dense.configText());
+  CHECK(denseBackwardChoice(Dense, true, 4095).configText() == Dense.configText());
 }

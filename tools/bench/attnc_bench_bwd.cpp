@@ -64,25 +64,30 @@ double keptPairs(const std::string &Name, bool Masked, int S) {
   return W * (W + 1) / 2 + (N - W) * W; // rows below W, then full windows
 }
 
-/// Times \p Step (a forward then a backward) and prints and records its
-/// line, as the backward's.
+/// Prints and records one timed line of bench \p Bench ("bwd" or
+/// "fwdbwd"), its name in a column of \p NameWidth.
+int report(const char *Bench, int NameWidth, const std::string &Name, DType T, int B,
+           int H, int S, int D, int DV, const char *Mask, const std::string &Choice,
+           double Median, double Flops) {
+  std::string Dims = DV == D ? fmt::format("D{}", D) : fmt::format("D{}/{}", D, DV);
+  std::printf("attnc-%s %-*s %s B%d H%d S%d %s %s %s: %.3f ms  %.1f TFLOPS\n", Bench,
+              NameWidth, Name.c_str(), std::string(dtypeName(T)).c_str(), B, H, S,
+              Dims.c_str(), Mask, Choice.c_str(), Median, Flops / (Median * 1e-3) / 1e12);
+  bench::recordBenchRow({Bench, "attnc", Name, std::string(dtypeName(T)), Mask, Choice, B,
+                         H, S, D, DV, Median, Flops / (Median * 1e-3) / 1e12});
+  return 0;
+}
+
+/// Times \p Step (a forward then a backward) and reports its line.
 int reportFwdBwd(const std::string &Name, DType T, int B, int H, int S, int D,
                  int DV, bool Masked, const std::string &Choice,
                  const std::function<void(int)> &Step) {
   double Median = runtime::medianEventMs(Step, 5, 30);
   double Flops = 2.0 * B * H * keptPairs(Name, Masked, S) * (4.0 * D + 3.0 * DV);
-  std::string Dims = DV == D ? fmt::format("D{}", D) : fmt::format("D{}/{}", D, DV);
   const char *Mask = !Masked ? "full"
                      : Name == "mha_sliding_window" ? "window256"
                                                     : "causal";
-  std::printf("attnc-fwdbwd %-14s %s B%d H%d S%d %s %s %s: %.3f ms  %.1f TFLOPS\n",
-              Name.c_str(), std::string(dtypeName(T)).c_str(), B, H, S,
-              Dims.c_str(), Mask, Choice.c_str(), Median,
-              Flops / (Median * 1e-3) / 1e12);
-  bench::recordBenchRow({"fwdbwd", "attnc", Name, std::string(dtypeName(T)), Mask,
-                         Choice, B, H, S, D, DV, Median,
-                         Flops / (Median * 1e-3) / 1e12});
-  return 0;
+  return report("fwdbwd", 14, Name, T, B, H, S, D, DV, Mask, Choice, Median, Flops);
 }
 
 } // namespace
@@ -203,9 +208,11 @@ int main(int Argc, char **Argv) {
       Fwd.backward(Q, K, V, &O, dO, NumFinals ? &F : nullptr, dQ, dK, dV,
                    Inputs, Grads);
     };
+    // What a call of this shape runs (d64's long walks: the twin).
+    const std::string Choice = Fwd.backwardChoiceFor(S).str();
     if (FwdBwd)
-      return reportFwdBwd(Name, T, B, H, S, D, DV, G.decls().HasMask,
-                          Fwd.backwardChoiceFor(S).str(), [&](int I) {
+      return reportFwdBwd(Name, T, B, H, S, D, DV, G.decls().HasMask, Choice,
+                          [&](int I) {
                             Set &St = Sets[I % 3];
                             runtime::TensorView F = FinalsView(*St.F);
                             Fwd.forward(View(*St.Q, D), View(*St.K, D),
@@ -217,16 +224,8 @@ int main(int Argc, char **Argv) {
     bool Causal = G.decls().HasMask; // every masked example here is causal
     double Flops =
         2.0 * B * H * double(S) * S * (3.0 * D + 2.0 * DV) * (Causal ? 0.5 : 1.0);
-    std::string Dims = DV == D ? fmt::format("D{}", D) : fmt::format("D{}/{}", D, DV);
-    std::printf("attnc-bwd %-12s %s B%d H%d S%d %s %s %s: %.3f ms  %.1f TFLOPS\n",
-                Name.c_str(), std::string(dtypeName(T)).c_str(), B, H, S, Dims.c_str(),
-                Causal ? "causal" : "full", Fwd.backwardChoiceFor(S).str().c_str(), Median,
-                Flops / (Median * 1e-3) / 1e12);
-    bench::recordBenchRow({"bwd", "attnc", Name, std::string(dtypeName(T)),
-                           Causal ? "causal" : "full",
-                           Fwd.backwardChoiceFor(S).str(), B, H, S, D, DV, Median,
-                           Flops / (Median * 1e-3) / 1e12});
-    return 0;
+    return report("bwd", 12, Name, T, B, H, S, D, DV, Causal ? "causal" : "full", Choice,
+                  Median, Flops);
   } catch (const std::exception &E) {
     std::fprintf(stderr, "attnc_bench_bwd: %s\n", E.what());
     return 1;
