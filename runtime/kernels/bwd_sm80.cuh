@@ -24,8 +24,9 @@
 // What the variant decides is a call into the generated Variant: score_mod,
 // mask, forward (P from the modded score and the final rowscales),
 // backward (dS w.r.t. the modded score from dP, P, finals and doosum),
-// score_mod_grad (the chain rule back to the raw score q·k) and input_grads
-// (∂score_mod/∂input for custom inputs that need gradients).
+// score_mod_grad (the chain rule back to the raw score q·k) and
+// add_input_grads (dS·∂score_mod/∂input for custom inputs that need
+// gradients).
 #ifndef ATTNC_BWD_SM80_CUH
 #define ATTNC_BWD_SM80_CUH
 

@@ -39,7 +39,8 @@ __device__ __forceinline__ float recompute_p(const typename Variant::Inputs &in,
 }
 
 /// The gradient of one score element: sets \p p to P, adds dS·∂mod/∂input
-/// to \p gacc (when kInputGrads) and returns dS w.r.t. the raw score.
+/// to \p gacc (when kInputGrads; add_input_grads relies on dS being 0 where
+/// \p valid is false) and returns dS w.r.t. the raw score.
 /// \p valid is false for an element outside either sequence or masked: its
 /// P and dS are 0 whatever the variant's functions give there (a row with
 /// no unmasked key has finals = -inf, and padding rows have no finals).
@@ -57,13 +58,8 @@ __device__ __forceinline__ float bwd_element(const typename Variant::Inputs &in,
   p = valid ? p_any : 0.f;
   const float ds_any = Variant::backward(in, dp, p, fin, doosum, b, h, q, k);
   const float ds = valid ? ds_any : 0.f;
-  if constexpr (kInputGrads && Variant::kNumInputGrads > 0) {
-    float d[Variant::kNumInputGrads];
-    Variant::input_grads(in, raw, b, h, q, k, d);
-#pragma unroll
-    for (int j = 0; j < Variant::kNumInputGrads; ++j)
-      gacc[j] += valid ? ds * d[j] : 0.f;
-  }
+  if constexpr (kInputGrads && Variant::kNumInputGrads > 0)
+    Variant::add_input_grads(in, raw, ds, valid, b, h, q, k, gacc);
   const float grad = Variant::score_mod_grad(in, raw, b, h, q, k);
   return valid ? ds * grad : 0.f;
 }

@@ -122,7 +122,7 @@ struct BwdSm90Elements {
                      float (&acc_dp)[QT][4], u32 (&pf)[kBlockM / 16][4],
                      u32 (&df)[kBlockM / 16][4], u32 s_do, float (&acc_dv)[VT][4],
                      float *gacc) {
-    float raw[QT][4]; // the scores, for score_mod_grad and input_grads
+    float raw[QT][4]; // the scores, for score_mod_grad and add_input_grads
     u32 valid_bits = 0;
     static_assert(QT * 4 <= 32, "one validity bit an element");
 #pragma unroll
@@ -157,13 +157,8 @@ struct BwdSm90Elements {
         const float ds_any =
             Variant::backward(in, acc_dp[t][e], p, rows + qr * kF, doo, b, h, qi, key);
         const float ds = valid ? ds_any : 0.f;
-        if constexpr (kNumGrads > 0) {
-          float d[kNumGrads];
-          Variant::input_grads(in, raw[t][e], b, h, qi, key, d);
-#pragma unroll
-          for (int j = 0; j < kNumGrads; ++j)
-            gacc[j] += valid ? ds * d[j] : 0.f;
-        }
+        if constexpr (kNumGrads > 0)
+          Variant::add_input_grads(in, raw[t][e], ds, valid, b, h, qi, key, gacc);
         const float grad = Variant::score_mod_grad(in, raw[t][e], b, h, qi, key);
         acc_dp[t][e] = valid ? ds * grad : 0.f;
       }

@@ -86,9 +86,10 @@ template <class V> struct ShiftedVariant {
                                                          int h, int q, int k) {
     return V::score_mod_grad(in.in, s, b, h, q + in.shift, k);
   }
-  __device__ static __forceinline__ void input_grads(const Inputs &in, float s, int b, int h,
-                                                     int q, int k, float *d) {
-    V::input_grads(in.in, s, b, h, q + in.shift, k, d);
+  __device__ static __forceinline__ void add_input_grads(const Inputs &in, float s, float ds,
+                                                         bool valid, int b, int h, int q, int k,
+                                                         float *gacc) {
+    V::add_input_grads(in.in, s, ds, valid, b, h, q + in.shift, k, gacc);
   }
   __device__ static __forceinline__ bool mask(const Inputs &in, int b, int h, int q, int k) {
     return V::mask(in.in, b, h, q + in.shift, k);

@@ -1,9 +1,10 @@
-// The gradient hooks of the generated Variant: score_mod_grad, input_grads,
+// The gradient hooks of the generated Variant: score_mod_grad, add_input_grads,
 // kNumInputGrads, gradInputs, and NVRTC compiles them.
 #include "Examples.h"
 
 #include "attn/Pipeline.h"
 #include "attn/codegen/Codegen.h"
+#include "attn/dsl/Library.h"
 #include "attn/codegen/InputLayout.h"
 #include "attn/runtime/Compiler.h"
 #include "attn/runtime/Errors.h"
@@ -47,10 +48,11 @@ TEST_CASE("hooks: mha has score_mod_grad = rsqrt(D) and no input grads",
   REQUIRE_FALSE(G.empty());
   CHECK_THAT(G, Catch::Matchers::Contains("rsqrtf((float)kHeadDim)"));
   std::string I = functionText(
-      S, "__device__ static __forceinline__ void input_grads(const Inputs "
-         "&in, float score, int b, int h, int q_idx, int kv_idx, float *d)");
+      S, "__device__ static __forceinline__ void add_input_grads(const Inputs "
+         "&in, float score, float ds, bool valid, int b, int h, int q_idx, "
+         "int kv_idx, float *gacc)");
   REQUIRE_FALSE(I.empty());
-  CHECK(I.find("d[") == std::string::npos);
+  CHECK(I.find("gacc[") == std::string::npos);
 }
 
 TEST_CASE("hooks: learned ALiBi slopes and diagonal bias give two input "
@@ -68,15 +70,20 @@ TEST_CASE("hooks: learned ALiBi slopes and diagonal bias give two input "
   CHECK_THAT(S.Source, Catch::Matchers::Contains(
                            "static constexpr int kNumInputGrads = 2;"));
   std::string I = functionText(S, "__device__ static __forceinline__ void "
-                                  "input_grads(");
+                                  "add_input_grads(");
   // d slopes = kv_idx - q_idx (an int, made a float), d head_bias = 1 on
-  // the diagonal and 0 elsewhere.
+  // the diagonal and 0 elsewhere: dS times the distance with one FMA, and
+  // dS added on the diagonal only. Both factors are finite at every
+  // element, so neither tests `valid` (dS is 0 there).
   CHECK_THAT(I, Catch::Matchers::Contains("const int v"));
   CHECK_THAT(I, Catch::Matchers::Contains(" = (kv_idx - q_idx);"));
   CHECK_THAT(I, Catch::Matchers::Contains(" = (kv_idx == q_idx);"));
-  CHECK_THAT(I, Catch::Matchers::Contains(" ? 1.0f : 0.0f);"));
-  CHECK_THAT(I, Catch::Matchers::Contains("d[0] = v"));
-  CHECK_THAT(I, Catch::Matchers::Contains("d[1] = v"));
+  CHECK_THAT(I, Catch::Matchers::Contains("gacc[0] = fmaf(ds, v"));
+  CHECK_THAT(I, Catch::Matchers::Contains("gacc[1] = v"));
+  CHECK_THAT(I, Catch::Matchers::Contains(" ? gacc[1] + ds : gacc[1];"));
+  CHECK(I.find("valid ?") == std::string::npos);
+  CHECK(I.find("valid &&") == std::string::npos);
+  CHECK(I.find(" ? 1.0f : 0.0f") == std::string::npos);
 }
 
 TEST_CASE("hooks: gradInputs skips inputs that need no gradient",
@@ -143,4 +150,46 @@ TEST_CASE("hooks: derived backwards compile with NVRTC without warnings",
       CHECK(compiles(S));
     }
   }
+}
+
+TEST_CASE("hooks: factors that may be inf or NaN at a masked element are "
+          "guarded by `valid`",
+          "[autodiff][codegen][nvrtc]") {
+  // w scales the raw score on the diagonal (its factor is the score: data,
+  // unbounded) and p a log of the distance behind the query (NaN above the
+  // diagonal, where the causal mask drops the element and dS is 0).
+  using namespace dsl;
+  AttentionDef D("guarded_grads");
+  D.inputs.declare("w", ir::InputShape::PerHead).requiresGrad();
+  D.inputs.declare("p", ir::InputShape::Scalar).requiresGrad();
+  D.score_mod = [](SymbolScalar s, const CustomInputs &in, SymbolScalar,
+                   SymbolScalar, SymbolScalar q, SymbolScalar k) {
+    SymbolScalar scaled = s * in.head_dim().rsqrt();
+    SymbolScalar own = k == q;
+    SymbolScalar diag = select(own, in["w"] * s, 0.0);
+    SymbolScalar behind = (q - k + 1.0).log();
+    SymbolScalar far = in["p"] * behind;
+    return scaled + diag + far;
+  };
+  D.mask_mod = masks::causal();
+  D.online_func = onlineSoftmax(/*WrittenBackward=*/false);
+  CompiledDefinition Def = compile(D);
+  KernelSpec Spec;
+  Spec.Arch = GpuArch::Sm90a;
+  Spec.HeadDim = Spec.HeadDimV = 64;
+  KernelSource S = codegen::generateForward(Def, Spec);
+  std::string I = functionText(S, "__device__ static __forceinline__ void "
+                                  "add_input_grads(");
+  REQUIRE_FALSE(I.empty());
+  CHECK_THAT(I, Catch::Matchers::Contains("gacc[0] = valid && v"));
+  CHECK_THAT(I, Catch::Matchers::Contains("? fmaf(ds, score, gacc[0]) : gacc[0];"));
+  CHECK_THAT(I, Catch::Matchers::Contains("gacc[1] = fmaf(ds, valid ? v"));
+  for (GpuArch Arch : {GpuArch::Sm80, GpuArch::Sm90a}) {
+    KernelSpec B;
+    B.Arch = Arch;
+    B.HeadDim = B.HeadDimV = 64;
+    CHECK(compiles(codegen::generateBackward(Def, B)));
+  }
+  CHECK(compiles(codegen::generateBackwardSm90(
+      Def, Spec, codegen::BwdSm90Config::defaultFor(64, 64))));
 }

@@ -4,6 +4,7 @@
 #include "attn/codegen/VariantEmitter.h"
 
 #include "attn/Error.h"
+#include "attn/analysis/Magnitude.h"
 #include "attn/codegen/InputLayout.h"
 #include "attn/ir/Eval.h"
 #include "attn/ir/Printer.h"
@@ -496,9 +497,31 @@ void emitEpilogue(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell) 
                        E.operand(F.result(D.Name), false)));
 }
 
+namespace {
+
+/// One input's term dS · g, g = ∂score_mod/∂input: g itself, or, for g =
+/// select(c, a, 0) (a bias on part of the tile), c and a, so that the
+/// term is added where c holds and nothing is multiplied by 0 elsewhere.
+struct GradTerm {
+  const Node *Cond = nullptr; ///< c, or null
+  const Node *Factor;         ///< a (with Cond) or g
+};
+
+GradTerm gradTerm(const Node *G) {
+  if (G->getKind() == ir::NodeKind::Select) {
+    auto *Zero = llvm::dyn_cast<ir::ConstNode>(G->operand(2));
+    if (Zero && Zero->getValue() == 0.0)
+      return {G->operand(0), G->operand(1)};
+  }
+  return {nullptr, G};
+}
+
+} // namespace
+
 void emitInputGrads(CodeWriter &W, const ir::Graph &G,
                     const ParamSpeller &Spell) {
   const ir::Function *F = G.getFunction("score_mod_input_grad");
+  std::vector<GradTerm> Terms;
   std::vector<const Node *> Roots;
   for (const ir::InputDecl &D : G.decls().Inputs) {
     if (!D.RequiresGrad)
@@ -507,7 +530,10 @@ void emitInputGrads(CodeWriter &W, const ir::Graph &G,
     if (!R)
       throw InternalError("codegen: no gradient d_" + D.Name + " of '" +
                           G.name() + "'; the autodiff pass did not run");
-    Roots.push_back(R);
+    Terms.push_back(gradTerm(R));
+    if (Terms.back().Cond)
+      Roots.push_back(Terms.back().Cond);
+    Roots.push_back(Terms.back().Factor);
   }
   if (Roots.empty())
     return;
@@ -519,11 +545,29 @@ void emitInputGrads(CodeWriter &W, const ir::Graph &G,
   // fewer; gradients need not match a comparison's last bit).
   E.spellRowDivisionsAsReciprocals();
   E.emitScalarBody(Roots);
-  for (size_t I = 0; I < Roots.size(); ++I) {
-    std::string V = E.operand(Roots[I], false);
-    if (Roots[I]->getType() != ir::Type::F32)
-      V = "(float)" + V;
-    W.line(fmt::format("d[{}] = {};", I, V));
+  // dS is 0 at an element that is not valid, so a factor that is finite
+  // everywhere (a distance, a constant, a select of them) adds 0 there with
+  // no test; another may be inf or NaN where the mask excludes the element
+  // (a pole, a log of a negative distance) and is replaced by 0 there.
+  for (size_t I = 0; I < Terms.size(); ++I) {
+    const GradTerm &T = Terms[I];
+    std::string A = E.operand(T.Factor, false);
+    if (T.Factor->getType() != ir::Type::F32)
+      A = "(float)" + A;
+    const bool Finite = analysis::isProvablyFinite(T.Factor);
+    const std::string Acc = fmt::format("gacc[{}]", I);
+    if (!T.Cond) {
+      W.line(fmt::format("{0} = fmaf(ds, {1}, {0});", Acc,
+                         Finite ? A : "valid ? " + A + " : 0.0f"));
+      continue;
+    }
+    std::string C = E.operand(T.Cond, false);
+    if (!Finite)
+      C = "valid && " + C;
+    auto *One = llvm::dyn_cast<ir::ConstNode>(T.Factor);
+    W.line(One && One->getValue() == 1.0
+               ? fmt::format("{0} = {1} ? {0} + ds : {0};", Acc, C)
+               : fmt::format("{0} = {1} ? fmaf(ds, {2}, {0}) : {0};", Acc, C, A));
   }
 }
 

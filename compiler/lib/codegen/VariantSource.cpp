@@ -154,7 +154,7 @@ std::string variantMembers(const CompiledDefinition &Def,
       },
       "float");
   // The chain rule through score_mod, at the raw score: the backward's
-  // dS_raw = dS * score_mod_grad, and input i collects dS * d[i].
+  // dS_raw = dS * score_mod_grad, and input i collects dS * ∂mod/∂input_i.
   auto ScoreSpell = [&](const ir::ParamNode &P) {
     return P.getParamKind() == ParamKind::Score ? std::string("score")
                                                 : spellCommon(P, "kv_idx", G);
@@ -167,11 +167,13 @@ std::string variantMembers(const CompiledDefinition &Def,
       W, G, "score_mod_grad(const Inputs &in, float score, " + TileIdx + ")",
       "score_mod_grad", "dscore", ScoreSpell, "float");
   {
-    auto B = W.block("__device__ static __forceinline__ void input_grads("
-                     "const Inputs &in, float score, " + TileIdx +
-                     ", float *d)");
-    W.line("(void)in; (void)score; (void)b; (void)h; (void)q_idx; "
-           "(void)kv_idx; (void)d;");
+    // gacc[i] += dS · ∂score_mod/∂input_i, the product formed here so that
+    // it simplifies with the factor (emitInputGrads).
+    auto B = W.block("__device__ static __forceinline__ void add_input_grads("
+                     "const Inputs &in, float score, float ds, bool valid, " +
+                     TileIdx + ", float *gacc)");
+    W.line("(void)in; (void)score; (void)ds; (void)valid; (void)b; (void)h; "
+           "(void)q_idx; (void)kv_idx; (void)gacc;");
     emitInputGrads(W, G, ScoreSpell);
   }
   if (G.getFunction("mask_mod")) {

@@ -86,9 +86,10 @@ const ir::Node *foldableScoreScale(const ir::Graph &G, int HeadDim);
 const ir::Node *foldableForwardScale(const ir::Graph &G, int HeadDim);
 /// The body of `epilogue(in, st, of, r, b, h, q_idx, finals)` for one row r.
 void emitEpilogue(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell);
-/// The body of `input_grads(in, score, b, h, q_idx, kv_idx, d)`: d[i] =
-/// ∂score_mod/∂input_i for the i-th input that requires a gradient (the
-/// results of score_mod_input_grad). Writes nothing when there is none.
+/// The body of `add_input_grads(in, score, ds, valid, b, h, q_idx, kv_idx,
+/// gacc)`: gacc[i] += ds · ∂score_mod/∂input_i for the i-th input that
+/// requires a gradient (the results of score_mod_input_grad), ds being 0
+/// where valid is false. Writes nothing when there is none.
 void emitInputGrads(CodeWriter &W, const ir::Graph &G,
                     const ParamSpeller &Spell);
 
