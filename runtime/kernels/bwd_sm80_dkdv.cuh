@@ -64,6 +64,40 @@ __device__ __forceinline__ float bwd_element(const typename Variant::Inputs &in,
   return valid ? ds * grad : 0.f;
 }
 
+/// The input-gradient partials of one (key block \p n_block, batch·head
+/// \p bh): every thread's \p gacc summed over its warp, then the warps'
+/// sums in warp order by thread j for input j (a fixed order: the same
+/// bits every run), into a.grad_partial, which attnc_bwd_input_grads
+/// reduces. Zeroes gacc. \p red: kNumGrads·kWarps floats of shared memory
+/// free until the second barrier; \p sync: a barrier over the kWarps warps
+/// (the CTA's, or a warp-specialised kernel's compute warps); \p silent: this
+/// warp's sums repeat another's (a column split) and count as 0.
+template <int kNumGrads, int kWarps, class Sync>
+__device__ __forceinline__ void store_input_grad_partials(const BwdArgs &a, float *gacc,
+                                                          bool silent, float *red,
+                                                          int n_block, long long bh,
+                                                          Sync sync) {
+  static_assert(kNumGrads <= kMaxInputGrads, "one summing thread an input");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < kNumGrads; ++j) {
+    const float x = silent ? 0.f : warp_sum(gacc[j]);
+    gacc[j] = 0.f;
+    if (lane == 0)
+      red[j * kWarps + warp] = x;
+  }
+  sync();
+  if (threadIdx.x < kNumGrads) {
+    float sum = 0.f;
+    for (int w = 0; w < kWarps; ++w)
+      sum += red[threadIdx.x * kWarps + w];
+    a.grad_partial[((long long)threadIdx.x * a.kv_n_blocks + n_block) *
+                       ((long long)a.batch * a.heads) +
+                   bh] = sum;
+  }
+  sync();
+}
+
 template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN,
           int kWarps, int kStages, bool kFusedDq, bool kSplit>
 struct BwdDkDvSm80 {
@@ -118,7 +152,6 @@ struct BwdDkDvSm80 {
     const int n_block = kFusedDq ? a.kv_n_blocks - 1 - (int)blockIdx.x : (int)blockIdx.x;
     const int b = blockIdx.y / a.heads_kv, hk = blockIdx.y % a.heads_kv;
     const int group_size = a.heads / a.heads_kv;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int key0 = n_block * kBlockN;
     // This CTA's sequence (varlen.cuh; the head only moves the per-row
     // arrays). In a packed call a key block past its end has no keys; its
@@ -268,28 +301,10 @@ struct BwdDkDvSm80 {
       __syncthreads();
       if constexpr (kFusedDq)
         Fused::publish(a, turn);
-      if constexpr (kNumGrads > 0) {
-        // One partial per (input, key block, batch·head): warp sums, then
-        // the warps' sums in warp order, in the idle first ring slot.
-        float *red = reinterpret_cast<float *>(ring);
-#pragma unroll
-        for (int j = 0; j < kNumGrads; ++j) {
-          const float x = warp_sum(gacc[j]);
-          gacc[j] = 0.f;
-          if (lane == 0)
-            red[j * kWarps + warp] = x;
-        }
-        __syncthreads();
-        if (threadIdx.x < kNumGrads) {
-          float sum = 0.f;
-          for (int w = 0; w < kWarps; ++w)
-            sum += red[threadIdx.x * kWarps + w];
-          a.grad_partial[((long long)threadIdx.x * a.kv_n_blocks + n_block) *
-                             ((long long)a.batch * a.heads) +
-                         bh] = sum;
-        }
-        __syncthreads();
-      }
+      if constexpr (kNumGrads > 0) // in the idle first ring slot
+        store_input_grad_partials<kNumGrads, kWarps>(
+            a, gacc, false, reinterpret_cast<float *>(ring), n_block, bh,
+            [] { __syncthreads(); });
     }
     cp_async_wait<0>();
     store(a, sp0, b, hk, key0, acc_dk, acc_dv);

@@ -14,7 +14,7 @@ ATTNC_BWD_SM90::consume(const BwdArgs &a, const typename Variant::Inputs &in, u3
                         u32 s_v, u32 s_ring, u32 s_ds, u32 s_dq, u32 bar_full,
                         u32 bar_empty, unsigned char *ring, int n_block, int b, int hk,
                         int group_size, int key0) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
   // Ping-pong: warpgroup 0 takes the tensor cores first.
   if (kPingPong && threadIdx.x >= 128)
     named_bar_arrive(kBarToken + 0, kThreads);
@@ -113,30 +113,13 @@ ATTNC_BWD_SM90::consume(const BwdArgs &a, const typename Variant::Inputs &in, u3
     sync_compute();
     if constexpr (kFusedDq && !kAtomicDq)
       Sem::publish(a, turn);
-    if constexpr (kNumGrads > 0) {
-      // One partial per (input, key block, batch·head), as bwd_sm80's:
-      // warp sums, then the warps' sums in warp order. (Warp-specialised,
-      // the ring belongs to the producer: the dSᵀ tile, free here.)
-      float *red = reinterpret_cast<float *>(kWs ? ring + kStages * kStageBytes : ring);
-#pragma unroll
-      for (int j = 0; j < kNumGrads; ++j) {
-        // Column-split: warpgroup 1's sums repeat warpgroup 0's.
-        const float x = kSplit && warp >= 4 ? 0.f : warp_sum(gacc[j]);
-        gacc[j] = 0.f;
-        if (lane == 0)
-          red[j * kWarps + warp] = x;
-      }
-      sync_compute();
-      if (threadIdx.x < kNumGrads) {
-        float sum = 0.f;
-        for (int w = 0; w < kWarps; ++w)
-          sum += red[threadIdx.x * kWarps + w];
-        a.grad_partial[((long long)threadIdx.x * a.kv_n_blocks + n_block) *
-                           ((long long)a.batch * a.heads) +
-                       bh] = sum;
-      }
-      sync_compute();
-    }
+    // (Warp-specialised, the ring belongs to the producer: the dSᵀ tile,
+    // free here. Column-split: warpgroup 1's sums repeat warpgroup 0's.)
+    if constexpr (kNumGrads > 0)
+      store_input_grad_partials<kNumGrads, kWarps>(
+          a, gacc, kSplit && warp >= 4,
+          reinterpret_cast<float *>(kWs ? ring + kStages * kStageBytes : ring), n_block, bh,
+          [] { sync_compute(); });
   }
   if constexpr (!kWs)
     cp_async_wait<0>();

@@ -392,7 +392,7 @@ struct BwdDkDvSm90Varlen {
   consume(const BwdArgs &a, const typename Variant::Inputs &in, const SeqSpan &sp0, u32 s_k,
           u32 s_v, u32 s_ring, u32 s_ds, u32 s_dq, u32 bar_full, u32 bar_empty, u32 meta,
           unsigned char *ring, int n_block, int b, int hk, int group_size, int key0) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32;
     using C = typename Base::template Cols<kW>;
     float acc_dk[C::kKN / 8][4], acc_dv[C::kVN / 8][4];
     Base::zero(acc_dk);
@@ -447,27 +447,11 @@ struct BwdDkDvSm90Varlen {
       Base::sync_compute();
       if constexpr (!kAtomicDq)
         BwdFusedDq<T, kD, kBlockM, kBlockN, kWarps>::publish(la, turn);
-      if constexpr (kNumGrads > 0) {
-        const int bh = b * a.heads + h;
-        float *red = reinterpret_cast<float *>(ring + kStages * kStageBytes);
-#pragma unroll
-        for (int j = 0; j < kNumGrads; ++j) {
-          const float x = kSplit && warp >= 4 ? 0.f : warp_sum(gacc[j]);
-          gacc[j] = 0.f;
-          if (lane == 0)
-            red[j * kWarps + warp] = x;
-        }
-        Base::sync_compute();
-        if (threadIdx.x < kNumGrads) {
-          float sum = 0.f;
-          for (int w = 0; w < kWarps; ++w)
-            sum += red[threadIdx.x * kWarps + w];
-          a.grad_partial[((long long)threadIdx.x * a.kv_n_blocks + n_block) *
-                             ((long long)a.batch * a.heads) +
-                         bh] = sum;
-        }
-        Base::sync_compute();
-      }
+      if constexpr (kNumGrads > 0)
+        store_input_grad_partials<kNumGrads, kWarps>(
+            a, gacc, kSplit && warp >= 4,
+            reinterpret_cast<float *>(ring + kStages * kStageBytes), n_block,
+            (long long)b * a.heads + h, [] { Base::sync_compute(); });
     }
     // dK and dV from the sequence's first key (made here, not held over
     // the walk).
