@@ -459,6 +459,14 @@ struct BwdDkDvSm90 {
   __device__ static void write_dq_slots(const BwdArgs &a, u32 s_dq, u32 dq_bars, int n_block,
                                         int b, int hk, int group_size, int owner);
 
+  /// One step of a turn warp with kSlotTurns: the turn \p rank of \p sem
+  /// (null with kAtomicDq) acquired before step \p it's slot is full, the
+  /// slot added to (rank 0: stored at) the rows at \p dst, the slot
+  /// emptied and rank + 1 published (the packed walk's turn warps take the
+  /// same steps, bwd_sm90_varlen.cuh).
+  __device__ static __forceinline__ void add_dq_slot(u32 s_dq, u32 dq_bars, int it, int *sem,
+                                                     float *dst, int rank);
+
   template <int A> __device__ static __forceinline__ void zero(float (&x)[A][4]) {
 #pragma unroll
     for (int i = 0; i < A; ++i)

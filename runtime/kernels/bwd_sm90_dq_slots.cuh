@@ -39,13 +39,6 @@ ATTNC_BWD_SM90_TEMPLATE
 __device__ void ATTNC_BWD_SM90::write_dq_slots(const BwdArgs &a, u32 s_dq, u32 dq_bars,
                                                int n_block, int b, int hk, int group_size,
                                                int owner) {
-  static_assert(kBulkDq >= 2 && kBulkDq <= 4, "turns ahead: bulk or thread reductions");
-  // A pass of the thread reductions covers 512 bytes, 16 a lane: one row at
-  // d128, two at d64 (lanes 0-15 the first, 16-31 the second).
-  static_assert(kD == 128 || kD == 64, "a pass of 32 lanes' 16 bytes is a whole number of rows");
-  constexpr int kLanesPerRow = kD / 4, kRowsPerPass = 32 / kLanesPerRow;
-  static_assert(kBlockM % kRowsPerPass == 0, "the slot's rows in whole passes");
-  const int lane = threadIdx.x % 32;
   int it = 0;
   for (int hi = 0; hi < group_size; ++hi) {
     const int bh = b * a.heads + hk * group_size + hi;
@@ -53,7 +46,6 @@ __device__ void ATTNC_BWD_SM90::write_dq_slots(const BwdArgs &a, u32 s_dq, u32 d
     for (int j = 0; j < w.blocks.count; ++j, ++it) {
       if (it % kDqTurnWarps != owner)
         continue;
-      const u32 slot = s_dq + (it & 1) * kDqSlotBytes;
       bool full;
       const int m = w.visit(a, j, full);
       // Atomic: every slot is added to the zeroed sum, no turns.
@@ -61,70 +53,84 @@ __device__ void ATTNC_BWD_SM90::write_dq_slots(const BwdArgs &a, u32 s_dq, u32 d
                        : Variant::kHasMask ? w.ranks[j]
                                            : Sem::unmasked_rank(a, n_block, m);
       int *sem = kAtomicDq ? nullptr : a.dq_sem + (long long)bh * a.kv_m_blocks + m;
-      // The turn first, while the compute threads still fill the slot: the
-      // warp holds nothing while it waits (the other warp and the compute
-      // threads go on), and the CTAs before it publish without this one.
-      if constexpr (!kAtomicDq) {
-        if (lane == 0 && rank > 0)
-          while (ld_acquire_gpu(sem) != rank) {
-          }
-        __syncwarp();
-        if constexpr (kBulkDq == 2)
-          fence_proxy_async_global(); // the earlier ranks' sums, to the bulk reductions
-      }
-      mbar_wait(dq_bars + 8 * (it & 1), (it / 2) & 1);
       float *dst = a.dq_accum + ((long long)bh * Sem::accum_rows(a) + (long long)m * kBlockM) * kD;
-      if constexpr (kBulkDq == 2) {
-        // Rows lane and lane + 32, a reduction of a row each (the slot's
-        // rows are padded, the sum's are not); rank 0 stores.
-#pragma unroll
-        for (int r = 0; r < kBlockM; r += 32) {
-          if (rank == 0)
-            bulk_store_s2g(dst + (r + lane) * kD, slot + (r + lane) * kDqRowBytes, kD * 4);
-          else
-            bulk_reduce_add_f32_s2g(dst + (r + lane) * kD, slot + (r + lane) * kDqRowBytes,
-                                    kD * 4);
-        }
-        bulk_commit();
-        bulk_wait_read_all();
-      } else {
-        // kRowsPerPass rows a pass, 16 bytes a lane: each instruction
-        // covers four whole 128-byte lines.
-        const int row = lane / kLanesPerRow, col = lane % kLanesPerRow;
-        const u32 src = slot + row * kDqRowBytes + col * 16;
-        float *out = dst + row * kD + col * 4;
-        // One branch for the slot: an asm statement cannot be predicated.
-        if (rank == 0) {
-#pragma unroll 4
-          for (int r = 0; r < kBlockM; r += kRowsPerPass) {
-            float x[4];
-            ld_shared_f4(src + r * kDqRowBytes, x);
-            st_cg_f4(out + r * kD, x);
-          }
-        } else {
-#pragma unroll 4
-          for (int r = 0; r < kBlockM; r += kRowsPerPass) {
-            float x[4];
-            ld_shared_f4(src + r * kDqRowBytes, x);
-            red_add_f4(out + r * kD, x);
-          }
-        }
+      add_dq_slot(s_dq, dq_bars, it, sem, dst, rank);
+    }
+  }
+}
+
+ATTNC_BWD_SM90_TEMPLATE
+__device__ __forceinline__ void ATTNC_BWD_SM90::add_dq_slot(u32 s_dq, u32 dq_bars, int it,
+                                                            int *sem, float *dst, int rank) {
+  static_assert(kBulkDq >= 2 && kBulkDq <= 4, "turns ahead: bulk or thread reductions");
+  // A pass of the thread reductions covers 512 bytes, 16 a lane: one row at
+  // d128, two at d64 (lanes 0-15 the first, 16-31 the second).
+  static_assert(kD == 128 || kD == 64, "a pass of 32 lanes' 16 bytes is a whole number of rows");
+  constexpr int kLanesPerRow = kD / 4, kRowsPerPass = 32 / kLanesPerRow;
+  static_assert(kBlockM % kRowsPerPass == 0, "the slot's rows in whole passes");
+  const int lane = threadIdx.x % 32;
+  const u32 slot = s_dq + (it & 1) * kDqSlotBytes;
+  // The turn first, while the compute threads still fill the slot: the
+  // warp holds nothing while it waits (the other warp and the compute
+  // threads go on), and the CTAs before it publish without this one.
+  if constexpr (!kAtomicDq) {
+    if (lane == 0 && rank > 0)
+      while (ld_acquire_gpu(sem) != rank) {
       }
-      // The slot is read (its values are in the adds issued, or the bulk
-      // reductions have read it): the compute threads may refill it.
-      mbar_arrive(dq_bars + 16 + 8 * (it & 1));
-      if constexpr (!kAtomicDq) {
-        if constexpr (kBulkDq == 2) {
-          bulk_wait_all();
-          fence_proxy_async_global(); // the reductions' writes before the release
-        }
-        // Every lane's adds precede lane 0's release (the warp barrier
-        // orders them, the release is cumulative).
-        __syncwarp();
-        if (lane == 0)
-          st_release_gpu(sem, rank + 1);
+    __syncwarp();
+    if constexpr (kBulkDq == 2)
+      fence_proxy_async_global(); // the earlier ranks' sums, to the bulk reductions
+  }
+  mbar_wait(dq_bars + 8 * (it & 1), (it / 2) & 1);
+  if constexpr (kBulkDq == 2) {
+    // Rows lane and lane + 32, a reduction of a row each (the slot's
+    // rows are padded, the sum's are not); rank 0 stores.
+#pragma unroll
+    for (int r = 0; r < kBlockM; r += 32) {
+      if (rank == 0)
+        bulk_store_s2g(dst + (r + lane) * kD, slot + (r + lane) * kDqRowBytes, kD * 4);
+      else
+        bulk_reduce_add_f32_s2g(dst + (r + lane) * kD, slot + (r + lane) * kDqRowBytes,
+                                kD * 4);
+    }
+    bulk_commit();
+    bulk_wait_read_all();
+  } else {
+    // kRowsPerPass rows a pass, 16 bytes a lane: each instruction
+    // covers four whole 128-byte lines.
+    const int row = lane / kLanesPerRow, col = lane % kLanesPerRow;
+    const u32 src = slot + row * kDqRowBytes + col * 16;
+    float *out = dst + row * kD + col * 4;
+    // One branch for the slot: an asm statement cannot be predicated.
+    if (rank == 0) {
+#pragma unroll 4
+      for (int r = 0; r < kBlockM; r += kRowsPerPass) {
+        float x[4];
+        ld_shared_f4(src + r * kDqRowBytes, x);
+        st_cg_f4(out + r * kD, x);
+      }
+    } else {
+#pragma unroll 4
+      for (int r = 0; r < kBlockM; r += kRowsPerPass) {
+        float x[4];
+        ld_shared_f4(src + r * kDqRowBytes, x);
+        red_add_f4(out + r * kD, x);
       }
     }
+  }
+  // The slot is read (its values are in the adds issued, or the bulk
+  // reductions have read it): the compute threads may refill it.
+  mbar_arrive(dq_bars + 16 + 8 * (it & 1));
+  if constexpr (!kAtomicDq) {
+    if constexpr (kBulkDq == 2) {
+      bulk_wait_all();
+      fence_proxy_async_global(); // the reductions' writes before the release
+    }
+    // Every lane's adds precede lane 0's release (the warp barrier
+    // orders them, the release is cumulative).
+    __syncwarp();
+    if (lane == 0)
+      st_release_gpu(sem, rank + 1);
   }
 }
 

@@ -19,7 +19,13 @@
 // The lean step (kLeanLevel, the dense default at d64 and d128) is the
 // same step: its bounds-free tiles are those wholly inside the sequence
 // (the step's per-CTA lengths); its turn warp follows the ring's metadata
-// (take_turns below).
+// (take_turns below). With the turns taken ahead (kBulkDq 2 to 4, the
+// dense default at d128: dQ through two shared slots, bwd_sm90_dq_slots.cuh)
+// turn warp w reads the stages of the ring's indices it owns (every other
+// one with two warps) and adds each step's slot in its turn
+// (write_dq_slots below); the slots count the query steps, which the
+// metadata carries, since the end-of-head stages fill none, and one more
+// stage after the last head's end tells the second warp the walk is over.
 //
 // The walk. The producer warp decides it and passes each step's query
 // block, fullness and dQ turn to the consumers in the stage's metadata
@@ -137,12 +143,12 @@ __device__ __forceinline__ long long varlen_dq_slot0(const BwdArgs &a, int b) {
 
 template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,
           bool kAtomicDq = false, bool kTwoPass = false, bool kSplit = false,
-          int kLeanLevel = 0>
+          int kLeanLevel = 0, int kBulkDq = 0>
 struct BwdDkDvSm90Varlen {
   using SV = ShiftedVariant<Variant>;
   using Base = BwdDkDvSm90<SV, T, kD, kDV, kBlockM, kBlockN, kStages, /*kFusedDq=*/true,
                            kAtomicDq, /*kWs=*/true, kTwoPass, kSplit, /*kPingPong=*/false,
-                           /*kDqWriter=*/false, kLeanLevel>;
+                           /*kDqWriter=*/false, kLeanLevel, kBulkDq>;
   static constexpr int kThreads = Base::kThreads, kWarps = Base::kWarps;
   static constexpr int kStageBytes = Base::kStageBytes, kSmemBytes = Base::kSmemBytes;
   static constexpr int kQBytes = Base::kQBytes, kOBytes = Base::kOBytes;
@@ -150,16 +156,26 @@ struct BwdDkDvSm90Varlen {
   static constexpr int kNumGrads = Base::kNumGrads;
   static constexpr bool kRanges = BoxBounded<Variant>::value;
   /// A stage's metadata (16 bytes a stage, after the mbarriers in their
-  /// 256 bytes): the query block | full << 30 | end of head << 31, then
-  /// the dQ rank.
+  /// 256 bytes): the query block | full << 30 | end of head << 31, the dQ
+  /// rank, the head within the group | the walk's end << 31 (the last
+  /// stages, for the turn warps), and the number of the query steps before
+  /// this one (the dQ slots' count, which the end-of-head stages do not
+  /// advance).
   static constexpr int kMetaOffset = 128;
   static_assert(kMetaOffset + 16 * kStages <= 256 && Base::kBarBytes == 256,
                 "the metadata fits beside the mbarriers");
-  static_assert(!Base::kWriter && !Base::kDqSlots,
-                "packed calls use the lockstep step, with or without the turn warp");
-  /// A stage's empty barrier: an arrival per compute thread, and the turn
-  /// warp's 32 once they have read the stage's metadata (Base::release).
-  static constexpr int kEmptyArrivals = 32 * (Base::kWarps + (Base::kTurnWarp ? 1 : 0));
+  static_assert(Base::kDqBarOffset + 32 <= kMetaOffset, "the dQ slots' mbarriers before it");
+  static_assert(!Base::kWriter && (!Base::kDqSlots || Base::kSlotTurns),
+                "packed calls use the lockstep step, with its turn warp or with turn "
+                "warps that take their turns ahead (dQ slots)");
+  /// A stage's empty barrier: an arrival per compute thread, and one turn
+  /// warp's 32 once they have read the stage's metadata (Base::release):
+  /// with two turn warps, the one that owns the stage's index.
+  static constexpr int kEmptyArrivals =
+      32 * (Base::kWarps + (Base::kTurnWarp || Base::kSlotTurns ? 1 : 0));
+  /// Turn warps that each read every other stage: the walk ends with one
+  /// more stage, so that each sees an end (produce).
+  static constexpr int kTurnWarps = Base::kSlotTurns ? Base::kDqTurnWarps : 1;
 
   /// Grid (packed_block_bound of the key blocks, kv heads).
   __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &call_in,
@@ -214,6 +230,13 @@ struct BwdDkDvSm90Varlen {
         mbar_init(bar_full + 8 * s, 1 + 32); // as bwd_sm90.cuh's ring
         mbar_init(bar_empty + 8 * s, kEmptyArrivals);
       }
+      if constexpr (Base::kDqSlots)
+        for (int s = 0; s < 2; ++s) {
+          // As bwd_sm90.cuh's: full, every compute thread; empty, the
+          // step's turn warp's lanes.
+          mbar_init(bar_full + Base::kDqBarOffset + 8 * s, Base::kWarps * 32);
+          mbar_init(bar_full + Base::kDqBarOffset + 16 + 8 * s, 32);
+        }
       mbar_init_fence();
     }
     cp_async_wait<0>();
@@ -222,9 +245,12 @@ struct BwdDkDvSm90Varlen {
     if (threadIdx.x >= kThreads) {
       if constexpr (Base::kWarpgroups == 2)
         setmaxnreg_dec<Base::kProducerRegs>();
-      if (threadIdx.x < kThreads + 32)
+      const int warp = (threadIdx.x - kThreads) / 32;
+      if (warp == 0)
         produce(a, in, maps, s_ring, bar_full, bar_empty, meta, n_block, b, hk, group_size);
-      else if (Base::kTurnWarp && threadIdx.x < kThreads + 64)
+      else if (Base::kSlotTurns && warp <= kTurnWarps)
+        write_dq_slots(a, s_dq, bar_full, bar_empty, meta, b, hk, group_size, warp - 1);
+      else if (!Base::kSlotTurns && Base::kTurnWarp && warp == 1)
         take_turns(a, bar_full, bar_empty, meta, b, hk, group_size);
       return;
     }
@@ -258,8 +284,22 @@ struct BwdDkDvSm90Varlen {
       tma_prefetch_desc(&maps.q);
       tma_prefetch_desc(&maps.dout);
     }
-    int it = 0;
-    for (int hi = 0; hi < group_size; ++hi) {
+    int it = 0, steps = 0;
+    // With two turn warps each reads every other stage: one more stage
+    // after the last head's end, so that both see the walk's end.
+    for (int hi = 0; hi < group_size + (kTurnWarps - 1); ++hi) {
+      if (hi == group_size) {
+        const int stage = it % kStages;
+        if (it >= kStages)
+          mbar_wait(bar_empty + 8 * stage, ((it / kStages) + 1) & 1);
+        if (lane == 0) {
+          st_shared_32(meta + 16 * stage, 1u << 31);
+          st_shared_32(meta + 16 * stage + 8, 1u << 31);
+          mbar_arrive(bar_full + 8 * stage);
+        }
+        cp_async_mbar_arrive(bar_full + 8 * stage);
+        break;
+      }
       const int h = hk * group_size + hi;
       const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch,
                                   a.heads, a.seq_q, a.seq_kv, b, h);
@@ -313,7 +353,11 @@ struct BwdDkDvSm90Varlen {
           st_shared_32(meta + 16 * stage,
                        (u32)m | (full ? 1u << 30 : 0u) | (end ? 1u << 31 : 0u));
           st_shared_32(meta + 16 * stage + 4, (u32)rank);
+          const bool over = end && hi == group_size - 1;
+          st_shared_32(meta + 16 * stage + 8, (u32)hi | (over ? 1u << 31 : 0u));
+          st_shared_32(meta + 16 * stage + 12, (u32)steps);
         }
+        steps += end ? 0 : 1;
         if (end) {
           if (lane == 0)
             mbar_arrive(bar);
@@ -367,6 +411,41 @@ struct BwdDkDvSm90Varlen {
         Base::take_turn(sem0 + head + (int)(md.x & 0x3fffffffu), (int)md.y);
       }
     }
+  }
+
+  /// Turn warp \p owner of Base::kDqTurnWarps (Base::kSlotTurns): the
+  /// stages of the indices it owns, each stage's metadata read once it is
+  /// full and released at once; for a step, its dQ slot (the step's number
+  /// among the query steps, md.w) added in its turn as the dense kernel's
+  /// turn warps do (Base::add_dq_slot) on the sequence's dQ slots, until
+  /// the stage that ends the walk.
+  __device__ static void write_dq_slots(const BwdArgs &a, u32 s_dq, u32 bar_full, u32 bar_empty,
+                                        u32 meta, int b, int hk, int group_size, int owner) {
+    if constexpr (Base::kSlotTurns) {
+      const long long slot0 = varlen_dq_slot0<kBlockM>(a, b);
+      int *const sem0 = a.dq_sem + slot0;
+      float *const dq0 = a.dq_accum + slot0 * kBlockM * kD;
+      const u32 dq_bars = bar_full + Base::kDqBarOffset;
+      for (int it = owner;; it += kTurnWarps) {
+        const int stage = it % kStages;
+        mbar_wait(bar_full + 8 * stage, (it / kStages) & 1);
+        const u32x4 md = ld_shared_128(meta + 16 * stage);
+        Base::release(bar_empty + 8 * stage);
+        if (md.z >> 31)
+          return;
+        if (md.x >> 31)
+          continue;
+        const int m = (int)(md.x & 0x3fffffffu), rank = kAtomicDq ? 1 : (int)md.y;
+        // (head, block) addressing of the sequence's slots: a head is
+        // a.kv_m_blocks of them.
+        const long long block =
+            (long long)(hk * group_size + (int)(md.z & 0x7fffffffu)) * a.kv_m_blocks + m;
+        Base::add_dq_slot(s_dq, dq_bars, (int)md.w, kAtomicDq ? nullptr : sem0 + block,
+                          dq0 + block * kBlockM * kD, rank);
+      }
+    }
+    (void)a; (void)s_dq; (void)bar_full; (void)bar_empty; (void)meta; (void)b; (void)hk;
+    (void)group_size; (void)owner;
   }
 
   /// cp.async of the sequence's query rows' finals and doosum ([..][heads]
@@ -432,14 +511,16 @@ struct BwdDkDvSm90Varlen {
                                                             kQBytes + kOBytes);
         // (head, block) addressing of dQ's slots: la's pointers start at
         // the sequence's first, a head is a.kv_m_blocks slots.
+        // The dQ slots count the query steps (md.w), not the ring's stages.
+        const int step_it = Base::kDqSlots ? (int)md.w : it;
         if ((md.x >> 30) & 1u)
-          Base::template step<true, kW>(la, sin, s_k, s_v, slot, s_ds, s_dq, dq_bars, it,
+          Base::template step<true, kW>(la, sin, s_k, s_v, slot, s_ds, s_dq, dq_bars, step_it,
                                         empty, rows, m, b, h, h, key0, rank, turn, acc_dk,
                                         acc_dv, gacc);
         else
-          Base::template step<false, kW>(la, sin, s_k, s_v, slot, s_ds, s_dq, dq_bars, it,
-                                         empty, rows, m, b, h, h, key0, rank, turn, acc_dk,
-                                         acc_dv, gacc);
+          Base::template step<false, kW>(la, sin, s_k, s_v, slot, s_ds, s_dq, dq_bars,
+                                         step_it, empty, rows, m, b, h, h, key0, rank, turn,
+                                         acc_dk, acc_dv, gacc);
         ++it;
       }
       // The last step's dSᵀ reads and dQ adds are done before the release

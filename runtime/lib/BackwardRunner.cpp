@@ -81,14 +81,17 @@ std::optional<KernelChoice> packedBackwardChoice(const KernelChoice &Choice) {
     // (bwd_sm90_varlen.cuh); its dQ order needs no block lists. The lean
     // step with its turn warp (the dense default at d64 and d128) keeps its
     // level: the packed walk feeds the turn warp as it feeds the producer.
-    // The bulk dQ's slots and the column split's turn warp have no packed
-    // form: the column split (the dense default at head dims 192 and 256,
-    // which bwd_sm80 does not run) runs packed without its turn warp.
+    // The turns taken ahead (.bulk2., .red2., .red.: the dense default at
+    // d128) keep their form: the packed walk's stages tell its turn warps
+    // the steps. The bulk dQ's one turn warp and the column split's turn
+    // warp have no packed form: the first runs the lean step's turn warp,
+    // the column split (the dense default at head dims 192 and 256, which
+    // bwd_sm80 does not run) runs packed without its turn warp.
     if (S->WarpSpecialized && S->FusedDq && !S->PingPong && !S->DqWriter) {
       codegen::BwdSm90Config P = *S;
       P.Varlen = true;
-      P.BulkDq = false;
-      P.BulkForm = 0;
+      if (P.BulkForm == 0)
+        P.BulkDq = false;
       if (P.SplitCols) {
         P.Lean = 0;
         P.SplitRoles = false; // (the roles form has no packed walk either)

@@ -39,8 +39,8 @@ namespace {
 /// column split's turn warp dropped at 192 and 256.
 BwdSm90Config packedDefault(int D, int DV) {
   BwdSm90Config Cfg = BwdSm90Config::defaultFor(D, DV);
-  Cfg.BulkDq = false;
-  Cfg.BulkForm = 0;
+  if (Cfg.BulkForm == 0) // as packedBackwardChoice: the turns taken ahead
+    Cfg.BulkDq = false;  // stay, the bulk dQ's one turn warp does not
   if (Cfg.SplitCols) {
     Cfg.Lean = 0; // as packedBackwardChoice: the column split without its
     Cfg.SplitRoles = false; // turn warp or roles form
@@ -73,12 +73,18 @@ void compilePacked(const std::string &Name, int D, int DV, const char *Named = n
     CHECK(has(Ptx, T == DType::F16 ? ".f32.f16.f16" : ".f32.bf16.bf16"));
     CHECK(has(Ptx, "cp.async.bulk.tensor.4d"));
     CHECK(has(Ptx, "setmaxnreg.inc"));
-    // The producer's end-of-head stage and the dQ turns.
+    // The producer's end-of-head stage and the dQ turns (none in an
+    // atomic form).
     CHECK(has(Ptx, "mbarrier.arrive.shared::cta.b64"));
-    CHECK(has(Ptx, "ld.acquire.gpu.global.b32"));
+    CHECK(has(Ptx, "ld.acquire.gpu.global.b32") == !Cfg.AtomicDq);
     // The turn warp and the compute threads arrive at each other's named
-    // barriers (the lockstep step without it only syncs).
-    CHECK(has(Ptx, "bar.arrive") == (Cfg.Lean >= 2 && !Cfg.SplitCols && !Cfg.AtomicDq));
+    // barriers (the lockstep step without it only syncs; with the turns
+    // taken ahead the compute warpgroups meet each other, and the turn
+    // warps add the dQ slots, by bulk reductions in .bulk2.).
+    CHECK(has(Ptx, "bar.arrive") ==
+          (Cfg.Lean >= 2 && !Cfg.SplitCols && !Cfg.AtomicDq && !Cfg.BulkDq));
+    if (Cfg.BulkDq)
+      CHECK(has(Ptx, "cp.reduce.async.bulk") == (Cfg.BulkForm == 1));
   }
 }
 
@@ -99,7 +105,10 @@ TEST_CASE("bwd_sm90 varlen: configuration strings and refusals", "[bwd90][varlen
                            "bwd90ws2.kv64x128s3.atomic.varlen",
                            "bwd90ws.kv64x128s2.lean2.fused.varlen",
                            "bwd90ws.kv128x128s2.lean2.fused.varlen",
-                           "bwd90ws.kv64x128s2.lean3.atomic.varlen"})
+                           "bwd90ws.kv64x128s2.lean3.atomic.varlen",
+                           "bwd90ws.kv64x128s2.lean2.bulk2.fused.varlen",
+                           "bwd90ws.kv64x128s2.lean2.red2.atomic.varlen",
+                           "bwd90ws.kv128x128s2.lean2.red.fused.varlen"})
     CHECK(BwdSm90Config::parse(Text).str() == Text);
   // The lean step's packed form: the dense default's fields and tiles.
   BwdSm90Config L = BwdSm90Config::parse("bwd90ws.kv128x128s2.lean2.fused.varlen");
@@ -125,6 +134,12 @@ TEST_CASE("bwd_sm90 varlen: configuration strings and refusals", "[bwd90][varlen
                            "bwd90ws.kv64x128s2.lean.fused.varlen",
                            "bwd90ws.kv64x128s2.lean2.atomic.varlen"})
     CHECK(codegen::bwdSm90Unsupported(S, BwdSm90Config::parse(Lean), 1, false).empty());
+  // The turns taken ahead: the packed walk's stages tell the turn warps
+  // their steps (d128's dense default, and d64's 128-row forms).
+  for (const char *Ahead : {"bwd90ws.kv64x128s2.lean2.bulk2.fused.varlen",
+                            "bwd90ws.kv64x128s2.lean2.red2.fused.varlen",
+                            "bwd90ws.kv64x128s2.lean2.red.atomic.varlen"})
+    CHECK(codegen::bwdSm90Unsupported(S, BwdSm90Config::parse(Ahead), 1, false).empty());
   KernelSpec S64 = kernelSpec(DType::F16, 64, 64);
   CHECK(codegen::bwdSm90Unsupported(
             S64, BwdSm90Config::parse("bwd90ws.kv128x128s2.lean2.fused.varlen"), 1, false)
@@ -133,7 +148,8 @@ TEST_CASE("bwd_sm90 varlen: configuration strings and refusals", "[bwd90][varlen
   CHECK_THAT(codegen::bwdSm90Unsupported(
                  S64, BwdSm90Config::parse("bwd90ws.kv64x128s2.lean2.fused.varlen"), 1, false),
              Contains("the query step must be 128"));
-  // The bulk dQ and the column split's turn warp walk the dense lists.
+  // The bulk dQ's one turn warp and the column split's turn warp walk the
+  // dense lists.
   for (const char *Refused : {"bwd90ws.kv64x128s2.lean2.bulk.fused.varlen",
                               "bwd90ws.kv64x64s2.split.tw.fused.varlen",
                               "bwd90ws.kv64x64s2.split.ro.fused.varlen"})
@@ -164,14 +180,18 @@ TEST_CASE("bwd_sm90 varlen: a packed backward runs bwd_sm90 on sm_90a, bwd_sm80 
     CHECK(!packedBackwardChoice(*P));
     return P->Skel->name().str() + " " + P->configText();
   };
-  // The dense defaults' lean step, packed (d128, and d64's dQ row split).
-  CHECK(Packed(128, GpuArch::Sm90a) == "bwd_sm90 bwd90ws.kv64x128s2.lean2.fused.varlen");
+  // The dense defaults' lean step, packed (d128 with its turns taken
+  // ahead, and d64's dQ row split).
+  CHECK(Packed(128, GpuArch::Sm90a) ==
+        "bwd_sm90 bwd90ws.kv64x128s2.lean2.bulk2.fused.varlen");
+  CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x128s2.lean2.red2.fused") ==
+        "bwd_sm90 bwd90ws.kv64x128s2.lean2.red2.fused.varlen");
   CHECK(Packed(64, GpuArch::Sm90a) == "bwd_sm90 bwd90ws.kv128x128s2.lean2.fused.varlen");
   CHECK(Packed(64, GpuArch::Sm90a, "bwd90ws.kv128x128s3.lean2.fused") ==
         "bwd_sm90 bwd90ws.kv128x128s3.lean2.fused.varlen");
   CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x128s2.fused") ==
         "bwd_sm90 bwd90ws.kv64x128s2.fused.varlen");
-  // The bulk dQ's packed form is the lean step's without it; the column
+  // The bulk dQ's one turn warp: its packed form is the lean step's; the column
   // split's without its turn warp (256/256 below: the dense default there
   // is .split.tw.).
   CHECK(Packed(128, GpuArch::Sm90a, "bwd90ws.kv64x128s2.lean2.bulk.fused") ==
@@ -282,11 +302,17 @@ TEST_CASE("bwd_sm90 varlen: d64's lean step compiles", "[nvrtc][bwd90][varlen][d
   for (const char *Name : {"mha", "mha_full", "alibi_learnable", "mha_window", "mha_document"})
     compilePacked(Name, 64, 64);
 }
-// The lean step without the turn warp and the plain lockstep step at d128
-// (the packed default before the lean step had a packed form).
+// The lean step with its one turn warp (the packed default at d128 before
+// the turns taken ahead had a packed form), without it, and the plain
+// lockstep step at d128 (before the lean step had one); the other forms of
+// the turns taken ahead, and their atomic one.
 TEST_CASE("bwd_sm90 varlen: the lean step's levels compile", "[nvrtc][bwd90][varlen][lean]") {
+  compilePacked("mha", 128, 128, "bwd90ws.kv64x128s2.lean2.fused.varlen");
   compilePacked("mha", 128, 128, "bwd90ws.kv64x128s2.lean.fused.varlen");
   compilePacked("mha", 128, 128, "bwd90ws.kv64x128s2.fused.varlen");
+  compilePacked("alibi_learnable", 128, 128, "bwd90ws.kv64x128s2.lean2.red2.fused.varlen");
+  compilePacked("mha_window", 128, 128, "bwd90ws.kv64x128s2.lean2.red.fused.varlen");
+  compilePacked("mha", 128, 128, "bwd90ws.kv64x128s2.lean2.bulk2.atomic.varlen");
 }
 
 // Per-row, per-key and per-token inputs in packed calls (of_sequence): the

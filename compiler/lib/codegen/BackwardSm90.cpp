@@ -275,14 +275,16 @@ std::string bwdSm90Unsupported(const KernelSpec &Spec, const BwdSm90Config &C,
                        "taken ahead (.bulk2., .red2., .red.)",
                        C.str());
   // The packed walk (bwd_sm90_varlen.cuh) runs the lockstep step, lean or
-  // not, and its own turn warp; the bulk dQ's turn warp walks the dense
-  // block lists, and the column split's turn warp (its roles form too) has
-  // not run packed.
-  if (C.Varlen && (C.BulkDq || SplitTurnWarp || C.SplitRoles))
-    return fmt::format("backward config {}: .varlen is not a form of the bulk dQ "
-                       "(.lean2.bulk.) or of the column split's turn warp (.split.tw., "
-                       ".split.ro.); "
-                       "use bwd90ws.kv64x128s2.lean2.fused.varlen or "
+  // not, with its own turn warp or with turn warps taking their turns ahead
+  // from the walk's stages (.bulk2., .red2., .red.); the bulk dQ's one turn
+  // warp (.lean2.bulk.) walks the dense block lists, and the column split's
+  // turn warp (its roles form too) has not run packed.
+  if (C.Varlen && ((C.BulkDq && C.BulkForm == 0) || SplitTurnWarp || C.SplitRoles))
+    return fmt::format("backward config {}: .varlen is not a form of the bulk dQ's "
+                       "one turn warp (.lean2.bulk.) or of the column split's turn warp "
+                       "(.split.tw., .split.ro.); "
+                       "use bwd90ws.kv64x128s2.lean2.bulk2.fused.varlen, "
+                       "bwd90ws.kv64x128s2.lean2.fused.varlen or "
                        "bwd90ws.kv64x64s2.split.fused.varlen",
                        C.str());
   if (C.Varlen && (!C.FusedDq || !C.WarpSpecialized || C.PingPong || C.DqWriter))
@@ -403,10 +405,12 @@ static KernelSource generateVarlen(const CompiledDefinition &Def, const KernelSp
   Values["atomic_dq"] = Config.AtomicDq ? "true" : "false";
   // (The lean level only where it is one, so that the other forms' source
   // is unchanged.)
-  Values["dkdv_mode_args"] =
-      fmt::format(", /*kAtomicDq=*/{}, /*kTwoPass=*/{}, /*kSplit=*/{}{}", Config.AtomicDq,
-                  Config.TwoPass, Config.SplitCols,
-                  Config.Lean != 0 ? fmt::format(", /*kLeanLevel=*/{}", Config.Lean) : "");
+  // (The turns taken ahead as the dense kernel's kBulkDq, 2 to 4.)
+  Values["dkdv_mode_args"] = fmt::format(
+      ", /*kAtomicDq=*/{}, /*kTwoPass=*/{}, /*kSplit=*/{}{}{}", Config.AtomicDq,
+      Config.TwoPass, Config.SplitCols,
+      Config.Lean != 0 ? fmt::format(", /*kLeanLevel=*/{}", Config.Lean) : "",
+      Config.BulkDq ? fmt::format(", /*kBulkDq=*/{}", 1 + Config.BulkForm) : "");
   Src.Source =
       render("bwd_sm90_varlen.cu.in", templateText("bwd_sm90_varlen.cu.in"), Values);
   return Src;
