@@ -101,6 +101,13 @@ std::vector<Case> cases(bool Quick) {
   Out.push_back({"mha", DType::F16, 64, 2, 2, Self, Self, "", true, "kv64x128w8.q128x64w8.s2"});
   Out.push_back({"mha", DType::F16, 128, 4, 2, Lq, Lkv, "", true,
                  "bwd90ws.kv64x128s2.fused.varlen"});
+  // d128's packed default before its turns were taken ahead (the lean step's
+  // one turn warp), and the turns taken ahead with the turn warps' own
+  // thread reductions.
+  Out.push_back({"mha", DType::F16, 128, 4, 2, Lq, Lkv, "", true,
+                 "bwd90ws.kv64x128s2.lean2.fused.varlen"});
+  Out.push_back({"mha_window", DType::F16, 128, 4, 2, Lq, Lkv, "", true,
+                 "bwd90ws.kv64x128s2.lean2.red2.fused.varlen"});
   // More than 32 sequences (empty ones and single tokens among them): the
   // packed grids' sequence search (block_range.cuh's packed_block_of) votes
   // over two groups of 32 in the forward, the dK/dV kernel and the dQ
