@@ -35,13 +35,17 @@ Attention::precompile(const PrecompileSet &What) {
   }
   if (What.Backward) {
     Compile(backwardRunner().source());
+    // Long or masked calls run the long-walk twin (wantsLongWalkBackward;
+    // packed ones by their longest sequence), packed calls the packed forms.
+    std::optional<KernelChoice> Long = longWalkBackwardChoice(backwardChoice());
     if (Packed) {
-      if (std::optional<KernelChoice> Two =
-              packedBackwardChoice(backwardChoice()))
-        Compile(Two->Skel->generate(Def, BwdTarget, Two->Config));
-    } else if (std::optional<KernelChoice> Long =
-                   longWalkBackwardChoice(backwardChoice())) {
-      // Long or masked calls run it (wantsLongWalkBackward).
+      std::vector<KernelChoice> Runs = {backwardChoice()};
+      if (Long)
+        Runs.push_back(*Long);
+      for (const KernelChoice &C : Runs)
+        if (std::optional<KernelChoice> Two = packedBackwardChoice(C))
+          Compile(Two->Skel->generate(Def, BwdTarget, Two->Config));
+    } else if (Long) {
       Compile(Long->Skel->generate(Def, BwdTarget, Long->Config));
     }
   }

@@ -143,6 +143,13 @@ KernelChoice denseBackwardChoice(const KernelChoice &Choice, bool Masked, int64_
   return Choice;
 }
 
+KernelChoice packedCallBackwardChoice(const KernelChoice &Choice, bool Masked, int64_t MaxSq) {
+  KernelChoice Dense = denseBackwardChoice(Choice, Masked, MaxSq);
+  if (std::optional<KernelChoice> Packed = packedBackwardChoice(Dense))
+    return *Packed;
+  return Dense;
+}
+
 BackwardRunner::BackwardRunner(const CompiledDefinition &D,
                                const KernelTarget &T, const KernelChoice &C)
     : Def(D), Mask(analysis::analyzeMask(*D.Graph)), Target(T),
@@ -185,6 +192,17 @@ void BackwardRunner::run(const BackwardTensors &T,
   const ir::Graph &G = *Def.Graph;
   const CallShape &C = Shape.Fwd;
   const BackwardPlan &K = Plan;
+  // The long-walk twin by the call's queries (a packed call's: its longest
+  // sequence's, max_seqlen_q); the twin runs a packed call in its packed
+  // form, as below (packedCallBackwardChoice says what runs).
+  if (!K.Varlen && wantsLongWalkBackward(G.decls().HasMask, C.Sq)) {
+    if (std::optional<KernelChoice> Long = longWalkBackwardChoice(Choice)) {
+      if (!LongWalks)
+        LongWalks = std::make_unique<BackwardRunner>(Def, Target, *Long);
+      LongWalks->run(T, Shape, Inputs, GradOut, Stream, Blocks);
+      return;
+    }
+  }
   if (C.Packed) {
     if (std::optional<KernelChoice> Two = packedBackwardChoice(Choice)) {
       if (!Unfused)
@@ -195,13 +213,6 @@ void BackwardRunner::run(const BackwardTensors &T,
   } else if (K.Varlen) {
     throw UserError("backward config " + K.Name +
                     ": a .varlen configuration runs packed variable-length calls only");
-  } else if (wantsLongWalkBackward(G.decls().HasMask, C.Sq)) {
-    if (std::optional<KernelChoice> Long = longWalkBackwardChoice(Choice)) {
-      if (!LongWalks)
-        LongWalks = std::make_unique<BackwardRunner>(Def, Target, *Long);
-      LongWalks->run(T, Shape, Inputs, GradOut, Stream, Blocks);
-      return;
-    }
   }
   // A packed call classifies nothing: its kernels mask per element over a
   // range of blocks of each sequence (varlen.cuh). A call given a block

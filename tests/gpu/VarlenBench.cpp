@@ -117,10 +117,10 @@ int bench(int H, const std::vector<int> &Dims, bool CompileOnly) {
             A.backward(V(*Buf), V(*Buf), V(*Buf), &O, V(DOut), &Fin, V(GQ), V(GK), V(GV));
         };
         double BwdMs = runtime::medianEventMs(Bwd, 3, 10);
-        runtime::KernelChoice Choice = A.backwardChoice();
-        if (Varlen)
-          if (std::optional<runtime::KernelChoice> P = runtime::packedBackwardChoice(Choice))
-            Choice = *P;
+        const int64_t MaxL = *std::max_element(L.begin(), L.end());
+        const runtime::KernelChoice Choice =
+            Varlen ? runtime::packedCallBackwardChoice(A.backwardChoice(), Causal, MaxL)
+                   : runtime::denseBackwardChoice(A.backwardChoice(), Causal, Mean);
         double Flops = 4.0 * H * D * (Varlen ? Pairs : DensePairs);
         std::printf("%-8s H%d D%d %-6s %-7s fwd %.3f ms %.0f TFLOPS  bwd %.3f ms %.0f TFLOPS "
                     " [%s]\n",

@@ -3,6 +3,8 @@
 // (--decode), and --compile-only's compile of their kernels for sm_90a.
 #include "VarlenCases.h"
 
+#include <algorithm>
+
 #include "BackwardRunner.h"
 #include "TestDefinitions.h"
 
@@ -108,6 +110,10 @@ std::vector<Case> cases(bool Quick) {
                  "bwd90ws.kv64x128s2.lean2.fused.varlen"});
   Out.push_back({"mha_window", DType::F16, 128, 4, 2, Lq, Lkv, "", true,
                  "bwd90ws.kv64x128s2.lean2.red2.fused.varlen"});
+  // A masked d64 batch whose longest sequence has 4096 queries or more:
+  // packedCallBackwardChoice's long-walk twin, packed.
+  const std::vector<int> LongOne = {4200, 77, 1, 700};
+  Out.push_back({"mha", DType::F16, 64, 2, 1, LongOne, LongOne, "", true});
   // More than 32 sequences (empty ones and single tokens among them): the
   // packed grids' sequence search (block_range.cuh's packed_block_of) votes
   // over two groups of 32 in the forward, the dK/dV kernel and the dQ
@@ -153,9 +159,10 @@ void compileCase(const Case &C, Layout L) {
   std::string Bwd = "-";
   if (C.Backward) {
     runtime::KernelChoice Choice = Att.backwardChoice();
-    if (L == Layout::THD)
-      if (std::optional<runtime::KernelChoice> Two = runtime::packedBackwardChoice(Choice))
-        Choice = *Two;
+    if (L == Layout::THD) // by the longest sequence, as the call chooses
+      Choice = runtime::packedCallBackwardChoice(
+          Choice, Att.definition().Graph->decls().HasMask,
+          C.Lq.empty() ? 0 : *std::max_element(C.Lq.begin(), C.Lq.end()));
     runtime::BackwardRunner Runner(
         Att.definition(),
         runtime::kernelTarget(Att.definition(), Sig, GpuArch::Sm90a,

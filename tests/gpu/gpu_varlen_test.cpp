@@ -35,6 +35,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -427,9 +428,9 @@ bool runCase(const Case &C, uint64_t Seed) {
   }
   const bool Same = Differ == 0;
   Pass = Pass && Same;
-  runtime::KernelChoice Bwd = Att.backwardChoice();
-  if (std::optional<runtime::KernelChoice> P = runtime::packedBackwardChoice(Bwd))
-    Bwd = *P;
+  const runtime::KernelChoice Bwd = runtime::packedCallBackwardChoice(
+      Att.backwardChoice(), Att.definition().Graph->decls().HasMask,
+      std::max(1, *std::max_element(C.Lq.begin(), C.Lq.end()))); // VB.MaxSeqlenQ
   const std::string Bitwise =
       Same ? "bitwise equal" : fmt::format("{} of them DIFFER", Differ);
   std::printf("%-62s bwd%s  %d runs %s  [%s]  %s\n", Name.c_str(), Line.c_str(), Runs,

@@ -397,4 +397,22 @@ TEST_CASE("bwd_sm90: a dense backward with long or masked walks at head dim 64 t
         "bwd90ws.kv128x128s2.lean2.red2.fused");
   CHECK(denseBackwardChoice(Dense, false, 4096).configText() == Dense.configText());
   CHECK(denseBackwardChoice(Dense, true, 4095).configText() == Dense.configText());
+  // A packed call by its longest sequence, in the packed forms.
+  CHECK(packedCallBackwardChoice(Dense, true, 4096).configText() ==
+        "bwd90ws.kv128x128s2.lean2.red2.fused.varlen");
+  CHECK(packedCallBackwardChoice(Dense, true, 4095).configText() ==
+        "bwd90ws.kv128x128s2.lean2.fused.varlen");
+  CHECK(packedCallBackwardChoice(Dense, false, 8192).configText() ==
+        "bwd90ws.kv128x128s2.lean2.fused.varlen");
+  CHECK(packedCallBackwardChoice(Dense, false, 16384).configText() ==
+        "bwd90ws.kv128x128s2.lean2.red2.fused.varlen");
+  // d128's default has no twin: its packed form whatever the lengths; a
+  // packed form is run as it is.
+  KernelTarget T128 =
+      KernelTarget::of(Def, Direction::Backward, DType::F16, 128, 128, GpuArch::Sm90a);
+  KernelChoice Dense128 = chooseWithoutShape(T128, KernelPolicy::parse(T128, "", ""));
+  CHECK(packedCallBackwardChoice(Dense128, true, 65536).configText() ==
+        "bwd90ws.kv64x128s2.lean2.bulk2.fused.varlen");
+  KernelChoice Packed = *packedBackwardChoice(Dense);
+  CHECK(packedCallBackwardChoice(Packed, true, 65536).configText() == Packed.configText());
 }

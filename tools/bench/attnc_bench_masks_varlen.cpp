@@ -158,10 +158,11 @@ void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
     Tf[Varlen ? 0 : 1] = Flops / (Ms * 1e-3) / 1e12;
     TfB[Varlen ? 0 : 1] = 2.5 * Flops / (MsB * 1e-3) / 1e12;
     Choice[Varlen ? 0 : 1] = Att.forwardChoice().str();
-    runtime::KernelChoice Ran = Att.backwardChoice();
-    if (Varlen) // what a packed call runs (packedBackwardChoice)
-      if (std::optional<runtime::KernelChoice> P = runtime::packedBackwardChoice(Ran))
-        Ran = *P;
+    // What the call ran: a packed call by its longest sequence.
+    const bool Masked = Att.definition().Graph->decls().HasMask;
+    const runtime::KernelChoice Ran =
+        Varlen ? runtime::packedCallBackwardChoice(Att.backwardChoice(), Masked, Longest)
+               : runtime::denseBackwardChoice(Att.backwardChoice(), Masked, Mean);
     BwdChoice[Varlen ? 0 : 1] = Ran.str();
   }
   std::printf("attnc varlen %-10s %s H%d D%d: 32 seqs in [64, %d], %lld tokens: "
