@@ -52,9 +52,9 @@ int bench(int H, const std::vector<int> &Dims, bool CompileOnly) {
     X = U(Rng);
   const std::vector<int> Cu = cumulative(L);
   const int64_t T = Cu.back();
-  const int Mean = int((T + 16) / 32);
+  const int Mean = int((T + 16) / 32), Longest = longest(L);
   std::printf("lengths: 32 uniform in [64, 8192], %lld tokens, mean %d, max %d\n",
-              (long long)T, Mean, *std::max_element(L.begin(), L.end()));
+              (long long)T, Mean, Longest);
   std::printf("lengths:");
   for (int X : L)
     std::printf(" %d", X);
@@ -100,7 +100,7 @@ int bench(int H, const std::vector<int> &Dims, bool CompileOnly) {
         runtime::VarlenBatch VB{
             runtime::TensorView::contiguous(Cuq->get(), DType::I32, {33}),
             runtime::TensorView::contiguous(Cuq->get(), DType::I32, {33}),
-            *std::max_element(L.begin(), L.end()), *std::max_element(L.begin(), L.end())};
+            Longest, Longest};
         auto Fwd = [&](int) {
           if (Varlen)
             A.forwardVarlen(V(*Buf), V(*Buf), V(*Buf), V(Out), &Fin, VB);
@@ -117,9 +117,8 @@ int bench(int H, const std::vector<int> &Dims, bool CompileOnly) {
             A.backward(V(*Buf), V(*Buf), V(*Buf), &O, V(DOut), &Fin, V(GQ), V(GK), V(GV));
         };
         double BwdMs = runtime::medianEventMs(Bwd, 3, 10);
-        const int64_t MaxL = *std::max_element(L.begin(), L.end());
         const runtime::KernelChoice Choice =
-            Varlen ? runtime::packedCallBackwardChoice(A.backwardChoice(), Causal, MaxL)
+            Varlen ? runtime::packedCallBackwardChoice(A.backwardChoice(), Causal, Longest)
                    : runtime::denseBackwardChoice(A.backwardChoice(), Causal, Mean);
         double Flops = 4.0 * H * D * (Varlen ? Pairs : DensePairs);
         std::printf("%-8s H%d D%d %-6s %-7s fwd %.3f ms %.0f TFLOPS  bwd %.3f ms %.0f TFLOPS "

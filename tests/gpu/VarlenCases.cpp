@@ -3,8 +3,6 @@
 // (--decode), and --compile-only's compile of their kernels for sm_90a.
 #include "VarlenCases.h"
 
-#include <algorithm>
-
 #include "BackwardRunner.h"
 #include "TestDefinitions.h"
 
@@ -161,8 +159,7 @@ void compileCase(const Case &C, Layout L) {
     runtime::KernelChoice Choice = Att.backwardChoice();
     if (L == Layout::THD) // by the longest sequence, as the call chooses
       Choice = runtime::packedCallBackwardChoice(
-          Choice, Att.definition().Graph->decls().HasMask,
-          C.Lq.empty() ? 0 : *std::max_element(C.Lq.begin(), C.Lq.end()));
+          Choice, Att.definition().Graph->decls().HasMask, longest(C.Lq));
     runtime::BackwardRunner Runner(
         Att.definition(),
         runtime::kernelTarget(Att.definition(), Sig, GpuArch::Sm90a,

@@ -9,6 +9,7 @@
 
 #include "attn/dsl/Problem.h"
 
+#include <algorithm>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -31,6 +32,12 @@ struct Case {
   /// selects these cases).
   bool Decode = false;
 };
+
+/// The longest of \p L, at least 1: a packed call's max_seqlen (which
+/// VarlenBatch wants positive, and by which the backward is chosen).
+inline int longest(const std::vector<int> &L) {
+  return L.empty() ? 1 : std::max(1, *std::max_element(L.begin(), L.end()));
+}
 
 /// Each sequence's first token: the prefix sums of \p L from 0.
 inline std::vector<int> cumulative(const std::vector<int> &L) {

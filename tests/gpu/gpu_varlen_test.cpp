@@ -35,7 +35,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -249,8 +248,8 @@ bool runCase(const Case &C, uint64_t Seed) {
                                                   {Bn + 1});
   VB.CuSeqlensKv = runtime::TensorView::contiguous(DCuKv->get(),
                                                    DType::I32, {Bn + 1});
-  VB.MaxSeqlenQ = std::max(1, *std::max_element(C.Lq.begin(), C.Lq.end()));
-  VB.MaxSeqlenKv = std::max(1, *std::max_element(C.Lkv.begin(), C.Lkv.end()));
+  VB.MaxSeqlenQ = longest(C.Lq);
+  VB.MaxSeqlenKv = longest(C.Lkv);
 
   DOut.poison();
   DF.poison();
@@ -429,8 +428,7 @@ bool runCase(const Case &C, uint64_t Seed) {
   const bool Same = Differ == 0;
   Pass = Pass && Same;
   const runtime::KernelChoice Bwd = runtime::packedCallBackwardChoice(
-      Att.backwardChoice(), Att.definition().Graph->decls().HasMask,
-      std::max(1, *std::max_element(C.Lq.begin(), C.Lq.end()))); // VB.MaxSeqlenQ
+      Att.backwardChoice(), Att.definition().Graph->decls().HasMask, VB.MaxSeqlenQ);
   const std::string Bitwise =
       Same ? "bitwise equal" : fmt::format("{} of them DIFFER", Differ);
   std::printf("%-62s bwd%s  %d runs %s  [%s]  %s\n", Name.c_str(), Line.c_str(), Runs,

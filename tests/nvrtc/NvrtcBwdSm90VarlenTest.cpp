@@ -37,6 +37,15 @@ namespace {
 /// its .varlen form, the lean step with its turn warp kept at d64 and d128
 /// (d128's dQ slots dropped: the packed walk has its own turn warp), the
 /// column split's turn warp dropped at 192 and 256.
+/// The backward choice of a dense call of \p Def (f16, D = DV = \p D, \p A):
+/// the configuration named, or the default.
+runtime::KernelChoice denseChoice(const CompiledDefinition &Def, int D, GpuArch A,
+                                  const char *Named = "") {
+  using namespace attn::runtime;
+  KernelTarget T = KernelTarget::of(Def, Direction::Backward, DType::F16, D, D, A);
+  return chooseWithoutShape(T, KernelPolicy::parse(T, "", Named));
+}
+
 BwdSm90Config packedDefault(int D, int DV) {
   BwdSm90Config Cfg = BwdSm90Config::defaultFor(D, DV);
   if (Cfg.BulkForm == 0) // as packedBackwardChoice: the turns taken ahead
@@ -171,9 +180,7 @@ TEST_CASE("bwd_sm90 varlen: a packed backward runs bwd_sm90 on sm_90a, bwd_sm80 
   using namespace attn::runtime;
   CompiledDefinition Def = compile(gputest::makeDefinition("mha"));
   auto Packed = [&](int D, GpuArch A, const char *Named = "") {
-    KernelTarget T = KernelTarget::of(Def, Direction::Backward, DType::F16, D, D, A);
-    KernelChoice Dense = chooseWithoutShape(T, KernelPolicy::parse(T, "", Named));
-    std::optional<KernelChoice> P = packedBackwardChoice(Dense);
+    std::optional<KernelChoice> P = packedBackwardChoice(denseChoice(Def, D, A, Named));
     if (!P) // already a packed form
       return std::string();
     // A packed form is its own packed choice.
@@ -368,8 +375,7 @@ TEST_CASE("bwd_sm90: a dense backward with long or masked walks at head dim 64 t
   using namespace attn::runtime;
   CompiledDefinition Def = compile(gputest::makeDefinition("mha"));
   auto Long = [&](int D, GpuArch A, const char *Named = "") {
-    KernelTarget T = KernelTarget::of(Def, Direction::Backward, DType::F16, D, D, A);
-    KernelChoice Dense = chooseWithoutShape(T, KernelPolicy::parse(T, "", Named));
+    KernelChoice Dense = denseChoice(Def, D, A, Named);
     std::optional<KernelChoice> L = longWalkBackwardChoice(Dense);
     if (!L)
       return std::string();
@@ -384,8 +390,7 @@ TEST_CASE("bwd_sm90: a dense backward with long or masked walks at head dim 64 t
   CHECK(Long(128, GpuArch::Sm90a).empty());
   CHECK(Long(64, GpuArch::Sm80).empty());
   // A packed form has none either.
-  KernelTarget T = KernelTarget::of(Def, Direction::Backward, DType::F16, 64, 64, GpuArch::Sm90a);
-  KernelChoice Dense = chooseWithoutShape(T, KernelPolicy::parse(T, "", ""));
+  KernelChoice Dense = denseChoice(Def, 64, GpuArch::Sm90a);
   CHECK(!longWalkBackwardChoice(*packedBackwardChoice(Dense)));
   // Which calls: masked ones from 4096 queries, unmasked ones from 16384.
   CHECK(!wantsLongWalkBackward(true, 4095));
@@ -408,9 +413,7 @@ TEST_CASE("bwd_sm90: a dense backward with long or masked walks at head dim 64 t
         "bwd90ws.kv128x128s2.lean2.red2.fused.varlen");
   // d128's default has no twin: its packed form whatever the lengths; a
   // packed form is run as it is.
-  KernelTarget T128 =
-      KernelTarget::of(Def, Direction::Backward, DType::F16, 128, 128, GpuArch::Sm90a);
-  KernelChoice Dense128 = chooseWithoutShape(T128, KernelPolicy::parse(T128, "", ""));
+  KernelChoice Dense128 = denseChoice(Def, 128, GpuArch::Sm90a);
   CHECK(packedCallBackwardChoice(Dense128, true, 65536).configText() ==
         "bwd90ws.kv64x128s2.lean2.bulk2.fused.varlen");
   KernelChoice Packed = *packedBackwardChoice(Dense);
