@@ -23,6 +23,16 @@ namespace attnc {
 /// (at most 7) and, last, 1 where the part met an unmasked key.
 constexpr int kDecodeStateFloats = 8;
 
+/// attnc_decode_merge's threads: kDecodeMergeSplitGroups groups of dv / 2
+/// (a thread writes two output columns), each group merging a contiguous
+/// run of a row's splits; the groups' results are then merged in order.
+/// With one group a row's 32 splits cost four dependent rounds of L2 loads
+/// (kDecodeMergeGroup at a time); with four, one.
+constexpr int kDecodeMergeSplitGroups = 4;
+ATTNC_DECODE_CONST int decode_merge_threads(int dv) {
+  return kDecodeMergeSplitGroups * (dv / 2);
+}
+
 /// Decode arguments. Strides are in elements; the head dimension is
 /// contiguous. A CTA takes rows [rb·kBlockM, (rb+1)·kBlockM) of its KV
 /// head's group (row = j·n + i: query head hk·group + j, query i of the

@@ -56,6 +56,7 @@ namespace {
   X(cuMemAllocHost)                                                            \
   X(cuMemFreeHost)                                                             \
   X(cuMemcpyDtoHAsync)                                                         \
+  X(cuMemcpyDtoDAsync)                                                         \
   X(cuMemsetD8)                                                                \
   X(cuMemsetD32Async)                                                          \
   X(cuStreamSynchronize)                                                       \

@@ -265,7 +265,7 @@ void launchDecodeMerge(CUfunction Merge, bool Dependent, unsigned Rows,
   CUlaunchConfig Cfg{};
   Cfg.gridDimX = Rows;
   Cfg.gridDimY = Cfg.gridDimZ = 1;
-  Cfg.blockDimX = unsigned(HeadDimV / 2);
+  Cfg.blockDimX = unsigned(attnc::decode_merge_threads(HeadDimV));
   Cfg.blockDimY = Cfg.blockDimZ = 1;
   Cfg.sharedMemBytes = 0;
   Cfg.hStream = Stream;

@@ -8,7 +8,9 @@
 // K and V are filled from a 64 MiB block of random values repeated (a
 // random fill of tens of GiB on the host would take minutes); every shape
 // is at least 256 MiB of K/V or rotates over sets until it is, so the 50 MB
-// L2 cannot flatter. GB/s counts the K/V bytes read once per call.
+// L2 cannot flatter. GB/s counts the K/V bytes read once per call; each
+// row also times a device copy of K (bytes read + written, the same count)
+// in this process, each copy alone between two events as the calls are.
 //
 // Each shape is also timed paged (Attention::runDecode of a plan, NHD
 // pages of 16 and of 1 token over the same K/V memory, the pages of each
@@ -22,8 +24,10 @@
 // splits:B:KV:S1/S2/... times paged decode (pages of 16, one query) with
 // the plan's split forced to each S (0: decodeSplit's own), against the
 // contiguous forward: what the split heuristic picks against its
-// neighbours. ATTNC_BENCH_COMPILE_ONLY=sm_90a compiles the kernels the
-// arguments need into the kernel cache without a GPU.
+// neighbours. issue:B:KV times the contiguous call alone, back to back and
+// the host's issue of it: how much of a call's time is host work.
+// ATTNC_BENCH_COMPILE_ONLY=sm_90a compiles the kernels the arguments need
+// into the kernel cache without a GPU.
 #include "BenchJson.h"
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
@@ -367,6 +371,68 @@ void splitSweep(runtime::Attention &Att, const BenchCommand &Cmd,
   }
 }
 
+/// Where a call's time goes: the contiguous forward timed alone between
+/// two events (as the B:KV rows are), back to back (events around 20
+/// calls; the host's issue overlaps the device's work), and the host's wall
+/// time to issue one call. Alone minus back to back is the host time the
+/// device waits for before each isolated call's kernel starts.
+void issueSplit(runtime::Attention &Att, const BenchCommand &Cmd,
+                const runtime::InputMap &Inputs, int HQ, int HKV, int D, int B,
+                int KV, const std::vector<uint16_t> &Block) {
+  constexpr int Batch = 20;
+  const size_t KvBytes = size_t(B) * KV * HKV * D * 2;
+  const int Sets = int(std::max<size_t>(
+      1, std::min<size_t>(256, ((size_t(256) << 20) + 2 * KvBytes - 1) / (2 * KvBytes))));
+  DType ET = Cmd.Dtype;
+  std::vector<std::unique_ptr<DeviceBuffer>> Q, K, V;
+  for (int S = 0; S < Sets; ++S) {
+    Q.push_back(std::make_unique<DeviceBuffer>(size_t(B) * HQ * D * 2));
+    K.push_back(std::make_unique<DeviceBuffer>(KvBytes));
+    V.push_back(std::make_unique<DeviceBuffer>(KvBytes));
+    fillRepeated(*Q.back(), Block);
+    fillRepeated(*K.back(), Block);
+    fillRepeated(*V.back(), Block);
+  }
+  const size_t NF = Att.finalNames().size();
+  DeviceBuffer Out(size_t(B) * HQ * D * 2), Finals(std::max<size_t>(1, NF) * B * HQ * 4);
+  runtime::TensorView FV = runtime::TensorView::contiguous(Finals.get(), DType::F32,
+                                                           {int64_t(NF), B, HQ, 1});
+  using runtime::TensorView;
+  auto Call = [&](int It) {
+    int S = It % Sets;
+    Att.forward(TensorView::contiguous(Q[S]->get(), ET, {B, 1, HQ, D}),
+                TensorView::contiguous(K[S]->get(), ET, {B, KV, HKV, D}),
+                TensorView::contiguous(V[S]->get(), ET, {B, KV, HKV, D}),
+                TensorView::contiguous(Out.get(), ET, {B, 1, HQ, D}), NF ? &FV : nullptr,
+                Inputs);
+  };
+  auto &Drv = runtime::CudaDriver::get();
+  for (int Round = 0; Round < 2; ++Round) {
+    double Alone = runtime::medianEventMs(Call, 5, 30);
+    double Streamed = runtime::medianEventMs(
+                          [&](int It) {
+                            for (int I = 0; I < Batch; ++I)
+                              Call(It * Batch + I);
+                          },
+                          1, 7) /
+                      Batch;
+    std::vector<double> Host;
+    for (int It = 0; It < 30; ++It) {
+      Drv.check(Drv.cuCtxSynchronize(), "sync");
+      runtime::WallTimer T;
+      Call(It);
+      Host.push_back(T.seconds() * 1e6);
+    }
+    Drv.check(Drv.cuCtxSynchronize(), "sync");
+    std::sort(Host.begin(), Host.end());
+    std::printf("attnc %s %s hq%d hkv%d d%d B%d KV%d issue round %d: alone %.1f us, "
+                "back to back %.1f us, host issue %.1f us a call\n",
+                Cmd.Name.c_str(), std::string(dtypeName(ET)).c_str(), HQ, HKV, D, B, KV,
+                Round, Alone * 1e3, Streamed * 1e3, Host[Host.size() / 2]);
+    std::fflush(stdout);
+  }
+}
+
 /// ATTNC_BENCH_COMPILE_ONLY=ARCH: the kernels of the command's shapes
 /// (the definition's forward, its short-query rule's decode kernel and
 /// paged decode; with a packed argument, the packed signature's decode
@@ -453,6 +519,10 @@ int main(int Argc, char **Argv) {
         splitSweep(Att, Cmd, Inputs, HQ, HKV, D, B, KV, Forced, Block);
         continue;
       }
+      if (std::sscanf(Argv[I], "issue:%d:%d", &B, &KV) == 2) {
+        issueSplit(Att, Cmd, Inputs, HQ, HKV, D, B, KV, Block);
+        continue;
+      }
       if (std::sscanf(Argv[I], "graph:%d:%d", &B, &KV) == 2) {
         graphStep(Att, Cmd, Inputs, HQ, HKV, D, B, KV, Block);
         continue;
@@ -488,10 +558,25 @@ int main(int Argc, char **Argv) {
       };
       double Ms = runtime::medianEventMs(Run, 5, 30);
       double Gbs = 2.0 * KvBytes / (Ms * 1e-3) / 1e9;
+      // The copy reference in this process, timed as the call is: K of a
+      // set into one buffer, the sets rotated, read + write bytes counted
+      // (the same bytes as the call's K/V reads).
+      DeviceBuffer CopyTo(KvBytes);
+      auto &Drv = runtime::CudaDriver::get();
+      double CopyMs = runtime::medianEventMs(
+          [&](int It) {
+            Drv.check(Drv.cuMemcpyDtoDAsync(
+                          reinterpret_cast<CUdeviceptr>(CopyTo.get()),
+                          reinterpret_cast<CUdeviceptr>(K[It % Sets]->get()), KvBytes,
+                          nullptr),
+                      "cuMemcpyDtoDAsync");
+          },
+          5, 30);
+      double CopyGbs = 2.0 * KvBytes / (CopyMs * 1e-3) / 1e9;
       std::printf("attnc %s %s hq%d hkv%d d%d B%d KV%d: %.1f us, %.0f GB/s of "
-                  "K/V\n",
+                  "K/V; device copy %.0f GB/s, %.2f of it\n",
                   Cmd.Name.c_str(), std::string(dtypeName(Cmd.Dtype)).c_str(), HQ, HKV,
-                  D, B, KV, Ms * 1e3, Gbs);
+                  D, B, KV, Ms * 1e3, Gbs, CopyGbs, Gbs / CopyGbs);
       std::fflush(stdout);
       // One query per sequence; S is the keys (KV), H the query heads.
       bench::BenchRow Row{"decode", "attnc", Cmd.Name,

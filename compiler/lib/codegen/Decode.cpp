@@ -245,13 +245,14 @@ static KernelSource generateDecodeFrom(const CompiledDefinition &Def,
       M.Kind == analysis::MergeKind::None
           ? "// No merge kernel: " + M.Reason + "; decode never splits.\n"
           : fmt::format(
-                "extern \"C\" __global__ void __launch_bounds__({0})\n"
-                "attnc_decode_merge(const attnc::{3} a, const "
+                "extern \"C\" __global__ void\n"
+                "__launch_bounds__(attnc::decode_merge_threads({1}))\n"
+                "attnc_decode_merge(const attnc::{2} a, const "
                 "attnc_gen::Inputs in) {{\n"
-                "  attnc::{4}<attnc_gen::Variant, attnc_gen::Merge, "
-                "attnc::{1}, {2}>(a, in);\n"
+                "  attnc::{3}<attnc_gen::Variant, attnc_gen::Merge, "
+                "attnc::{0}, {1}>(a, in);\n"
                 "}}\n",
-                Spec.HeadDimV / 2, Values["dtype"], Spec.HeadDimV,
+                Values["dtype"], Spec.HeadDimV,
                 Paged ? "PagedDecodeArgs" : "DecodeArgs",
                 Paged ? "decode_merge_paged" : "decode_merge");
   Src.Source = render(Template, templateText(Template), Values);

@@ -66,6 +66,8 @@ public:
   CUresult (*cuMemAllocHost)(void **, size_t) = nullptr;
   CUresult (*cuMemFreeHost)(void *) = nullptr;
   CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream) = nullptr;
+  /// A device copy (the decode bench's bandwidth reference).
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream) = nullptr;
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t) = nullptr;
   CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream) = nullptr;
   CUresult (*cuStreamSynchronize)(CUstream) = nullptr;
