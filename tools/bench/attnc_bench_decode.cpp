@@ -433,6 +433,16 @@ void issueSplit(runtime::Attention &Att, const BenchCommand &Cmd,
   }
 }
 
+/// ATTNC_BENCH_DECODE_CONFIG=dec.m..n..w..s..: every call of the command
+/// runs that decode_sm80 configuration instead of the default (a
+/// measurement of the configurations against each other).
+void applyDecodeConfig(runtime::Signature &Sig) {
+  if (const char *C = std::getenv("ATTNC_BENCH_DECODE_CONFIG"); C && *C) {
+    Sig.Skeleton = "decode_sm80";
+    Sig.Config = C;
+  }
+}
+
 /// ATTNC_BENCH_COMPILE_ONLY=ARCH: the kernels of the command's shapes
 /// (the definition's forward, its short-query rule's decode kernel and
 /// paged decode; with a packed argument, the packed signature's decode
@@ -448,6 +458,7 @@ int compileOnly(const char *ArchName, const BenchCommand &Cmd, int D, bool Packe
   Sig.HeadDim = Sig.HeadDimV = D;
   Sig.Backend = "generated";
   Sig.Arch = Arch;
+  applyDecodeConfig(Sig);
   runtime::PrecompileSet What;
   What.Decode = true;
   runtime::Attention Att(makeDefinition(Cmd.Name), Sig);
@@ -483,6 +494,7 @@ int main(int Argc, char **Argv) {
     Sig.Dtype = Cmd.Dtype;
     Sig.HeadDim = Sig.HeadDimV = D;
     Sig.Backend = "generated";
+    applyDecodeConfig(Sig);
     runtime::Attention Att(makeDefinition(Cmd.Name), Sig);
     const size_t NumFinals = Att.finalNames().size();
     // Scalar inputs at the middle of their sample range (sigmoid's bias);
