@@ -325,11 +325,15 @@ void Attention::forwardVarlen(const TensorView &Q, const TensorView &K,
   run(Shape, ForwardTensors{Q, K, V, Out, Finals}, Inputs, Stream);
 }
 
+KernelChoice Attention::callChoiceFor(const TuneShape &S) const {
+  if (DecodeRule && S.SeqQ <= codegen::DecodeMaxQueries)
+    return *DecodeRule;
+  return forwardChoiceFor(S);
+}
+
 KernelChoice Attention::choiceFor(const CallShape &Shape) const {
   // Packed calls too: Sq is their max_seqlen_q.
-  if (DecodeRule && Shape.Sq <= codegen::DecodeMaxQueries)
-    return *DecodeRule;
-  return forwardChoiceFor({Shape.B, Shape.H, Shape.Hkv, Shape.Sq, Shape.Skv});
+  return callChoiceFor({Shape.B, Shape.H, Shape.Hkv, Shape.Sq, Shape.Skv});
 }
 
 void Attention::run(const CallShape &Shape, const ForwardTensors &T,

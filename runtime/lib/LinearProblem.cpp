@@ -152,6 +152,20 @@ void LinearProblem::forward(LinearAttention &Lin, int Set, CUstream Stream) {
               Inputs, nullptr, nullptr, Stream);
 }
 
+void LinearProblem::decodeStep(LinearAttention &Lin, int Set, const TensorView &State,
+                               CUstream Stream) {
+  TensorView DecayView = TensorView::contiguous(
+      Decay->get(), DType::F32, {Shape.Batch, Shape.Heads, Shape.Seq});
+  TensorView Qv = q(Set), Kv = k(Set), Vv = v(Set), Ov = out();
+  Lin.decodeStep({Qv, Kv, Vv, Ov, ReadsDecay ? &DecayView : nullptr, State, State},
+                 Inputs, Stream);
+}
+
+double LinearProblem::decodeStateBytes() const {
+  return 4.0 * double(Shape.Batch) * double(Shape.Heads) * double(Sig.HeadDim) *
+         double(Sig.HeadDimV);
+}
+
 void LinearProblem::backward(LinearAttention &Lin, int Set, CUstream Stream) {
   std::vector<int64_t> BHT = {Shape.Batch, Shape.Heads, Shape.Seq};
   TensorView DecayView = TensorView::contiguous(Decay->get(), DType::F32, BHT);

@@ -593,7 +593,7 @@ int main(int Argc, char **Argv) {
       // One query per sequence; S is the keys (KV), H the query heads.
       bench::BenchRow Row{"decode", "attnc", Cmd.Name,
                           std::string(dtypeName(Cmd.Dtype)), "contiguous",
-                          Att.forwardChoice().str(), B, HQ, KV, D, D, Ms, 0};
+                          Att.callChoiceFor({B, HQ, HKV, 1, KV}).str(), B, HQ, KV, D, D, Ms, 0};
       Row.Gbps = Gbs;
       bench::recordBenchRow(Row);
       for (int PageSize : {16, 1}) {
@@ -612,7 +612,7 @@ int main(int Argc, char **Argv) {
         bench::BenchRow PRow{"decode", "attnc", Cmd.Name,
                              std::string(dtypeName(Cmd.Dtype)),
                              fmt::format("paged{}", PageSize),
-                             Att.forwardChoice().str(), B, HQ, KV, D, D, PMs,
+                             Att.callChoiceFor({B, HQ, HKV, 1, KV}).str(), B, HQ, KV, D, D, PMs,
                              0};
         PRow.Gbps = 2.0 * KvBytes / (PMs * 1e-3) / 1e9;
         bench::recordBenchRow(PRow);

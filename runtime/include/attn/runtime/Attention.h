@@ -491,6 +491,10 @@ public:
   /// The forward's choice for a call of shape \p S (a tune-file lookup, or
   /// tuning with Signature::Tune, where the signature asks for them).
   KernelChoice forwardChoiceFor(const TuneShape &S) const;
+  /// What a dense forward call of shape \p S runs: the short-query rule's
+  /// decode kernel for at most 16 queries where the signature leaves the
+  /// skeleton to it, else forwardChoiceFor(S).
+  KernelChoice callChoiceFor(const TuneShape &S) const;
 
 private:
   AttentionBackend &backendAt(size_t I);

@@ -53,6 +53,14 @@ public:
   void backwardPacked(LinearAttention &Lin, int Set,
                       CUstream Stream = nullptr);
 
+  /// One decodeStep of \p Lin: the shape's Seq tokens (1 to 16) of each of
+  /// its Batch sequences as the new tokens of set \p Set, the states
+  /// \p State (float32 [Batch, Heads, D, DV], contiguous) updated in place.
+  void decodeStep(LinearAttention &Lin, int Set, const TensorView &State,
+                  CUstream Stream = nullptr);
+  /// The state bytes one decode step reads (and writes): Batch·Heads·D·DV·4.
+  double decodeStateBytes() const;
+
   int sets() const { return int(Q.size()); }
   const LinearShape &shape() const { return Shape; }
   bool readsDecay() const { return ReadsDecay; }
