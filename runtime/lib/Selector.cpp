@@ -242,21 +242,28 @@ DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
   // about 100 KiB of shared memory, so two fit), and no more: a second,
   // partial wave nearly doubles the time of the first (on an H200, batch 8,
   // 8 KV heads, 32k keys: 5 splits of 64 CTAs, 1.2 waves, read K/V at 3050
-  // GB/s, 4 splits, one wave, at 4170). Each split keeps at
-  // least DecodeMinBlocksPerSplit key blocks so that its pipeline fills.
+  // GB/s, 4 splits, one wave, at 4170).
   const int64_t Want = 2 * int64_t(MultiProcessors) / Ctas;
   auto SplitsOf = [&](int MinBlocks) {
     return std::max<int64_t>(
         1, std::min({Want, Blocks / MinBlocks, int64_t(DecodeMaxSplits)}));
   };
-  int64_t Splits = SplitsOf(DecodeMinBlocksPerSplit);
-  // Short rows whose splits of four blocks leave half the SMs or more idle
-  // take splits of two. On an H200 (2026-11-28, 8 KV heads, batch 1): 2k
-  // keys, 16 splits of 2 (128 CTAs) 16.4 us paged against 8 of 4 in 18.4;
-  // 4k keys, where 16 splits of 4 give 128 CTAs already, 32 splits of 2
-  // ran the contiguous call in 19.2 us against 16.9.
-  if (2 * Ctas * Splits <= MultiProcessors)
-    Splits = std::max(Splits, SplitsOf(DecodeShortMinBlocksPerSplit));
+  // Each split keeps DecodeMinBlocksPerSplit key blocks or more where its
+  // CTAs still leave fewer than half the SMs idle: a CTA's prologue,
+  // epilogue and part to merge cost about as much as a few blocks, so a
+  // short split is slow (H200, 2026-11-29, batch 1, 8 KV heads, 8k keys,
+  // pages of 16: 16 splits of 8 blocks 22.0-24.2 us, 32 of 4 23.7-25.6).
+  // Rows too short for that take splits of DecodeMidBlocksPerSplit, then
+  // DecodeShortMinBlocksPerSplit (batch 1 at 2k keys: 16 splits of 2 blocks
+  // 16.4 us paged against 8 of 4 in 18.4; at 4k, where 16 splits of 4 give
+  // 128 CTAs, 32 of 2 ran in 19.2 us against 16.9).
+  int64_t Splits = 1;
+  for (int MinBlocks : {DecodeMinBlocksPerSplit, DecodeMidBlocksPerSplit,
+                        DecodeShortMinBlocksPerSplit}) {
+    Splits = std::max(Splits, SplitsOf(MinBlocks));
+    if (2 * Ctas * Splits > MultiProcessors)
+      break;
+  }
   const int64_t PerSplit = (Blocks + Splits - 1) / Splits;
   return {int((Blocks + PerSplit - 1) / PerSplit), int(PerSplit)};
 }

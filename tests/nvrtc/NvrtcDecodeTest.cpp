@@ -177,20 +177,27 @@ TEST_CASE("decode: the short-query rule and the split", "[decode]") {
   CHECK(decodeSplit(256, 8192, 64, 132, MergeKind::Sum) == DecodeSplit{1, 128});
   CHECK(decodeSplit(1024, 8192, 64, 132, MergeKind::Sum) ==
         DecodeSplit{1, 128});
-  // Rows whose splits of four blocks leave half the SMs or more idle take
-  // splits of two: 16 blocks give 8 splits, not 4 (32 CTAs would leave 100
-  // SMs idle); 2k keys at batch 1 16 splits (8 give 64 CTAs); 4k keys keep
-  // 16 splits of four (128 CTAs).
+  // Splits of eight blocks where their CTAs fill half the SMs or more:
+  // batch 1 at 8k keys 16 splits (128 CTAs), not 32 of four.
+  CHECK(decodeSplit(8, 8192, 64, 132, MergeKind::LogSumExp) ==
+        DecodeSplit{16, 8});
+  // Rows whose splits of eight and of four blocks leave half the SMs or
+  // more idle take splits of two: 16 blocks give 8 splits, not 4 (32 CTAs
+  // would leave 100 SMs idle); 2k keys at batch 1 16 splits (8 give 64
+  // CTAs); 4k keys take 16 splits of four (128 CTAs; eight blocks would
+  // give 64).
   CHECK(decodeSplit(8, 1024, 64, 132, MergeKind::LogSumExp) ==
         DecodeSplit{8, 2});
   CHECK(decodeSplit(8, 2048, 64, 132, MergeKind::LogSumExp) ==
         DecodeSplit{16, 2});
   CHECK(decodeSplit(8, 4096, 64, 132, MergeKind::LogSumExp) ==
         DecodeSplit{16, 4});
-  // Where four blocks a split fill the SMs they stay: batch 4 (32 CTAs),
-  // 2k keys, 8 splits of 4 (256 CTAs).
+  // Batch 4 (32 CTAs), 2k keys: 4 splits of 8 blocks (128 CTAs); 8k keys:
+  // 8 splits of 16 (256 CTAs, one wave).
   CHECK(decodeSplit(32, 2048, 64, 132, MergeKind::LogSumExp) ==
-        DecodeSplit{8, 4});
+        DecodeSplit{4, 8});
+  CHECK(decodeSplit(32, 8192, 64, 132, MergeKind::LogSumExp) ==
+        DecodeSplit{8, 16});
   CHECK(decodeSplit(8, 100, 64, 132, MergeKind::LogSumExp) ==
         DecodeSplit{1, 2});
   // No merge, no split; no keys, one empty split.

@@ -144,9 +144,10 @@ struct DecodeSplit {
     return Splits == O.Splits && BlocksPerSplit == O.BlocksPerSplit;
   }
 };
-/// The fewest key blocks a split takes, where the splits fill half the
-/// SMs or more with that many and where they do not, and the most splits.
-inline constexpr int DecodeMinBlocksPerSplit = 4;
+/// The fewest key blocks a split takes: 8 where the splits then fill half
+/// the SMs or more, else 4 where that does, else 2; and the most splits.
+inline constexpr int DecodeMinBlocksPerSplit = 8;
+inline constexpr int DecodeMidBlocksPerSplit = 4;
 inline constexpr int DecodeShortMinBlocksPerSplit = 2;
 inline constexpr int DecodeMaxSplits = 128;
 
@@ -155,9 +156,9 @@ inline constexpr int DecodeMaxSplits = 128;
 /// of \p MultiProcessors SMs: no split where the merge is None or there is
 /// one block; else as many splits as fit one wave of two CTAs per SM (at
 /// least 1), at most DecodeMaxSplits and at least DecodeMinBlocksPerSplit
-/// blocks each, or DecodeShortMinBlocksPerSplit where splits of
-/// DecodeMinBlocksPerSplit leave no more CTAs than half the SMs; the
-/// blocks spread evenly.
+/// blocks each, or DecodeMidBlocksPerSplit, then
+/// DecodeShortMinBlocksPerSplit, where the longer splits leave no more
+/// CTAs than half the SMs; the blocks spread evenly.
 DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
                         int MultiProcessors, analysis::MergeKind Merge);
 
