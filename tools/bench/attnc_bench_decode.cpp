@@ -64,6 +64,50 @@ void fillRepeated(DeviceBuffer &Buf, const std::vector<uint16_t> &Block) {
   }
 }
 
+/// The input sets of one decode shape (one query a sequence), rotated so
+/// that at least 256 MiB of K/V (at most \p MaxSets sets) keep the 50 MB L2
+/// from flattering, with the output and the finals.
+struct DecodeSets {
+  size_t KvBytes; ///< one of K, V of a set
+  int Sets;
+  std::vector<std::unique_ptr<DeviceBuffer>> Q, K, V;
+  DeviceBuffer Out, Finals;
+  runtime::TensorView FV;
+  bool HasFinals;
+  DecodeSets(const runtime::Attention &Att, int B, int HQ, int HKV, int D, int KV,
+             size_t MaxSets, const std::vector<uint16_t> &Block)
+      : KvBytes(size_t(B) * KV * HKV * D * 2),
+        Sets(int(std::max<size_t>(
+            1, std::min<size_t>(MaxSets, ((size_t(256) << 20) + 2 * KvBytes - 1) /
+                                             (2 * KvBytes))))),
+        Out(size_t(B) * HQ * D * 2),
+        Finals(std::max<size_t>(1, Att.finalNames().size()) * B * HQ * 4),
+        HasFinals(!Att.finalNames().empty()) {
+    for (int S = 0; S < Sets; ++S) {
+      Q.push_back(std::make_unique<DeviceBuffer>(size_t(B) * HQ * D * 2));
+      K.push_back(std::make_unique<DeviceBuffer>(KvBytes));
+      V.push_back(std::make_unique<DeviceBuffer>(KvBytes));
+      fillRepeated(*Q.back(), Block);
+      fillRepeated(*K.back(), Block);
+      fillRepeated(*V.back(), Block);
+    }
+    FV = runtime::TensorView::contiguous(
+        Finals.get(), DType::F32, {int64_t(Att.finalNames().size()), B, HQ, 1});
+  }
+  const runtime::TensorView *finals() const { return HasFinals ? &FV : nullptr; }
+};
+
+/// One dense decode call (one query a sequence) of set \p S.
+void forwardSet(runtime::Attention &Att, DecodeSets &Ds, DType ET, int S, int B, int HQ,
+                int HKV, int D, int KV, const runtime::InputMap &Inputs) {
+  using runtime::TensorView;
+  Att.forward(TensorView::contiguous(Ds.Q[S]->get(), ET, {B, 1, HQ, D}),
+              TensorView::contiguous(Ds.K[S]->get(), ET, {B, KV, HKV, D}),
+              TensorView::contiguous(Ds.V[S]->get(), ET, {B, KV, HKV, D}),
+              TensorView::contiguous(Ds.Out.get(), ET, {B, 1, HQ, D}), Ds.finals(),
+              Inputs);
+}
+
 /// One shape's K/V sets seen as NHD caches of pages ([B·KV/page, page,
 /// HKV, D] over the same memory), the block table a random permutation of
 /// all pages: every page is read once a call, in no sequential order.
@@ -313,24 +357,9 @@ void splitSweep(runtime::Attention &Att, const BenchCommand &Cmd,
                 const runtime::InputMap &Inputs, int HQ, int HKV, int D, int B, int KV,
                 const std::vector<int> &Forced, const std::vector<uint16_t> &Block) {
   const DType ET = Cmd.Dtype;
-  const size_t KvBytes = size_t(B) * KV * HKV * D * 2;
-  const int Sets = int(std::max<size_t>(
-      1, std::min<size_t>(64, ((size_t(256) << 20) + 2 * KvBytes - 1) / (2 * KvBytes))));
-  std::vector<std::unique_ptr<DeviceBuffer>> Q, K, V;
-  for (int S = 0; S < Sets; ++S) {
-    Q.push_back(std::make_unique<DeviceBuffer>(size_t(B) * HQ * D * 2));
-    K.push_back(std::make_unique<DeviceBuffer>(KvBytes));
-    V.push_back(std::make_unique<DeviceBuffer>(KvBytes));
-    fillRepeated(*Q.back(), Block);
-    fillRepeated(*K.back(), Block);
-    fillRepeated(*V.back(), Block);
-  }
-  const size_t NF = Att.finalNames().size();
-  DeviceBuffer Out(size_t(B) * HQ * D * 2), Finals(std::max<size_t>(1, NF) * B * HQ * 4);
-  runtime::TensorView FV = runtime::TensorView::contiguous(Finals.get(), DType::F32,
-                                                           {int64_t(NF), B, HQ, 1});
-  const runtime::TensorView *F = NF ? &FV : nullptr;
-  Paged P(Att, ET, B, HQ, HKV, D, KV, 16, Sets, K, V);
+  DecodeSets Ds(Att, B, HQ, HKV, D, KV, 64, Block);
+  const int Sets = Ds.Sets;
+  Paged P(Att, ET, B, HQ, HKV, D, KV, 16, Sets, Ds.K, Ds.V);
   std::vector<runtime::DecodePlan> Plans;
   size_t Bytes = 16;
   for (int S : Forced) {
@@ -338,17 +367,11 @@ void splitSweep(runtime::Attention &Att, const BenchCommand &Cmd,
     Bytes = std::max(Bytes, Plans.back().WorkspaceBytes);
   }
   DeviceBuffer Work(Bytes);
-  auto Gbs = [&](double Ms) { return 2.0 * KvBytes / (Ms * 1e-3) / 1e9; };
+  auto Gbs = [&](double Ms) { return 2.0 * Ds.KvBytes / (Ms * 1e-3) / 1e9; };
   using runtime::TensorView;
   for (int Round = 0; Round < 3; ++Round) {
     double Cm = runtime::medianEventMs(
-        [&](int It) {
-          int S = It % Sets;
-          Att.forward(TensorView::contiguous(Q[S]->get(), ET, {B, 1, HQ, D}),
-                      TensorView::contiguous(K[S]->get(), ET, {B, KV, HKV, D}),
-                      TensorView::contiguous(V[S]->get(), ET, {B, KV, HKV, D}),
-                      TensorView::contiguous(Out.get(), ET, {B, 1, HQ, D}), F, Inputs);
-        },
+        [&](int It) { forwardSet(Att, Ds, ET, It % Sets, B, HQ, HKV, D, KV, Inputs); },
         5, 30);
     std::string Line = fmt::format("attnc {} {} hq{} hkv{} d{} B{} KV{} splits round {}: "
                                    "contiguous {:.1f} us ({:.0f} GB/s, heuristic {})",
@@ -358,8 +381,8 @@ void splitSweep(runtime::Attention &Att, const BenchCommand &Cmd,
       double Ms = runtime::medianEventMs(
           [&](int It) {
             int S = It % Sets;
-            Att.runDecode(Plan, TensorView::contiguous(Q[S]->get(), ET, {B, 1, HQ, D}),
-                          P.view(S), TensorView::contiguous(Out.get(), ET, {B, 1, HQ, D}), F,
+            Att.runDecode(Plan, TensorView::contiguous(Ds.Q[S]->get(), ET, {B, 1, HQ, D}),
+                          P.view(S), TensorView::contiguous(Ds.Out.get(), ET, {B, 1, HQ, D}), Ds.finals(),
                           Work.get(), Work.size(), Inputs);
           },
           5, 30);
@@ -380,32 +403,9 @@ void issueSplit(runtime::Attention &Att, const BenchCommand &Cmd,
                 const runtime::InputMap &Inputs, int HQ, int HKV, int D, int B,
                 int KV, const std::vector<uint16_t> &Block) {
   constexpr int Batch = 20;
-  const size_t KvBytes = size_t(B) * KV * HKV * D * 2;
-  const int Sets = int(std::max<size_t>(
-      1, std::min<size_t>(256, ((size_t(256) << 20) + 2 * KvBytes - 1) / (2 * KvBytes))));
   DType ET = Cmd.Dtype;
-  std::vector<std::unique_ptr<DeviceBuffer>> Q, K, V;
-  for (int S = 0; S < Sets; ++S) {
-    Q.push_back(std::make_unique<DeviceBuffer>(size_t(B) * HQ * D * 2));
-    K.push_back(std::make_unique<DeviceBuffer>(KvBytes));
-    V.push_back(std::make_unique<DeviceBuffer>(KvBytes));
-    fillRepeated(*Q.back(), Block);
-    fillRepeated(*K.back(), Block);
-    fillRepeated(*V.back(), Block);
-  }
-  const size_t NF = Att.finalNames().size();
-  DeviceBuffer Out(size_t(B) * HQ * D * 2), Finals(std::max<size_t>(1, NF) * B * HQ * 4);
-  runtime::TensorView FV = runtime::TensorView::contiguous(Finals.get(), DType::F32,
-                                                           {int64_t(NF), B, HQ, 1});
-  using runtime::TensorView;
-  auto Call = [&](int It) {
-    int S = It % Sets;
-    Att.forward(TensorView::contiguous(Q[S]->get(), ET, {B, 1, HQ, D}),
-                TensorView::contiguous(K[S]->get(), ET, {B, KV, HKV, D}),
-                TensorView::contiguous(V[S]->get(), ET, {B, KV, HKV, D}),
-                TensorView::contiguous(Out.get(), ET, {B, 1, HQ, D}), NF ? &FV : nullptr,
-                Inputs);
-  };
+  DecodeSets Ds(Att, B, HQ, HKV, D, KV, 256, Block);
+  auto Call = [&](int It) { forwardSet(Att, Ds, ET, It % Ds.Sets, B, HQ, HKV, D, KV, Inputs); };
   auto &Drv = runtime::CudaDriver::get();
   for (int Round = 0; Round < 2; ++Round) {
     double Alone = runtime::medianEventMs(Call, 5, 30);
@@ -496,7 +496,6 @@ int main(int Argc, char **Argv) {
     Sig.Backend = "generated";
     applyDecodeConfig(Sig);
     runtime::Attention Att(makeDefinition(Cmd.Name), Sig);
-    const size_t NumFinals = Att.finalNames().size();
     // Scalar inputs at the middle of their sample range (sigmoid's bias);
     // tensor inputs are not supported here.
     runtime::InputMap Inputs;
@@ -515,7 +514,6 @@ int main(int Argc, char **Argv) {
     std::vector<uint16_t> Block(size_t(32) << 20);
     for (uint16_t &X : Block)
       X = toBits(Cmd.Dtype, N(Rng));
-    DType ET = Cmd.Dtype;
     for (int I = 6; I < Argc; ++I) { // after NAME DTYPE HQ HKV D
       int B = 0, KV = 0;
       int NQ = 0;
@@ -543,30 +541,11 @@ int main(int Argc, char **Argv) {
         std::fprintf(stderr, "attnc_bench_decode: '%s' is not B:KV\n", Argv[I]);
         return 2;
       }
-      const size_t KvBytes = size_t(B) * KV * HKV * D * 2; // one of K, V
-      const int Sets = int(std::max<size_t>(
-          1, std::min<size_t>(256, ((size_t(256) << 20) + 2 * KvBytes - 1) /
-                                     (2 * KvBytes))));
-      std::vector<std::unique_ptr<DeviceBuffer>> Q, K, V;
-      for (int S = 0; S < Sets; ++S) {
-        Q.push_back(std::make_unique<DeviceBuffer>(size_t(B) * HQ * D * 2));
-        K.push_back(std::make_unique<DeviceBuffer>(KvBytes));
-        V.push_back(std::make_unique<DeviceBuffer>(KvBytes));
-        fillRepeated(*Q.back(), Block);
-        fillRepeated(*K.back(), Block);
-        fillRepeated(*V.back(), Block);
-      }
-      DeviceBuffer Out(size_t(B) * HQ * D * 2);
-      DeviceBuffer Finals(std::max<size_t>(1, NumFinals) * B * HQ * 4);
-      runtime::TensorView FV = runtime::TensorView::contiguous(
-          Finals.get(), DType::F32, {int64_t(NumFinals), B, HQ, 1});
+      DecodeSets Ds(Att, B, HQ, HKV, D, KV, 256, Block);
+      const size_t KvBytes = Ds.KvBytes;
+      const int Sets = Ds.Sets;
       auto Run = [&](int It) {
-        int S = It % Sets;
-        Att.forward(runtime::TensorView::contiguous(Q[S]->get(), ET, {B, 1, HQ, D}),
-                    runtime::TensorView::contiguous(K[S]->get(), ET, {B, KV, HKV, D}),
-                    runtime::TensorView::contiguous(V[S]->get(), ET, {B, KV, HKV, D}),
-                    runtime::TensorView::contiguous(Out.get(), ET, {B, 1, HQ, D}),
-                    NumFinals ? &FV : nullptr, Inputs);
+        forwardSet(Att, Ds, Cmd.Dtype, It % Sets, B, HQ, HKV, D, KV, Inputs);
       };
       double Ms = runtime::medianEventMs(Run, 5, 30);
       double Gbs = 2.0 * KvBytes / (Ms * 1e-3) / 1e9;
@@ -579,7 +558,7 @@ int main(int Argc, char **Argv) {
           [&](int It) {
             Drv.check(Drv.cuMemcpyDtoDAsync(
                           reinterpret_cast<CUdeviceptr>(CopyTo.get()),
-                          reinterpret_cast<CUdeviceptr>(K[It % Sets]->get()), KvBytes,
+                          reinterpret_cast<CUdeviceptr>(Ds.K[It % Sets]->get()), KvBytes,
                           nullptr),
                       "cuMemcpyDtoDAsync");
           },
@@ -599,9 +578,9 @@ int main(int Argc, char **Argv) {
       for (int PageSize : {16, 1}) {
         if (KV % PageSize != 0)
           continue;
-        Paged P(Att, Cmd.Dtype, B, HQ, HKV, D, KV, PageSize, Sets, K, V);
+        Paged P(Att, Cmd.Dtype, B, HQ, HKV, D, KV, PageSize, Sets, Ds.K, Ds.V);
         double PMs = runtime::medianEventMs(
-            [&](int It) { P.run(It % Sets, Q, Out, NumFinals ? &FV : nullptr, Inputs); },
+            [&](int It) { P.run(It % Sets, Ds.Q, Ds.Out, Ds.finals(), Inputs); },
             5, 30);
         std::printf("attnc %s %s hq%d hkv%d d%d B%d KV%d paged%d: %.1f us, %.0f "
                     "GB/s of K/V, %.2fx contiguous (splits %d)\n",
