@@ -238,31 +238,38 @@ DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
   const int64_t Blocks = (Skv + BlockN - 1) / BlockN;
   if (Merge == analysis::MergeKind::None || Blocks <= 1)
     return {1, int(std::max<int64_t>(Blocks, 1))};
-  // As many CTAs as run at once, two per SM (decode_sm80's default holds
-  // about 100 KiB of shared memory, so two fit), and no more: a second,
-  // partial wave nearly doubles the time of the first (on an H200, batch 8,
-  // 8 KV heads, 32k keys: 5 splits of 64 CTAs, 1.2 waves, read K/V at 3050
-  // GB/s, 4 splits, one wave, at 4170).
-  const int64_t Want = 2 * int64_t(MultiProcessors) / Ctas;
-  auto SplitsOf = [&](int MinBlocks) {
-    return std::max<int64_t>(
-        1, std::min({Want, Blocks / MinBlocks, int64_t(DecodeMaxSplits)}));
-  };
-  // Each split keeps DecodeMinBlocksPerSplit key blocks or more where its
-  // CTAs still leave fewer than half the SMs idle: a CTA's prologue,
-  // epilogue and part to merge cost about as much as a few blocks, so a
-  // short split is slow (H200, 2026-11-29, batch 1, 8 KV heads, 8k keys,
-  // pages of 16: 16 splits of 8 blocks 22.0-24.2 us, 32 of 4 23.7-25.6).
-  // Rows too short for that take splits of DecodeMidBlocksPerSplit, then
-  // DecodeShortMinBlocksPerSplit (batch 1 at 2k keys: 16 splits of 2 blocks
-  // 16.4 us paged against 8 of 4 in 18.4; at 4k, where 16 splits of 4 give
-  // 128 CTAs, 32 of 2 ran in 19.2 us against 16.9).
+  // One CTA an SM where the splits then take at most
+  // DecodeOneWaveMaxBlocks key blocks each: a CTA's prologue, epilogue and
+  // part to merge cost about as much as a few blocks, so short splits are
+  // slow, and one CTA an SM streams a short split as fast as two do (H200,
+  // 2026-11-29, 8 KV heads, pages of 16, in one process: batch 1 at 8k
+  // keys 16 splits of 8 blocks 23.7-23.9 us against 32 of 4 25.3-25.4;
+  // batch 2 at 8k 8 of 16 31.3-32.8 against 16 of 8 32.1-33.7; batch 4 at
+  // 2k 4 of 8 23.4-23.9 against 8 of 4 24.1-24.8). Splits of at least two
+  // blocks.
+  const int64_t PerSm = int64_t(MultiProcessors) / Ctas;
+  const int64_t OneWave = std::min({PerSm, Blocks / DecodeShortMinBlocksPerSplit,
+                                    int64_t(DecodeMaxSplits)});
   int64_t Splits = 1;
-  for (int MinBlocks : {DecodeMinBlocksPerSplit, DecodeMidBlocksPerSplit,
-                        DecodeShortMinBlocksPerSplit}) {
-    Splits = std::max(Splits, SplitsOf(MinBlocks));
-    if (2 * Ctas * Splits > MultiProcessors)
-      break;
+  if (OneWave >= 2 && (Blocks + OneWave - 1) / OneWave <= DecodeOneWaveMaxBlocks) {
+    Splits = OneWave;
+  } else {
+    // Longer rows: two CTAs an SM (decode_sm80's default holds about 100
+    // KiB of shared memory, so two fit), whose loads in flight stream a long
+    // split faster (batch 4 at 8k keys 8 splits of 16 48.8-48.9 us against 4
+    // of 32 49.5-50.0; at 32k 8 of 64 137.9 against 4 of 128 146.6), and no
+    // more: a second, partial wave nearly doubles the time of the first
+    // (batch 8 at 32k: 5 splits of 64 CTAs, 1.2 waves, read K/V at 3050
+    // GB/s, 4 splits, one wave, at 4170). At least DecodeMinBlocksPerSplit
+    // blocks a split where those splits fill half the SMs, else
+    // DecodeShortMinBlocksPerSplit.
+    const int64_t Want = 2 * PerSm;
+    for (int MinBlocks : {DecodeMinBlocksPerSplit, DecodeShortMinBlocksPerSplit}) {
+      Splits = std::max({Splits, int64_t(1),
+                         std::min({Want, Blocks / MinBlocks, int64_t(DecodeMaxSplits)})});
+      if (2 * Ctas * Splits > MultiProcessors)
+        break;
+    }
   }
   const int64_t PerSplit = (Blocks + Splits - 1) / Splits;
   return {int((Blocks + PerSplit - 1) / PerSplit), int(PerSplit)};

@@ -177,23 +177,23 @@ TEST_CASE("decode: the short-query rule and the split", "[decode]") {
   CHECK(decodeSplit(256, 8192, 64, 132, MergeKind::Sum) == DecodeSplit{1, 128});
   CHECK(decodeSplit(1024, 8192, 64, 132, MergeKind::Sum) ==
         DecodeSplit{1, 128});
-  // Splits of eight blocks where their CTAs fill half the SMs or more:
-  // batch 1 at 8k keys 16 splits (128 CTAs), not 32 of four.
+  // One CTA an SM where the splits then take at most 16 blocks: batch 1 at
+  // 8k keys 16 splits of 8 (128 CTAs), not 32 of 4; at 16k 16 of 16.
   CHECK(decodeSplit(8, 8192, 64, 132, MergeKind::LogSumExp) ==
         DecodeSplit{16, 8});
-  // Rows whose splits of eight and of four blocks leave half the SMs or
-  // more idle take splits of two: 16 blocks give 8 splits, not 4 (32 CTAs
-  // would leave 100 SMs idle); 2k keys at batch 1 16 splits (8 give 64
-  // CTAs); 4k keys take 16 splits of four (128 CTAs; eight blocks would
-  // give 64).
+  CHECK(decodeSplit(8, 16384, 64, 132, MergeKind::LogSumExp) ==
+        DecodeSplit{16, 16});
+  // 16 blocks give 8 splits of 2 (blocks / 2 of them, fewer than the
+  // SMs' 16); 2k keys at batch 1 16 splits of 2; 4k 16 of 4.
   CHECK(decodeSplit(8, 1024, 64, 132, MergeKind::LogSumExp) ==
         DecodeSplit{8, 2});
   CHECK(decodeSplit(8, 2048, 64, 132, MergeKind::LogSumExp) ==
         DecodeSplit{16, 2});
   CHECK(decodeSplit(8, 4096, 64, 132, MergeKind::LogSumExp) ==
         DecodeSplit{16, 4});
-  // Batch 4 (32 CTAs), 2k keys: 4 splits of 8 blocks (128 CTAs); 8k keys:
-  // 8 splits of 16 (256 CTAs, one wave).
+  // Batch 4 (32 CTAs), 2k keys: 4 splits of 8 blocks (128 CTAs); 8k keys,
+  // where one CTA an SM would take 32 blocks each: two an SM, 8 splits of
+  // 16 (256 CTAs, one wave).
   CHECK(decodeSplit(32, 2048, 64, 132, MergeKind::LogSumExp) ==
         DecodeSplit{4, 8});
   CHECK(decodeSplit(32, 8192, 64, 132, MergeKind::LogSumExp) ==

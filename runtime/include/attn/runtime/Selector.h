@@ -144,21 +144,24 @@ struct DecodeSplit {
     return Splits == O.Splits && BlocksPerSplit == O.BlocksPerSplit;
   }
 };
-/// The fewest key blocks a split takes: 8 where the splits then fill half
-/// the SMs or more, else 4 where that does, else 2; and the most splits.
-inline constexpr int DecodeMinBlocksPerSplit = 8;
-inline constexpr int DecodeMidBlocksPerSplit = 4;
+/// The most key blocks a split of one CTA an SM takes (longer rows run
+/// two CTAs an SM); the fewest a split of two an SM takes where the splits
+/// then fill half the SMs or more, and where they do not; the most splits.
+inline constexpr int DecodeOneWaveMaxBlocks = 16;
+inline constexpr int DecodeMinBlocksPerSplit = 4;
 inline constexpr int DecodeShortMinBlocksPerSplit = 2;
 inline constexpr int DecodeMaxSplits = 128;
 
 /// The split of a decode call with \p Ctas CTAs before splitting (batch x
 /// KV heads x row blocks), \p Skv keys in blocks of \p BlockN, on a device
 /// of \p MultiProcessors SMs: no split where the merge is None or there is
-/// one block; else as many splits as fit one wave of two CTAs per SM (at
-/// least 1), at most DecodeMaxSplits and at least DecodeMinBlocksPerSplit
-/// blocks each, or DecodeMidBlocksPerSplit, then
-/// DecodeShortMinBlocksPerSplit, where the longer splits leave no more
-/// CTAs than half the SMs; the blocks spread evenly.
+/// one block; else one split per SM's worth of CTAs (SMs / Ctas, at least
+/// two, of at least DecodeShortMinBlocksPerSplit blocks) where each then
+/// takes at most DecodeOneWaveMaxBlocks blocks; else as many splits as fit
+/// one wave of two CTAs per SM (at least 1), at most DecodeMaxSplits and at
+/// least DecodeMinBlocksPerSplit blocks each, or
+/// DecodeShortMinBlocksPerSplit where those leave no more CTAs than half
+/// the SMs; the blocks spread evenly.
 DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
                         int MultiProcessors, analysis::MergeKind Merge);
 
