@@ -163,6 +163,8 @@ __device__ void decode_merge_row_grouped(const DecodeArgs &a,
                                          const typename Variant::Inputs &in, int b, int h,
                                          int qi, const DecodeQSpan qs, int qshift) {
   static_assert(Merge::kKind != 0, "a definition without a merge never splits");
+  static_assert(Merge::kNumRowscales + 1 <= kDecodeStateFloats,
+                "a group's state row holds the rowscales and, last, the seen flag");
   constexpr int kGroups = kDecodeMergeSplitGroups;
   constexpr int kGroupThreads = kDV / 2;
   __shared__ float group_o[kGroups][kDV];

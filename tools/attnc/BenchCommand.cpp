@@ -181,10 +181,17 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
                                    int(PageSize), TS.SeqKv));
   }
   // Names are judged before any GPU work.
-  (void)policyFromOptions(
+  runtime::KernelPolicy Policy = policyFromOptions(
       runtime::kernelTarget(compile(Def), Sig, Sig.Arch.value_or(GpuArch::Sm80),
                             runtime::Direction::Forward),
       Skeleton, Config);
+  // Paged decode runs decode_sm80 (with a named configuration of it): any
+  // other skeleton named would be shown and not run.
+  const runtime::Skeleton *Named = Policy.Named ? Policy.Named : Policy.ConfigOf;
+  if (PageSize != 0 && Named && !Named->isDecode())
+    throw UsageError("--page-size: paged decode runs decode_sm80; --skeleton or "
+                     "--config names " +
+                     Named->name().str());
   runtime::CudaDriver &D = runtime::CudaDriver::get();
   D.require();
 
