@@ -41,8 +41,9 @@ class BenchCommand final : public Command {
 public:
   BenchCommand()
       : Command("bench", "bench NAME --shape B,H,S,D",
-                "Time a forward kernel (linear attention: forward and "
-                "backward) on this GPU") {}
+                "Time a forward kernel or a decode (--kv-len, --page-size) on "
+                "this GPU (linear attention: forward and backward, or "
+                "--decode-step)") {}
   int run(const dsl::Registry &Registry, llvm::raw_ostream &OS) override;
 
 private:
