@@ -244,17 +244,24 @@ __device__ __forceinline__ void load_tile_async(u32 smem, const unsigned short *
     constexpr int kIters = (kTotal + kThreads - 1) / kThreads;
     constexpr int kRowStep = kThreads / kChunks;
     const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
-    const unsigned short *src0 = base + (long long)(row0 + r0) * stride + c * 8;
+    // The pointer is stepped by one 64-bit add a copy: an index times the
+    // stride per copy, under the copy's predicate, compiled to a wide
+    // multiply and a constant-bank load for every copy.
+    const long long step = (long long)kRowStep * stride;
+    const unsigned short *src = base + (long long)(row0 + r0) * stride + c * 8;
+    const int left = limit - row0 - r0; // this thread's rows below the limit
     const u32 dst0 = smem + Tile::offset(r0, c);
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
       const int r = r0 + it * kRowStep;
       if (kTotal % kThreads != 0 && r >= kRows)
         break;
-      const bool ok = row0 + r < limit;
+      const bool ok = it * kRowStep < left;
       const u32 dst = kRowStep % 8 == 0 ? dst0 + it * kRowStep * kCols * 2
                                         : smem + Tile::offset(r, c);
-      cp_async_16(dst, ok ? src0 + it * kRowStep * stride : base, ok);
+      // A copy of no bytes reads nothing: its pointer may be past the rows.
+      cp_async_16(dst, src, ok);
+      src += step;
     }
   }
 }
