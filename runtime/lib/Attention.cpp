@@ -365,18 +365,25 @@ PagedDecodeRunner &Attention::pagedRunner() {
     throw InvalidArgument("signature: paged decode runs on the generated "
                           "backend; the signature names '" +
                           Sig.Backend + "'");
-  if (!Paged) {
-    // The short-query rule's configuration where the signature has one
-    // (a named decode configuration), else decode_sm80's default.
-    codegen::DecodeConfig C = codegen::DecodeConfig::defaultFor(
-        Sig.HeadDim, Sig.HeadDimV, Arch);
-    if (DecodeRule)
-      if (const auto *D =
-              std::get_if<codegen::DecodeConfig>(&DecodeRule->Config))
-        C = *D;
-    Paged = std::make_unique<PagedDecodeRunner>(Def, Fwd.target(), C);
-  }
+  if (!Paged)
+    Paged = std::make_unique<PagedDecodeRunner>(
+        Def, Fwd.target(), std::get<codegen::DecodeConfig>(pagedDecodeChoice().Config));
   return *Paged;
+}
+
+KernelChoice Attention::pagedDecodeChoice() const {
+  // The decode configuration the signature names, else decode_sm80's
+  // default for pages (which differs from the contiguous one).
+  const Skeleton *S = findSkeleton("decode_sm80");
+  if (!S)
+    throw InternalError("the skeleton table has no decode_sm80");
+  if (const KernelPolicy &P = Fwd.policy(); P.Config)
+    if (const auto *D = std::get_if<codegen::DecodeConfig>(&*P.Config))
+      return {S, *D, ChoiceOrigin::Named};
+  return {S,
+          codegen::DecodeConfig::defaultFor(Sig.HeadDim, Sig.HeadDimV, Arch,
+                                            codegen::DecodeConfig::KV::Paged),
+          ChoiceOrigin::Default};
 }
 
 void Attention::decodePaged(const TensorView &Q, const PagedKV &KV,

@@ -381,6 +381,24 @@ TEST_CASE("Attention: a skeleton or configuration named for the reference "
              Contains("backend 'reference' runs its own kernel"));
 }
 
+TEST_CASE("Attention: paged decode's configuration differs from contiguous decode's",
+          "[runtime][attention][decode]") {
+  cacheDir();
+  // d = dv = 128: contiguous decode over two warps, pages over four.
+  Attention A(examples::mha(), sm80(128));
+  TuneShape Decode;
+  Decode.Heads = 8;
+  Decode.HeadsKv = 2;
+  Decode.SeqKv = 300;
+  CHECK(A.callChoiceFor(Decode).str() == "decode_sm80 dec.m16n64w2s3 (default)");
+  CHECK(A.pagedDecodeChoice().str() == "decode_sm80 dec.m16n64w4s3 (default)");
+  // A named configuration serves both.
+  Signature S = sm80(128);
+  S.Config = "dec.m32n64w2s2";
+  Attention N(examples::mha(), S);
+  CHECK(N.pagedDecodeChoice().str() == "decode_sm80 dec.m32n64w2s2 (named)");
+}
+
 TEST_CASE("Attention: decode_sm80 named runs at most 16 queries",
           "[runtime][attention][decode]") {
   cacheDir();

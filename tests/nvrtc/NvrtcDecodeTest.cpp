@@ -99,6 +99,14 @@ TEST_CASE("decode: configuration strings", "[decode]") {
   // d256 does not fit three stages of 64 keys on sm_80 (163 KiB).
   CHECK(DecodeConfig::defaultFor(128, 128, GpuArch::Sm80).Stages == 3);
   CHECK(DecodeConfig::defaultFor(256, 256, GpuArch::Sm80).Stages == 2);
+  // Two warps of 32 keys for contiguous d128 K/V; four of 16 for pages and
+  // the other head dims.
+  using KV = DecodeConfig::KV;
+  CHECK(DecodeConfig::defaultFor(128, 128, GpuArch::Sm90a).str() == "dec.m16n64w2s3");
+  CHECK(DecodeConfig::defaultFor(128, 128, GpuArch::Sm90a, KV::Paged).str() ==
+        "dec.m16n64w4s3");
+  CHECK(DecodeConfig::defaultFor(64, 64, GpuArch::Sm90a).str() == "dec.m16n64w4s3");
+  CHECK(DecodeConfig::defaultFor(128, 256, GpuArch::Sm90a).Warps == 4);
   CHECK(codegen::decodeConfigError(kernelSpec(DType::F16, 96, 96, GpuArch::Sm80),
                                    DecodeConfig{}) ==
         "head_dim 96 is not supported by decode_sm80; expected 64, 128, 192 "
@@ -147,7 +155,7 @@ TEST_CASE("decode: the short-query rule and the split", "[decode]") {
     // A dense call's queries or a packed call's max_seqlen_q alike.
     std::optional<runtime::KernelChoice> C = runtime::decodeChoice(T, None, Sq);
     REQUIRE(C);
-    CHECK(C->str() == "decode_sm80 dec.m16n64w4s3 (default)");
+    CHECK(C->str() == "decode_sm80 dec.m16n64w2s3 (default)");
   }
   CHECK(!runtime::decodeChoice(T, None, 17));
   // A named skeleton or configuration is kept.
@@ -158,7 +166,7 @@ TEST_CASE("decode: the short-query rule and the split", "[decode]") {
   // Named, it is the choice made without a shape; never by default.
   CHECK(runtime::chooseWithoutShape(
             T, runtime::KernelPolicy::parse(T, "decode_sm80", ""))
-            .str() == "decode_sm80 dec.m16n64w4s3 (default)");
+            .str() == "decode_sm80 dec.m16n64w2s3 (default)");
   CHECK(runtime::chooseWithoutShape(
             T, runtime::KernelPolicy::parse(T, "", "dec.m32n64w4s2"))
             .str() == "decode_sm80 dec.m32n64w4s2 (named)");
@@ -329,7 +337,7 @@ TEST_CASE("decode: the paged kernel of each page size's row-step mode "
           "[decode][nvrtc][paged]") {
   CompiledDefinition Def = compile(testsupport::registry().get("mha"));
   KernelSpec S = kernelSpec(DType::F16, 128, 128, GpuArch::Sm90a);
-  const DecodeConfig C = DecodeConfig::defaultFor(128, 128, GpuArch::Sm90a);
+  const DecodeConfig C = DecodeConfig::defaultFor(128, 128, GpuArch::Sm90a, DecodeConfig::KV::Paged);
   // Page sizes 1, 2, ... 1024: modes rise from 0 by one a doubling past
   // the step (8 rows at d128, 4 warps) and stop at the block's rows.
   std::vector<int> Modes;

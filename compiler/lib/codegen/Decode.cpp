@@ -45,8 +45,10 @@ int DecodeConfig::sharedBytes(int D, int DV) const {
   return std::max(Tiles, States);
 }
 
-DecodeConfig DecodeConfig::defaultFor(int D, int DV, GpuArch Arch) {
+DecodeConfig DecodeConfig::defaultFor(int D, int DV, GpuArch Arch, KV Where) {
   DecodeConfig C;
+  if (Where == KV::Contiguous && D == 128 && DV == 128)
+    C.Warps = 2;
   if (C.sharedBytes(D, DV) > archSharedLimit(Arch))
     C.Stages = 2;
   return C;

@@ -34,9 +34,18 @@ struct DecodeConfig {
   /// Dynamic shared memory for head dims \p D, \p DV: the Q rows and the
   /// ring, or the warps' states when they are merged, whichever is larger.
   int sharedBytes(int D, int DV) const;
-  /// 16 rows, 64 keys a step over 4 warps, 3 stages (d <= 128); 2 stages
-  /// above, where the ring would not fit otherwise.
-  static DecodeConfig defaultFor(int D, int DV, GpuArch Arch);
+  /// Where the kernel reads its keys: contiguous rows (a dense or packed
+  /// call) or a paged cache (decode_paged_sm80).
+  enum class KV : uint8_t { Contiguous, Paged };
+  /// 16 rows, 64 keys a step, 3 stages (d <= 128; 2 above, where the ring
+  /// would not fit otherwise). Contiguous K/V at d = dv = 128 over 2 warps
+  /// of 32 keys each, everything else over 4 warps of 16: on an H200
+  /// (2026-11-29, 32/8 heads, one process each, alternating) 2 warps ran
+  /// contiguous d128 decode 3-5% faster from batch 1 to 8 and the same at
+  /// 32 and 128, but pages of one key 10-17% slower and d64 up to 8%
+  /// slower at batch 1.
+  static DecodeConfig defaultFor(int D, int DV, GpuArch Arch,
+                                 KV Where = KV::Contiguous);
   /// M {16, 32} x N {64, 128} x W {2, 4} x S {2, 3, 4}, where structural.
   static std::vector<DecodeConfig> enumerate();
   /// Why the skeleton cannot be instantiated with this structure, or empty.

@@ -495,6 +495,10 @@ public:
   /// decode kernel for at most 16 queries where the signature leaves the
   /// skeleton to it, else forwardChoiceFor(S).
   KernelChoice callChoiceFor(const TuneShape &S) const;
+  /// What paged decode (decodePaged, a plan's runDecode) runs: the decode
+  /// configuration the signature names, else decode_sm80's default for
+  /// pages, which at d = dv = 128 has more warps than the contiguous one.
+  KernelChoice pagedDecodeChoice() const;
 
 private:
   AttentionBackend &backendAt(size_t I);
