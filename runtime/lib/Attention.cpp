@@ -115,6 +115,15 @@ KernelPolicy forwardPolicy(const KernelTarget &T, const Signature &Sig) {
                              Sig.Tune);
 }
 
+/// The decode_sm80 configuration \p P names, if any (paged decode runs it
+/// at every page size).
+std::optional<codegen::DecodeConfig> namedDecodeConfig(const KernelPolicy &P) {
+  if (P.Config)
+    if (const auto *D = std::get_if<codegen::DecodeConfig>(&*P.Config))
+      return *D;
+  return std::nullopt;
+}
+
 /// UserError for a linear-attention definition \p Name (whose kernels
 /// LinearAttention runs).
 void refuseLinear(ir::DefinitionKind K, const std::string &Name) {
@@ -366,23 +375,21 @@ PagedDecodeRunner &Attention::pagedRunner() {
                           "backend; the signature names '" +
                           Sig.Backend + "'");
   if (!Paged)
-    Paged = std::make_unique<PagedDecodeRunner>(
-        Def, Fwd.target(), std::get<codegen::DecodeConfig>(pagedDecodeChoice().Config));
+    Paged = std::make_unique<PagedDecodeRunner>(Def, Fwd.target(),
+                                                namedDecodeConfig(Fwd.policy()));
   return *Paged;
 }
 
-KernelChoice Attention::pagedDecodeChoice() const {
+KernelChoice Attention::pagedDecodeChoice(int64_t PageSize) const {
   // The decode configuration the signature names, else decode_sm80's
-  // default for pages (which differs from the contiguous one).
+  // default for the page size (which may differ from the contiguous one).
   const Skeleton *S = findSkeleton("decode_sm80");
   if (!S)
     throw InternalError("the skeleton table has no decode_sm80");
-  if (const KernelPolicy &P = Fwd.policy(); P.Config)
-    if (const auto *D = std::get_if<codegen::DecodeConfig>(&*P.Config))
-      return {S, *D, ChoiceOrigin::Named};
+  if (std::optional<codegen::DecodeConfig> C = namedDecodeConfig(Fwd.policy()))
+    return {S, *C, ChoiceOrigin::Named};
   return {S,
-          codegen::DecodeConfig::defaultFor(Sig.HeadDim, Sig.HeadDimV, Arch,
-                                            codegen::DecodeConfig::KV::Paged),
+          codegen::DecodeConfig::defaultFor(Sig.HeadDim, Sig.HeadDimV, Arch, PageSize),
           ChoiceOrigin::Default};
 }
 

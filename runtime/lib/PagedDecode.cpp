@@ -22,8 +22,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
-#include <tuple>
 #include <mutex>
+#include <set>
+#include <tuple>
 
 namespace attn::runtime {
 
@@ -62,72 +63,79 @@ std::vector<uint64_t> pagedInputSlots(const ir::Graph &G, const CallShape &S,
 
 PagedDecodeRunner::PagedDecodeRunner(const CompiledDefinition &Def,
                                      const KernelTarget &T,
-                                     const codegen::DecodeConfig &C)
-    : Def(Def), Target(T), Config(C),
+                                     std::optional<codegen::DecodeConfig> Named)
+    : Def(Def), Target(T), Named(std::move(Named)),
       MergeKind(analysis::analyzeMerge(*Def.Graph).Kind) {
   // The configuration's errors (UserError) at construction, as before the
   // kernels were per mode; generating is text, compiling waits for a plan.
-  (void)codegen::generatePagedDecode(Def, T.kernelSpec(), C, modeFor(1));
+  (void)sourceFor(1);
 }
 
 PagedDecodeRunner::~PagedDecodeRunner() = default;
 
-int PagedDecodeRunner::modeFor(int64_t PageSize) const {
-  return attnc::decode_paged_kernel_mode(pageShift(PageSize), Config.BlockN,
-                                         Target.HeadDim, Target.HeadDimV,
-                                         Config.Warps * 32);
+codegen::DecodeConfig PagedDecodeRunner::configFor(int64_t PageSize) const {
+  if (Named)
+    return *Named;
+  return codegen::DecodeConfig::defaultFor(Target.HeadDim, Target.HeadDimV, Target.Arch,
+                                           PageSize);
+}
+
+codegen::KernelSource PagedDecodeRunner::sourceFor(int64_t PageSize) const {
+  const codegen::DecodeConfig C = configFor(PageSize);
+  const int Mode = attnc::decode_paged_kernel_mode(
+      pageShift(PageSize), C.BlockN, Target.HeadDim, Target.HeadDimV, C.Warps * 32);
+  return codegen::generatePagedDecode(Def, Target.kernelSpec(), C, Mode);
 }
 
 std::vector<codegen::KernelSource> PagedDecodeRunner::sources() const {
   // Modes grow with the page size and stop at the block's rows (at most
-  // 1024): shifts to 10 meet every one.
+  // 1024), and the default configuration changes once with it: shifts to
+  // 10 meet every kernel.
   std::vector<codegen::KernelSource> Out;
-  int Last = -2;
+  std::set<std::string> Keys;
   for (int Shift = 0; Shift <= 10; ++Shift) {
-    const int Mode = modeFor(int64_t(1) << Shift);
-    if (Mode == Last)
-      continue;
-    Last = Mode;
-    Out.push_back(
-        codegen::generatePagedDecode(Def, Target.kernelSpec(), Config, Mode));
+    codegen::KernelSource S = sourceFor(int64_t(1) << Shift);
+    if (Keys.insert(S.Key).second)
+      Out.push_back(std::move(S));
   }
   return Out;
 }
 
-PagedDecodeRunner::Instance &PagedDecodeRunner::instance(int Mode) {
-  std::unique_ptr<Instance> &I = Instances[Mode];
+PagedDecodeRunner::Instance &PagedDecodeRunner::instance(int64_t PageSize) {
+  if (auto It = ByPageSize.find(PageSize); It != ByPageSize.end())
+    return *It->second;
+  codegen::KernelSource Source = sourceFor(PageSize);
+  std::unique_ptr<Instance> &I = Instances[Source.Key];
   if (I)
-    return *I;
+    return *ByPageSize.emplace(PageSize, I.get()).first->second;
   auto New = std::make_unique<Instance>();
-  New->Source =
-      codegen::generatePagedDecode(Def, Target.kernelSpec(), Config, Mode);
+  New->Config = configFor(PageSize);
+  New->Source = std::move(Source);
   New->Cached = KernelCache::global().getOrCompile(New->Source);
   New->Module.load(New->Cached, Target.Arch);
   New->Decode = New->Module.function("attnc_decode_paged");
   if (New->Source.Entries.size() > 1)
     New->Merge = New->Module.function("attnc_decode_merge");
   New->Module.allowSharedBytes(
-      New->Decode, Config.sharedBytes(Target.HeadDim, Target.HeadDimV),
-      "config " + Config.str());
+      New->Decode, New->Config.sharedBytes(Target.HeadDim, Target.HeadDimV),
+      "config " + New->Config.str());
   I = std::move(New);
+  ByPageSize.emplace(PageSize, I.get());
   return *I;
 }
 
 DecodePlan PagedDecodeRunner::plan(const DecodeBounds &B) {
-  DecodePlan P = makeDecodePlan(B, Target.HeadDimV, Config.BlockM,
-                                Config.BlockN, currentDevice().MultiProcessors,
-                                MergeKind);
-  P.KernelKey = instance(modeFor(B.PageSize)).Source.Key;
+  const Instance &I = instance(B.PageSize);
+  DecodePlan P = makeDecodePlan(B, Target.HeadDimV, I.Config.BlockM, I.Config.BlockN,
+                                currentDevice().MultiProcessors, MergeKind);
+  P.KernelKey = I.Source.Key;
   return P;
 }
 
 const PagedDecodeRunner::Instance &
 PagedDecodeRunner::planned(const DecodePlan &P) const {
-  const bool PowerOfTwo =
-      P.Bounds.PageSize >= 1 && (P.Bounds.PageSize & (P.Bounds.PageSize - 1)) == 0;
-  auto It = PowerOfTwo ? Instances.find(modeFor(P.Bounds.PageSize)) : Instances.end();
-  if (It == Instances.end() || !It->second ||
-      It->second->Source.Key != P.KernelKey)
+  auto It = ByPageSize.find(P.Bounds.PageSize);
+  if (It == ByPageSize.end() || It->second->Source.Key != P.KernelKey)
     throw InvalidArgument(fmt::format(
         "plan: made for kernel '{}', not by this Attention (no plan of its "
         "own for page size {})",
@@ -184,7 +192,7 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
     d.counters = Counters;
   }
   setPageArgs(A, C, P.Bounds.PageSize);
-  A.strides32 = pagedStrides32(C.K, C.V, P.Bounds.PageSize, Config.BlockN) &&
+  A.strides32 = pagedStrides32(C.K, C.V, P.Bounds.PageSize, I.Config.BlockN) &&
                 !pagedDecodeGather();
   std::vector<uint64_t> Slots = pagedInputSlots(*Def.Graph, S, Inputs);
   void *Params[] = {&A, Slots.data()};
@@ -192,9 +200,9 @@ void PagedDecodeRunner::run(const DecodePlan &P, const PagedCall &C,
       P.Splits > 1 && !Counters && decodeMergeDependent(Target.Arch);
   D.check(D.cuLaunchKernel(Decode, unsigned(P.Splits),
                            unsigned(d.heads_kv * d.row_blocks),
-                           unsigned(d.batch), unsigned(Config.Warps * 32), 1,
+                           unsigned(d.batch), unsigned(I.Config.Warps * 32), 1,
                            1,
-                           unsigned(Config.sharedBytes(Target.HeadDim,
+                           unsigned(I.Config.sharedBytes(Target.HeadDim,
                                                        Target.HeadDimV)),
                            Stream, Params, nullptr),
           "launch attnc_decode_paged");

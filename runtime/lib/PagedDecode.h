@@ -17,6 +17,8 @@
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace attn::runtime {
@@ -146,8 +148,10 @@ AppendCall validateAppend(const Signature &Sig, const TensorView &K,
 /// use, and the workspace of calls that plan themselves.
 class PagedDecodeRunner {
 public:
+  /// \p Named: the configuration of every page size, or none for
+  /// decode_sm80's default of each (DecodeConfig::defaultFor).
   PagedDecodeRunner(const CompiledDefinition &Def, const KernelTarget &T,
-                    const codegen::DecodeConfig &C);
+                    std::optional<codegen::DecodeConfig> Named);
   ~PagedDecodeRunner();
 
   /// makeDecodePlan for this kernel on the current device; loads it.
@@ -176,24 +180,30 @@ private:
   /// One kernel of the definition: the copies of one row-step mode
   /// (generatePagedDecode's PageMode), loaded on its first plan.
   struct Instance {
+    codegen::DecodeConfig Config;
     codegen::KernelSource Source;
     CacheResult Cached;
     KernelModule Module;
     CUfunction Decode = nullptr, Merge = nullptr;
   };
-  /// The row-step mode of pages of \p PageSize rows for this kernel's tile
-  /// (attnc::decode_paged_kernel_mode), -1 where it has none.
-  int modeFor(int64_t PageSize) const;
-  /// The loaded kernel of \p Mode, compiled on first use.
-  Instance &instance(int Mode);
+  /// The configuration of pages of \p PageSize rows.
+  codegen::DecodeConfig configFor(int64_t PageSize) const;
+  /// The kernel of pages of \p PageSize rows: its configuration's tile and
+  /// row-step mode (attnc::decode_paged_kernel_mode; -1 where it has none).
+  codegen::KernelSource sourceFor(int64_t PageSize) const;
+  /// The loaded kernel of pages of \p PageSize rows, compiled on first use.
+  Instance &instance(int64_t PageSize);
   /// The kernel \p P was made for; InvalidArgument where this runner made
   /// no such plan.
   const Instance &planned(const DecodePlan &P) const;
 
   const CompiledDefinition &Def;
   KernelTarget Target;
-  codegen::DecodeConfig Config;
-  std::map<int, std::unique_ptr<Instance>> Instances;
+  std::optional<codegen::DecodeConfig> Named;
+  /// By kernel key; and the kernel each planned page size runs (a plan
+  /// names its kernel and page size).
+  std::map<std::string, std::unique_ptr<Instance>> Instances;
+  std::map<int64_t, Instance *> ByPageSize;
   analysis::MergeKind MergeKind;
   /// runEager's workspace, per stream (calls on different streams may run
   /// at once).

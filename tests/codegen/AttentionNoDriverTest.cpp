@@ -384,19 +384,22 @@ TEST_CASE("Attention: a skeleton or configuration named for the reference "
 TEST_CASE("Attention: paged decode's configuration differs from contiguous decode's",
           "[runtime][attention][decode]") {
   cacheDir();
-  // d = dv = 128: contiguous decode over two warps, pages over four.
+  // d = dv = 128: contiguous decode and pages of 16 keys or more over two
+  // warps, smaller pages over four.
   Attention A(examples::mha(), sm80(128));
   TuneShape Decode;
   Decode.Heads = 8;
   Decode.HeadsKv = 2;
   Decode.SeqKv = 300;
   CHECK(A.callChoiceFor(Decode).str() == "decode_sm80 dec.m16n64w2s3 (default)");
-  CHECK(A.pagedDecodeChoice().str() == "decode_sm80 dec.m16n64w4s3 (default)");
-  // A named configuration serves both.
+  CHECK(A.pagedDecodeChoice(16).str() == "decode_sm80 dec.m16n64w2s3 (default)");
+  CHECK(A.pagedDecodeChoice(1).str() == "decode_sm80 dec.m16n64w4s3 (default)");
+  // A named configuration serves every page size.
   Signature S = sm80(128);
   S.Config = "dec.m32n64w2s2";
   Attention N(examples::mha(), S);
-  CHECK(N.pagedDecodeChoice().str() == "decode_sm80 dec.m32n64w2s2 (named)");
+  for (int64_t Page : {1, 16})
+    CHECK(N.pagedDecodeChoice(Page).str() == "decode_sm80 dec.m32n64w2s2 (named)");
 }
 
 TEST_CASE("Attention: decode_sm80 named runs at most 16 queries",

@@ -99,12 +99,15 @@ TEST_CASE("decode: configuration strings", "[decode]") {
   // d256 does not fit three stages of 64 keys on sm_80 (163 KiB).
   CHECK(DecodeConfig::defaultFor(128, 128, GpuArch::Sm80).Stages == 3);
   CHECK(DecodeConfig::defaultFor(256, 256, GpuArch::Sm80).Stages == 2);
-  // Two warps of 32 keys for contiguous d128 K/V; four of 16 for pages and
-  // the other head dims.
-  using KV = DecodeConfig::KV;
+  // Two warps of 32 keys for d128 K/V, contiguous or in pages of at least
+  // 16 keys; four of 16 for smaller pages and the other head dims.
   CHECK(DecodeConfig::defaultFor(128, 128, GpuArch::Sm90a).str() == "dec.m16n64w2s3");
-  CHECK(DecodeConfig::defaultFor(128, 128, GpuArch::Sm90a, KV::Paged).str() ==
-        "dec.m16n64w4s3");
+  for (int64_t Page : {16, 64, 256})
+    CHECK(DecodeConfig::defaultFor(128, 128, GpuArch::Sm90a, Page).Warps == 2);
+  for (int64_t Page : {1, 2, 4, 8})
+    CHECK(DecodeConfig::defaultFor(128, 128, GpuArch::Sm90a, Page).str() ==
+          "dec.m16n64w4s3");
+  CHECK(DecodeConfig::defaultFor(64, 64, GpuArch::Sm90a, 16).Warps == 4);
   CHECK(DecodeConfig::defaultFor(64, 64, GpuArch::Sm90a).str() == "dec.m16n64w4s3");
   CHECK(DecodeConfig::defaultFor(128, 256, GpuArch::Sm90a).Warps == 4);
   CHECK(codegen::decodeConfigError(kernelSpec(DType::F16, 96, 96, GpuArch::Sm80),
@@ -337,7 +340,7 @@ TEST_CASE("decode: the paged kernel of each page size's row-step mode "
           "[decode][nvrtc][paged]") {
   CompiledDefinition Def = compile(testsupport::registry().get("mha"));
   KernelSpec S = kernelSpec(DType::F16, 128, 128, GpuArch::Sm90a);
-  const DecodeConfig C = DecodeConfig::defaultFor(128, 128, GpuArch::Sm90a, DecodeConfig::KV::Paged);
+  const DecodeConfig C = DecodeConfig::defaultFor(128, 128, GpuArch::Sm90a, /*PageSize=*/1);
   // Page sizes 1, 2, ... 1024: modes rise from 0 by one a doubling past
   // the step (8 rows at d128, 4 warps) and stop at the block's rows.
   std::vector<int> Modes;

@@ -226,7 +226,7 @@ int BenchCommand::run(const dsl::Registry &Registry, llvm::raw_ostream &OS) {
   // configuration and where it came from.
   std::string What = PageSize != 0 ? std::string("generated") : Att.lastBackend();
   if (What == "generated")
-    What += " " + (PageSize != 0 ? Att.pagedDecodeChoice() : Att.callChoiceFor(TS)).str();
+    What += " " + (PageSize != 0 ? Att.pagedDecodeChoice(PageSize) : Att.callChoiceFor(TS)).str();
   bool Masked = C.Graph->decls().HasMask;
   const std::string Name = ProblemArgs.Name.getValue();
   const std::string Dt(dtypeName(Sig.Dtype));

@@ -45,9 +45,9 @@ int DecodeConfig::sharedBytes(int D, int DV) const {
   return std::max(Tiles, States);
 }
 
-DecodeConfig DecodeConfig::defaultFor(int D, int DV, GpuArch Arch, KV Where) {
+DecodeConfig DecodeConfig::defaultFor(int D, int DV, GpuArch Arch, int64_t PageSize) {
   DecodeConfig C;
-  if (Where == KV::Contiguous && D == 128 && DV == 128)
+  if (D == 128 && DV == 128 && (PageSize == 0 || PageSize >= DecodeTwoWarpsMinPage))
     C.Warps = 2;
   if (C.sharedBytes(D, DV) > archSharedLimit(Arch))
     C.Stages = 2;

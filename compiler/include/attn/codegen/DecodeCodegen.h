@@ -17,6 +17,11 @@ namespace attn::codegen {
 /// decoding's drafts).
 inline constexpr int DecodeMaxQueries = 16;
 
+/// The smallest pages decode_sm80's default reads with 2 warps at d128
+/// (DecodeConfig::defaultFor): with fewer keys a page, each thread's more
+/// rows cost one page-table load each.
+inline constexpr int64_t DecodeTwoWarpsMinPage = 16;
+
 /// Tile configuration of decode_sm80, written "dec.m<M>n<N>w<W>s<S>": M
 /// query rows per CTA (the query heads of one KV head times the queries,
 /// 16 or 32), N keys per step of the K/V ring, W warps (each takes N/W of
@@ -34,18 +39,16 @@ struct DecodeConfig {
   /// Dynamic shared memory for head dims \p D, \p DV: the Q rows and the
   /// ring, or the warps' states when they are merged, whichever is larger.
   int sharedBytes(int D, int DV) const;
-  /// Where the kernel reads its keys: contiguous rows (a dense or packed
-  /// call) or a paged cache (decode_paged_sm80).
-  enum class KV : uint8_t { Contiguous, Paged };
   /// 16 rows, 64 keys a step, 3 stages (d <= 128; 2 above, where the ring
-  /// would not fit otherwise). Contiguous K/V at d = dv = 128 over 2 warps
-  /// of 32 keys each, everything else over 4 warps of 16: on an H200
-  /// (2026-11-29, 32/8 heads, one process each, alternating) 2 warps ran
-  /// contiguous d128 decode 3-5% faster from batch 1 to 8 and the same at
-  /// 32 and 128, but pages of one key 10-17% slower and d64 up to 8%
-  /// slower at batch 1.
-  static DecodeConfig defaultFor(int D, int DV, GpuArch Arch,
-                                 KV Where = KV::Contiguous);
+  /// would not fit otherwise). \p PageSize: 0 for contiguous K/V (a dense
+  /// or packed call), else the size of the cache's pages. At d = dv = 128
+  /// over 2 warps of 32 keys each, except in pages of fewer than
+  /// DecodeTwoWarpsMinPage keys; everything else over 4 warps of 16. On an
+  /// H200 (2026-11-29, 32/8 heads, one process each, alternating) 2 warps
+  /// ran contiguous d128 decode 3-5% faster from batch 1 to 8 and the same
+  /// at 32 and 128, pages of 16 keys 1-3 us faster at batch 1 to 8, but
+  /// pages of one key 10-17% slower and d64 up to 8% slower at batch 1.
+  static DecodeConfig defaultFor(int D, int DV, GpuArch Arch, int64_t PageSize = 0);
   /// M {16, 32} x N {64, 128} x W {2, 4} x S {2, 3, 4}, where structural.
   static std::vector<DecodeConfig> enumerate();
   /// Why the skeleton cannot be instantiated with this structure, or empty.

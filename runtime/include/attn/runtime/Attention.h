@@ -495,10 +495,11 @@ public:
   /// decode kernel for at most 16 queries where the signature leaves the
   /// skeleton to it, else forwardChoiceFor(S).
   KernelChoice callChoiceFor(const TuneShape &S) const;
-  /// What paged decode (decodePaged, a plan's runDecode) runs: the decode
-  /// configuration the signature names, else decode_sm80's default for
-  /// pages, which at d = dv = 128 has more warps than the contiguous one.
-  KernelChoice pagedDecodeChoice() const;
+  /// What paged decode (decodePaged, a plan's runDecode) runs over pages of
+  /// \p PageSize keys: the decode configuration the signature names, else
+  /// decode_sm80's default for that page size (at d = dv = 128, pages of
+  /// fewer than 16 keys run more warps than contiguous K/V).
+  KernelChoice pagedDecodeChoice(int64_t PageSize) const;
 
 private:
   AttentionBackend &backendAt(size_t I);
