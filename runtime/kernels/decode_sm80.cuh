@@ -83,6 +83,9 @@ struct DecodeSm80 {
   /// k step of every block.
   static constexpr int KT = kD / 16;
   static constexpr bool kQInRegs = MT * KT * 4 <= 32;
+  /// One m16 tile of rows: where a call has at most 8 rows a CTA (a GQA
+  /// group of up to 8 heads, one query), its upper 8 rows are padding.
+  static constexpr bool kHalfRowsOk = MT == 1;
   using QRegs = u32[kQInRegs ? MT : 1][kQInRegs ? KT : 1][4];
 
   /// Contiguous K/V: [batch][heads_kv][seq_kv] rows by their strides, or
@@ -229,6 +232,11 @@ struct DecodeSm80 {
     for (int r = 0; r < 2 * MT; ++r)
       Variant::init(st[r]);
 
+    // At most 8 rows (GQA groups of up to 8 query heads, one query): the m16
+    // tiles' upper rows are all padding, and the score step skips them. The
+    // bound is the grid's, the same for every CTA (a uniform branch: each
+    // CTA runs one form of the loop's code).
+    const bool half = kHalfRowsOk && a.group * a.seq_q <= 8;
     QRegs qreg;
     for (int j = 0; j < count; ++j) {
       if (j + kStages - 1 < count)
@@ -251,9 +259,15 @@ struct DecodeSm80 {
       // keeps nothing of (inside the part) changes no row's state.
       const int cls = block_class(n);
       const bool full = cls == 2;
-      if (warp < kComputeWarps && cls != 0)
-        visit(in, seq_kv, acc_o, st, seen, qreg, s_q, s_k, s_k + KTile::kBytes,
-              warp, lane, b, qidx, hrow, n * kBlockN + warp * kWarpN, g, tq, full);
+      if (warp < kComputeWarps && cls != 0) {
+        if (half)
+          visit<true>(in, seq_kv, acc_o, st, seen, qreg, s_q, s_k, s_k + KTile::kBytes,
+                      warp, lane, b, qidx, hrow, n * kBlockN + warp * kWarpN, g, tq, full);
+        else
+          visit<false>(in, seq_kv, acc_o, st, seen, qreg, s_q, s_k, s_k + KTile::kBytes,
+                       warp, lane, b, qidx, hrow, n * kBlockN + warp * kWarpN, g, tq,
+                       full);
+      }
       __syncthreads(); // the ring slot is refilled next iteration
     }
     cp_async_wait<0>();
@@ -461,7 +475,10 @@ struct DecodeSm80 {
   }
 
   /// One key block's slice of this warp: S = Q·Kᵀ, the variant's step,
-  /// O += P·V.
+  /// O += P·V. \p kHalf: the upper 8 rows of the m16 tile are padding (its
+  /// zero Q rows give zero scores, so P and O stay 0 there), and the step
+  /// skips them.
+  template <bool kHalf>
   __device__ static __forceinline__ void
   visit(const typename Variant::Inputs &in, int seq_kv, float (&acc_o)[MT][VT][4],
         State (&st)[2 * MT], u32 &seen, const QRegs &qreg, u32 s_q, u32 s_k,
@@ -500,9 +517,9 @@ struct DecodeSm80 {
 
     typename DecodeScoreFrag<MT, NT, true, false>::ActWord act[2 * MT];
     if (full)
-      step<true>(in, seq_kv, acc_s, act, acc_o, st, seen, b, qidx, hrow, col0, tq);
+      step<true, kHalf>(in, seq_kv, acc_s, act, acc_o, st, seen, b, qidx, hrow, col0, tq);
     else
-      step<false>(in, seq_kv, acc_s, act, acc_o, st, seen, b, qidx, hrow, col0, tq);
+      step<false, kHalf>(in, seq_kv, acc_s, act, acc_o, st, seen, b, qidx, hrow, col0, tq);
 
 #pragma unroll
     for (int kk = 0; kk < kWarpN / 16; ++kk) {
@@ -531,7 +548,8 @@ struct DecodeSm80 {
 
   /// score_mod, mask and online_fwd for this warp's keys of one block, then
   /// the o rescale; as FwdSm80::step, with each row's own head and q_idx.
-  template <bool kFull>
+  /// \p kHalf: rows 8..15 of the tile (the odd r) are padding and skipped.
+  template <bool kFull, bool kHalf>
   __device__ static __forceinline__ void
   step(const typename Variant::Inputs &in, int seq_kv, float (&acc_s)[MT][NT][4],
        typename DecodeScoreFrag<MT, NT, kFull, false>::ActWord (&act)[2 * MT],
@@ -542,6 +560,8 @@ struct DecodeSm80 {
     u32 row_any = 0;
 #pragma unroll
     for (int r = 0; r < 2 * MT; ++r) {
+      if (kHalf && (r & 1))
+        continue;
       const int qi = f.row(r), h = hrow[r];
 #pragma unroll
       for (int c = 0; c < 2 * NT; ++c) {
@@ -562,6 +582,8 @@ struct DecodeSm80 {
     }
 #pragma unroll
     for (int r = 0; r < 2 * MT; ++r) {
+      if (kHalf && (r & 1))
+        continue;
       const int h = hrow[r];
       float o_scale = 1.f;
       bool any = true;
