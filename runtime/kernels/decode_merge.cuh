@@ -47,6 +47,12 @@ template <class Variant> struct DecodeMergeAcc {
   typename Variant::RowState st;
   bool seen;
   DecodeOutPair of;
+  /// The merge of no part yet.
+  __device__ __forceinline__ void reset() {
+    Variant::init(st);
+    seen = false;
+    of = DecodeOutPair{{0.f, 0.f}};
+  }
 };
 
 /// Folds one part into \p acc by Merge's rule (a part that met no
@@ -146,9 +152,7 @@ __device__ void decode_merge_row(const DecodeArgs &a, const typename Variant::In
   const long long row = ((long long)b * a.heads + h) * a.seq_q + qi;
   const long long plane = (long long)a.batch * a.heads * a.seq_q;
   DecodeMergeAcc<Variant> acc;
-  Variant::init(acc.st);
-  acc.seen = false;
-  acc.of = DecodeOutPair{{0.f, 0.f}};
+  acc.reset();
   decode_merge_parts<Variant, Merge, kDV>(a, row, plane, 2 * t, 0, a.splits, acc);
   decode_merge_finish<Variant, T>(a, in, acc, b, h, qi, qs, qshift, 2 * t, t == 0);
 }
@@ -178,9 +182,7 @@ __device__ void decode_merge_row_grouped(const DecodeArgs &a,
   const int s_begin = min(a.splits, g * per);
   const int s_end = min(a.splits, s_begin + per);
   DecodeMergeAcc<Variant> acc;
-  Variant::init(acc.st);
-  acc.seen = false;
-  acc.of = DecodeOutPair{{0.f, 0.f}};
+  acc.reset();
   decode_wait_for_parts();
   decode_merge_parts<Variant, Merge, kDV>(a, row, plane, c, s_begin, s_end, acc);
   if (g > 0) {

@@ -4,10 +4,13 @@
 
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/DtypeBits.h"
+#include "attn/Error.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
+#include <string>
 #include <random>
 
 namespace attn::runtime {
@@ -27,6 +30,36 @@ DeviceAlloc::~DeviceAlloc() {
 void DeviceAlloc::poison(unsigned char Byte) {
   CudaDriver &D = CudaDriver::get();
   D.check(D.cuMemsetD8(Ptr, Byte, Bytes), "cuMemsetD8");
+}
+
+ShuffledPages::ShuffledPages(int64_t Batch, int64_t SeqKv, int64_t PageSize)
+    : Batch(Batch), SeqKv(SeqKv), PageSize(PageSize), Pages(SeqKv / PageSize),
+      Table(size_t(Batch * (SeqKv / PageSize)) * 4), Lens(size_t(Batch) * 4) {
+  if (PageSize <= 0 || SeqKv % PageSize != 0)
+    throw InternalError("ShuffledPages: pages of " + std::to_string(PageSize) +
+                        " do not hold " + std::to_string(SeqKv) + " keys whole");
+  std::vector<int32_t> Perm(size_t(Batch * Pages));
+  std::iota(Perm.begin(), Perm.end(), 0);
+  std::shuffle(Perm.begin(), Perm.end(), std::mt19937_64(uint64_t(PageSize)));
+  const std::vector<int32_t> L(static_cast<size_t>(Batch), static_cast<int32_t>(SeqKv));
+  CudaDriver &D = CudaDriver::get();
+  D.check(D.cuMemcpyHtoD(Table.ptr(), Perm.data(), Perm.size() * 4),
+          "cuMemcpyHtoD (block table)");
+  D.check(D.cuMemcpyHtoD(Lens.ptr(), L.data(), L.size() * 4), "cuMemcpyHtoD (lengths)");
+}
+
+PagedKV ShuffledPages::view(const TensorView &K, const TensorView &V) const {
+  auto Cache = [&](const TensorView &T) {
+    return TensorView::contiguous(T.Data, T.Type,
+                                  {Batch * Pages, PageSize, T.Shape[2], T.Shape[3]});
+  };
+  PagedKV P;
+  P.KCache = Cache(K);
+  P.VCache = Cache(V);
+  P.BlockTable = TensorView::contiguous(Table.get(), DType::I32, {Batch, Pages});
+  P.SeqLens = TensorView::contiguous(Lens.get(), DType::I32, {Batch});
+  P.MaxSeqlenKv = SeqKv;
+  return P;
 }
 
 namespace {

@@ -299,39 +299,17 @@ runtime::TuneShape BenchCommand::attentionShape(const ShapeArg &S) const {
 double BenchCommand::timePaged(runtime::Attention &Att,
                                const runtime::RandomProblem &Problem,
                                const runtime::TuneShape &TS, int &Splits) {
-  runtime::CudaDriver &D = runtime::CudaDriver::get();
-  const int64_t Pages = TS.SeqKv / PageSize;
-  // Sequence b's page p is memory page Table[b·Pages + p] of the cache: a
-  // shuffled permutation of all pages, so that the call reads the same
-  // bytes as the contiguous one in no sequential order.
-  std::vector<int32_t> Table(size_t(TS.Batch * Pages));
-  std::iota(Table.begin(), Table.end(), 0);
-  std::shuffle(Table.begin(), Table.end(), std::mt19937_64(int(PageSize)));
-  std::vector<int32_t> Lens(size_t(TS.Batch), int32_t(TS.SeqKv));
-  runtime::DeviceAlloc TableMem(Table.size() * 4), LensMem(Lens.size() * 4);
-  D.check(D.cuMemcpyHtoD(TableMem.ptr(), Table.data(), Table.size() * 4),
-          "cuMemcpyHtoD (block table)");
-  D.check(D.cuMemcpyHtoD(LensMem.ptr(), Lens.data(), Lens.size() * 4),
-          "cuMemcpyHtoD (lengths)");
+  // The same bytes as the contiguous call's, read in no sequential order.
+  const runtime::ShuffledPages Pages(TS.Batch, TS.SeqKv, PageSize);
   runtime::DecodePlan Plan = Att.planDecode(
       runtime::DecodeBounds{TS.Batch, TS.Heads, TS.HeadsKv, TS.SeqQ, TS.SeqKv, PageSize});
   Splits = Plan.Splits;
   runtime::DeviceAlloc Work(std::max<size_t>(16, Plan.WorkspaceBytes));
   runtime::RandomProblem::Call Call = Problem.call();
-  auto Cache = [&](const runtime::TensorView &T) {
-    return runtime::TensorView::contiguous(
-        T.Data, T.Type, {TS.Batch * Pages, int64_t(PageSize), TS.HeadsKv, T.Shape[3]});
-  };
   return runtime::medianEventMs(
       [&](int I) {
         const int Set = I % Problem.sets();
-        runtime::PagedKV KV;
-        KV.KCache = Cache(Call.K[Set]);
-        KV.VCache = Cache(Call.V[Set]);
-        KV.BlockTable =
-            runtime::TensorView::contiguous(TableMem.get(), DType::I32, {TS.Batch, Pages});
-        KV.SeqLens = runtime::TensorView::contiguous(LensMem.get(), DType::I32, {TS.Batch});
-        KV.MaxSeqlenKv = TS.SeqKv;
+        const runtime::PagedKV KV = Pages.view(Call.K[Set], Call.V[Set]);
         Att.runDecode(Plan, Call.Q[Set], KV, Call.Out, Call.finals(), Work.get(),
                       Work.size(), Call.Inputs);
       },

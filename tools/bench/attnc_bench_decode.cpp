@@ -36,6 +36,7 @@
 #include "attn/Error.h"
 #include "attn/codegen/Arch.h"
 #include "attn/runtime/Paged.h"
+#include "attn/runtime/RandomProblem.h"
 
 #include <algorithm>
 #include <numeric>
@@ -115,40 +116,22 @@ struct Paged {
   runtime::Attention &Att;
   runtime::DecodePlan Plan;
   std::vector<std::unique_ptr<DeviceBuffer>> &K, &V;
-  DeviceBuffer Table, Lens;
+  runtime::ShuffledPages Pages;
   std::unique_ptr<DeviceBuffer> Work;
   DType ET;
-  int B, HQ, HKV, D, KV, PageSize, Pages;
+  int B, HQ, HKV, D, KV, PageSize;
 
   Paged(runtime::Attention &A, DType Dt, int B, int HQ, int HKV, int D, int KV,
         int PageSize, int, std::vector<std::unique_ptr<DeviceBuffer>> &K,
         std::vector<std::unique_ptr<DeviceBuffer>> &V)
-      : Att(A), K(K), V(V), Table(size_t(B) * (KV / PageSize) * 4),
-        Lens(size_t(B) * 4),
-        ET(Dt),
-        B(B), HQ(HQ), HKV(HKV), D(D), KV(KV), PageSize(PageSize),
-        Pages(KV / PageSize) {
-    std::vector<int32_t> Perm(size_t(B) * Pages);
-    std::iota(Perm.begin(), Perm.end(), 0);
-    std::shuffle(Perm.begin(), Perm.end(), std::mt19937_64(PageSize));
-    // Sequence b's logical page p reads memory page Perm[b·Pages + p]: the
-    // bytes read are the same as the contiguous call's, their order not.
-    Table.upload(Perm.data(), Perm.size() * 4);
-    std::vector<int32_t> L(B, KV);
-    Lens.upload(L.data(), L.size() * 4);
+      : Att(A), K(K), V(V), Pages(B, KV, PageSize), ET(Dt), B(B), HQ(HQ), HKV(HKV),
+        D(D), KV(KV), PageSize(PageSize) {
     Plan = A.planDecode(runtime::DecodeBounds{B, HQ, HKV, 1, KV, PageSize});
     Work = std::make_unique<DeviceBuffer>(std::max<size_t>(16, Plan.WorkspaceBytes));
   }
   runtime::PagedKV view(int S) const {
-    runtime::PagedKV P;
-    std::vector<int64_t> Shape{int64_t(B) * Pages, PageSize, HKV, D};
-    P.KCache = runtime::TensorView::contiguous(K[S]->get(), ET, Shape);
-    P.VCache = runtime::TensorView::contiguous(V[S]->get(), ET, Shape);
-    P.BlockTable = runtime::TensorView::contiguous(Table.get(), DType::I32,
-                                                   {B, Pages});
-    P.SeqLens = runtime::TensorView::contiguous(Lens.get(), DType::I32, {B});
-    P.MaxSeqlenKv = KV;
-    return P;
+    return Pages.view(runtime::TensorView::contiguous(K[S]->get(), ET, {B, KV, HKV, D}),
+                      runtime::TensorView::contiguous(V[S]->get(), ET, {B, KV, HKV, D}));
   }
   void run(int S, const std::vector<std::unique_ptr<DeviceBuffer>> &Q,
            DeviceBuffer &Out, const runtime::TensorView *F,

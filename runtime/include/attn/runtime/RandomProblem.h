@@ -5,6 +5,7 @@
 #define ATTN_RUNTIME_RANDOMPROBLEM_H
 
 #include "attn/runtime/Attention.h"
+#include "attn/runtime/Paged.h"
 #include "attn/runtime/Validate.h"
 
 #include <cuda.h>
@@ -32,6 +33,24 @@ public:
 private:
   CUdeviceptr Ptr = 0;
   size_t Bytes;
+};
+
+/// Contiguous [B, S, Hkv, D] keys and values seen as an NHD cache of pages
+/// of PageSize tokens, for timing paged decode on the same bytes as a
+/// contiguous call: the block table is a random permutation of every page
+/// (sequence b's page p is memory page Table[b·pages + p], seeded by the
+/// page size), so every page is read once a call in no sequential order,
+/// and every sequence holds all S keys. The table and lengths live on the
+/// device. \p PageSize must divide \p SeqKv.
+class ShuffledPages {
+public:
+  ShuffledPages(int64_t Batch, int64_t SeqKv, int64_t PageSize);
+  /// The cache over \p K and \p V (each [B, S, Hkv, D], contiguous).
+  PagedKV view(const TensorView &K, const TensorView &V) const;
+
+private:
+  int64_t Batch, SeqKv, PageSize, Pages;
+  DeviceAlloc Table, Lens;
 };
 
 /// Random tensors of one problem for \p Def under \p Sig (dtype, head dims,
