@@ -381,16 +381,13 @@ PagedDecodeRunner &Attention::pagedRunner() {
 }
 
 KernelChoice Attention::pagedDecodeChoice(int64_t PageSize) const {
-  // The decode configuration the signature names, else decode_sm80's
-  // default for the page size (which may differ from the contiguous one).
+  // The paged runner's rule (pagedDecodeConfig), named where it came from.
   const Skeleton *S = findSkeleton("decode_sm80");
   if (!S)
     throw InternalError("the skeleton table has no decode_sm80");
-  if (std::optional<codegen::DecodeConfig> C = namedDecodeConfig(Fwd.policy()))
-    return {S, *C, ChoiceOrigin::Named};
-  return {S,
-          codegen::DecodeConfig::defaultFor(Sig.HeadDim, Sig.HeadDimV, Arch, PageSize),
-          ChoiceOrigin::Default};
+  const std::optional<codegen::DecodeConfig> Named = namedDecodeConfig(Fwd.policy());
+  return {S, pagedDecodeConfig(Named, Fwd.target(), PageSize),
+          Named ? ChoiceOrigin::Named : ChoiceOrigin::Default};
 }
 
 void Attention::decodePaged(const TensorView &Q, const PagedKV &KV,

@@ -73,11 +73,15 @@ PagedDecodeRunner::PagedDecodeRunner(const CompiledDefinition &Def,
 
 PagedDecodeRunner::~PagedDecodeRunner() = default;
 
-codegen::DecodeConfig PagedDecodeRunner::configFor(int64_t PageSize) const {
+codegen::DecodeConfig pagedDecodeConfig(const std::optional<codegen::DecodeConfig> &Named,
+                                        const KernelTarget &T, int64_t PageSize) {
   if (Named)
     return *Named;
-  return codegen::DecodeConfig::defaultFor(Target.HeadDim, Target.HeadDimV, Target.Arch,
-                                           PageSize);
+  return codegen::DecodeConfig::defaultFor(T.HeadDim, T.HeadDimV, T.Arch, PageSize);
+}
+
+codegen::DecodeConfig PagedDecodeRunner::configFor(int64_t PageSize) const {
+  return pagedDecodeConfig(Named, Target, PageSize);
 }
 
 codegen::KernelSource PagedDecodeRunner::sourceFor(int64_t PageSize) const {

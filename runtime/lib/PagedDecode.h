@@ -144,6 +144,12 @@ AppendCall validateAppend(const Signature &Sig, const TensorView &K,
                           const TensorView &V, const PagedKV &KV,
                           const TensorView &SlotMapping);
 
+/// The configuration paged decode runs over pages of \p PageSize keys:
+/// \p Named (one the signature names) at every page size, else
+/// decode_sm80's default for \p T's head dims, arch and the page size.
+codegen::DecodeConfig pagedDecodeConfig(const std::optional<codegen::DecodeConfig> &Named,
+                                        const KernelTarget &T, int64_t PageSize);
+
 /// The paged kernels of one definition and signature, compiled on first
 /// use, and the workspace of calls that plan themselves.
 class PagedDecodeRunner {
