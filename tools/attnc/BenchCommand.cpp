@@ -10,6 +10,7 @@
 #include "LinearCommands.h"
 
 #include "attn/codegen/Arch.h"
+#include "attn/codegen/DecodeCodegen.h"
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/Selector.h"
 #include "attn/runtime/CudaDriver.h"
@@ -20,7 +21,6 @@
 #include "attn/runtime/Paged.h"
 #include "attn/runtime/RandomProblem.h"
 #include "attn/runtime/TuneFile.h"
-#include "attn/codegen/DecodeCodegen.h"
 #include "attn/runtime/Tuner.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -28,7 +28,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <numeric>
 #include <random>
 
 namespace attn {

@@ -39,7 +39,6 @@
 #include "attn/runtime/RandomProblem.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include <cmath>
 #include <cstdio>
@@ -119,13 +118,13 @@ struct Paged {
   runtime::ShuffledPages Pages;
   std::unique_ptr<DeviceBuffer> Work;
   DType ET;
-  int B, HQ, HKV, D, KV, PageSize;
+  int B, HQ, HKV, D, KV;
 
   Paged(runtime::Attention &A, DType Dt, int B, int HQ, int HKV, int D, int KV,
         int PageSize, int, std::vector<std::unique_ptr<DeviceBuffer>> &K,
         std::vector<std::unique_ptr<DeviceBuffer>> &V)
       : Att(A), K(K), V(V), Pages(B, KV, PageSize), ET(Dt), B(B), HQ(HQ), HKV(HKV),
-        D(D), KV(KV), PageSize(PageSize) {
+        D(D), KV(KV) {
     Plan = A.planDecode(runtime::DecodeBounds{B, HQ, HKV, 1, KV, PageSize});
     Work = std::make_unique<DeviceBuffer>(std::max<size_t>(16, Plan.WorkspaceBytes));
   }
