@@ -31,10 +31,11 @@ struct FwdArgs {
   /// [kNumFinals][heads][total_q].
   const int *cu_seqlens_q, *cu_seqlens_kv;
   int total_q;
-  /// fwd_sm90's persistent kernel under a mask (fwd_sm90_persist.cuh): two
-  /// counters, 0 at every launch, from which its CTAs take their tiles
-  /// after the first (the kernel's last CTA puts them back to 0). Unread by
-  /// the other kernels and by an unmasked variant, which walk the grid.
+  /// fwd_sm90's persistent kernel under a mask or over a packed call
+  /// (fwd_sm90_persist.cuh): two counters, 0 at every launch, from which
+  /// its CTAs take their tiles after the first (the kernel's last CTA puts
+  /// them back to 0). Unread by the other kernels and by an unmasked
+  /// variant's dense call, which walks the grid.
   int *tile_counter;
 };
 

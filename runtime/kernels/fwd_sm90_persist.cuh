@@ -8,8 +8,8 @@
 // (O is staged in a buffer of its own, not in Q's tile), and its K/V ring
 // and mbarrier phases carry on from tile to tile, so the next tile's loads
 // overlap the current tile's last P·V and epilogue. The per-block step,
-// the Q load and the epilogue are FwdSm90's. Dense calls only: the host
-// launches the non-persistent kernel for packed and paged calls.
+// the Q load and the epilogue are FwdSm90's. Paged calls run the plain
+// kernel.
 // A masked variant takes its tiles in the walk's order from a counter
 // (FwdArgs::tile_counter, which it needs) instead of by the grid's
 // stride: tiles of a
@@ -23,12 +23,32 @@
 // done, as in the plain kernel, so that the producer loads the next
 // tile's Q as soon as the tile before the current one is stored, a tile
 // ahead of the stride's walk (which waits for the current tile's last S).
+// A packed call (cu_seqlens) walks the (query block a sequence has, head)
+// tiles of the plain kernel's packed grid the same way, taken from the
+// counter: warp 0's lanes together find each taken tile's sequence, query
+// block and key-block range by warp votes (packed_block_of,
+// key_block_range) and hand them to the consumers in the tile's slot; its
+// lane 0 issues the loads. Its entry, attnc_fwd_packed, is a kernel of its
+// own (the dense kernel's registers and code stay as they were), in the
+// modules of unmasked variants and masks the analysis bounds from the box
+// alone (kPackedWalk); the others' range needs the whole CTA, and the host
+// keeps them on the plain kernel.
 #ifndef ATTNC_FWD_SM90_PERSIST_CUH
 #define ATTNC_FWD_SM90_PERSIST_CUH
 
 namespace attnc {
 
 template <class Fwd> struct FwdSm90Persist;
+
+/// Whether a packed call's tiles may be walked: unmasked, or a mask the
+/// analysis bounds from the box alone (an unmasked variant has no mask
+/// members to ask).
+template <class Variant, bool = Variant::kHasMask> struct PackedWalkable {
+  static constexpr bool value = true;
+};
+template <class Variant> struct PackedWalkable<Variant, true> {
+  static constexpr bool value = Variant::kMaskAnalysed && Variant::kMaskBounds == 0;
+};
 
 template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages>
 struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
@@ -48,6 +68,19 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
   /// Sm90Config::sharedBytes with Persistent says the same.
   static constexpr int kSmemBytes = 1024 + kBarOffset + 256;
   static_assert(32 + 16 * kStages <= 128, "the taken walk's tile slots fit beside the mbarriers");
+  /// Whether a packed call may walk: its tiles' key-block ranges come from
+  /// one warp's votes (key_block_range without a CTA-wide scan).
+  static constexpr bool kPackedWalk = PackedWalkable<Variant>::value;
+  /// The packed walk's producer warp finds each tile's sequence and range
+  /// (a chunked mask's box classes divide): in 24 registers it spills.
+  static constexpr int kPackedProducerRegs = 40, kPackedConsumerRegs = 232;
+  static_assert(128 * kPackedProducerRegs + 256 * kPackedConsumerRegs <= 65536,
+                "the packed walk's register split fits the SM's file");
+
+  /// The walks: by the grid's stride (unmasked dense calls), tiles taken
+  /// from FwdArgs::tile_counter (masked dense calls), and the packed walk
+  /// (taken, each tile's facts handed over in its slot).
+  enum class Walk { Stride, Taken, Packed };
 
   /// One tile: its query block and batch·head.
   struct Tile {
@@ -84,8 +117,28 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
                     bh / a.heads, bh % a.heads);
   }
 
+  /// A dense call (attnc_fwd).
   __device__ static void run(const FwdArgs &a, const typename Variant::Inputs &in,
                              const Sm90Maps &maps, unsigned char *smem) {
+    const u32 base = init_barriers(smem, Variant::kHasMask);
+    const int tiles = a.m_blocks * a.batch * a.heads;
+    walk<Variant::kHasMask ? Walk::Taken : Walk::Stride>(a, in, maps, tiles, base);
+  }
+
+  /// A packed call (attnc_fwd_packed, in the modules of variants that
+  /// kPackedWalk allows): the plain kernel's packed grid, (blocks, heads),
+  /// as tiles.
+  __device__ static void run_packed(const FwdArgs &a, const typename Variant::Inputs &in,
+                                    const Sm90Maps &maps, unsigned char *smem) {
+    static_assert(kPackedWalk, "a packed walk needs a range from one warp's votes");
+    const u32 base = init_barriers(smem, true);
+    const long long blocks = packed_block_bound(a.total_q, a.batch, kBlockM, a.seq_q);
+    walk<Walk::Packed>(a, in, maps, int(blocks * a.heads), base);
+  }
+
+  /// The mbarriers (the taken walks' second Q slot's where \p taken), then
+  /// a CTA barrier; returns the shared memory's 1024-aligned base.
+  __device__ static __forceinline__ u32 init_barriers(unsigned char *smem, bool taken) {
     const u32 base = (smem_addr(smem) + 1023u) & ~1023u;
     const u32 bar_q = base + kBarOffset;
     const u32 bar_full = bar_q + 8;               // [kStages]
@@ -98,20 +151,18 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
         mbar_init(bar_empty + 8 * s, 4 * kConsumers); // one arrival per consumer warp
       }
       mbar_init(bar_qfree, 4 * kConsumers);
-      if constexpr (Variant::kHasMask) {
+      if (taken) {
         mbar_init(bar_qfree + 8, 1);                 // the taken walk's Q slot 1
         mbar_init(bar_qfree + 16, 4 * kConsumers);
       }
       mbar_init_fence();
     }
     __syncthreads();
-    const int tiles = a.m_blocks * a.batch * a.heads;
-    walk<Variant::kHasMask>(a, in, maps, tiles, base);
+    return base;
   }
 
-  /// The producer and the consumers of the walk: by the grid's stride, or
-  /// (\p kTaken) tiles taken from FwdArgs::tile_counter.
-  template <bool kTaken>
+  /// The producer and the consumers of walk \p W over \p tiles tiles.
+  template <Walk W>
   __device__ static __forceinline__ void walk(const FwdArgs &a,
                                               const typename Variant::Inputs &in,
                                               const Sm90Maps &maps, int tiles, u32 base) {
@@ -122,21 +173,25 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
       if constexpr (kConsumers == 2)
-        setmaxnreg_dec<Fwd::kProducerRegs>();
-      if (threadIdx.x == 0)
-        produce<kTaken>(a, maps, tiles, base, bar_q, bar_full, bar_empty, bar_qfree);
+        setmaxnreg_dec<W == Walk::Packed ? kPackedProducerRegs : Fwd::kProducerRegs>();
+      // The packed walk's tile facts take warp 0's votes.
+      if (W == Walk::Packed ? threadIdx.x < 32 : threadIdx.x == 0)
+        produce<W>(a, in, maps, tiles, base, bar_q, bar_full, bar_empty, bar_qfree);
     } else {
       if constexpr (kConsumers == 2)
-        setmaxnreg_inc<Fwd::kConsumerRegs>();
-      consume<kTaken>(a, in, tiles, base, bar_q, bar_full, bar_empty, bar_qfree, wg - 1);
+        setmaxnreg_inc<W == Walk::Packed ? kPackedConsumerRegs : Fwd::kConsumerRegs>();
+      consume<W>(a, in, tiles, base, bar_q, bar_full, bar_empty, bar_qfree, wg - 1);
     }
   }
 
-  /// The taken walk's tile of hand-over \p k: two slots beside the
-  /// mbarriers, written before the arrival on its Q barrier that hands it
-  /// over and read after the wait for it (-1: the walk is over).
+  /// The taken walk's tile of hand-over \p k: two slots of 48 bytes
+  /// beside the mbarriers, written before the arrival on its Q barrier that
+  /// hands it over and read after the wait for it: the tile's index (-1:
+  /// the walk is over), or in the packed walk its facts (PackedTile).
+  static constexpr int kSlotBytes = 48;
+  static_assert(128 + 2 * kSlotBytes <= 256, "the tile slots fit the mbarriers' 256 bytes");
   __device__ static __forceinline__ u32 tile_slot(u32 base, int k) {
-    return base + kBarOffset + 128 + 4 * (k & 1);
+    return base + kBarOffset + 128 + kSlotBytes * (k & 1);
   }
   /// The taken walk's Q slot of hand-over \p k (its O staged there too),
   /// the barrier its Q lands on and the one its consumers free it on
@@ -159,52 +214,162 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
     asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(t) : "r"(slot) : "memory");
     return t;
   }
+  /// A packed tile as handed over: its batch·head (bh = sequence · heads +
+  /// head; -1: the walk is over), query block and key-block range, which
+  /// of the range's first 32 blocks are full (bit j: block first + j;
+  /// tile_full's answer, found by the producer's lanes so that the
+  /// consumers' steps need not divide), and its sequence's tokens (so that
+  /// the consumers need not load cu_seqlens).
+  struct PackedTile {
+    int bh, m_block, first, count;
+    unsigned full;
+    int q0, q1, kv0, kv1;
+  };
+  __device__ static __forceinline__ void put_packed(u32 slot, const PackedTile &p) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot), "r"(p.bh),
+                 "r"(p.m_block), "r"(p.first), "r"(p.count)
+                 : "memory");
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot + 16), "r"(p.full),
+                 "r"(p.q0), "r"(p.q1), "r"(p.kv0)
+                 : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(slot + 32), "r"(p.kv1) : "memory");
+  }
+  __device__ static __forceinline__ PackedTile get_packed(u32 slot) {
+    PackedTile p;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(p.bh), "=r"(p.m_block), "=r"(p.first), "=r"(p.count)
+                 : "r"(slot)
+                 : "memory");
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(p.full), "=r"(p.q0), "=r"(p.q1), "=r"(p.kv0)
+                 : "r"(slot + 16)
+                 : "memory");
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(p.kv1) : "r"(slot + 32) : "memory");
+    return p;
+  }
+  /// Packed tile \p t of the walk (t = block · heads + head over the plain
+  /// kernel's packed grid, so that a group's heads, which share their keys,
+  /// are taken together): its sequence and query block (longest first
+  /// within the sequence, as the plain kernel's), and the key blocks it
+  /// visits. bh = -1 past the sequences' blocks, which end the walk (the
+  /// tiles are taken in increasing order). Warp 0's lanes call it,
+  /// converged.
+  __device__ static __forceinline__ PackedTile packed_tile(const FwdArgs &a,
+                                                           const typename Variant::Inputs &in0,
+                                                           int t, SeqSpan &sp) {
+    const int lane = threadIdx.x % 32;
+    const int h = t % a.heads;
+    const PackedBlock pb =
+        packed_block_of(a.cu_seqlens_q, a.batch, kBlockM, (long long)(t / a.heads),
+                        WarpLanes{lane});
+    if (pb.seq < 0)
+      return {-1};
+    const int q0 = a.cu_seqlens_q[pb.seq], q1 = a.cu_seqlens_q[pb.seq + 1];
+    const int kv0 = a.cu_seqlens_kv[pb.seq], kv1 = a.cu_seqlens_kv[pb.seq + 1];
+    sp = packed_span(q0, q1, kv0, kv1, a.total_q, a.heads, h);
+    PackedTile p{pb.seq * a.heads + h,
+                 (sp.seq_q + kBlockM - 1) / kBlockM - 1 - pb.index,
+                 0,
+                 (sp.seq_kv + kBlockN - 1) / kBlockN,
+                 0u,
+                 q0,
+                 q1,
+                 kv0,
+                 kv1};
+    if constexpr (Variant::kHasMask && kPackedWalk) {
+      const auto &in = sequence_inputs(in0, sp);
+      const int2 range = key_block_range<Variant, kBlockM, kBlockN>(in, pb.seq, h, p.m_block, sp);
+      p.first = range.x;
+      p.count = range.y - range.x;
+      const int block = p.first + lane;
+      p.full = __ballot_sync(0xffffffffu,
+                             lane < p.count && tile_full<Variant, kBlockM, kBlockN>(
+                                                   in, pb.seq, h, p.m_block * kBlockM,
+                                                   block * kBlockN, sp));
+    }
+    return p;
+  }
 
-  /// The producer: one thread issues every TMA load of every tile. \p n
-  /// counts the K/V blocks loaded so far (the ring's position and phase),
-  /// \p loaded the tiles whose Q was loaded (bar_q's and bar_qfree's phase).
-  /// Taken (\p kTaken): every tile, the last (-1) included, is handed over
-  /// on its slot's Q barrier, with its Q or (no key block to visit) by a
-  /// plain arrival, and \p loaded counts the hand-overs.
-  template <bool kTaken>
-  __device__ static void produce(const FwdArgs &a, const Sm90Maps &maps, int tiles, u32 base,
-                                 u32 bar_q, u32 bar_full, u32 bar_empty, u32 bar_qfree) {
-    tma_prefetch_desc(&maps.q);
-    tma_prefetch_desc(&maps.k);
-    tma_prefetch_desc(&maps.v);
+  /// The producer: one thread issues every TMA load of every tile (the
+  /// packed walk: warp 0's lanes run it together, lane 0 alone issuing the
+  /// loads and arrivals). \p n counts the K/V blocks loaded so far (the
+  /// ring's position and phase), \p loaded the tiles whose Q was loaded
+  /// (bar_q's and bar_qfree's phase). Taken (Walk::Taken, Walk::Packed):
+  /// every tile, the last (-1) included, is handed over on its slot's Q
+  /// barrier, with its Q or (no key block to visit) by a plain arrival, and
+  /// \p loaded counts the hand-overs.
+  template <Walk W>
+  __device__ static void produce(const FwdArgs &a, const typename Variant::Inputs &in0,
+                                 const Sm90Maps &maps, int tiles, u32 base, u32 bar_q,
+                                 u32 bar_full, u32 bar_empty, u32 bar_qfree) {
+    constexpr bool kTaken = W != Walk::Stride, kPacked = W == Walk::Packed;
+    const bool leader = !kPacked || threadIdx.x == 0;
+    if (leader) {
+      tma_prefetch_desc(&maps.q);
+      tma_prefetch_desc(&maps.k);
+      tma_prefetch_desc(&maps.v);
+    }
     const int bhs = a.batch * a.heads;
     int n = 0, loaded = 0;
     for (int t = blockIdx.x; kTaken || t < tiles; t += gridDim.x) {
       if constexpr (kTaken) {
-        if (loaded > 0)
-          t = gridDim.x + atomicAdd(a.tile_counter, 1);
+        if (loaded > 0) {
+          int taken = 0;
+          if (leader)
+            taken = atomicAdd(a.tile_counter, 1);
+          if constexpr (kPacked)
+            taken = __shfl_sync(0xffffffffu, taken, 0);
+          t = gridDim.x + taken;
+        }
         // The slots (tile and Q) are free once the consumers have stored
         // the tile two hand-overs back, whose O they staged in its Q slot.
         if (loaded >= 2)
           mbar_wait(qfree_bar(bar_qfree, loaded), ((loaded - 2) >> 1) & 1);
-        put_tile(tile_slot(base, loaded), t < tiles ? t : -1);
-        if (t >= tiles) {
-          mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
+      }
+      Tile tl;
+      SeqSpan sp;
+      Visits vis;
+      if constexpr (kPacked) {
+        const PackedTile p = t < tiles ? packed_tile(a, in0, t, sp) : PackedTile{-1};
+        if (leader)
+          put_packed(tile_slot(base, loaded), p);
+        if (p.bh < 0) {
+          if (leader)
+            mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
           break;
         }
+        tl = {p.m_block, p.bh};
+        vis = {p.count, p.first, nullptr};
+      } else {
+        if constexpr (kTaken) {
+          put_tile(tile_slot(base, loaded), t < tiles ? t : -1);
+          if (t >= tiles) {
+            mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
+            break;
+          }
+        }
+        tl = tile_of(t, a.m_blocks, bhs);
+        sp = span_of(a, tl.bh);
+        vis = visits(a, sp, tl);
       }
-      const Tile tl = tile_of(t, a.m_blocks, bhs);
-      const SeqSpan sp = span_of(a, tl.bh);
-      const Visits vis = visits(a, sp, tl);
       if (vis.count <= 0) {
         if constexpr (kTaken) {
-          mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
+          if (leader)
+            mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
           ++loaded;
         }
         continue;
       }
-      const int h = tl.bh % a.heads, b = tl.bh / a.heads;
+      const int h = tl.bh % a.heads;
+      // A packed call's maps have one batch of all tokens (FwdSm90::produce).
+      const int b = kPacked ? 0 : tl.bh / a.heads;
       const int hk = h / (a.heads / a.heads_kv);
       // Q's tile is free once both consumers' last S of the tile before
       // has completed.
       if constexpr (kTaken) {
-        Fwd::load_q(maps, sp, tl.m_block, h, b, q_slot(base, loaded),
-                    q_bar(bar_q, bar_qfree, loaded));
+        if (leader)
+          Fwd::load_q(maps, sp, tl.m_block, h, b, q_slot(base, loaded),
+                      q_bar(bar_q, bar_qfree, loaded));
       } else {
         if (loaded > 0)
           mbar_wait(bar_qfree, (loaded - 1) & 1);
@@ -215,6 +380,8 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
         const int stage = n % kStages;
         if (n >= kStages)
           mbar_wait(bar_empty + 8 * stage, ((n / kStages) + 1) & 1);
+        if (!leader)
+          continue;
         bool full;
         const int row = sp.kv0 + Fwd::block_of(vis, sp, Fwd::entry_of(vis, j), full) * kBlockN;
         const u32 bar = bar_full + 8 * stage;
@@ -236,10 +403,12 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
       // The last CTA to finish taking puts the counters back to 0 for the
       // next launch (on the same stream, so after this one): every other
       // CTA counted itself done after its last take.
-      __threadfence();
-      if (atomicAdd(a.tile_counter + 1, 1) == (int)gridDim.x - 1) {
-        atomicExch(a.tile_counter, 0);
-        atomicExch(a.tile_counter + 1, 0);
+      if (leader) {
+        __threadfence();
+        if (atomicAdd(a.tile_counter + 1, 1) == (int)gridDim.x - 1) {
+          atomicExch(a.tile_counter, 0);
+          atomicExch(a.tile_counter + 1, 0);
+        }
       }
     }
   }
@@ -249,10 +418,11 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
   /// tile of each hand-over read from its slot once its Q barrier
   /// completes, Q and the staged O in its Q slot, which the consumers free
   /// after its epilogue).
-  template <bool kTaken>
+  template <Walk W>
   __device__ static void consume(const FwdArgs &a, const typename Variant::Inputs &in0,
                                  int tiles, u32 base, u32 bar_q, u32 bar_full, u32 bar_empty,
                                  u32 bar_qfree, int wgc) {
+    constexpr bool kTaken = W != Walk::Stride, kPacked = W == Walk::Packed;
     const int bhs = a.batch * a.heads;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, tq = lane % 4;
@@ -263,18 +433,33 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
     const u64 v_desc0 = wgmma_desc_sw128(base + kKVOffset + kKBytes, kKVSlab, 1024);
     int n = 0, loaded = 0;
     for (int t = blockIdx.x; kTaken || t < tiles; t += gridDim.x) {
-      if constexpr (kTaken) {
+      Tile tl;
+      SeqSpan sp;
+      Visits vis;
+      unsigned full_bits = 0;
+      if constexpr (kPacked) {
         mbar_wait(q_bar(bar_q, bar_qfree, loaded), (loaded >> 1) & 1);
-        t = get_tile(tile_slot(base, loaded));
-        if (t < 0)
+        const PackedTile p = get_packed(tile_slot(base, loaded));
+        if (p.bh < 0)
           break;
+        tl = {p.m_block, p.bh};
+        sp = packed_span(p.q0, p.q1, p.kv0, p.kv1, a.total_q, a.heads, p.bh % a.heads);
+        vis = {p.count, p.first, nullptr};
+        full_bits = p.full;
+      } else {
+        if constexpr (kTaken) {
+          mbar_wait(q_bar(bar_q, bar_qfree, loaded), (loaded >> 1) & 1);
+          t = get_tile(tile_slot(base, loaded));
+          if (t < 0)
+            break;
+        }
+        tl = tile_of(t, a.m_blocks, bhs);
+        sp = span_of(a, tl.bh);
+        vis = visits(a, sp, tl);
       }
       // Q's tile, and O's staging.
       const u32 q_at = kTaken ? q_slot(base, loaded) : base;
       const u32 o_at = kTaken ? q_at : base + kOOffset;
-      const Tile tl = tile_of(t, a.m_blocks, bhs);
-      const SeqSpan sp = span_of(a, tl.bh);
-      const Visits vis = visits(a, sp, tl);
       const auto &in = sequence_inputs(in0, sp);
       const int count = vis.count;
       const int b = tl.bh / a.heads, h = tl.bh % a.heads;
@@ -315,6 +500,14 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
           fence_regs(acc_s);
           bool full;
           const int col0 = Fwd::block_of(vis, sp, e, full) * kBlockN;
+          // A packed tile has no list: the analysis proves its full blocks
+          // (the producer's for the first 32).
+          if constexpr (kPacked && Variant::kHasMask) {
+            const int j = e - vis.first;
+            full = j < 32 ? (full_bits >> j) & 1
+                          : tile_full<Variant, kBlockM, kBlockN>(in, b, h, tl.m_block * kBlockM,
+                                                                 col0, sp);
+          }
           if (full)
             Fwd::template step<true>(in, sp.seq_kv, acc_s, st, seen, o_scale, b, h,
                                      row0 + sp.shift, col0, tq);

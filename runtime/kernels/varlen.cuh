@@ -23,28 +23,36 @@ struct SeqSpan {
   bool packed;
 };
 
+/// The span of a packed sequence of query tokens [q0, q1) and key tokens
+/// [kv0, kv1), head \p h.
+__device__ __forceinline__ SeqSpan packed_span(int q0, int q1, int kv0, int kv1, int total_q,
+                                               int heads, int h) {
+  SeqSpan s;
+  s.packed = true;
+  s.q0 = q0;
+  s.kv0 = kv0;
+  s.seq_q = q1 - q0;
+  s.seq_kv = kv1 - kv0;
+  s.shift = s.seq_kv - s.seq_q;
+  s.rows = (long long)h * total_q + s.q0;
+  s.plane = (long long)heads * total_q;
+  return s;
+}
+
 /// The span of batch entry \p b, head \p h. The kernels add q0 · seq stride
 /// to their pointers: the host passes batch strides of 0 in a packed call.
 __device__ __forceinline__ SeqSpan seq_span(const int *cu_q, const int *cu_kv,
                                             int total_q, int batch, int heads,
                                             int seq_q, int seq_kv, int b, int h) {
+  if (cu_q != nullptr)
+    return packed_span(cu_q[b], cu_q[b + 1], cu_kv[b], cu_kv[b + 1], total_q, heads, h);
   SeqSpan s;
-  s.packed = cu_q != nullptr;
-  if (s.packed) {
-    s.q0 = cu_q[b];
-    s.kv0 = cu_kv[b];
-    s.seq_q = cu_q[b + 1] - s.q0;
-    s.seq_kv = cu_kv[b + 1] - s.kv0;
-    s.shift = s.seq_kv - s.seq_q;
-    s.rows = (long long)h * total_q + s.q0;
-    s.plane = (long long)heads * total_q;
-  } else {
-    s.q0 = s.kv0 = s.shift = 0;
-    s.seq_q = seq_q;
-    s.seq_kv = seq_kv;
-    s.rows = ((long long)b * heads + h) * seq_q;
-    s.plane = (long long)batch * heads * seq_q;
-  }
+  s.packed = false;
+  s.q0 = s.kv0 = s.shift = 0;
+  s.seq_q = seq_q;
+  s.seq_kv = seq_kv;
+  s.rows = ((long long)b * heads + h) * seq_q;
+  s.plane = (long long)batch * heads * seq_q;
   return s;
 }
 

@@ -19,11 +19,13 @@
 #include "../kernels/block_range.cuh"
 
 #include "attn/Error.h"
+#include "attn/analysis/MaskBounds.h"
 #include "attn/analysis/Merge.h"
 #include "attn/runtime/Selector.h"
 #include "attn/runtime/CudaDriver.h"
 
 #include <fmt/format.h>
+#include <llvm/ADT/STLExtras.h>
 
 #include <algorithm>
 #include <climits>
@@ -44,6 +46,9 @@ struct ForwardKernel {
   CacheResult Cached;
   KernelModule Module;
   CUfunction Fwd = nullptr, Classify = nullptr, Compact = nullptr;
+  /// fwd_sm90's persistent module: its walk over a packed call's tiles,
+  /// where the definition's mask allows it (codegen::PackedPersistentEntry).
+  CUfunction FwdPacked = nullptr;
   /// A decode skeleton's entries: the split kernel and, where the
   /// definition has a merge, the merge of the splits.
   CUfunction Decode = nullptr, DecodeMerge = nullptr;
@@ -67,6 +72,11 @@ struct ForwardKernel {
     Compact = Module.function("attnc_block_compact");
     Module.allowSharedBytes(Fwd, Launch.SharedBytes,
                             "config " + Choice.configText());
+    if (llvm::is_contained(Source.Entries, codegen::PackedPersistentEntry)) {
+      FwdPacked = Module.function(codegen::PackedPersistentEntry);
+      Module.allowSharedBytes(FwdPacked, Launch.SharedBytes,
+                              "config " + Choice.configText());
+    }
   }
 };
 
@@ -230,19 +240,29 @@ ForwardKernel &GeneratedBackend::sm90KernelFor(ForwardKernel &K,
     return K;
   KernelChoice Other = K.Choice;
   codegen::Sm90Config &O = std::get<codegen::Sm90Config>(Other.Config);
+  // A packed call walks persistently where its mask's key-block ranges
+  // come from box classes (the module's packed entry).
+  const bool PackedWalk = analysis::packedRangeFromBoxes(Mask);
   if (C->Persistent) {
-    if (!P.Shape.Packed)
+    if (!P.Shape.Packed || PackedWalk)
       return K;
-    // The persistent kernel walks dense tiles only: the same blocks and
-    // stages without it.
+    // The same blocks and stages without it.
     O.Persistent = false;
     return kernelFor(P.Target, Other);
   }
-  if (K.Choice.Origin != ChoiceOrigin::Default || P.Shape.Packed)
+  if (K.Choice.Origin != ChoiceOrigin::Default || (P.Shape.Packed && !PackedWalk))
     return K;
-  const int64_t MBlocks = (P.Shape.Sq + K.Launch.BlockM - 1) / K.Launch.BlockM;
+  // A packed call's tiles: its plain grid's (packed_block_bound); its
+  // visits are counted below over a sequence of the longest lengths (its
+  // Sq and Skv), which for the masks that keep a band of key blocks
+  // (windows, chunks) is about every sequence's mean, and for the others
+  // an overestimate.
+  const int64_t MBlocks =
+      P.Shape.Packed
+          ? attnc::packed_block_bound(P.Shape.TotalQ, P.Shape.B, K.Launch.BlockM, P.Shape.Sq)
+          : (P.Shape.Sq + K.Launch.BlockM - 1) / K.Launch.BlockM;
   const int64_t NBlocks = (P.Shape.Skv + K.Launch.BlockN - 1) / K.Launch.BlockN;
-  const int64_t Tiles = MBlocks * P.Shape.B * P.Shape.H;
+  const int64_t Tiles = MBlocks * (P.Shape.Packed ? 1 : P.Shape.B) * P.Shape.H;
   const int SMs = currentDevice().MultiProcessors;
   // The mean visits are looked for only where the tiles could choose it:
   // from the analysis, or, where it cannot count them (a mask that reads
@@ -341,23 +361,29 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
       C.Packed ? unsigned(attnc::packed_block_bound(C.TotalQ, C.B, K.Launch.BlockM, C.Sq))
                : unsigned(A.m_blocks);
   unsigned GridY = unsigned(C.Packed ? A.heads : A.batch * A.heads);
+  CUfunction Entry = K.Fwd;
   if (K.Persistent) {
     // One CTA per SM (one fits an SM), each walking tiles of the grid's
-    // stride (fwd_sm90_persist.cuh).
+    // stride or taken from the counters (fwd_sm90_persist.cuh); a packed
+    // call's tiles are its plain grid's.
+    if (C.Packed && !K.FwdPacked)
+      throw InternalError("fwd_sm90: a packed call on a persistent module without "
+                          "its packed walk");
     if (C.Packed)
-      throw InternalError("fwd_sm90: the persistent kernel for a packed call");
-    const int64_t Tiles = int64_t(A.m_blocks) * A.batch * A.heads;
+      Entry = K.FwdPacked;
+    const int64_t Tiles = int64_t(GridX) * GridY;
     if (Tiles > INT32_MAX)
       throw InternalError("fwd_sm90: the persistent kernel's tiles overflow int");
     GridX = unsigned(std::min<int64_t>(Tiles, currentDevice().MultiProcessors));
     GridY = 1;
     countPersistentForwardLaunch();
   }
-  // A masked variant's persistent kernel takes its tiles from counters.
-  if (K.Persistent && Def.Graph->decls().HasMask)
+  // A masked variant's persistent kernel, and any packed walk, take their
+  // tiles from counters.
+  if (K.Persistent && (Def.Graph->decls().HasMask || C.Packed))
     A.tile_counter =
         reinterpret_cast<int *>(Counters.get(Ctx.Stream).get(2, Ctx.Stream));
-  D.check(D.cuLaunchKernel(K.Fwd, GridX, GridY, 1, unsigned(K.Launch.Threads), 1, 1,
+  D.check(D.cuLaunchKernel(Entry, GridX, GridY, 1, unsigned(K.Launch.Threads), 1, 1,
                            unsigned(K.Launch.SharedBytes), Ctx.Stream,
                            Params, nullptr),
           "launch attnc_fwd");

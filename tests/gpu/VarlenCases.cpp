@@ -167,6 +167,15 @@ void compileCase(const Case &C, Layout L) {
         Choice);
     Bwd = Choice.str();
   }
+  // The persistent packed walk, which ATTNC_FWD_PERSISTENT=1 (or a batch of
+  // many tiles with few visits) runs.
+  if (const auto *C90 = std::get_if<codegen::Sm90Config>(&Att.forwardChoice().Config))
+    if (std::optional<codegen::Sm90Config> P = C90->persistentFor(C.D, C.D);
+        P && L == Layout::THD && C.Skeleton.empty() && !C.Decode) {
+      runtime::Signature SigP = Sig;
+      SigP.Config = P->str();
+      runtime::Attention AttP(makeDefinition(C.Def), SigP);
+    }
   std::printf("compiled %s %s d%d: %s | %s\n", C.Def.c_str(), dtypeName(C.Dt).data(), C.D,
               Att.forwardChoice().str().c_str(), Bwd.c_str());
   std::fflush(stdout);

@@ -68,6 +68,11 @@ int compileOnly(bool Quick, bool DecodeOnly, const char *Filter);
 /// --bench [H [D ...]] (\p CompileOnly: its kernels compiled, no GPU).
 int bench(int H, const std::vector<int> &Dims, bool CompileOnly);
 
+/// --persistent: the persistent packed walk against the plain packed
+/// kernel, bit for bit (VarlenPersistent.cpp); the failures' count
+/// (\p CompileOnly: their kernels compiled for sm_90a, no GPU; 0).
+int persistentCases(bool CompileOnly);
+
 } // namespace attn::gputest::varlen
 
 #endif // ATTN_TESTS_GPU_VARLEN_CASES_H

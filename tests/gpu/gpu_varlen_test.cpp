@@ -22,8 +22,11 @@
 // 16 queries a sequence, decode_sm80, per-row, per-key, per-token and
 // per-head inputs through a split over the keys). A last argument
 // --compile-only compiles the cases' kernels (after --bench ...: the
-// bench's) for sm_90a into the kernel cache, with no GPU. The case matrix
-// and --compile-only are in VarlenCases.cpp, --bench in VarlenBench.cpp.
+// bench's) for sm_90a into the kernel cache, with no GPU. --persistent:
+// the persistent packed walk against the plain packed kernel, bit for bit
+// (also run before the matrix unless a filter or --decode is given). The
+// case matrix and --compile-only are in VarlenCases.cpp, --bench in
+// VarlenBench.cpp, --persistent in VarlenPersistent.cpp.
 #include "BackwardCheck.h"
 #include "BackwardRunner.h"
 #include "GpuSupport.h"
@@ -445,7 +448,8 @@ int main(int Argc, char **Argv) {
         return true;
     return false;
   };
-  const bool Quick = Flag("--quick"), DecodeOnly = Flag("--decode");
+  const bool Quick = Flag("--quick"), DecodeOnly = Flag("--decode"),
+             PersistentOnly = Flag("--persistent");
   const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
   const bool CompileOnly = Argc > 1 && std::string(Argv[Argc - 1]) == "--compile-only";
   // --bench [H [D ...]]: the batch's defaults, before and dense.
@@ -456,8 +460,16 @@ int main(int Argc, char **Argv) {
     Dims.push_back(std::atoi(Argv[I]));
   if (Dims.empty())
     Dims = {128};
-  if (CompileOnly)
-    return Bench ? bench(H, Dims, true) : compileOnly(Quick, DecodeOnly, Filter);
+  // The persistent packed cases run with the matrix (not under a filter,
+  // one case or --decode), or alone with --persistent.
+  const bool Persistent = PersistentOnly || (!Filter && !DecodeOnly);
+  if (CompileOnly) {
+    if (Bench)
+      return bench(H, Dims, true);
+    if (Persistent)
+      persistentCases(true);
+    return PersistentOnly ? 0 : compileOnly(Quick, DecodeOnly, Filter);
+  }
   auto &Drv = runtime::CudaDriver::get();
   if (!Drv.available()) {
     std::printf("skipped: %s\n", Drv.unavailableReason().c_str());
@@ -472,7 +484,11 @@ int main(int Argc, char **Argv) {
   const char *Only = std::getenv("ATTNC_GPU_TEST_CASE");
   int Passed = 0, Failed = 0, Index = -1;
   uint64_t Seed = 1;
+  if (Persistent && !Only)
+    Failed += persistentCases(false);
   for (const Case &C : cases(Quick)) {
+    if (PersistentOnly)
+      break;
     if ((Filter && C.Def != Filter) || (DecodeOnly && !C.Decode))
       continue;
     ++Index;
@@ -489,6 +505,7 @@ int main(int Argc, char **Argv) {
     }
     std::fflush(stdout);
   }
-  std::printf("%d passed, %d failed\n", Passed, Failed);
+  if (!PersistentOnly)
+    std::printf("%d passed, %d failed\n", Passed, Failed);
   return Failed ? 1 : 0;
 }

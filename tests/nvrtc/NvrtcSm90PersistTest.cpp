@@ -14,6 +14,7 @@
 #include "attn/runtime/Selector.h"
 
 #include <catch2/catch.hpp>
+#include <llvm/ADT/STLExtras.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -115,6 +116,23 @@ TEST_CASE("sm90 persistent: the mean key blocks a query block visits", "[sm90]")
   CHECK_FALSE(Mean(examples::mhaChunked, 1024, {}));
 }
 
+TEST_CASE("sm90 persistent: which masks a packed call walks", "[sm90]") {
+  auto Walks = [](dsl::AttentionDef (*Make)()) {
+    const dsl::AttentionDef Example = Make();
+    CompiledDefinition Def = compile(Example);
+    return analysis::packedRangeFromBoxes(analysis::analyzeMask(*Def.Graph));
+  };
+  // No mask, and masks bounded from the box alone (scalar inputs exact).
+  CHECK(Walks(examples::reluAttn));
+  CHECK(Walks(examples::mha));
+  CHECK(Walks(examples::mhaSlidingWindow));
+  CHECK(Walks(examples::mhaChunked));
+  CHECK(Walks(examples::mhaPrefixLm));
+  // Document ids bounded per block: the range needs the whole CTA's scan.
+  CHECK_FALSE(Walks(examples::mhaDocument));
+  CHECK_FALSE(Walks(examples::mhaDocumentIds));
+}
+
 TEST_CASE("sm90 persistent: generated text", "[sm90]") {
   CompiledDefinition Mha = compile(examples::mha());
   KernelSpec Spec = kernelSpec(DType::F16, 128, 128);
@@ -127,6 +145,18 @@ TEST_CASE("sm90 persistent: generated text", "[sm90]") {
   CHECK(has(Persist.Source, "using FwdP = attnc::FwdSm90Persist<Fwd>;\n"
                             "static_assert(FwdP::kSmemBytes == 197888,"));
   CHECK(has(Persist.Source, "attnc_gen::FwdP::run(a, in, maps, smem);"));
+  // The packed walk's entry, where the mask's ranges come from box classes.
+  CHECK(has(Persist.Source, "attnc_fwd_packed(const attnc::FwdArgs a"));
+  CHECK(has(Persist.Source, "attnc_gen::FwdP::run_packed(a, in, maps, smem);"));
+  CHECK(llvm::is_contained(Persist.Entries, std::string(codegen::PackedPersistentEntry)));
+  CHECK_FALSE(llvm::is_contained(Plain.Entries, std::string(codegen::PackedPersistentEntry)));
+  // Document ids are bounded per block: no packed walk.
+  CompiledDefinition Doc = compile(examples::mhaDocument());
+  codegen::KernelSource DocPersist =
+      codegen::generateForwardSm90(Doc, Spec, Sm90Config{128, 128, 2, true});
+  CHECK(!has(DocPersist.Source, "run_packed"));
+  CHECK_FALSE(
+      llvm::is_contained(DocPersist.Entries, std::string(codegen::PackedPersistentEntry)));
   // Off, the text is the one before the option (the same CUBINs).
   CHECK(!has(Plain.Source, "persist"));
   CHECK(!has(Plain.Source, "FwdP"));

@@ -3,6 +3,7 @@
 // window256 and chunked256 masks within each sequence (see the usage at the
 // top of attnc_bench_masks.cpp).
 #include "BackwardRunner.h"
+#include "ListVisits.h"
 #include "GpuSupport.h"
 #include "MasksBench.h"
 #include "attn/runtime/DtypeBits.h"
@@ -139,7 +140,10 @@ void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
         Att.forward(V(Bufs[0]->get()), V(Bufs[1]->get()), V(Bufs[2]->get()),
                     V(Out.get()), &FV, Inputs);
     };
+    const uint64_t Walked = runtime::persistentForwardLaunches();
     const double Ms = runtime::medianEventMs(Fwd, 3, 15);
+    // The persistent walk is chosen per call (its tiles and visits).
+    const bool Persistent = runtime::persistentForwardLaunches() > Walked;
     // The backward of the last forward's output and finals (the forward's
     // own, as in training).
     runtime::TensorView O = V(Out.get());
@@ -157,7 +161,7 @@ void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
     const double Flops = 4.0 * H * D * (Varlen ? Pairs : DensePairs);
     Tf[Varlen ? 0 : 1] = Flops / (Ms * 1e-3) / 1e12;
     TfB[Varlen ? 0 : 1] = 2.5 * Flops / (MsB * 1e-3) / 1e12;
-    Choice[Varlen ? 0 : 1] = Att.forwardChoice().str();
+    Choice[Varlen ? 0 : 1] = Att.forwardChoice().str() + (Persistent ? ", persistent" : "");
     // What the call ran: a packed call by its longest sequence.
     const bool Masked = Att.definition().Graph->decls().HasMask;
     const runtime::KernelChoice Ran =
@@ -196,6 +200,14 @@ void compileVarlen(const std::string &Mask, DType T, int D) {
         runtime::kernelTarget(Att.definition(), Sig, GpuArch::Sm90a,
                               runtime::Direction::Backward),
         Bwd);
+    // The persistent form of the forward, which a call takes where its
+    // tiles visit few key blocks.
+    if (const auto *C = std::get_if<codegen::Sm90Config>(&Att.forwardChoice().Config))
+      if (std::optional<codegen::Sm90Config> P = C->persistentFor(D, D)) {
+        runtime::Signature SigP = Sig;
+        SigP.Config = P->str();
+        runtime::Attention AttP(varlenMha(Mask), SigP);
+      }
     std::printf("compiled varlen %s %s: %s | %s\n", Mask.c_str(),
                 Lay == Layout::THD ? "packed" : "dense",
                 Att.forwardChoice().str().c_str(), Bwd.str().c_str());

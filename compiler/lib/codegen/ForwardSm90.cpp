@@ -3,6 +3,7 @@
 #include "attn/codegen/Codegen.h"
 
 #include "attn/Error.h"
+#include "attn/analysis/MaskBounds.h"
 #include "attn/codegen/Template.h"
 #include "attn/codegen/Templates.h"
 #include "attn/codegen/VariantSource.h"
@@ -123,6 +124,12 @@ KernelSource generateForwardSm90(const CompiledDefinition &Def,
   Src.Key = forwardKeySm90(Def, Spec, C);
   Src.Arch = Spec.Arch;
   Src.Entries = {"attnc_fwd", "attnc_block_classify", "attnc_block_compact"};
+  // The persistent kernel's packed walk, an entry of its own, where the
+  // mask's ranges come from box classes (fwd_sm90_persist.cuh).
+  const bool PackedWalk =
+      C.Persistent && analysis::packedRangeFromBoxes(analysis::analyzeMask(*Def.Graph));
+  if (PackedWalk)
+    Src.Entries.push_back(PackedPersistentEntry);
   std::map<std::string, std::string> Values =
       variantTemplateValues(Def, Spec, Src.Key);
   Values["threads"] = std::to_string(C.threads());
@@ -138,6 +145,11 @@ KernelSource generateForwardSm90(const CompiledDefinition &Def,
   Values["persist_alias"] =
       C.Persistent ? "\nusing FwdP = attnc::FwdSm90Persist<Fwd>;" : "";
   Values["fwd_entry"] = C.Persistent ? "FwdP" : "Fwd";
+  Values["packed_entry"] =
+      PackedWalk ? render("fwd_sm90_packed.cu.in", templateText("fwd_sm90_packed.cu.in"),
+                          {{"threads", std::to_string(C.threads())},
+                           {"entry", PackedPersistentEntry}})
+                 : "";
   Src.Source = render("fwd_sm90.cu.in", templateText("fwd_sm90.cu.in"), Values);
   return Src;
 }

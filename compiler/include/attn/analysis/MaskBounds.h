@@ -77,6 +77,15 @@ struct MaskAnalysis {
 /// MaskBounds.cpp for why each rule is).
 MaskAnalysis analyzeMask(const ir::Graph &G);
 
+/// Whether a packed call's range of key blocks for a query block comes from
+/// box classes alone, found by one warp's votes (varlen.cuh's
+/// key_block_range without a CTA-wide scan): no mask, or an analysed one
+/// that bounds no input per block. fwd_sm90's persistent packed walk needs
+/// it (the kernels' kPackedWalk says the same).
+inline bool packedRangeFromBoxes(const MaskAnalysis &A) {
+  return !A.Mask || (A.Analysed && A.Bounded.empty());
+}
+
 /// A block's class, as the kernels' classes array stores it.
 enum class BlockClass : uint8_t { Empty = 0, Partial = 1, Full = 2 };
 

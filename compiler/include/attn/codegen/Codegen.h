@@ -340,6 +340,10 @@ KernelSource generateBackwardSm90(const CompiledDefinition &Def,
 /// generator in the messages.
 void checkBackwardDefinition(const CompiledDefinition &Def, const char *Skeleton);
 
+/// The persistent fwd_sm90 module's entry for packed calls, present where
+/// analysis::packedRangeFromBoxes holds for the definition's mask.
+inline constexpr const char *PackedPersistentEntry = "attnc_fwd_packed";
+
 /// Tile configuration of the sm90 (Hopper) forward skeleton, written
 /// sm90.m{BlockM}n{BlockN}s{Stages} (docs/codegen.md, "The fwd_sm90
 /// skeleton"). A CTA is one producer warpgroup (TMA loads) and BlockM / 64
@@ -351,8 +355,10 @@ struct Sm90Config {
   /// The persistent kernel (fwd_sm90_persist.cuh): one CTA per SM walking
   /// the dense call's tiles, the next tile's loads under the current one's
   /// end; O staged in a shared-memory tile of its own. Written "p" after
-  /// the stages. Dense calls only (a packed call runs the same blocks and
-  /// stages without it).
+  /// the stages. A packed call walks its tiles too (PackedPersistentEntry)
+  /// where the mask's ranges come from box classes
+  /// (analysis::packedRangeFromBoxes); other packed calls run the same
+  /// blocks and stages without it.
   bool Persistent = false;
   /// "sm90.m128n128s2", "sm90.m128n128s2p"
   std::string str() const;

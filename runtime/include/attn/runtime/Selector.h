@@ -214,7 +214,8 @@ std::optional<double> meanVisitedBlocks(const analysis::MaskAnalysis &A, int64_t
 /// their lists' counts back to the host for the other masks only.
 bool analysisCountsVisits(const analysis::MaskAnalysis &A);
 /// persistentHeuristic, unless the environment's ATTNC_FWD_PERSISTENT says
-/// "0" (never) or "1" (every dense call fwd_sm90 runs by default); a
+/// "0" (never) or "1" (every dense call fwd_sm90 runs by default, and
+/// every packed one whose mask's ranges come from box classes); a
 /// measurement switch (docs/runtime.md). UserError on another value.
 bool persistentWanted(int64_t Tiles, std::optional<double> MeanVisits,
                       int64_t KeyBlocks, int MultiProcessors,
