@@ -32,7 +32,8 @@
 // own (the dense kernel's registers and code stay as they were), in the
 // modules of unmasked variants and masks the analysis bounds from the box
 // alone (kPackedWalk); the others' range needs the whole CTA, and the host
-// keeps them on the plain kernel.
+// keeps them on the plain kernel. The packed walk's producer and tile
+// search are in fwd_sm90_persist_packed.cuh.
 #ifndef ATTNC_FWD_SM90_PERSIST_CUH
 #define ATTNC_FWD_SM90_PERSIST_CUH
 
@@ -72,10 +73,14 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
   /// one warp's votes (key_block_range without a CTA-wide scan).
   static constexpr bool kPackedWalk = PackedWalkable<Variant>::value;
   /// The packed walk's producer warp finds each tile's sequence and range
-  /// (a chunked mask's box classes divide): in 24 registers it spills.
+  /// (a chunked mask's box classes divide): in 24 registers it spilled.
   static constexpr int kPackedProducerRegs = 40, kPackedConsumerRegs = 232;
-  static_assert(128 * kPackedProducerRegs + 256 * kPackedConsumerRegs <= 65536,
-                "the packed walk's register split fits the SM's file");
+  /// setmaxnreg moves registers within the CTA's allocation at launch
+  /// (168 a thread at 384 threads); a consumer asking for more than the
+  /// producer gave back would wait for ever.
+  static_assert(kConsumers != 2 || 128 * kPackedProducerRegs + 256 * kPackedConsumerRegs <=
+                                       384 * (65536 / 384 / 8 * 8),
+                "the packed walk's register split fits the CTA's allocation");
 
   /// The walks: by the grid's stride (unmasked dense calls), tiles taken
   /// from FwdArgs::tile_counter (masked dense calls), and the packed walk
@@ -175,8 +180,12 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
       if constexpr (kConsumers == 2)
         setmaxnreg_dec<W == Walk::Packed ? kPackedProducerRegs : Fwd::kProducerRegs>();
       // The packed walk's tile facts take warp 0's votes.
-      if (W == Walk::Packed ? threadIdx.x < 32 : threadIdx.x == 0)
-        produce<W>(a, in, maps, tiles, base, bar_q, bar_full, bar_empty, bar_qfree);
+      if constexpr (W == Walk::Packed) {
+        if (threadIdx.x < 32)
+          produce_packed(a, in, maps, tiles, base, bar_q, bar_full, bar_empty, bar_qfree);
+      } else if (threadIdx.x == 0) {
+        produce<W>(a, maps, tiles, base, bar_q, bar_full, bar_empty, bar_qfree);
+      }
     } else {
       if constexpr (kConsumers == 2)
         setmaxnreg_inc<W == Walk::Packed ? kPackedConsumerRegs : Fwd::kConsumerRegs>();
@@ -225,151 +234,66 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
     unsigned full;
     int q0, q1, kv0, kv1;
   };
-  __device__ static __forceinline__ void put_packed(u32 slot, const PackedTile &p) {
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot), "r"(p.bh),
-                 "r"(p.m_block), "r"(p.first), "r"(p.count)
-                 : "memory");
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot + 16), "r"(p.full),
-                 "r"(p.q0), "r"(p.q1), "r"(p.kv0)
-                 : "memory");
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(slot + 32), "r"(p.kv1) : "memory");
-  }
-  __device__ static __forceinline__ PackedTile get_packed(u32 slot) {
-    PackedTile p;
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(p.bh), "=r"(p.m_block), "=r"(p.first), "=r"(p.count)
-                 : "r"(slot)
-                 : "memory");
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(p.full), "=r"(p.q0), "=r"(p.q1), "=r"(p.kv0)
-                 : "r"(slot + 16)
-                 : "memory");
-    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(p.kv1) : "r"(slot + 32) : "memory");
-    return p;
-  }
+  __device__ static __forceinline__ void put_packed(u32 slot, const PackedTile &p);
+  __device__ static __forceinline__ PackedTile get_packed(u32 slot);
   /// Packed tile \p t of the walk (t = block · heads + head over the plain
   /// kernel's packed grid, so that a group's heads, which share their keys,
   /// are taken together): its sequence and query block (longest first
-  /// within the sequence, as the plain kernel's), and the key blocks it
-  /// visits. bh = -1 past the sequences' blocks, which end the walk (the
-  /// tiles are taken in increasing order). Warp 0's lanes call it,
-  /// converged.
+  /// within the sequence, as the plain kernel's), the key blocks it visits
+  /// and which are full, and the sequence's tokens. bh = -1 past the
+  /// sequences' blocks, which end the walk (the tiles are taken in
+  /// increasing order). Warp 0's lanes call it, converged.
   __device__ static __forceinline__ PackedTile packed_tile(const FwdArgs &a,
                                                            const typename Variant::Inputs &in0,
-                                                           int t, SeqSpan &sp) {
-    const int lane = threadIdx.x % 32;
-    const int h = t % a.heads;
-    const PackedBlock pb =
-        packed_block_of(a.cu_seqlens_q, a.batch, kBlockM, (long long)(t / a.heads),
-                        WarpLanes{lane});
-    if (pb.seq < 0)
-      return {-1};
-    const int q0 = a.cu_seqlens_q[pb.seq], q1 = a.cu_seqlens_q[pb.seq + 1];
-    const int kv0 = a.cu_seqlens_kv[pb.seq], kv1 = a.cu_seqlens_kv[pb.seq + 1];
-    sp = packed_span(q0, q1, kv0, kv1, a.total_q, a.heads, h);
-    PackedTile p{pb.seq * a.heads + h,
-                 (sp.seq_q + kBlockM - 1) / kBlockM - 1 - pb.index,
-                 0,
-                 (sp.seq_kv + kBlockN - 1) / kBlockN,
-                 0u,
-                 q0,
-                 q1,
-                 kv0,
-                 kv1};
-    if constexpr (Variant::kHasMask && kPackedWalk) {
-      const auto &in = sequence_inputs(in0, sp);
-      const int2 range = key_block_range<Variant, kBlockM, kBlockN>(in, pb.seq, h, p.m_block, sp);
-      p.first = range.x;
-      p.count = range.y - range.x;
-      const int block = p.first + lane;
-      p.full = __ballot_sync(0xffffffffu,
-                             lane < p.count && tile_full<Variant, kBlockM, kBlockN>(
-                                                   in, pb.seq, h, p.m_block * kBlockM,
-                                                   block * kBlockN, sp));
-    }
-    return p;
-  }
+                                                           int t);
 
-  /// The producer: one thread issues every TMA load of every tile (the
-  /// packed walk: warp 0's lanes run it together, lane 0 alone issuing the
-  /// loads and arrivals). \p n counts the K/V blocks loaded so far (the
-  /// ring's position and phase), \p loaded the tiles whose Q was loaded
-  /// (bar_q's and bar_qfree's phase). Taken (Walk::Taken, Walk::Packed):
-  /// every tile, the last (-1) included, is handed over on its slot's Q
-  /// barrier, with its Q or (no key block to visit) by a plain arrival, and
-  /// \p loaded counts the hand-overs.
+  /// The producer of a dense walk: one thread issues every TMA load of
+  /// every tile. \p n counts the K/V blocks loaded so far (the ring's
+  /// position and phase), \p loaded the tiles whose Q was loaded (bar_q's
+  /// and bar_qfree's phase). Taken (Walk::Taken): every tile, the last (-1)
+  /// included, is handed over on its slot's Q barrier, with its Q or (no
+  /// key block to visit) by a plain arrival, and \p loaded counts the
+  /// hand-overs.
   template <Walk W>
-  __device__ static void produce(const FwdArgs &a, const typename Variant::Inputs &in0,
-                                 const Sm90Maps &maps, int tiles, u32 base, u32 bar_q,
-                                 u32 bar_full, u32 bar_empty, u32 bar_qfree) {
-    constexpr bool kTaken = W != Walk::Stride, kPacked = W == Walk::Packed;
-    const bool leader = !kPacked || threadIdx.x == 0;
-    if (leader) {
-      tma_prefetch_desc(&maps.q);
-      tma_prefetch_desc(&maps.k);
-      tma_prefetch_desc(&maps.v);
-    }
+  __device__ static void produce(const FwdArgs &a, const Sm90Maps &maps, int tiles, u32 base,
+                                 u32 bar_q, u32 bar_full, u32 bar_empty, u32 bar_qfree) {
+    constexpr bool kTaken = W == Walk::Taken;
+    tma_prefetch_desc(&maps.q);
+    tma_prefetch_desc(&maps.k);
+    tma_prefetch_desc(&maps.v);
     const int bhs = a.batch * a.heads;
     int n = 0, loaded = 0;
     for (int t = blockIdx.x; kTaken || t < tiles; t += gridDim.x) {
       if constexpr (kTaken) {
-        if (loaded > 0) {
-          int taken = 0;
-          if (leader)
-            taken = atomicAdd(a.tile_counter, 1);
-          if constexpr (kPacked)
-            taken = __shfl_sync(0xffffffffu, taken, 0);
-          t = gridDim.x + taken;
-        }
+        if (loaded > 0)
+          t = gridDim.x + atomicAdd(a.tile_counter, 1);
         // The slots (tile and Q) are free once the consumers have stored
         // the tile two hand-overs back, whose O they staged in its Q slot.
         if (loaded >= 2)
           mbar_wait(qfree_bar(bar_qfree, loaded), ((loaded - 2) >> 1) & 1);
-      }
-      Tile tl;
-      SeqSpan sp;
-      Visits vis;
-      if constexpr (kPacked) {
-        const PackedTile p = t < tiles ? packed_tile(a, in0, t, sp) : PackedTile{-1};
-        if (leader)
-          put_packed(tile_slot(base, loaded), p);
-        if (p.bh < 0) {
-          if (leader)
-            mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
+        put_tile(tile_slot(base, loaded), t < tiles ? t : -1);
+        if (t >= tiles) {
+          mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
           break;
         }
-        tl = {p.m_block, p.bh};
-        vis = {p.count, p.first, nullptr};
-      } else {
-        if constexpr (kTaken) {
-          put_tile(tile_slot(base, loaded), t < tiles ? t : -1);
-          if (t >= tiles) {
-            mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
-            break;
-          }
-        }
-        tl = tile_of(t, a.m_blocks, bhs);
-        sp = span_of(a, tl.bh);
-        vis = visits(a, sp, tl);
       }
+      const Tile tl = tile_of(t, a.m_blocks, bhs);
+      const SeqSpan sp = span_of(a, tl.bh);
+      const Visits vis = visits(a, sp, tl);
       if (vis.count <= 0) {
         if constexpr (kTaken) {
-          if (leader)
-            mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
+          mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
           ++loaded;
         }
         continue;
       }
-      const int h = tl.bh % a.heads;
-      // A packed call's maps have one batch of all tokens (FwdSm90::produce).
-      const int b = kPacked ? 0 : tl.bh / a.heads;
+      const int h = tl.bh % a.heads, b = tl.bh / a.heads;
       const int hk = h / (a.heads / a.heads_kv);
       // Q's tile is free once both consumers' last S of the tile before
       // has completed.
       if constexpr (kTaken) {
-        if (leader)
-          Fwd::load_q(maps, sp, tl.m_block, h, b, q_slot(base, loaded),
-                      q_bar(bar_q, bar_qfree, loaded));
+        Fwd::load_q(maps, sp, tl.m_block, h, b, q_slot(base, loaded),
+                    q_bar(bar_q, bar_qfree, loaded));
       } else {
         if (loaded > 0)
           mbar_wait(bar_qfree, (loaded - 1) & 1);
@@ -377,41 +301,56 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
       }
       ++loaded;
       for (int j = 0; j < vis.count; ++j, ++n) {
-        const int stage = n % kStages;
         if (n >= kStages)
-          mbar_wait(bar_empty + 8 * stage, ((n / kStages) + 1) & 1);
-        if (!leader)
-          continue;
-        bool full;
-        const int row = sp.kv0 + Fwd::block_of(vis, sp, Fwd::entry_of(vis, j), full) * kBlockN;
-        const u32 bar = bar_full + 8 * stage;
-        const u32 s_k = base + kKVOffset + stage * kStageBytes;
-        mbar_arrive_expect_tx(bar, kStageBytes);
-#pragma unroll
-        for (int s = 0; s < kD / 64; ++s)
-          tma_load_4d(s_k + s * kKVSlab, &maps.k, s * 64, tma_coord(1, maps.k_pos, row, hk, b),
-                      tma_coord(2, maps.k_pos, row, hk, b),
-                      tma_coord(3, maps.k_pos, row, hk, b), bar);
-#pragma unroll
-        for (int s = 0; s < kDV / 64; ++s)
-          tma_load_4d(s_k + kKBytes + s * kKVSlab, &maps.v, s * 64,
-                      tma_coord(1, maps.v_pos, row, hk, b), tma_coord(2, maps.v_pos, row, hk, b),
-                      tma_coord(3, maps.v_pos, row, hk, b), bar);
+          mbar_wait(bar_empty + 8 * (n % kStages), ((n / kStages) + 1) & 1);
+        load_block(maps, sp, vis, j, n, hk, b, base, bar_full);
       }
     }
-    if constexpr (kTaken) {
-      // The last CTA to finish taking puts the counters back to 0 for the
-      // next launch (on the same stream, so after this one): every other
-      // CTA counted itself done after its last take.
-      if (leader) {
-        __threadfence();
-        if (atomicAdd(a.tile_counter + 1, 1) == (int)gridDim.x - 1) {
-          atomicExch(a.tile_counter, 0);
-          atomicExch(a.tile_counter + 1, 0);
-        }
-      }
+    if constexpr (kTaken)
+      walk_done(a);
+  }
+
+  /// Block \p j of \p vis into the ring's stage of position \p n (its
+  /// stage is free), with K/V head \p hk and TMA batch \p b.
+  __device__ static __forceinline__ void load_block(const Sm90Maps &maps, const SeqSpan &sp,
+                                                    const Visits &vis, int j, int n, int hk,
+                                                    int b, u32 base, u32 bar_full) {
+    const int stage = n % kStages;
+    bool full;
+    const int row = sp.kv0 + Fwd::block_of(vis, sp, Fwd::entry_of(vis, j), full) * kBlockN;
+    const u32 bar = bar_full + 8 * stage;
+    const u32 s_k = base + kKVOffset + stage * kStageBytes;
+    mbar_arrive_expect_tx(bar, kStageBytes);
+#pragma unroll
+    for (int s = 0; s < kD / 64; ++s)
+      tma_load_4d(s_k + s * kKVSlab, &maps.k, s * 64, tma_coord(1, maps.k_pos, row, hk, b),
+                  tma_coord(2, maps.k_pos, row, hk, b), tma_coord(3, maps.k_pos, row, hk, b),
+                  bar);
+#pragma unroll
+    for (int s = 0; s < kDV / 64; ++s)
+      tma_load_4d(s_k + kKBytes + s * kKVSlab, &maps.v, s * 64,
+                  tma_coord(1, maps.v_pos, row, hk, b), tma_coord(2, maps.v_pos, row, hk, b),
+                  tma_coord(3, maps.v_pos, row, hk, b), bar);
+  }
+
+  /// A taken walk's end on this CTA (one thread): the last CTA to finish
+  /// taking puts the counters back to 0 for the next launch (on the same
+  /// stream, so after this one); every other CTA counted itself done after
+  /// its last take.
+  __device__ static __forceinline__ void walk_done(const FwdArgs &a) {
+    __threadfence();
+    if (atomicAdd(a.tile_counter + 1, 1) == (int)gridDim.x - 1) {
+      atomicExch(a.tile_counter, 0);
+      atomicExch(a.tile_counter + 1, 0);
     }
   }
+
+  /// The packed walk's producer: warp 0's lanes together find each taken
+  /// tile's facts (packed_tile), lane 0 alone issuing the loads and
+  /// arrivals; otherwise the taken walk's producer.
+  __device__ static void produce_packed(const FwdArgs &a, const typename Variant::Inputs &in0,
+                                        const Sm90Maps &maps, int tiles, u32 base, u32 bar_q,
+                                        u32 bar_full, u32 bar_empty, u32 bar_qfree);
 
   /// One consumer warpgroup (\p wgc of kConsumers), 64 query rows of every
   /// tile; the same walk, counters and turns as the producer's (taken: the
@@ -591,5 +530,14 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
 };
 
 } // namespace attnc
+
+// The packed walk's members, defined out of the struct.
+#define ATTNC_FWD_SM90_PERSIST_TEMPLATE                                                      \
+  template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages>
+#define ATTNC_FWD_SM90_PERSIST                                                               \
+  FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>>
+#include "attnc/fwd_sm90_persist_packed.cuh"
+#undef ATTNC_FWD_SM90_PERSIST
+#undef ATTNC_FWD_SM90_PERSIST_TEMPLATE
 
 #endif
