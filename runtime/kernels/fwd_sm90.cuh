@@ -357,18 +357,26 @@ struct FwdSm90 {
                         tma_coord(3, maps.v_pos, slot, hk, page), bar);
         }
       } else {
-#pragma unroll
-        for (int s = 0; s < kD / 64; ++s)
-          tma_load_4d(s_k + s * kKVSlab, &maps.k, s * 64,
-                      tma_coord(1, maps.k_pos, row, hk, b), tma_coord(2, maps.k_pos, row, hk, b),
-                      tma_coord(3, maps.k_pos, row, hk, b), bar);
-#pragma unroll
-        for (int s = 0; s < kDV / 64; ++s)
-          tma_load_4d(s_k + kKBytes + s * kKVSlab, &maps.v, s * 64,
-                      tma_coord(1, maps.v_pos, row, hk, b), tma_coord(2, maps.v_pos, row, hk, b),
-                      tma_coord(3, maps.v_pos, row, hk, b), bar);
+        load_kv(maps, row, hk, b, s_k, bar);
       }
     }
+  }
+
+  /// The K and V rows [row, row + kBlockN) of K/V head \p hk (TMA batch
+  /// \p b) into the stage at \p s_k by TMA, completing on \p bar (which
+  /// expects the stage's bytes). One thread.
+  __device__ static __forceinline__ void load_kv(const Sm90Maps &maps, int row, int hk, int b,
+                                                 u32 s_k, u32 bar) {
+#pragma unroll
+    for (int s = 0; s < kD / 64; ++s)
+      tma_load_4d(s_k + s * kKVSlab, &maps.k, s * 64, tma_coord(1, maps.k_pos, row, hk, b),
+                  tma_coord(2, maps.k_pos, row, hk, b), tma_coord(3, maps.k_pos, row, hk, b),
+                  bar);
+#pragma unroll
+    for (int s = 0; s < kDV / 64; ++s)
+      tma_load_4d(s_k + kKBytes + s * kKVSlab, &maps.v, s * 64,
+                  tma_coord(1, maps.v_pos, row, hk, b), tma_coord(2, maps.v_pos, row, hk, b),
+                  tma_coord(3, maps.v_pos, row, hk, b), bar);
   }
 
   // The consumer's GEMM steps, shared with the persistent form

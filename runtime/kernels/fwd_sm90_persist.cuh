@@ -321,16 +321,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
     const u32 bar = bar_full + 8 * stage;
     const u32 s_k = base + kKVOffset + stage * kStageBytes;
     mbar_arrive_expect_tx(bar, kStageBytes);
-#pragma unroll
-    for (int s = 0; s < kD / 64; ++s)
-      tma_load_4d(s_k + s * kKVSlab, &maps.k, s * 64, tma_coord(1, maps.k_pos, row, hk, b),
-                  tma_coord(2, maps.k_pos, row, hk, b), tma_coord(3, maps.k_pos, row, hk, b),
-                  bar);
-#pragma unroll
-    for (int s = 0; s < kDV / 64; ++s)
-      tma_load_4d(s_k + kKBytes + s * kKVSlab, &maps.v, s * 64,
-                  tma_coord(1, maps.v_pos, row, hk, b), tma_coord(2, maps.v_pos, row, hk, b),
-                  tma_coord(3, maps.v_pos, row, hk, b), bar);
+    Fwd::load_kv(maps, row, hk, b, s_k, bar);
   }
 
   /// A taken walk's end on this CTA (one thread): the last CTA to finish
