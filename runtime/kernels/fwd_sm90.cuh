@@ -419,18 +419,9 @@ struct FwdSm90 {
     const int row0 = m_block * kBlockM + wgc * 64 + warp * 16 + g; // this thread's row 0
 
     float acc_o[VT][4];
-#pragma unroll
-    for (int t = 0; t < VT; ++t)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        acc_o[t][e] = 0.f;
     typename Variant::RowState st[2];
     bool seen[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      Variant::init(st[r]);
-      seen[r] = false;
-    }
+    start_rows(acc_o, st, seen);
 
     if (count > 0) {
       // Descriptors as 64-bit values; one k16 step moves the start address
@@ -517,6 +508,23 @@ struct FwdSm90 {
       release((count - 1) % kStages);
     }
     epilogue(a, in, sp, acc_o, st, seen, b, h, row0, tq, base, wgc);
+  }
+
+  /// A tile's start for a consumer thread: O's accumulator at 0, its two
+  /// rows' states initial, no key seen.
+  __device__ static __forceinline__ void start_rows(float (&acc_o)[VT][4],
+                                                    typename Variant::RowState (&st)[2],
+                                                    bool (&seen)[2]) {
+#pragma unroll
+    for (int t = 0; t < VT; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc_o[t][e] = 0.f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      Variant::init(st[r]);
+      seen[r] = false;
+    }
   }
 
   /// After the wait for \p stage's K and V: a gathered stage was written

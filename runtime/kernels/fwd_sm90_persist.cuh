@@ -396,18 +396,9 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
       const int row0 = tl.m_block * kBlockM + wgc * 64 + warp * 16 + g;
 
       float acc_o[VT][4];
-#pragma unroll
-      for (int i = 0; i < VT; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          acc_o[i][e] = 0.f;
       typename Variant::RowState st[2];
       bool seen[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        Variant::init(st[r]);
-        seen[r] = false;
-      }
+      Fwd::start_rows(acc_o, st, seen);
 
       if (count > 0) {
         float acc_s[NT][4];
