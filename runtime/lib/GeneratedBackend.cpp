@@ -252,17 +252,13 @@ ForwardKernel &GeneratedBackend::sm90KernelFor(ForwardKernel &K,
   }
   if (K.Choice.Origin != ChoiceOrigin::Default || (P.Shape.Packed && !PackedWalk))
     return K;
-  // A packed call's tiles: its plain grid's (packed_block_bound); its
-  // visits are counted below over a sequence of the longest lengths (its
-  // Sq and Skv), which for the masks that keep a band of key blocks
-  // (windows, chunks) is about every sequence's mean, and for the others
-  // an overestimate.
-  const int64_t MBlocks =
-      P.Shape.Packed
-          ? attnc::packed_block_bound(P.Shape.TotalQ, P.Shape.B, K.Launch.BlockM, P.Shape.Sq)
-          : (P.Shape.Sq + K.Launch.BlockM - 1) / K.Launch.BlockM;
+  // A packed call's visits are counted below over a sequence of the
+  // longest lengths (its Sq and Skv), which for the masks that keep a band
+  // of key blocks (windows, chunks) is about every sequence's mean, and for
+  // the others an overestimate.
   const int64_t NBlocks = (P.Shape.Skv + K.Launch.BlockN - 1) / K.Launch.BlockN;
-  const int64_t Tiles = MBlocks * (P.Shape.Packed ? 1 : P.Shape.B) * P.Shape.H;
+  const int64_t Tiles = forwardTiles(P.Shape.B, P.Shape.H, P.Shape.Sq, P.Shape.TotalQ,
+                                     P.Shape.Packed, K.Launch.BlockM);
   const int SMs = currentDevice().MultiProcessors;
   // The mean visits are looked for only where the tiles could choose it:
   // from the analysis, or, where it cannot count them (a mask that reads

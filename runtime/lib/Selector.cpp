@@ -4,6 +4,8 @@
 
 #include "EnvSwitch.h"
 
+#include "../kernels/block_range.cuh"
+
 #include "attn/Error.h"
 #include "attn/runtime/CudaDriver.h"
 #include "attn/runtime/Errors.h"
@@ -283,6 +285,13 @@ bool persistentHeuristic(int64_t Tiles, std::optional<double> MeanVisits,
   if (MeanVisits)
     return *MeanVisits <= MaxMean;
   return KeyBlocks <= PersistentMaxKeyBlocks;
+}
+
+int64_t forwardTiles(int64_t B, int64_t H, int64_t Sq, int64_t TotalQ, bool Packed,
+                     int BlockM) {
+  if (Packed)
+    return attnc::packed_block_bound(TotalQ, B, BlockM, Sq) * H;
+  return (Sq + BlockM - 1) / BlockM * B * H;
 }
 
 std::optional<double> meanVisitedBlocks(const analysis::MaskAnalysis &A, int64_t Sq,

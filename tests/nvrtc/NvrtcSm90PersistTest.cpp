@@ -116,6 +116,47 @@ TEST_CASE("sm90 persistent: the mean key blocks a query block visits", "[sm90]")
   CHECK_FALSE(Mean(examples::mhaChunked, 1024, {}));
 }
 
+TEST_CASE("sm90 persistent: a packed call's tiles and choice", "[sm90]") {
+  using runtime::forwardTiles;
+  // Dense: query blocks x batch x heads.
+  CHECK(forwardTiles(32, 32, 4107, 0, false, 128) == 33 * 32 * 32);
+  // Packed: the plain grid's blocks (by the tokens, at most one block a
+  // sequence past them; by the longest, its blocks a sequence) x heads.
+  CHECK(forwardTiles(4, 2, 100, 400, true, 128) == 4 * 2);
+  CHECK(forwardTiles(3, 2, 300, 310, true, 128) == (310 + 3 * 127) / 128 * 2);
+  // The varlen bench's batch: 32 sequences in [64, 8192], 131425 tokens,
+  // the longest 8145; H32, blocks of 128 (docs/performance-log.md).
+  const int64_t Tokens = 131425, Longest = 8145;
+  const int64_t Tiles = forwardTiles(32, 32, Longest, Tokens, true, 128);
+  CHECK(Tiles == (Tokens + 32 * 127) / 128 * 32);
+  // Its visits over one sequence of the longest lengths decide: windows and
+  // chunks walk, causal and unmasked batches do not.
+  auto WalksAt = [&](dsl::AttentionDef (*Make)(), const std::map<std::string, double> &Scalars,
+                     int64_t Max, int64_t Tiles) {
+    const dsl::AttentionDef Example = Make();
+    CompiledDefinition Def = compile(Example);
+    const analysis::MaskAnalysis A = analysis::analyzeMask(*Def.Graph);
+    REQUIRE(analysis::packedRangeFromBoxes(A));
+    const std::optional<double> Mean = runtime::meanVisitedBlocks(
+        A, Max, Max, 128, 128, 128, Scalars, runtime::PersistentMaxMeanVisits);
+    return runtime::persistentHeuristic(Tiles, Mean, (Max + 127) / 128, 132,
+                                        runtime::PersistentMaxMeanVisits);
+  };
+  auto Walks = [&](dsl::AttentionDef (*Make)(), const std::map<std::string, double> &Scalars) {
+    return WalksAt(Make, Scalars, Longest, Tiles);
+  };
+  CHECK(Walks(examples::mhaSlidingWindow, {}));
+  CHECK(Walks(examples::mhaChunked, {{"chunk", 256}}));
+  CHECK_FALSE(Walks(examples::mha, {}));
+  CHECK_FALSE(Walks(examples::reluAttn, {}));
+  // Short sequences walk unmasked and causal: 1000 of at most 384 tokens
+  // (3 key blocks, H16), but not with a longest of 385.
+  const int64_t Short = forwardTiles(1000, 16, 384, 300000, true, 128);
+  CHECK(WalksAt(examples::reluAttn, {}, 384, Short));
+  CHECK(WalksAt(examples::mha, {}, 384, Short));
+  CHECK_FALSE(WalksAt(examples::reluAttn, {}, 385, Short));
+}
+
 TEST_CASE("sm90 persistent: which masks a packed call walks", "[sm90]") {
   auto Walks = [](dsl::AttentionDef (*Make)()) {
     const dsl::AttentionDef Example = Make();

@@ -189,6 +189,14 @@ DecodeSplit decodeSplit(int64_t Ctas, int64_t Skv, int BlockN,
 bool persistentHeuristic(int64_t Tiles, std::optional<double> MeanVisits,
                          int64_t KeyBlocks, int MultiProcessors,
                          double MaxMean);
+/// The tiles of fwd_sm90's forward grid in query blocks of \p BlockM: a
+/// dense call's query blocks of \p Sq × \p B · \p H; a packed call's
+/// (\p Packed: \p B sequences of \p TotalQ query tokens, the longest
+/// \p Sq) plain grid, a CTA per query block a sequence has
+/// (packed_block_bound) × \p H. What persistentHeuristic counts, and what
+/// the persistent kernel walks.
+int64_t forwardTiles(int64_t B, int64_t H, int64_t Sq, int64_t TotalQ, bool Packed,
+                     int BlockM);
 inline constexpr int PersistentMinWaves = 4;
 inline constexpr double PersistentMaxMeanVisits = 3.0;
 inline constexpr double PersistentMaxListMeanVisits = 4.0;
