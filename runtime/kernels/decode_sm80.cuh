@@ -310,6 +310,18 @@ struct DecodeSm80 {
   __device__ static __forceinline__ int tile_row(int r, int g) {
     return (r >> 1) * 16 + g + (r & 1) * 8;
   }
+  /// This lane's row r of row block \p rb as head \p h and query \p qi
+  /// of the CTA's group of K/V head \p hk; false past the CTA's rows.
+  __device__ static __forceinline__ bool head_query(const DecodeArgs &a, const DecodeQSpan qs,
+                                                    int rb, int hk, int r, int g, int &h,
+                                                    int &qi) {
+    const int gr = rb * kBlockM + tile_row(r, g);
+    if (gr >= a.group * qs.n)
+      return false;
+    h = hk * a.group + gr / qs.n;
+    qi = gr % qs.n;
+    return true;
+  }
 
   /// Warps 1.. hand their o rows and states to warp 0 through shared memory
   /// (the ring is free), which merges them into its own by Merge's rule.

@@ -124,13 +124,11 @@ __device__ void ATTNC_DECODE_SM80::store_final(const DecodeArgs &a,
                                                float (&acc_o)[MT][VT][4], State (&st)[2 * MT],
                                                u32 seen, int b, int rb, int hk, int g, int tq) {
   Sm80OutFrag<MT, VT> of{acc_o};
-  const int rows = a.group * qs.n;
 #pragma unroll
   for (int r = 0; r < 2 * MT; ++r) {
-    const int gr = rb * kBlockM + tile_row(r, g);
-    if (gr >= rows)
+    int h, qi;
+    if (!head_query(a, qs, rb, hk, r, g, h, qi))
       continue;
-    const int h = hk * a.group + gr / qs.n, qi = gr % qs.n;
     float finals[Variant::kNumFinals > 0 ? Variant::kNumFinals : 1];
     if ((seen >> r) & 1) {
       Variant::epilogue(in, st[r], of, r, b, h, qi + qshift, finals);
@@ -161,13 +159,11 @@ __device__ void ATTNC_DECODE_SM80::store_part(const DecodeArgs &a, const DecodeQ
                                               float (&acc_o)[MT][VT][4],
                                               State (&st)[2 * MT], u32 seen, int split, int b,
                                               int rb, int hk, int g, int tq) {
-  const int rows = a.group * qs.n;
 #pragma unroll
   for (int r = 0; r < 2 * MT; ++r) {
-    const int gr = rb * kBlockM + tile_row(r, g);
-    if (gr >= rows)
+    int h, qi;
+    if (!head_query(a, qs, rb, hk, r, g, h, qi))
       continue;
-    const int h = hk * a.group + gr / qs.n, qi = gr % qs.n;
     const long long row =
         (((long long)split * a.batch + b) * a.heads + h) * a.seq_q + qi;
     float *po = a.part_o + row * kDV;
