@@ -6,6 +6,8 @@
 #include "BackwardRunner.h"
 #include "TestDefinitions.h"
 
+#include "attn/analysis/MaskBounds.h"
+
 #include <cstdio>
 #include <optional>
 
@@ -168,10 +170,13 @@ void compileCase(const Case &C, Layout L) {
     Bwd = Choice.str();
   }
   // The persistent packed walk, which ATTNC_FWD_PERSISTENT=1 (or a batch of
-  // many tiles with few visits) runs.
+  // many tiles with few visits) runs where the mask's ranges come from box
+  // classes (the others' packed calls keep the plain kernel).
+  const bool Walks =
+      analysis::packedRangeFromBoxes(analysis::analyzeMask(*Att.definition().Graph));
   if (const auto *C90 = std::get_if<codegen::Sm90Config>(&Att.forwardChoice().Config))
     if (std::optional<codegen::Sm90Config> P = C90->persistentFor(C.D, C.D);
-        P && L == Layout::THD && C.Skeleton.empty() && !C.Decode) {
+        P && Walks && L == Layout::THD && C.Skeleton.empty() && !C.Decode) {
       runtime::Signature SigP = Sig;
       SigP.Config = P->str();
       runtime::Attention AttP(makeDefinition(C.Def), SigP);
