@@ -55,6 +55,17 @@ __device__ __forceinline__ int clamp_index(int i, long long n) {
   return i < 0 ? 0 : (i > last ? last : i);
 }
 
+/// c ? a : b with both operands evaluated first. The generated code spells a
+/// select this way when a branch reads a custom input that is the same over
+/// the whole tile (a scalar or per-head input): inside a conditional
+/// expression its load would be predicated per element and never shared,
+/// while evaluated eagerly it is one load for all of a thread's elements.
+/// Input loads clamp their indices, so loading where the branch is not
+/// taken is always safe.
+template <class T> __device__ __forceinline__ T select_eager(bool c, T a, T b) {
+  return c ? a : b;
+}
+
 } // namespace attnc
 
 #endif

@@ -86,6 +86,25 @@ TEST_CASE("hooks: learned ALiBi slopes and diagonal bias give two input "
   CHECK(I.find(" ? 1.0f : 0.0f") == std::string::npos);
 }
 
+TEST_CASE("hooks: a select whose branch loads a per-head input loads it "
+          "eagerly",
+          "[autodiff][codegen]") {
+  // ALiBi's diagonal bias is select(kv == q, head_bias, 0). As a C++
+  // conditional the load would be predicated on every element; eagerly it
+  // is one load a thread that all its elements share.
+  KernelSource S = generate(examples::alibiLearnable());
+  std::string M = functionText(
+      S, "__device__ static __forceinline__ float score_mod(const Inputs &in, "
+         "float score, int b, int h, int q_idx, int kv_idx)");
+  REQUIRE_FALSE(M.empty());
+  CHECK_THAT(M, Catch::Matchers::Contains(
+                    "attnc::select_eager<float>(v9, in.load_in_1_head_bias("));
+  CHECK(M.find("? in.load_in_") == std::string::npos);
+  // A select of per-element values stays a conditional expression.
+  KernelSource W = generate(examples::mhaSlidingWindow());
+  CHECK(W.Source.find("select_eager<") == std::string::npos);
+}
+
 TEST_CASE("hooks: gradInputs skips inputs that need no gradient",
           "[autodiff][codegen]") {
   dsl::AttentionDef D = examples::softcapLearnable();

@@ -176,6 +176,17 @@ std::string ExprEmitter::expr(const Node *N, bool InLoop) const {
       if (IsInt(2))
         E = "(float)" + E;
     }
+    // A branch that loads an input uniform over the tile is evaluated
+    // eagerly (attnc::select_eager): one load a thread, not one predicated
+    // load an element.
+    auto UniformInput = [](const Node *B) {
+      auto *P = llvm::dyn_cast<ir::ParamNode>(B);
+      return P && P->getParamKind() == ParamKind::Input &&
+             (B->getSpace() == ir::Space::Const || B->getSpace() == ir::Space::Head);
+    };
+    if (UniformInput(N->operand(1)) || UniformInput(N->operand(2)))
+      return "attnc::select_eager<" + cType(N->getType()) + ">(" + Op(0) + ", " + T +
+             ", " + E + ")";
     return "(" + Op(0) + " ? " + T + " : " + E + ")";
   }
   case NodeKind::Reduce:
