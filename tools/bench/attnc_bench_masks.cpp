@@ -25,7 +25,9 @@
 // with no mask and under causal, window256 and chunked256 masks (within each sequence)
 // against dense attention of the same total tokens, forward and backward
 // TFLOPS of the kept pairs (benchVarlen); first the lengths, which
-// peers_masks.py --varlen takes for FlexAttention.
+// peers_masks.py --varlen takes for FlexAttention. ATTNC_BENCH_FWD_CONFIG
+// names the forward configuration of every varlen row, packed and dense
+// (e.g. sm90.m128n64s4p), in place of the defaults.
 //
 // --compile-only needs no GPU: it compiles the forward and backward kernels
 // the timed run uses on sm_90a into the kernel cache ($ATTNC_CACHE_DIR),

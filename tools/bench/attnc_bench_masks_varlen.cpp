@@ -14,6 +14,7 @@
 #include "attn/Error.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -61,6 +62,13 @@ std::vector<int> varlenLengths(int MaxLen) {
   for (int &X : L)
     X = U(Rng);
   return L;
+}
+
+/// ATTNC_BENCH_FWD_CONFIG: a forward configuration for every call of the
+/// varlen rows (e.g. sm90.m128n64s4p), else the defaults.
+std::string benchForwardConfig() {
+  const char *C = std::getenv("ATTNC_BENCH_FWD_CONFIG");
+  return C ? C : "";
 }
 
 } // namespace
@@ -118,6 +126,7 @@ void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
     Sig.Dtype = T;
     Sig.HeadDim = Sig.HeadDimV = D;
     Sig.TensorLayout = Varlen ? Layout::THD : Layout::BSHD;
+    Sig.Config = benchForwardConfig();
     runtime::Attention Att(varlenMha(Mask), Sig);
     auto V = [&](void *P) {
       return Varlen ? runtime::TensorView::contiguous(P, ET, {Tok, H, D})
@@ -189,6 +198,7 @@ void compileVarlen(const std::string &Mask, DType T, int D) {
     Sig.HeadDim = Sig.HeadDimV = D;
     Sig.Arch = GpuArch::Sm90a;
     Sig.TensorLayout = Lay;
+    Sig.Config = benchForwardConfig();
     runtime::Attention Att(varlenMha(Mask), Sig);
     runtime::KernelChoice Bwd = Att.backwardChoice();
     if (Lay == Layout::THD)
