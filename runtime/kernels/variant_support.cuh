@@ -60,8 +60,8 @@ __device__ __forceinline__ int clamp_index(int i, long long n) {
 /// the whole tile (a scalar or per-head input): inside a conditional
 /// expression its load would be predicated per element and never shared,
 /// while evaluated eagerly it is one load for all of a thread's elements.
-/// Input loads clamp their indices, so loading where the branch is not
-/// taken is always safe.
+/// Such a load reads the tile's own head (a scalar reads no memory), so
+/// loading where the branch is not taken is always in bounds.
 template <class T> __device__ __forceinline__ T select_eager(bool c, T a, T b) {
   return c ? a : b;
 }
