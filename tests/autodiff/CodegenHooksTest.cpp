@@ -153,6 +153,32 @@ TEST_CASE("hooks: the gradient hooks compile with NVRTC for sm_80 and sm_90a",
   }
 }
 
+TEST_CASE("hooks: eager selects of scalar and per-head inputs, float and "
+          "int, compile with NVRTC",
+          "[autodiff][nvrtc]") {
+  // A float scalar on the diagonal, and an int per-head offset selected
+  // by position then added to the score: select_eager<float> and
+  // select_eager<int>, in the forward and the derived backward.
+  dsl::AttentionDef D = examples::mha();
+  D.name = "eager_selects";
+  D.inputs.declare("pen", ir::InputShape::Scalar);
+  D.inputs.declare("off", ir::InputShape::PerHead, ir::InputType::I32);
+  D.score_mod = [](dsl::SymbolScalar s, const dsl::CustomInputs &in, dsl::SymbolScalar,
+                   dsl::SymbolScalar, dsl::SymbolScalar q, dsl::SymbolScalar k) {
+    return s * 0.125 + dsl::select(k == q, in["pen"], 0.0) +
+           dsl::select(k < q, in["off"], k - k);
+  };
+  for (GpuArch Arch : {GpuArch::Sm80, GpuArch::Sm90a}) {
+    KernelSpec Spec;
+    Spec.Arch = Arch;
+    Spec.HeadDim = Spec.HeadDimV = 64;
+    KernelSource S = generate(D, Spec);
+    CHECK_THAT(S.Source, Catch::Matchers::Contains("attnc::select_eager<float>("));
+    CHECK_THAT(S.Source, Catch::Matchers::Contains("attnc::select_eager<int>("));
+    CHECK(compiles(S));
+  }
+}
+
 TEST_CASE("hooks: derived backwards compile with NVRTC without warnings",
           "[autodiff][nvrtc]") {
   // The seed examples with their written backward replaced by the derived
