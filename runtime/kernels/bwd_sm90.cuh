@@ -467,14 +467,6 @@ struct BwdDkDvSm90 {
   __device__ static __forceinline__ void add_dq_slot(u32 s_dq, u32 dq_bars, int it, int *sem,
                                                      float *dst, int rank);
 
-  template <int A> __device__ static __forceinline__ void zero(float (&x)[A][4]) {
-#pragma unroll
-    for (int i = 0; i < A; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        x[i][e] = 0.f;
-  }
-
   /// cp.async of the query rows' final rowscales and doosum; rows past the
   /// end are zero-filled (their elements are invalid anyway).
   template <int kN>

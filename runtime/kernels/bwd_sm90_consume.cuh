@@ -19,8 +19,8 @@ ATTNC_BWD_SM90::consume(const BwdArgs &a, const typename Variant::Inputs &in, u3
   if (kPingPong && threadIdx.x >= 128)
     named_bar_arrive(kBarToken + 0, kThreads);
   float acc_dk[Cols<kW>::kKN / 8][4], acc_dv[Cols<kW>::kVN / 8][4];
-  zero(acc_dk);
-  zero(acc_dv);
+  zero_tiles(acc_dk);
+  zero_tiles(acc_dv);
   float gacc[kNumGrads > 0 ? kNumGrads : 1];
 #pragma unroll
   for (int j = 0; j < (kNumGrads > 0 ? kNumGrads : 1); ++j)

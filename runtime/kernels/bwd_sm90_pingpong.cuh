@@ -86,8 +86,8 @@ template <class K> struct BwdSm90PingPong {
     const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const u32 s_q = s_stage, s_do = s_stage + kQBytes;
     float acc_s[QT][4], acc_dp[QT][4];
-    K::zero(acc_s);
-    K::zero(acc_dp);
+    zero_tiles(acc_s);
+    zero_tiles(acc_dp);
     {
       const u64 k_desc = wgmma_desc_sw128(s_k + wg * 64 * 128, 16, 1024);
       const u64 v_desc = wgmma_desc_sw128(s_v + wg * 64 * 128, 16, 1024);
@@ -119,7 +119,7 @@ template <class K> struct BwdSm90PingPong {
     const u64 q_desc_t = wgmma_desc_sw128(s_q, kQSlab, 1024);
     float acc_dq[kD / 8][4];
     if constexpr (kDqInGroup) {
-      K::zero(acc_dq);
+      zero_tiles(acc_dq);
       store_ds(s_ds, df);
     }
     named_bar_sync(kBarToken + wg, kThreads);
@@ -146,7 +146,7 @@ template <class K> struct BwdSm90PingPong {
     fence_regs(acc_dk);
     K::release(empty); // Q, dO and the rows are read
     if constexpr (!kDqInGroup) {
-      K::zero(acc_dq);
+      zero_tiles(acc_dq);
       wgmma_fence();
       issue_dq(s_k, s_ds, acc_dq);
       wgmma_commit();

@@ -31,16 +31,8 @@ __device__ void ATTNC_BWD_SM90::produce(const BwdArgs &a, const Sm90BwdMaps &map
       const u32 s = s_ring + stage * kStageBytes, bar = bar_full + 8 * stage;
       if (lane == 0) {
         mbar_arrive_expect_tx(bar, kQBytes + kOBytes);
-#pragma unroll
-        for (int c = 0; c < kD / 64; ++c)
-          tma_load_4d(s + c * kQSlab, &maps.q, c * 64, tma_coord(1, maps.q_pos, row0, h, b),
-                      tma_coord(2, maps.q_pos, row0, h, b), tma_coord(3, maps.q_pos, row0, h, b),
-                      bar);
-#pragma unroll
-        for (int c = 0; c < kDV / 64; ++c)
-          tma_load_4d(s + kQBytes + c * kQSlab, &maps.dout, c * 64,
-                      tma_coord(1, maps.do_pos, row0, h, b), tma_coord(2, maps.do_pos, row0, h, b),
-                      tma_coord(3, maps.do_pos, row0, h, b), bar);
+        tma_load_slabs<kD, kQSlab>(s, &maps.q, maps.q_pos, row0, h, b, bar);
+        tma_load_slabs<kDV, kQSlab>(s + kQBytes, &maps.dout, maps.do_pos, row0, h, b, bar);
       }
       load_rows<32>(a, s + kQBytes + kOBytes, bh, row0, lane);
       cp_async_mbar_arrive(bar);

@@ -56,8 +56,8 @@ ATTNC_BWD_SM90::step_roles(const BwdArgs &a, const typename Variant::Inputs &in,
     (void)acc_dk;
     (void)acc_dv;
     float acc_s[QT][4], acc_dp[QT][4];
-    zero(acc_s); // overwritten by the first k step; defined for the compiler
-    zero(acc_dp);
+    zero_tiles(acc_s); // overwritten by the first k step; defined for the compiler
+    zero_tiles(acc_dp);
     {
       const u64 k_desc = wgmma_desc_sw128(s_k, 16, 1024);
       const u64 v_desc = wgmma_desc_sw128(s_v, 16, 1024);
@@ -120,7 +120,7 @@ ATTNC_BWD_SM90::step_roles(const BwdArgs &a, const typename Variant::Inputs &in,
     // dQ's product dS·K over all kD columns, a 64-column slab of K at a
     // time (A = dSᵀ MN-major, B = K MN-major, as the lockstep step's).
     float acc_dq[kDqChains][kD / 8][4];
-    zero(acc_dq[0]); // overwritten by the first k step; defined for the compiler
+    zero_tiles(acc_dq[0]); // overwritten by the first k step; defined for the compiler
     const u64 ds_desc = wgmma_desc_sw128(s_dst, kDsSlab, 1024);
     wgmma_fence();
 #pragma unroll

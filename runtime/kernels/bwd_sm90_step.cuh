@@ -23,8 +23,8 @@ ATTNC_BWD_SM90::step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s
   if constexpr (kFusedDq && !kAtomicDq && !kWriter && !kTurnWarp)
     seen = Sem::peek(a, bh, m, rank);
   float acc_s[QT][4], acc_dp[QT][4];
-  zero(acc_s); // overwritten by the first k step; defined for the compiler
-  zero(acc_dp);
+  zero_tiles(acc_s); // overwritten by the first k step; defined for the compiler
+  zero_tiles(acc_dp);
   {
     // K-major operands: a k16 step moves the start address (16-byte
     // units) within the swizzle atom, every 4 steps to the next slab.
@@ -152,7 +152,7 @@ ATTNC_BWD_SM90::step(const BwdArgs &a, const typename Variant::Inputs &in, u32 s
     float acc_dq[kDqChains][C::kQN / 8][4];
 #pragma unroll
     for (int c = 0; c < kDqChains; ++c)
-      zero(acc_dq[c]); // overwritten by the first k step; defined for the compiler
+      zero_tiles(acc_dq[c]); // overwritten by the first k step; defined for the compiler
     // dS·K: A = dS, [key][query] (MN-major, M = this chain's 64 queries),
     // B = K, [key][column] (MN-major, N = this warpgroup's columns); a
     // k16 step is 16 key rows (2048 bytes) further in both.

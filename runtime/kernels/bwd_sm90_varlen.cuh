@@ -368,17 +368,9 @@ struct BwdDkDvSm90Varlen {
         if (lane == 0) {
           const int row = sp.q0 + row0; // the packed maps' one batch
           mbar_arrive_expect_tx(bar, kQBytes + kOBytes);
-#pragma unroll
-          for (int c = 0; c < kD / 64; ++c)
-            tma_load_4d(s + c * Base::kQSlab, &maps.q, c * 64,
-                        tma_coord(1, maps.q_pos, row, h, 0), tma_coord(2, maps.q_pos, row, h, 0),
-                        tma_coord(3, maps.q_pos, row, h, 0), bar);
-#pragma unroll
-          for (int c = 0; c < kDV / 64; ++c)
-            tma_load_4d(s + kQBytes + c * Base::kQSlab, &maps.dout, c * 64,
-                        tma_coord(1, maps.do_pos, row, h, 0),
-                        tma_coord(2, maps.do_pos, row, h, 0),
-                        tma_coord(3, maps.do_pos, row, h, 0), bar);
+          tma_load_slabs<kD, Base::kQSlab>(s, &maps.q, maps.q_pos, row, h, 0, bar);
+          tma_load_slabs<kDV, Base::kQSlab>(s + kQBytes, &maps.dout, maps.do_pos, row, h, 0,
+                                            bar);
         }
         load_rows(a, sp, s + kQBytes + kOBytes, row0, lane);
         cp_async_mbar_arrive(bar);
@@ -474,8 +466,8 @@ struct BwdDkDvSm90Varlen {
     const int warp = threadIdx.x / 32;
     using C = typename Base::template Cols<kW>;
     float acc_dk[C::kKN / 8][4], acc_dv[C::kVN / 8][4];
-    Base::zero(acc_dk);
-    Base::zero(acc_dv);
+    zero_tiles(acc_dk);
+    zero_tiles(acc_dv);
     float gacc[kNumGrads > 0 ? kNumGrads : 1];
 #pragma unroll
     for (int j = 0; j < (kNumGrads > 0 ? kNumGrads : 1); ++j)

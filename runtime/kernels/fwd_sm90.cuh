@@ -303,11 +303,7 @@ struct FwdSm90 {
                                                 int m_block, int h, int b, u32 base, u32 bar_q) {
     const int qrow = sp.q0 + m_block * kBlockM;
     mbar_arrive_expect_tx(bar_q, kQBytes);
-#pragma unroll
-    for (int s = 0; s < kD / 64; ++s)
-      tma_load_4d(base + s * kQSlab, &maps.q, s * 64, tma_coord(1, maps.q_pos, qrow, h, b),
-                  tma_coord(2, maps.q_pos, qrow, h, b), tma_coord(3, maps.q_pos, qrow, h, b),
-                  bar_q);
+    tma_load_slabs<kD, kQSlab>(base, &maps.q, maps.q_pos, qrow, h, b, bar_q);
   }
 
   /// The producer: one thread issues every TMA load of the CTA.
@@ -342,19 +338,10 @@ struct FwdSm90 {
         // checked; the consumers zero those rows).
         for (int j = 0; j < kBlockN; j += kv.rows) {
           const PagedSlot at = paged_box(kv.pages, kv.shift, sp.seq_kv, row + j);
-          const int page = at.page, slot = at.slot;
-#pragma unroll
-          for (int s = 0; s < kD / 64; ++s)
-            tma_load_4d(s_k + s * kKVSlab + j * 128, &maps.k, s * 64,
-                        tma_coord(1, maps.k_pos, slot, hk, page),
-                        tma_coord(2, maps.k_pos, slot, hk, page),
-                        tma_coord(3, maps.k_pos, slot, hk, page), bar);
-#pragma unroll
-          for (int s = 0; s < kDV / 64; ++s)
-            tma_load_4d(s_k + kKBytes + s * kKVSlab + j * 128, &maps.v, s * 64,
-                        tma_coord(1, maps.v_pos, slot, hk, page),
-                        tma_coord(2, maps.v_pos, slot, hk, page),
-                        tma_coord(3, maps.v_pos, slot, hk, page), bar);
+          tma_load_slabs<kD, kKVSlab>(s_k + j * 128, &maps.k, maps.k_pos, at.slot, hk,
+                                      at.page, bar);
+          tma_load_slabs<kDV, kKVSlab>(s_k + kKBytes + j * 128, &maps.v, maps.v_pos, at.slot,
+                                       hk, at.page, bar);
         }
       } else {
         load_kv(maps, row, hk, b, s_k, bar);
@@ -367,6 +354,8 @@ struct FwdSm90 {
   /// expects the stage's bytes). One thread.
   __device__ static __forceinline__ void load_kv(const Sm90Maps &maps, int row, int hk, int b,
                                                  u32 s_k, u32 bar) {
+    // Written out rather than by tma_load_slabs: through the helper the
+    // two-stage kernels compile to other (equivalent) SASS, not yet timed.
 #pragma unroll
     for (int s = 0; s < kD / 64; ++s)
       tma_load_4d(s_k + s * kKVSlab, &maps.k, s * 64, tma_coord(1, maps.k_pos, row, hk, b),
@@ -430,11 +419,7 @@ struct FwdSm90 {
       const u64 k_desc0 = wgmma_desc_sw128(base + kQBytes, 16, 1024);
       const u64 v_desc0 = wgmma_desc_sw128(base + kQBytes + kKBytes, kKVSlab, 1024);
       float acc_s[NT][4];
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          acc_s[t][e] = 0.f; // overwritten by the first k step; defined for the compiler
+      zero_tiles(acc_s); // overwritten by the first k step; defined for the compiler
       u32 pf[kBlockN / 16][4];
       float o_scale[2];
 
@@ -515,11 +500,7 @@ struct FwdSm90 {
   __device__ static __forceinline__ void start_rows(float (&acc_o)[VT][4],
                                                     typename Variant::RowState (&st)[2],
                                                     bool (&seen)[2]) {
-#pragma unroll
-    for (int t = 0; t < VT; ++t)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        acc_o[t][e] = 0.f;
+    zero_tiles(acc_o);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       Variant::init(st[r]);

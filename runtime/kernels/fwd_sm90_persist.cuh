@@ -402,11 +402,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
 
       if (count > 0) {
         float acc_s[NT][4];
-#pragma unroll
-        for (int i = 0; i < NT; ++i)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            acc_s[i][e] = 0.f; // overwritten by the first k step; defined for the compiler
+        zero_tiles(acc_s); // overwritten by the first k step; defined for the compiler
         u32 pf[kBlockN / 16][4];
         float o_scale[2];
 

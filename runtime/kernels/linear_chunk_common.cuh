@@ -274,16 +274,8 @@ __device__ __forceinline__ void chunk_out(float (&acc)[kNW / 8][4], u32 sA, u32 
   const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
   const int mt = m0 / 16;
   float p[PT][4];
-#pragma unroll
-  for (int t = 0; t < NT; ++t)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      acc[t][e] = 0.f;
-#pragma unroll
-  for (int t = 0; t < PT; ++t)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      p[t][e] = 0.f;
+  zero_tiles(acc);
+  zero_tiles(p);
 #pragma unroll
   for (int kk = 0; kk < kDk / 16; ++kk) {
     u32 a[4];

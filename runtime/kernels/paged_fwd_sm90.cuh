@@ -61,18 +61,9 @@ __device__ void paged_produce_warp(const FwdArgs &a, const Sm90Maps &maps, const
       mbar_arrive_expect_tx(bar, Fwd::kStageBytes);
     __syncwarp();
     if (mine) {
-#pragma unroll
-      for (int s = 0; s < kD / 64; ++s)
-        tma_load_4d(s_k + s * Fwd::kKVSlab, &maps.k, s * 64,
-                    tma_coord(1, maps.k_pos, at.slot, hk, at.page),
-                    tma_coord(2, maps.k_pos, at.slot, hk, at.page),
-                    tma_coord(3, maps.k_pos, at.slot, hk, at.page), bar);
-#pragma unroll
-      for (int s = 0; s < kDV / 64; ++s)
-        tma_load_4d(s_k + Fwd::kKBytes + s * Fwd::kKVSlab, &maps.v, s * 64,
-                    tma_coord(1, maps.v_pos, at.slot, hk, at.page),
-                    tma_coord(2, maps.v_pos, at.slot, hk, at.page),
-                    tma_coord(3, maps.v_pos, at.slot, hk, at.page), bar);
+      tma_load_slabs<kD, Fwd::kKVSlab>(s_k, &maps.k, maps.k_pos, at.slot, hk, at.page, bar);
+      tma_load_slabs<kDV, Fwd::kKVSlab>(s_k + Fwd::kKBytes, &maps.v, maps.v_pos, at.slot, hk,
+                                        at.page, bar);
     }
   }
 }

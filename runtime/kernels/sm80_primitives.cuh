@@ -276,6 +276,15 @@ template <int A, int B> __device__ __forceinline__ void zero_tiles(float (&x)[A]
       for (int e = 0; e < 4; ++e)
         x[i][j][e] = 0.f;
 }
+/// Zero-fills an [A] array of accumulator tiles (mma's or wgmma's, four
+/// floats a thread each).
+template <int A> __device__ __forceinline__ void zero_tiles(float (&x)[A][4]) {
+#pragma unroll
+  for (int i = 0; i < A; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      x[i][e] = 0.f;
+}
 
 /// The loop every warp-level GEMM below shares: acc[MT][NT] += A·B over kK16
 /// steps of 16 along K. \p load_a(frag, i, kk) fills the m16k16 A fragment

@@ -73,6 +73,19 @@ __device__ __forceinline__ int tma_coord(int slot, int pos, int s, int h, int b)
   return ((pos & 3) == slot ? s : 0) + (((pos >> 2) & 3) == slot ? h : 0) +
          (((pos >> 4) & 3) == slot ? b : 0);
 }
+/// The rows from sequence index \p s of head \p h, batch \p b of the 4-D
+/// map \p map (its dimensions' slots in \p pos, see tma_coord): kCols
+/// columns as boxes of 64 (one 128-byte swizzle atom), kSlabBytes apart from
+/// \p dst, completing \p bar's transaction count. One thread.
+template <int kCols, int kSlabBytes>
+__device__ __forceinline__ void tma_load_slabs(u32 dst, const TmaDesc *map, int pos, int s,
+                                               int h, int b, u32 bar) {
+  static_assert(kCols % 64 == 0, "a box is 64 columns of 16-bit elements");
+#pragma unroll
+  for (int c = 0; c < kCols / 64; ++c)
+    tma_load_4d(dst + c * kSlabBytes, map, c * 64, tma_coord(1, pos, s, h, b),
+                tma_coord(2, pos, s, h, b), tma_coord(3, pos, s, h, b), bar);
+}
 
 // ---- wgmma ----------------------------------------------------------------
 
