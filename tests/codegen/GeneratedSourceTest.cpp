@@ -379,13 +379,42 @@ TEST_CASE("generated forward_folded: the backward's P from the raw score, "
   CHECK(has(S, "attnc::exp_diff(scores, finals[0])"));
   // A mask does not change P's recomputation.
   CHECK(Folded(examples::mhaSlidingWindow()));
-  // c must be a positive constant: not per key, not score · c + d.
+  // c must be a positive constant, not per key.
   CHECK_FALSE(Folded(mhaScoredByKey()));
-  CHECK_FALSE(Folded(mhaScoreShifted()));
-  // score_mods that are not score · c, forwards that are not exp(s − y).
-  CHECK_FALSE(Folded(examples::alibiLearnable()));
+  // Forwards that are not exp(s − y), score_mods not affine in the score.
   CHECK_FALSE(Folded(examples::sigmoidAttn()));
   CHECK_FALSE(Folded(examples::reluAttn()));
+  CHECK_FALSE(Folded(examples::softcapLearnable()));
+}
+
+TEST_CASE("generated forward_folded: an affine score_mod's terms join "
+          "exp2's argument in log2 units",
+          "[codegen][source]") {
+  // score · 0.5 + 1: the constant term by one FMA with log2 e.
+  KernelSource Shifted = generate(mhaScoreShifted());
+  CHECK(has(Shifted, "static constexpr bool kForwardFolded = true;"));
+  CHECK(has(Shifted, "float arg = -finals[0] * attnc::kLog2e;\n"
+                     "    arg = fmaf(1.0f, attnc::kLog2e, arg);\n"
+                     "    return attnc::exp2_fast(fmaf(score, scale_log2e, arg));"));
+  // ALiBi: slope · distance with log2 e in the per-head slope, the diagonal
+  // bias as an eager select, no score_mod before the exponential.
+  KernelSource A = generate(examples::alibiLearnable());
+  CHECK(has(A, "static constexpr bool kForwardFolded = true;"));
+  CHECK(has(A, "arg = fmaf((float)v6, (in.load_in_0_slopes(b, h, q_idx, kv_idx) * "
+               "attnc::kLog2e), arg);"));
+  CHECK(has(A, "arg += attnc::select_eager<float>(v9, "
+               "in.load_in_1_head_bias(b, h, q_idx, kv_idx) * attnc::kLog2e, 0.0f);"));
+  CHECK(has(A, "return attnc::exp2_fast(fmaf(score, scale_log2e, arg));"));
+  // The forward path still applies score_mod itself.
+  CHECK(has(A, "attnc::exp_diff(scores, finals[0])"));
+  // A subtracted term changes the sign of its factor.
+  AttentionDef Minus = withScoreMod(
+      "minus", [](SymbolScalar s, const CustomInputs &in, SymbolScalar, SymbolScalar,
+                  SymbolScalar q, SymbolScalar k) { return s * 0.5 - in["w"] * (q - k); });
+  Minus.inputs.declare("w", ir::InputShape::PerHead);
+  KernelSource M = generate(Minus);
+  CHECK(has(M, "arg = fmaf((float)v"));
+  CHECK(has(M, ", -(in.load_in_0_w(b, h, q_idx, kv_idx) * attnc::kLog2e), arg);"));
 }
 
 TEST_CASE("generatedName: user names become prefixed, indexed identifiers",

@@ -375,6 +375,153 @@ const Node *foldableForwardScale(const ir::Graph &G, int HeadDim) {
   return scoresOnlyInExpDiff({F->result("p")}, /*AllowMax=*/false) ? C : nullptr;
 }
 
+namespace {
+
+bool isScoreParam(const Node *N) {
+  auto *P = llvm::dyn_cast<ir::ParamNode>(N);
+  return P && P->getParamKind() == ParamKind::Score;
+}
+
+/// Whether \p N reads the raw score.
+bool readsScore(const Node *N) {
+  for (const Node *X : ir::topologicalOrder({N}))
+    if (isScoreParam(X))
+      return true;
+  return false;
+}
+
+/// The addends of \p N through its adds and subtractions, each with its
+/// sign.
+void collectTerms(const Node *N, bool Negated, std::vector<AffineScoreMod::Term> &Out) {
+  if (N->getType() == ir::Type::F32 &&
+      (N->getKind() == NodeKind::Add || N->getKind() == NodeKind::Sub)) {
+    collectTerms(N->operand(0), Negated, Out);
+    collectTerms(N->operand(1), N->getKind() == NodeKind::Sub ? !Negated : Negated, Out);
+    return;
+  }
+  Out.push_back({N, Negated});
+}
+
+/// Whether \p N is the same over a tile (a constant, a scalar or per-head
+/// input, or an expression of them).
+bool tileUniform(const Node *N) {
+  return N->getSpace() == ir::Space::Const || N->getSpace() == ir::Space::Head;
+}
+
+} // namespace
+
+std::optional<AffineScoreMod> affineScoreMod(const ir::Graph &G, int HeadDim) {
+  const ir::Function *SM = G.getFunction("score_mod");
+  const ir::Function *F = G.getFunction("forward");
+  if (!SM || !F || !SM->result("score") || !F->result("p"))
+    return std::nullopt;
+  // forward: exactly p = exp(scores − y), y not per element.
+  const Node *P = F->result("p");
+  if (P->getKind() != NodeKind::Exp || P->operand(0)->getKind() != NodeKind::Sub)
+    return std::nullopt;
+  const Node *Diff = P->operand(0);
+  auto *Scores = llvm::dyn_cast<ir::ParamNode>(Diff->operand(0));
+  if (!Scores || Scores->getParamKind() != ParamKind::Scores || isElement(Diff->operand(1)))
+    return std::nullopt;
+  std::vector<AffineScoreMod::Term> All;
+  collectTerms(SM->result("score"), false, All);
+  AffineScoreMod A;
+  A.Y = Diff->operand(1);
+  bool SawScore = false;
+  for (const AffineScoreMod::Term &T : All) {
+    if (!readsScore(T.Value)) {
+      A.Terms.push_back(T);
+      continue;
+    }
+    // The one term of the score: score itself or score · c.
+    if (SawScore || T.Negated)
+      return std::nullopt;
+    SawScore = true;
+    if (isScoreParam(T.Value))
+      continue;
+    if (T.Value->getKind() != NodeKind::Mul)
+      return std::nullopt;
+    const Node *C = isScoreParam(T.Value->operand(0))   ? T.Value->operand(1)
+                    : isScoreParam(T.Value->operand(1)) ? T.Value->operand(0)
+                                                        : nullptr;
+    if (!C || C->getType() != ir::Type::F32)
+      return std::nullopt;
+    std::optional<double> V = evalConst(C, HeadDim);
+    if (!V || !(*V >= 1e-30 && *V <= 1e30))
+      return std::nullopt;
+    A.Factor = C;
+  }
+  if (!SawScore || A.Terms.empty())
+    return std::nullopt;
+  return A;
+}
+
+void emitAffineForwardFolded(CodeWriter &W, const AffineScoreMod &A,
+                             const ParamSpeller &Spell) {
+  {
+    // In its own scope: c's nodes may be the body's too (one graph).
+    auto S = W.block("const float scale_log2e = [&]", "();");
+    if (A.Factor) {
+      ExprEmitter E(W, Spell);
+      E.emitScalarBody({A.Factor});
+      W.line("return " + E.operand(A.Factor, false) + " * attnc::kLog2e;");
+    } else {
+      W.line("return attnc::kLog2e;");
+    }
+  }
+  // What each term spells: u·v (u the same over the tile) as v and u,
+  // select(c, u, 0) as c and u, any other term as itself.
+  enum class Form { Scaled, Select, Plain };
+  struct Spelled {
+    Form K;
+    const Node *A, *B; ///< v, u (Scaled); c, u (Select); the term (Plain)
+    bool Negated;
+  };
+  std::vector<Spelled> Parts;
+  std::vector<const Node *> Roots{A.Y};
+  for (const AffineScoreMod::Term &T : A.Terms) {
+    const Node *N = T.Value;
+    if (N->getKind() == NodeKind::Mul && N->getType() == ir::Type::F32 &&
+        !tileUniform(N) && (tileUniform(N->operand(0)) || tileUniform(N->operand(1)))) {
+      const bool First = tileUniform(N->operand(0));
+      Parts.push_back({Form::Scaled, N->operand(First ? 1 : 0), N->operand(First ? 0 : 1),
+                       T.Negated});
+    } else if (N->getKind() == NodeKind::Select && tileUniform(N->operand(1)) &&
+               llvm::isa<ir::ConstNode>(N->operand(2)) &&
+               llvm::cast<ir::ConstNode>(N->operand(2))->getValue() == 0.0) {
+      Parts.push_back({Form::Select, N->operand(0), N->operand(1), T.Negated});
+    } else {
+      Parts.push_back({Form::Plain, N, nullptr, T.Negated});
+    }
+    Roots.push_back(Parts.back().A);
+    if (Parts.back().B)
+      Roots.push_back(Parts.back().B);
+  }
+  ExprEmitter E(W, Spell);
+  E.emitScalarBody(Roots);
+  auto F = [&](const Node *N) {
+    std::string S = E.operand(N, false);
+    return N->getType() == ir::Type::F32 ? S : "(float)" + S;
+  };
+  W.line("float arg = -" + F(A.Y) + " * attnc::kLog2e;");
+  for (const Spelled &P : Parts) {
+    const char *Sign = P.Negated ? "-" : "";
+    switch (P.K) {
+    case Form::Scaled:
+      W.line(fmt::format("arg = fmaf({}, {}({} * attnc::kLog2e), arg);", F(P.A), Sign, F(P.B)));
+      break;
+    case Form::Select:
+      W.line(fmt::format("arg {}= attnc::select_eager<float>({}, {} * attnc::kLog2e, 0.0f);",
+                         P.Negated ? "-" : "+", E.operand(P.A, false), F(P.B)));
+      break;
+    case Form::Plain:
+      W.line(fmt::format("arg = fmaf({}, {}attnc::kLog2e, arg);", F(P.A), Sign));
+      break;
+    }
+  }
+  W.line("return attnc::exp2_fast(fmaf(score, scale_log2e, arg));");
+}
+
 /// online_fwd for one row of a fragment: reductions as loops over the row's
 /// elements, then the new scores written back (fused into the last
 /// reduction's loop when that computes them anyway), then the new rowscales.

@@ -121,8 +121,12 @@ std::string variantMembers(const CompiledDefinition &Def,
   W.line(fmt::format("static constexpr bool kScoreScaleFolded = {};",
                      Scale ? "true" : "false"));
   const ir::Node *FwdScale = foldableForwardScale(G, Spec.HeadDim);
+  // Else score_mod may be score · c plus terms free of the score (ALiBi's
+  // slope · distance and diagonal bias): they fold into exp2's argument too.
+  const std::optional<AffineScoreMod> Affine =
+      FwdScale ? std::nullopt : affineScoreMod(G, Spec.HeadDim);
   W.line(fmt::format("static constexpr bool kForwardFolded = {};",
-                     FwdScale ? "true" : "false"));
+                     FwdScale || Affine ? "true" : "false"));
   W.line(fmt::format("static constexpr bool kHasBackward = {};",
                      G.decls().HasBackward ? "true" : "false"));
   W.line(fmt::format("static constexpr bool kBackwardUsesDoosum = {};",
@@ -330,6 +334,17 @@ std::string variantMembers(const CompiledDefinition &Def,
     EF.foldScoreScale(Scores, "scale_log2e");
     EF.emitScalarBody({P});
     W.line("return " + EF.operand(P, false) + ";");
+  } else if (Affine) {
+    // The backward's P from the raw score with score_mod's terms in exp2's
+    // argument: no score_mod before the exponential.
+    auto B = W.block("__device__ static __forceinline__ float forward_folded("
+                     "const Inputs &in, float score, const float *finals, " +
+                     TileIdx + ")");
+    emitAffineForwardFolded(W, *Affine, [&](const ir::ParamNode &Par) -> std::string {
+      if (Par.getParamKind() == ParamKind::Score)
+        return "score";
+      return FinalsSpell(Par);
+    });
   }
   if (G.getFunction("backward"))
     emitScalarFunction(W, G,

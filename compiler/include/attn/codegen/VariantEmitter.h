@@ -8,6 +8,7 @@
 #include "llvm/ADT/DenseSet.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace attn::codegen {
@@ -84,6 +85,29 @@ const ir::Node *foldableScoreScale(const ir::Graph &G, int HeadDim);
 /// score · c as for foldableScoreScale, and `forward` reads the scores only
 /// as exp(scores − y) with y not per element.
 const ir::Node *foldableForwardScale(const ir::Graph &G, int HeadDim);
+/// score_mod as an affine function of the score, for the backward's P:
+/// score_mod = score · c + Σ ±t_i, c a positive compile-time constant (null:
+/// 1) and no t_i reading the score, and `forward` is exactly exp(scores − y)
+/// with y not per element. Then P = exp2(score·(c·log2 e) + Σ ±t_i·log2 e −
+/// y·log2 e), and log2 e joins a factor of a term that is the same over
+/// the tile (emitAffineForwardFolded).
+struct AffineScoreMod {
+  const ir::Node *Factor = nullptr; ///< c, or null for 1
+  struct Term {
+    const ir::Node *Value;
+    bool Negated;
+  };
+  std::vector<Term> Terms; ///< at least one
+  const ir::Node *Y;       ///< forward's exp(scores − y)
+};
+std::optional<AffineScoreMod> affineScoreMod(const ir::Graph &G, int HeadDim);
+/// The body of `forward_folded(in, score, finals, b, h, q_idx, kv_idx)` for
+/// an affine score_mod: the terms and y accumulated into exp2's argument in
+/// log2 units, a term u·v with u the same over the tile as one FMA by
+/// u·log2 e, a term select(c, u, 0) as an eager select of u·log2 e, any
+/// other term as one FMA by log2 e; then one FMA adds score·(c·log2 e).
+void emitAffineForwardFolded(CodeWriter &W, const AffineScoreMod &A,
+                             const ParamSpeller &Spell);
 /// The body of `epilogue(in, st, of, r, b, h, q_idx, finals)` for one row r.
 void emitEpilogue(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell);
 /// The body of `add_input_grads(in, score, ds, valid, b, h, q_idx, kv_idx,
