@@ -64,6 +64,40 @@ __device__ __forceinline__ float bwd_element(const typename Variant::Inputs &in,
   return valid ? ds * grad : 0.f;
 }
 
+/// A thread's input-gradient sums over one tile as kLanes independent
+/// chains: every element adds one dependent FADD/FFMA to its input's sum,
+/// so one accumulator is a chain as long as the thread's elements (32 or
+/// more a step, 4 cycles each, between the tile's GEMMs). Element lane l
+/// adds into lane(l); flush adds the lanes to \p gacc in a fixed order
+/// (the same bits every run).
+template <int kNumGrads, int kLanes>
+struct InputGradLanes {
+  static_assert(kLanes >= 1 && (kLanes & (kLanes - 1)) == 0,
+                "lanes are summed pairwise: a power of two");
+  float acc[kLanes][kNumGrads > 0 ? kNumGrads : 1];
+
+  __device__ __forceinline__ InputGradLanes() {
+#pragma unroll
+    for (int l = 0; l < kLanes; ++l)
+#pragma unroll
+      for (int j = 0; j < kNumGrads; ++j)
+        acc[l][j] = 0.f;
+  }
+  __device__ __forceinline__ float *lane(int l) { return acc[l]; }
+  __device__ __forceinline__ void flush(float *gacc) {
+#pragma unroll
+    for (int w = kLanes / 2; w > 0; w /= 2)
+#pragma unroll
+      for (int l = 0; l < w; ++l)
+#pragma unroll
+        for (int j = 0; j < kNumGrads; ++j)
+          acc[l][j] += acc[l + w][j];
+#pragma unroll
+    for (int j = 0; j < kNumGrads; ++j)
+      gacc[j] += acc[0][j];
+  }
+};
+
 /// The input-gradient partials of one (key block \p n_block, batch·head
 /// \p bh): every thread's \p gacc summed over its warp, then the warps'
 /// sums in warp order by thread j for input j (a fixed order: the same

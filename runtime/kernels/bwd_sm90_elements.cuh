@@ -77,6 +77,7 @@ struct BwdSm90Elements {
     const typename Variant::Inputs qin = kTileReads ? in.rows_at(b, h, m * kBlockM + 2 * tq) : in;
     (void)kin;
     (void)qin;
+    InputGradLanes<kNumGrads, 4> lanes; // one a register slot e of the fragment
 #pragma unroll
     for (int t = 0; t < QT; ++t)
 #pragma unroll
@@ -91,10 +92,12 @@ struct BwdSm90Elements {
         float p;
         const float ds = bwd_element<Variant, true>(in, acc_s[t][e], acc_dp[t][e],
                                                     rows + qr * kF, doo, b, h, qi, key,
-                                                    valid, p, gacc);
+                                                    valid, p, lanes.lane(e));
         acc_s[t][e] = p;
         acc_dp[t][e] = ds;
       }
+    if constexpr (kNumGrads > 0)
+      lanes.flush(gacc);
   }
 
   /// Pᵀ or dSᵀ as the A operands of m64nDk16: two n8 query tiles a k16
@@ -145,6 +148,7 @@ struct BwdSm90Elements {
     wgmma_commit();
     wgmma_wait<1>(); // dPᵀ's group is in; dV's may run on
     fence_regs(acc_dp);
+    InputGradLanes<kNumGrads, 4> lanes; // one a register slot e of the fragment
 #pragma unroll
     for (int t = 0; t < QT; ++t)
 #pragma unroll
@@ -158,10 +162,12 @@ struct BwdSm90Elements {
             Variant::backward(in, acc_dp[t][e], p, rows + qr * kF, doo, b, h, qi, key);
         const float ds = valid ? ds_any : 0.f;
         if constexpr (kNumGrads > 0)
-          Variant::add_input_grads(in, raw[t][e], ds, valid, b, h, qi, key, gacc);
+          Variant::add_input_grads(in, raw[t][e], ds, valid, b, h, qi, key, lanes.lane(e));
         const float grad = Variant::score_mod_grad(in, raw[t][e], b, h, qi, key);
         acc_dp[t][e] = valid ? ds * grad : 0.f;
       }
+    if constexpr (kNumGrads > 0)
+      lanes.flush(gacc);
     pack(acc_dp, df);
   }
 };

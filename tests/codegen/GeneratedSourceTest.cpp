@@ -397,13 +397,16 @@ TEST_CASE("generated forward_folded: an affine score_mod's terms join "
                      "    arg = fmaf(1.0f, attnc::kLog2e, arg);\n"
                      "    return attnc::exp2_fast(fmaf(score, scale_log2e, arg));"));
   // ALiBi: slope · distance with log2 e in the per-head slope, the diagonal
-  // bias as an eager select, no score_mod before the exponential.
+  // bias loaded first (one load a thread) and added where the condition
+  // holds (one predicated add an element), no score_mod before the
+  // exponential.
   KernelSource A = generate(examples::alibiLearnable());
   CHECK(has(A, "static constexpr bool kForwardFolded = true;"));
   CHECK(has(A, "arg = fmaf((float)v6, (in.load_in_0_slopes(b, h, q_idx, kv_idx) * "
                "attnc::kLog2e), arg);"));
-  CHECK(has(A, "arg += attnc::select_eager<float>(v9, "
-               "in.load_in_1_head_bias(b, h, q_idx, kv_idx) * attnc::kLog2e, 0.0f);"));
+  CHECK(has(A, "const float sel_1 = in.load_in_1_head_bias(b, h, q_idx, kv_idx) * "
+               "attnc::kLog2e;\n"
+               "    arg = v9 ? arg + sel_1 : arg;"));
   CHECK(has(A, "return attnc::exp2_fast(fmaf(score, scale_log2e, arg));"));
   // The forward path still applies score_mod itself.
   CHECK(has(A, "attnc::exp_diff(scores, finals[0])"));

@@ -510,10 +510,16 @@ void emitAffineForwardFolded(CodeWriter &W, const AffineScoreMod &A,
     case Form::Scaled:
       W.line(fmt::format("arg = fmaf({}, {}({} * attnc::kLog2e), arg);", F(P.A), Sign, F(P.B)));
       break;
-    case Form::Select:
-      W.line(fmt::format("arg {}= attnc::select_eager<float>({}, {} * attnc::kLog2e, 0.0f);",
-                         P.Negated ? "-" : "+", E.operand(P.A, false), F(P.B)));
+    case Form::Select: {
+      // u is loaded and scaled first (eagerly: one load a thread); the
+      // condition then picks between arg and arg ± u, which compiles to one
+      // predicated add an element, not a select of u and an add.
+      const std::string U = fmt::format("sel_{}", &P - Parts.data());
+      W.line(fmt::format("const float {} = {} * attnc::kLog2e;", U, F(P.B)));
+      W.line(fmt::format("arg = {} ? arg {} {} : arg;", E.operand(P.A, false),
+                         P.Negated ? "-" : "+", U));
       break;
+    }
     case Form::Plain:
       W.line(fmt::format("arg = fmaf({}, {}attnc::kLog2e, arg);", F(P.A), Sign));
       break;
