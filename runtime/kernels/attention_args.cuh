@@ -37,7 +37,17 @@ struct FwdArgs {
   /// them back to 0). Unread by the other kernels and by an unmasked
   /// variant's dense call, which walks the grid.
   int *tile_counter;
+  /// fwd_sm90's persistent walk over a packed call (attnc_fwd_packed): the
+  /// facts of each of its tiles (sequence, query block, key-block range,
+  /// full blocks, tokens; kPackedTileInts ints a tile, 16-byte aligned),
+  /// which attnc_fwd_packed_tiles writes just before it on the stream.
+  /// Unread by the other kernels.
+  const int *packed_tiles;
 };
+
+/// The ints of one tile of FwdArgs::packed_tiles: nine facts, padded to
+/// three 16-byte loads.
+constexpr int kPackedTileInts = 12;
 
 /// Paged prefill arguments. In f: q and o are packed [total_q, heads, dim]
 /// (batch strides 0) with cu_seqlens_q; k and v are the page caches, k_sb

@@ -1,6 +1,7 @@
 // fwd_sm90's persistent walk over a packed call's tiles (attnc_fwd_packed):
-// the tile slot's packed facts, the tile search of warp 0's lanes and the
-// producer, defined out of the FwdSm90Persist
+// the tile slot's packed facts, the tile search of a warp's lanes (run by
+// attnc_fwd_packed_tiles before the walk) and the producer, defined out of
+// the FwdSm90Persist
 // struct; included by fwd_sm90_persist.cuh only, inside its
 // ATTNC_FWD_SM90_PERSIST_TEMPLATE / ATTNC_FWD_SM90_PERSIST macros.
 #ifndef ATTNC_FWD_SM90_PERSIST_PACKED_CUH
@@ -74,7 +75,6 @@ ATTNC_FWD_SM90_PERSIST::packed_tile(const FwdArgs &a, const typename Variant::In
 
 ATTNC_FWD_SM90_PERSIST_TEMPLATE
 __device__ void ATTNC_FWD_SM90_PERSIST::produce_packed(const FwdArgs &a,
-                                                     const typename Variant::Inputs &in0,
                                                      const Sm90Maps &maps, int tiles, u32 base,
                                                      u32 bar_q, u32 bar_full, u32 bar_empty,
                                                      u32 bar_qfree) {
@@ -89,11 +89,11 @@ __device__ void ATTNC_FWD_SM90_PERSIST::produce_packed(const FwdArgs &a,
     if (leader)
       taken = atomicAdd(a.tile_counter, 1);
     const int t = gridDim.x + __shfl_sync(0xffffffffu, taken, 0);
-    return t < tiles ? packed_tile(a, in0, t) : PackedTile{-1};
+    return t < tiles ? load_packed(a, t) : PackedTile{-1};
   };
   int n = 0;
   for (int loaded = 0;; ++loaded) {
-    const PackedTile p = loaded == 0 ? ((int)blockIdx.x < tiles ? packed_tile(a, in0, blockIdx.x)
+    const PackedTile p = loaded == 0 ? ((int)blockIdx.x < tiles ? load_packed(a, blockIdx.x)
                                                                 : PackedTile{-1})
                                      : take();
     // The slots are free once the consumers have stored the tile two

@@ -49,6 +49,8 @@ struct ForwardKernel {
   /// fwd_sm90's persistent module: its walk over a packed call's tiles,
   /// where the definition's mask allows it (codegen::PackedPersistentEntry).
   CUfunction FwdPacked = nullptr;
+  /// Its tiles' facts, launched before it (codegen::PackedTilesEntry).
+  CUfunction FwdPackedTiles = nullptr;
   /// A decode skeleton's entries: the split kernel and, where the
   /// definition has a merge, the merge of the splits.
   CUfunction Decode = nullptr, DecodeMerge = nullptr;
@@ -74,6 +76,7 @@ struct ForwardKernel {
                             "config " + Choice.configText());
     if (llvm::is_contained(Source.Entries, codegen::PackedPersistentEntry)) {
       FwdPacked = Module.function(codegen::PackedPersistentEntry);
+      FwdPackedTiles = Module.function(codegen::PackedTilesEntry);
       Module.allowSharedBytes(FwdPacked, Launch.SharedBytes,
                               "config " + Choice.configText());
     }
@@ -195,6 +198,10 @@ private:
   PerStream<ZeroedCounters> Counters{[] {
     return std::make_unique<ZeroedCounters>("persistent tile counters");
   }};
+  /// The packed walk's tile facts (FwdArgs::packed_tiles), per stream:
+  /// written by attnc_fwd_packed_tiles and read by the walk after it.
+  PerStream<DeviceArena> PackedTiles =
+      perStream<DeviceArena>(std::string("packed walk tiles"));
   /// The decode splits' partial o and states (DecodeArgs::part_o, part_st),
   /// per stream.
   PerStream<DeviceArena> DecodeBufs =
@@ -368,8 +375,19 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
     if (C.Packed)
       Entry = K.FwdPacked;
     const int64_t Tiles = int64_t(GridX) * GridY;
-    if (Tiles > INT32_MAX)
+    if (Tiles > INT32_MAX / attnc::kPackedTileInts)
       throw InternalError("fwd_sm90: the persistent kernel's tiles overflow int");
+    if (C.Packed) {
+      // The walk's tiles' facts first (FwdSm90Persist::find_packed_tiles),
+      // a warp a tile, on the same stream.
+      ArenaLayout Layout;
+      const unsigned Facts = Layout.add(size_t(Tiles) * attnc::kPackedTileInts * 4, 16);
+      A.packed_tiles = Layout.at<const int>(PackedTiles.get(Ctx.Stream).carve(Layout), Facts);
+      void *TileParams[] = {&A, L.InputSlots.data()};
+      D.check(D.cuLaunchKernel(K.FwdPackedTiles, unsigned((Tiles + 3) / 4), 1, 1, 128, 1, 1,
+                               0, Ctx.Stream, TileParams, nullptr),
+              "launch attnc_fwd_packed_tiles");
+    }
     GridX = unsigned(std::min<int64_t>(Tiles, currentDevice().MultiProcessors));
     GridY = 1;
     countPersistentForwardLaunch();

@@ -191,6 +191,12 @@ TEST_CASE("sm90 persistent: generated text", "[sm90]") {
   CHECK(has(Persist.Source, "attnc_gen::FwdP::run_packed(a, in, maps, smem);"));
   CHECK(llvm::is_contained(Persist.Entries, std::string(codegen::PackedPersistentEntry)));
   CHECK_FALSE(llvm::is_contained(Plain.Entries, std::string(codegen::PackedPersistentEntry)));
+  // Its tiles' facts, found by a kernel of their own before the walk.
+  CHECK(has(Persist.Source, "attnc_fwd_packed_tiles(const attnc::FwdArgs a, "
+                            "const attnc_gen::Inputs in) {\n"
+                            "  attnc_gen::FwdP::find_packed_tiles(a, in);"));
+  CHECK(llvm::is_contained(Persist.Entries, std::string(codegen::PackedTilesEntry)));
+  CHECK_FALSE(llvm::is_contained(Plain.Entries, std::string(codegen::PackedTilesEntry)));
   // Document ids are bounded per block: no packed walk.
   CompiledDefinition Doc = compile(examples::mhaDocument());
   codegen::KernelSource DocPersist =
@@ -198,6 +204,7 @@ TEST_CASE("sm90 persistent: generated text", "[sm90]") {
   CHECK(!has(DocPersist.Source, "run_packed"));
   CHECK_FALSE(
       llvm::is_contained(DocPersist.Entries, std::string(codegen::PackedPersistentEntry)));
+  CHECK_FALSE(llvm::is_contained(DocPersist.Entries, std::string(codegen::PackedTilesEntry)));
   // Off, the text is the one before the option (the same CUBINs).
   CHECK(!has(Plain.Source, "persist"));
   CHECK(!has(Plain.Source, "FwdP"));

@@ -128,8 +128,10 @@ KernelSource generateForwardSm90(const CompiledDefinition &Def,
   // mask's ranges come from box classes (fwd_sm90_persist.cuh).
   const bool PackedWalk =
       C.Persistent && analysis::packedRangeFromBoxes(analysis::analyzeMask(*Def.Graph));
-  if (PackedWalk)
+  if (PackedWalk) {
     Src.Entries.push_back(PackedPersistentEntry);
+    Src.Entries.push_back(PackedTilesEntry);
+  }
   std::map<std::string, std::string> Values =
       variantTemplateValues(Def, Spec, Src.Key);
   Values["threads"] = std::to_string(C.threads());

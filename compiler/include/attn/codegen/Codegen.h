@@ -343,6 +343,9 @@ void checkBackwardDefinition(const CompiledDefinition &Def, const char *Skeleton
 /// The persistent fwd_sm90 module's entry for packed calls, present where
 /// analysis::packedRangeFromBoxes holds for the definition's mask.
 inline constexpr const char *PackedPersistentEntry = "attnc_fwd_packed";
+/// Its tiles' facts, found before the walk (FwdArgs::packed_tiles), a warp
+/// of 128-thread CTAs a tile; in the same modules.
+inline constexpr const char *PackedTilesEntry = "attnc_fwd_packed_tiles";
 
 /// Tile configuration of the sm90 (Hopper) forward skeleton, written
 /// sm90.m{BlockM}n{BlockN}s{Stages} (docs/codegen.md, "The fwd_sm90
