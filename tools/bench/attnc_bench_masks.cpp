@@ -27,7 +27,9 @@
 // TFLOPS of the kept pairs (benchVarlen); first the lengths, which
 // peers_masks.py --varlen takes for FlexAttention. ATTNC_BENCH_FWD_CONFIG
 // names the forward configuration of every varlen row, packed and dense
-// (e.g. sm90.m128n64s4p), in place of the defaults.
+// (e.g. sm90.m128n64s4p), in place of the defaults. ATTNC_BENCH_VARLEN_MASKS
+// (a comma-separated subset of none,causal,window256,chunked256) runs only
+// those rows, so that a profiler's launch counts start at the row's.
 //
 // --compile-only needs no GPU: it compiles the forward and backward kernels
 // the timed run uses on sm_90a into the kernel cache ($ATTNC_CACHE_DIR),
@@ -56,6 +58,9 @@
 #include "attn/Error.h"
 
 #include <fmt/format.h>
+#include <llvm/ADT/STLExtras.h>
+#include <llvm/ADT/SmallVector.h>
+#include <llvm/ADT/StringRef.h>
 
 #include <algorithm>
 #include <chrono>
@@ -461,8 +466,22 @@ int main(int Argc, char **Argv) {
   if (Cmd.Name == "varlen") {
     for (size_t I = 2; I < Cmd.Ints.size(); ++I)
       printVarlenLengths(Cmd.Ints[I]);
+    llvm::SmallVector<llvm::StringRef, 4> Only;
+    if (const char *Env = std::getenv("ATTNC_BENCH_VARLEN_MASKS")) {
+      llvm::StringRef(Env).split(Only, ',', -1, /*KeepEmpty=*/false);
+      for (llvm::StringRef Name : Only)
+        if (!llvm::is_contained(VarlenMasks, Name)) {
+          std::fprintf(stderr,
+                       "attnc_bench_masks: ATTNC_BENCH_VARLEN_MASKS names '%s'; expected "
+                       "none, causal, window256 or chunked256, comma-separated\n",
+                       Name.str().c_str());
+          return 2;
+        }
+    }
     for (const char *Mask : VarlenMasks)
       for (size_t I = 2; I < Cmd.Ints.size(); ++I) {
+        if (!Only.empty() && !llvm::is_contained(Only, llvm::StringRef(Mask)))
+          continue;
         try {
           benchVarlen(Mask, Cmd.Dtype, H, D, Cmd.Ints[I]);
         } catch (const std::exception &E) {
