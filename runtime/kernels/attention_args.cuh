@@ -42,7 +42,7 @@ struct FwdArgs {
   /// full blocks, tokens; kPackedTileInts ints a tile, 16-byte aligned),
   /// which attnc_fwd_packed_tiles writes just before it on the stream.
   /// Unread by the other kernels.
-  const int *packed_tiles;
+  int *packed_tiles;
 };
 
 /// The ints of one tile of FwdArgs::packed_tiles: nine facts, padded to

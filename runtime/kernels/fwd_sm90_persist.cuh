@@ -162,8 +162,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
       return; // the whole warp: t is the warp's
     const PackedTile p = packed_tile(a, in, t);
     if (threadIdx.x % 32 == 0) {
-      int4 *out = reinterpret_cast<int4 *>(const_cast<int *>(a.packed_tiles)) +
-                  t * (kPackedTileInts / 4);
+      int4 *out = reinterpret_cast<int4 *>(a.packed_tiles) + t * (kPackedTileInts / 4);
       out[0] = make_int4(p.bh, p.m_block, p.first, p.count);
       out[1] = make_int4(int(p.full), p.q0, p.q1, p.kv0);
       out[2] = make_int4(p.kv1, 0, 0, 0);

@@ -382,7 +382,7 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
       // a warp a tile, on the same stream.
       ArenaLayout Layout;
       const unsigned Facts = Layout.add(size_t(Tiles) * attnc::kPackedTileInts * 4, 16);
-      A.packed_tiles = Layout.at<const int>(PackedTiles.get(Ctx.Stream).carve(Layout), Facts);
+      A.packed_tiles = Layout.at<int>(PackedTiles.get(Ctx.Stream).carve(Layout), Facts);
       void *TileParams[] = {&A, L.InputSlots.data()};
       D.check(D.cuLaunchKernel(K.FwdPackedTiles, unsigned((Tiles + 3) / 4), 1, 1, 128, 1, 1,
                                0, Ctx.Stream, TileParams, nullptr),

@@ -104,8 +104,9 @@ std::optional<AffineScoreMod> affineScoreMod(const ir::Graph &G, int HeadDim);
 /// The body of `forward_folded(in, score, finals, b, h, q_idx, kv_idx)` for
 /// an affine score_mod: the terms and y accumulated into exp2's argument in
 /// log2 units, a term u·v with u the same over the tile as one FMA by
-/// u·log2 e, a term select(c, u, 0) as an eager select of u·log2 e, any
-/// other term as one FMA by log2 e; then one FMA adds score·(c·log2 e).
+/// u·log2 e, a term select(c, u, 0) as u·log2 e computed first and added
+/// where c holds (a predicated add), any other term as one FMA by log2 e;
+/// then one FMA adds score·(c·log2 e).
 void emitAffineForwardFolded(CodeWriter &W, const AffineScoreMod &A,
                              const ParamSpeller &Spell);
 /// The body of `epilogue(in, st, of, r, b, h, q_idx, finals)` for one row r.
