@@ -282,22 +282,19 @@ std::optional<double> evalConst(const Node *N, int HeadDim) {
   return std::nullopt;
 }
 
-/// score_mod's factor c when score_mod is score · c with c a compile-time
+bool isScoreParam(const Node *N) {
+  auto *P = llvm::dyn_cast<ir::ParamNode>(N);
+  return P && P->getParamKind() == ParamKind::Score;
+}
+
+/// c when \p N is score · c (either operand order) with c a compile-time
 /// constant, positive and normal at \p HeadDim; else null.
-const Node *scoreModFactor(const ir::Graph &G, int HeadDim) {
-  const ir::Function *SM = G.getFunction("score_mod");
-  if (!SM)
+const Node *constantScoreFactor(const Node *N, int HeadDim) {
+  if (N->getKind() != NodeKind::Mul)
     return nullptr;
-  const Node *R = SM->result("score");
-  if (!R || R->getKind() != NodeKind::Mul)
-    return nullptr;
-  auto IsScore = [](const Node *N) {
-    auto *P = llvm::dyn_cast<ir::ParamNode>(N);
-    return P && P->getParamKind() == ParamKind::Score;
-  };
-  const Node *C = IsScore(R->operand(0))   ? R->operand(1)
-                  : IsScore(R->operand(1)) ? R->operand(0)
-                                           : nullptr;
+  const Node *C = isScoreParam(N->operand(0))   ? N->operand(1)
+                  : isScoreParam(N->operand(1)) ? N->operand(0)
+                                                : nullptr;
   if (!C || C->getType() != ir::Type::F32)
     return nullptr;
   // c > 0 (a normal fp32 number): max(c·x) = c·max(x), and fl(c·x) is
@@ -306,6 +303,14 @@ const Node *scoreModFactor(const ir::Graph &G, int HeadDim) {
   if (!V || !(*V >= 1e-30 && *V <= 1e30))
     return nullptr;
   return C;
+}
+
+/// score_mod's factor c when score_mod is score · c with c a compile-time
+/// constant, positive and normal at \p HeadDim; else null.
+const Node *scoreModFactor(const ir::Graph &G, int HeadDim) {
+  const ir::Function *SM = G.getFunction("score_mod");
+  const Node *R = SM ? SM->result("score") : nullptr;
+  return R ? constantScoreFactor(R, HeadDim) : nullptr;
 }
 
 /// Whether the function with results \p Roots reads the Scores parameter
@@ -377,19 +382,6 @@ const Node *foldableForwardScale(const ir::Graph &G, int HeadDim) {
 
 namespace {
 
-bool isScoreParam(const Node *N) {
-  auto *P = llvm::dyn_cast<ir::ParamNode>(N);
-  return P && P->getParamKind() == ParamKind::Score;
-}
-
-/// Whether \p N reads the raw score.
-bool readsScore(const Node *N) {
-  for (const Node *X : ir::topologicalOrder({N}))
-    if (isScoreParam(X))
-      return true;
-  return false;
-}
-
 /// The addends of \p N through its adds and subtractions, each with its
 /// sign.
 void collectTerms(const Node *N, bool Negated, std::vector<AffineScoreMod::Term> &Out) {
@@ -429,7 +421,7 @@ std::optional<AffineScoreMod> affineScoreMod(const ir::Graph &G, int HeadDim) {
   A.Y = Diff->operand(1);
   bool SawScore = false;
   for (const AffineScoreMod::Term &T : All) {
-    if (!readsScore(T.Value)) {
+    if (!ir::dependsOn(T.Value, ParamKind::Score)) {
       A.Terms.push_back(T);
       continue;
     }
@@ -439,17 +431,9 @@ std::optional<AffineScoreMod> affineScoreMod(const ir::Graph &G, int HeadDim) {
     SawScore = true;
     if (isScoreParam(T.Value))
       continue;
-    if (T.Value->getKind() != NodeKind::Mul)
+    A.Factor = constantScoreFactor(T.Value, HeadDim);
+    if (!A.Factor)
       return std::nullopt;
-    const Node *C = isScoreParam(T.Value->operand(0))   ? T.Value->operand(1)
-                    : isScoreParam(T.Value->operand(1)) ? T.Value->operand(0)
-                                                        : nullptr;
-    if (!C || C->getType() != ir::Type::F32)
-      return std::nullopt;
-    std::optional<double> V = evalConst(C, HeadDim);
-    if (!V || !(*V >= 1e-30 && *V <= 1e30))
-      return std::nullopt;
-    A.Factor = C;
   }
   if (!SawScore || A.Terms.empty())
     return std::nullopt;
