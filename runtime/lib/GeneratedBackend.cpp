@@ -375,17 +375,21 @@ void GeneratedBackend::launch(ForwardKernel &K, const BackendProblem &P,
     if (C.Packed)
       Entry = K.FwdPacked;
     const int64_t Tiles = int64_t(GridX) * GridY;
-    if (Tiles > INT32_MAX / attnc::kPackedTileInts)
+    if (Tiles > INT32_MAX)
       throw InternalError("fwd_sm90: the persistent kernel's tiles overflow int");
     if (C.Packed) {
       // The walk's tiles' facts first (FwdSm90Persist::find_packed_tiles),
-      // a warp a tile, on the same stream.
+      // a warp a tile in CTAs of 128 threads (the entry's launch bounds),
+      // on the same stream. The kernels index them by int in 16-byte units.
+      constexpr int64_t TileVectors = attnc::kPackedTileInts / 4, TilesPerCta = 128 / 32;
+      if (Tiles > INT32_MAX / TileVectors)
+        throw InternalError("fwd_sm90: the packed walk's tile facts overflow int");
       ArenaLayout Layout;
       const unsigned Facts = Layout.add(size_t(Tiles) * attnc::kPackedTileInts * 4, 16);
       A.packed_tiles = Layout.at<int>(PackedTiles.get(Ctx.Stream).carve(Layout), Facts);
       void *TileParams[] = {&A, L.InputSlots.data()};
-      D.check(D.cuLaunchKernel(K.FwdPackedTiles, unsigned((Tiles + 3) / 4), 1, 1, 128, 1, 1,
-                               0, Ctx.Stream, TileParams, nullptr),
+      D.check(D.cuLaunchKernel(K.FwdPackedTiles, unsigned((Tiles + TilesPerCta - 1) / TilesPerCta),
+                               1, 1, 128, 1, 1, 0, Ctx.Stream, TileParams, nullptr),
               "launch attnc_fwd_packed_tiles");
     }
     GridX = unsigned(std::min<int64_t>(Tiles, currentDevice().MultiProcessors));
