@@ -28,8 +28,9 @@
 // peers_masks.py --varlen takes for FlexAttention. ATTNC_BENCH_FWD_CONFIG
 // names the forward configuration of every varlen row, packed and dense
 // (e.g. sm90.m128n64s4p), in place of the defaults. ATTNC_BENCH_VARLEN_MASKS
-// (a comma-separated subset of none,causal,window256,chunked256) runs only
-// those rows, so that a profiler's launch counts start at the row's.
+// (a comma-separated subset of none,causal,window256,chunked256) runs, or
+// with --compile-only compiles, only those rows, so that a profiler's
+// launch counts start at the row's.
 //
 // --compile-only needs no GPU: it compiles the forward and backward kernels
 // the timed run uses on sm_90a into the kernel cache ($ATTNC_CACHE_DIR),
@@ -449,6 +450,22 @@ int main(int Argc, char **Argv) {
                  Cmd.Name.c_str());
     return 2;
   }
+  // The varlen rows to run (or compile), all without ATTNC_BENCH_VARLEN_MASKS.
+  llvm::SmallVector<llvm::StringRef, 4> Only;
+  if (const char *Env = std::getenv("ATTNC_BENCH_VARLEN_MASKS")) {
+    llvm::StringRef(Env).split(Only, ',', -1, /*KeepEmpty=*/false);
+    for (llvm::StringRef Name : Only)
+      if (!llvm::is_contained(VarlenMasks, Name)) {
+        std::fprintf(stderr,
+                     "attnc_bench_masks: ATTNC_BENCH_VARLEN_MASKS names '%s'; expected "
+                     "none, causal, window256 or chunked256, comma-separated\n",
+                     Name.str().c_str());
+        return 2;
+      }
+  }
+  auto VarlenRow = [&](const char *Mask) {
+    return Only.empty() || llvm::is_contained(Only, llvm::StringRef(Mask));
+  };
   if (CompileOnly) {
     for (const char *Mask : {"document", "prefix_lm", "window256", "chunked256", "causal"})
       if ((Cmd.Name == "all" && std::string(Mask) != "causal") || Cmd.Name == Mask)
@@ -457,7 +474,8 @@ int main(int Argc, char **Argv) {
       for (size_t I = 2; I < Cmd.Ints.size(); ++I)
         printVarlenLengths(Cmd.Ints[I]);
       for (const char *Mask : VarlenMasks)
-        compileVarlen(Mask, Cmd.Dtype, Cmd.Ints[1]);
+        if (VarlenRow(Mask))
+          compileVarlen(Mask, Cmd.Dtype, Cmd.Ints[1]);
     }
     return 0;
   }
@@ -466,21 +484,9 @@ int main(int Argc, char **Argv) {
   if (Cmd.Name == "varlen") {
     for (size_t I = 2; I < Cmd.Ints.size(); ++I)
       printVarlenLengths(Cmd.Ints[I]);
-    llvm::SmallVector<llvm::StringRef, 4> Only;
-    if (const char *Env = std::getenv("ATTNC_BENCH_VARLEN_MASKS")) {
-      llvm::StringRef(Env).split(Only, ',', -1, /*KeepEmpty=*/false);
-      for (llvm::StringRef Name : Only)
-        if (!llvm::is_contained(VarlenMasks, Name)) {
-          std::fprintf(stderr,
-                       "attnc_bench_masks: ATTNC_BENCH_VARLEN_MASKS names '%s'; expected "
-                       "none, causal, window256 or chunked256, comma-separated\n",
-                       Name.str().c_str());
-          return 2;
-        }
-    }
     for (const char *Mask : VarlenMasks)
       for (size_t I = 2; I < Cmd.Ints.size(); ++I) {
-        if (!Only.empty() && !llvm::is_contained(Only, llvm::StringRef(Mask)))
+        if (!VarlenRow(Mask))
           continue;
         try {
           benchVarlen(Mask, Cmd.Dtype, H, D, Cmd.Ints[I]);
