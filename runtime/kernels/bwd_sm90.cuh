@@ -318,6 +318,15 @@ struct BwdDkDvSm90 {
     return w;
   }
 
+  /// Warp-specialised: the compute threads' K and V tiles are in, for
+  /// every compute thread (each waits for its own copies and fences them
+  /// for wgmma, which reads through the async proxy, then all meet).
+  __device__ static __forceinline__ void kv_landed() {
+    cp_async_wait<0>();
+    fence_proxy_async_shared();
+    sync_compute();
+  }
+
   /// A barrier of the warpgroups that compute (all threads but the
   /// producer's when warp-specialised: named barrier 1). The column split's
   /// warpgroups reach it from consume<0> and consume<1>, different code,
@@ -346,12 +355,17 @@ struct BwdDkDvSm90 {
     const int group_size = a.heads / a.heads_kv;
     const int key0 = n_block * kBlockN;
 
-    load_slabs_async<kBlockN, kD, kCtaThreads>(
-        s_k, static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh, a.k_ss,
-        key0, a.seq_kv);
-    load_slabs_async<kBlockN, kDV, kCtaThreads>(
-        s_v, static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh, a.v_ss,
-        key0, a.seq_kv);
+    // Warp-specialised, the compute threads load K and V and wait for
+    // them alone: the producer starts the walk (its first Q and dO tiles)
+    // while they land.
+    if (!kWs || threadIdx.x < kThreads) {
+      load_slabs_async<kBlockN, kD, kThreads>(
+          s_k, static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh, a.k_ss,
+          key0, a.seq_kv);
+      load_slabs_async<kBlockN, kDV, kThreads>(
+          s_v, static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh, a.v_ss,
+          key0, a.seq_kv);
+    }
     cp_async_commit();
     if constexpr (kWs) {
       if (threadIdx.x == 0) {
@@ -378,10 +392,7 @@ struct BwdDkDvSm90 {
           }
         mbar_init_fence();
       }
-      // K and V are in before the warpgroups part (wgmma reads them
-      // through the async proxy).
-      cp_async_wait<0>();
-      fence_proxy_async_shared();
+      // The mbarriers are initialised before the warpgroups part.
       __syncthreads();
       if (threadIdx.x >= kThreads) {
         if constexpr (kWarpgroups == 2)
@@ -403,6 +414,7 @@ struct BwdDkDvSm90 {
       }
       if constexpr (kWarpgroups == 2)
         setmaxnreg_inc<kConsumerRegs>();
+      kv_landed();
     }
     // Column-split: each warpgroup's accumulators have its own sizes.
     if (kSplit && threadIdx.x >= 128)
@@ -518,12 +530,30 @@ struct BwdDkDvSm90 {
   add_dq(const BwdArgs &a, const float (&acc)[kDqChains][Cols<kW>::kQN / 8][4], int bh, int m,
          int rank);
 
+  /// The staged store's rows in shared memory: a key's dK (then dV) row,
+  /// padded by 16 bytes so that the 8 rows of a warp's fragment stores
+  /// start in distinct 16-byte bank groups; the bulk copies read whole
+  /// rows (16-byte multiples, 16-byte aligned).
+  static constexpr int kStagedKRow = kD * 2 + 16, kStagedVRow = kDV * 2 + 16;
+  /// dK and dV staged in the ring and the dSᵀ tile (both free once the
+  /// walk is over) and written by bulk copies, a row a thread: the CTA
+  /// waits for its copies to read shared memory, not for its global
+  /// writes (with the fragments' 4-byte stores from registers it waited
+  /// for every store to drain, and a short walk's CTA spent a sixth of its
+  /// time there). The lockstep step's warp-specialised forms, where dK and
+  /// dV fit.
+  static constexpr bool kStagedStore =
+      kWs && !kRoles && !kPingPong &&
+      kBlockN * (kStagedKRow + kStagedVRow) <= kStages * kStageBytes + kDsBytes;
+
   /// dK and dV of this thread's keys and columns, rows past seq_kv not
-  /// stored.
+  /// stored; staged in shared memory from \p s_stage (the ring) where
+  /// kStagedStore, every compute thread calling it.
   template <int kW>
   __device__ static __forceinline__ void store(const BwdArgs &a, int b, int hk, int key0,
                                                const float (&acc_dk)[Cols<kW>::kKN / 8][4],
-                                               const float (&acc_dv)[Cols<kW>::kVN / 8][4]);
+                                               const float (&acc_dv)[Cols<kW>::kVN / 8][4],
+                                               u32 s_stage);
 };
 
 } // namespace attnc

@@ -132,7 +132,7 @@ ATTNC_BWD_SM90::consume(const BwdArgs &a, const typename Variant::Inputs &in, u3
     named_bar_sync(kBarToken + 0, kThreads);
   // Roles: warpgroup 1 holds all of dK and dV.
   if (!kRoles || kW == 1)
-    store<kW>(a, b, hk, key0, acc_dk, acc_dv);
+    store<kW>(a, b, hk, key0, acc_dk, acc_dv, s_ring);
 }
 
 } // namespace attnc

@@ -310,12 +310,51 @@ ATTNC_BWD_SM90_TEMPLATE
 template <int kW>
 __device__ __forceinline__ void ATTNC_BWD_SM90::store(const BwdArgs &a, int b, int hk, int key0,
                                                       const float (&acc_dk)[Cols<kW>::kKN / 8][4],
-                                                      const float (&acc_dv)[Cols<kW>::kVN / 8][4]) {
+                                                      const float (&acc_dv)[Cols<kW>::kVN / 8][4],
+                                                      u32 s_stage) {
   using C = Cols<kW>;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4;
   const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
   unsigned short *dk = static_cast<unsigned short *>(a.dk) + b * a.dk_sb + hk * a.dk_sh;
   unsigned short *dv = static_cast<unsigned short *>(a.dv) + b * a.dv_sb + hk * a.dv_sh;
+  if constexpr (kStagedStore) {
+    const u32 s_dv = s_stage + kBlockN * kStagedKRow;
+    // The ring's last reads (wgmma of the last step, the input-gradient
+    // sums' scratch) are done.
+    sync_compute();
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = key_offset(wg) + warp * 16 + g + 8 * half;
+#pragma unroll
+      for (int t = 0; t < C::kKN / 8; ++t)
+        st_shared_32(s_stage + row * kStagedKRow + (C::kK0 + t * 8 + 2 * tq) * 2,
+                     pack2<T>(acc_dk[t][2 * half], acc_dk[t][2 * half + 1]));
+#pragma unroll
+      for (int t = 0; t < C::kVN / 8; ++t)
+        st_shared_32(s_dv + row * kStagedVRow + (C::kV0 + t * 8 + 2 * tq) * 2,
+                     pack2<T>(acc_dv[t][2 * half], acc_dv[t][2 * half + 1]));
+    }
+    // The rows are written through the generic proxy and read by the bulk
+    // copies through the async one.
+    fence_proxy_async_shared();
+    sync_compute();
+    for (int i = threadIdx.x; i < 2 * kBlockN; i += kThreads) {
+      const bool is_v = i >= kBlockN;
+      const int row = is_v ? i - kBlockN : i;
+      if (key0 + row >= a.seq_kv)
+        continue;
+      if (is_v)
+        bulk_store_s2g(dv + (long long)(key0 + row) * a.dv_ss, s_dv + row * kStagedVRow,
+                       kDV * 2);
+      else
+        bulk_store_s2g(dk + (long long)(key0 + row) * a.dk_ss, s_stage + row * kStagedKRow,
+                       kD * 2);
+    }
+    bulk_commit();
+    // The shared rows are read before the CTA's shared memory is released.
+    bulk_wait_read_all();
+    return;
+  }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int key = key0 + key_offset(wg) + warp * 16 + g + 8 * half;

@@ -214,16 +214,20 @@ struct BwdDkDvSm90Varlen {
           a.grad_partial[((long long)g * a.kv_n_blocks + n) * ((long long)a.batch * a.heads) +
                          (long long)b * a.heads + hk * group_size + hi] = 0.f;
         }
-    load_slabs_async<kBlockN, kD, Base::kCtaThreads>(
-        s_k,
-        static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
-            (long long)sp.kv0 * a.k_ss,
-        a.k_ss, key0, sp.seq_kv);
-    load_slabs_async<kBlockN, kDV, Base::kCtaThreads>(
-        s_v,
-        static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh +
-            (long long)sp.kv0 * a.v_ss,
-        a.v_ss, key0, sp.seq_kv);
+    // The compute threads load K and V and wait for them alone (as the
+    // dense kernel's): the producer's first steps overlap their landing.
+    if (threadIdx.x < kThreads) {
+      load_slabs_async<kBlockN, kD, kThreads>(
+          s_k,
+          static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
+              (long long)sp.kv0 * a.k_ss,
+          a.k_ss, key0, sp.seq_kv);
+      load_slabs_async<kBlockN, kDV, kThreads>(
+          s_v,
+          static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh +
+              (long long)sp.kv0 * a.v_ss,
+          a.v_ss, key0, sp.seq_kv);
+    }
     cp_async_commit();
     if (threadIdx.x == 0) {
       for (int s = 0; s < kStages; ++s) {
@@ -239,9 +243,7 @@ struct BwdDkDvSm90Varlen {
         }
       mbar_init_fence();
     }
-    cp_async_wait<0>();
-    fence_proxy_async_shared();
-    __syncthreads();
+    __syncthreads(); // the mbarriers
     if (threadIdx.x >= kThreads) {
       if constexpr (Base::kWarpgroups == 2)
         setmaxnreg_dec<Base::kProducerRegs>();
@@ -256,6 +258,7 @@ struct BwdDkDvSm90Varlen {
     }
     if constexpr (Base::kWarpgroups == 2)
       setmaxnreg_inc<Base::kConsumerRegs>();
+    Base::kv_landed();
     if (kSplit && threadIdx.x >= 128)
       consume<1>(a, in, sp, s_k, s_v, s_ring, s_ds, s_dq, bar_full, bar_empty, meta, ring,
                  n_block, b, hk, group_size, key0);
@@ -532,7 +535,7 @@ struct BwdDkDvSm90Varlen {
     ls.seq_kv = sp0.seq_kv;
     ls.dk = static_cast<unsigned short *>(a.dk) + (long long)sp0.kv0 * a.dk_ss;
     ls.dv = static_cast<unsigned short *>(a.dv) + (long long)sp0.kv0 * a.dv_ss;
-    Base::template store<kW>(ls, b, hk, key0, acc_dk, acc_dv);
+    Base::template store<kW>(ls, b, hk, key0, acc_dk, acc_dv, s_ring);
   }
 };
 
