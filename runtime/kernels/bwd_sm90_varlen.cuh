@@ -29,7 +29,9 @@
 //
 // The walk. The producer warp decides it and passes each step's query
 // block, fullness and dQ turn to the consumers in the stage's metadata
-// (written before the stage's arrival, read after its wait), then one
+// (written after the step's loads are issued and before the stage's
+// arrival, read after its wait; with the turns taken ahead the turn warps
+// find each step's turn themselves, dq_rank below), then one
 // end-of-head stage per query head with no tiles (the turn warp, where
 // there is one, reads the same metadata and arrives on the stage's empty
 // barrier too, so that no stage is refilled before it has read it):
@@ -37,7 +39,8 @@
 //    (rotated as in bwd_sm80_fused_dq.cuh where the host sets dq_rotate),
 //    the rank the order of the walks' visits (unmasked_rank);
 //  * masked with a mask the analysis bounds from the block's box: the
-//    blocks of query_block_range (block_range.cuh's votes) that
+//    blocks from the first to the last kept one (block_range.cuh's votes,
+//    the last found while the first step's tiles land) that
 //    box_may_keep keeps, full where tile_full proves it, and the rank the
 //    number of the sequence's key blocks above this one that keep the
 //    query block (a vote of box classes): the same set and order as
@@ -157,10 +160,10 @@ struct BwdDkDvSm90Varlen {
   static constexpr bool kRanges = BoxBounded<Variant>::value;
   /// A stage's metadata (16 bytes a stage, after the mbarriers in their
   /// 256 bytes): the query block | full << 30 | end of head << 31, the dQ
-  /// rank, the head within the group | the walk's end << 31 (the last
-  /// stages, for the turn warps), and the number of the query steps before
-  /// this one (the dQ slots' count, which the end-of-head stages do not
-  /// advance).
+  /// rank (unless kRanksByTurnWarps), the head within the group | the
+  /// walk's end << 31 (the last stages, for the turn warps), and the number
+  /// of the query steps before this one (the dQ slots' count, which the
+  /// end-of-head stages do not advance).
   static constexpr int kMetaOffset = 128;
   static_assert(kMetaOffset + 16 * kStages <= 256 && Base::kBarBytes == 256,
                 "the metadata fits beside the mbarriers");
@@ -176,6 +179,12 @@ struct BwdDkDvSm90Varlen {
   /// Turn warps that each read every other stage: the walk ends with one
   /// more stage, so that each sees an end (produce).
   static constexpr int kTurnWarps = Base::kSlotTurns ? Base::kDqTurnWarps : 1;
+  /// With the turns taken ahead the compute threads never read a step's
+  /// rank: the turn warps find it (dq_rank's votes) after reading the
+  /// stage, while the step is computed, not the producer before the step's
+  /// arrival (a bounded mask's votes were most of a short walk's producer
+  /// time). Otherwise the producer passes it in the metadata.
+  static constexpr bool kRanksByTurnWarps = Base::kSlotTurns;
 
   /// Grid (packed_block_bound of the key blocks, kv heads).
   __device__ static void run(const BwdArgs &a, const typename Variant::Inputs &call_in,
@@ -251,7 +260,8 @@ struct BwdDkDvSm90Varlen {
       if (warp == 0)
         produce(a, in, maps, s_ring, bar_full, bar_empty, meta, n_block, b, hk, group_size);
       else if (Base::kSlotTurns && warp <= kTurnWarps)
-        write_dq_slots(a, s_dq, bar_full, bar_empty, meta, b, hk, group_size, warp - 1);
+        write_dq_slots(a, in, sp, s_dq, bar_full, bar_empty, meta, n_block, b, hk, group_size,
+                       warp - 1);
       else if (!Base::kSlotTurns && Base::kTurnWarp && warp == 1)
         take_turns(a, bar_full, bar_empty, meta, b, hk, group_size);
       return;
@@ -267,6 +277,36 @@ struct BwdDkDvSm90Varlen {
                  n_block, b, hk, group_size, key0);
   }
 
+  /// The dQ rank of query block \p m at key block \p n_block of the
+  /// sequence (the order of the key blocks' adds to its sum; the producer's
+  /// lane \p lane, all lanes converged): unmasked, the order of the walks'
+  /// visits (rotated as the host says); masked with a bounded mask, the
+  /// number of the sequence's key blocks above this one that keep m (votes
+  /// of box classes, 32 blocks a vote: every CTA of the sequence counts
+  /// the same set its producer visits); masked otherwise, every block
+  /// above.
+  __device__ static __forceinline__ int dq_rank(const BwdArgs &a,
+                                                const typename Variant::Inputs &in, int b,
+                                                int h, int m, int n_block, const SeqSpan &sp,
+                                                int lane) {
+    const int mb = (sp.seq_q + kBlockM - 1) / kBlockM;
+    const int nb = (sp.seq_kv + kBlockN - 1) / kBlockN;
+    if constexpr (Variant::kHasMask && kRanges) {
+      int rank = 0;
+      for (int n0 = n_block + 1; n0 < nb; n0 += 32) {
+        const int n = n0 + lane;
+        rank += __popc(__ballot_sync(0xffffffffu, n < nb && keeps(in, b, h, m, n, sp)));
+      }
+      return rank;
+    } else if constexpr (!Variant::kHasMask) {
+      if (a.dq_rotate) {
+        const int f = (int)(((long long)(m + 1) * nb - 1) / mb);
+        return f >= n_block ? f - n_block : f - n_block + nb;
+      }
+    }
+    return nb - 1 - n_block;
+  }
+
   /// Whether the mask may keep an element of query block \p m x key block
   /// \p n of the sequence (kRanges only).
   __device__ static __forceinline__ bool keeps(const typename Variant::Inputs &in, int b,
@@ -276,8 +316,9 @@ struct BwdDkDvSm90Varlen {
   }
 
   /// The producer warp: per head, the walk's steps (Q's and dO's tiles by
-  /// TMA from lane 0, the rows by cp.async from every lane, the metadata
-  /// from lane 0 before its arrival), then the end-of-head stage.
+  /// TMA from lane 0, the rows by cp.async from every lane, then the
+  /// step's fullness and rank, and the metadata from lane 0 before its
+  /// arrival), then the end-of-head stage.
   __device__ static void produce(const BwdArgs &a, const typename Variant::Inputs &in,
                                  const Sm90BwdMaps &maps, u32 s_ring, u32 bar_full,
                                  u32 bar_empty, u32 meta, int n_block, int b, int hk,
@@ -308,43 +349,40 @@ struct BwdDkDvSm90Varlen {
                                   a.heads, a.seq_q, a.seq_kv, b, h);
       const int mb = (sp.seq_q + kBlockM - 1) / kBlockM;
       const int nb = (sp.seq_kv + kBlockN - 1) / kBlockN;
-      int first = 0, count = mb, rot = 0;
+      // A bounded mask's query blocks: the first kept one before the first
+      // step's loads, the end of the range (last_block_kept's votes) after
+      // them, so that the votes overlap the loads' latency.
+      int first = 0, last = mb, rot = 0;
+      [[maybe_unused]] auto may_keep = [&](auto lo, auto hi) {
+        return box_may_keep<Variant>(in, b, h, lo * kBlockM, min(hi * kBlockM, sp.seq_q) - 1,
+                                     n_block * kBlockN,
+                                     min((n_block + 1) * kBlockN, sp.seq_kv) - 1, sp);
+      };
+      [[maybe_unused]] const WarpVote vote{lane};
       if constexpr (Variant::kHasMask && kRanges) {
-        const int2 range = query_block_range<Variant, kBlockM, kBlockN>(in, b, h, n_block, sp);
-        first = range.x;
-        count = range.y - range.x;
+        first = first_block_kept(0, mb, may_keep, vote);
+        last = -1; // not found yet
       }
       if constexpr (!Variant::kHasMask)
         rot = a.dq_rotate && mb > 0 ? (int)((long long)n_block * mb / nb) : 0;
-      for (int j = 0; j <= count; ++j) {
-        int m = 0, rank = 0;
-        bool full = true;
-        const bool end = j == count;
+      for (int j = 0;; ++j) {
+        if constexpr (Variant::kHasMask && kRanges)
+          if (j == 1 || (j == 0 && first >= mb))
+            last = first >= mb ? first : last_block_kept(first, mb, may_keep, vote);
+        const bool end = first + j >= last && last >= 0;
+        int m = 0;
         if (!end) {
           if constexpr (Variant::kHasMask && kRanges) {
             m = first + j;
-            if (!keeps(in, b, h, m, n_block, sp))
-              continue; // a hole inside the range: no key block n' ranks it here
-            full = tile_full<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM, n_block * kBlockN,
-                                                        sp);
-            // The key blocks above this one that keep m, 32 a vote.
-            for (int n0 = n_block + 1; n0 < nb; n0 += 32) {
-              const int n = n0 + lane;
-              rank += __popc(__ballot_sync(0xffffffffu, n < nb && keeps(in, b, h, m, n, sp)));
-            }
+            // A hole inside the range: no key block n' ranks it here (the
+            // range's first block is kept).
+            if (j > 0 && !keeps(in, b, h, m, n_block, sp))
+              continue;
           } else if constexpr (Variant::kHasMask) {
             m = j;
-            full = false;
-            rank = nb - 1 - n_block;
           } else {
             m = rot + j;
             m -= m >= mb ? mb : 0;
-            if (a.dq_rotate) {
-              const int f = (int)(((long long)(m + 1) * nb - 1) / mb);
-              rank = f >= n_block ? f - n_block : f - n_block + nb;
-            } else {
-              rank = nb - 1 - n_block;
-            }
           }
         }
         const int stage = it % kStages;
@@ -352,31 +390,49 @@ struct BwdDkDvSm90Varlen {
           mbar_wait(bar_empty + 8 * stage, ((it / kStages) + 1) & 1);
         ++it;
         const u32 s = s_ring + stage * kStageBytes, bar = bar_full + 8 * stage;
-        if (lane == 0) {
-          st_shared_32(meta + 16 * stage,
-                       (u32)m | (full ? 1u << 30 : 0u) | (end ? 1u << 31 : 0u));
-          st_shared_32(meta + 16 * stage + 4, (u32)rank);
-          const bool over = end && hi == group_size - 1;
-          st_shared_32(meta + 16 * stage + 8, (u32)hi | (over ? 1u << 31 : 0u));
-          st_shared_32(meta + 16 * stage + 12, (u32)steps);
-        }
-        steps += end ? 0 : 1;
+        const u32 md = meta + 16 * stage;
         if (end) {
-          if (lane == 0)
+          if (lane == 0) {
+            st_shared_32(md, (u32)m | (1u << 31));
+            st_shared_32(md + 4, 0u);
+            const bool over = hi == group_size - 1;
+            st_shared_32(md + 8, (u32)hi | (over ? 1u << 31 : 0u));
+            st_shared_32(md + 12, (u32)steps);
             mbar_arrive(bar);
+          }
           cp_async_mbar_arrive(bar);
-          continue;
+          break;
         }
+        // The step's loads first; its fullness and dQ rank (the votes of
+        // a bounded mask) while they land, then the metadata and lane 0's
+        // arrival, which completes the stage with the loads.
         const int row0 = m * kBlockM;
         if (lane == 0) {
           const int row = sp.q0 + row0; // the packed maps' one batch
-          mbar_arrive_expect_tx(bar, kQBytes + kOBytes);
+          mbar_expect_tx(bar, kQBytes + kOBytes);
           tma_load_slabs<kD, Base::kQSlab>(s, &maps.q, maps.q_pos, row, h, 0, bar);
           tma_load_slabs<kDV, Base::kQSlab>(s + kQBytes, &maps.dout, maps.do_pos, row, h, 0,
                                             bar);
         }
         load_rows(a, sp, s + kQBytes + kOBytes, row0, lane);
         cp_async_mbar_arrive(bar);
+        bool full = true;
+        if constexpr (Variant::kHasMask && kRanges)
+          full = tile_full<Variant, kBlockM, kBlockN>(in, b, h, m * kBlockM, n_block * kBlockN,
+                                                      sp);
+        else if constexpr (Variant::kHasMask)
+          full = false;
+        int rank = 0;
+        if constexpr (!kRanksByTurnWarps)
+          rank = dq_rank(a, in, b, h, m, n_block, sp, lane);
+        if (lane == 0) {
+          st_shared_32(md, (u32)m | (full ? 1u << 30 : 0u));
+          st_shared_32(md + 4, (u32)rank);
+          st_shared_32(md + 8, (u32)hi);
+          st_shared_32(md + 12, (u32)steps);
+          mbar_arrive(bar);
+        }
+        ++steps;
       }
     }
     cp_async_wait<0>();
@@ -414,8 +470,10 @@ struct BwdDkDvSm90Varlen {
   /// among the query steps, md.w) added in its turn as the dense kernel's
   /// turn warps do (Base::add_dq_slot) on the sequence's dQ slots, until
   /// the stage that ends the walk.
-  __device__ static void write_dq_slots(const BwdArgs &a, u32 s_dq, u32 bar_full, u32 bar_empty,
-                                        u32 meta, int b, int hk, int group_size, int owner) {
+  __device__ static void write_dq_slots(const BwdArgs &a, const typename Variant::Inputs &in,
+                                        const SeqSpan &sp, u32 s_dq, u32 bar_full,
+                                        u32 bar_empty, u32 meta, int n_block, int b, int hk,
+                                        int group_size, int owner) {
     if constexpr (Base::kSlotTurns) {
       const long long slot0 = varlen_dq_slot0<kBlockM>(a, b);
       int *const sem0 = a.dq_sem + slot0;
@@ -430,17 +488,17 @@ struct BwdDkDvSm90Varlen {
           return;
         if (md.x >> 31)
           continue;
-        const int m = (int)(md.x & 0x3fffffffu), rank = kAtomicDq ? 1 : (int)md.y;
+        const int m = (int)(md.x & 0x3fffffffu), h = hk * group_size + (int)(md.z & 0x7fffffffu);
+        const int rank = kAtomicDq ? 1 : dq_rank(a, in, b, h, m, n_block, sp, threadIdx.x % 32);
         // (head, block) addressing of the sequence's slots: a head is
         // a.kv_m_blocks of them.
-        const long long block =
-            (long long)(hk * group_size + (int)(md.z & 0x7fffffffu)) * a.kv_m_blocks + m;
+        const long long block = (long long)h * a.kv_m_blocks + m;
         Base::add_dq_slot(s_dq, dq_bars, (int)md.w, kAtomicDq ? nullptr : sem0 + block,
                           dq0 + block * kBlockM * kD, rank);
       }
     }
-    (void)a; (void)s_dq; (void)bar_full; (void)bar_empty; (void)meta; (void)b; (void)hk;
-    (void)group_size; (void)owner;
+    (void)a; (void)in; (void)sp; (void)s_dq; (void)bar_full; (void)bar_empty; (void)meta;
+    (void)n_block; (void)b; (void)hk; (void)group_size; (void)owner;
   }
 
   /// cp.async of the sequence's query rows' finals and doosum ([..][heads]
