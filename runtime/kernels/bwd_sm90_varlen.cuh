@@ -278,8 +278,8 @@ struct BwdDkDvSm90Varlen {
   }
 
   /// The dQ rank of query block \p m at key block \p n_block of the
-  /// sequence (the order of the key blocks' adds to its sum; the producer's
-  /// lane \p lane, all lanes converged): unmasked, the order of the walks'
+  /// sequence (the order of the key blocks' adds to its sum; the calling
+  /// warp's lane \p lane, all lanes converged): unmasked, the order of the walks'
   /// visits (rotated as the host says); masked with a bounded mask, the
   /// number of the sequence's key blocks above this one that keep m (votes
   /// of box classes, 32 blocks a vote: every CTA of the sequence counts
