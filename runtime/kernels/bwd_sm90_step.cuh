@@ -353,21 +353,21 @@ __device__ __forceinline__ void ATTNC_BWD_SM90::store(const BwdArgs &a, int b, i
     bulk_commit();
     // The shared rows are read before the CTA's shared memory is released.
     bulk_wait_read_all();
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int key = key0 + key_offset(wg) + warp * 16 + g + 8 * half;
-    if (key >= a.seq_kv)
-      continue;
+    for (int half = 0; half < 2; ++half) {
+      const int key = key0 + key_offset(wg) + warp * 16 + g + 8 * half;
+      if (key >= a.seq_kv)
+        continue;
 #pragma unroll
-    for (int t = 0; t < C::kKN / 8; ++t)
-      *reinterpret_cast<u32 *>(dk + (long long)key * a.dk_ss + C::kK0 + t * 8 + 2 * tq) =
-          pack2<T>(acc_dk[t][2 * half], acc_dk[t][2 * half + 1]);
+      for (int t = 0; t < C::kKN / 8; ++t)
+        *reinterpret_cast<u32 *>(dk + (long long)key * a.dk_ss + C::kK0 + t * 8 + 2 * tq) =
+            pack2<T>(acc_dk[t][2 * half], acc_dk[t][2 * half + 1]);
 #pragma unroll
-    for (int t = 0; t < C::kVN / 8; ++t)
-      *reinterpret_cast<u32 *>(dv + (long long)key * a.dv_ss + C::kV0 + t * 8 + 2 * tq) =
-          pack2<T>(acc_dv[t][2 * half], acc_dv[t][2 * half + 1]);
+      for (int t = 0; t < C::kVN / 8; ++t)
+        *reinterpret_cast<u32 *>(dv + (long long)key * a.dv_ss + C::kV0 + t * 8 + 2 * tq) =
+            pack2<T>(acc_dv[t][2 * half], acc_dv[t][2 * half + 1]);
+    }
   }
 }
 } // namespace attnc
