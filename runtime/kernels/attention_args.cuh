@@ -47,7 +47,7 @@ struct FwdArgs {
 
 /// The ints of one tile of FwdArgs::packed_tiles: nine facts, padded to
 /// three 16-byte loads.
-constexpr int kPackedTileInts = 12;
+inline constexpr int kPackedTileInts = 12;
 
 /// Paged prefill arguments. In f: q and o are packed [total_q, heads, dim]
 /// (batch strides 0) with cu_seqlens_q; k and v are the page caches, k_sb
