@@ -183,6 +183,16 @@ TEST_CASE("bwd_sm90: the turn warp's bulk dQ compiles to CUBINs without wgmma se
                {examples::mhaDocument(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::BF16},
                {examples::softcapLearnable(), "bwd90ws.kv64x128s2.lean2.bulk.fused", DType::BF16},
                {examples::mha(), "bwd90ws.kv64x128s2.lean2.bulk.atomic", DType::F16}};
+  // Bulk stores from shared memory: dK's and dV's staged rows in every
+  // mode, and rank 0's dQ in the ordered one.
+  auto bulkStores = [](const std::string &Ptx) {
+    size_t N = 0;
+    const std::string Op = "cp.async.bulk.global.shared::cta.bulk_group [";
+    for (size_t At = Ptx.find(Op); At != std::string::npos; At = Ptx.find(Op, At + 1))
+      ++N;
+    return N;
+  };
+  size_t OrderedStores = 0, AtomicStores = 0;
   for (const auto &C : Cases) {
     BwdSm90Config Cfg = BwdSm90Config::parse(C.Config);
     codegen::KernelSource Src = modeSource(C);
@@ -196,13 +206,18 @@ TEST_CASE("bwd_sm90: the turn warp's bulk dQ compiles to CUBINs without wgmma se
     CHECK(!has(Ptx, "red.relaxed.gpu.global.add"));
     CHECK(!has(Ptx, "st.global.cg.v2.f32"));
     CHECK(has(Ptx, "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32"));
-    CHECK(has(Ptx, "cp.async.bulk.global.shared::cta.bulk_group [") == !Cfg.AtomicDq);
+    CHECK(bulkStores(Ptx) > 0); // dK and dV (BwdDkDvSm90::kStagedStore)
+    if (Src.Key.rfind("mha.bwd_sm90.f16.", 0) == 0)
+      (Cfg.AtomicDq ? AtomicStores : OrderedStores) = bulkStores(Ptx);
     CHECK(has(Ptx, "cp.async.bulk.wait_group.read 0"));
     CHECK(has(Ptx, "cp.async.bulk.wait_group 0") == !Cfg.AtomicDq);
     CHECK(has(Ptx, "st.shared.v2.f32"));
     CHECK(has(Ptx, "st.release.gpu") == !Cfg.AtomicDq);
     checkCubin(Src);
   }
+  // The atomic mode stores no dQ: fewer bulk stores than the ordered one.
+  CHECK(AtomicStores > 0);
+  CHECK(AtomicStores < OrderedStores);
 }
 
 TEST_CASE("bwd_sm90: the turns taken ahead (.bulk2., .red2., .red.) compile to CUBINs without wgmma "
