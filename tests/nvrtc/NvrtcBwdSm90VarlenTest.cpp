@@ -255,11 +255,12 @@ TEST_CASE("bwd_sm90 varlen: mha's packed forms compile to CUBINs without wgmma "
   CompiledDefinition Def = compile(gputest::makeDefinition("mha"));
   // The packed defaults at d128 and d64 (the lean step with its turn warp),
   // and the plain lockstep step that d128 ran packed before. The lean
-  // forms spill in the producer warp alone (24 registers after setmaxnreg:
-  // its walk beside the turn warp's branch; the SASS of d128's on
-  // 2026-11-28 has every STL/LDL between the turn warp's exit and the TMA
-  // loads), 88 to 104 bytes; the bound catches a spill of the compute
-  // warpgroups' accumulators, which would be far more.
+  // forms spill in the producer warpgroup alone (24 registers after
+  // setmaxnreg: the producer's walk and the turn warps' branches; the SASS
+  // of d128's on 2026-11-28 has every STL/LDL between the turn warp's exit
+  // and the TMA loads), a 56 to 104-byte stack frame; the bound catches a
+  // spill of the compute warpgroups' accumulators, which would be far
+  // more.
   for (auto [D, Cfg, MaxStack] :
        {std::tuple{128, packedDefault(128, 128), 128}, std::tuple{64, packedDefault(64, 64), 128},
         std::tuple{128, BwdSm90Config::parse("bwd90ws.kv64x128s2.fused.varlen"), 0}}) {
