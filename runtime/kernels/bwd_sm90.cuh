@@ -153,10 +153,9 @@ struct BwdDkDvSm90 {
   /// The consumer warpgroups: one per 64 keys, or two over the same 64
   /// keys in the column-split mode.
   static constexpr int kWarpgroups = kSplit ? 2 : kBlockN / 64;
+  /// (Warp-specialised: one more warpgroup, the producer's, after them, so
+  /// that thread 0, which the dQ turns use, is a consumer.)
   static constexpr int kThreads = 128 * kWarpgroups;
-  /// Warp-specialised: one more warpgroup, the producer, after them (so
-  /// that thread 0, which the dQ turns use, is a consumer).
-  static constexpr int kCtaThreads = kThreads + (kWs ? 128 : 0);
   static constexpr int kWarps = kThreads / 32;
   static constexpr int QT = kBlockM / 8; // n8 query tiles of Sᵀ
   static constexpr int kF = Variant::kNumFinals;
