@@ -318,10 +318,20 @@ struct BwdDkDvSm90 {
     return w;
   }
 
-  /// Warp-specialised: the compute threads' K and V tiles are in, for
-  /// every compute thread (each waits for its own copies and fences them
-  /// for wgmma, which reads through the async proxy, then all meet).
-  __device__ static __forceinline__ void kv_landed() {
+  /// K's and V's tiles of keys [key0, key0 + kBlockN) (rows at or past
+  /// \p limit zero-filled) by cp.async from the compute threads, and
+  /// waited for: each thread waits for its own copies and fences them for
+  /// wgmma, which reads through the async proxy, then all meet.
+  /// Warp-specialised, they call it after the warpgroups part (at their
+  /// setmaxnreg count: issued before it, the copies' addresses were live
+  /// across the split and spilled in the compute warps at d64), so the
+  /// producer's first loads overlap theirs.
+  __device__ static __forceinline__ void load_kv(u32 s_k, u32 s_v, const unsigned short *k,
+                                                 long long k_ss, const unsigned short *v,
+                                                 long long v_ss, int key0, int limit) {
+    load_slabs_async<kBlockN, kD, kThreads>(s_k, k, k_ss, key0, limit);
+    load_slabs_async<kBlockN, kDV, kThreads>(s_v, v, v_ss, key0, limit);
+    cp_async_commit();
     cp_async_wait<0>();
     fence_proxy_async_shared();
     sync_compute();
@@ -355,18 +365,14 @@ struct BwdDkDvSm90 {
     const int group_size = a.heads / a.heads_kv;
     const int key0 = n_block * kBlockN;
 
-    // Warp-specialised, the compute threads load K and V and wait for
-    // them alone: the producer starts the walk (its first Q and dO tiles)
-    // while they land.
-    if (!kWs || threadIdx.x < kThreads) {
-      load_slabs_async<kBlockN, kD, kThreads>(
-          s_k, static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh, a.k_ss,
-          key0, a.seq_kv);
-      load_slabs_async<kBlockN, kDV, kThreads>(
-          s_v, static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh, a.v_ss,
-          key0, a.seq_kv);
+    const unsigned short *k = static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh;
+    const unsigned short *v = static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh;
+    if constexpr (!kWs) {
+      // The ring's first group (consume waits for it with the first step's).
+      load_slabs_async<kBlockN, kD, kThreads>(s_k, k, a.k_ss, key0, a.seq_kv);
+      load_slabs_async<kBlockN, kDV, kThreads>(s_v, v, a.v_ss, key0, a.seq_kv);
+      cp_async_commit();
     }
-    cp_async_commit();
     if constexpr (kWs) {
       if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; ++s) {
@@ -414,7 +420,9 @@ struct BwdDkDvSm90 {
       }
       if constexpr (kWarpgroups == 2)
         setmaxnreg_inc<kConsumerRegs>();
-      kv_landed();
+      // The compute threads load K and V and wait for them alone: the
+      // producer starts the walk (its first Q and dO tiles) meanwhile.
+      load_kv(s_k, s_v, k, a.k_ss, v, a.v_ss, key0, a.seq_kv);
     }
     // Column-split: each warpgroup's accumulators have its own sizes.
     if (kSplit && threadIdx.x >= 128)

@@ -223,21 +223,6 @@ struct BwdDkDvSm90Varlen {
           a.grad_partial[((long long)g * a.kv_n_blocks + n) * ((long long)a.batch * a.heads) +
                          (long long)b * a.heads + hk * group_size + hi] = 0.f;
         }
-    // The compute threads load K and V and wait for them alone (as the
-    // dense kernel's): the producer's first steps overlap their landing.
-    if (threadIdx.x < kThreads) {
-      load_slabs_async<kBlockN, kD, kThreads>(
-          s_k,
-          static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
-              (long long)sp.kv0 * a.k_ss,
-          a.k_ss, key0, sp.seq_kv);
-      load_slabs_async<kBlockN, kDV, kThreads>(
-          s_v,
-          static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh +
-              (long long)sp.kv0 * a.v_ss,
-          a.v_ss, key0, sp.seq_kv);
-    }
-    cp_async_commit();
     if (threadIdx.x == 0) {
       for (int s = 0; s < kStages; ++s) {
         mbar_init(bar_full + 8 * s, 1 + 32); // as bwd_sm90.cuh's ring
@@ -268,7 +253,16 @@ struct BwdDkDvSm90Varlen {
     }
     if constexpr (Base::kWarpgroups == 2)
       setmaxnreg_inc<Base::kConsumerRegs>();
-    Base::kv_landed();
+    // The compute threads load K and V from the sequence's first key and
+    // wait for them alone (as the dense kernel's): the producer's first
+    // steps overlap their landing.
+    Base::load_kv(s_k, s_v,
+                  static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
+                      (long long)sp.kv0 * a.k_ss,
+                  a.k_ss,
+                  static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh +
+                      (long long)sp.kv0 * a.v_ss,
+                  a.v_ss, key0, sp.seq_kv);
     if (kSplit && threadIdx.x >= 128)
       consume<1>(a, in, sp, s_k, s_v, s_ring, s_ds, s_dq, bar_full, bar_empty, meta, ring,
                  n_block, b, hk, group_size, key0);
