@@ -254,8 +254,17 @@ struct BwdDkDvSm90 {
   /// (BwdSm90Config::dkdvSharedBytes says the same).
   static constexpr int kSmemBytes =
       1024 + kKBytes + kVBytes + kStages * kStageBytes + kDsBytes + kDqBytes + kBarBytes;
-  /// setmaxnreg with two consumer warpgroups (384 threads start at 168).
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  /// setmaxnreg with two consumer warpgroups (384 threads start at 168;
+  /// a split must fit 168 · 384 registers). At 128/128 the compute
+  /// warpgroups fit in 232 without spilling (ptxas), and 32 for the
+  /// producer and turn warps halve their spills in the packed form (a
+  /// chunked mask's: 602 → 290 bytes a thread); at d64 the compute
+  /// warpgroups' 128-row steps need 240.
+  static constexpr bool kWideProducer = kD == 128 && kDV == 128;
+  static constexpr int kProducerRegs = kWideProducer ? 32 : 24;
+  static constexpr int kConsumerRegs = kWideProducer ? 232 : 240;
+  static_assert(kConsumerRegs * 256 + kProducerRegs * 128 <= 168 * 384,
+                "the setmaxnreg split fits the CTA's registers at launch");
   using Sem = BwdFusedDq<T, kD, kBlockM, kBlockN, kWarps>;
   using Elems = BwdSm90Elements<Variant, T, kDV, kBlockM, kSplit>;
   /// Ping-pong's step and the dQ writer (bwd_sm90_pingpong.cuh), which
