@@ -259,8 +259,9 @@ struct BwdDkDvSm90 {
   /// warpgroups fit in 232 without spilling (ptxas), and 32 for the
   /// producer and turn warps halve their spills in the packed form (a
   /// chunked mask's: 602 → 290 bytes a thread); at d64 the compute
-  /// warpgroups' 128-row steps need 240.
-  static constexpr bool kWideProducer = kD == 128 && kDV == 128;
+  /// warpgroups' 128-row steps need 240, and so does the two-pass element
+  /// work (softcap_learnable's wgmma serialised at 232).
+  static constexpr bool kWideProducer = kD == 128 && kDV == 128 && !kTwoPass;
   static constexpr int kProducerRegs = kWideProducer ? 32 : 24;
   static constexpr int kConsumerRegs = kWideProducer ? 232 : 240;
   static_assert(kConsumerRegs * 256 + kProducerRegs * 128 <= 168 * 384,
