@@ -253,8 +253,18 @@ struct BwdDkDvSm90 {
   /// (BwdSm90Config::dkdvSharedBytes says the same).
   static constexpr int kSmemBytes =
       1024 + kKBytes + kVBytes + kStages * kStageBytes + kDsBytes + kDqBytes + kBarBytes;
-  /// setmaxnreg with two consumer warpgroups (384 threads start at 168).
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  /// setmaxnreg with two consumer warpgroups (384 threads start at 168;
+  /// a split must fit 168 · 384 registers). At 128/128 the compute
+  /// warpgroups fit in 232 without spilling (ptxas), and 32 for the
+  /// producer and turn warps halve their spills in the packed form (a
+  /// chunked mask's: 602 → 290 bytes a thread); at d64 the compute
+  /// warpgroups' 128-row steps need 240, and so does the two-pass element
+  /// work (softcap_learnable's wgmma serialised at 232).
+  static constexpr bool kWideProducer = kD == 128 && kDV == 128 && !kTwoPass;
+  static constexpr int kProducerRegs = kWideProducer ? 32 : 24;
+  static constexpr int kConsumerRegs = kWideProducer ? 232 : 240;
+  static_assert(kConsumerRegs * 256 + kProducerRegs * 128 <= 168 * 384,
+                "the setmaxnreg split fits the CTA's registers at launch");
   using Sem = BwdFusedDq<T, kD, kBlockM, kBlockN, kWarps>;
   using Elems = BwdSm90Elements<Variant, T, kDV, kBlockM, kSplit>;
   /// Ping-pong's step and the dQ writer (bwd_sm90_pingpong.cuh), which
@@ -317,10 +327,20 @@ struct BwdDkDvSm90 {
     return w;
   }
 
-  /// Warp-specialised: the compute threads' K and V tiles are in, for
-  /// every compute thread (each waits for its own copies and fences them
-  /// for wgmma, which reads through the async proxy, then all meet).
-  __device__ static __forceinline__ void kv_landed() {
+  /// K's and V's tiles of keys [key0, key0 + kBlockN) (rows at or past
+  /// \p limit zero-filled) by cp.async from the compute threads, and
+  /// waited for: each thread waits for its own copies and fences them for
+  /// wgmma, which reads through the async proxy, then all meet.
+  /// Warp-specialised, they call it after the warpgroups part (at their
+  /// setmaxnreg count: issued before it, the copies' addresses were live
+  /// across the split and spilled in the compute warps at d64), so the
+  /// producer's first loads overlap theirs.
+  __device__ static __forceinline__ void load_kv(u32 s_k, u32 s_v, const unsigned short *k,
+                                                 long long k_ss, const unsigned short *v,
+                                                 long long v_ss, int key0, int limit) {
+    load_slabs_async<kBlockN, kD, kThreads>(s_k, k, k_ss, key0, limit);
+    load_slabs_async<kBlockN, kDV, kThreads>(s_v, v, v_ss, key0, limit);
+    cp_async_commit();
     cp_async_wait<0>();
     fence_proxy_async_shared();
     sync_compute();
@@ -354,18 +374,14 @@ struct BwdDkDvSm90 {
     const int group_size = a.heads / a.heads_kv;
     const int key0 = n_block * kBlockN;
 
-    // Warp-specialised, the compute threads load K and V and wait for
-    // them alone: the producer starts the walk (its first Q and dO tiles)
-    // while they land.
-    if (!kWs || threadIdx.x < kThreads) {
-      load_slabs_async<kBlockN, kD, kThreads>(
-          s_k, static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh, a.k_ss,
-          key0, a.seq_kv);
-      load_slabs_async<kBlockN, kDV, kThreads>(
-          s_v, static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh, a.v_ss,
-          key0, a.seq_kv);
+    const unsigned short *k = static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh;
+    const unsigned short *v = static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh;
+    if constexpr (!kWs) {
+      // The ring's first group (consume waits for it with the first step's).
+      load_slabs_async<kBlockN, kD, kThreads>(s_k, k, a.k_ss, key0, a.seq_kv);
+      load_slabs_async<kBlockN, kDV, kThreads>(s_v, v, a.v_ss, key0, a.seq_kv);
+      cp_async_commit();
     }
-    cp_async_commit();
     if constexpr (kWs) {
       if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; ++s) {
@@ -413,7 +429,9 @@ struct BwdDkDvSm90 {
       }
       if constexpr (kWarpgroups == 2)
         setmaxnreg_inc<kConsumerRegs>();
-      kv_landed();
+      // The compute threads load K and V and wait for them alone: the
+      // producer starts the walk (its first Q and dO tiles) meanwhile.
+      load_kv(s_k, s_v, k, a.k_ss, v, a.v_ss, key0, a.seq_kv);
     }
     // Column-split: each warpgroup's accumulators have its own sizes.
     if (kSplit && threadIdx.x >= 128)

@@ -53,8 +53,9 @@
 // a.kv_m_blocks slots a head (no two sequences share one; the host sizes
 // them). The per-CTA copy of the arguments points dq_sem and dq_accum at
 // the sequence's first slot, so that the step's (head, block) addressing
-// lands there. attnc_bwd_dq_convert's packed form writes the rows of each
-// sequence only, zeros where no key block visited (the semaphore is 0).
+// lands there. attnc_bwd_dq_convert's packed form (a CTA a slot) writes
+// the rows of each sequence only, zeros where no key block visited (the
+// semaphore is 0).
 #ifndef ATTNC_BWD_SM90_VARLEN_CUH
 #define ATTNC_BWD_SM90_VARLEN_CUH
 
@@ -223,21 +224,6 @@ struct BwdDkDvSm90Varlen {
           a.grad_partial[((long long)g * a.kv_n_blocks + n) * ((long long)a.batch * a.heads) +
                          (long long)b * a.heads + hk * group_size + hi] = 0.f;
         }
-    // The compute threads load K and V and wait for them alone (as the
-    // dense kernel's): the producer's first steps overlap their landing.
-    if (threadIdx.x < kThreads) {
-      load_slabs_async<kBlockN, kD, kThreads>(
-          s_k,
-          static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
-              (long long)sp.kv0 * a.k_ss,
-          a.k_ss, key0, sp.seq_kv);
-      load_slabs_async<kBlockN, kDV, kThreads>(
-          s_v,
-          static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh +
-              (long long)sp.kv0 * a.v_ss,
-          a.v_ss, key0, sp.seq_kv);
-    }
-    cp_async_commit();
     if (threadIdx.x == 0) {
       for (int s = 0; s < kStages; ++s) {
         mbar_init(bar_full + 8 * s, 1 + 32); // as bwd_sm90.cuh's ring
@@ -268,7 +254,16 @@ struct BwdDkDvSm90Varlen {
     }
     if constexpr (Base::kWarpgroups == 2)
       setmaxnreg_inc<Base::kConsumerRegs>();
-    Base::kv_landed();
+    // The compute threads load K and V from the sequence's first key and
+    // wait for them alone (as the dense kernel's): the producer's first
+    // steps overlap their landing.
+    Base::load_kv(s_k, s_v,
+                  static_cast<const unsigned short *>(a.k) + b * a.k_sb + hk * a.k_sh +
+                      (long long)sp.kv0 * a.k_ss,
+                  a.k_ss,
+                  static_cast<const unsigned short *>(a.v) + b * a.v_sb + hk * a.v_sh +
+                      (long long)sp.kv0 * a.v_ss,
+                  a.v_ss, key0, sp.seq_kv);
     if (kSplit && threadIdx.x >= 128)
       consume<1>(a, in, sp, s_k, s_v, s_ring, s_ds, s_dq, bar_full, bar_empty, meta, ring,
                  n_block, b, hk, group_size, key0);
@@ -643,35 +638,50 @@ __device__ inline void bwd_dq_init_varlen(const BwdArgs &a) {
 
 /// After the packed dK/dV kernel: each sequence's dq rows from their slots'
 /// sums, zeros where no key block added (semaphore 0; the atomic mode's
-/// sums start at zero). Grid (packed_block_bound of blocks of rows a CTA,
-/// heads) x 256: a CTA per block of rows a sequence has (packed_cta_block).
+/// sums start at zero). Grid (packed_block_bound of blocks of kBlockM rows,
+/// heads) x 256: a CTA per dQ slot a sequence has (packed_cta_block), its
+/// rows kRows at a time, every load issued before the stores, so that the
+/// search for the CTA's sequence and the slot's semaphore are paid once a
+/// slot, not once every kRows rows.
 template <class T, int kD, int kBlockM, bool kAtomic>
 __device__ void bwd_dq_convert_varlen(const BwdArgs &a) {
-  static_assert(kD % 4 == 0 && kD / 4 <= 256, "whole rows per CTA");
+  static_assert(kD % 4 == 0 && kD / 4 <= 256, "whole rows per pass");
   constexpr int kThreadsPerRow = kD / 4, kRows = 256 / kThreadsPerRow;
-  const PackedBlock pb = packed_cta_block(a.cu_seqlens_q, a.batch, kRows);
-  if (pb.seq < 0)
+  constexpr int kPasses = (kBlockM + kRows - 1) / kRows;
+  const PackedBlock pb = packed_cta_block(a.cu_seqlens_q, a.batch, kBlockM);
+  if (pb.seq < 0 || threadIdx.x >= kRows * kThreadsPerRow)
     return;
-  const int row = pb.index * kRows + threadIdx.x / kThreadsPerRow;
-  const int col = (threadIdx.x % kThreadsPerRow) * 4;
   const int b = pb.seq, h = blockIdx.y;
+  const int col = (threadIdx.x % kThreadsPerRow) * 4;
   const SeqSpan sp = seq_span(a.cu_seqlens_q, a.cu_seqlens_kv, a.total_q, a.batch, a.heads,
                               a.seq_q, a.seq_kv, b, h);
-  if (threadIdx.x >= kRows * kThreadsPerRow || row >= sp.seq_q)
-    return;
   const long long slot =
-      (long long)h * a.kv_m_blocks + varlen_dq_slot0<kBlockM>(a, b) + row / kBlockM;
-  float x[4] = {0.f, 0.f, 0.f, 0.f};
-  if (kAtomic || a.dq_sem[slot] != 0) {
-    const float *src = a.dq_accum + (slot * kBlockM + row % kBlockM) * kD + col;
-    asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3])
-                 : "l"(src));
+      (long long)h * a.kv_m_blocks + varlen_dq_slot0<kBlockM>(a, b) + pb.index;
+  const bool visited = kAtomic || a.dq_sem[slot] != 0;
+  const int first = pb.index * kBlockM;
+  float x[kPasses][4];
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int r = p * kRows + threadIdx.x / kThreadsPerRow; // within the slot
+    x[p][0] = x[p][1] = x[p][2] = x[p][3] = 0.f;
+    if (visited && r < kBlockM && first + r < sp.seq_q) {
+      const float *src = a.dq_accum + (slot * kBlockM + r) * kD + col;
+      asm volatile("ld.global.cg.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+                   : "=f"(x[p][0]), "=f"(x[p][1]), "=f"(x[p][2]), "=f"(x[p][3])
+                   : "l"(src));
+    }
   }
-  u32 *dst = reinterpret_cast<u32 *>(static_cast<unsigned short *>(a.dq) + b * a.dq_sb +
-                                     h * a.dq_sh + ((long long)sp.q0 + row) * a.dq_ss + col);
-  dst[0] = pack2<T>(x[0], x[1]);
-  dst[1] = pack2<T>(x[2], x[3]);
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int r = p * kRows + threadIdx.x / kThreadsPerRow;
+    if (r >= kBlockM || first + r >= sp.seq_q)
+      continue;
+    u32 *dst = reinterpret_cast<u32 *>(static_cast<unsigned short *>(a.dq) + b * a.dq_sb +
+                                       h * a.dq_sh +
+                                       ((long long)sp.q0 + first + r) * a.dq_ss + col);
+    dst[0] = pack2<T>(x[p][0], x[p][1]);
+    dst[1] = pack2<T>(x[p][2], x[p][3]);
+  }
 }
 
 } // namespace attnc

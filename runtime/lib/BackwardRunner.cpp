@@ -379,9 +379,10 @@ void BackwardRunner::run(const BackwardTensors &T,
   if (Fused) {
     // dq from the sums; rows that no key block visits become zeros.
     void *ConvertParams[] = {&A};
+    // Dense: whole rows a CTA; packed: a CTA per dQ slot a sequence has.
     const int Rows = 256 / (Spec.HeadDim / 4);
     const unsigned ConvertX =
-        K.Varlen ? unsigned(attnc::packed_block_bound(C.TotalQ, C.B, Rows, C.Sq))
+        K.Varlen ? unsigned(attnc::packed_block_bound(C.TotalQ, C.B, K.KvBlockM, C.Sq))
                  : unsigned(ceilDiv(C.Sq, Rows));
     D.check(D.cuLaunchKernel(DqConvert, ConvertX, unsigned(K.Varlen ? C.H : C.B * C.H),
                              1, 256, 1, 1, 0, Stream, ConvertParams, nullptr),
