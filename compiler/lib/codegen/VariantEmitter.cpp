@@ -107,7 +107,7 @@ std::string ExprEmitter::expr(const Node *N, bool InLoop) const {
   case NodeKind::Abs:
     return (IntResult ? "abs(" : "fabsf(") + Op(0) + ")";
   case NodeKind::Tanh:
-    return "tanhf(" + Op(0) + ")";
+    return (ValueArithmetic ? "attnc::tanh_fast(" : "tanhf(") + Op(0) + ")";
   case NodeKind::Sigmoid:
     return "attnc::sigmoid(" + Op(0) + ")";
   case NodeKind::Relu:
@@ -127,7 +127,7 @@ std::string ExprEmitter::expr(const Node *N, bool InLoop) const {
   case NodeKind::Mul:
     return "(" + Op(0) + " * " + Op(1) + ")";
   case NodeKind::Div: // true division, also of two integers
-    if (RowDivisionsAsReciprocals && isElement(N) && !isElement(N->operand(1)))
+    if (ValueArithmetic && isElement(N) && !isElement(N->operand(1)))
       return "((float)" + Op(0) + " * (1.0f / (float)" + Op(1) + "))";
     return "((float)" + Op(0) + " / (float)" + Op(1) + ")";
   case NodeKind::Max:
@@ -622,7 +622,7 @@ void emitOnlineFwd(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell,
 void emitEpilogue(CodeWriter &W, const ir::Graph &G, const ParamSpeller &Spell) {
   const ir::Function &F = *G.getFunction("online_fwd_epilogue");
   ExprEmitter E(W, Spell);
-  E.spellRowDivisionsAsReciprocals(); // o / r: one division a row
+  E.spellValueArithmetic(); // o / r: one division a row
   std::vector<const Node *> Roots;
   for (const ir::Result &R : F.Results)
     Roots.push_back(R.Value);
@@ -689,9 +689,9 @@ void emitInputGrads(CodeWriter &W, const ir::Graph &G,
   // Spelled as score_mod_grad spells them (emitScalarFunction): the
   // backward calls both on the same raw score, one after the other, and
   // only identical expressions are computed once (a soft cap's tanh and
-  // its division by the cap: three IEEE divisions and one tanhf an element
+  // its division by the cap: three IEEE divisions and one tanh an element
   // fewer; gradients need not match a comparison's last bit).
-  E.spellRowDivisionsAsReciprocals();
+  E.spellValueArithmetic();
   E.emitScalarBody(Roots);
   // dS is 0 at an element that is not valid, so a factor that is finite
   // everywhere (a distance, a constant, a select of them) adds 0 there with

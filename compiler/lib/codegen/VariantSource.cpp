@@ -87,10 +87,11 @@ void emitScalarFunction(CodeWriter &W, const ir::Graph &G,
                    std::string(ReturnType) + " " + Signature);
   const ir::Function *F = G.getFunction(Fn);
   ExprEmitter E(W, Spell);
-  // Not in a mask: x * (1/y) may differ from x / y in the last bit, and a
-  // comparison at a boundary could then flip against the reference.
+  // Not in a mask: x * (1/y) may differ from x / y in the last bit (and
+  // tanh_fast from tanh), and a comparison at a boundary could then flip
+  // against the reference.
   if (std::string(ReturnType) == "float")
-    E.spellRowDivisionsAsReciprocals();
+    E.spellValueArithmetic();
   const ir::Node *R = F->result(Result);
   E.emitScalarBody({R});
   std::string V = E.operand(R, false);
@@ -330,7 +331,7 @@ std::string variantMembers(const CompiledDefinition &Def,
       return Par.getParamKind() == ParamKind::Scores ? std::string("score")
                                                      : FinalsSpell(Par);
     });
-    EF.spellRowDivisionsAsReciprocals();
+    EF.spellValueArithmetic();
     EF.foldScoreScale(Scores, "scale_log2e");
     EF.emitScalarBody({P});
     W.line("return " + EF.operand(P, false) + ";");

@@ -45,13 +45,17 @@ public:
     FoldedScores = Scores;
     FoldedScaleLog2e = std::move(ScaleLog2e);
   }
-  /// An element divided by a value of the row, head or a constant is
+  /// For a function whose result is a value, not a mask's boolean (where a
+  /// last-bit difference could flip a comparison against the reference):
+  /// an element divided by a value of the row, head or a constant is
   /// spelled x * (1.0f / y): the reciprocal is an expression of the row
   /// alone, which the compiler computes once for the elements of a row that
   /// one (unrolled, inlined) loop evaluates, instead of one IEEE division
   /// (with a slow-path branch) per element. The result is within an ulp of
-  /// the quotient unless 1/y overflows (a denormal y).
-  void spellRowDivisionsAsReciprocals() { RowDivisionsAsReciprocals = true; }
+  /// the quotient unless 1/y overflows (a denormal y). tanh is spelled
+  /// attnc::tanh_fast (through exp2, within about 2e-7 absolutely; five
+  /// instructions where tanhf takes sixteen).
+  void spellValueArithmetic() { ValueArithmetic = true; }
   /// Every non-leaf node reachable from \p Roots, as straight-line code.
   void emitScalarBody(llvm::ArrayRef<const ir::Node *> Roots);
   /// The element-level nodes \p Roots need that \p Done does not hold.
@@ -64,7 +68,7 @@ private:
   llvm::DenseSet<const ir::Node *> Needed;
   const ir::Node *FoldedScores = nullptr;
   std::string FoldedScaleLog2e;
-  bool RowDivisionsAsReciprocals = false;
+  bool ValueArithmetic = false;
 };
 
 /// The body of `online_fwd(in, st, f, r, b, h, o_scale)` for one row r.
