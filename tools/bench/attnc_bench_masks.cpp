@@ -27,7 +27,9 @@
 // TFLOPS of the kept pairs (benchVarlen); first the lengths, which
 // peers_masks.py --varlen takes for FlexAttention. ATTNC_BENCH_FWD_CONFIG
 // names the forward configuration of every varlen row, packed and dense
-// (e.g. sm90.m128n64s4p), in place of the defaults. ATTNC_BENCH_VARLEN_MASKS
+// (e.g. sm90.m128n64s4p), in place of the defaults, and
+// ATTNC_BENCH_BWD_CONFIG the backward's (e.g. bwd90ws.kv64x128s2.atomic: a
+// packed call runs its .varlen form). ATTNC_BENCH_VARLEN_MASKS
 // (a comma-separated subset of none,causal,window256,chunked256) runs, or
 // with --compile-only compiles, only those rows, so that a profiler's
 // launch counts start at the row's.

@@ -71,6 +71,14 @@ std::string benchForwardConfig() {
   return C ? C : "";
 }
 
+/// ATTNC_BENCH_BWD_CONFIG: a backward configuration for every call of the
+/// varlen rows (bwd_sm90's form, e.g. bwd90ws.kv64x128s2.atomic; a packed
+/// call runs its .varlen form), else the defaults.
+std::string benchBackwardConfig() {
+  const char *C = std::getenv("ATTNC_BENCH_BWD_CONFIG");
+  return C ? C : "";
+}
+
 } // namespace
 
 /// The lengths, for peers_masks.py --varlen (the same batch on Flex).
@@ -127,6 +135,7 @@ void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
     Sig.HeadDim = Sig.HeadDimV = D;
     Sig.TensorLayout = Varlen ? Layout::THD : Layout::BSHD;
     Sig.Config = benchForwardConfig();
+    Sig.BackwardConfig = benchBackwardConfig();
     runtime::Attention Att(varlenMha(Mask), Sig);
     auto V = [&](void *P) {
       return Varlen ? runtime::TensorView::contiguous(P, ET, {Tok, H, D})
@@ -199,6 +208,7 @@ void compileVarlen(const std::string &Mask, DType T, int D) {
     Sig.Arch = GpuArch::Sm90a;
     Sig.TensorLayout = Lay;
     Sig.Config = benchForwardConfig();
+    Sig.BackwardConfig = benchBackwardConfig();
     runtime::Attention Att(varlenMha(Mask), Sig);
     runtime::KernelChoice Bwd = Att.backwardChoice();
     if (Lay == Layout::THD)
