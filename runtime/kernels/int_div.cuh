@@ -43,6 +43,55 @@ ATTNC_DIV_FN int floormod_int(int a, int b) {
   return int(unsigned(a) - unsigned(b) * unsigned(floordiv_int(a, b)));
 }
 
+/// ceil(log2(d)) for d >= 1 (0 for d = 1).
+ATTNC_DIV_FN int ceil_log2_u32(unsigned d) {
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+  return d <= 1u ? 0 : 32 - __clz(int(d - 1u));
+#else
+  return d <= 1u ? 0 : 32 - __builtin_clz(d - 1u);
+#endif
+}
+
+/// The multiplier of floordiv_by for a divisor d (the host computes it
+/// once a call for each int32 scalar input, inputSlots): with l =
+/// ceil(log2 |d|), m = floor(2^32 · (2^l - |d|) / |d|) + 1, at least 1 and
+/// below 2^32; 0 for d = 0.
+ATTNC_DIV_FN unsigned int_div_multiplier(int d) {
+  if (d == 0)
+    return 0u;
+  const unsigned long long ad = d < 0 ? 0ull - (unsigned long long)(long long)d
+                                      : (unsigned long long)d;
+  const int l = ceil_log2_u32(unsigned(ad));
+  return unsigned((((1ull << l) - ad) << 32) / ad + 1ull);
+}
+
+/// floordiv_int(a, d) by a divisor whose multiplier \p m the host computed
+/// (int_div_multiplier), with no division: floordiv_int's folding gives n
+/// in [0, 2^31] and the floor as q = n / |d| or ~q; q = (umulhi(n, m) + n)
+/// >> l exactly for every n < 2^32 (division by invariant integers, the
+/// round-up multiplier), and t + n cannot wrap since t < n <= 2^31. A
+/// multiply-high, an add, shifts and bit operations where a division takes
+/// a reciprocal on the MUFU unit, conversions and corrections; d = 0 gives
+/// 0. \p m must be d's multiplier: inputSlots writes it beside every int32
+/// scalar (no test here: a trap in the element loop made ptxas serialise
+/// the forward's wgmma).
+ATTNC_DIV_FN int floordiv_by(int a, int d, unsigned m) {
+  const unsigned sb = unsigned(d >> 31);
+  const unsigned ap = (unsigned(a) ^ sb) - sb;
+  const unsigned big = a == -2147483647 - 1 ? sb : 0u;
+  const unsigned s = unsigned(int(ap) >> 31) & ~big;
+  const unsigned n = ap ^ s;
+  const unsigned ad = (unsigned(d) ^ sb) - sb;
+  const unsigned t = unsigned(((unsigned long long)n * m) >> 32);
+  const int q = int(((t + n) >> ceil_log2_u32(ad)) ^ s);
+  return d == 0 ? 0 : q;
+}
+
+/// floormod_int(a, d) through floordiv_by.
+ATTNC_DIV_FN int floormod_by(int a, int d, unsigned m) {
+  return int(unsigned(a) - unsigned(d) * unsigned(floordiv_by(a, d, m)));
+}
+
 } // namespace attnc
 
 #endif

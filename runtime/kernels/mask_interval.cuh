@@ -5,6 +5,8 @@
 #ifndef ATTNC_MASK_INTERVAL_CUH
 #define ATTNC_MASK_INTERVAL_CUH
 
+#include "attnc/int_div.cuh"
+
 namespace attnc {
 
 /// An fp32 interval. Either end non-finite means "unknown". The lower end is
@@ -133,6 +135,32 @@ __device__ __forceinline__ IvI mb_floordiv(IvI a, IvI b) {
                   c3 = mb_floor_div_ll(a.hi, b.hi);
   // -2^31 // -1 leaves the int range: top, as the element path overflows.
   return mb_i(min(min(c0, c1), min(c2, c3)), max(max(c0, c1), max(c2, c3)));
+}
+/// mb_floordiv by one int32 scalar input d with the host's multiplier \p m
+/// (int_div.cuh's floordiv_by): x // d is monotone in x, so
+/// the ends' quotients are the interval (reversed for d < 0), in 32-bit
+/// arithmetic; d = 0, or -2^31 // -1, which leaves the int range, is top as
+/// in mb_floordiv. The generated box classes call it where the divisor is
+/// such an input (a chunk length), every division a multiply-high.
+__device__ __forceinline__ IvI mb_floordiv_by(IvI a, int d, unsigned m) {
+  if (a.top || d == 0 || (d == -1 && a.lo == -2147483648LL))
+    return {0, 0, true};
+  const int q0 = floordiv_by(int(a.lo), d, m), q1 = floordiv_by(int(a.hi), d, m);
+  return d > 0 ? mb_i(q0, q1) : mb_i(q1, q0);
+}
+/// mb_mod by one int32 scalar input d (mb_mod's single-divisor rules, the
+/// quotients by floordiv_by).
+__device__ __forceinline__ IvI mb_mod_by(IvI a, int d, unsigned m) {
+  if (a.top || d == 0)
+    return {0, 0, true};
+  if (!(d == -1 && a.lo == -2147483648LL)) {
+    const int ql = floordiv_by(int(a.lo), d, m), qh = floordiv_by(int(a.hi), d, m);
+    if (ql == qh)
+      return mb_i(a.lo - (long long)ql * d, a.hi - (long long)ql * d);
+  }
+  if (d > 0)
+    return (a.lo >= 0 && a.hi < d) ? a : mb_i(0, d - 1);
+  return (a.hi <= 0 && a.lo > d) ? a : mb_i(d + 1, 0);
 }
 /// mod, with the divisor's sign: within [0, b) for a divisor interval of
 /// b > 0 ([0, b] for floats, where r + b may round to b), a itself when

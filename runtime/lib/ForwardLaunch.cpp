@@ -4,6 +4,7 @@
 #include "attn/analysis/MaskBounds.h"
 #include "attn/codegen/Codegen.h"
 #include "attn/codegen/InputLayout.h"
+#include "../kernels/int_div.cuh"
 
 #include <cstring>
 
@@ -20,10 +21,13 @@ std::vector<uint64_t> inputSlots(const ir::Graph &G, const CallShape &C,
     uint64_t *Slot = &Slots[S.First];
     if (S.Shape == ir::InputShape::Scalar) {
       // The low 4 bytes hold the value, as the generated field's type reads
-      // it (validation matched the variant to the declared type).
-      if (const int32_t *I = std::get_if<int32_t>(&Val))
-        std::memcpy(Slot, I, sizeof *I);
-      else {
+      // it (validation matched the variant to the declared type); an int's
+      // high 4 its floordiv multiplier (int_div.cuh), which the generated
+      // code reads where the int divides.
+      if (const int32_t *I = std::get_if<int32_t>(&Val)) {
+        const uint64_t Multiplier = attnc::int_div_multiplier(*I);
+        *Slot = uint64_t(uint32_t(*I)) | (Multiplier << 32);
+      } else {
         float F = std::get<float>(Val);
         std::memcpy(Slot, &F, sizeof F);
       }

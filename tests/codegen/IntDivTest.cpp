@@ -1,6 +1,7 @@
 // The device's int32 floordiv and mod (runtime/kernels/int_div.cuh, what
-// the generated masks call through attnc::floordiv/floormod), compiled for
-// the host: against floor division in 64-bit arithmetic, every pair of a
+// the generated masks call through attnc::floordiv/floormod, and
+// floordiv_by/floormod_by with the host's multiplier where the divisor is
+// an int32 scalar input), compiled for the host: against floor division in 64-bit arithmetic, every pair of a
 // small square of numerators and divisors of both signs and 0, the ends of
 // the int range, and random pairs.
 #include "int_div.cuh"
@@ -34,6 +35,12 @@ void checkPair(int32_t A, int32_t B, int64_t &Checked) {
   INFO("a " << A << " b " << B);
   REQUIRE(attnc::floordiv_int(A, B) == Q);
   REQUIRE(attnc::floormod_int(A, B) == R);
+  // By a scalar input: the host's multiplier and no division (nonzero for
+  // every divisor but 0, so that the multiply-high path is the one run).
+  const unsigned M = attnc::int_div_multiplier(B);
+  REQUIRE((M != 0u) == (B != 0));
+  REQUIRE(attnc::floordiv_by(A, B, M) == Q);
+  REQUIRE(attnc::floormod_by(A, B, M) == R);
   ++Checked;
 }
 

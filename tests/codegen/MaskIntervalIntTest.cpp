@@ -2,7 +2,9 @@
 // mask analysis's interval arithmetic), compiled for the host: floordiv's
 // interval against the quotients of every point of small boxes, for one
 // positive divisor (its 32-bit path) and for divisor intervals and negative
-// divisors (the four-corner path), ends near the int range's included.
+// divisors (the four-corner path), ends near the int range's included; for
+// single divisors, the multiplier forms the generated code uses for int32
+// scalar inputs give the same intervals.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -73,6 +75,27 @@ void checkBox(long long ALo, long long AHi, long long BLo, long long BHi) {
   if (!Top) {
     CHECK(R.lo == Lo);
     CHECK(R.hi == Hi);
+  }
+  // One divisor that an int32 scalar input holds: the generated classes'
+  // mb_floordiv_by and mb_mod_by (the host's multiplier, no division)
+  // give mb_floordiv's and mb_mod's intervals.
+  if (BLo == BHi && !(ALo < -2147483648LL || AHi > 2147483647LL) &&
+      BLo >= -2147483648LL && BLo <= 2147483647LL) {
+    const int D = int(BLo);
+    const unsigned M = attnc::int_div_multiplier(D);
+    const attnc::IvI F = attnc::mb_floordiv_by(attnc::mb_i(ALo, AHi), D, M);
+    REQUIRE(F.top == R.top);
+    if (!F.top) {
+      CHECK(F.lo == R.lo);
+      CHECK(F.hi == R.hi);
+    }
+    const attnc::IvI Mod = attnc::mb_mod(attnc::mb_i(ALo, AHi), attnc::mb_i(BLo));
+    const attnc::IvI ModBy = attnc::mb_mod_by(attnc::mb_i(ALo, AHi), D, M);
+    REQUIRE(ModBy.top == Mod.top);
+    if (!Mod.top) {
+      CHECK(ModBy.lo == Mod.lo);
+      CHECK(ModBy.hi == Mod.hi);
+    }
   }
 }
 

@@ -6,12 +6,14 @@
 #include "attn/runtime/Validate.h"
 
 #include "ForwardLaunch.h"
+#include "int_div.cuh"
 
 #include <catch2/catch.hpp>
 
 #include <dlpack/dlpack.h>
 
 #include <cstring>
+#include <limits>
 
 using namespace attn;
 using namespace attn::runtime;
@@ -468,6 +470,24 @@ TEST_CASE("validateCall: a scalar input takes its declared type",
   int32_t Shift = 0;
   std::memcpy(&Shift, &Slots[1], sizeof Shift);
   CHECK(Shift == 4);
+  // Its high 4 bytes the floordiv multiplier the generated code divides by
+  // (int_div.cuh's floordiv_by: it trusts the host to have made it), for
+  // every value, 0 for 0 alone; a float's high bytes stay 0.
+  for (int32_t V : {4, 1, 3, 256, 1000003, -7, 0, std::numeric_limits<int32_t>::max(),
+                    std::numeric_limits<int32_t>::min()}) {
+    C.In["shift"] = V;
+    S = C.run(*D.Graph);
+    Slots = inputSlots(*D.Graph, S, C.In);
+    INFO("shift " << V);
+    CHECK(uint32_t(Slots[1]) == uint32_t(V));
+    CHECK(uint32_t(Slots[1] >> 32) == attnc::int_div_multiplier(V));
+    CHECK((Slots[1] >> 32 == 0) == (V == 0));
+    CHECK(Slots[0] >> 32 == 0);
+    for (int32_t A : {0, 1, -1, 255, 256, -256, 1 << 20, -(1 << 20) - 3}) {
+      const int64_t Q = V == 0 ? 0 : int64_t(A) / V - ((int64_t(A) % V != 0) && ((A < 0) != (V < 0)));
+      CHECK(attnc::floordiv_by(A, V, uint32_t(Slots[1] >> 32)) == Q);
+    }
+  }
 }
 
 TEST_CASE("inputSlots: a per-token input has a batch stride and a length, "

@@ -5,6 +5,7 @@
 #include "attn/codegen/CodeWriter.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Casting.h"
 
 #include <fmt/format.h>
 
@@ -37,6 +38,16 @@ std::string quotedName(llvm::StringRef UserName) {
       S += C;
   }
   return S + "'";
+}
+
+std::string scalarDivisorMultiplier(const ir::Node *Divisor, llvm::StringRef Spelled) {
+  const auto *P = llvm::dyn_cast<ir::ParamNode>(Divisor);
+  // A scalar input is the one input spelled as a bare field; tensor
+  // inputs are loads ("in.load_...(b, h, ...)").
+  if (!P || P->getParamKind() != ir::ParamKind::Input || P->getType() != ir::Type::I32 ||
+      Spelled.contains('(') || !Spelled.contains('.'))
+    return "";
+  return "(unsigned)" + Spelled.str() + "_pad_";
 }
 
 std::string inputField(const ir::Graph &G, llvm::StringRef Name) {

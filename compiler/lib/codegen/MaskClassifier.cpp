@@ -141,6 +141,18 @@ std::string leaf(const Node *N, const ir::Graph &G,
                       P->getName().str() + "'");
 }
 
+bool isScalarInput(const ir::Graph &G, llvm::StringRef Name) {
+  const ir::InputDecl *D = G.decls().findInput(Name);
+  return D && D->Shape == ir::InputShape::Scalar;
+}
+
+bool isBounded(const analysis::MaskAnalysis &A, llvm::StringRef Name) {
+  for (const auto &B : A.Bounded)
+    if (B.Name == Name)
+      return true;
+  return false;
+}
+
 void emitBlockClass(CodeWriter &W, const ir::Graph &G,
                     const analysis::MaskAnalysis &A) {
   auto B = W.block("__device__ static __forceinline__ int mask_block_class("
@@ -169,6 +181,25 @@ void emitBlockClass(CodeWriter &W, const ir::Graph &G,
       if (Numeric && AnyFloat && Op->getType() == ir::Type::I32)
         S = "attnc::mb_f(" + S + ")";
       Args += (I ? ", " : "") + S;
+    }
+    // By an int32 scalar input: mb_floordiv_by / mb_mod_by with the host's
+    // multiplier (a bounded input, whose bounds travel in lo/hi, is not
+    // a single value here).
+    if ((N->getKind() == NodeKind::FloorDiv || N->getKind() == NodeKind::Mod) && !AnyFloat) {
+      const Node *D = N->operand(1);
+      const std::string Field =
+          llvm::isa<ir::ParamNode>(D) &&
+                  llvm::cast<ir::ParamNode>(D)->getParamKind() == ParamKind::Input &&
+                  isScalarInput(G, llvm::cast<ir::ParamNode>(D)->getName()) &&
+                  !isBounded(A, llvm::cast<ir::ParamNode>(D)->getName())
+              ? "in." + inputField(G, llvm::cast<ir::ParamNode>(D)->getName())
+              : std::string();
+      if (std::string M = Field.empty() ? "" : scalarDivisorMultiplier(D, Field); !M.empty()) {
+        W.line(fmt::format("const auto v{} = attnc::{}({}, {}, {});", N->getId(),
+                           N->getKind() == NodeKind::FloorDiv ? "mb_floordiv_by" : "mb_mod_by",
+                           Name(N->operand(0)), Field, M));
+        continue;
+      }
     }
     W.line("const auto v" + std::to_string(N->getId()) +
            " = attnc::" + intervalFunction(N->getKind()) + "(" + Args + ");");

@@ -147,6 +147,13 @@ std::string ExprEmitter::expr(const Node *N, bool InLoop) const {
       if (IsInt(1))
         B = "(float)" + B;
     }
+    // By an int32 scalar input (a chunk length): its host-made multiplier,
+    // a multiply-high in place of a division an element.
+    if (IntResult)
+      if (std::string M = scalarDivisorMultiplier(N->operand(1), B); !M.empty())
+        return std::string(N->getKind() == NodeKind::FloorDiv ? "attnc::floordiv_by("
+                                                              : "attnc::floormod_by(") +
+               A + ", " + B + ", " + M + ")";
     return std::string(N->getKind() == NodeKind::FloorDiv
                            ? "attnc::floordiv("
                            : "attnc::floormod(") +

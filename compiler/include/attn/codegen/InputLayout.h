@@ -34,8 +34,16 @@ std::string inputField(const ir::Graph &G, llvm::StringRef Name);
 /// InternalError if there is none.
 std::string rowscaleField(const ir::Graph &G, llvm::StringRef Name);
 
+/// For an int32 scalar input spelled \p Spelled (its field, "in.in_0_chunk")
+/// as \p Divisor: the spelling of the floordiv multiplier the host wrote in
+/// the slot's high 4 bytes ("(unsigned)in.in_0_chunk_pad_", inputSlots; 0
+/// for a divisor of 0), which int_div.cuh's floordiv_by and
+/// mask_interval.cuh's mb_floordiv_by take; empty for any other divisor.
+std::string scalarDivisorMultiplier(const ir::Node *Divisor, llvm::StringRef Spelled);
+
 /// Every field of Inputs is one 8-byte slot, in declaration order:
-///  * scalar: slot 0 = the value (fp32 or int32) in its low 4 bytes;
+///  * scalar: slot 0 = the value (fp32 or int32) in its low 4 bytes, and
+///    an int32's floordiv multiplier (int_div.cuh) in the high 4;
 ///  * tensor (per_head, per_row, per_key, full, per_query_token,
 ///    per_key_token; fp32 or int32 data): slot 0 = device pointer,
 ///    1 = batch stride, 2 = head stride (per-token: unused, 0),
