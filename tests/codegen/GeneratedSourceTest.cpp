@@ -486,3 +486,32 @@ TEST_CASE("generateForward: int32 per-token inputs load int, with no head "
   CHECK(L.Inputs[1].Elem == ir::InputType::I32);
   CHECK(L.Inputs[1].Count == 1);
 }
+
+TEST_CASE("generated source: floordiv and mod by an int32 scalar input use the "
+          "host's multiplier, other divisors divide",
+          "[codegen][source][inputs]") {
+  // mod by the scalar, floordiv by a per-head int32 input and by a C++ int:
+  // only the scalar's slot carries a multiplier (inputSlots).
+  AttentionDef D = examples::mha();
+  D.name = "divisors";
+  D.inputs.declare("period", InputShape::Scalar, InputType::I32);
+  D.inputs.declare("group", InputShape::PerHead, InputType::I32);
+  D.mask_mod = [](SymbolScalar, SymbolScalar, SymbolScalar q, SymbolScalar kv,
+                  const CustomInputs &in) {
+    return (q >= kv) & (mod(kv, in["period"]) < floordiv(q, in["group"])) &
+           (floordiv(kv, 64) <= floordiv(q, in["period"]));
+  };
+  KernelSource S = generate(D);
+  CHECK(has(S, "attnc::floormod_by(kv_idx, in.in_0_period, (unsigned)in.in_0_period_pad_)"));
+  CHECK(has(S, "attnc::floordiv_by(q_idx, in.in_0_period, (unsigned)in.in_0_period_pad_)"));
+  CHECK(has(S, "attnc::floordiv(q_idx, in.load_in_1_group(b, h, q_idx, "));
+  CHECK(has(S, "attnc::floordiv(kv_idx, 64)"));
+  CHECK_FALSE(has(S, "in_1_group_pad_"));
+  // The block classes: the scalar's forms by multiplier, the per-head
+  // input's and the constant's by the interval rule.
+  CHECK(has(S, "attnc::mb_mod_by(attnc::mb_i(kv_lo, kv_hi), in.in_0_period, "
+               "(unsigned)in.in_0_period_pad_)"));
+  CHECK(has(S, "attnc::mb_floordiv_by(attnc::mb_i(q_lo, q_hi), in.in_0_period, "
+               "(unsigned)in.in_0_period_pad_)"));
+  CHECK(has(S, "attnc::mb_floordiv(attnc::mb_i(kv_lo, kv_hi), attnc::mb_i(64LL))"));
+}
