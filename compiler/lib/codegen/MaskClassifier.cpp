@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 namespace attn::codegen {
 
 using ir::Node;
@@ -83,6 +85,23 @@ const char *intervalFunction(NodeKind K) {
                       " (the mask analysis missed it)");
 }
 
+/// The index of input \p Name among the inputs the analysis bounds per
+/// block (their bounds travel in lo/hi), if it is one.
+std::optional<size_t> boundedIndex(const analysis::MaskAnalysis &A, llvm::StringRef Name) {
+  for (size_t I = 0; I < A.Bounded.size(); ++I)
+    if (A.Bounded[I].Name == Name)
+      return I;
+  return std::nullopt;
+}
+
+/// "in.<field>" when \p P is a scalar custom input, else empty.
+std::string scalarField(const ir::Graph &G, const ir::ParamNode &P) {
+  if (P.getParamKind() != ParamKind::Input)
+    return "";
+  const ir::InputDecl *D = G.decls().findInput(P.getName());
+  return D && D->Shape == ir::InputShape::Scalar ? "in." + inputField(G, P.getName()) : "";
+}
+
 /// The interval (or truth set) of a leaf over the box.
 std::string leaf(const Node *N, const ir::Graph &G,
                  const analysis::MaskAnalysis &A) {
@@ -112,16 +131,13 @@ std::string leaf(const Node *N, const ir::Graph &G,
     // IR has no i32/f32 comparison); its bounds travel as the int's bits
     // (mask_bound_int), exact over the whole int range.
     const bool Int = P->getType() == ir::Type::I32;
-    for (size_t I = 0; I < A.Bounded.size(); ++I)
-      if (A.Bounded[I].Name == P->getName())
-        return fmt::format(Int ? "attnc::mb_i_bits(lo[{0}], hi[{0}])"
-                               : "attnc::IvF{{lo[{0}], hi[{0}]}}",
-                           I);
-    const ir::InputDecl *D = G.decls().findInput(P->getName());
-    std::string F = inputField(G, P->getName());
-    std::string Value = D && D->Shape == ir::InputShape::Scalar
-                            ? "in." + F
-                            : "in.load_" + F + "(b, h, 0, 0)";
+    if (std::optional<size_t> I = boundedIndex(A, P->getName()))
+      return fmt::format(Int ? "attnc::mb_i_bits(lo[{0}], hi[{0}])"
+                             : "attnc::IvF{{lo[{0}], hi[{0}]}}",
+                         *I);
+    std::string Value = scalarField(G, *P);
+    if (Value.empty())
+      Value = "in.load_" + inputField(G, P->getName()) + "(b, h, 0, 0)";
     return (Int ? "attnc::mb_i(" : "attnc::mb_f(") + Value + ")";
   }
   case ParamKind::Score:
@@ -139,18 +155,6 @@ std::string leaf(const Node *N, const ir::Graph &G,
   }
   throw InternalError("codegen: the mask reads parameter '" +
                       P->getName().str() + "'");
-}
-
-bool isScalarInput(const ir::Graph &G, llvm::StringRef Name) {
-  const ir::InputDecl *D = G.decls().findInput(Name);
-  return D && D->Shape == ir::InputShape::Scalar;
-}
-
-bool isBounded(const analysis::MaskAnalysis &A, llvm::StringRef Name) {
-  for (const auto &B : A.Bounded)
-    if (B.Name == Name)
-      return true;
-  return false;
 }
 
 void emitBlockClass(CodeWriter &W, const ir::Graph &G,
@@ -185,15 +189,11 @@ void emitBlockClass(CodeWriter &W, const ir::Graph &G,
     // By an int32 scalar input: mb_floordiv_by / mb_mod_by with the host's
     // multiplier (a bounded input, whose bounds travel in lo/hi, is not
     // a single value here).
-    if ((N->getKind() == NodeKind::FloorDiv || N->getKind() == NodeKind::Mod) && !AnyFloat) {
-      const Node *D = N->operand(1);
-      const std::string Field =
-          llvm::isa<ir::ParamNode>(D) &&
-                  llvm::cast<ir::ParamNode>(D)->getParamKind() == ParamKind::Input &&
-                  isScalarInput(G, llvm::cast<ir::ParamNode>(D)->getName()) &&
-                  !isBounded(A, llvm::cast<ir::ParamNode>(D)->getName())
-              ? "in." + inputField(G, llvm::cast<ir::ParamNode>(D)->getName())
-              : std::string();
+    const bool IntDivision =
+        (N->getKind() == NodeKind::FloorDiv || N->getKind() == NodeKind::Mod) && !AnyFloat;
+    const auto *D = IntDivision ? llvm::dyn_cast<ir::ParamNode>(N->operand(1)) : nullptr;
+    if (D && !boundedIndex(A, D->getName())) {
+      const std::string Field = scalarField(G, *D);
       if (std::string M = Field.empty() ? "" : scalarDivisorMultiplier(D, Field); !M.empty()) {
         W.line(fmt::format("const auto v{} = attnc::{}({}, {}, {});", N->getId(),
                            N->getKind() == NodeKind::FloorDiv ? "mb_floordiv_by" : "mb_mod_by",
