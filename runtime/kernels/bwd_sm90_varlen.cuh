@@ -306,8 +306,7 @@ struct BwdDkDvSm90Varlen {
   /// \p n of the sequence (kRanges only).
   __device__ static __forceinline__ bool keeps(const typename Variant::Inputs &in, int b,
                                                int h, int m, int n, const SeqSpan &sp) {
-    return box_may_keep<Variant>(in, b, h, m * kBlockM, min((m + 1) * kBlockM, sp.seq_q) - 1,
-                                 n * kBlockN, min((n + 1) * kBlockN, sp.seq_kv) - 1, sp);
+    return query_blocks_may_keep<Variant, kBlockM, kBlockN>(in, b, h, m, m + 1, n, sp);
   }
 
   /// The producer warp: per head, the walk's steps (Q's and dO's tiles by
@@ -349,9 +348,7 @@ struct BwdDkDvSm90Varlen {
       // them, so that the votes overlap the loads' latency.
       int first = 0, last = mb, rot = 0;
       [[maybe_unused]] auto may_keep = [&](auto lo, auto hi) {
-        return box_may_keep<Variant>(in, b, h, lo * kBlockM, min(hi * kBlockM, sp.seq_q) - 1,
-                                     n_block * kBlockN,
-                                     min((n_block + 1) * kBlockN, sp.seq_kv) - 1, sp);
+        return query_blocks_may_keep<Variant, kBlockM, kBlockN>(in, b, h, lo, hi, n_block, sp);
       };
       [[maybe_unused]] const WarpVote vote{lane};
       if constexpr (Variant::kHasMask && kRanges) {

@@ -220,6 +220,19 @@ __device__ __forceinline__ int2 key_block_range(const typename Variant::Inputs &
   }
 }
 
+/// Whether the mask may keep an element of query blocks [\p lo, \p hi) (of
+/// kBlockM rows) x key block \p n (of kBlockN keys) of the sequence: one
+/// box class over the box the blocks cover inside the sequence (bwd_sm90's
+/// packed walk; query_block_range below keeps its own form, whose key
+/// bounds bwd_sm80 computes once).
+template <class Variant, int kBlockM, int kBlockN>
+__device__ __forceinline__ bool query_blocks_may_keep(const typename Variant::Inputs &in, int b,
+                                                      int h, int lo, int hi, int n,
+                                                      const SeqSpan &s) {
+  return box_may_keep<Variant>(in, b, h, lo * kBlockM, min(hi * kBlockM, s.seq_q) - 1,
+                               n * kBlockN, min((n + 1) * kBlockN, s.seq_kv) - 1, s);
+}
+
 /// The query blocks of kBlockM rows that key block \p n (of kBlockN keys)
 /// visits in a packed call: key_block_range with the roles swapped (the
 /// backward's dK/dV kernel).
