@@ -9,10 +9,16 @@
 namespace attn::runtime {
 
 double medianEventMs(const std::function<void(int)> &Run, int Warmup,
-                     int Repeats) {
+                     int Repeats, double SettleMs) {
   CudaDriver &D = CudaDriver::get();
-  for (int I = 0; I < Warmup; ++I)
+  // The wall clock follows the device only if the queue stays short: a
+  // synchronize every few calls.
+  WallTimer Settle;
+  for (int I = 0; I < Warmup || Settle.seconds() * 1e3 < SettleMs; ++I) {
     Run(I);
+    if (I % 8 == 7)
+      D.check(D.cuCtxSynchronize(), "warm-up");
+  }
   D.check(D.cuCtxSynchronize(), "warm-up");
   CUevent E0 = nullptr, E1 = nullptr;
   D.check(D.cuEventCreate(&E0, 0), "cuEventCreate");

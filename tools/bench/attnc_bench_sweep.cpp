@@ -1,7 +1,9 @@
 // attnc_bench_sweep: the forward table of docs/performance.md in one
 // process: softmax with and without the causal mask, S = 1k, 4k, 16k at
 // B·S = 16k, for each dtype given, timed as attnc_bench does (CUDA events,
-// warm-up, median, three rotated random input sets), the inputs drawn once.
+// a warm-up of at least 1 s, median, three rotated random input sets),
+// the inputs drawn once; each length unmasked then causal, the order of
+// peers_sweep.py.
 //
 //   attnc_bench_sweep CONFIG DTYPE... [--compile-only]
 //
@@ -102,19 +104,25 @@ int main(int Argc, char **Argv) {
           Bufs[I]->upload(Host.data(), Elems * 2);
         }
       DType ET = T;
+      runtime::Signature Sig;
+      Sig.Dtype = T;
+      Sig.HeadDim = kD;
+      Sig.HeadDimV = kD;
+      if (Config != "default")
+        Sig.Config = Config;
+      std::vector<std::unique_ptr<runtime::Attention>> Atts; // [causal]
       for (bool Causal : {false, true}) {
-        runtime::Signature Sig;
-        Sig.Dtype = T;
-        Sig.HeadDim = kD;
-        Sig.HeadDimV = kD;
-        if (Config != "default")
-          Sig.Config = Config;
         Progress.step(fmt::format("{} {} compile", Causal ? "mha" : "mha_full",
                                   dtypeName(T)));
-        runtime::Attention Att(softmax(Causal), Sig);
-        if (CompileOnly)
-          continue;
-        for (int S : Lengths) {
+        Atts.push_back(std::make_unique<runtime::Attention>(softmax(Causal), Sig));
+      }
+      if (CompileOnly)
+        continue;
+      // Each length without and with the mask, in peers_sweep.py's order, so
+      // that both sides time a shape after the same shapes.
+      for (int S : Lengths)
+        for (bool Causal : {false, true}) {
+          runtime::Attention &Att = *Atts[Causal];
           Progress.step(fmt::format("{} {} S{}", Causal ? "mha" : "mha_full",
                                     dtypeName(T), S));
           int B = kTokens / S;
@@ -139,7 +147,6 @@ int main(int Argc, char **Argv) {
                                  Att.source().Key, B, kH, S, kD, kD, Ms,
                                  Flops / (Ms * 1e-3) / 1e12});
         }
-      }
     }
     Progress.done(CompileOnly ? "kernels compiled" : "timed");
     return 0;

@@ -3,12 +3,25 @@ the median of the timed ones; each call gets its iteration index (the
 scripts rotate their input sets by it), and FlexAttention compiled the way
 every script times it."""
 
+import time
+
 import torch
 
 
-def event_median_ms(call, warmup, reps):
-    for i in range(warmup):
+def event_median_ms(call, warmup, reps, settle_ms=1000.0):
+    """The median of reps calls, each between two CUDA events, after at
+    least warmup untimed calls lasting at least settle_ms of wall time in
+    all: the GPU's clocks settle to the shape's own sustained load (an H200
+    at its power cap runs about 1700 MHz, against 1980 after an idle gap).
+    attnc's medianEventMs, runtime/include/attn/runtime/EventTiming.h, does
+    the same."""
+    start = time.perf_counter()
+    i = 0
+    while i < warmup or (time.perf_counter() - start) * 1e3 < settle_ms:
         call(i)
+        if i % 8 == 7:
+            torch.cuda.synchronize()
+        i += 1
     torch.cuda.synchronize()
     times = []
     for i in range(reps):
