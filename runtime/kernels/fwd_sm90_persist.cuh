@@ -41,7 +41,11 @@
 
 namespace attnc {
 
-template <class Fwd> struct FwdSm90Persist;
+/// kQTiles: 2, Q and O in tiles of their own (the taken walks: two Q
+/// tiles, each hand-over's O staged in its own), or 1, O staged in Q's tile
+/// and the next tile's Q loaded once it is stored (config "p1"), which
+/// leaves room for a third stage at d128.
+template <class Fwd, int kQTiles = 2> struct FwdSm90Persist;
 
 /// Whether a packed call's tiles may be walked: unmasked, or a mask the
 /// analysis bounds from the box alone (an unmasked variant has no mask
@@ -53,8 +57,10 @@ template <class Variant> struct PackedWalkable<Variant, true> {
   static constexpr bool value = Variant::kMaskAnalysed && Variant::kMaskBounds == 0;
 };
 
-template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages>
-struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
+template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages,
+          int kQTiles>
+struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>, kQTiles> {
+  static_assert(kQTiles == 1 || kQTiles == 2, "one Q tile (O staged in it) or Q and O");
   using Fwd = FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>;
   using Visits = typename Fwd::Visits;
   static constexpr int kConsumers = Fwd::kConsumers;
@@ -63,10 +69,10 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
   static constexpr int kQSlab = Fwd::kQSlab, kKVSlab = Fwd::kKVSlab;
   static constexpr int kQBytes = Fwd::kQBytes, kKBytes = Fwd::kKBytes;
   static constexpr int kStageBytes = Fwd::kStageBytes;
-  // Shared memory: Q, O (the epilogue's staging, laid out as Q's slabs),
-  // then per stage K and V, then the mbarriers.
-  static constexpr int kOOffset = kQBytes;
-  static constexpr int kKVOffset = 2 * kQBytes;
+  // Shared memory: Q, O (the epilogue's staging, laid out as Q's slabs; in
+  // Q's tile with one Q tile), then per stage K and V, then the mbarriers.
+  static constexpr int kOOffset = kQTiles == 2 ? kQBytes : 0;
+  static constexpr int kKVOffset = kQTiles * kQBytes;
   static constexpr int kBarOffset = kKVOffset + kStages * kStageBytes;
   /// Sm90Config::sharedBytes with Persistent says the same.
   static constexpr int kSmemBytes = 1024 + kBarOffset + 256;
@@ -233,15 +239,23 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
   /// The taken walk's Q slot of hand-over \p k (its O staged there too),
   /// the barrier its Q lands on and the one its consumers free it on
   /// (slot 0: bar_q and bar_qfree; slot 1: the two after bar_qfree); each
-  /// completes once per two hand-overs, in phase (k / 2) & 1.
+  /// completes once per kQTiles hand-overs, in phase q_phase(k).
   __device__ static __forceinline__ u32 q_slot(u32 base, int k) {
-    return base + (k & 1) * kQBytes;
+    return base + (k % kQTiles) * kQBytes;
   }
   __device__ static __forceinline__ u32 q_bar(u32 bar_q, u32 bar_qfree, int k) {
-    return k & 1 ? bar_qfree + 8 : bar_q;
+    return k % kQTiles ? bar_qfree + 8 : bar_q;
   }
   __device__ static __forceinline__ u32 qfree_bar(u32 bar_qfree, int k) {
-    return k & 1 ? bar_qfree + 16 : bar_qfree;
+    return k % kQTiles ? bar_qfree + 16 : bar_qfree;
+  }
+  __device__ static __forceinline__ int q_phase(int k) { return (k / kQTiles) & 1; }
+  /// The producer's wait before hand-over \p k: its slots are free once
+  /// the consumers have stored the tile kQTiles hand-overs back, whose O
+  /// they staged in that Q slot.
+  __device__ static __forceinline__ void wait_slot_free(u32 bar_qfree, int k) {
+    if (k >= kQTiles)
+      mbar_wait(qfree_bar(bar_qfree, k), q_phase(k - kQTiles));
   }
   __device__ static __forceinline__ void put_tile(u32 slot, int t) {
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(slot), "r"(t) : "memory");
@@ -304,10 +318,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
       if constexpr (kTaken) {
         if (loaded > 0)
           t = gridDim.x + atomicAdd(a.tile_counter, 1);
-        // The slots (tile and Q) are free once the consumers have stored
-        // the tile two hand-overs back, whose O they staged in its Q slot.
-        if (loaded >= 2)
-          mbar_wait(qfree_bar(bar_qfree, loaded), ((loaded - 2) >> 1) & 1);
+        wait_slot_free(bar_qfree, loaded);
         put_tile(tile_slot(base, loaded), t < tiles ? t : -1);
         if (t >= tiles) {
           mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
@@ -321,13 +332,19 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
         if constexpr (kTaken) {
           mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
           ++loaded;
+        } else if constexpr (kQTiles == 1) {
+          // Handed over without a Q: its consumers stage zeros in Q's tile.
+          if (loaded > 0)
+            mbar_wait(bar_qfree, (loaded - 1) & 1);
+          mbar_arrive(bar_q);
+          ++loaded;
         }
         continue;
       }
       const int h = tl.bh % a.heads, b = tl.bh / a.heads;
       const int hk = h / (a.heads / a.heads_kv);
       // Q's tile is free once both consumers' last S of the tile before
-      // has completed.
+      // has completed (with one Q tile: once they have stored its O).
       if constexpr (kTaken) {
         Fwd::load_q(maps, sp, tl.m_block, h, b, q_slot(base, loaded),
                     q_bar(bar_q, bar_qfree, loaded));
@@ -405,7 +422,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
       Visits vis;
       unsigned full_bits = 0;
       if constexpr (kPacked) {
-        mbar_wait(q_bar(bar_q, bar_qfree, loaded), (loaded >> 1) & 1);
+        mbar_wait(q_bar(bar_q, bar_qfree, loaded), q_phase(loaded));
         const PackedTile p = get_packed(tile_slot(base, loaded));
         if (p.bh < 0)
           break;
@@ -415,7 +432,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
         full_bits = p.full;
       } else {
         if constexpr (kTaken) {
-          mbar_wait(q_bar(bar_q, bar_qfree, loaded), (loaded >> 1) & 1);
+          mbar_wait(q_bar(bar_q, bar_qfree, loaded), q_phase(loaded));
           t = get_tile(tile_slot(base, loaded));
           if (t < 0)
             break;
@@ -424,9 +441,13 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
         sp = span_of(a, tl.bh);
         vis = visits(a, sp, tl);
       }
-      // Q's tile, and O's staging.
+      // Q's tile, and O's staging. The stride walk with one Q tile hands
+      // every tile over on bar_q (one without keys by a plain arrival).
+      constexpr bool kHandOver = kTaken || kQTiles == 1;
       const u32 q_at = kTaken ? q_slot(base, loaded) : base;
       const u32 o_at = kTaken ? q_at : base + kOOffset;
+      if constexpr (!kTaken && kQTiles == 1)
+        mbar_wait(bar_q, loaded & 1);
       const auto &in = sequence_inputs(in0, sp);
       const int count = vis.count;
       const int b = tl.bh / a.heads, h = tl.bh % a.heads;
@@ -482,7 +503,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
           arrive(bar_empty + 8 * stage);
         };
 
-        if constexpr (!kTaken)
+        if constexpr (!kHandOver)
           mbar_wait(bar_q, loaded & 1);
         if constexpr (kConsumers == 2)
           if (wgc == 1)
@@ -494,7 +515,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
         issue_s(n % kStages);
         turn_end(true);
         wgmma_wait<0>();
-        if constexpr (!kTaken)
+        if constexpr (!kHandOver)
           if (count == 1)
             arrive(bar_qfree);
         softmax(e);
@@ -510,7 +531,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
           issue_pv(prev);
           turn_end(true);
           wgmma_wait<1>();
-          if constexpr (!kTaken)
+          if constexpr (!kHandOver)
             if (j == count - 1)
               arrive(bar_qfree); // the tile's last S is complete: the next Q may land
           softmax(e);
@@ -525,13 +546,13 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
         wgmma_wait<0>();
         release((n + count - 1) % kStages);
         n += count;
-        if constexpr (!kTaken)
+        if constexpr (!kHandOver)
           ++loaded;
       }
       // The warpgroup's reads of its O staging for the tile before are done.
       named_bar_sync(3 + wgc, 128);
       Fwd::epilogue(a, in, sp, acc_o, st, seen, b, h, row0, tq, o_at, wgc);
-      if constexpr (kTaken) {
+      if constexpr (kHandOver) {
         // The slots of this hand-over are free once every consumer warp has
         // read its staged O back; the next Q comes by the async proxy.
         fence_proxy_async_shared();
@@ -548,9 +569,10 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>> {
 
 // The packed walk's members, defined out of the struct.
 #define ATTNC_FWD_SM90_PERSIST_TEMPLATE                                                      \
-  template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages>
+  template <class Variant, class T, int kD, int kDV, int kBlockM, int kBlockN, int kStages, \
+            int kQTiles>
 #define ATTNC_FWD_SM90_PERSIST                                                               \
-  FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>>
+  FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>, kQTiles>
 #include "attnc/fwd_sm90_persist_packed.cuh"
 #undef ATTNC_FWD_SM90_PERSIST
 #undef ATTNC_FWD_SM90_PERSIST_TEMPLATE

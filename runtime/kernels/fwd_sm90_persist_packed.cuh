@@ -96,10 +96,7 @@ __device__ void ATTNC_FWD_SM90_PERSIST::produce_packed(const FwdArgs &a,
     const PackedTile p = loaded == 0 ? ((int)blockIdx.x < tiles ? load_packed(a, blockIdx.x)
                                                                 : PackedTile{-1})
                                      : take();
-    // The slots are free once the consumers have stored the tile two
-    // hand-overs back.
-    if (loaded >= 2)
-      mbar_wait(qfree_bar(bar_qfree, loaded), ((loaded - 2) >> 1) & 1);
+    wait_slot_free(bar_qfree, loaded);
     if (leader)
       put_packed(tile_slot(base, loaded), p);
     if (p.bh < 0 || p.count <= 0) {

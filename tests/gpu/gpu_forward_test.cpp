@@ -313,6 +313,15 @@ std::vector<Case> cases(bool Quick) {
         {"mha", DType::F16, 128, 128, 1, 2, 2, 333, 333, Layout::BSHD, Cfg});
   Out.push_back({"mha_window", DType::BF16, 128, 128, 2, 2, 1, 777, 777,
                  Layout::BHSD, "sm90.m64n128s3"});
+  // The persistent forms with more tiles than a GPU has SMs, so that every
+  // CTA walks several: two Q tiles (p) and one (p1, O staged in Q's tile,
+  // three stages), by the grid's stride (unmasked) and taken from the
+  // counter (causal, a window).
+  for (const char *Cfg : {"sm90.m128n128s2p", "sm90.m128n128s3p1"})
+    for (const char *E : {"mha_full", "mha", "mha_window"})
+      Out.push_back({E, DType::F16, 128, 128, 6, 16, 4, 400, 400, Layout::BSHD, Cfg});
+  Out.push_back({"mha_full", DType::BF16, 64, 64, 3, 16, 16, 777, 777, Layout::BHSD,
+                 "sm90.m128n128s3p1"});
   for (const char *E : {"mha", "mha_window", "mha_full"})
     for (Dims Dm : {Dims{256, 256}, Dims{192, 128}, Dims{128, 192}})
       Out.push_back({E, DType::BF16, Dm.D, Dm.DV, 1, 2, 2, 300, 300,

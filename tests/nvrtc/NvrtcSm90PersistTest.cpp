@@ -45,6 +45,18 @@ TEST_CASE("sm90 persistent: configuration string and shared memory", "[sm90]") {
   std::optional<Sm90Config> D64 = Sm90Config::defaultFor(64, 64).persistentFor(64, 64);
   REQUIRE(D64);
   CHECK(D64->str() == "sm90.m128n128s3p");
+  // One Q tile (p1): O staged in Q's, so three stages of d128 fit.
+  Sm90Config P1 = Sm90Config::parse("sm90.m128n128s3p1");
+  CHECK(P1.Persistent);
+  CHECK(P1.QTiles == 1);
+  CHECK(P1.str() == "sm90.m128n128s3p1");
+  CHECK(P1.sharedBytes(128, 128) == 1024 + 2 * (128 * 128 + 3 * 128 * 256) + 256);
+  CHECK(P1.sharedBytes(128, 128) <= archSharedLimit(GpuArch::Sm90a));
+  CHECK(codegen::sm90Unsupported(kernelSpec(DType::F16, 128, 128), P1).empty());
+  CHECK_FALSE(P1 == Sm90Config::parse("sm90.m128n128s3p"));
+  CHECK(Sm90Config::parse("sm90.m128n128s3p").QTiles == 2);
+  for (const char *Bad : {"sm90.m128n128s3p2", "sm90.m128n128s3p1p", "sm90.m128n128s3q1"})
+    CHECK_THROWS_AS(Sm90Config::parse(Bad), UserError);
   // 256/256: two stages of 64 keys and Q alone take 161 KiB; O does not fit.
   CHECK_FALSE(Sm90Config::defaultFor(256, 256).persistentFor(256, 256));
   CHECK(has(codegen::sm90Unsupported(kernelSpec(DType::F16, 256, 256),
@@ -205,6 +217,11 @@ TEST_CASE("sm90 persistent: generated text", "[sm90]") {
   CHECK_FALSE(
       llvm::is_contained(DocPersist.Entries, std::string(codegen::PackedPersistentEntry)));
   CHECK_FALSE(llvm::is_contained(DocPersist.Entries, std::string(codegen::PackedTilesEntry)));
+  // One Q tile: the struct's second argument; two: the text as before.
+  codegen::KernelSource OneTile = codegen::generateForwardSm90(
+      Mha, Spec, Sm90Config::parse("sm90.m128n128s3p1"));
+  CHECK(has(OneTile.Source, "using FwdP = attnc::FwdSm90Persist<Fwd, 1>;"));
+  CHECK(has(OneTile.Source, "static_assert(FwdP::kSmemBytes == 230656,"));
   // Off, the text is the one before the option (the same CUBINs).
   CHECK(!has(Plain.Source, "persist"));
   CHECK(!has(Plain.Source, "FwdP"));
@@ -224,10 +241,14 @@ TEST_CASE("sm90 persistent: compiles for sm_90a", "[nvrtc][sm90][masks]") {
                {examples::mhaChunked, DType::BF16, 128},
                {examples::mhaSlidingWindow, DType::F16, 64}};
   for (const auto &C : Cases) {
+   // The default's persistent form, and the one-Q-tile form of three stages.
+   for (bool OneTile : {false, true}) {
     const dsl::AttentionDef Example = C.Make();
     CompiledDefinition Def = compile(Example);
     std::optional<Sm90Config> P = Sm90Config::defaultFor(C.D, C.D).persistentFor(C.D, C.D);
     REQUIRE(P);
+    if (OneTile)
+      P = Sm90Config::parse("sm90.m128n128s3p1");
     codegen::KernelSource Src =
         codegen::generateForwardSm90(Def, kernelSpec(C.T, C.D, C.D), *P);
     runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
@@ -238,5 +259,6 @@ TEST_CASE("sm90 persistent: compiles for sm_90a", "[nvrtc][sm90][masks]") {
                       "ELF",
                       4) == 0);
     CHECK(!has(Bin.Log, "serialized"));
+   }
   }
 }

@@ -9,6 +9,7 @@
 #include "attn/codegen/VariantSource.h"
 
 #include <fmt/format.h>
+#include <llvm/ADT/StringRef.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -18,18 +19,21 @@ namespace attn::codegen {
 
 std::string Sm90Config::str() const {
   return fmt::format("sm90.m{}n{}s{}{}", BlockM, BlockN, Stages,
-                     Persistent ? "p" : "");
+                     !Persistent ? "" : QTiles == 1 ? "p1" : "p");
 }
 
 Sm90Config Sm90Config::parse(const std::string &Text) {
   Sm90Config C;
-  C.Persistent = !Text.empty() && Text.back() == 'p';
+  const llvm::StringRef T(Text);
+  C.Persistent = T.endswith("p") || T.endswith("p1");
+  C.QTiles = T.endswith("p1") ? 1 : 2;
   if (std::sscanf(Text.c_str(), "sm90.m%dn%ds%d", &C.BlockM, &C.BlockN,
                   &C.Stages) != 3 ||
       C.str() != Text)
     throw UserError("config '" + Text +
-                    "': expected sm90.m<block M>n<block N>s<stages>[p], e.g. "
-                    "sm90.m128n128s2 (p: the persistent kernel)");
+                    "': expected sm90.m<block M>n<block N>s<stages>[p|p1], e.g. "
+                    "sm90.m128n128s2 (p: the persistent kernel; p1: persistent "
+                    "with O staged in Q's tile)");
   return C;
 }
 
@@ -38,9 +42,10 @@ bool Sm90Config::names(const std::string &Text) {
 }
 
 int Sm90Config::sharedBytes(int D, int DV) const {
-  // The persistent kernel stages O in a tile of Q's size of its own.
-  const int QTiles = Persistent ? 2 : 1;
-  return 1024 + 2 * (QTiles * BlockM * D + Stages * BlockN * (D + DV)) + 256;
+  // The persistent kernel stages O in a tile of Q's size of its own (or,
+  // with one Q tile, in Q's).
+  const int Tiles = Persistent ? QTiles : 1;
+  return 1024 + 2 * (Tiles * BlockM * D + Stages * BlockN * (D + DV)) + 256;
 }
 
 std::optional<Sm90Config> Sm90Config::persistentFor(int D, int DV) const {
@@ -145,7 +150,9 @@ KernelSource generateForwardSm90(const CompiledDefinition &Def,
   Values["persist_include"] =
       C.Persistent ? "\n#include \"attnc/fwd_sm90_persist.cuh\"" : "";
   Values["persist_alias"] =
-      C.Persistent ? "\nusing FwdP = attnc::FwdSm90Persist<Fwd>;" : "";
+      !C.Persistent   ? ""
+      : C.QTiles == 1 ? "\nusing FwdP = attnc::FwdSm90Persist<Fwd, 1>;"
+                      : "\nusing FwdP = attnc::FwdSm90Persist<Fwd>;";
   Values["fwd_entry"] = C.Persistent ? "FwdP" : "Fwd";
   Values["packed_entry"] =
       PackedWalk ? render("fwd_sm90_packed.cu.in", templateText("fwd_sm90_packed.cu.in"),

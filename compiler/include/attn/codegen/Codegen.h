@@ -363,7 +363,14 @@ struct Sm90Config {
   /// (analysis::packedRangeFromBoxes); other packed calls run the same
   /// blocks and stages without it.
   bool Persistent = false;
-  /// "sm90.m128n128s2", "sm90.m128n128s2p"
+  /// The persistent kernel's Q tiles: 2 (written "p"), Q and O in tiles of
+  /// their own (the taken walks: two Q tiles, each tile's O staged in its
+  /// own), so that the next tile's Q lands while this one's O is stored; or
+  /// 1 (written "p1"), O staged in Q's tile as in the plain kernel and the
+  /// next Q loaded after the epilogue, which leaves room for a third stage
+  /// at d128.
+  int QTiles = 2;
+  /// "sm90.m128n128s2", "sm90.m128n128s2p", "sm90.m128n128s3p1"
   std::string str() const;
   /// Parses what str() writes; UserError on anything else.
   static Sm90Config parse(const std::string &Text);
@@ -373,8 +380,8 @@ struct Sm90Config {
   /// Threads of a CTA: 128 per warpgroup, the producer included.
   int threads() const { return 128 * (BlockM / 64 + 1); }
   /// Dynamic shared memory for head dims \p D, \p DV: 1024 bytes of
-  /// alignment slack, Q (and O when persistent), Stages x (K + V), 256
-  /// bytes of mbarriers.
+  /// alignment slack, Q (and O when persistent with two Q tiles), Stages x
+  /// (K + V), 256 bytes of mbarriers.
   int sharedBytes(int D, int DV) const;
   /// This configuration's persistent form for head dims \p D, \p DV: the
   /// same blocks (the same block lists), as many of its stages as fit
@@ -393,7 +400,7 @@ struct Sm90Config {
   std::string structuralError() const;
   bool operator==(const Sm90Config &O) const {
     return BlockM == O.BlockM && BlockN == O.BlockN && Stages == O.Stages &&
-           Persistent == O.Persistent;
+           Persistent == O.Persistent && (!Persistent || QTiles == O.QTiles);
   }
 };
 
