@@ -314,13 +314,25 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>, k
     tma_prefetch_desc(&maps.v);
     const int bhs = a.batch * a.heads;
     int n = 0, loaded = 0;
+    // With one Q tile, hand-over k's Q and any arrival for it wait for the
+    // consumers to have stored hand-over k - 1 (the Q barrier must not run
+    // two phases ahead of them); its first stages' K/V need not.
+    auto wait_q_free = [&]() {
+      if constexpr (kQTiles == 1)
+        if (loaded > 0)
+          mbar_wait(bar_qfree, (loaded - 1) & 1);
+    };
     for (int t = blockIdx.x; kTaken || t < tiles; t += gridDim.x) {
       if constexpr (kTaken) {
         if (loaded > 0)
           t = gridDim.x + atomicAdd(a.tile_counter, 1);
-        wait_slot_free(bar_qfree, loaded);
+        if constexpr (kQTiles == 2)
+          wait_slot_free(bar_qfree, loaded);
+        // Tile slot k & 1 was last read after hand-over k - 2's Q, which
+        // the consumers freed before hand-over k - 1 was loaded.
         put_tile(tile_slot(base, loaded), t < tiles ? t : -1);
         if (t >= tiles) {
+          wait_q_free();
           mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
           break;
         }
@@ -329,23 +341,30 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>, k
       const SeqSpan sp = span_of(a, tl.bh);
       const Visits vis = visits(a, sp, tl);
       if (vis.count <= 0) {
-        if constexpr (kTaken) {
+        if constexpr (kTaken || kQTiles == 1) {
+          // Handed over without a Q (with one Q tile its consumers stage
+          // zeros in Q's tile).
+          wait_q_free();
           mbar_arrive(q_bar(bar_q, bar_qfree, loaded));
-          ++loaded;
-        } else if constexpr (kQTiles == 1) {
-          // Handed over without a Q: its consumers stage zeros in Q's tile.
-          if (loaded > 0)
-            mbar_wait(bar_qfree, (loaded - 1) & 1);
-          mbar_arrive(bar_q);
           ++loaded;
         }
         continue;
       }
       const int h = tl.bh % a.heads, b = tl.bh / a.heads;
       const int hk = h / (a.heads / a.heads_kv);
+      // With one Q tile the first stages' K/V go before Q, under the end
+      // of the tile before (their stages were released by its last P·V).
+      const int early = kQTiles == 1 ? min(vis.count, kStages) : 0;
+      int j = 0;
+      for (; j < early; ++j, ++n) {
+        if (n >= kStages)
+          mbar_wait(bar_empty + 8 * (n % kStages), ((n / kStages) + 1) & 1);
+        load_block(maps, sp, vis, j, n, hk, b, base, bar_full);
+      }
       // Q's tile is free once both consumers' last S of the tile before
       // has completed (with one Q tile: once they have stored its O).
       if constexpr (kTaken) {
+        wait_q_free();
         Fwd::load_q(maps, sp, tl.m_block, h, b, q_slot(base, loaded),
                     q_bar(bar_q, bar_qfree, loaded));
       } else {
@@ -354,7 +373,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>, k
         Fwd::load_q(maps, sp, tl.m_block, h, b, base, bar_q);
       }
       ++loaded;
-      for (int j = 0; j < vis.count; ++j, ++n) {
+      for (; j < vis.count; ++j, ++n) {
         if (n >= kStages)
           mbar_wait(bar_empty + 8 * (n % kStages), ((n / kStages) + 1) & 1);
         load_block(maps, sp, vis, j, n, hk, b, base, bar_full);
