@@ -212,7 +212,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>, k
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
       if constexpr (kConsumers == 2)
-        setmaxnreg_dec<W == Walk::Packed ? kPackedProducerRegs : Fwd::kProducerRegs>();
+        setmaxnreg_dec<W == Walk::Packed || kQTiles == 1 ? kPackedProducerRegs : Fwd::kProducerRegs>();
       // The packed walk's tile facts take warp 0's votes.
       if constexpr (W == Walk::Packed) {
         if (threadIdx.x < 32)
@@ -222,7 +222,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>, k
       }
     } else {
       if constexpr (kConsumers == 2)
-        setmaxnreg_inc<W == Walk::Packed ? kPackedConsumerRegs : Fwd::kConsumerRegs>();
+        setmaxnreg_inc<W == Walk::Packed || kQTiles == 1 ? kPackedConsumerRegs : Fwd::kConsumerRegs>();
       consume<W>(a, in, tiles, base, bar_q, bar_full, bar_empty, bar_qfree, wg - 1);
     }
   }
