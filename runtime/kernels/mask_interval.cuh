@@ -136,6 +136,15 @@ __device__ __forceinline__ IvI mb_floordiv(IvI a, IvI b) {
   // -2^31 // -1 leaves the int range: top, as the element path overflows.
   return mb_i(min(min(c0, c1), min(c2, c3)), max(max(c0, c1), max(c2, c3)));
 }
+/// a mod b for a divisor interval b of one sign, a not within one period
+/// of a single divisor: a itself where 0 <= a < b (b > 0; b < a <= 0 for
+/// b < 0), else [0, b.hi - 1] ([b.lo + 1, 0]). mb_mod's and mb_mod_by's
+/// last rule.
+__device__ __forceinline__ IvI mb_mod_periods(IvI a, IvI b) {
+  if (b.lo > 0)
+    return (a.lo >= 0 && a.hi < b.lo) ? a : mb_i(0, b.hi - 1);
+  return (a.hi <= 0 && a.lo > b.hi) ? a : mb_i(b.lo + 1, 0);
+}
 /// mb_floordiv by one int32 scalar input d with the host's multiplier \p m
 /// (int_div.cuh's floordiv_by): x // d is monotone in x, so
 /// the ends' quotients are the interval (reversed for d < 0), in 32-bit
@@ -158,9 +167,7 @@ __device__ __forceinline__ IvI mb_mod_by(IvI a, int d, unsigned m) {
     if (ql == qh)
       return mb_i(a.lo - (long long)ql * d, a.hi - (long long)ql * d);
   }
-  if (d > 0)
-    return (a.lo >= 0 && a.hi < d) ? a : mb_i(0, d - 1);
-  return (a.hi <= 0 && a.lo > d) ? a : mb_i(d + 1, 0);
+  return mb_mod_periods(a, mb_i(d));
 }
 /// mod, with the divisor's sign: within [0, b) for a divisor interval of
 /// b > 0 ([0, b] for floats, where r + b may round to b), a itself when
@@ -184,9 +191,7 @@ __device__ __forceinline__ IvI mb_mod(IvI a, IvI b) {
     if (ql == qh)
       return mb_i(a.lo - ql * b.lo, a.hi - ql * b.lo);
   }
-  if (b.lo > 0)
-    return (a.lo >= 0 && a.hi < b.lo) ? a : mb_i(0, b.hi - 1);
-  return (a.hi <= 0 && a.lo > b.hi) ? a : mb_i(b.lo + 1, 0);
+  return mb_mod_periods(a, b);
 }
 __device__ __forceinline__ IvF mb_max(IvF a, IvF b) {
   if (!mb_known(a) || !mb_known(b))
