@@ -57,6 +57,11 @@ TEST_CASE("sm90 persistent: configuration string and shared memory", "[sm90]") {
   CHECK(Sm90Config::parse("sm90.m128n128s3p").QTiles == 2);
   for (const char *Bad : {"sm90.m128n128s3p2", "sm90.m128n128s3p1p", "sm90.m128n128s3q1"})
     CHECK_THROWS_AS(Sm90Config::parse(Bad), UserError);
+  // The message names the string and both persistent suffixes.
+  CHECK_THROWS_WITH(Sm90Config::parse("sm90.m128n128s3p2"),
+                    Catch::Contains("config 'sm90.m128n128s3p2'") &&
+                        Catch::Contains("s<stages>[p|p1]") &&
+                        Catch::Contains("p1: persistent with O staged in Q's tile"));
   // 256/256: two stages of 64 keys and Q alone take 161 KiB; O does not fit.
   CHECK_FALSE(Sm90Config::defaultFor(256, 256).persistentFor(256, 256));
   CHECK(has(codegen::sm90Unsupported(kernelSpec(DType::F16, 256, 256),
