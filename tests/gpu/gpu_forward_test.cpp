@@ -4,6 +4,9 @@
 // generated backend runs the Hopper skeleton (fwd_sm90) by default, so each
 // case with the default configuration also runs fwd_sm80, forced with the
 // skeleton "fwd_sm80". Exits 77 (ctest: skipped) where there is no GPU.
+//
+//   ATTNC_GPU_TEST_FILTER=mha      one definition's cases (exact name)
+//   ATTNC_GPU_TEST_CONFIG=s3p1     the cases whose configuration contains it
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
 
@@ -351,8 +354,11 @@ int main(int Argc, char **Argv) {
   int Passed = 0, Failed = 0;
   uint64_t Seed = 1;
   const char *Filter = std::getenv("ATTNC_GPU_TEST_FILTER");
+  const char *ConfigFilter = std::getenv("ATTNC_GPU_TEST_CONFIG");
   for (const Case &C : cases(Quick)) {
     if (Filter && C.Def != Filter)
+      continue;
+    if (ConfigFilter && C.Config.find(ConfigFilter) == std::string::npos)
       continue;
     if (C.Config.rfind("sm90", 0) == 0 && runtime::resolveArch(std::nullopt) != GpuArch::Sm90a)
       continue; // the Hopper skeleton's configurations need sm_90a
