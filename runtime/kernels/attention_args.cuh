@@ -129,9 +129,11 @@ struct BwdArgs {
   float *dq_accum;
   int *dq_sem;
   const int *kv_rank;
-  /// Fused dQ without a mask: 1 when the key blocks' walks start spread
-  /// over the query blocks (BwdFusedDq::first_block), which the host allows
-  /// only where two grid rows fit on the GPU's SMs at once.
+  /// Fused dQ without a mask: a row (batch·head, or a packed call's
+  /// sequence·head) of at most this many key blocks starts its key blocks'
+  /// walks spread over the query blocks (BwdFusedDq::first_block); 0: no
+  /// row does. A rotated walk waits for CTAs dispatched after it, so the
+  /// host allows it only where a row's CTAs fit on the GPU's SMs at once.
   int dq_rotate;
   /// A packed variable-length call, as in FwdArgs (null otherwise); finals
   /// and doosum are then [..][heads][total_q]. Never in the fused dQ mode.

@@ -184,14 +184,19 @@ template <class T, int kD, int kBlockM, int kBlockN, int kWarps> struct BwdFused
   }
 
   /// Without a mask, and where a grid row's CTAs can all be resident
-  /// (a.dq_rotate, set by the host), key block n starts its walk at query block
+  /// (rotated(), as the host says), key block n starts its walk at query block
   /// first_block(n) and wraps around: n reaches each query block
   /// kv_m_blocks / kv_n_blocks steps after key block n + 1, so CTAs that
   /// start together do not wait for each other. (Walking from 0, CTA r
   /// could add to a block only a turn after CTA r − 1: CTAs that start
   /// together wait a step per rank, on every wave of the grid.)
   __device__ static __forceinline__ int first_block(const BwdArgs &a, int n) {
-    return a.dq_rotate ? (int)((long long)n * a.kv_m_blocks / a.kv_n_blocks) : 0;
+    return rotated(a) ? (int)((long long)n * a.kv_m_blocks / a.kv_n_blocks) : 0;
+  }
+
+  /// Whether the dense grid's rows walk rotated (BwdArgs::dq_rotate).
+  __device__ static __forceinline__ bool rotated(const BwdArgs &a) {
+    return a.kv_n_blocks <= a.dq_rotate;
   }
 
   /// Without a mask: key block \p n's rank at query block \p m, the order
@@ -200,7 +205,7 @@ template <class T, int kD, int kBlockM, int kBlockN, int kWarps> struct BwdFused
   /// top down; else the highest key block first.
   __device__ static __forceinline__ int unmasked_rank(const BwdArgs &a, int n, int m) {
     const int nb = a.kv_n_blocks;
-    if (!a.dq_rotate)
+    if (!rotated(a))
       return nb - 1 - n;
     const int first = (int)(((long long)(m + 1) * nb - 1) / a.kv_m_blocks);
     return first >= n ? first - n : first - n + nb;

@@ -36,7 +36,8 @@
 // there is one, reads the same metadata and arrives on the stage's empty
 // barrier too, so that no stage is refilled before it has read it):
 //  * unmasked: every query block of the sequence, from first_block
-//    (rotated as in bwd_sm80_fused_dq.cuh where the host sets dq_rotate),
+//    (a sequence of at most a.dq_rotate key blocks rotated as in
+//    bwd_sm80_fused_dq.cuh),
 //    the rank the order of the walks' visits (unmasked_rank);
 //  * masked with a mask the analysis bounds from the block's box: the
 //    blocks from the first to the last kept one (block_range.cuh's votes,
@@ -294,7 +295,7 @@ struct BwdDkDvSm90Varlen {
       }
       return rank;
     } else if constexpr (!Variant::kHasMask) {
-      if (a.dq_rotate) {
+      if (nb <= a.dq_rotate) {
         const int f = (int)(((long long)(m + 1) * nb - 1) / mb);
         return f >= n_block ? f - n_block : f - n_block + nb;
       }
@@ -356,7 +357,7 @@ struct BwdDkDvSm90Varlen {
         last = -1; // not found yet
       }
       if constexpr (!Variant::kHasMask)
-        rot = a.dq_rotate && mb > 0 ? (int)((long long)n_block * mb / nb) : 0;
+        rot = nb <= a.dq_rotate && mb > 0 ? (int)((long long)n_block * mb / nb) : 0;
       for (int j = 0;; ++j) {
         if constexpr (Variant::kHasMask && kRanges)
           if (j == 1 || (j == 0 && first >= mb))

@@ -138,11 +138,12 @@ std::vector<Case> cases(bool Quick) {
   // votes of 32 blocks (bwd_sm90_varlen.cuh), two votes here.
   if (!Quick)
     Out.push_back({"mha_sliding_window", DType::F16, 128, 1, 1, Long, Long, "", true});
-  // Unmasked, a sequence whose row (69 key blocks of 64) is too long for
-  // rotated walks on any GPU of at most 138 SMs: the call's walks start at
-  // query block 0 (a.dq_rotate 0; the short cases above rotate), short
-  // sequences beside it.
-  const std::vector<int> Mixed = {4400, 300, 1};
+  // Unmasked, rotated walks decided per sequence (a row of at most
+  // a.dq_rotate = SMs / 2 key blocks rotates): a sequence whose row (69 key
+  // blocks of 64) is too long to rotate on any GPU of at most 138 SMs walks
+  // from query block 0, beside a long one that rotates on a GPU of 126 SMs
+  // or more (47 key blocks) and short ones.
+  const std::vector<int> Mixed = {4400, 3000, 300, 1};
   if (!Quick)
     Out.push_back({"mha_full", DType::F16, 128, 1, 1, Mixed, Mixed, "", true});
   return Out;
