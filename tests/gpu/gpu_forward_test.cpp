@@ -7,6 +7,7 @@
 //
 //   ATTNC_GPU_TEST_FILTER=mha      one definition's cases (exact name)
 //   ATTNC_GPU_TEST_CONFIG=s3p1     the cases whose configuration contains it
+//                                  ("default": those of the default one)
 #include "GpuSupport.h"
 #include "TestDefinitions.h"
 
@@ -358,7 +359,9 @@ int main(int Argc, char **Argv) {
   for (const Case &C : cases(Quick)) {
     if (Filter && C.Def != Filter)
       continue;
-    if (ConfigFilter && C.Config.find(ConfigFilter) == std::string::npos)
+    if (ConfigFilter && (std::string(ConfigFilter) == "default"
+                             ? !C.Config.empty()
+                             : C.Config.find(ConfigFilter) == std::string::npos))
       continue;
     if (C.Config.rfind("sm90", 0) == 0 && runtime::resolveArch(std::nullopt) != GpuArch::Sm90a)
       continue; // the Hopper skeleton's configurations need sm_90a
