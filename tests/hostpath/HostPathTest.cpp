@@ -13,8 +13,8 @@
 
 #include "attn/runtime/Attention.h"
 #include "attn/runtime/CudaDriver.h"
-#include "attn/runtime/LinearAttention.h"
 #include "attn/runtime/EventTiming.h"
+#include "attn/runtime/LinearAttention.h"
 #include "attn/runtime/Paged.h"
 #include "attn/runtime/RandomProblem.h"
 
@@ -22,6 +22,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
