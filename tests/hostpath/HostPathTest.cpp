@@ -155,6 +155,25 @@ TEST_CASE("an unmasked prefill forward launches one kernel and does nothing "
   std::printf("host path: forward B2 H8 S1024 %.2f us a call\n", Us);
 }
 
+TEST_CASE("an unmasked backward launches its four kernels and does nothing "
+          "else on the driver but encode its tensor maps") {
+  NullDriver Null;
+  runtime::Attention Att(gputest::makeDefinition("mha_full"), f16Signature());
+  Buffers Fw(2, 1024, 1024, 8, 8), Grad(2, 1024, 1024, 8, 8);
+  runtime::DeviceAlloc DOut(Fw.bytes(1024, 8));
+  TensorView F = Fw.finals(), O = Fw.out();
+  TensorView Do = TensorView::contiguous(DOut.get(), DType::F16, {2, 1024, 8, 128});
+  // doosum, dQ's sums and semaphores cleared, dK/dV with dQ's turns, dQ
+  // converted; bwd_sm90 encodes its TMA descriptors for each call's
+  // pointers. The workspace is the stream's, made by the first call.
+  const double Us = Null.expectLaunchesOnly(
+      [&] {
+        Att.backward(Fw.q(), Fw.k(), Fw.v(), &O, Do, &F, Grad.q(), Grad.k(), Grad.v());
+      },
+      4, {"cuTensorMapEncodeTiled"});
+  std::printf("host path: backward B2 H8 S1024 %.2f us a call\n", Us);
+}
+
 TEST_CASE("a linear decode step launches one kernel and does nothing else on "
           "the driver") {
   NullDriver Null;
