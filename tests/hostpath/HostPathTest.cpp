@@ -155,6 +155,30 @@ TEST_CASE("an unmasked prefill forward launches one kernel and does nothing "
   std::printf("host path: forward B2 H8 S1024 %.2f us a call\n", Us);
 }
 
+TEST_CASE("a packed causal forward launches and does nothing else on the "
+          "driver but encode its tensor maps") {
+  NullDriver Null;
+  runtime::Signature Sig = f16Signature();
+  Sig.TensorLayout = Layout::THD;
+  runtime::Attention Att(gputest::makeDefinition("mha"), Sig);
+  const int64_t T = 4096, H = 8;
+  runtime::DeviceAlloc Q(size_t(T * H) * 128 * 2), K(size_t(T * H) * 128 * 2),
+      V(size_t(T * H) * 128 * 2), Out(size_t(T * H) * 128 * 2), Fin(size_t(T * H) * 4),
+      Cu(5 * 4);
+  auto View = [&](const runtime::DeviceAlloc &A) {
+    return TensorView::contiguous(A.get(), DType::F16, {T, H, 128});
+  };
+  TensorView F = TensorView::contiguous(Fin.get(), DType::F32, {1, H, T});
+  TensorView CuV = TensorView::contiguous(Cu.get(), DType::I32, {5});
+  // Four sequences of at most 2048 tokens (the lengths live on the device
+  // and are never read here).
+  runtime::VarlenBatch Batch{CuV, CuV, 2048, 2048};
+  const double Us = Null.expectLaunchesOnly(
+      [&] { Att.forwardVarlen(View(Q), View(K), View(V), View(Out), &F, Batch); }, 1,
+      {"cuTensorMapEncodeTiled"});
+  std::printf("host path: packed causal forward 4 sequences %.2f us a call\n", Us);
+}
+
 TEST_CASE("an unmasked backward launches its four kernels and does nothing "
           "else on the driver but encode its tensor maps") {
   NullDriver Null;
