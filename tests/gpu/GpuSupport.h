@@ -160,6 +160,18 @@ inline int bitwiseRuns() {
   return 3;
 }
 
+/// Whether a case of configuration \p Config runs under \p Filter, the
+/// value of $ATTNC_GPU_TEST_CONFIG (null: every case): "default" picks the
+/// cases of the default configuration (an empty one), any other text the
+/// cases whose configuration contains it.
+inline bool configSelected(const char *Filter, const std::string &Config) {
+  if (!Filter)
+    return true;
+  if (std::string(Filter) == "default")
+    return Config.empty();
+  return Config.find(Filter) != std::string::npos;
+}
+
 /// A GPU test's start: "skipped: <why>" and false (the test exits 77)
 /// without a CUDA driver, else the line "device: <name> (<arch>)" and true.
 inline bool announceDevice() {

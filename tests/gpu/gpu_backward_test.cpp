@@ -515,10 +515,7 @@ int main(int Argc, char **Argv) {
     Seeds.push_back(C.TwinOf >= 0 ? Seeds[C.TwinOf] : Seed);
     if (Filter && C.Def != Filter)
       continue;
-    // "default" names the cases of the default configuration (no config).
-    if (ConfigFilter && (std::string(ConfigFilter) == "default"
-                             ? !C.Config.empty()
-                             : C.Config.find(ConfigFilter) == std::string::npos))
+    if (!configSelected(ConfigFilter, C.Config))
       continue;
     if (HeadDimFilter && std::to_string(C.D) != HeadDimFilter)
       continue;

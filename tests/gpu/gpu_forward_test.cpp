@@ -359,9 +359,7 @@ int main(int Argc, char **Argv) {
   for (const Case &C : cases(Quick)) {
     if (Filter && C.Def != Filter)
       continue;
-    if (ConfigFilter && (std::string(ConfigFilter) == "default"
-                             ? !C.Config.empty()
-                             : C.Config.find(ConfigFilter) == std::string::npos))
+    if (!configSelected(ConfigFilter, C.Config))
       continue;
     if (C.Config.rfind("sm90", 0) == 0 && runtime::resolveArch(std::nullopt) != GpuArch::Sm90a)
       continue; // the Hopper skeleton's configurations need sm_90a
