@@ -210,9 +210,12 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>, k
     const u32 bar_empty = bar_full + 8 * kStages; // [kStages]
     const u32 bar_qfree = bar_empty + 8 * kStages;
     const int wg = threadIdx.x / 128;
+    // The packed walk's producer (its tile facts), and the one-Q-tile
+    // producer's early K/V, need more registers than the plain kernel's.
+    constexpr bool kWideProducer = W == Walk::Packed || kQTiles == 1;
     if (wg == 0) {
       if constexpr (kConsumers == 2)
-        setmaxnreg_dec<W == Walk::Packed || kQTiles == 1 ? kPackedProducerRegs : Fwd::kProducerRegs>();
+        setmaxnreg_dec<kWideProducer ? kPackedProducerRegs : Fwd::kProducerRegs>();
       // The packed walk's tile facts take warp 0's votes.
       if constexpr (W == Walk::Packed) {
         if (threadIdx.x < 32)
@@ -222,7 +225,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>, k
       }
     } else {
       if constexpr (kConsumers == 2)
-        setmaxnreg_inc<W == Walk::Packed || kQTiles == 1 ? kPackedConsumerRegs : Fwd::kConsumerRegs>();
+        setmaxnreg_inc<kWideProducer ? kPackedConsumerRegs : Fwd::kConsumerRegs>();
       consume<W>(a, in, tiles, base, bar_q, bar_full, bar_empty, bar_qfree, wg - 1);
     }
   }
@@ -256,6 +259,13 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>, k
   __device__ static __forceinline__ void wait_slot_free(u32 bar_qfree, int k) {
     if (k >= kQTiles)
       mbar_wait(qfree_bar(bar_qfree, k), q_phase(k - kQTiles));
+  }
+  /// The producer's wait before filling stage n % kStages for key block
+  /// \p n of its walk: from the second round of the ring on, until the
+  /// consumers have released the block kStages before.
+  __device__ static __forceinline__ void wait_stage_free(u32 bar_empty, int n) {
+    if (n >= kStages)
+      mbar_wait(bar_empty + 8 * (n % kStages), ((n / kStages) + 1) & 1);
   }
   __device__ static __forceinline__ void put_tile(u32 slot, int t) {
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(slot), "r"(t) : "memory");
@@ -357,8 +367,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>, k
       const int early = kQTiles == 1 ? min(vis.count, kStages) : 0;
       int j = 0;
       for (; j < early; ++j, ++n) {
-        if (n >= kStages)
-          mbar_wait(bar_empty + 8 * (n % kStages), ((n / kStages) + 1) & 1);
+        wait_stage_free(bar_empty, n);
         load_block(maps, sp, vis, j, n, hk, b, base, bar_full);
       }
       // Q's tile is free once both consumers' last S of the tile before
@@ -374,8 +383,7 @@ struct FwdSm90Persist<FwdSm90<Variant, T, kD, kDV, kBlockM, kBlockN, kStages>, k
       }
       ++loaded;
       for (; j < vis.count; ++j, ++n) {
-        if (n >= kStages)
-          mbar_wait(bar_empty + 8 * (n % kStages), ((n / kStages) + 1) & 1);
+        wait_stage_free(bar_empty, n);
         load_block(maps, sp, vis, j, n, hk, b, base, bar_full);
       }
     }

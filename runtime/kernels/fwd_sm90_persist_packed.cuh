@@ -115,8 +115,7 @@ __device__ void ATTNC_FWD_SM90_PERSIST::produce_packed(const FwdArgs &a,
       Fwd::load_q(maps, sp, p.m_block, h, 0, q_slot(base, loaded),
                   q_bar(bar_q, bar_qfree, loaded));
     for (int j = 0; j < vis.count; ++j, ++n) {
-      if (n >= kStages)
-        mbar_wait(bar_empty + 8 * (n % kStages), ((n / kStages) + 1) & 1);
+      wait_stage_free(bar_empty, n);
       if (leader)
         load_block(maps, sp, vis, j, n, hk, 0, base, bar_full);
     }
