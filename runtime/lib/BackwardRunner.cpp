@@ -307,13 +307,12 @@ void BackwardRunner::run(const BackwardTensors &T,
     // where a whole grid row can be resident (at least a CTA an SM). They
     // also spread a head's live Q/dO tiles and sums over all its query
     // blocks at once, which cost 4% at S = 16384 on an H200 (128 key
-    // blocks); rotation is used where at least two rows fit. A packed
-    // call decides it per sequence by the same rule (bwd_sm90_varlen.cuh):
-    // 32 sequences in [64, 8192] took 419-421 TFLOPS unrotated, 435-437 so
-    // and 433-435 with every sequence rotated (H200, 2026-11-30).
-    const int RotateRows = currentDevice().MultiProcessors / 2;
-    A.dq_rotate = Masked ? 0 : K.Varlen ? RotateRows
-                                        : (A.kv_n_blocks <= RotateRows ? A.kv_n_blocks : 0);
+    // blocks); rotation is used where at least two rows fit. The kernels
+    // compare a row's key blocks with this bound, a packed call's per
+    // sequence (bwd_sm90_varlen.cuh; 32 sequences in [64, 8192] took
+    // 419-421 TFLOPS unrotated, 435-437 so and 433-435 with every
+    // sequence rotated, H200 2026-11-30).
+    A.dq_rotate = Masked ? 0 : currentDevice().MultiProcessors / 2;
   }
   for (size_t I = 0; I < GradInputs.size(); ++I) {
     A.grad_out[I] = static_cast<float *>(GradOut.at(GradInputs[I].Name).Data);
