@@ -14,6 +14,7 @@
 #include "attn/Error.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <random>
@@ -79,6 +80,20 @@ std::string benchBackwardConfig() {
   return C ? C : "";
 }
 
+/// ATTNC_BENCH_VARLEN_ONLY=packed or dense: time that side alone (its
+/// kernels then run alone in the process, e.g. under a profiler's launch
+/// counts); the other side's numbers print as nan.
+bool benchSideSkipped(bool Varlen) {
+  const char *C = std::getenv("ATTNC_BENCH_VARLEN_ONLY");
+  if (!C || !*C)
+    return false;
+  const std::string Only = C;
+  if (Only != "packed" && Only != "dense")
+    throw UserError("ATTNC_BENCH_VARLEN_ONLY='" + Only +
+                    "': expected packed or dense");
+  return Only != (Varlen ? "packed" : "dense");
+}
+
 } // namespace
 
 /// The lengths, for peers_masks.py --varlen (the same batch on Flex).
@@ -127,9 +142,11 @@ void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen) {
   for (int X : L)
     Pairs += varlenPairs(Mask, X);
   const double DensePairs = double(B) * varlenPairs(Mask, Mean);
-  double Tf[2], TfB[2];
+  double Tf[2] = {NAN, NAN}, TfB[2] = {NAN, NAN};
   std::string Choice[2], BwdChoice[2];
   for (bool Varlen : {true, false}) {
+    if (benchSideSkipped(Varlen))
+      continue;
     runtime::Signature Sig;
     Sig.Dtype = T;
     Sig.HeadDim = Sig.HeadDimV = D;

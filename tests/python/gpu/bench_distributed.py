@@ -13,6 +13,7 @@ Run: torchrun --nproc_per_node=2 tests/python/gpu/bench_distributed.py
 
 import argparse
 import json
+import math
 import os
 import time
 
@@ -50,10 +51,28 @@ def events_ms(fn, iters, warmup=2, before=None):
     return start.elapsed_time(end) / iters
 
 
+# --warmup-s: seconds of calls before each timed row (0: the counts alone).
+WARMUP_S = 0.0
+
+
+def settled_warmup(fn, warmup):
+    """The warm-up calls: `warmup` of them, and then, under --warmup-s, as
+    many more as fill that many seconds at their measured rate (the GPU's
+    clocks settle; 2 calls of a few ms do not). The count is the largest
+    any rank asks for, since a ring call needs every rank."""
+    per_call = events_ms(fn, 1, warmup)
+    extra = math.ceil(WARMUP_S * 1e3 / per_call) if WARMUP_S > 0 else 0
+    n = torch.tensor(extra, device="cuda")
+    dist.all_reduce(n, op=dist.ReduceOp.MAX)
+    for _ in range(int(n.item())):
+        fn()
+
+
 def timed(fn, iters, warmup=2):
     """Milliseconds per call (CUDA events), the slowest rank's: every rank
     starts its timed calls after a barrier."""
-    ms = torch.tensor(events_ms(fn, iters, warmup, before=dist.barrier),
+    settled_warmup(fn, warmup)
+    ms = torch.tensor(events_ms(fn, iters, 0, before=dist.barrier),
                       device="cuda")
     dist.all_reduce(ms, op=dist.ReduceOp.MAX)
     return ms.item()
@@ -109,12 +128,17 @@ def main():
     p.add_argument("--iters", type=int, default=5,
                    help="timed calls at 16k tokens per GPU (fewer above, "
                    "at least 2)")
+    p.add_argument("--warmup-s", type=float, default=0.0,
+                   help="seconds of warm-up calls before each row (the "
+                   "clocks settle; default 0: the warm-up counts alone)")
     p.add_argument("--trace", default=None)
     p.add_argument("--no-cp", action="store_true",
                    help="without PyTorch's context_parallel rows")
     p.add_argument("--cp-only", action="store_true",
                    help="only PyTorch's context_parallel rows")
     a = p.parse_args()
+    global WARMUP_S
+    WARMUP_S = a.warmup_s
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
@@ -153,7 +177,7 @@ def weak_scaling(a, s, iters, warmup, world, rank, defs):
         print(f"weak scaling, {torch.cuda.get_device_name()} x{world}, "
               f"{s} tokens per GPU, B{b} H{h} D{d} bf16, "
               f"{time.strftime('%Y-%m-%d %H:%M')}, {iters} calls after "
-              f"{warmup} warm-up")
+              f"{warmup} warm-up calls and {WARMUP_S:g} s more")
         print(f"{'mask':6} {'pass':8} {'implementation':26} {'ms':>8} "
               f"{'TFLOP/s/GPU':>12} {'vs attnc 1 GPU':>15}", flush=True)
     for mask, definition in (() if a.cp_only else defs.items()):
