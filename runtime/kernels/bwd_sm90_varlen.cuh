@@ -3,7 +3,9 @@
 // (key block of one sequence, kv head), its step reused as it is.
 //
 // Grid (packed_block_bound(total_kv, sequences, kBlockN, max_seqlen_kv),
-// kv heads): one CTA per key block a sequence has (packed_cta_block), its
+// kv heads): one CTA per key block a sequence has (packed_cta_block_sorted:
+// each group of 32 sequences longest first, so that neighbours of similar
+// lengths start their CTAs together and the dQ turns wait less), its
 // highest key block first, none for the blocks of the longest sequence that
 // a shorter one lacks (the bound's spare CTAs, fewer than the sequences, are
 // the last of a row: they find no block and exit); the highest block's CTA
@@ -199,11 +201,12 @@ struct BwdDkDvSm90Varlen {
     const u32 meta = bar_full + kMetaOffset;
     unsigned char *ring = aligned + Base::kKBytes + Base::kVBytes;
     // One CTA per key block a sequence has, not per block of the longest
-    // sequence (packed_cta_block: the grid's last CTAs, fewer than the
-    // sequences, find none), each sequence's highest key block first: a CTA
-    // waits for dQ turns of CTAs of its sequence and head dispatched before
-    // it (bwd_sm80_fused_dq.cuh), which have the lower x of its row.
-    const PackedBlock pb = packed_cta_block(a.cu_seqlens_kv, a.batch, kBlockN);
+    // sequence (the grid's last CTAs, fewer than the sequences, find none),
+    // each sequence's highest key block first: a CTA waits for dQ turns of
+    // CTAs of its sequence and head dispatched before it
+    // (bwd_sm80_fused_dq.cuh), which have the lower x of its row; a
+    // sequence's CTAs are contiguous in x, its sequences longest first.
+    const PackedBlock pb = packed_cta_block_sorted(a.cu_seqlens_kv, a.batch, kBlockN);
     if (pb.seq < 0)
       return;
     const int b = pb.seq, hk = (int)blockIdx.y;

@@ -148,12 +148,13 @@ struct WarpVote {
   }
 };
 
-/// The calling warp's prefix sums and votes over its lanes, for
-/// packed_block_of (block_range.cuh); all lanes converged.
+/// The calling warp's values, prefix sums and votes over its lanes, for
+/// packed_block_of and packed_block_of_sorted (block_range.cuh); all lanes
+/// converged.
 struct WarpLanes {
   int lane;
   struct Sums {
-    int mine; ///< this lane's inclusive sum
+    int mine; ///< this lane's value (from sums: its inclusive sum)
     __device__ __forceinline__ int at(int l) const { return __shfl_sync(0xffffffffu, mine, l); }
   };
   template <class F> __device__ __forceinline__ Sums sums(const F &f) const {
@@ -168,6 +169,10 @@ struct WarpLanes {
   template <class Pred> __device__ __forceinline__ unsigned vote(const Pred &pred) const {
     return __ballot_sync(0xffffffffu, pred(lane));
   }
+  /// f(lane) on each lane, at(l) reading lane l's.
+  template <class F> __device__ __forceinline__ Sums values(const F &f) const {
+    return {f(lane)};
+  }
 };
 
 /// The sequence and block of this CTA in a packed call's grid of blocks
@@ -177,6 +182,14 @@ struct WarpLanes {
 __device__ __forceinline__ PackedBlock packed_cta_block(const int *cu, int batch, int block) {
   return packed_block_of(cu, batch, block, (long long)blockIdx.x,
                          WarpLanes{int(threadIdx.x % 32)});
+}
+
+/// packed_cta_block with each group of 32 sequences taken longest first
+/// (packed_block_of_sorted).
+__device__ __forceinline__ PackedBlock packed_cta_block_sorted(const int *cu, int batch,
+                                                               int block) {
+  return packed_block_of_sorted(cu, batch, block, (long long)blockIdx.x,
+                                WarpLanes{int(threadIdx.x % 32)});
 }
 
 /// A packed call has no block lists (they would cost a classification per

@@ -4,7 +4,8 @@
 // (sequence, block) work items has at its place, on ragged sequences
 // (empty ones, length 1, more than 32 sequences, block sizes that do and do
 // not divide the lengths), and the grid holds every block with at most one
-// spare CTA a sequence.
+// spare CTA a sequence; packed_block_of_sorted's grid likewise, with each
+// group of 32 sequences longest first.
 #include "block_range.cuh"
 
 #include "HostWarp.h"
@@ -55,7 +56,62 @@ void checkGrid(const std::vector<int> &Lens, int Block) {
   }
 }
 
+/// packed_block_of_sorted's grid against the work list built by hand:
+/// each group of 32 sequences ordered by block count, most first (ties by
+/// index), each sequence's blocks 0, 1, ... in order; the same bound.
+void checkSortedGrid(const std::vector<int> &Lens, int Block) {
+  const std::vector<int> Cu = cumulative(Lens);
+  const int Batch = int(Lens.size());
+  auto blocks = [&](int B) { return (Lens[B] + Block - 1) / Block; };
+  std::vector<std::pair<int, int>> Work;
+  for (int B0 = 0; B0 < Batch; B0 += 32) {
+    std::vector<int> Group;
+    for (int B = B0; B < std::min(Batch, B0 + 32); ++B)
+      Group.push_back(B);
+    std::stable_sort(Group.begin(), Group.end(),
+                     [&](int X, int Y) { return blocks(X) > blocks(Y); });
+    for (int B : Group)
+      for (int J = 0; J < blocks(B); ++J)
+        Work.push_back({B, J});
+  }
+  const int MaxLen = Lens.empty() ? 0 : *std::max_element(Lens.begin(), Lens.end());
+  const long long Grid = attnc::packed_block_bound(Cu.back(), Batch, Block, MaxLen);
+  INFO("sorted: sequences " << Batch << ", block " << Block << ", grid " << Grid);
+  REQUIRE(Grid >= (long long)Work.size());
+  for (long long X = 0; X < Grid; ++X) {
+    const attnc::PackedBlock P =
+        attnc::packed_block_of_sorted(Cu.data(), Batch, Block, X, HostWarp{});
+    INFO("CTA " << X);
+    if (X < (long long)Work.size()) {
+      CHECK(P.seq == Work[X].first);
+      CHECK(P.index == Work[X].second);
+    } else {
+      CHECK(P.seq == -1);
+    }
+  }
+}
+
 } // namespace
+
+TEST_CASE("packed grid, longest first: each group of 32 sorted, blocks in order",
+          "[varlen][grid]") {
+  checkSortedGrid({0, 1, 5, 9, 0, 3}, 4);
+  checkSortedGrid({128, 256, 129, 1, 127}, 128); // ties: 2 blocks twice
+  checkSortedGrid({0, 0, 0}, 64);
+  checkSortedGrid({7}, 1);
+  std::vector<int> Lens(97, 0);
+  for (int B = 0; B < 97; ++B)
+    Lens[B] = B % 32 == 31 || B % 32 == 0 ? 0 : (B * 37) % 300;
+  checkSortedGrid(Lens, 64);
+  checkSortedGrid(Lens, 8);
+  std::mt19937 Rng(23);
+  for (int Trial = 0; Trial < 6; ++Trial) {
+    std::vector<int> R(1 + int(Rng() % 70));
+    for (int &L : R)
+      L = Rng() % 5 == 0 ? int(Rng() % 3) : 64 + int(Rng() % 8129);
+    checkSortedGrid(R, 128);
+  }
+}
 
 TEST_CASE("packed grid: ragged sequences map to their blocks in order", "[varlen][grid]") {
   checkGrid({0, 1, 5, 9, 0, 3}, 4);

@@ -33,7 +33,8 @@
 // (a comma-separated subset of none,causal,window256,chunked256) runs, or
 // with --compile-only compiles, only those rows, so that a profiler's
 // launch counts start at the row's; ATTNC_BENCH_VARLEN_ONLY=packed or
-// dense times one side of each row alone.
+// dense times one side of each row alone; ATTNC_BENCH_VARLEN_ORDER=longest
+// or shortest packs the same lengths sorted.
 //
 // --compile-only needs no GPU: it compiles the forward and backward kernels
 // the timed run uses on sm_90a into the kernel cache ($ATTNC_CACHE_DIR),

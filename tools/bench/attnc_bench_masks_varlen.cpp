@@ -62,6 +62,17 @@ std::vector<int> varlenLengths(int MaxLen) {
   std::vector<int> L(32);
   for (int &X : L)
     X = U(Rng);
+  // ATTNC_BENCH_VARLEN_ORDER=longest or shortest: the same lengths sorted
+  // (how the order of a packed batch's sequences moves its time).
+  if (const char *O = std::getenv("ATTNC_BENCH_VARLEN_ORDER"); O && *O) {
+    const std::string Order = O;
+    if (Order != "longest" && Order != "shortest")
+      throw UserError("ATTNC_BENCH_VARLEN_ORDER='" + Order +
+                      "': expected longest or shortest");
+    std::sort(L.begin(), L.end());
+    if (Order == "longest")
+      std::reverse(L.begin(), L.end());
+  }
   return L;
 }
 
