@@ -29,41 +29,52 @@ std::vector<int> cumulative(const std::vector<int> &Lens) {
   return Cu;
 }
 
-/// Every CTA of the grid against the work list built by hand: sequence
-/// by sequence, its blocks 0, 1, ... in order.
-void checkGrid(const std::vector<int> &Lens, int Block) {
+using Work = std::vector<std::pair<int, int>>;
+
+/// Every CTA of the grid (packed_block_bound's) against \p W, the
+/// (sequence, block) work items in grid order: \p Of(cu, batch, block, x)
+/// maps CTA x; the CTAs past the work find none, at most one a sequence.
+template <class Map>
+void checkAgainst(const std::vector<int> &Lens, int Block, const Work &W, const Map &Of) {
   const std::vector<int> Cu = cumulative(Lens);
   const int Batch = int(Lens.size());
-  std::vector<std::pair<int, int>> Work;
-  for (int B = 0; B < Batch; ++B)
-    for (int J = 0; J < (Lens[B] + Block - 1) / Block; ++J)
-      Work.push_back({B, J});
   const int MaxLen = Lens.empty() ? 0 : *std::max_element(Lens.begin(), Lens.end());
   const long long Grid = attnc::packed_block_bound(Cu.back(), Batch, Block, MaxLen);
   INFO("sequences " << Batch << ", block " << Block << ", grid " << Grid << ", work "
-                    << Work.size());
-  REQUIRE(Grid >= (long long)Work.size());
-  CHECK(Grid - (long long)Work.size() <= Batch);
+                    << W.size());
+  REQUIRE(Grid >= (long long)W.size());
+  CHECK(Grid - (long long)W.size() <= Batch);
   for (long long X = 0; X < Grid; ++X) {
-    const attnc::PackedBlock P = attnc::packed_block_of(Cu.data(), Batch, Block, X, HostWarp{});
+    const attnc::PackedBlock P = Of(Cu.data(), Batch, Block, X);
     INFO("CTA " << X);
-    if (X < (long long)Work.size()) {
-      CHECK(P.seq == Work[X].first);
-      CHECK(P.index == Work[X].second);
+    if (X < (long long)W.size()) {
+      CHECK(P.seq == W[X].first);
+      CHECK(P.index == W[X].second);
     } else {
       CHECK(P.seq == -1);
     }
   }
 }
 
-/// packed_block_of_sorted's grid against the work list built by hand:
-/// each group of 32 sequences ordered by block count, most first (ties by
-/// index), each sequence's blocks 0, 1, ... in order; the same bound.
+/// packed_block_of against the work list built by hand: sequence by
+/// sequence, its blocks 0, 1, ... in order.
+void checkGrid(const std::vector<int> &Lens, int Block) {
+  Work W;
+  for (int B = 0; B < int(Lens.size()); ++B)
+    for (int J = 0; J < (Lens[B] + Block - 1) / Block; ++J)
+      W.push_back({B, J});
+  checkAgainst(Lens, Block, W, [](const int *Cu, int Batch, int Blk, long long X) {
+    return attnc::packed_block_of(Cu, Batch, Blk, X, HostWarp{});
+  });
+}
+
+/// packed_block_of_sorted against the work list built by hand: each group
+/// of 32 sequences ordered by block count, most first (ties by index), each
+/// sequence's blocks 0, 1, ... in order.
 void checkSortedGrid(const std::vector<int> &Lens, int Block) {
-  const std::vector<int> Cu = cumulative(Lens);
   const int Batch = int(Lens.size());
   auto blocks = [&](int B) { return (Lens[B] + Block - 1) / Block; };
-  std::vector<std::pair<int, int>> Work;
+  Work W;
   for (int B0 = 0; B0 < Batch; B0 += 32) {
     std::vector<int> Group;
     for (int B = B0; B < std::min(Batch, B0 + 32); ++B)
@@ -72,23 +83,11 @@ void checkSortedGrid(const std::vector<int> &Lens, int Block) {
                      [&](int X, int Y) { return blocks(X) > blocks(Y); });
     for (int B : Group)
       for (int J = 0; J < blocks(B); ++J)
-        Work.push_back({B, J});
+        W.push_back({B, J});
   }
-  const int MaxLen = Lens.empty() ? 0 : *std::max_element(Lens.begin(), Lens.end());
-  const long long Grid = attnc::packed_block_bound(Cu.back(), Batch, Block, MaxLen);
-  INFO("sorted: sequences " << Batch << ", block " << Block << ", grid " << Grid);
-  REQUIRE(Grid >= (long long)Work.size());
-  for (long long X = 0; X < Grid; ++X) {
-    const attnc::PackedBlock P =
-        attnc::packed_block_of_sorted(Cu.data(), Batch, Block, X, HostWarp{});
-    INFO("CTA " << X);
-    if (X < (long long)Work.size()) {
-      CHECK(P.seq == Work[X].first);
-      CHECK(P.index == Work[X].second);
-    } else {
-      CHECK(P.seq == -1);
-    }
-  }
+  checkAgainst(Lens, Block, W, [](const int *Cu, int Batch, int Blk, long long X) {
+    return attnc::packed_block_of_sorted(Cu, Batch, Blk, X, HostWarp{});
+  });
 }
 
 } // namespace
