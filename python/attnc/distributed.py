@@ -332,7 +332,8 @@ class _Ring:
                              device=q.device)
             dv = torch.zeros(kv[1].shape, dtype=torch.float32,
                              device=q.device)
-            for b in blocks:
+            # A long causal block in square pieces (plan.backward_blocks).
+            for b in plan.backward_blocks(blocks):
                 self._block_backward(b, q, kv, out, dout, finals,
                                      self._with_keys(inputs, kv), dq, dk, dv)
             if in_flight is not None:

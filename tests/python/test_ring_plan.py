@@ -210,11 +210,13 @@ def backward(kind, q, k, v, o, do, fin, s):
 
 
 def ring(kind, layout, world, q, k, v, do, causal, alibi=None,
-         schedule=plan.forward_schedule):
+         schedule=plan.forward_schedule, backward_rows=None):
     """Ring attention in float64, rank by rank and step by step as
     attnc.distributed runs it (schedule: the plan; its steps' blocks, step
     0's result written directly, the other blocks' results over their own
-    rows merged into it run by run): the global out, dq, dk, dv."""
+    rows merged into it run by run; backward_rows: the backward's blocks
+    cut by plan.backward_blocks at that many rows): the global out, dq, dk,
+    dv."""
     n, d_v = len(q), v.shape[1]
     chunk = plan.check_layout("test", layout, world, n)
     idx = [np.concatenate([np.arange(a, b) for a, b in
@@ -258,6 +260,8 @@ def ring(kind, layout, world, q, k, v, do, causal, alibi=None,
     for t in range(world):
         for r in range(world):
             src, blocks = scheds[r].steps[t]
+            if backward_rows is not None:
+                blocks = plan.backward_blocks(blocks, backward_rows)
             for b in blocks:
                 qi, ki, s = block_scores(r, src, b)
                 gq, gk, gv = backward(
@@ -274,6 +278,47 @@ def ring(kind, layout, world, q, k, v, do, causal, alibi=None,
         out[idx[r]], gq[idx[r]] = outs[r], dq[r]
         gk[idx[r]], gv[idx[r]] = acc[r]
     return out, gq, gk, gv
+
+
+class BackwardPieces(unittest.TestCase):
+    def test_cuts(self):
+        b = plan.Block("causal", 0, 65536, 0, 65536)
+        self.assertEqual(plan.backward_blocks([b]), [
+            plan.Block("causal", 0, 32768, 0, 32768),
+            plan.Block("causal", 32768, 65536, 32768, 65536),
+            plan.Block("full", 32768, 65536, 0, 32768)])
+        # Up to the bound, and blocks that are not square causal ones, as
+        # they are.
+        same = [plan.Block("causal", 0, 32768, 0, 32768),
+                plan.Block("full", 0, 65536, 0, 65536),
+                plan.Block("causal", 0, 65536, 0, 40000)]
+        self.assertEqual(plan.backward_blocks(same), same)
+        # 100,000 rows: four pieces, cut on multiples of 128.
+        got = plan.backward_blocks([plan.Block("causal", 0, 100000, 0,
+                                               100000)])
+        self.assertEqual([(x.kind, x.q0, x.q1, x.k0, x.k1) for x in got], [
+            ("causal", 0, 24960, 0, 24960),
+            ("causal", 24960, 49920, 24960, 49920),
+            ("full", 24960, 49920, 0, 24960),
+            ("causal", 49920, 74880, 49920, 74880),
+            ("full", 49920, 74880, 0, 49920),
+            ("causal", 74880, 100000, 74880, 100000),
+            ("full", 74880, 100000, 0, 74880)])
+
+    def test_every_causal_pair_once(self):
+        for n in (1, 5, 9, 130, 300):
+            for rows in (1, 2, 4, 64, 129):
+                seen = np.zeros((n, n), int)
+                for x in plan.backward_blocks(
+                        [plan.Block("causal", 0, n, 0, n)], rows):
+                    self.assertLessEqual(x.q1 - x.q0, max(rows, 1) * 2)
+                    for i in range(x.q0, x.q1):
+                        for j in range(x.k0, x.k1):
+                            if x.kind == "full" or i - x.q0 >= j - x.k0:
+                                seen[i, j] += 1
+                want = np.tril(np.ones((n, n), int))
+                np.testing.assert_array_equal(seen, want,
+                                              err_msg=f"n {n} rows {rows}")
 
 
 class HostModel(unittest.TestCase):
@@ -301,6 +346,22 @@ class HostModel(unittest.TestCase):
             for world in (1, 2, 3, 4):
                 for causal in (False, True):
                     self.check("softmax", layout, world, causal)
+
+    def test_backward_of_a_long_causal_block_in_pieces(self):
+        # The own shard's causal block cut into square pieces and the full
+        # blocks below them: the same gradients.
+        for kind in ("softmax", "sigmoid"):
+            for layout in plan.LAYOUTS:
+                for world in (1, 2, 3):
+                    for rows in (1, 3, 4, 7):
+                        got, want = self.run_both(kind, layout, world, True,
+                                                  backward_rows=rows)
+                        for name, g, w in zip(("dq", "dk", "dv"), got[1:],
+                                              want[1:]):
+                            np.testing.assert_allclose(
+                                g, w, rtol=1e-11, atol=1e-11,
+                                err_msg=f"{kind} {layout} W{world} rows "
+                                f"{rows} {name}")
 
     def test_sigmoid_sums(self):
         for layout in plan.LAYOUTS:
