@@ -1,6 +1,7 @@
 """Ring attention (attnc.distributed) on two or four GPUs: forward output and q/k/v
 gradients of mha without a mask, causal mha, sigmoid_attn and an ALiBi
-variant (positions as per-token inputs, sharded with the sequence), and
+variant (positions as per-token inputs, sharded with the sequence), causal
+mha and sigmoid_attn with the backward's own-shard block in pieces, and
 masks that read positions (a sliding window of 256, a document mask,
 prefix-LM; both layouts: the positioned twin with global offsets) against
 the single-GPU attnc result of the whole sequence and an fp64 reference,
@@ -131,7 +132,12 @@ def worker():
     cases = [("mha_unmasked", 1, 4, 2048, 128, lay),
              ("mha", 1, 4, 2048, 128, lay), ("mha", 2, 2, 1536, 128, lay),
              ("sigmoid_attn", 1, 4, 2048, 128, lay),
-             ("alibi_positions", 1, 4, 2048, 128, lay)]
+             ("alibi_positions", 1, 4, 2048, 128, lay),
+             # The backward's own-shard causal block in square pieces
+             # (plan.backward_blocks) from 640 rows: 2048 rows a rank run
+             # as four pieces of 512 and the full blocks below them.
+             ("mha", 1, 4, 4096, 128, lay, 640),
+             ("sigmoid_attn", 1, 4, 4096, 128, lay, 640)]
     # Masks that read positions: the calls pass their global positions.
     for layout in ("contiguous", "zigzag"):
         cases += [("mha_sliding_window", 1, 4, 4096, 128, layout),
@@ -140,7 +146,10 @@ def worker():
     only = os.environ.get("ATTNC_RING_CASES")  # names, comma-separated
     if only:
         cases = [c for c in cases if c[0] in only.split(",")]
-    for name, b, h, n, d, layout in cases:
+    from attnc import _ring_plan as plan
+    default_cut = plan.BACKWARD_CAUSAL_ROWS
+    for name, b, h, n, d, layout, *pieces in cases:
+        plan.BACKWARD_CAUSAL_ROWS = pieces[0] if pieces else default_cut
         definition = defs.get(name, name)
         torch.manual_seed(n + b * 7 + len(name))  # the same on every rank
         q, k, v, dout = (torch.randn(b, h, n, d, device="cuda").to(dtype)
@@ -193,11 +202,13 @@ def worker():
             excess = ((g.double() - r).abs()
                       - atol(dtype) * (1 + r.abs())).max().item()
             ok = excess <= 2 * plain_err and r.abs().max().item() > 0
-            rows.append((name, f"b{b} h{h} s{n} {layout[:3]}", what, ring_err,
-                         plain_err, ok))
+            shape = f"b{b} h{h} s{n} {layout[:3]}" + (
+                f" cut {pieces[0]}" if pieces else "")
+            rows.append((name, shape, what, ring_err, plain_err, ok))
             if not ok:
                 failures.append(f"{name} {what}: ring error {ring_err:.3g}, "
                                 f"single-GPU error {plain_err:.3g}")
+    plan.BACKWARD_CAUSAL_ROWS = default_cut
     # Refusals, at construction, with what is wrong.
     ql = ad.shard(torch.randn(1, 2, 256, 128, device="cuda").to(dtype))
     for name, error, says in (
