@@ -123,8 +123,8 @@ def step_blocks(layout: str, world: int, rank: int, src: int, causal: bool,
                   cols[0] * chunk, (cols[-1] + 1) * chunk)]
 
 
-# The backward of a masked block longer than this many rows runs as square
-# pieces of at most as many (backward_blocks): attnc's causal backward over
+# The backward of a causal block longer than this many rows runs as square
+# pieces of about as many (backward_blocks): attnc's causal backward over
 # one 65,536-token call ran 476.5 TFLOPS against 522.7 over 32,768 tokens
 # and 511.8 over 16,384 (H200, bf16, H32 D128, 2026-11-30; ncu: L2 hits
 # 76% against 98% at 16k, a head's live query tiles outgrowing the L2).
@@ -133,12 +133,13 @@ BACKWARD_CAUSAL_ROWS = 32768
 
 def backward_blocks(blocks, max_rows: int | None = None) -> list:
     """A step's blocks for the backward: a square causal block of more than
-    max_rows rows (None: BACKWARD_CAUSAL_ROWS) cut into p = ceil(rows / max_rows) square causal pieces
-    on its diagonal (local indices keep their order within each) and, for
-    each piece but the first, one full block of its rows against every key
-    before it (all visible under the causal mask); cuts on multiples of 128
-    tokens where the piece allows. The pieces' gradients sum to the
-    block's; other blocks are returned as they are."""
+    max_rows rows (None: BACKWARD_CAUSAL_ROWS) cut into p = ceil(rows /
+    max_rows) square causal pieces on its diagonal (local indices keep
+    their order within each) and, for each piece but the first, one full
+    block of its rows against every key before it (all visible under the
+    causal mask); cuts on multiples of 128 tokens where the pieces allow
+    (a piece then runs up to 127 rows over rows / p). The pieces' gradients
+    sum to the block's; other blocks are returned as they are."""
     if max_rows is None:
         max_rows = BACKWARD_CAUSAL_ROWS
     out = []

@@ -60,7 +60,7 @@ def settled_warmup(fn, warmup):
     many more as fill that many seconds at their measured rate (the GPU's
     clocks settle; 2 calls of a few ms do not). The count is the largest
     any rank asks for, since a ring call needs every rank."""
-    per_call = events_ms(fn, 1, warmup)
+    per_call = max(events_ms(fn, 1, warmup), 1e-3)
     extra = math.ceil(WARMUP_S * 1e3 / per_call) if WARMUP_S > 0 else 0
     n = torch.tensor(extra, device="cuda")
     dist.all_reduce(n, op=dist.ReduceOp.MAX)
