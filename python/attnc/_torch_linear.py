@@ -5,7 +5,7 @@ state as a second output, and packed batches (cu_seqlens: forward_varlen
 and backward_varlen, one state a sequence)."""
 
 import threading
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -133,8 +133,8 @@ def _linear_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 initial_state: Optional[torch.Tensor],
                 cu_seqlens: Optional[torch.Tensor], definition: str,
                 layout: str, input_names: str,
-                input_values: list[torch.Tensor]
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                input_values: List[torch.Tensor]
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
     att = _object_for(q, v, definition, layout)
     return _run_forward(att, layout, q, k, v, decay, initial_state,
                         _values(att, input_names, input_values), cu_seqlens)
@@ -154,8 +154,8 @@ def _linear_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 initial_state: Optional[torch.Tensor],
                 cu_seqlens: Optional[torch.Tensor], dout: torch.Tensor,
                 dfinal: Optional[torch.Tensor], definition: str, layout: str,
-                input_names: str, input_values: list[torch.Tensor]
-                ) -> list[torch.Tensor]:
+                input_names: str, input_values: List[torch.Tensor]
+                ) -> List[torch.Tensor]:
     att = _object_for(q, v, definition, layout)
     dq, dk, dv, ddecay, dinit, grads = _run_backward(
         att, layout, q, k, v, decay, initial_state, dout, dfinal,

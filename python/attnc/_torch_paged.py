@@ -12,7 +12,7 @@ CUDA graph."""
 
 import itertools
 import weakref
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
@@ -246,7 +246,7 @@ def _decode_op(q: torch.Tensor, out: torch.Tensor, k_cache: torch.Tensor,
                indices: Optional[torch.Tensor],
                last_page_len: Optional[torch.Tensor], max_seqlen_kv: int,
                page_layout: str, definition: str, layout: str,
-               input_names: str, input_values: list[torch.Tensor]
+               input_names: str, input_values: List[torch.Tensor]
                ) -> torch.Tensor:
     return _decode_op_impl(
         q, out, (k_cache, v_cache, block_table, seq_lens, indptr, indices,
@@ -272,7 +272,7 @@ def _run_decode_op(q: torch.Tensor, out: torch.Tensor,
                    indices: Optional[torch.Tensor],
                    last_page_len: Optional[torch.Tensor], max_seqlen_kv: int,
                    page_layout: str, plan: int, input_names: str,
-                   input_values: list[torch.Tensor]) -> torch.Tensor:
+                   input_values: List[torch.Tensor]) -> torch.Tensor:
     # The run writes the op's workspace (a compiled graph may pass a copy
     # of the plan's buffer, of its size: the schema declares it mutated).
     p = _plan_by_id("attnc.torch.paged_decode", plan, DecodePlan)
@@ -320,7 +320,7 @@ def _prefill_op(q: torch.Tensor, cu_seqlens_q: torch.Tensor,
                 indices: Optional[torch.Tensor],
                 last_page_len: Optional[torch.Tensor], max_seqlen_kv: int,
                 page_layout: str, definition: str, plan: int,
-                input_names: str, input_values: list[torch.Tensor]
+                input_names: str, input_values: List[torch.Tensor]
                 ) -> torch.Tensor:
     p = (_plan_by_id("attnc.torch.paged_prefill", plan, PrefillPlan)
          if plan else None)

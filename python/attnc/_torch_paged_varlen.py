@@ -8,7 +8,7 @@ _torch_paged's dense decode: torch.compile traces them without a graph
 break, and a plan's run captures in a CUDA graph whose replays may change
 the counts in cu_seqlens_q (within the plan's bound and q's tokens)."""
 
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
@@ -82,7 +82,7 @@ def _decode_op(q: torch.Tensor, cu_seqlens_q: torch.Tensor,
                indices: Optional[torch.Tensor],
                last_page_len: Optional[torch.Tensor], max_seqlen_kv: int,
                page_layout: str, definition: str, input_names: str,
-               input_values: list[torch.Tensor]) -> torch.Tensor:
+               input_values: List[torch.Tensor]) -> torch.Tensor:
     return _op_impl(q, cu_seqlens_q, max_seqlen_q, out,
                     (k_cache, v_cache, block_table, seq_lens, indptr, indices,
                      last_page_len, max_seqlen_kv, page_layout), definition,
@@ -105,7 +105,7 @@ def _run_op(q: torch.Tensor, cu_seqlens_q: torch.Tensor, out: torch.Tensor,
             indices: Optional[torch.Tensor],
             last_page_len: Optional[torch.Tensor], max_seqlen_kv: int,
             page_layout: str, plan: int, input_names: str,
-            input_values: list[torch.Tensor]) -> torch.Tensor:
+            input_values: List[torch.Tensor]) -> torch.Tensor:
     # The run writes the op's workspace (a compiled graph may pass a copy
     # of the plan's buffer: the schema declares it mutated).
     p = _plan_by_id("attnc.torch.paged_decode_varlen", plan, DecodePlan)

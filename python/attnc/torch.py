@@ -5,7 +5,7 @@ calls skip torch.library's dispatch: they run the same implementation
 through a torch.autograd.Function (docs/python.md, Overhead)."""
 
 import threading
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -225,11 +225,11 @@ def _run_backward(att, layout, q, k, v, out, dout, finals, inputs, mask,
 @torch.library.custom_op("attnc::attention_fwd", mutates_args=())
 def _attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    definition: str, layout: str, input_names: str,
-                   input_values: list[torch.Tensor],
+                   input_values: List[torch.Tensor],
                    cu_seqlens_q: Optional[torch.Tensor],
                    cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int,
                    max_seqlen_k: int, block_mask: int
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+                   ) -> Tuple[torch.Tensor, torch.Tensor]:
     att = _object_for(q, v, definition, layout)
     mask = _block_mask.by_id("attnc.torch.attention", block_mask)
     return _run_forward(att, layout, q, k, v,
@@ -251,11 +251,11 @@ def _(q, k, v, definition, layout, input_names, input_values, cu_seqlens_q,
 def _attention_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    out: torch.Tensor, dout: torch.Tensor,
                    finals: torch.Tensor, definition: str, layout: str,
-                   input_names: str, input_values: list[torch.Tensor],
+                   input_names: str, input_values: List[torch.Tensor],
                    cu_seqlens_q: Optional[torch.Tensor],
                    cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int,
                    max_seqlen_k: int, block_mask: int
-                   ) -> list[torch.Tensor]:
+                   ) -> List[torch.Tensor]:
     att = _object_for(q, v, definition, layout)
     mask = _block_mask.by_id("attnc.torch.attention", block_mask)
     dq, dk, dv, grads = _run_backward(

@@ -2,8 +2,9 @@
 attention calls replaced by float64 torch ones with the same contract
 (local indices for the masked call, the derived log-sum-exp merge, the
 backward from the merged out and finals): the sends and receives, the
-partial results' merge, the dK/dV accumulators' trip back to their owners
-and the autograd wiring, against attention over the whole sequence.
+partial results' merge, the dK/dV accumulators' trip back to their owners,
+the backward's own-shard block in pieces and the autograd wiring, against
+attention over the whole sequence.
 Skips without PyTorch (CI has none; the GPU test runs the real kernels)."""
 
 import os
@@ -78,7 +79,12 @@ def _worker(rank, world, port, errors):
             lambda name, *a: FakeAttention(not name.endswith(
                 plan.TWIN_SUFFIX)))
         mha = attnc.example("mha")
-        for layout in plan.LAYOUTS:
+        default_cut = plan.BACKWARD_CAUSAL_ROWS
+        # cut 5: the backward's own-shard causal block in pieces
+        # (plan.backward_blocks) of 3 to 4 rows.
+        for layout, cut in ((x, c) for x in plan.LAYOUTS
+                            for c in (default_cut, 5)):
+            plan.BACKWARD_CAUSAL_ROWS = cut
             torch.manual_seed(5)
             n = plan.num_chunks(layout, world) * 6
             q, k, v, dout = (torch.randn(2, 3, n, 8, dtype=torch.float64)
@@ -100,7 +106,8 @@ def _worker(rank, world, port, errors):
                 err = (whole_g - r).abs().max().item()
                 # The finals and the accumulators are float32, as attnc's.
                 if not err < 1e-5:
-                    errors.put(f"rank {rank} {layout} {what}: {err}")
+                    errors.put(f"rank {rank} {layout} cut {cut} {what}: "
+                               f"{err}")
     except Exception as e:  # reported by the parent
         errors.put(f"rank {rank}: {type(e).__name__}: {e}")
     finally:
