@@ -161,56 +161,56 @@ ATTNC_RANGE_FN PackedBlock packed_block_of(const int *cu, int batch, int block, 
   return {-1, 0};
 }
 
-/// packed_block_of with each group of 32 sequences (the groups in the
-/// given order) taken longest first: by block count, then by index. Its
-/// CTAs are the same blocks, each sequence's still in order and
-/// contiguous; only the sequences' order within a group changes. Where a
-/// call's CTAs wait for each other within a sequence (the backward's dQ
-/// turns), neighbours of similar lengths let a sequence's CTAs start
-/// together, as a dense batch's do: in a batch of 32 sequences of lengths
-/// in [64, 8192] in random order, the unmasked backward ran 0.938-0.945x
-/// dense, and 0.967-0.970x with the same lengths sorted either way (H200,
-/// 2026-11-30). warp.values(f) holds f(lane) (at(l) reads lane l's, every
-/// lane converged, with the same l or its own lane).
+/// packed_block_of with the sequences of a batch of at most 32 taken
+/// longest first: by block count, then by index. Its CTAs are the same
+/// blocks, each sequence's still in order and contiguous; only the
+/// sequences' order changes. Where a call's CTAs wait for each other within
+/// a sequence (the backward's dQ turns), neighbours of similar lengths let a
+/// sequence's CTAs start together, as a dense batch's do: in a batch of 32
+/// sequences of lengths in [64, 8192] in random order, the unmasked backward
+/// ran 0.938-0.945x dense, and 0.963-0.970x so (H200, 2026-11-30). The
+/// ranking costs each warp about 200 instructions, which a CTA of a few
+/// short steps would feel: a larger batch, or one whose sequences all have
+/// fewer than kSortMinBlocks blocks, keeps the given order
+/// (packed_block_of). warp.values(f) holds f(lane) (at(l) reads lane l's,
+/// every lane converged, with the same l or its own lane); warp.max(f) the
+/// largest f(lane) of the lanes.
+constexpr int kSortMinBlocks = 8;
+
 template <class Warp>
 ATTNC_RANGE_FN PackedBlock packed_block_of_sorted(const int *cu, int batch, int block,
                                                   long long x, const Warp &warp) {
   constexpr int L = kRangeLanes;
-  long long base = 0; // the blocks of the groups before
-  for (int b0 = 0; b0 < batch; b0 += L) {
-    const auto count = warp.values([&](int lane) {
-      const int b = b0 + lane;
-      return b < batch ? (cu[b + 1] - cu[b] + block - 1) / block : 0;
-    });
-    // The group's blocks before lane's sequence in the sorted order: those
-    // of the sequences with more blocks, or as many and a lower index.
-    const auto start = warp.values([&](int lane) {
-      const int mine = count.at(lane);
-      int before = 0;
-      for (int l = 0; l < L; ++l) {
-        const int c = count.at(l);
-        before += c > mine || (c == mine && l < lane) ? c : 0;
-      }
-      return before;
-    });
-    int total = 0;
-    for (int l = 0; l < L; ++l)
-      total += count.at(l);
-    const long long off = x - base;
-    if (off < total) {
-      // The starts partition [0, total): exactly one lane holds off. Both
-      // reads before the test: a shuffle is made by every lane, never
-      // behind a short-circuit (a lane left out of one hangs the warp).
-      const unsigned v = warp.vote([&](int lane) {
-        const int s = start.at(lane), c = count.at(lane);
-        return off >= s && off < s + c;
-      });
-      const int lane = range_lowest_lane(v);
-      return {b0 + lane, int(off - start.at(lane))};
+  if (batch > L)
+    return packed_block_of(cu, batch, block, x, warp);
+  const auto count = warp.values([&](int lane) {
+    return lane < batch ? (cu[lane + 1] - cu[lane] + block - 1) / block : 0;
+  });
+  if (warp.max([&](int lane) { return count.at(lane); }) < kSortMinBlocks)
+    return packed_block_of(cu, batch, block, x, warp);
+  // The blocks before lane's sequence in the sorted order: those of the
+  // sequences with more blocks, or as many and a lower index.
+  const auto start = warp.values([&](int lane) {
+    const int mine = count.at(lane);
+    int before = 0;
+    for (int l = 0; l < L; ++l) {
+      const int c = count.at(l);
+      before += c > mine || (c == mine && l < lane) ? c : 0;
     }
-    base += total;
-  }
-  return {-1, 0};
+    return before;
+  });
+  // The starts partition [0, total): one lane holds x, none past the
+  // blocks (the bound's spare CTAs). Both reads before the test: a shuffle
+  // is made by every lane, never behind a short-circuit (a lane left out of
+  // one hangs the warp).
+  const unsigned v = warp.vote([&](int lane) {
+    const int s = start.at(lane), c = count.at(lane);
+    return x >= s && x < s + c;
+  });
+  if (v == 0)
+    return {-1, 0};
+  const int lane = range_lowest_lane(v);
+  return {lane, int(x - start.at(lane))};
 }
 
 /// An upper bound on the blocks of \p batch packed sequences of \p total

@@ -4,8 +4,8 @@
 //
 // Grid (packed_block_bound(total_kv, sequences, kBlockN, max_seqlen_kv),
 // kv heads): one CTA per key block a sequence has (packed_cta_block_sorted:
-// each group of 32 sequences longest first, so that neighbours of similar
-// lengths start their CTAs together and the dQ turns wait less), its
+// up to 32 sequences longest first, so that neighbours of similar lengths
+// start their CTAs together and the dQ turns wait less), its
 // highest key block first, none for the blocks of the longest sequence that
 // a shorter one lacks (the bound's spare CTAs, fewer than the sequences, are
 // the last of a row: they find no block and exit); the highest block's CTA
@@ -205,7 +205,7 @@ struct BwdDkDvSm90Varlen {
     // each sequence's highest key block first: a CTA waits for dQ turns of
     // CTAs of its sequence and head dispatched before it
     // (bwd_sm80_fused_dq.cuh), which have the lower x of its row; a
-    // sequence's CTAs are contiguous in x, its sequences longest first.
+    // sequence's CTAs are contiguous in x, in either order of sequences.
     const PackedBlock pb = packed_cta_block_sorted(a.cu_seqlens_kv, a.batch, kBlockN);
     if (pb.seq < 0)
       return;

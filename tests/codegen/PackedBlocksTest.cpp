@@ -4,8 +4,8 @@
 // (sequence, block) work items has at its place, on ragged sequences
 // (empty ones, length 1, more than 32 sequences, block sizes that do and do
 // not divide the lengths), and the grid holds every block with at most one
-// spare CTA a sequence; packed_block_of_sorted's grid likewise, with each
-// group of 32 sequences longest first.
+// spare CTA a sequence; packed_block_of_sorted's grid likewise, with up to
+// 32 sequences longest first where one has kSortMinBlocks blocks or more.
 #include "block_range.cuh"
 
 #include "HostWarp.h"
@@ -68,23 +68,26 @@ void checkGrid(const std::vector<int> &Lens, int Block) {
   });
 }
 
-/// packed_block_of_sorted against the work list built by hand: each group
-/// of 32 sequences ordered by block count, most first (ties by index), each
+/// packed_block_of_sorted against the work list built by hand: at most 32
+/// sequences, one of at least kSortMinBlocks blocks, ordered by block
+/// count, most first (ties by index); otherwise in the given order; each
 /// sequence's blocks 0, 1, ... in order.
 void checkSortedGrid(const std::vector<int> &Lens, int Block) {
   const int Batch = int(Lens.size());
   auto blocks = [&](int B) { return (Lens[B] + Block - 1) / Block; };
-  Work W;
-  for (int B0 = 0; B0 < Batch; B0 += 32) {
-    std::vector<int> Group;
-    for (int B = B0; B < std::min(Batch, B0 + 32); ++B)
-      Group.push_back(B);
-    std::stable_sort(Group.begin(), Group.end(),
-                     [&](int X, int Y) { return blocks(X) > blocks(Y); });
-    for (int B : Group)
-      for (int J = 0; J < blocks(B); ++J)
-        W.push_back({B, J});
+  std::vector<int> Order;
+  int Most = 0;
+  for (int B = 0; B < Batch; ++B) {
+    Order.push_back(B);
+    Most = std::max(Most, blocks(B));
   }
+  if (Batch <= 32 && Most >= attnc::kSortMinBlocks)
+    std::stable_sort(Order.begin(), Order.end(),
+                     [&](int X, int Y) { return blocks(X) > blocks(Y); });
+  Work W;
+  for (int B : Order)
+    for (int J = 0; J < blocks(B); ++J)
+      W.push_back({B, J});
   checkAgainst(Lens, Block, W, [](const int *Cu, int Batch, int Blk, long long X) {
     return attnc::packed_block_of_sorted(Cu, Batch, Blk, X, HostWarp{});
   });
@@ -92,12 +95,20 @@ void checkSortedGrid(const std::vector<int> &Lens, int Block) {
 
 } // namespace
 
-TEST_CASE("packed grid, longest first: each group of 32 sorted, blocks in order",
+TEST_CASE("packed grid, longest first: up to 32 sequences sorted, blocks in order",
           "[varlen][grid]") {
-  checkSortedGrid({0, 1, 5, 9, 0, 3}, 4);
-  checkSortedGrid({128, 256, 129, 1, 127}, 128); // ties: 2 blocks twice
+  checkSortedGrid({0, 1, 5, 9, 0, 3}, 1);        // sorted: 9 blocks
+  checkSortedGrid({0, 1, 5, 9, 0, 3}, 4);        // given: at most 3 blocks
+  checkSortedGrid({128, 256, 129, 1, 127}, 16);  // sorted, ties of 8 blocks
+  checkSortedGrid({128, 256, 129, 1, 127}, 128); // given: at most 2 blocks
   checkSortedGrid({0, 0, 0}, 64);
   checkSortedGrid({7}, 1);
+  std::mt19937 Rng32(29);
+  std::vector<int> Batch32(32); // the bench's batch: 32 in [64, 8192]
+  for (int &L : Batch32)
+    L = 64 + int(Rng32() % 8129);
+  checkSortedGrid(Batch32, 128);
+  checkSortedGrid(Batch32, 64);
   std::vector<int> Lens(97, 0);
   for (int B = 0; B < 97; ++B)
     Lens[B] = B % 32 == 31 || B % 32 == 0 ? 0 : (B * 37) % 300;
