@@ -170,24 +170,23 @@ ATTNC_RANGE_FN PackedBlock packed_block_of(const int *cu, int batch, int block, 
 /// sequences of lengths in [64, 8192] in random order, the unmasked backward
 /// ran 0.938-0.945x dense, and 0.963-0.970x so (H200, 2026-11-30). The
 /// ranking costs each warp about 200 instructions, which a CTA of a few
-/// short steps would feel: a larger batch, or one whose sequences all have
-/// fewer than kSortMinBlocks blocks, keeps the given order
-/// (packed_block_of). warp.values(f) holds f(lane) (at(l) reads lane l's,
-/// every lane converged, with the same l or its own lane); warp.max(f) the
-/// largest f(lane) of the lanes.
+/// short steps would feel: a larger batch, or one whose longest sequence
+/// (\p max_len, the call's bound) has fewer than kSortMinBlocks blocks,
+/// keeps the given order (packed_block_of). warp.values(f) holds f(lane)
+/// (at(l) reads lane l's, every lane converged, with the same l or its own
+/// lane).
 constexpr int kSortMinBlocks = 8;
 
 template <class Warp>
 ATTNC_RANGE_FN PackedBlock packed_block_of_sorted(const int *cu, int batch, int block,
-                                                  long long x, const Warp &warp) {
+                                                  int max_len, long long x,
+                                                  const Warp &warp) {
   constexpr int L = kRangeLanes;
-  if (batch > L)
+  if (batch > L || (max_len + block - 1) / block < kSortMinBlocks)
     return packed_block_of(cu, batch, block, x, warp);
   const auto count = warp.values([&](int lane) {
     return lane < batch ? (cu[lane + 1] - cu[lane] + block - 1) / block : 0;
   });
-  if (warp.max([&](int lane) { return count.at(lane); }) < kSortMinBlocks)
-    return packed_block_of(cu, batch, block, x, warp);
   // The blocks before lane's sequence in the sorted order: those of the
   // sequences with more blocks, or as many and a lower index.
   const auto start = warp.values([&](int lane) {

@@ -206,7 +206,8 @@ struct BwdDkDvSm90Varlen {
     // CTAs of its sequence and head dispatched before it
     // (bwd_sm80_fused_dq.cuh), which have the lower x of its row; a
     // sequence's CTAs are contiguous in x, in either order of sequences.
-    const PackedBlock pb = packed_cta_block_sorted(a.cu_seqlens_kv, a.batch, kBlockN);
+    const PackedBlock pb =
+        packed_cta_block_sorted(a.cu_seqlens_kv, a.batch, kBlockN, a.seq_kv);
     if (pb.seq < 0)
       return;
     const int b = pb.seq, hk = (int)blockIdx.y;

@@ -173,14 +173,6 @@ struct WarpLanes {
   template <class F> __device__ __forceinline__ Sums values(const F &f) const {
     return {f(lane)};
   }
-  /// The largest f(lane) of the lanes, on every lane.
-  template <class F> __device__ __forceinline__ int max(const F &f) const {
-    int v = f(lane);
-#pragma unroll
-    for (int d = 16; d > 0; d /= 2)
-      v = ::max(v, __shfl_xor_sync(0xffffffffu, v, d));
-    return v;
-  }
 };
 
 /// The sequence and block of this CTA in a packed call's grid of blocks
@@ -195,8 +187,8 @@ __device__ __forceinline__ PackedBlock packed_cta_block(const int *cu, int batch
 /// packed_cta_block with a batch of at most 32 sequences taken longest
 /// first (packed_block_of_sorted).
 __device__ __forceinline__ PackedBlock packed_cta_block_sorted(const int *cu, int batch,
-                                                               int block) {
-  return packed_block_of_sorted(cu, batch, block, (long long)blockIdx.x,
+                                                               int block, int max_len) {
+  return packed_block_of_sorted(cu, batch, block, max_len, (long long)blockIdx.x,
                                 WarpLanes{int(threadIdx.x % 32)});
 }
 

@@ -6,8 +6,6 @@
 
 #include "attnc/block_range.cuh"
 
-#include <algorithm>
-
 namespace attnc::test {
 
 struct HostWarp {
@@ -29,13 +27,6 @@ struct HostWarp {
     for (int Lane = 0; Lane < attnc::kRangeLanes; ++Lane)
       S.V[Lane] = Run += Value(Lane);
     return S;
-  }
-  /// The largest value of the lanes.
-  template <class F> int max(const F &Of) const {
-    int M = Of(0);
-    for (int Lane = 1; Lane < attnc::kRangeLanes; ++Lane)
-      M = std::max(M, Of(Lane));
-    return M;
   }
   /// The ballot: bit L set when \p P holds on lane L.
   template <class Pred> unsigned vote(const Pred &P) const {

@@ -88,8 +88,9 @@ void checkSortedGrid(const std::vector<int> &Lens, int Block) {
   for (int B : Order)
     for (int J = 0; J < blocks(B); ++J)
       W.push_back({B, J});
-  checkAgainst(Lens, Block, W, [](const int *Cu, int Batch, int Blk, long long X) {
-    return attnc::packed_block_of_sorted(Cu, Batch, Blk, X, HostWarp{});
+  const int MaxLen = Lens.empty() ? 0 : *std::max_element(Lens.begin(), Lens.end());
+  checkAgainst(Lens, Block, W, [&](const int *Cu, int Bn, int Blk, long long X) {
+    return attnc::packed_block_of_sorted(Cu, Bn, Blk, MaxLen, X, HostWarp{});
   });
 }
 
