@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 #include <nvrtc.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,21 @@ inline codegen::KernelSpec kernelSpec(DType T, int D, int DV,
 
 inline bool has(const std::string &Text, const char *What) {
   return Text.find(What) != std::string::npos;
+}
+
+/// Src compiled to a CUBIN as the runtime compiles it, checked to be one
+/// (an ELF image) and to keep its wgmma unserialised (ptxas says
+/// "serialized" where it serialised them); the CUBIN and its log.
+inline runtime::CompiledCubin checkedWgmmaCubin(const codegen::KernelSource &Src) {
+  runtime::CompiledCubin Bin = runtime::compileToCubin(Src);
+  INFO("kernel " << Src.Key << "\n" << Bin.Log);
+  CHECK(Bin.Cubin.size() > 4);
+  CHECK(std::memcmp(Bin.Cubin.data(),
+                    "\x7f"
+                    "ELF",
+                    4) == 0);
+  CHECK(!has(Bin.Log, "serialized"));
+  return Bin;
 }
 
 } // namespace attn::nvrtctest
