@@ -25,6 +25,9 @@ void compileOne(const std::string &Mask, DType T, int D, bool FwdOnly);
 /// The lengths of the varlen rows, for peers_masks.py --varlen.
 void printVarlenLengths(int MaxLen);
 
+/// What is wrong with the varlen rows' environment settings, or "".
+std::string varlenSettingsError();
+
 /// Varlen rows: a packed batch against dense attention of the same total
 /// tokens under \p Mask (none, causal, window256, chunked256).
 void benchVarlen(const std::string &Mask, DType T, int H, int D, int MaxLen);

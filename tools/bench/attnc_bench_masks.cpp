@@ -467,6 +467,10 @@ int main(int Argc, char **Argv) {
         return 2;
       }
   }
+  if (std::string Why = varlenSettingsError(); !Why.empty()) {
+    std::fprintf(stderr, "attnc_bench_masks: %s\n", Why.c_str());
+    return 2;
+  }
   auto VarlenRow = [&](const char *Mask) {
     return Only.empty() || llvm::is_contained(Only, llvm::StringRef(Mask));
   };

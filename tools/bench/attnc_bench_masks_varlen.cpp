@@ -54,21 +54,37 @@ dsl::AttentionDef varlenMha(const std::string &Mask) {
   return Mask == "causal" ? examples::mha() : maskedMha(Mask);
 }
 
+/// Environment variable \p Var: "" where unset or empty, else one of \p A
+/// and \p B (a UserError names it otherwise; varlenSettingsError checks
+/// every such setting before any row runs).
+std::string envOneOf(const char *Var, const char *A, const char *B) {
+  const char *C = std::getenv(Var);
+  const std::string V = C ? C : "";
+  if (!V.empty() && V != A && V != B)
+    throw UserError(std::string(Var) + "='" + V + "': expected " + A + " or " + B);
+  return V;
+}
+
+/// ATTNC_BENCH_VARLEN_ORDER=longest or shortest: the varlen rows' lengths
+/// sorted (how the order of a packed batch's sequences moves its time).
+std::string varlenOrder() {
+  return envOneOf("ATTNC_BENCH_VARLEN_ORDER", "longest", "shortest");
+}
+
+/// ATTNC_BENCH_VARLEN_ONLY=packed or dense: time that side alone (its
+/// kernels then run alone in the process, e.g. under a profiler's launch
+/// counts); the other side's numbers print as nan.
+std::string varlenOnly() { return envOneOf("ATTNC_BENCH_VARLEN_ONLY", "packed", "dense"); }
+
 /// The lengths of the varlen rows: 32 sequences uniform in [64, \p MaxLen]
-/// (the batch with MaxLen 8192).
+/// (the batch with MaxLen 8192), in varlenOrder's order.
 std::vector<int> varlenLengths(int MaxLen) {
   std::mt19937_64 Rng(2026);
   std::uniform_int_distribution<int> U(64, std::max(64, MaxLen));
   std::vector<int> L(32);
   for (int &X : L)
     X = U(Rng);
-  // ATTNC_BENCH_VARLEN_ORDER=longest or shortest: the same lengths sorted
-  // (how the order of a packed batch's sequences moves its time).
-  if (const char *O = std::getenv("ATTNC_BENCH_VARLEN_ORDER"); O && *O) {
-    const std::string Order = O;
-    if (Order != "longest" && Order != "shortest")
-      throw UserError("ATTNC_BENCH_VARLEN_ORDER='" + Order +
-                      "': expected longest or shortest");
+  if (const std::string Order = varlenOrder(); !Order.empty()) {
     std::sort(L.begin(), L.end());
     if (Order == "longest")
       std::reverse(L.begin(), L.end());
@@ -91,21 +107,25 @@ std::string benchBackwardConfig() {
   return C ? C : "";
 }
 
-/// ATTNC_BENCH_VARLEN_ONLY=packed or dense: time that side alone (its
-/// kernels then run alone in the process, e.g. under a profiler's launch
-/// counts); the other side's numbers print as nan.
+/// Whether varlenOnly leaves the packed (\p Varlen) or dense side out.
 bool benchSideSkipped(bool Varlen) {
-  const char *C = std::getenv("ATTNC_BENCH_VARLEN_ONLY");
-  if (!C || !*C)
-    return false;
-  const std::string Only = C;
-  if (Only != "packed" && Only != "dense")
-    throw UserError("ATTNC_BENCH_VARLEN_ONLY='" + Only +
-                    "': expected packed or dense");
-  return Only != (Varlen ? "packed" : "dense");
+  const std::string Only = varlenOnly();
+  return !Only.empty() && Only != (Varlen ? "packed" : "dense");
 }
 
 } // namespace
+
+/// What is wrong with the varlen rows' settings (ATTNC_BENCH_VARLEN_ORDER,
+/// ATTNC_BENCH_VARLEN_ONLY), or "".
+std::string varlenSettingsError() {
+  try {
+    varlenOrder();
+    varlenOnly();
+  } catch (const UserError &E) {
+    return E.what();
+  }
+  return "";
+}
 
 /// The lengths, for peers_masks.py --varlen (the same batch on Flex).
 void printVarlenLengths(int MaxLen) {
